@@ -1,0 +1,200 @@
+"""The arrays that hold a vector env's observations, actions, rewards and flags.
+
+With shared memory on, every fixed-shape field lives in one ``SharedMemory`` block that the
+parent creates after the handshake and each worker maps once; a worker then writes its rows in
+place and the step path pickles none of it. Fields that are not shared (``shared_memory=False``,
+or an observation space with no fixed shape) are ordinary arrays or lists on each side, and their
+rows travel in the step reply as a :meth:`Buffers.payload`.
+
+The layout is computed from a small picklable :class:`BufferSpec`, the same way on both sides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+from collections.abc import Callable
+from multiprocessing import shared_memory
+from typing import Any
+
+import numpy as np
+from gymnasium import Space
+from gymnasium.vector.utils import concatenate, create_empty_array
+
+from vecenv.spaces import build_tree, is_fixed, leaf_layout, tree_assign, tree_slice, write_item
+
+__all__ = ["BufferSpec", "Buffers", "SHM_PREFIX"]
+
+#: Names of vecenv's shared-memory blocks start with this, so leaks are easy to find.
+SHM_PREFIX = "vecenv_"
+_ALIGN = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class BufferSpec:
+    """Everything a worker needs to map the arrays the parent made."""
+
+    num_envs: int
+    observation_space: Space
+    action_space: Space
+    shm_name: str | None
+    shared_observations: bool
+    shared_actions: bool
+    shared_flags: bool
+
+    @classmethod
+    def plan(
+        cls, num_envs: int, observation_space: Space, action_space: Space, shared_memory: bool
+    ) -> BufferSpec:
+        """Decide which fields can be shared; names a block only if something is."""
+        shared_obs = shared_memory and is_fixed(observation_space)
+        shared_act = shared_memory and is_fixed(action_space)
+        name = f"{SHM_PREFIX}{secrets.token_hex(8)}" if shared_memory else None
+        return cls(num_envs, observation_space, action_space, name, shared_obs, shared_act,
+                   shared_memory)
+
+    def layout(self) -> list[tuple[str, tuple[int, ...], np.dtype]]:
+        """The shared arrays in block order: (field, shape, dtype)."""
+        fields: list[tuple[str, tuple[int, ...], np.dtype]] = []
+        if self.shared_observations:
+            fields += [("observations", s, d) for s, d in leaf_layout(self.observation_space, self.num_envs)]
+        if self.shared_actions:
+            fields += [("actions", s, d) for s, d in leaf_layout(self.action_space, self.num_envs)]
+        if self.shared_flags:
+            n = self.num_envs
+            fields += [
+                ("rewards", (n,), np.dtype(np.float64)),
+                ("terminations", (n,), np.dtype(np.bool_)),
+                ("truncations", (n,), np.dtype(np.bool_)),
+            ]
+        return fields
+
+
+def _nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
+    size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    return -(-size // _ALIGN) * _ALIGN
+
+
+class Buffers:
+    """One side's view of the arrays: the parent sees all rows, a worker only its own.
+
+    Attributes:
+        observations: a tree of arrays for fixed spaces, else a list of per-env objects.
+        actions: a tree of arrays for fixed spaces, else ``None`` (actions then travel as objects).
+        rewards, terminations, truncations: 1-d arrays.
+    """
+
+    def __init__(self, spec: BufferSpec, start: int, stop: int, *, create: bool) -> None:
+        self.spec = spec
+        self.start, self.stop = start, stop
+        n = stop - start
+        self._shm: shared_memory.SharedMemory | None = None
+        self._owner = create
+        shared: dict[str, list[np.ndarray]] = {}
+        layout = spec.layout()
+        if layout:
+            total = sum(_nbytes(s, d) for _, s, d in layout)
+            if create:
+                self._shm = shared_memory.SharedMemory(spec.shm_name, create=True, size=total)
+            else:
+                self._shm = shared_memory.SharedMemory(spec.shm_name)
+            offset = 0
+            for field, shape, dtype in layout:
+                array = np.ndarray(shape, dtype=dtype, buffer=self._shm.buf, offset=offset)
+                shared.setdefault(field, []).append(array[start:stop])
+                offset += _nbytes(shape, dtype)
+
+        def fixed_tree(field: str, space: Space) -> Any:
+            arrays = shared.get(field) or [np.zeros(s, d) for s, d in leaf_layout(space, n)]
+            return build_tree(space, iter(arrays))
+
+        obs_space, act_space = spec.observation_space, spec.action_space
+        self.fixed_observations = is_fixed(obs_space)
+        self.observations: Any = (
+            fixed_tree("observations", obs_space) if self.fixed_observations else [None] * n
+        )
+        self.actions: Any = fixed_tree("actions", act_space) if is_fixed(act_space) else None
+        flags = shared.get("rewards")
+        if flags is not None:
+            self.rewards, self.terminations, self.truncations = (
+                flags[0], shared["terminations"][0], shared["truncations"][0])
+        else:
+            self.rewards = np.zeros(n, np.float64)
+            self.terminations = np.zeros(n, np.bool_)
+            self.truncations = np.zeros(n, np.bool_)
+        # The batched value of object observations, built the way SyncVectorEnv builds it.
+        self._object_batch = None if self.fixed_observations else create_empty_array(obs_space, n)
+
+    @classmethod
+    def create(cls, spec: BufferSpec) -> Buffers:
+        """The parent's buffers: every row, and the owner of the shared block."""
+        return cls(spec, 0, spec.num_envs, create=True)
+
+    @classmethod
+    def attach(cls, spec: BufferSpec, start: int, stop: int) -> Buffers:
+        """A worker's buffers: rows ``[start, stop)`` mapped from the parent's block."""
+        return cls(spec, start, stop, create=False)
+
+    def observation_writer(self) -> Callable[[int, Any], None]:
+        """A fast ``write(row, value)`` for one env's observation."""
+        if isinstance(self.observations, np.ndarray):
+            return self.observations.__setitem__
+        if not self.fixed_observations:
+            return self.observations.__setitem__
+        space, tree = self.spec.observation_space, self.observations
+        return lambda row, value: write_item(space, tree, row, value)
+
+    # -- what crosses the pipe for fields that are not shared ---------------------------------
+
+    def payload(self) -> tuple[Any, Any] | None:
+        """The rows a worker must send after a step or reset, or ``None`` if all are shared."""
+        spec = self.spec
+        obs = None if spec.shared_observations else self.observations
+        flags = None if spec.shared_flags else (self.rewards, self.terminations, self.truncations)
+        if obs is None and flags is None:
+            return None
+        return obs, flags
+
+    def receive(self, start: int, stop: int, payload: tuple[Any, Any] | None) -> None:
+        """Parent side: store a worker's :meth:`payload` into rows ``[start, stop)``."""
+        if payload is None:
+            return
+        obs, flags = payload
+        if obs is not None:
+            if self.fixed_observations:
+                tree_assign(tree_slice(self.observations, start, stop), obs)
+            else:
+                self.observations[start:stop] = obs
+        if flags is not None:
+            self.rewards[start:stop], self.terminations[start:stop], self.truncations[start:stop] = flags
+
+    def batched_observations(self) -> Any:
+        """The batched observation, in the parent's own buffers (not a copy)."""
+        if self.fixed_observations:
+            return self.observations
+        self._object_batch = concatenate(
+            self.spec.observation_space, self.observations, self._object_batch
+        )
+        return self._object_batch
+
+    def action_rows(self, start: int, stop: int) -> Any:
+        """Parent side: rows of the action tree for a worker whose actions are not shared."""
+        return tree_slice(self.actions, start, stop)
+
+    def close(self) -> None:
+        """Unmap the block; the parent also unlinks it. Safe to call twice."""
+        shm, self._shm = self._shm, None
+        if shm is None:
+            return
+        # Views into the block must go before it can be unmapped.
+        self.observations = self.actions = None
+        self.rewards = self.terminations = self.truncations = None
+        try:
+            shm.close()
+        except BufferError:
+            pass  # a caller still holds a view (copy=False); the mapping dies with it
+        if self._owner:
+            try:
+                shm.unlink()
+            except FileNotFoundError:
+                pass

@@ -1,0 +1,152 @@
+"""The errors a vector env raises, and the transport of exceptions out of workers.
+
+Who is at fault decides the type:
+
+* :class:`WorkerDiedError` -- something outside the env code killed a worker process
+  (a segfault, ``os._exit``, SIGKILL, the OOM killer). The vector env is unusable afterwards.
+* :class:`VecEnvTimeoutError` -- a ``*_wait(timeout=...)`` call ran out of time. The late replies
+  are discarded when they arrive; the envs must be reset before the next step.
+* :class:`NeedsResetError` -- a call made in a state where stepping would give wrong data: after
+  an env raised or a wait timed out, or an ended env under ``AutoresetMode.DISABLED``.
+* :class:`RemoteEnvError` -- an exception raised by env code that could not be rebuilt in the
+  parent (it cannot be pickled or unpickled); it carries the type name, message and traceback.
+* :class:`SpaceMismatchError` -- the handshake found envs whose spaces differ.
+
+Gymnasium's own ``AlreadyPendingCallError``, ``NoAsyncCallError`` and ``ClosedEnvironmentError``
+are raised, unchanged, for calls made in the wrong order or after ``close()``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+import traceback
+from typing import Any
+
+import cloudpickle
+
+__all__ = [
+    "VecEnvError",
+    "WorkerDiedError",
+    "VecEnvTimeoutError",
+    "NeedsResetError",
+    "RemoteEnvError",
+    "SpaceMismatchError",
+    "RemoteTraceback",
+    "PackedException",
+]
+
+
+class VecEnvError(Exception):
+    """Base class of every error that vecenv itself raises."""
+
+
+class WorkerDiedError(VecEnvError):
+    """A worker process ended without being asked to.
+
+    Raised by any call that waits on the worker (including the constructor) within about a
+    second of its death. Not raised for exceptions in env code: those keep their own type.
+    After it, every call but ``close()`` raises it again: the other workers are terminated,
+    because the envs of the dead one are lost.
+    """
+
+    def __init__(self, message: str, *, worker: int, envs: range, exitcode: int | None) -> None:
+        super().__init__(message)
+        self.worker = worker
+        self.envs = envs
+        self.exitcode = exitcode
+
+
+class VecEnvTimeoutError(VecEnvError, multiprocessing.TimeoutError, TimeoutError):
+    """A ``*_wait(timeout=...)`` ran out of time.
+
+    An instance of both :class:`TimeoutError` and :class:`multiprocessing.TimeoutError`, which
+    is what Gymnasium's ``AsyncVectorEnv`` raises. The timed-out call's results are never
+    handed out: the next ``step`` raises :class:`NeedsResetError` until ``reset()`` is called.
+    """
+
+
+class NeedsResetError(VecEnvError, RuntimeError):
+    """Stepping now would give wrong data; ``reset()`` (for the named envs) must come first.
+
+    Raised before anything is sent to a worker, so the call changes nothing.
+    """
+
+
+class RemoteEnvError(VecEnvError):
+    """An exception from env code that could not be rebuilt in the parent.
+
+    ``type_name`` is the qualified name of the original type; the worker's formatted traceback is
+    attached as ``__cause__`` (a :class:`RemoteTraceback`).
+    """
+
+    def __init__(self, message: str, *, type_name: str) -> None:
+        super().__init__(message)
+        self.type_name = type_name
+
+
+class SpaceMismatchError(VecEnvError, ValueError):
+    """Two envs of one vector env have different observation or action spaces."""
+
+
+class RemoteTraceback(Exception):
+    """Carries the worker's formatted traceback as the ``__cause__`` of a re-raised exception."""
+
+    def __init__(self, tb: str) -> None:
+        super().__init__(tb)
+        self.tb = tb
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.tb}"""'
+
+
+class PackedException:
+    """An exception made ready to cross a pipe, whatever it holds.
+
+    The worker keeps the exception object only when it survives a pickle round trip; the type
+    name, message and formatted traceback always travel, so nothing is lost when it does not.
+    """
+
+    def __init__(self, exc: BaseException, env_index: int | None) -> None:
+        self.type_name = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        try:
+            self.message = str(exc)
+        except Exception:  # a broken __str__ must not hide the original error
+            self.message = f"<unprintable {type(exc).__name__}>"
+        self.traceback = "".join(traceback.format_exception(exc))
+        self.env_index = env_index
+        self.payload: bytes | None
+        try:
+            payload = cloudpickle.dumps(exc)
+            pickle.loads(payload)
+        except Exception:
+            payload = None
+        self.payload = payload
+
+    def rebuild(self, note: str) -> BaseException:
+        """Return the exception to raise in the parent, with the remote traceback as its cause."""
+        exc: BaseException | None = None
+        if self.payload is not None:
+            try:
+                exc = pickle.loads(self.payload)
+            except Exception:
+                exc = None
+        if not isinstance(exc, BaseException):
+            exc = RemoteEnvError(
+                f"{self.type_name}: {self.message} (the exception could not be rebuilt "
+                f"in the parent; its traceback is attached)",
+                type_name=self.type_name,
+            )
+        exc.__cause__ = RemoteTraceback(self.traceback)
+        exc.add_note(note)
+        return exc
+
+
+def describe(value: Any, limit: int = 80) -> str:
+    """A short, safe ``repr`` for error messages about user input."""
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,203 @@
+"""Space utilities: which spaces fit in fixed arrays, their layout, and batched-value checks.
+
+A value of a *fixed* space (Box, Discrete, MultiDiscrete, MultiBinary and any Tuple/Dict nesting
+of them) has the same shape and dtype every time, so a batch of them lives in preallocated arrays
+("array trees": an ndarray, or a tuple/dict of trees mirroring the space). Values of other spaces
+(Text, Sequence, Graph, OneOf, custom spaces) travel as Python objects instead.
+
+Every operation is a ``functools.singledispatch`` function with one registration per space type,
+as in ``gymnasium.vector.utils``; composite spaces recurse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from functools import singledispatch
+from typing import Any
+
+import numpy as np
+from gymnasium.spaces import Box, Dict, Discrete, MultiBinary, MultiDiscrete, Space, Tuple
+
+from vecenv.errors import describe
+
+__all__ = [
+    "is_fixed",
+    "leaf_layout",
+    "build_tree",
+    "tree_leaves",
+    "tree_slice",
+    "tree_copy",
+    "tree_assign",
+    "write_item",
+    "to_batch",
+]
+
+_BASE = (Box, Discrete, MultiDiscrete, MultiBinary)
+
+
+def _leaf_shape(space: Space) -> tuple[int, ...]:
+    if isinstance(space, Discrete):
+        return ()
+    if isinstance(space, MultiDiscrete):
+        return tuple(space.nvec.shape)
+    return tuple(space.shape)
+
+
+@singledispatch
+def is_fixed(space: Space) -> bool:
+    """Whether every value of ``space`` fits one preallocated array slot."""
+    return False
+
+
+@is_fixed.register(Box)
+@is_fixed.register(Discrete)
+@is_fixed.register(MultiDiscrete)
+@is_fixed.register(MultiBinary)
+def _is_fixed_base(space: Space) -> bool:
+    return True
+
+
+@is_fixed.register(Tuple)
+def _is_fixed_tuple(space: Tuple) -> bool:
+    return all(is_fixed(s) for s in space.spaces)
+
+
+@is_fixed.register(Dict)
+def _is_fixed_dict(space: Dict) -> bool:
+    return all(is_fixed(s) for s in space.spaces.values())
+
+
+def leaf_layout(space: Space, n: int) -> list[tuple[tuple[int, ...], np.dtype]]:
+    """Shapes and dtypes of the arrays that hold ``n`` values of a fixed ``space``, in tree order.
+
+    The dtypes are those ``gymnasium.vector.utils.create_empty_array`` chooses, so batches built
+    here compare equal, dtype included, to ``SyncVectorEnv``'s.
+    """
+    return [((n, *_leaf_shape(leaf)), np.dtype(leaf.dtype)) for leaf in _leaves(space)]
+
+
+def _leaves(space: Space) -> Iterator[Space]:
+    if isinstance(space, Tuple):
+        for sub in space.spaces:
+            yield from _leaves(sub)
+    elif isinstance(space, Dict):
+        for sub in space.spaces.values():
+            yield from _leaves(sub)
+    elif isinstance(space, _BASE):
+        yield space
+    else:
+        raise TypeError(f"space {space} has no fixed shape; it cannot live in an array")
+
+
+def build_tree(space: Space, arrays: Iterator[np.ndarray]) -> Any:
+    """Arrange flat leaf arrays (in :func:`leaf_layout` order) into the nesting of ``space``."""
+    if isinstance(space, Tuple):
+        return tuple(build_tree(s, arrays) for s in space.spaces)
+    if isinstance(space, Dict):
+        return {k: build_tree(s, arrays) for k, s in space.spaces.items()}
+    return next(arrays)
+
+
+def tree_leaves(tree: Any) -> list[np.ndarray]:
+    """The arrays of a tree, in :func:`leaf_layout` order."""
+    if isinstance(tree, tuple):
+        return [a for t in tree for a in tree_leaves(t)]
+    if isinstance(tree, dict):
+        return [a for t in tree.values() for a in tree_leaves(t)]
+    return [tree]
+
+
+def _map(fn: Callable[[np.ndarray], Any], tree: Any) -> Any:
+    if isinstance(tree, tuple):
+        return tuple(_map(fn, t) for t in tree)
+    if isinstance(tree, dict):
+        return {k: _map(fn, t) for k, t in tree.items()}
+    return fn(tree)
+
+
+def tree_slice(tree: Any, start: int, stop: int) -> Any:
+    """Views of rows ``[start, stop)`` of every array of a tree."""
+    return _map(lambda a: a[start:stop], tree)
+
+
+def tree_copy(tree: Any) -> Any:
+    """A deep copy of a tree of arrays."""
+    return _map(np.copy, tree)
+
+
+def tree_assign(dst: Any, src: Any) -> None:
+    """Copy every array of ``src`` into the matching array of ``dst`` (same nesting)."""
+    for d, s in zip(tree_leaves(dst), tree_leaves(src), strict=True):
+        np.copyto(d, s, casting="unsafe")
+
+
+@singledispatch
+def write_item(space: Space, tree: Any, index: int, value: Any) -> None:
+    """Write one value of a fixed ``space`` into row ``index`` of ``tree``."""
+    raise TypeError(f"space {space} has no fixed shape; it cannot live in an array")
+
+
+@write_item.register(Box)
+@write_item.register(Discrete)
+@write_item.register(MultiDiscrete)
+@write_item.register(MultiBinary)
+def _write_base(space: Space, tree: np.ndarray, index: int, value: Any) -> None:
+    tree[index] = value
+
+
+@write_item.register(Tuple)
+def _write_tuple(space: Tuple, tree: tuple, index: int, value: Any) -> None:
+    for sub, sub_tree, sub_value in zip(space.spaces, tree, value, strict=True):
+        write_item(sub, sub_tree, index, sub_value)
+
+
+@write_item.register(Dict)
+def _write_dict(space: Dict, tree: dict, index: int, value: Any) -> None:
+    for key, sub in space.spaces.items():
+        write_item(sub, tree[key], index, value[key])
+
+
+def to_batch(space: Space, value: Any, n: int, name: str) -> Any:
+    """Check a batch of ``n`` values of a fixed ``space`` and return it as a tree of arrays.
+
+    The arrays keep the caller's dtype (so an env receives exactly what ``SyncVectorEnv``
+    would hand it) once it is known to cast safely-in-kind to the space's dtype.
+
+    Raises:
+        TypeError: a value that is not array-like, or whose dtype cannot be cast.
+        ValueError: a batch of the wrong length or shape.
+    """
+    if isinstance(space, Tuple):
+        if not isinstance(value, (tuple, list)) or len(value) != len(space.spaces):
+            raise TypeError(
+                f"`{name}` must be a tuple of {len(space.spaces)} batches for {space}, "
+                f"got {describe(value)}"
+            )
+        return tuple(
+            to_batch(s, v, n, f"{name}[{i}]") for i, (s, v) in enumerate(zip(space.spaces, value))
+        )
+    if isinstance(space, Dict):
+        if not isinstance(value, dict) or set(value) != set(space.spaces):
+            keys = sorted(value) if isinstance(value, dict) else describe(value)
+            raise TypeError(
+                f"`{name}` must be a dict with keys {sorted(space.spaces)}, got {keys}"
+            )
+        return {k: to_batch(s, value[k], n, f"{name}[{k!r}]") for k, s in space.spaces.items()}
+    if value is None or isinstance(value, (str, bytes)):
+        raise TypeError(f"`{name}` must be an array of {n} values of {space}, got {describe(value)}")
+    try:
+        array = np.asarray(value)
+    except Exception as exc:
+        raise TypeError(f"`{name}` must be array-like, got {describe(value)}") from exc
+    expected = (n, *_leaf_shape(space))
+    if array.shape != expected:
+        raise ValueError(
+            f"`{name}` must have shape {expected} (num_envs={n}, single space {space}), "
+            f"got shape {array.shape}"
+        )
+    target = np.dtype(space.dtype)
+    if not np.can_cast(array.dtype, target, casting="same_kind"):
+        raise TypeError(
+            f"`{name}` must have a dtype that casts to {target} for {space}, got {array.dtype}"
+        )
+    return array

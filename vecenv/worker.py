@@ -1,0 +1,135 @@
+"""The worker loop: one process hosting one :class:`~vecenv.group.EnvGroup`.
+
+The life of a worker: build the group's envs, send a :class:`~vecenv.protocol.Hello`, receive an
+:class:`~vecenv.protocol.Attach` that maps its rows of the shared arrays, then answer one command
+at a time until ``CLOSE`` or until the parent is gone. Every exception is caught and sent back as
+a :class:`~vecenv.errors.PackedException`, so the worker itself only ends when asked to (or when
+something outside Python kills it).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable
+from multiprocessing import parent_process
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import cloudpickle
+import gymnasium as gym
+
+from vecenv.buffers import Buffers
+from vecenv.errors import PackedException
+from vecenv.group import EnvGroup
+from vecenv.protocol import Attach, CallArgs, Command, Hello, ResetArgs, SpaceMismatch
+
+__all__ = ["worker_main"]
+
+
+def _exit_with_parent() -> None:
+    """Leave at once when the parent process ends, however it ended (no orphans).
+
+    A thread blocked on the parent's sentinel costs nothing while the parent lives; pipe EOF alone
+    is not enough because sibling workers forked later may hold copies of our pipe's ends.
+    """
+    parent = parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        wait([parent.sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="vecenv-parent-watch", daemon=True).start()
+
+
+def _hello(envs: list[gym.Env]) -> Hello:
+    first = envs[0]
+    mismatch = None
+    for j, env in enumerate(envs):
+        for which in ("observation_space", "action_space"):
+            if getattr(env, which) != getattr(first, which):
+                mismatch = SpaceMismatch(j, which, getattr(first, which), getattr(env, which))
+                break
+        if mismatch is not None:
+            break
+    return Hello(
+        num_envs=len(envs),
+        observation_space=first.observation_space,
+        action_space=first.action_space,
+        metadata=dict(first.metadata),
+        render_mode=first.render_mode,
+        spec=first.spec,
+        mismatch=mismatch,
+        native_autoreset=None,
+    )
+
+
+def worker_main(index: int, conn: Connection, group_fn_bytes: bytes) -> None:
+    """Entry point of worker ``index``; ``group_fn_bytes`` is a cloudpickled group builder.
+
+    The builder returns the list of envs this worker hosts. SIGINT is ignored: Ctrl+C belongs
+    to the parent, which closes the workers itself.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _exit_with_parent()
+    group: EnvGroup | None = None
+    try:
+        try:
+            group_fn: Callable[[], Any] = cloudpickle.loads(group_fn_bytes)
+            envs = list(group_fn())
+            if not envs:
+                raise ValueError(f"the env group of worker {index} is empty; each needs one env or more")
+            hello = _hello(envs)
+        except BaseException as exc:
+            conn.send((0, False, PackedException(exc, None)))
+            return
+        conn.send((0, True, hello))
+        attach: Attach = conn.recv()
+        buffers = Buffers.attach(attach.buffers, attach.start, attach.start + attach.num_envs)
+        group = EnvGroup(envs, attach.autoreset_mode, buffers)
+        _serve(group, conn)
+    except (EOFError, BrokenPipeError, KeyboardInterrupt):
+        pass  # the parent went away; nothing is left to answer
+    finally:
+        conn.close()
+
+
+def _serve(group: EnvGroup, conn: Connection) -> None:
+    """Answer commands until CLOSE. One reply per command, tagged with the command's call id."""
+    buffers = group.buffers
+    shared_actions = buffers.spec.shared_actions
+
+    def reset(args: ResetArgs) -> Any:
+        return group.reset(args.seeds, args.options, args.mask), buffers.payload()
+
+    def step(actions: Any) -> Any:
+        return group.step(buffers.actions if shared_actions and actions is None else actions), buffers.payload()
+
+    def call(args: CallArgs) -> Any:
+        return group.call(args.name, args.args, args.kwargs)
+
+    def set_attr(args: tuple[str, list[Any]]) -> None:
+        group.set_attr(*args)
+
+    handlers: dict[Command, Callable[[Any], Any]] = {
+        Command.RESET: reset,
+        Command.STEP: step,
+        Command.CALL: call,
+        Command.SET_ATTR: set_attr,
+        Command.RENDER: lambda _: group.render(),
+        Command.CLOSE: lambda _: group.close(),
+    }
+    while True:
+        command, call_id, payload = conn.recv()
+        group.blame = None
+        try:
+            result = handlers[command](payload)
+        except BaseException as exc:
+            conn.send((call_id, False, PackedException(exc, group.blame)))
+        else:
+            conn.send((call_id, True, result))
+        if command is Command.CLOSE:
+            return
