@@ -30,6 +30,7 @@ The worker side is :mod:`vecenv.worker`; the in-process group logic (autoreset) 
 
 from __future__ import annotations
 
+import collections
 import itertools
 import multiprocessing
 import os
@@ -47,7 +48,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import batch_space, iterate
+from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
 from vecenv.buffers import Buffers, BufferSpec
 from vecenv.errors import (
@@ -59,7 +60,7 @@ from vecenv.errors import (
     describe,
 )
 from vecenv.protocol import Attach, CallArgs, Command, Hello, ResetArgs
-from vecenv.spaces import is_fixed, to_batch, tree_assign, tree_copy, tree_leaves, tree_slice
+from vecenv.spaces import is_fixed, to_batch, tree_assign, tree_copy, tree_leaves, tree_map, tree_slice
 from vecenv.worker import worker_main
 
 __all__ = ["SubprocVectorEnv", "State", "DEFAULT_CLOSE_TIMEOUT"]
@@ -77,6 +78,7 @@ class State(Enum):
     WAITING_RESET = "reset"
     WAITING_STEP = "step"
     WAITING_CALL = "call"
+    POOL = "recv"  # envs in flight through async_reset/send, collected by recv
     BROKEN = "broken"
     CLOSED = "closed"
 
@@ -84,7 +86,7 @@ class State(Enum):
 class _Worker:
     """The parent's handle on one worker: its process, pipe, env range and awaited reply."""
 
-    __slots__ = ("index", "process", "conn", "start", "stop", "expect")
+    __slots__ = ("index", "process", "conn", "start", "stop", "expect", "late")
 
     def __init__(self, index: int, process: multiprocessing.process.BaseProcess, conn: Connection) -> None:
         self.index = index
@@ -93,6 +95,7 @@ class _Worker:
         self.start = 0
         self.stop = 0
         self.expect: int | None = None  # call id of the reply still owed, if any
+        self.late = 0  # replies still owed to calls that timed out (to be dropped)
 
     @property
     def envs(self) -> range:
@@ -107,6 +110,15 @@ class _GroupOfFns:
 
     def __call__(self) -> list[gym.Env]:
         return [fn() for fn in self.env_fns]
+
+
+class _InfoBatch:
+    """Gymnasium's info batching (``VectorEnv._add_info``) over the rows of one ``recv`` batch."""
+
+    _add_info = VectorEnv._add_info
+
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs = num_envs
 
 
 def _split(n: int, k: int) -> list[range]:
@@ -152,6 +164,8 @@ class SubprocVectorEnv(VectorEnv):
         daemon: start the workers as daemon processes.
         shared_memory: with ``False`` every array travels through the pipes (for debugging and
             custom spaces); results are the same.
+        batch_size: envs returned by each :meth:`recv` (asynchronous batches); a multiple of the
+            group size, default ``num_envs``. Plain ``step`` is unaffected.
 
     Raises:
         ValueError: bad ``num_workers``, empty ``env_fns``.
@@ -169,6 +183,7 @@ class SubprocVectorEnv(VectorEnv):
         context: str | None = None,
         daemon: bool = True,
         shared_memory: bool = True,
+        batch_size: int | None = None,
     ) -> None:
         if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Sequence):
             raise TypeError(f"`env_fns` must be a sequence of env constructors, got {describe(env_fns)}")
@@ -185,7 +200,7 @@ class SubprocVectorEnv(VectorEnv):
                 f"`num_workers` must be an int in [1, {n}] (1 to len(env_fns)), got {describe(num_workers)}"
             )
         groups = [_GroupOfFns([env_fns[i] for i in r]) for r in _split(n, int(num_workers))]
-        self._launch(groups, autoreset_mode, copy, context, daemon, shared_memory)
+        self._launch(groups, autoreset_mode, copy, context, daemon, shared_memory, batch_size)
 
     @classmethod
     def from_groups(
@@ -197,6 +212,7 @@ class SubprocVectorEnv(VectorEnv):
         context: str | None = None,
         daemon: bool = True,
         shared_memory: bool = True,
+        batch_size: int | None = None,
     ) -> SubprocVectorEnv:
         """One worker per callable; each returns the list of envs that worker hosts.
 
@@ -209,7 +225,7 @@ class SubprocVectorEnv(VectorEnv):
             if not callable(fn):
                 raise TypeError(f"`group_fns[{i}]` must be callable (returning a list of envs), got {describe(fn)}")
         self = cls.__new__(cls)
-        self._launch(list(group_fns), autoreset_mode, copy, context, daemon, shared_memory)
+        self._launch(list(group_fns), autoreset_mode, copy, context, daemon, shared_memory, batch_size)
         return self
 
     # -- start-up ------------------------------------------------------------------------------
@@ -222,6 +238,7 @@ class SubprocVectorEnv(VectorEnv):
         context: str | None,
         daemon: bool,
         shared_memory: bool,
+        batch_size: int | None,
     ) -> None:
         self.autoreset_mode = (
             autoreset_mode if isinstance(autoreset_mode, AutoresetMode) else AutoresetMode(autoreset_mode)
@@ -236,6 +253,7 @@ class SubprocVectorEnv(VectorEnv):
         self._needs_reset: str | None = None  # why the next step would give wrong data
         self._pending: list[_Worker] = []
         self._reset_mask: np.ndarray | None = None
+        self._ready: collections.deque[tuple[_Worker, Any]] = collections.deque()
         self._shared_memory_requested = shared_memory
         ctx = multiprocessing.get_context(context)
         # Workers must share the parent's resource tracker: one they started themselves would
@@ -254,6 +272,7 @@ class SubprocVectorEnv(VectorEnv):
                 child_conn.close()
                 self._workers.append(_Worker(index, process, parent_conn))
             self._handshake()
+            self._set_batch_size(batch_size)
         except BaseException:
             self._shutdown(timeout=0.0)
             self._state = State.CLOSED
@@ -313,60 +332,77 @@ class SubprocVectorEnv(VectorEnv):
             worker.process.join(1.0)
             self._break(worker, call)
 
-    def _gather(self, workers: Sequence[_Worker], timeout: float | None, call: str) -> list[Any]:
-        """Wait for the reply each of ``workers`` owes; results in worker order.
+    def _receive(
+        self, workers: Sequence[_Worker], timeout: float | None, deadline: float | None, call: str
+    ) -> list[tuple[_Worker, bool, Any]]:
+        """Block until one or more of ``workers`` answer their current call; return those answers.
 
-        Replies to earlier calls that timed out are read and dropped. An error reply is raised
-        (the first, by worker order) only once every worker has answered, so no reply is left in
-        a pipe to be mistaken for a later one.
+        Replies to earlier calls that timed out are read and dropped here, so they can never be
+        taken for a later call's.
 
         Raises:
             WorkerDiedError: a worker died before answering; the vector env is then broken.
-            VecEnvTimeoutError: ``timeout`` seconds passed; unanswered replies will be dropped.
+            VecEnvTimeoutError: ``deadline`` (``time.monotonic()`` + ``timeout``) passed first.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        results: dict[int, Any] = {}
-        failures: list[tuple[_Worker, PackedException]] = []
-        by_fd = {}
+        by_handle: dict[Any, _Worker] = {}
         for w in workers:
-            by_fd[w.conn] = w
-            by_fd[w.process.sentinel] = w
-        waiting = {w.index for w in workers}
-        while waiting:
+            by_handle[w.conn] = w
+            by_handle[w.process.sentinel] = w
+        while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = wait(list(by_fd), remaining)
+            ready = wait(list(by_handle), remaining)
             if not ready:
                 raise VecEnvTimeoutError(f"The call to `{call}` has timed out after {timeout} second(s).")
-            for obj in ready:
-                w = by_fd.get(obj)
-                if w is None or w.index not in waiting:
-                    continue
+            answers = []
+            for w in {by_handle[obj] for obj in ready}:
                 # Read the pipe before trusting the sentinel: a reply may precede an exit.
-                while w.index in waiting and w.conn.poll():
+                while w.expect is not None and w.conn.poll():
                     try:
                         call_id, ok, result = w.conn.recv()
                     except (EOFError, OSError):
                         break
                     if call_id != w.expect:
-                        continue  # a late reply to a call that timed out
+                        w.late -= 1
+                        continue
                     w.expect = None
-                    waiting.discard(w.index)
-                    if ok:
-                        results[w.index] = result
-                    else:
-                        failures.append((w, result))
-                if w.index in waiting and not w.process.is_alive():
+                    answers.append((w, ok, result))
+                if w.expect is not None and not w.process.is_alive():
                     w.process.join()
                     self._break(w, call)
-            for w in workers:
-                if w.index not in waiting:
-                    by_fd.pop(w.conn, None)
-                    by_fd.pop(w.process.sentinel, None)
+            if answers:
+                return sorted(answers, key=lambda a: a[0].index)
+
+    def _gather(self, workers: Sequence[_Worker], timeout: float | None, call: str) -> list[Any]:
+        """Wait for the reply each of ``workers`` owes; results in worker order.
+
+        An error reply is raised (the first, by worker order) only once every worker has
+        answered, so no reply is left in a pipe to be mistaken for a later one. On a timeout
+        the unanswered workers are marked late: their replies will be dropped on arrival.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        results: dict[int, Any] = {}
+        failures: list[tuple[_Worker, PackedException]] = []
+        waiting = list(workers)
+        while waiting:
+            try:
+                answers = self._receive(waiting, timeout, deadline, call)
+            except VecEnvTimeoutError:
+                for w in waiting:
+                    w.late += 1
+                raise
+            for w, ok, result in answers:
+                if ok:
+                    results[w.index] = result
+                else:
+                    failures.append((w, result))
+            waiting = [w for w in waiting if w.expect is not None]
         if failures:
-            w, packed = min(failures, key=lambda f: f[0].index)
-            where = f"env {w.start + packed.env_index}" if packed.env_index is not None else f"envs {w.start}..{w.stop - 1}"
-            raise packed.rebuild(f"raised in {where} (worker {w.index}) during `{call}`")
+            self._raise_remote(*failures[0], call)
         return [results[w.index] for w in workers]
+
+    def _raise_remote(self, w: _Worker, packed: PackedException, call: str) -> None:
+        where = f"env {w.start + packed.env_index}" if packed.env_index is not None else f"envs {w.start}..{w.stop - 1}"
+        raise packed.rebuild(f"raised in {where} (worker {w.index}) during `{call}`")
 
     def _break(self, worker: _Worker, call: str) -> None:
         """A worker died: stop the others (their peers' envs are gone) and raise."""
@@ -390,6 +426,8 @@ class SubprocVectorEnv(VectorEnv):
                 f"`{call}` cannot run: {self._broken}", worker=self._broken.worker,
                 envs=self._broken.envs, exitcode=self._broken.exitcode,
             ) from self._broken
+        if self._state is State.POOL and not self._ready and all(w.expect is None for w in self._workers):
+            self._state = State.DEFAULT  # every env of the pool is back: synchronous calls are safe
         if self._state is not State.DEFAULT:
             raise AlreadyPendingCallError(
                 f"Calling `{call}` while waiting for a pending call to `{self._state.value}` to complete.",
@@ -531,33 +569,42 @@ class SubprocVectorEnv(VectorEnv):
                 f"Calling `step_async` with autoreset_mode=DISABLED while envs {ended} have terminated or "
                 f"truncated: reset them first, e.g. reset(options={{'reset_mask': mask}})."
             )
-        payloads = self._action_payloads(actions)
+        payloads = self._action_payloads(actions, self._workers)
         self._pending = self._workers
         for w, payload in zip(self._workers, payloads):
             self._send(w, Command.STEP, payload, "step_async")
         self._state = State.WAITING_STEP
 
-    def _action_payloads(self, actions: Any) -> list[Any]:
-        """Check ``actions`` and place them: in the shared rows, or one payload per worker.
+    def _action_payloads(self, actions: Any, workers: Sequence[_Worker], env_ids: np.ndarray | None = None) -> list[Any]:
+        """Check ``actions`` for ``workers``' envs and place them: in shared rows, or as payloads.
 
-        Nothing is written anywhere until the whole batch has passed the checks. An action
-        batch whose dtype differs from the space's travels through the pipe as it is, so the
-        env receives exactly what ``SyncVectorEnv`` would give it.
+        ``env_ids`` gives the env of each action when they are not in worker order (``send``).
+        Nothing is written anywhere until the whole batch has passed the checks. A batch whose
+        dtype differs from the space's travels through the pipe as it is, so the env receives
+        exactly what ``SyncVectorEnv`` would give it.
         """
-        workers = self._workers
+        n = sum(w.stop - w.start for w in workers)
+        order = None if env_ids is None else np.argsort(env_ids, kind="stable")
+        offsets = list(itertools.accumulate((w.stop - w.start for w in workers), initial=0))
         if not self._fixed_actions:
             if actions is None or isinstance(actions, (str, bytes)):
-                raise TypeError(f"`actions` must be a batch of {self.num_envs} actions, got {describe(actions)}")
-            items = list(iterate(self.action_space, actions))
-            if len(items) != self.num_envs:
-                raise ValueError(f"`actions` must hold {self.num_envs} actions (num_envs), got {len(items)}")
-            return [items[w.start:w.stop] for w in workers]
-        batch = to_batch(self.single_action_space, actions, self.num_envs, "actions")
+                raise TypeError(f"`actions` must be a batch of {n} actions, got {describe(actions)}")
+            items = list(iterate(batch_space(self.single_action_space, n), actions))
+            if len(items) != n:
+                raise ValueError(f"`actions` must hold {n} actions (one per env), got {len(items)}")
+            if order is not None:
+                items = [items[k] for k in order]
+            return [items[a:b] for a, b in itertools.pairwise(offsets)]
+        batch = to_batch(self.single_action_space, actions, n, "actions")
+        if order is not None:
+            batch = tree_map(lambda a: a[order], batch)
+        rows = [tree_slice(batch, a, b) for a, b in itertools.pairwise(offsets)]
         same_dtypes = [a.dtype for a in tree_leaves(batch)] == self._action_dtypes
-        if self._buffers.spec.shared_actions and same_dtypes:
-            tree_assign(self._buffers.actions, batch)
-            return [None] * len(workers)
-        return [tree_slice(batch, w.start, w.stop) for w in workers]
+        if not (self._buffers.spec.shared_actions and same_dtypes):
+            return rows
+        for w, part in zip(workers, rows):
+            tree_assign(tree_slice(self._buffers.actions, w.start, w.stop), part)
+        return [None] * len(workers)
 
     def step_wait(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Wait for the step sent by :meth:`step_async`; raises the timeout error after ``timeout`` s."""
@@ -571,6 +618,129 @@ class SubprocVectorEnv(VectorEnv):
         """Step every env with its action, as ``SyncVectorEnv.step``."""
         self.step_async(actions)
         return self.step_wait()
+
+    # -- asynchronous batches (EnvPool-style) ----------------------------------------------------
+
+    def _set_batch_size(self, batch_size: int | None) -> None:
+        sizes = {w.stop - w.start for w in self._workers}
+        if batch_size is None or batch_size == self.num_envs:
+            self.batch_size = self.num_envs
+        elif (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
+              or len(sizes) != 1 or not 0 < batch_size <= self.num_envs or batch_size % min(sizes)):
+            raise ValueError(
+                f"`batch_size` must be a multiple of the group size in [1, num_envs={self.num_envs}] "
+                f"with groups of equal size, got batch_size={describe(batch_size)} for group sizes "
+                f"{sorted(sizes)}"
+            )
+        else:
+            self.batch_size = int(batch_size)
+        self._owner = np.repeat(np.arange(len(self._workers)), [w.stop - w.start for w in self._workers])
+        self._idle = np.zeros(len(self._workers), dtype=np.bool_)  # returned by recv, awaiting send
+
+    def async_reset(self, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
+        """Reset every env and put them all in flight; :meth:`recv` returns them as groups finish.
+
+        May be called while envs are in flight: their pending results are dropped.
+        """
+        if self._state is State.POOL:
+            self._state = State.DEFAULT
+            for w in self._workers:
+                if w.expect is not None:
+                    w.late += 1  # its step reply belongs to the pool we are abandoning
+                    w.expect = None
+            self._ready.clear()
+        self._assert_usable("async_reset")
+        if self.autoreset_mode is AutoresetMode.DISABLED:
+            raise ValueError("async_reset/recv/send need autoreset_mode NEXT_STEP or SAME_STEP, got DISABLED")
+        if options is not None and "reset_mask" in options:
+            raise ValueError("`options['reset_mask']` is not supported by `async_reset`: it resets every env")
+        if options is not None and not isinstance(options, dict):
+            raise TypeError(f"`options` must be a dict or None, got {describe(options)}")
+        seeds = self._seed_list(seed)
+        for w in self._workers:
+            self._send(w, Command.RESET, ResetArgs(seeds[w.start:w.stop], options, None), "async_reset")
+        self._idle[:] = False
+        self._needs_reset = None
+        self._state = State.POOL
+
+    def recv(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
+        """The first groups to finish, ``batch_size`` envs: ``(obs, rewards, terminations,
+        truncations, infos, env_ids)``, with ``env_ids`` the global index of each row.
+
+        Infos are batched over the returned rows. A timeout leaves the envs in flight (call
+        ``recv`` again). An env error or a dead worker is raised here.
+        """
+        if self._state is not State.POOL:
+            self._begin_wait(State.POOL, "recv", "async_reset")
+        if self._needs_reset is not None:
+            raise NeedsResetError(f"Calling `recv` after {self._needs_reset}: call `async_reset()` first.")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        group_size = self._workers[0].stop - self._workers[0].start
+        per_batch = self.batch_size // group_size
+        while len(self._ready) < per_batch:
+            running = [w for w in self._workers if w.expect is not None]
+            if len(running) + len(self._ready) < per_batch:
+                raise NoAsyncCallError(
+                    f"Calling `recv` with only {(len(running) + len(self._ready)) * group_size} "
+                    f"envs in flight, fewer than batch_size={self.batch_size}: `send` actions for the envs "
+                    f"the last `recv` returned first.", State.POOL.value)
+            for w, ok, result in self._receive(running, timeout, deadline, "recv"):
+                if not ok:
+                    self._needs_reset = "an env raised during `recv`"
+                    self._raise_remote(w, result, "recv")
+                self._ready.append((w, result))
+        groups = [self._ready.popleft() for _ in range(per_batch)]
+        b = self._buffers
+        infos: dict[str, Any] = {}
+        batch = _InfoBatch(self.batch_size)
+        offset = 0
+        for w, (entries, payload) in groups:
+            b.receive(w.start, w.stop, payload)
+            for j, info in entries:
+                infos = batch._add_info(infos, info, offset + j)
+            offset += w.stop - w.start
+            self._idle[w.index] = True
+        env_ids = np.concatenate([np.arange(w.start, w.stop) for w, _ in groups])
+        if b.fixed_observations:
+            obs = tree_map(lambda a: a[env_ids], b.observations)
+        else:
+            obs = concatenate(self.single_observation_space, [b.observations[i] for i in env_ids],
+                              create_empty_array(self.single_observation_space, len(env_ids)))
+        return obs, b.rewards[env_ids], b.terminations[env_ids], b.truncations[env_ids], infos, env_ids
+
+    def send(self, actions: Any, env_ids: Sequence[int] | np.ndarray) -> None:
+        """Step exactly the envs ``env_ids`` (whole groups returned by :meth:`recv`), one action each.
+
+        Misuse (ids unknown, duplicated, still in flight, not whole groups, or a count that
+        differs from the actions') raises before anything is sent.
+        """
+        if self._state is not State.POOL:
+            self._begin_wait(State.POOL, "send", "async_reset")
+        if self._needs_reset is not None:
+            raise NeedsResetError(f"Calling `send` after {self._needs_reset}: call `async_reset()` first.")
+        ids = np.asarray(env_ids)
+        if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
+            raise TypeError(f"`env_ids` must be a non-empty 1-d array of int env indices, got {describe(env_ids)}")
+        unknown = ids[(ids < 0) | (ids >= self.num_envs)]
+        if unknown.size:
+            raise ValueError(f"`env_ids` must lie in [0, {self.num_envs}), got unknown ids {unknown.tolist()}")
+        uniq, counts = np.unique(ids, return_counts=True)
+        if (counts > 1).any():
+            raise ValueError(f"`env_ids` must not repeat an env, got duplicated ids {uniq[counts > 1].tolist()}")
+        owners = np.unique(self._owner[ids])
+        busy = [int(i) for i in ids if not self._idle[self._owner[i]]]
+        if busy:
+            raise ValueError(
+                f"`env_ids` must be envs returned by `recv` and not sent since, got envs {busy} "
+                f"that are still in flight")
+        workers = [self._workers[i] for i in owners]
+        missing = sorted(set(itertools.chain.from_iterable(w.envs for w in workers)) - set(ids.tolist()))
+        if missing:
+            raise ValueError(f"`env_ids` must cover whole groups (one group per worker), envs {missing} are missing")
+        payloads = self._action_payloads(actions, workers, ids)
+        for w, payload in zip(workers, payloads):
+            self._send(w, Command.STEP, payload, "send")
+            self._idle[w.index] = False
 
     # -- calls, attributes, render -------------------------------------------------------------
 
@@ -658,7 +828,7 @@ class SubprocVectorEnv(VectorEnv):
         grace = DEFAULT_CLOSE_TIMEOUT if timeout is None else timeout
         polite = [
             w for w in self._workers
-            if grace > 0 and w.process.is_alive() and (w.expect is None or timeout is not None)
+            if grace > 0 and w.process.is_alive() and (w.late == 0 or timeout is not None)
         ]
         if self._state is State.BROKEN:
             polite = []

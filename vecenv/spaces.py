@@ -25,6 +25,7 @@ __all__ = [
     "leaf_layout",
     "build_tree",
     "tree_leaves",
+    "tree_map",
     "tree_slice",
     "tree_copy",
     "tree_assign",
@@ -107,22 +108,22 @@ def tree_leaves(tree: Any) -> list[np.ndarray]:
     return [tree]
 
 
-def _map(fn: Callable[[np.ndarray], Any], tree: Any) -> Any:
+def tree_map(fn: Callable[[np.ndarray], Any], tree: Any) -> Any:
     if isinstance(tree, tuple):
-        return tuple(_map(fn, t) for t in tree)
+        return tuple(tree_map(fn, t) for t in tree)
     if isinstance(tree, dict):
-        return {k: _map(fn, t) for k, t in tree.items()}
+        return {k: tree_map(fn, t) for k, t in tree.items()}
     return fn(tree)
 
 
 def tree_slice(tree: Any, start: int, stop: int) -> Any:
     """Views of rows ``[start, stop)`` of every array of a tree."""
-    return _map(lambda a: a[start:stop], tree)
+    return tree_map(lambda a: a[start:stop], tree)
 
 
 def tree_copy(tree: Any) -> Any:
     """A deep copy of a tree of arrays."""
-    return _map(np.copy, tree)
+    return tree_map(np.copy, tree)
 
 
 def tree_assign(dst: Any, src: Any) -> None:
