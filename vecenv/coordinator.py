@@ -32,15 +32,17 @@ from __future__ import annotations
 
 import collections
 import itertools
+import math
 import multiprocessing
 import os
+import select
 import signal
 import time
 from collections.abc import Callable, Sequence
 from copy import deepcopy
 from enum import Enum
 from multiprocessing import resource_tracker
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from typing import Any
 
 import cloudpickle
@@ -166,6 +168,7 @@ class SubprocVectorEnv(VectorEnv):
             custom spaces); results are the same.
         batch_size: envs returned by each :meth:`recv` (asynchronous batches); a multiple of the
             group size, default ``num_envs``. Plain ``step`` is unaffected.
+        pin_cpus: pin worker ``w`` to the ``w``-th core this process may run on (round robin).
 
     Raises:
         ValueError: bad ``num_workers``, empty ``env_fns``.
@@ -184,6 +187,7 @@ class SubprocVectorEnv(VectorEnv):
         daemon: bool = True,
         shared_memory: bool = True,
         batch_size: int | None = None,
+        pin_cpus: bool = False,
     ) -> None:
         if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Sequence):
             raise TypeError(f"`env_fns` must be a sequence of env constructors, got {describe(env_fns)}")
@@ -200,7 +204,7 @@ class SubprocVectorEnv(VectorEnv):
                 f"`num_workers` must be an int in [1, {n}] (1 to len(env_fns)), got {describe(num_workers)}"
             )
         groups = [_GroupOfFns([env_fns[i] for i in r]) for r in _split(n, int(num_workers))]
-        self._launch(groups, autoreset_mode, copy, context, daemon, shared_memory, batch_size)
+        self._launch(groups, autoreset_mode, copy, context, daemon, shared_memory, batch_size, pin_cpus)
 
     @classmethod
     def from_groups(
@@ -213,6 +217,7 @@ class SubprocVectorEnv(VectorEnv):
         daemon: bool = True,
         shared_memory: bool = True,
         batch_size: int | None = None,
+        pin_cpus: bool = False,
     ) -> SubprocVectorEnv:
         """One worker per callable; each returns the list of envs that worker hosts.
 
@@ -225,7 +230,7 @@ class SubprocVectorEnv(VectorEnv):
             if not callable(fn):
                 raise TypeError(f"`group_fns[{i}]` must be callable (returning a list of envs), got {describe(fn)}")
         self = cls.__new__(cls)
-        self._launch(list(group_fns), autoreset_mode, copy, context, daemon, shared_memory, batch_size)
+        self._launch(list(group_fns), autoreset_mode, copy, context, daemon, shared_memory, batch_size, pin_cpus)
         return self
 
     # -- start-up ------------------------------------------------------------------------------
@@ -239,6 +244,7 @@ class SubprocVectorEnv(VectorEnv):
         daemon: bool,
         shared_memory: bool,
         batch_size: int | None,
+        pin_cpus: bool,
     ) -> None:
         self.autoreset_mode = (
             autoreset_mode if isinstance(autoreset_mode, AutoresetMode) else AutoresetMode(autoreset_mode)
@@ -260,11 +266,12 @@ class SubprocVectorEnv(VectorEnv):
         # unlink the shared block, as "leaked", when they exit.
         resource_tracker.ensure_running()
         try:
+            cpus = sorted(os.sched_getaffinity(0)) if pin_cpus else []
             for index, group_fn in enumerate(group_fns):
                 parent_conn, child_conn = ctx.Pipe(duplex=True)
                 process = ctx.Process(
                     target=worker_main,
-                    args=(index, child_conn, cloudpickle.dumps(group_fn)),
+                    args=(index, child_conn, cloudpickle.dumps(group_fn), cpus[index % len(cpus)] if cpus else None),
                     name=f"vecenv-worker-{index}",
                     daemon=daemon,
                 )
@@ -295,6 +302,12 @@ class SubprocVectorEnv(VectorEnv):
                 )
         first = hellos[0]
         for w, hello in zip(self._workers, hellos):
+            native = hello.native_autoreset
+            if native is not None and AutoresetMode(native) is not self.autoreset_mode:
+                raise ValueError(
+                    f"worker {w.index} hosts a native vector env with autoreset mode {AutoresetMode(native)}, "
+                    f"but `autoreset_mode` is {self.autoreset_mode}; they must match"
+                )
             for which in ("observation_space", "action_space"):
                 if getattr(hello, which) != getattr(first, which):
                     raise SpaceMismatchError(
@@ -344,17 +357,19 @@ class SubprocVectorEnv(VectorEnv):
             WorkerDiedError: a worker died before answering; the vector env is then broken.
             VecEnvTimeoutError: ``deadline`` (``time.monotonic()`` + ``timeout``) passed first.
         """
-        by_handle: dict[Any, _Worker] = {}
+        by_fd: dict[int, _Worker] = {}
+        poller = select.poll()
         for w in workers:
-            by_handle[w.conn] = w
-            by_handle[w.process.sentinel] = w
+            for fd in (w.conn.fileno(), w.process.sentinel):
+                by_fd[fd] = w
+                poller.register(fd, select.POLLIN)
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = wait(list(by_handle), remaining)
+            ready = poller.poll(None if remaining is None else math.ceil(remaining * 1000))
             if not ready:
                 raise VecEnvTimeoutError(f"The call to `{call}` has timed out after {timeout} second(s).")
             answers = []
-            for w in {by_handle[obj] for obj in ready}:
+            for w in {by_fd[fd] for fd, _ in ready}:
                 # Read the pipe before trusting the sentinel: a reply may precede an exit.
                 while w.expect is not None and w.conn.poll():
                     try:

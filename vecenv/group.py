@@ -12,13 +12,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space, iterate
 
 from vecenv.buffers import Buffers
-from vecenv.spaces import tree_copy
+from vecenv.spaces import tree_copy, tree_leaves
 
-__all__ = ["EnvGroup", "InfoEntries"]
+__all__ = ["EnvGroup", "VectorGroup", "InfoEntries"]
 
 #: ``(local env index, info dict)`` pairs, to be merged in order by ``VectorEnv._add_info``.
 InfoEntries = list[tuple[int, dict[str, Any]]]
@@ -146,3 +147,102 @@ class EnvGroup:
         if first is not None:
             self.blame = first[0]
             raise first[1]
+
+
+class VectorGroup:
+    """A native vectorized env (a ``gymnasium.vector.VectorEnv``) serving as one worker's group.
+
+    It steps its whole batch in one call and its results are copied into the group's rows in
+    one copy per array. Autoreset is the native env's own, so its mode must equal the vector
+    env's (checked in the handshake). Batched infos are split back into per-env entries so the
+    parent merges them as it merges any group's.
+    """
+
+    def __init__(self, vec: gym.vector.VectorEnv, buffers: Buffers) -> None:
+        self.vec = vec
+        self.num_envs = vec.num_envs
+        self.buffers = buffers
+        self.blame: int | None = None
+
+    def reset(
+        self, seeds: Sequence[int | None], options: dict[str, Any] | None, mask: Sequence[bool] | None
+    ) -> InfoEntries:
+        """Reset the native env; consecutive seeds are passed as their first (the int form)."""
+        first = seeds[0]
+        if all(s is None for s in seeds):
+            seed: Any = None
+        elif first is not None and list(seeds) == list(range(first, first + len(seeds))):
+            seed = first
+        else:
+            seed = list(seeds)
+        if mask is not None:
+            options = {**(options or {}), "reset_mask": np.asarray(mask, dtype=np.bool_)}
+        obs, info = self.vec.reset(seed=seed, options=options)
+        rows = slice(None) if mask is None else np.asarray(mask, dtype=np.bool_)
+        self._store_obs(obs, rows)
+        self.buffers.terminations[rows] = False
+        self.buffers.truncations[rows] = False
+        return _split_infos(info, self.num_envs)
+
+    def step(self, actions: Any) -> InfoEntries:
+        """Step the whole native batch with the group's rows of ``actions``."""
+        if self.buffers.spec.shared_actions:
+            actions = tree_copy(actions)
+        obs, rewards, terms, truncs, info = self.vec.step(actions)
+        b = self.buffers
+        self._store_obs(obs, slice(None))
+        b.rewards[:] = rewards
+        b.terminations[:] = terms
+        b.truncations[:] = truncs
+        return _split_infos(info, self.num_envs)
+
+    def _store_obs(self, obs: Any, rows: Any) -> None:
+        b = self.buffers
+        if b.fixed_observations:
+            for dst, src in zip(tree_leaves(b.observations), tree_leaves(obs), strict=True):
+                dst[rows] = src[rows]
+        else:
+            items = list(iterate(self.vec.observation_space, obs))
+            for j in np.arange(self.num_envs)[rows]:
+                b.observations[j] = items[j]
+
+    def call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+        """The native env's ``call``: one result per env."""
+        return list(self.vec.call(name, *args, **kwargs))
+
+    def set_attr(self, name: str, values: Sequence[Any]) -> None:
+        """The native env's ``set_attr``, one value per env."""
+        self.vec.set_attr(name, list(values))
+
+    def render(self) -> list[Any]:
+        """The native env's frames, one per env."""
+        frames = self.vec.render()
+        return list(frames) if frames is not None else [None] * self.num_envs
+
+    def close(self) -> None:
+        """Close the native env."""
+        self.vec.close()
+
+
+def _split_infos(info: dict[str, Any], n: int) -> InfoEntries:
+    """Batched infos (Gymnasium's ``key``/``_key`` layout) back to per-env info dicts."""
+    if not info:
+        return []
+    per_env: list[dict[str, Any]] = [{} for _ in range(n)]
+    _scatter(info, per_env)
+    return [(j, d) for j, d in enumerate(per_env) if d]
+
+
+def _scatter(info: dict[str, Any], per_env: list[dict[str, Any]]) -> None:
+    for key, value in info.items():
+        if key.startswith("_") and key[1:] in info:
+            continue
+        mask = info.get(f"_{key}")
+        if isinstance(value, dict):
+            values: Any = [{} for _ in per_env]
+            _scatter(value, values)
+        else:
+            values = value
+        for j, target in enumerate(per_env):
+            if mask is None or mask[j]:
+                target[key] = values[j]

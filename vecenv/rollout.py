@@ -143,14 +143,13 @@ def _json_number_array(values: np.ndarray) -> Any:
     Non-finite values become the strings "inf", "-inf" and "nan" (strict JSON has none).
     """
 
-    def scalar(x: Any) -> Any:
-        x = x.item()
+    def safe(x: Any) -> Any:
+        if isinstance(x, list):
+            return [safe(item) for item in x]
         return x if not isinstance(x, float) or math.isfinite(x) else str(x)
 
     flat = values.reshape(-1)
-    if flat.size and np.all(flat == flat[0]):
-        return scalar(flat[0])
-    return np.vectorize(scalar, otypes=[object])(values).tolist()
+    return safe(flat[0].item() if flat.size and np.all(flat == flat[0]) else values.tolist())
 
 
 def _describe_space(space: spaces.Space) -> dict[str, Any]:
@@ -456,9 +455,13 @@ def collect(
     if (steps is None) == (episodes is None):
         raise ValueError(f"steps, episodes: expected exactly one of them, got steps={steps!r}, episodes={episodes!r}")
     target = _positive_count("steps", steps) if steps is not None else _positive_count("episodes", episodes)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise TypeError(f"seed: expected a non-negative int, got {seed!r}") if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) else ValueError(f"seed: expected a non-negative int, got {seed!r}")
-    if not (policy == "random" or callable(policy)):
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed: expected a non-negative int, got {seed!r} of type {type(seed).__name__}")
+    if seed < 0:
+        raise ValueError(f"seed: expected a non-negative int, got {seed!r}")
+    if isinstance(policy, str) and policy != "random":
+        raise ValueError(f"policy: expected 'random' or a callable taking the batched observation, got {policy!r}")
+    if not isinstance(policy, str) and not callable(policy):
         raise TypeError(f"policy: expected 'random' or a callable taking the batched observation, got {policy!r}")
     mode = _autoreset_mode(envs)
 
@@ -487,9 +490,9 @@ def collect(
     if out.exists():
         shutil.rmtree(out)
 
-    policy_name = _policy_name(policy)
+    policy_name = str(info.pop("policy", _policy_name(policy)))
     batched_act_space = batch_space(single_act_space, envs.num_envs)
-    if policy == "random":
+    if isinstance(policy, str):  # "random"
         batched_act_space.seed(int(seed))
 
         def act(_observation: Any) -> Any:
@@ -646,7 +649,7 @@ def _collect_into(
         else:  # DISABLED: reset finished envs ourselves; their RNG continues from the seeded reset
             starting = done
             if done.any():
-                obs, _ = envs.reset(options={"reset_mask": done.copy()})
+                obs, _ = envs.reset(seed=seed, options={"reset_mask": done.copy()})
                 obs_columns = copy_obs(obs)
             else:
                 obs, obs_columns = next_obs, next_columns
@@ -665,9 +668,9 @@ class Dataset(Mapping[str, Any]):
 
     A read-only mapping from field name (``observations``, ``next_observations``,
     ``actions``, ``rewards``, ``terminations``, ``truncations``, ``env_ids``,
-    ``episode_ids``) to memory-mapped arrays of length ``len(dataset.metadata ...
-    ["counts"]["transitions"])``; the observation and action fields are nested dicts /
-    tuples of arrays for Dict / Tuple spaces. ``metadata`` is the parsed
+    ``episode_ids``) to read-only memory-mapped arrays, all of length
+    ``dataset.transitions``; the observation and action fields are nested dicts / tuples
+    of arrays for Dict / Tuple spaces (``dataset["observations"]["pos"]``). ``metadata`` is the parsed
     ``metadata.json`` and ``path`` the dataset directory.
     """
 
@@ -730,3 +733,330 @@ def load(path: str | os.PathLike[str]) -> Dataset:
     for name in ("rewards", "terminations", "truncations", "env_ids", "episode_ids"):
         fields[name] = arrays[name]
     return Dataset(path, metadata, fields)
+
+
+# --------------------------------------------------------------------------- command line
+
+_EPILOG = """\
+examples:
+  vecenv-collect
+      10000 transitions of CartPole-v1 with a seeded random policy into rollouts/CartPole-v1
+  vecenv-collect --env Pendulum-v1 --episodes 50 --num-envs 16 --out data/pendulum
+  vecenv-collect --env CartPole-v1 --env-kwargs '{"sutton_barto_reward": true}' --steps 1000000
+  vecenv-collect --policy mypolicies:greedy --seed 3 --overwrite --quiet
+  vecenv-collect --env mypackage.envs:MyEnv-v0 --autoreset-mode same_step
+
+The dataset is a directory with metadata.json and one .npy file per field (Dict/Tuple
+spaces: one per leaf, e.g. observations.pos.npy); read it with vecenv.load(DIR).
+The arrays depend only on the arguments other than --num-workers, --quiet and --out.
+Ctrl+C or SIGTERM stops early and keeps what was collected as a valid dataset with
+"complete": false in metadata.json (exit status 130 / 143). Bad arguments: exit status 2.
+"""
+
+
+class _UsageError(Exception):
+    """Bad command line input: reported as one ``vecenv-collect: error: ...`` line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (no usage dump) with exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
+    return value
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="Run a policy in vecenv environments and save the transitions\n"
+        "(observation, action, reward, terminated, truncated, next observation) as a dataset.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--env",
+        default="CartPole-v1",
+        metavar="ID",
+        help="gymnasium environment id; 'module:ID' imports the module that registers it first "
+        "(default: %(default)s; e.g. --env Pendulum-v1)",
+    )
+    parser.add_argument(
+        "--env-kwargs",
+        default="{}",
+        metavar="JSON",
+        help="keyword arguments for the environment, as a JSON object "
+        """(default: %(default)s; e.g. --env-kwargs '{"max_episode_steps": 200}')""",
+    )
+    parser.add_argument(
+        "--num-envs",
+        type=_positive_int,
+        default=8,
+        metavar="N",
+        help="number of environments stepped together (default: %(default)s; e.g. --num-envs 16)",
+    )
+    parser.add_argument(
+        "--num-workers",
+        type=_positive_int,
+        metavar="N",
+        help="number of worker processes; the data does not depend on it "
+        "(default: the number of CPU cores, at most --num-envs; e.g. --num-workers 4)",
+    )
+    count = parser.add_mutually_exclusive_group()
+    count.add_argument(
+        "--steps",
+        type=_positive_int,
+        metavar="N",
+        help="write exactly N transitions (default: 10000 unless --episodes is given; e.g. --steps 1000000)",
+    )
+    count.add_argument(
+        "--episodes",
+        type=_positive_int,
+        metavar="N",
+        help="write exactly N complete episodes instead, the first N to finish (e.g. --episodes 100)",
+    )
+    parser.add_argument(
+        "--policy",
+        default="random",
+        metavar="POLICY",
+        help="'random' (uniform actions, seeded by --seed) or 'module:attr', a callable taking "
+        "the batched observation and returning a batched action; the current directory is "
+        "importable (default: %(default)s; e.g. --policy mypolicies:greedy)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=_non_negative_int,
+        default=0,
+        metavar="N",
+        help="seed of the environments (env i gets N+i) and of the random policy "
+        "(default: %(default)s; e.g. --seed 42)",
+    )
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        help="dataset directory to create (default: rollouts/<env-id>; e.g. --out data/cartpole)",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace --out if it exists (only if it is a dataset or empty; e.g. --overwrite)",
+    )
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="show no progress bar and no summary (e.g. --quiet)",
+    )
+    parser.add_argument(
+        "--autoreset-mode",
+        choices=[mode.name.lower() for mode in AutoresetMode],
+        default="next_step",
+        help="how the vector environment resets finished episodes; the recorded transitions "
+        "are real steps in every mode (default: %(default)s; e.g. --autoreset-mode same_step)",
+    )
+    return parser
+
+
+def _parse_env_kwargs(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _UsageError(f"--env-kwargs: expected a JSON object, got {text!r} ({exc})") from None
+    if not isinstance(value, dict):
+        raise _UsageError(f"--env-kwargs: expected a JSON object, got {text!r}")
+    return value
+
+
+def _check_env_id(env_id: str) -> None:
+    """Raise _UsageError unless ``env_id`` ('[module:]ID') names a registered environment."""
+    module, _, name = env_id.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            raise _UsageError(f"--env {env_id!r}: cannot import module {module!r}: {type(exc).__name__}: {exc}") from None
+    if name in gymnasium.registry:
+        return
+    lowered = {key.lower(): key for key in gymnasium.registry}
+    matches = [lowered[m] for m in difflib.get_close_matches(name.lower(), list(lowered), n=3)]
+    hint = f"; did you mean {', '.join(map(repr, matches))}?" if matches else " (gymnasium.pprint_registry() lists the ids)"
+    raise _UsageError(f"--env: unknown environment id {name!r}{hint}")
+
+
+def _load_policy(spec: str) -> Policy:
+    """Import the callable named by ``spec`` ('module:attr', attr may be dotted)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise _UsageError(f"--policy: expected 'random' or 'module:attr', got {spec!r}")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except Exception as exc:
+        raise _UsageError(f"--policy {spec!r}: cannot import module {module_name!r}: {type(exc).__name__}: {exc}") from None
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise _UsageError(f"--policy {spec!r}: {module_name!r} has no attribute {attr!r}")
+        target = getattr(target, part)
+    if not callable(target):
+        raise _UsageError(f"--policy {spec!r}: expected a callable, got {_one_line(target)}")
+    return target
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _human_size(size: float) -> str:
+    units = ["B", "KiB", "MiB", "GiB", "TiB"]
+    index = 0
+    while size >= 1024 and index < len(units) - 1:
+        size /= 1024
+        index += 1
+    return f"{size:.1f} {units[index]}" if index else f"{int(size)} B"
+
+
+def _summary(dataset: Dataset) -> str:
+    """The end-of-run report: counts, episode statistics, speed, output path and size."""
+    metadata, stats = dataset.metadata, dataset.metadata["stats"]
+    lines = [
+        f"transitions: {metadata['counts']['transitions']}",
+        f"episodes:    {metadata['counts']['episodes']} completed",
+    ]
+    for key, label in (("episode_return", "return:     "), ("episode_length", "length:     ")):
+        value = stats[key]
+        lines.append(
+            label
+            + (
+                "n/a (no episode completed)"
+                if value is None
+                else f"mean {value['mean']:.4g}, min {value['min']:.4g}, max {value['max']:.4g}"
+            )
+        )
+    rate = stats["steps_per_second"]
+    lines.append(f"steps/s:     {rate:,.0f} over {stats['duration_s']:.1f} s" if rate else "steps/s:     n/a")
+    size = sum(p.stat().st_size for p in dataset.path.iterdir() if p.is_file())
+    state = "" if dataset.complete else ', incomplete: "complete": false'
+    lines.append(f"output:      {dataset.path} ({_human_size(size)}{state})")
+    return "\n".join(lines)
+
+
+def _raise_terminated(signum: int, frame: Any) -> NoReturn:
+    raise _Terminated(f"terminated by signal {signum}")
+
+
+def _run(args: argparse.Namespace, command_line: str) -> int:
+    """Validate the arguments, build the environments, collect, and report."""
+    env_kwargs = _parse_env_kwargs(args.env_kwargs)
+    if os.getcwd() not in sys.path:  # like `python -m`: modules in the current directory import
+        sys.path.append(os.getcwd())
+    _check_env_id(args.env)
+    policy: Policy | str = args.policy if args.policy == "random" else _load_policy(args.policy)
+    out = Path(args.out) if args.out else Path("rollouts") / args.env.rpartition(":")[2]
+    try:
+        _check_out(out, args.overwrite)
+    except FileExistsError as exc:
+        raise _UsageError(str(exc).replace("overwrite=True / ", "")) from None
+    if args.steps is None and args.episodes is None:
+        args.steps = 10000
+    num_workers = args.num_workers or min(_cpu_count(), args.num_envs)
+
+    from vecenv import make  # the engine: imported here so `--help` and errors stay fast
+
+    try:
+        envs = make(
+            args.env.rpartition(":")[2],  # the module, if any, was imported by _check_env_id
+            args.num_envs,
+            num_workers,
+            env_kwargs=env_kwargs,
+            autoreset_mode=AutoresetMode[args.autoreset_mode.upper()],
+        )
+    except Exception as exc:
+        raise _UsageError(
+            f"could not create {args.num_envs} x {args.env!r} with --env-kwargs "
+            f"{json.dumps(env_kwargs)}: {type(exc).__name__}: {exc}"
+        ) from None
+    try:
+        dataset = collect(
+            envs,
+            policy,
+            steps=args.steps,
+            episodes=args.episodes,
+            seed=args.seed,
+            out=out,
+            progress=not args.quiet,
+            overwrite=args.overwrite,
+            metadata={
+                "env_id": args.env,
+                "env_kwargs": env_kwargs,
+                "num_workers": num_workers,
+                "policy": args.policy,
+                "command_line": command_line,
+            },
+        )
+    except (PolicyError, UnsupportedSpaceError) as exc:
+        raise _UsageError(str(exc)) from None
+    except KeyboardInterrupt:
+        if (out / METADATA_FILE).is_file():
+            print(f'{PROG}: interrupted: kept a partial dataset ("complete": false) in {out}', file=sys.stderr)
+            if not args.quiet:
+                print(_summary(load(out)))
+        raise
+    finally:
+        envs.close()
+    if not args.quiet:
+        print(_summary(dataset))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``vecenv-collect`` command (see ``--help``); returns the exit status.
+
+    0 on success, 2 for bad input (one ``vecenv-collect: error: ...`` line on stderr),
+    130 after Ctrl+C (SIGINT) and 143 after SIGTERM, both of which keep what was collected
+    as a dataset marked ``"complete": false`` and close the environments' workers.
+    """
+    parser = _build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error the parser already reported
+        return int(exc.code or 0)
+    command_line = shlex.join(sys.argv if argv is None else [PROG, *argv])
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    if in_main_thread:  # signal handlers can only be set from the main thread
+        previous = {
+            signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
+            signal.SIGTERM: signal.signal(signal.SIGTERM, _raise_terminated),
+        }
+    try:
+        return _run(args, command_line)
+    except _UsageError as exc:
+        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as exc:
+        if isinstance(exc, _Terminated):
+            return 128 + signal.SIGTERM
+        return 128 + signal.SIGINT
+    finally:
+        if in_main_thread:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)

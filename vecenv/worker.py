@@ -19,10 +19,11 @@ from typing import Any
 
 import cloudpickle
 import gymnasium as gym
+from gymnasium.vector import AutoresetMode
 
 from vecenv.buffers import Buffers
 from vecenv.errors import PackedException
-from vecenv.group import EnvGroup
+from vecenv.group import EnvGroup, VectorGroup
 from vecenv.protocol import Attach, CallArgs, Command, Hello, ResetArgs, SpaceMismatch
 
 __all__ = ["worker_main"]
@@ -67,29 +68,52 @@ def _hello(envs: list[gym.Env]) -> Hello:
     )
 
 
-def worker_main(index: int, conn: Connection, group_fn_bytes: bytes) -> None:
+def _native_hello(vec: gym.vector.VectorEnv) -> Hello:
+    return Hello(
+        num_envs=vec.num_envs,
+        observation_space=vec.single_observation_space,
+        action_space=vec.single_action_space,
+        metadata=dict(vec.metadata),
+        render_mode=vec.render_mode,
+        spec=vec.spec,
+        mismatch=None,
+        native_autoreset=vec.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP),
+    )
+
+
+def worker_main(index: int, conn: Connection, group_fn_bytes: bytes, cpu: int | None = None) -> None:
     """Entry point of worker ``index``; ``group_fn_bytes`` is a cloudpickled group builder.
 
-    The builder returns the list of envs this worker hosts. SIGINT is ignored: Ctrl+C belongs
-    to the parent, which closes the workers itself.
+    The builder returns the list of envs this worker hosts, or one native ``VectorEnv``.
+    SIGINT is ignored: Ctrl+C belongs to the parent, which closes the workers itself.
+    ``cpu``: pin this process to that core.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
     _exit_with_parent()
-    group: EnvGroup | None = None
     try:
         try:
             group_fn: Callable[[], Any] = cloudpickle.loads(group_fn_bytes)
-            envs = list(group_fn())
-            if not envs:
-                raise ValueError(f"the env group of worker {index} is empty; each needs one env or more")
-            hello = _hello(envs)
+            built = group_fn()
+            if isinstance(built, gym.vector.VectorEnv):
+                envs: Any = built
+                hello = _native_hello(built)
+            else:
+                envs = list(built)
+                if not envs:
+                    raise ValueError(f"the env group of worker {index} is empty; each needs one env or more")
+                hello = _hello(envs)
         except BaseException as exc:
             conn.send((0, False, PackedException(exc, None)))
             return
         conn.send((0, True, hello))
         attach: Attach = conn.recv()
         buffers = Buffers.attach(attach.buffers, attach.start, attach.start + attach.num_envs)
-        group = EnvGroup(envs, attach.autoreset_mode, buffers)
+        group = (
+            VectorGroup(envs, buffers) if isinstance(envs, gym.vector.VectorEnv)
+            else EnvGroup(envs, attach.autoreset_mode, buffers)
+        )
         _serve(group, conn)
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass  # the parent went away; nothing is left to answer
@@ -97,7 +121,7 @@ def worker_main(index: int, conn: Connection, group_fn_bytes: bytes) -> None:
         conn.close()
 
 
-def _serve(group: EnvGroup, conn: Connection) -> None:
+def _serve(group: EnvGroup | VectorGroup, conn: Connection) -> None:
     """Answer commands until CLOSE. One reply per command, tagged with the command's call id."""
     buffers = group.buffers
     shared_actions = buffers.spec.shared_actions
