@@ -1,0 +1,155 @@
+"""Asynchronous batches (async_reset / recv / send): exact per-env trajectories, misuse, faults."""
+
+from __future__ import annotations
+
+import multiprocessing
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode
+
+import vecenv
+from tests.async_envs import JitterEnv
+
+START_METHODS = [pytest.param(m, id=m) for m in ("fork", "forkserver", "spawn")]
+
+
+def _row_info(infos: dict, row: int) -> dict:
+    """The info of one row of Gymnasium's batched info dict."""
+    out = {}
+    for key, value in infos.items():
+        if key.startswith("_"):
+            continue
+        if not infos[f"_{key}"][row]:
+            continue
+        out[key] = _row_info(value, row) if isinstance(value, dict) else value[row]
+    return out
+
+
+def _assert_same(a, b):
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), (a, b)
+        for k in a:
+            _assert_same(a[k], b[k])
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and np.array_equal(a, b), (a, b)
+    else:
+        assert type(a) is type(b) and a == b, (a, b)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=["next", "same"])
+@pytest.mark.parametrize("context", START_METHODS)
+def test_each_env_follows_its_sync_trajectory(context, mode):
+    num_envs, workers, seed = 8, 4, 123
+    refs = [gym.vector.SyncVectorEnv([JitterEnv], autoreset_mode=mode) for _ in range(num_envs)]
+    expected = [ref.reset(seed=seed + i) for i, ref in enumerate(refs)]
+    rng = np.random.default_rng(0)
+    orders = set()
+    with vecenv.SubprocVectorEnv([JitterEnv] * num_envs, workers, batch_size=4,
+                                 autoreset_mode=mode, context=context) as envs:
+        envs.async_reset(seed=seed)
+        first = True
+        for _ in range(120):
+            obs, rewards, terms, truncs, infos, env_ids = envs.recv()
+            assert env_ids.dtype.kind == "i" and len(env_ids) == 4
+            orders.add(tuple(env_ids))
+            for row, i in enumerate(env_ids):
+                if first or len(expected[i]) == 2:
+                    ref_obs, ref_info = expected[i]
+                    _assert_same(obs[row], ref_obs[0])
+                else:
+                    ref_obs, ref_rew, ref_term, ref_trunc, ref_info = expected[i]
+                    _assert_same(obs[row], ref_obs[0])
+                    assert rewards[row] == ref_rew[0] and terms[row] == ref_term[0] and truncs[row] == ref_trunc[0]
+                _assert_same(_row_info(infos, row), _row_info(ref_info, 0))
+            actions = rng.integers(0, 3, size=len(env_ids))
+            for row, i in enumerate(env_ids):
+                expected[i] = refs[i].step(actions[row:row + 1])
+            envs.send(actions, env_ids)
+            first = False
+        assert len(orders) > 1, "the random step times should change which groups finish first"
+    for ref in refs:
+        ref.close()
+
+
+@pytest.mark.timeout(60)
+def test_send_misuse_is_refused_and_changes_nothing():
+    with vecenv.SubprocVectorEnv([JitterEnv] * 4, 2, batch_size=2, context="fork") as envs:
+        envs.async_reset(seed=0)
+        _, _, _, _, _, ids = envs.recv()
+        other = np.setdiff1d(np.arange(4), ids)
+        cases = [
+            (other, ValueError, "still in flight"),
+            (np.array([ids[0], ids[0]]), ValueError, "duplicated"),
+            (np.array([ids[0], 9]), ValueError, "unknown ids [9]"),
+            (ids[:1], ValueError, "whole groups"),
+            (np.array([0.5, 1.5]), TypeError, "env_ids"),
+        ]
+        for bad_ids, error, text in cases:
+            with pytest.raises(error, match=text.replace("[", r"\[").replace("]", r"\]")):
+                envs.send(np.zeros(len(bad_ids), dtype=np.int64), bad_ids)
+        with pytest.raises(ValueError, match="shape"):
+            envs.send(np.zeros(3, dtype=np.int64), ids)
+        envs.send(np.zeros(2, dtype=np.int64), ids)  # the correct call still works
+        _, _, _, _, _, ids2 = envs.recv()
+        assert len(ids2) == 2
+
+
+@pytest.mark.timeout(60)
+def test_recv_without_envs_in_flight_raises_instead_of_hanging():
+    with vecenv.SubprocVectorEnv([JitterEnv] * 4, 2, batch_size=2, context="fork") as envs:
+        with pytest.raises(gym.error.NoAsyncCallError, match="async_reset"):
+            envs.recv()
+        envs.async_reset(seed=0)
+        envs.recv()
+        envs.recv()
+        with pytest.raises(gym.error.NoAsyncCallError, match="send"):
+            envs.recv()
+
+
+@pytest.mark.timeout(60)
+def test_recv_timeout_keeps_envs_in_flight():
+    fns = [lambda: JitterEnv(max_delay=0.0)] * 2
+    with vecenv.SubprocVectorEnv(fns, 2, batch_size=1, context="fork") as envs:
+        envs.async_reset(seed=0)
+        envs.recv()
+        envs.recv()
+        envs.call("unwrapped")  # all envs are back: synchronous calls are allowed again
+        envs.async_reset(seed=0)
+        first = envs.recv()
+        second = envs.recv(timeout=5)
+        assert sorted([first[5][0], second[5][0]]) == [0, 1]
+        with pytest.raises(gym.error.NoAsyncCallError):
+            envs.recv(timeout=0.05)
+
+
+class _StepRaises(JitterEnv):
+    def step(self, action):
+        raise RuntimeError("boom in step")
+
+
+@pytest.mark.timeout(60)
+def test_env_error_and_close_with_envs_in_flight():
+    fns = [JitterEnv, _StepRaises]
+    with vecenv.SubprocVectorEnv(fns, 2, batch_size=1, context="fork") as envs:
+        envs.async_reset(seed=0)
+        for _ in range(2):
+            _, _, _, _, _, ids = envs.recv()
+            envs.send(np.zeros(1, dtype=np.int64), ids)
+        with pytest.raises(RuntimeError, match="boom in step") as info:
+            for _ in range(3):
+                _, _, _, _, _, ids = envs.recv()
+                envs.send(np.zeros(1, dtype=np.int64), ids)
+        assert any("env 1" in note for note in info.value.__notes__)
+        with pytest.raises(vecenv.NeedsResetError):
+            envs.recv()
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.timeout(60)
+def test_batch_size_must_be_a_multiple_of_the_group_size():
+    with pytest.raises(ValueError, match="batch_size"):
+        vecenv.SubprocVectorEnv([JitterEnv] * 4, 2, batch_size=3, context="fork")
+    assert multiprocessing.active_children() == []
