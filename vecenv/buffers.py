@@ -28,6 +28,7 @@ __all__ = ["BufferSpec", "Buffers", "SHM_PREFIX"]
 #: Names of vecenv's shared-memory blocks start with this, so leaks are easy to find.
 SHM_PREFIX = "vecenv_"
 _ALIGN = 64
+_STILL_VIEWED: list[shared_memory.SharedMemory] = []
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +101,9 @@ class Buffers:
                 self._shm = shared_memory.SharedMemory(spec.shm_name)
             offset = 0
             for field, shape, dtype in layout:
-                array = np.ndarray(shape, dtype=dtype, buffer=self._shm.buf, offset=offset)
+                # frombuffer holds a buffer export, so the block cannot be unmapped under a view.
+                count = int(np.prod(shape, dtype=np.int64))
+                array = np.frombuffer(self._shm.buf, dtype, count, offset).reshape(shape)
                 shared.setdefault(field, []).append(array[start:stop])
                 offset += _nbytes(shape, dtype)
 
@@ -192,7 +195,9 @@ class Buffers:
         try:
             shm.close()
         except BufferError:
-            pass  # a caller still holds a view (copy=False); the mapping dies with it
+            # A caller still holds a view (copy=False): keep the mapping for the process's life
+            # rather than unmap memory that is still in use. The name is unlinked below.
+            _STILL_VIEWED.append(shm)
         if self._owner:
             try:
                 shm.unlink()

@@ -111,7 +111,14 @@ class _GroupOfFns:
         self.env_fns = list(env_fns)
 
     def __call__(self) -> list[gym.Env]:
-        return [fn() for fn in self.env_fns]
+        envs = []
+        for i, fn in enumerate(self.env_fns):
+            try:
+                envs.append(fn())
+            except Exception as exc:
+                exc.add_note(f"raised by env constructor {i} of this worker's group")
+                raise
+        return envs
 
 
 class _InfoBatch:
@@ -377,7 +384,7 @@ class SubprocVectorEnv(VectorEnv):
                     except (EOFError, OSError):
                         break
                     if call_id != w.expect:
-                        w.late -= 1
+                        w.late = max(0, w.late - 1)
                         continue
                     w.expect = None
                     answers.append((w, ok, result))
@@ -416,7 +423,12 @@ class SubprocVectorEnv(VectorEnv):
         return [results[w.index] for w in workers]
 
     def _raise_remote(self, w: _Worker, packed: PackedException, call: str) -> None:
-        where = f"env {w.start + packed.env_index}" if packed.env_index is not None else f"envs {w.start}..{w.stop - 1}"
+        if packed.env_index is not None:
+            where = f"env {w.start + packed.env_index}"
+        elif w.stop > w.start:
+            where = f"envs {w.start}..{w.stop - 1}"
+        else:
+            where = "its env group"
         raise packed.rebuild(f"raised in {where} (worker {w.index}) during `{call}`")
 
     def _break(self, worker: _Worker, call: str) -> None:

@@ -649,7 +649,7 @@ def _collect_into(
         else:  # DISABLED: reset finished envs ourselves; their RNG continues from the seeded reset
             starting = done
             if done.any():
-                obs, _ = envs.reset(seed=seed, options={"reset_mask": done.copy()})
+                obs, _ = envs.reset(options={"reset_mask": done.copy()})
                 obs_columns = copy_obs(obs)
             else:
                 obs, obs_columns = next_obs, next_columns

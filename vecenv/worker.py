@@ -110,15 +110,20 @@ def worker_main(index: int, conn: Connection, group_fn_bytes: bytes, cpu: int | 
         conn.send((0, True, hello))
         attach: Attach = conn.recv()
         buffers = Buffers.attach(attach.buffers, attach.start, attach.start + attach.num_envs)
-        group = (
-            VectorGroup(envs, buffers) if isinstance(envs, gym.vector.VectorEnv)
-            else EnvGroup(envs, attach.autoreset_mode, buffers)
-        )
-        _serve(group, conn)
+        try:
+            _serve(_make_group(envs, attach, buffers), conn)
+        finally:
+            buffers.close()  # the group and its views are gone by now
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass  # the parent went away; nothing is left to answer
     finally:
         conn.close()
+
+
+def _make_group(envs: Any, attach: Attach, buffers: Buffers) -> EnvGroup | VectorGroup:
+    if isinstance(envs, gym.vector.VectorEnv):
+        return VectorGroup(envs, buffers)
+    return EnvGroup(envs, attach.autoreset_mode, buffers)
 
 
 def _serve(group: EnvGroup | VectorGroup, conn: Connection) -> None:
