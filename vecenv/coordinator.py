@@ -62,7 +62,7 @@ from vecenv.errors import (
     describe,
 )
 from vecenv.protocol import Attach, CallArgs, Command, Hello, ResetArgs
-from vecenv.spaces import is_fixed, to_batch, tree_assign, tree_copy, tree_leaves, tree_map, tree_slice
+from vecenv.spaces import is_array_batch, is_fixed, to_batch, tree_assign, tree_copy, tree_leaves, tree_map, tree_slice
 from vecenv.worker import worker_main
 
 __all__ = ["SubprocVectorEnv", "State", "DEFAULT_CLOSE_TIMEOUT"]
@@ -616,13 +616,11 @@ class SubprocVectorEnv(VectorEnv):
         if not self._fixed_actions:
             if actions is None or isinstance(actions, (str, bytes)):
                 raise TypeError(f"`actions` must be a batch of {n} actions, got {describe(actions)}")
-            items = list(iterate(batch_space(self.single_action_space, n), actions))
-            if len(items) != n:
-                raise ValueError(f"`actions` must hold {n} actions (one per env), got {len(items)}")
-            if order is not None:
-                items = [items[k] for k in order]
-            return [items[a:b] for a, b in itertools.pairwise(offsets)]
+            return self._action_items(actions, n, order, offsets)
         batch = to_batch(self.single_action_space, actions, n, "actions")
+        if not is_array_batch(self.single_action_space, actions):
+            # Lists reach the envs as lists and Python ints as ints, as in SyncVectorEnv.
+            return self._action_items(actions, n, order, offsets)
         if order is not None:
             batch = tree_map(lambda a: a[order], batch)
         rows = [tree_slice(batch, a, b) for a, b in itertools.pairwise(offsets)]
@@ -632,6 +630,15 @@ class SubprocVectorEnv(VectorEnv):
         for w, part in zip(workers, rows):
             tree_assign(tree_slice(self._buffers.actions, w.start, w.stop), part)
         return [None] * len(workers)
+
+    def _action_items(self, actions: Any, n: int, order: np.ndarray | None, offsets: list[int]) -> list[Any]:
+        """One action object per env, sliced per worker (sent through the pipes)."""
+        items = list(iterate(batch_space(self.single_action_space, n), actions))
+        if len(items) != n:
+            raise ValueError(f"`actions` must hold {n} actions (one per env), got {len(items)}")
+        if order is not None:
+            items = [items[k] for k in order]
+        return [items[a:b] for a, b in itertools.pairwise(offsets)]
 
     def step_wait(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Wait for the step sent by :meth:`step_async`; raises the timeout error after ``timeout`` s."""

@@ -9,6 +9,7 @@ tagged with the env's index within the group, in the order ``SyncVectorEnv`` add
 from __future__ import annotations
 
 from collections.abc import Sequence
+from copy import deepcopy
 from typing import Any
 
 import gymnasium as gym
@@ -17,7 +18,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space, iterate
 
 from vecenv.buffers import Buffers
-from vecenv.spaces import tree_copy, tree_leaves
+from vecenv.spaces import tree_leaves
 
 __all__ = ["EnvGroup", "VectorGroup", "InfoEntries"]
 
@@ -35,7 +36,8 @@ class EnvGroup:
         buffers: this group's rows of the vector env's arrays.
 
     Attributes:
-        blame: after a method raised, the local index of the env whose code raised, else ``None``.
+        blame: set when a method raises: the local index of the env whose code raised (the
+            worker clears it before each command).
     """
 
     def __init__(self, envs: Sequence[gym.Env], autoreset_mode: AutoresetMode, buffers: Buffers) -> None:
@@ -50,7 +52,6 @@ class EnvGroup:
         self._batched_action_space = (
             batch_space(single_action_space, self.num_envs) if self.envs else None
         )
-        self._shared_actions = buffers.spec.shared_actions
 
     # -- reset and step ----------------------------------------------------------------------
 
@@ -78,10 +79,10 @@ class EnvGroup:
         return infos
 
     def step(self, actions: Any) -> InfoEntries:
-        """Step every env with its row of ``actions`` (the group's rows of the batch)."""
-        if self._shared_actions:
-            actions = tree_copy(actions)  # the shared rows are rewritten by the next step
-        action_iter = iterate(self._batched_action_space, actions)
+        """Step every env with its action: ``actions`` is the group's rows of the batch (which
+        the group may keep), or a list of one action object per env."""
+        # A list holds one action per env, exactly as the caller gave them; else a batch tree.
+        action_iter = iter(actions) if isinstance(actions, list) else iterate(self._batched_action_space, actions)
         infos: InfoEntries = []
         write, autoreset = self._write_obs, self._autoreset
         rewards, terms, truncs = self.buffers.rewards, self.buffers.terminations, self.buffers.truncations
@@ -96,7 +97,9 @@ class EnvGroup:
                 else:
                     obs, rewards[j], terms[j], truncs[j], info = env.step(action)
                     if mode is AutoresetMode.SAME_STEP and (terms[j] or truncs[j]):
-                        infos.append((j, {"final_obs": obs, "final_info": info}))
+                        # SyncVectorEnv batches final_info at once: snapshot it before a reset
+                        # that reuses the dict can change it (final_obs is kept by reference there).
+                        infos.append((j, {"final_obs": obs, "final_info": deepcopy(info)}))
                         obs, info = env.reset()
                 autoreset[j] = bool(terms[j] or truncs[j])
                 write(j, obs)
@@ -186,8 +189,6 @@ class VectorGroup:
 
     def step(self, actions: Any) -> InfoEntries:
         """Step the whole native batch with the group's rows of ``actions``."""
-        if self.buffers.spec.shared_actions:
-            actions = tree_copy(actions)
         obs, rewards, terms, truncs, info = self.vec.step(actions)
         b = self.buffers
         self._store_obs(obs, slice(None))

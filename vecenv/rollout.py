@@ -335,7 +335,9 @@ def _check_out(out: Path, overwrite: bool) -> None:
     if not out.is_dir():
         raise FileExistsError(f"out: expected a directory path, got {str(out)!r}, which is an existing file")
     if not overwrite:
-        raise FileExistsError(f"output directory {str(out)!r} already exists (pass overwrite=True / --overwrite to replace it)")
+        raise FileExistsError(
+            f"output directory {str(out)!r} already exists (pass overwrite=True / --overwrite to replace it)"
+        )
     if any(out.iterdir()) and not (out / METADATA_FILE).is_file():
         raise FileExistsError(
             f"refusing to overwrite {str(out)!r}: it is not empty and has no {METADATA_FILE}, "
@@ -355,7 +357,8 @@ def _autoreset_mode(envs: VectorEnv) -> AutoresetMode:
     for candidate in AutoresetMode:
         if str(mode) in (candidate.value, candidate.name, candidate.name.lower()):
             return candidate
-    raise ValueError(f"envs.metadata['autoreset_mode']: expected one of {[m.name for m in AutoresetMode]}, got {mode!r}")
+    expected = [m.name for m in AutoresetMode]
+    raise ValueError(f"envs.metadata['autoreset_mode']: expected one of {expected}, got {mode!r}")
 
 
 def _policy_name(policy: Any) -> str:
@@ -453,16 +456,19 @@ def collect(
     if not isinstance(envs, VectorEnv):
         raise TypeError(f"envs: expected a gymnasium.vector.VectorEnv, got {type(envs).__name__}")
     if (steps is None) == (episodes is None):
-        raise ValueError(f"steps, episodes: expected exactly one of them, got steps={steps!r}, episodes={episodes!r}")
+        raise ValueError(
+            f"steps, episodes: expected exactly one of them, got steps={steps!r}, episodes={episodes!r}"
+        )
     target = _positive_count("steps", steps) if steps is not None else _positive_count("episodes", episodes)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed: expected a non-negative int, got {seed!r} of type {type(seed).__name__}")
     if seed < 0:
         raise ValueError(f"seed: expected a non-negative int, got {seed!r}")
+    policy_error = f"policy: expected 'random' or a callable taking the batched observation, got {policy!r}"
     if isinstance(policy, str) and policy != "random":
-        raise ValueError(f"policy: expected 'random' or a callable taking the batched observation, got {policy!r}")
+        raise ValueError(policy_error)
     if not isinstance(policy, str) and not callable(policy):
-        raise TypeError(f"policy: expected 'random' or a callable taking the batched observation, got {policy!r}")
+        raise TypeError(policy_error)
     mode = _autoreset_mode(envs)
 
     single_obs_space, single_act_space = envs.single_observation_space, envs.single_action_space
@@ -483,7 +489,10 @@ def collect(
     info.setdefault("env_kwargs", dict(getattr(spec, "kwargs", None) or {}))
     if out is None:
         if info["env_id"] is None:
-            raise ValueError("out: expected a directory path (required when envs has no spec and metadata has no 'env_id'), got None")
+            raise ValueError(
+                "out: expected a directory path (required when envs has no spec and metadata has no "
+                "'env_id'), got None"
+            )
         out = Path("rollouts") / str(info["env_id"]).split(":")[-1]
     out = Path(out)
     _check_out(out, overwrite)
@@ -516,7 +525,7 @@ def collect(
         "observation_space": {"str": str(single_obs_space), "description": _describe_space(single_obs_space)},
         "action_space": {"str": str(single_act_space), "description": _describe_space(single_act_space)},
         "fields": {f.name: {"dtype": str(f.dtype), "shape": list(f.shape)} for f in fields},
-        "episode_ids": "numbered in the order episodes start (initial reset: env index order)",
+        "episode_id_order": "order of episode start (vector step, then env index)",
         "start_time": _now(),
         "end_time": None,
         "versions": _versions(),
@@ -533,7 +542,9 @@ def collect(
         dynamic_ncols=True,
     )
     try:
-        _collect_into(writer, bar, envs, act, mode, batched_act_space, policy_name, int(seed), steps, episodes)
+        _collect_into(
+            writer, bar, envs, act, mode, batched_act_space, policy_name, int(seed), steps, episodes
+        )
     except BaseException:
         writer.finalize(complete=False)
         raise
@@ -581,8 +592,11 @@ def _collect_into(
         _check_actions(actions, batched_act_space, act_space, policy_name)
         next_obs, rewards, terminations, truncations, infos = envs.step(actions)
         next_columns = copy_obs(next_obs)
+        rewards = np.asarray(rewards, dtype=np.float64)
+        terminations = np.asarray(terminations, dtype=np.bool_)
+        truncations = np.asarray(truncations, dtype=np.bool_)
         valid = ~resetting
-        done = (np.asarray(terminations, dtype=np.bool_) | np.asarray(truncations, dtype=np.bool_)) & valid
+        done = (terminations | truncations) & valid
 
         recorded_next = next_columns
         if mode is AutoresetMode.SAME_STEP and done.any():
@@ -593,14 +607,13 @@ def _collect_into(
                 for column, value in zip(recorded_next, _leaf_values(obs_space, infos["final_obs"][index])):
                     column[index] = value
 
-        rewards = np.asarray(rewards, dtype=np.float64)
         columns = [
             *obs_columns,
             *recorded_next,
             *(np.array(v, dtype=leaf.dtype) for v, leaf in zip(_leaf_values(act_space, actions), act_leaves)),
             rewards,
-            np.asarray(terminations, dtype=np.bool_),
-            np.asarray(truncations, dtype=np.bool_),
+            terminations,
+            truncations,
             env_ids,
             episode_ids.copy(),
         ]
@@ -662,7 +675,7 @@ def _collect_into(
 # --------------------------------------------------------------------------- loading
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Dataset(Mapping[str, Any]):
     """A rollout dataset read by ``load``.
 
@@ -670,22 +683,22 @@ class Dataset(Mapping[str, Any]):
     ``actions``, ``rewards``, ``terminations``, ``truncations``, ``env_ids``,
     ``episode_ids``) to read-only memory-mapped arrays, all of length
     ``dataset.transitions``; the observation and action fields are nested dicts / tuples
-    of arrays for Dict / Tuple spaces (``dataset["observations"]["pos"]``). ``metadata`` is the parsed
-    ``metadata.json`` and ``path`` the dataset directory.
+    of arrays for Dict / Tuple spaces (``dataset["observations"]["pos"]``).
+    ``metadata`` is the parsed ``metadata.json`` and ``path`` the dataset directory.
     """
 
     path: Path
     metadata: dict[str, Any]
-    fields: dict[str, Any]
+    arrays: dict[str, Any]
 
     def __getitem__(self, name: str) -> Any:
-        return self.fields[name]
+        return self.arrays[name]
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.fields)
+        return iter(self.arrays)
 
     def __len__(self) -> int:
-        return len(self.fields)
+        return len(self.arrays)
 
     @property
     def complete(self) -> bool:
@@ -716,14 +729,18 @@ def load(path: str | os.PathLike[str]) -> Dataset:
     path = Path(path)
     metadata_file = path / METADATA_FILE
     if not metadata_file.is_file():
-        raise FileNotFoundError(f"path: expected a rollout dataset directory containing {METADATA_FILE}, got {str(path)!r}")
+        raise FileNotFoundError(
+            f"path: expected a rollout dataset directory containing {METADATA_FILE}, got {str(path)!r}"
+        )
     metadata = json.loads(metadata_file.read_text())
     expected = metadata["counts"]["transitions"]
     arrays = {}
     for name in metadata["fields"]:
         array = np.load(path / f"{name}.npy", mmap_mode="r")
         if len(array) != expected:
-            raise ValueError(f"{path / (name + '.npy')}: expected {expected} rows as metadata.json says, got {len(array)}")
+            raise ValueError(
+                f"{path / (name + '.npy')}: expected {expected} rows as metadata.json says, got {len(array)}"
+            )
         arrays[name] = array
     fields = {
         "observations": _nest(metadata["observation_space"]["description"], "observations", arrays),
@@ -892,12 +909,17 @@ def _check_env_id(env_id: str) -> None:
         try:
             importlib.import_module(module)
         except Exception as exc:
-            raise _UsageError(f"--env {env_id!r}: cannot import module {module!r}: {type(exc).__name__}: {exc}") from None
+            raise _UsageError(
+                f"--env {env_id!r}: cannot import module {module!r}: {type(exc).__name__}: {exc}"
+            ) from None
     if name in gymnasium.registry:
         return
     lowered = {key.lower(): key for key in gymnasium.registry}
     matches = [lowered[m] for m in difflib.get_close_matches(name.lower(), list(lowered), n=3)]
-    hint = f"; did you mean {', '.join(map(repr, matches))}?" if matches else " (gymnasium.pprint_registry() lists the ids)"
+    if matches:
+        hint = f"; did you mean {', '.join(map(repr, matches))}?"
+    else:
+        hint = " (gymnasium.pprint_registry() lists the ids)"
     raise _UsageError(f"--env: unknown environment id {name!r}{hint}")
 
 
@@ -909,7 +931,9 @@ def _load_policy(spec: str) -> Policy:
     try:
         target: Any = importlib.import_module(module_name)
     except Exception as exc:
-        raise _UsageError(f"--policy {spec!r}: cannot import module {module_name!r}: {type(exc).__name__}: {exc}") from None
+        raise _UsageError(
+            f"--policy {spec!r}: cannot import module {module_name!r}: {type(exc).__name__}: {exc}"
+        ) from None
     for part in attr.split("."):
         if not hasattr(target, part):
             raise _UsageError(f"--policy {spec!r}: {module_name!r} has no attribute {attr!r}")
@@ -1017,7 +1041,8 @@ def _run(args: argparse.Namespace, command_line: str) -> int:
         raise _UsageError(str(exc)) from None
     except KeyboardInterrupt:
         if (out / METADATA_FILE).is_file():
-            print(f'{PROG}: interrupted: kept a partial dataset ("complete": false) in {out}', file=sys.stderr)
+            print(f'{PROG}: interrupted: kept a partial dataset ("complete": false) in {out}',
+                  file=sys.stderr)
             if not args.quiet:
                 print(_summary(load(out)))
         raise

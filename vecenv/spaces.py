@@ -31,6 +31,7 @@ __all__ = [
     "tree_assign",
     "write_item",
     "to_batch",
+    "is_array_batch",
 ]
 
 _BASE = (Box, Discrete, MultiDiscrete, MultiBinary)
@@ -156,6 +157,15 @@ def _write_tuple(space: Tuple, tree: tuple, index: int, value: Any) -> None:
 def _write_dict(space: Dict, tree: dict, index: int, value: Any) -> None:
     for key, sub in space.spaces.items():
         write_item(sub, tree[key], index, value[key])
+
+
+def is_array_batch(space: Space, value: Any) -> bool:
+    """Whether a batch of a fixed ``space`` is given as ndarrays (not lists or scalars)."""
+    if isinstance(space, Tuple):
+        return isinstance(value, tuple) and all(is_array_batch(s, v) for s, v in zip(space.spaces, value))
+    if isinstance(space, Dict):
+        return isinstance(value, dict) and all(is_array_batch(s, value[k]) for k, s in space.spaces.items())
+    return isinstance(value, np.ndarray)
 
 
 def to_batch(space: Space, value: Any, n: int, name: str) -> Any:

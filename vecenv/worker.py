@@ -14,6 +14,7 @@ import signal
 import threading
 from collections.abc import Callable
 from multiprocessing import parent_process
+from multiprocessing.reduction import ForkingPickler
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -25,6 +26,7 @@ from vecenv.buffers import Buffers
 from vecenv.errors import PackedException
 from vecenv.group import EnvGroup, VectorGroup
 from vecenv.protocol import Attach, CallArgs, Command, Hello, ResetArgs, SpaceMismatch
+from vecenv.spaces import tree_copy
 
 __all__ = ["worker_main"]
 
@@ -129,13 +131,14 @@ def _make_group(envs: Any, attach: Attach, buffers: Buffers) -> EnvGroup | Vecto
 def _serve(group: EnvGroup | VectorGroup, conn: Connection) -> None:
     """Answer commands until CLOSE. One reply per command, tagged with the command's call id."""
     buffers = group.buffers
-    shared_actions = buffers.spec.shared_actions
 
     def reset(args: ResetArgs) -> Any:
         return group.reset(args.seeds, args.options, args.mask), buffers.payload()
 
     def step(actions: Any) -> Any:
-        return group.step(buffers.actions if shared_actions and actions is None else actions), buffers.payload()
+        if actions is None:  # in the shared rows, which the next step rewrites: take a copy
+            actions = tree_copy(buffers.actions)
+        return group.step(actions), buffers.payload()
 
     def call(args: CallArgs) -> Any:
         return group.call(args.name, args.args, args.kwargs)
@@ -156,9 +159,11 @@ def _serve(group: EnvGroup | VectorGroup, conn: Connection) -> None:
         group.blame = None
         try:
             result = handlers[command](payload)
+            # Pickled here, inside the try: a result that cannot be pickled is the caller's
+            # error to see, not a reason for the worker to die.
+            reply = ForkingPickler.dumps((call_id, True, result))
         except BaseException as exc:
-            conn.send((call_id, False, PackedException(exc, group.blame)))
-        else:
-            conn.send((call_id, True, result))
+            reply = ForkingPickler.dumps((call_id, False, PackedException(exc, group.blame)))
+        conn.send_bytes(reply)
         if command is Command.CLOSE:
             return
