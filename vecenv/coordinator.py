@@ -107,16 +107,17 @@ class _Worker:
 class _GroupOfFns:
     """A picklable group builder: calls each env constructor of one worker, in order."""
 
-    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]]) -> None:
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], first: int) -> None:
         self.env_fns = list(env_fns)
+        self.first = first
 
     def __call__(self) -> list[gym.Env]:
         envs = []
-        for i, fn in enumerate(self.env_fns):
+        for i, fn in enumerate(self.env_fns, start=self.first):
             try:
                 envs.append(fn())
             except Exception as exc:
-                exc.add_note(f"raised by env constructor {i} of this worker's group")
+                exc.add_note(f"raised by env_fns[{i}] (env {i})")
                 raise
         return envs
 
@@ -210,7 +211,7 @@ class SubprocVectorEnv(VectorEnv):
             raise ValueError(
                 f"`num_workers` must be an int in [1, {n}] (1 to len(env_fns)), got {describe(num_workers)}"
             )
-        groups = [_GroupOfFns([env_fns[i] for i in r]) for r in _split(n, int(num_workers))]
+        groups = [_GroupOfFns([env_fns[i] for i in r], r.start) for r in _split(n, int(num_workers))]
         self._launch(groups, autoreset_mode, copy, context, daemon, shared_memory, batch_size, pin_cpus)
 
     @classmethod
@@ -858,37 +859,40 @@ class SubprocVectorEnv(VectorEnv):
             self.closed = True
 
     def _shutdown(self, timeout: float | None) -> None:
+        """Close politely within one deadline, then terminate, then kill; release everything."""
         error: BaseException | None = None
         grace = DEFAULT_CLOSE_TIMEOUT if timeout is None else timeout
-        polite = [
-            w for w in self._workers
-            if grace > 0 and w.process.is_alive() and (w.late == 0 or timeout is not None)
-        ]
-        if self._state is State.BROKEN:
-            polite = []
+        deadline = time.monotonic() + grace
+
+        def left(until: float) -> float:
+            return max(0.0, until - time.monotonic())
+
         closing = []
-        for w in polite:
-            try:
-                w.expect = next(self._call_ids)
-                w.conn.send((Command.CLOSE, w.expect, None))
-                closing.append(w)
-            except OSError:
-                pass
+        if self._state is not State.BROKEN and grace > 0:
+            for w in self._workers:
+                if not w.process.is_alive() or (w.late and timeout is None):
+                    continue
+                try:
+                    w.expect = next(self._call_ids)
+                    w.conn.send((Command.CLOSE, w.expect, None))
+                    closing.append(w)
+                except OSError:
+                    pass
         if closing:
             try:
-                self._gather(closing, grace, "close")
+                self._gather(closing, left(deadline), "close")
             except (VecEnvTimeoutError, WorkerDiedError):
                 pass
             except Exception as exc:
                 error = exc
-        deadline = time.monotonic() + grace
-        for w in self._workers:
-            w.process.join(max(0.0, deadline - time.monotonic()) if w in closing else 0.0)
+            for w in closing:
+                w.process.join(left(deadline))
         for w in self._workers:
             if w.process.is_alive():
                 w.process.terminate()
+        kill_deadline = time.monotonic() + _KILL_GRACE
         for w in self._workers:
-            w.process.join(_KILL_GRACE)
+            w.process.join(left(kill_deadline))
             if w.process.is_alive():
                 w.process.kill()
                 w.process.join()

@@ -27,7 +27,15 @@ the directory is a valid (``"complete": false``) dataset while collection is run
 after an interruption.
 
 ``collect`` is the library entry point, ``load`` reads a dataset back as memory-mapped
-arrays, and ``main`` is the ``vecenv-collect`` command line tool.
+arrays, and ``main`` is the ``vecenv-collect`` command line tool. For example::
+
+    envs = vecenv.make("CartPole-v1", 8)
+    try:
+        dataset = collect(envs, "random", steps=10_000, seed=0, out="rollouts/cartpole")
+    finally:
+        envs.close()
+    dataset["observations"].shape         # (10000, 4), a read-only numpy.memmap
+    load("rollouts/cartpole").metadata["counts"]  # {"transitions": 10000, "episodes": ...}
 """
 
 from __future__ import annotations
@@ -440,7 +448,8 @@ def collect(
         progress: show a tqdm progress bar on stderr.
         overwrite: replace ``out`` if it exists (only if it is empty or a dataset).
         metadata: extra entries for ``metadata.json`` (e.g. ``env_id``, ``env_kwargs``,
-            ``num_workers``, ``command_line``), overriding the inferred ones.
+            ``num_workers``, ``command_line``, or ``policy``: the name recorded and used in
+            error messages), overriding the inferred ones.
 
     Returns:
         The written dataset, as ``load(out)`` returns it.
