@@ -1,0 +1,12 @@
+"""Throughput benchmark of vecenv; a shim for ``python -m vecenv.benchmark`` (see --help).
+
+    python scripts/benchmark.py --quick
+    python scripts/benchmark.py --sizes 128 --reps 3
+"""
+
+import sys
+
+from vecenv.benchmark import main
+
+if __name__ == "__main__":
+    sys.exit(main())
