@@ -12,11 +12,13 @@ from vecenv.errors import (
     WorkerDiedError,
 )
 from vecenv.factory import make
+from vecenv.rollout import Dataset, collect, load
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AutoresetMode",
+    "Dataset",
     "DEFAULT_CLOSE_TIMEOUT",
     "NeedsResetError",
     "RemoteEnvError",
@@ -26,6 +28,8 @@ __all__ = [
     "VecEnvError",
     "VecEnvTimeoutError",
     "WorkerDiedError",
+    "collect",
+    "load",
     "make",
     "__version__",
 ]

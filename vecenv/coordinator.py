@@ -830,6 +830,11 @@ class SubprocVectorEnv(VectorEnv):
         return self._finish(call, None, poisons=False)
 
     @property
+    def num_workers(self) -> int:
+        """The number of worker processes (one env group each)."""
+        return len(self._workers)
+
+    @property
     def np_random_seed(self) -> tuple[int, ...]:
         """The seed of each env's random generator."""
         return self.get_attr("np_random_seed")

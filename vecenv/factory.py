@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import importlib
 import functools
 from typing import Any
 
@@ -11,7 +12,28 @@ import gymnasium as gym
 from vecenv.coordinator import SubprocVectorEnv
 from vecenv.errors import describe
 
-__all__ = ["make"]
+__all__ = ["make", "check_env_id"]
+
+
+def check_env_id(env_id: str) -> None:
+    """Raise unless ``env_id`` (``"ID"`` or ``"module:ID"``) names a registered env.
+
+    ``"module:ID"`` imports the module first, as ``gymnasium.make`` does, since importing it is
+    what registers its envs.
+
+    Raises:
+        ImportError: the module cannot be imported.
+        gymnasium.error.NameNotFound: no such id; the message lists close matches.
+    """
+    module, _, name = env_id.rpartition(":")
+    if module:
+        importlib.import_module(module)
+    if name in gym.registry:
+        return
+    lowered = {key.lower(): key for key in gym.registry}
+    matches = [lowered[m] for m in difflib.get_close_matches(name.lower(), list(lowered), n=3)]
+    hint = f"; did you mean {', '.join(map(repr, matches))}?" if matches else " (gymnasium.pprint_registry() lists the ids)"
+    raise gym.error.NameNotFound(f"unknown environment id {name!r}{hint}")
 
 
 def make(
@@ -30,10 +52,7 @@ def make(
     """
     if not isinstance(env_id, str):
         raise TypeError(f"`env_id` must be a registered env id (str), got {describe(env_id)}")
-    if env_id not in gym.registry:
-        close = difflib.get_close_matches(env_id, list(gym.registry), n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise gym.error.NameNotFound(f"`env_id` {env_id!r} is not a registered Gymnasium env{hint}")
+    check_env_id(env_id)
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"`num_envs` must be a positive int, got {describe(num_envs)}")
     if env_kwargs is not None and not isinstance(env_kwargs, dict):

@@ -67,6 +67,8 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, iterate
 from tqdm import tqdm
 
+from vecenv.factory import check_env_id, make
+
 __all__ = ["Dataset", "PolicyError", "UnsupportedSpaceError", "collect", "load", "main"]
 
 PROG = "vecenv-collect"
@@ -913,23 +915,15 @@ def _parse_env_kwargs(text: str) -> dict[str, Any]:
 
 def _check_env_id(env_id: str) -> None:
     """Raise _UsageError unless ``env_id`` ('[module:]ID') names a registered environment."""
-    module, _, name = env_id.rpartition(":")
-    if module:
-        try:
-            importlib.import_module(module)
-        except Exception as exc:
-            raise _UsageError(
-                f"--env {env_id!r}: cannot import module {module!r}: {type(exc).__name__}: {exc}"
-            ) from None
-    if name in gymnasium.registry:
-        return
-    lowered = {key.lower(): key for key in gymnasium.registry}
-    matches = [lowered[m] for m in difflib.get_close_matches(name.lower(), list(lowered), n=3)]
-    if matches:
-        hint = f"; did you mean {', '.join(map(repr, matches))}?"
-    else:
-        hint = " (gymnasium.pprint_registry() lists the ids)"
-    raise _UsageError(f"--env: unknown environment id {name!r}{hint}")
+    try:
+        check_env_id(env_id)
+    except gymnasium.error.NameNotFound as exc:
+        raise _UsageError(f"--env: {exc}") from None
+    except Exception as exc:
+        module = env_id.rpartition(":")[0]
+        raise _UsageError(
+            f"--env {env_id!r}: cannot import module {module!r}: {type(exc).__name__}: {exc}"
+        ) from None
 
 
 def _load_policy(spec: str) -> Policy:
@@ -1013,11 +1007,9 @@ def _run(args: argparse.Namespace, command_line: str) -> int:
         args.steps = 10000
     num_workers = args.num_workers or min(_cpu_count(), args.num_envs)
 
-    from vecenv import make  # the engine: imported here so `--help` and errors stay fast
-
     try:
         envs = make(
-            args.env.rpartition(":")[2],  # the module, if any, was imported by _check_env_id
+            args.env,
             args.num_envs,
             num_workers,
             env_kwargs=env_kwargs,
