@@ -165,5 +165,5 @@ def _serve(group: EnvGroup | VectorGroup, conn: Connection) -> None:
         except BaseException as exc:
             reply = ForkingPickler.dumps((call_id, False, PackedException(exc, group.blame)))
         conn.send_bytes(reply)
-        if command is Command.CLOSE:
+        if command == Command.CLOSE:
             return
