@@ -832,3 +832,16 @@ def test_ctrl_c(ctx: str, tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.communicate(timeout=10)
+
+
+@pytest.mark.timeout(30)
+def test_constructor_error_does_not_wait_for_a_hanging_sibling() -> None:
+    """Start-up raises the first constructor error at once, even while another worker hangs."""
+    fns = healthy_fns(2)
+    fns[0] = fault_fns(1, "raise", "init", 0)[0]
+    fns[1] = fault_fns(2, "hang", "init", 1)[1]
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="injected fault in init of env 0"):
+        vecenv.SubprocVectorEnv(fns, 2, context="fork")
+    assert time.monotonic() - start < 5.0
+    assert multiprocessing.active_children() == []

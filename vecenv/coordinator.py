@@ -254,9 +254,19 @@ class SubprocVectorEnv(VectorEnv):
         batch_size: int | None,
         pin_cpus: bool,
     ) -> None:
-        self.autoreset_mode = (
-            autoreset_mode if isinstance(autoreset_mode, AutoresetMode) else AutoresetMode(autoreset_mode)
-        )
+        try:
+            self.autoreset_mode = AutoresetMode(autoreset_mode)
+        except ValueError:
+            raise ValueError(
+                f"`autoreset_mode` must be one of {[m.value for m in AutoresetMode]} or an AutoresetMode, "
+                f"got {describe(autoreset_mode)}"
+            ) from None
+        try:
+            ctx = multiprocessing.get_context(context)
+        except ValueError:
+            raise ValueError(
+                f"`context` must be None or one of {multiprocessing.get_all_start_methods()}, got {describe(context)}"
+            ) from None
         self.copy = copy
         self.closed = False
         self._state = State.DEFAULT
@@ -269,7 +279,6 @@ class SubprocVectorEnv(VectorEnv):
         self._reset_mask: np.ndarray | None = None
         self._ready: collections.deque[tuple[_Worker, Any]] = collections.deque()
         self._shared_memory_requested = shared_memory
-        ctx = multiprocessing.get_context(context)
         # Workers must share the parent's resource tracker: one they started themselves would
         # unlink the shared block, as "leaked", when they exit.
         resource_tracker.ensure_running()
@@ -297,7 +306,7 @@ class SubprocVectorEnv(VectorEnv):
     def _handshake(self) -> None:
         for w in self._workers:
             w.expect = 0
-        hellos: list[Hello] = self._gather(self._workers, None, "__init__")
+        hellos: list[Hello] = self._gather(self._workers, None, "__init__", fail_fast=True)
         start = 0
         for w, hello in zip(self._workers, hellos):
             w.start, w.stop = start, start + hello.num_envs
@@ -401,12 +410,15 @@ class SubprocVectorEnv(VectorEnv):
             if answers:
                 return sorted(answers, key=lambda a: a[0].index)
 
-    def _gather(self, workers: Sequence[_Worker], timeout: float | None, call: str) -> list[Any]:
+    def _gather(
+        self, workers: Sequence[_Worker], timeout: float | None, call: str, fail_fast: bool = False
+    ) -> list[Any]:
         """Wait for the reply each of ``workers`` owes; results in worker order.
 
         An error reply is raised (the first, by worker order) only once every worker has
         answered, so no reply is left in a pipe to be mistaken for a later one. On a timeout
         the unanswered workers are marked late: their replies will be dropped on arrival.
+        ``fail_fast`` raises the first error at once, for start-up, where nothing is kept.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         results: dict[int, Any] = {}
@@ -422,6 +434,8 @@ class SubprocVectorEnv(VectorEnv):
             for w, ok, result in answers:
                 if ok:
                     results[w.index] = result
+                elif fail_fast:
+                    self._raise_remote(w, result, call)
                 else:
                     failures.append((w, result))
             waiting = [w for w in waiting if w.expect is not None]
@@ -520,12 +534,12 @@ class SubprocVectorEnv(VectorEnv):
         """
         self._assert_usable("reset_async")
         seeds = self._seed_list(seed)
-        mask = None
-        if options is not None and "reset_mask" in options:
-            options = dict(options)
-            mask = self._check_reset_mask(options.pop("reset_mask"))
         if options is not None and not isinstance(options, dict):
             raise TypeError(f"`options` must be a dict or None, got {describe(options)}")
+        mask = None
+        if options is not None and "reset_mask" in options:
+            options = dict(options)  # unlike SyncVectorEnv, leave the caller's dict as it was
+            mask = self._check_reset_mask(options.pop("reset_mask"))
         self._pending = [w for w in self._workers if mask is None or mask[w.start:w.stop].any()]
         for w in self._pending:
             rows = mask[w.start:w.stop] if mask is not None else None
@@ -693,10 +707,10 @@ class SubprocVectorEnv(VectorEnv):
         self._assert_usable("async_reset")
         if self.autoreset_mode is AutoresetMode.DISABLED:
             raise ValueError("async_reset/recv/send need autoreset_mode NEXT_STEP or SAME_STEP, got DISABLED")
-        if options is not None and "reset_mask" in options:
-            raise ValueError("`options['reset_mask']` is not supported by `async_reset`: it resets every env")
         if options is not None and not isinstance(options, dict):
             raise TypeError(f"`options` must be a dict or None, got {describe(options)}")
+        if options is not None and "reset_mask" in options:
+            raise ValueError("`options['reset_mask']` is not supported by `async_reset`: it resets every env")
         seeds = self._seed_list(seed)
         for w in self._workers:
             self._send(w, Command.RESET, ResetArgs(seeds[w.start:w.stop], options, None), "async_reset")
