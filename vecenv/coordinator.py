@@ -61,7 +61,7 @@ from vecenv.errors import (
     WorkerDiedError,
     describe,
 )
-from vecenv.protocol import Attach, CallArgs, Command, Hello, ResetArgs
+from vecenv.protocol import Attach, CallArgs, Command, Hello, ResetArgs, decode_reply, encode_command
 from vecenv.spaces import is_array_batch, is_fixed, to_batch, tree_assign, tree_copy, tree_leaves, tree_map, tree_slice
 from vecenv.worker import worker_main
 
@@ -278,6 +278,7 @@ class SubprocVectorEnv(VectorEnv):
         self._pending: list[_Worker] = []
         self._reset_mask: np.ndarray | None = None
         self._ready: collections.deque[tuple[_Worker, Any]] = collections.deque()
+        self._pollers: dict[tuple[int, ...], tuple[dict[int, _Worker], dict[int, _Worker], Any]] = {}
         self._shared_memory_requested = shared_memory
         # Workers must share the parent's resource tracker: one they started themselves would
         # unlink the shared block, as "leaked", when they exit.
@@ -357,7 +358,7 @@ class SubprocVectorEnv(VectorEnv):
         call_id = next(self._call_ids)
         worker.expect = call_id
         try:
-            worker.conn.send((int(command), call_id, payload))  # an int pickles 6x faster
+            worker.conn.send_bytes(encode_command(command, call_id, payload))
         except (BrokenPipeError, ConnectionResetError, EOFError):
             worker.process.join(1.0)
             self._break(worker, call)
@@ -374,11 +375,7 @@ class SubprocVectorEnv(VectorEnv):
             WorkerDiedError: a worker died before answering; the vector env is then broken.
             VecEnvTimeoutError: ``deadline`` (``time.monotonic()`` + ``timeout``) passed first.
         """
-        pipes: dict[int, _Worker] = {w.conn.fileno(): w for w in workers}
-        sentinels: dict[int, _Worker] = {w.process.sentinel: w for w in workers}
-        poller = select.poll()
-        for fd in itertools.chain(pipes, sentinels):
-            poller.register(fd, select.POLLIN)
+        pipes, sentinels, poller = self._poller(workers)
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready = poller.poll(None if remaining is None else math.ceil(remaining * 1000))
@@ -393,7 +390,7 @@ class SubprocVectorEnv(VectorEnv):
                 if w is None or w.expect is None:
                     continue
                 try:
-                    call_id, ok, result = w.conn.recv()
+                    call_id, ok, result = decode_reply(w.conn.recv_bytes())
                 except (EOFError, OSError):
                     hung_up.add(w.index)  # the worker is gone; its sentinel says so
                     continue
@@ -409,6 +406,21 @@ class SubprocVectorEnv(VectorEnv):
                     self._break(w, call)
             if answers:
                 return sorted(answers, key=lambda a: a[0].index)
+
+    def _poller(self, workers: Sequence[_Worker]) -> tuple[dict[int, _Worker], dict[int, _Worker], Any]:
+        """A poll object over the pipes and sentinels of ``workers``, kept for the next wait."""
+        key = tuple(w.index for w in workers)
+        cached = self._pollers.get(key)
+        if cached is None:
+            if len(self._pollers) > 64:
+                self._pollers.clear()
+            pipes = {w.conn.fileno(): w for w in workers}
+            sentinels = {w.process.sentinel: w for w in workers}
+            poller = select.poll()
+            for fd in itertools.chain(pipes, sentinels):
+                poller.register(fd, select.POLLIN)
+            cached = self._pollers[key] = (pipes, sentinels, poller)
+        return cached
 
     def _gather(
         self, workers: Sequence[_Worker], timeout: float | None, call: str, fail_fast: bool = False
@@ -521,6 +533,8 @@ class SubprocVectorEnv(VectorEnv):
         obs = self._buffers.batched_observations()
         if not self.copy:
             return obs
+        if type(obs) is np.ndarray:
+            return obs.copy()
         return tree_copy(obs) if self._buffers.fixed_observations else deepcopy(obs)
 
     # -- reset ---------------------------------------------------------------------------------
@@ -631,6 +645,11 @@ class SubprocVectorEnv(VectorEnv):
         dtype differs from the space's travels through the pipe as it is, so the env receives
         exactly what ``SyncVectorEnv`` would give it.
         """
+        shared = self._buffers.actions if self._buffers.spec.shared_actions else None
+        if (env_ids is None and type(actions) is np.ndarray and type(shared) is np.ndarray
+                and actions.shape == shared.shape and actions.dtype == shared.dtype):
+            np.copyto(shared, actions)  # the common case: one array, exactly the buffer's kind
+            return [None] * len(workers)
         n = sum(w.stop - w.start for w in workers)
         order = None if env_ids is None else np.argsort(env_ids, kind="stable")
         offsets = list(itertools.accumulate((w.stop - w.start for w in workers), initial=0))
@@ -899,7 +918,7 @@ class SubprocVectorEnv(VectorEnv):
                     continue
                 try:
                     w.expect = next(self._call_ids)
-                    w.conn.send((int(Command.CLOSE), w.expect, None))
+                    w.conn.send_bytes(encode_command(Command.CLOSE, w.expect, None))
                     closing.append(w)
                 except OSError:
                     pass

@@ -13,12 +13,25 @@ on: the payloads carry only what does not fit the arrays.
 from __future__ import annotations
 
 import dataclasses
+import pickle
+import struct
 from enum import IntEnum
 from typing import Any
 
 from gymnasium import Space
 
-__all__ = ["Command", "Hello", "Attach", "ResetArgs", "CallArgs", "SpaceMismatch"]
+__all__ = [
+    "Command",
+    "Hello",
+    "Attach",
+    "ResetArgs",
+    "CallArgs",
+    "SpaceMismatch",
+    "encode_command",
+    "decode_command",
+    "encode_reply",
+    "decode_reply",
+]
 
 
 class Command(IntEnum):
@@ -82,3 +95,50 @@ class CallArgs:
     name: str
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
+
+
+# -- the wire format -------------------------------------------------------------------------
+#
+# The step path is one small message each way. A command without payload and a reply whose
+# result is empty (a step with no infos, all rows in shared memory) are packed with ``struct``;
+# anything else is pickled. The first byte says which.
+
+_BARE = struct.Struct("<BBQ")  # tag, command or ok flag, call id
+_TAG_BARE, _TAG_PICKLED = 0, 1
+#: The result of a step or reset whose infos are empty and whose rows are all shared.
+EMPTY_RESULT: tuple[list[Any], None] = ([], None)
+
+
+def encode_command(command: Command, call_id: int, payload: Any) -> bytes:
+    """Bytes for one command; a payload-free command is a 10-byte struct."""
+    if payload is None:
+        return _BARE.pack(_TAG_BARE, command, call_id)
+    return bytes([_TAG_PICKLED]) + pickle.dumps((int(command), call_id, payload), pickle.HIGHEST_PROTOCOL)
+
+
+def decode_command(data: bytes) -> tuple[Command, int, Any]:
+    """Inverse of :func:`encode_command`."""
+    if data[0] == _TAG_BARE:
+        _, command, call_id = _BARE.unpack(data)
+        return Command(command), call_id, None
+    command, call_id, payload = pickle.loads(data[1:])
+    return Command(command), call_id, payload
+
+
+def encode_reply(call_id: int, ok: bool, result: Any) -> bytes:
+    """Bytes for one reply; an empty step or reset result is a 10-byte struct.
+
+    Raises whatever pickling raises, so the worker can answer with that error instead.
+    """
+    empty = type(result) is tuple and len(result) == 2 and result[0] == [] and result[1] is None
+    if ok and (result is None or empty):
+        return _BARE.pack(_TAG_BARE, 1 if result is None else 2, call_id)
+    return bytes([_TAG_PICKLED]) + pickle.dumps((call_id, ok, result), pickle.HIGHEST_PROTOCOL)
+
+
+def decode_reply(data: bytes) -> tuple[int, bool, Any]:
+    """Inverse of :func:`encode_reply`."""
+    if data[0] == _TAG_BARE:
+        _, kind, call_id = _BARE.unpack(data)
+        return call_id, True, (None if kind == 1 else ([], None))
+    return pickle.loads(data[1:])

@@ -14,7 +14,6 @@ import signal
 import threading
 from collections.abc import Callable
 from multiprocessing import parent_process
-from multiprocessing.reduction import ForkingPickler
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -25,7 +24,16 @@ from gymnasium.vector import AutoresetMode
 from vecenv.buffers import Buffers
 from vecenv.errors import PackedException
 from vecenv.group import EnvGroup, VectorGroup
-from vecenv.protocol import Attach, CallArgs, Command, Hello, ResetArgs, SpaceMismatch
+from vecenv.protocol import (
+    Attach,
+    CallArgs,
+    Command,
+    Hello,
+    ResetArgs,
+    SpaceMismatch,
+    decode_command,
+    encode_reply,
+)
 from vecenv.spaces import tree_copy
 
 __all__ = ["worker_main"]
@@ -106,10 +114,11 @@ def worker_main(index: int, conn: Connection, group_fn_bytes: bytes, cpu: int | 
                 if not envs:
                     raise ValueError(f"the env group of worker {index} is empty; each needs one env or more")
                 hello = _hello(envs)
+            message = encode_reply(0, True, hello)
         except BaseException as exc:
-            conn.send((0, False, PackedException(exc, None)))
+            conn.send_bytes(encode_reply(0, False, PackedException(exc, None)))
             return
-        conn.send((0, True, hello))
+        conn.send_bytes(message)
         attach: Attach = conn.recv()
         buffers = Buffers.attach(attach.buffers, attach.start, attach.start + attach.num_envs)
         try:
@@ -155,15 +164,15 @@ def _serve(group: EnvGroup | VectorGroup, conn: Connection) -> None:
         Command.CLOSE: lambda _: group.close(),
     }
     while True:
-        command, call_id, payload = conn.recv()
+        command, call_id, payload = decode_command(conn.recv_bytes())
         group.blame = None
         try:
             result = handlers[command](payload)
-            # Pickled here, inside the try: a result that cannot be pickled is the caller's
+            # Encoded here, inside the try: a result that cannot be pickled is the caller's
             # error to see, not a reason for the worker to die.
-            reply = ForkingPickler.dumps((call_id, True, result))
+            reply = encode_reply(call_id, True, result)
         except BaseException as exc:
-            reply = ForkingPickler.dumps((call_id, False, PackedException(exc, group.blame)))
+            reply = encode_reply(call_id, False, PackedException(exc, group.blame))
         conn.send_bytes(reply)
-        if command == Command.CLOSE:
+        if command is Command.CLOSE:
             return
