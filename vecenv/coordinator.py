@@ -645,10 +645,7 @@ class SubprocVectorEnv(VectorEnv):
         dtype differs from the space's travels through the pipe as it is, so the env receives
         exactly what ``SyncVectorEnv`` would give it.
         """
-        shared = self._buffers.actions if self._buffers.spec.shared_actions else None
-        if (env_ids is None and type(actions) is np.ndarray and type(shared) is np.ndarray
-                and actions.shape == shared.shape and actions.dtype == shared.dtype):
-            np.copyto(shared, actions)  # the common case: one array, exactly the buffer's kind
+        if env_ids is None and self._copy_actions_directly(actions):
             return [None] * len(workers)
         n = sum(w.stop - w.start for w in workers)
         order = None if env_ids is None else np.argsort(env_ids, kind="stable")
@@ -670,6 +667,19 @@ class SubprocVectorEnv(VectorEnv):
         for w, part in zip(workers, rows):
             tree_assign(tree_slice(self._buffers.actions, w.start, w.stop), part)
         return [None] * len(workers)
+
+    def _copy_actions_directly(self, actions: Any) -> bool:
+        """The common case: one array, exactly the shared buffer's shape and dtype.
+
+        A method of its own so that no frame which may raise holds a view of the block (a
+        traceback kept by the caller would keep the block mapped after ``close()``).
+        """
+        shared = self._buffers.actions if self._buffers.spec.shared_actions else None
+        if (type(actions) is np.ndarray and type(shared) is np.ndarray
+                and actions.shape == shared.shape and actions.dtype == shared.dtype):
+            np.copyto(shared, actions)
+            return True
+        return False
 
     def _action_items(self, actions: Any, n: int, order: np.ndarray | None, offsets: list[int]) -> list[Any]:
         """One action object per env, sliced per worker (sent through the pipes)."""
