@@ -1,7 +1,8 @@
 """Shared fixtures: leak checks after every test, and start-method parametrization.
 
 * ``_no_leaks`` (autouse): after each test, no child process of the test process may be alive
-  (``multiprocessing.active_children()``) and no ``/dev/shm/vecenv_*`` block created during the
+  (``multiprocessing.active_children()``), no descriptor of a vecenv memfd block (Linux) may be
+  left open, and no ``/dev/shm/vecenv_*`` block (the named fallback) created during the
   test may be left behind. Blocks are attributed to this test process by recording the names of
   the shared-memory blocks it creates, so a concurrent test run on the same machine cannot make
   the check flaky; blocks that appeared in ``/dev/shm`` during the test are reported too.
@@ -49,6 +50,18 @@ def start_method(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
+def _memfd_descriptors() -> set[int]:
+    """This process's open descriptors of vecenv memfd blocks."""
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:vecenv"):
+                found.add(int(fd))
+        except OSError:
+            pass
+    return found
+
+
 def _shm_blocks() -> set[str]:
     return {os.path.basename(p) for p in glob.glob(SHM_GLOB)}
 
@@ -68,6 +81,7 @@ def _no_leaks():
     patch.setattr(shared_memory.SharedMemory, "__init__", recording_init)
     before_children = set(multiprocessing.active_children())
     before_blocks = _shm_blocks()
+    before_memfds = _memfd_descriptors()
     try:
         yield
     finally:
@@ -77,6 +91,11 @@ def _no_leaks():
     ours = sorted(b for b in created if b.startswith("vecenv_") and b in now)
     appeared = sorted(now - before_blocks)
     problems = []
+    memfds = sorted(_memfd_descriptors() - before_memfds)
+    if memfds:
+        for fd in memfds:
+            os.close(fd)
+        problems.append(f"memfd block descriptors left open: {memfds}")
     if children:
         names = ", ".join(f"{p.name} (pid {p.pid})" for p in children)
         for p in children:  # do not leak into the next test's check

@@ -17,7 +17,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.vector.utils import concatenate, create_empty_array
 
-from vecenv.buffers import SHM_PREFIX, Buffers, BufferSpec
+from vecenv.buffers import HAVE_MEMFD, SHM_PREFIX, Buffers, BufferSpec
 from vecenv.group import EnvGroup
 from vecenv.spaces import build_tree, is_fixed, leaf_layout, to_batch, tree_assign, tree_leaves, tree_slice, write_item
 from tests.envs import DiffEnv, ReusedInfoEnv, diff_env_fns, make_obs_space
@@ -35,6 +35,19 @@ class _Merger:
         self.num_envs = num_envs
 
 
+def attach(parent: Buffers, start: int, stop: int) -> Buffers:
+    """A worker's rows of ``parent`` mapped in this process, as a worker maps them."""
+    fd = os.dup(parent.block.fd) if Buffers.needs_fd(parent.spec) else None
+    return Buffers.attach(parent.spec, start, stop, fd)
+
+
+def block_alive(spec: BufferSpec, parent: Buffers | None = None) -> bool:
+    """Whether the parent's block still exists: its name in /dev/shm, or its memfd still open."""
+    if spec.shm_name is not None:
+        return os.path.exists(os.path.join("/dev/shm", spec.shm_name))
+    return parent is not None and parent.block is not None
+
+
 class LocalVec:
     """EnvGroups over contiguous row ranges of one Buffers, driven as the coordinator drives them."""
 
@@ -46,7 +59,7 @@ class LocalVec:
         self.parent = Buffers.create(self.spec)
         self.ranges = list(zip(bounds[:-1], bounds[1:]))
         self.groups = [
-            EnvGroup(envs[a:b], mode, Buffers.attach(self.spec, a, b)) for a, b in self.ranges
+            EnvGroup(envs[a:b], mode, attach(self.parent, a, b)) for a, b in self.ranges
         ]
 
     def reset(self, seeds: list, options: dict | None, mask: np.ndarray | None) -> tuple[Any, dict]:
@@ -294,14 +307,13 @@ def test_to_batch_errors(space: gym.Space, value: Any, error: type, match: str) 
 # -- buffers ---------------------------------------------------------------------------------
 
 
-def _shm_exists(name: str) -> bool:
-    return os.path.exists(os.path.join("/dev/shm", name))
-
-
 def test_buffer_spec_plan() -> None:
     obs, act = make_obs_space("dict"), spaces.Box(-1, 1, (2,), np.float32)
     spec = BufferSpec.plan(4, obs, act, True)
-    assert spec.shm_name.startswith(SHM_PREFIX)
+    if HAVE_MEMFD:
+        assert spec.shm_name is None and Buffers.needs_fd(spec)  # an anonymous block
+    else:
+        assert spec.shm_name.startswith(SHM_PREFIX)
     assert spec.shared_observations and spec.shared_actions and spec.shared_flags
     fields = [f for f, _, _ in spec.layout()]
     assert fields == ["observations"] * len(leaf_layout(obs, 4)) + ["actions", "rewards", "terminations", "truncations"]
@@ -310,17 +322,17 @@ def test_buffer_spec_plan() -> None:
     text = BufferSpec.plan(4, make_obs_space("tuple_text"), act, True)
     assert not text.shared_observations and text.shared_actions and text.shared_flags
     off = BufferSpec.plan(4, obs, act, False)
-    assert off.shm_name is None and off.layout() == []
-    assert BufferSpec.plan(4, obs, act, True).shm_name != spec.shm_name
+    assert off.shm_name is None and off.layout() == [] and not Buffers.needs_fd(off)
+    if not HAVE_MEMFD:
+        assert BufferSpec.plan(4, obs, act, True).shm_name != spec.shm_name
 
 
 def test_buffers_create_attach_round_trip_and_close() -> None:
     obs_space, act_space = make_obs_space("tuple"), spaces.MultiDiscrete([3, 5])
     spec = BufferSpec.plan(5, obs_space, act_space, True)
     parent = Buffers.create(spec)
-    name = spec.shm_name
-    assert _shm_exists(name)
-    left, right = Buffers.attach(spec, 0, 2), Buffers.attach(spec, 2, 5)
+    assert block_alive(spec, parent)
+    left, right = attach(parent, 0, 2), attach(parent, 2, 5)
     try:
         assert right.rewards.shape == (3,) and parent.rewards.shape == (5,)
         # A worker's writes show in the parent's rows...
@@ -345,16 +357,17 @@ def test_buffers_create_attach_round_trip_and_close() -> None:
         right.close()
         left.close()
         right.close()  # twice is safe
-        assert _shm_exists(name)  # only the owner unlinks
+        assert block_alive(spec, parent)  # only the owner releases the block
         parent.close()
         parent.close()
-    assert not _shm_exists(name)
+    assert not block_alive(spec, parent)
 
 
 def test_buffers_payload_and_receive_without_shared_memory() -> None:
     obs_space = make_obs_space("dict")
     spec = BufferSpec.plan(4, obs_space, spaces.Discrete(2), False)
-    parent, worker = Buffers.create(spec), Buffers.attach(spec, 1, 4)
+    parent = Buffers.create(spec)
+    worker = attach(parent, 1, 4)
     obs_space.seed(1)
     samples = [obs_space.sample() for _ in range(3)]
     write = worker.observation_writer()
@@ -374,7 +387,8 @@ def test_buffers_payload_and_receive_without_shared_memory() -> None:
 def test_buffers_text_observations_travel_as_objects() -> None:
     space = make_obs_space("tuple_text")
     spec = BufferSpec.plan(3, space, spaces.Discrete(2), True)
-    parent, worker = Buffers.create(spec), Buffers.attach(spec, 0, 3)
+    parent = Buffers.create(spec)
+    worker = attach(parent, 0, 3)
     try:
         assert not parent.fixed_observations
         items = [("ab", np.array([1, 2], np.float32), 1), ("c", np.array([3, 4], np.float32), 2),
@@ -391,7 +405,7 @@ def test_buffers_text_observations_travel_as_objects() -> None:
     finally:
         worker.close()
         parent.close()
-    assert not _shm_exists(spec.shm_name)
+    assert not block_alive(spec, parent)
 
 
 def test_buffers_close_with_a_live_view_still_unlinks() -> None:
@@ -400,5 +414,5 @@ def test_buffers_close_with_a_live_view_still_unlinks() -> None:
     view = parent.observations  # as copy=False hands out
     view[:] = 0.5
     parent.close()
-    assert not _shm_exists(spec.shm_name)
+    assert not block_alive(spec, parent)
     assert view.sum() == 3.0  # the view is still readable: the mapping was not pulled from under it

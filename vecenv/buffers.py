@@ -1,8 +1,11 @@
 """The arrays that hold a vector env's observations, actions, rewards and flags.
 
-With shared memory on, every fixed-shape field lives in one ``SharedMemory`` block that the
-parent creates after the handshake and each worker maps once; a worker then writes its rows in
-place and the step path pickles none of it. Fields that are not shared (``shared_memory=False``,
+With shared memory on, every fixed-shape field lives in one shared block that the parent creates
+after the handshake and each worker maps once; a worker then writes its rows in place and the
+step path pickles none of it. On Linux the block is an anonymous ``memfd`` whose descriptor is
+passed to the workers over their pipes: it has no name, so nothing can be left behind in
+``/dev/shm`` whatever kills the processes, and no resource-tracker process is needed. Elsewhere
+it is a named ``multiprocessing.shared_memory.SharedMemory``. Fields that are not shared (``shared_memory=False``,
 or an observation space with no fixed shape) are ordinary arrays or lists on each side, and their
 rows travel in the step reply as a :meth:`Buffers.payload`.
 
@@ -12,6 +15,8 @@ The layout is computed from a small picklable :class:`BufferSpec`, the same way 
 from __future__ import annotations
 
 import dataclasses
+import mmap
+import os
 import secrets
 from collections.abc import Callable
 from multiprocessing import shared_memory
@@ -23,12 +28,14 @@ from gymnasium.vector.utils import concatenate, create_empty_array
 
 from vecenv.spaces import build_tree, is_fixed, leaf_layout, tree_assign, tree_slice, write_item
 
-__all__ = ["BufferSpec", "Buffers", "SHM_PREFIX"]
+__all__ = ["BufferSpec", "Buffers", "SharedBlock", "SHM_PREFIX", "HAVE_MEMFD"]
 
 #: Names of vecenv's shared-memory blocks start with this, so leaks are easy to find.
 SHM_PREFIX = "vecenv_"
 _ALIGN = 64
 _STILL_VIEWED: list[shared_memory.SharedMemory] = []
+#: Linux: the block is an anonymous memfd passed by descriptor (see the module docstring).
+HAVE_MEMFD = hasattr(os, "memfd_create")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +45,7 @@ class BufferSpec:
     num_envs: int
     observation_space: Space
     action_space: Space
-    shm_name: str | None
+    shm_name: str | None  # the named fallback block; None with a memfd (or nothing shared)
     shared_observations: bool
     shared_actions: bool
     shared_flags: bool
@@ -47,10 +54,11 @@ class BufferSpec:
     def plan(
         cls, num_envs: int, observation_space: Space, action_space: Space, shared_memory: bool
     ) -> BufferSpec:
-        """Decide which fields can be shared; names a block only if something is."""
+        """Decide which fields can be shared, and how the block reaches the workers."""
         shared_obs = shared_memory and is_fixed(observation_space)
         shared_act = shared_memory and is_fixed(action_space)
-        name = f"{SHM_PREFIX}{secrets.token_hex(8)}" if shared_memory else None
+        named = shared_memory and not HAVE_MEMFD
+        name = f"{SHM_PREFIX}{secrets.token_hex(8)}" if named else None
         return cls(num_envs, observation_space, action_space, name, shared_obs, shared_act,
                    shared_memory)
 
@@ -71,6 +79,60 @@ class BufferSpec:
         return fields
 
 
+class SharedBlock:
+    """One shared-memory block as mapped in one process: a memfd mapping or a SharedMemory."""
+
+    def __init__(self, buf: Any, fd: int | None, shm: shared_memory.SharedMemory | None) -> None:
+        self.buf = buf
+        self.fd = fd  # the parent's memfd, to pass to workers
+        self._shm = shm
+
+    @classmethod
+    def create(cls, size: int, name: str | None) -> SharedBlock:
+        if name is None:
+            fd = os.memfd_create("vecenv", os.MFD_CLOEXEC)
+            try:
+                os.ftruncate(fd, size)
+                return cls(mmap.mmap(fd, size), fd, None)
+            except BaseException:
+                os.close(fd)
+                raise
+        shm = shared_memory.SharedMemory(name, create=True, size=size)
+        return cls(shm.buf, None, shm)
+
+    @classmethod
+    def attach(cls, size: int, name: str | None, fd: int | None) -> SharedBlock:
+        if name is None:
+            assert fd is not None
+            try:
+                return cls(mmap.mmap(fd, size), None, None)
+            finally:
+                os.close(fd)  # the mapping keeps the memory alive
+        shm = shared_memory.SharedMemory(name)
+        return cls(shm.buf, None, shm)
+
+    def close(self, unlink: bool) -> None:
+        """Unmap (unless a caller still holds a view), close the descriptor, unlink a name."""
+        target = self._shm if self._shm is not None else self.buf
+        self.buf = None
+        try:
+            target.close()
+        except BufferError:
+            # A caller still holds a view (copy=False); memory in use is never unmapped. A memfd
+            # mapping is freed with the last view (the views keep it alive). A SharedMemory
+            # object would try again, noisily, when collected: keep it for the process's life.
+            if self._shm is not None:
+                _STILL_VIEWED.append(target)
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+        if unlink and self._shm is not None:
+            try:
+                self._shm.unlink()
+            except FileNotFoundError:
+                pass
+
+
 def _nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
     size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     return -(-size // _ALIGN) * _ALIGN
@@ -85,25 +147,25 @@ class Buffers:
         rewards, terminations, truncations: 1-d arrays.
     """
 
-    def __init__(self, spec: BufferSpec, start: int, stop: int, *, create: bool) -> None:
+    def __init__(self, spec: BufferSpec, start: int, stop: int, *, create: bool, fd: int | None = None) -> None:
         self.spec = spec
         self.start, self.stop = start, stop
         n = stop - start
-        self._shm: shared_memory.SharedMemory | None = None
+        self.block: SharedBlock | None = None
         self._owner = create
         shared: dict[str, list[np.ndarray]] = {}
         layout = spec.layout()
         if layout:
             total = sum(_nbytes(s, d) for _, s, d in layout)
             if create:
-                self._shm = shared_memory.SharedMemory(spec.shm_name, create=True, size=total)
+                self.block = SharedBlock.create(total, spec.shm_name)
             else:
-                self._shm = shared_memory.SharedMemory(spec.shm_name)
+                self.block = SharedBlock.attach(total, spec.shm_name, fd)
             offset = 0
             for field, shape, dtype in layout:
                 # frombuffer holds a buffer export, so the block cannot be unmapped under a view.
                 count = int(np.prod(shape, dtype=np.int64))
-                array = np.frombuffer(self._shm.buf, dtype, count, offset).reshape(shape)
+                array = np.frombuffer(self.block.buf, dtype, count, offset).reshape(shape)
                 shared.setdefault(field, []).append(array[start:stop])
                 offset += _nbytes(shape, dtype)
 
@@ -134,9 +196,18 @@ class Buffers:
         return cls(spec, 0, spec.num_envs, create=True)
 
     @classmethod
-    def attach(cls, spec: BufferSpec, start: int, stop: int) -> Buffers:
-        """A worker's buffers: rows ``[start, stop)`` mapped from the parent's block."""
-        return cls(spec, start, stop, create=False)
+    def attach(cls, spec: BufferSpec, start: int, stop: int, fd: int | None = None) -> Buffers:
+        """A worker's buffers: rows ``[start, stop)`` mapped from the parent's block.
+
+        ``fd``: the block's descriptor as received from the parent, when it is a memfd
+        (:attr:`needs_fd`); this process takes ownership of it.
+        """
+        return cls(spec, start, stop, create=False, fd=fd)
+
+    @staticmethod
+    def needs_fd(spec: BufferSpec) -> bool:
+        """Whether workers receive the block as a file descriptor (after the ``Attach``)."""
+        return bool(spec.layout()) and spec.shm_name is None
 
     def observation_writer(self) -> Callable[[int, Any], None]:
         """A fast ``write(row, value)`` for one env's observation."""
@@ -185,21 +256,11 @@ class Buffers:
         return tree_slice(self.actions, start, stop)
 
     def close(self) -> None:
-        """Unmap the block; the parent also unlinks it. Safe to call twice."""
-        shm, self._shm = self._shm, None
-        if shm is None:
+        """Unmap the block; the parent also unlinks a named one. Safe to call twice."""
+        block, self.block = self.block, None
+        if block is None:
             return
-        # Views into the block must go before it can be unmapped.
+        # Our own views into the block must go before it can be unmapped.
         self.observations = self.actions = None
         self.rewards = self.terminations = self.truncations = None
-        try:
-            shm.close()
-        except BufferError:
-            # A caller still holds a view (copy=False): keep the mapping for the process's life
-            # rather than unmap memory that is still in use. The name is unlinked below.
-            _STILL_VIEWED.append(shm)
-        if self._owner:
-            try:
-                shm.unlink()
-            except FileNotFoundError:
-                pass
+        block.close(unlink=self._owner)

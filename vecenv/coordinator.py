@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Sequence
 from copy import deepcopy
 from enum import Enum
-from multiprocessing import resource_tracker
+from multiprocessing import reduction, resource_tracker
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -52,7 +52,7 @@ from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoA
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array, iterate
 
-from vecenv.buffers import Buffers, BufferSpec
+from vecenv.buffers import HAVE_MEMFD, Buffers, BufferSpec
 from vecenv.errors import (
     NeedsResetError,
     PackedException,
@@ -280,9 +280,10 @@ class SubprocVectorEnv(VectorEnv):
         self._ready: collections.deque[tuple[_Worker, Any]] = collections.deque()
         self._pollers: dict[tuple[int, ...], tuple[dict[int, _Worker], dict[int, _Worker], Any]] = {}
         self._shared_memory_requested = shared_memory
-        # Workers must share the parent's resource tracker: one they started themselves would
-        # unlink the shared block, as "leaked", when they exit.
-        resource_tracker.ensure_running()
+        if not HAVE_MEMFD:
+            # Workers must share the parent's resource tracker: one they started themselves
+            # would unlink the named block, as "leaked", when they exit.
+            resource_tracker.ensure_running()
         try:
             cpus = sorted(os.sched_getaffinity(0)) if pin_cpus else []
             for index, group_fn in enumerate(group_fns):
@@ -349,8 +350,11 @@ class SubprocVectorEnv(VectorEnv):
             [a.dtype for a in tree_leaves(self._buffers.actions)] if self._fixed_actions else []
         )
         self._ended = np.zeros(self.num_envs, dtype=np.bool_)
+        by_fd = Buffers.needs_fd(spec)
         for w in self._workers:
             w.conn.send(Attach(w.start, w.stop - w.start, self.autoreset_mode, spec))
+            if by_fd:
+                reduction.send_handle(w.conn, self._buffers.block.fd, w.process.pid)
 
     # -- talking to workers --------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable
-from multiprocessing import parent_process
+from multiprocessing import parent_process, reduction
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -120,7 +120,8 @@ def worker_main(index: int, conn: Connection, group_fn_bytes: bytes, cpu: int | 
             return
         conn.send_bytes(message)
         attach: Attach = conn.recv()
-        buffers = Buffers.attach(attach.buffers, attach.start, attach.start + attach.num_envs)
+        fd = reduction.recv_handle(conn) if Buffers.needs_fd(attach.buffers) else None
+        buffers = Buffers.attach(attach.buffers, attach.start, attach.start + attach.num_envs, fd)
         try:
             _serve(_make_group(envs, attach, buffers), conn)
         finally:
