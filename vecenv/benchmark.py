@@ -22,6 +22,9 @@ Workloads (--workloads):
 Runners (--runners, for the first four workloads):
   single        one env stepped in a Python loop (N is reported as 1); the "ideal" is
                 cores x this rate
+  single-par    `single` in one process per core at once, rates summed: what the hardware
+                really gives (shared caches, hyperthreads and a busy host make it less than
+                the ideal); the ceiling for any multi-process runner
   sync, async   gymnasium SyncVectorEnv / AsyncVectorEnv(shared_memory=True)
   vecenv-Kw     vecenv.SubprocVectorEnv with K = 1, 2, 4 workers
   supersuit, pufferlib, envpool   when importable (skipped with a note otherwise)
@@ -64,7 +67,7 @@ STANDARD_WORKLOADS = ("cartpole", "py100us", "py1ms", "obs84")
 EXTRA_WORKLOADS = ("async-batch", "native-group")
 ALL_WORKLOADS = STANDARD_WORKLOADS + EXTRA_WORKLOADS
 VECENV_WORKERS = (1, 2, 4)
-CORE_RUNNERS = ("single", "sync", "async") + tuple(f"vecenv-{k}w" for k in VECENV_WORKERS)
+CORE_RUNNERS = ("single", "single-par", "sync", "async") + tuple(f"vecenv-{k}w" for k in VECENV_WORKERS)
 THIRD_PARTY = ("supersuit", "pufferlib", "envpool")
 ALL_RUNNERS = CORE_RUNNERS + THIRD_PARTY
 SEED = 0
@@ -442,6 +445,24 @@ def _run_child(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
     return {"error": (err[-1] if err else f"exit status {proc.returncode}, no result")[:300]}
 
 
+def _run_concurrently(spec: dict[str, Any], k: int, timeout: float) -> dict[str, Any]:
+    """Run ``spec`` in ``k`` fresh interpreters at once; rates and memory summed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(k) as pool:
+        results = list(pool.map(lambda _: _run_child(spec, timeout), range(k)))
+    failed = [r for r in results if "error" in r]
+    if failed:
+        return failed[0]
+    pss = [r["pss_mib"] for r in results]
+    return {
+        "rate": sum(r["rate"] for r in results), "env_steps": sum(r["env_steps"] for r in results),
+        "calls": sum(r["calls"] for r in results), "elapsed_s": max(r["elapsed_s"] for r in results),
+        "startup_s": max(r["startup_s"] for r in results),
+        "pss_mib": None if None in pss else sum(pss), "processes": k,
+    }
+
+
 def _vecenv_has_batch_api() -> str | None:
     """``None`` when SubprocVectorEnv has batch_size=/async_reset/recv/send, else why not."""
     try:
@@ -467,7 +488,7 @@ def plan(workloads: Sequence[str], sizes: Sequence[int], runners: Sequence[str],
         if w not in STANDARD_WORKLOADS:
             continue
         for r in available:
-            for n in ([1] if r == "single" else sizes):
+            for n in ([1] if r.startswith("single") else sizes):
                 if r.startswith("vecenv-") and int(r[len("vecenv-"):-1]) > n:
                     continue
                 cells.append(dict(group="standard", workload=w, n=n, runner=r, baseline="sync"))
@@ -525,7 +546,7 @@ def summarize(cells: list[dict[str, Any]], cores: int) -> None:
         s = c["summary"]
         if not s:
             continue
-        base = None if c["runner"] == "single" else by_key.get((c["group"], c["workload"], c["n"], c["baseline"]))
+        base = None if c["runner"].startswith("single") else by_key.get((c["group"], c["workload"], c["n"], c["baseline"]))
         if base and base["summary"]:
             s["ratio_to_baseline"] = s["rate_median"] / base["summary"]["rate_median"]
         single = by_key.get(("standard", c["workload"], 1, "single"))
@@ -695,7 +716,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             spec = {k: v for k, v in c.items() if k not in ("reps", "summary")}
             spec.update(calib=calib, seconds=args.seconds, warmup=args.warmup)
-            res = _run_child(spec, timeout=args.seconds + args.warmup + 180)
+            timeout = args.seconds + args.warmup + 180
+            res = (_run_concurrently({**spec, "runner": "single"}, cores, timeout) if c["runner"] == "single-par"
+                   else _run_child(spec, timeout))
             c["reps"].append(res)
             shown = f"error: {res['error']}" if "error" in res else f"{res['rate']:,.0f} env-steps/s"
             print(f"[{done}/{total}] rep {rep + 1} {c['workload']} N={c['n']} {c['runner']}: {shown}",
