@@ -38,10 +38,11 @@ import os
 import select
 import signal
 import time
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Sequence
 from copy import deepcopy
 from enum import Enum
-from multiprocessing import reduction, resource_tracker
+from multiprocessing import reduction, resource_tracker, util
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -122,6 +123,12 @@ class _GroupOfFns:
         return envs
 
 
+def _close_at_exit(ref: weakref.ReferenceType[SubprocVectorEnv]) -> None:
+    envs = ref()
+    if envs is not None:
+        envs.close()
+
+
 class _InfoBatch:
     """Gymnasium's info batching (``VectorEnv._add_info``) over the rows of one ``recv`` batch."""
 
@@ -197,8 +204,9 @@ class SubprocVectorEnv(VectorEnv):
         batch_size: int | None = None,
         pin_cpus: bool = False,
     ) -> None:
-        if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Sequence):
-            raise TypeError(f"`env_fns` must be a sequence of env constructors, got {describe(env_fns)}")
+        if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Iterable):
+            raise TypeError(f"`env_fns` must be an iterable of env constructors, got {describe(env_fns)}")
+        env_fns = list(env_fns)  # any iterable, as SyncVectorEnv takes
         if len(env_fns) == 0:
             raise ValueError("`env_fns` must hold at least one env constructor, got an empty sequence")
         for i, fn in enumerate(env_fns):
@@ -297,6 +305,9 @@ class SubprocVectorEnv(VectorEnv):
                 process.start()
                 child_conn.close()
                 self._workers.append(_Worker(index, process, parent_conn))
+            # Closes the envs at interpreter exit, before multiprocessing joins its children
+            # (non-daemon workers of an env never closed would otherwise block the exit).
+            self._finalizer = util.Finalize(self, _close_at_exit, args=(weakref.ref(self),), exitpriority=100)
             self._handshake()
             self._set_batch_size(batch_size)
         except BaseException:
@@ -915,6 +926,8 @@ class SubprocVectorEnv(VectorEnv):
         finally:
             self._state = State.CLOSED
             self.closed = True
+            if getattr(self, "_finalizer", None) is not None:
+                self._finalizer.cancel()
 
     def _shutdown(self, timeout: float | None) -> None:
         """Close politely within one deadline, then terminate, then kill; release everything."""

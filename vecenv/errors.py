@@ -85,8 +85,11 @@ class RemoteEnvError(VecEnvError):
         self.type_name = type_name
 
 
-class SpaceMismatchError(VecEnvError, ValueError):
-    """Two envs of one vector env have different observation or action spaces."""
+class SpaceMismatchError(VecEnvError, RuntimeError, ValueError):
+    """Two envs of one vector env have different observation or action spaces.
+
+    A ``RuntimeError``, as ``SyncVectorEnv`` raises for the same case, and a ``ValueError``.
+    """
 
 
 class RemoteTraceback(Exception):
