@@ -850,3 +850,31 @@ def test_constructor_error_does_not_wait_for_a_hanging_sibling() -> None:
         vecenv.SubprocVectorEnv(fns, 2, context="fork")
     assert time.monotonic() - start < 5.0
     assert multiprocessing.active_children() == []
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("ctx", CONTEXTS)
+def test_exit_without_close_does_not_hang(ctx: str, tmp_path: Path) -> None:
+    """An env never closed, with non-daemon workers, must not block the interpreter's exit."""
+    script = tmp_path / "child.py"
+    script.write_text(textwrap.dedent(f"""
+        import json, sys
+        sys.path.insert(0, {str(ROOT)!r})
+        import vecenv
+        from tests.crash_envs import healthy_fns
+
+        def main():
+            global envs  # alive until the interpreter exits
+            envs = vecenv.SubprocVectorEnv(healthy_fns(4), 2, context={ctx!r}, daemon=False)
+            envs.reset(seed=0)
+            print(json.dumps([w.process.pid for w in envs._workers]), flush=True)
+
+        if __name__ == "__main__":
+            main()
+    """))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    workers = json.loads(proc.stdout.strip().splitlines()[-1])
+    alive, _ = _wait_gone(workers, GONE_S)
+    assert not alive, f"workers {alive} outlived their parent"
+    assert "Traceback" not in proc.stderr, proc.stderr
