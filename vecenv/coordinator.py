@@ -363,9 +363,13 @@ class SubprocVectorEnv(VectorEnv):
         self._ended = np.zeros(self.num_envs, dtype=np.bool_)
         by_fd = Buffers.needs_fd(spec)
         for w in self._workers:
-            w.conn.send(Attach(w.start, w.stop - w.start, self.autoreset_mode, spec))
-            if by_fd:
-                reduction.send_handle(w.conn, self._buffers.block.fd, w.process.pid)
+            try:
+                w.conn.send(Attach(w.start, w.stop - w.start, self.autoreset_mode, spec))
+                if by_fd:
+                    reduction.send_handle(w.conn, self._buffers.block.fd, w.process.pid)
+            except OSError:  # it died after its Hello
+                w.process.join(1.0)
+                self._break(w, "__init__")
 
     # -- talking to workers --------------------------------------------------------------------
 
@@ -374,7 +378,7 @@ class SubprocVectorEnv(VectorEnv):
         worker.expect = call_id
         try:
             worker.conn.send_bytes(encode_command(command, call_id, payload))
-        except (BrokenPipeError, ConnectionResetError, EOFError):
+        except (OSError, EOFError):  # a broken or reset pipe: the worker is gone
             worker.process.join(1.0)
             self._break(worker, call)
 
