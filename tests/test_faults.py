@@ -540,7 +540,8 @@ def scenario_step_timeout_stale_queued(ctx: str, leaks: LeakCheck) -> None:
     exc, t = raises_timed(VecEnvTimeoutError, envs.step_wait, timeout=0.1)
     record("step-timeout-stale-queued", ctx, **{"raise": t})
     assert 0.1 <= t < RAISE_S
-    time.sleep(0.6)  # the late reply (and its writes to the shared rows) have landed
+    # Wait until the late reply (sent after its writes to the shared rows) is in the pipe.
+    assert envs._workers[TARGET_WORKER].conn.poll(5), "the late reply never arrived"
     assert_matches_reference(envs, SEED + 2)
     tc = close_timed(envs)
     record("step-timeout-stale-queued", ctx, close=tc)
