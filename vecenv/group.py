@@ -242,6 +242,11 @@ def _scatter(info: dict[str, Any], per_env: list[dict[str, Any]]) -> None:
         if isinstance(value, dict):
             values: Any = [{} for _ in per_env]
             _scatter(value, values)
+        elif isinstance(value, np.ndarray) and value.dtype == np.bool_ and value.ndim == 1:
+            # Gymnasium batches only Python bools into a bool array (np.bool_ goes to an object
+            # array), so these were Python bools: give them back as such, or the merge in the
+            # parent would batch them as objects.
+            values = value.tolist()
         else:
             values = value
         for j, target in enumerate(per_env):
