@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import difflib
 import importlib
 import importlib.metadata
 import json
