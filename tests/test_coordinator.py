@@ -124,3 +124,28 @@ def test_bad_constructor_arguments_name_themselves(kwargs: dict, argument: str) 
     with pytest.raises(ValueError, match=f"`{argument}`") as excinfo:
         SubprocVectorEnv(diff_env_fns(4), 2, **kwargs)
     assert repr(list(kwargs.values())[0]) in str(excinfo.value)  # the received value
+
+
+@pytest.mark.timeout(60)
+def test_disabled_autoreset_refuses_to_step_ended_envs_and_names_them() -> None:
+    fns = [functools.partial(DiffEnv, index=i, p_term=1.0 if i else 0.0, p_trunc=0.0) for i in range(3)]
+    sync = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.DISABLED)
+    actions = np.zeros(3, dtype=np.int64)
+    try:
+        with SubprocVectorEnv(fns, 2, autoreset_mode=AutoresetMode.DISABLED, context="fork") as sub:
+            assert_same(sub.reset(seed=3), sync.reset(seed=3))
+            first = sub.step(actions)
+            assert_same(first, sync.step(actions))
+            assert first[2].tolist() == [False, True, True]
+            with pytest.raises(vecenv.NeedsResetError, match=r"envs \[1, 2\]"):
+                sub.step(actions)
+            mask = np.array([False, True, False])
+            options = {"reset_mask": mask}
+            assert_same(sub.reset(seed=9, options=dict(options)), sync.reset(seed=9, options=dict(options)))
+            with pytest.raises(vecenv.NeedsResetError, match=r"envs \[2\]"):
+                sub.step(actions)
+            options = {"reset_mask": np.array([False, False, True])}
+            assert_same(sub.reset(options=dict(options)), sync.reset(options=dict(options)))
+            assert_same(sub.step(actions), sync.step(actions))  # nothing was lost on the way
+    finally:
+        sync.close()
