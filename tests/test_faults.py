@@ -779,6 +779,17 @@ def _start_child(tmp_path: Path, ctx: str) -> tuple[subprocess.Popen, list[int],
     return proc, info["workers"], info["tracker"], info["shm"]
 
 
+def _reap(proc: subprocess.Popen, workers: list[int]) -> None:
+    """Whatever a failed assertion left running: kill it, and close the child's pipes."""
+    for pid in workers:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    if proc.poll() is None:
+        proc.kill()
+    if proc.stdout is not None and not proc.stdout.closed:
+        proc.communicate(timeout=10)
+
+
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("ctx", CONTEXTS)
 def test_parent_sigkill_leaves_no_orphans(ctx: str, tmp_path: Path) -> None:
@@ -800,12 +811,7 @@ def test_parent_sigkill_leaves_no_orphans(ctx: str, tmp_path: Path) -> None:
         record("parent-sigkill", ctx, shm_gone=time.monotonic() - t0)
         assert not any(map(os.path.exists, shm)), f"the killed parent's block {shm} was not unlinked"
     finally:
-        for pid in workers:
-            if _alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate(timeout=10)
+        _reap(proc, workers)
 
 
 @pytest.mark.timeout(30)
@@ -832,12 +838,7 @@ def test_ctrl_c(ctx: str, tmp_path: Path) -> None:
         assert not alive, f"orphans {alive} after Ctrl+C"
         assert not any(map(os.path.exists, shm)), f"block {shm} left after Ctrl+C"
     finally:
-        for pid in workers:
-            if _alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate(timeout=10)
+        _reap(proc, workers)
 
 
 @pytest.mark.timeout(30)

@@ -287,7 +287,6 @@ class SubprocVectorEnv(VectorEnv):
         self._reset_mask: np.ndarray | None = None
         self._ready: collections.deque[tuple[_Worker, Any]] = collections.deque()
         self._pollers: dict[tuple[int, ...], tuple[dict[int, _Worker], dict[int, _Worker], Any]] = {}
-        self._shared_memory_requested = shared_memory
         if not HAVE_MEMFD:
             # Workers must share the parent's resource tracker: one they started themselves
             # would unlink the named block, as "leaked", when they exit.
@@ -308,7 +307,7 @@ class SubprocVectorEnv(VectorEnv):
             # Closes the envs at interpreter exit, before multiprocessing joins its children
             # (non-daemon workers of an env never closed would otherwise block the exit).
             self._finalizer = util.Finalize(self, _close_at_exit, args=(weakref.ref(self),), exitpriority=100)
-            self._handshake()
+            self._handshake(shared_memory)
             self._set_batch_size(batch_size)
         except BaseException:
             self._shutdown(timeout=0.0)
@@ -316,7 +315,7 @@ class SubprocVectorEnv(VectorEnv):
             self.closed = True
             raise
 
-    def _handshake(self) -> None:
+    def _handshake(self, shared_memory: bool) -> None:
         for w in self._workers:
             w.expect = 0
         hellos: list[Hello] = self._gather(self._workers, None, "__init__", fail_fast=True)
@@ -354,7 +353,7 @@ class SubprocVectorEnv(VectorEnv):
         self.render_mode = first.render_mode
         self._env_spec = first.spec
         spec = BufferSpec.plan(self.num_envs, self.single_observation_space, self.single_action_space,
-                               self._shared_memory_requested)
+                               shared_memory)
         self._buffers = Buffers.create(spec)
         self._fixed_actions = is_fixed(self.single_action_space)
         self._action_dtypes = (

@@ -105,8 +105,9 @@ class CallArgs:
 
 _BARE = struct.Struct("<BBQ")  # tag, command or ok flag, call id
 _TAG_BARE, _TAG_PICKLED = 0, 1
-#: The result of a step or reset whose infos are empty and whose rows are all shared.
-EMPTY_RESULT: tuple[list[Any], None] = ([], None)
+# The ok flag of a bare reply says which result it stands for: None, or an empty step/reset
+# result ([] infos, no payload: all rows in shared memory).
+_NONE, _EMPTY = 1, 2
 
 
 def encode_command(command: Command, call_id: int, payload: Any) -> bytes:
@@ -132,7 +133,7 @@ def encode_reply(call_id: int, ok: bool, result: Any) -> bytes:
     """
     empty = type(result) is tuple and len(result) == 2 and result[0] == [] and result[1] is None
     if ok and (result is None or empty):
-        return _BARE.pack(_TAG_BARE, 1 if result is None else 2, call_id)
+        return _BARE.pack(_TAG_BARE, _NONE if result is None else _EMPTY, call_id)
     return bytes([_TAG_PICKLED]) + pickle.dumps((call_id, ok, result), pickle.HIGHEST_PROTOCOL)
 
 
@@ -140,5 +141,5 @@ def decode_reply(data: bytes) -> tuple[int, bool, Any]:
     """Inverse of :func:`encode_reply`."""
     if data[0] == _TAG_BARE:
         _, kind, call_id = _BARE.unpack(data)
-        return call_id, True, (None if kind == 1 else ([], None))
+        return call_id, True, (None if kind == _NONE else ([], None))
     return pickle.loads(data[1:])
