@@ -89,10 +89,22 @@ class SharedBlock:
 
     @classmethod
     def create(cls, size: int, name: str | None) -> SharedBlock:
+        """A new block of ``size`` bytes: a memfd when ``name`` is None, else a named block.
+
+        The memfd is sealed against shrinking and growing once it has its size: a stray
+        ``ftruncate`` on the descriptor (in the parent or in a worker, which receives the same
+        file) then fails with ``PermissionError`` instead of leaving mappings that point past
+        the end of the file, whose next access would kill the process with SIGBUS.
+        """
         if name is None:
-            fd = os.memfd_create("vecenv", os.MFD_CLOEXEC)
+            import fcntl  # memfds exist only on Linux, where fcntl does too
+
+            fd = os.memfd_create("vecenv", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
             try:
                 os.ftruncate(fd, size)
+                # Python's fcntl has these on Linux since 3.8; the numbers are Linux's own.
+                seals = getattr(fcntl, "F_SEAL_SHRINK", 2) | getattr(fcntl, "F_SEAL_GROW", 4)
+                fcntl.fcntl(fd, getattr(fcntl, "F_ADD_SEALS", 1033), seals)
                 return cls(mmap.mmap(fd, size), fd, None)
             except BaseException:
                 os.close(fd)
