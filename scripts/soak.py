@@ -37,7 +37,7 @@ import pathlib
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -208,7 +208,17 @@ def judge(result: SoakResult, tolerance: float = 0.05, warmup: float = 0.1, wind
         metrics[name] = {"baseline": base, "end": end, "max": peak, "growth": growth}
         if end > base:
             grew.append(name)
+    # The trend after warm-up, for the record (not judged): growth per SLOPE_UNIT of progress.
+    xs = np.array([r["step"] for r in after], dtype=float)
+    for name, m in metrics.items():
+        ys = np.array([r[name] for r in after], dtype=float)
+        m["slope"] = float(np.polyfit(xs, ys, 1)[0] * slope_unit(result.mode)) if len(after) > 2 and np.ptp(xs) else 0.0
     return Verdict(not grew, metrics, grew)
+
+
+def slope_unit(mode: str) -> int:
+    """Progress over which :func:`judge` reports a metric's trend: 1,000 cycles or 1M steps."""
+    return 1000 if mode == "cycles" else 1_000_000
 
 
 # -- the three modes ----------------------------------------------------------------------------
@@ -411,12 +421,14 @@ def plot(result: SoakResult, path: pathlib.Path) -> str | None:
 
 def summary_table(result: SoakResult, verdict: Verdict) -> str:
     """Baseline, end and growth per judged metric, as aligned text."""
-    lines = [f"{'metric':<22}{'first':>12}{'baseline':>12}{'end':>12}{'max':>12}{'growth':>10}"]
+    unit = "/1k cycles" if result.mode == "cycles" else "/1M steps"
+    lines = [f"{'metric':<22}{'first':>12}{'baseline':>12}{'end':>12}{'max':>12}{'growth':>10}"
+             f"{'trend' + unit:>18}"]
     first = result.rows[0]
     for name, m in verdict.metrics.items():
         mark = "  <-- grew" if name in verdict.grew else ""
         lines.append(f"{name:<22}{first[name]:>12g}{m['baseline']:>12g}{m['end']:>12g}{m['max']:>12g}"
-                     f"{m['growth'] * 100:>9.1f}%{mark}")
+                     f"{m['growth'] * 100:>9.1f}%{round(m.get('slope', 0.0), 1) + 0.0:>+18.1f}{mark}")
     return "\n".join(lines)
 
 
