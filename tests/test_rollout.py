@@ -166,7 +166,7 @@ def test_chunked_writing_gives_the_same_bytes(tmp_path: Path, monkeypatch: pytes
     """Tiny chunks (episodes longer than a chunk go straight to disk) change nothing."""
     expected_steps = collect_sync(tmp_path / "a", 3, AutoresetMode.SAME_STEP, steps=333, seed=2)
     expected_episodes = collect_sync(tmp_path / "b", 3, AutoresetMode.SAME_STEP, episodes=41, seed=2)
-    monkeypatch.setattr(rollout, "CHUNK_BYTES", 100)  # 2 rows of CounterEnv per chunk
+    monkeypatch.setattr(rollout.writer, "CHUNK_BYTES", 100)  # 2 rows of CounterEnv per chunk
     steps = collect_sync(tmp_path / "c", 3, AutoresetMode.SAME_STEP, steps=333, seed=2)
     episodes = collect_sync(tmp_path / "d", 3, AutoresetMode.SAME_STEP, episodes=41, seed=2)
     assert npy_bytes(steps.path) == npy_bytes(expected_steps.path)
@@ -323,7 +323,7 @@ def test_cli_policy_module_attr_and_overwrite(tmp_path: Path) -> None:
         (["--env-kwargs", "[1, 2]"], "--env-kwargs: expected a JSON object, got '[1, 2]'"),
         (["--policy", "no_such_module_xyz:act"], "--policy 'no_such_module_xyz:act': cannot import module"),
         (["--policy", "tests.rollout_envs:missing"], "'tests.rollout_envs' has no attribute 'missing'"),
-        (["--policy", "greedy"], "--policy: expected 'random' or 'module:attr', got 'greedy'"),
+        (["--policy", "greedy"], "--policy: expected 'random', 'sb3:PATH.zip' or 'module:attr', got 'greedy'"),
         (["--steps", "0"], "argument --steps: expected a positive integer, got 0"),
         (["--episodes", "-3"], "argument --episodes: expected a positive integer, got -3"),
         (["--num-envs", "two"], "argument --num-envs: expected a positive integer, got 'two'"),

@@ -23,6 +23,8 @@ from vecenv.errors import describe
 __all__ = [
     "is_fixed",
     "leaf_layout",
+    "named_leaves",
+    "leaf_values",
     "build_tree",
     "tree_leaves",
     "tree_map",
@@ -89,6 +91,34 @@ def _leaves(space: Space) -> Iterator[Space]:
         yield space
     else:
         raise TypeError(f"space {space} has no fixed shape; it cannot live in an array")
+
+
+def named_leaves(space: Space, prefix: str = "") -> list[tuple[str, Space]]:
+    """Every leaf of ``space`` with a dotted name, in :func:`leaf_layout` order.
+
+    Names join ``prefix``, Dict keys and Tuple indices with dots (``obs.pos``, ``act.0``,
+    ``obs.a.1``); a space that is not a Dict or Tuple is one leaf named ``prefix``. Leaves
+    without a fixed shape are listed too, so a caller can name the one it cannot store.
+    The rollout files are named this way, so array layout and file names share one walk.
+    """
+    if isinstance(space, Tuple):
+        return [leaf for i, sub in enumerate(space.spaces) for leaf in named_leaves(sub, f"{prefix}.{i}")]
+    if isinstance(space, Dict):
+        return [leaf for key, sub in space.spaces.items() for leaf in named_leaves(sub, f"{prefix}.{key}")]
+    return [(prefix, space)]
+
+
+def leaf_values(space: Space, value: Any) -> list[Any]:
+    """The leaves of a value (single or batched) of ``space``, in :func:`named_leaves` order.
+
+    Unlike :func:`tree_leaves` the order follows the space, not the value, so a dict whose keys
+    come in another order still lines up with the space's leaves.
+    """
+    if isinstance(space, Tuple):
+        return [v for i, sub in enumerate(space.spaces) for v in leaf_values(sub, value[i])]
+    if isinstance(space, Dict):
+        return [v for key, sub in space.spaces.items() for v in leaf_values(sub, value[key])]
+    return [value]
 
 
 def build_tree(space: Space, arrays: Iterator[np.ndarray]) -> Any:

@@ -1,0 +1,329 @@
+"""Minari output: ``collect(..., format="minari")`` and ``export_minari`` of an existing dataset.
+
+Minari (Farama's format for offline RL; D4RL moved there) stores whole episodes: each one
+has ``T`` actions, rewards, terminations and truncations and ``T + 1`` observations, the last
+being the final observation. Everything is written through Minari's own API
+(``minari.create_dataset_from_buffers`` with ``EpisodeBuffer`` objects, HDF5 backend, no
+JPEG re-encoding so arrays come back exactly), and the env spec is recorded so
+``dataset.recover_environment()`` works for registered envs. Minari is optional:
+``pip install "vecenv[minari]"``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import shutil
+import warnings
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+from gymnasium.envs.registration import EnvSpec
+
+from vecenv.rollout.collection import OPEN_EPISODES, with_last
+from vecenv.rollout.dataset import Dataset, load
+from vecenv.rollout.errors import MinariNotInstalledError
+from vecenv.rollout.format import space_from_description
+from vecenv.rollout.writer import chunk_rows, now
+from vecenv.spaces import build_tree, named_leaves
+
+INSTALL_HINT = 'Minari output needs the minari extra: pip install "vecenv[minari]"'
+# Minari warns about every optional field left empty; we fill what we know and stay quiet.
+_QUIET = r"`(code_permalink|author|author_email|algorithm_name|description|eval_env)` is set to None"
+_METADATA_KEYS = ("author", "author_email", "code_permalink", "description", "algorithm_name")
+
+
+def import_minari() -> Any:
+    """The ``minari`` module with its HDF5 backend, or MinariNotInstalledError (one line
+    saying how to install it). Checked before any collection starts."""
+    try:
+        module = importlib.import_module("minari")
+        importlib.import_module("h5py")  # Minari's HDF5 storage needs both
+        importlib.import_module("PIL")
+    except ImportError as exc:
+        raise MinariNotInstalledError(f"{INSTALL_HINT} ({exc})") from None
+    return module
+
+
+def datasets_root(out: str | os.PathLike[str] | None) -> Path:
+    """``out``, or Minari's datasets root: ``$MINARI_DATASETS_PATH`` or ``~/.minari/datasets``."""
+    if out is not None:
+        return Path(out)
+    return Path(os.environ.get("MINARI_DATASETS_PATH") or Path.home() / ".minari" / "datasets")
+
+
+def minari_target(dataset_id: str, out: str | os.PathLike[str] | None, overwrite: bool) -> Path:
+    """Check that Minari is installed, that ``dataset_id`` is valid and that it may be written
+    under ``out`` (see ``datasets_root``); return the dataset's directory.
+
+    Raises MinariNotInstalledError, ValueError (a malformed id) or FileExistsError.
+    """
+    import_minari()
+    from minari.dataset.minari_dataset import parse_dataset_id
+
+    if not isinstance(dataset_id, str):
+        raise TypeError(f"dataset_id: expected a str like 'NAMESPACE/NAME-vN', got {dataset_id!r}")
+    try:
+        parse_dataset_id(dataset_id)
+    except (ValueError, TypeError):
+        raise ValueError(
+            f"dataset_id: expected 'NAMESPACE/NAME-vN' or 'NAME-vN' (letters, digits, '-', '_'; "
+            f"version required), got {dataset_id!r}"
+        ) from None
+    root = datasets_root(out)
+    target = root / dataset_id
+    if target.exists():
+        if not overwrite:
+            raise FileExistsError(
+                f"Minari dataset {dataset_id!r} already exists in {str(root)!r} "
+                "(pass overwrite=True / --overwrite to replace it)"
+            )
+        if any(target.iterdir()) and not (target / "data" / "metadata.json").is_file():
+            raise FileExistsError(
+                f"refusing to overwrite {str(target)!r}: it is not empty and is not a Minari dataset"
+            )
+        shutil.rmtree(target)
+    root.mkdir(parents=True, exist_ok=True)
+    return target
+
+
+@contextlib.contextmanager
+def _minari_root(root: Path) -> Iterator[None]:
+    """Point Minari's dataset root (``MINARI_DATASETS_PATH``) at ``root`` for a while."""
+    previous = os.environ.get("MINARI_DATASETS_PATH")
+    os.environ["MINARI_DATASETS_PATH"] = str(root)
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["MINARI_DATASETS_PATH"]
+        else:
+            os.environ["MINARI_DATASETS_PATH"] = previous
+
+
+class _RecordedEnv(gymnasium.Env):
+    """Carries the env spec and spaces to ``create_dataset_from_buffers`` so that Minari
+    records the spec without building (and leaking) an env of its own."""
+
+    def __init__(self, spec: EnvSpec, observation_space: spaces.Space, action_space: spaces.Space) -> None:
+        self.spec = spec
+        self.observation_space = observation_space
+        self.action_space = action_space
+
+
+class MinariSink:
+    """Writes whole episodes into a new Minari dataset (the ``collect`` sink for Minari).
+
+    Short episodes are batched into one ``update_episodes`` call per chunk; an episode
+    longer than a chunk is written piece by piece under one episode id (Minari appends to
+    an existing id), so memory stays bounded whatever the episode lengths.
+    """
+
+    def __init__(self, dataset_id: str, target: Path, observation_space: spaces.Space,
+                 action_space: spaces.Space, spec: EnvSpec | None, vecenv_metadata: Mapping[str, Any],
+                 minari_metadata: Mapping[str, Any], open_episodes: str | None) -> None:
+        minari = import_minari()
+        unknown = sorted(set(minari_metadata) - set(_METADATA_KEYS))
+        if unknown:
+            raise ValueError(f"minari_metadata: expected keys among {list(_METADATA_KEYS)}, got {unknown}")
+        self.observation_space, self.action_space = observation_space, action_space
+        self.vecenv_metadata = dict(vecenv_metadata)
+        self.open_episodes = open_episodes
+        self._obs = len(named_leaves(observation_space))
+        self._act = len(named_leaves(action_space))
+        env_id = self.vecenv_metadata.get("env_id")
+        options = {
+            "algorithm_name": str(self.vecenv_metadata.get("policy")),
+            "description": f"Rollouts of {env_id} collected with vecenv "
+                           f"(policy {self.vecenv_metadata.get('policy')}, seed {self.vecenv_metadata.get('seed')}).",
+            **minari_metadata,
+        }
+        env = _RecordedEnv(spec, observation_space, action_space) if spec is not None else None
+        with _minari_root(target.parents[len(Path(dataset_id).parts) - 1]), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_QUIET, category=UserWarning)
+            warnings.filterwarnings("ignore", message="env_spec is None", category=UserWarning)
+            dataset = minari.create_dataset_from_buffers(
+                dataset_id, [], env=env, observation_space=observation_space, action_space=action_space,
+                data_format="hdf5", jpeg_encoding=False, **options,
+            )
+        self._minari = minari
+        self.storage = dataset.storage
+        self.transitions = 0
+        self.episodes = 0
+        self.truncated_episodes = 0  # open episodes kept with their last step marked truncated
+        self.dropped_episodes = 0
+        self.dropped_transitions = 0
+        self._pending: list[Any] = []
+        self._pending_rows = 0
+        self._chunk_rows = chunk_rows(
+            sum(leaf.dtype.itemsize * int(np.prod(leaf.shape)) for _, leaf in
+                named_leaves(observation_space) + named_leaves(action_space)) + 10
+        )
+
+    def rows(self, *args: Any) -> None:
+        raise AssertionError("Minari stores whole episodes: collect always stages them")
+
+    def dropped(self, episodes: int, transitions: int) -> None:
+        """Record open episodes left out (``open_episodes="drop"``)."""
+        self.dropped_episodes += episodes
+        self.dropped_transitions += transitions
+
+    def episode(self, pieces: Iterator[list[np.ndarray]], episode_return: float, length: int,
+                episode_id: int, seed: int | None, truncate_last: bool) -> None:
+        """Write one episode given as pieces of columns (dataset field order), the last
+        piece's final ``next_observations`` row becoming Minari's final observation."""
+        from minari.data_collector import EpisodeBuffer
+
+        index = self.episodes
+        multi = False
+        for number, (piece, last) in enumerate(with_last(pieces)):
+            k, a = self._obs, self._act
+            observations = [np.array(leaf) for leaf in piece[:k]]
+            if last:
+                observations = [np.concatenate([leaf, final[-1:]]) for leaf, final in zip(observations, piece[k:2 * k])]
+            truncations = np.array(piece[2 * k + a + 2])
+            if last and truncate_last:
+                truncations[-1] = True
+            buffer = EpisodeBuffer(
+                id=index,
+                seed=seed if number == 0 else None,
+                observations=build_tree(self.observation_space, iter(observations)),
+                actions=build_tree(self.action_space, iter([np.array(leaf) for leaf in piece[2 * k:2 * k + a]])),
+                rewards=np.array(piece[2 * k + a]),
+                terminations=np.array(piece[2 * k + a + 1]),
+                truncations=truncations,
+            )
+            count = len(buffer.rewards)
+            self.transitions += count
+            if last and number == 0 and count < self._chunk_rows:
+                self._pending.append(buffer)
+                self._pending_rows += count
+                if self._pending_rows >= self._chunk_rows:
+                    self._flush()
+            else:
+                multi = True
+                self._flush()
+                self.storage.update_episodes([buffer])
+        if multi:  # each piece set the episode's total_steps to its own length
+            self.storage.update_episode_metadata([{"total_steps": length}], [index])
+        self.episodes += 1
+        self.truncated_episodes += bool(truncate_last)
+
+    def _flush(self) -> None:
+        if self._pending:
+            self.storage.update_episodes(self._pending)
+            self._pending = []
+            self._pending_rows = 0
+
+    def finalize(self, complete: bool) -> Any:
+        """Write what is pending and the ``vecenv`` metadata entry; return the dataset."""
+        self._flush()
+        keep = ("env_id", "env_kwargs", "num_envs", "autoreset_mode", "seed", "policy", "requested",
+                "start_time", "versions", "command_line", "source")
+        record = {key: self.vecenv_metadata[key] for key in keep if key in self.vecenv_metadata}
+        record.update(
+            complete=complete,
+            end_time=now(),
+            counts={"transitions": self.transitions, "episodes": self.episodes},
+            open_episodes=self.open_episodes,
+            truncated_open_episodes=self.truncated_episodes,
+            dropped_open_episodes={"episodes": self.dropped_episodes, "transitions": self.dropped_transitions},
+        )
+        self.storage.update_metadata({"vecenv": record})
+        return self._minari.MinariDataset(self.storage.data_path)
+
+
+def _env_spec(metadata: Mapping[str, Any]) -> EnvSpec | None:
+    """The env spec a vecenv dataset recorded, or the registered one for its env id and kwargs."""
+    if metadata.get("env_spec"):
+        return EnvSpec.from_json(metadata["env_spec"])
+    env_id = metadata.get("env_id")
+    if not env_id:
+        return None
+    module, _, name = str(env_id).rpartition(":")
+    try:
+        if module:
+            importlib.import_module(module)
+        spec = gymnasium.spec(name)
+    except Exception:
+        return None
+    return EnvSpec(**{**spec.__dict__, "kwargs": {**spec.kwargs, **(metadata.get("env_kwargs") or {})}})
+
+
+def export_minari(
+    dataset: Dataset | str | os.PathLike[str],
+    dataset_id: str,
+    *,
+    out: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+    open_episodes: str = "truncate",
+    env_spec: EnvSpec | None = None,
+    minari_metadata: Mapping[str, Any] | None = None,
+) -> Any:
+    """Write a vecenv dataset (a ``Dataset`` or its directory) as the Minari dataset ``dataset_id``.
+
+    Episodes are written in the order they end in the dataset (for ``episodes=N`` datasets,
+    their order on disk); episodes still open at the end (``steps=N`` datasets) follow, by
+    env index, truncated or dropped as ``open_episodes`` says (see ``collect``). So exporting
+    a ``steps=N`` dataset gives the same Minari dataset as collecting it with
+    ``format="minari"``. ``out`` is the datasets root (default Minari's). The env spec is
+    the one recorded at collection, else the registered spec of ``env_id`` with
+    ``env_kwargs``, else none (then ``recover_environment`` is unavailable).
+
+    Memory: one chunk of rows plus an index of 16 bytes per transition.
+
+    Returns the ``minari.MinariDataset``. Raises MinariNotInstalledError, ValueError for a
+    malformed ``dataset_id`` or ``open_episodes``, FileExistsError if it exists and
+    ``overwrite`` is false.
+    """
+    if open_episodes not in OPEN_EPISODES:
+        raise ValueError(f"open_episodes: expected one of {list(OPEN_EPISODES)}, got {open_episodes!r}")
+    target = minari_target(dataset_id, out, overwrite)
+    if not isinstance(dataset, Dataset):
+        dataset = load(dataset)
+    metadata = dataset.metadata
+    observation_space = space_from_description(metadata["observation_space"]["description"])
+    action_space = space_from_description(metadata["action_space"]["description"])
+    spec = env_spec if env_spec is not None else _env_spec(metadata)
+    source = {**metadata, "source": str(dataset.path)}
+    sink = MinariSink(dataset_id, target, observation_space, action_space, spec, source,
+                      dict(minari_metadata or {}), open_episodes)
+    names = list(metadata["fields"])
+    arrays = [dataset.arrays[name] for name in names]
+    episode_ids = np.asarray(dataset["episode_ids"])
+    rewards, terminations = np.asarray(dataset["rewards"]), np.asarray(dataset["terminations"])
+    truncations, env_ids = np.asarray(dataset["truncations"]), np.asarray(dataset["env_ids"])
+    order = np.argsort(episode_ids, kind="stable")  # rows of each episode, in row order
+    starts = np.flatnonzero(np.r_[True, episode_ids[order][1:] != episode_ids[order][:-1]]) if len(order) else []
+    bounds = list(zip(starts, [*starts[1:], len(order)]))
+    ends = [int(order[stop - 1]) for _, stop in bounds]
+    closed = [i for i, end in enumerate(ends) if terminations[end] or truncations[end]]
+    still_open = sorted((i for i, end in enumerate(ends) if not (terminations[end] or truncations[end])),
+                        key=lambda i: int(env_ids[ends[i]]))
+    closed.sort(key=lambda i: ends[i])
+    step = chunk_rows(sum(np.dtype(f["dtype"]).itemsize * int(np.prod(f["shape"])) for f in metadata["fields"].values()))
+    seed, num_envs = metadata.get("seed"), metadata.get("num_envs") or 0
+
+    def pieces(rows: np.ndarray) -> Iterator[list[np.ndarray]]:
+        for begin in range(0, len(rows), step):
+            part = rows[begin:begin + step]
+            yield [np.asarray(array[part]) for array in arrays]
+
+    try:
+        for i, truncate in [*((i, False) for i in closed), *((i, True) for i in still_open)]:
+            rows = order[bounds[i][0]:bounds[i][1]]
+            episode_id = int(episode_ids[rows[0]])
+            if truncate and open_episodes == "drop":
+                sink.dropped(1, len(rows))
+                continue
+            sink.episode(pieces(rows), float(rewards[rows].sum()), len(rows), episode_id,
+                         seed + episode_id if seed is not None and episode_id < num_envs else None, truncate)
+    except BaseException:
+        sink.finalize(complete=False)
+        raise
+    return sink.finalize(complete=bool(metadata.get("complete")))

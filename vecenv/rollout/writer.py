@@ -1,0 +1,194 @@
+"""Streaming rows to a dataset directory with bounded memory (see ``DatasetWriter``)."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import gymnasium
+import numpy as np
+
+from vecenv.rollout.format import METADATA_FILE, Leaf
+
+# Rows are buffered in memory up to this many bytes (all fields together) per chunk.
+CHUNK_BYTES = 8 * 1024 * 1024
+# A partially filled chunk is also flushed after this many seconds, so a slow collection
+# shows progress on disk and loses little if the process is killed outright.
+FLUSH_INTERVAL_S = 1.0
+
+
+def chunk_rows(row_bytes: int) -> int:
+    """How many rows of ``row_bytes`` bytes one chunk holds (at least one)."""
+    return max(1, CHUNK_BYTES // max(1, row_bytes))
+
+
+@dataclass
+class _RunningStats:
+    """Count, sum, min and max of a stream of numbers, in constant memory."""
+
+    count: int = 0
+    total: float = 0.0
+    low: float = math.inf
+    high: float = -math.inf
+
+    def add(self, values: np.ndarray) -> None:
+        if values.size:
+            self.count += int(values.size)
+            self.total += float(values.sum())
+            self.low = min(self.low, float(values.min()))
+            self.high = max(self.high, float(values.max()))
+
+    def as_json(self) -> dict[str, float] | None:
+        if not self.count:
+            return None
+        return {"mean": self.total / self.count, "min": self.low, "max": self.high}
+
+
+class DatasetWriter:
+    """Streams rows of every field into ``<out>/<field>.npy`` with bounded memory.
+
+    Each file starts with a ``.npy`` v1.0 header whose padding leaves room for any row
+    count (``numpy.lib.format`` pads headers for in-place growth), followed by raw rows.
+    Rows are buffered per field in one fixed-size chunk. ``flush`` writes the buffered rows
+    at the offset after the last *committed* row, then rewrites every header and the
+    metadata: it is idempotent, so if it is interrupted the next flush (or ``finalize``)
+    simply rewrites the same rows, and ``finalize`` truncates any bytes written past the
+    committed rows. Thus all files always agree on the row count recorded in the headers
+    and in ``metadata.json``.
+    """
+
+    def __init__(self, out: Path, fields: list[Leaf], metadata: dict[str, Any]) -> None:
+        self.out = out
+        self.fields = fields
+        self.metadata = metadata
+        self.transitions = 0  # rows appended: committed to files or buffered
+        self.episodes = 0  # complete episodes among those rows
+        self.returns = _RunningStats()
+        self.lengths = _RunningStats()
+        self._flushed = 0  # rows committed to the files
+        self._buffered = 0  # rows in the chunk buffers
+        self._started = time.monotonic()
+        self._last_flush = self._started
+        self._chunk_rows = chunk_rows(sum(f.row_bytes for f in fields))
+        self._buffers = [np.empty((self._chunk_rows, *f.shape), f.dtype) for f in fields]
+        self._row_bytes = [f.row_bytes for f in fields]
+        out.mkdir(parents=True)
+        self._files: list[IO[bytes]] = []
+        for field in fields:
+            self._files.append(open(out / f"{field.name}.npy", "w+b"))  # noqa: SIM115
+        self._data_offset = [self._write_header(f, field, 0) for f, field in zip(self._files, fields)]
+        self._write_metadata(complete=False)
+
+    def append(self, columns: Sequence[np.ndarray], returns: np.ndarray, lengths: np.ndarray) -> None:
+        """Append rows (one array per field, equal lengths) holding ``len(returns)``
+        complete episodes whose returns and lengths are given."""
+        count = len(columns[0])
+        if self._buffered + count > self._chunk_rows:
+            self.flush()
+        if count > self._chunk_rows:  # an episode longer than a chunk goes straight to disk
+            self._commit(columns, count)
+        else:
+            start = self._buffered
+            for buffer, column in zip(self._buffers, columns):
+                buffer[start : start + count] = column
+            self._buffered = start + count
+        self.transitions += count
+        self.episodes += len(returns)
+        self.returns.add(returns)
+        self.lengths.add(lengths)
+        if time.monotonic() - self._last_flush >= FLUSH_INTERVAL_S:
+            self.flush()
+
+    def flush(self) -> None:
+        """Commit the buffered rows to the files and make headers and metadata agree."""
+        self._commit([b[: self._buffered] for b in self._buffers], self._buffered)
+        self._buffered = 0
+        for file, field in zip(self._files, self.fields):
+            self._write_header(file, field, self._flushed)
+        self._write_metadata(complete=False)
+        self._last_flush = time.monotonic()
+
+    def finalize(self, complete: bool) -> None:
+        """Flush, trim the files to the committed rows, close them and write the final
+        metadata (``complete`` says whether the requested count was reached)."""
+        self.flush()
+        for file, offset, row_bytes in zip(self._files, self._data_offset, self._row_bytes):
+            file.truncate(offset + self._flushed * row_bytes)
+            file.close()
+        self.metadata["end_time"] = now()
+        self._write_metadata(complete=complete)
+
+    def _commit(self, columns: Sequence[np.ndarray], count: int) -> None:
+        for file, offset, row_bytes, column in zip(self._files, self._data_offset, self._row_bytes, columns):
+            file.seek(offset + self._flushed * row_bytes)
+            file.write(np.ascontiguousarray(column).data)
+        self._flushed += count
+
+    @staticmethod
+    def _write_header(file: IO[bytes], field: Leaf, rows: int) -> int:
+        file.seek(0)
+        header = {
+            "descr": np.lib.format.dtype_to_descr(field.dtype),
+            "fortran_order": False,
+            "shape": (rows, *field.shape),
+        }
+        np.lib.format.write_array_header_1_0(file, header)
+        return file.tell()
+
+    def _write_metadata(self, complete: bool) -> None:
+        elapsed = time.monotonic() - self._started
+        self.metadata["complete"] = complete
+        self.metadata["counts"] = {"transitions": self._flushed, "episodes": self.episodes}
+        self.metadata["stats"] = {
+            "episode_return": self.returns.as_json(),
+            "episode_length": self.lengths.as_json(),
+            "duration_s": elapsed,
+            "steps_per_second": self._flushed / elapsed if elapsed > 0 else None,
+        }
+        temporary = self.out / f".{METADATA_FILE}.tmp"
+        temporary.write_text(json.dumps(self.metadata, indent=2) + "\n")
+        os.replace(temporary, self.out / METADATA_FILE)
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def versions() -> dict[str, str | None]:
+    try:
+        vecenv_version: str | None = importlib.metadata.version("vecenv")
+    except importlib.metadata.PackageNotFoundError:
+        vecenv_version = getattr(sys.modules.get("vecenv"), "__version__", None)
+    return {
+        "vecenv": vecenv_version,
+        "gymnasium": gymnasium.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def check_out(out: Path, overwrite: bool) -> None:
+    """Raise FileExistsError if writing to ``out`` would clobber something we must not."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise FileExistsError(f"out: expected a directory path, got {str(out)!r}, which is an existing file")
+    if not overwrite:
+        raise FileExistsError(
+            f"output directory {str(out)!r} already exists (pass overwrite=True / --overwrite to replace it)"
+        )
+    if any(out.iterdir()) and not (out / METADATA_FILE).is_file():
+        raise FileExistsError(
+            f"refusing to overwrite {str(out)!r}: it is not empty and has no {METADATA_FILE}, "
+            "so it is not a rollout dataset"
+        )
