@@ -80,6 +80,43 @@ class DictCounterEnv(CounterEnv):
         return super().step(action[0])
 
 
+class LongEpisodeEnv(gymnasium.Env):
+    """obs = [t]; every episode lasts exactly ``length`` steps (default: practically never ends).
+
+    For memory tests: with ``episodes=N`` the collector must hold open episodes without
+    keeping their rows in memory.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, length: int = 2**62) -> None:
+        self.length = length
+        self.observation_space = spaces.Box(0.0, np.inf, shape=(1,), dtype=np.float32)
+        self.action_space = spaces.Discrete(3)
+        self._t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        self._t = 0
+        return np.array([0.0], dtype=np.float32), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        self._t += 1
+        return np.array([self._t], dtype=np.float32), float(action), self._t >= self.length, False, {}
+
+
+class ContinuousCounterEnv(CounterEnv):
+    """CounterEnv with a float32 ``Box(-1, 1, (2,))`` action; the reward is the action's sum."""
+
+    def __init__(self, max_length: int = 7) -> None:
+        super().__init__(max_length)
+        self.action_space = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        observation, _, terminated, truncated, info = super().step(0)
+        return observation, float(np.sum(action)), terminated, truncated, info
+
+
 def constant_policy(observation: np.ndarray) -> np.ndarray:
     """Always action 2 (reward 2 in CounterEnv)."""
     return np.full(len(observation), 2, dtype=np.int64)
@@ -92,3 +129,5 @@ def out_of_space_policy(observation: np.ndarray) -> np.ndarray:
 
 gymnasium.register(id="RolloutCounter-v0", entry_point="tests.rollout_envs:CounterEnv")
 gymnasium.register(id="RolloutDictCounter-v0", entry_point="tests.rollout_envs:DictCounterEnv")
+gymnasium.register(id="RolloutLong-v0", entry_point="tests.rollout_envs:LongEpisodeEnv")
+gymnasium.register(id="RolloutContinuous-v0", entry_point="tests.rollout_envs:ContinuousCounterEnv")

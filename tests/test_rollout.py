@@ -18,7 +18,7 @@ import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import vecenv
-from tests.rollout_envs import CounterEnv, DictCounterEnv, constant_policy
+from tests.rollout_envs import ContinuousCounterEnv, CounterEnv, DictCounterEnv, LongEpisodeEnv, constant_policy
 from vecenv import rollout
 from vecenv.rollout import PolicyError, UnsupportedSpaceError, collect, load, main
 
@@ -272,6 +272,107 @@ def test_bad_policy_actions_raise_and_leave_an_incomplete_dataset(tmp_path: Path
     dataset = load(tmp_path / "d")
     assert not dataset.complete and dataset.transitions == 6
     assert "test_bad_policy_actions" in dataset.metadata["policy"]
+
+
+# ------------------------------------------------------------------------ actions the vector env accepts
+
+
+def float64_policy(observation: np.ndarray) -> np.ndarray:
+    """Actions for ContinuousCounterEnv as numpy makes them: float64, inside [-1, 1]."""
+    return np.tile(np.array([0.25, -0.5]), (len(observation), 1))
+
+
+@pytest.mark.timeout(60)
+def test_float64_actions_for_a_float32_box_are_accepted_and_recorded_as_float32(tmp_path: Path) -> None:
+    envs = vecenv.make("RolloutContinuous-v0", 3, 2)
+    try:
+        dataset = collect(envs, float64_policy, steps=40, seed=0, out=tmp_path / "d", progress=False)
+    finally:
+        envs.close()
+    assert dataset["actions"].dtype == np.float32
+    np.testing.assert_array_equal(dataset["actions"], np.tile(np.float32([0.25, -0.5]), (40, 1)))
+    np.testing.assert_allclose(dataset["rewards"], -0.25)
+    # Nested: a Tuple action whose Box part comes as float64 and Discrete part as Python ints.
+    envs = counter_envs(2, AutoresetMode.NEXT_STEP, DictCounterEnv)
+    policy = lambda obs: ([1, 2], np.zeros((2, 2)))  # noqa: E731
+    dataset = collect(envs, policy, steps=10, seed=0, out=tmp_path / "n", progress=False)
+    assert dataset["actions"][1].dtype == np.float32 and np.all(np.asarray(dataset["actions"][0])[:2] == [1, 2])
+
+
+@pytest.mark.parametrize(
+    ("action", "match"),
+    [
+        (np.array([[0.5, 2.0], [0.0, 0.0]]), r"outside the action space: env 0 got array\(\[0.5, 2. \], dtype=float32\)"),
+        (np.array([[0.5, np.nan], [0.0, 0.0]]), r"outside the action space: env 0 got"),
+        (np.zeros((2, 3)), r"does not accept: `actions` must have shape \(2, 2\).*got shape \(2, 3\)"),
+        (np.zeros(2, dtype=np.complex128), r"does not accept: `actions` must have shape|must have a dtype"),
+        ("left", r"does not accept: `actions` must be an array"),
+    ],
+)
+def test_actions_outside_what_the_vector_env_accepts_are_named(tmp_path: Path, action: Any, match: str) -> None:
+    envs = counter_envs(2, AutoresetMode.NEXT_STEP, ContinuousCounterEnv)
+    with pytest.raises(PolicyError, match=match):
+        collect(envs, lambda obs: action, steps=5, out=tmp_path / "d", progress=False)
+
+
+def test_floats_for_a_discrete_space_are_refused_as_the_vector_env_refuses_them(tmp_path: Path) -> None:
+    with pytest.raises(PolicyError, match=r"must have a dtype that casts to int64.*got float64"):
+        collect_sync(tmp_path / "d", 2, AutoresetMode.NEXT_STEP, lambda obs: np.array([1.0, 0.0]), steps=5)
+
+
+# ------------------------------------------------------------------------ bounded memory
+
+
+def long_envs(num_envs: int, length: int) -> SyncVectorEnv:
+    return SyncVectorEnv([lambda: LongEpisodeEnv(length) for _ in range(num_envs)])
+
+
+def peak_traced_bytes(fn: Any) -> int:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_episodes_memory_stays_bounded_when_episodes_do_not_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With episodes=1, every row of every open episode must wait until its episode ends. The
+    rows held in memory must not grow with the episode length (open rows spill to disk in
+    blocks), nor must the traced memory (numpy reports its buffers to tracemalloc); the
+    result is byte-identical to a run whose chunks hold everything."""
+    monkeypatch.setattr(rollout.writer, "CHUNK_BYTES", 4 * 1024)
+    row_bytes = 4 + 4 + 8 + 8 + 1 + 1 + 8 + 8
+    held: list[int] = []
+    spilled: list[int] = []
+    original_add = rollout.staging.EpisodeStager.add
+
+    def counting_add(self: Any, columns: Any, envs: np.ndarray) -> None:
+        original_add(self, columns, envs)
+        held.append(int(self.filled.sum()))
+        spilled.append(self._spill_rows)
+
+    monkeypatch.setattr(rollout.staging.EpisodeStager, "add", counting_add)
+    peaks = {}
+    for length in (400, 2_000):
+        held.clear()
+        spilled.clear()
+        out = tmp_path / f"d{length}"
+        peaks[length] = peak_traced_bytes(
+            lambda: collect(long_envs(2, length), constant_policy, episodes=1, out=out, progress=False))
+        dataset = load(out)
+        assert dataset.transitions == length and dataset.metadata["counts"]["episodes"] == 1
+        np.testing.assert_array_equal(np.asarray(dataset["observations"])[:, 0], np.arange(length))
+        assert not (out / ".spill").exists()
+        block_rows = 4 * 1024 // (2 * row_bytes)
+        assert max(held) <= 2 * block_rows  # rows in memory: one block per env at most
+        assert max(spilled) >= 2 * (length - block_rows)  # the rest went to disk
+    assert peaks[2_000] < peaks[400] + 2 * 1_600 * row_bytes / 4, peaks  # not the 1,600 extra rows per env
+    monkeypatch.setattr(rollout.writer, "CHUNK_BYTES", 8 * 1024 * 1024)
+    reference = collect(long_envs(2, 2_000), constant_policy, episodes=1, out=tmp_path / "ref", progress=False)
+    assert npy_bytes(reference.path) == npy_bytes(tmp_path / "d2000")
 
 
 # ------------------------------------------------------------------------ command line
