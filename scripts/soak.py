@@ -141,6 +141,38 @@ def sample(step: int, t0: float, parent: int | None = None) -> dict[str, float]:
     return row
 
 
+class Recorder:
+    """Samples kept in one array allocated up front.
+
+    A list of per-sample dicts would itself grow the parent's RSS by a few KiB per sample
+    (hundreds of KiB over a run), which is the very thing being measured: the array is
+    allocated once, before the run, and each sample only overwrites a row of it.
+    """
+
+    def __init__(self, capacity: int, columns: Sequence[str]) -> None:
+        self.columns = list(columns)
+        self._data = np.zeros((capacity, len(self.columns)), dtype=np.float64)
+        self._n = 0
+
+    def add(self, row: dict[str, float]) -> None:
+        if self._n >= len(self._data):
+            raise RuntimeError(f"more samples than the {len(self._data)} planned")
+        data = self._data[self._n]
+        for j, name in enumerate(self.columns):
+            data[j] = row[name]
+        self._n += 1
+
+    def rows(self) -> list[dict[str, float]]:
+        """The samples as dicts (ints where the value is whole), for judging and the CSV."""
+        return [{c: (int(v) if float(v).is_integer() else float(v)) for c, v in zip(self.columns, r)}
+                for r in self._data[:self._n]]
+
+
+def _recorder(capacity: int) -> Recorder:
+    """A recorder whose columns are those :func:`sample` returns here."""
+    return Recorder(capacity, list(sample(0, time.monotonic())))
+
+
 # -- results and verdict -------------------------------------------------------------------------
 
 
@@ -252,24 +284,24 @@ def run_steps(
     vector_steps = steps // num_envs
     points = _sample_points(vector_steps, samples)
     rng = np.random.default_rng(seed)
-    rows = []
     t0 = time.monotonic()
     with vecenv.make("CartPole-v1", num_envs, num_workers, context=context) as envs:
         envs.reset(seed=seed)
+        rows = _recorder(len(points))
         # Precomputed actions: the soak measures the vector env, not the sampler.
         actions = rng.integers(0, 2, size=(1024, num_envs))
         with _progress(vector_steps * num_envs, "steps", progress) as bar:
             for i in range(vector_steps):
                 envs.step(actions[i % len(actions)])
                 if i in points:
-                    rows.append(sample((i + 1) * num_envs, t0))
+                    rows.add(sample((i + 1) * num_envs, t0))
                 if i % 64 == 63:
                     bar.update(64 * num_envs)
             bar.update(vector_steps * num_envs - bar.n)
     params = dict(steps=vector_steps * num_envs, num_envs=num_envs, num_workers=num_workers,
                   context=context or multiprocessing.get_start_method(), seed=seed)
     judged = tuple(f"{who}_{k}" for who in ("parent", "workers") for k in PROC_FIELDS)
-    return SoakResult("steps", params, rows, judged, ("children", "shm_vecenv"), time.monotonic() - t0)
+    return SoakResult("steps", params, rows.rows(), judged, ("children", "shm_vecenv"), time.monotonic() - t0)
 
 
 def run_recv_send(
@@ -296,9 +328,9 @@ def run_recv_send(
     batches = max(2, steps // batch_size)
     points = _sample_points(batches, samples)
     rng = np.random.default_rng(seed)
-    rows = []
     t0 = time.monotonic()
     with vecenv.make("CartPole-v1", num_envs, num_workers, batch_size=batch_size, context=context) as envs:
+        rows = _recorder(len(points))
         envs.async_reset(seed=seed)
         with _progress(batches * batch_size, "recv/send", progress) as bar:
             for i in range(batches):
@@ -313,14 +345,14 @@ def run_recv_send(
                         mask = groups == g
                         envs.send(actions[mask], ids[mask])
                 if i in points:
-                    rows.append(sample((i + 1) * batch_size, t0))
+                    rows.add(sample((i + 1) * batch_size, t0))
                 if i % 64 == 63:
                     bar.update(64 * batch_size)
             bar.update(batches * batch_size - bar.n)
     params = dict(steps=batches * batch_size, num_envs=num_envs, num_workers=num_workers,
                   batch_size=batch_size, context=context or multiprocessing.get_start_method(), seed=seed)
     judged = tuple(f"{who}_{k}" for who in ("parent", "workers") for k in PROC_FIELDS)
-    return SoakResult("recv-send", params, rows, judged, ("children", "shm_vecenv"), time.monotonic() - t0)
+    return SoakResult("recv-send", params, rows.rows(), judged, ("children", "shm_vecenv"), time.monotonic() - t0)
 
 
 def run_cycles(
@@ -342,11 +374,11 @@ def run_cycles(
     for m in methods:
         if m not in available:
             raise ValueError(f"start method {m!r} is not available here; choose from {available}")
-    rows = []
+    rows = _recorder(cycles + 1)
     t0 = time.monotonic()
     actions = np.random.default_rng(seed).integers(0, 2, size=(steps_per_cycle, num_envs))
     total = cycles * len(methods)
-    rows.append(sample(0, t0))  # before the first cycle: nothing of vecenv's is running
+    rows.add(sample(0, t0))  # before the first cycle: nothing of vecenv's is running
     with _progress(total, "cycles", progress) as bar:
         for i in range(cycles):
             for m in methods:  # interleaved, so the methods share the warm-up and the drift
@@ -358,10 +390,10 @@ def run_cycles(
                 finally:
                     envs.close()
                 bar.update(1)
-            rows.append(sample(i + 1, t0))
+            rows.add(sample(i + 1, t0))
     params = dict(cycles=cycles, methods=list(methods), num_envs=num_envs, num_workers=num_workers,
                   steps_per_cycle=steps_per_cycle, seed=seed)
-    return SoakResult("cycles", params, rows, ("parent_rss_kb", "parent_threads"),
+    return SoakResult("cycles", params, rows.rows(), ("parent_rss_kb", "parent_threads"),
                       EXACT_CYCLE_METRICS, time.monotonic() - t0)
 
 
