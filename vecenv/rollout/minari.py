@@ -70,10 +70,10 @@ def minari_target(dataset_id: str, out: str | os.PathLike[str] | None, overwrite
         raise TypeError(f"dataset_id: expected a str like 'NAMESPACE/NAME-vN', got {dataset_id!r}")
     try:
         parse_dataset_id(dataset_id)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError) as exc:
         raise ValueError(
             f"dataset_id: expected 'NAMESPACE/NAME-vN' or 'NAME-vN' (letters, digits, '-', '_'; "
-            f"version required), got {dataset_id!r}"
+            f"a version is required; Minari says: {exc}), got {dataset_id!r}"
         ) from None
     root = datasets_root(out)
     target = root / dataset_id
