@@ -509,3 +509,36 @@ def test_interrupt_keeps_a_loadable_partial_dataset_and_no_workers(tmp_path: Pat
     while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.01)  # polling interval: the resource tracker exits once it sees EOF
     assert not [pid for pid in workers if alive(pid)]
+
+
+# ------------------------------------------------------------------------ Stable-Baselines3 policies
+
+
+@pytest.mark.timeout(120)
+def test_sb3_policy_collects_with_the_models_predict(tmp_path: Path) -> None:
+    sb3 = pytest.importorskip("stable_baselines3")
+    model = sb3.PPO("MlpPolicy", CounterEnv(), n_steps=16, batch_size=16, seed=0, device="cpu")  # untrained is enough
+    model.save(tmp_path / "ppo.zip")
+    out = tmp_path / "d"
+    args = ["--env", "tests.rollout_envs:RolloutCounter-v0", "--num-envs", "3", "--num-workers", "2", "--steps", "60",
+            "--policy", f"sb3:{tmp_path / 'ppo.zip'}", "--deterministic", "--quiet", "--out", str(out)]
+    assert main(args) == 0
+    dataset = load(out)
+    assert dataset.metadata["policy"] == f"sb3:{tmp_path / 'ppo.zip'} (PPO, deterministic)"
+    expected, _ = model.predict(np.asarray(dataset["observations"]), deterministic=True)
+    np.testing.assert_array_equal(dataset["actions"], expected)
+    check_real_transitions(dataset)
+    # Naming the algorithm works too; a file that is not a model, or a model for other spaces, is one line.
+    assert main([*args[:-1], str(tmp_path / "e"), "--policy", f"sb3:PPO:{tmp_path / 'ppo.zip'}"]) == 0
+    (tmp_path / "bad.zip").write_text("not a zip")
+    assert main([*args[:-3], "--policy", f"sb3:{tmp_path / 'bad.zip'}", "--out", str(tmp_path / "f")]) == 2
+    assert main(["--env", "CartPole-v1", "--policy", f"sb3:{tmp_path / 'ppo.zip'}", "--quiet",
+                 "--out", str(tmp_path / "g")]) == 2
+
+
+def test_sb3_policy_errors_name_the_problem(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["--policy", f"sb3:{tmp_path / 'missing.zip'}", "--quiet", "--out", str(tmp_path / "d")]) == 2
+    assert "expected sb3:PATH.zip naming a saved model file" in capsys.readouterr().err
+    assert main(["--policy", "tests.rollout_envs:constant_policy", "--deterministic", "--quiet",
+                 "--out", str(tmp_path / "d")]) == 2
+    assert "--deterministic: only for sb3: policies" in capsys.readouterr().err

@@ -423,7 +423,7 @@ def _run(args: argparse.Namespace, command_line: str) -> int:
                 "env_id": args.env,
                 "env_kwargs": env_kwargs,
                 "num_workers": num_workers,
-                "policy": args.policy,
+                "policy": getattr(policy, "name", args.policy),
                 "command_line": command_line,
             },
             **minari_options,
