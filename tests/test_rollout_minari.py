@@ -264,3 +264,19 @@ def test_without_minari_the_command_fails_at_once_with_one_line(tmp_path: Path) 
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
     assert result.stderr.startswith('vecenv-collect: error: Minari output needs the minari extra: pip install "vecenv[minari]"')
     assert result.stdout == "" and not (tmp_path / "rollouts").exists()
+
+
+@pytest.mark.timeout(120)
+def test_readme_minari_example_runs(tmp_path: Path) -> None:
+    text = (REPO / "README.md").read_text()
+    section = text.split("### Minari datasets\n", 1)[1].split("\n## ", 1)[0]
+    example = section.split("```python\n", 1)[1].split("```", 1)[0]
+    body = "\n".join("    " + line for line in example.splitlines())
+    script = tmp_path / "example.py"
+    script.write_text(f"import vecenv\n\ndef main():\n{body}\n    env.close()\n\n"
+                      "if __name__ == '__main__':\n    main()\n    print('EXAMPLE-OK')\n")
+    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=100,
+                            env={**os.environ, "PYTHONPATH": str(REPO), "MINARI_DATASETS_PATH": str(tmp_path / "root")})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[0] == "100" and result.stdout.strip().endswith("EXAMPLE-OK")
+    assert minari.MinariDataset(tmp_path / "root" / "cartpole" / "random-v0" / "data").total_episodes == 100
