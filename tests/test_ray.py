@@ -1,0 +1,373 @@
+"""The Ray backend, on real Ray: RayVectorEnv must match SyncVectorEnv exactly, and fail as the
+process backend does.
+
+One local Ray (2 CPUs) is shared by the whole session; the 2-node cluster tests come last, since
+connecting to the cluster ends the local Ray (see ``tests/ray_fixtures.py``). The differential
+runs reuse ``tests/test_differential.py``'s driver and comparison.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.error import ClosedEnvironmentError
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from tests.ray_fixtures import RaySessions, _ray_sessions, ray, ray_cluster, ray_local  # noqa: F401
+
+import vecenv
+from tests.async_envs import JitterEnv
+from tests.crash_envs import fault_fns, healthy_fns
+from tests.envs import diff_env_fns
+from tests.test_async import _assert_same, _row_info
+from tests.test_differential import (
+    DIFF_INFO_KEYS,
+    SCENARIOS,
+    STEPS,
+    Scenario,
+    assert_same,
+    run_differential,
+    sample_actions,
+)
+from vecenv.errors import NeedsResetError, RemoteTraceback, VecEnvTimeoutError, WorkerDiedError
+from vecenv.ray_transport import RayVectorEnv
+
+NEXT, SAME, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED
+#: Half a CPU per actor lets 4 groups run on the 2-CPU local Ray.
+HALF_CPU = {"num_cpus": 0.5}
+
+
+def _ray_scenarios() -> list[Scenario]:
+    """The differential scenarios that apply to Ray (no start method, no shared memory),
+    one of each kind: every autoreset mode, uneven groups, nested and Text spaces, copy=False,
+    odd action dtypes, an env that reuses its info dict, and the async call pairs."""
+    wanted = {
+        "cartpole-n4w2-NextStep", "cartpole-n7w3-SameStep", "cartpole-n3w1-Disabled",
+        "box-discrete-n7w3-NextStep", "box-discrete-n4wNone-NextStep-async",
+        "dict-box-n7w3-SameStep-actfloat64", "tuple-box-n5w2-Disabled-actfloat32",
+        "tuple_text-multidiscrete-n7w3-SameStep", "dict-discrete-n7w3-SameStep-nocopy",
+        "ReusedInfoEnv-box-discrete-n4w2-SameStep",
+    }
+    chosen = [sc for sc in SCENARIOS if sc.id in wanted]
+    assert len(chosen) == len(wanted), wanted - {sc.id for sc in chosen}
+    return chosen
+
+
+RAY_SCENARIOS = _ray_scenarios()
+
+
+def _check_stats(sc: Scenario, stats) -> None:
+    assert stats.steps == STEPS
+    assert stats.masked_resets >= 2
+    assert stats.terminations > 0
+    if sc.mode is SAME:
+        assert {"final_obs", "final_info"} <= stats.info_keys
+    if sc.env != "cartpole":
+        assert stats.truncations > 0
+        assert DIFF_INFO_KEYS <= stats.info_keys, DIFF_INFO_KEYS - stats.info_keys
+
+
+def _actor_options(num_workers: int | None) -> dict:
+    return HALF_CPU if num_workers is None or num_workers > 2 else {}
+
+
+# -- the differential suite on the local Ray ------------------------------------------------------
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("sc", RAY_SCENARIOS, ids=[sc.id for sc in RAY_SCENARIOS])
+def test_matches_sync(ray_local: RaySessions, sc: Scenario) -> None:
+    fns = sc.env_fns()
+    stats = run_differential(
+        fns,
+        lambda: RayVectorEnv(fns, sc.num_workers, autoreset_mode=sc.mode, copy=sc.copy,
+                             actor_options=_actor_options(sc.num_workers)),
+        mode=sc.mode, copy=sc.copy, seed=sum(map(ord, sc.id)), action_dtype=sc.action_dtype,
+        use_async=sc.use_async,
+    )
+    _check_stats(sc, stats)
+
+
+@pytest.mark.timeout(60)
+def test_call_get_set_attr_render(ray_local: RaySessions) -> None:
+    fns = diff_env_fns(5, obs_kind="box", act_kind="discrete", render_mode="rgb_array")
+    sync = SyncVectorEnv(fns)
+    rng = np.random.default_rng(0)
+    try:
+        with RayVectorEnv(fns, 2) as sub:
+            assert sub.render_mode == "rgb_array" and sub.num_workers == 2
+            assert_same(sub.reset(seed=11), sync.reset(seed=11))
+            assert_same(sub.call("double", 3.0, plus=1.5), sync.call("double", 3.0, plus=1.5))
+            for name in ("t", "index", "np_random_seed", "metadata"):
+                assert_same(sub.get_attr(name), sync.get_attr(name), name)
+            sub.set_attr("scale", [1.0, -1.0, 3.0, 0.5, 7.0])
+            sync.set_attr("scale", [1.0, -1.0, 3.0, 0.5, 7.0])
+            assert sub.get_attr("scale") == (1.0, -1.0, 3.0, 0.5, 7.0)
+            with pytest.raises(AttributeError):
+                sub.get_attr("no_such_attribute")
+            for _ in range(20):
+                a = sample_actions(sync.single_action_space, 5, rng)
+                assert_same(sub.step(a), sync.step(a))
+            assert_same(sub.render(), sync.render())
+            sub.call_async("double", 2.0)
+            assert_same(sub.call_wait(timeout=30), sync.call("double", 2.0))
+            # A result Ray cannot serialise is that call's error; the actors live on.
+            with pytest.raises(Exception) as excinfo:
+                sub.call("unpicklable")
+            assert not isinstance(excinfo.value, WorkerDiedError), excinfo.value
+            assert sub.get_attr("index") == (0, 1, 2, 3, 4)
+    finally:
+        sync.close()
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("mode", [NEXT, SAME], ids=lambda m: m.value)
+def test_async_batches_follow_sync_trajectories(ray_local: RaySessions, mode: AutoresetMode) -> None:
+    """async_reset/recv/send: ray.wait hands back the first groups to finish; every env's
+    trajectory is still the one SyncVectorEnv gives for its seed and actions."""
+    num_envs, seed = 8, 123
+    refs = [SyncVectorEnv([JitterEnv], autoreset_mode=mode) for _ in range(num_envs)]
+    expected = [ref.reset(seed=seed + i) for i, ref in enumerate(refs)]
+    rng = np.random.default_rng(0)
+    orders = set()
+    try:
+        with RayVectorEnv([JitterEnv] * num_envs, 4, batch_size=4, autoreset_mode=mode,
+                          actor_options=HALF_CPU) as envs:
+            envs.async_reset(seed=seed)
+            first = True
+            for _ in range(60):
+                obs, rewards, terms, truncs, infos, env_ids = envs.recv(timeout=30)
+                assert len(env_ids) == 4
+                orders.add(tuple(env_ids))
+                for row, i in enumerate(env_ids):
+                    if first or len(expected[i]) == 2:
+                        _assert_same(obs[row], expected[i][0][0])
+                    else:
+                        ref_obs, ref_rew, ref_term, ref_trunc, _ = expected[i]
+                        _assert_same(obs[row], ref_obs[0])
+                        assert (rewards[row], terms[row], truncs[row]) == (ref_rew[0], ref_term[0], ref_trunc[0])
+                    _assert_same(_row_info(infos, row), _row_info(expected[i][-1], 0))
+                actions = rng.integers(0, 3, size=len(env_ids))
+                for row, i in enumerate(env_ids):
+                    expected[i] = refs[i].step(actions[row:row + 1])
+                envs.send(actions, env_ids)
+                first = False
+            assert len(orders) > 1, "random step times should change which groups finish first"
+    finally:
+        for ref in refs:
+            ref.close()
+
+
+# -- faults ------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_env_error_keeps_type_remote_traceback_and_names_env_worker_node(ray_local: RaySessions) -> None:
+    fns = fault_fns(4, "raise", "step", target=2)
+    with RayVectorEnv(fns, 2) as envs:
+        envs.reset(seed=0)
+        with pytest.raises(ValueError, match="injected fault in step of env 2") as excinfo:
+            envs.step(np.zeros((4, 2), np.float32))
+        cause = excinfo.value.__cause__
+        assert isinstance(cause, RemoteTraceback) and "injected fault" in cause.tb
+        note = " ".join(getattr(excinfo.value, "__notes__", []))
+        node_ip = envs._transport.locations[1][1]
+        assert "env 2" in note and "worker 1" in note and f"node {node_ip}" in note, note
+        with pytest.raises(NeedsResetError):
+            envs.step(np.zeros((4, 2), np.float32))
+        envs.reset(seed=1)  # usable again
+        envs.step(np.zeros((4, 2), np.float32))
+
+
+@pytest.mark.timeout(60)
+def test_env_error_at_start_names_the_env(ray_local: RaySessions) -> None:
+    with pytest.raises(ValueError, match="injected fault in init of env 3") as excinfo:
+        RayVectorEnv(fault_fns(4, "raise", "init", target=3), 2)
+    assert "env 3" in " ".join(excinfo.value.__notes__)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("when", ["mid-step", "idle"])
+def test_killed_actor_is_worker_died_within_seconds(ray_local: RaySessions, when: str) -> None:
+    fns = fault_fns(4, "sleep", "step", target=2, duration=60.0)
+    envs = RayVectorEnv(fns, 2)
+    try:
+        envs.reset(seed=0)
+        pid = envs.actor_pids[1]
+        if when == "mid-step":
+            envs.step_async(np.zeros((4, 2), np.float32))
+            time.sleep(0.3)  # worker 1 is now sleeping inside env 2's step
+        os.kill(pid, signal.SIGKILL)
+        start = time.monotonic()
+        with pytest.raises(WorkerDiedError) as excinfo:
+            if when == "mid-step":
+                envs.step_wait()
+            else:
+                time.sleep(0.5)
+                envs.step(np.zeros((4, 2), np.float32))
+        assert time.monotonic() - start < 10.0
+        message = str(excinfo.value)
+        assert excinfo.value.worker == 1 and excinfo.value.envs == range(2, 4)
+        assert "worker 1" in message and "envs 2..3" in message and "node" in message, message
+        assert envs.state is vecenv.State.BROKEN
+        with pytest.raises(WorkerDiedError):
+            envs.reset(seed=0)
+    finally:
+        start = time.monotonic()
+        envs.close()
+        assert time.monotonic() - start < 5.0
+    envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_timeout_then_late_result_is_dropped(ray_local: RaySessions) -> None:
+    fns = fault_fns(4, "sleep", "step", target=0, duration=1.0)
+    sync = SyncVectorEnv(healthy_fns(4))
+    try:
+        with RayVectorEnv(fns, 2) as envs:
+            envs.reset(seed=0)
+            envs.step_async(np.zeros((4, 2), np.float32))
+            start = time.monotonic()
+            with pytest.raises(VecEnvTimeoutError):
+                envs.step_wait(timeout=0.2)
+            assert time.monotonic() - start < 0.9
+            with pytest.raises(NeedsResetError):
+                envs.step(np.zeros((4, 2), np.float32))
+            # The reset waits behind the late step; the late step's rows are never returned.
+            assert_same(envs.reset(seed=5), sync.reset(seed=5))
+            rng = np.random.default_rng(3)
+            for _ in range(10):
+                a = sample_actions(sync.single_action_space, 4, rng)
+                assert_same(envs.step(a), sync.step(a))
+    finally:
+        sync.close()
+
+
+@pytest.mark.timeout(60)
+def test_close_with_calls_in_flight_returns_and_ends_the_actors(ray_local: RaySessions) -> None:
+    envs = RayVectorEnv(fault_fns(4, "hang", "step", target=1), 2)
+    envs.reset(seed=0)
+    actors = list(envs._transport.actors)
+    envs.step_async(np.zeros((4, 2), np.float32))
+    start = time.monotonic()
+    with pytest.warns(UserWarning, match="pending call to `step`"):
+        envs.close(timeout=0.5)
+    assert time.monotonic() - start < 5.0
+    assert envs.closed
+    for actor in actors:
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(actor.__ray_ready__.remote(), timeout=10)
+    envs.close()  # idempotent
+    with pytest.raises(ClosedEnvironmentError):
+        envs.step(np.zeros((4, 2), np.float32))
+    assert ray.is_initialized(), "a Ray we did not start must stay up"
+
+
+@pytest.mark.timeout(60)
+def test_bad_arguments_are_refused_before_anything_starts(ray_local: RaySessions) -> None:
+    fns = healthy_fns(4)
+    with pytest.raises(ValueError, match="num_workers"):
+        RayVectorEnv(fns, 5)
+    with pytest.raises(TypeError, match="actor_options"):
+        RayVectorEnv(fns, 2, actor_options=[("num_cpus", 1)])
+    with pytest.raises(ValueError, match="name"):
+        RayVectorEnv(fns, 2, actor_options={"name": "x"})
+    with pytest.raises(TypeError, match="address"):
+        RayVectorEnv(fns, 2, address=6379)
+    with pytest.raises(ValueError, match="batch_size"):
+        RayVectorEnv(fns, 2, batch_size=3)
+    with pytest.raises(ValueError, match="need 4 CPUs, but the Ray cluster has 2"):
+        RayVectorEnv(fns, 4)  # 4 actors of 1 CPU on a 2-CPU Ray could never all start
+    with RayVectorEnv(fns) as envs:  # default: as many actors as the CPUs hold
+        assert envs.num_workers == 2
+
+
+@pytest.mark.timeout(60)
+def test_make_backend_ray(ray_local: RaySessions) -> None:
+    fns = [functools.partial(gym.make, "CartPole-v1")] * 4
+    sync = SyncVectorEnv(fns)
+    try:
+        with vecenv.make("CartPole-v1", 4, 2, backend="ray") as envs:
+            assert isinstance(envs, RayVectorEnv)
+            assert envs.spec is not None and envs.spec.id == "CartPole-v1"
+            assert_same(envs.reset(seed=2), sync.reset(seed=2))
+            for t in range(30):
+                a = np.array([t % 2, 1, 0, (t // 2) % 2])
+                assert_same(envs.step(a), sync.step(a))
+    finally:
+        sync.close()
+    with pytest.raises(ValueError, match="backend"):
+        vecenv.make("CartPole-v1", 4, 2, backend="threads")
+
+
+# -- a Ray that the vector env starts itself ---------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_starts_a_local_ray_when_none_is_running_and_stops_it(
+        _ray_sessions: RaySessions, monkeypatch: pytest.MonkeyPatch) -> None:
+    _ray_sessions.disconnect()
+    monkeypatch.setenv("RAY_TMPDIR", _ray_sessions.temp_dir)  # its session files go with ours
+    assert not ray.is_initialized()
+    first = RayVectorEnv(healthy_fns(2), 1)
+    second = RayVectorEnv(healthy_fns(2), 1)  # shares the Ray the first one started
+    try:
+        assert ray.is_initialized()
+        first.close()
+        assert ray.is_initialized(), "still used by the second vector env"
+        second.reset(seed=0)
+    finally:
+        first.close()
+        second.close()
+        _ray_sessions.note_pids()
+    assert not ray.is_initialized(), "the last vector env to close stops the Ray they started"
+
+
+# -- the 2-node cluster (last: connecting to it ends the local Ray) ---------------------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", [NEXT, SAME], ids=lambda m: m.value)
+def test_cluster_groups_on_both_nodes_match_sync(ray_cluster, mode: AutoresetMode) -> None:
+    fns = diff_env_fns(5, obs_kind="dict", act_kind="box")
+    made: list[RayVectorEnv] = []
+
+    def make() -> RayVectorEnv:
+        made.append(RayVectorEnv(fns, 2, autoreset_mode=mode, actor_options={"scheduling_strategy": "SPREAD"}))
+        return made[-1]
+
+    stats = run_differential(fns, make, mode=mode, seed=11, action_dtype=np.float32)
+    assert stats.steps == STEPS and stats.terminations > 0
+    cluster_nodes = {node["NodeID"] for node in ray.nodes() if node["Alive"]}
+    assert len(cluster_nodes) == 2
+    assert set(made[0].node_ids) == cluster_nodes, "one group on each node"
+
+
+@pytest.mark.timeout(120)
+def test_cluster_env_error_names_the_node(ray_cluster) -> None:
+    with RayVectorEnv(fault_fns(4, "raise", "step", target=3), 2,
+                      actor_options={"scheduling_strategy": "SPREAD"}) as envs:
+        envs.reset(seed=0)
+        with pytest.raises(ValueError) as excinfo:
+            envs.step(np.zeros((4, 2), np.float32))
+        node_id = envs.node_ids[1]
+        assert node_id[:8] in " ".join(excinfo.value.__notes__)
+
+
+@pytest.mark.timeout(120)
+def test_address_connects_and_never_shuts_down_the_cluster(ray_cluster, _ray_sessions: RaySessions) -> None:
+    ray.shutdown()  # leave the cluster running; the vector env connects by address
+    try:
+        with RayVectorEnv(healthy_fns(2), 2, address=ray_cluster.address) as envs:
+            assert ray.is_initialized()
+            envs.reset(seed=0)
+        assert not ray.is_initialized(), "the connection it opened is closed with it"
+    finally:
+        ray.init(address=ray_cluster.address, log_to_driver=False)
+    assert len([n for n in ray.nodes() if n["Alive"]]) == 2, "the cluster itself is untouched"
