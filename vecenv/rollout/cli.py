@@ -234,10 +234,10 @@ def _minari_metadata(args: argparse.Namespace) -> dict[str, Any]:
 def _build_export_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=f"{PROG} export",
-        description="Write an existing vecenv dataset (a directory that vecenv.load reads) as a "
-        "Minari dataset, so older datasets open with minari.load_dataset. Episodes come in the "
-        "order they end; open episodes (from --steps datasets) follow by env index, truncated "
-        "or dropped as --open-episodes says. Needs: pip install \"vecenv[minari]\".",
+        description="Write an existing vecenv dataset (a directory that vecenv.load reads) as a\n"
+        "Minari dataset, so older datasets open with minari.load_dataset. Episodes come in\n"
+        "the order they end; open episodes (from --steps datasets) follow by env index,\n"
+        "truncated or dropped as --open-episodes says. Needs: pip install \"vecenv[minari]\".",
         epilog="example:\n  vecenv-collect export rollouts/CartPole-v1 --dataset-id cartpole/random-v0\n"
         "  python -c 'import minari; print(minari.load_dataset(\"cartpole/random-v0\"))'\n",
         formatter_class=argparse.RawDescriptionHelpFormatter,

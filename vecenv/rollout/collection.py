@@ -15,7 +15,7 @@ import os
 import shlex
 import shutil
 import sys
-import tempfile
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,7 +26,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 from tqdm import tqdm
 
-from vecenv.rollout.dataset import Dataset, load
+from vecenv.rollout.dataset import load
 from vecenv.rollout.errors import PolicyError
 from vecenv.rollout.format import FORMAT_NAME, FORMAT_VERSION, dataset_fields, describe_space, space_leaves
 from vecenv.rollout.staging import EpisodeStager
@@ -336,12 +336,13 @@ def collect(
     dataset_metadata.update(info)
 
     if format == "minari":
-        from vecenv.rollout.minari import MinariSink, minari_target
+        from vecenv.rollout.minari import MinariSink, datasets_root, minari_target
 
         if dataset_id is None:
             raise ValueError("dataset_id: expected 'NAMESPACE/NAME-vN' with format='minari', got None")
         target_dir = minari_target(dataset_id, out, overwrite)
-        spill_dir = Path(tempfile.mkdtemp(prefix=".vecenv-spill-", dir=target_dir.parent))
+        # Open episodes spill next to the datasets (not to /tmp, often in memory); made on first use.
+        spill_dir = datasets_root(out) / f".vecenv-spill-{uuid.uuid4().hex}"
         sink: Any = MinariSink(dataset_id, target_dir, single_obs_space, single_act_space, spec,
                                dataset_metadata, dict(minari_metadata or {}), open_episodes if steps else None)
         grouped = True

@@ -10,7 +10,6 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-
 from gymnasium import spaces
 
 #: Stable-Baselines3 algorithms known by the module of the policy class they save.
@@ -138,4 +137,3 @@ def load_policy(spec: str, deterministic: bool = False) -> Any:
 
 
 __all__ = ["PolicySpecError", "SB3Policy", "load_policy", "load_sb3"]
-

@@ -87,6 +87,8 @@ class DatasetWriter:
         for field in fields:
             self._files.append(open(out / f"{field.name}.npy", "w+b"))  # noqa: SIM115
         self._data_offset = [self._write_header(f, field, 0) for f, field in zip(self._files, fields)]
+        for file in self._files:  # loadable from the start, even before the first rows come
+            file.flush()
         self._write_metadata(complete=False)
 
     def append(self, columns: Sequence[np.ndarray], returns: np.ndarray, lengths: np.ndarray) -> None:
@@ -115,6 +117,7 @@ class DatasetWriter:
         self._buffered = 0
         for file, field in zip(self._files, self.fields):
             self._write_header(file, field, self._flushed)
+            file.flush()  # rows and header on disk before metadata.json says they are there
         self._write_metadata(complete=False)
         self._last_flush = time.monotonic()
 
