@@ -1,18 +1,52 @@
-"""``vecenv.make``: a vector env of registered Gymnasium envs, built inside the workers."""
+"""``vecenv.make``: a vector env of registered Gymnasium envs, built inside the workers.
+
+It takes what ``gymnasium.make_vec`` takes where that applies (an id or an ``EnvSpec``,
+``num_envs``, ``vector_kwargs``, ``wrappers``, env keyword arguments) and sets ``envs.spec`` as
+``make_vec`` does, so code written for ``make_vec`` moves over by changing the function name.
+"""
 
 from __future__ import annotations
 
+import copy
 import difflib
-import importlib
 import functools
-from typing import Any
+import importlib
+import inspect
+from typing import Any, Callable, Sequence
 
 import gymnasium as gym
+from gymnasium.envs.registration import EnvSpec
 
 from vecenv.coordinator import SubprocVectorEnv
 from vecenv.errors import describe
 
-__all__ = ["make", "check_env_id"]
+__all__ = ["make", "check_env_id", "BACKENDS", "VECTORIZATION_MODE"]
+
+VECTORIZATION_MODE = "vecenv"
+"""``envs.spec.kwargs["vectorization_mode"]`` of a vector env from :func:`make`."""
+
+BACKENDS = ("process", "ray")
+"""``make(backend=...)``: worker processes (:class:`SubprocVectorEnv`) or Ray actors
+(:class:`vecenv.ray_transport.RayVectorEnv`, imported only when asked for)."""
+
+
+def _vector_class(backend: str) -> type:
+    if backend == "process":
+        return SubprocVectorEnv
+    if backend == "ray":
+        from vecenv.ray_transport import RayVectorEnv
+        return RayVectorEnv
+    raise ValueError(f"`backend` must be one of {', '.join(map(repr, BACKENDS))}, got {describe(backend)}")
+
+
+def _vector_params(cls: type) -> frozenset[str]:
+    """The vector env class's keyword arguments: a ``make(**kwargs)`` key among these goes to the
+    vector env (as it always has), any other key to the envs (as ``make_vec`` passes ``**kwargs``)."""
+    return frozenset(name for name, p in inspect.signature(cls.__init__).parameters.items()
+                     if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+# Keys that make_vec keeps in a vector env's spec.kwargs to rebuild it; not env arguments.
+_SPEC_VECTOR_KEYS = ("num_envs", "vectorization_mode", "vector_kwargs", "wrappers")
 
 
 def check_env_id(env_id: str) -> None:
@@ -36,28 +70,148 @@ def check_env_id(env_id: str) -> None:
     raise gym.error.NameNotFound(f"unknown environment id {name!r}{hint}")
 
 
+def _build_env(
+    env_id: str | EnvSpec,
+    env_kwargs: dict[str, Any],
+    wrappers: tuple[Callable[[gym.Env], gym.Env], ...],
+) -> gym.Env:
+    """One env, built in a worker: ``gymnasium.make`` then each wrapper in order."""
+    env = gym.make(env_id, **env_kwargs)
+    for wrapper in wrappers:
+        env = wrapper(env)
+    return env
+
+
 def make(
-    env_id: str,
-    num_envs: int,
+    env_id: str | EnvSpec,
+    num_envs: int = 1,
     num_workers: int | None = None,
     *,
     env_kwargs: dict[str, Any] | None = None,
-    **vector_kwargs: Any,
-) -> SubprocVectorEnv:
-    """``num_envs`` copies of ``gymnasium.make(env_id, **env_kwargs)`` in ``num_workers`` processes.
+    vector_kwargs: dict[str, Any] | None = None,
+    wrappers: Sequence[Callable[[gym.Env], gym.Env]] | None = None,
+    backend: str = "process",
+    **kwargs: Any,
+) -> gym.vector.VectorEnv:
+    """``num_envs`` copies of ``gymnasium.make(env_id, **env kwargs)`` in ``num_workers`` processes.
 
-    ``vector_kwargs`` are :class:`SubprocVectorEnv`'s keyword arguments (``autoreset_mode``,
-    ``copy``, ``context``, ...). The id is checked in the parent (with close matches on a typo);
-    the envs themselves are only ever built in the workers.
+    Returns a :class:`SubprocVectorEnv` (a ``RayVectorEnv`` with ``backend="ray"``).
+
+    Args:
+        env_id: a registered id (``"ID"`` or ``"module:ID"``, checked here with close matches on a
+            typo) or an ``EnvSpec``, such as the ``spec`` of a vector env made by this function
+            or by ``gymnasium.make_vec``; as in ``make_vec``, a spec's ``num_envs``,
+            ``vector_kwargs`` and ``wrappers`` kwargs take precedence over the arguments.
+        num_envs: envs to build.
+        num_workers: worker processes (see :class:`SubprocVectorEnv`); also accepted in
+            ``vector_kwargs``.
+        env_kwargs: keyword arguments for each env's ``gymnasium.make``.
+        vector_kwargs: keyword arguments for :class:`SubprocVectorEnv` (``autoreset_mode``,
+            ``copy``, ``context``, ``batch_size``, ...), as ``make_vec`` takes them.
+        wrappers: callables applied in order to each env, in its worker (they travel with
+            cloudpickle, so lambdas work), as ``make_vec`` applies them.
+        backend: ``"process"`` (:class:`SubprocVectorEnv`) or ``"ray"`` (``RayVectorEnv``,
+            whose keyword arguments ``vector_kwargs`` then takes).
+        **kwargs: :class:`SubprocVectorEnv`'s keyword arguments by name, as before; any other
+            key is an env keyword argument, as ``make_vec`` passes ``**kwargs`` to the env.
+
+    The envs are only ever built in the workers. ``envs.spec`` is what ``make_vec`` sets: a copy
+    of the registered spec whose ``kwargs`` hold the env kwargs plus ``num_envs`` (when not 1),
+    ``vectorization_mode="vecenv"``, ``vector_kwargs`` and ``wrappers`` (when given), so
+    ``vecenv.make(envs.spec)`` builds the same vector env again. One difference: an explicit
+    ``max_episode_steps`` env kwarg is also set on the spec's field, as ``gymnasium.make`` does
+    for a single env.
+
+    Raises:
+        TypeError: an argument of the wrong type, an unknown ``vector_kwargs`` key, or a key
+            given twice; the message names the argument, what was expected and what was given.
+        ValueError: ``num_envs`` is not a positive int, or ``backend`` is unknown.
+        gymnasium.error.NameNotFound: no env is registered under ``env_id``.
     """
-    if not isinstance(env_id, str):
-        raise TypeError(f"`env_id` must be a registered env id (str), got {describe(env_id)}")
-    check_env_id(env_id)
+    if isinstance(env_id, EnvSpec):
+        spec = copy.deepcopy(env_id)
+    elif isinstance(env_id, str):
+        check_env_id(env_id)
+        spec = copy.deepcopy(gym.spec(env_id.rpartition(":")[2]))
+    else:
+        raise TypeError(f"`env_id` must be a registered env id (str) or an EnvSpec, got {describe(env_id)}")
+    if "vectorization_mode" in kwargs:
+        raise TypeError(
+            "`vectorization_mode` does not apply: vecenv.make always builds a vecenv.SubprocVectorEnv "
+            f"(use gymnasium.make_vec for Gymnasium's modes), got vectorization_mode={describe(kwargs['vectorization_mode'])}"
+        )
+    for name, value in (("env_kwargs", env_kwargs), ("vector_kwargs", vector_kwargs)):
+        if value is not None and not isinstance(value, dict):
+            raise TypeError(f"`{name}` must be a dict or None, got {describe(value)}")
+
+    # A spec (from make_vec or from us) carries its vector arguments in its kwargs, as make_vec reads them.
+    spec_kwargs = dict(spec.kwargs)
+    spec.kwargs = {}
+    num_envs = spec_kwargs.pop("num_envs", num_envs)
+    spec_kwargs.pop("vectorization_mode", None)
+    vector_kwargs = spec_kwargs.pop("vector_kwargs", vector_kwargs)
+    wrappers = spec_kwargs.pop("wrappers", wrappers)
+    if isinstance(vector_kwargs, dict) and "backend" in vector_kwargs:  # our spec records a non-default backend
+        vector_kwargs = dict(vector_kwargs)
+        backend = vector_kwargs.pop("backend")
+    vector_class = _vector_class(backend)
+    vector_params = _vector_params(vector_class)
+
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"`num_envs` must be a positive int, got {describe(num_envs)}")
-    if env_kwargs is not None and not isinstance(env_kwargs, dict):
-        raise TypeError(f"`env_kwargs` must be a dict or None, got {describe(env_kwargs)}")
-    env_fn = functools.partial(gym.make, env_id, **(env_kwargs or {}))
-    envs = SubprocVectorEnv([env_fn] * num_envs, num_workers, **vector_kwargs)
-    envs.spec = envs._env_spec
+    vector = _merge("vector_kwargs", dict(vector_kwargs or {}),
+                    {k: v for k, v in kwargs.items() if k in vector_params})
+    unknown = sorted(set(vector) - vector_params - {"num_workers"})
+    if unknown:
+        raise TypeError(
+            f"`vector_kwargs` keys must be {vector_class.__name__} arguments "
+            f"({', '.join(sorted(vector_params | {'num_workers'}))}), got unknown {', '.join(map(repr, unknown))}"
+        )
+    if num_workers is not None:
+        vector = _merge("vector_kwargs", vector, {"num_workers": num_workers})
+    env_extra = _merge("env_kwargs", dict(env_kwargs or {}),
+                       {k: v for k, v in kwargs.items() if k not in vector_params})
+    wrappers = _check_wrappers(wrappers)
+
+    # As gymnasium.make: a string id merges the registered kwargs itself; a spec's kwargs are passed.
+    target: str | EnvSpec = env_id if isinstance(env_id, str) else spec
+    make_kwargs = env_extra if isinstance(env_id, str) else {**spec_kwargs, **env_extra}
+    env_fn = functools.partial(_build_env, target, make_kwargs, wrappers)
+    workers = vector.pop("num_workers", None)
+    envs = vector_class([env_fn] * num_envs, workers, **vector)
+    if workers is not None:
+        vector["num_workers"] = workers
+    if backend != "process":
+        vector["backend"] = backend
+
+    spec.kwargs = {**spec_kwargs, **env_extra}
+    if num_envs != 1:
+        spec.kwargs["num_envs"] = num_envs
+    spec.kwargs["vectorization_mode"] = VECTORIZATION_MODE
+    if vector:
+        spec.kwargs["vector_kwargs"] = vector
+    if wrappers:
+        spec.kwargs["wrappers"] = list(wrappers)
+    if spec.kwargs.get("max_episode_steps") is not None:
+        spec.max_episode_steps = spec.kwargs["max_episode_steps"]
+    envs.spec = spec
     return envs
+
+
+def _merge(name: str, base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``base`` updated with ``extra``; a key in both is an error, not a silent override."""
+    both = sorted(set(base) & set(extra))
+    if both:
+        raise TypeError(f"{', '.join(map(repr, both))} given twice: in `{name}` and as a keyword argument; give it once")
+    return {**base, **extra}
+
+
+def _check_wrappers(wrappers: Any) -> tuple[Callable[[gym.Env], gym.Env], ...]:
+    if wrappers is None:
+        return ()
+    if isinstance(wrappers, (str, bytes)) or callable(wrappers) or not isinstance(wrappers, Sequence):
+        raise TypeError(f"`wrappers` must be a sequence of callables (env -> env) or None, got {describe(wrappers)}")
+    for i, wrapper in enumerate(wrappers):
+        if not callable(wrapper):
+            raise TypeError(f"`wrappers[{i}]` must be callable (env -> wrapped env), got {describe(wrapper)}")
+    return tuple(wrappers)
