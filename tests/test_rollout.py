@@ -542,3 +542,22 @@ def test_sb3_policy_errors_name_the_problem(tmp_path: Path, capsys: pytest.Captu
     assert main(["--policy", "tests.rollout_envs:constant_policy", "--deterministic", "--quiet",
                  "--out", str(tmp_path / "d")]) == 2
     assert "--deterministic: only for sb3: policies" in capsys.readouterr().err
+
+
+def test_interrupted_episodes_collection_keeps_finished_episodes_and_no_spill(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rollout.writer, "CHUNK_BYTES", 1024)  # open episodes spill early
+    calls = []
+
+    def policy(observation: np.ndarray) -> np.ndarray:
+        calls.append(1)
+        if len(calls) == 400:
+            raise KeyboardInterrupt
+        return np.zeros(len(observation), dtype=np.int64)
+
+    envs = SyncVectorEnv([lambda: LongEpisodeEnv(150), lambda: LongEpisodeEnv(1_000)])
+    with pytest.raises(KeyboardInterrupt):
+        collect(envs, policy, episodes=5, out=tmp_path / "d", progress=False)
+    dataset = load(tmp_path / "d")
+    assert not dataset.complete and dataset.metadata["counts"]["episodes"] == 2 and dataset.transitions == 300
+    assert np.all(np.asarray(dataset["env_ids"]) == 0)
+    assert not (tmp_path / "d" / ".spill").exists()

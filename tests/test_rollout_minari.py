@@ -280,3 +280,38 @@ def test_readme_minari_example_runs(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[0] == "100" and result.stdout.strip().endswith("EXAMPLE-OK")
     assert minari.MinariDataset(tmp_path / "root" / "cartpole" / "random-v0" / "data").total_episodes == 100
+
+
+def test_interrupted_collection_keeps_the_finished_episodes(tmp_path: Path) -> None:
+    calls = []
+
+    def policy(observation: np.ndarray) -> np.ndarray:
+        calls.append(1)
+        if len(calls) == 30:
+            raise KeyboardInterrupt
+        return np.zeros(len(observation), dtype=np.int64)
+
+    with pytest.raises(KeyboardInterrupt):
+        collect(sync_envs(3), policy, episodes=1000, format="minari", dataset_id="cut-v0", progress=False)
+    loaded = minari.load_dataset("cut-v0")
+    record = loaded.storage.metadata["vecenv"]
+    assert record["complete"] is False and 0 < loaded.total_episodes == record["counts"]["episodes"] < 1000
+    assert all(e.terminations[-1] or e.truncations[-1] for e in loaded.iterate_episodes())
+    assert not list((tmp_path / "minari-root").glob(".vecenv-spill-*"))
+
+
+def test_export_of_a_dataset_without_a_recorded_spec_uses_the_registered_one(tmp_path: Path) -> None:
+    import json
+
+    envs = vecenv.make("RolloutCounter-v0", 2, 1)
+    try:
+        collect(envs, episodes=4, out=tmp_path / "old", progress=False)
+    finally:
+        envs.close()
+    metadata_file = tmp_path / "old" / "metadata.json"
+    metadata = json.loads(metadata_file.read_text())
+    del metadata["env_spec"]  # as datasets written before the spec was recorded
+    metadata_file.write_text(json.dumps(metadata))
+    exported = export_minari(tmp_path / "old", "old-v0")
+    assert exported.env_spec.id == "RolloutCounter-v0"
+    assert_same_episodes(exported, load(tmp_path / "old"))

@@ -12,6 +12,7 @@ JPEG re-encoding so arrays come back exactly), and the env spec is recorded so
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import os
 import shutil
@@ -252,7 +253,7 @@ def _env_spec(metadata: Mapping[str, Any]) -> EnvSpec | None:
         spec = gymnasium.spec(name)
     except Exception:
         return None
-    return EnvSpec(**{**spec.__dict__, "kwargs": {**spec.kwargs, **(metadata.get("env_kwargs") or {})}})
+    return dataclasses.replace(spec, kwargs={**spec.kwargs, **(metadata.get("env_kwargs") or {})})
 
 
 def export_minari(
