@@ -7,6 +7,7 @@ process, and is compared with ``SyncVectorEnv`` step by step.
 from __future__ import annotations
 
 import copy as copylib
+import gc
 import os
 from typing import Any
 
@@ -19,7 +20,7 @@ from gymnasium.vector.utils import concatenate, create_empty_array
 
 from vecenv.buffers import HAVE_MEMFD, SHM_PREFIX, Buffers, BufferSpec
 from vecenv.group import EnvGroup
-from vecenv.spaces import build_tree, is_fixed, leaf_layout, to_batch, tree_assign, tree_leaves, tree_slice, write_item
+from vecenv.spaces import build_tree, is_fixed, leaf_layout, to_batch, row_writer, tree_assign, tree_leaves, tree_slice
 from tests.envs import DiffEnv, ReusedInfoEnv, diff_env_fns, make_obs_space
 from tests.test_differential import assert_same, sample_actions
 
@@ -41,11 +42,31 @@ def attach(parent: Buffers, start: int, stop: int) -> Buffers:
     return Buffers.attach(parent.spec, start, stop, fd)
 
 
-def block_alive(spec: BufferSpec, parent: Buffers | None = None) -> bool:
-    """Whether the parent's block still exists: its name in /dev/shm, or its memfd still open."""
+def block_id(spec: BufferSpec, parent: Buffers) -> str | int:
+    """What identifies the parent's block outside Python: its name, or its memfd's inode."""
     if spec.shm_name is not None:
-        return os.path.exists(os.path.join("/dev/shm", spec.shm_name))
-    return parent is not None and parent.block is not None
+        return spec.shm_name
+    assert parent.block is not None and parent.block.fd is not None
+    return os.fstat(parent.block.fd).st_ino
+
+
+def block_alive(ident: str | int) -> bool:
+    """Whether the block still exists for this process: its name in /dev/shm, or its memfd still
+    mapped (``/proc/self/maps``) or open (``/proc/self/fd``)."""
+    if isinstance(ident, str):
+        return os.path.exists(os.path.join("/dev/shm", ident))
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            if len(fields) >= 6 and fields[5].startswith("/memfd:vecenv") and int(fields[4]) == ident:
+                return True
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:vecenv") and os.stat(f"/proc/self/fd/{fd}").st_ino == ident:
+                return True
+        except OSError:
+            pass
+    return False
 
 
 class LocalVec:
@@ -255,11 +276,12 @@ def test_leaf_layout_matches_gymnasium_batches(space: gym.Space) -> None:
     assert [(shape, dtype) for shape, dtype in layout] == [(a.shape, a.dtype) for a in expected]
     tree = build_tree(space, (np.zeros(s, d) for s, d in layout))
     assert_same(tree, create_empty_array(space, n, np.zeros))
-    # write_item places one sample per row, as gymnasium's concatenate does.
+    # row_writer places one sample per row, as gymnasium's concatenate does.
     space.seed(0)
     items = [space.sample() for _ in range(n)]
+    write = row_writer(space, tree)
     for i, item in enumerate(items):
-        write_item(space, tree, i, item)
+        write(i, item)
     assert_same(tree, concatenate(space, items, create_empty_array(space, n, np.zeros)))
 
 
@@ -331,7 +353,8 @@ def test_buffers_create_attach_round_trip_and_close() -> None:
     obs_space, act_space = make_obs_space("tuple"), spaces.MultiDiscrete([3, 5])
     spec = BufferSpec.plan(5, obs_space, act_space, True)
     parent = Buffers.create(spec)
-    assert block_alive(spec, parent)
+    ident = block_id(spec, parent)
+    assert block_alive(ident)
     left, right = attach(parent, 0, 2), attach(parent, 2, 5)
     try:
         assert right.rewards.shape == (3,) and parent.rewards.shape == (5,)
@@ -353,14 +376,15 @@ def test_buffers_create_attach_round_trip_and_close() -> None:
         assert_same(left.actions, parent.actions[:2])
         assert_same(right.actions, parent.actions[2:])
         assert left.payload() is None and right.payload() is None  # everything is shared
+        del write  # it holds views of right's rows, which would keep that mapping alive
     finally:
         right.close()
         left.close()
         right.close()  # twice is safe
-        assert block_alive(spec, parent)  # only the owner releases the block
+        assert block_alive(ident)  # only the owner releases the block
         parent.close()
         parent.close()
-    assert not block_alive(spec, parent)
+    assert not block_alive(ident)
 
 
 def test_buffers_payload_and_receive_without_shared_memory() -> None:
@@ -388,6 +412,7 @@ def test_buffers_text_observations_travel_as_objects() -> None:
     space = make_obs_space("tuple_text")
     spec = BufferSpec.plan(3, space, spaces.Discrete(2), True)
     parent = Buffers.create(spec)
+    ident = block_id(spec, parent)
     worker = attach(parent, 0, 3)
     try:
         assert not parent.fixed_observations
@@ -405,14 +430,21 @@ def test_buffers_text_observations_travel_as_objects() -> None:
     finally:
         worker.close()
         parent.close()
-    assert not block_alive(spec, parent)
+    assert not block_alive(ident)
 
 
 def test_buffers_close_with_a_live_view_still_unlinks() -> None:
     spec = BufferSpec.plan(2, spaces.Box(0, 1, (3,), np.float32), spaces.Discrete(2), True)
     parent = Buffers.create(spec)
+    ident = block_id(spec, parent)
     view = parent.observations  # as copy=False hands out
     view[:] = 0.5
     parent.close()
-    assert not block_alive(spec, parent)
+    if spec.shm_name is not None:
+        assert not block_alive(ident)  # the name is gone at once
+    else:
+        assert block_alive(ident)  # a memfd stays mapped while the view lives...
     assert view.sum() == 3.0  # the view is still readable: the mapping was not pulled from under it
+    del view
+    gc.collect()
+    assert not block_alive(ident)  # ... and goes with its last view

@@ -2,8 +2,9 @@
 
 from gymnasium.vector import AutoresetMode
 
-from vecenv.coordinator import DEFAULT_CLOSE_TIMEOUT, State, SubprocVectorEnv
+from vecenv.coordinator import DEFAULT_CLOSE_TIMEOUT, GroupVectorEnv, State, SubprocVectorEnv
 from vecenv.errors import (
+    InvalidObservationError,
     NeedsResetError,
     RemoteEnvError,
     SpaceMismatchError,
@@ -12,14 +13,17 @@ from vecenv.errors import (
     WorkerDiedError,
 )
 from vecenv.factory import make
+from vecenv.pool import WorkerStatus
 from vecenv.rollout import Dataset, collect, load
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AutoresetMode",
     "Dataset",
     "DEFAULT_CLOSE_TIMEOUT",
+    "GroupVectorEnv",
+    "InvalidObservationError",
     "NeedsResetError",
     "RemoteEnvError",
     "SpaceMismatchError",
@@ -28,6 +32,7 @@ __all__ = [
     "VecEnvError",
     "VecEnvTimeoutError",
     "WorkerDiedError",
+    "WorkerStatus",
     "collect",
     "load",
     "make",

@@ -26,7 +26,7 @@ import numpy as np
 from gymnasium import Space
 from gymnasium.vector.utils import concatenate, create_empty_array
 
-from vecenv.spaces import build_tree, is_fixed, leaf_layout, tree_assign, tree_slice, write_item
+from vecenv.spaces import build_tree, is_fixed, leaf_layout, row_writer, tree_assign, tree_slice
 
 __all__ = ["BufferSpec", "Buffers", "SharedBlock", "SHM_PREFIX", "HAVE_MEMFD"]
 
@@ -171,6 +171,10 @@ class Buffers:
             total = sum(_nbytes(s, d) for _, s, d in layout)
             if create:
                 self.block = SharedBlock.create(total, spec.shm_name)
+                if self.block.fd is not None and hasattr(mmap, "MADV_DONTFORK"):
+                    # A worker forked later (by another vector env) must not inherit this
+                    # mapping: it would keep the block alive until that worker exits.
+                    self.block.buf.madvise(mmap.MADV_DONTFORK)
             else:
                 self.block = SharedBlock.attach(total, spec.shm_name, fd)
             offset = 0
@@ -221,14 +225,21 @@ class Buffers:
         """Whether workers receive the block as a file descriptor (after the ``Attach``)."""
         return bool(spec.layout()) and spec.shm_name is None
 
+    def release_fd(self) -> None:
+        """Parent: close the block's descriptor once every worker has mapped the block.
+
+        The mapping keeps the memory alive; the descriptor would only be inherited by processes
+        forked later, pinning the block until they exit.
+        """
+        if self.block is not None and self.block.fd is not None:
+            os.close(self.block.fd)
+            self.block.fd = None
+
     def observation_writer(self) -> Callable[[int, Any], None]:
-        """A fast ``write(row, value)`` for one env's observation."""
-        if isinstance(self.observations, np.ndarray):
-            return self.observations.__setitem__
+        """A fast ``write(row, value)`` for one env's observation, which checks the value fits."""
         if not self.fixed_observations:
             return self.observations.__setitem__
-        space, tree = self.spec.observation_space, self.observations
-        return lambda row, value: write_item(space, tree, row, value)
+        return row_writer(self.spec.observation_space, self.observations)
 
     # -- what crosses the pipe for fields that are not shared ---------------------------------
 

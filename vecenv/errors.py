@@ -32,6 +32,7 @@ __all__ = [
     "NeedsResetError",
     "RemoteEnvError",
     "SpaceMismatchError",
+    "InvalidObservationError",
     "RemoteTraceback",
     "PackedException",
 ]
@@ -89,6 +90,15 @@ class SpaceMismatchError(VecEnvError, RuntimeError, ValueError):
     """Two envs of one vector env have different observation or action spaces.
 
     A ``RuntimeError``, as ``SyncVectorEnv`` raises for the same case, and a ``ValueError``.
+    """
+
+
+class InvalidObservationError(VecEnvError, ValueError, TypeError):
+    """An env returned an observation that does not fit its observation space.
+
+    Raised in the worker, so it reaches the parent as any env error does: with a note naming
+    the env and the call. A ``ValueError`` (wrong shape) and a ``TypeError`` (wrong dtype), the
+    two errors ``SyncVectorEnv`` raises for the same observations.
     """
 
 

@@ -9,7 +9,6 @@ tagged with the env's index within the group, in the order ``SyncVectorEnv`` add
 from __future__ import annotations
 
 from collections.abc import Sequence
-from copy import deepcopy
 from typing import Any
 
 import gymnasium as gym
@@ -68,6 +67,7 @@ class EnvGroup:
                     continue
                 obs, info = env.reset(seed=seeds[j], options=options)
                 write(j, obs)
+                buffers.rewards[j] = 0.0  # what recv reports for an env just reset, as EnvPool
                 buffers.terminations[j] = False
                 buffers.truncations[j] = False
                 self._autoreset[j] = False
@@ -97,9 +97,9 @@ class EnvGroup:
                 else:
                     obs, rewards[j], terms[j], truncs[j], info = env.step(action)
                     if mode is AutoresetMode.SAME_STEP and (terms[j] or truncs[j]):
-                        # SyncVectorEnv batches final_info at once: snapshot it before a reset
-                        # that reuses the dict can change it (final_obs is kept by reference there).
-                        infos.append((j, {"final_obs": obs, "final_info": deepcopy(info)}))
+                        # SyncVectorEnv batches final_info before the reset, which may reuse
+                        # and change the dict: take what batching takes, no more.
+                        infos.append((j, {"final_obs": obs, "final_info": _batched_view(info)}))
                         obs, info = env.reset()
                 autoreset[j] = bool(terms[j] or truncs[j])
                 write(j, obs)
@@ -183,6 +183,7 @@ class VectorGroup:
         obs, info = self.vec.reset(seed=seed, options=options)
         rows = slice(None) if mask is None else np.asarray(mask, dtype=np.bool_)
         self._store_obs(obs, rows)
+        self.buffers.rewards[rows] = 0.0
         self.buffers.terminations[rows] = False
         self.buffers.truncations[rows] = False
         return _split_infos(info, self.num_envs)
@@ -223,6 +224,17 @@ class VectorGroup:
     def close(self) -> None:
         """Close the native env."""
         self.vec.close()
+
+
+def _batched_view(info: dict[str, Any]) -> dict[str, Any]:
+    """What ``VectorEnv._add_info`` captures of ``info`` when it batches it: nested dicts and
+    arrays copied, every other value by reference (deep-copying could fail on locks or handles,
+    and Sync shares those objects too)."""
+    return {
+        key: _batched_view(value) if isinstance(value, dict)
+        else value.copy() if isinstance(value, np.ndarray) else value
+        for key, value in info.items()
+    }
 
 
 def _split_infos(info: dict[str, Any], n: int) -> InfoEntries:

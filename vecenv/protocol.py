@@ -1,13 +1,18 @@
-"""The messages that cross the pipe between the coordinator and a worker.
+"""The messages that cross between the coordinator and a worker, and their wire format.
 
 Both sides import this module, so the command set and message shapes are defined once.
 
-Parent -> worker: ``(Command, call_id, payload)``. Worker -> parent: ``(call_id, ok, result)``
-where ``result`` is a :class:`~vecenv.errors.PackedException` when ``ok`` is false. The
-``call_id`` lets the parent discard a reply that arrives after its call timed out.
+Parent -> worker: a command ``(Command, call_id, payload)``. Worker -> parent: a reply
+``(call_id, ok, result)`` where ``result`` is a :class:`~vecenv.errors.PackedException` when
+``ok`` is false. The ``call_id`` lets the parent drop a reply that arrives after its call timed
+out. Bulk data (observations, actions, rewards, flags) is not in these messages when shared
+memory is on: the payloads carry only what does not fit the arrays.
 
-Bulk data (observations, actions, rewards, flags) is not in these messages when shared memory is
-on: the payloads carry only what does not fit the arrays.
+On a pipe, every message starts with a fixed header (``struct``) that holds the call id; the
+payload, if any, follows pickled. The receiver reads the header first and unpickles the payload
+separately, so a payload that cannot be rebuilt (a class the other side cannot import, a
+``__setstate__`` that raises) becomes an error reply *to that call*, never a dead worker or a
+lost reply.
 """
 
 from __future__ import annotations
@@ -15,10 +20,14 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import struct
+from collections.abc import Callable
 from enum import IntEnum
 from typing import Any
 
+import cloudpickle
 from gymnasium import Space
+
+from vecenv.errors import PackedException
 
 __all__ = [
     "Command",
@@ -47,7 +56,7 @@ class Command(IntEnum):
 
 @dataclasses.dataclass(frozen=True)
 class SpaceMismatch:
-    """An env whose space differs from the first env of its worker (indices are local)."""
+    """An env whose space does not fit the group's (indices are local to the worker)."""
 
     local_index: int
     which: str
@@ -57,7 +66,11 @@ class SpaceMismatch:
 
 @dataclasses.dataclass(frozen=True)
 class Hello:
-    """The worker's first message: what it built."""
+    """The worker's first message: what it built.
+
+    ``observation_spaces`` holds every env's observation space, but only under
+    ``observation_mode="different"`` (the parent batches them); it is empty otherwise.
+    """
 
     num_envs: int
     observation_space: Space
@@ -67,6 +80,7 @@ class Hello:
     spec: Any
     mismatch: SpaceMismatch | None
     native_autoreset: Any  # the AutoresetMode of a native VectorEnv group, else None
+    observation_spaces: list[Space] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,47 +113,79 @@ class CallArgs:
 
 # -- the wire format -------------------------------------------------------------------------
 #
-# The step path is one small message each way. A command without payload and a reply whose
-# result is empty (a step with no infos, all rows in shared memory) are packed with ``struct``;
-# anything else is pickled. The first byte says which.
+# header = (kind, command or reply flag, call id); a pickled payload follows when kind says so.
+# The step path is one small message each way: a command without payload and a reply with an
+# empty result (a step with no infos, all rows in shared memory) are the header alone.
 
-_BARE = struct.Struct("<BBQ")  # tag, command or ok flag, call id
-_TAG_BARE, _TAG_PICKLED = 0, 1
-# The ok flag of a bare reply says which result it stands for: None, or an empty step/reset
-# result ([] infos, no payload: all rows in shared memory).
-_NONE, _EMPTY = 1, 2
+_HEADER = struct.Struct("<BBQ")
+_BARE, _PICKLED = 0, 1
+# Reply flags.
+_NONE, _EMPTY, _OK, _ERROR = 1, 2, 3, 4
+
+Dumps = Callable[[Any], bytes]
+
+
+def _dumps(value: Any) -> bytes:
+    return pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
 
 
 def encode_command(command: Command, call_id: int, payload: Any) -> bytes:
-    """Bytes for one command; a payload-free command is a 10-byte struct."""
-    if payload is None:
-        return _BARE.pack(_TAG_BARE, command, call_id)
-    return bytes([_TAG_PICKLED]) + pickle.dumps((int(command), call_id, payload), pickle.HIGHEST_PROTOCOL)
+    """Bytes for one command; a payload-free command is the 10-byte header alone.
 
-
-def decode_command(data: bytes) -> tuple[Command, int, Any]:
-    """Inverse of :func:`encode_command`."""
-    if data[0] == _TAG_BARE:
-        _, command, call_id = _BARE.unpack(data)
-        return Command(command), call_id, None
-    command, call_id, payload = pickle.loads(data[1:])
-    return Command(command), call_id, payload
-
-
-def encode_reply(call_id: int, ok: bool, result: Any) -> bytes:
-    """Bytes for one reply; an empty step or reset result is a 10-byte struct.
-
-    Raises whatever pickling raises, so the worker can answer with that error instead.
+    Payloads are pickled, or cloudpickled when plain pickle cannot (a lambda passed to
+    ``call``), as the env constructors are. Raises what cloudpickle raises, before anything
+    is sent.
     """
-    empty = type(result) is tuple and len(result) == 2 and result[0] == [] and result[1] is None
-    if ok and (result is None or empty):
-        return _BARE.pack(_TAG_BARE, _NONE if result is None else _EMPTY, call_id)
-    return bytes([_TAG_PICKLED]) + pickle.dumps((call_id, ok, result), pickle.HIGHEST_PROTOCOL)
+    if payload is None:
+        return _HEADER.pack(_BARE, command, call_id)
+    try:
+        data = _dumps(payload)
+    except Exception:
+        data = cloudpickle.dumps(payload, pickle.HIGHEST_PROTOCOL)
+    return _HEADER.pack(_PICKLED, command, call_id) + data
+
+
+def decode_command(data: bytes) -> tuple[Command, int, Callable[[], Any]]:
+    """``(command, call_id, load)``: ``load()`` unpickles the payload, and may raise.
+
+    The header never fails to decode, so the worker always knows which call to answer.
+    """
+    kind, command, call_id = _HEADER.unpack_from(data)
+    if kind == _BARE:
+        return Command(command), call_id, _no_payload
+    return Command(command), call_id, lambda: pickle.loads(memoryview(data)[_HEADER.size:])
+
+
+def _no_payload() -> None:
+    return None
+
+
+def encode_reply(call_id: int, ok: bool, result: Any, dumps: Dumps = _dumps) -> bytes:
+    """Bytes for one reply; an empty step or reset result is the header alone.
+
+    ``dumps`` pickles the result (cloudpickle for the handshake, whose env spec may hold
+    lambdas). Raises whatever pickling raises, so the worker can answer with that error instead.
+    """
+    if ok:
+        if result is None:
+            return _HEADER.pack(_BARE, _NONE, call_id)
+        if type(result) is tuple and len(result) == 2 and result[0] == [] and result[1] is None:
+            return _HEADER.pack(_BARE, _EMPTY, call_id)
+    return _HEADER.pack(_PICKLED, _OK if ok else _ERROR, call_id) + dumps(result)
 
 
 def decode_reply(data: bytes) -> tuple[int, bool, Any]:
-    """Inverse of :func:`encode_reply`."""
-    if data[0] == _TAG_BARE:
-        _, kind, call_id = _BARE.unpack(data)
-        return call_id, True, (None if kind == _NONE else ([], None))
-    return pickle.loads(data[1:])
+    """Inverse of :func:`encode_reply`.
+
+    A result that cannot be unpickled here becomes an error reply to its call, carrying the
+    unpickling error, so the caller sees why instead of a broken connection.
+    """
+    kind, flag, call_id = _HEADER.unpack_from(data)
+    if kind == _BARE:
+        return call_id, True, (None if flag == _NONE else ([], None))
+    try:
+        result = pickle.loads(memoryview(data)[_HEADER.size:])
+    except Exception as exc:
+        exc.add_note("the worker's reply could not be unpickled in the parent")
+        return call_id, False, PackedException(exc, None)
+    return call_id, flag == _OK, result

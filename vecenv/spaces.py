@@ -11,14 +11,14 @@ as in ``gymnasium.vector.utils``; composite spaces recurse.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from functools import singledispatch
 from typing import Any
 
 import numpy as np
 from gymnasium.spaces import Box, Dict, Discrete, MultiBinary, MultiDiscrete, Space, Tuple
 
-from vecenv.errors import describe
+from vecenv.errors import InvalidObservationError, describe
 
 __all__ = [
     "is_fixed",
@@ -31,7 +31,7 @@ __all__ = [
     "tree_slice",
     "tree_copy",
     "tree_assign",
-    "write_item",
+    "row_writer",
     "to_batch",
     "is_array_batch",
 ]
@@ -163,30 +163,90 @@ def tree_assign(dst: Any, src: Any) -> None:
         np.copyto(d, s, casting="unsafe")
 
 
+Writer = Callable[[int, Any], None]
+
+
 @singledispatch
-def write_item(space: Space, tree: Any, index: int, value: Any) -> None:
-    """Write one value of a fixed ``space`` into row ``index`` of ``tree``."""
+def row_writer(space: Space, tree: Any) -> Writer:
+    """A fast ``write(row, value)`` that stores one value of a fixed ``space`` into ``tree``.
+
+    A value that does not fit the space's shape, or whose dtype does not cast to the space's
+    within its kind, raises :class:`~vecenv.errors.InvalidObservationError` instead of being
+    broadcast or truncated into the row (``SyncVectorEnv`` raises on these too). The common
+    case, an array (or scalar) of exactly the row's shape and dtype, costs one comparison.
+    """
     raise TypeError(f"space {space} has no fixed shape; it cannot live in an array")
 
 
-@write_item.register(Box)
-@write_item.register(Discrete)
-@write_item.register(MultiDiscrete)
-@write_item.register(MultiBinary)
-def _write_base(space: Space, tree: np.ndarray, index: int, value: Any) -> None:
-    tree[index] = value
+@row_writer.register(Box)
+@row_writer.register(Discrete)
+@row_writer.register(MultiDiscrete)
+@row_writer.register(MultiBinary)
+def _leaf_writer(space: Space, array: np.ndarray) -> Writer:
+    shape, dtype = array.shape[1:], array.dtype
+    ndarray = np.ndarray
+
+    def check(value: Any) -> Any:
+        try:
+            item = np.asarray(value)
+        except Exception:
+            item = None
+        if item is None or item.shape != shape or not np.can_cast(item.dtype, dtype, casting="same_kind"):
+            got = "not array-like" if item is None else f"shape {item.shape}, dtype {item.dtype}"
+            raise InvalidObservationError(
+                f"the observation does not fit {space} (shape {shape}, dtype {dtype}): "
+                f"got {describe(value)} ({got})"
+            )
+        return item
+
+    if shape == ():
+        # Scalars (Discrete, or a shape-() Box) arrive as Python or numpy scalars.
+        fast = {dtype.type, int} if dtype.kind in "iu" else {dtype.type, float, int}
+
+        def write_scalar(row: int, value: Any) -> None:
+            if type(value) not in fast:
+                value = check(value)
+            array[row] = value
+
+        return write_scalar
+
+    def write(row: int, value: Any) -> None:
+        if type(value) is not ndarray or value.shape != shape or value.dtype != dtype:
+            value = check(value)
+        array[row] = value
+
+    return write
 
 
-@write_item.register(Tuple)
-def _write_tuple(space: Tuple, tree: tuple, index: int, value: Any) -> None:
-    for sub, sub_tree, sub_value in zip(space.spaces, tree, value, strict=True):
-        write_item(sub, sub_tree, index, sub_value)
+@row_writer.register(Tuple)
+def _tuple_writer(space: Tuple, tree: tuple) -> Writer:
+    parts = [row_writer(s, t) for s, t in zip(space.spaces, tree, strict=True)]
+
+    def write(row: int, value: Any) -> None:
+        if not isinstance(value, tuple) or len(value) != len(parts):
+            raise InvalidObservationError(
+                f"the observation does not fit {space}: expected a tuple of {len(parts)} values, got {describe(value)}"
+            )
+        for part, item in zip(parts, value):
+            part(row, item)
+
+    return write
 
 
-@write_item.register(Dict)
-def _write_dict(space: Dict, tree: dict, index: int, value: Any) -> None:
-    for key, sub in space.spaces.items():
-        write_item(sub, tree[key], index, value[key])
+@row_writer.register(Dict)
+def _dict_writer(space: Dict, tree: dict) -> Writer:
+    keyed = {k: row_writer(s, tree[k]) for k, s in space.spaces.items()}
+
+    def write(row: int, value: Any) -> None:
+        if not isinstance(value, Mapping) or value.keys() != keyed.keys():
+            keys = sorted(value) if isinstance(value, Mapping) else describe(value)
+            raise InvalidObservationError(
+                f"the observation does not fit {space}: expected a dict with keys {sorted(keyed)}, got {keys}"
+            )
+        for key, part in keyed.items():
+            part(row, value[key])
+
+    return write
 
 
 def is_array_batch(space: Space, value: Any) -> bool:
@@ -231,7 +291,11 @@ def to_batch(space: Space, value: Any, n: int, name: str) -> Any:
     except Exception as exc:
         raise TypeError(f"`{name}` must be array-like, got {describe(value)}") from exc
     expected = (n, *_leaf_shape(space))
-    if array.shape != expected:
+    if array.ndim == 0:
+        raise TypeError(f"`{name}` must be a batch of {n} values of {space}, got the single value {describe(value)}")
+    # SyncVectorEnv hands env i the row ``array[i]``: a batch of (n,) for a space of shape (1,)
+    # is iterable that way, and the rows then travel as they are.
+    if array.shape != expected and not (array.shape[0] == n and array.size == int(np.prod(expected))):
         raise ValueError(
             f"`{name}` must have shape {expected} (num_envs={n}, single space {space}), "
             f"got shape {array.shape}"

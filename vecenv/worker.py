@@ -1,17 +1,21 @@
-"""The worker loop: one process hosting one :class:`~vecenv.group.EnvGroup`.
+"""The worker: one process (or actor) hosting one :class:`~vecenv.group.EnvGroup`.
 
-The life of a worker: build the group's envs, send a :class:`~vecenv.protocol.Hello`, receive an
-:class:`~vecenv.protocol.Attach` that maps its rows of the shared arrays, then answer one command
-at a time until ``CLOSE`` or until the parent is gone. Every exception is caught and sent back as
-a :class:`~vecenv.errors.PackedException`, so the worker itself only ends when asked to (or when
-something outside Python kills it).
+:class:`WorkerCore` is the transport-free part: it builds the group's envs, describes them in a
+:class:`~vecenv.protocol.Hello`, attaches the group's rows of the buffers, and answers one
+command at a time. Every exception, including one raised while unpickling a command's payload,
+becomes an error reply to that command, so a worker only ends when asked to (or when something
+outside Python kills it). :func:`worker_main` is the process transport's loop around it: pipe
+bytes in, pipe bytes out, until ``CLOSE`` or until the parent is gone. Other transports (Ray
+actors) wrap the same core.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
+import weakref
 from collections.abc import Callable
 from multiprocessing import parent_process, reduction
 from multiprocessing.connection import Connection, wait
@@ -19,6 +23,8 @@ from typing import Any
 
 import cloudpickle
 import gymnasium as gym
+from gymnasium import Space
+from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
 
 from vecenv.buffers import Buffers
@@ -36,14 +42,141 @@ from vecenv.protocol import (
 )
 from vecenv.spaces import tree_copy
 
-__all__ = ["worker_main"]
+__all__ = ["WorkerCore", "WorkerOptions", "worker_main", "PARENT_ENDS"]
+
+#: The parent's ends of every worker pipe this process created. A worker started by ``fork``
+#: inherits copies of them (and so would keep other vector envs' pipes open); it closes its
+#: copies first thing, holding only what is its own.
+PARENT_ENDS: weakref.WeakSet[Connection] = weakref.WeakSet()
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerOptions:
+    """How a worker checks its envs and sets up its process.
+
+    Attributes:
+        observation_mode: ``"same"`` (every env's observation space equals the first's),
+            ``"different"`` (same shape and dtype; every space is reported for batching), or the
+            single observation space every env's must match in shape and dtype.
+        cpu: pin the process to this core.
+        threads: limit BLAS/OpenMP threads in the worker to this many (``None``: leave alone).
+    """
+
+    observation_mode: str | Space = "same"
+    cpu: int | None = None
+    threads: int | None = None
+
+
+def _check_group(envs: list[gym.Env], mode: str | Space) -> tuple[SpaceMismatch | None, list[Space]]:
+    """The first env whose spaces do not fit the group's, and (``"different"``) every obs space."""
+    first = envs[0]
+    reference = mode if isinstance(mode, Space) else first.observation_space
+    spaces = [env.observation_space for env in envs] if mode == "different" else []
+    for j, env in enumerate(envs):
+        obs_space = env.observation_space
+        fits = obs_space == reference if mode == "same" else is_space_dtype_shape_equiv(reference, obs_space)
+        if not fits:
+            return SpaceMismatch(j, "observation_space", reference, obs_space), spaces
+        if env.action_space != first.action_space:
+            return SpaceMismatch(j, "action_space", first.action_space, env.action_space), spaces
+    return None, spaces
+
+
+class WorkerCore:
+    """One worker's group and its command handlers, independent of how commands arrive."""
+
+    def __init__(self, index: int, options: WorkerOptions) -> None:
+        self.index = index
+        self.options = options
+        self.envs: Any = None
+        self.group: EnvGroup | VectorGroup | None = None
+        self._handlers: dict[Command, Callable[[Any], Any]] = {}
+
+    def build(self, group_fn_bytes: bytes) -> Hello:
+        """Build the envs with the cloudpickled group builder and describe them."""
+        group_fn: Callable[[], Any] = cloudpickle.loads(group_fn_bytes)
+        built = group_fn()
+        if isinstance(built, gym.vector.VectorEnv):
+            self.envs = built
+            return Hello(
+                num_envs=built.num_envs,
+                observation_space=built.single_observation_space,
+                action_space=built.single_action_space,
+                metadata=dict(built.metadata),
+                render_mode=built.render_mode,
+                spec=built.spec,
+                mismatch=None,
+                native_autoreset=built.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP),
+            )
+        envs = list(built)
+        if not envs:
+            raise ValueError(f"the env group of worker {self.index} is empty; each needs one env or more")
+        self.envs = envs
+        mismatch, spaces = _check_group(envs, self.options.observation_mode)
+        first = envs[0]
+        return Hello(
+            num_envs=len(envs),
+            observation_space=first.observation_space,
+            action_space=first.action_space,
+            metadata=dict(first.metadata),
+            render_mode=first.render_mode,
+            spec=first.spec,
+            mismatch=mismatch,
+            native_autoreset=None,
+            observation_spaces=spaces,
+        )
+
+    def attach(self, attach: Attach, buffers: Buffers) -> None:
+        """Wire the group to its rows of the buffers; commands can be handled from now on."""
+        if isinstance(self.envs, gym.vector.VectorEnv):
+            group: EnvGroup | VectorGroup = VectorGroup(self.envs, buffers)
+        else:
+            group = EnvGroup(self.envs, attach.autoreset_mode, buffers)
+        self.group = group
+
+        def reset(args: ResetArgs) -> Any:
+            return group.reset(args.seeds, args.options, args.mask), buffers.payload()
+
+        def step(actions: Any) -> Any:
+            if actions is None:  # in the shared rows, which the next step rewrites: take a copy
+                actions = tree_copy(buffers.actions)
+            return group.step(actions), buffers.payload()
+
+        def call(args: CallArgs) -> Any:
+            return group.call(args.name, args.args, args.kwargs)
+
+        def set_attr(args: tuple[str, list[Any]]) -> None:
+            group.set_attr(*args)
+
+        self._handlers = {
+            Command.RESET: reset,
+            Command.STEP: step,
+            Command.CALL: call,
+            Command.SET_ATTR: set_attr,
+            Command.RENDER: lambda _: group.render(),
+            Command.CLOSE: lambda _: group.close(),
+        }
+
+    def handle(self, command: Command, load: Callable[[], Any]) -> tuple[bool, Any]:
+        """Run one command; ``load()`` gives its payload. Returns ``(ok, result or PackedException)``.
+
+        The payload is loaded inside the guard: an argument that cannot be unpickled here is
+        that call's error, with its traceback, and the worker carries on.
+        """
+        group = self.group
+        assert group is not None, "attach() comes before any command"
+        group.blame = None
+        try:
+            return True, self._handlers[command](load())
+        except BaseException as exc:
+            return False, PackedException(exc, group.blame)
 
 
 def _exit_with_parent() -> None:
     """Leave at once when the parent process ends, however it ended (no orphans).
 
     A thread blocked on the parent's sentinel costs nothing while the parent lives; pipe EOF alone
-    is not enough because sibling workers forked later may hold copies of our pipe's ends.
+    is not enough because other processes may hold copies of our pipe's ends.
     """
     parent = parent_process()
     if parent is None:
@@ -56,65 +189,31 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, name="vecenv-parent-watch", daemon=True).start()
 
 
-def _hello(envs: list[gym.Env]) -> Hello:
-    first = envs[0]
-    mismatch = None
-    for j, env in enumerate(envs):
-        for which in ("observation_space", "action_space"):
-            if getattr(env, which) != getattr(first, which):
-                mismatch = SpaceMismatch(j, which, getattr(first, which), getattr(env, which))
-                break
-        if mismatch is not None:
-            break
-    return Hello(
-        num_envs=len(envs),
-        observation_space=first.observation_space,
-        action_space=first.action_space,
-        metadata=dict(first.metadata),
-        render_mode=first.render_mode,
-        spec=first.spec,
-        mismatch=mismatch,
-        native_autoreset=None,
-    )
+def _setup_process(options: WorkerOptions) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for conn in list(PARENT_ENDS):  # fork: copies of other workers' (and our own) parent ends
+        conn.close()
+    if options.cpu is not None:
+        os.sched_setaffinity(0, {options.cpu})
+    if options.threads is not None:
+        from vecenv.threads import limit_threads
+
+        limit_threads(options.threads)
+    _exit_with_parent()
 
 
-def _native_hello(vec: gym.vector.VectorEnv) -> Hello:
-    return Hello(
-        num_envs=vec.num_envs,
-        observation_space=vec.single_observation_space,
-        action_space=vec.single_action_space,
-        metadata=dict(vec.metadata),
-        render_mode=vec.render_mode,
-        spec=vec.spec,
-        mismatch=None,
-        native_autoreset=vec.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP),
-    )
-
-
-def worker_main(index: int, conn: Connection, group_fn_bytes: bytes, cpu: int | None = None) -> None:
-    """Entry point of worker ``index``; ``group_fn_bytes`` is a cloudpickled group builder.
+def worker_main(index: int, conn: Connection, group_fn_bytes: bytes, options: WorkerOptions) -> None:
+    """Entry point of worker process ``index``; ``group_fn_bytes`` is a cloudpickled group builder.
 
     The builder returns the list of envs this worker hosts, or one native ``VectorEnv``.
     SIGINT is ignored: Ctrl+C belongs to the parent, which closes the workers itself.
-    ``cpu``: pin this process to that core.
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if cpu is not None:
-        os.sched_setaffinity(0, {cpu})
-    _exit_with_parent()
+    _setup_process(options)
+    core = WorkerCore(index, options)
     try:
         try:
-            group_fn: Callable[[], Any] = cloudpickle.loads(group_fn_bytes)
-            built = group_fn()
-            if isinstance(built, gym.vector.VectorEnv):
-                envs: Any = built
-                hello = _native_hello(built)
-            else:
-                envs = list(built)
-                if not envs:
-                    raise ValueError(f"the env group of worker {index} is empty; each needs one env or more")
-                hello = _hello(envs)
-            message = encode_reply(0, True, hello)
+            # cloudpickle: an env spec may hold lambdas (wrappers built with them).
+            message = encode_reply(0, True, core.build(group_fn_bytes), cloudpickle.dumps)
         except BaseException as exc:
             conn.send_bytes(encode_reply(0, False, PackedException(exc, None)))
             return
@@ -123,8 +222,11 @@ def worker_main(index: int, conn: Connection, group_fn_bytes: bytes, cpu: int | 
         fd = reduction.recv_handle(conn) if Buffers.needs_fd(attach.buffers) else None
         buffers = Buffers.attach(attach.buffers, attach.start, attach.start + attach.num_envs, fd)
         try:
-            _serve(_make_group(envs, attach, buffers), conn)
+            core.attach(attach, buffers)
+            _serve(core, conn)
         finally:
+            core.group = None
+            core._handlers = {}
             buffers.close()  # the group and its views are gone by now
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass  # the parent went away; nothing is left to answer
@@ -132,48 +234,16 @@ def worker_main(index: int, conn: Connection, group_fn_bytes: bytes, cpu: int | 
         conn.close()
 
 
-def _make_group(envs: Any, attach: Attach, buffers: Buffers) -> EnvGroup | VectorGroup:
-    if isinstance(envs, gym.vector.VectorEnv):
-        return VectorGroup(envs, buffers)
-    return EnvGroup(envs, attach.autoreset_mode, buffers)
-
-
-def _serve(group: EnvGroup | VectorGroup, conn: Connection) -> None:
+def _serve(core: WorkerCore, conn: Connection) -> None:
     """Answer commands until CLOSE. One reply per command, tagged with the command's call id."""
-    buffers = group.buffers
-
-    def reset(args: ResetArgs) -> Any:
-        return group.reset(args.seeds, args.options, args.mask), buffers.payload()
-
-    def step(actions: Any) -> Any:
-        if actions is None:  # in the shared rows, which the next step rewrites: take a copy
-            actions = tree_copy(buffers.actions)
-        return group.step(actions), buffers.payload()
-
-    def call(args: CallArgs) -> Any:
-        return group.call(args.name, args.args, args.kwargs)
-
-    def set_attr(args: tuple[str, list[Any]]) -> None:
-        group.set_attr(*args)
-
-    handlers: dict[Command, Callable[[Any], Any]] = {
-        Command.RESET: reset,
-        Command.STEP: step,
-        Command.CALL: call,
-        Command.SET_ATTR: set_attr,
-        Command.RENDER: lambda _: group.render(),
-        Command.CLOSE: lambda _: group.close(),
-    }
     while True:
-        command, call_id, payload = decode_command(conn.recv_bytes())
-        group.blame = None
+        command, call_id, load = decode_command(conn.recv_bytes())
+        ok, result = core.handle(command, load)
         try:
-            result = handlers[command](payload)
-            # Encoded here, inside the try: a result that cannot be pickled is the caller's
-            # error to see, not a reason for the worker to die.
-            reply = encode_reply(call_id, True, result)
+            reply = encode_reply(call_id, ok, result)
         except BaseException as exc:
-            reply = encode_reply(call_id, False, PackedException(exc, group.blame))
+            # A result that cannot be pickled is the caller's error to see, not a reason to die.
+            reply = encode_reply(call_id, False, PackedException(exc, None))
         conn.send_bytes(reply)
         if command is Command.CLOSE:
             return

@@ -1,0 +1,198 @@
+"""Input checks as pure functions: every public call runs them before it changes any state.
+
+Each returns the normalised value or raises ``TypeError``/``ValueError`` naming the argument, the
+expected and the received value. None of them touches a process, so they are tested directly.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium import Space
+from gymnasium.vector import AutoresetMode
+
+from vecenv.errors import describe
+
+__all__ = [
+    "available_cpus",
+    "check_env_fns",
+    "check_num_workers",
+    "check_autoreset_mode",
+    "check_context",
+    "check_observation_mode",
+    "check_timeout",
+    "check_options",
+    "check_batch_size",
+    "check_env_ids",
+    "seed_list",
+    "check_reset_mask",
+]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def available_cpus() -> int:
+    """The cores this process may run on: its affinity mask (which container CPU sets limit),
+    not ``os.cpu_count()``, which counts every core of the machine."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def check_env_fns(env_fns: Any, name: str = "env_fns") -> list[Callable[[], Any]]:
+    """A non-empty list of callables (any iterable is accepted, as ``SyncVectorEnv`` does)."""
+    if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Iterable):
+        raise TypeError(f"`{name}` must be an iterable of env constructors, got {describe(env_fns)}")
+    fns = list(env_fns)
+    if not fns:
+        raise ValueError(f"`{name}` must hold at least one env constructor, got an empty sequence")
+    for i, fn in enumerate(fns):
+        if not callable(fn):
+            raise TypeError(f"`{name}[{i}]` must be callable (returning a gymnasium.Env), got {describe(fn)}")
+    return fns
+
+
+def check_num_workers(num_workers: Any, num_envs: int) -> int:
+    """``None`` gives ``min(num_envs, available_cpus())``; else an int in ``[1, num_envs]``."""
+    if num_workers is None:
+        return min(num_envs, available_cpus())
+    if not _is_int(num_workers) or not 1 <= num_workers <= num_envs:
+        raise ValueError(
+            f"`num_workers` must be an int in [1, {num_envs}] (1 to len(env_fns)), got {describe(num_workers)}"
+        )
+    return int(num_workers)
+
+
+def check_autoreset_mode(mode: Any) -> AutoresetMode:
+    try:
+        return AutoresetMode(mode)
+    except ValueError:
+        raise ValueError(
+            f"`autoreset_mode` must be one of {[m.value for m in AutoresetMode]} or an AutoresetMode, "
+            f"got {describe(mode)}"
+        ) from None
+
+
+def check_context(context: Any) -> multiprocessing.context.BaseContext:
+    try:
+        return multiprocessing.get_context(context)
+    except ValueError:
+        raise ValueError(
+            f"`context` must be None or one of {multiprocessing.get_all_start_methods()}, got {describe(context)}"
+        ) from None
+
+
+def check_observation_mode(mode: Any) -> str | tuple[Space, Space]:
+    """``"same"``, ``"different"``, or ``(batched space, single space)``, as Gymnasium takes it."""
+    if isinstance(mode, tuple) and len(mode) == 2:
+        if not isinstance(mode[0], Space) or not isinstance(mode[1], Space):
+            raise TypeError(
+                f"Expected both elements of observation_mode to be Spaces, got {type(mode[0])} and {type(mode[1])}"
+            )
+        return mode
+    if isinstance(mode, str) and mode in ("same", "different"):
+        return mode
+    raise ValueError(
+        "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single and batch "
+        f"observation space, actual got {describe(mode)}"
+    )
+
+
+def check_timeout(timeout: Any, name: str = "timeout") -> float | None:
+    """``None`` (no limit) or a non-negative number of seconds."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(timeout) or timeout < 0:
+        raise ValueError(f"`{name}` must be None or a non-negative number of seconds, got {describe(timeout)}")
+    return float(timeout)
+
+
+def check_options(options: Any) -> dict[str, Any] | None:
+    if options is not None and not isinstance(options, dict):
+        raise TypeError(f"`options` must be a dict or None, got {describe(options)}")
+    return options
+
+
+def seed_list(seed: Any, n: int) -> list[int | None]:
+    """One seed (or ``None``) per env: ``None``, an int (env ``i`` gets ``seed + i``), or a list."""
+    if seed is None:
+        return [None] * n
+    if _is_int(seed):
+        if seed < 0:
+            raise ValueError(f"`seed` must be a non-negative int, a list of {n} seeds or None, got {seed}")
+        return [int(seed) + i for i in range(n)]
+    if isinstance(seed, (str, bytes)) or not isinstance(seed, (Sequence, np.ndarray)):
+        raise TypeError(f"`seed` must be an int, a list of {n} seeds or None, got {describe(seed)}")
+    if len(seed) != n:
+        raise ValueError(
+            f"If seeds are passed as a list the length must match num_envs={n} but got length={len(seed)}."
+        )
+    seeds: list[int | None] = []
+    for i, s in enumerate(seed):
+        if s is None:
+            seeds.append(None)
+        elif _is_int(s):
+            if s < 0:
+                raise ValueError(f"`seed[{i}]` must be a non-negative int or None, got {s}")
+            seeds.append(int(s))
+        else:
+            raise TypeError(f"`seed[{i}]` must be an int or None, got {describe(s)}")
+    return seeds
+
+
+def check_reset_mask(reset_mask: Any, n: int) -> np.ndarray:
+    """A copy of a valid ``options["reset_mask"]``; Gymnasium's own checks and messages."""
+    if not isinstance(reset_mask, np.ndarray):
+        raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(reset_mask)}")
+    if reset_mask.shape != (n,):
+        raise ValueError(f"`options['reset_mask']` must have shape `({n},)`, got {reset_mask.shape}")
+    if reset_mask.dtype != np.bool_:
+        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {reset_mask.dtype}")
+    if not np.any(reset_mask):
+        raise ValueError(
+            f"`options['reset_mask']` must contain a boolean array with at least one True value, got reset_mask={reset_mask}"
+        )
+    return reset_mask.copy()
+
+
+def check_batch_size(batch_size: Any, group_sizes: Sequence[int]) -> int:
+    """The envs each ``recv`` returns: ``None`` means all; otherwise whole groups must add up to
+    it whatever order they finish in, so it is ``num_envs`` or, when every group has the same
+    size, a multiple of that size."""
+    n = sum(group_sizes)
+    if batch_size is None:
+        return n
+    sizes = sorted(set(group_sizes))
+    if not _is_int(batch_size) or not 0 < batch_size <= n:
+        raise ValueError(f"`batch_size` must be an int in [1, num_envs={n}], got {describe(batch_size)}")
+    if batch_size != n and (len(sizes) > 1 or batch_size % sizes[0]):
+        rule = (f"a multiple of the group size {sizes[0]}" if len(sizes) == 1
+                else "num_envs, since the groups differ in size")
+        raise ValueError(
+            f"`batch_size` must be {rule} (whole groups must add up to it whatever order they "
+            f"finish in), got batch_size={batch_size} for group sizes {list(group_sizes)}"
+        )
+    return int(batch_size)
+
+
+def check_env_ids(env_ids: Any, n: int) -> np.ndarray:
+    """A non-empty 1-d int array of distinct env indices in ``[0, n)``."""
+    ids = np.asarray(env_ids)
+    if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
+        raise TypeError(f"`env_ids` must be a non-empty 1-d array of int env indices, got {describe(env_ids)}")
+    unknown = ids[(ids < 0) | (ids >= n)]
+    if unknown.size:
+        raise ValueError(f"`env_ids` must lie in [0, {n}), got unknown ids {unknown.tolist()}")
+    uniq, counts = np.unique(ids, return_counts=True)
+    if (counts > 1).any():
+        raise ValueError(f"`env_ids` must not repeat an env, got duplicated ids {uniq[counts > 1].tolist()}")
+    return ids
