@@ -67,6 +67,30 @@ def _ray_pids(temp_dir: str) -> set[int]:
     return found
 
 
+#: Where ``ray.cluster_utils.Cluster`` writes the head's address (Ray's default temp dir).
+_ADDRESS_FILE = ray._private.utils.get_ray_address_file(None)
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _restore(path: str, content: str | None) -> None:
+    """Put a file back as it was: removed if it did not exist, else its old content."""
+    try:
+        if content is None:
+            os.unlink(path)
+        else:
+            with open(path, "w") as f:
+                f.write(content)
+    except OSError:
+        pass
+
+
 def _wait_gone(pids: set[int], timeout: float = 15.0) -> set[int]:
     """Wait until none of ``pids`` is alive (zombies count as gone); return the survivors."""
     deadline = time.monotonic() + timeout
@@ -94,6 +118,7 @@ class RaySessions:
         self.current: str | None = None  # "local" or "cluster"
         self.cluster: Cluster | None = None
         self.seen_pids: set[int] = set()
+        self._address_file: tuple[str, str | None] | None = None
 
     def local(self) -> None:
         """Connect to the shared local Ray (2 CPUs), starting it if needed."""
@@ -101,6 +126,7 @@ class RaySessions:
             return
         self.disconnect()
         ray.init(
+            address="local",  # a new instance, even when another Ray runs on this machine
             num_cpus=2,
             include_dashboard=False,
             object_store_memory=OBJECT_STORE_BYTES,
@@ -116,6 +142,9 @@ class RaySessions:
         if self.current == "cluster" and ray.is_initialized() and self.cluster is not None:
             return self.cluster
         self.disconnect()
+        # The cluster helper records its address in Ray's default temp dir, where a later plain
+        # ray.init() would find it: remember what was there, to put it back at disconnect.
+        self._address_file = (_ADDRESS_FILE, _read(_ADDRESS_FILE))
         node_args: dict[str, Any] = {
             "num_cpus": 1,
             "object_store_memory": OBJECT_STORE_BYTES,
@@ -143,6 +172,9 @@ class RaySessions:
         if self.cluster is not None:
             cluster, self.cluster = self.cluster, None
             cluster.shutdown()
+        if self._address_file is not None:
+            (path, before), self._address_file = self._address_file, None
+            _restore(path, before)
         self.current = None
 
     def close(self) -> set[int]:

@@ -27,6 +27,11 @@ Runners (--runners, for the first four workloads):
                 the ideal); the ceiling for any multi-process runner
   sync, async   gymnasium SyncVectorEnv / AsyncVectorEnv(shared_memory=True)
   vecenv-Kw     vecenv.SubprocVectorEnv with K = 1, 2, 4 workers
+  ray-Kw        vecenv.RayVectorEnv with K = 2, 4 actors on a local Ray that it starts itself
+                (start-up includes Ray's), min(1, cores/K) CPUs per actor; when Ray is
+                importable (pip install -e ".[ray]"), and not in --quick unless named
+  vecenv-2w-half, ray-2w-half   the same with 2 workers and batch_size N/2, stepped with
+                async_reset/recv/send (no inference): each recv takes the first group to finish
   supersuit, pufferlib, envpool   when importable (skipped with a note otherwise)
 
 Method: every measurement runs in a fresh Python process; it builds the vector env, resets
@@ -68,8 +73,10 @@ EXTRA_WORKLOADS = ("async-batch", "native-group")
 ALL_WORKLOADS = STANDARD_WORKLOADS + EXTRA_WORKLOADS
 VECENV_WORKERS = (1, 2, 4)
 CORE_RUNNERS = ("single", "single-par", "sync", "async") + tuple(f"vecenv-{k}w" for k in VECENV_WORKERS)
+RAY_RUNNERS = ("ray-2w", "ray-4w", "ray-2w-half")
+HALF_BATCH_RUNNERS = ("vecenv-2w-half", "ray-2w-half")  # batch_size = N/2, recv/send
 THIRD_PARTY = ("supersuit", "pufferlib", "envpool")
-ALL_RUNNERS = CORE_RUNNERS + THIRD_PARTY
+ALL_RUNNERS = CORE_RUNNERS + ("vecenv-2w-half",) + RAY_RUNNERS + THIRD_PARTY
 SEED = 0
 ACTION_ROWS = 256  # precomputed action rows, cycled
 INFERENCE_S = 0.5e-3
@@ -215,8 +222,29 @@ def _actions(space: gym.Space, n: int) -> np.ndarray:
     return (np.stack(cols, axis=1) + int(space.start)).astype(space.dtype)
 
 
+def _runner_workers(runner: str) -> int | None:
+    """K of a ``vecenv-Kw...`` or ``ray-Kw...`` runner, else ``None``."""
+    for prefix in ("vecenv-", "ray-"):
+        if runner.startswith(prefix):
+            head = runner[len(prefix):].split("-")[0]
+            if head.endswith("w") and head[:-1].isdigit():
+                return int(head[:-1])
+    return None
+
+
+def _ray_vector(fns: list[Callable[[], gym.Env]], workers: int, **kwargs: Any) -> Any:
+    """A RayVectorEnv on a local Ray it starts itself, its actors sharing this machine's cores."""
+    from vecenv.ray_transport import RayVectorEnv
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return RayVectorEnv(fns, workers, actor_options={"num_cpus": min(1.0, cores / workers)},
+                        autoreset_mode=AutoresetMode.NEXT_STEP, **kwargs)
+
+
 def _make_vector(runner: str, fns: list[Callable[[], gym.Env]], spec: dict[str, Any]) -> Any:
     mode = AutoresetMode.NEXT_STEP
+    if runner.startswith("ray-") and runner.endswith("w"):
+        return _ray_vector(fns, _runner_workers(runner))
     if runner == "sync":
         return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
     if runner == "async":
@@ -319,11 +347,15 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
             return n
 
         close = envs.close
-    elif runner.startswith("vecenv-") and "-batch" in runner:  # async-batch: vecenv-Kw-batchB
+    elif (runner.startswith("vecenv-") and "-batch" in runner) or runner in HALF_BATCH_RUNNERS:
+        # async-batch: vecenv-Kw-batchB; standard workloads: *-2w-half (batch_size N/2)
         import vecenv
 
         workers, batch = spec["workers"], spec["batch_size"]
-        envs = vecenv.SubprocVectorEnv([env_fn] * n, workers, batch_size=batch)
+        if runner.startswith("ray-"):
+            envs = _ray_vector([env_fn] * n, workers, batch_size=batch)
+        else:
+            envs = vecenv.SubprocVectorEnv([env_fn] * n, workers, batch_size=batch)
         try:
             envs.async_reset(seed=SEED)
         except TypeError:
@@ -336,7 +368,8 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         def step(i: int) -> int:
             got = pending.pop() if pending else envs.recv()
             ids = _batch_ids(got)
-            _infer(a, b, reps)
+            if infer:
+                _infer(a, b, reps)
             envs.send(actions[i % ACTION_ROWS][ids], ids)
             return len(ids)
 
@@ -484,14 +517,23 @@ def plan(workloads: Sequence[str], sizes: Sequence[int], runners: Sequence[str],
         if lib in runners and importlib.util.find_spec(lib) is None:
             notes.append(f"{lib}: not importable, skipped (pip install {lib} to include it)")
     available = [r for r in runners if r not in THIRD_PARTY or importlib.util.find_spec(r) is not None]
+    if any(r in RAY_RUNNERS for r in available) and importlib.util.find_spec("ray") is None:
+        notes.append('ray: not importable, its runners skipped (pip install -e ".[ray]" to include them)')
+        available = [r for r in available if r not in RAY_RUNNERS]
     for w in workloads:
         if w not in STANDARD_WORKLOADS:
             continue
         for r in available:
             for n in ([1] if r.startswith("single") else sizes):
-                if r.startswith("vecenv-") and int(r[len("vecenv-"):-1]) > n:
+                k = _runner_workers(r)
+                if k is not None and k > n:
                     continue
-                cells.append(dict(group="standard", workload=w, n=n, runner=r, baseline="sync"))
+                cell = dict(group="standard", workload=w, n=n, runner=r, baseline="sync")
+                if r in HALF_BATCH_RUNNERS:
+                    if n % (2 * k):
+                        continue  # N/2 must be whole groups
+                    cell.update(workers=k, batch_size=n // 2)
+                cells.append(cell)
     if "async-batch" in workloads:
         why = _vecenv_has_batch_api()
         if why:
@@ -675,9 +717,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="comma-separated workloads (default: all: %(default)s)")
     p.add_argument("--sizes", type=_csv(int), default=None,
                    help="comma-separated env counts N (default: 8,32,128; --quick: 8)")
-    p.add_argument("--runners", type=_csv(str, ALL_RUNNERS), default=list(ALL_RUNNERS),
+    p.add_argument("--runners", type=_csv(str, ALL_RUNNERS), default=None,
                    help="comma-separated runners for the cartpole/py100us/py1ms/obs84 workloads "
-                        "(default: all: %(default)s)")
+                        f"(default: all, without the Ray ones under --quick: {','.join(ALL_RUNNERS)})")
     p.add_argument("--seconds", type=float, default=None,
                    help="seconds of stepping per measurement, after the warm-up (default: 2; --quick: 0.4)")
     p.add_argument("--reps", type=int, default=None, help="interleaved repetitions (default: 3; --quick: 1)")
@@ -686,6 +728,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", default="bench-results", help="output folder (default: %(default)s)")
     args = p.parse_args(argv)
     args.sizes = args.sizes or ([8] if args.quick else [8, 32, 128])
+    if args.runners is None:  # Ray starts in seconds: a quick run names its runners to get them
+        args.runners = [r for r in ALL_RUNNERS if not (args.quick and r in RAY_RUNNERS)]
     args.seconds = args.seconds if args.seconds is not None else (0.4 if args.quick else 2.0)
     args.reps = args.reps if args.reps is not None else (1 if args.quick else 3)
     args.warmup = min(0.5, max(0.1, args.seconds / 4))

@@ -118,7 +118,9 @@ class _RayUse:
                     return True
                 return False
             if address is None:
-                ray.init(include_dashboard=False)
+                # "local": a new instance, never a cluster that ray.init() would otherwise find
+                # on this machine (pass address="auto" for that one).
+                ray.init(address="local", include_dashboard=False)
             else:
                 ray.init(address=address)
             self.users = 1
@@ -209,16 +211,26 @@ class RayTransport(Transport):
             more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
             ready += more
         done = set(ready)
-        events: list[Reply | Death] = []
+        taken: list[tuple[int, ray.ObjectRef, int]] = []
         for w in workers:
             queue = self.outstanding[w]
             while queue and queue[0][0] in done:
                 ref, call_id = queue.popleft()
-                event = self._result(w, ref, call_id)
-                events.append(event)
-                if isinstance(event, Death):
-                    queue.clear()
-                    break
+                taken.append((w, ref, call_id))
+        try:  # one round trip for every result; any failure is sorted out ref by ref
+            values: list[Any] | None = ray.get([ref for _, ref, _ in taken])
+        except Exception:
+            values = None
+        events: list[Reply | Death] = []
+        dead: set[int] = set()
+        for k, (w, ref, call_id) in enumerate(taken):
+            if w in dead:
+                continue
+            event = self._result(w, ref, call_id) if values is None else self._reply(w, call_id, values[k])
+            events.append(event)
+            if isinstance(event, Death):
+                dead.add(w)
+                self.outstanding[w].clear()
         return events
 
     def _result(self, worker: int, ref: ray.ObjectRef, call_id: int) -> Reply | Death:
@@ -233,7 +245,10 @@ class RayTransport(Transport):
             cause = getattr(exc, "cause", None)
             error = cause if isinstance(cause, BaseException) else exc
             return Reply(worker, call_id, False, PackedException(error, None))
-        if call_id == 0:
+        return self._reply(worker, call_id, value)
+
+    def _reply(self, worker: int, call_id: int, value: Any) -> Reply:
+        if call_id == 0:  # the handshake also says where the actor runs
             ok, hello, location = value
             self.locations[worker] = location
             return Reply(worker, 0, ok, hello)
@@ -334,8 +349,9 @@ class RayVectorEnv(GroupVectorEnv):
         num_workers: actors to start; default ``min(len(env_fns), CPUs in the cluster // CPUs per
             actor)``.
         address: with Ray already initialised in this process it is used as is (and never shut
-            down); else ``None`` starts a local Ray and any other value is passed to
-            ``ray.init(address=...)`` (``"auto"``, ``"10.0.0.1:6379"``, ``"ray://..."``). A Ray
+            down); else ``None`` starts a new local Ray (with every CPU of this machine) and any
+            other value is passed to ``ray.init(address=...)``: ``"auto"`` (the cluster that
+            ``ray start`` runs on this machine), ``"10.0.0.1:6379"``, ``"ray://..."``. A Ray
             that this class started or connected to is shut down (or disconnected) when the
             last vector env using it closes.
         actor_options: Ray actor options for every group (``num_cpus``, ``resources``,
