@@ -306,6 +306,22 @@ def test_make_backend_ray(ray_local: RaySessions) -> None:
         vecenv.make("CartPole-v1", 4, 2, backend="threads")
 
 
+@pytest.mark.timeout(90)
+def test_rollout_cli_backend_ray_writes_the_same_arrays(ray_local: RaySessions, tmp_path, capsys) -> None:
+    from vecenv.rollout.cli import main
+
+    common = ["--env", "CartPole-v1", "--num-envs", "5", "--steps", "300", "--seed", "4", "--quiet"]
+    assert main([*common, "--num-workers", "2", "--out", str(tmp_path / "process")]) == 0
+    assert main([*common, "--backend", "ray", "--num-workers", "2", "--out", str(tmp_path / "ray")]) == 0
+    process, on_ray = vecenv.load(tmp_path / "process"), vecenv.load(tmp_path / "ray")
+    assert sorted(process) == sorted(on_ray)
+    for name in process:
+        np.testing.assert_array_equal(np.asarray(on_ray[name]), np.asarray(process[name]), err_msg=name)
+    assert ray.is_initialized(), "the collector used the Ray it found and left it running"
+    assert main([*common, "--ray-address", "auto", "--out", str(tmp_path / "x")]) == 2
+    assert "--ray-address: only with --backend ray" in capsys.readouterr().err
+
+
 # -- a Ray that the vector env starts itself ---------------------------------------------------
 
 

@@ -43,12 +43,15 @@ examples:
   vecenv-collect --env CartPole-v1 --episodes 100 --format minari --dataset-id cartpole/random-v0
       a Minari dataset: minari.load_dataset("cartpole/random-v0") opens it
   vecenv-collect --policy sb3:ppo_cartpole.zip --deterministic --episodes 100
+  vecenv-collect --num-envs 256 --backend ray --ray-address auto
+      the envs as Ray actors on the cluster that `ray start` runs here (see README)
   vecenv-collect export rollouts/CartPole-v1 --dataset-id cartpole/old-v0
       an existing dataset as a Minari dataset (see vecenv-collect export --help)
 
 The dataset is a directory with metadata.json and one .npy file per field (Dict/Tuple
 spaces: one per leaf, e.g. observations.pos.npy); read it with vecenv.load(DIR).
-The arrays depend only on the arguments other than --num-workers, --quiet and --out.
+The arrays depend only on the arguments other than --num-workers, --backend,
+--ray-address, --quiet and --out.
 Ctrl+C or SIGTERM stops early and keeps what was collected as a valid dataset with
 "complete": false in metadata.json (exit status 130 / 143); a Minari dataset keeps the
 episodes finished so far. Bad arguments, or --format minari without Minari: exit status 2.
@@ -185,6 +188,21 @@ def _build_parser() -> argparse.ArgumentParser:
         default="next_step",
         help="how the vector environment resets finished episodes; the recorded transitions "
         "are real steps in every mode (default: %(default)s; e.g. --autoreset-mode same_step)",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=["process", "ray"],
+        default="process",
+        help="where the environments run: worker processes on this machine, or Ray actors "
+        "(pip install -e '.[ray]'), one per worker, on this machine or a Ray cluster; the data "
+        "does not depend on it (default: %(default)s; e.g. --backend ray)",
+    )
+    parser.add_argument(
+        "--ray-address",
+        metavar="ADDRESS",
+        help="with --backend ray: the Ray cluster to connect to, as ray.init(address=...) takes it "
+        "(default: start a local Ray; e.g. --ray-address 10.0.0.1:6379, or auto for the cluster "
+        "that `ray start` runs on this machine)",
     )
     return parser
 
@@ -387,7 +405,14 @@ def _run(args: argparse.Namespace, command_line: str) -> int:
             raise _UsageError(str(exc).replace("overwrite=True / ", "")) from None
     if args.steps is None and args.episodes is None:
         args.steps = 10000
-    num_workers = args.num_workers or min(_cpu_count(), args.num_envs)
+    if args.ray_address is not None and args.backend != "ray":
+        raise _UsageError(f"--ray-address: only with --backend ray, got --ray-address {args.ray_address}")
+    backend_options: dict[str, Any] = {}
+    if args.backend == "ray":  # Ray picks the worker count from the cluster's CPUs by default
+        num_workers = args.num_workers
+        backend_options = {"backend": "ray", "address": args.ray_address}
+    else:
+        num_workers = args.num_workers or min(_cpu_count(), args.num_envs)
 
     try:
         envs = make(
@@ -396,6 +421,7 @@ def _run(args: argparse.Namespace, command_line: str) -> int:
             num_workers,
             env_kwargs=env_kwargs,
             autoreset_mode=AutoresetMode[args.autoreset_mode.upper()],
+            **backend_options,
         )
     except Exception as exc:
         raise _UsageError(
@@ -422,7 +448,7 @@ def _run(args: argparse.Namespace, command_line: str) -> int:
             metadata={
                 "env_id": args.env,
                 "env_kwargs": env_kwargs,
-                "num_workers": num_workers,
+                "num_workers": envs.num_workers,
                 "policy": getattr(policy, "name", args.policy),
                 "command_line": command_line,
             },
