@@ -211,9 +211,9 @@ class Transport(abc.ABC):
         """End every worker now (the pool is broken)."""
 
     @abc.abstractmethod
-    def stop(self, deadline: float) -> None:
-        """Wait for workers to exit until ``deadline`` (``time.monotonic()``), then end the
-        rest; release every resource. Idempotent."""
+    def stop(self, deadline: float, closing: Sequence[int] = ()) -> None:
+        """Wait until ``deadline`` (``time.monotonic()``) for the workers in ``closing`` (those
+        asked to close) to exit, end the rest at once; release every resource. Idempotent."""
 
 
 class WorkerPool:
@@ -383,6 +383,7 @@ class WorkerPool:
         """
         deadline = time.monotonic() + timeout
         error: BaseException | None = None
+        closing: list[Worker] = []
         if self.broken is None and timeout > 0:
             try:
                 self.drain()
@@ -397,7 +398,7 @@ class WorkerPool:
                 pass
             except Exception as exc:
                 error = exc
-        self.transport.stop(deadline)
+        self.transport.stop(deadline, [w.index for w in closing])
         if self.buffers is not None:
             self.buffers.close()
         return error

@@ -162,12 +162,12 @@ class ProcessTransport(Transport):
             if process.is_alive():
                 process.kill()
 
-    def stop(self, deadline: float) -> None:
+    def stop(self, deadline: float, closing: Sequence[int] = ()) -> None:
         if self._stopped:
             return
         self._stopped = True
-        for process in self.processes:
-            process.join(max(0.0, deadline - time.monotonic()))
+        for index in closing:
+            self.processes[index].join(max(0.0, deadline - time.monotonic()))
         for process in self.processes:
             if process.is_alive():
                 process.terminate()

@@ -276,7 +276,7 @@ class RayTransport(Transport):
             except Exception:
                 pass  # already gone
 
-    def stop(self, deadline: float) -> None:
+    def stop(self, deadline: float, closing: Sequence[int] = ()) -> None:
         """End every actor (the pool has closed their envs by now) and release Ray if ours.
 
         Waits until Ray reports each actor dead, at most until ``deadline`` plus one second.
