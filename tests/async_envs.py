@@ -43,3 +43,19 @@ class JitterEnv(gym.Env):
         truncated = self._t >= 20
         info = {"odd": self._t} if self._t % 3 == 0 else {}
         return self._obs(), reward, terminated, truncated, info
+
+
+class GateEnv(JitterEnv):
+    """A JitterEnv whose steps wait until the test opens the gate: one byte written to a FIFO.
+
+    The test decides when the step finishes, so "still in flight" is a fact, not a race.
+    """
+
+    def __init__(self, gate: str) -> None:
+        super().__init__(max_delay=0.0)
+        self.gate = gate
+
+    def step(self, action):
+        with open(self.gate, "rb") as fifo:
+            fifo.read(1)
+        return super().step(action)

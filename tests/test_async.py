@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
+import os
 
 import gymnasium as gym
 import numpy as np
@@ -10,7 +12,7 @@ import pytest
 from gymnasium.vector import AutoresetMode
 
 import vecenv
-from tests.async_envs import JitterEnv
+from tests.async_envs import GateEnv, JitterEnv
 
 START_METHODS = [pytest.param(m, id=m) for m in ("fork", "forkserver", "spawn")]
 
@@ -110,19 +112,35 @@ def test_recv_without_envs_in_flight_raises_instead_of_hanging():
 
 
 @pytest.mark.timeout(60)
-def test_recv_timeout_keeps_envs_in_flight():
-    fns = [lambda: JitterEnv(max_delay=0.0)] * 2
+def test_recv_timeout_keeps_envs_in_flight(tmp_path):
+    """A recv that times out while an env is in flight leaves it there: the next recv returns it,
+    with the data SyncVectorEnv gives for that env."""
+    gate = str(tmp_path / "gate")
+    os.mkfifo(gate)
+    fns = [functools.partial(JitterEnv, max_delay=0.0), functools.partial(GateEnv, gate)]
+    sync = gym.vector.SyncVectorEnv([functools.partial(JitterEnv, max_delay=0.0)] * 2)
     with vecenv.SubprocVectorEnv(fns, 2, batch_size=1, context="fork") as envs:
         envs.async_reset(seed=0)
-        envs.recv()
-        envs.recv()
-        envs.call("unwrapped")  # all envs are back: synchronous calls are allowed again
-        envs.async_reset(seed=0)
-        first = envs.recv()
-        second = envs.recv(timeout=5)
-        assert sorted([first[5][0], second[5][0]]) == [0, 1]
+        sync.reset(seed=0)
+        ids = sorted(int(envs.recv()[5][0]) for _ in range(2))
+        assert ids == [0, 1]
+        actions = np.array([1, 0])
+        envs.send(actions[:1], [0])
+        envs.send(actions[1:], [1])  # env 1 now waits at the gate
+        assert envs.recv(timeout=10)[5].tolist() == [0]
+        with pytest.raises(vecenv.VecEnvTimeoutError):
+            envs.recv(timeout=0.2)  # env 1 is in flight and cannot finish
+        with open(gate, "wb") as fifo:
+            fifo.write(b"x")
+        obs, rewards, terms, truncs, infos, env_ids = envs.recv(timeout=10)
+        want = sync.step(actions)
+        assert env_ids.tolist() == [1]
+        np.testing.assert_array_equal(obs[0], want[0][1])
+        assert rewards[0] == want[1][1] and terms[0] == want[2][1] and truncs[0] == want[3][1]
         with pytest.raises(gym.error.NoAsyncCallError):
-            envs.recv(timeout=0.05)
+            envs.recv(timeout=0.05)  # both envs are back: nothing is in flight
+        envs.call("unwrapped")  # ... so synchronous calls are allowed again
+    sync.close()
 
 
 class _StepRaises(JitterEnv):
