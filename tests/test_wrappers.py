@@ -10,8 +10,8 @@ observation, reward, flag and info, dtypes included. Also: the EnvPool-style ``a
 from __future__ import annotations
 
 import dataclasses
-import re
 import functools
+import re
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -66,7 +66,8 @@ CASES = [
     Case("stack", lambda e: vw.ClipReward(vw.NormalizeReward(vw.NormalizeObservation(vw.RecordEpisodeStatistics(e))),
                                          -1.0, 1.0), env_kwargs={"max_episode_steps": 40}),
     Case("ClipAction", vw.ClipAction, env_id="Pendulum-v1", steps=230),
-    Case("RescaleAction", lambda e: vw.RescaleAction(e, np.float32(-1), np.float32(1)), env_id="Pendulum-v1", steps=230),
+    Case("RescaleAction", lambda e: vw.RescaleAction(e, np.float32(-1), np.float32(1)),
+         env_id="Pendulum-v1", steps=230),
     Case("TransformAction", lambda e: vw.TransformAction(e, lambda a: np.clip(a * 0.5, -2, 2)),
          env_id="Pendulum-v1", steps=230),
 ]
@@ -207,9 +208,10 @@ def test_make_accepts_a_make_vec_spec() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"vector_kwargs": {"bogus": 1}}, "`vector_kwargs` keys must be SubprocVectorEnv arguments .* got unknown 'bogus'"),
+        ({"vector_kwargs": {"bogus": 1}}, "`vector_kwargs` keys must be SubprocVectorEnv arguments .* unknown 'bogus'"),
         ({"vector_kwargs": {"copy": True}, "copy": False}, "'copy' given twice: in `vector_kwargs` and as a keyword"),
-        ({"env_kwargs": {"sutton_barto_reward": True}, "sutton_barto_reward": False}, "'sutton_barto_reward' given twice"),
+        ({"env_kwargs": {"sutton_barto_reward": True}, "sutton_barto_reward": False},
+         "'sutton_barto_reward' given twice"),
         ({"vector_kwargs": {"num_workers": 1}, "num_workers": 2}, "'num_workers' given twice"),
         ({"vector_kwargs": [1]}, r"`vector_kwargs` must be a dict or None, got \[1\]"),
         ({"wrappers": "ClipReward"}, "`wrappers` must be a sequence of callables .* got 'ClipReward'"),

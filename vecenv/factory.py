@@ -137,8 +137,9 @@ def make(
         raise TypeError(f"`env_id` must be a registered env id (str) or an EnvSpec, got {describe(env_id)}")
     if "vectorization_mode" in kwargs:
         raise TypeError(
-            "`vectorization_mode` does not apply: vecenv.make always builds a vecenv.SubprocVectorEnv "
-            f"(use gymnasium.make_vec for Gymnasium's modes), got vectorization_mode={describe(kwargs['vectorization_mode'])}"
+            "`vectorization_mode` does not apply: vecenv.make always builds a vecenv.SubprocVectorEnv (use "
+            "gymnasium.make_vec for Gymnasium's modes), got "
+            f"vectorization_mode={describe(kwargs['vectorization_mode'])}"
         )
     for name, value in (("env_kwargs", env_kwargs), ("vector_kwargs", vector_kwargs)):
         if value is not None and not isinstance(value, dict):
@@ -202,7 +203,8 @@ def _merge(name: str, base: dict[str, Any], extra: dict[str, Any]) -> dict[str, 
     """``base`` updated with ``extra``; a key in both is an error, not a silent override."""
     both = sorted(set(base) & set(extra))
     if both:
-        raise TypeError(f"{', '.join(map(repr, both))} given twice: in `{name}` and as a keyword argument; give it once")
+        given = ", ".join(map(repr, both))
+        raise TypeError(f"{given} given twice: in `{name}` and as a keyword argument; give it once")
     return {**base, **extra}
 
 
