@@ -195,15 +195,17 @@ class RayTransport(Transport):
         self.outstanding[worker].append((self.actors[worker].handle.remote(data), call_id))
 
     def poll(self, workers: Sequence[int], timeout: float | None) -> list[Reply | Death]:
-        refs = [ref for w in workers for ref, _ in self.outstanding[w]]
-        if not refs:
-            if timeout:
-                time.sleep(timeout)
-            return []
-        if not ray.is_initialized():
+        if not ray.is_initialized():  # e.g. Ray's own exit handler ran before our close
+            gone: list[Reply | Death] = []
             for w in workers:
-                self._causes.setdefault(w, "is unreachable: Ray was shut down in this process")
-            return [Death(w) for w in workers]
+                if self.outstanding[w]:  # reported once: a second poll finds nothing owed
+                    self.outstanding[w].clear()
+                    self._causes.setdefault(w, "is unreachable: Ray was shut down in this process")
+                    gone.append(Death(w))
+            return gone
+        refs = [ref for w in workers for ref, _ in self.outstanding[w]]
+        if not refs:  # only after a death was reported and not acted on (the pool's drain)
+            return []
         ready, rest = ray.wait(refs, num_returns=1, timeout=timeout)
         if not ready:
             return []
