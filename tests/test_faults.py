@@ -816,7 +816,7 @@ def test_parent_sigkill_leaves_no_orphans(ctx: str, tmp_path: Path) -> None:
         _reap(proc, workers)
 
 
-@pytest.mark.timeout(30)
+@pytest.mark.timeout(90)
 @pytest.mark.parametrize("ctx", CONTEXTS)
 def test_ctrl_c(ctx: str, tmp_path: Path) -> None:
     """SIGINT to the whole process group (what Ctrl+C does): KeyboardInterrupt in the parent only."""
@@ -824,7 +824,7 @@ def test_ctrl_c(ctx: str, tmp_path: Path) -> None:
     try:
         t0 = time.monotonic()
         os.killpg(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=15)
+        out, err = proc.communicate(timeout=60)  # a hang guard only; the bound is asserted below
         t = time.monotonic() - t0
         record("ctrl-c", ctx, exit=t)
         # Exit closes the envs (one grace at most, then terminate and reap): bounded, not a hang.

@@ -14,10 +14,12 @@ The layout is computed from a small picklable :class:`BufferSpec`, the same way 
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import mmap
 import os
 import secrets
+import weakref
 from collections.abc import Callable
 from multiprocessing import shared_memory
 from typing import Any
@@ -129,6 +131,7 @@ class SharedBlock:
         self.buf = None
         try:
             target.close()
+            _CREATED_MAPPINGS.pop(id(target), None)
         except BufferError:
             # A caller still holds a view (copy=False); memory in use is never unmapped. A memfd
             # mapping is freed with the last view (the views keep it alive). A SharedMemory
@@ -143,6 +146,39 @@ class SharedBlock:
                 self._shm.unlink()
             except FileNotFoundError:
                 pass
+
+
+#: The memfd blocks this process created and still maps, as (address, length) by mmap id.
+_CREATED_MAPPINGS: dict[int, tuple[int, int]] = {}
+_MAP_FIXED = 0x10  # Linux
+
+
+def _remember_mapping(mm: mmap.mmap) -> None:
+    view = ctypes.c_char.from_buffer(mm)
+    address = ctypes.addressof(view)
+    del view
+    _CREATED_MAPPINGS[id(mm)] = (address, len(mm))
+    weakref.finalize(mm, _CREATED_MAPPINGS.pop, id(mm), None)  # unmapped with its last view
+
+
+def drop_inherited_mappings() -> None:
+    """In a process just forked (a worker): give up the parent's blocks.
+
+    A forked worker inherits the mappings of every block its parent had made (other vector
+    envs'), and each mapping keeps its block alive until the worker exits. They are replaced in
+    place by private anonymous memory: the blocks are released, and the address ranges stay
+    reserved for the inherited Python objects that still point there (freeing those later
+    unmaps the placeholder, never a mapping made since). Call before mapping anything new.
+    """
+    if not _CREATED_MAPPINGS:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_FIXED
+    for address, length in _CREATED_MAPPINGS.values():
+        libc.mmap(address, length, mmap.PROT_READ | mmap.PROT_WRITE, flags, -1, 0)
+    _CREATED_MAPPINGS.clear()
 
 
 def _nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
@@ -171,10 +207,8 @@ class Buffers:
             total = sum(_nbytes(s, d) for _, s, d in layout)
             if create:
                 self.block = SharedBlock.create(total, spec.shm_name)
-                if self.block.fd is not None and hasattr(mmap, "MADV_DONTFORK"):
-                    # A worker forked later (by another vector env) must not inherit this
-                    # mapping: it would keep the block alive until that worker exits.
-                    self.block.buf.madvise(mmap.MADV_DONTFORK)
+                if self.block.fd is not None:
+                    _remember_mapping(self.block.buf)
             else:
                 self.block = SharedBlock.attach(total, spec.shm_name, fd)
             offset = 0

@@ -102,7 +102,7 @@ def check_observation_mode(mode: Any) -> str | tuple[Space, Space]:
         return mode
     raise ValueError(
         "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single and batch "
-        f"observation space, actual got {describe(mode)}"
+        f"observation space, actual got {mode}"
     )
 
 

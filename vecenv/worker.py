@@ -27,7 +27,7 @@ from gymnasium import Space
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
 
-from vecenv.buffers import Buffers
+from vecenv.buffers import Buffers, drop_inherited_mappings
 from vecenv.errors import PackedException
 from vecenv.group import EnvGroup, VectorGroup
 from vecenv.protocol import (
@@ -191,7 +191,9 @@ def _exit_with_parent() -> None:
 
 def _setup_process(options: WorkerOptions) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for conn in list(PARENT_ENDS):  # fork: copies of other workers' (and our own) parent ends
+    # fork: give up what belongs to the parent (other vector envs' blocks, parent pipe ends).
+    drop_inherited_mappings()
+    for conn in list(PARENT_ENDS):
         conn.close()
     if options.cpu is not None:
         os.sched_setaffinity(0, {options.cpu})
