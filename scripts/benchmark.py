@@ -1,4 +1,6 @@
-"""Throughput benchmark of vecenv; a shim for ``python -m vecenv.benchmark`` (see --help).
+"""Throughput benchmark of vecenv; a shim for ``python -m vecenv.benchmark``.
+
+Usage (``--help`` explains every option):
 
     python scripts/benchmark.py --quick
     python scripts/benchmark.py --sizes 128 --reps 3

@@ -1,4 +1,5 @@
 """Collect rollouts into rollouts/<env-id>: the ``vecenv-collect`` command (see --help)."""
+
 import pathlib
 import sys
 
