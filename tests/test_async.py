@@ -44,13 +44,24 @@ def _assert_same(a, b):
 @pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=["next", "same"])
 @pytest.mark.parametrize("context", START_METHODS)
 def test_each_env_follows_its_sync_trajectory(context, mode):
+    _follow_sync_trajectories(mode, context=context)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=["next", "same"])
+def test_inline_group_follows_sync_trajectories(mode):
+    """The parent's own group (inline_group) takes part in async batches like any worker's."""
+    _follow_sync_trajectories(mode, context="fork", inline_group=True)
+
+
+def _follow_sync_trajectories(mode, **kwargs):
     num_envs, workers, seed = 8, 4, 123
     refs = [gym.vector.SyncVectorEnv([JitterEnv], autoreset_mode=mode) for _ in range(num_envs)]
     expected = [ref.reset(seed=seed + i) for i, ref in enumerate(refs)]
     rng = np.random.default_rng(0)
     orders = set()
     with vecenv.SubprocVectorEnv([JitterEnv] * num_envs, workers, batch_size=4,
-                                 autoreset_mode=mode, context=context) as envs:
+                                 autoreset_mode=mode, **kwargs) as envs:
         envs.async_reset(seed=seed)
         first = True
         for _ in range(120):

@@ -255,6 +255,7 @@ class Scenario:
     action_dtype: Any = None
     use_async: bool = False
     cls: type = DiffEnv
+    inline: bool = False  # the parent hosts the first group (inline_group=True)
 
     @property
     def id(self) -> str:
@@ -271,6 +272,8 @@ class Scenario:
             parts.append(self.context)
         if self.use_async:
             parts.append("async")
+        if self.inline:
+            parts.append("inline")
         return "-".join(parts)
 
     def env_fns(self) -> list[Callable[[], gym.Env]]:
@@ -319,6 +322,14 @@ SCENARIOS = [
     Scenario("tuple_text/box", 3, 2, SAME, context="forkserver", action_dtype=np.float64),
     Scenario("dict/multidiscrete", 3, 2, DISABLED, context="spawn"),
     Scenario("cartpole", 2, 2, SAME, context="fork"),
+    # The parent hosts the first group (inline_group), or every env (num_workers=0).
+    Scenario("box/discrete", 7, 3, NEXT, inline=True),
+    Scenario("dict/box", 5, 2, SAME, inline=True, action_dtype=np.float64),
+    Scenario("tuple_text/discrete", 4, 2, DISABLED, inline=True, copy=False),
+    Scenario("dict/multidiscrete", 4, 2, NEXT, inline=True, context="spawn"),
+    Scenario("box/discrete", 5, 0, SAME),
+    Scenario("cartpole", 4, 0, NEXT, shared_memory=False),
+    Scenario("tuple/box", 3, 0, DISABLED, action_dtype=np.float32, use_async=True),
     # An env that refills one info dict in place (reset right after step under SAME_STEP).
     Scenario("box/discrete", 4, 2, NEXT, cls=ReusedInfoEnv),
     Scenario("box/discrete", 4, 2, SAME, cls=ReusedInfoEnv),
@@ -336,7 +347,7 @@ def test_matches_sync(sc: Scenario) -> None:
         fns,
         lambda: SubprocVectorEnv(
             fns, sc.num_workers, autoreset_mode=sc.mode, copy=sc.copy, context=sc.context,
-            shared_memory=sc.shared_memory,
+            shared_memory=sc.shared_memory, inline_group=sc.inline,
         ),
         mode=sc.mode,
         copy=sc.copy,
@@ -553,7 +564,7 @@ def test_space_mismatch_names_env(bad: int, which: str) -> None:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("num_workers", [0, 6, -1, 1.5, "2"], ids=repr)
+@pytest.mark.parametrize("num_workers", [6, -1, 1.5, "2", True], ids=repr)
 def test_bad_num_workers(num_workers: Any) -> None:
     with pytest.raises(ValueError, match="num_workers"):
         SubprocVectorEnv(diff_env_fns(5), num_workers)

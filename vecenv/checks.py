@@ -61,12 +61,13 @@ def check_env_fns(env_fns: Any, name: str = "env_fns") -> list[Callable[[], Any]
 
 
 def check_num_workers(num_workers: Any, num_envs: int) -> int:
-    """``None`` gives ``min(num_envs, available_cpus())``; else an int in ``[1, num_envs]``."""
+    """``None`` gives ``min(num_envs, available_cpus())``; else an int in ``[0, num_envs]``
+    (0: every env in the parent process)."""
     if num_workers is None:
         return min(num_envs, available_cpus())
-    if not _is_int(num_workers) or not 1 <= num_workers <= num_envs:
+    if not _is_int(num_workers) or not 0 <= num_workers <= num_envs:
         raise ValueError(
-            f"`num_workers` must be an int in [1, {num_envs}] (1 to len(env_fns)), got {describe(num_workers)}"
+            f"`num_workers` must be None or an int in [0, {num_envs}] (0 to len(env_fns)), got {describe(num_workers)}"
         )
     return int(num_workers)
 

@@ -592,8 +592,13 @@ class SubprocVectorEnv(GroupVectorEnv):
         env_fns: callables that each return a ``gymnasium.Env``; they are called in the workers
             (never in the parent), split into ``num_workers`` contiguous groups whose sizes
             differ by at most one.
-        num_workers: processes to start; default ``min(len(env_fns), available cores)``, the
-            cores this process may run on (its affinity mask, which container limits set).
+        num_workers: env groups; default ``min(len(env_fns), available cores)``, the cores this
+            process may run on (its affinity mask, which container limits set). ``0`` keeps
+            every env in this process (one inline group, no worker process).
+        inline_group: the parent hosts the first group itself and steps it while the workers
+            step theirs: one process fewer and no wake-up for that group, which pays off with
+            few cheap envs. That group runs in the parent: its env errors surface as any env's,
+            but a hang there cannot be timed out and a crash there is the parent's.
         autoreset_mode: Gymnasium's autoreset mode (an ``AutoresetMode`` or its string value).
         copy: return copies of the observations. With ``copy=False`` the observations returned
             by ``reset``/``step`` are views into shared buffers that the next call overwrites.
@@ -632,12 +637,16 @@ class SubprocVectorEnv(GroupVectorEnv):
         batch_size: int | None = None,
         pin_cpus: bool = False,
         start_timeout: float | None = None,
+        inline_group: bool = False,
     ) -> None:
         fns = check_env_fns(env_fns)
-        groups = split_groups(fns, check_num_workers(num_workers, len(fns)))
+        workers = check_num_workers(num_workers, len(fns))
+        if not isinstance(inline_group, bool):
+            raise TypeError(f"`inline_group` must be a bool, got {describe(inline_group)}")
+        groups = split_groups(fns, max(1, workers))
         check_batch_size(batch_size, [len(g.env_fns) for g in groups])
         self._start(groups, autoreset_mode, copy, context, daemon, shared_memory, observation_mode,
-                    batch_size, pin_cpus, start_timeout)
+                    batch_size, pin_cpus, start_timeout, inline=inline_group or workers == 0)
 
     @classmethod
     def from_groups(
@@ -667,20 +676,20 @@ class SubprocVectorEnv(GroupVectorEnv):
                 raise TypeError(f"`group_fns[{i}]` must be callable (returning a list of envs), got {describe(fn)}")
         self = cls.__new__(cls)
         self._start(list(group_fns), autoreset_mode, copy, context, daemon, shared_memory, observation_mode,
-                    batch_size, pin_cpus, start_timeout)
+                    batch_size, pin_cpus, start_timeout, inline=False)
         return self
 
     def _start(self, groups: list[Callable[[], Any]], autoreset_mode: AutoresetMode | str, copy: bool,
                context: str | None, daemon: bool, shared_memory: bool,
                observation_mode: str | tuple[gym.Space, gym.Space], batch_size: int | None, pin_cpus: bool,
-               start_timeout: float | None) -> None:
+               start_timeout: float | None, inline: bool) -> None:
         mode = check_autoreset_mode(autoreset_mode)
         ctx = check_context(context)
         obs_mode = check_observation_mode(observation_mode)
         start_timeout = check_timeout(start_timeout, "start_timeout")
         transport = ProcessTransport(
             ctx, daemon=daemon, pin_cpus=pin_cpus,
-            observation_mode=obs_mode[1] if isinstance(obs_mode, tuple) else obs_mode,
+            observation_mode=obs_mode[1] if isinstance(obs_mode, tuple) else obs_mode, inline=inline,
         )
         self._open(transport, groups, autoreset_mode=mode, copy=copy, observation_mode=obs_mode,
                    shared_memory=shared_memory, batch_size=batch_size, start_timeout=start_timeout)

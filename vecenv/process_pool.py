@@ -1,5 +1,11 @@
 """The process transport: one worker process per group, a duplex pipe to each.
 
+Optionally the first group is hosted by the parent itself (``inline``): the same
+:class:`~vecenv.worker.WorkerCore`, run when the parent waits, i.e. after the commands to the
+other workers are out, so it steps while they step. One process fewer and no wake-up for that
+group; the price is that it runs in the parent: a hang there cannot be timed out and a crash
+there is the parent's.
+
 The parent polls the pipes *and* the process sentinels together, so a worker that dies is
 reported within the wait, never waited on forever; a pipe that hangs up while its process lingers
 (a non-daemon thread keeps it alive) is a dead worker too, so no wait can spin on it. The shared
@@ -25,8 +31,9 @@ import cloudpickle
 
 from vecenv.buffers import HAVE_MEMFD, Buffers
 from vecenv.pool import Death, Reply, Transport, WorkerGone
-from vecenv.protocol import Attach, Command, decode_reply, encode_command
-from vecenv.worker import PARENT_ENDS, WorkerOptions, worker_main
+from vecenv.errors import PackedException
+from vecenv.protocol import Attach, Command, decode_command, decode_reply, encode_command
+from vecenv.worker import PARENT_ENDS, WorkerCore, WorkerOptions, worker_main
 
 __all__ = ["ProcessTransport", "KILL_GRACE"]
 
@@ -51,14 +58,16 @@ class ProcessTransport(Transport):
     shares_memory = True
 
     def __init__(self, context: BaseContext, *, daemon: bool = True, pin_cpus: bool = False,
-                 observation_mode: Any = "same", threads: int | None = None) -> None:
+                 observation_mode: Any = "same", threads: int | None = None, inline: bool = False) -> None:
         self.context = context
+        self.inline: _InlineWorker | None = _InlineWorker(WorkerOptions(observation_mode)) if inline else None
         self.daemon = daemon
         self.pin_cpus = pin_cpus
         self.observation_mode = observation_mode
         self.threads = threads
-        self.processes: list[BaseProcess] = []
-        self.conns: list[Connection] = []
+        # Indexed by worker; the inline worker's entries are None.
+        self.processes: list[BaseProcess | None] = []
+        self.conns: list[Connection | None] = []
         self._causes: dict[int, str] = {}
         self._pollers: dict[tuple[int, ...], tuple[dict[int, int], dict[int, int], Any]] = {}
         self._stopped = False
@@ -70,6 +79,11 @@ class ProcessTransport(Transport):
             resource_tracker.ensure_running()
         cpus = sorted(os.sched_getaffinity(0)) if self.pin_cpus else []
         for index, group_fn in enumerate(group_fns):
+            if index == 0 and self.inline is not None:
+                self.processes.append(None)
+                self.conns.append(None)
+                self.inline.build(group_fn)
+                continue
             parent_conn, child_conn = self.context.Pipe(duplex=True)
             PARENT_ENDS.add(parent_conn)
             options = WorkerOptions(self.observation_mode, cpus[index % len(cpus)] if cpus else None, self.threads)
@@ -88,6 +102,10 @@ class ProcessTransport(Transport):
 
     def attach(self, worker: int, attach: Attach, buffers: Buffers) -> None:
         conn = self.conns[worker]
+        if conn is None:
+            assert self.inline is not None
+            self.inline.attach(attach, buffers)
+            return
         try:
             conn.send(attach)
             if Buffers.needs_fd(attach.buffers):
@@ -101,13 +119,30 @@ class ProcessTransport(Transport):
         return encode_command(command, call_id, payload)
 
     def send(self, worker: int, message: bytes) -> None:
+        conn = self.conns[worker]
+        if conn is None:
+            assert self.inline is not None
+            self.inline.pending.append(message)
+            return
         try:
-            self.conns[worker].send_bytes(message)
+            conn.send_bytes(message)
         except (OSError, EOFError):  # a broken or reset pipe: the worker is gone
             self.processes[worker].join(1.0)
             raise WorkerGone from None
 
     def poll(self, workers: Sequence[int], timeout: float | None) -> list[Reply | Death]:
+        events: list[Reply | Death] = []
+        if self.inline is not None and 0 in workers:
+            # The parent's own group runs now: the other workers already have their commands.
+            events = self.inline.run()
+            workers = [i for i in workers if i != 0]
+            if events:
+                timeout = 0.0
+            if not workers:
+                return events
+        return events + self._poll_processes(workers, timeout)
+
+    def _poll_processes(self, workers: Sequence[int], timeout: float | None) -> list[Reply | Death]:
         pipes, sentinels, poller = self._poller(workers)
         ready = poller.poll(None if timeout is None else math.ceil(timeout * 1000))
         events: list[Reply | Death] = []
@@ -119,17 +154,17 @@ class ProcessTransport(Transport):
             if index is None:
                 continue
             try:
-                events.append(Reply(index, *decode_reply(self.conns[index].recv_bytes())))
+                events.append(Reply(index, *decode_reply(self._conn(index).recv_bytes())))
             except (EOFError, OSError):
                 hung_up.add(index)
         for fd, _ in ready:
             index = sentinels.get(fd)
-            if index is not None and index not in hung_up and not self.conns[index].poll():
-                self.processes[index].join()
+            if index is not None and index not in hung_up and not self._conn(index).poll():
+                self._process(index).join()
                 events.append(Death(index))
         for index in hung_up:
             # The pipe is gone, so the worker can never answer, whether or not it has exited.
-            process = self.processes[index]
+            process = self._process(index)
             process.join(_HANGUP_GRACE)
             if process.is_alive():
                 process.kill()
@@ -145,44 +180,103 @@ class ProcessTransport(Transport):
         if cached is None:
             if len(self._pollers) > 64:
                 self._pollers.clear()
-            pipes = {self.conns[i].fileno(): i for i in workers}
-            sentinels = {self.processes[i].sentinel: i for i in workers}
+            pipes = {self._conn(i).fileno(): i for i in workers}
+            sentinels = {self._process(i).sentinel: i for i in workers}
             poller = select.poll()
             for fd in itertools.chain(pipes, sentinels):
                 poller.register(fd, select.POLLIN)
             cached = self._pollers[key] = (pipes, sentinels, poller)
         return cached
 
+    def _conn(self, worker: int) -> Connection:
+        conn = self.conns[worker]
+        assert conn is not None, "the inline worker has no pipe"
+        return conn
+
+    def _process(self, worker: int) -> BaseProcess:
+        process = self.processes[worker]
+        assert process is not None, "the inline worker has no process"
+        return process
+
     def cause_of_death(self, worker: int) -> tuple[str, int | None]:
-        code = self.processes[worker].exitcode
+        code = self._process(worker).exitcode
         return self._causes.get(worker, _describe_exit(code)), code
 
     def kill(self) -> None:
         for process in self.processes:
-            if process.is_alive():
+            if process is not None and process.is_alive():
                 process.kill()
 
     def stop(self, deadline: float, closing: Sequence[int] = ()) -> None:
         if self._stopped:
             return
         self._stopped = True
+        if self.inline is not None:
+            self.inline.release()
+        processes = [p for p in self.processes if p is not None]
         for index in closing:
-            self.processes[index].join(max(0.0, deadline - time.monotonic()))
-        for process in self.processes:
+            process = self.processes[index]
+            if process is not None:
+                process.join(max(0.0, deadline - time.monotonic()))
+        for process in processes:
             if process.is_alive():
                 process.terminate()
         kill_deadline = time.monotonic() + KILL_GRACE
-        for process in self.processes:
+        for process in processes:
             process.join(max(0.0, kill_deadline - time.monotonic()))
             if process.is_alive():
                 process.kill()
                 process.join()
             process.close()
         for conn in self.conns:
-            conn.close()
+            if conn is not None:
+                conn.close()
         self._pollers.clear()
 
     @property
     def pids(self) -> list[int | None]:
-        return [p.pid for p in self.processes]
+        """Each worker's process id (``None`` for the inline worker)."""
+        return [None if p is None else p.pid for p in self.processes]
+
+
+class _InlineWorker:
+    """Worker 0 hosted by the parent: a WorkerCore fed the same messages as a process."""
+
+    def __init__(self, options: WorkerOptions) -> None:
+        self.core = WorkerCore(0, options)
+        self.pending: list[bytes] = []
+        self.hello: Reply | None = None
+        self.buffers: Buffers | None = None
+
+    def build(self, group_fn: Callable[[], Any]) -> None:
+        try:
+            self.hello = Reply(0, 0, True, self.core.build(cloudpickle.dumps(group_fn)))
+        except BaseException as exc:
+            self.hello = Reply(0, 0, False, PackedException(exc, None))
+
+    def attach(self, attach: Attach, buffers: Buffers) -> None:
+        block = buffers.block
+        fd = os.dup(block.fd) if block is not None and block.fd is not None else None
+        self.buffers = Buffers.attach(attach.buffers, attach.start, attach.start + attach.num_envs, fd)
+        self.core.attach(attach, self.buffers)
+
+    def run(self) -> list[Reply | Death]:
+        """Answer every command sent since the last run, in order."""
+        replies: list[Reply | Death] = []
+        if self.hello is not None:
+            replies.append(self.hello)
+            self.hello = None
+        while self.pending:
+            command, call_id, load = decode_command(self.pending.pop(0))
+            ok, result = self.core.handle(command, load)
+            replies.append(Reply(0, call_id, ok, result))
+        return replies
+
+    def release(self) -> None:
+        self.core.detach()
+        self.core.envs = None
+        self.pending.clear()
+        if self.buffers is not None:
+            self.buffers.close()
+            self.buffers = None
 

@@ -157,6 +157,11 @@ class WorkerCore:
             Command.CLOSE: lambda _: group.close(),
         }
 
+    def detach(self) -> None:
+        """Drop the group and every handler (they hold views of the buffers)."""
+        self.group = None
+        self._handlers = {}
+
     def handle(self, command: Command, load: Callable[[], Any]) -> tuple[bool, Any]:
         """Run one command; ``load()`` gives its payload. Returns ``(ok, result or PackedException)``.
 
@@ -227,8 +232,7 @@ def worker_main(index: int, conn: Connection, group_fn_bytes: bytes, options: Wo
             core.attach(attach, buffers)
             _serve(core, conn)
         finally:
-            core.group = None
-            core._handlers = {}
+            core.detach()
             buffers.close()  # the group and its views are gone by now
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         pass  # the parent went away; nothing is left to answer
