@@ -42,7 +42,7 @@ def _vector_class(backend: str) -> type:
 def _vector_params(cls: type) -> frozenset[str]:
     """The vector env class's keyword arguments: a ``make(**kwargs)`` key among these goes to the
     vector env (as it always has), any other key to the envs (as ``make_vec`` passes ``**kwargs``)."""
-    return frozenset(name for name, p in inspect.signature(cls.__init__).parameters.items()
+    return frozenset(name for name, p in inspect.signature(cls).parameters.items()
                      if p.kind is inspect.Parameter.KEYWORD_ONLY)
 
 # Keys that make_vec keeps in a vector env's spec.kwargs to rebuild it; not env arguments.
