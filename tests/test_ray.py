@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -320,6 +324,28 @@ def test_rollout_cli_backend_ray_writes_the_same_arrays(ray_local: RaySessions, 
     assert ray.is_initialized(), "the collector used the Ray it found and left it running"
     assert main([*common, "--ray-address", "auto", "--out", str(tmp_path / "x")]) == 2
     assert "--ray-address: only with --backend ray" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(60)
+def test_import_vecenv_does_not_import_ray() -> None:
+    code = ("import sys, vecenv; from vecenv import *; assert 'ray' not in sys.modules; "
+            "from vecenv.ray_transport import RayVectorEnv; assert vecenv.RayVectorEnv is RayVectorEnv")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.timeout(60)
+def test_readme_example_runs_on_the_local_ray(ray_local: RaySessions) -> None:
+    """README "More than one machine": its Python lines, on the shared local Ray (which an
+    initialised Ray takes precedence over ``address``), at a size that fits 2 CPUs."""
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    body = text.split("## More than one machine\n", 1)[1].split("\n## ", 1)[0]
+    example = re.search(r"```python\n(.*?)```", body, re.S).group(1)
+    assert 'address="auto"' in example and "num_workers=16" in example and "num_envs=256" in example
+    example = example.replace("num_workers=16", "num_workers=2").replace("num_envs=256", "num_envs=8")
+    example = example.replace("range(1000)", "range(50)")
+    exec(compile(example, "README.md", "exec"), {})
+    assert ray.is_initialized()
 
 
 # -- a Ray that the vector env starts itself ---------------------------------------------------

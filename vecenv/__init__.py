@@ -38,3 +38,15 @@ __all__ = [
     "make",
     "__version__",
 ]
+
+
+def __getattr__(name: str):
+    """``vecenv.RayVectorEnv`` imports Ray on first use: ``import vecenv`` never does.
+
+    (It is left out of ``__all__`` so that ``from vecenv import *`` does not import Ray either.)
+    """
+    if name == "RayVectorEnv":
+        from vecenv.ray_transport import RayVectorEnv
+
+        return RayVectorEnv
+    raise AttributeError(f"module 'vecenv' has no attribute {name!r}")
