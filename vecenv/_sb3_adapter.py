@@ -1,0 +1,147 @@
+"""Worker side of :mod:`vecenv.sb3`: a wrapper that gives each env Stable-Baselines3's semantics.
+
+This module imports neither Stable-Baselines3 nor torch, so workers started with ``spawn`` or
+``forkserver`` stay light: only the parent needs SB3 (for its ``VecEnv`` base class).
+
+Why a wrapper at all: :class:`vecenv.SubprocVectorEnv` merges per-env infos into Gymnasium's
+batched layout (one array per key, ``_key`` masks), which is lossy for SB3's list of per-env
+dicts (a Python ``int`` comes back as ``np.int64``, a ``Dict`` final observation as a dict of
+object arrays). :class:`SB3EnvAdapter` puts each non-empty info dict, and on the step that ends
+an episode the terminal observation too, in an opaque :class:`InfoBox` under one key; an
+opaque object travels through the merge unchanged. It also runs SB3's per-env calls
+(``env_method``, ``get_attr``, ``set_attr``, ``has_attr``, ``env_is_wrapped``) on the env
+exactly as SB3's own worker does, for the envs an ``indices`` argument selects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from copy import deepcopy
+from typing import Any
+
+import gymnasium as gym
+
+__all__ = ["INFO_KEY", "DISPATCH", "InfoBox", "SB3EnvAdapter", "AdapterFn"]
+
+#: The info key under which an :class:`InfoBox` travels (the adapter's infos have no other key).
+INFO_KEY = "vecenv_sb3"
+#: The adapter method that :meth:`vecenv.SubprocVectorEnv.call` invokes for SB3's per-env calls.
+DISPATCH = "_vecenv_sb3_dispatch"
+
+
+class InfoBox:
+    """One env's info dict (and, at an episode's end, its terminal observation), kept opaque.
+
+    Not a dict, a number or an array, so Gymnasium's info batching stores it as one object.
+    """
+
+    __slots__ = ("info", "terminal_obs")
+
+    def __init__(self, info: dict[str, Any], terminal_obs: Any = None) -> None:
+        self.info = info
+        self.terminal_obs = terminal_obs
+
+    def __repr__(self) -> str:
+        return f"InfoBox({self.info!r})"
+
+
+class SB3EnvAdapter(gym.Wrapper):
+    """Wraps the env an SB3 ``env_fn`` returned; the engine steps this wrapper.
+
+    * ``step`` returns the env's results unchanged except the info, which becomes
+      ``{INFO_KEY: InfoBox(info)}`` (or ``{}`` when the info is empty, so nothing travels); on a
+      terminal or truncated step the box also holds the terminal observation.
+    * ``reset`` calls the env as SB3's worker does: ``reset(seed=seed)``, plus ``options=`` only
+      when the options are non-empty. Per-env options are staged beforehand with the
+      ``"stage_options"`` dispatch (the engine's ``reset`` takes one options dict for all envs).
+    * ``spec`` is the env's own (this wrapper is an implementation detail, not part of it).
+
+    Args:
+        env: what the user's ``env_fn`` returned (an old ``gym`` env is converted with SB3's own
+            ``_patch_env``, imported only then).
+        index: the env's index in the vector env, used to pick its share of ``indices`` calls.
+    """
+
+    def __init__(self, env: Any, index: int) -> None:
+        if not isinstance(env, gym.Env):
+            from stable_baselines3.common.vec_env.patch_gym import _patch_env  # only for gym envs
+
+            env = _patch_env(env)
+        super().__init__(env)
+        self.sb3_index = index
+        self._staged_options: dict[str, Any] | None = None
+
+    @property
+    def spec(self) -> Any:  # type: ignore[override]  # Env declares a plain attribute
+        """The env's own spec: this wrapper is an implementation detail, not part of it."""
+        return self.env.spec
+
+    def step(self, action: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if terminated or truncated:
+            return obs, reward, terminated, truncated, {INFO_KEY: InfoBox(info, obs)}
+        return obs, reward, terminated, truncated, ({INFO_KEY: InfoBox(info)} if info else {})
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        staged, self._staged_options = self._staged_options, None
+        if staged is not None:
+            options = staged
+        # SB3 passes options only when they are non-empty.
+        obs, info = self.env.reset(seed=seed, options=options) if options else self.env.reset(seed=seed)
+        return obs, ({INFO_KEY: InfoBox(info)} if info else {})
+
+    def _vecenv_sb3_dispatch(self, op: str, counts: Mapping[int, int] | None, *payload: Any) -> list[Any]:
+        """Run SB3 call ``op`` once per time this env appears in ``indices``.
+
+        ``counts`` maps env index to how often it was selected (``None``: every env, once).
+        Returns the results, in order; an env that is not selected returns ``[]``. Arguments
+        and values are deep-copied per call: SB3's workers each unpickle their own copy, while
+        the engine unpickles one copy per worker for all the envs it hosts.
+        """
+        times = 1 if counts is None else counts.get(self.sb3_index, 0)
+        return [self._run_op(op, payload) for _ in range(times)]
+
+    def _run_op(self, op: str, payload: tuple[Any, ...]) -> Any:
+        env = self.env
+        if op == "env_method":
+            name, args, kwargs = payload
+            return env.get_wrapper_attr(name)(*deepcopy(args), **deepcopy(kwargs))
+        if op == "get_attr":
+            return env.get_wrapper_attr(payload[0])
+        if op == "set_attr":
+            name, value = payload
+            setattr(env, name, deepcopy(value))  # on the env itself, as SB3 does (not set_wrapper_attr)
+            return None
+        if op == "has_attr":
+            try:
+                env.get_wrapper_attr(payload[0])
+            except AttributeError:
+                return False
+            return True
+        if op == "is_wrapped":
+            return is_wrapped(env, payload[0])
+        if op == "stage_options":
+            options = payload[0][self.sb3_index]
+            self._staged_options = deepcopy(options) if options else None
+            return None
+        raise ValueError(f"unknown SB3 adapter operation {op!r}")
+
+
+def is_wrapped(env: gym.Env, wrapper_class: type) -> bool:
+    """Whether any wrapper in ``env``'s chain of ``gym.Wrapper`` objects is a ``wrapper_class``."""
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, wrapper_class):
+            return True
+        env = env.env
+    return False
+
+
+class AdapterFn:
+    """A picklable env constructor: calls the user's ``env_fn`` and wraps the env for SB3."""
+
+    def __init__(self, env_fn: Callable[[], Any], index: int) -> None:
+        self.env_fn = env_fn
+        self.index = index
+
+    def __call__(self) -> SB3EnvAdapter:
+        return SB3EnvAdapter(self.env_fn(), self.index)
