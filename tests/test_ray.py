@@ -286,10 +286,57 @@ def test_bad_arguments_are_refused_before_anything_starts(ray_local: RaySessions
         RayVectorEnv(fns, 2, address=6379)
     with pytest.raises(ValueError, match="batch_size"):
         RayVectorEnv(fns, 2, batch_size=3)
-    with pytest.raises(ValueError, match="need 4 CPUs, but the Ray cluster has 2"):
+    with pytest.raises(TypeError, match="num_cpus must be a non-negative number"):
+        RayVectorEnv(fns, 2, actor_options={"num_cpus": "1"})
+    with pytest.raises(ValueError, match="need 4 CPU, but the Ray cluster has 2"):
         RayVectorEnv(fns, 4)  # 4 actors of 1 CPU on a 2-CPU Ray could never all start
+    with pytest.raises(ValueError, match="need 2 simulator_license, but the Ray cluster has 0"):
+        RayVectorEnv(fns, 2, actor_options={"resources": {"simulator_license": 1}})
     with RayVectorEnv(fns) as envs:  # default: as many actors as the CPUs hold
         assert envs.num_workers == 2
+
+
+@pytest.mark.timeout(60)
+def test_start_timeout_bounds_a_start_that_waits_for_cpus(ray_local: RaySessions) -> None:
+    """Actors that wait for CPUs another job holds: start_timeout turns the wait into an error."""
+
+    @ray.remote(num_cpus=2)
+    class Hog:
+        def ready(self) -> bool:
+            return True
+
+    hog = Hog.remote()
+    ray.get(hog.ready.remote(), timeout=30)
+    try:
+        start = time.monotonic()
+        with pytest.raises(VecEnvTimeoutError):
+            RayVectorEnv(healthy_fns(2), 1, start_timeout=1.0)
+        assert time.monotonic() - start < 10.0
+    finally:
+        ray.kill(hog)
+
+
+@pytest.mark.timeout(60)
+def test_infos_and_call_results_are_writable_arrays(ray_local: RaySessions) -> None:
+    """Ray hands numpy arrays out read-only; what the user gets is writable, as from a pipe."""
+    fns = diff_env_fns(3, obs_kind="box", act_kind="discrete", render_mode="rgb_array")
+    with RayVectorEnv(fns, 2, autoreset_mode=SAME) as envs:
+        _, infos = envs.reset(seed=0)
+        rng = np.random.default_rng(0)
+        seen_final = False
+        for _ in range(60):
+            _, _, _, _, infos = envs.step(sample_actions(envs.single_action_space, 3, rng))
+            for key, value in infos.items():
+                if isinstance(value, np.ndarray) and value.dtype != object:
+                    assert value.flags.writeable, key
+            if "final_obs" in infos:
+                seen_final = True
+                for i in np.flatnonzero(infos["_final_obs"]):
+                    infos["final_obs"][i][...] = 0  # writable
+        assert seen_final
+        frames = envs.render()  # a call result: one frame per env
+        assert all(f.flags.writeable for f in frames)
+        frames[0][...] = 0
 
 
 @pytest.mark.timeout(60)

@@ -33,6 +33,7 @@ from typing import Any
 
 import cloudpickle
 import gymnasium as gym
+import numpy as np
 import ray
 from gymnasium.vector import AutoresetMode
 from ray.exceptions import ObjectLostError, OwnerDiedError, RayActorError
@@ -158,8 +159,8 @@ class RayTransport(Transport):
         self.actor_options = {**DEFAULT_ACTOR_OPTIONS, **actor_options}
         self.options = WorkerOptions(observation_mode)
         self.actors: list[Any] = []
-        # Per worker, its outstanding calls in the order sent: (ObjectRef, call id).
-        self.outstanding: list[deque[tuple[ray.ObjectRef, int]]] = []
+        # Per worker, its outstanding calls in the order sent: (ObjectRef, call id, command).
+        self.outstanding: list[deque[tuple[ray.ObjectRef, int, Command | None]]] = []
         self.locations: list[tuple[str, str, int] | None] = []  # (node id, node ip, pid)
         self._causes: dict[int, str] = {}
         self._holds_ray = holds_ray
@@ -173,7 +174,7 @@ class RayTransport(Transport):
             self.actors.append(actor)
             self.locations.append(None)
             ref = actor.build.remote(cloudpickle.dumps(group_fn))
-            self.outstanding.append(deque([(ref, 0)]))
+            self.outstanding.append(deque([(ref, 0, None)]))
 
     def attach(self, worker: int, attach: Attach, buffers: Buffers) -> None:
         # Actor calls from one caller run in the order sent, so the next command finds the group
@@ -184,15 +185,15 @@ class RayTransport(Transport):
 
     # -- calls -------------------------------------------------------------------------------
 
-    def encode(self, command: Command, call_id: int, payload: Any) -> tuple[int, bytes]:
-        return call_id, encode_command(command, call_id, payload)
+    def encode(self, command: Command, call_id: int, payload: Any) -> tuple[int, Command, bytes]:
+        return call_id, command, encode_command(command, call_id, payload)
 
-    def send(self, worker: int, message: tuple[int, bytes]) -> None:
+    def send(self, worker: int, message: tuple[int, Command, bytes]) -> None:
         if not ray.is_initialized():
             self._causes.setdefault(worker, "is unreachable: Ray was shut down in this process")
             raise WorkerGone
-        call_id, data = message
-        self.outstanding[worker].append((self.actors[worker].handle.remote(data), call_id))
+        call_id, command, data = message
+        self.outstanding[worker].append((self.actors[worker].handle.remote(data), call_id, command))
 
     def poll(self, workers: Sequence[int], timeout: float | None) -> list[Reply | Death]:
         if not ray.is_initialized():  # e.g. Ray's own exit handler ran before our close
@@ -203,7 +204,7 @@ class RayTransport(Transport):
                     self._causes.setdefault(w, "is unreachable: Ray was shut down in this process")
                     gone.append(Death(w))
             return gone
-        refs = [ref for w in workers for ref, _ in self.outstanding[w]]
+        refs = [ref for w in workers for ref, _, _ in self.outstanding[w]]
         if not refs:  # only after a death was reported and not acted on (the pool's drain)
             return []
         ready, rest = ray.wait(refs, num_returns=1, timeout=timeout)
@@ -213,29 +214,31 @@ class RayTransport(Transport):
             more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
             ready += more
         done = set(ready)
-        taken: list[tuple[int, ray.ObjectRef, int]] = []
+        taken: list[tuple[int, ray.ObjectRef, int, Command | None]] = []
         for w in workers:
             queue = self.outstanding[w]
             while queue and queue[0][0] in done:
-                ref, call_id = queue.popleft()
-                taken.append((w, ref, call_id))
+                taken.append((w, *queue.popleft()))
         try:  # one round trip for every result; any failure is sorted out ref by ref
-            values: list[Any] | None = ray.get([ref for _, ref, _ in taken])
+            values: list[Any] | None = ray.get([ref for _, ref, _, _ in taken])
         except Exception:
             values = None
         events: list[Reply | Death] = []
         dead: set[int] = set()
-        for k, (w, ref, call_id) in enumerate(taken):
+        for k, (w, ref, call_id, command) in enumerate(taken):
             if w in dead:
                 continue
-            event = self._result(w, ref, call_id) if values is None else self._reply(w, call_id, values[k])
+            if values is None:
+                event = self._result(w, ref, call_id, command)
+            else:
+                event = self._reply(w, call_id, command, values[k])
             events.append(event)
             if isinstance(event, Death):
                 dead.add(w)
                 self.outstanding[w].clear()
         return events
 
-    def _result(self, worker: int, ref: ray.ObjectRef, call_id: int) -> Reply | Death:
+    def _result(self, worker: int, ref: ray.ObjectRef, call_id: int, command: Command | None) -> Reply | Death:
         try:
             value = ray.get(ref)
         except _DEATH_ERRORS as exc:
@@ -247,14 +250,16 @@ class RayTransport(Transport):
             cause = getattr(exc, "cause", None)
             error = cause if isinstance(cause, BaseException) else exc
             return Reply(worker, call_id, False, PackedException(error, None))
-        return self._reply(worker, call_id, value)
+        return self._reply(worker, call_id, command, value)
 
-    def _reply(self, worker: int, call_id: int, value: Any) -> Reply:
+    def _reply(self, worker: int, call_id: int, command: Command | None, value: Any) -> Reply:
         if call_id == 0:  # the handshake also says where the actor runs
             ok, hello, location = value
             self.locations[worker] = location
             return Reply(worker, 0, ok, hello)
         ok, result = value
+        if ok and result is not None:
+            result = _owned_result(command, result)
         return Reply(worker, call_id, ok, result)
 
     # -- failures and shutdown ---------------------------------------------------------------
@@ -317,6 +322,39 @@ class RayTransport(Transport):
         return [loc[0] if loc else None for loc in self.locations]
 
 
+def _owned(value: Any) -> Any:
+    """``value`` with every read-only numpy array in it (Ray hands arrays out as read-only
+    views of the received bytes) replaced by a writable copy, through dicts, lists, tuples and
+    object arrays, as a pipe's unpickling would give them."""
+    kind = type(value)
+    if kind is np.ndarray:
+        if value.dtype == object:
+            out = np.empty_like(value)
+            for index in np.ndindex(value.shape):
+                out[index] = _owned(value[index])
+            return out
+        return value if value.flags.writeable else value.copy()
+    if kind is dict:
+        return {k: _owned(v) for k, v in value.items()}
+    if kind is list:
+        return [_owned(v) for v in value]
+    if kind is tuple:
+        return tuple(_owned(v) for v in value)
+    return value
+
+
+def _owned_result(command: Command | None, result: Any) -> Any:
+    """What the user can see of a reply, made writable: infos, object observations (a list,
+    kept by reference in the parent) and call results. Fixed-shape rows are left alone: the
+    parent copies them into its own buffers."""
+    if command is Command.STEP or command is Command.RESET:
+        entries, payload = result
+        if payload is not None and type(payload[0]) is list:
+            payload = (_owned(payload[0]), payload[1])
+        return _owned(entries), payload
+    return _owned(result)
+
+
 def _check_actor_options(actor_options: Any) -> dict[str, Any]:
     if actor_options is None:
         return {}
@@ -327,7 +365,26 @@ def _check_actor_options(actor_options: Any) -> dict[str, Any]:
         raise TypeError(f"`actor_options` keys must be str (Ray option names), got {describe(bad)}")
     if "name" in actor_options:
         raise ValueError("`actor_options` cannot hold 'name': every group is its own actor, and names are unique")
+    resources = actor_options.get("resources")
+    if resources is not None and not isinstance(resources, Mapping):
+        raise TypeError(f"`actor_options['resources']` must be a dict of resource name to amount, got {describe(resources)}")
+    amounts = {key: actor_options.get(key) for key in _RESOURCE_OPTIONS} | {
+        f"resources[{name!r}]": amount for name, amount in (resources or {}).items()}
+    for key, amount in amounts.items():
+        if amount is not None and (isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount < 0):
+            raise TypeError(f"`actor_options` {key} must be a non-negative number, got {describe(amount)}")
     return dict(actor_options)
+
+
+_RESOURCE_OPTIONS = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
+
+
+def _resources_per_actor(options: Mapping[str, Any]) -> dict[str, float]:
+    """The Ray resources one actor asks for (CPU, GPU, memory, custom), from its options."""
+    merged = {**DEFAULT_ACTOR_OPTIONS, **options}
+    need = {resource: merged[key] for key, resource in _RESOURCE_OPTIONS.items() if merged.get(key) is not None}
+    need.update(merged.get("resources") or {})
+    return {resource: float(amount) for resource, amount in need.items()}
 
 
 def _check_address(address: Any) -> str | None:
@@ -433,17 +490,18 @@ class RayVectorEnv(GroupVectorEnv):
         self.closed = True  # until the pool exists: close() and __del__ have nothing to do
         holds_ray = _RAY_USE.acquire(address)
         try:
-            cpus_each = float(options.get("num_cpus", DEFAULT_ACTOR_OPTIONS["num_cpus"]))
-            total = float(ray.cluster_resources().get("CPU", 0.0))
-            if num_workers is None:
-                fit = int(total // cpus_each) if cpus_each > 0 else max_workers
-                num_workers = max(1, min(max_workers, fit))
-            if cpus_each * num_workers > total:
-                raise ValueError(
-                    f"{num_workers} actors of num_cpus={cpus_each:g} need {cpus_each * num_workers:g} CPUs, but the "
-                    f"Ray cluster has {total:g}: they could not all start. Use fewer workers, a smaller "
-                    "actor_options['num_cpus'], or more nodes"
-                )
+            need = _resources_per_actor(options)
+            total = ray.cluster_resources()
+            if num_workers is None:  # as many as the cluster holds at once, at most one per group
+                fits = [int(total.get(r, 0.0) // amount) for r, amount in need.items() if amount > 0]
+                num_workers = max(1, min([max_workers, *fits]))
+            for resource, amount in need.items():
+                if amount * num_workers > total.get(resource, 0.0):
+                    raise ValueError(
+                        f"{num_workers} actors of {amount:g} {resource} each need {amount * num_workers:g} {resource}, "
+                        f"but the Ray cluster has {total.get(resource, 0.0):g}: they could not all start. Use "
+                        "fewer workers, ask less per actor (actor_options), or add nodes"
+                    )
             groups = make_groups(num_workers)
             transport = RayTransport(options, obs_mode[1] if isinstance(obs_mode, tuple) else obs_mode, holds_ray)
         except BaseException:
