@@ -447,7 +447,6 @@ _MMAP_DUP = (
 
 @linux_only
 @pytest.mark.timeout(60)
-@pytest.mark.xfail(strict=True, reason=_MMAP_DUP)
 def test_d10_parent_holds_no_memfd_after_construction() -> None:
     before = _memfd_fds("self")
     envs = SubprocVectorEnv(healthy_fns(2), num_workers=2, context="fork")
@@ -497,7 +496,6 @@ def test_d10_second_env_workers_hold_no_pipe_end_of_first() -> None:
 
 @linux_only
 @pytest.mark.timeout(60)
-@pytest.mark.xfail(strict=True, reason=_MMAP_DUP)
 def test_d10_second_env_workers_hold_no_memfd_of_first() -> None:
     def check(pid: int, a_blocks: set[int], a_sockets: set[int]) -> None:
         held = sorted(k for k, ino in _fd_inodes(pid).items() if "/memfd:" in k and ino in a_blocks)

@@ -19,6 +19,7 @@ import dataclasses
 import mmap
 import os
 import secrets
+import sys
 import weakref
 from collections.abc import Callable
 from multiprocessing import shared_memory
@@ -81,6 +82,38 @@ class BufferSpec:
         return fields
 
 
+def _map(fd: int, size: int) -> mmap.mmap:
+    """Map a memfd without the duplicate descriptor ``mmap`` keeps of it.
+
+    That duplicate would outlive :meth:`Buffers.release_fd` and be inherited by every process
+    forked later, pinning the block until they exit. Python 3.13 can map without one; before
+    that, the duplicate is pointed at ``/dev/null`` (so the mmap object's own close later closes
+    that, never another file that reused the number).
+    """
+    if sys.version_info >= (3, 13):
+        return mmap.mmap(fd, size, trackfd=False)  # type: ignore[call-arg,unused-ignore]
+    before = _descriptors_of(fd)
+    mm = mmap.mmap(fd, size)
+    for dup in _descriptors_of(fd) - before:
+        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        os.dup2(null, dup, inheritable=False)
+        os.close(null)
+    return mm
+
+
+def _descriptors_of(fd: int) -> set[int]:
+    """This process's descriptors open on the same file as ``fd``."""
+    inode = os.fstat(fd).st_ino
+    found = set()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.fstat(int(name)).st_ino == inode and os.readlink(f"/proc/self/fd/{name}").startswith("/memfd:"):
+                found.add(int(name))
+        except OSError:
+            pass
+    return found
+
+
 class SharedBlock:
     """One shared-memory block as mapped in one process: a memfd mapping or a SharedMemory."""
 
@@ -107,7 +140,7 @@ class SharedBlock:
                 # Python's fcntl has these on Linux since 3.8; the numbers are Linux's own.
                 seals = getattr(fcntl, "F_SEAL_SHRINK", 2) | getattr(fcntl, "F_SEAL_GROW", 4)
                 fcntl.fcntl(fd, getattr(fcntl, "F_ADD_SEALS", 1033), seals)
-                return cls(mmap.mmap(fd, size), fd, None)
+                return cls(_map(fd, size), fd, None)
             except BaseException:
                 os.close(fd)
                 raise
@@ -119,7 +152,7 @@ class SharedBlock:
         if name is None:
             assert fd is not None
             try:
-                return cls(mmap.mmap(fd, size), None, None)
+                return cls(_map(fd, size), None, None)
             finally:
                 os.close(fd)  # the mapping keeps the memory alive
         shm = shared_memory.SharedMemory(name)
