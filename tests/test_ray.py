@@ -197,6 +197,36 @@ def test_env_error_at_start_names_the_env(ray_local: RaySessions) -> None:
 
 
 @pytest.mark.timeout(60)
+def test_actor_that_exits_while_building_is_worker_died(ray_local: RaySessions) -> None:
+    start = time.monotonic()
+    with pytest.raises(WorkerDiedError, match=r"worker 1 .*during `__init__`") as excinfo:
+        RayVectorEnv(fault_fns(4, "exit", "init", target=3), 2)
+    assert excinfo.value.worker == 1 and time.monotonic() - start < 30.0
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("fault, where, expected", [
+    ("raise", "reset", ValueError), ("raise", "call", ValueError),
+    ("unpicklable", "step", vecenv.RemoteEnvError), ("unloadable", "step", vecenv.RemoteEnvError),
+])
+def test_env_errors_of_every_kind_keep_the_actors(ray_local: RaySessions, fault: str, where: str,
+                                                  expected: type) -> None:
+    """As on the process backend: the error (or a RemoteEnvError when it cannot be rebuilt),
+    naming env 1, and the vector env stays usable."""
+    with RayVectorEnv(fault_fns(3, fault, where, target=1), 2) as envs:
+        with pytest.raises(expected) as excinfo:
+            envs.reset(seed=0)
+            if where == "call":
+                envs.call("boom")
+            else:
+                envs.step(np.zeros((3, 2), np.float32))
+        assert isinstance(excinfo.value.__cause__, RemoteTraceback)
+        assert "env 1 (worker 0 on node" in " ".join(excinfo.value.__notes__)
+        envs.reset(seed=1)  # the fault fired once; the envs carry on
+        assert envs.call("ping") == ("pong 0", "pong 1", "pong 2")
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("when", ["mid-step", "idle"])
 def test_killed_actor_is_worker_died_within_seconds(ray_local: RaySessions, when: str) -> None:
     fns = fault_fns(4, "sleep", "step", target=2, duration=60.0)
