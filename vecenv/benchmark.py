@@ -28,10 +28,12 @@ Runners (--runners, for the first four workloads):
   sync, async   gymnasium SyncVectorEnv / AsyncVectorEnv(shared_memory=True)
   vecenv-Kw     vecenv.SubprocVectorEnv with K = 1, 2, 4 workers
   ray-Kw        vecenv.RayVectorEnv with K = 2, 4 actors on a local Ray that it starts itself
-                (start-up includes Ray's), min(1, cores/K) CPUs per actor; when Ray is
-                importable (pip install -e ".[ray]"), and not in --quick unless named
+                (start-up includes Ray's, seconds), min(1, cores/K) CPUs per actor; only when
+                named in --runners (each cell starts a Ray), and Ray is importable
+                (pip install -e ".[ray]")
   vecenv-2w-half, ray-2w-half   the same with 2 workers and batch_size N/2, stepped with
-                async_reset/recv/send (no inference): each recv takes the first group to finish
+                async_reset/recv/send (no inference): each recv takes the first group to
+                finish; only when named in --runners
   supersuit, pufferlib, envpool   when importable (skipped with a note otherwise)
 
 Method: every measurement runs in a fresh Python process; it builds the vector env, resets
@@ -77,6 +79,9 @@ RAY_RUNNERS = ("ray-2w", "ray-4w", "ray-2w-half")
 HALF_BATCH_RUNNERS = ("vecenv-2w-half", "ray-2w-half")  # batch_size = N/2, recv/send
 THIRD_PARTY = ("supersuit", "pufferlib", "envpool")
 ALL_RUNNERS = CORE_RUNNERS + ("vecenv-2w-half",) + RAY_RUNNERS + THIRD_PARTY
+#: Measured only when named in --runners: the Ray rows start a Ray in every cell (seconds each),
+#: and the process half-batch row is their counterpart.
+OPT_IN_RUNNERS = ("vecenv-2w-half",) + RAY_RUNNERS
 SEED = 0
 ACTION_ROWS = 256  # precomputed action rows, cycled
 INFERENCE_S = 0.5e-3
@@ -719,7 +724,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="comma-separated env counts N (default: 8,32,128; --quick: 8)")
     p.add_argument("--runners", type=_csv(str, ALL_RUNNERS), default=None,
                    help="comma-separated runners for the cartpole/py100us/py1ms/obs84 workloads "
-                        f"(default: all, without the Ray ones under --quick: {','.join(ALL_RUNNERS)})")
+                        f"(default: all but {', '.join(OPT_IN_RUNNERS)}, which are measured when "
+                        f"named; choices: {','.join(ALL_RUNNERS)})")
     p.add_argument("--seconds", type=float, default=None,
                    help="seconds of stepping per measurement, after the warm-up (default: 2; --quick: 0.4)")
     p.add_argument("--reps", type=int, default=None, help="interleaved repetitions (default: 3; --quick: 1)")
@@ -728,8 +734,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", default="bench-results", help="output folder (default: %(default)s)")
     args = p.parse_args(argv)
     args.sizes = args.sizes or ([8] if args.quick else [8, 32, 128])
-    if args.runners is None:  # Ray starts in seconds: a quick run names its runners to get them
-        args.runners = [r for r in ALL_RUNNERS if not (args.quick and r in RAY_RUNNERS)]
+    if args.runners is None:  # Ray takes seconds to start, in every cell: named runners only
+        args.runners = [r for r in ALL_RUNNERS if r not in OPT_IN_RUNNERS]
     args.seconds = args.seconds if args.seconds is not None else (0.4 if args.quick else 2.0)
     args.reps = args.reps if args.reps is not None else (1 if args.quick else 3)
     args.warmup = min(0.5, max(0.1, args.seconds / 4))
