@@ -95,7 +95,7 @@ def child_pids(pid: int) -> list[int]:
         except OSError:
             continue  # exited while we looked
         # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-        rest = stat[stat.rfind(b")") + 2:].split()
+        rest = stat[stat.rfind(b")") + 2 :].split()
         state, ppid = rest[0], int(rest[1])
         if ppid == pid and state != b"Z":
             children.append(int(entry))
@@ -169,8 +169,10 @@ class Recorder:
 
     def rows(self) -> list[dict[str, float]]:
         """The samples as dicts (ints where the value is whole), for judging and the CSV."""
-        return [{c: (int(v) if float(v).is_integer() else float(v)) for c, v in zip(self.columns, r)}
-                for r in self._data[:self._n]]
+        return [
+            {c: (int(v) if float(v).is_integer() else float(v)) for c, v in zip(self.columns, r)}
+            for r in self._data[: self._n]
+        ]
 
 
 def _recorder(capacity: int) -> Recorder:
@@ -264,11 +266,26 @@ def slope_unit(mode: str) -> int:
 # -- the three modes ----------------------------------------------------------------------------
 
 
+def _make_cartpole(num_envs: int, num_workers: int, **kwargs: Any) -> vecenv.SubprocVectorEnv:
+    """``vecenv.make("CartPole-v1", ...)``, checked to be the process-backed vector env."""
+    envs = vecenv.make("CartPole-v1", num_envs, num_workers, **kwargs)
+    if not isinstance(envs, vecenv.SubprocVectorEnv):
+        envs.close()
+        raise TypeError(f"vecenv.make returned {type(envs).__name__}, expected SubprocVectorEnv")
+    return envs
+
+
 def _progress(total: int, desc: str, enabled: bool):
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit="step" if desc != "cycles" else "cycle",
-                unit_scale=True, disable=not enabled, dynamic_ncols=True)
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit="step" if desc != "cycles" else "cycle",
+        unit_scale=True,
+        disable=not enabled,
+        dynamic_ncols=True,
+    )
 
 
 def _sample_points(total: int, samples: int) -> set[int]:
@@ -293,7 +310,7 @@ def run_steps(
     points = _sample_points(vector_steps, samples)
     rng = np.random.default_rng(seed)
     t0 = time.monotonic()
-    with vecenv.make("CartPole-v1", num_envs, num_workers, context=context) as envs:
+    with _make_cartpole(num_envs, num_workers, context=context) as envs:
         envs.reset(seed=seed)
         rows = _recorder(len(points))
         # Precomputed actions: the soak measures the vector env, not the sampler.
@@ -306,8 +323,13 @@ def run_steps(
                 if i % 64 == 63:
                     bar.update(64 * num_envs)
             bar.update(vector_steps * num_envs - bar.n)
-    params = dict(steps=vector_steps * num_envs, num_envs=num_envs, num_workers=num_workers,
-                  context=context or multiprocessing.get_start_method(), seed=seed)
+    params = dict(
+        steps=vector_steps * num_envs,
+        num_envs=num_envs,
+        num_workers=num_workers,
+        context=context or multiprocessing.get_start_method(),
+        seed=seed,
+    )
     judged = tuple(f"{who}_{k}" for who in ("parent", "workers") for k in PROC_FIELDS)
     return SoakResult("steps", params, rows.rows(), judged, ("children", "shm_vecenv"), time.monotonic() - t0)
 
@@ -337,7 +359,7 @@ def run_recv_send(
     points = _sample_points(batches, samples)
     rng = np.random.default_rng(seed)
     t0 = time.monotonic()
-    with vecenv.make("CartPole-v1", num_envs, num_workers, batch_size=batch_size, context=context) as envs:
+    with _make_cartpole(num_envs, num_workers, batch_size=batch_size, context=context) as envs:
         rows = _recorder(len(points))
         envs.async_reset(seed=seed)
         with _progress(batches * batch_size, "recv/send", progress) as bar:
@@ -357,8 +379,14 @@ def run_recv_send(
                 if i % 64 == 63:
                     bar.update(64 * batch_size)
             bar.update(batches * batch_size - bar.n)
-    params = dict(steps=batches * batch_size, num_envs=num_envs, num_workers=num_workers,
-                  batch_size=batch_size, context=context or multiprocessing.get_start_method(), seed=seed)
+    params = dict(
+        steps=batches * batch_size,
+        num_envs=num_envs,
+        num_workers=num_workers,
+        batch_size=batch_size,
+        context=context or multiprocessing.get_start_method(),
+        seed=seed,
+    )
     judged = tuple(f"{who}_{k}" for who in ("parent", "workers") for k in PROC_FIELDS)
     return SoakResult("recv-send", params, rows.rows(), judged, ("children", "shm_vecenv"), time.monotonic() - t0)
 
@@ -390,7 +418,7 @@ def run_cycles(
     with _progress(total, "cycles", progress) as bar:
         for i in range(cycles):
             for m in methods:  # interleaved, so the methods share the warm-up and the drift
-                envs = vecenv.make("CartPole-v1", num_envs, num_workers, context=m)
+                envs = _make_cartpole(num_envs, num_workers, context=m)
                 try:
                     envs.reset(seed=seed + i)
                     for a in actions:
@@ -399,10 +427,23 @@ def run_cycles(
                     envs.close()
                 bar.update(1)
             rows.add(sample(i + 1, t0))
-    params = dict(cycles=cycles, methods=list(methods), num_envs=num_envs, num_workers=num_workers,
-                  steps_per_cycle=steps_per_cycle, seed=seed)
-    return SoakResult("cycles", params, rows.rows(), ("parent_rss_kb", "parent_threads"),
-                      EXACT_CYCLE_METRICS, time.monotonic() - t0, {"parent_maps": MAPS_SLACK})
+    params = dict(
+        cycles=cycles,
+        methods=list(methods),
+        num_envs=num_envs,
+        num_workers=num_workers,
+        steps_per_cycle=steps_per_cycle,
+        seed=seed,
+    )
+    return SoakResult(
+        "cycles",
+        params,
+        rows.rows(),
+        ("parent_rss_kb", "parent_threads"),
+        EXACT_CYCLE_METRICS,
+        time.monotonic() - t0,
+        {"parent_maps": MAPS_SLACK},
+    )
 
 
 # -- output ---------------------------------------------------------------------------------------
@@ -448,7 +489,7 @@ def plot(result: SoakResult, path: pathlib.Path) -> str | None:
         lo, hi = min(y), max(y)
         if hi - lo < max(1e-9, 0.02 * abs(hi)):  # a flat line: show a +-5% band, not noise
             ax.set_ylim(lo * 0.95 - 0.5, hi * 1.05 + 0.5)
-    for ax in list(axes.flat)[len(names):]:
+    for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")
     p = result.params
     fig.suptitle(f"vecenv soak, mode={result.mode}: " + ", ".join(f"{k}={v}" for k, v in p.items()), fontsize=9)
@@ -462,13 +503,14 @@ def plot(result: SoakResult, path: pathlib.Path) -> str | None:
 def summary_table(result: SoakResult, verdict: Verdict) -> str:
     """Baseline, end and growth per judged metric, as aligned text."""
     unit = "/1k cycles" if result.mode == "cycles" else "/1M steps"
-    lines = [f"{'metric':<22}{'first':>12}{'baseline':>12}{'end':>12}{'max':>12}{'growth':>10}"
-             f"{'trend' + unit:>18}"]
+    lines = [f"{'metric':<22}{'first':>12}{'baseline':>12}{'end':>12}{'max':>12}{'growth':>10}{'trend' + unit:>18}"]
     first = result.rows[0]
     for name, m in verdict.metrics.items():
         mark = "  <-- grew" if name in verdict.grew else ""
-        lines.append(f"{name:<22}{first[name]:>12g}{m['baseline']:>12g}{m['end']:>12g}{m['max']:>12g}"
-                     f"{m['growth'] * 100:>9.1f}%{round(m.get('slope', 0.0), 1) + 0.0:>+18.1f}{mark}")
+        lines.append(
+            f"{name:<22}{first[name]:>12g}{m['baseline']:>12g}{m['end']:>12g}{m['max']:>12g}"
+            f"{m['growth'] * 100:>9.1f}%{round(m.get('slope', 0.0), 1) + 0.0:>+18.1f}{mark}"
+        )
     return "\n".join(lines)
 
 
@@ -485,35 +527,57 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Examples: soak.py --mode steps --steps 1000000;  soak.py --mode cycles --cycles 200;  "
         "soak.py --mode recv-send --steps 1000000. Exit status 0 when flat, 1 when something grew.",
     )
-    parser.add_argument("--mode", choices=("steps", "cycles", "recv-send"), default="steps",
-                        help="what to soak (default: steps)")
-    parser.add_argument("--steps", type=int, default=None,
-                        help="env steps in total (steps: default 10,000,000; recv-send: default 1,000,000)")
-    parser.add_argument("--num-envs", type=int, default=None,
-                        help="envs in the vector env (default 128; cycles: 8)")
-    parser.add_argument("--num-workers", type=int, default=None,
-                        help="worker processes (default: steps 2, recv-send 4, cycles 2)")
-    parser.add_argument("--batch-size", type=int, default=64,
-                        help="recv-send: envs per recv, a multiple of the group size (default 64)")
-    parser.add_argument("--cycles", type=int, default=1000,
-                        help="cycles: create/step/close cycles per start method (default 1,000)")
-    parser.add_argument("--methods", default="fork,spawn",
-                        help="cycles: comma-separated start methods, interleaved (default fork,spawn)")
-    parser.add_argument("--steps-per-cycle", type=int, default=10,
-                        help="cycles: vector steps between reset and close (default 10)")
-    parser.add_argument("--context", default=None,
-                        help="steps/recv-send: start method (default: the platform's)")
-    parser.add_argument("--samples", type=int, default=200,
-                        help="steps/recv-send: samples taken evenly through the run (default 200; "
-                        "cycles samples after every cycle)")
-    parser.add_argument("--warmup", type=float, default=0.1,
-                        help="fraction of the samples ignored as warm-up before the baseline (default 0.1)")
-    parser.add_argument("--tolerance", type=float, default=0.05,
-                        help="relative growth allowed after warm-up for RSS/fds/threads/maps (default 0.05); "
-                        "cycles judges fds, children and /dev/shm exactly, maps within +2 in all")
+    parser.add_argument(
+        "--mode", choices=("steps", "cycles", "recv-send"), default="steps", help="what to soak (default: steps)"
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="env steps in total (steps: default 10,000,000; recv-send: default 1,000,000)",
+    )
+    parser.add_argument("--num-envs", type=int, default=None, help="envs in the vector env (default 128; cycles: 8)")
+    parser.add_argument(
+        "--num-workers", type=int, default=None, help="worker processes (default: steps 2, recv-send 4, cycles 2)"
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=64, help="recv-send: envs per recv, a multiple of the group size (default 64)"
+    )
+    parser.add_argument(
+        "--cycles", type=int, default=1000, help="cycles: create/step/close cycles per start method (default 1,000)"
+    )
+    parser.add_argument(
+        "--methods",
+        default="fork,spawn",
+        help="cycles: comma-separated start methods, interleaved (default fork,spawn)",
+    )
+    parser.add_argument(
+        "--steps-per-cycle", type=int, default=10, help="cycles: vector steps between reset and close (default 10)"
+    )
+    parser.add_argument("--context", default=None, help="steps/recv-send: start method (default: the platform's)")
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=200,
+        help="steps/recv-send: samples taken evenly through the run (default 200; cycles samples after every cycle)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=0.1,
+        help="fraction of the samples ignored as warm-up before the baseline (default 0.1)",
+    )
+    parser.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.05,
+        help="relative growth allowed after warm-up for RSS/fds/threads/maps (default 0.05); "
+        "cycles judges fds, children and /dev/shm exactly, maps within +2 in all",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed for resets and actions (default 0)")
-    parser.add_argument("--out", default=DEFAULT_OUT,
-                        help=f"folder for soak-<mode>.csv/.json/.png (default {DEFAULT_OUT})")
+    parser.add_argument(
+        "--out", default=DEFAULT_OUT, help=f"folder for soak-<mode>.csv/.json/.png (default {DEFAULT_OUT})"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
 
@@ -522,15 +586,31 @@ def run(args: argparse.Namespace) -> tuple[SoakResult, Verdict]:
     """Run the mode the arguments ask for; return its samples and verdict."""
     progress = not args.no_progress
     if args.mode == "steps":
-        result = run_steps(args.steps or 10_000_000, args.num_envs or 128, args.num_workers or 2,
-                           args.samples, args.context, args.seed, progress)
+        result = run_steps(
+            args.steps or 10_000_000,
+            args.num_envs or 128,
+            args.num_workers or 2,
+            args.samples,
+            args.context,
+            args.seed,
+            progress,
+        )
     elif args.mode == "recv-send":
-        result = run_recv_send(args.steps or 1_000_000, args.num_envs or 128, args.num_workers or 4,
-                               args.batch_size, args.samples, args.context, args.seed, progress)
+        result = run_recv_send(
+            args.steps or 1_000_000,
+            args.num_envs or 128,
+            args.num_workers or 4,
+            args.batch_size,
+            args.samples,
+            args.context,
+            args.seed,
+            progress,
+        )
     else:
         methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-        result = run_cycles(args.cycles, methods, args.num_envs or 8, args.num_workers or 2,
-                            args.steps_per_cycle, args.seed, progress)
+        result = run_cycles(
+            args.cycles, methods, args.num_envs or 8, args.num_workers or 2, args.steps_per_cycle, args.seed, progress
+        )
     return result, judge(result, args.tolerance, args.warmup)
 
 
@@ -549,12 +629,24 @@ def main(argv: Iterable[str] | None = None) -> int:
     stem = out / f"soak-{result.mode}"
     write_csv(result, stem.with_suffix(".csv"))
     note = plot(result, stem.with_suffix(".png"))
-    stem.with_suffix(".json").write_text(json.dumps({
-        "mode": result.mode, "params": result.params, "elapsed_s": round(result.elapsed_s, 1),
-        "tolerance": args.tolerance, "warmup": args.warmup, "flat": verdict.flat, "grew": verdict.grew,
-        "metrics": verdict.metrics, "first": result.rows[0], "last": result.rows[-1],
-        "children_at_end": describe_children(),
-    }, indent=2))
+    stem.with_suffix(".json").write_text(
+        json.dumps(
+            {
+                "mode": result.mode,
+                "params": result.params,
+                "elapsed_s": round(result.elapsed_s, 1),
+                "tolerance": args.tolerance,
+                "warmup": args.warmup,
+                "flat": verdict.flat,
+                "grew": verdict.grew,
+                "metrics": verdict.metrics,
+                "first": result.rows[0],
+                "last": result.rows[-1],
+                "children_at_end": describe_children(),
+            },
+            indent=2,
+        )
+    )
     print(f"\nmode={result.mode} {result.params} in {result.elapsed_s:.0f} s, {len(result.rows)} samples")
     print(summary_table(result, verdict))
     children = describe_children()

@@ -73,8 +73,9 @@ def worker_threads(parent: int) -> list[int]:
     return sorted(counts)
 
 
-def measure(num_workers: int, envs_per_worker: int, size: int, threads: int | None,
-            seconds: float, context: str | None) -> tuple[float, list[int]]:
+def measure(
+    num_workers: int, envs_per_worker: int, size: int, threads: int | None, seconds: float, context: str | None
+) -> tuple[float, list[int]]:
     """Env-steps/s over ``seconds`` of stepping after a short warm-up; worker thread counts."""
     group = functools.partial(make_group, envs_per_worker, size, threads)
     with vecenv.SubprocVectorEnv.from_groups([group] * num_workers, context=context) as envs:
@@ -103,24 +104,26 @@ def main(argv: list[str] | None = None) -> int:
     preset = [v for v in THREAD_ENV_VARS if os.environ.get(v)]
     if preset:
         print(f"note: {', '.join(preset)} set in this shell: the 'default' run is not unlimited")
-    print(f"{os.cpu_count()} cores, {args.num_workers} workers x {args.envs_per_worker} envs, "
-          f"context={args.context or 'default'}, {args.seconds:g} s x {args.reps} reps")
+    print(
+        f"{os.cpu_count()} cores, {args.num_workers} workers x {args.envs_per_worker} envs, "
+        f"context={args.context or 'default'}, {args.seconds:g} s x {args.reps} reps"
+    )
     print(f"{'size':>5} {'worker threads':<22}{'env-steps/s (median, min-max)':<34}{'speed-up':>9}")
     for size in (int(s) for s in args.sizes.split(",")):
         rates: dict[str, list[float]] = {"default": [], "limited": []}
         counts: dict[str, list[int]] = {}
         for _ in range(args.reps):
             for label, n in (("default", None), ("limited", args.threads)):
-                rate, counts[label] = measure(args.num_workers, args.envs_per_worker, size, n,
-                                              args.seconds, args.context)
+                rate, counts[label] = measure(
+                    args.num_workers, args.envs_per_worker, size, n, args.seconds, args.context
+                )
                 rates[label].append(rate)
         base = statistics.median(rates["default"])
         for label in ("default", "limited"):
             r = rates[label]
             name = "none" if label == "default" else f"limit_threads({args.threads})"
             cell = f"{statistics.median(r):>10,.0f} ({min(r):,.0f}-{max(r):,.0f})"
-            print(f"{size:>5} {name + ' ' + str(counts[label]):<22}{cell:<34}"
-                  f"{statistics.median(r) / base:>8.2f}x")
+            print(f"{size:>5} {name + ' ' + str(counts[label]):<22}{cell:<34}{statistics.median(r) / base:>8.2f}x")
     return 0
 
 

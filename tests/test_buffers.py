@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from vecenv.buffers import HAVE_MEMFD, BufferSpec, Buffers, SharedBlock
+from vecenv.buffers import HAVE_MEMFD, Buffers, BufferSpec, SharedBlock
 
 pytestmark = pytest.mark.skipif(not HAVE_MEMFD, reason="the shared block is a memfd only on Linux")
 
@@ -24,6 +24,7 @@ SIZE = 4096 * 3
 @pytest.fixture
 def block():
     b = SharedBlock.create(SIZE, None)
+    assert b.fd is not None  # the parent's memfd
     try:
         yield b
     finally:
@@ -40,6 +41,7 @@ def test_memfd_is_sealed_against_shrink_and_grow(block: SharedBlock) -> None:
 
 @pytest.mark.parametrize("new_size", [0, SIZE // 2, SIZE * 2], ids=["to-zero", "shrink", "grow"])
 def test_stray_ftruncate_raises_and_mapping_still_works(block: SharedBlock, new_size: int) -> None:
+    assert block.fd is not None
     view = np.frombuffer(block.buf, np.uint8)
     view[:] = 7
     with pytest.raises(PermissionError):
@@ -54,6 +56,7 @@ def test_stray_ftruncate_raises_and_mapping_still_works(block: SharedBlock, new_
 def test_worker_side_mapping_shares_the_sealed_file(block: SharedBlock) -> None:
     """A second mapping made from the descriptor, as a worker makes it, sees the same bytes and
     cannot resize the file either."""
+    assert block.fd is not None
     fd = os.dup(block.fd)
     other = SharedBlock.attach(SIZE, None, os.dup(fd))  # attach takes ownership of its fd
     try:

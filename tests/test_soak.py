@@ -19,6 +19,7 @@ SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "soak.py"
 
 def _load_soak():
     spec = importlib.util.spec_from_file_location("vecenv_soak_script", SCRIPT)
+    assert spec is not None and spec.loader is not None, f"cannot load {SCRIPT}"
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up by name
     spec.loader.exec_module(module)
@@ -39,8 +40,9 @@ def test_create_step_close_cycles_leave_nothing_behind() -> None:
     """15 cycles under fork and 15 under spawn, interleaved: after every close the parent has
     the same descriptors, children and /dev/shm entries as after the warm-up, and at most
     ``MAPS_SLACK`` more memory maps (an allocator arena, not one per cycle)."""
-    result = soak.run_cycles(cycles=15, methods=("fork", "spawn"), num_envs=4, num_workers=2,
-                             steps_per_cycle=5, progress=False)
+    result = soak.run_cycles(
+        cycles=15, methods=("fork", "spawn"), num_envs=4, num_workers=2, steps_per_cycle=5, progress=False
+    )
     # Sample 0 is taken before the first cycle; the warm-up (first import of spawn's
     # machinery, the resource tracker) ends after cycle 2.
     verdict = soak.judge(result, tolerance=0.05, warmup=0.15)
@@ -64,8 +66,7 @@ def test_steps_soak_is_flat() -> None:
 @pytest.mark.timeout(900)
 def test_recv_send_soak_is_flat() -> None:
     """300,000 steps through async_reset/recv/send with random batch orders: flat within 5%."""
-    result = soak.run_recv_send(steps=300_000, num_envs=128, num_workers=4, batch_size=64,
-                                samples=60, progress=False)
+    result = soak.run_recv_send(steps=300_000, num_envs=128, num_workers=4, batch_size=64, samples=60, progress=False)
     verdict = soak.judge(result, tolerance=0.05, warmup=0.1)
     assert verdict.flat, _explain(result, verdict)
 

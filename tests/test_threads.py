@@ -71,12 +71,15 @@ def openblas_or_skip(result: dict) -> None:
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("hide_tpc", [False, True], ids=["threadpoolctl", "fallback"])
 def test_sets_variables_and_limits_loaded_openblas(hide_tpc: bool) -> None:
-    result = run_child('''
+    result = run_child(
+        """
         before = openblas_threads()
         limit_threads(1)
         print(json.dumps({"before": before, "after": openblas_threads(), "tpc": tpc_openblas(),
                           "env": {v: os.environ.get(v) for v in THREAD_ENV_VARS}}))
-    ''', hide_tpc=hide_tpc)
+    """,
+        hide_tpc=hide_tpc,
+    )
     assert result["env"] == {v: "1" for v in THREAD_ENV_VARS}
     openblas_or_skip(result)
     assert result["after"] == 1
@@ -87,11 +90,11 @@ def test_sets_variables_and_limits_loaded_openblas(hide_tpc: bool) -> None:
 @pytest.mark.timeout(90)
 def test_threadpoolctl_reports_one_thread_for_openblas() -> None:
     pytest.importorskip("threadpoolctl")
-    result = run_child('''
+    result = run_child("""
         before = openblas_threads()
         limit_threads(1)
         print(json.dumps({"before": before, "tpc": tpc_openblas()}))
-    ''')
+    """)
     openblas_or_skip(result)
     assert result["tpc"] == [1] * len(result["tpc"]) and result["tpc"]
 
@@ -100,12 +103,16 @@ def test_threadpoolctl_reports_one_thread_for_openblas() -> None:
 @pytest.mark.parametrize("hide_tpc", [False, True], ids=["threadpoolctl", "fallback"])
 def test_user_settings_are_respected(hide_tpc: bool) -> None:
     """A variable the user set keeps its value, and the library it configures is not limited."""
-    result = run_child('''
+    result = run_child(
+        """
         before = openblas_threads()
         limit_threads(1)
         print(json.dumps({"before": before, "after": openblas_threads(),
                           "env": {v: os.environ.get(v) for v in THREAD_ENV_VARS}}))
-    ''', hide_tpc=hide_tpc, env={"OPENBLAS_NUM_THREADS": "2"})
+    """,
+        hide_tpc=hide_tpc,
+        env={"OPENBLAS_NUM_THREADS": "2"},
+    )
     expected = {v: "1" for v in THREAD_ENV_VARS} | {"OPENBLAS_NUM_THREADS": "2"}
     assert result["env"] == expected
     openblas_or_skip(result)
@@ -116,7 +123,7 @@ def test_user_settings_are_respected(hide_tpc: bool) -> None:
 def test_forked_child_limits_inherited_openblas_and_parent_keeps_its_own() -> None:
     """Under fork the worker inherits an initialised OpenBLAS: the call limits it in the child
     only."""
-    result = run_child('''
+    result = run_child("""
         import multiprocessing
         before = openblas_threads()
 
@@ -132,7 +139,7 @@ def test_forked_child_limits_inherited_openblas_and_parent_keeps_its_own() -> No
         p.join(30)
         print(json.dumps({"before": before, "child": in_child, "parent": openblas_threads(),
                           "parent_env": os.environ.get("OMP_NUM_THREADS")}))
-    ''')
+    """)
     openblas_or_skip(result)
     assert result["child"][0] == 1 and result["child"][1] == "1"
     assert result["parent"] == result["before"] and result["parent_env"] is None
@@ -140,18 +147,19 @@ def test_forked_child_limits_inherited_openblas_and_parent_keeps_its_own() -> No
 
 @pytest.mark.timeout(90)
 def test_none_leaves_everything_alone() -> None:
-    result = run_child('''
+    result = run_child("""
         before = openblas_threads()
         limit_threads(None)
         print(json.dumps({"before": before, "after": openblas_threads(),
                           "env": {v: os.environ.get(v) for v in THREAD_ENV_VARS}}))
-    ''')
+    """)
     assert result["env"] == {v: None for v in THREAD_ENV_VARS}
     assert result["after"] == result["before"]
 
 
-@pytest.mark.parametrize("bad, error", [(0, ValueError), (-2, ValueError), (True, TypeError),
-                                        (1.0, TypeError), ("1", TypeError)])
+@pytest.mark.parametrize(
+    "bad, error", [(0, ValueError), (-2, ValueError), (True, TypeError), (1.0, TypeError), ("1", TypeError)]
+)
 def test_bad_counts_are_refused_before_anything_changes(bad: object, error: type[Exception]) -> None:
     saved = {v: os.environ.get(v) for v in THREAD_ENV_VARS}
     with pytest.raises(error, match="threads per worker"):

@@ -33,13 +33,13 @@ __all__ = ["THREAD_ENV_VARS", "limit_threads"]
 
 #: Variables set to ``n`` unless already set. OpenMP and the BLAS builds read them at load time.
 THREAD_ENV_VARS: tuple[str, ...] = (
-    "OMP_NUM_THREADS",         # OpenMP runtimes (libgomp, libomp, libiomp); torch; many others
-    "OPENBLAS_NUM_THREADS",    # OpenBLAS (numpy's and scipy's wheels)
-    "MKL_NUM_THREADS",         # Intel MKL
+    "OMP_NUM_THREADS",  # OpenMP runtimes (libgomp, libomp, libiomp); torch; many others
+    "OPENBLAS_NUM_THREADS",  # OpenBLAS (numpy's and scipy's wheels)
+    "MKL_NUM_THREADS",  # Intel MKL
     "VECLIB_MAXIMUM_THREADS",  # Apple Accelerate
-    "NUMEXPR_NUM_THREADS",     # numexpr (pandas)
-    "BLIS_NUM_THREADS",        # BLIS
-    "GOTO_NUM_THREADS",        # GotoBLAS, read by OpenBLAS too
+    "NUMEXPR_NUM_THREADS",  # numexpr (pandas)
+    "BLIS_NUM_THREADS",  # BLIS
+    "GOTO_NUM_THREADS",  # GotoBLAS, read by OpenBLAS too
 )
 
 # Which variables configure which runtime library (a library is left alone at runtime when the
@@ -111,9 +111,7 @@ def _limit_loaded(n: int, libraries: list[str]) -> None:
 
 # (library, file-name pattern of the shared object, setter symbols to try in order)
 _OPENBLAS_SETTERS = tuple(
-    f"{prefix}openblas_set_num_threads{suffix}"
-    for prefix in ("", "scipy_")
-    for suffix in ("", "64_", "_64")
+    f"{prefix}openblas_set_num_threads{suffix}" for prefix in ("", "scipy_") for suffix in ("", "64_", "_64")
 )
 _FALLBACK_LIBRARIES: tuple[tuple[str, re.Pattern[str], tuple[str, ...]], ...] = (
     ("openblas", re.compile(r"lib\w*openblas[^/]*\.so"), _OPENBLAS_SETTERS),
