@@ -9,7 +9,8 @@ driver is connected to one Ray at a time, so using it disconnects the local Ray,
 others.
 
 Nothing is left behind: every Ray started here writes its session files under one temporary
-directory that is removed at the end, and after each shutdown the fixtures check that none of
+directory (also ``RAY_TMPDIR`` for the session, so that nothing lands in Ray's default
+``/tmp/ray``, not even the cluster helper's address file) that is removed at the end, and after each shutdown the fixtures check that none of
 the Ray processes they started is still running (Ray's processes are not ``multiprocessing``
 children, so conftest's leak check cannot see them).
 
@@ -67,30 +68,6 @@ def _ray_pids(temp_dir: str) -> set[int]:
     return found
 
 
-#: Where ``ray.cluster_utils.Cluster`` writes the head's address (Ray's default temp dir).
-_ADDRESS_FILE = ray._private.utils.get_ray_address_file(None)
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def _restore(path: str, content: str | None) -> None:
-    """Put a file back as it was: removed if it did not exist, else its old content."""
-    try:
-        if content is None:
-            os.unlink(path)
-        else:
-            with open(path, "w") as f:
-                f.write(content)
-    except OSError:
-        pass
-
-
 def _wait_gone(pids: set[int], timeout: float = 15.0) -> set[int]:
     """Wait until none of ``pids`` is alive (zombies count as gone); return the survivors."""
     deadline = time.monotonic() + timeout
@@ -118,7 +95,10 @@ class RaySessions:
         self.current: str | None = None  # "local" or "cluster"
         self.cluster: Cluster | None = None
         self.seen_pids: set[int] = set()
-        self._address_file: tuple[str, str | None] | None = None
+        # Ray's default temp dir, for the whole session: the cluster helper writes the head's
+        # address file there (where a later plain ray.init() would look for a cluster).
+        self._previous_tmpdir = os.environ.get("RAY_TMPDIR")
+        os.environ["RAY_TMPDIR"] = self.temp_dir
 
     def local(self) -> None:
         """Connect to the shared local Ray (2 CPUs), starting it if needed."""
@@ -142,9 +122,6 @@ class RaySessions:
         if self.current == "cluster" and ray.is_initialized() and self.cluster is not None:
             return self.cluster
         self.disconnect()
-        # The cluster helper records its address in Ray's default temp dir, where a later plain
-        # ray.init() would find it: remember what was there, to put it back at disconnect.
-        self._address_file = (_ADDRESS_FILE, _read(_ADDRESS_FILE))
         node_args: dict[str, Any] = {
             "num_cpus": 1,
             "object_store_memory": OBJECT_STORE_BYTES,
@@ -172,9 +149,6 @@ class RaySessions:
         if self.cluster is not None:
             cluster, self.cluster = self.cluster, None
             cluster.shutdown()
-        if self._address_file is not None:
-            (path, before), self._address_file = self._address_file, None
-            _restore(path, before)
         self.current = None
 
     def close(self) -> set[int]:
@@ -182,6 +156,10 @@ class RaySessions:
         self.disconnect()
         survivors = _wait_gone(self.seen_pids | _ray_pids(self.temp_dir))
         shutil.rmtree(self.temp_dir, ignore_errors=True)
+        if self._previous_tmpdir is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = self._previous_tmpdir
         return survivors
 
 

@@ -445,10 +445,9 @@ def test_benchmark_ray_runners_measure(ray_local: RaySessions, runner: str) -> N
 
 
 @pytest.mark.timeout(120)
-def test_starts_a_local_ray_when_none_is_running_and_stops_it(
-        _ray_sessions: RaySessions, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_starts_a_local_ray_when_none_is_running_and_stops_it(_ray_sessions: RaySessions) -> None:
     _ray_sessions.disconnect()
-    monkeypatch.setenv("RAY_TMPDIR", _ray_sessions.temp_dir)  # its session files go with ours
+    assert os.environ["RAY_TMPDIR"] == _ray_sessions.temp_dir  # its session files go with ours
     assert not ray.is_initialized()
     first = RayVectorEnv(healthy_fns(2), 1)
     second = RayVectorEnv(healthy_fns(2), 1)  # shares the Ray the first one started
