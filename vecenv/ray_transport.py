@@ -73,6 +73,7 @@ class _GroupActor:
     def __init__(self, index: int, options: WorkerOptions) -> None:
         self.core = WorkerCore(index, options)
         self.buffers: Buffers | None = None
+        self.attach_error: PackedException | None = None  # answered to every command after it
 
     def build(self, group_fn_bytes: bytes) -> tuple[bool, Any, tuple[str, str, int]]:
         """Build the group; returns ``(ok, Hello or PackedException, (node id, node ip, pid))``."""
@@ -84,12 +85,21 @@ class _GroupActor:
             return False, PackedException(exc, None), where
 
     def attach(self, attach: Attach) -> None:
-        """Give the group its rows (plain arrays: nothing is shared with the parent)."""
-        self.buffers = Buffers.attach(attach.buffers, attach.start, attach.start + attach.num_envs)
-        self.core.attach(attach, self.buffers)
+        """Give the group its rows (plain arrays: nothing is shared with the parent).
+
+        Nobody waits for this call (the next command is queued behind it), so a failure is
+        kept and becomes the answer to every command, rather than lost.
+        """
+        try:
+            self.buffers = Buffers.attach(attach.buffers, attach.start, attach.start + attach.num_envs)
+            self.core.attach(attach, self.buffers)
+        except BaseException as exc:
+            self.attach_error = PackedException(exc, None)
 
     def handle(self, message: bytes) -> tuple[bool, Any]:
         """Run one encoded command; ``(ok, result or PackedException)``."""
+        if self.attach_error is not None:
+            return False, self.attach_error
         command, _, load = decode_command(message)
         return self.core.handle(command, load)
 
