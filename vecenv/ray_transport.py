@@ -294,8 +294,10 @@ class RayTransport(Transport):
                 pass  # already gone
 
     def stop(self, deadline: float, closing: Sequence[int] = ()) -> None:
-        """End every actor (the pool has closed their envs by now) and release Ray if ours.
+        """End every actor and release Ray if ours.
 
+        An actor does not exit by itself after ``CLOSE``, so all are killed at once: those in
+        ``closing`` have answered it (their envs are closed) by the time the pool calls this.
         Waits until Ray reports each actor dead, at most until ``deadline`` plus one second.
         """
         if self._stopped:
