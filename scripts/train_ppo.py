@@ -40,6 +40,7 @@ import json
 import math
 import os
 import pathlib
+import resource
 import sys
 import time
 from collections import deque
@@ -361,18 +362,34 @@ class RunSummary:
     solved: bool
     solved_at_step: int | None
     solved_at_s: float | None
+    cpu_s: float | None = None
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of its children that have exited and been joined.
+
+    On a machine shared with other work, wall time depends on how many processes compete for
+    the cores; CPU time does not, so the summary records both. Workers that are not our own
+    children (SB3's, started by a forkserver) are not counted.
+    """
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def train(args: argparse.Namespace, kind: str) -> tuple[list[Episode], RunSummary]:
     """One PPO run on the vector env ``kind``; returns its episodes and summary."""
     torch.manual_seed(args.seed)
     generator = torch.Generator().manual_seed(args.seed)
+    cpu_start = cpu_seconds()
     start = time.perf_counter()  # env start-up counts: it is part of the wall-clock cost
     envs = make_vector_env(kind, args)
     try:
-        return _train(args, kind, envs, generator, start)
+        episodes, summary = _train(args, kind, envs, generator, start)
     finally:
-        envs.close()
+        envs.close()  # joins the workers, so their CPU time is counted from here on
+    if kind != "sb3":
+        summary.cpu_s = round(cpu_seconds() - cpu_start, 1)
+    return episodes, summary
 
 
 def _train(args: argparse.Namespace, kind: str, envs: Any, generator: torch.Generator,
@@ -541,7 +558,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         summaries.append(summary)
         solved = (f"solved at step {summary.solved_at_step:,} after {summary.solved_at_s:.1f}s"
                   if summary.solved else "not solved")
-        print(f"[{kind}] {summary.env_steps:,} steps in {summary.wall_time_s:.1f}s ({summary.sps:,.0f} SPS); "
+        cpu = "" if summary.cpu_s is None else f", {summary.cpu_s:.1f} CPU-s"
+        print(f"[{kind}] {summary.env_steps:,} steps in {summary.wall_time_s:.1f}s{cpu} ({summary.sps:,.0f} SPS); "
               f"mean return of the last {SOLVE_WINDOW} episodes {summary.final_mean_return}; {solved}", flush=True)
     write_csv(args.out / "episodes.csv", episodes)
     config = {k: (str(v) if isinstance(v, pathlib.Path) else v) for k, v in vars(args).items()}
