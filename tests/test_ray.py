@@ -28,7 +28,7 @@ from tests.ray_fixtures import RaySessions, _ray_sessions, ray, ray_cluster, ray
 import vecenv
 from tests.async_envs import JitterEnv
 from tests.crash_envs import fault_fns, healthy_fns
-from tests.envs import diff_env_fns
+from tests.envs import diff_env_fns, make_group
 from tests.test_async import _assert_same, _row_info
 from tests.test_differential import (
     DIFF_INFO_KEYS,
@@ -96,6 +96,23 @@ def test_matches_sync(ray_local: RaySessions, sc: Scenario) -> None:
         use_async=sc.use_async,
     )
     _check_stats(sc, stats)
+
+
+@pytest.mark.timeout(90)
+def test_from_groups_uneven_matches_sync(ray_local: RaySessions) -> None:
+    groups = [[0], [1, 2, 3], [4, 5]]
+    kwargs = {"obs_kind": "dict", "act_kind": "multidiscrete"}
+    fns = diff_env_fns(6, **kwargs)
+    group_fns = [functools.partial(make_group, g, **kwargs) for g in groups]
+    made: list[RayVectorEnv] = []
+
+    def make() -> RayVectorEnv:
+        made.append(RayVectorEnv.from_groups(group_fns, autoreset_mode=SAME, actor_options=HALF_CPU))
+        return made[-1]
+
+    stats = run_differential(fns, make, mode=SAME, seed=7, steps=120)
+    assert stats.terminations > 0
+    assert made[0].num_workers == 3 and made[0].num_envs == 6
 
 
 @pytest.mark.timeout(60)
