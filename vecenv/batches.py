@@ -61,6 +61,7 @@ class AsyncBatches:
             raise ValueError("`options['reset_mask']` is not supported by `async_reset`: it resets every env")
         seeds = seed_list(seed, venv.num_envs)
         # Every check has passed: only now drop what is in flight.
+        venv._remember_seeds(seeds, None)
         workers = venv._pool.workers
         for w in workers:
             if w.in_flight:

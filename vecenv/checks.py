@@ -26,6 +26,7 @@ __all__ = [
     "check_context",
     "check_observation_mode",
     "check_timeout",
+    "check_restarts",
     "check_options",
     "check_batch_size",
     "check_env_ids",
@@ -197,3 +198,15 @@ def check_env_ids(env_ids: Any, n: int) -> np.ndarray:
     if (counts > 1).any():
         raise ValueError(f"`env_ids` must not repeat an env, got duplicated ids {uniq[counts > 1].tolist()}")
     return ids
+
+
+def check_restarts(on_worker_death: Any, max_restarts: Any, restart_window: Any) -> tuple[int, float] | None:
+    """``None`` for ``on_worker_death="raise"``; ``(max_restarts, restart_window)`` for ``"restart"``."""
+    if on_worker_death not in ("raise", "restart"):
+        raise ValueError(f"`on_worker_death` must be 'raise' or 'restart', got {describe(on_worker_death)}")
+    if not _is_int(max_restarts) or max_restarts < 1:
+        raise ValueError(f"`max_restarts` must be a positive int, got {describe(max_restarts)}")
+    window = check_timeout(restart_window, "restart_window")
+    if window is None or window <= 0:
+        raise ValueError(f"`restart_window` must be a positive number of seconds, got {describe(restart_window)}")
+    return None if on_worker_death == "raise" else (int(max_restarts), window)

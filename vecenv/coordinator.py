@@ -46,6 +46,7 @@ from vecenv.batches import AsyncBatches
 from vecenv.buffers import Buffers, BufferSpec
 from vecenv.checks import (
     check_autoreset_mode,
+    check_restarts,
     check_batch_size,
     check_context,
     check_env_fns,
@@ -57,7 +58,7 @@ from vecenv.checks import (
     seed_list,
 )
 from vecenv.errors import NeedsResetError, SpaceMismatchError, WorkerDiedError, describe
-from vecenv.pool import State, Transport, Worker, WorkerPool
+from vecenv.pool import RestartPolicy, State, Transport, Worker, WorkerPool
 from vecenv.process_pool import ProcessTransport
 from vecenv.protocol import CallArgs, Command, Hello, ResetArgs
 from vecenv.spaces import is_array_batch, is_fixed, to_batch, tree_assign, tree_copy, tree_leaves, tree_map, tree_slice
@@ -121,8 +122,12 @@ class GroupVectorEnv(VectorEnv):
         shared_memory: bool,
         batch_size: int | None,
         start_timeout: float | None,
+        restarts: tuple[int, float] | None = None,
     ) -> None:
-        """Start the workers and run the handshake; on any failure release everything."""
+        """Start the workers and run the handshake; on any failure release everything.
+
+        ``restarts``: ``(max_restarts, window)`` to replace workers that die, else ``None``.
+        """
         self.autoreset_mode = autoreset_mode
         self.copy = copy
         self.closed = False
@@ -131,8 +136,10 @@ class GroupVectorEnv(VectorEnv):
         self._pending: list[Worker] = []
         self._reset_mask: np.ndarray | None = None
         self._finalizer: util.Finalize | None = None
+        self._seeds: list[int | None] = []  # each env's last reset seed: restarts derive theirs
+        policy = None if restarts is None else RestartPolicy(restarts[0], restarts[1], self._reseed, start_timeout)
         try:
-            self._pool = WorkerPool(transport, group_fns)
+            self._pool = WorkerPool(transport, group_fns, policy)
         except BaseException:
             transport.stop(0.0)
             self.closed = True
@@ -149,6 +156,7 @@ class GroupVectorEnv(VectorEnv):
             self._fixed_actions = is_fixed(self.single_action_space)
             self._action_dtypes = [a.dtype for a in tree_leaves(self._buffers.actions)] if self._fixed_actions else []
             self._ended = np.zeros(self.num_envs, dtype=np.bool_)
+            self._seeds = [None] * self.num_envs
             self._batches = AsyncBatches(self, check_batch_size(batch_size, [w.size for w in self._pool.workers]))
         except BaseException:
             self._close(timeout=0.0, terminate=True, warn=False)
@@ -212,6 +220,14 @@ class GroupVectorEnv(VectorEnv):
         self.metadata["autoreset_mode"] = self.autoreset_mode
         self.render_mode = first.render_mode
         self._env_spec = first.spec
+
+    def _reseed(self, worker: Worker, restart: int) -> ResetArgs:
+        """The reset of a restarted worker's envs: env ``i`` last reset with seed ``s`` gets
+        ``s + restart * num_envs`` (``restart`` counts this vector env's restarts), so a rerun
+        with the same crash reproduces; an env never seeded stays unseeded."""
+        n = self.num_envs
+        return ResetArgs([None if s is None else s + restart * n for s in self._seeds[worker.start:worker.stop]],
+                         None, None)
 
     # -- state checks (pure: they raise or return, never change anything) -----------------
 
@@ -306,12 +322,18 @@ class GroupVectorEnv(VectorEnv):
             options = dict(options)  # unlike SyncVectorEnv, leave the caller's dict as it was
             mask = check_reset_mask(options.pop("reset_mask"), self.num_envs)
         pending = [w for w in self._pool.workers if mask is None or mask[w.start:w.stop].any()]
+        self._remember_seeds(seeds, mask)
         self._pool.send(pending, Command.RESET, [
             ResetArgs(seeds[w.start:w.stop], options, None if mask is None else mask[w.start:w.stop])
             for w in pending
         ], "reset_async")
         self._pending, self._reset_mask = pending, mask
         self._state = State.WAITING_RESET
+
+    def _remember_seeds(self, seeds: list[int | None], mask: np.ndarray | None) -> None:
+        for i, seed in enumerate(seeds):
+            if seed is not None and (mask is None or mask[i]):
+                self._seeds[i] = seed
 
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         """Wait for the reset sent by :meth:`reset_async`; raises the timeout error after ``timeout`` s."""
@@ -599,6 +621,17 @@ class SubprocVectorEnv(GroupVectorEnv):
             step theirs: one process fewer and no wake-up for that group, which pays off with
             few cheap envs. That group runs in the parent: its env errors surface as any env's,
             but a hang there cannot be timed out and a crash there is the parent's.
+        on_worker_death: ``"raise"`` (a dead worker breaks the vector env: ``WorkerDiedError``)
+            or ``"restart"``: a new process rebuilds the same envs on the same rows and resets
+            them; the call that saw the death returns normally. A step reports the restarted
+            envs with ``truncations`` True, reward 0, their fresh reset observation and
+            ``infos["worker_restarted"]``, in every autoreset mode (no ``final_obs`` under
+            SAME_STEP: none survived; the next step steps the new episode); a reset, call or
+            attribute read is answered by the new envs. Env ``i`` last reset with seed ``s`` is
+            reseeded ``s + r * num_envs`` at the vector env's ``r``-th restart.
+        max_restarts, restart_window: more than ``max_restarts`` restarts within
+            ``restart_window`` seconds (a death during a rebuild counts) raise
+            ``WorkerDiedError`` as ``"raise"`` does.
         autoreset_mode: Gymnasium's autoreset mode (an ``AutoresetMode`` or its string value).
         copy: return copies of the observations. With ``copy=False`` the observations returned
             by ``reset``/``step`` are views into shared buffers that the next call overwrites.
@@ -638,6 +671,9 @@ class SubprocVectorEnv(GroupVectorEnv):
         pin_cpus: bool = False,
         start_timeout: float | None = None,
         inline_group: bool = False,
+        on_worker_death: str = "raise",
+        max_restarts: int = 3,
+        restart_window: float = 60.0,
     ) -> None:
         fns = check_env_fns(env_fns)
         workers = check_num_workers(num_workers, len(fns))
@@ -645,8 +681,9 @@ class SubprocVectorEnv(GroupVectorEnv):
             raise TypeError(f"`inline_group` must be a bool, got {describe(inline_group)}")
         groups = split_groups(fns, max(1, workers))
         check_batch_size(batch_size, [len(g.env_fns) for g in groups])
+        restarts = check_restarts(on_worker_death, max_restarts, restart_window)
         self._start(groups, autoreset_mode, copy, context, daemon, shared_memory, observation_mode,
-                    batch_size, pin_cpus, start_timeout, inline=inline_group or workers == 0)
+                    batch_size, pin_cpus, start_timeout, inline=inline_group or workers == 0, restarts=restarts)
 
     @classmethod
     def from_groups(
@@ -682,7 +719,7 @@ class SubprocVectorEnv(GroupVectorEnv):
     def _start(self, groups: list[Callable[[], Any]], autoreset_mode: AutoresetMode | str, copy: bool,
                context: str | None, daemon: bool, shared_memory: bool,
                observation_mode: str | tuple[gym.Space, gym.Space], batch_size: int | None, pin_cpus: bool,
-               start_timeout: float | None, inline: bool) -> None:
+               start_timeout: float | None, inline: bool, restarts: tuple[int, float] | None = None) -> None:
         mode = check_autoreset_mode(autoreset_mode)
         ctx = check_context(context)
         obs_mode = check_observation_mode(observation_mode)
@@ -692,4 +729,5 @@ class SubprocVectorEnv(GroupVectorEnv):
             observation_mode=obs_mode[1] if isinstance(obs_mode, tuple) else obs_mode, inline=inline,
         )
         self._open(transport, groups, autoreset_mode=mode, copy=copy, observation_mode=obs_mode,
-                   shared_memory=shared_memory, batch_size=batch_size, start_timeout=start_timeout)
+                   shared_memory=shared_memory, batch_size=batch_size, start_timeout=start_timeout,
+                   restarts=restarts)

@@ -33,7 +33,8 @@ from vecenv.buffers import Buffers, BufferSpec
 from vecenv.errors import PackedException, VecEnvTimeoutError, WorkerDiedError
 from vecenv.protocol import Attach, Command
 
-__all__ = ["State", "WorkerStatus", "Worker", "Reply", "Death", "Transport", "WorkerPool"]
+__all__ = ["State", "WorkerStatus", "Worker", "Reply", "Death", "Transport", "WorkerPool", "RestartPolicy",
+           "RESTART_INFO_KEY"]
 
 
 class State(Enum):
@@ -64,12 +65,14 @@ class _Owed:
     call_id: int
     call: str
     wanted: bool = True
+    command: Command | None = None  # None: the handshake
+    message: Any = None  # as sent, to send again to a restarted worker
 
 
 class Worker:
     """The pool's record of one worker: its env range ``[start, stop)`` and its status."""
 
-    __slots__ = ("index", "start", "stop", "status", "reply", "ready_at", "_owed")
+    __slots__ = ("index", "start", "stop", "status", "reply", "ready_at", "restarted_reset", "_owed")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -78,6 +81,7 @@ class Worker:
         self.status = WorkerStatus.STARTING
         self.reply: tuple[bool, Any] | None = None
         self.ready_at = 0  # arrival order of the held reply: recv hands out the earliest first
+        self.restarted_reset: int | None = None  # a reset sent again after a restart: mark its infos
         self._owed: deque[_Owed] = deque([_Owed(0, "__init__")])
 
     @property
@@ -95,9 +99,9 @@ class Worker:
 
     # -- transitions: the only places that change ``status`` --------------------------------
 
-    def sent(self, call_id: int, call: str) -> None:
+    def sent(self, call_id: int, call: str, command: Command | None = None, message: Any = None) -> None:
         assert self.status in (WorkerStatus.IDLE, WorkerStatus.LATE), f"worker {self.index} is {self.status}"
-        self._owed.append(_Owed(call_id, call))
+        self._owed.append(_Owed(call_id, call, True, command, message))
         self.status = WorkerStatus.BUSY
 
     def answered(self, call_id: int, ok: bool, result: Any, order: int) -> None:
@@ -135,6 +139,15 @@ class Worker:
         self.reply = None
         self.status = WorkerStatus.DEAD
 
+    def relaunched(self) -> _Owed | None:
+        """A new process replaces this one: its Hello is owed. Returns the call that was still
+        wanted from the old one, if any (everything else it owed is gone with it)."""
+        wanted = next((owed for owed in self._owed if owed.wanted), None)
+        self._owed = deque([_Owed(0, "__init__")])
+        self.reply = None
+        self.status = WorkerStatus.STARTING
+        return wanted
+
     @property
     def owes(self) -> bool:
         """Some reply is still to arrive (wanted or not)."""
@@ -156,6 +169,33 @@ class Death:
     """A transport event: worker ``worker`` is gone and will never answer."""
 
     worker: int
+
+
+@dataclasses.dataclass(frozen=True)
+class RestartPolicy:
+    """How a pool replaces workers that die (``on_worker_death="restart"``).
+
+    Attributes:
+        max_restarts: restarts allowed within ``window`` seconds; one more breaks the pool.
+            A worker that dies while being rebuilt counts as another restart.
+        window: the sliding window, in seconds.
+        reseed: ``reseed(worker, restart_number)`` gives the reset payload for a rebuilt
+            worker's envs (the coordinator derives the seeds from the last reset's).
+        timeout: seconds a rebuilt worker may take to build its envs (``None``: no limit).
+    """
+
+    max_restarts: int
+    window: float
+    reseed: Callable[[Worker, int], Any]
+    timeout: float | None = None
+
+
+class _LostAgain(Exception):
+    """A worker died while it was being restarted."""
+
+
+#: The info key set for every env of a restarted worker, on the call that saw the death.
+RESTART_INFO_KEY = "worker_restarted"
 
 
 class WorkerGone(Exception):
@@ -206,6 +246,11 @@ class Transport(abc.ABC):
         """Where the worker runs, for messages (" on node ..."), or ``""``."""
         return ""
 
+    def relaunch(self, worker: int) -> None:
+        """Replace a dead worker by a new one built from the same group builder; its Hello is
+        owed as call id 0. Transports that cannot do this leave the pool broken instead."""
+        raise NotImplementedError(f"{type(self).__name__} cannot restart workers")
+
     @abc.abstractmethod
     def kill(self) -> None:
         """End every worker now (the pool is broken)."""
@@ -219,11 +264,18 @@ class Transport(abc.ABC):
 class WorkerPool:
     """Workers behind a transport, with one status each; see the module docstring."""
 
-    def __init__(self, transport: Transport, group_fns: Sequence[Callable[[], Any]]) -> None:
+    def __init__(self, transport: Transport, group_fns: Sequence[Callable[[], Any]],
+                 restart: RestartPolicy | None = None) -> None:
         self.transport = transport
         self.workers = [Worker(i) for i in range(len(group_fns))]
         self.buffers: Buffers | None = None
         self.broken: WorkerDiedError | None = None
+        self.restart = restart
+        self.restarts = 0  # every restart of this pool so far (the reseed count)
+        self._restart_times: deque[float] = deque()
+        self._restarting = False
+        self._spec: BufferSpec | None = None
+        self._autoreset_mode: Any = None
         self._call_ids = itertools.count(1)
         self._arrivals = itertools.count()
         transport.launch(group_fns)
@@ -241,12 +293,15 @@ class WorkerPool:
             w.start, w.stop = start, start + size
             start = w.stop
         self.buffers = Buffers.create(spec)
+        self._spec, self._autoreset_mode = spec, autoreset_mode
         for w in self.workers:
             try:
                 self.transport.attach(w.index, Attach(w.start, w.size, autoreset_mode, spec), self.buffers)
             except WorkerGone:
                 self._died(w, "__init__")
-        self.buffers.release_fd()
+        if self.restart is None:
+            # A restarted worker needs the block's descriptor; without restarts nothing does.
+            self.buffers.release_fd()
         return self.buffers
 
     # -- calls -------------------------------------------------------------------------------
@@ -261,7 +316,7 @@ class WorkerPool:
         ids = [next(self._call_ids) for _ in workers]
         messages = [transport.encode(command, i, p) for i, p in zip(ids, payloads, strict=True)]
         for w, call_id, message in zip(workers, ids, messages):
-            w.sent(call_id, call)
+            w.sent(call_id, call, command, message)
             try:
                 transport.send(w.index, message)
             except WorkerGone:
@@ -293,7 +348,12 @@ class WorkerPool:
         for event in events:
             w = self.workers[event.worker]
             if isinstance(event, Reply):
-                w.answered(event.call_id, event.ok, event.result, next(self._arrivals))
+                result = event.result
+                if event.call_id == w.restarted_reset:
+                    w.restarted_reset = None
+                    if event.ok:
+                        result = (_restart_infos(result[0], w.size), result[1])
+                w.answered(event.call_id, event.ok, result, next(self._arrivals))
         for event in events:
             if isinstance(event, Death) and self.workers[event.worker].status is not WorkerStatus.DEAD:
                 self._died(self.workers[event.worker], call)
@@ -357,19 +417,108 @@ class WorkerPool:
         raise packed.rebuild(f"raised in {where} (worker {w.index}{self.transport.where(w.index)}) during `{call}`")
 
     def _died(self, w: Worker, call: str) -> None:
-        """A worker died: end the others (their peers' envs are gone) and raise."""
+        """A worker died: restart it when the policy allows, else end the others (their
+        peers' envs are gone) and raise."""
+        if self._restarting:
+            raise _LostAgain
         how, exitcode = self.transport.cause_of_death(w.index)
-        w.died()
         span = f"envs {w.start}..{w.stop - 1}" if w.size else "envs not yet assigned"
+        what = f"worker {w.index} ({span}{self.transport.where(w.index)}) {how} during `{call}`"
+        if self.restart is not None and call not in ("__init__", "close"):
+            refusal = self._restart(w)
+            if refusal is None:
+                return
+            what += f"; {refusal}"
+        w.died()
         self.broken = WorkerDiedError(
-            f"worker {w.index} ({span}{self.transport.where(w.index)}) {how} during `{call}`; "
-            "the vector env is unusable, close it and make a new one",
+            f"{what}; the vector env is unusable, close it and make a new one",
             worker=w.index, envs=w.envs, exitcode=exitcode,
         )
         self.transport.kill()
         for other in self.workers:
             other.died()
         raise self.broken
+
+    # -- restarts ----------------------------------------------------------------------------
+
+    def _restart(self, w: Worker) -> str | None:
+        """Replace dead worker ``w`` and answer the call it still owed; ``None`` when done,
+        else why the pool must break instead.
+
+        The new worker builds the same envs, attaches to the same rows and resets them with
+        :attr:`RestartPolicy.reseed`'s seeds. A step it owed is answered as that reset, with
+        every env truncated, reward 0 and ``info["worker_restarted"] = True``; a reset, call,
+        attribute or render is sent again and answered by the new envs.
+        """
+        policy = self.restart
+        assert policy is not None and self._spec is not None and self.buffers is not None
+        lost: _Owed | None = None
+        first = True
+        while True:
+            now = time.monotonic()
+            while self._restart_times and now - self._restart_times[0] > policy.window:
+                self._restart_times.popleft()
+            if len(self._restart_times) >= policy.max_restarts:
+                return (f"{len(self._restart_times)} restarts within {policy.window:g} s already "
+                        f"(max_restarts={policy.max_restarts})")
+            self._restart_times.append(now)
+            self.restarts += 1
+            try:
+                self.transport.relaunch(w.index)
+            except NotImplementedError as exc:
+                return str(exc)
+            owed = w.relaunched()
+            if first:
+                lost, first = owed, False
+            self._restarting = True
+            try:
+                hello = self.gather([w], policy.timeout, "restart", fail_fast=True)[0]
+                if hello.num_envs != w.size:
+                    return f"its rebuilt group has {hello.num_envs} envs instead of {w.size}"
+                attach = Attach(w.start, w.size, self._autoreset_mode, self._spec)
+                self.transport.attach(w.index, attach, self.buffers)
+                if lost is not None and lost.command is Command.RESET:
+                    break  # the reset it owed is sent again below: no reset of our own first
+                self.send([w], Command.RESET, [policy.reseed(w, self.restarts)], "restart")
+                entries, payload = self.gather([w], policy.timeout, "restart", fail_fast=True)[0]
+                break
+            except (_LostAgain, WorkerGone):
+                continue
+            except VecEnvTimeoutError:
+                self.transport.kill()
+                return f"its replacement took longer than {policy.timeout} s to start"
+            except Exception as exc:
+                return f"rebuilding its envs raised {type(exc).__name__}: {exc}"
+            finally:
+                self._restarting = False
+        if lost is None:
+            return None
+        if lost.command is Command.STEP:
+            self._as_truncated(w, entries, payload)
+            w.sent(lost.call_id, lost.call, lost.command, lost.message)
+            w.answered(lost.call_id, True, (_restart_infos(entries, w.size), payload), next(self._arrivals))
+            return None
+        # Sent again, with its call id: the new worker's reply answers the waiting call.
+        w.sent(lost.call_id, lost.call, lost.command, lost.message)
+        if lost.command is Command.RESET:
+            w.restarted_reset = lost.call_id
+        try:
+            self.transport.send(w.index, lost.message)
+        except WorkerGone:
+            self._died(w, lost.call)
+        return None
+
+    def _as_truncated(self, w: Worker, entries: Any, payload: Any) -> None:
+        """The rows of a restarted worker after its reset, reported as a truncating step."""
+        assert self.buffers is not None
+        flags = None if payload is None else payload[1]
+        rewards, terms, truncs = (
+            (self.buffers.rewards[w.start:w.stop], self.buffers.terminations[w.start:w.stop],
+             self.buffers.truncations[w.start:w.stop]) if flags is None else flags
+        )
+        rewards[:] = 0.0
+        terms[:] = False
+        truncs[:] = True
 
     # -- shutdown ----------------------------------------------------------------------------
 
@@ -402,3 +551,9 @@ class WorkerPool:
         if self.buffers is not None:
             self.buffers.close()
         return error
+
+
+def _restart_infos(entries: list[tuple[int, dict[str, Any]]], size: int) -> list[tuple[int, dict[str, Any]]]:
+    """Every env of a restarted group gets ``worker_restarted``, merged into its reset info."""
+    by_env = {j: info for j, info in entries}
+    return [(j, {**by_env.get(j, {}), RESTART_INFO_KEY: True}) for j in range(size)]

@@ -69,6 +69,8 @@ class ProcessTransport(Transport):
         self.processes: list[BaseProcess | None] = []
         self.conns: list[Connection | None] = []
         self._causes: dict[int, str] = {}
+        self._group_bytes: list[bytes] = []
+        self._cpus: list[int] = []
         self._pollers: dict[tuple[int, ...], tuple[dict[int, int], dict[int, int], Any]] = {}
         self._stopped = False
 
@@ -77,28 +79,47 @@ class ProcessTransport(Transport):
             # Workers must share the parent's resource tracker: one they started themselves
             # would unlink the named block, as "leaked", when they exit.
             resource_tracker.ensure_running()
-        cpus = sorted(os.sched_getaffinity(0)) if self.pin_cpus else []
+        self._cpus = sorted(os.sched_getaffinity(0)) if self.pin_cpus else []
         for index, group_fn in enumerate(group_fns):
             if index == 0 and self.inline is not None:
                 self.processes.append(None)
                 self.conns.append(None)
+                self._group_bytes.append(b"")
                 self.inline.build(group_fn)
                 continue
-            parent_conn, child_conn = self.context.Pipe(duplex=True)
-            PARENT_ENDS.add(parent_conn)
-            options = WorkerOptions(self.observation_mode, cpus[index % len(cpus)] if cpus else None, self.threads)
-            process = self.context.Process(
-                target=worker_main,
-                args=(index, child_conn, cloudpickle.dumps(group_fn), options),
-                name=f"vecenv-worker-{index}",
-                daemon=self.daemon,
-            )
-            self.conns.append(parent_conn)
-            try:
-                process.start()
-            finally:
-                child_conn.close()
-            self.processes.append(process)
+            self._group_bytes.append(cloudpickle.dumps(group_fn))
+            self.processes.append(None)
+            self.conns.append(None)
+            self._start(index)
+
+    def _start(self, index: int) -> None:
+        parent_conn, child_conn = self.context.Pipe(duplex=True)
+        PARENT_ENDS.add(parent_conn)
+        cpus = self._cpus
+        options = WorkerOptions(self.observation_mode, cpus[index % len(cpus)] if cpus else None, self.threads)
+        process = self.context.Process(
+            target=worker_main,
+            args=(index, child_conn, self._group_bytes[index], options),
+            name=f"vecenv-worker-{index}",
+            daemon=self.daemon,
+        )
+        self.conns[index] = parent_conn
+        try:
+            process.start()
+        finally:
+            child_conn.close()
+        self.processes[index] = process
+
+    def relaunch(self, worker: int) -> None:
+        old, conn = self._process(worker), self._conn(worker)
+        if old.is_alive():
+            old.kill()
+        old.join()
+        old.close()
+        conn.close()
+        self._causes.pop(worker, None)
+        self._pollers.clear()
+        self._start(worker)
 
     def attach(self, worker: int, attach: Attach, buffers: Buffers) -> None:
         conn = self.conns[worker]
@@ -140,11 +161,20 @@ class ProcessTransport(Transport):
                 timeout = 0.0
             if not workers:
                 return events
-        return events + self._poll_processes(workers, timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            found = self._poll_processes(workers, timeout)
+            if found or events:
+                return events + found
+            if deadline is not None:
+                timeout = deadline - time.monotonic()
+                if timeout <= 0:
+                    return []
 
     def _poll_processes(self, workers: Sequence[int], timeout: float | None) -> list[Reply | Death]:
+        """One wait; it may wake for a descriptor that yields no event yet (``[]``)."""
         pipes, sentinels, poller = self._poller(workers)
-        ready = poller.poll(None if timeout is None else math.ceil(timeout * 1000))
+        ready = poller.poll(None if timeout is None else max(0, math.ceil(timeout * 1000)))
         events: list[Reply | Death] = []
         hung_up: set[int] = set()
         # Pipes first: a reply may precede an exit. One message per readable pipe; the next
