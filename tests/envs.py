@@ -300,3 +300,22 @@ def diff_env_fns(num_envs: int, cls: type = DiffEnv, **kwargs: Any) -> list[Any]
 def make_group(indices: list[int], cls: type = DiffEnv, **kwargs: Any) -> list[gym.Env]:
     """The envs of one worker for ``SubprocVectorEnv.from_groups``: one env per global index."""
     return [cls(index=i, **kwargs) for i in indices]
+
+
+class ThreadVarsEnv(gym.Env):
+    """Reports the thread-count variables its process sees (``call("thread_vars")``)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+    def thread_vars(self):
+        import os
+
+        return os.environ.get("OMP_NUM_THREADS"), os.environ.get("OPENBLAS_NUM_THREADS")

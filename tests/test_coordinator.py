@@ -192,3 +192,22 @@ def test_inline_group_env_errors_surface_as_any_env_error(target: int) -> None:
             sub.step(actions)
         sub.reset(seed=1)
         sub.step(actions)  # usable again (the fault fires once)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_threads_per_worker_limits_workers_only(start_method: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.envs import ThreadVarsEnv
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    with SubprocVectorEnv([ThreadVarsEnv] * 2, 2, context=start_method) as sub:
+        assert sub.call("thread_vars") == (("1", "1"), ("1", "1"))  # one thread by default
+    with SubprocVectorEnv([ThreadVarsEnv] * 2, 2, context=start_method, threads_per_worker=None) as sub:
+        assert sub.call("thread_vars") == ((None, None), (None, None))
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's setting wins
+    with SubprocVectorEnv([ThreadVarsEnv] * 2, 2, context=start_method, threads_per_worker=2) as sub:
+        assert sub.call("thread_vars") == (("3", "2"), ("3", "2"))
+    assert os.environ.get("OPENBLAS_NUM_THREADS") is None  # the parent is never changed
+    with pytest.raises(ValueError, match="threads_per_worker"):
+        SubprocVectorEnv([ThreadVarsEnv] * 2, 2, threads_per_worker=0)

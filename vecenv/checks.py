@@ -27,6 +27,7 @@ __all__ = [
     "check_observation_mode",
     "check_timeout",
     "check_restarts",
+    "check_threads",
     "check_options",
     "check_batch_size",
     "check_env_ids",
@@ -210,3 +211,10 @@ def check_restarts(on_worker_death: Any, max_restarts: Any, restart_window: Any)
     if window is None or window <= 0:
         raise ValueError(f"`restart_window` must be a positive number of seconds, got {describe(restart_window)}")
     return None if on_worker_death == "raise" else (int(max_restarts), window)
+
+
+def check_threads(threads: Any) -> int | None:
+    """``threads_per_worker``: ``None`` or a positive int."""
+    if threads is not None and (not _is_int(threads) or threads < 1):
+        raise ValueError(f"`threads_per_worker` must be None or a positive int, got {describe(threads)}")
+    return None if threads is None else int(threads)

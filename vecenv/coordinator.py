@@ -47,6 +47,7 @@ from vecenv.buffers import Buffers, BufferSpec
 from vecenv.checks import (
     check_autoreset_mode,
     check_restarts,
+    check_threads,
     check_batch_size,
     check_context,
     check_env_fns,
@@ -629,6 +630,10 @@ class SubprocVectorEnv(GroupVectorEnv):
             SAME_STEP: none survived; the next step steps the new episode); a reset, call or
             attribute read is answered by the new envs. Env ``i`` last reset with seed ``s`` is
             reseeded ``s + r * num_envs`` at the vector env's ``r``-th restart.
+        threads_per_worker: BLAS/OpenMP threads in each worker (``OMP_NUM_THREADS`` and the
+            like, set before the env module is imported, plus the libraries already loaded),
+            so W workers do not run W x cores threads; variables you set yourself win.
+            ``None`` leaves the libraries' defaults. The parent is never changed.
         max_restarts, restart_window: more than ``max_restarts`` restarts within
             ``restart_window`` seconds (a death during a rebuild counts) raise
             ``WorkerDiedError`` as ``"raise"`` does.
@@ -674,6 +679,7 @@ class SubprocVectorEnv(GroupVectorEnv):
         on_worker_death: str = "raise",
         max_restarts: int = 3,
         restart_window: float = 60.0,
+        threads_per_worker: int | None = 1,
     ) -> None:
         fns = check_env_fns(env_fns)
         workers = check_num_workers(num_workers, len(fns))
@@ -683,7 +689,8 @@ class SubprocVectorEnv(GroupVectorEnv):
         check_batch_size(batch_size, [len(g.env_fns) for g in groups])
         restarts = check_restarts(on_worker_death, max_restarts, restart_window)
         self._start(groups, autoreset_mode, copy, context, daemon, shared_memory, observation_mode,
-                    batch_size, pin_cpus, start_timeout, inline=inline_group or workers == 0, restarts=restarts)
+                    batch_size, pin_cpus, start_timeout, inline=inline_group or workers == 0, restarts=restarts,
+                    threads=check_threads(threads_per_worker))
 
     @classmethod
     def from_groups(
@@ -719,7 +726,8 @@ class SubprocVectorEnv(GroupVectorEnv):
     def _start(self, groups: list[Callable[[], Any]], autoreset_mode: AutoresetMode | str, copy: bool,
                context: str | None, daemon: bool, shared_memory: bool,
                observation_mode: str | tuple[gym.Space, gym.Space], batch_size: int | None, pin_cpus: bool,
-               start_timeout: float | None, inline: bool, restarts: tuple[int, float] | None = None) -> None:
+               start_timeout: float | None, inline: bool, restarts: tuple[int, float] | None = None,
+               threads: int | None = 1) -> None:
         mode = check_autoreset_mode(autoreset_mode)
         ctx = check_context(context)
         obs_mode = check_observation_mode(observation_mode)
@@ -727,6 +735,7 @@ class SubprocVectorEnv(GroupVectorEnv):
         transport = ProcessTransport(
             ctx, daemon=daemon, pin_cpus=pin_cpus,
             observation_mode=obs_mode[1] if isinstance(obs_mode, tuple) else obs_mode, inline=inline,
+            threads=threads,
         )
         self._open(transport, groups, autoreset_mode=mode, copy=copy, observation_mode=obs_mode,
                    shared_memory=shared_memory, batch_size=batch_size, start_timeout=start_timeout,
