@@ -24,7 +24,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -87,6 +87,18 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _retry_start(start: Callable[[], Any], clean_up: Callable[[], None]) -> None:
+    """``start()``, once more after a start-up timeout: Ray gives its raylet a fixed 30 s to
+    register, which a heavily loaded CI machine can overrun (seen here at load 25 on 2 cores)."""
+    try:
+        start()
+    except Exception as exc:
+        if "timed out during startup" not in str(exc):
+            raise
+        clean_up()
+        start()
+
+
 class RaySessions:
     """Which Ray this test process is connected to, and what to tear down at the end."""
 
@@ -105,7 +117,7 @@ class RaySessions:
         if self.current == "local" and ray.is_initialized():
             return
         self.disconnect()
-        ray.init(
+        _retry_start(lambda: ray.init(
             address="local",  # a new instance, even when another Ray runs on this machine
             num_cpus=2,
             include_dashboard=False,
@@ -113,7 +125,7 @@ class RaySessions:
             log_to_driver=False,
             _node_ip_address=LOOPBACK,
             _temp_dir=self.temp_dir,
-        )
+        ), self.disconnect)
         self.current = "local"
         self.note_pids()
 
@@ -126,13 +138,17 @@ class RaySessions:
             "num_cpus": 1,
             "object_store_memory": OBJECT_STORE_BYTES,
         }
-        self.cluster = Cluster(
-            initialize_head=True,
-            head_node_args={**node_args, "include_dashboard": False, "temp_dir": self.temp_dir},
-        )
-        self.cluster.add_node(**node_args)
-        self.cluster.wait_for_nodes()
-        ray.init(address=self.cluster.address, log_to_driver=False)
+
+        def start() -> None:
+            self.cluster = Cluster(
+                initialize_head=True,
+                head_node_args={**node_args, "include_dashboard": False, "temp_dir": self.temp_dir},
+            )
+            self.cluster.add_node(**node_args)
+            self.cluster.wait_for_nodes()
+            ray.init(address=self.cluster.address, log_to_driver=False)
+
+        _retry_start(start, self.disconnect)
         self.current = "cluster"
         self.note_pids()
         return self.cluster
