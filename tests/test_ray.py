@@ -276,6 +276,36 @@ def test_killed_actor_is_worker_died_within_seconds(ray_local: RaySessions, when
     envs.close()
 
 
+@pytest.mark.timeout(90)
+def test_on_worker_death_restart_replaces_the_actor(ray_local: RaySessions) -> None:
+    """on_worker_death="restart": a new actor rebuilds the dead one's envs on the same rows; the
+    step that saw the death reports them truncated and reseeded; the other envs stay exact."""
+    n, seed, victim_envs, keep = 5, 17, [3, 4], [0, 1, 2]
+    fns = diff_env_fns(n, obs_kind="box", act_kind="discrete")
+    sync = SyncVectorEnv(fns)
+    rng = np.random.default_rng(3)
+    try:
+        with RayVectorEnv(fns, 2, on_worker_death="restart") as envs:
+            assert_same(envs.reset(seed=seed), sync.reset(seed=seed))
+            for t in range(12):
+                actions = sample_actions(sync.single_action_space, n, rng)
+                if t == 6:
+                    old_pid = envs.actor_pids[1]
+                    os.kill(old_pid, signal.SIGKILL)
+                got, want = envs.step(actions), sync.step(actions)
+                assert_same([x[keep] for x in got[:4]], [x[keep] for x in want[:4]], f"step {t}")
+                if t == 6:
+                    obs, rewards, terms, truncs, infos = got
+                    assert truncs[victim_envs].all() and (rewards[victim_envs] == 0).all()
+                    assert infos["_worker_restarted"].tolist() == [i in victim_envs for i in range(n)]
+                    for i in victim_envs:  # reseeded with seed + i + restarts * num_envs
+                        expected, _ = fns[i]().reset(seed=seed + i + n)
+                        np.testing.assert_array_equal(obs[i], expected)
+            assert envs._pool.restarts == 1 and envs.actor_pids[1] != old_pid
+    finally:
+        sync.close()
+
+
 @pytest.mark.timeout(60)
 def test_timeout_then_late_result_is_dropped(ray_local: RaySessions) -> None:
     fns = fault_fns(4, "sleep", "step", target=0, duration=1.0)

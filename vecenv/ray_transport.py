@@ -45,6 +45,8 @@ from vecenv.checks import (
     check_env_fns,
     check_num_workers,
     check_observation_mode,
+    check_restarts,
+    check_threads,
     check_timeout,
 )
 from vecenv.coordinator import GroupVectorEnv, split_groups
@@ -71,6 +73,10 @@ class _GroupActor:
     """
 
     def __init__(self, index: int, options: WorkerOptions) -> None:
+        if options.threads is not None:  # before any env module is imported
+            from vecenv.threads import limit_threads
+
+            limit_threads(options.threads)
         self.core = WorkerCore(index, options)
         self.buffers: Buffers | None = None
         self.attach_error: PackedException | None = None  # answered to every command after it
@@ -165,10 +171,12 @@ class RayTransport(Transport):
 
     shares_memory = False
 
-    def __init__(self, actor_options: Mapping[str, Any], observation_mode: Any, holds_ray: bool) -> None:
+    def __init__(self, actor_options: Mapping[str, Any], observation_mode: Any, holds_ray: bool,
+                 threads: int | None = None) -> None:
         self.actor_options = {**DEFAULT_ACTOR_OPTIONS, **actor_options}
-        self.options = WorkerOptions(observation_mode)
+        self.options = WorkerOptions(observation_mode, None, threads)
         self.actors: list[Any] = []
+        self._group_fns: list[bytes] = []  # cloudpickled, to build a replacement (relaunch)
         # Per worker, its outstanding calls in the order sent: (ObjectRef, call id, command).
         self.outstanding: list[deque[tuple[ray.ObjectRef, int, Command | None]]] = []
         self.locations: list[tuple[str, str, int] | None] = []  # (node id, node ip, pid)
@@ -179,12 +187,30 @@ class RayTransport(Transport):
     # -- start-up ----------------------------------------------------------------------------
 
     def launch(self, group_fns: Sequence[Callable[[], Any]]) -> None:
-        for index, group_fn in enumerate(group_fns):
-            actor = _ACTOR_CLASS.options(**self.actor_options).remote(index, self.options)
-            self.actors.append(actor)
+        for group_fn in group_fns:
+            self._group_fns.append(cloudpickle.dumps(group_fn))
+            self.actors.append(None)
             self.locations.append(None)
-            ref = actor.build.remote(cloudpickle.dumps(group_fn))
-            self.outstanding.append(deque([(ref, 0, None)]))
+            self.outstanding.append(deque())
+            self._start(len(self.actors) - 1)
+
+    def _start(self, worker: int) -> None:
+        """A new actor for ``worker``, asked to build its group (the Hello is call id 0)."""
+        actor = _ACTOR_CLASS.options(**self.actor_options).remote(worker, self.options)
+        self.actors[worker] = actor
+        self.locations[worker] = None
+        self.outstanding[worker] = deque([(actor.build.remote(self._group_fns[worker]), 0, None)])
+
+    def relaunch(self, worker: int) -> None:
+        """Replace a dead worker's actor by a new one (Ray may place it on another node)."""
+        if not ray.is_initialized():
+            raise NotImplementedError("Ray was shut down in this process: no actor can be started")
+        try:
+            ray.kill(self.actors[worker], no_restart=True)
+        except Exception:
+            pass  # already gone
+        self._causes.pop(worker, None)
+        self._start(worker)
 
     def attach(self, worker: int, attach: Attach, buffers: Buffers) -> None:
         # Actor calls from one caller run in the order sent, so the next command finds the group
@@ -356,13 +382,16 @@ def _owned(value: Any) -> Any:
 
 
 def _owned_result(command: Command | None, result: Any) -> Any:
-    """What the user can see of a reply, made writable: infos, object observations (a list,
-    kept by reference in the parent) and call results. Fixed-shape rows are left alone: the
-    parent copies them into its own buffers."""
+    """What the user or the pool may write to in a reply, made writable: infos, object
+    observations (a list, kept by reference in the parent), flags and call results.
+    Fixed-shape observation rows are left alone: the parent copies them into its buffers."""
     if command is Command.STEP or command is Command.RESET:
         entries, payload = result
-        if payload is not None and type(payload[0]) is list:
-            payload = (_owned(payload[0]), payload[1])
+        if payload is not None:
+            obs, flags = payload
+            # Flags are a few bytes a row, and the pool may rewrite them (a restarted group's
+            # step is reported truncated): copied. Fixed-shape observation rows are not.
+            payload = (_owned(obs) if type(obs) is list else obs, _owned(flags))
         return _owned(entries), payload
     return _owned(result)
 
@@ -430,6 +459,12 @@ class RayVectorEnv(GroupVectorEnv):
             restarts. The actors must all fit the cluster at once (checked at start-up).
         autoreset_mode, copy, observation_mode, batch_size, start_timeout: as
             :class:`~vecenv.SubprocVectorEnv`.
+        on_worker_death, max_restarts, restart_window: as :class:`~vecenv.SubprocVectorEnv`;
+            with ``"restart"`` a dead actor is replaced by a new one (placed by Ray, possibly on
+            another node) that rebuilds the same envs on the same rows.
+        threads_per_worker: BLAS/OpenMP threads in each actor, as for worker processes (Ray
+            also sets ``OMP_NUM_THREADS`` to the actor's ``num_cpus``; a value already in the
+            environment is left alone).
 
     Raises:
         ValueError, TypeError: bad arguments, named with what was expected and what was given.
@@ -449,6 +484,10 @@ class RayVectorEnv(GroupVectorEnv):
         observation_mode: str | tuple[gym.Space, gym.Space] = "same",
         batch_size: int | None = None,
         start_timeout: float | None = None,
+        on_worker_death: str = "raise",
+        max_restarts: int = 3,
+        restart_window: float = 60.0,
+        threads_per_worker: int | None = 1,
     ) -> None:
         fns = check_env_fns(env_fns)
         if num_workers is not None:
@@ -460,7 +499,8 @@ class RayVectorEnv(GroupVectorEnv):
             return chosen
 
         self._start(groups, len(fns), num_workers, address, actor_options, autoreset_mode, copy,
-                    observation_mode, batch_size, start_timeout)
+                    observation_mode, batch_size, start_timeout,
+                    check_restarts(on_worker_death, max_restarts, restart_window), check_threads(threads_per_worker))
 
     @classmethod
     def from_groups(
@@ -474,6 +514,10 @@ class RayVectorEnv(GroupVectorEnv):
         observation_mode: str | tuple[gym.Space, gym.Space] = "same",
         batch_size: int | None = None,
         start_timeout: float | None = None,
+        on_worker_death: str = "raise",
+        max_restarts: int = 3,
+        restart_window: float = 60.0,
+        threads_per_worker: int | None = 1,
     ) -> RayVectorEnv:
         """One actor per callable; each returns the list of envs it hosts (or a native
         ``gymnasium.vector.VectorEnv``), as :meth:`SubprocVectorEnv.from_groups`."""
@@ -485,12 +529,14 @@ class RayVectorEnv(GroupVectorEnv):
         fns = list(group_fns)
         self = cls.__new__(cls)
         self._start(lambda k: fns, len(fns), len(fns), address, actor_options, autoreset_mode, copy,
-                    observation_mode, batch_size, start_timeout)
+                    observation_mode, batch_size, start_timeout,
+                    check_restarts(on_worker_death, max_restarts, restart_window), check_threads(threads_per_worker))
         return self
 
     def _start(self, make_groups: Callable[[int], list[Callable[[], Any]]], max_workers: int,
                num_workers: int | None, address: Any, actor_options: Any, autoreset_mode: Any, copy: bool,
-               observation_mode: Any, batch_size: int | None, start_timeout: Any) -> None:
+               observation_mode: Any, batch_size: int | None, start_timeout: Any,
+               restarts: tuple[int, float] | None, threads: int | None) -> None:
         # Every argument is checked before Ray is touched.
         mode = check_autoreset_mode(autoreset_mode)
         obs_mode = check_observation_mode(observation_mode)
@@ -515,7 +561,8 @@ class RayVectorEnv(GroupVectorEnv):
                         "fewer workers, ask less per actor (actor_options), or add nodes"
                     )
             groups = make_groups(num_workers)
-            transport = RayTransport(options, obs_mode[1] if isinstance(obs_mode, tuple) else obs_mode, holds_ray)
+            transport = RayTransport(options, obs_mode[1] if isinstance(obs_mode, tuple) else obs_mode, holds_ray,
+                                     threads)
         except BaseException:
             if holds_ray:
                 _RAY_USE.release()
@@ -523,7 +570,7 @@ class RayVectorEnv(GroupVectorEnv):
         self._transport = transport
         # From here on the transport releases Ray (in stop(), which _open's failure path calls).
         self._open(transport, groups, autoreset_mode=mode, copy=copy, observation_mode=obs_mode,
-                   shared_memory=False, batch_size=batch_size, start_timeout=start_timeout)
+                   shared_memory=False, batch_size=batch_size, start_timeout=start_timeout, restarts=restarts)
 
     @property
     def node_ids(self) -> list[str | None]:
