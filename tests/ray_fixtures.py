@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -111,6 +112,7 @@ class RaySessions:
         # address file there (where a later plain ray.init() would look for a cluster).
         self._previous_tmpdir = os.environ.get("RAY_TMPDIR")
         os.environ["RAY_TMPDIR"] = self.temp_dir
+        os.makedirs(os.path.join(self.temp_dir, "ray"), exist_ok=True)  # Ray writes there, not creates
 
     def local(self) -> None:
         """Connect to the shared local Ray (2 CPUs), starting it if needed."""
@@ -171,6 +173,11 @@ class RaySessions:
         """Shut everything down and remove the session files; return Ray pids still running."""
         self.disconnect()
         survivors = _wait_gone(self.seen_pids | _ray_pids(self.temp_dir))
+        for pid in survivors:  # reported by the caller; not left to run on
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
         shutil.rmtree(self.temp_dir, ignore_errors=True)
         if self._previous_tmpdir is None:
             os.environ.pop("RAY_TMPDIR", None)

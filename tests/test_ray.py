@@ -579,3 +579,26 @@ def test_cluster_lost_node_is_worker_died_naming_the_node(ray_cluster) -> None:
         assert f"({node.node_id[:8]})" in str(excinfo.value) and "worker 0 (envs 0..1" in str(excinfo.value)
     finally:
         envs.close()
+
+
+@pytest.mark.timeout(120)
+def test_cluster_restart_moves_a_lost_group_to_another_node(ray_cluster) -> None:
+    """on_worker_death="restart" on a cluster: the group of a node that goes away is rebuilt by a
+    new actor on a node that is still there, and the vector env carries on."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    node = ray_cluster.add_node(num_cpus=1, object_store_memory=100 * 1024 * 1024)
+    ray_cluster.wait_for_nodes()
+    prefer = {"scheduling_strategy": NodeAffinitySchedulingStrategy(node.node_id, soft=True), "num_cpus": 0.5}
+    fns = fault_fns(2, "sleep", "step", target=1, duration=60.0)  # a step in flight when the node goes
+    with RayVectorEnv(fns, 1, actor_options=prefer, on_worker_death="restart") as envs:
+        envs.reset(seed=0)
+        assert envs.node_ids == [node.node_id]
+        envs.step_async(np.zeros((2, 2), np.float32))
+        time.sleep(0.3)
+        ray_cluster.remove_node(node, allow_graceful=False)
+        _, rewards, _, truncs, infos = envs.step_wait(timeout=60)
+        assert truncs.all() and (rewards == 0).all() and infos["_worker_restarted"].all()
+        assert envs.node_ids[0] != node.node_id and envs.node_ids[0] in {
+            n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        assert envs.call("ping") == ("pong 0", "pong 1")
