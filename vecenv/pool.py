@@ -29,6 +29,8 @@ from collections.abc import Callable, Sequence
 from enum import Enum
 from typing import Any
 
+import numpy as np
+
 from vecenv.buffers import Buffers, BufferSpec
 from vecenv.errors import PackedException, VecEnvTimeoutError, WorkerDiedError
 from vecenv.protocol import Attach, Command
@@ -340,7 +342,7 @@ class WorkerPool:
             assert listening, f"`{call}` waits on workers that owe nothing"
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             events = self.transport.poll(listening, remaining)
-            if not events:
+            if not events and deadline is not None and time.monotonic() >= deadline:
                 raise VecEnvTimeoutError(f"The call to `{call}` has timed out after {timeout} second(s).")
             self._apply(events, call)
 
@@ -402,6 +404,8 @@ class WorkerPool:
             for event in events:
                 if isinstance(event, Reply):
                     self.workers[event.worker].answered(event.call_id, event.ok, event.result, next(self._arrivals))
+                else:
+                    self.workers[event.worker].died()  # nothing to answer any more; close ends it
             owing = [i for i in owing if self.workers[i].owes and self.workers[i].status is not WorkerStatus.DEAD]
 
     # -- failures ----------------------------------------------------------------------------
@@ -494,9 +498,9 @@ class WorkerPool:
         if lost is None:
             return None
         if lost.command is Command.STEP:
-            self._as_truncated(w, entries, payload)
             w.sent(lost.call_id, lost.call, lost.command, lost.message)
-            w.answered(lost.call_id, True, (_restart_infos(entries, w.size), payload), next(self._arrivals))
+            w.answered(lost.call_id, True, (_restart_infos(entries, w.size), self._as_truncated(w, payload)),
+                       next(self._arrivals))
             return None
         # Sent again, with its call id: the new worker's reply answers the waiting call.
         w.sent(lost.call_id, lost.call, lost.command, lost.message)
@@ -508,17 +512,19 @@ class WorkerPool:
             self._died(w, lost.call)
         return None
 
-    def _as_truncated(self, w: Worker, entries: Any, payload: Any) -> None:
-        """The rows of a restarted worker after its reset, reported as a truncating step."""
+    def _as_truncated(self, w: Worker, payload: Any) -> Any:
+        """The rows of a restarted worker after its reset, reported as a truncating step:
+        reward 0, not terminated, truncated. Returns the reply payload to hand on."""
         assert self.buffers is not None
-        flags = None if payload is None else payload[1]
-        rewards, terms, truncs = (
-            (self.buffers.rewards[w.start:w.stop], self.buffers.terminations[w.start:w.stop],
-             self.buffers.truncations[w.start:w.stop]) if flags is None else flags
-        )
-        rewards[:] = 0.0
-        terms[:] = False
-        truncs[:] = True
+        if payload is None or payload[1] is None:  # flags in shared memory
+            rows = slice(w.start, w.stop)
+            self.buffers.rewards[rows] = 0.0
+            self.buffers.terminations[rows] = False
+            self.buffers.truncations[rows] = True
+            return payload
+        # Flags in the reply: new arrays (the transport's may be read-only).
+        n = w.size
+        return payload[0], (np.zeros(n, np.float64), np.zeros(n, np.bool_), np.ones(n, np.bool_))
 
     # -- shutdown ----------------------------------------------------------------------------
 
