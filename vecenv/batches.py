@@ -101,7 +101,7 @@ class AsyncBatches:
                 pool.raise_remote(w, result, "recv")
         b = venv._buffers
         infos: dict[str, Any] = {}
-        batch = _InfoBatch(self.batch_size)
+        batch: Any = _InfoBatch(self.batch_size)  # duck-typed for VectorEnv._add_info
         offset = 0
         for w, (_, (entries, payload)) in zip(groups, replies):
             b.receive(w.start, w.stop, payload)
@@ -113,7 +113,8 @@ class AsyncBatches:
             obs = tree_map(lambda a: a[env_ids], b.observations)
         else:
             space = venv.single_observation_space
-            obs = concatenate(space, [b.observations[i] for i in env_ids], create_empty_array(space, len(env_ids)))
+            out: Any = create_empty_array(space, len(env_ids))
+            obs = concatenate(space, [b.observations[i] for i in env_ids], out)
         return obs, b.rewards[env_ids], b.terminations[env_ids], b.truncations[env_ids], infos, env_ids
 
     def send(self, actions: Any, env_ids: Sequence[int] | np.ndarray) -> None:

@@ -227,6 +227,14 @@ def _actions(space: gym.Space, n: int) -> np.ndarray:
     return (np.stack(cols, axis=1) + int(space.start)).astype(space.dtype)
 
 
+def _workers_of(runner: str) -> int:
+    """K of a runner that names its worker count (``vecenv-Kw``, ``ray-Kw``, ...)."""
+    k = _runner_workers(runner)
+    if k is None:
+        raise ValueError(f"runner {runner!r} does not name a worker count")
+    return k
+
+
 def _runner_workers(runner: str) -> int | None:
     """K of a ``vecenv-Kw...`` or ``ray-Kw...`` runner, else ``None``."""
     for prefix in ("vecenv-", "ray-"):
@@ -249,7 +257,7 @@ def _ray_vector(fns: list[Callable[[], gym.Env]], workers: int, **kwargs: Any) -
 def _make_vector(runner: str, fns: list[Callable[[], gym.Env]], spec: dict[str, Any]) -> Any:
     mode = AutoresetMode.NEXT_STEP
     if runner.startswith("ray-") and runner.endswith("w"):
-        return _ray_vector(fns, _runner_workers(runner))
+        return _ray_vector(fns, _workers_of(runner))
     if runner == "sync":
         return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
     if runner == "async":
@@ -334,6 +342,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
 
         close = env.close
     elif runner in ("gym-make_vec", "vecenv-2w-native"):
+        envs: Any  # a vector env; vecenv's have the async-batch API (recv/send) too
         if runner == "gym-make_vec":
             envs = gym.make_vec("CartPole-v1", n, vectorization_mode="vector_entry_point")
         else:
@@ -535,6 +544,7 @@ def plan(workloads: Sequence[str], sizes: Sequence[int], runners: Sequence[str],
                     continue
                 cell = dict(group="standard", workload=w, n=n, runner=r, baseline="sync")
                 if r in HALF_BATCH_RUNNERS:
+                    k = _workers_of(r)
                     if n % (2 * k):
                         continue  # N/2 must be whole groups
                     cell.update(workers=k, batch_size=n // 2)

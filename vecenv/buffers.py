@@ -214,6 +214,10 @@ def drop_inherited_mappings() -> None:
     _CREATED_MAPPINGS.clear()
 
 
+#: What a closed Buffers holds instead of its arrays (their views would pin the block).
+_RELEASED = np.zeros(0)
+
+
 def _nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
     size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     return -(-size // _ALIGN) * _ALIGN
@@ -271,7 +275,7 @@ class Buffers:
             self.terminations = np.zeros(n, np.bool_)
             self.truncations = np.zeros(n, np.bool_)
         # The batched value of object observations, built the way SyncVectorEnv builds it.
-        self._object_batch = None if self.fixed_observations else create_empty_array(obs_space, n)
+        self._object_batch: Any = None if self.fixed_observations else create_empty_array(obs_space, n)
 
     @classmethod
     def create(cls, spec: BufferSpec) -> Buffers:
@@ -352,5 +356,5 @@ class Buffers:
             return
         # Our own views into the block must go before it can be unmapped.
         self.observations = self.actions = None
-        self.rewards = self.terminations = self.truncations = None
+        self.rewards = self.terminations = self.truncations = _RELEASED
         block.close(unlink=self._owner)

@@ -541,19 +541,21 @@ class GroupVectorEnv(VectorEnv):
         """The number of workers (one env group each)."""
         return len(self._pool.workers)
 
+    # Per env, as SyncVectorEnv's (Gymnasium's base class types them as single values).
     @property
-    def np_random_seed(self) -> tuple[int, ...]:
+    def np_random_seed(self) -> tuple[int, ...]:  # type: ignore[override]
         """The seed of each env's random generator."""
         return self.get_attr("np_random_seed")
 
-    @property
-    def np_random(self) -> tuple[np.random.Generator, ...]:
+    @property  # type: ignore[misc]
+    def np_random(self) -> tuple[np.random.Generator, ...]:  # type: ignore[override]
         """Each env's random generator (copies: changing them does not reach the workers)."""
         return self.get_attr("np_random")
 
     # -- closing -------------------------------------------------------------------------------
 
-    def close(self, timeout: float | None = None, terminate: bool = False) -> None:
+    # AsyncVectorEnv's signature (the base class takes **kwargs).
+    def close(self, timeout: float | None = None, terminate: bool = False) -> None:  # type: ignore[override]
         """Close the envs and release every worker, pipe and shared-memory block.
 
         Idempotent. Workers are asked to close their envs and given ``timeout`` seconds
@@ -695,7 +697,7 @@ class SubprocVectorEnv(GroupVectorEnv):
     @classmethod
     def from_groups(
         cls,
-        group_fns: Sequence[Callable[[], Sequence[gym.Env]]],
+        group_fns: Sequence[Callable[[], Sequence[gym.Env] | gym.vector.VectorEnv]],
         *,
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         copy: bool = True,
@@ -723,7 +725,7 @@ class SubprocVectorEnv(GroupVectorEnv):
                     batch_size, pin_cpus, start_timeout, inline=False)
         return self
 
-    def _start(self, groups: list[Callable[[], Any]], autoreset_mode: AutoresetMode | str, copy: bool,
+    def _start(self, groups: Sequence[Callable[[], Any]], autoreset_mode: AutoresetMode | str, copy: bool,
                context: str | None, daemon: bool, shared_memory: bool,
                observation_mode: str | tuple[gym.Space, gym.Space], batch_size: int | None, pin_cpus: bool,
                start_timeout: float | None, inline: bool, restarts: tuple[int, float] | None = None,

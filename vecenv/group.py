@@ -47,10 +47,7 @@ class EnvGroup:
         self.blame: int | None = None
         self._write_obs = buffers.observation_writer()
         self._autoreset = [False] * self.num_envs
-        single_action_space = self.envs[0].action_space if self.envs else None
-        self._batched_action_space = (
-            batch_space(single_action_space, self.num_envs) if self.envs else None
-        )
+        self._batched_action_space = batch_space(self.envs[0].action_space, self.num_envs)
 
     # -- reset and step ----------------------------------------------------------------------
 
@@ -162,7 +159,8 @@ class VectorGroup:
     """
 
     def __init__(self, vec: gym.vector.VectorEnv, buffers: Buffers) -> None:
-        self.vec = vec
+        # Any: call/set_attr are not on the VectorEnv base class, though most subclasses have them.
+        self.vec: Any = vec
         self.num_envs = vec.num_envs
         self.buffers = buffers
         self.blame: int | None = None

@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable, Sequence
 from multiprocessing import reduction, resource_tracker
 from multiprocessing.connection import Connection
-from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 from typing import Any
 
@@ -57,9 +56,9 @@ class ProcessTransport(Transport):
 
     shares_memory = True
 
-    def __init__(self, context: BaseContext, *, daemon: bool = True, pin_cpus: bool = False,
+    def __init__(self, context: Any, *, daemon: bool = True, pin_cpus: bool = False,
                  observation_mode: Any = "same", threads: int | None = None, inline: bool = False) -> None:
-        self.context = context
+        self.context = context  # a multiprocessing context (their Process types differ)
         self.inline: _InlineWorker | None = _InlineWorker(WorkerOptions(observation_mode)) if inline else None
         self.daemon = daemon
         self.pin_cpus = pin_cpus
@@ -131,9 +130,9 @@ class ProcessTransport(Transport):
             conn.send(attach)
             if Buffers.needs_fd(attach.buffers):
                 assert buffers.block is not None and buffers.block.fd is not None
-                reduction.send_handle(conn, buffers.block.fd, self.processes[worker].pid)
+                reduction.send_handle(conn, buffers.block.fd, self._process(worker).pid)
         except OSError:  # it died after its Hello
-            self.processes[worker].join(1.0)
+            self._process(worker).join(1.0)
             raise WorkerGone from None
 
     def encode(self, command: Command, call_id: int, payload: Any) -> bytes:
@@ -148,7 +147,7 @@ class ProcessTransport(Transport):
         try:
             conn.send_bytes(message)
         except (OSError, EOFError):  # a broken or reset pipe: the worker is gone
-            self.processes[worker].join(1.0)
+            self._process(worker).join(1.0)
             raise WorkerGone from None
 
     def poll(self, workers: Sequence[int], timeout: float | None) -> list[Reply | Death]:

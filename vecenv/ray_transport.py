@@ -199,7 +199,8 @@ class RayTransport(Transport):
         actor = _ACTOR_CLASS.options(**self.actor_options).remote(worker, self.options)
         self.actors[worker] = actor
         self.locations[worker] = None
-        self.outstanding[worker] = deque([(actor.build.remote(self._group_fns[worker]), 0, None)])
+        build: Any = actor.build  # an actor method handle (Ray adds .remote)
+        self.outstanding[worker] = deque([(build.remote(self._group_fns[worker]), 0, None)])
 
     def relaunch(self, worker: int) -> None:
         """Replace a dead worker's actor by a new one (Ray may place it on another node)."""
@@ -493,7 +494,7 @@ class RayVectorEnv(GroupVectorEnv):
         if num_workers is not None:
             check_num_workers(num_workers, len(fns))
 
-        def groups(k: int) -> list[Callable[[], Any]]:
+        def groups(k: int) -> Sequence[Callable[[], Any]]:
             chosen = split_groups(fns, k)
             check_batch_size(batch_size, [len(g.env_fns) for g in chosen])
             return chosen
@@ -533,7 +534,7 @@ class RayVectorEnv(GroupVectorEnv):
                     check_restarts(on_worker_death, max_restarts, restart_window), check_threads(threads_per_worker))
         return self
 
-    def _start(self, make_groups: Callable[[int], list[Callable[[], Any]]], max_workers: int,
+    def _start(self, make_groups: Callable[[int], Sequence[Callable[[], Any]]], max_workers: int,
                num_workers: int | None, address: Any, actor_options: Any, autoreset_mode: Any, copy: bool,
                observation_mode: Any, batch_size: int | None, start_timeout: Any,
                restarts: tuple[int, float] | None, threads: int | None) -> None:

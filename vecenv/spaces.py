@@ -44,7 +44,15 @@ def _leaf_shape(space: Space) -> tuple[int, ...]:
         return ()
     if isinstance(space, MultiDiscrete):
         return tuple(space.nvec.shape)
-    return tuple(space.shape)
+    return shape_of(space)
+
+
+def shape_of(space: Space) -> tuple[int, ...]:
+    """The shape of a space that has one (every fixed space), for the type checker too."""
+    shape = space.shape
+    if shape is None:
+        raise TypeError(f"space {space} has no fixed shape")
+    return tuple(shape)
 
 
 @singledispatch

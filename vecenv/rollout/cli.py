@@ -448,7 +448,7 @@ def _run(args: argparse.Namespace, command_line: str) -> int:
             metadata={
                 "env_id": args.env,
                 "env_kwargs": env_kwargs,
-                "num_workers": envs.num_workers,
+                "num_workers": getattr(envs, "num_workers", None),
                 "policy": getattr(policy, "name", args.policy),
                 "command_line": command_line,
             },

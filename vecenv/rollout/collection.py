@@ -382,7 +382,10 @@ def collect(
                 stager.close()
         finally:
             result = sink.finalize(complete=complete) if format == "minari" else sink.writer.finalize(complete)
-    return result if format == "minari" else load(out)
+    if format == "minari":
+        return result
+    assert out is not None  # our format always has a directory (set above)
+    return load(out)
 
 
 def _collect_into(
@@ -466,7 +469,7 @@ def _collect_into(
             finished = sink.transitions == steps
         else:
             stager.add(columns, rows)
-            for index in rows[done[rows]]:
+            for index in rows[done[rows]].tolist():
                 sink.episode(stager.pieces(index), float(episode_return[index]), int(episode_length[index]),
                              int(episode_ids[index]), seed_of(int(episode_ids[index])), truncate_last=False)
                 stager.discard(index)
@@ -478,11 +481,11 @@ def _collect_into(
             if finished and steps is not None:
                 open_envs = [i for i in range(num_envs) if stager.length(i)]
                 if open_envs and open_episodes == "truncate":
-                    for index in open_envs:  # by env index
-                        sink.episode(stager.pieces(index), float(episode_return[index]),
-                                     int(episode_length[index]), int(episode_ids[index]),
-                                     seed_of(int(episode_ids[index])), truncate_last=True)
-                        stager.discard(index)
+                    for open_env in open_envs:  # by env index
+                        sink.episode(stager.pieces(open_env), float(episode_return[open_env]),
+                                     int(episode_length[open_env]), int(episode_ids[open_env]),
+                                     seed_of(int(episode_ids[open_env])), truncate_last=True)
+                        stager.discard(open_env)
                 else:
                     sink.dropped(len(open_envs), sum(stager.length(i) for i in open_envs))
         if sink.episodes != shown_episodes:

@@ -16,7 +16,7 @@ import numpy as np
 from gymnasium import spaces
 
 from vecenv.rollout.errors import UnsupportedSpaceError
-from vecenv.spaces import leaf_layout, named_leaves
+from vecenv.spaces import leaf_layout, named_leaves, shape_of
 
 FORMAT_NAME = "vecenv-rollouts"
 FORMAT_VERSION = 1
@@ -118,7 +118,7 @@ def describe_space(space: spaces.Space) -> dict[str, Any]:
         return {"type": "Tuple", "spaces": [describe_space(s) for s in space.spaces]}
     description: dict[str, Any] = {
         "type": type(space).__name__,
-        "shape": list(space.shape),
+        "shape": list(shape_of(space)),
         "dtype": str(np.dtype(space.dtype)),
     }
     if isinstance(space, spaces.Box):

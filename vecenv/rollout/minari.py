@@ -31,7 +31,7 @@ from vecenv.rollout.dataset import Dataset, load
 from vecenv.rollout.errors import MinariNotInstalledError
 from vecenv.rollout.format import space_from_description
 from vecenv.rollout.writer import chunk_rows, now
-from vecenv.spaces import build_tree, named_leaves
+from vecenv.spaces import shape_of, build_tree, named_leaves
 
 INSTALL_HINT = 'Minari output needs the minari extra: pip install "vecenv[minari]"'
 # Minari warns about every optional field left empty; we fill what we know and stay quiet.
@@ -162,7 +162,7 @@ class MinariSink:
         self._pending: list[Any] = []
         self._pending_rows = 0
         self._chunk_rows = chunk_rows(
-            sum(leaf.dtype.itemsize * int(np.prod(leaf.shape)) for _, leaf in
+            sum(np.dtype(leaf.dtype).itemsize * int(np.prod(shape_of(leaf))) for _, leaf in
                 named_leaves(observation_space) + named_leaves(action_space)) + 10
         )
 
@@ -300,7 +300,7 @@ def export_minari(
     rewards, terminations = np.asarray(dataset["rewards"]), np.asarray(dataset["terminations"])
     truncations, env_ids = np.asarray(dataset["truncations"]), np.asarray(dataset["env_ids"])
     order = np.argsort(episode_ids, kind="stable")  # rows of each episode, in row order
-    starts = np.flatnonzero(np.r_[True, episode_ids[order][1:] != episode_ids[order][:-1]]) if len(order) else []
+    starts: Any = np.flatnonzero(np.r_[True, episode_ids[order][1:] != episode_ids[order][:-1]]) if len(order) else []
     bounds = list(zip(starts, [*starts[1:], len(order)]))
     ends = [int(order[stop - 1]) for _, stop in bounds]
     closed = [i for i, end in enumerate(ends) if terminations[end] or truncations[end]]
