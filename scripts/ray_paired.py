@@ -76,14 +76,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="vecenv-ray-") as temp_dir:
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp_dir)
         made = [
-            vecenv.SubprocVectorEnv(fns, 2), RayVectorEnv(fns, 2, actor_options=half),
+            vecenv.SubprocVectorEnv(fns, 2),
+            RayVectorEnv(fns, 2, actor_options=half),
             vecenv.SubprocVectorEnv(fns, 2, batch_size=n // 2),
             RayVectorEnv(fns, 2, batch_size=n // 2, actor_options=half),
         ]
         try:
             runners = {
-                "vecenv-2w": synchronous(made[0]), "ray-2w": synchronous(made[1]),
-                "vecenv-2w-half": batches(made[2]), "ray-2w-half": batches(made[3]),
+                "vecenv-2w": synchronous(made[0]),
+                "ray-2w": synchronous(made[1]),
+                "vecenv-2w-half": batches(made[2]),
+                "ray-2w-half": batches(made[3]),
             }
             rates: dict[str, list[float]] = {name: [] for name in runners}
             for step in runners.values():  # warm up

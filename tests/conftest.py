@@ -22,9 +22,7 @@ import pytest
 SHM_GLOB = "/dev/shm/vecenv_*"
 
 #: The start methods this platform offers, in the order tests use them.
-START_METHODS = tuple(
-    m for m in ("fork", "forkserver", "spawn") if m in multiprocessing.get_all_start_methods()
-)
+START_METHODS = tuple(m for m in ("fork", "forkserver", "spawn") if m in multiprocessing.get_all_start_methods())
 
 
 def start_methods(*methods: str):

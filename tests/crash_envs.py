@@ -159,7 +159,4 @@ def healthy_fns(n: int, **kwargs: Any) -> list:
 
 def fault_fns(n: int, fault: str, where: str, target: int, **kwargs: Any) -> list:
     """``n`` env constructors; env ``target`` injects ``fault`` in ``where``."""
-    return [
-        functools.partial(FaultEnv, index=i, fault=fault, where=where, target=target, **kwargs)
-        for i in range(n)
-    ]
+    return [functools.partial(FaultEnv, index=i, fault=fault, where=where, target=target, **kwargs) for i in range(n)]

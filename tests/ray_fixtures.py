@@ -10,9 +10,9 @@ others.
 
 Nothing is left behind: every Ray started here writes its session files under one temporary
 directory (also ``RAY_TMPDIR`` for the session, so that nothing lands in Ray's default
-``/tmp/ray``, not even the cluster helper's address file) that is removed at the end, and after each shutdown the fixtures check that none of
-the Ray processes they started is still running (Ray's processes are not ``multiprocessing``
-children, so conftest's leak check cannot see them).
+``/tmp/ray``, not even the cluster helper's address file) that is removed at the end, and after
+each shutdown the fixtures check that none of the Ray processes they started is still running
+(Ray's processes are not ``multiprocessing`` children, so conftest's leak check cannot see them).
 
 Use: ``from tests.ray_fixtures import ray_local, ray_cluster`` in a test module (import these
 names in one module only: pytest makes one fixture per module that defines it).
@@ -119,15 +119,18 @@ class RaySessions:
         if self.current == "local" and ray.is_initialized():
             return
         self.disconnect()
-        _retry_start(lambda: ray.init(
-            address="local",  # a new instance, even when another Ray runs on this machine
-            num_cpus=2,
-            include_dashboard=False,
-            object_store_memory=OBJECT_STORE_BYTES,
-            log_to_driver=False,
-            _node_ip_address=LOOPBACK,
-            _temp_dir=self.temp_dir,
-        ), self.disconnect)
+        _retry_start(
+            lambda: ray.init(
+                address="local",  # a new instance, even when another Ray runs on this machine
+                num_cpus=2,
+                include_dashboard=False,
+                object_store_memory=OBJECT_STORE_BYTES,
+                log_to_driver=False,
+                _node_ip_address=LOOPBACK,
+                _temp_dir=self.temp_dir,
+            ),
+            self.disconnect,
+        )
         self.current = "local"
         self.note_pids()
 
@@ -195,8 +198,7 @@ def _ray_sessions() -> Iterator[RaySessions]:
     finally:
         survivors = sessions.close()
         if survivors:
-            pytest.fail(f"Ray processes left running after shutdown: pids {sorted(survivors)}",
-                        pytrace=False)
+            pytest.fail(f"Ray processes left running after shutdown: pids {sorted(survivors)}", pytrace=False)
 
 
 @pytest.fixture

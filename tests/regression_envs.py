@@ -225,4 +225,3 @@ class ActionRecorderEnv(PayEnv):
 def fns(cls: type, n: int, **kwargs: Any) -> list[Any]:
     """``n`` picklable constructors, env ``i`` built as ``cls(index=i, **kwargs)``."""
     return [functools.partial(cls, index=i, **kwargs) for i in range(n)]
-

@@ -60,8 +60,7 @@ def _follow_sync_trajectories(mode, **kwargs):
     expected = [ref.reset(seed=seed + i) for i, ref in enumerate(refs)]
     rng = np.random.default_rng(0)
     orders = set()
-    with vecenv.SubprocVectorEnv([JitterEnv] * num_envs, workers, batch_size=4,
-                                 autoreset_mode=mode, **kwargs) as envs:
+    with vecenv.SubprocVectorEnv([JitterEnv] * num_envs, workers, batch_size=4, autoreset_mode=mode, **kwargs) as envs:
         envs.async_reset(seed=seed)
         first = True
         for _ in range(120):
@@ -79,7 +78,7 @@ def _follow_sync_trajectories(mode, **kwargs):
                 _assert_same(_row_info(infos, row), _row_info(ref_info, 0))
             actions = rng.integers(0, 3, size=len(env_ids))
             for row, i in enumerate(env_ids):
-                expected[i] = refs[i].step(actions[row:row + 1])
+                expected[i] = refs[i].step(actions[row : row + 1])
             envs.send(actions, env_ids)
             first = False
         assert len(orders) > 1, "the random step times should change which groups finish first"

@@ -39,10 +39,24 @@ def test_tree_pss_counts_this_process():
 
 def test_quick_run_writes_markdown_and_json(tmp_path):
     out = tmp_path / "bench"
-    cmd = [sys.executable, str(ROOT / "scripts" / "benchmark.py"), "--quick", "--workloads", "cartpole",
-           "--sizes", "4", "--runners", "single,sync,vecenv-1w,envpool", "--seconds", "0.2", "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=ROOT,
-                          env={**os.environ, "MPLBACKEND": "Agg"})
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts" / "benchmark.py"),
+        "--quick",
+        "--workloads",
+        "cartpole",
+        "--sizes",
+        "4",
+        "--runners",
+        "single,sync,vecenv-1w,envpool",
+        "--seconds",
+        "0.2",
+        "--out",
+        str(out),
+    ]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=60, cwd=ROOT, env={**os.environ, "MPLBACKEND": "Agg"}
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     md = (out / "benchmark.md").read_text()
     assert "| cartpole | 4 | vecenv-1w |" in md and md.strip() in proc.stdout

@@ -67,13 +67,16 @@ def test_env_fns_any_iterable_of_callables() -> None:
     assert checks.check_env_fns(tuple(fns)) == fns
 
 
-@pytest.mark.parametrize("value, exc, match", [
-    ("CartPole-v1", TypeError, "iterable"),
-    (b"x", TypeError, "iterable"),
-    (3, TypeError, "iterable"),
-    ([], ValueError, "at least one"),
-    ([FaultEnv, 3], TypeError, r"`env_fns\[1\]` must be callable"),
-])
+@pytest.mark.parametrize(
+    "value, exc, match",
+    [
+        ("CartPole-v1", TypeError, "iterable"),
+        (b"x", TypeError, "iterable"),
+        (3, TypeError, "iterable"),
+        ([], ValueError, "at least one"),
+        ([FaultEnv, 3], TypeError, r"`env_fns\[1\]` must be callable"),
+    ],
+)
 def test_env_fns_refused(value: Any, exc: type, match: str) -> None:
     with pytest.raises(exc, match=match):
         checks.check_env_fns(value)
@@ -117,9 +120,17 @@ def test_observation_mode() -> None:
 # -- timeout (defect 9) -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value, expected", [
-    (None, None), (0, 0.0), (0.25, 0.25), (3, 3.0), (np.float32(0.5), 0.5), (np.int64(2), 2.0),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (None, None),
+        (0, 0.0),
+        (0.25, 0.25),
+        (3, 3.0),
+        (np.float32(0.5), 0.5),
+        (np.int64(2), 2.0),
+    ],
+)
 def test_timeout_accepted(value: Any, expected: float | None) -> None:
     out = checks.check_timeout(value)
     assert out == expected
@@ -154,16 +165,19 @@ def test_seed_list_accepted() -> None:
     assert all(type(s) is int for s in checks.seed_list(np.array([4, 5]), 2))
 
 
-@pytest.mark.parametrize("seed, exc, match", [
-    (-1, ValueError, "non-negative"),
-    ([0, 1], ValueError, "length must match num_envs=3"),
-    ([0, -1, 2], ValueError, r"`seed\[1\]`"),
-    ([0, 1.5, 2], TypeError, r"`seed\[1\]` must be an int"),
-    ([0, True, 2], TypeError, r"`seed\[1\]` must be an int"),
-    ("123", TypeError, "`seed` must be"),
-    (1.0, TypeError, "`seed` must be"),
-    (True, TypeError, "`seed` must be"),
-])
+@pytest.mark.parametrize(
+    "seed, exc, match",
+    [
+        (-1, ValueError, "non-negative"),
+        ([0, 1], ValueError, "length must match num_envs=3"),
+        ([0, -1, 2], ValueError, r"`seed\[1\]`"),
+        ([0, 1.5, 2], TypeError, r"`seed\[1\]` must be an int"),
+        ([0, True, 2], TypeError, r"`seed\[1\]` must be an int"),
+        ("123", TypeError, "`seed` must be"),
+        (1.0, TypeError, "`seed` must be"),
+        (True, TypeError, "`seed` must be"),
+    ],
+)
 def test_seed_list_refused(seed: Any, exc: type, match: str) -> None:
     with pytest.raises(exc, match=match):
         checks.seed_list(seed, 3)
@@ -187,28 +201,34 @@ def test_reset_mask() -> None:
 # -- batch_size (defect 1) ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("batch_size, sizes, expected", [
-    (None, [4, 3, 3], 10),
-    (10, [4, 3, 3], 10),
-    (None, [2, 2], 4),
-    (2, [2, 2, 2], 2),
-    (4, [2, 2, 2], 4),
-    (np.int64(6), [2, 2, 2], 6),
-])
+@pytest.mark.parametrize(
+    "batch_size, sizes, expected",
+    [
+        (None, [4, 3, 3], 10),
+        (10, [4, 3, 3], 10),
+        (None, [2, 2], 4),
+        (2, [2, 2, 2], 2),
+        (4, [2, 2, 2], 4),
+        (np.int64(6), [2, 2, 2], 6),
+    ],
+)
 def test_batch_size_accepted(batch_size: Any, sizes: list[int], expected: int) -> None:
     out = checks.check_batch_size(batch_size, sizes)
     assert out == expected and type(out) is int
 
 
-@pytest.mark.parametrize("batch_size, sizes, match", [
-    (7, [4, 3, 3], r"group sizes \[4, 3, 3\]"),
-    (4, [4, 3, 3], r"group sizes \[4, 3, 3\]"),
-    (3, [2, 2, 2], r"multiple of the group size 2"),
-    (0, [2, 2], r"\[1, num_envs=4\]"),
-    (5, [2, 2], r"\[1, num_envs=4\]"),
-    (2.0, [2, 2], r"\[1, num_envs=4\]"),
-    (True, [2, 2], r"\[1, num_envs=4\]"),
-])
+@pytest.mark.parametrize(
+    "batch_size, sizes, match",
+    [
+        (7, [4, 3, 3], r"group sizes \[4, 3, 3\]"),
+        (4, [4, 3, 3], r"group sizes \[4, 3, 3\]"),
+        (3, [2, 2, 2], r"multiple of the group size 2"),
+        (0, [2, 2], r"\[1, num_envs=4\]"),
+        (5, [2, 2], r"\[1, num_envs=4\]"),
+        (2.0, [2, 2], r"\[1, num_envs=4\]"),
+        (True, [2, 2], r"\[1, num_envs=4\]"),
+    ],
+)
 def test_batch_size_refused(batch_size: Any, sizes: list[int], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         checks.check_batch_size(batch_size, sizes)

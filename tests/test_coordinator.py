@@ -12,9 +12,9 @@ import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import vecenv
-from vecenv import SubprocVectorEnv
 from tests.envs import DiffEnv, diff_env_fns
 from tests.test_differential import assert_same
+from vecenv import SubprocVectorEnv
 
 
 def _sync_group(indices: list[int], mode: AutoresetMode) -> gym.vector.VectorEnv:
@@ -115,8 +115,11 @@ def test_env_fns_may_be_any_iterable() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "argument"),
-    [({"autoreset_mode": "Sometimes"}, "autoreset_mode"), ({"context": "teleport"}, "context"),
-     ({"batch_size": 3}, "batch_size")],
+    [
+        ({"autoreset_mode": "Sometimes"}, "autoreset_mode"),
+        ({"context": "teleport"}, "context"),
+        ({"batch_size": 3}, "batch_size"),
+    ],
     ids=["autoreset_mode", "context", "batch_size"],
 )
 @pytest.mark.timeout(60)

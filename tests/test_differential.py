@@ -22,9 +22,9 @@ from gymnasium.spaces import Box, Discrete, MultiDiscrete
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import vecenv
-from vecenv import SpaceMismatchError, SubprocVectorEnv
 from tests.conftest import start_methods
 from tests.envs import DiffEnv, ReusedInfoEnv, diff_env_fns, make_group
+from vecenv import SpaceMismatchError, SubprocVectorEnv
 
 NEXT, SAME, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED
 STEPS = 220
@@ -335,8 +335,25 @@ SCENARIOS = [
     Scenario("box/discrete", 4, 2, SAME, cls=ReusedInfoEnv),
 ]
 
-DIFF_INFO_KEYS = {"i_int", "f_float", "b_bool", "np_f32", "np_i16", "np_bool", "arr", "s", "nested",
-                  "mixed", "nan", "lst", "none", "act", "episode", "seed", "options"}
+DIFF_INFO_KEYS = {
+    "i_int",
+    "f_float",
+    "b_bool",
+    "np_f32",
+    "np_i16",
+    "np_bool",
+    "arr",
+    "s",
+    "nested",
+    "mixed",
+    "nan",
+    "lst",
+    "none",
+    "act",
+    "episode",
+    "seed",
+    "options",
+}
 
 
 @pytest.mark.timeout(60)
@@ -346,8 +363,13 @@ def test_matches_sync(sc: Scenario) -> None:
     stats = run_differential(
         fns,
         lambda: SubprocVectorEnv(
-            fns, sc.num_workers, autoreset_mode=sc.mode, copy=sc.copy, context=sc.context,
-            shared_memory=sc.shared_memory, inline_group=sc.inline,
+            fns,
+            sc.num_workers,
+            autoreset_mode=sc.mode,
+            copy=sc.copy,
+            context=sc.context,
+            shared_memory=sc.shared_memory,
+            inline_group=sc.inline,
         ),
         mode=sc.mode,
         copy=sc.copy,
@@ -573,8 +595,11 @@ def test_bad_num_workers(num_workers: Any) -> None:
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(
     "act_kind, actions",
-    [("discrete", [0, 3, 1, 2]), ("multidiscrete", [[0, 1], [2, 4], [1, 0], [0, 3]]),
-     ("box", [[0.5, -0.5], [0.25, 0.0], [-1.0, 1.0], [0.0, 0.125]])],
+    [
+        ("discrete", [0, 3, 1, 2]),
+        ("multidiscrete", [[0, 1], [2, 4], [1, 0], [0, 3]]),
+        ("box", [[0.5, -0.5], [0.25, 0.0], [-1.0, 1.0], [0.0, 0.125]]),
+    ],
     ids=["discrete", "multidiscrete", "box"],
 )
 def test_python_list_actions_reach_envs_as_in_sync(act_kind: str, actions: list) -> None:

@@ -21,9 +21,10 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from multiprocessing import resource_tracker, shared_memory
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -31,11 +32,10 @@ import pytest
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 
 import vecenv
+from tests.crash_envs import fault_fns, healthy_fns
 from vecenv import NeedsResetError, RemoteEnvError, VecEnvTimeoutError, WorkerDiedError
 from vecenv.errors import RemoteTraceback
 from vecenv.process_pool import KILL_GRACE
-
-from tests.crash_envs import fault_fns, healthy_fns
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -68,8 +68,8 @@ def timing_table() -> str:
     lines = [f"{'fault':34} {'ctx':6} {'raise_s':>8} {'close_s':>8}  other"]
     for (fault, ctx), t in sorted(TIMINGS.items()):
         other = ", ".join(f"{k}={v:.3f}" for k, v in t.items() if k not in ("raise", "close"))
-        fmt = lambda k: f"{t[k]:8.3f}" if k in t else f"{'-':>8}"  # noqa: E731
-        lines.append(f"{fault:34} {ctx:6} {fmt('raise')} {fmt('close')}  {other}")
+        raise_s, close_s = (f"{t[k]:8.3f}" if k in t else f"{'-':>8}" for k in ("raise", "close"))
+        lines.append(f"{fault:34} {ctx:6} {raise_s} {close_s}  {other}")
     return "\n".join(lines)
 
 
@@ -277,7 +277,7 @@ def assert_all_calls_raise_died(envs: vecenv.SubprocVectorEnv) -> None:
         ("set_attr", lambda: envs.set_attr("index", 0)),
         ("render", lambda: envs.render()),
     ]
-    for name, fn in calls:
+    for _, fn in calls:
         with pytest.raises(WorkerDiedError, match=rf"worker {TARGET_WORKER}\b"):
             fn()
     assert time.monotonic() - t0 < RAISE_S, "calls on a broken vector env must fail fast"
@@ -419,8 +419,9 @@ def scenario_close_raise(ctx: str, leaks: LeakCheck) -> None:
         envs.step(ACTIONS[1])
 
 
-def _step_death(ctx: str, leaks: LeakCheck, name: str, envs: vecenv.SubprocVectorEnv,
-                how: str, exitcode: int, action: np.ndarray) -> None:
+def _step_death(
+    ctx: str, leaks: LeakCheck, name: str, envs: vecenv.SubprocVectorEnv, how: str, exitcode: int, action: np.ndarray
+) -> None:
     """The next step raises WorkerDiedError fast; every later call too; close() returns."""
     pids = set(envs._pool.transport.pids)
     exc, t = raises_timed(WorkerDiedError, envs.step, action)
@@ -482,7 +483,9 @@ def _hang(ctx: str, leaks: LeakCheck, name: str, close_kwargs: dict[str, Any], a
     tc = close_timed(envs, **close_kwargs)
     record(name, ctx, close=tc)
     leaks.check(envs)
-    assert at_least <= tc < limit, f"close({close_kwargs}) took {tc:.2f}s with a hung worker (expected {at_least}..{limit}s)"
+    assert at_least <= tc < limit, (
+        f"close({close_kwargs}) took {tc:.2f}s with a hung worker (expected {at_least}..{limit}s)"
+    )
 
 
 def scenario_step_hang(ctx: str, leaks: LeakCheck) -> None:
@@ -609,7 +612,13 @@ BAD_INPUTS: list[tuple[str, str, Any, type[Exception], list[str]]] = [
     ("reset-mask-list", "mask", [True] * 4, TypeError, ["reset_mask", "numpy array", "list"]),
     ("reset-mask-shape", "mask", np.ones(3, np.bool_), ValueError, ["reset_mask", "(4,)", "(3,)"]),
     ("reset-mask-dtype", "mask", np.ones(4, np.int64), TypeError, ["reset_mask", "bool", "int64"]),
-    ("reset-mask-none-set", "mask", np.zeros(4, np.bool_), ValueError, ["reset_mask", "True", "[False False False False]"]),
+    (
+        "reset-mask-none-set",
+        "mask",
+        np.zeros(4, np.bool_),
+        ValueError,
+        ["reset_mask", "True", "[False False False False]"],
+    ),
 ]
 
 
@@ -768,8 +777,11 @@ def _start_child(tmp_path: Path, ctx: str) -> tuple[subprocess.Popen, list[int],
     script = tmp_path / "child.py"
     script.write_text(CHILD_SCRIPT.format(root=str(ROOT), ctx=ctx))
     proc = subprocess.Popen(
-        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, start_new_session=True,  # its own process group, as a shell job
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a shell job
     )
     line = proc.stdout.readline()
     if not line:
@@ -862,7 +874,8 @@ def test_constructor_error_does_not_wait_for_a_hanging_sibling() -> None:
 def test_exit_without_close_does_not_hang(ctx: str, tmp_path: Path) -> None:
     """An env never closed, with non-daemon workers, must not block the interpreter's exit."""
     script = tmp_path / "child.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import json, sys
         sys.path.insert(0, {str(ROOT)!r})
         import vecenv
@@ -876,7 +889,8 @@ def test_exit_without_close_does_not_hang(ctx: str, tmp_path: Path) -> None:
 
         if __name__ == "__main__":
             main()
-    """))
+    """)
+    )
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
     workers = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -18,11 +18,11 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.vector.utils import concatenate, create_empty_array
 
-from vecenv.buffers import HAVE_MEMFD, SHM_PREFIX, Buffers, BufferSpec
-from vecenv.group import EnvGroup
-from vecenv.spaces import build_tree, is_fixed, leaf_layout, to_batch, row_writer, tree_assign, tree_leaves, tree_slice
 from tests.envs import DiffEnv, ReusedInfoEnv, diff_env_fns, make_obs_space
 from tests.test_differential import assert_same, sample_actions
+from vecenv.buffers import HAVE_MEMFD, SHM_PREFIX, Buffers, BufferSpec
+from vecenv.group import EnvGroup
+from vecenv.spaces import build_tree, is_fixed, leaf_layout, row_writer, to_batch, tree_assign, tree_leaves, tree_slice
 
 NEXT, SAME, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED
 
@@ -62,7 +62,10 @@ def block_alive(ident: str | int) -> bool:
                 return True
     for fd in os.listdir("/proc/self/fd"):
         try:
-            if os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:vecenv") and os.stat(f"/proc/self/fd/{fd}").st_ino == ident:
+            if (
+                os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:vecenv")
+                and os.stat(f"/proc/self/fd/{fd}").st_ino == ident
+            ):
                 return True
         except OSError:
             pass
@@ -79,9 +82,7 @@ class LocalVec:
         self.spec = BufferSpec.plan(self.n, first.observation_space, first.action_space, shared_memory)
         self.parent = Buffers.create(self.spec)
         self.ranges = list(zip(bounds[:-1], bounds[1:]))
-        self.groups = [
-            EnvGroup(envs[a:b], mode, attach(self.parent, a, b)) for a, b in self.ranges
-        ]
+        self.groups = [EnvGroup(envs[a:b], mode, attach(self.parent, a, b)) for a, b in self.ranges]
 
     def reset(self, seeds: list, options: dict | None, mask: np.ndarray | None) -> tuple[Any, dict]:
         infos: dict = {}
@@ -266,9 +267,17 @@ def test_is_fixed(space: gym.Space, fixed: bool) -> None:
     assert is_fixed(space) is fixed
 
 
-@pytest.mark.parametrize("space", [NESTED, make_obs_space("dict"), make_obs_space("tuple"),
-                                   spaces.Box(0, 255, (2, 2), np.uint8), spaces.MultiBinary(3)],
-                         ids=["nested", "dict", "tuple", "box-uint8", "multibinary"])
+@pytest.mark.parametrize(
+    "space",
+    [
+        NESTED,
+        make_obs_space("dict"),
+        make_obs_space("tuple"),
+        spaces.Box(0, 255, (2, 2), np.uint8),
+        spaces.MultiBinary(3),
+    ],
+    ids=["nested", "dict", "tuple", "box-uint8", "multibinary"],
+)
 def test_leaf_layout_matches_gymnasium_batches(space: gym.Space) -> None:
     n = 4
     expected = tree_leaves(create_empty_array(space, n, np.zeros))
@@ -318,8 +327,18 @@ def test_to_batch_accepts_and_keeps_dtype() -> None:
         (spaces.Dict({"a": spaces.Discrete(2)}), {"b": np.zeros(3, np.int64)}, TypeError, "keys"),
         (spaces.Dict({"a": spaces.Discrete(2)}), {"a": np.zeros(4, np.int64)}, ValueError, r"actions\['a'\]"),
     ],
-    ids=["bad-shape", "bad-count", "float-to-int", "none", "str", "complex-to-float", "tuple-len",
-         "tuple-not-tuple", "dict-keys", "dict-leaf-shape"],
+    ids=[
+        "bad-shape",
+        "bad-count",
+        "float-to-int",
+        "none",
+        "str",
+        "complex-to-float",
+        "tuple-len",
+        "tuple-not-tuple",
+        "dict-keys",
+        "dict-leaf-shape",
+    ],
 )
 def test_to_batch_errors(space: gym.Space, value: Any, error: type, match: str) -> None:
     with pytest.raises(error, match=match):
@@ -339,8 +358,11 @@ def test_buffer_spec_plan() -> None:
     assert spec.shared_observations and spec.shared_actions and spec.shared_flags
     fields = [f for f, _, _ in spec.layout()]
     assert fields == ["observations"] * len(leaf_layout(obs, 4)) + ["actions", "rewards", "terminations", "truncations"]
-    assert spec.layout()[-3:] == [("rewards", (4,), np.dtype(np.float64)), ("terminations", (4,), np.dtype(np.bool_)),
-                                  ("truncations", (4,), np.dtype(np.bool_))]
+    assert spec.layout()[-3:] == [
+        ("rewards", (4,), np.dtype(np.float64)),
+        ("terminations", (4,), np.dtype(np.bool_)),
+        ("truncations", (4,), np.dtype(np.bool_)),
+    ]
     text = BufferSpec.plan(4, make_obs_space("tuple_text"), act, True)
     assert not text.shared_observations and text.shared_actions and text.shared_flags
     off = BufferSpec.plan(4, obs, act, False)
@@ -416,8 +438,11 @@ def test_buffers_text_observations_travel_as_objects() -> None:
     worker = attach(parent, 0, 3)
     try:
         assert not parent.fixed_observations
-        items = [("ab", np.array([1, 2], np.float32), 1), ("c", np.array([3, 4], np.float32), 2),
-                 ("dddd", np.array([5, 6], np.float32), 3)]
+        items = [
+            ("ab", np.array([1, 2], np.float32), 1),
+            ("c", np.array([3, 4], np.float32), 2),
+            ("dddd", np.array([5, 6], np.float32), 3),
+        ]
         write = worker.observation_writer()
         for j, item in enumerate(items):
             write(j, item)

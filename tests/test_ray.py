@@ -23,12 +23,11 @@ import pytest
 from gymnasium.error import ClosedEnvironmentError
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from tests.ray_fixtures import RaySessions, _ray_sessions, ray, ray_cluster, ray_local  # noqa: F401
-
 import vecenv
 from tests.async_envs import JitterEnv
 from tests.crash_envs import fault_fns, healthy_fns
 from tests.envs import diff_env_fns, make_group
+from tests.ray_fixtures import RaySessions, _ray_sessions, ray, ray_cluster, ray_local  # noqa: F401
 from tests.test_async import _assert_same, _row_info
 from tests.test_differential import (
     DIFF_INFO_KEYS,
@@ -54,9 +53,13 @@ def _ray_scenarios() -> list[Scenario]:
     dict, and the async call pairs. The engine under them is the process backend's, which the
     full matrix covers; these check what only the transport could break."""
     wanted = {
-        "cartpole-n7w3-SameStep", "cartpole-n3w1-Disabled", "box-discrete-n4wNone-NextStep-async",
-        "dict-box-n7w3-SameStep-actfloat64", "tuple_text-multidiscrete-n7w3-SameStep",
-        "dict-discrete-n7w3-SameStep-nocopy", "ReusedInfoEnv-box-discrete-n4w2-SameStep",
+        "cartpole-n7w3-SameStep",
+        "cartpole-n3w1-Disabled",
+        "box-discrete-n4wNone-NextStep-async",
+        "dict-box-n7w3-SameStep-actfloat64",
+        "tuple_text-multidiscrete-n7w3-SameStep",
+        "dict-discrete-n7w3-SameStep-nocopy",
+        "ReusedInfoEnv-box-discrete-n4w2-SameStep",
     }
     chosen = [sc for sc in SCENARIOS if sc.id in wanted]
     assert len(chosen) == len(wanted), wanted - {sc.id for sc in chosen}
@@ -90,9 +93,13 @@ def test_matches_sync(ray_local: RaySessions, sc: Scenario) -> None:
     fns = sc.env_fns()
     stats = run_differential(
         fns,
-        lambda: RayVectorEnv(fns, sc.num_workers, autoreset_mode=sc.mode, copy=sc.copy,
-                             actor_options=_actor_options(sc.num_workers)),
-        mode=sc.mode, copy=sc.copy, seed=sum(map(ord, sc.id)), action_dtype=sc.action_dtype,
+        lambda: RayVectorEnv(
+            fns, sc.num_workers, autoreset_mode=sc.mode, copy=sc.copy, actor_options=_actor_options(sc.num_workers)
+        ),
+        mode=sc.mode,
+        copy=sc.copy,
+        seed=sum(map(ord, sc.id)),
+        action_dtype=sc.action_dtype,
         use_async=sc.use_async,
     )
     _check_stats(sc, stats)
@@ -158,8 +165,7 @@ def test_async_batches_follow_sync_trajectories(ray_local: RaySessions, mode: Au
     rng = np.random.default_rng(0)
     orders = set()
     try:
-        with RayVectorEnv([JitterEnv] * num_envs, 4, batch_size=4, autoreset_mode=mode,
-                          actor_options=HALF_CPU) as envs:
+        with RayVectorEnv([JitterEnv] * num_envs, 4, batch_size=4, autoreset_mode=mode, actor_options=HALF_CPU) as envs:
             envs.async_reset(seed=seed)
             first = True
             for _ in range(60):
@@ -176,7 +182,7 @@ def test_async_batches_follow_sync_trajectories(ray_local: RaySessions, mode: Au
                     _assert_same(_row_info(infos, row), _row_info(expected[i][-1], 0))
                 actions = rng.integers(0, 3, size=len(env_ids))
                 for row, i in enumerate(env_ids):
-                    expected[i] = refs[i].step(actions[row:row + 1])
+                    expected[i] = refs[i].step(actions[row : row + 1])
                 envs.send(actions, env_ids)
                 first = False
             assert len(orders) > 1, "random step times should change which groups finish first"
@@ -222,12 +228,18 @@ def test_actor_that_exits_while_building_is_worker_died(ray_local: RaySessions) 
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("fault, where, expected", [
-    ("raise", "reset", ValueError), ("raise", "call", ValueError),
-    ("unpicklable", "step", vecenv.RemoteEnvError), ("unloadable", "step", vecenv.RemoteEnvError),
-])
-def test_env_errors_of_every_kind_keep_the_actors(ray_local: RaySessions, fault: str, where: str,
-                                                  expected: type) -> None:
+@pytest.mark.parametrize(
+    "fault, where, expected",
+    [
+        ("raise", "reset", ValueError),
+        ("raise", "call", ValueError),
+        ("unpicklable", "step", vecenv.RemoteEnvError),
+        ("unloadable", "step", vecenv.RemoteEnvError),
+    ],
+)
+def test_env_errors_of_every_kind_keep_the_actors(
+    ray_local: RaySessions, fault: str, where: str, expected: type
+) -> None:
     """As on the process backend: the error (or a RemoteEnvError when it cannot be rebuilt),
     naming env 1, and the vector env stays usable."""
     with RayVectorEnv(fault_fns(3, fault, where, target=1), 2) as envs:
@@ -452,8 +464,10 @@ def test_rollout_cli_backend_ray_writes_the_same_arrays(ray_local: RaySessions, 
 
 @pytest.mark.timeout(60)
 def test_import_vecenv_does_not_import_ray() -> None:
-    code = ("import sys, vecenv; from vecenv import *; assert 'ray' not in sys.modules; "
-            "from vecenv.ray_transport import RayVectorEnv; assert vecenv.RayVectorEnv is RayVectorEnv")
+    code = (
+        "import sys, vecenv; from vecenv import *; assert 'ray' not in sys.modules; "
+        "from vecenv.ray_transport import RayVectorEnv; assert vecenv.RayVectorEnv is RayVectorEnv"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
     assert proc.returncode == 0, proc.stderr
 
@@ -532,8 +546,9 @@ def test_cluster_groups_on_both_nodes_match_sync(ray_cluster, mode: AutoresetMod
 
 @pytest.mark.timeout(120)
 def test_cluster_env_error_names_the_node(ray_cluster) -> None:
-    with RayVectorEnv(fault_fns(4, "raise", "step", target=3), 2,
-                      actor_options={"scheduling_strategy": "SPREAD"}) as envs:
+    with RayVectorEnv(
+        fault_fns(4, "raise", "step", target=3), 2, actor_options={"scheduling_strategy": "SPREAD"}
+    ) as envs:
         envs.reset(seed=0)
         with pytest.raises(ValueError) as excinfo:
             envs.step(np.zeros((4, 2), np.float32))
@@ -599,6 +614,5 @@ def test_cluster_restart_moves_a_lost_group_to_another_node(ray_cluster) -> None
         ray_cluster.remove_node(node, allow_graceful=False)
         _, rewards, _, truncs, infos = envs.step_wait(timeout=60)
         assert truncs.all() and (rewards == 0).all() and infos["_worker_restarted"].all()
-        assert envs.node_ids[0] != node.node_id and envs.node_ids[0] in {
-            n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        assert envs.node_ids[0] != node.node_id and envs.node_ids[0] in {n["NodeID"] for n in ray.nodes() if n["Alive"]}
         assert envs.call("ping") == ("pong 0", "pong 1")

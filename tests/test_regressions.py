@@ -204,8 +204,10 @@ def test_d05_wrappers_holding_lambdas_build_and_match_sync() -> None:
 @pytest.mark.timeout(60)
 def test_d05_make_with_lambda_wrappers_sets_spec() -> None:
     def wrappers() -> list[Any]:
-        return [lambda env: TransformReward(env, lambda r: 2.0 * r),
-                lambda env: TransformObservation(env, lambda o: o + 1.0, env.observation_space)]
+        return [
+            lambda env: TransformReward(env, lambda r: 2.0 * r),
+            lambda env: TransformObservation(env, lambda o: o + 1.0, env.observation_space),
+        ]
 
     envs = vecenv.make("CartPole-v1", num_envs=3, num_workers=2, wrappers=wrappers())
     sync = gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="sync", wrappers=wrappers())
@@ -230,6 +232,7 @@ def test_d06_observation_that_does_not_fit_the_space_raises(kind: str, when: str
     envs = SubprocVectorEnv(make, num_workers=2)
     sync = SyncVectorEnv(make)
     try:
+
         def run(v: Any) -> None:
             v.reset(seed=0)
             v.step(np.zeros(4, np.int64))
@@ -252,12 +255,16 @@ def test_d06_observation_that_does_not_fit_the_space_raises(kind: str, when: str
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("bad", [
-    {"seed": -1},
-    {"seed": [0, 1]},  # not one seed per env
-    {"options": "x"},
-    {"options": {"reset_mask": np.ones(4, np.bool_)}},  # async_reset resets every env
-], ids=["seed=-1", "seed-count", "options-str", "reset_mask"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"seed": -1},
+        {"seed": [0, 1]},  # not one seed per env
+        {"options": "x"},
+        {"options": {"reset_mask": np.ones(4, np.bool_)}},  # async_reset resets every env
+    ],
+    ids=["seed=-1", "seed-count", "options-str", "reset_mask"],
+)
 def test_d07_bad_async_reset_keeps_the_envs_in_flight(bad: dict[str, Any]) -> None:
     envs = SubprocVectorEnv(healthy_fns(4), num_workers=2)
     sync = SyncVectorEnv(healthy_fns(4))
@@ -311,8 +318,10 @@ def test_d07_refused_input_leaves_state_as_it_was(misuse: str) -> None:
                 envs.reset(options={"reset_mask": np.array([True, False])})
             assert_same(envs.step(actions), sync.step(actions))
             mask = np.array([True, False, True, False])
-            assert_same(envs.reset(seed=[3, None, 4, None], options={"reset_mask": mask}),
-                        sync.reset(seed=[3, None, 4, None], options={"reset_mask": mask}))
+            assert_same(
+                envs.reset(seed=[3, None, 4, None], options={"reset_mask": mask}),
+                sync.reset(seed=[3, None, 4, None], options={"reset_mask": mask}),
+            )
     finally:
         envs.close()
         sync.close()
@@ -620,4 +629,3 @@ def test_d15_close_with_step_pending_warns() -> None:
     with pytest.warns(UserWarning, match=re.escape(message)):
         envs.close()
     assert envs.closed
-

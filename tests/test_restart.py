@@ -48,13 +48,14 @@ def test_other_envs_stay_exact_and_restarted_envs_are_truncated(start_method: st
     sync = SyncVectorEnv(fns, autoreset_mode=mode)
     rng = np.random.default_rng(3)
     try:
-        with vecenv.SubprocVectorEnv(fns, W, autoreset_mode=mode, context=start_method,
-                                     on_worker_death="restart") as envs:
+        with vecenv.SubprocVectorEnv(
+            fns, W, autoreset_mode=mode, context=start_method, on_worker_death="restart"
+        ) as envs:
             assert_same(envs.reset(seed=seed), sync.reset(seed=seed))
             restarted_at = 25
+            ended = np.zeros(N, dtype=np.bool_)  # under DISABLED: envs to reset before the next step
             for t in range(60):
-                if mode is AutoresetMode.DISABLED and t > 0:
-                    ended = got[2] | got[3] | want[2] | want[3]  # the restarted envs differ from Sync's
+                if mode is AutoresetMode.DISABLED:
                     if ended.any():
                         mask = ended.copy()
                         envs.reset(options={"reset_mask": mask})
@@ -63,6 +64,7 @@ def test_other_envs_stay_exact_and_restarted_envs_are_truncated(start_method: st
                 if t == restarted_at:
                     _kill(envs, VICTIM)
                 got, want = envs.step(actions), sync.step(actions)
+                ended = got[2] | got[3] | want[2] | want[3]  # the restarted envs differ from Sync's
                 if t < restarted_at:
                     assert_same(got, want, f"step {t}")
                     continue
@@ -174,8 +176,11 @@ def test_a_worker_that_dies_while_rebuilt_counts_as_a_restart(tmp_path) -> None:
 
 @pytest.mark.parametrize(
     "kwargs, match",
-    [({"on_worker_death": "retry"}, "on_worker_death"), ({"on_worker_death": "restart", "max_restarts": 0}, "max_restarts"),
-     ({"on_worker_death": "restart", "restart_window": -1}, "restart_window")],
+    [
+        ({"on_worker_death": "retry"}, "on_worker_death"),
+        ({"on_worker_death": "restart", "max_restarts": 0}, "max_restarts"),
+        ({"on_worker_death": "restart", "restart_window": -1}, "restart_window"),
+    ],
     ids=["policy", "max_restarts", "window"],
 )
 def test_bad_restart_arguments_are_refused(kwargs: dict, match: str) -> None:

@@ -3,6 +3,7 @@ format, interruption, and the vecenv-collect command line."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -27,15 +28,25 @@ pytestmark = pytest.mark.timeout(60)
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "collect_rollouts.py"
 MODES = list(AutoresetMode)
-FIELDS = ["observations", "next_observations", "actions", "rewards", "terminations", "truncations", "env_ids", "episode_ids"]
+FIELDS = [
+    "observations",
+    "next_observations",
+    "actions",
+    "rewards",
+    "terminations",
+    "truncations",
+    "env_ids",
+    "episode_ids",
+]
 
 
 def counter_envs(num_envs: int, mode: AutoresetMode, env_class: type = CounterEnv, **kwargs: Any) -> SyncVectorEnv:
     return SyncVectorEnv([lambda: env_class(**kwargs) for _ in range(num_envs)], autoreset_mode=mode)
 
 
-def collect_sync(out: Path, num_envs: int, mode: AutoresetMode, policy: Any = "random", max_length: int = 7,
-                 **kwargs: Any) -> rollout.Dataset:
+def collect_sync(
+    out: Path, num_envs: int, mode: AutoresetMode, policy: Any = "random", max_length: int = 7, **kwargs: Any
+) -> rollout.Dataset:
     envs = counter_envs(num_envs, mode, max_length=max_length)
     try:
         return collect(envs, policy, out=out, progress=False, **kwargs)
@@ -77,7 +88,9 @@ def check_real_transitions(dataset: rollout.Dataset) -> None:
 
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
 @pytest.mark.parametrize(("num_envs", "steps"), [(3, 1), (3, 37), (5, 101)])
-def test_steps_writes_exactly_n_in_vector_step_order(tmp_path: Path, mode: AutoresetMode, num_envs: int, steps: int) -> None:
+def test_steps_writes_exactly_n_in_vector_step_order(
+    tmp_path: Path, mode: AutoresetMode, num_envs: int, steps: int
+) -> None:
     short = collect_sync(tmp_path / "short", num_envs, mode, steps=steps, seed=3)
     long = collect_sync(tmp_path / "long", num_envs, mode, steps=steps + 2 * num_envs + 1, seed=3)
     assert short.transitions == steps == short.metadata["counts"]["transitions"]
@@ -137,8 +150,14 @@ def test_all_autoreset_modes_record_the_same_per_env_trajectories(tmp_path: Path
         for dataset in datasets:
             rows = column(dataset, "env_ids") == env
             trajectories.append(
-                np.stack([column(dataset, "observations")[rows, 0], column(dataset, "next_observations")[rows, 0],
-                          column(dataset, "rewards")[rows], column(dataset, "terminations")[rows]])
+                np.stack(
+                    [
+                        column(dataset, "observations")[rows, 0],
+                        column(dataset, "next_observations")[rows, 0],
+                        column(dataset, "rewards")[rows],
+                        column(dataset, "terminations")[rows],
+                    ]
+                )
             )
         shortest = min(t.shape[1] for t in trajectories)
         assert shortest > 50
@@ -199,19 +218,37 @@ def test_dict_and_tuple_spaces_have_one_file_per_leaf_and_load_nested(tmp_path: 
     assert box.shape == (61, 2) and box.dtype == np.float32
     np.testing.assert_array_equal(dataset["rewards"], discrete.astype(np.float64))
     description = dataset.metadata["observation_space"]["description"]
-    assert description["spaces"]["pair"]["spaces"][1] == {"type": "MultiDiscrete", "shape": [2], "dtype": "int64", "nvec": [3, 4], "start": [0, 0]}
+    assert description["spaces"]["pair"]["spaces"][1] == {
+        "type": "MultiDiscrete",
+        "shape": [2],
+        "dtype": "int64",
+        "nvec": [3, 4],
+        "start": [0, 0],
+    }
 
 
 def test_metadata_records_the_run(tmp_path: Path) -> None:
-    dataset = collect_sync(tmp_path / "d", 3, AutoresetMode.NEXT_STEP, steps=20, seed=4,
-                           metadata={"env_id": "RolloutCounter-v0", "command_line": "x --y"})
+    dataset = collect_sync(
+        tmp_path / "d",
+        3,
+        AutoresetMode.NEXT_STEP,
+        steps=20,
+        seed=4,
+        metadata={"env_id": "RolloutCounter-v0", "command_line": "x --y"},
+    )
     metadata = json.loads((dataset.path / "metadata.json").read_text())
     assert metadata == dataset.metadata
     assert metadata["complete"] is True and metadata["seed"] == 4 and metadata["num_envs"] == 3
     assert metadata["env_id"] == "RolloutCounter-v0" and metadata["command_line"] == "x --y"
     assert metadata["policy"] == "random" and metadata["counts"]["transitions"] == 20
     assert metadata["observation_space"]["str"] == str(CounterEnv().observation_space)
-    assert metadata["action_space"]["description"] == {"type": "Discrete", "shape": [], "dtype": "int64", "n": 3, "start": 0}
+    assert metadata["action_space"]["description"] == {
+        "type": "Discrete",
+        "shape": [],
+        "dtype": "int64",
+        "n": 3,
+        "start": 0,
+    }
     assert metadata["versions"]["gymnasium"] == gymnasium.__version__
     assert metadata["start_time"] <= metadata["end_time"]
     length = metadata["stats"]["episode_length"]
@@ -302,7 +339,10 @@ def test_float64_actions_for_a_float32_box_are_accepted_and_recorded_as_float32(
 @pytest.mark.parametrize(
     ("action", "match"),
     [
-        (np.array([[0.5, 2.0], [0.0, 0.0]]), r"outside the action space: env 0 got array\(\[0.5, 2. \], dtype=float32\)"),
+        (
+            np.array([[0.5, 2.0], [0.0, 0.0]]),
+            r"outside the action space: env 0 got array\(\[0.5, 2. \], dtype=float32\)",
+        ),
         (np.array([[0.5, np.nan], [0.0, 0.0]]), r"outside the action space: env 0 got"),
         (np.zeros((2, 3)), r"does not accept: `actions` must have shape \(2, 2\).*got shape \(2, 3\)"),
         (np.zeros(2, dtype=np.complex128), r"does not accept: `actions` must have shape|must have a dtype"),
@@ -338,7 +378,9 @@ def peak_traced_bytes(fn: Any) -> int:
         tracemalloc.stop()
 
 
-def test_episodes_memory_stays_bounded_when_episodes_do_not_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_episodes_memory_stays_bounded_when_episodes_do_not_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With episodes=1, every row of every open episode must wait until its episode ends. The
     rows held in memory must not grow with the episode length (open rows spill to disk in
     blocks), nor must the traced memory (numpy reports its buffers to tracemalloc); the
@@ -361,7 +403,8 @@ def test_episodes_memory_stays_bounded_when_episodes_do_not_end(tmp_path: Path, 
         spilled.clear()
         out = tmp_path / f"d{length}"
         peaks[length] = peak_traced_bytes(
-            lambda: collect(long_envs(2, length), constant_policy, episodes=1, out=out, progress=False))
+            functools.partial(collect, long_envs(2, length), constant_policy, episodes=1, out=out, progress=False)
+        )
         dataset = load(out)
         assert dataset.transitions == length and dataset.metadata["counts"]["episodes"] == 1
         np.testing.assert_array_equal(np.asarray(dataset["observations"])[:, 0], np.arange(length))
@@ -380,8 +423,9 @@ def test_episodes_memory_stays_bounded_when_episodes_do_not_end(tmp_path: Path, 
 
 def cli(*args: str, cwd: Path = REPO, timeout: float = 60) -> subprocess.CompletedProcess:
     environment = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, str(SCRIPT), *args], cwd=cwd, env=environment,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], cwd=cwd, env=environment, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_no_arguments_collects_10000_cartpole_steps(tmp_path: Path) -> None:
@@ -395,8 +439,19 @@ def test_no_arguments_collects_10000_cartpole_steps(tmp_path: Path) -> None:
 
 
 def test_cli_is_deterministic_across_worker_counts(tmp_path: Path) -> None:
-    common = ["--env", "CartPole-v1", "--num-envs", "3", "--steps", "777", "--seed", "11", "--quiet",
-              "--autoreset-mode", "same_step"]
+    common = [
+        "--env",
+        "CartPole-v1",
+        "--num-envs",
+        "3",
+        "--steps",
+        "777",
+        "--seed",
+        "11",
+        "--quiet",
+        "--autoreset-mode",
+        "same_step",
+    ]
     assert main([*common, "--num-workers", "1", "--out", str(tmp_path / "one")]) == 0
     assert main([*common, "--num-workers", "2", "--out", str(tmp_path / "two")]) == 0
     one, two = npy_bytes(tmp_path / "one"), npy_bytes(tmp_path / "two")
@@ -405,12 +460,28 @@ def test_cli_is_deterministic_across_worker_counts(tmp_path: Path) -> None:
 
 
 def test_cli_policy_module_attr_and_overwrite(tmp_path: Path) -> None:
-    args = ["--env", "tests.rollout_envs:RolloutCounter-v0", "--num-envs", "3", "--num-workers", "2",
-            "--episodes", "9", "--policy", "tests.rollout_envs:constant_policy", "--quiet", "--out", str(tmp_path / "d")]
+    args = [
+        "--env",
+        "tests.rollout_envs:RolloutCounter-v0",
+        "--num-envs",
+        "3",
+        "--num-workers",
+        "2",
+        "--episodes",
+        "9",
+        "--policy",
+        "tests.rollout_envs:constant_policy",
+        "--quiet",
+        "--out",
+        str(tmp_path / "d"),
+    ]
     assert main(args) == 0
     assert main([*args, "--overwrite"]) == 0
     dataset = load(tmp_path / "d")
-    assert dataset.metadata["counts"]["episodes"] == 9 and dataset.metadata["policy"] == "tests.rollout_envs:constant_policy"
+    assert (
+        dataset.metadata["counts"]["episodes"] == 9
+        and dataset.metadata["policy"] == "tests.rollout_envs:constant_policy"
+    )
     assert np.all(np.asarray(dataset["rewards"]) == 2.0)
     check_real_transitions(dataset)
 
@@ -429,12 +500,27 @@ def test_cli_policy_module_attr_and_overwrite(tmp_path: Path) -> None:
         (["--episodes", "-3"], "argument --episodes: expected a positive integer, got -3"),
         (["--num-envs", "two"], "argument --num-envs: expected a positive integer, got 'two'"),
         (["--steps", "5", "--episodes", "5"], "argument --episodes: not allowed with argument --steps"),
-        (["--env", "CartPole-v1", "--env-kwargs", '{"bogus": 1}'], "could not create 8 x 'CartPole-v1' with --env-kwargs {\"bogus\": 1}"),
-        (["--env", "tests.rollout_envs:RolloutCounter-v0", "--num-envs", "2", "--policy", "tests.rollout_envs:out_of_space_policy"],
-         "policy 'tests.rollout_envs:out_of_space_policy' returned an action outside the action space: env 0 got np.int64(7)"),
+        (
+            ["--env", "CartPole-v1", "--env-kwargs", '{"bogus": 1}'],
+            "could not create 8 x 'CartPole-v1' with --env-kwargs {\"bogus\": 1}",
+        ),
+        (
+            [
+                "--env",
+                "tests.rollout_envs:RolloutCounter-v0",
+                "--num-envs",
+                "2",
+                "--policy",
+                "tests.rollout_envs:out_of_space_policy",
+            ],
+            "policy 'tests.rollout_envs:out_of_space_policy' returned an action outside the action space: "
+            "env 0 got np.int64(7)",
+        ),
     ],
 )
-def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture, args: list[str], message: str) -> None:
+def test_cli_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture, args: list[str], message: str
+) -> None:
     assert main([*args, "--quiet", "--out", str(tmp_path / "d")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("vecenv-collect: error: ") and err.count("\n") == 1, err
@@ -479,9 +565,28 @@ def alive(pid: int) -> bool:
 def test_interrupt_keeps_a_loadable_partial_dataset_and_no_workers(tmp_path: Path, signum: int, status: int) -> None:
     out = tmp_path / "d"
     process = subprocess.Popen(
-        [sys.executable, str(SCRIPT), "--env", "tests.rollout_envs:RolloutCounter-v0", "--env-kwargs", '{"delay": 0.002}',
-         "--num-envs", "2", "--num-workers", "2", "--steps", "100000000", "--quiet", "--out", str(out)],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--env",
+            "tests.rollout_envs:RolloutCounter-v0",
+            "--env-kwargs",
+            '{"delay": 0.002}',
+            "--num-envs",
+            "2",
+            "--num-workers",
+            "2",
+            "--steps",
+            "100000000",
+            "--quiet",
+            "--out",
+            str(out),
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 30
@@ -520,8 +625,22 @@ def test_sb3_policy_collects_with_the_models_predict(tmp_path: Path) -> None:
     model = sb3.PPO("MlpPolicy", CounterEnv(), n_steps=16, batch_size=16, seed=0, device="cpu")  # untrained is enough
     model.save(tmp_path / "ppo.zip")
     out = tmp_path / "d"
-    args = ["--env", "tests.rollout_envs:RolloutCounter-v0", "--num-envs", "3", "--num-workers", "2", "--steps", "60",
-            "--policy", f"sb3:{tmp_path / 'ppo.zip'}", "--deterministic", "--quiet", "--out", str(out)]
+    args = [
+        "--env",
+        "tests.rollout_envs:RolloutCounter-v0",
+        "--num-envs",
+        "3",
+        "--num-workers",
+        "2",
+        "--steps",
+        "60",
+        "--policy",
+        f"sb3:{tmp_path / 'ppo.zip'}",
+        "--deterministic",
+        "--quiet",
+        "--out",
+        str(out),
+    ]
     assert main(args) == 0
     dataset = load(out)
     assert dataset.metadata["policy"] == f"sb3:{tmp_path / 'ppo.zip'} (PPO, deterministic)"
@@ -532,19 +651,36 @@ def test_sb3_policy_collects_with_the_models_predict(tmp_path: Path) -> None:
     assert main([*args[:-1], str(tmp_path / "e"), "--policy", f"sb3:PPO:{tmp_path / 'ppo.zip'}"]) == 0
     (tmp_path / "bad.zip").write_text("not a zip")
     assert main([*args[:-3], "--policy", f"sb3:{tmp_path / 'bad.zip'}", "--out", str(tmp_path / "f")]) == 2
-    assert main(["--env", "CartPole-v1", "--policy", f"sb3:{tmp_path / 'ppo.zip'}", "--quiet",
-                 "--out", str(tmp_path / "g")]) == 2
+    assert (
+        main(
+            ["--env", "CartPole-v1", "--policy", f"sb3:{tmp_path / 'ppo.zip'}", "--quiet", "--out", str(tmp_path / "g")]
+        )
+        == 2
+    )
 
 
 def test_sb3_policy_errors_name_the_problem(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["--policy", f"sb3:{tmp_path / 'missing.zip'}", "--quiet", "--out", str(tmp_path / "d")]) == 2
     assert "expected sb3:PATH.zip naming a saved model file" in capsys.readouterr().err
-    assert main(["--policy", "tests.rollout_envs:constant_policy", "--deterministic", "--quiet",
-                 "--out", str(tmp_path / "d")]) == 2
+    assert (
+        main(
+            [
+                "--policy",
+                "tests.rollout_envs:constant_policy",
+                "--deterministic",
+                "--quiet",
+                "--out",
+                str(tmp_path / "d"),
+            ]
+        )
+        == 2
+    )
     assert "--deterministic: only for sb3: policies" in capsys.readouterr().err
 
 
-def test_interrupted_episodes_collection_keeps_finished_episodes_and_no_spill(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_interrupted_episodes_collection_keeps_finished_episodes_and_no_spill(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(rollout.writer, "CHUNK_BYTES", 1024)  # open episodes spill early
     calls = []
 

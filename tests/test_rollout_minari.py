@@ -39,7 +39,9 @@ def _minari_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
-def sync_envs(num_envs: int, mode: AutoresetMode = AutoresetMode.NEXT_STEP, env_class: type = CounterEnv) -> SyncVectorEnv:
+def sync_envs(
+    num_envs: int, mode: AutoresetMode = AutoresetMode.NEXT_STEP, env_class: type = CounterEnv
+) -> SyncVectorEnv:
     return SyncVectorEnv([lambda: env_class() for _ in range(num_envs)], autoreset_mode=mode)
 
 
@@ -64,8 +66,9 @@ def leaves(value: Any) -> list[np.ndarray]:
     return [np.asarray(value)]
 
 
-def assert_same_episodes(minari_dataset: Any, dataset: rollout.Dataset, truncate_open: bool = True,
-                         drop_open: bool = False) -> None:
+def assert_same_episodes(
+    minari_dataset: Any, dataset: rollout.Dataset, truncate_open: bool = True, drop_open: bool = False
+) -> None:
     """Each Minari episode equals our transitions of the same episode, arrays and dtypes."""
     groups = native_episodes(dataset)
     done = np.asarray(dataset["terminations"]) | np.asarray(dataset["truncations"])
@@ -97,8 +100,9 @@ def assert_same_episodes(minari_dataset: Any, dataset: rollout.Dataset, truncate
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
 def test_minari_episodes_equal_our_transitions(tmp_path: Path, mode: AutoresetMode) -> None:
     ours = collect(sync_envs(3, mode), episodes=17, seed=4, out=tmp_path / "ours", progress=False)
-    theirs = collect(sync_envs(3, mode), episodes=17, seed=4, format="minari", dataset_id="test/counter-v0",
-                     progress=False)
+    theirs = collect(
+        sync_envs(3, mode), episodes=17, seed=4, format="minari", dataset_id="test/counter-v0", progress=False
+    )
     assert theirs.total_episodes == 17 and theirs.total_steps == ours.transitions
     assert_same_episodes(minari.load_dataset("test/counter-v0"), ours)
 
@@ -106,8 +110,14 @@ def test_minari_episodes_equal_our_transitions(tmp_path: Path, mode: AutoresetMo
 def test_nested_dict_and_tuple_spaces_round_trip(tmp_path: Path) -> None:
     envs = sync_envs(2, env_class=DictCounterEnv)
     ours = collect(envs, steps=40, seed=1, out=tmp_path / "ours", progress=False)
-    collect(sync_envs(2, env_class=DictCounterEnv), steps=40, seed=1, format="minari",
-            dataset_id="nested-v1", progress=False)
+    collect(
+        sync_envs(2, env_class=DictCounterEnv),
+        steps=40,
+        seed=1,
+        format="minari",
+        dataset_id="nested-v1",
+        progress=False,
+    )
     loaded = minari.load_dataset("nested-v1")
     assert loaded.observation_space == DictCounterEnv().observation_space
     assert_same_episodes(loaded, ours)
@@ -117,8 +127,15 @@ def test_nested_dict_and_tuple_spaces_round_trip(tmp_path: Path) -> None:
 def test_steps_open_episodes_are_truncated_or_dropped_as_asked(tmp_path: Path, open_episodes: str) -> None:
     ours = collect(sync_envs(4), steps=101, seed=2, out=tmp_path / "ours", progress=False)
     done = np.asarray(ours["terminations"]) | np.asarray(ours["truncations"])
-    theirs = collect(sync_envs(4), steps=101, seed=2, format="minari", dataset_id="steps-v0",
-                     open_episodes=open_episodes, progress=False)
+    theirs = collect(
+        sync_envs(4),
+        steps=101,
+        seed=2,
+        format="minari",
+        dataset_id="steps-v0",
+        open_episodes=open_episodes,
+        progress=False,
+    )
     record = theirs.storage.metadata["vecenv"]
     still_open = [g for g in native_episodes(ours) if not done[g[-1]]]
     open_rows = sum(len(g) for g in still_open)
@@ -135,8 +152,9 @@ def test_steps_open_episodes_are_truncated_or_dropped_as_asked(tmp_path: Path, o
 def test_env_spec_is_recorded_so_recover_environment_works(tmp_path: Path) -> None:
     envs = vecenv.make("RolloutCounter-v0", 2, 2, env_kwargs={"max_length": 3})
     try:
-        dataset = collect(envs, constant_policy, episodes=5, seed=0, format="minari", dataset_id="ns/recover-v2",
-                          progress=False)
+        dataset = collect(
+            envs, constant_policy, episodes=5, seed=0, format="minari", dataset_id="ns/recover-v2", progress=False
+        )
     finally:
         envs.close()
     loaded = minari.load_dataset("ns/recover-v2")
@@ -152,7 +170,9 @@ def test_env_spec_is_recorded_so_recover_environment_works(tmp_path: Path) -> No
     assert {0, 1} <= {s for s in seeds if s is not None}
 
 
-def test_long_episodes_are_written_in_pieces_with_the_right_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_long_episodes_are_written_in_pieces_with_the_right_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(rollout.writer, "CHUNK_BYTES", 400)  # a few rows per block and piece
     envs = SyncVectorEnv([lambda: CounterEnv(max_length=40) for _ in range(2)])
     ours = collect(envs, episodes=6, seed=3, out=tmp_path / "ours", progress=False)
@@ -178,10 +198,22 @@ def test_out_is_the_datasets_root_and_existing_datasets_are_kept(tmp_path: Path)
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"dataset_id": "no version"}, ValueError, r"dataset_id: expected 'NAMESPACE/NAME-vN'.*Minari says.*got 'no version'"),
+        (
+            {"dataset_id": "no version"},
+            ValueError,
+            r"dataset_id: expected 'NAMESPACE/NAME-vN'.*Minari says.*got 'no version'",
+        ),
         ({}, ValueError, r"dataset_id: expected 'NAMESPACE/NAME-vN' with format='minari', got None"),
-        ({"dataset_id": "x-v0", "open_episodes": "keep"}, ValueError, r"open_episodes: expected one of \['truncate', 'drop'\], got 'keep'"),
-        ({"dataset_id": "x-v0", "format": "hdf5"}, ValueError, r"format: expected one of \['vecenv', 'minari'\], got 'hdf5'"),
+        (
+            {"dataset_id": "x-v0", "open_episodes": "keep"},
+            ValueError,
+            r"open_episodes: expected one of \['truncate', 'drop'\], got 'keep'",
+        ),
+        (
+            {"dataset_id": "x-v0", "format": "hdf5"},
+            ValueError,
+            r"format: expected one of \['vecenv', 'minari'\], got 'hdf5'",
+        ),
     ],
 )
 def test_minari_arguments_are_checked_before_collecting(kwargs: dict, error: type, match: str) -> None:
@@ -207,10 +239,26 @@ def test_export_gives_what_collecting_to_minari_gives(tmp_path: Path, request_: 
 
 def test_cli_collect_and_export_to_minari(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     common = ["--env", "tests.rollout_envs:RolloutCounter-v0", "--num-envs", "3", "--num-workers", "2", "--seed", "1"]
-    assert main([*common, "--episodes", "8", "--format", "minari", "--dataset-id", "cli/counter-v0",
-                 "--author", "Ada", "--description", "a test"]) == 0
+    assert (
+        main(
+            [
+                *common,
+                "--episodes",
+                "8",
+                "--format",
+                "minari",
+                "--dataset-id",
+                "cli/counter-v0",
+                "--author",
+                "Ada",
+                "--description",
+                "a test",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
-    assert "episodes:    8" in out and "minari.load_dataset(\"cli/counter-v0\")" in out
+    assert "episodes:    8" in out and 'minari.load_dataset("cli/counter-v0")' in out
     loaded = minari.load_dataset("cli/counter-v0")
     assert loaded.total_episodes == 8 and loaded.storage.metadata["author"] == {"Ada"}
     assert loaded.env_spec.id == "RolloutCounter-v0"
@@ -230,12 +278,16 @@ def test_cli_collect_and_export_to_minari(tmp_path: Path, capsys: pytest.Capture
         (["--format", "minari", "--dataset-id", "bad id"], "--dataset-id: expected 'NAMESPACE/NAME-vN'"),
         (["--dataset-id", "x-v0"], "--dataset-id: only with --format minari"),
         (["--open-episodes", "drop"], "--open-episodes: only with --format minari"),
-        (["--format", "minari", "--dataset-id", "x-v0", "--episodes", "3", "--open-episodes", "drop"],
-         "--open-episodes: only with --steps"),
+        (
+            ["--format", "minari", "--dataset-id", "x-v0", "--episodes", "3", "--open-episodes", "drop"],
+            "--open-episodes: only with --steps",
+        ),
         (["export", "/no/such/dir", "--dataset-id", "x-v0"], "DIR: path: expected a rollout dataset directory"),
     ],
 )
-def test_cli_minari_bad_input_is_one_line_and_exit_2(capsys: pytest.CaptureFixture, args: list[str], message: str) -> None:
+def test_cli_minari_bad_input_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture, args: list[str], message: str
+) -> None:
     assert main([*args, "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("vecenv-collect") and err.count("\n") == 1 and message in err, err
@@ -253,16 +305,24 @@ def test_without_minari_collect_raises_at_once(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_without_minari_the_command_fails_at_once_with_one_line(tmp_path: Path) -> None:
-    code = ("import sys; sys.modules['minari'] = None\n"
-            "from vecenv.rollout import main\n"
-            "raise SystemExit(main(sys.argv[1:]))")
+    code = (
+        "import sys; sys.modules['minari'] = None\n"
+        "from vecenv.rollout import main\n"
+        "raise SystemExit(main(sys.argv[1:]))"
+    )
     result = subprocess.run(
         [sys.executable, "-c", code, "--format", "minari", "--dataset-id", "cartpole/random-v0", "--episodes", "100"],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=60,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
-    assert result.stderr.startswith('vecenv-collect: error: Minari output needs the minari extra: pip install "vecenv[minari]"')
+    assert result.stderr.startswith(
+        'vecenv-collect: error: Minari output needs the minari extra: pip install "vecenv[minari]"'
+    )
     assert result.stdout == "" and not (tmp_path / "rollouts").exists()
 
 
@@ -273,10 +333,18 @@ def test_readme_minari_example_runs(tmp_path: Path) -> None:
     example = section.split("```python\n", 1)[1].split("```", 1)[0]
     body = "\n".join("    " + line for line in example.splitlines())
     script = tmp_path / "example.py"
-    script.write_text(f"import vecenv\n\ndef main():\n{body}\n    env.close()\n\n"
-                      "if __name__ == '__main__':\n    main()\n    print('EXAMPLE-OK')\n")
-    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=100,
-                            env={**os.environ, "PYTHONPATH": str(REPO), "MINARI_DATASETS_PATH": str(tmp_path / "root")})
+    script.write_text(
+        f"import vecenv\n\ndef main():\n{body}\n    env.close()\n\n"
+        "if __name__ == '__main__':\n    main()\n    print('EXAMPLE-OK')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env={**os.environ, "PYTHONPATH": str(REPO), "MINARI_DATASETS_PATH": str(tmp_path / "root")},
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[0] == "100" and result.stdout.strip().endswith("EXAMPLE-OK")
     assert minari.MinariDataset(tmp_path / "root" / "cartpole" / "random-v0" / "data").total_episodes == 100

@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -54,22 +55,35 @@ CASES = [
     Case("NormalizeObservation", vw.NormalizeObservation),
     Case("NormalizeReward", functools.partial(vw.NormalizeReward, gamma=0.9)),
     Case("ClipReward", functools.partial(vw.ClipReward, min_reward=0.0, max_reward=0.5)),
-    Case("TransformObservation",
-         lambda e: vw.TransformObservation(e, _double, single_observation_space=_unbounded(e))),
-    Case("VectorizeTransformObservation",
-         lambda e: vw.VectorizeTransformObservation(e, gym.wrappers.TransformObservation, func=_double,
-                                                    observation_space=_unbounded(e))),
+    Case("TransformObservation", lambda e: vw.TransformObservation(e, _double, single_observation_space=_unbounded(e))),
+    Case(
+        "VectorizeTransformObservation",
+        lambda e: vw.VectorizeTransformObservation(
+            e, gym.wrappers.TransformObservation, func=_double, observation_space=_unbounded(e)
+        ),
+    ),
     Case("TransformReward", lambda e: vw.TransformReward(e, lambda r: r * 0.1 - 0.5)),
     Case("DtypeObservation", lambda e: vw.DtypeObservation(e, np.float64)),
-    Case("DictInfoToList", lambda e: vw.DictInfoToList(vw.RecordEpisodeStatistics(e)),
-         env_kwargs={"max_episode_steps": 30}),
-    Case("stack", lambda e: vw.ClipReward(vw.NormalizeReward(vw.NormalizeObservation(vw.RecordEpisodeStatistics(e))),
-                                         -1.0, 1.0), env_kwargs={"max_episode_steps": 40}),
+    Case(
+        "DictInfoToList",
+        lambda e: vw.DictInfoToList(vw.RecordEpisodeStatistics(e)),
+        env_kwargs={"max_episode_steps": 30},
+    ),
+    Case(
+        "stack",
+        lambda e: vw.ClipReward(vw.NormalizeReward(vw.NormalizeObservation(vw.RecordEpisodeStatistics(e))), -1.0, 1.0),
+        env_kwargs={"max_episode_steps": 40},
+    ),
     Case("ClipAction", vw.ClipAction, env_id="Pendulum-v1", steps=230),
-    Case("RescaleAction", lambda e: vw.RescaleAction(e, np.float32(-1), np.float32(1)),
-         env_id="Pendulum-v1", steps=230),
-    Case("TransformAction", lambda e: vw.TransformAction(e, lambda a: np.clip(a * 0.5, -2, 2)),
-         env_id="Pendulum-v1", steps=230),
+    Case(
+        "RescaleAction", lambda e: vw.RescaleAction(e, np.float32(-1), np.float32(1)), env_id="Pendulum-v1", steps=230
+    ),
+    Case(
+        "TransformAction",
+        lambda e: vw.TransformAction(e, lambda a: np.clip(a * 0.5, -2, 2)),
+        env_id="Pendulum-v1",
+        steps=230,
+    ),
 ]
 
 
@@ -180,8 +194,9 @@ def test_make_takes_make_vec_arguments_and_sets_its_spec() -> None:
             assert_same(envs.step(np.ones(3, dtype=np.int64)), want.step(np.ones(3, dtype=np.int64)))
         assert envs.metadata["autoreset_mode"] == SAME
         # The spec is make_vec's, but for the vectorization mode and our num_workers.
-        expected = dict(want.spec.kwargs, vectorization_mode="vecenv",
-                        vector_kwargs={"autoreset_mode": SAME, "num_workers": 2})
+        expected = dict(
+            want.spec.kwargs, vectorization_mode="vecenv", vector_kwargs={"autoreset_mode": SAME, "num_workers": 2}
+        )
         assert envs.spec.kwargs == expected
         assert dataclasses.replace(envs.spec, kwargs={}) == dataclasses.replace(want.spec, kwargs={})
         # The spec rebuilds the same vector env, as gymnasium.make_vec(spec) does for its own.
@@ -193,8 +208,7 @@ def test_make_takes_make_vec_arguments_and_sets_its_spec() -> None:
 
 @pytest.mark.timeout(60)
 def test_make_accepts_a_make_vec_spec() -> None:
-    want = gym.make_vec("CartPole-v1", 2, vectorization_mode="sync", vector_kwargs={"copy": False},
-                        max_episode_steps=7)
+    want = gym.make_vec("CartPole-v1", 2, vectorization_mode="sync", vector_kwargs={"copy": False}, max_episode_steps=7)
     with vecenv.make(want.spec) as envs:
         assert envs.num_envs == 2
         assert envs.spec.kwargs == dict(want.spec.kwargs, vectorization_mode="vecenv")
@@ -210,8 +224,10 @@ def test_make_accepts_a_make_vec_spec() -> None:
     [
         ({"vector_kwargs": {"bogus": 1}}, "`vector_kwargs` keys must be SubprocVectorEnv arguments .* unknown 'bogus'"),
         ({"vector_kwargs": {"copy": True}, "copy": False}, "'copy' given twice: in `vector_kwargs` and as a keyword"),
-        ({"env_kwargs": {"sutton_barto_reward": True}, "sutton_barto_reward": False},
-         "'sutton_barto_reward' given twice"),
+        (
+            {"env_kwargs": {"sutton_barto_reward": True}, "sutton_barto_reward": False},
+            "'sutton_barto_reward' given twice",
+        ),
         ({"vector_kwargs": {"num_workers": 1}, "num_workers": 2}, "'num_workers' given twice"),
         ({"vector_kwargs": [1]}, r"`vector_kwargs` must be a dict or None, got \[1\]"),
         ({"wrappers": "ClipReward"}, "`wrappers` must be a sequence of callables .* got 'ClipReward'"),
@@ -219,8 +235,17 @@ def test_make_accepts_a_make_vec_spec() -> None:
         ({"wrappers": [_clip_half, 3]}, r"`wrappers\[1\]` must be callable .* got 3"),
         ({"vectorization_mode": "sync"}, "`vectorization_mode` does not apply.* got vectorization_mode='sync'"),
     ],
-    ids=["unknown-vector-kwarg", "vector-twice", "env-twice", "workers-twice", "vector-not-dict",
-         "wrappers-str", "wrappers-callable", "wrapper-not-callable", "vectorization-mode"],
+    ids=[
+        "unknown-vector-kwarg",
+        "vector-twice",
+        "env-twice",
+        "workers-twice",
+        "vector-not-dict",
+        "wrappers-str",
+        "wrappers-callable",
+        "wrapper-not-callable",
+        "vectorization-mode",
+    ],
 )
 def test_make_rejects_bad_arguments(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(TypeError, match=message):

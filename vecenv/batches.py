@@ -53,7 +53,8 @@ class AsyncBatches:
         if venv._state not in (State.DEFAULT, State.POOL):
             raise AlreadyPendingCallError(
                 f"Calling `async_reset` while waiting for a pending call to `{venv._state.value}` to complete.",
-                venv._state.value)
+                venv._state.value,
+            )
         if venv.autoreset_mode is AutoresetMode.DISABLED:
             raise ValueError("async_reset/recv/send need autoreset_mode NEXT_STEP or SAME_STEP, got DISABLED")
         options = check_options(options)
@@ -66,8 +67,9 @@ class AsyncBatches:
         for w in workers:
             if w.in_flight:
                 w.abandon()
-        venv._pool.send(workers, Command.RESET,
-                        [ResetArgs(seeds[w.start:w.stop], options, None) for w in workers], "async_reset")
+        venv._pool.send(
+            workers, Command.RESET, [ResetArgs(seeds[w.start : w.stop], options, None) for w in workers], "async_reset"
+        )
         venv._needs_reset = None
         venv._state = State.POOL
 
@@ -86,7 +88,9 @@ class AsyncBatches:
             if in_flight < self.batch_size:
                 raise NoAsyncCallError(
                     f"Calling `recv` with only {in_flight} envs in flight, fewer than batch_size={self.batch_size}: "
-                    "`send` actions for the envs the last `recv` returned first.", State.POOL.value)
+                    "`send` actions for the envs the last `recv` returned first.",
+                    State.POOL.value,
+                )
             pool.wait(busy, deadline, "recv", timeout)
         groups, total = [], 0
         for w in ready:
@@ -125,7 +129,9 @@ class AsyncBatches:
         busy = [int(i) for i in ids if pool.workers[self._owner[i]].status is not WorkerStatus.IDLE]
         if busy:
             raise ValueError(
-                f"`env_ids` must be envs returned by `recv` and not sent since, got envs {busy} that are still in flight")
+                f"`env_ids` must be envs returned by `recv` and not sent since, got envs {busy} "
+                "that are still in flight"
+            )
         workers = [pool.workers[i] for i in np.unique(self._owner[ids])]
         missing = sorted(set(i for w in workers for i in w.envs) - set(ids.tolist()))
         if missing:

@@ -239,7 +239,7 @@ def _runner_workers(runner: str) -> int | None:
     """K of a ``vecenv-Kw...`` or ``ray-Kw...`` runner, else ``None``."""
     for prefix in ("vecenv-", "ray-"):
         if runner.startswith(prefix):
-            head = runner[len(prefix):].split("-")[0]
+            head = runner[len(prefix) :].split("-")[0]
             if head.endswith("w") and head[:-1].isdigit():
                 return int(head[:-1])
     return None
@@ -250,8 +250,13 @@ def _ray_vector(fns: list[Callable[[], gym.Env]], workers: int, **kwargs: Any) -
     from vecenv.ray_transport import RayVectorEnv
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return RayVectorEnv(fns, workers, actor_options={"num_cpus": min(1.0, cores / workers)},
-                        autoreset_mode=AutoresetMode.NEXT_STEP, **kwargs)
+    return RayVectorEnv(
+        fns,
+        workers,
+        actor_options={"num_cpus": min(1.0, cores / workers)},
+        autoreset_mode=AutoresetMode.NEXT_STEP,
+        **kwargs,
+    )
 
 
 def _make_vector(runner: str, fns: list[Callable[[], gym.Env]], spec: dict[str, Any]) -> Any:
@@ -265,7 +270,7 @@ def _make_vector(runner: str, fns: list[Callable[[], gym.Env]], spec: dict[str, 
     if runner.startswith("vecenv-") and runner.endswith("w"):
         import vecenv
 
-        return vecenv.SubprocVectorEnv(fns, int(runner[len("vecenv-"):-1]), autoreset_mode=mode)
+        return vecenv.SubprocVectorEnv(fns, int(runner[len("vecenv-") : -1]), autoreset_mode=mode)
     if runner == "envpool":
         import envpool
 
@@ -277,13 +282,15 @@ def _make_vector(runner: str, fns: list[Callable[[], gym.Env]], spec: dict[str, 
         import pufferlib.vector
 
         creators = [functools.partial(pufferlib.emulation.GymnasiumPufferEnv, env_creator=fn) for fn in fns]
-        return pufferlib.vector.make(creators, num_envs=len(fns), num_workers=min(2, len(fns)),
-                                     backend=pufferlib.vector.Multiprocessing)
+        return pufferlib.vector.make(
+            creators, num_envs=len(fns), num_workers=min(2, len(fns)), backend=pufferlib.vector.Multiprocessing
+        )
     if runner == "supersuit":  # best effort
         import supersuit
 
-        return supersuit.concat_vec_envs_v1(gym.vector.SyncVectorEnv(fns[:1], autoreset_mode=mode), len(fns),
-                                            num_cpus=2, base_class="gymnasium")
+        return supersuit.concat_vec_envs_v1(
+            gym.vector.SyncVectorEnv(fns[:1], autoreset_mode=mode), len(fns), num_cpus=2, base_class="gymnasium"
+        )
     raise ValueError(f"unknown runner {runner!r}")
 
 
@@ -439,7 +446,7 @@ def _tree(root: int) -> list[int]:
                 stat = f.read()
         except OSError:
             continue
-        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
         children.setdefault(ppid, []).append(int(entry))
     out, todo = [], [root]
     while todo:
@@ -481,13 +488,14 @@ def _run_child(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
     code = "from vecenv.benchmark import _child_main; _child_main()"
     env = {**os.environ, **CHILD_ENV}
     try:
-        proc = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True,
-                              timeout=timeout, env=env)
+        proc = subprocess.run(
+            [sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True, timeout=timeout, env=env
+        )
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s"}
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(RESULT_TAG):
-            return json.loads(line[len(RESULT_TAG):])
+            return json.loads(line[len(RESULT_TAG) :])
     err = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
     return {"error": (err[-1] if err else f"exit status {proc.returncode}, no result")[:300]}
 
@@ -503,10 +511,13 @@ def _run_concurrently(spec: dict[str, Any], k: int, timeout: float) -> dict[str,
         return failed[0]
     pss = [r["pss_mib"] for r in results]
     return {
-        "rate": sum(r["rate"] for r in results), "env_steps": sum(r["env_steps"] for r in results),
-        "calls": sum(r["calls"] for r in results), "elapsed_s": max(r["elapsed_s"] for r in results),
+        "rate": sum(r["rate"] for r in results),
+        "env_steps": sum(r["env_steps"] for r in results),
+        "calls": sum(r["calls"] for r in results),
+        "elapsed_s": max(r["elapsed_s"] for r in results),
         "startup_s": max(r["startup_s"] for r in results),
-        "pss_mib": None if None in pss else sum(pss), "processes": k,
+        "pss_mib": None if None in pss else sum(pss),
+        "processes": k,
     }
 
 
@@ -522,8 +533,9 @@ def _vecenv_has_batch_api() -> str | None:
     return f"vecenv has no async batch API yet (missing {', '.join(missing)})" if missing else None
 
 
-def plan(workloads: Sequence[str], sizes: Sequence[int], runners: Sequence[str],
-         quick: bool) -> tuple[list[dict[str, Any]], list[str]]:
+def plan(
+    workloads: Sequence[str], sizes: Sequence[int], runners: Sequence[str], quick: bool
+) -> tuple[list[dict[str, Any]], list[str]]:
     """The cells to measure (in interleaving order) and notes on what is skipped."""
     cells: list[dict[str, Any]] = []
     notes: list[str] = []
@@ -538,7 +550,7 @@ def plan(workloads: Sequence[str], sizes: Sequence[int], runners: Sequence[str],
         if w not in STANDARD_WORKLOADS:
             continue
         for r in available:
-            for n in ([1] if r.startswith("single") else sizes):
+            for n in [1] if r.startswith("single") else sizes:
                 k = _runner_workers(r)
                 if k is not None and k > n:
                     continue
@@ -555,21 +567,38 @@ def plan(workloads: Sequence[str], sizes: Sequence[int], runners: Sequence[str],
             notes.append(f"async-batch: skipped, {why}")
         else:
             for n in sizes:
-                for k in ((2,) if quick else (2, 4)):
+                for k in (2,) if quick else (2, 4):
                     if n < 2 * k:
                         continue
                     group = n // k
                     base = f"vecenv-{k}w-sync"
-                    cells.append(dict(group="async-batch", workload="async-batch", n=n, runner=base, workers=k,
-                                      infer=True, baseline=base))
-                    for g in ((1,) if quick else (1, 2)):
-                        cells.append(dict(group="async-batch", workload="async-batch", n=n,
-                                          runner=f"vecenv-{k}w-batch{g * group}", workers=k, batch_size=g * group,
-                                          infer=True, baseline=base))
+                    cells.append(
+                        dict(
+                            group="async-batch",
+                            workload="async-batch",
+                            n=n,
+                            runner=base,
+                            workers=k,
+                            infer=True,
+                            baseline=base,
+                        )
+                    )
+                    for g in (1,) if quick else (1, 2):
+                        cells.append(
+                            dict(
+                                group="async-batch",
+                                workload="async-batch",
+                                n=n,
+                                runner=f"vecenv-{k}w-batch{g * group}",
+                                workers=k,
+                                batch_size=g * group,
+                                infer=True,
+                                baseline=base,
+                            )
+                        )
     if "native-group" in workloads:
         for r in ("gym-make_vec", "vecenv-2w-native"):
-            cells.append(dict(group="native-group", workload="native-group", n=2048, runner=r,
-                              baseline="gym-make_vec"))
+            cells.append(dict(group="native-group", workload="native-group", n=2048, runner=r, baseline="gym-make_vec"))
     return cells, notes
 
 
@@ -590,20 +619,27 @@ def summarize(cells: list[dict[str, Any]], cores: int) -> None:
         pss = [r["pss_mib"] for r in ok if r.get("pss_mib") is not None]
         s: dict[str, Any] = {
             "reps": len(ok),
-            "rate_median": statistics.median(rates), "rate_min": min(rates), "rate_max": max(rates),
-            "startup_s_median": statistics.median(starts), "startup_s_min": min(starts),
+            "rate_median": statistics.median(rates),
+            "rate_min": min(rates),
+            "rate_max": max(rates),
+            "startup_s_median": statistics.median(starts),
+            "startup_s_min": min(starts),
             "startup_s_max": max(starts),
             "pss_mib_median": statistics.median(pss) if pss else None,
-            "pss_mib_min": min(pss) if pss else None, "pss_mib_max": max(pss) if pss else None,
+            "pss_mib_min": min(pss) if pss else None,
+            "pss_mib_max": max(pss) if pss else None,
             "processes": ok[-1].get("processes"),
-            "ratio_to_baseline": None, "ideal_fraction": None,
+            "ratio_to_baseline": None,
+            "ideal_fraction": None,
         }
         c["summary"] = s
     for c in cells:
         s = c["summary"]
         if not s:
             continue
-        base = None if c["runner"].startswith("single") else by_key.get((c["group"], c["workload"], c["n"], c["baseline"]))
+        base = (
+            None if c["runner"].startswith("single") else by_key.get((c["group"], c["workload"], c["n"], c["baseline"]))
+        )
         if base and base["summary"]:
             s["ratio_to_baseline"] = s["rate_median"] / base["summary"]["rate_median"]
         single = by_key.get(("standard", c["workload"], 1, "single"))
@@ -629,16 +665,27 @@ def markdown(cells: list[dict[str, Any]], notes: list[str], meta: dict[str, Any]
         f"{cal['inference_reps']} × (128×128 @ 128×128 float32) ≈ {cal['inference_ms']:.2f} ms. "
         f"{meta['seconds']} s of stepping after {meta['warmup']} s warm-up, {meta['reps']} interleaved reps, "
         "each in a fresh process; median (min–max). Load average (1, 5, 15 min) at start / end: "
-        + " / ".join("?" if la is None else ", ".join(f"{x:.1f}" for x in la) for la in meta["load_average"]) + ".",
+        + " / ".join("?" if la is None else ", ".join(f"{x:.1f}" for x in la) for la in meta["load_average"])
+        + ".",
         "",
     ]
     titles = {
-        "standard": (f"Throughput (× Sync = ratio to gymnasium SyncVectorEnv; ideal = {cores} × single-env rate)",
-                     "× Sync", True),
-        "async-batch": ("Async batches (learner: ~0.5 ms inference per batch; heavy-tailed 100 µs envs); "
-                        "ratio to synchronous vecenv stepping with the same workers", "× sync", False),
-        "native-group": ("Native vectorized groups (CartPole vector_entry_point); ratio to one make_vec of 2048",
-                         "× make_vec", False),
+        "standard": (
+            f"Throughput (× Sync = ratio to gymnasium SyncVectorEnv; ideal = {cores} × single-env rate)",
+            "× Sync",
+            True,
+        ),
+        "async-batch": (
+            "Async batches (learner: ~0.5 ms inference per batch; heavy-tailed 100 µs envs); "
+            "ratio to synchronous vecenv stepping with the same workers",
+            "× sync",
+            False,
+        ),
+        "native-group": (
+            "Native vectorized groups (CartPole vector_entry_point); ratio to one make_vec of 2048",
+            "× make_vec",
+            False,
+        ),
     }
     for group, (title, ratio_name, ideal) in titles.items():
         rows = [c for c in cells if c["group"] == group]
@@ -657,17 +704,20 @@ def markdown(cells: list[dict[str, Any]], notes: list[str], meta: dict[str, Any]
                 err = next((r["error"] for r in c["reps"] if "error" in r), "no result")
                 cols += [f"failed: {err}".replace("|", "/")] + [""] * (len(head) - 4)
             else:
-                cols.append(f"**{_fmt_rate(s['rate_median'])}** ({_fmt_rate(s['rate_min'])}–"
-                            f"{_fmt_rate(s['rate_max'])})")
+                cols.append(
+                    f"**{_fmt_rate(s['rate_median'])}** ({_fmt_rate(s['rate_min'])}–{_fmt_rate(s['rate_max'])})"
+                )
                 r = s["ratio_to_baseline"]
                 cols.append("—" if r is None else f"{r:.2f}×")
                 if ideal:
                     f = s["ideal_fraction"]
                     cols.append("—" if f is None else f"{f:.0%}")
                 cols.append(f"{s['startup_s_median']:.2f} ({s['startup_s_min']:.2f}–{s['startup_s_max']:.2f})")
-                cols.append("—" if s["pss_mib_median"] is None else
-                            f"{s['pss_mib_median']:.0f} ({s['pss_mib_min']:.0f}–{s['pss_mib_max']:.0f}) "
-                            f"({s['processes']})")
+                cols.append(
+                    "—"
+                    if s["pss_mib_median"] is None
+                    else f"{s['pss_mib_median']:.0f} ({s['pss_mib_min']:.0f}–{s['pss_mib_max']:.0f}) ({s['processes']})"
+                )
             lines.append("| " + " | ".join(cols) + " |")
         lines.append("")
     if notes:
@@ -683,13 +733,14 @@ def chart(cells: list[dict[str, Any]], path: str, cores: int) -> str | None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return "chart: matplotlib not installed, benchmark.png skipped (pip install -e \".[bench]\")"
+        return 'chart: matplotlib not installed, benchmark.png skipped (pip install -e ".[bench]")'
     panels = [(w, [c for c in cells if c["workload"] == w and c["summary"]]) for w in ALL_WORKLOADS]
     panels = [(w, cs) for w, cs in panels if cs]
     if not panels:
         return "chart: nothing to plot"
-    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 2.2 + 0.28 * max(len(cs) for _, cs in panels) * len(panels)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(panels), 1, figsize=(10, 2.2 + 0.28 * max(len(cs) for _, cs in panels) * len(panels)), squeeze=False
+    )
     for ax, (w, cs) in zip(axes[:, 0], panels):
         labels = [f"N={c['n']} {c['runner']}" for c in cs]
         med = np.array([c["summary"]["rate_median"] for c in cs])
@@ -702,8 +753,9 @@ def chart(cells: list[dict[str, Any]], path: str, cores: int) -> str | None:
         ax.invert_yaxis()
         single = next((c for c in cs if c["runner"] == "single"), None)
         if single:
-            ax.axvline(cores * single["summary"]["rate_median"], color="tab:red", ls="--", lw=1,
-                       label=f"{cores}-core ideal")
+            ax.axvline(
+                cores * single["summary"]["rate_median"], color="tab:red", ls="--", lw=1, label=f"{cores}-core ideal"
+            )
             ax.legend(fontsize=7, loc="lower right")
         ax.set_title(w, fontsize=9)
         ax.set_xlabel("env-steps/s (median, min–max)", fontsize=8)
@@ -718,29 +770,45 @@ def _csv(kind: Callable[[str], Any], choices: Sequence[Any] | None = None) -> Ca
         items = [kind(x.strip()) for x in text.split(",") if x.strip()]
         bad = [x for x in items if choices is not None and x not in choices]
         if bad or not items:
-            raise argparse.ArgumentTypeError(f"expected a comma-separated subset of {', '.join(map(str, choices or []))}"
-                                             f", got {text!r}")
+            raise argparse.ArgumentTypeError(
+                f"expected a comma-separated subset of {', '.join(map(str, choices or []))}, got {text!r}"
+            )
         return items
 
     return parse
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m vecenv.benchmark", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workloads", type=_csv(str, ALL_WORKLOADS), default=list(ALL_WORKLOADS),
-                   help="comma-separated workloads (default: all: %(default)s)")
-    p.add_argument("--sizes", type=_csv(int), default=None,
-                   help="comma-separated env counts N (default: 8,32,128; --quick: 8)")
-    p.add_argument("--runners", type=_csv(str, ALL_RUNNERS), default=None,
-                   help="comma-separated runners for the cartpole/py100us/py1ms/obs84 workloads "
-                        f"(default: all but {', '.join(OPT_IN_RUNNERS)}, which are measured when "
-                        f"named; choices: {','.join(ALL_RUNNERS)})")
-    p.add_argument("--seconds", type=float, default=None,
-                   help="seconds of stepping per measurement, after the warm-up (default: 2; --quick: 0.4)")
+    p = argparse.ArgumentParser(
+        prog="python -m vecenv.benchmark", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--workloads",
+        type=_csv(str, ALL_WORKLOADS),
+        default=list(ALL_WORKLOADS),
+        help="comma-separated workloads (default: all: %(default)s)",
+    )
+    p.add_argument(
+        "--sizes", type=_csv(int), default=None, help="comma-separated env counts N (default: 8,32,128; --quick: 8)"
+    )
+    p.add_argument(
+        "--runners",
+        type=_csv(str, ALL_RUNNERS),
+        default=None,
+        help="comma-separated runners for the cartpole/py100us/py1ms/obs84 workloads "
+        f"(default: all but {', '.join(OPT_IN_RUNNERS)}, which are measured when "
+        f"named; choices: {','.join(ALL_RUNNERS)})",
+    )
+    p.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help="seconds of stepping per measurement, after the warm-up (default: 2; --quick: 0.4)",
+    )
     p.add_argument("--reps", type=int, default=None, help="interleaved repetitions (default: 3; --quick: 1)")
-    p.add_argument("--quick", action="store_true",
-                   help="smoke run in under a minute: N=8, 0.4 s, 1 rep, fewer async-batch rows")
+    p.add_argument(
+        "--quick", action="store_true", help="smoke run in under a minute: N=8, 0.4 s, 1 rep, fewer async-batch rows"
+    )
     p.add_argument("--out", default="bench-results", help="output folder (default: %(default)s)")
     args = p.parse_args(argv)
     args.sizes = args.sizes or ([8] if args.quick else [8, 32, 128])
@@ -777,12 +845,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             spec = {k: v for k, v in c.items() if k not in ("reps", "summary")}
             spec.update(calib=calib, seconds=args.seconds, warmup=args.warmup)
             timeout = args.seconds + args.warmup + 180
-            res = (_run_concurrently({**spec, "runner": "single"}, cores, timeout) if c["runner"] == "single-par"
-                   else _run_child(spec, timeout))
+            res = (
+                _run_concurrently({**spec, "runner": "single"}, cores, timeout)
+                if c["runner"] == "single-par"
+                else _run_child(spec, timeout)
+            )
             c["reps"].append(res)
             shown = f"error: {res['error']}" if "error" in res else f"{res['rate']:,.0f} env-steps/s"
-            print(f"[{done}/{total}] rep {rep + 1} {c['workload']} N={c['n']} {c['runner']}: {shown}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[{done}/{total}] rep {rep + 1} {c['workload']} N={c['n']} {c['runner']}: {shown}",
+                file=sys.stderr,
+                flush=True,
+            )
             if "error" in res:
                 failed.add(_key(c))
                 notes.append(f"{c['workload']} N={c['n']} {c['runner']}: failed, {res['error']}")
@@ -791,11 +865,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     meta = {
         "load_average": [load_start, os.getloadavg() if hasattr(os, "getloadavg") else None],
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": f"{platform.system()} {platform.machine()}",
-        "processor": platform.processor(), "cores": cores, "python": platform.python_version(),
-        "gymnasium": gym.__version__, "numpy": np.__version__, "vecenv": vecenv.__version__,
-        "seconds": args.seconds, "warmup": args.warmup, "reps": args.reps, "sizes": args.sizes,
-        "workloads": args.workloads, "runners": args.runners, "quick": args.quick, "calibration": calib,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "machine": f"{platform.system()} {platform.machine()}",
+        "processor": platform.processor(),
+        "cores": cores,
+        "python": platform.python_version(),
+        "gymnasium": gym.__version__,
+        "numpy": np.__version__,
+        "vecenv": vecenv.__version__,
+        "seconds": args.seconds,
+        "warmup": args.warmup,
+        "reps": args.reps,
+        "sizes": args.sizes,
+        "workloads": args.workloads,
+        "runners": args.runners,
+        "quick": args.quick,
+        "calibration": calib,
     }
     os.makedirs(args.out, exist_ok=True)
     note = chart(cells, os.path.join(args.out, "benchmark.png"), cores)
@@ -808,8 +893,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     with open(os.path.join(args.out, "benchmark.json"), "w") as f:
         json.dump({"meta": meta, "notes": notes, "cells": cells}, f, indent=1)
     print(md)
-    print(f"wrote {args.out}/benchmark.md, benchmark.json{'' if note else ', benchmark.png'} "
-          f"in {meta['wall_s']:.0f} s", file=sys.stderr)
+    print(
+        f"wrote {args.out}/benchmark.md, benchmark.json{'' if note else ', benchmark.png'} in {meta['wall_s']:.0f} s",
+        file=sys.stderr,
+    )
     return 0
 
 

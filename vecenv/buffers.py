@@ -54,16 +54,13 @@ class BufferSpec:
     shared_flags: bool
 
     @classmethod
-    def plan(
-        cls, num_envs: int, observation_space: Space, action_space: Space, shared_memory: bool
-    ) -> BufferSpec:
+    def plan(cls, num_envs: int, observation_space: Space, action_space: Space, shared_memory: bool) -> BufferSpec:
         """Decide which fields can be shared, and how the block reaches the workers."""
         shared_obs = shared_memory and is_fixed(observation_space)
         shared_act = shared_memory and is_fixed(action_space)
         named = shared_memory and not HAVE_MEMFD
         name = f"{SHM_PREFIX}{secrets.token_hex(8)}" if named else None
-        return cls(num_envs, observation_space, action_space, name, shared_obs, shared_act,
-                   shared_memory)
+        return cls(num_envs, observation_space, action_space, name, shared_obs, shared_act, shared_memory)
 
     def layout(self) -> list[tuple[str, tuple[int, ...], np.dtype]]:
         """The shared arrays in block order: (field, shape, dtype)."""
@@ -262,14 +259,15 @@ class Buffers:
 
         obs_space, act_space = spec.observation_space, spec.action_space
         self.fixed_observations = is_fixed(obs_space)
-        self.observations: Any = (
-            fixed_tree("observations", obs_space) if self.fixed_observations else [None] * n
-        )
+        self.observations: Any = fixed_tree("observations", obs_space) if self.fixed_observations else [None] * n
         self.actions: Any = fixed_tree("actions", act_space) if is_fixed(act_space) else None
         flags = shared.get("rewards")
         if flags is not None:
             self.rewards, self.terminations, self.truncations = (
-                flags[0], shared["terminations"][0], shared["truncations"][0])
+                flags[0],
+                shared["terminations"][0],
+                shared["truncations"][0],
+            )
         else:
             self.rewards = np.zeros(n, np.float64)
             self.terminations = np.zeros(n, np.bool_)
@@ -340,9 +338,7 @@ class Buffers:
         """The batched observation, in the parent's own buffers (not a copy)."""
         if self.fixed_observations:
             return self.observations
-        self._object_batch = concatenate(
-            self.spec.observation_space, self.observations, self._object_batch
-        )
+        self._object_batch = concatenate(self.spec.observation_space, self.observations, self._object_batch)
         return self._object_batch
 
     def action_rows(self, start: int, stop: int) -> Any:

@@ -113,8 +113,12 @@ def check_timeout(timeout: Any, name: str = "timeout") -> float | None:
     """``None`` (no limit) or a non-negative number of seconds."""
     if timeout is None:
         return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float, np.integer, np.floating)) \
-            or not math.isfinite(timeout) or timeout < 0:
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float, np.integer, np.floating))
+        or not math.isfinite(timeout)
+        or timeout < 0
+    ):
         raise ValueError(f"`{name}` must be None or a non-negative number of seconds, got {describe(timeout)}")
     return float(timeout)
 
@@ -162,7 +166,8 @@ def check_reset_mask(reset_mask: Any, n: int) -> np.ndarray:
         raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {reset_mask.dtype}")
     if not np.any(reset_mask):
         raise ValueError(
-            f"`options['reset_mask']` must contain a boolean array with at least one True value, got reset_mask={reset_mask}"
+            "`options['reset_mask']` must contain a boolean array with at least one True value, "
+            f"got reset_mask={reset_mask}"
         )
     return reset_mask.copy()
 
@@ -178,8 +183,11 @@ def check_batch_size(batch_size: Any, group_sizes: Sequence[int]) -> int:
     if not _is_int(batch_size) or not 0 < batch_size <= n:
         raise ValueError(f"`batch_size` must be an int in [1, num_envs={n}], got {describe(batch_size)}")
     if batch_size != n and (len(sizes) > 1 or batch_size % sizes[0]):
-        rule = (f"a multiple of the group size {sizes[0]}" if len(sizes) == 1
-                else "num_envs, since the groups differ in size")
+        rule = (
+            f"a multiple of the group size {sizes[0]}"
+            if len(sizes) == 1
+            else "num_envs, since the groups differ in size"
+        )
         raise ValueError(
             f"`batch_size` must be {rule} (whole groups must add up to it whatever order they "
             f"finish in), got batch_size={batch_size} for group sizes {list(group_sizes)}"

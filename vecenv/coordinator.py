@@ -46,8 +46,6 @@ from vecenv.batches import AsyncBatches
 from vecenv.buffers import Buffers, BufferSpec
 from vecenv.checks import (
     check_autoreset_mode,
-    check_restarts,
-    check_threads,
     check_batch_size,
     check_context,
     check_env_fns,
@@ -55,6 +53,8 @@ from vecenv.checks import (
     check_observation_mode,
     check_options,
     check_reset_mask,
+    check_restarts,
+    check_threads,
     check_timeout,
     seed_list,
 )
@@ -151,8 +151,12 @@ class GroupVectorEnv(VectorEnv):
             self._finalizer = util.Finalize(self, _close_at_exit, args=(weakref.ref(self),), exitpriority=100)
             hellos: list[Hello] = self._pool.hellos(start_timeout)
             self._configure(hellos, observation_mode)
-            spec = BufferSpec.plan(self.num_envs, self.single_observation_space, self.single_action_space,
-                                   shared_memory and transport.shares_memory)
+            spec = BufferSpec.plan(
+                self.num_envs,
+                self.single_observation_space,
+                self.single_action_space,
+                shared_memory and transport.shares_memory,
+            )
             self._buffers = self._pool.attach([h.num_envs for h in hellos], spec, autoreset_mode)
             self._fixed_actions = is_fixed(self.single_action_space)
             self._action_dtypes = [a.dtype for a in tree_leaves(self._buffers.actions)] if self._fixed_actions else []
@@ -180,10 +184,21 @@ class GroupVectorEnv(VectorEnv):
             if hello.action_space != first.action_space:
                 m_index, which, expected, received = start, "action_space", first.action_space, hello.action_space
             elif observation_mode == "same" and hello.observation_space != first.observation_space:
-                m_index, which, expected, received = start, "observation_space", first.observation_space, hello.observation_space
+                m_index, which, expected, received = (
+                    start,
+                    "observation_space",
+                    first.observation_space,
+                    hello.observation_space,
+                )
             elif observation_mode == "different" and not gym.spaces.utils.is_space_dtype_shape_equiv(
-                    first.observation_space, hello.observation_space):
-                m_index, which, expected, received = start, "observation_space", first.observation_space, hello.observation_space
+                first.observation_space, hello.observation_space
+            ):
+                m_index, which, expected, received = (
+                    start,
+                    "observation_space",
+                    first.observation_space,
+                    hello.observation_space,
+                )
             elif m is not None:
                 m_index, which, expected, received = start + m.local_index, m.which, m.expected, m.received
             else:
@@ -192,17 +207,20 @@ class GroupVectorEnv(VectorEnv):
             if which == "action_space":
                 raise SpaceMismatchError(
                     f"Some environments have an action space different from `{expected}`. In order to batch "
-                    f"actions, the action spaces from all environments must be equal: env {m_index} has action_space {received}."
+                    "actions, the action spaces from all environments must be equal: "
+                    f"env {m_index} has action_space {received}."
                 )
             if observation_mode == "same":
                 raise SpaceMismatchError(
                     f"{type(self).__name__}(..., observation_mode='same') however some of the sub-environments "
-                    f"observation spaces are not equivalent: env {m_index} has observation_space {received}, expected {expected}. "
+                    f"observation spaces are not equivalent: env {m_index} has observation_space {received}, "
+                    f"expected {expected}. "
                     "If this is intentional, use `observation_mode='different'` instead."
                 )
             raise SpaceMismatchError(
                 f"{type(self).__name__}(..., observation_mode='{mode_name}') however the sub-environment's "
-                f"observation spaces do not share a common shape and dtype: env {m_index} has observation_space {received}, "
+                "observation spaces do not share a common shape and dtype: "
+                f"env {m_index} has observation_space {received}, "
                 f"expected the shape and dtype of {expected}."
             )
         self.num_envs = start
@@ -227,8 +245,9 @@ class GroupVectorEnv(VectorEnv):
         ``s + restart * num_envs`` (``restart`` counts this vector env's restarts), so a rerun
         with the same crash reproduces; an env never seeded stays unseeded."""
         n = self.num_envs
-        return ResetArgs([None if s is None else s + restart * n for s in self._seeds[worker.start:worker.stop]],
-                         None, None)
+        return ResetArgs(
+            [None if s is None else s + restart * n for s in self._seeds[worker.start : worker.stop]], None, None
+        )
 
     # -- state checks (pure: they raise or return, never change anything) -----------------
 
@@ -308,7 +327,9 @@ class GroupVectorEnv(VectorEnv):
 
     # -- reset ---------------------------------------------------------------------------------
 
-    def reset_async(self, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
+    def reset_async(
+        self, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> None:
         """Send a reset to the workers; :meth:`reset_wait` collects it.
 
         ``seed``: ``None``, an int (env ``i`` gets ``seed + i``) or one seed (or ``None``) per env.
@@ -322,12 +343,17 @@ class GroupVectorEnv(VectorEnv):
         if options is not None and "reset_mask" in options:
             options = dict(options)  # unlike SyncVectorEnv, leave the caller's dict as it was
             mask = check_reset_mask(options.pop("reset_mask"), self.num_envs)
-        pending = [w for w in self._pool.workers if mask is None or mask[w.start:w.stop].any()]
+        pending = [w for w in self._pool.workers if mask is None or mask[w.start : w.stop].any()]
         self._remember_seeds(seeds, mask)
-        self._pool.send(pending, Command.RESET, [
-            ResetArgs(seeds[w.start:w.stop], options, None if mask is None else mask[w.start:w.stop])
-            for w in pending
-        ], "reset_async")
+        self._pool.send(
+            pending,
+            Command.RESET,
+            [
+                ResetArgs(seeds[w.start : w.stop], options, None if mask is None else mask[w.start : w.stop])
+                for w in pending
+            ],
+            "reset_async",
+        )
         self._pending, self._reset_mask = pending, mask
         self._state = State.WAITING_RESET
 
@@ -348,8 +374,13 @@ class GroupVectorEnv(VectorEnv):
             self._ended[self._reset_mask] = False
         return self._observations(), infos
 
-    def reset(self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None,
-              timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
+    def reset(
+        self,
+        *,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> tuple[Any, dict[str, Any]]:
         """Reset the envs (all, or those in ``options["reset_mask"]``), as ``SyncVectorEnv.reset``.
 
         ``timeout``: seconds to wait at most (default: no limit).
@@ -384,7 +415,9 @@ class GroupVectorEnv(VectorEnv):
         np.logical_or(b.terminations, b.truncations, out=self._ended)
         return self._observations(), b.rewards.copy(), b.terminations.copy(), b.truncations.copy(), infos
 
-    def step(self, actions: Any, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    def step(
+        self, actions: Any, timeout: float | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every env with its action, as ``SyncVectorEnv.step``; ``timeout`` as in :meth:`step_wait`."""
         timeout = check_timeout(timeout)
         self.step_async(actions)
@@ -429,8 +462,12 @@ class GroupVectorEnv(VectorEnv):
         traceback kept by the caller would keep the block mapped after ``close()``).
         """
         shared = self._buffers.actions if self._buffers.spec.shared_actions else None
-        if (type(actions) is np.ndarray and type(shared) is np.ndarray
-                and actions.shape == shared.shape and actions.dtype == shared.dtype):
+        if (
+            type(actions) is np.ndarray
+            and type(shared) is np.ndarray
+            and actions.shape == shared.shape
+            and actions.dtype == shared.dtype
+        ):
             np.copyto(shared, actions)
             return True
         return False
@@ -451,14 +488,18 @@ class GroupVectorEnv(VectorEnv):
         """Envs returned by each :meth:`recv`."""
         return self._batches.batch_size
 
-    def async_reset(self, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None) -> None:
+    def async_reset(
+        self, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> None:
         """Reset every env and put them all in flight; :meth:`recv` returns them as groups finish.
 
         May be called while envs are in flight: their pending results are dropped.
         """
         self._batches.async_reset(seed, options)
 
-    def recv(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
+    def recv(
+        self, timeout: float | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
         """The first groups to finish, ``batch_size`` envs: ``(obs, rewards, terminations,
         truncations, infos, env_ids)``, with ``env_ids`` the global index of each row.
 
@@ -520,7 +561,7 @@ class GroupVectorEnv(VectorEnv):
                 f"Got `{len(values)}` values for {self.num_envs} environments."
             )
         workers = self._pool.workers
-        self._run(Command.SET_ATTR, [(name, list(values[w.start:w.stop])) for w in workers], "set_attr", timeout)
+        self._run(Command.SET_ATTR, [(name, list(values[w.start : w.stop])) for w in workers], "set_attr", timeout)
 
     def render(self, timeout: float | None = None) -> tuple[Any, ...]:
         """The rendered frame of every env."""
@@ -690,9 +731,21 @@ class SubprocVectorEnv(GroupVectorEnv):
         groups = split_groups(fns, max(1, workers))
         check_batch_size(batch_size, [len(g.env_fns) for g in groups])
         restarts = check_restarts(on_worker_death, max_restarts, restart_window)
-        self._start(groups, autoreset_mode, copy, context, daemon, shared_memory, observation_mode,
-                    batch_size, pin_cpus, start_timeout, inline=inline_group or workers == 0, restarts=restarts,
-                    threads=check_threads(threads_per_worker))
+        self._start(
+            groups,
+            autoreset_mode,
+            copy,
+            context,
+            daemon,
+            shared_memory,
+            observation_mode,
+            batch_size,
+            pin_cpus,
+            start_timeout,
+            inline=inline_group or workers == 0,
+            restarts=restarts,
+            threads=check_threads(threads_per_worker),
+        )
 
     @classmethod
     def from_groups(
@@ -721,24 +774,57 @@ class SubprocVectorEnv(GroupVectorEnv):
             if not callable(fn):
                 raise TypeError(f"`group_fns[{i}]` must be callable (returning a list of envs), got {describe(fn)}")
         self = cls.__new__(cls)
-        self._start(list(group_fns), autoreset_mode, copy, context, daemon, shared_memory, observation_mode,
-                    batch_size, pin_cpus, start_timeout, inline=False)
+        self._start(
+            list(group_fns),
+            autoreset_mode,
+            copy,
+            context,
+            daemon,
+            shared_memory,
+            observation_mode,
+            batch_size,
+            pin_cpus,
+            start_timeout,
+            inline=False,
+        )
         return self
 
-    def _start(self, groups: Sequence[Callable[[], Any]], autoreset_mode: AutoresetMode | str, copy: bool,
-               context: str | None, daemon: bool, shared_memory: bool,
-               observation_mode: str | tuple[gym.Space, gym.Space], batch_size: int | None, pin_cpus: bool,
-               start_timeout: float | None, inline: bool, restarts: tuple[int, float] | None = None,
-               threads: int | None = 1) -> None:
+    def _start(
+        self,
+        groups: Sequence[Callable[[], Any]],
+        autoreset_mode: AutoresetMode | str,
+        copy: bool,
+        context: str | None,
+        daemon: bool,
+        shared_memory: bool,
+        observation_mode: str | tuple[gym.Space, gym.Space],
+        batch_size: int | None,
+        pin_cpus: bool,
+        start_timeout: float | None,
+        inline: bool,
+        restarts: tuple[int, float] | None = None,
+        threads: int | None = 1,
+    ) -> None:
         mode = check_autoreset_mode(autoreset_mode)
         ctx = check_context(context)
         obs_mode = check_observation_mode(observation_mode)
         start_timeout = check_timeout(start_timeout, "start_timeout")
         transport = ProcessTransport(
-            ctx, daemon=daemon, pin_cpus=pin_cpus,
-            observation_mode=obs_mode[1] if isinstance(obs_mode, tuple) else obs_mode, inline=inline,
+            ctx,
+            daemon=daemon,
+            pin_cpus=pin_cpus,
+            observation_mode=obs_mode[1] if isinstance(obs_mode, tuple) else obs_mode,
+            inline=inline,
             threads=threads,
         )
-        self._open(transport, groups, autoreset_mode=mode, copy=copy, observation_mode=obs_mode,
-                   shared_memory=shared_memory, batch_size=batch_size, start_timeout=start_timeout,
-                   restarts=restarts)
+        self._open(
+            transport,
+            groups,
+            autoreset_mode=mode,
+            copy=copy,
+            observation_mode=obs_mode,
+            shared_memory=shared_memory,
+            batch_size=batch_size,
+            start_timeout=start_timeout,
+            restarts=restarts,
+        )

@@ -12,7 +12,8 @@ import difflib
 import functools
 import importlib
 import inspect
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
@@ -35,6 +36,7 @@ def _vector_class(backend: str) -> type:
         return SubprocVectorEnv
     if backend == "ray":
         from vecenv.ray_transport import RayVectorEnv
+
         return RayVectorEnv
     raise ValueError(f"`backend` must be one of {', '.join(map(repr, BACKENDS))}, got {describe(backend)}")
 
@@ -42,8 +44,10 @@ def _vector_class(backend: str) -> type:
 def _vector_params(cls: type) -> frozenset[str]:
     """The vector env class's keyword arguments: a ``make(**kwargs)`` key among these goes to the
     vector env (as it always has), any other key to the envs (as ``make_vec`` passes ``**kwargs``)."""
-    return frozenset(name for name, p in inspect.signature(cls).parameters.items()
-                     if p.kind is inspect.Parameter.KEYWORD_ONLY)
+    return frozenset(
+        name for name, p in inspect.signature(cls).parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY
+    )
+
 
 # Keys that make_vec keeps in a vector env's spec.kwargs to rebuild it; not env arguments.
 _SPEC_VECTOR_KEYS = ("num_envs", "vectorization_mode", "vector_kwargs", "wrappers")
@@ -66,7 +70,11 @@ def check_env_id(env_id: str) -> None:
         return
     lowered = {key.lower(): key for key in gym.registry}
     matches = [lowered[m] for m in difflib.get_close_matches(name.lower(), list(lowered), n=3)]
-    hint = f"; did you mean {', '.join(map(repr, matches))}?" if matches else " (gymnasium.pprint_registry() lists the ids)"
+    hint = (
+        f"; did you mean {', '.join(map(repr, matches))}?"
+        if matches
+        else " (gymnasium.pprint_registry() lists the ids)"
+    )
     raise gym.error.NameNotFound(f"unknown environment id {name!r}{hint}")
 
 
@@ -160,8 +168,7 @@ def make(
 
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"`num_envs` must be a positive int, got {describe(num_envs)}")
-    vector = _merge("vector_kwargs", dict(vector_kwargs or {}),
-                    {k: v for k, v in kwargs.items() if k in vector_params})
+    vector = _merge("vector_kwargs", dict(vector_kwargs or {}), {k: v for k, v in kwargs.items() if k in vector_params})
     unknown = sorted(set(vector) - vector_params - {"num_workers"})
     if unknown:
         raise TypeError(
@@ -170,8 +177,9 @@ def make(
         )
     if num_workers is not None:
         vector = _merge("vector_kwargs", vector, {"num_workers": num_workers})
-    env_extra = _merge("env_kwargs", dict(env_kwargs or {}),
-                       {k: v for k, v in kwargs.items() if k not in vector_params})
+    env_extra = _merge(
+        "env_kwargs", dict(env_kwargs or {}), {k: v for k, v in kwargs.items() if k not in vector_params}
+    )
     wrappers = _check_wrappers(wrappers)
 
     # As gymnasium.make: a string id merges the registered kwargs itself; a spec's kwargs are passed.

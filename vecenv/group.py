@@ -114,7 +114,7 @@ class EnvGroup:
         results = []
         j = 0
         try:
-            for j, env in enumerate(self.envs):
+            for j, env in enumerate(self.envs):  # noqa: B007 - j names the env that raised
                 function = env.get_wrapper_attr(name)
                 results.append(function(*args, **kwargs) if callable(function) else function)
         except BaseException:
@@ -126,7 +126,7 @@ class EnvGroup:
         """Set an attribute on every env, one value per env."""
         j = 0
         try:
-            for j, (env, value) in enumerate(zip(self.envs, values, strict=True)):
+            for j, (env, value) in enumerate(zip(self.envs, values, strict=True)):  # noqa: B007 - as in call
                 env.set_wrapper_attr(name, value)
         except BaseException:
             self.blame = j
@@ -229,8 +229,11 @@ def _batched_view(info: dict[str, Any]) -> dict[str, Any]:
     arrays copied, every other value by reference (deep-copying could fail on locks or handles,
     and Sync shares those objects too)."""
     return {
-        key: _batched_view(value) if isinstance(value, dict)
-        else value.copy() if isinstance(value, np.ndarray) else value
+        key: _batched_view(value)
+        if isinstance(value, dict)
+        else value.copy()
+        if isinstance(value, np.ndarray)
+        else value
         for key, value in info.items()
     }
 

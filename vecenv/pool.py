@@ -35,8 +35,17 @@ from vecenv.buffers import Buffers, BufferSpec
 from vecenv.errors import PackedException, VecEnvTimeoutError, WorkerDiedError
 from vecenv.protocol import Attach, Command
 
-__all__ = ["State", "WorkerStatus", "Worker", "Reply", "Death", "Transport", "WorkerPool", "RestartPolicy",
-           "RESTART_INFO_KEY"]
+__all__ = [
+    "State",
+    "WorkerStatus",
+    "Worker",
+    "Reply",
+    "Death",
+    "Transport",
+    "WorkerPool",
+    "RestartPolicy",
+    "RESTART_INFO_KEY",
+]
 
 
 class State(Enum):
@@ -266,8 +275,9 @@ class Transport(abc.ABC):
 class WorkerPool:
     """Workers behind a transport, with one status each; see the module docstring."""
 
-    def __init__(self, transport: Transport, group_fns: Sequence[Callable[[], Any]],
-                 restart: RestartPolicy | None = None) -> None:
+    def __init__(
+        self, transport: Transport, group_fns: Sequence[Callable[[], Any]], restart: RestartPolicy | None = None
+    ) -> None:
         self.transport = transport
         self.workers = [Worker(i) for i in range(len(group_fns))]
         self.buffers: Buffers | None = None
@@ -360,9 +370,7 @@ class WorkerPool:
             if isinstance(event, Death) and self.workers[event.worker].status is not WorkerStatus.DEAD:
                 self._died(self.workers[event.worker], call)
 
-    def gather(
-        self, workers: Sequence[Worker], timeout: float | None, call: str, fail_fast: bool = False
-    ) -> list[Any]:
+    def gather(self, workers: Sequence[Worker], timeout: float | None, call: str, fail_fast: bool = False) -> list[Any]:
         """The reply each of ``workers`` owes, in worker order.
 
         An error reply is raised (the first, by worker order) only once every worker has
@@ -436,7 +444,9 @@ class WorkerPool:
         w.died()
         self.broken = WorkerDiedError(
             f"{what}; the vector env is unusable, close it and make a new one",
-            worker=w.index, envs=w.envs, exitcode=exitcode,
+            worker=w.index,
+            envs=w.envs,
+            exitcode=exitcode,
         )
         self.transport.kill()
         for other in self.workers:
@@ -463,8 +473,10 @@ class WorkerPool:
             while self._restart_times and now - self._restart_times[0] > policy.window:
                 self._restart_times.popleft()
             if len(self._restart_times) >= policy.max_restarts:
-                return (f"{len(self._restart_times)} restarts within {policy.window:g} s already "
-                        f"(max_restarts={policy.max_restarts})")
+                return (
+                    f"{len(self._restart_times)} restarts within {policy.window:g} s already "
+                    f"(max_restarts={policy.max_restarts})"
+                )
             self._restart_times.append(now)
             self.restarts += 1
             try:
@@ -499,8 +511,12 @@ class WorkerPool:
             return None
         if lost.command is Command.STEP:
             w.sent(lost.call_id, lost.call, lost.command, lost.message)
-            w.answered(lost.call_id, True, (_restart_infos(entries, w.size), self._as_truncated(w, payload)),
-                       next(self._arrivals))
+            w.answered(
+                lost.call_id,
+                True,
+                (_restart_infos(entries, w.size), self._as_truncated(w, payload)),
+                next(self._arrivals),
+            )
             return None
         # Sent again, with its call id: the new worker's reply answers the waiting call.
         w.sent(lost.call_id, lost.call, lost.command, lost.message)
@@ -542,9 +558,12 @@ class WorkerPool:
         if self.broken is None and timeout > 0:
             try:
                 self.drain()
-                closing = [w for w in self.workers
-                           if w.status in (WorkerStatus.IDLE, WorkerStatus.READY, WorkerStatus.BUSY)
-                           or (w.status is WorkerStatus.LATE and wait_late)]
+                closing = [
+                    w
+                    for w in self.workers
+                    if w.status in (WorkerStatus.IDLE, WorkerStatus.READY, WorkerStatus.BUSY)
+                    or (w.status is WorkerStatus.LATE and wait_late)
+                ]
                 for w in closing:
                     w.abandon()
                 self.send(closing, Command.CLOSE, [None] * len(closing), "close")

@@ -29,8 +29,8 @@ from typing import Any
 import cloudpickle
 
 from vecenv.buffers import HAVE_MEMFD, Buffers
-from vecenv.pool import Death, Reply, Transport, WorkerGone
 from vecenv.errors import PackedException
+from vecenv.pool import Death, Reply, Transport, WorkerGone
 from vecenv.protocol import Attach, Command, decode_command, decode_reply, encode_command
 from vecenv.worker import PARENT_ENDS, WorkerCore, WorkerOptions, worker_main
 
@@ -56,8 +56,16 @@ class ProcessTransport(Transport):
 
     shares_memory = True
 
-    def __init__(self, context: Any, *, daemon: bool = True, pin_cpus: bool = False,
-                 observation_mode: Any = "same", threads: int | None = None, inline: bool = False) -> None:
+    def __init__(
+        self,
+        context: Any,
+        *,
+        daemon: bool = True,
+        pin_cpus: bool = False,
+        observation_mode: Any = "same",
+        threads: int | None = None,
+        inline: bool = False,
+    ) -> None:
         self.context = context  # a multiprocessing context (their Process types differ)
         self.inline: _InlineWorker | None = _InlineWorker(WorkerOptions(observation_mode)) if inline else None
         self.daemon = daemon
@@ -308,4 +316,3 @@ class _InlineWorker:
         if self.buffers is not None:
             self.buffers.close()
             self.buffers = None
-

@@ -153,7 +153,7 @@ def decode_command(data: bytes) -> tuple[Command, int, Callable[[], Any]]:
     kind, command, call_id = _HEADER.unpack_from(data)
     if kind == _BARE:
         return Command(command), call_id, _no_payload
-    return Command(command), call_id, lambda: pickle.loads(memoryview(data)[_HEADER.size:])
+    return Command(command), call_id, lambda: pickle.loads(memoryview(data)[_HEADER.size :])
 
 
 def _no_payload() -> None:
@@ -184,7 +184,7 @@ def decode_reply(data: bytes) -> tuple[int, bool, Any]:
     if kind == _BARE:
         return call_id, True, (None if flag == _NONE else ([], None))
     try:
-        result = pickle.loads(memoryview(data)[_HEADER.size:])
+        result = pickle.loads(memoryview(data)[_HEADER.size :])
     except Exception as exc:
         exc.add_note("the worker's reply could not be unpickled in the parent")
         return call_id, False, PackedException(exc, None)

@@ -171,8 +171,9 @@ class RayTransport(Transport):
 
     shares_memory = False
 
-    def __init__(self, actor_options: Mapping[str, Any], observation_mode: Any, holds_ray: bool,
-                 threads: int | None = None) -> None:
+    def __init__(
+        self, actor_options: Mapping[str, Any], observation_mode: Any, holds_ray: bool, threads: int | None = None
+    ) -> None:
         self.actor_options = {**DEFAULT_ACTOR_OPTIONS, **actor_options}
         self.options = WorkerOptions(observation_mode, None, threads)
         self.actors: list[Any] = []
@@ -409,9 +410,12 @@ def _check_actor_options(actor_options: Any) -> dict[str, Any]:
         raise ValueError("`actor_options` cannot hold 'name': every group is its own actor, and names are unique")
     resources = actor_options.get("resources")
     if resources is not None and not isinstance(resources, Mapping):
-        raise TypeError(f"`actor_options['resources']` must be a dict of resource name to amount, got {describe(resources)}")
+        raise TypeError(
+            f"`actor_options['resources']` must be a dict of resource name to amount, got {describe(resources)}"
+        )
     amounts = {key: actor_options.get(key) for key in _RESOURCE_OPTIONS} | {
-        f"resources[{name!r}]": amount for name, amount in (resources or {}).items()}
+        f"resources[{name!r}]": amount for name, amount in (resources or {}).items()
+    }
     for key, amount in amounts.items():
         if amount is not None and (isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount < 0):
             raise TypeError(f"`actor_options` {key} must be a non-negative number, got {describe(amount)}")
@@ -431,8 +435,9 @@ def _resources_per_actor(options: Mapping[str, Any]) -> dict[str, float]:
 
 def _check_address(address: Any) -> str | None:
     if address is not None and (not isinstance(address, str) or not address):
-        raise TypeError(f"`address` must be a Ray address (str, e.g. '10.0.0.1:6379' or 'auto') or None, "
-                        f"got {describe(address)}")
+        raise TypeError(
+            f"`address` must be a Ray address (str, e.g. '10.0.0.1:6379' or 'auto') or None, got {describe(address)}"
+        )
     return address
 
 
@@ -499,9 +504,20 @@ class RayVectorEnv(GroupVectorEnv):
             check_batch_size(batch_size, [len(g.env_fns) for g in chosen])
             return chosen
 
-        self._start(groups, len(fns), num_workers, address, actor_options, autoreset_mode, copy,
-                    observation_mode, batch_size, start_timeout,
-                    check_restarts(on_worker_death, max_restarts, restart_window), check_threads(threads_per_worker))
+        self._start(
+            groups,
+            len(fns),
+            num_workers,
+            address,
+            actor_options,
+            autoreset_mode,
+            copy,
+            observation_mode,
+            batch_size,
+            start_timeout,
+            check_restarts(on_worker_death, max_restarts, restart_window),
+            check_threads(threads_per_worker),
+        )
 
     @classmethod
     def from_groups(
@@ -529,15 +545,37 @@ class RayVectorEnv(GroupVectorEnv):
                 raise TypeError(f"`group_fns[{i}]` must be callable (returning a list of envs), got {describe(fn)}")
         fns = list(group_fns)
         self = cls.__new__(cls)
-        self._start(lambda k: fns, len(fns), len(fns), address, actor_options, autoreset_mode, copy,
-                    observation_mode, batch_size, start_timeout,
-                    check_restarts(on_worker_death, max_restarts, restart_window), check_threads(threads_per_worker))
+        self._start(
+            lambda k: fns,
+            len(fns),
+            len(fns),
+            address,
+            actor_options,
+            autoreset_mode,
+            copy,
+            observation_mode,
+            batch_size,
+            start_timeout,
+            check_restarts(on_worker_death, max_restarts, restart_window),
+            check_threads(threads_per_worker),
+        )
         return self
 
-    def _start(self, make_groups: Callable[[int], Sequence[Callable[[], Any]]], max_workers: int,
-               num_workers: int | None, address: Any, actor_options: Any, autoreset_mode: Any, copy: bool,
-               observation_mode: Any, batch_size: int | None, start_timeout: Any,
-               restarts: tuple[int, float] | None, threads: int | None) -> None:
+    def _start(
+        self,
+        make_groups: Callable[[int], Sequence[Callable[[], Any]]],
+        max_workers: int,
+        num_workers: int | None,
+        address: Any,
+        actor_options: Any,
+        autoreset_mode: Any,
+        copy: bool,
+        observation_mode: Any,
+        batch_size: int | None,
+        start_timeout: Any,
+        restarts: tuple[int, float] | None,
+        threads: int | None,
+    ) -> None:
         # Every argument is checked before Ray is touched.
         mode = check_autoreset_mode(autoreset_mode)
         obs_mode = check_observation_mode(observation_mode)
@@ -562,16 +600,26 @@ class RayVectorEnv(GroupVectorEnv):
                         "fewer workers, ask less per actor (actor_options), or add nodes"
                     )
             groups = make_groups(num_workers)
-            transport = RayTransport(options, obs_mode[1] if isinstance(obs_mode, tuple) else obs_mode, holds_ray,
-                                     threads)
+            transport = RayTransport(
+                options, obs_mode[1] if isinstance(obs_mode, tuple) else obs_mode, holds_ray, threads
+            )
         except BaseException:
             if holds_ray:
                 _RAY_USE.release()
             raise
         self._transport = transport
         # From here on the transport releases Ray (in stop(), which _open's failure path calls).
-        self._open(transport, groups, autoreset_mode=mode, copy=copy, observation_mode=obs_mode,
-                   shared_memory=False, batch_size=batch_size, start_timeout=start_timeout, restarts=restarts)
+        self._open(
+            transport,
+            groups,
+            autoreset_mode=mode,
+            copy=copy,
+            observation_mode=obs_mode,
+            shared_memory=False,
+            batch_size=batch_size,
+            start_timeout=start_timeout,
+            restarts=restarts,
+        )
 
     @property
     def node_ids(self) -> list[str | None]:

@@ -202,8 +202,7 @@ def _leaf_writer(space: Space, array: np.ndarray) -> Writer:
         if item is None or item.shape != shape or not np.can_cast(item.dtype, dtype, casting="same_kind"):
             got = "not array-like" if item is None else f"shape {item.shape}, dtype {item.dtype}"
             raise InvalidObservationError(
-                f"the observation does not fit {space} (shape {shape}, dtype {dtype}): "
-                f"got {describe(value)} ({got})"
+                f"the observation does not fit {space} (shape {shape}, dtype {dtype}): got {describe(value)} ({got})"
             )
         return item
 
@@ -279,18 +278,13 @@ def to_batch(space: Space, value: Any, n: int, name: str) -> Any:
     if isinstance(space, Tuple):
         if not isinstance(value, (tuple, list)) or len(value) != len(space.spaces):
             raise TypeError(
-                f"`{name}` must be a tuple of {len(space.spaces)} batches for {space}, "
-                f"got {describe(value)}"
+                f"`{name}` must be a tuple of {len(space.spaces)} batches for {space}, got {describe(value)}"
             )
-        return tuple(
-            to_batch(s, v, n, f"{name}[{i}]") for i, (s, v) in enumerate(zip(space.spaces, value))
-        )
+        return tuple(to_batch(s, v, n, f"{name}[{i}]") for i, (s, v) in enumerate(zip(space.spaces, value)))
     if isinstance(space, Dict):
         if not isinstance(value, dict) or set(value) != set(space.spaces):
             keys = sorted(value) if isinstance(value, dict) else describe(value)
-            raise TypeError(
-                f"`{name}` must be a dict with keys {sorted(space.spaces)}, got {keys}"
-            )
+            raise TypeError(f"`{name}` must be a dict with keys {sorted(space.spaces)}, got {keys}")
         return {k: to_batch(s, value[k], n, f"{name}[{k!r}]") for k, s in space.spaces.items()}
     if value is None or isinstance(value, (str, bytes)):
         raise TypeError(f"`{name}` must be an array of {n} values of {space}, got {describe(value)}")
@@ -305,12 +299,9 @@ def to_batch(space: Space, value: Any, n: int, name: str) -> Any:
     # is iterable that way, and the rows then travel as they are.
     if array.shape != expected and not (array.shape[0] == n and array.size == int(np.prod(expected))):
         raise ValueError(
-            f"`{name}` must have shape {expected} (num_envs={n}, single space {space}), "
-            f"got shape {array.shape}"
+            f"`{name}` must have shape {expected} (num_envs={n}, single space {space}), got shape {array.shape}"
         )
     target = np.dtype(space.dtype)
     if not np.can_cast(array.dtype, target, casting="same_kind"):
-        raise TypeError(
-            f"`{name}` must have a dtype that casts to {target} for {space}, got {array.dtype}"
-        )
+        raise TypeError(f"`{name}` must have a dtype that casts to {target} for {space}, got {array.dtype}")
     return array

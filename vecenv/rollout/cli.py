@@ -215,7 +215,7 @@ def _add_minari_arguments(parser: argparse.ArgumentParser, collecting: bool) -> 
             choices=["vecenv", "minari"],
             default="vecenv",
             help="'vecenv': a directory of .npy files that vecenv.load reads; 'minari': a Minari "
-            "dataset written with Minari's API (needs: pip install \"vecenv[minari]\") "
+            'dataset written with Minari\'s API (needs: pip install "vecenv[minari]") '
             "(default: %(default)s; e.g. --format minari --dataset-id cartpole/random-v0)",
         )
     parser.add_argument(
@@ -236,12 +236,20 @@ def _add_minari_arguments(parser: argparse.ArgumentParser, collecting: bool) -> 
         "the dataset's 'vecenv' metadata either way; --episodes N has no open episodes "
         "(default: truncate; e.g. --open-episodes drop)",
     )
-    parser.add_argument("--author", metavar="NAME", help="Minari metadata: who made the dataset (e.g. --author 'Ada L.')")
-    parser.add_argument("--author-email", metavar="EMAIL", help="Minari metadata: a contact (e.g. --author-email ada@example.org)")
-    parser.add_argument("--code-permalink", metavar="URL",
-                        help="Minari metadata: link to the code that made the data (e.g. --code-permalink https://...)")
-    parser.add_argument("--description", metavar="TEXT",
-                        help="Minari metadata: what the dataset is (default: env, policy and seed)")
+    parser.add_argument(
+        "--author", metavar="NAME", help="Minari metadata: who made the dataset (e.g. --author 'Ada L.')"
+    )
+    parser.add_argument(
+        "--author-email", metavar="EMAIL", help="Minari metadata: a contact (e.g. --author-email ada@example.org)"
+    )
+    parser.add_argument(
+        "--code-permalink",
+        metavar="URL",
+        help="Minari metadata: link to the code that made the data (e.g. --code-permalink https://...)",
+    )
+    parser.add_argument(
+        "--description", metavar="TEXT", help="Minari metadata: what the dataset is (default: env, policy and seed)"
+    )
 
 
 def _minari_metadata(args: argparse.Namespace) -> dict[str, Any]:
@@ -255,7 +263,7 @@ def _build_export_parser() -> argparse.ArgumentParser:
         description="Write an existing vecenv dataset (a directory that vecenv.load reads) as a\n"
         "Minari dataset, so older datasets open with minari.load_dataset. Episodes come in\n"
         "the order they end; open episodes (from --steps datasets) follow by env index,\n"
-        "truncated or dropped as --open-episodes says. Needs: pip install \"vecenv[minari]\".",
+        'truncated or dropped as --open-episodes says. Needs: pip install "vecenv[minari]".',
         epilog="example:\n  vecenv-collect export rollouts/CartPole-v1 --dataset-id cartpole/random-v0\n"
         "  python -c 'import minari; print(minari.load_dataset(\"cartpole/random-v0\"))'\n",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -267,8 +275,9 @@ def _build_export_parser() -> argparse.ArgumentParser:
         help="Minari datasets root the dataset goes under as DIR/<dataset-id> "
         "(default: $MINARI_DATASETS_PATH or ~/.minari/datasets; e.g. --out data/minari)",
     )
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace the Minari dataset if it exists (e.g. --overwrite)")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace the Minari dataset if it exists (e.g. --overwrite)"
+    )
     parser.add_argument("--quiet", action="store_true", help="print no summary (e.g. --quiet)")
     _add_minari_arguments(parser, collecting=False)
     return parser
@@ -281,14 +290,26 @@ def _minari_summary(dataset: Any, root: Path) -> str:
     lines = [
         f"transitions: {dataset.total_steps}",
         f"episodes:    {dataset.total_episodes}"
-        + (f" ({record['truncated_open_episodes']} open ones truncated)" if record.get("truncated_open_episodes") else "")
-        + (f" ({dropped['episodes']} open ones dropped: {dropped['transitions']} transitions)"
-           if dropped.get("episodes") else ""),
+        + (
+            f" ({record['truncated_open_episodes']} open ones truncated)"
+            if record.get("truncated_open_episodes")
+            else ""
+        )
+        + (
+            f" ({dropped['episodes']} open ones dropped: {dropped['transitions']} transitions)"
+            if dropped.get("episodes")
+            else ""
+        ),
         f"output:      {dataset.storage.data_path.parent} (Minari dataset {dataset.id!r}"
-        + ("" if record.get("complete", True) else ", incomplete") + ")",
+        + ("" if record.get("complete", True) else ", incomplete")
+        + ")",
     ]
     default_root = os.environ.get("MINARI_DATASETS_PATH")
-    prefix = "" if default_root and Path(default_root).resolve() == root.resolve() else f"MINARI_DATASETS_PATH={shlex.quote(str(root))} "
+    prefix = (
+        ""
+        if default_root and Path(default_root).resolve() == root.resolve()
+        else f"MINARI_DATASETS_PATH={shlex.quote(str(root))} "
+    )
     if root == _default_minari_root():
         prefix = ""
     lines.append(f"open with:   {prefix}python -c 'import minari; print(minari.load_dataset(\"{dataset.id}\"))'")
@@ -319,9 +340,7 @@ def _check_env_id(env_id: str) -> None:
         raise _UsageError(f"--env: {exc}") from None
     except Exception as exc:
         module = env_id.rpartition(":")[0]
-        raise _UsageError(
-            f"--env {env_id!r}: cannot import module {module!r}: {type(exc).__name__}: {exc}"
-        ) from None
+        raise _UsageError(f"--env {env_id!r}: cannot import module {module!r}: {type(exc).__name__}: {exc}") from None
 
 
 def _cpu_count() -> int:
@@ -379,8 +398,11 @@ def _run(args: argparse.Namespace, command_line: str) -> int:
     if minari and not args.dataset_id:
         raise _UsageError("--dataset-id: required with --format minari (e.g. --dataset-id cartpole/random-v0)")
     if not minari:
-        for option, value in (("--dataset-id", args.dataset_id), ("--open-episodes", args.open_episodes),
-                              *((f"--{k.replace('_', '-')}", v) for k, v in _minari_metadata(args).items())):
+        for option, value in (
+            ("--dataset-id", args.dataset_id),
+            ("--open-episodes", args.open_episodes),
+            *((f"--{k.replace('_', '-')}", v) for k, v in _minari_metadata(args).items()),
+        ):
             if value is not None:
                 raise _UsageError(f"{option}: only with --format minari, got {option} {value}")
     if args.open_episodes is not None and args.episodes is not None:
@@ -396,7 +418,9 @@ def _run(args: argparse.Namespace, command_line: str) -> int:
         try:  # fails at once without Minari, before any env is built
             minari_target(args.dataset_id, out, args.overwrite)
         except (MinariNotInstalledError, ValueError, FileExistsError) as exc:
-            raise _UsageError(str(exc).replace("overwrite=True / ", "").replace("dataset_id:", "--dataset-id:")) from None
+            raise _UsageError(
+                str(exc).replace("overwrite=True / ", "").replace("dataset_id:", "--dataset-id:")
+            ) from None
     else:
         out = Path(args.out) if args.out else Path("rollouts") / args.env.rpartition(":")[2]
         try:
@@ -433,9 +457,12 @@ def _run(args: argparse.Namespace, command_line: str) -> int:
             policy.check_spaces(envs.single_observation_space, envs.single_action_space)
         minari_options: dict[str, Any] = {}
         if minari:
-            minari_options = {"format": "minari", "dataset_id": args.dataset_id,
-                              "open_episodes": args.open_episodes or "truncate",
-                              "minari_metadata": _minari_metadata(args)}
+            minari_options = {
+                "format": "minari",
+                "dataset_id": args.dataset_id,
+                "open_episodes": args.open_episodes or "truncate",
+                "minari_metadata": _minari_metadata(args),
+            }
         dataset = collect(
             envs,
             policy,
@@ -458,11 +485,12 @@ def _run(args: argparse.Namespace, command_line: str) -> int:
         raise _UsageError(str(exc)) from None
     except KeyboardInterrupt:
         if minari:
-            print(f"{PROG}: interrupted: kept the finished episodes in Minari dataset {args.dataset_id!r} "
-                  f"under {out}", file=sys.stderr)
+            print(
+                f"{PROG}: interrupted: kept the finished episodes in Minari dataset {args.dataset_id!r} under {out}",
+                file=sys.stderr,
+            )
         elif (out / METADATA_FILE).is_file():
-            print(f'{PROG}: interrupted: kept a partial dataset ("complete": false) in {out}',
-                  file=sys.stderr)
+            print(f'{PROG}: interrupted: kept a partial dataset ("complete": false) in {out}', file=sys.stderr)
             if not args.quiet:
                 print(_summary(load(out)))
         raise
@@ -483,9 +511,14 @@ def _export(args: argparse.Namespace) -> int:
         raise _UsageError(f"DIR: {exc}") from None
     root = datasets_root(args.out)
     try:
-        result = export_minari(dataset, args.dataset_id, out=root, overwrite=args.overwrite,
-                               open_episodes=args.open_episodes or "truncate",
-                               minari_metadata=_minari_metadata(args))
+        result = export_minari(
+            dataset,
+            args.dataset_id,
+            out=root,
+            overwrite=args.overwrite,
+            open_episodes=args.open_episodes or "truncate",
+            minari_metadata=_minari_metadata(args),
+        )
     except (MinariNotInstalledError, ValueError, FileExistsError) as exc:
         raise _UsageError(str(exc).replace("overwrite=True / ", "").replace("dataset_id:", "--dataset-id:")) from None
     if not args.quiet:

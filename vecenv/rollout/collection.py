@@ -47,8 +47,15 @@ class Sink(Protocol):
 
     def rows(self, columns: Sequence[np.ndarray], returns: np.ndarray, lengths: np.ndarray) -> None: ...
 
-    def episode(self, pieces: Iterator[list[np.ndarray]], episode_return: float, length: int,
-                episode_id: int, seed: int | None, truncate_last: bool) -> None: ...
+    def episode(
+        self,
+        pieces: Iterator[list[np.ndarray]],
+        episode_return: float,
+        length: int,
+        episode_id: int,
+        seed: int | None,
+        truncate_last: bool,
+    ) -> None: ...
 
 
 def with_last(items: Iterator[Any]) -> Iterator[tuple[Any, bool]]:
@@ -77,8 +84,15 @@ class _NativeSink:
     def rows(self, columns: Sequence[np.ndarray], returns: np.ndarray, lengths: np.ndarray) -> None:
         self.writer.append(columns, returns, lengths)
 
-    def episode(self, pieces: Iterator[list[np.ndarray]], episode_return: float, length: int,
-                episode_id: int, seed: int | None, truncate_last: bool) -> None:
+    def episode(
+        self,
+        pieces: Iterator[list[np.ndarray]],
+        episode_return: float,
+        length: int,
+        episode_id: int,
+        seed: int | None,
+        truncate_last: bool,
+    ) -> None:
         none = np.zeros(0)
         for piece, last in with_last(pieces):
             if last:
@@ -165,8 +179,10 @@ class ActionChecker:
                 f"policy {self.policy!r} returned actions the vector env does not accept: {exc} "
                 f"(expected an element of {self.batched}, got {one_line(actions)})"
             ) from None
-        leaves = [np.asarray(leaf).astype(dtype, copy=False)
-                  for leaf, dtype in zip(leaf_values(self.single, batch), self.dtypes)]
+        leaves = [
+            np.asarray(leaf).astype(dtype, copy=False)
+            for leaf, dtype in zip(leaf_values(self.single, batch), self.dtypes)
+        ]
         if self.batched.contains(build_tree(self.single, iter(leaves))):
             return leaves
         for index in range(self.num_envs):
@@ -266,9 +282,7 @@ def collect(
     if not isinstance(envs, VectorEnv):
         raise TypeError(f"envs: expected a gymnasium.vector.VectorEnv, got {type(envs).__name__}")
     if (steps is None) == (episodes is None):
-        raise ValueError(
-            f"steps, episodes: expected exactly one of them, got steps={steps!r}, episodes={episodes!r}"
-        )
+        raise ValueError(f"steps, episodes: expected exactly one of them, got steps={steps!r}, episodes={episodes!r}")
     target = _positive_count("steps", steps) if steps is not None else _positive_count("episodes", episodes)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed: expected a non-negative int, got {seed!r} of type {type(seed).__name__}")
@@ -343,8 +357,16 @@ def collect(
         target_dir = minari_target(dataset_id, out, overwrite)
         # Open episodes spill next to the datasets (not to /tmp, often in memory); made on first use.
         spill_dir = datasets_root(out) / f".vecenv-spill-{uuid.uuid4().hex}"
-        sink: Any = MinariSink(dataset_id, target_dir, single_obs_space, single_act_space, spec,
-                               dataset_metadata, dict(minari_metadata or {}), open_episodes if steps else None)
+        sink: Any = MinariSink(
+            dataset_id,
+            target_dir,
+            single_obs_space,
+            single_act_space,
+            spec,
+            dataset_metadata,
+            dict(minari_metadata or {}),
+            open_episodes if steps else None,
+        )
         grouped = True
     else:
         if out is None:
@@ -372,8 +394,19 @@ def collect(
     )
     complete = False
     try:
-        _collect_into(sink, stager, bar, envs, act, mode, ActionChecker(single_act_space, envs.num_envs, name),
-                      int(seed), steps, episodes, open_episodes)
+        _collect_into(
+            sink,
+            stager,
+            bar,
+            envs,
+            act,
+            mode,
+            ActionChecker(single_act_space, envs.num_envs, name),
+            int(seed),
+            steps,
+            episodes,
+            open_episodes,
+        )
         complete = True
     finally:
         try:
@@ -470,8 +503,14 @@ def _collect_into(
         else:
             stager.add(columns, rows)
             for index in rows[done[rows]].tolist():
-                sink.episode(stager.pieces(index), float(episode_return[index]), int(episode_length[index]),
-                             int(episode_ids[index]), seed_of(int(episode_ids[index])), truncate_last=False)
+                sink.episode(
+                    stager.pieces(index),
+                    float(episode_return[index]),
+                    int(episode_length[index]),
+                    int(episode_ids[index]),
+                    seed_of(int(episode_ids[index])),
+                    truncate_last=False,
+                )
                 stager.discard(index)
                 if episodes is not None:
                     bar.update(1)
@@ -482,9 +521,14 @@ def _collect_into(
                 open_envs = [i for i in range(num_envs) if stager.length(i)]
                 if open_envs and open_episodes == "truncate":
                     for open_env in open_envs:  # by env index
-                        sink.episode(stager.pieces(open_env), float(episode_return[open_env]),
-                                     int(episode_length[open_env]), int(episode_ids[open_env]),
-                                     seed_of(int(episode_ids[open_env])), truncate_last=True)
+                        sink.episode(
+                            stager.pieces(open_env),
+                            float(episode_return[open_env]),
+                            int(episode_length[open_env]),
+                            int(episode_ids[open_env]),
+                            seed_of(int(episode_ids[open_env])),
+                            truncate_last=True,
+                        )
                         stager.discard(open_env)
                 else:
                     sink.dropped(len(open_envs), sum(stager.length(i) for i in open_envs))

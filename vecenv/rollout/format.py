@@ -150,8 +150,12 @@ def space_from_description(description: dict[str, Any]) -> spaces.Space:
         shape = tuple(description["shape"])
         low = np.array(_nested(description["low"]), dtype=np.float64)
         high = np.array(_nested(description["high"]), dtype=np.float64)
-        return spaces.Box(np.broadcast_to(low, shape).astype(dtype), np.broadcast_to(high, shape).astype(dtype),
-                          shape=shape, dtype=dtype)
+        return spaces.Box(
+            np.broadcast_to(low, shape).astype(dtype),
+            np.broadcast_to(high, shape).astype(dtype),
+            shape=shape,
+            dtype=dtype,
+        )
     if kind == "Discrete":
         return spaces.Discrete(description["n"], start=description["start"], dtype=dtype)
     if kind == "MultiDiscrete":

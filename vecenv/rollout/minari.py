@@ -31,7 +31,7 @@ from vecenv.rollout.dataset import Dataset, load
 from vecenv.rollout.errors import MinariNotInstalledError
 from vecenv.rollout.format import space_from_description
 from vecenv.rollout.writer import chunk_rows, now
-from vecenv.spaces import shape_of, build_tree, named_leaves
+from vecenv.spaces import build_tree, named_leaves, shape_of
 
 INSTALL_HINT = 'Minari output needs the minari extra: pip install "vecenv[minari]"'
 # Minari warns about every optional field left empty; we fill what we know and stay quiet.
@@ -85,9 +85,7 @@ def minari_target(dataset_id: str, out: str | os.PathLike[str] | None, overwrite
                 "(pass overwrite=True / --overwrite to replace it)"
             )
         if any(target.iterdir()) and not (target / "data" / "metadata.json").is_file():
-            raise FileExistsError(
-                f"refusing to overwrite {str(target)!r}: it is not empty and is not a Minari dataset"
-            )
+            raise FileExistsError(f"refusing to overwrite {str(target)!r}: it is not empty and is not a Minari dataset")
         shutil.rmtree(target)
     root.mkdir(parents=True, exist_ok=True)
     return target
@@ -125,9 +123,17 @@ class MinariSink:
     an existing id), so memory stays bounded whatever the episode lengths.
     """
 
-    def __init__(self, dataset_id: str, target: Path, observation_space: spaces.Space,
-                 action_space: spaces.Space, spec: EnvSpec | None, vecenv_metadata: Mapping[str, Any],
-                 minari_metadata: Mapping[str, Any], open_episodes: str | None) -> None:
+    def __init__(
+        self,
+        dataset_id: str,
+        target: Path,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        spec: EnvSpec | None,
+        vecenv_metadata: Mapping[str, Any],
+        minari_metadata: Mapping[str, Any],
+        open_episodes: str | None,
+    ) -> None:
         minari = import_minari()
         unknown = sorted(set(minari_metadata) - set(_METADATA_KEYS))
         if unknown:
@@ -141,7 +147,7 @@ class MinariSink:
         options = {
             "algorithm_name": str(self.vecenv_metadata.get("policy")),
             "description": f"Rollouts of {env_id} collected with vecenv "
-                           f"(policy {self.vecenv_metadata.get('policy')}, seed {self.vecenv_metadata.get('seed')}).",
+            f"(policy {self.vecenv_metadata.get('policy')}, seed {self.vecenv_metadata.get('seed')}).",
             **minari_metadata,
         }
         env = _RecordedEnv(spec, observation_space, action_space) if spec is not None else None
@@ -149,8 +155,14 @@ class MinariSink:
             warnings.filterwarnings("ignore", message=_QUIET, category=UserWarning)
             warnings.filterwarnings("ignore", message="env_spec is None", category=UserWarning)
             dataset = minari.create_dataset_from_buffers(
-                dataset_id, [], env=env, observation_space=observation_space, action_space=action_space,
-                data_format="hdf5", jpeg_encoding=False, **options,
+                dataset_id,
+                [],
+                env=env,
+                observation_space=observation_space,
+                action_space=action_space,
+                data_format="hdf5",
+                jpeg_encoding=False,
+                **options,
             )
         self._minari = minari
         self.storage = dataset.storage
@@ -162,8 +174,11 @@ class MinariSink:
         self._pending: list[Any] = []
         self._pending_rows = 0
         self._chunk_rows = chunk_rows(
-            sum(np.dtype(leaf.dtype).itemsize * int(np.prod(shape_of(leaf))) for _, leaf in
-                named_leaves(observation_space) + named_leaves(action_space)) + 10
+            sum(
+                np.dtype(leaf.dtype).itemsize * int(np.prod(shape_of(leaf)))
+                for _, leaf in named_leaves(observation_space) + named_leaves(action_space)
+            )
+            + 10
         )
 
     def rows(self, *args: Any) -> None:
@@ -174,8 +189,15 @@ class MinariSink:
         self.dropped_episodes += episodes
         self.dropped_transitions += transitions
 
-    def episode(self, pieces: Iterator[list[np.ndarray]], episode_return: float, length: int,
-                episode_id: int, seed: int | None, truncate_last: bool) -> None:
+    def episode(
+        self,
+        pieces: Iterator[list[np.ndarray]],
+        episode_return: float,
+        length: int,
+        episode_id: int,
+        seed: int | None,
+        truncate_last: bool,
+    ) -> None:
         """Write one episode given as pieces of columns (dataset field order), the last
         piece's final ``next_observations`` row becoming Minari's final observation."""
         from minari.data_collector import EpisodeBuffer
@@ -186,7 +208,9 @@ class MinariSink:
             k, a = self._obs, self._act
             observations = [np.array(leaf) for leaf in piece[:k]]
             if last:
-                observations = [np.concatenate([leaf, final[-1:]]) for leaf, final in zip(observations, piece[k:2 * k])]
+                observations = [
+                    np.concatenate([leaf, final[-1:]]) for leaf, final in zip(observations, piece[k : 2 * k])
+                ]
             truncations = np.array(piece[2 * k + a + 2])
             if last and truncate_last:
                 truncations[-1] = True
@@ -194,7 +218,7 @@ class MinariSink:
                 id=index,
                 seed=seed if number == 0 else None,
                 observations=build_tree(self.observation_space, iter(observations)),
-                actions=build_tree(self.action_space, iter([np.array(leaf) for leaf in piece[2 * k:2 * k + a]])),
+                actions=build_tree(self.action_space, iter([np.array(leaf) for leaf in piece[2 * k : 2 * k + a]])),
                 rewards=np.array(piece[2 * k + a]),
                 terminations=np.array(piece[2 * k + a + 1]),
                 truncations=truncations,
@@ -224,8 +248,19 @@ class MinariSink:
     def finalize(self, complete: bool) -> Any:
         """Write what is pending and the ``vecenv`` metadata entry; return the dataset."""
         self._flush()
-        keep = ("env_id", "env_kwargs", "num_envs", "autoreset_mode", "seed", "policy", "requested",
-                "start_time", "versions", "command_line", "source")
+        keep = (
+            "env_id",
+            "env_kwargs",
+            "num_envs",
+            "autoreset_mode",
+            "seed",
+            "policy",
+            "requested",
+            "start_time",
+            "versions",
+            "command_line",
+            "source",
+        )
         record = {key: self.vecenv_metadata[key] for key in keep if key in self.vecenv_metadata}
         record.update(
             complete=complete,
@@ -292,8 +327,9 @@ def export_minari(
     action_space = space_from_description(metadata["action_space"]["description"])
     spec = env_spec if env_spec is not None else _env_spec(metadata)
     source = {**metadata, "source": str(dataset.path)}
-    sink = MinariSink(dataset_id, target, observation_space, action_space, spec, source,
-                      dict(minari_metadata or {}), open_episodes)
+    sink = MinariSink(
+        dataset_id, target, observation_space, action_space, spec, source, dict(minari_metadata or {}), open_episodes
+    )
     names = list(metadata["fields"])
     arrays = [dataset.arrays[name] for name in names]
     episode_ids = np.asarray(dataset["episode_ids"])
@@ -304,26 +340,36 @@ def export_minari(
     bounds = list(zip(starts, [*starts[1:], len(order)]))
     ends = [int(order[stop - 1]) for _, stop in bounds]
     closed = [i for i, end in enumerate(ends) if terminations[end] or truncations[end]]
-    still_open = sorted((i for i, end in enumerate(ends) if not (terminations[end] or truncations[end])),
-                        key=lambda i: int(env_ids[ends[i]]))
+    still_open = sorted(
+        (i for i, end in enumerate(ends) if not (terminations[end] or truncations[end])),
+        key=lambda i: int(env_ids[ends[i]]),
+    )
     closed.sort(key=lambda i: ends[i])
-    step = chunk_rows(sum(np.dtype(f["dtype"]).itemsize * int(np.prod(f["shape"])) for f in metadata["fields"].values()))
+    step = chunk_rows(
+        sum(np.dtype(f["dtype"]).itemsize * int(np.prod(f["shape"])) for f in metadata["fields"].values())
+    )
     seed, num_envs = metadata.get("seed"), metadata.get("num_envs") or 0
 
     def pieces(rows: np.ndarray) -> Iterator[list[np.ndarray]]:
         for begin in range(0, len(rows), step):
-            part = rows[begin:begin + step]
+            part = rows[begin : begin + step]
             yield [np.asarray(array[part]) for array in arrays]
 
     try:
         for i, truncate in [*((i, False) for i in closed), *((i, True) for i in still_open)]:
-            rows = order[bounds[i][0]:bounds[i][1]]
+            rows = order[bounds[i][0] : bounds[i][1]]
             episode_id = int(episode_ids[rows[0]])
             if truncate and open_episodes == "drop":
                 sink.dropped(1, len(rows))
                 continue
-            sink.episode(pieces(rows), float(rewards[rows].sum()), len(rows), episode_id,
-                         seed + episode_id if seed is not None and episode_id < num_envs else None, truncate)
+            sink.episode(
+                pieces(rows),
+                float(rewards[rows].sum()),
+                len(rows),
+                episode_id,
+                seed + episode_id if seed is not None and episode_id < num_envs else None,
+                truncate,
+            )
     except BaseException:
         sink.finalize(complete=False)
         raise

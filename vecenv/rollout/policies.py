@@ -43,11 +43,14 @@ class SB3Policy:
 
     def check_spaces(self, observation_space: spaces.Space, action_space: spaces.Space) -> None:
         """Raise PolicySpecError if the model was trained on other spaces than the envs'."""
-        for what, theirs, ours in (("observation", self.model.observation_space, observation_space),
-                                   ("action", self.model.action_space, action_space)):
+        for what, theirs, ours in (
+            ("observation", self.model.observation_space, observation_space),
+            ("action", self.model.action_space, action_space),
+        ):
             if type(theirs) is not type(ours) or getattr(theirs, "shape", None) != getattr(ours, "shape", None):
-                raise PolicySpecError(f"--policy {self.name}: the model's {what} space is {theirs}, "
-                                      f"the environment's is {ours}")
+                raise PolicySpecError(
+                    f"--policy {self.name}: the model's {what} space is {theirs}, the environment's is {ours}"
+                )
 
 
 def _sb3_algorithm(path: Path) -> str:
@@ -77,7 +80,9 @@ def _sb3_class(algorithm: str, spec: str) -> Any:
             module = importlib.import_module(package)
         except ImportError:
             if package == "stable_baselines3":
-                raise PolicySpecError(f"--policy {spec!r}: Stable-Baselines3 is not installed: {SB3_INSTALL_HINT}") from None
+                raise PolicySpecError(
+                    f"--policy {spec!r}: Stable-Baselines3 is not installed: {SB3_INSTALL_HINT}"
+                ) from None
             continue
         if hasattr(module, algorithm):
             return getattr(module, algorithm)
@@ -86,15 +91,17 @@ def _sb3_class(algorithm: str, spec: str) -> Any:
 
 def load_sb3(spec: str, deterministic: bool = False) -> SB3Policy:
     """Load ``sb3:PATH.zip`` or ``sb3:ALGO:PATH.zip`` on the CPU."""
-    rest = spec[len("sb3:"):]
+    rest = spec[len("sb3:") :]
     algorithm, _, maybe_path = rest.partition(":")
     if maybe_path and algorithm.isidentifier() and not Path(rest).exists():
         path = Path(maybe_path)
     else:
         algorithm, path = "", Path(rest)
     if not rest or not path.is_file():
-        raise PolicySpecError(f"--policy {spec!r}: expected sb3:PATH.zip naming a saved model file, got {str(path)!r}, "
-                              "which is not a file")
+        raise PolicySpecError(
+            f"--policy {spec!r}: expected sb3:PATH.zip naming a saved model file, got {str(path)!r}, "
+            "which is not a file"
+        )
     if importlib.util.find_spec("stable_baselines3") is None:
         raise PolicySpecError(f"--policy {spec!r}: Stable-Baselines3 is not installed: {SB3_INSTALL_HINT}")
     algorithm = algorithm or _sb3_algorithm(path)

@@ -164,7 +164,7 @@ class DatasetWriter:
 
 
 def now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 def versions() -> dict[str, str | None]:
