@@ -44,7 +44,8 @@ import resource
 import sys
 import time
 from collections import deque
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -73,50 +74,99 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     g = p.add_argument_group("run")
     g.add_argument("--env-id", default="CartPole-v1", help="registered Gymnasium env id (discrete actions)")
-    g.add_argument("--vector", choices=VECTOR_KINDS, default="vecenv",
-                   help="vector env: vecenv.SubprocVectorEnv, gymnasium SyncVectorEnv or AsyncVectorEnv, "
-                        "or Stable-Baselines3's SubprocVecEnv (needs stable-baselines3)")
-    g.add_argument("--compare", default=None, metavar="KINDS",
-                   help="comma-separated vector kinds to train one after the other with the same seed "
-                        "(e.g. vecenv,sync,async); overrides --vector")
+    g.add_argument(
+        "--vector",
+        choices=VECTOR_KINDS,
+        default="vecenv",
+        help="vector env: vecenv.SubprocVectorEnv, gymnasium SyncVectorEnv or AsyncVectorEnv, "
+        "or Stable-Baselines3's SubprocVecEnv (needs stable-baselines3)",
+    )
+    g.add_argument(
+        "--compare",
+        default=None,
+        metavar="KINDS",
+        help="comma-separated vector kinds to train one after the other with the same seed "
+        "(e.g. vecenv,sync,async); overrides --vector",
+    )
     g.add_argument("--num-envs", type=int, default=8, help="envs stepped in parallel")
-    g.add_argument("--num-workers", type=int, default=None,
-                   help="vecenv worker processes; None means one per core, at most --num-envs")
+    g.add_argument(
+        "--num-workers",
+        type=int,
+        default=None,
+        help="vecenv worker processes; None means one per core, at most --num-envs",
+    )
     g.add_argument("--seed", type=int, default=1, help="seeds torch, the action sampler and the envs")
     g.add_argument("--total-timesteps", type=int, default=100_000, help="env steps to train for")
-    g.add_argument("--env-step-ms", type=float, default=0.0,
-                   help="extra CPU time burnt in each env step (pure Python, like the benchmark's "
-                        "py1ms workload): models an env whose step is expensive")
-    g.add_argument("--solve-return", type=float, default=475.0,
-                   help=f"solved when the mean return of the last {SOLVE_WINDOW} episodes reaches this")
+    g.add_argument(
+        "--env-step-ms",
+        type=float,
+        default=0.0,
+        help="extra CPU time burnt in each env step (pure Python, like the benchmark's "
+        "py1ms workload): models an env whose step is expensive",
+    )
+    g.add_argument(
+        "--solve-return",
+        type=float,
+        default=475.0,
+        help=f"solved when the mean return of the last {SOLVE_WINDOW} episodes reaches this",
+    )
     g.add_argument("--stop-when-solved", action="store_true", help="stop training as soon as it is solved")
-    g.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs/ppo"),
-                   help="output folder for episodes.csv, summary.json and learning_curve.png")
+    g.add_argument(
+        "--out",
+        type=pathlib.Path,
+        default=pathlib.Path("runs/ppo"),
+        help="output folder for episodes.csv, summary.json and learning_curve.png",
+    )
     g.add_argument("--quiet", action="store_true", help="print only the summary, not every update")
-    g.add_argument("--plot", type=pathlib.Path, default=None, metavar="CSV",
-                   help="train nothing: redraw the learning curve of an episodes.csv into --out")
+    g.add_argument(
+        "--plot",
+        type=pathlib.Path,
+        default=None,
+        metavar="CSV",
+        help="train nothing: redraw the learning curve of an episodes.csv into --out",
+    )
 
     h = p.add_argument_group("PPO hyperparameters")
     h.add_argument("--num-steps", type=int, default=32, help="steps per env in each rollout")
     h.add_argument("--learning-rate", type=float, default=1e-3, help="Adam's initial learning rate")
-    h.add_argument("--anneal-lr", action=argparse.BooleanOptionalAction, default=True,
-                   help="decay the learning rate linearly to 0 over --total-timesteps")
+    h.add_argument(
+        "--anneal-lr",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="decay the learning rate linearly to 0 over --total-timesteps",
+    )
     h.add_argument("--gamma", type=float, default=0.98, help="discount factor")
     h.add_argument("--gae-lambda", type=float, default=0.8, help="GAE's lambda")
-    h.add_argument("--minibatch-size", type=int, default=256,
-                   help="transitions per gradient step (the whole rollout if it is smaller); a fixed "
-                        "size keeps the gradient steps per env step the same whatever --num-envs is")
+    h.add_argument(
+        "--minibatch-size",
+        type=int,
+        default=256,
+        help="transitions per gradient step (the whole rollout if it is smaller); a fixed "
+        "size keeps the gradient steps per env step the same whatever --num-envs is",
+    )
     h.add_argument("--update-epochs", type=int, default=20, help="passes over each rollout")
-    h.add_argument("--norm-adv", action=argparse.BooleanOptionalAction, default=True,
-                   help="normalise advantages within each minibatch")
+    h.add_argument(
+        "--norm-adv",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="normalise advantages within each minibatch",
+    )
     h.add_argument("--clip-coef", type=float, default=0.2, help="clip range of the probability ratio")
-    h.add_argument("--clip-vloss", action=argparse.BooleanOptionalAction, default=True,
-                   help="clip the value loss around the old values, as PPO's paper does")
+    h.add_argument(
+        "--clip-vloss",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="clip the value loss around the old values, as PPO's paper does",
+    )
     h.add_argument("--ent-coef", type=float, default=0.0, help="weight of the entropy bonus")
     h.add_argument("--vf-coef", type=float, default=0.5, help="weight of the value loss")
     h.add_argument("--max-grad-norm", type=float, default=0.5, help="gradient-norm clip")
-    h.add_argument("--target-kl", type=float, default=None,
-                   help="stop an update's epochs early once the approximate KL exceeds this")
+    h.add_argument(
+        "--target-kl",
+        type=float,
+        default=None,
+        help="stop an update's epochs early once the approximate KL exceeds this",
+    )
     args = p.parse_args(argv)
     for name in ("num_envs", "num_steps", "minibatch_size", "update_epochs", "total_timesteps"):
         if getattr(args, name) < 1:
@@ -241,8 +291,7 @@ class Agent(nn.Module):
     def __init__(self, obs_dim: int, n_actions: int) -> None:
         super().__init__()
         self.critic = nn.Sequential(layer(obs_dim, 64), nn.Tanh(), layer(64, 64), nn.Tanh(), layer(64, 1, 1.0))
-        self.actor = nn.Sequential(layer(obs_dim, 64), nn.Tanh(), layer(64, 64), nn.Tanh(),
-                                   layer(64, n_actions, 0.01))
+        self.actor = nn.Sequential(layer(obs_dim, 64), nn.Tanh(), layer(64, 64), nn.Tanh(), layer(64, n_actions, 0.01))
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         return self.critic(obs).squeeze(-1)
@@ -264,8 +313,15 @@ class Agent(nn.Module):
 # -- the update ---------------------------------------------------------------------------------
 
 
-def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, dones: torch.Tensor, next_value: torch.Tensor,
-                   next_done: torch.Tensor, gamma: float, lam: float) -> torch.Tensor:
+def gae_advantages(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    dones: torch.Tensor,
+    next_value: torch.Tensor,
+    next_done: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> torch.Tensor:
     """Generalised advantage estimates, computed backwards through a ``(steps, envs)`` rollout.
 
     ``dones[t]`` says whether the observation of step ``t`` starts a new episode (the previous
@@ -296,8 +352,13 @@ class Rollout:
     values: torch.Tensor
 
 
-def ppo_update(agent: Agent, optimizer: torch.optim.Optimizer, rollout: Rollout, args: argparse.Namespace,
-               generator: torch.Generator) -> torch.Tensor:
+def ppo_update(
+    agent: Agent,
+    optimizer: torch.optim.Optimizer,
+    rollout: Rollout,
+    args: argparse.Namespace,
+    generator: torch.Generator,
+) -> torch.Tensor:
     """``--update-epochs`` passes of clipped-objective minibatch steps; returns the last approximate KL."""
     batch = len(rollout.actions)
     minibatch = min(args.minibatch_size, batch)
@@ -305,7 +366,7 @@ def ppo_update(agent: Agent, optimizer: torch.optim.Optimizer, rollout: Rollout,
     for _ in range(args.update_epochs):
         order = torch.randperm(batch, generator=generator)
         for lo in range(0, batch, minibatch):
-            idx = order[lo:lo + minibatch]
+            idx = order[lo : lo + minibatch]
             logp, entropy, value = agent.evaluate(rollout.obs[idx], rollout.actions[idx])
             log_ratio = logp - rollout.logp[idx]
             ratio = log_ratio.exp()
@@ -392,8 +453,9 @@ def train(args: argparse.Namespace, kind: str) -> tuple[list[Episode], RunSummar
     return episodes, summary
 
 
-def _train(args: argparse.Namespace, kind: str, envs: Any, generator: torch.Generator,
-           start: float) -> tuple[list[Episode], RunSummary]:
+def _train(
+    args: argparse.Namespace, kind: str, envs: Any, generator: torch.Generator, start: float
+) -> tuple[list[Episode], RunSummary]:
     """The loop: collect ``--num-steps`` steps from every env, then update; record each episode."""
     if not isinstance(envs.single_action_space, gym.spaces.Discrete):
         raise SystemExit(f"train_ppo.py needs a Discrete action space, {args.env_id} has {envs.single_action_space}")
@@ -454,25 +516,40 @@ def _train(args: argparse.Namespace, kind: str, envs: Any, generator: torch.Gene
         with torch.no_grad():
             next_value = agent.value(next_obs)
         advantages = gae_advantages(rew_buf, val_buf, done_buf, next_value, next_done, args.gamma, args.gae_lambda)
-        rollout = Rollout(obs_buf.reshape(batch, obs_dim), act_buf.reshape(batch), logp_buf.reshape(batch),
-                          advantages.reshape(batch), (advantages + val_buf).reshape(batch), val_buf.reshape(batch))
+        rollout = Rollout(
+            obs_buf.reshape(batch, obs_dim),
+            act_buf.reshape(batch),
+            logp_buf.reshape(batch),
+            advantages.reshape(batch),
+            (advantages + val_buf).reshape(batch),
+            val_buf.reshape(batch),
+        )
         approx_kl = ppo_update(agent, optimizer, rollout, args, generator)
 
         elapsed = time.perf_counter() - start
         if not args.quiet:
             mean = f"{np.mean(recent):7.1f}" if recent else "      -"
-            print(f"[{kind}] step {global_step:>8,}  mean return (last {SOLVE_WINDOW}) {mean}  "
-                  f"episodes {len(episodes):>5}  SPS {global_step / elapsed:7,.0f}  "
-                  f"kl {approx_kl.item():.4f}  {elapsed:6.1f}s", flush=True)
+            print(
+                f"[{kind}] step {global_step:>8,}  mean return (last {SOLVE_WINDOW}) {mean}  "
+                f"episodes {len(episodes):>5}  SPS {global_step / elapsed:7,.0f}  "
+                f"kl {approx_kl.item():.4f}  {elapsed:6.1f}s",
+                flush=True,
+            )
         if solved_step is not None and args.stop_when_solved:
             break
 
     elapsed = time.perf_counter() - start
     summary = RunSummary(
-        vector=kind, num_envs=n, env_step_ms=args.env_step_ms, env_steps=global_step,
-        wall_time_s=round(elapsed, 3), sps=round(global_step / elapsed, 1), episodes=len(episodes),
+        vector=kind,
+        num_envs=n,
+        env_step_ms=args.env_step_ms,
+        env_steps=global_step,
+        wall_time_s=round(elapsed, 3),
+        sps=round(global_step / elapsed, 1),
+        episodes=len(episodes),
         final_mean_return=round(float(np.mean(recent)), 2) if recent else float("nan"),
-        solved=solved_step is not None, solved_at_step=solved_step,
+        solved=solved_step is not None,
+        solved_at_step=solved_step,
         solved_at_s=None if solved_s is None else round(solved_s, 3),
     )
     return episodes, summary
@@ -494,8 +571,17 @@ def write_csv(path: pathlib.Path, episodes: list[Episode]) -> None:
 def read_csv(path: pathlib.Path) -> list[Episode]:
     """The episodes written by :func:`write_csv`."""
     with path.open(newline="") as f:
-        return [Episode(r["vector"], int(r["env_step"]), float(r["wall_time_s"]), float(r["episode_return"]),
-                        int(r["episode_length"]), int(r["env_index"])) for r in csv.DictReader(f)]
+        return [
+            Episode(
+                r["vector"],
+                int(r["env_step"]),
+                float(r["wall_time_s"]),
+                float(r["episode_return"]),
+                int(r["episode_length"]),
+                int(r["env_index"]),
+            )
+            for r in csv.DictReader(f)
+        ]
 
 
 def plot(episodes: list[Episode], path: pathlib.Path, title: str) -> bool:
@@ -505,6 +591,7 @@ def plot(episodes: list[Episode], path: pathlib.Path, title: str) -> bool:
     """
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
@@ -514,7 +601,7 @@ def plot(episodes: list[Episode], path: pathlib.Path, title: str) -> bool:
     for kind in dict.fromkeys(ep.vector for ep in episodes):
         eps = [ep for ep in episodes if ep.vector == kind]
         rets = np.array([ep.episode_return for ep in eps])
-        smooth = np.array([rets[max(0, i - SOLVE_WINDOW + 1):i + 1].mean() for i in range(len(rets))])
+        smooth = np.array([rets[max(0, i - SOLVE_WINDOW + 1) : i + 1].mean() for i in range(len(rets))])
         by_step.plot([ep.env_step for ep in eps], smooth, label=kind, lw=1.2)
         by_time.plot([ep.wall_time_s for ep in eps], smooth, label=kind, lw=1.2)
     traces = {}
@@ -556,16 +643,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         eps, summary = train(args, kind)
         episodes += eps
         summaries.append(summary)
-        solved = (f"solved at step {summary.solved_at_step:,} after {summary.solved_at_s:.1f}s"
-                  if summary.solved else "not solved")
+        solved = (
+            f"solved at step {summary.solved_at_step:,} after {summary.solved_at_s:.1f}s"
+            if summary.solved
+            else "not solved"
+        )
         cpu = "" if summary.cpu_s is None else f", {summary.cpu_s:.1f} CPU-s"
-        print(f"[{kind}] {summary.env_steps:,} steps in {summary.wall_time_s:.1f}s{cpu} ({summary.sps:,.0f} SPS); "
-              f"mean return of the last {SOLVE_WINDOW} episodes {summary.final_mean_return}; {solved}", flush=True)
+        print(
+            f"[{kind}] {summary.env_steps:,} steps in {summary.wall_time_s:.1f}s{cpu} ({summary.sps:,.0f} SPS); "
+            f"mean return of the last {SOLVE_WINDOW} episodes {summary.final_mean_return}; {solved}",
+            flush=True,
+        )
     write_csv(args.out / "episodes.csv", episodes)
     config = {k: (str(v) if isinstance(v, pathlib.Path) else v) for k, v in vars(args).items()}
-    (args.out / "summary.json").write_text(json.dumps(
-        {"config": config, "cpu_count": os.cpu_count(), "runs": [dataclasses.asdict(s) for s in summaries]},
-        indent=2) + "\n")
+    (args.out / "summary.json").write_text(
+        json.dumps(
+            {"config": config, "cpu_count": os.cpu_count(), "runs": [dataclasses.asdict(s) for s in summaries]},
+            indent=2,
+        )
+        + "\n"
+    )
     plot(episodes, args.out / "learning_curve.png", curve_title(args))
     print(f"wrote {args.out}/episodes.csv, summary.json, learning_curve.png")
     return 0

@@ -21,8 +21,12 @@ SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "train_ppo.py"
 
 def _train(out: Path, *args: str, timeout: float) -> dict[str, list[dict[str, str]]]:
     """Run the script; returns the episodes.csv rows of each vector kind."""
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--quiet", *args],
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(out), "--quiet", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     with (out / "episodes.csv").open(newline="") as f:
         rows = list(csv.DictReader(f))
@@ -34,12 +38,30 @@ def _train(out: Path, *args: str, timeout: float) -> dict[str, list[dict[str, st
 
 @pytest.mark.timeout(300)
 def test_same_seed_same_returns_with_vecenv_sync_and_async(tmp_path: Path) -> None:
-    by_kind = _train(tmp_path, "--compare", "vecenv,sync,async", "--num-envs", "4", "--num-workers", "2",
-                     "--num-steps", "32", "--total-timesteps", "768", "--update-epochs", "4", "--seed", "3", timeout=280)
+    by_kind = _train(
+        tmp_path,
+        "--compare",
+        "vecenv,sync,async",
+        "--num-envs",
+        "4",
+        "--num-workers",
+        "2",
+        "--num-steps",
+        "32",
+        "--total-timesteps",
+        "768",
+        "--update-epochs",
+        "4",
+        "--seed",
+        "3",
+        timeout=280,
+    )
     assert list(by_kind) == ["vecenv", "sync", "async"]
     # Every finished episode: when (env step), which env, its return and length; not wall time.
-    trace = {kind: [(r["env_step"], r["env_index"], r["episode_return"], r["episode_length"]) for r in rows]
-             for kind, rows in by_kind.items()}
+    trace = {
+        kind: [(r["env_step"], r["env_index"], r["episode_return"], r["episode_length"]) for r in rows]
+        for kind, rows in by_kind.items()
+    }
     assert len(trace["sync"]) > 15  # a random CartPole policy ends an episode every ~20 steps
     assert trace["vecenv"] == trace["sync"]
     assert trace["async"] == trace["sync"]
@@ -56,8 +78,9 @@ def test_same_seed_same_returns_with_vecenv_sync_and_async(tmp_path: Path) -> No
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_ppo_learns_cartpole(tmp_path: Path) -> None:
-    rows = _train(tmp_path, "--vector", "vecenv", "--num-envs", "8", "--total-timesteps", "40000",
-                  timeout=580)["vecenv"]
+    rows = _train(tmp_path, "--vector", "vecenv", "--num-envs", "8", "--total-timesteps", "40000", timeout=580)[
+        "vecenv"
+    ]
     returns = [float(r["episode_return"]) for r in rows]
     early, late = sum(returns[:20]) / 20, sum(returns[-20:]) / 20
     assert late > early + 100, f"mean return of the first 20 episodes {early:.1f}, of the last 20 {late:.1f}"
