@@ -741,7 +741,10 @@ def test_closed_env(ctx: str, leaks: LeakCheck) -> None:
 
 CHILD_SCRIPT = textwrap.dedent(
     """
-    import json, sys
+    import json, signal, sys
+    # A program started from an interactive shell gets KeyboardInterrupt on SIGINT; one started
+    # in the background of a non-interactive shell inherits SIGINT ignored. Be the former.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.path.insert(0, {root!r})
     import numpy as np
     from multiprocessing import resource_tracker, shared_memory
