@@ -68,6 +68,8 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
+from vecenv.checks import available_cpus
+
 __all__ = ["BurnEnv", "FrameEnv", "burn", "main"]
 
 STANDARD_WORKLOADS = ("cartpole", "py100us", "py1ms", "obs84")
@@ -249,7 +251,7 @@ def _ray_vector(fns: list[Callable[[], gym.Env]], workers: int, **kwargs: Any) -
     """A RayVectorEnv on a local Ray it starts itself, its actors sharing this machine's cores."""
     from vecenv.ray_transport import RayVectorEnv
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = available_cpus()
     return RayVectorEnv(
         fns,
         workers,
@@ -825,7 +827,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     t_start = time.perf_counter()
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = available_cpus()
     load_start = os.getloadavg() if hasattr(os, "getloadavg") else None
     calib = _run_child({"calibrate": True}, timeout=120)
     if "error" in calib:

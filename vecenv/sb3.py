@@ -61,7 +61,7 @@ class SubprocVecEnv(VecEnv):
             ``"forkserver"`` where available, else ``"spawn"``. Unknown names raise
             multiprocessing's ``ValueError`` ("cannot find context for ...").
         num_workers: worker processes, each hosting a contiguous group of envs; default
-            ``min(len(env_fns), os.cpu_count())``.
+            ``min(len(env_fns), available cores)`` (the affinity mask, as ``vecenv.SubprocVectorEnv``).
 
     Attributes:
         vector_env: the underlying :class:`vecenv.SubprocVectorEnv` (its envs are wrapped in an

@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 import gymnasium
 from gymnasium.vector import AutoresetMode
 
+from vecenv.checks import available_cpus
 from vecenv.factory import check_env_id, make
 from vecenv.rollout.collection import OPEN_EPISODES, collect
 from vecenv.rollout.dataset import Dataset, load
@@ -343,13 +344,6 @@ def _check_env_id(env_id: str) -> None:
         raise _UsageError(f"--env {env_id!r}: cannot import module {module!r}: {type(exc).__name__}: {exc}") from None
 
 
-def _cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def _human_size(size: float) -> str:
     units = ["B", "KiB", "MiB", "GiB", "TiB"]
     index = 0
@@ -436,7 +430,7 @@ def _run(args: argparse.Namespace, command_line: str) -> int:
         num_workers = args.num_workers
         backend_options = {"backend": "ray", "address": args.ray_address}
     else:
-        num_workers = args.num_workers or min(_cpu_count(), args.num_envs)
+        num_workers = args.num_workers or min(available_cpus(), args.num_envs)
 
     try:
         envs = make(
