@@ -17,7 +17,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 import vecenv
 from tests.conftest import start_methods
 from tests.crash_envs import fault_fns
-from tests.envs import diff_env_fns
+from tests.envs import diff_env_fns, make_group
 from tests.test_differential import assert_same, sample_actions
 
 N, W = 6, 3  # groups of 2: worker 1 hosts envs 2 and 3
@@ -186,3 +186,15 @@ def test_a_worker_that_dies_while_rebuilt_counts_as_a_restart(tmp_path) -> None:
 def test_bad_restart_arguments_are_refused(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         vecenv.SubprocVectorEnv(diff_env_fns(2), 1, **kwargs)
+
+
+@pytest.mark.timeout(60)
+def test_from_groups_takes_the_restart_option() -> None:
+    group_fns = [functools.partial(make_group, g) for g in ([0, 1], [2, 3])]
+    with vecenv.SubprocVectorEnv.from_groups(group_fns, on_worker_death="restart", context="fork") as envs:
+        envs.reset(seed=0)
+        _kill(envs, 1)
+        assert envs.get_attr("index") == (0, 1, 2, 3)
+        assert envs._pool.restarts == 1
+    with pytest.raises(ValueError, match="on_worker_death"):
+        vecenv.SubprocVectorEnv.from_groups(group_fns, on_worker_death="retry")

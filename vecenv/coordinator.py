@@ -761,18 +761,25 @@ class SubprocVectorEnv(GroupVectorEnv):
         batch_size: int | None = None,
         pin_cpus: bool = False,
         start_timeout: float | None = None,
+        on_worker_death: str = "raise",
+        max_restarts: int = 3,
+        restart_window: float = 60.0,
+        threads_per_worker: int | None = 1,
     ) -> SubprocVectorEnv:
         """One worker per callable; each returns the list of envs that worker hosts (or a
         native ``gymnasium.vector.VectorEnv``).
 
         The group sizes are learned in the handshake; env indices follow the order of
-        ``group_fns`` and, within a group, the order of the returned list.
+        ``group_fns`` and, within a group, the order of the returned list. The other
+        arguments are the constructor's.
         """
         if isinstance(group_fns, (str, bytes)) or not isinstance(group_fns, Sequence) or not group_fns:
             raise ValueError(f"`group_fns` must be a non-empty sequence of callables, got {describe(group_fns)}")
         for i, fn in enumerate(group_fns):
             if not callable(fn):
                 raise TypeError(f"`group_fns[{i}]` must be callable (returning a list of envs), got {describe(fn)}")
+        restarts = check_restarts(on_worker_death, max_restarts, restart_window)
+        threads = check_threads(threads_per_worker)
         self = cls.__new__(cls)
         self._start(
             list(group_fns),
@@ -786,6 +793,8 @@ class SubprocVectorEnv(GroupVectorEnv):
             pin_cpus,
             start_timeout,
             inline=False,
+            restarts=restarts,
+            threads=threads,
         )
         return self
 
@@ -802,8 +811,8 @@ class SubprocVectorEnv(GroupVectorEnv):
         pin_cpus: bool,
         start_timeout: float | None,
         inline: bool,
-        restarts: tuple[int, float] | None = None,
-        threads: int | None = 1,
+        restarts: tuple[int, float] | None,
+        threads: int | None,
     ) -> None:
         mode = check_autoreset_mode(autoreset_mode)
         ctx = check_context(context)
