@@ -6,6 +6,7 @@
   test may be left behind. Blocks are attributed to this test process by recording the names of
   the shared-memory blocks it creates, so a concurrent test run on the same machine cannot make
   the check flaky; blocks that appeared in ``/dev/shm`` during the test are reported too.
+* The Ray tests run after all the others (see ``pytest_collection_modifyitems``).
 * ``start_methods(*methods)``: a ``pytest.mark.parametrize`` over multiprocessing start methods
   with readable ids (``ctx=fork``); the ``start_method`` fixture runs a test once per method.
 """
@@ -46,6 +47,12 @@ def start_methods(*methods: str):
 def start_method(request: pytest.FixtureRequest) -> str:
     """Runs the test once per start method (unless the test parametrizes ``start_method``)."""
     return request.param
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the Ray tests last: a connected (or shut down) Ray leaves threads in this process, and
+    the tests after it that fork on purpose (``ctx=fork``) would fork a threaded process."""
+    items.sort(key=lambda item: item.path.name == "test_ray.py")
 
 
 def _memfd_descriptors() -> set[int]:

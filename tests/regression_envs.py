@@ -31,6 +31,8 @@ __all__ = [
     "BoundsEnv",
     "ActionRecorderEnv",
     "fns",
+    "BUILD_LOCK",
+    "locked_cartpole",
 ]
 
 
@@ -225,3 +227,14 @@ class ActionRecorderEnv(PayEnv):
 def fns(cls: type, n: int, **kwargs: Any) -> list[Any]:
     """``n`` picklable constructors, env ``i`` built as ``cls(index=i, **kwargs)``."""
     return [functools.partial(cls, index=i, **kwargs) for i in range(n)]
+
+
+#: Held by a thread of the test process in ``test_start_method``: a worker forked while it is held
+#: would inherit it held, and :func:`locked_cartpole` would wait for it forever.
+BUILD_LOCK = threading.Lock()
+
+
+def locked_cartpole() -> gym.Env:
+    """A CartPole built under :data:`BUILD_LOCK`, as a library's init may take a lock of its own."""
+    with BUILD_LOCK:
+        return gym.make("CartPole-v1")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import sys
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -24,6 +26,7 @@ __all__ = [
     "check_num_workers",
     "check_autoreset_mode",
     "check_context",
+    "default_start_method",
     "check_observation_mode",
     "check_timeout",
     "check_restarts",
@@ -69,7 +72,8 @@ def check_num_workers(num_workers: Any, num_envs: int) -> int:
         return min(num_envs, available_cpus())
     if not _is_int(num_workers) or not 0 <= num_workers <= num_envs:
         raise ValueError(
-            f"`num_workers` must be None or an int in [0, {num_envs}] (0 to len(env_fns)), got {describe(num_workers)}"
+            f"`num_workers` must be None, 'auto' or an int in [0, {num_envs}] (0 to len(env_fns)), "
+            f"got {describe(num_workers)}"
         )
     return int(num_workers)
 
@@ -84,9 +88,38 @@ def check_autoreset_mode(mode: Any) -> AutoresetMode:
         ) from None
 
 
+def default_start_method() -> str:
+    """The start method for ``context=None``: the platform's, except fork in a threaded parent.
+
+    Forking while other Python threads run (Ray's, a notebook kernel's, a progress bar's
+    monitor) copies whatever locks those threads held at that instant (an output stream's, a
+    logging handler's), and a worker that needs one waits forever; Python 3.12 warns about it
+    and 3.14 stops forking by default. So where the start method is still the platform's unset
+    default and that default is fork, a parent running more than one Python thread starts its
+    workers with ``forkserver``. Native thread pools (OpenBLAS, OpenMP) handle fork themselves
+    and do not count. A method the user set (here or with ``multiprocessing.set_start_method``)
+    is always used as given.
+    """
+    chosen = multiprocessing.get_start_method(allow_none=True)
+    if chosen is not None:
+        return chosen
+    # The platform default comes first. (get_context(None) would fix it as if the user had.)
+    methods = multiprocessing.get_all_start_methods()
+    if methods[0] != "fork" or threading.active_count() <= 1 or not _main_reloadable():
+        return methods[0]
+    return "forkserver" if "forkserver" in methods else "spawn"
+
+
+def _main_reloadable() -> bool:
+    """Whether forkserver/spawn can load ``__main__`` again: not a script read from stdin."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    return path is None or os.path.exists(path)
+
+
 def check_context(context: Any) -> multiprocessing.context.BaseContext:
+    """The multiprocessing context for ``context`` (``None``: :func:`default_start_method`)."""
     try:
-        return multiprocessing.get_context(context)
+        return multiprocessing.get_context(default_start_method() if context is None else context)
     except ValueError:
         raise ValueError(
             f"`context` must be None or one of {multiprocessing.get_all_start_methods()}, got {describe(context)}"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import multiprocessing
 import os
 import select
 import signal
@@ -111,10 +112,15 @@ class ProcessTransport(Transport):
             daemon=self.daemon,
         )
         self.conns[index] = parent_conn
+        unset = multiprocessing.get_start_method(allow_none=True) is None
         try:
             process.start()
         finally:
             child_conn.close()
+            if unset:
+                # Starting a forkserver records the default method as if the user had chosen it,
+                # which would turn off check_context's threaded-parent rule for later vector envs.
+                multiprocessing.set_start_method(None, force=True)
         self.processes[index] = process
 
     def relaunch(self, worker: int) -> None:
