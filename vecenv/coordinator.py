@@ -62,6 +62,7 @@ from vecenv.errors import NeedsResetError, SpaceMismatchError, WorkerDiedError, 
 from vecenv.pool import RestartPolicy, State, Transport, Worker, WorkerPool
 from vecenv.process_pool import ProcessTransport
 from vecenv.protocol import CallArgs, Command, Hello, ResetArgs
+from vecenv.sizing import WorkerChoice, choose_num_workers
 from vecenv.spaces import is_array_batch, is_fixed, to_batch, tree_assign, tree_copy, tree_leaves, tree_map, tree_slice
 
 __all__ = ["GroupVectorEnv", "SubprocVectorEnv", "State", "DEFAULT_CLOSE_TIMEOUT"]
@@ -660,7 +661,11 @@ class SubprocVectorEnv(GroupVectorEnv):
             differ by at most one.
         num_workers: env groups; default ``min(len(env_fns), available cores)``, the cores this
             process may run on (its affinity mask, which container limits set). ``0`` keeps
-            every env in this process (one inline group, no worker process).
+            every env in this process (one inline group, no worker process). ``"auto"`` builds
+            one extra env from ``env_fns[0]`` here, times a few of its steps, closes it, and
+            picks 0 when all the envs' work per step is too small to pay for processes (a few
+            cheap envs), else one worker per core; :attr:`worker_choice` says what it chose
+            and why (see :mod:`vecenv.sizing`).
         inline_group: the parent hosts the first group itself and steps it while the workers
             step theirs: one process fewer and no wake-up for that group, which pays off with
             few cheap envs. That group runs in the parent: its env errors surface as any env's,
@@ -684,8 +689,12 @@ class SubprocVectorEnv(GroupVectorEnv):
         copy: return copies of the observations. With ``copy=False`` the observations returned
             by ``reset``/``step`` are views into shared buffers that the next call overwrites.
         context: multiprocessing start method (``"fork"``, ``"forkserver"``, ``"spawn"``) or
-            ``None`` for the platform default. Env constructors are sent with cloudpickle, so
-            envs defined in ``__main__`` or as lambdas work with every method.
+            ``None`` for the platform default, except that a parent already running other
+            threads (Ray, a notebook kernel, torch's pools) is not forked: it uses
+            ``forkserver``, as Python 3.14 does by default, because a forked worker can inherit
+            a lock one of those threads held and wait for it forever. Env constructors are sent
+            with cloudpickle, so envs defined in ``__main__`` or as lambdas work with every
+            method.
         daemon: start the workers as daemon processes.
         shared_memory: with ``False`` every array travels through the pipes (for debugging and
             custom spaces); results are the same.
@@ -707,7 +716,7 @@ class SubprocVectorEnv(GroupVectorEnv):
     def __init__(
         self,
         env_fns: Sequence[Callable[[], gym.Env]],
-        num_workers: int | None = None,
+        num_workers: int | str | None = None,
         *,
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         copy: bool = True,
@@ -725,6 +734,11 @@ class SubprocVectorEnv(GroupVectorEnv):
         threads_per_worker: int | None = 1,
     ) -> None:
         fns = check_env_fns(env_fns)
+        #: What ``num_workers="auto"`` chose and why (``None`` for an explicit count).
+        self.worker_choice: WorkerChoice | None = None
+        if num_workers == "auto":
+            self.worker_choice = choose_num_workers(fns[0], len(fns))
+            num_workers = self.worker_choice.num_workers
         workers = check_num_workers(num_workers, len(fns))
         if not isinstance(inline_group, bool):
             raise TypeError(f"`inline_group` must be a bool, got {describe(inline_group)}")
@@ -816,6 +830,8 @@ class SubprocVectorEnv(GroupVectorEnv):
     ) -> None:
         mode = check_autoreset_mode(autoreset_mode)
         ctx = check_context(context)
+        #: The multiprocessing start method the workers were started with.
+        self.start_method: str = ctx.get_start_method()
         obs_mode = check_observation_mode(observation_mode)
         start_timeout = check_timeout(start_timeout, "start_timeout")
         transport = ProcessTransport(
