@@ -93,7 +93,7 @@ def _build_env(
 def make(
     env_id: str | EnvSpec,
     num_envs: int = 1,
-    num_workers: int | None = None,
+    num_workers: int | str | None = None,
     *,
     env_kwargs: dict[str, Any] | None = None,
     vector_kwargs: dict[str, Any] | None = None,
@@ -111,8 +111,8 @@ def make(
             or by ``gymnasium.make_vec``; as in ``make_vec``, a spec's ``num_envs``,
             ``vector_kwargs`` and ``wrappers`` kwargs take precedence over the arguments.
         num_envs: envs to build.
-        num_workers: worker processes (see :class:`SubprocVectorEnv`); also accepted in
-            ``vector_kwargs``.
+        num_workers: worker processes, or ``"auto"`` (see :class:`SubprocVectorEnv`); also
+            accepted in ``vector_kwargs``.
         env_kwargs: keyword arguments for each env's ``gymnasium.make``.
         vector_kwargs: keyword arguments for :class:`SubprocVectorEnv` (``autoreset_mode``,
             ``copy``, ``context``, ``batch_size``, ...), as ``make_vec`` takes them.
