@@ -82,30 +82,59 @@ class EnvGroup:
         action_iter = iter(actions) if isinstance(actions, list) else iterate(self._batched_action_space, actions)
         infos: InfoEntries = []
         write, autoreset = self._write_obs, self._autoreset
-        rewards, terms, truncs = self.buffers.rewards, self.buffers.terminations, self.buffers.truncations
-        mode = self.autoreset_mode
+        next_step = self.autoreset_mode is AutoresetMode.NEXT_STEP
+        same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
+        # Rewards and flags are gathered as Python values and written in one go per array: a
+        # numpy element assignment per env and per array costs more than the env at CartPole's size.
+        rewards: list[Any] = []
+        terms: list[Any] = []
+        truncs: list[Any] = []
         j = 0
         try:
             for j, (env, action) in enumerate(zip(self.envs, action_iter)):
-                if mode is AutoresetMode.NEXT_STEP and autoreset[j]:
+                reward: Any
+                if next_step and autoreset[j]:
                     obs, info = env.reset()
-                    rewards[j] = 0.0
-                    terms[j] = truncs[j] = False
+                    reward, terminated, truncated = 0.0, False, False
                 else:
-                    obs, rewards[j], terms[j], truncs[j], info = env.step(action)
-                    if mode is AutoresetMode.SAME_STEP and (terms[j] or truncs[j]):
+                    obs, reward, terminated, truncated, info = env.step(action)
+                    if same_step and (terminated or truncated):
                         # SyncVectorEnv batches final_info before the reset, which may reuse
                         # and change the dict: take what batching takes, no more.
                         infos.append((j, {"final_obs": obs, "final_info": _batched_view(info)}))
                         obs, info = env.reset()
-                autoreset[j] = bool(terms[j] or truncs[j])
+                rewards.append(reward)
+                terms.append(terminated)
+                truncs.append(truncated)
                 write(j, obs)
                 if info:
                     infos.append((j, info))
         except BaseException:
             self.blame = j
             raise
+        self._store(rewards, terms, truncs)
         return infos
+
+    def _store(self, rewards: list[Any], terms: list[Any], truncs: list[Any]) -> None:
+        """Write the gathered rewards and flags into the group's rows; the envs that ended
+        autoreset next (SyncVectorEnv too updates them only after a step that did not raise).
+
+        A value that cannot be stored is blamed on its env: the rows are then written one by
+        one, as SyncVectorEnv writes them, and the first that raises names the env."""
+        buffers = self.buffers
+        n = len(rewards)
+        try:
+            buffers.rewards[:n] = rewards
+            buffers.terminations[:n] = terms
+            buffers.truncations[:n] = truncs
+        except (TypeError, ValueError):
+            for j, values in enumerate(zip(rewards, terms, truncs)):
+                try:
+                    buffers.rewards[j], buffers.terminations[j], buffers.truncations[j] = values
+                except BaseException:
+                    self.blame = j
+                    raise
+        self._autoreset[:n] = np.logical_or(buffers.terminations[:n], buffers.truncations[:n]).tolist()
 
     # -- everything else ---------------------------------------------------------------------
 
