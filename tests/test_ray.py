@@ -87,6 +87,12 @@ def _actor_options(num_workers: int | None) -> dict:
 # -- the differential suite on the local Ray ------------------------------------------------------
 
 
+def test_auto_worker_count_is_refused_with_what_ray_takes() -> None:
+    """'auto' chooses between this process and local workers; Ray always runs actors."""
+    with pytest.raises(ValueError, match=r"`num_workers` of RayVectorEnv must be None .* or an int, got 'auto'"):
+        RayVectorEnv(healthy_fns(2), "auto")  # type: ignore[arg-type]
+
+
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("sc", RAY_SCENARIOS, ids=[sc.id for sc in RAY_SCENARIOS])
 def test_matches_sync(ray_local: RaySessions, sc: Scenario) -> None:

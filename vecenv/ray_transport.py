@@ -496,6 +496,11 @@ class RayVectorEnv(GroupVectorEnv):
         threads_per_worker: int | None = 1,
     ) -> None:
         fns = check_env_fns(env_fns)
+        if num_workers == "auto":
+            raise ValueError(
+                "`num_workers` of RayVectorEnv must be None (one actor per CPU of the cluster) or an int, "
+                "got 'auto' (which chooses between this process and local workers: SubprocVectorEnv only)"
+            )
         if num_workers is not None:
             check_num_workers(num_workers, len(fns))
 
