@@ -91,9 +91,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     g.add_argument("--num-envs", type=int, default=8, help="envs stepped in parallel")
     g.add_argument(
         "--num-workers",
-        type=int,
-        default=None,
-        help="vecenv worker processes; None means one per core, at most --num-envs",
+        type=_workers,
+        default="auto",
+        help="vecenv worker processes: a count in [0, --num-envs] (0: the envs step in this "
+        "process) or 'auto' (default): time one env and keep cheap envs in this process, "
+        "else one worker per core",
     )
     g.add_argument("--seed", type=int, default=1, help="seeds torch, the action sampler and the envs")
     g.add_argument("--total-timesteps", type=int, default=100_000, help="env steps to train for")
@@ -171,8 +173,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     for name in ("num_envs", "num_steps", "minibatch_size", "update_epochs", "total_timesteps"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.num_workers is not None and not 1 <= args.num_workers <= args.num_envs:
-        p.error(f"--num-workers must be in [1, --num-envs={args.num_envs}], got {args.num_workers}")
+    if args.num_workers != "auto" and not 0 <= args.num_workers <= args.num_envs:
+        p.error(f"--num-workers must be 'auto' or in [0, --num-envs={args.num_envs}], got {args.num_workers}")
     batch = args.num_envs * args.num_steps
     if batch % min(args.minibatch_size, batch):
         p.error(f"--num-envs x --num-steps ({batch}) must be a multiple of --minibatch-size ({args.minibatch_size})")
@@ -225,13 +227,26 @@ def make_env(env_id: str, cost_iterations: int) -> gym.Env:
     return StepCost(env, cost_iterations) if cost_iterations else env
 
 
+def _workers(text: str) -> int | str:
+    """``--num-workers``: ``auto`` or an int."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or an int, got {text!r}") from None
+
+
 def make_vector_env(kind: str, args: argparse.Namespace) -> gym.vector.VectorEnv:
     """``args.num_envs`` envs in the vector env of the given kind, autoreset in the same step."""
     cost = round(args.env_step_ms * iterations_per_ms())
     env_fns = [functools.partial(make_env, args.env_id, cost)] * args.num_envs
     same_step = gym.vector.AutoresetMode.SAME_STEP
     if kind == "vecenv":
-        return vecenv.SubprocVectorEnv(env_fns, args.num_workers, autoreset_mode=same_step)
+        envs = vecenv.SubprocVectorEnv(env_fns, args.num_workers, autoreset_mode=same_step)
+        if envs.worker_choice is not None and not args.quiet:
+            print(f"vecenv: num_workers='auto' chose {envs.worker_choice.num_workers}: {envs.worker_choice.reason}")
+        return envs
     if kind == "sync":
         return gym.vector.SyncVectorEnv(env_fns, autoreset_mode=same_step)
     if kind == "async":

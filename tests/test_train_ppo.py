@@ -84,3 +84,35 @@ def test_ppo_learns_cartpole(tmp_path: Path) -> None:
     returns = [float(r["episode_return"]) for r in rows]
     early, late = sum(returns[:20]) / 20, sum(returns[-20:]) / 20
     assert late > early + 100, f"mean return of the first 20 episodes {early:.1f}, of the last 20 {late:.1f}"
+
+
+@pytest.mark.timeout(120)
+def test_auto_workers_say_what_they_chose_and_stay_exact(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(tmp_path), "--compare", "vecenv,sync", "--num-envs", "4"]
+        + ["--num-steps", "16", "--total-timesteps", "128", "--update-epochs", "1", "--seed", "2"],
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "vecenv: num_workers='auto' chose " in proc.stdout  # auto is the default
+    with (tmp_path / "episodes.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    trace = {
+        k: [(r["env_step"], r["env_index"], r["episode_return"]) for r in rows if r["vector"] == k]
+        for k in ("vecenv", "sync")
+    }
+    assert trace["vecenv"] and trace["vecenv"] == trace["sync"]
+
+
+@pytest.mark.parametrize("bad", ["all", "-1", "5"])
+def test_bad_num_workers_is_a_usage_error(tmp_path: Path, bad: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(tmp_path), "--num-envs", "4", "--num-workers", bad],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "--num-workers" in proc.stderr and bad in proc.stderr
