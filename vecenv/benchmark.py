@@ -1,6 +1,6 @@
 """Throughput benchmark: vecenv against Gymnasium's vector envs (and others when installed).
 
-    python -m vecenv.benchmark --quick                  # < 1 min smoke run
+    python -m vecenv.benchmark --quick                  # ~1 min smoke run (2 busy cores: ~80 s)
     python -m vecenv.benchmark --sizes 128 --reps 3     # one size, 3 interleaved repetitions
     python scripts/benchmark.py ...                     # same thing
 
@@ -10,6 +10,10 @@ Workloads (--workloads):
                 calibrated at start-up to ~100 µs on this machine (not a wall-clock spin)
   py1ms         the same, ~1 ms per step
   obs84         84x84x4 uint8 observations, ~50 µs of Python work per step
+  atari         gymnasium.make("ALE/Pong-v5", frameskip=1) in AtariPreprocessing (84x84 grayscale,
+                frame_skip=4, no-op starts) and FrameStackObservation(env, 4): a real emulator,
+                ~500 µs per step, (4, 84, 84) uint8 observations. Measured only when ale_py and
+                cv2 are importable (pip install -e ".[bench]"; skipped with a note otherwise)
   async-batch   a learner: ~0.5 ms of numpy "inference" per batch while heavy-tailed envs
                 (~100 µs per step, 10x with probability 0.1, drawn from the env's seeded RNG)
                 run; vecenv's async API (batch_size=, async_reset/recv/send) with 2 and 4
@@ -19,14 +23,18 @@ Workloads (--workloads):
                 (gymnasium.make_vec(..., vectorization_mode="vector_entry_point")), against that
                 make_vec with 2048 envs in one process. Skipped when vecenv does not support it.
 
-Runners (--runners, for the first four workloads):
+Runners (--runners, for cartpole, py100us, py1ms, obs84 and atari):
   single        one env stepped in a Python loop (N is reported as 1); the "ideal" is
                 cores x this rate
   single-par    `single` in one process per core at once, rates summed: what the hardware
                 really gives (shared caches, hyperthreads and a busy host make it less than
                 the ideal); the ceiling for any multi-process runner
   sync, async   gymnasium SyncVectorEnv / AsyncVectorEnv(shared_memory=True)
-  vecenv-Kw     vecenv.SubprocVectorEnv with K = 1, 2, 4 workers
+  vecenv-Kw     vecenv.SubprocVectorEnv with K = 1, 2, 4 workers; vecenv-0w: num_workers=0, every
+                env stepped in the measuring process (no worker process)
+  vecenv-auto   vecenv.SubprocVectorEnv(fns, "auto"): it times one extra env here (part of its
+                start-up) and picks 0 workers or one per core; the table shows what it chose
+                (e.g. "vecenv-auto (0w)"), the JSON has it per repetition (workers_chosen)
   ray-Kw        vecenv.RayVectorEnv with K = 2, 4 actors on a local Ray that it starts itself
                 (start-up includes Ray's, seconds), min(1, cores/K) CPUs per actor; only when
                 named in --runners (each cell starts a Ray), and Ray is importable
@@ -34,14 +42,20 @@ Runners (--runners, for the first four workloads):
   vecenv-2w-half, ray-2w-half   the same with 2 workers and batch_size N/2, stepped with
                 async_reset/recv/send (no inference): each recv takes the first group to
                 finish; only when named in --runners
-  supersuit, pufferlib, envpool   when importable (skipped with a note otherwise)
+  supersuit, pufferlib, envpool   when importable (skipped with a note otherwise); envpool
+                runs only CartPole (its other cells fail with a note)
 
 Method: every measurement runs in a fresh Python process; it builds the vector env, resets
 once with a seed (start-up = constructor + first reset), steps with precomputed random
 actions (identical for all runners) in NEXT_STEP autoreset mode for a warm-up, then for
 --seconds, and reads the PSS of its whole process tree (/proc/<pid>/smaps_rollup of itself
-and every descendant). Repetitions are interleaved (rep 1 of every cell, then rep 2, ...);
-tables give medians with min-max. BLAS is limited to one thread in measuring processes.
+and every descendant). Then, with the vector env still open and idle (as while a learner is
+busy between steps), it sleeps 0.5 s and sums the CPU time (user + system, /proc/<pid>/stat)
+that it and its descendants used meanwhile: "idle CPU (cores)" = CPU seconds / wall seconds,
+~0 for workers that block on their pipes, ~1 per worker for workers that spin (a batch still in
+flight, with recv/send, finishes in that window). Repetitions are interleaved (rep 1 of every
+cell, then rep 2, ...); tables give medians with min-max. BLAS is limited to one thread in
+measuring processes.
 
 Output (--out, default bench-results/): benchmark.md (also printed), benchmark.json and
 benchmark.png (needs matplotlib: pip install -e ".[bench]"; skipped with a note otherwise).
@@ -70,13 +84,16 @@ from gymnasium.vector import AutoresetMode
 
 from vecenv.checks import available_cpus
 
-__all__ = ["BurnEnv", "FrameEnv", "burn", "main"]
+__all__ = ["BurnEnv", "FrameEnv", "burn", "main", "make_atari"]
 
-STANDARD_WORKLOADS = ("cartpole", "py100us", "py1ms", "obs84")
+STANDARD_WORKLOADS = ("cartpole", "py100us", "py1ms", "obs84", "atari")
 EXTRA_WORKLOADS = ("async-batch", "native-group")
 ALL_WORKLOADS = STANDARD_WORKLOADS + EXTRA_WORKLOADS
-VECENV_WORKERS = (1, 2, 4)
-CORE_RUNNERS = ("single", "single-par", "sync", "async") + tuple(f"vecenv-{k}w" for k in VECENV_WORKERS)
+VECENV_WORKERS = (0, 1, 2, 4)  # 0: every env in the measuring process
+# vecenv-auto: num_workers="auto" (0 or one per core), its choice recorded per repetition
+CORE_RUNNERS = (
+    ("single", "single-par", "sync", "async") + tuple(f"vecenv-{k}w" for k in VECENV_WORKERS) + ("vecenv-auto",)
+)
 RAY_RUNNERS = ("ray-2w", "ray-4w", "ray-2w-half")
 HALF_BATCH_RUNNERS = ("vecenv-2w-half", "ray-2w-half")  # batch_size = N/2, recv/send
 THIRD_PARTY = ("supersuit", "pufferlib", "envpool")
@@ -87,6 +104,8 @@ OPT_IN_RUNNERS = ("vecenv-2w-half",) + RAY_RUNNERS
 SEED = 0
 ACTION_ROWS = 256  # precomputed action rows, cycled
 INFERENCE_S = 0.5e-3
+IDLE_S = 0.5  # the idle-CPU window, after the timed stepping
+ATARI_MISSING = "atari: skipped, needs ale-py and opencv-python-headless (pip install -e '.[bench]')"
 RESULT_TAG = "VECENV_BENCH_RESULT "
 CHILD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
@@ -162,6 +181,28 @@ class FrameEnv(gym.Env):
         return self._frames.copy(), 1.0, bool(self.np_random.random() < self.end_prob), False, {}
 
 
+def make_atari() -> gym.Env:
+    """Pong as Atari agents see it: ``ALE/Pong-v5`` (frameskip=1) in ``AtariPreprocessing``
+    (84x84 grayscale, frame_skip=4, no-op starts) and a 4-frame ``FrameStackObservation``:
+    (4, 84, 84) uint8 observations, 6 actions, ~500 µs per step."""
+    # Imported here, not at module level, so that a spawned or forkserver worker registers the ALE
+    # envs too; by name, so that mypy needs no ale_py where the bench extra is not installed.
+    gym.register_envs(importlib.import_module("ale_py"))
+    env = gym.make("ALE/Pong-v5", frameskip=1)
+    env = gym.wrappers.AtariPreprocessing(env)
+    return gym.wrappers.FrameStackObservation(env, 4)
+
+
+def atari_missing() -> str | None:
+    """``None`` when the atari workload can run (ale_py and cv2 import), else the note saying why not."""
+    try:
+        for module in ("ale_py", "cv2"):
+            importlib.import_module(module)
+    except Exception:  # not installed, or installed but broken (e.g. an OpenCV that needs libGL)
+        return ATARI_MISSING
+    return None
+
+
 # -- calibration (run in a fresh process, BLAS limited to one thread) -------------------------
 
 
@@ -216,6 +257,8 @@ def _env_fn(workload: str, calib: dict[str, Any]) -> Callable[[], gym.Env]:
         return functools.partial(BurnEnv, calib["iters_1ms"])
     if workload == "obs84":
         return functools.partial(FrameEnv, calib["iters_50us"])
+    if workload == "atari":
+        return make_atari
     if workload == "async-batch":
         return functools.partial(BurnEnv, calib["iters_100us"], tail_prob=0.1, tail_factor=10)
     raise ValueError(f"unknown workload {workload!r}")
@@ -230,15 +273,17 @@ def _actions(space: gym.Space, n: int) -> np.ndarray:
 
 
 def _workers_of(runner: str) -> int:
-    """K of a runner that names its worker count (``vecenv-Kw``, ``ray-Kw``, ...)."""
+    """K of a runner that names its worker count (``vecenv-Kw``, ``ray-Kw``, ...; K may be 0)."""
     k = _runner_workers(runner)
     if k is None:
-        raise ValueError(f"runner {runner!r} does not name a worker count")
+        why = "chooses its worker count when built" if runner == "vecenv-auto" else "does not name a worker count"
+        raise ValueError(f"runner {runner!r} {why}")
     return k
 
 
 def _runner_workers(runner: str) -> int | None:
-    """K of a ``vecenv-Kw...`` or ``ray-Kw...`` runner, else ``None``."""
+    """K of a ``vecenv-Kw...`` or ``ray-Kw...`` runner (``vecenv-0w``: 0), else ``None`` (also for
+    ``vecenv-auto``, which has no fixed K: it picks 0 or one per core, at most N)."""
     for prefix in ("vecenv-", "ray-"):
         if runner.startswith(prefix):
             head = runner[len(prefix) :].split("-")[0]
@@ -269,10 +314,14 @@ def _make_vector(runner: str, fns: list[Callable[[], gym.Env]], spec: dict[str, 
         return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
     if runner == "async":
         return gym.vector.AsyncVectorEnv(fns, shared_memory=True, autoreset_mode=mode)
+    if runner == "vecenv-auto":
+        import vecenv
+
+        return vecenv.SubprocVectorEnv(fns, "auto", autoreset_mode=mode)
     if runner.startswith("vecenv-") and runner.endswith("w"):
         import vecenv
 
-        return vecenv.SubprocVectorEnv(fns, int(runner[len("vecenv-") : -1]), autoreset_mode=mode)
+        return vecenv.SubprocVectorEnv(fns, _workers_of(runner), autoreset_mode=mode)
     if runner == "envpool":
         import envpool
 
@@ -330,11 +379,13 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     reps = calib["inference_reps"]
     infer = spec.get("infer", False)
     close: Callable[[], Any]
+    first_obs: Any = None  # the first reset's observation(s), for their shape and dtype
+    extra: dict[str, Any] = {}
 
     t0 = time.perf_counter()
     if runner == "single":
         env = env_fn()
-        env.reset(seed=SEED)
+        first_obs, _ = env.reset(seed=SEED)
         startup = time.perf_counter() - t0
         actions = _actions(env.action_space, 1)[:, 0]
         done = False
@@ -405,8 +456,14 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
             envs = vecenv.SubprocVectorEnv(fns, spec["workers"], autoreset_mode=AutoresetMode.NEXT_STEP)
         else:
             envs = _make_vector(runner, fns, spec)
-        envs.reset(seed=SEED)
+        reset_out = envs.reset(seed=SEED)
         startup = time.perf_counter() - t0
+        first_obs = reset_out[0] if isinstance(reset_out, tuple) else reset_out
+        if runner == "vecenv-auto":
+            choice = getattr(envs, "worker_choice", None)  # what num_workers="auto" picked, and why
+            if choice is None:
+                raise RuntimeError("vecenv-auto: the vector env reports no worker_choice")
+            extra.update(workers_chosen=int(choice.num_workers), workers_chosen_reason=str(choice.reason))
         actions = _actions(envs.single_action_space, n)
 
         def step(i: int) -> int:
@@ -420,6 +477,8 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     calls, _, _ = _step_for(spec["warmup"], step)
     calls, steps, elapsed = _step_for(spec["seconds"], step, start=calls)
     pss = tree_pss_kib()
+    procs = _tree(os.getpid())
+    idle = idle_cpu(spec.get("idle_s", IDLE_S), procs)  # the vector env open, nobody stepping it
     result = {
         "rate": steps / elapsed,
         "env_steps": steps,
@@ -427,7 +486,13 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         "elapsed_s": elapsed,
         "startup_s": startup,
         "pss_mib": None if pss is None else pss / 1024,
-        "processes": len(_tree(os.getpid())),
+        "processes": len(procs),
+        "idle_cpu_cores": None if idle is None or idle[1] <= 0 else idle[0] / idle[1],
+        "idle_cpu_s": None if idle is None else idle[0],
+        "idle_wall_s": None if idle is None else idle[1],
+        "obs_shape": None if first_obs is None else list(np.shape(first_obs)),
+        "obs_dtype": None if first_obs is None else str(np.asarray(first_obs).dtype),
+        **extra,
     }
     print(RESULT_TAG + json.dumps(result), flush=True)
     try:
@@ -456,6 +521,36 @@ def _tree(root: int) -> list[int]:
         out.append(pid)
         todo.extend(children.get(pid, ()))
     return out
+
+
+def _cpu_ticks(pids: Sequence[int]) -> dict[int, int]:
+    """User + system CPU time of each readable pid (all its threads), in clock ticks."""
+    out = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # fields[0] is field 3 (state)
+        out[pid] = int(fields[11]) + int(fields[12])  # utime (14), stime (15)
+    return out
+
+
+def idle_cpu(seconds: float, pids: Sequence[int] | None = None) -> tuple[float, float] | None:
+    """Sleep ``seconds``; the CPU seconds (user + system) that ``pids`` (default: this process and
+    its descendants) used meanwhile, and the wall seconds slept. ``None`` without /proc. A pid
+    that exits in the window is not counted; resolution is one clock tick (usually 10 ms)."""
+    pids = _tree(os.getpid()) if pids is None else pids
+    before = _cpu_ticks(pids)
+    t0 = time.perf_counter()
+    time.sleep(seconds)
+    wall = time.perf_counter() - t0
+    after = _cpu_ticks(list(before))
+    if not before:
+        return None
+    ticks = sum(after[p] - before[p] for p in before if p in after)
+    return ticks / os.sysconf("SC_CLK_TCK"), wall
 
 
 def tree_pss_kib(root: int | None = None) -> float | None:
@@ -512,6 +607,7 @@ def _run_concurrently(spec: dict[str, Any], k: int, timeout: float) -> dict[str,
     if failed:
         return failed[0]
     pss = [r["pss_mib"] for r in results]
+    idle = [r.get("idle_cpu_cores") for r in results]
     return {
         "rate": sum(r["rate"] for r in results),
         "env_steps": sum(r["env_steps"] for r in results),
@@ -520,6 +616,9 @@ def _run_concurrently(spec: dict[str, Any], k: int, timeout: float) -> dict[str,
         "startup_s": max(r["startup_s"] for r in results),
         "pss_mib": None if None in pss else sum(pss),
         "processes": k,
+        "idle_cpu_cores": None if None in idle else sum(idle),
+        "obs_shape": results[0].get("obs_shape"),
+        "obs_dtype": results[0].get("obs_dtype"),
     }
 
 
@@ -548,12 +647,17 @@ def plan(
     if any(r in RAY_RUNNERS for r in available) and importlib.util.find_spec("ray") is None:
         notes.append('ray: not importable, its runners skipped (pip install -e ".[ray]" to include them)')
         available = [r for r in available if r not in RAY_RUNNERS]
+    if "atari" in workloads:
+        missing = atari_missing()
+        if missing:
+            notes.append(missing)
+            workloads = [w for w in workloads if w != "atari"]
     for w in workloads:
         if w not in STANDARD_WORKLOADS:
             continue
         for r in available:
             for n in [1] if r.startswith("single") else sizes:
-                k = _runner_workers(r)
+                k = _runner_workers(r)  # None for vecenv-auto (picks at most N); 0 for vecenv-0w
                 if k is not None and k > n:
                     continue
                 cell = dict(group="standard", workload=w, n=n, runner=r, baseline="sync")
@@ -619,6 +723,8 @@ def summarize(cells: list[dict[str, Any]], cores: int) -> None:
         rates = [r["rate"] for r in ok]
         starts = [r["startup_s"] for r in ok]
         pss = [r["pss_mib"] for r in ok if r.get("pss_mib") is not None]
+        idle = [r["idle_cpu_cores"] for r in ok if r.get("idle_cpu_cores") is not None]
+        chosen = sorted({r["workers_chosen"] for r in ok if r.get("workers_chosen") is not None})
         s: dict[str, Any] = {
             "reps": len(ok),
             "rate_median": statistics.median(rates),
@@ -631,6 +737,10 @@ def summarize(cells: list[dict[str, Any]], cores: int) -> None:
             "pss_mib_min": min(pss) if pss else None,
             "pss_mib_max": max(pss) if pss else None,
             "processes": ok[-1].get("processes"),
+            "idle_cpu_cores_median": statistics.median(idle) if idle else None,
+            "idle_cpu_cores_min": min(idle) if idle else None,
+            "idle_cpu_cores_max": max(idle) if idle else None,
+            "workers_chosen": chosen or None,  # vecenv-auto: the counts it chose (one per rep, deduplicated)
             "ratio_to_baseline": None,
             "ideal_fraction": None,
         }
@@ -653,6 +763,12 @@ def _fmt_rate(x: float) -> str:
     return f"{x:,.0f}"
 
 
+def _label(cell: dict[str, Any]) -> str:
+    """The runner, with what ``vecenv-auto`` chose: ``vecenv-auto (0w)`` (``(0w/2w)`` if reps differ)."""
+    chosen = (cell.get("summary") or {}).get("workers_chosen")
+    return f"{cell['runner']} ({'/'.join(f'{k}w' for k in chosen)})" if chosen else cell["runner"]
+
+
 def markdown(cells: list[dict[str, Any]], notes: list[str], meta: dict[str, Any]) -> str:
     cores = meta["cores"]
     cal = meta["calibration"]
@@ -666,7 +782,9 @@ def markdown(cells: list[dict[str, Any]], notes: list[str], meta: dict[str, Any]
         f"py1ms = {cal['iters_1ms']:,}, obs84 = {cal['iters_50us']:,} iterations per step; inference = "
         f"{cal['inference_reps']} × (128×128 @ 128×128 float32) ≈ {cal['inference_ms']:.2f} ms. "
         f"{meta['seconds']} s of stepping after {meta['warmup']} s warm-up, {meta['reps']} interleaved reps, "
-        "each in a fresh process; median (min–max). Load average (1, 5, 15 min) at start / end: "
+        "each in a fresh process; median (min–max). Idle CPU: cores that the cell's processes use "
+        f"during {IDLE_S:g} s with the vector env open and nobody stepping it (~0 when workers block). "
+        "Load average (1, 5, 15 min) at start / end: "
         + " / ".join("?" if la is None else ", ".join(f"{x:.1f}" for x in la) for la in meta["load_average"])
         + ".",
         "",
@@ -697,11 +815,11 @@ def markdown(cells: list[dict[str, Any]], notes: list[str], meta: dict[str, Any]
         head = ["workload", "N", "runner", "env-steps/s", ratio_name]
         if ideal:
             head.append(f"of {cores}-core ideal")
-        head += ["start-up s", "PSS MiB (procs)"]
+        head += ["start-up s", "PSS MiB (procs)", "idle CPU (cores)"]
         lines += ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * (len(head) - 3)) + "|"]
         for c in rows:
             s = c["summary"]
-            cols = [c["workload"], str(c["n"]), c["runner"]]
+            cols = [c["workload"], str(c["n"]), _label(c)]
             if not s:
                 err = next((r["error"] for r in c["reps"] if "error" in r), "no result")
                 cols += [f"failed: {err}".replace("|", "/")] + [""] * (len(head) - 4)
@@ -720,6 +838,8 @@ def markdown(cells: list[dict[str, Any]], notes: list[str], meta: dict[str, Any]
                     if s["pss_mib_median"] is None
                     else f"{s['pss_mib_median']:.0f} ({s['pss_mib_min']:.0f}–{s['pss_mib_max']:.0f}) ({s['processes']})"
                 )
+                idle = (s["idle_cpu_cores_median"], s["idle_cpu_cores_min"], s["idle_cpu_cores_max"])
+                cols.append("—" if idle[0] is None else "{:.2f} ({:.2f}–{:.2f})".format(*idle))
             lines.append("| " + " | ".join(cols) + " |")
         lines.append("")
     if notes:
@@ -744,7 +864,7 @@ def chart(cells: list[dict[str, Any]], path: str, cores: int) -> str | None:
         len(panels), 1, figsize=(10, 2.2 + 0.28 * max(len(cs) for _, cs in panels) * len(panels)), squeeze=False
     )
     for ax, (w, cs) in zip(axes[:, 0], panels):
-        labels = [f"N={c['n']} {c['runner']}" for c in cs]
+        labels = [f"N={c['n']} {_label(c)}" for c in cs]
         med = np.array([c["summary"]["rate_median"] for c in cs])
         lo = med - np.array([c["summary"]["rate_min"] for c in cs])
         hi = np.array([c["summary"]["rate_max"] for c in cs]) - med
@@ -797,7 +917,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--runners",
         type=_csv(str, ALL_RUNNERS),
         default=None,
-        help="comma-separated runners for the cartpole/py100us/py1ms/obs84 workloads "
+        help="comma-separated runners for the cartpole/py100us/py1ms/obs84/atari workloads "
         f"(default: all but {', '.join(OPT_IN_RUNNERS)}, which are measured when "
         f"named; choices: {','.join(ALL_RUNNERS)})",
     )
@@ -809,7 +929,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--reps", type=int, default=None, help="interleaved repetitions (default: 3; --quick: 1)")
     p.add_argument(
-        "--quick", action="store_true", help="smoke run in under a minute: N=8, 0.4 s, 1 rep, fewer async-batch rows"
+        "--quick", action="store_true", help="smoke run of about a minute: N=8, 0.4 s, 1 rep, fewer async-batch rows"
     )
     p.add_argument("--out", default="bench-results", help="output folder (default: %(default)s)")
     args = p.parse_args(argv)
