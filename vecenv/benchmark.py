@@ -19,9 +19,10 @@ Workloads (--workloads):
                 run; vecenv's async API (batch_size=, async_reset/recv/send) with 2 and 4
                 workers and batches of one or two groups, against synchronous vecenv stepping
                 of the same envs with the same inference cost. Skipped when vecenv lacks the API.
-  native-group  2 workers x 1024 CartPole envs, each worker a native vectorized group
-                (gymnasium.make_vec(..., vectorization_mode="vector_entry_point")), against that
-                make_vec with 2048 envs in one process. Skipped when vecenv does not support it.
+  native-group  2 groups x 1024 CartPole envs, each a native vectorized group
+                (gymnasium.make_vec(..., vectorization_mode="vector_entry_point")) in a worker
+                (vecenv-2w-native), or one of them stepped by the parent (vecenv-2w-native-inline,
+                inline_group=True), against that make_vec with 2048 envs in one process.
 
 Runners (--runners, for cartpole, py100us, py1ms, obs84 and atari):
   single        one env stepped in a Python loop (N is reported as 1); the "ideal" is
@@ -88,6 +89,7 @@ __all__ = ["BurnEnv", "FrameEnv", "burn", "main", "make_atari"]
 
 STANDARD_WORKLOADS = ("cartpole", "py100us", "py1ms", "obs84", "atari")
 EXTRA_WORKLOADS = ("async-batch", "native-group")
+NATIVE_RUNNERS = ("gym-make_vec", "vecenv-2w-native", "vecenv-2w-native-inline")
 ALL_WORKLOADS = STANDARD_WORKLOADS + EXTRA_WORKLOADS
 VECENV_WORKERS = (0, 1, 2, 4)  # 0: every env in the measuring process
 # vecenv-auto: num_workers="auto" (0 or one per core), its choice recorded per repetition
@@ -401,7 +403,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
             return 1
 
         close = env.close
-    elif runner in ("gym-make_vec", "vecenv-2w-native"):
+    elif runner in NATIVE_RUNNERS:
         envs: Any  # a vector env; vecenv's have the async-batch API (recv/send) too
         if runner == "gym-make_vec":
             envs = gym.make_vec("CartPole-v1", n, vectorization_mode="vector_entry_point")
@@ -409,7 +411,9 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
             import vecenv
 
             group = functools.partial(gym.make_vec, "CartPole-v1", n // 2, vectorization_mode="vector_entry_point")
-            envs = vecenv.SubprocVectorEnv.from_groups([group, group], autoreset_mode=AutoresetMode.NEXT_STEP)
+            envs = vecenv.SubprocVectorEnv.from_groups(
+                [group, group], autoreset_mode=AutoresetMode.NEXT_STEP, inline_group=runner.endswith("-inline")
+            )
         envs.reset(seed=SEED)
         startup = time.perf_counter() - t0
         if envs.num_envs != n:
@@ -703,7 +707,7 @@ def plan(
                             )
                         )
     if "native-group" in workloads:
-        for r in ("gym-make_vec", "vecenv-2w-native"):
+        for r in NATIVE_RUNNERS:
             cells.append(dict(group="native-group", workload="native-group", n=2048, runner=r, baseline="gym-make_vec"))
     return cells, notes
 

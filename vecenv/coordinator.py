@@ -664,12 +664,16 @@ class SubprocVectorEnv(GroupVectorEnv):
             every env in this process (one inline group, no worker process). ``"auto"`` builds
             one extra env from ``env_fns[0]`` here, times a few of its steps, closes it, and
             picks 0 when all the envs' work per step is too small to pay for processes (a few
-            cheap envs), else one worker per core; :attr:`worker_choice` says what it chose
-            and why (see :mod:`vecenv.sizing`).
+            cheap envs), else one group per core with the parent stepping one of them
+            (``inline_group``); :attr:`worker_choice` says what it chose and why (see
+            :mod:`vecenv.sizing`).
         inline_group: the parent hosts the first group itself and steps it while the workers
-            step theirs: one process fewer and no wake-up for that group, which pays off with
-            few cheap envs. That group runs in the parent: its env errors surface as any env's,
-            but a hang there cannot be timed out and a crash there is the parent's.
+            step theirs: one process fewer and no wake-up for that group. Where the vector
+            env's processes are no more than the cores (as with ``inline_group`` and one group
+            per core), parent and workers poll for each other's messages for up to 0.2 ms
+            before sleeping, which saves the wake-up of a sleeping process on every step. That
+            group runs in the parent: its env errors surface as any env's, but a hang there
+            cannot be timed out and a crash there is the parent's.
         on_worker_death: ``"raise"`` (a dead worker breaks the vector env: ``WorkerDiedError``)
             or ``"restart"``: a new process rebuilds the same envs on the same rows and resets
             them; the call that saw the death returns normally. A step reports the restarted
@@ -713,6 +717,9 @@ class SubprocVectorEnv(GroupVectorEnv):
         WorkerDiedError: a worker died while building its envs.
     """
 
+    #: What ``num_workers="auto"`` chose and why (``None`` for an explicit count).
+    worker_choice: WorkerChoice | None = None
+
     def __init__(
         self,
         env_fns: Sequence[Callable[[], gym.Env]],
@@ -734,14 +741,13 @@ class SubprocVectorEnv(GroupVectorEnv):
         threads_per_worker: int | None = 1,
     ) -> None:
         fns = check_env_fns(env_fns)
-        #: What ``num_workers="auto"`` chose and why (``None`` for an explicit count).
-        self.worker_choice: WorkerChoice | None = None
+        if not isinstance(inline_group, bool):
+            raise TypeError(f"`inline_group` must be a bool, got {describe(inline_group)}")
         if num_workers == "auto":
             self.worker_choice = choose_num_workers(fns[0], len(fns))
             num_workers = self.worker_choice.num_workers
+            inline_group = inline_group or self.worker_choice.inline_group
         workers = check_num_workers(num_workers, len(fns))
-        if not isinstance(inline_group, bool):
-            raise TypeError(f"`inline_group` must be a bool, got {describe(inline_group)}")
         groups = split_groups(fns, max(1, workers))
         check_batch_size(batch_size, [len(g.env_fns) for g in groups])
         restarts = check_restarts(on_worker_death, max_restarts, restart_window)
@@ -779,13 +785,14 @@ class SubprocVectorEnv(GroupVectorEnv):
         max_restarts: int = 3,
         restart_window: float = 60.0,
         threads_per_worker: int | None = 1,
+        inline_group: bool = False,
     ) -> SubprocVectorEnv:
         """One worker per callable; each returns the list of envs that worker hosts (or a
         native ``gymnasium.vector.VectorEnv``).
 
         The group sizes are learned in the handshake; env indices follow the order of
         ``group_fns`` and, within a group, the order of the returned list. The other
-        arguments are the constructor's.
+        arguments are the constructor's (``inline_group``: the parent hosts the first group).
         """
         if isinstance(group_fns, (str, bytes)) or not isinstance(group_fns, Sequence) or not group_fns:
             raise ValueError(f"`group_fns` must be a non-empty sequence of callables, got {describe(group_fns)}")
@@ -794,6 +801,8 @@ class SubprocVectorEnv(GroupVectorEnv):
                 raise TypeError(f"`group_fns[{i}]` must be callable (returning a list of envs), got {describe(fn)}")
         restarts = check_restarts(on_worker_death, max_restarts, restart_window)
         threads = check_threads(threads_per_worker)
+        if not isinstance(inline_group, bool):
+            raise TypeError(f"`inline_group` must be a bool, got {describe(inline_group)}")
         self = cls.__new__(cls)
         self._start(
             list(group_fns),
@@ -806,7 +815,7 @@ class SubprocVectorEnv(GroupVectorEnv):
             batch_size,
             pin_cpus,
             start_timeout,
-            inline=False,
+            inline=inline_group,
             restarts=restarts,
             threads=threads,
         )

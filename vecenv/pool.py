@@ -374,8 +374,9 @@ class WorkerPool:
         """The reply each of ``workers`` owes, in worker order.
 
         An error reply is raised (the first, by worker order) only once every worker has
-        answered, so no reply is left behind to be mistaken for a later one. On a timeout the
-        unanswered workers are abandoned: they become LATE and their replies are dropped.
+        answered, so no reply is left behind to be mistaken for a later one. On a timeout (or an
+        interrupt) the unanswered workers are abandoned: they become LATE and their replies are
+        dropped.
         ``fail_fast`` raises the first error at once (start-up, where nothing is kept).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -385,7 +386,7 @@ class WorkerPool:
         while waiting:
             try:
                 ready = self.wait(waiting, deadline, call, timeout)
-            except VecEnvTimeoutError:
+            except BaseException:  # a timeout, or Ctrl+C: the next call must not wait for these
                 for w in waiting:
                     w.abandon()
                 raise

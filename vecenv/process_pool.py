@@ -30,10 +30,11 @@ from typing import Any
 import cloudpickle
 
 from vecenv.buffers import HAVE_MEMFD, Buffers
+from vecenv.checks import available_cpus
 from vecenv.errors import PackedException
 from vecenv.pool import Death, Reply, Transport, WorkerGone
 from vecenv.protocol import Attach, Command, decode_command, decode_reply, encode_command
-from vecenv.worker import PARENT_ENDS, WorkerCore, WorkerOptions, worker_main
+from vecenv.worker import PARENT_ENDS, SPIN_BACKOFF, SPIN_SECONDS, WorkerCore, WorkerOptions, worker_main
 
 __all__ = ["ProcessTransport", "KILL_GRACE"]
 
@@ -81,6 +82,10 @@ class ProcessTransport(Transport):
         self._cpus: list[int] = []
         self._pollers: dict[tuple[int, ...], tuple[dict[int, int], dict[int, int], Any]] = {}
         self._stopped = False
+        # Poll before sleeping (parent and workers) only where every process has a core.
+        self.spin = 0.0
+        self._spin_backoff = 0
+        self._torn: set[int] = set()  # workers whose pipe an interrupt may have cut mid-message
 
     def launch(self, group_fns: Sequence[Callable[[], Any]]) -> None:
         if not HAVE_MEMFD:
@@ -88,6 +93,8 @@ class ProcessTransport(Transport):
             # would unlink the named block, as "leaked", when they exit.
             resource_tracker.ensure_running()
         self._cpus = sorted(os.sched_getaffinity(0)) if self.pin_cpus else []
+        workers = len(group_fns) - (self.inline is not None)
+        self.spin = SPIN_SECONDS if 0 < workers and workers + 1 <= available_cpus() else 0.0
         for index, group_fn in enumerate(group_fns):
             if index == 0 and self.inline is not None:
                 self.processes.append(None)
@@ -104,7 +111,9 @@ class ProcessTransport(Transport):
         parent_conn, child_conn = self.context.Pipe(duplex=True)
         PARENT_ENDS.add(parent_conn)
         cpus = self._cpus
-        options = WorkerOptions(self.observation_mode, cpus[index % len(cpus)] if cpus else None, self.threads)
+        options = WorkerOptions(
+            self.observation_mode, cpus[index % len(cpus)] if cpus else None, self.threads, self.spin
+        )
         process = self.context.Process(
             target=worker_main,
             args=(index, child_conn, self._group_bytes[index], options),
@@ -131,6 +140,7 @@ class ProcessTransport(Transport):
         old.close()
         conn.close()
         self._causes.pop(worker, None)
+        self._torn.discard(worker)
         self._pollers.clear()
         self._start(worker)
 
@@ -158,11 +168,26 @@ class ProcessTransport(Transport):
             assert self.inline is not None
             self.inline.pending.append(message)
             return
+        if worker in self._torn:
+            raise WorkerGone
         try:
             conn.send_bytes(message)
         except (OSError, EOFError):  # a broken or reset pipe: the worker is gone
             self._process(worker).join(1.0)
             raise WorkerGone from None
+        except BaseException:
+            self._tear(worker)  # KeyboardInterrupt may have left half the message in the pipe
+            raise
+
+    def _tear(self, worker: int) -> None:
+        """A signal (Ctrl+C) cut a read or write on ``worker``'s pipe short: half a message may be
+        left in it, and the next read would take its tail for a header and wait forever. The
+        worker can no longer be talked to, so it is ended now and reported dead at the next poll."""
+        self._torn.add(worker)
+        self._causes[worker] = "was ended: an interrupt (Ctrl+C) cut a message on its pipe in two"
+        process = self._process(worker)
+        if process.is_alive():
+            process.kill()
 
     def poll(self, workers: Sequence[int], timeout: float | None) -> list[Reply | Death]:
         events: list[Reply | Death] = []
@@ -186,8 +211,15 @@ class ProcessTransport(Transport):
 
     def _poll_processes(self, workers: Sequence[int], timeout: float | None) -> list[Reply | Death]:
         """One wait; it may wake for a descriptor that yields no event yet (``[]``)."""
+        torn = [i for i in workers if i in self._torn]
+        if torn:
+            for i in torn:
+                self._process(i).join()
+            return [Death(i) for i in torn]
         pipes, sentinels, poller = self._poller(workers)
-        ready = poller.poll(None if timeout is None else max(0, math.ceil(timeout * 1000)))
+        ready = self._spin(poller, timeout)
+        if not ready:
+            ready = poller.poll(None if timeout is None else max(0, math.ceil(timeout * 1000)))
         events: list[Reply | Death] = []
         hung_up: set[int] = set()
         # Pipes first: a reply may precede an exit. One message per readable pipe; the next
@@ -200,6 +232,9 @@ class ProcessTransport(Transport):
                 events.append(Reply(index, *decode_reply(self._conn(index).recv_bytes())))
             except (EOFError, OSError):
                 hung_up.add(index)
+            except BaseException:
+                self._tear(index)
+                raise
         for fd, _ in ready:
             index = sentinels.get(fd)
             if index is not None and index not in hung_up and not self._conn(index).poll():
@@ -215,6 +250,23 @@ class ProcessTransport(Transport):
                 self._causes[index] = "closed its pipe but did not exit (killed)"
             events.append(Death(index))
         return events
+
+    def _spin(self, poller: Any, timeout: float | None) -> list[tuple[int, int]]:
+        """Poll without sleeping for up to ``spin`` seconds, as the workers do (see
+        :func:`vecenv.worker._serve`): a reply read while awake spares its writer the wake-up."""
+        if not self.spin or timeout == 0:
+            return []
+        if self._spin_backoff:
+            self._spin_backoff -= 1
+            return []
+        deadline = time.perf_counter() + (self.spin if timeout is None else min(self.spin, timeout))
+        while True:
+            ready: list[tuple[int, int]] = poller.poll(0)
+            if ready:
+                return ready
+            if time.perf_counter() >= deadline:
+                self._spin_backoff = SPIN_BACKOFF
+                return []
 
     def _poller(self, workers: Sequence[int]) -> tuple[dict[int, int], dict[int, int], Any]:
         """A poll object over the pipes and sentinels of ``workers``, kept for the next wait."""

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import select
 import signal
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from multiprocessing import parent_process, reduction
@@ -44,6 +46,11 @@ from vecenv.spaces import tree_copy
 
 __all__ = ["WorkerCore", "WorkerOptions", "worker_main", "PARENT_ENDS"]
 
+#: Seconds a worker (or the parent) polls for the next message before it sleeps, where it may.
+SPIN_SECONDS = 200e-6
+#: After a poll that caught nothing, this many waits sleep at once.
+SPIN_BACKOFF = 8
+
 #: The parent's ends of every worker pipe this process created. A worker started by ``fork``
 #: inherits copies of them (and so would keep other vector envs' pipes open); it closes its
 #: copies first thing, holding only what is its own.
@@ -60,11 +67,15 @@ class WorkerOptions:
             single observation space every env's must match in shape and dtype.
         cpu: pin the process to this core.
         threads: limit BLAS/OpenMP threads in the worker to this many (``None``: leave alone).
+        spin: seconds the worker may poll for its next command before it sleeps on the pipe
+            (0: never). Only given where every process of the vector env has a core of its
+            own; see :func:`_serve`.
     """
 
     observation_mode: str | Space = "same"
     cpu: int | None = None
     threads: int | None = None
+    spin: float = 0.0
 
 
 def _check_group(envs: list[gym.Env], mode: str | Space) -> tuple[SpaceMismatch | None, list[Space]]:
@@ -230,7 +241,7 @@ def worker_main(index: int, conn: Connection, group_fn_bytes: bytes, options: Wo
         buffers = Buffers.attach(attach.buffers, attach.start, attach.start + attach.num_envs, fd)
         try:
             core.attach(attach, buffers)
-            _serve(core, conn)
+            _serve(core, conn, options.spin)
         finally:
             core.detach()
             buffers.close()  # the group and its views are gone by now
@@ -240,9 +251,25 @@ def worker_main(index: int, conn: Connection, group_fn_bytes: bytes, options: Wo
         conn.close()
 
 
-def _serve(core: WorkerCore, conn: Connection) -> None:
-    """Answer commands until CLOSE. One reply per command, tagged with the command's call id."""
+def _serve(core: WorkerCore, conn: Connection, spin: float = 0.0) -> None:
+    """Answer commands until CLOSE. One reply per command, tagged with the command's call id.
+
+    Waking a process that sleeps on a pipe costs the writer tens of microseconds (on a virtual
+    machine, an interrupt to a halted core), as much as a CartPole group's whole step. So where
+    the worker has a core of its own (``spin > 0``), it polls for up to ``spin`` seconds after
+    each reply before it sleeps on the pipe. A poll that catches nothing (a learner busy between
+    steps) makes it sleep at once for the next :data:`SPIN_BACKOFF` commands, so that a vector
+    env used with pauses between steps spends almost no CPU waiting.
+    """
+    poller = select.poll()
+    poller.register(conn.fileno(), select.POLLIN)
+    backoff = 0
     while True:
+        if spin:
+            if backoff:
+                backoff -= 1
+            elif not _await(poller, spin):
+                backoff = SPIN_BACKOFF
         command, call_id, load = decode_command(conn.recv_bytes())
         ok, result = core.handle(command, load)
         try:
@@ -253,3 +280,12 @@ def _serve(core: WorkerCore, conn: Connection) -> None:
         conn.send_bytes(reply)
         if command is Command.CLOSE:
             return
+
+
+def _await(poller: Any, seconds: float) -> bool:
+    """Poll ``poller`` without sleeping for up to ``seconds``; whether something is ready."""
+    deadline = time.perf_counter() + seconds
+    while not poller.poll(0):
+        if time.perf_counter() >= deadline:
+            return False
+    return True
