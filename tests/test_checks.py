@@ -256,3 +256,27 @@ def test_checks_touch_no_process() -> None:
     checks.check_batch_size(None, [1, 2])
     checks.seed_list(1, 3)
     assert multiprocessing.active_children() == before
+
+
+@pytest.mark.parametrize(
+    ("group_fns", "error", "message"),
+    [
+        ([], ValueError, r"`group_fns` must be a non-empty sequence of callables, got"),
+        ("abc", ValueError, r"`group_fns` must be a non-empty sequence of callables, got"),
+        ([list, 3], TypeError, r"`group_fns\[1\]` must be callable \(returning a list of envs\), got 3$"),
+    ],
+)
+def test_check_group_fns_names_what_is_wrong(group_fns: object, error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        checks.check_group_fns(group_fns)
+
+
+def test_check_group_fns_gives_a_list() -> None:
+    assert checks.check_group_fns((list, dict)) == [list, dict]
+
+
+@pytest.mark.parametrize("value", [0, 1, "yes", None])
+def test_check_flag_takes_only_bools(value: object) -> None:
+    with pytest.raises(TypeError, match=r"`inline_group` must be a bool, got"):
+        checks.check_flag(value, "inline_group")
+    assert checks.check_flag(True, "inline_group") is True

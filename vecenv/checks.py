@@ -23,6 +23,8 @@ from vecenv.errors import describe
 __all__ = [
     "available_cpus",
     "check_env_fns",
+    "check_group_fns",
+    "check_flag",
     "check_num_workers",
     "check_autoreset_mode",
     "check_context",
@@ -63,6 +65,23 @@ def check_env_fns(env_fns: Any, name: str = "env_fns") -> list[Callable[[], Any]
         if not callable(fn):
             raise TypeError(f"`{name}[{i}]` must be callable (returning a gymnasium.Env), got {describe(fn)}")
     return fns
+
+
+def check_group_fns(group_fns: Any) -> list[Callable[[], Any]]:
+    """A non-empty sequence of callables, each building one worker's envs (``from_groups``)."""
+    if isinstance(group_fns, (str, bytes)) or not isinstance(group_fns, Sequence) or not group_fns:
+        raise ValueError(f"`group_fns` must be a non-empty sequence of callables, got {describe(group_fns)}")
+    for i, fn in enumerate(group_fns):
+        if not callable(fn):
+            raise TypeError(f"`group_fns[{i}]` must be callable (returning a list of envs), got {describe(fn)}")
+    return list(group_fns)
+
+
+def check_flag(value: Any, name: str) -> bool:
+    """A bool (not merely truthy: ``0`` or ``"no"`` for a switch is a mistake worth naming)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"`{name}` must be a bool, got {describe(value)}")
+    return value
 
 
 def check_num_workers(num_workers: Any, num_envs: int) -> int:

@@ -49,6 +49,8 @@ from vecenv.checks import (
     check_batch_size,
     check_context,
     check_env_fns,
+    check_flag,
+    check_group_fns,
     check_num_workers,
     check_observation_mode,
     check_options,
@@ -741,8 +743,7 @@ class SubprocVectorEnv(GroupVectorEnv):
         threads_per_worker: int | None = 1,
     ) -> None:
         fns = check_env_fns(env_fns)
-        if not isinstance(inline_group, bool):
-            raise TypeError(f"`inline_group` must be a bool, got {describe(inline_group)}")
+        check_flag(inline_group, "inline_group")  # before auto may set it
         if num_workers == "auto":
             self.worker_choice = choose_num_workers(fns[0], len(fns))
             num_workers = self.worker_choice.num_workers
@@ -794,18 +795,13 @@ class SubprocVectorEnv(GroupVectorEnv):
         ``group_fns`` and, within a group, the order of the returned list. The other
         arguments are the constructor's (``inline_group``: the parent hosts the first group).
         """
-        if isinstance(group_fns, (str, bytes)) or not isinstance(group_fns, Sequence) or not group_fns:
-            raise ValueError(f"`group_fns` must be a non-empty sequence of callables, got {describe(group_fns)}")
-        for i, fn in enumerate(group_fns):
-            if not callable(fn):
-                raise TypeError(f"`group_fns[{i}]` must be callable (returning a list of envs), got {describe(fn)}")
+        fns = check_group_fns(group_fns)
         restarts = check_restarts(on_worker_death, max_restarts, restart_window)
         threads = check_threads(threads_per_worker)
-        if not isinstance(inline_group, bool):
-            raise TypeError(f"`inline_group` must be a bool, got {describe(inline_group)}")
+        inline = check_flag(inline_group, "inline_group")
         self = cls.__new__(cls)
         self._start(
-            list(group_fns),
+            fns,
             autoreset_mode,
             copy,
             context,
@@ -815,7 +811,7 @@ class SubprocVectorEnv(GroupVectorEnv):
             batch_size,
             pin_cpus,
             start_timeout,
-            inline=inline_group,
+            inline=inline,
             restarts=restarts,
             threads=threads,
         )

@@ -43,6 +43,7 @@ from vecenv.checks import (
     check_autoreset_mode,
     check_batch_size,
     check_env_fns,
+    check_group_fns,
     check_num_workers,
     check_observation_mode,
     check_restarts,
@@ -543,12 +544,7 @@ class RayVectorEnv(GroupVectorEnv):
     ) -> RayVectorEnv:
         """One actor per callable; each returns the list of envs it hosts (or a native
         ``gymnasium.vector.VectorEnv``), as :meth:`SubprocVectorEnv.from_groups`."""
-        if isinstance(group_fns, (str, bytes)) or not isinstance(group_fns, Sequence) or not group_fns:
-            raise ValueError(f"`group_fns` must be a non-empty sequence of callables, got {describe(group_fns)}")
-        for i, fn in enumerate(group_fns):
-            if not callable(fn):
-                raise TypeError(f"`group_fns[{i}]` must be callable (returning a list of envs), got {describe(fn)}")
-        fns = list(group_fns)
+        fns = check_group_fns(group_fns)
         self = cls.__new__(cls)
         self._start(
             lambda k: fns,
