@@ -16,7 +16,7 @@ import pytest
 
 import vecenv
 from vecenv import process_pool
-from vecenv.worker import SPIN_SECONDS
+from vecenv.worker import SPIN_BACKOFF, SPIN_SECONDS, Spin
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -65,3 +65,29 @@ def test_an_idle_vector_env_costs_no_cpu(monkeypatch: pytest.MonkeyPatch) -> Non
         used = [_cpu_seconds(pid) - b for pid, b in zip(pids, before)]
         assert max(used) < 0.1, f"workers used {used} CPU-seconds in a 0.5 s pause"
         envs.step(np.zeros(4, np.int64))  # and they still answer
+
+
+class _CountingPoller:
+    def __init__(self, ready: list[tuple[int, int]]) -> None:
+        self.ready = ready
+        self.calls = 0
+
+    def poll(self, timeout: int) -> list[tuple[int, int]]:
+        assert timeout == 0  # a spin never sleeps
+        self.calls += 1
+        return self.ready
+
+
+def test_spin_returns_what_is_ready_and_backs_off_after_a_miss() -> None:
+    assert Spin(SPIN_SECONDS).poll(_CountingPoller([(3, 1)])) == [(3, 1)]
+    idle = _CountingPoller([])
+    spin = Spin(SPIN_SECONDS)
+    assert spin.poll(idle) == [] and idle.calls > 1  # polled until the deadline
+    idle.calls = 0
+    for _ in range(SPIN_BACKOFF):
+        assert spin.poll(idle) == []
+    assert idle.calls == 0  # backing off: straight to sleep
+    spin.poll(idle)
+    assert idle.calls > 0  # then it tries again
+    idle.calls = 0
+    assert Spin(0.0).poll(idle) == [] and Spin(SPIN_SECONDS).poll(idle, limit=0) == [] and idle.calls == 0

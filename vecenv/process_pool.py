@@ -34,7 +34,7 @@ from vecenv.checks import available_cpus
 from vecenv.errors import PackedException
 from vecenv.pool import Death, Reply, Transport, WorkerGone
 from vecenv.protocol import Attach, Command, decode_command, decode_reply, encode_command
-from vecenv.worker import PARENT_ENDS, SPIN_BACKOFF, SPIN_SECONDS, WorkerCore, WorkerOptions, worker_main
+from vecenv.worker import PARENT_ENDS, SPIN_SECONDS, Spin, WorkerCore, WorkerOptions, worker_main
 
 __all__ = ["ProcessTransport", "KILL_GRACE"]
 
@@ -83,8 +83,7 @@ class ProcessTransport(Transport):
         self._pollers: dict[tuple[int, ...], tuple[dict[int, int], dict[int, int], Any]] = {}
         self._stopped = False
         # Poll before sleeping (parent and workers) only where every process has a core.
-        self.spin = 0.0
-        self._spin_backoff = 0
+        self._awake = Spin(0.0)
         self._torn: set[int] = set()  # workers whose pipe an interrupt may have cut mid-message
 
     def launch(self, group_fns: Sequence[Callable[[], Any]]) -> None:
@@ -94,7 +93,7 @@ class ProcessTransport(Transport):
             resource_tracker.ensure_running()
         self._cpus = sorted(os.sched_getaffinity(0)) if self.pin_cpus else []
         workers = len(group_fns) - (self.inline is not None)
-        self.spin = SPIN_SECONDS if 0 < workers and workers + 1 <= available_cpus() else 0.0
+        self._awake = Spin(SPIN_SECONDS if 0 < workers and workers + 1 <= available_cpus() else 0.0)
         for index, group_fn in enumerate(group_fns):
             if index == 0 and self.inline is not None:
                 self.processes.append(None)
@@ -217,7 +216,8 @@ class ProcessTransport(Transport):
                 self._process(i).join()
             return [Death(i) for i in torn]
         pipes, sentinels, poller = self._poller(workers)
-        ready = self._spin(poller, timeout)
+        # A reply read while awake spares its writer the wake-up (see vecenv.worker._serve).
+        ready = self._awake.poll(poller, timeout)
         if not ready:
             ready = poller.poll(None if timeout is None else max(0, math.ceil(timeout * 1000)))
         events: list[Reply | Death] = []
@@ -251,22 +251,10 @@ class ProcessTransport(Transport):
             events.append(Death(index))
         return events
 
-    def _spin(self, poller: Any, timeout: float | None) -> list[tuple[int, int]]:
-        """Poll without sleeping for up to ``spin`` seconds, as the workers do (see
-        :func:`vecenv.worker._serve`): a reply read while awake spares its writer the wake-up."""
-        if not self.spin or timeout == 0:
-            return []
-        if self._spin_backoff:
-            self._spin_backoff -= 1
-            return []
-        deadline = time.perf_counter() + (self.spin if timeout is None else min(self.spin, timeout))
-        while True:
-            ready: list[tuple[int, int]] = poller.poll(0)
-            if ready:
-                return ready
-            if time.perf_counter() >= deadline:
-                self._spin_backoff = SPIN_BACKOFF
-                return []
+    @property
+    def spin(self) -> float:
+        """Seconds parent and workers poll before sleeping (0: more processes than cores)."""
+        return self._awake.seconds
 
     def _poller(self, workers: Sequence[int]) -> tuple[dict[int, int], dict[int, int], Any]:
         """A poll object over the pipes and sentinels of ``workers``, kept for the next wait."""

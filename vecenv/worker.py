@@ -44,7 +44,7 @@ from vecenv.protocol import (
 )
 from vecenv.spaces import tree_copy
 
-__all__ = ["WorkerCore", "WorkerOptions", "worker_main", "PARENT_ENDS"]
+__all__ = ["WorkerCore", "WorkerOptions", "worker_main", "PARENT_ENDS", "Spin"]
 
 #: Seconds a worker (or the parent) polls for the next message before it sleeps, where it may.
 SPIN_SECONDS = 200e-6
@@ -263,13 +263,9 @@ def _serve(core: WorkerCore, conn: Connection, spin: float = 0.0) -> None:
     """
     poller = select.poll()
     poller.register(conn.fileno(), select.POLLIN)
-    backoff = 0
+    awake = Spin(spin)
     while True:
-        if spin:
-            if backoff:
-                backoff -= 1
-            elif not _await(poller, spin):
-                backoff = SPIN_BACKOFF
+        awake.poll(poller)
         command, call_id, load = decode_command(conn.recv_bytes())
         ok, result = core.handle(command, load)
         try:
@@ -282,10 +278,30 @@ def _serve(core: WorkerCore, conn: Connection, spin: float = 0.0) -> None:
             return
 
 
-def _await(poller: Any, seconds: float) -> bool:
-    """Poll ``poller`` without sleeping for up to ``seconds``; whether something is ready."""
-    deadline = time.perf_counter() + seconds
-    while not poller.poll(0):
-        if time.perf_counter() >= deadline:
-            return False
-    return True
+class Spin:
+    """Polling without sleeping, bounded, before a blocking wait (the workers' and the parent's).
+
+    :meth:`poll` polls for up to ``seconds`` (never past ``limit``); one that catches nothing
+    makes the next :data:`SPIN_BACKOFF` calls return at once, so that waits which are long
+    anyway (a learner busy between steps) go straight to sleep. ``seconds=0`` never polls.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._skip = 0
+
+    def poll(self, poller: Any, limit: float | None = None) -> list[tuple[int, int]]:
+        """What ``poller`` reports ready within the spin (``[]``: sleep on it now)."""
+        if not self.seconds or limit == 0:
+            return []
+        if self._skip:
+            self._skip -= 1
+            return []
+        deadline = time.perf_counter() + (self.seconds if limit is None else min(self.seconds, limit))
+        while True:
+            ready: list[tuple[int, int]] = poller.poll(0)
+            if ready:
+                return ready
+            if time.perf_counter() >= deadline:
+                self._skip = SPIN_BACKOFF
+                return []
