@@ -1,11 +1,11 @@
 """Measure what limiting each worker's BLAS threads does to an env that multiplies matrices.
 
 Each env does one ``size x size`` float64 matrix product per step (numpy, so OpenBLAS or MKL).
-W workers host the envs; every worker's BLAS starts with one thread per core, so W workers run
-up to W x cores BLAS threads on the cores. This script builds the same vector env twice per
-repetition, through ``SubprocVectorEnv.from_groups``, whose group function calls
-``vecenv.threads.limit_threads(threads)`` first (as the worker start-up will) or not at all,
-and reports env-steps/s for both, interleaved, medians over repetitions, plus the threads each
+W workers host the envs; left alone, every worker's BLAS starts one thread per core, so W
+workers run up to W x cores BLAS threads on the cores. This script builds the same vector env
+twice per repetition, through ``SubprocVectorEnv.from_groups``, with ``threads_per_worker=None``
+(the workers' threads left alone) and with ``threads_per_worker=threads`` (the default, 1), and
+reports env-steps/s for both, interleaved, medians over repetitions, plus the threads each
 worker actually has (``/proc/PID/status``).
 
 Small products (64 x 64) run on one thread in OpenBLAS anyway; the effect shows from about
@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # also runs from a checkout
 import vecenv  # noqa: E402
-from vecenv.threads import THREAD_ENV_VARS, limit_threads  # noqa: E402
+from vecenv.threads import THREAD_ENV_VARS  # noqa: E402
 
 
 class MatmulEnv(gym.Env):
@@ -51,9 +51,8 @@ class MatmulEnv(gym.Env):
         return c[0, :8].copy(), float(c[0, 0]), False, False, {}
 
 
-def make_group(envs_per_worker: int, size: int, threads: int | None) -> list[gym.Env]:
-    """A worker's group: limit this worker's threads first (None: leave them), then build."""
-    limit_threads(threads)
+def make_group(envs_per_worker: int, size: int) -> list[gym.Env]:
+    """A worker's group of matrix-multiplying envs."""
     return [MatmulEnv(size) for _ in range(envs_per_worker)]
 
 
@@ -77,8 +76,10 @@ def measure(
     num_workers: int, envs_per_worker: int, size: int, threads: int | None, seconds: float, context: str | None
 ) -> tuple[float, list[int]]:
     """Env-steps/s over ``seconds`` of stepping after a short warm-up; worker thread counts."""
-    group = functools.partial(make_group, envs_per_worker, size, threads)
-    with vecenv.SubprocVectorEnv.from_groups([group] * num_workers, context=context) as envs:
+    group = functools.partial(make_group, envs_per_worker, size)
+    with vecenv.SubprocVectorEnv.from_groups(
+        [group] * num_workers, context=context, threads_per_worker=threads
+    ) as envs:
         envs.reset(seed=0)
         actions = np.zeros(envs.num_envs, dtype=np.int64)
         for _ in range(20):
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="64,128", help="matrix sizes, comma-separated (default 64,128)")
     parser.add_argument("--num-workers", type=int, default=2, help="worker processes (default 2)")
     parser.add_argument("--envs-per-worker", type=int, default=8, help="envs in each worker (default 8)")
-    parser.add_argument("--threads", type=int, default=1, help="limit_threads(n) in the limited run (default 1)")
+    parser.add_argument("--threads", type=int, default=1, help="threads_per_worker in the limited run (default 1)")
     parser.add_argument("--seconds", type=float, default=3.0, help="stepping time per measurement (default 3)")
     parser.add_argument("--reps", type=int, default=3, help="repetitions, interleaved (default 3)")
     parser.add_argument("--context", default=None, help="start method (default: the platform's)")
@@ -108,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{os.cpu_count()} cores, {args.num_workers} workers x {args.envs_per_worker} envs, "
         f"context={args.context or 'default'}, {args.seconds:g} s x {args.reps} reps"
     )
-    print(f"{'size':>5} {'worker threads':<22}{'env-steps/s (median, min-max)':<34}{'speed-up':>9}")
+    print(f"{'size':>5} {'threads_per_worker, threads':<30}{'env-steps/s (median, min-max)':<34}{'speed-up':>9}")
     for size in (int(s) for s in args.sizes.split(",")):
         rates: dict[str, list[float]] = {"default": [], "limited": []}
         counts: dict[str, list[int]] = {}
@@ -121,9 +122,9 @@ def main(argv: list[str] | None = None) -> int:
         base = statistics.median(rates["default"])
         for label in ("default", "limited"):
             r = rates[label]
-            name = "none" if label == "default" else f"limit_threads({args.threads})"
+            name = "None" if label == "default" else str(args.threads)
             cell = f"{statistics.median(r):>10,.0f} ({min(r):,.0f}-{max(r):,.0f})"
-            print(f"{size:>5} {name + ' ' + str(counts[label]):<22}{cell:<34}{statistics.median(r) / base:>8.2f}x")
+            print(f"{size:>5} {name + ', ' + str(counts[label]):<30}{cell:<34}{statistics.median(r) / base:>8.2f}x")
     return 0
 
 
