@@ -432,3 +432,41 @@ def test_readme_example_runs(tmp_path) -> None:
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=280, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().endswith("EXAMPLE-OK") and "Traceback" not in proc.stderr
+
+
+FAKE_SB3_TEST = """
+import gymnasium as gym
+from stable_baselines3.common.vec_env import SubprocVecEnv
+
+import vecenv.sb3
+
+
+def test_the_name_sb3_tests_import_is_ours():
+    assert issubclass(SubprocVecEnv, vecenv.sb3.SubprocVecEnv)
+    vec = SubprocVecEnv([lambda: gym.make("CartPole-v1")] * 3, start_method="fork")  # SB3's signature
+    try:
+        assert vec.num_workers == 1  # from --workers 1
+        assert vec.reset().shape == (3, 4)
+    finally:
+        vec.close()
+"""
+
+
+@pytest.mark.timeout(180)
+def test_sb3_suite_script_swaps_the_class_sb3_tests_import(tmp_path) -> None:
+    """scripts/sb3_suite.py (which runs SB3's own tests against our class) on a stand-in suite."""
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "sb3_suite.py"
+    (tmp_path / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "__init__.py").write_text("")
+    (tmp_path / "tests" / "test_vec_envs.py").write_text(FAKE_SB3_TEST)
+    cmd = [sys.executable, str(script), str(tmp_path), "--workers", "1", "--", "tests", "-q", "-p", "no:cacheprovider"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=170, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 passed" in proc.stdout
+
+    (tmp_path / "stable_baselines3").mkdir()  # a source copy of SB3 would shadow the installed one
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 2 and "would shadow the installed SB3" in proc.stderr
