@@ -57,6 +57,14 @@ def test_num_workers_refuses_the_rest(value: Any) -> None:
     assert repr(value) in str(info.value) or str(value) in str(info.value)
 
 
+@pytest.mark.parametrize("value", [0, 5, "auto"])
+def test_num_workers_for_a_backend_without_in_process_envs_starts_at_one(value: Any) -> None:
+    """Ray's actors always host the envs: 0 (or 'auto') is not on offer, and the message says so."""
+    assert checks.check_num_workers(1, 4, in_process=False) == 1
+    with pytest.raises(ValueError, match=r"`num_workers` must be None or an int in \[1, 4\] \(1 to len\(env_fns\)\)"):
+        checks.check_num_workers(value, 4, in_process=False)
+
+
 # -- env_fns ------------------------------------------------------------------------------------
 
 

@@ -93,6 +93,14 @@ def test_auto_worker_count_is_refused_with_what_ray_takes() -> None:
         RayVectorEnv(healthy_fns(2), "auto")  # type: ignore[arg-type]
 
 
+def test_zero_workers_is_refused_naming_the_range() -> None:
+    """No env runs in this process with Ray: 0 actors is a ValueError, not a ZeroDivisionError."""
+    with pytest.raises(
+        ValueError, match=r"`num_workers` must be None or an int in \[1, 2\] \(1 to len\(env_fns\)\), got 0"
+    ):
+        RayVectorEnv(healthy_fns(2), 0)
+
+
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("sc", RAY_SCENARIOS, ids=[sc.id for sc in RAY_SCENARIOS])
 def test_matches_sync(ray_local: RaySessions, sc: Scenario) -> None:

@@ -84,14 +84,17 @@ def check_flag(value: Any, name: str) -> bool:
     return value
 
 
-def check_num_workers(num_workers: Any, num_envs: int) -> int:
+def check_num_workers(num_workers: Any, num_envs: int, *, in_process: bool = True) -> int:
     """``None`` gives ``min(num_envs, available_cpus())``; else an int in ``[0, num_envs]``
-    (0: every env in the parent process)."""
+    (0: every env in the parent process). ``in_process=False`` is for a backend whose envs always
+    run in workers (Ray's actors): neither 0 nor ``"auto"`` is on offer, and the range is
+    ``[1, num_envs]``."""
     if num_workers is None:
         return min(num_envs, available_cpus())
-    if not _is_int(num_workers) or not 0 <= num_workers <= num_envs:
+    low, offer = (0, "None, 'auto' or") if in_process else (1, "None or")
+    if not _is_int(num_workers) or not low <= num_workers <= num_envs:
         raise ValueError(
-            f"`num_workers` must be None, 'auto' or an int in [0, {num_envs}] (0 to len(env_fns)), "
+            f"`num_workers` must be {offer} an int in [{low}, {num_envs}] ({low} to len(env_fns)), "
             f"got {describe(num_workers)}"
         )
     return int(num_workers)

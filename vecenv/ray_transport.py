@@ -503,7 +503,7 @@ class RayVectorEnv(GroupVectorEnv):
                 "got 'auto' (which chooses between this process and local workers: SubprocVectorEnv only)"
             )
         if num_workers is not None:
-            check_num_workers(num_workers, len(fns))
+            check_num_workers(num_workers, len(fns), in_process=False)
 
         def groups(k: int) -> Sequence[Callable[[], Any]]:
             chosen = split_groups(fns, k)
