@@ -16,13 +16,12 @@ import pytest
 
 import vecenv
 from vecenv import process_pool
+from vecenv.benchmark import _cpu_ticks
 from vecenv.worker import SPIN_BACKOFF, SPIN_SECONDS, Spin
 
 
 def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return _cpu_ticks([pid])[pid] / os.sysconf("SC_CLK_TCK")
 
 
 @pytest.mark.parametrize(

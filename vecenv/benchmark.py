@@ -512,13 +512,9 @@ def _tree(root: int) -> list[int]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
+        fields = _stat_fields(int(entry))
+        if fields is not None:
+            children.setdefault(int(fields[1]), []).append(int(entry))  # ppid (field 4)
     out, todo = [], [root]
     while todo:
         pid = todo.pop()
@@ -531,14 +527,22 @@ def _cpu_ticks(pids: Sequence[int]) -> dict[int, int]:
     """User + system CPU time of each readable pid (all its threads), in clock ticks."""
     out = {}
     for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # fields[0] is field 3 (state)
-        out[pid] = int(fields[11]) + int(fields[12])  # utime (14), stime (15)
+        fields = _stat_fields(pid)
+        if fields is not None:
+            out[pid] = int(fields[11]) + int(fields[12])  # utime (14), stime (15)
     return out
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name, from field 3 (state) on;
+    ``None`` for a pid that is gone or unreadable. The name may hold spaces and parentheses,
+    so the split starts after its last ``)``."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2 :].split()
 
 
 def idle_cpu(seconds: float, pids: Sequence[int] | None = None) -> tuple[float, float] | None:
