@@ -20,6 +20,8 @@ the actions) that injects one fault:
 A healthy ``FaultEnv(index=i)`` in a ``SyncVectorEnv`` is the reference the tests compare with.
 ``pid_dir``: when given, each env writes a file named after its process id there on construction
 (before any ``init`` fault), so tests can find worker pids even when the constructor fails.
+``once``: a file path; the fault fires only if that file does not exist yet (the env creates it
+first), so the replacement of a worker that a fault killed does not die the same way.
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ class FaultEnv(gym.Env):
         duration: float = 1.0,
         horizon: int = 5,
         pid_dir: str | None = None,
+        once: str | None = None,
     ) -> None:
         self.index = index
         self.fault = fault
@@ -103,6 +106,7 @@ class FaultEnv(gym.Env):
         self.at = at
         self.duration = duration
         self.armed = fault is not None and index == target
+        self.once = once
         self.horizon = horizon + index % 3  # envs end at different steps
         self.counts = {"reset": 0, "step": 0, "call": 0, "close": 0}
         self.observation_space = spaces.Box(-10.0, 10.0, OBS_SHAPE, np.float32)
@@ -120,6 +124,11 @@ class FaultEnv(gym.Env):
             return
         self.counts[where] += 1
         if self.counts[where] == self.at:
+            if self.once is not None:
+                if os.path.exists(self.once):
+                    return
+                with open(self.once, "w") as f:
+                    f.write(str(os.getpid()))
             fire(self.fault, where, self.index, self.duration)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):

@@ -22,6 +22,7 @@ _EXPORTS = {
     "InvalidObservationError": "vecenv.errors",
     "NeedsResetError": "vecenv.errors",
     "RemoteEnvError": "vecenv.errors",
+    "Rollout": "vecenv.parent.rollouts",
     "SpaceMismatchError": "vecenv.errors",
     "State": "vecenv.parent.state",
     "SubprocVectorEnv": "vecenv.parent.subproc",
@@ -34,8 +35,8 @@ _EXPORTS = {
     "make": "vecenv.factory",
 }
 _LAZY_ONLY = {"RayVectorEnv": "vecenv.parent.ray_env"}
-# Subpackages reachable as attributes (``vecenv.rollout.collect``) without importing them first.
-_SUBPACKAGES = ("rollout",)
+# Subpackages and modules reachable as attributes (``vecenv.rollout.collect``) without importing them first.
+_SUBPACKAGES = ("rollout", "policies")
 
 __all__ = [
     "AutoresetMode",
@@ -45,6 +46,7 @@ __all__ = [
     "InvalidObservationError",
     "NeedsResetError",
     "RemoteEnvError",
+    "Rollout",
     "SpaceMismatchError",
     "State",
     "SubprocVectorEnv",
@@ -73,6 +75,7 @@ if TYPE_CHECKING:
     from vecenv.factory import make
     from vecenv.parent.ray_env import RayVectorEnv  # noqa: F401 - lazy only: not in __all__
     from vecenv.parent.records import WorkerStatus
+    from vecenv.parent.rollouts import Rollout
     from vecenv.parent.state import State
     from vecenv.parent.subproc import SubprocVectorEnv
     from vecenv.parent.vector_env import DEFAULT_CLOSE_TIMEOUT, GroupVectorEnv

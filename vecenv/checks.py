@@ -36,6 +36,7 @@ __all__ = [
     "check_env_ids",
     "seed_list",
     "check_reset_mask",
+    "check_num_steps",
 ]
 
 
@@ -242,3 +243,12 @@ def check_threads(threads: Any) -> int | None:
     if threads is not None and (not _is_int(threads) or threads < 1):
         raise ValueError(f"`threads_per_worker` must be None or a positive int, got {describe(threads)}")
     return None if threads is None else int(threads)
+
+
+def check_num_steps(num_steps: Any) -> int:
+    """A rollout's length: a positive int."""
+    if not _is_int(num_steps) or num_steps < 1:
+        raise ValueError(
+            f"`num_steps` must be a positive int (steps per env in the rollout), got {describe(num_steps)}"
+        )
+    return int(num_steps)

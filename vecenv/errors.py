@@ -120,7 +120,7 @@ class PackedException:
     name, message and formatted traceback always travel, so nothing is lost when it does not.
     """
 
-    def __init__(self, exc: BaseException, env_index: int | None) -> None:
+    def __init__(self, exc: BaseException, env_index: int | None, detail: str | None = None) -> None:
         self.type_name = f"{type(exc).__module__}.{type(exc).__qualname__}"
         try:
             self.message = str(exc)
@@ -128,6 +128,7 @@ class PackedException:
             self.message = f"<unprintable {type(exc).__name__}>"
         self.traceback = "".join(traceback.format_exception(exc))
         self.env_index = env_index
+        self.detail = detail  # where within the call it happened ("at step 5 of the rollout ...")
         self.payload: bytes | None
         try:
             payload = cloudpickle.dumps(exc)

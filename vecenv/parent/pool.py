@@ -203,7 +203,10 @@ class WorkerPool:
             where = f"envs {w.start}..{w.stop - 1}"
         else:
             where = "its env group"
-        raise packed.rebuild(f"raised in {where} (worker {w.index}{self.transport.where(w.index)}) during `{call}`")
+        detail = f", {packed.detail}" if packed.detail else ""
+        raise packed.rebuild(
+            f"raised in {where} (worker {w.index}{self.transport.where(w.index)}) during `{call}`{detail}"
+        )
 
     def died(self, w: WorkerRecord, call: str) -> None:
         """A worker died: restart it when the policy allows, else end the others (their

@@ -50,7 +50,7 @@ class OwedCall:
 class WorkerRecord:
     """The pool's record of one worker: its env range ``[start, stop)`` and its status."""
 
-    __slots__ = ("index", "start", "stop", "status", "reply", "ready_at", "restarted_reset", "_owed")
+    __slots__ = ("index", "start", "stop", "status", "reply", "ready_at", "restarted_reset", "launches", "_owed")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -60,6 +60,7 @@ class WorkerRecord:
         self.reply: tuple[bool, Any] | None = None
         self.ready_at = 0  # arrival order of the held reply: recv hands out the earliest first
         self.restarted_reset: int | None = None  # a reset sent again after a restart: mark its infos
+        self.launches = 1  # processes (or actors) started for it so far: what a new one lacks
         self._owed: deque[OwedCall] = deque([OwedCall(0, "__init__")])
 
     @property
@@ -128,6 +129,7 @@ class WorkerRecord:
         """A new process replaces this one: its Hello is owed. Returns the call that was still
         wanted from the old one, if any (everything else it owed is gone with it)."""
         wanted = next((owed for owed in self._owed if owed.wanted), None)
+        self.launches += 1
         self._owed = deque([OwedCall(0, "__init__")])
         self.reply = None
         self.status = WorkerStatus.STARTING

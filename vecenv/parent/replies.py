@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from copy import deepcopy
 from typing import Any
 
+import numpy as np
 from gymnasium.vector import VectorEnv
 
 from vecenv.parent.records import WorkerRecord
+from vecenv.spaces import tree_copy
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import StepReply
 
-__all__ = ["InfoMerger"]
+__all__ = ["InfoMerger", "current_observations"]
 
 
 # Gymnasium's own batching of one env's info into the batch; it reads only ``self.num_envs``.
@@ -26,6 +29,10 @@ class InfoMerger:
     def __init__(self, num_envs: int) -> None:
         self.num_envs = num_envs
 
+    def add(self, infos: dict[str, Any], info: dict[str, Any], row: int) -> dict[str, Any]:
+        """``info`` of the env at batch row ``row`` merged into ``infos``, as a step batches it."""
+        return self._add_info(infos, info, row)
+
     def merge(
         self, buffers: Buffers, workers: Sequence[WorkerRecord], replies: Sequence[StepReply], rows: Sequence[int]
     ) -> dict[str, Any]:
@@ -37,3 +44,14 @@ class InfoMerger:
             for j, info in reply.infos:
                 infos = self._add_info(infos, info, row + j)
         return infos
+
+
+def current_observations(buffers: Buffers, copy: bool) -> Any:
+    """The batched observations in the parent's buffers, as ``step`` returns them: copies, or
+    with ``copy=False`` the buffers themselves."""
+    obs = buffers.batched_observations()
+    if not copy:
+        return obs
+    if type(obs) is np.ndarray:
+        return obs.copy()
+    return tree_copy(obs) if buffers.fixed_observations else deepcopy(obs)

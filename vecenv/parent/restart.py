@@ -35,6 +35,7 @@ __all__ = [
     "RestartHost",
     "Restarter",
     "LostAgain",
+    "RestartedRollout",
     "mark_restarted",
     "truncated_reply",
 ]
@@ -160,6 +161,11 @@ class Restarter:
             assert reply is not None
             pool.answer(w, lost.call_id, True, truncated_reply(pool, w, reply))
             return None
+        if lost.command is Command.ROLLOUT:
+            # The new worker lacks the policy and the block: the rollout layer runs it again.
+            assert reply is not None
+            pool.answer(w, lost.call_id, True, RestartedRollout(reply))
+            return None
         # Sent again, with its call id: the new worker's reply answers the waiting call.
         if lost.command is Command.RESET:
             w.restarted_reset = lost.call_id
@@ -182,6 +188,16 @@ class Restarter:
         pool.send([w], Command.RESET, [self.policy.reseed(w, self.restarts)], "restart")
         reply: StepReply = pool.gather([w], timeout, "restart", fail_fast=True)[0]
         return reply
+
+
+@dataclasses.dataclass(frozen=True)
+class RestartedRollout:
+    """The answer to a rollout whose worker died and was replaced: none of its rows were made;
+    ``reset`` is the replacement's reset of the group's envs (see
+    :mod:`vecenv.parent.rollouts`, which reports the rollout's first step as the restarted
+    step and runs the rest again)."""
+
+    reset: StepReply
 
 
 class _WrongSize(Exception):

@@ -32,6 +32,7 @@ class State(Enum):
     WAITING_RESET = "reset"
     WAITING_STEP = "step"
     WAITING_CALL = "call"
+    WAITING_ROLLOUT = "rollout"
     WAITING_RECV = "recv"  # envs in flight through async_reset/send, collected by recv
     POOL = "recv"  # the same member under its earlier name (EnvPool mode)
     BROKEN = "broken"
@@ -164,6 +165,11 @@ class CallState:
     def step_done(self, terminations: np.ndarray, truncations: np.ndarray) -> None:
         """The pending step was answered: remember which envs ended."""
         np.logical_or(terminations, truncations, out=self.ended)
+
+    def rollout_done(self, ended: np.ndarray) -> None:
+        """The pending rollout was answered: ``ended`` marks the envs whose episode is over
+        (at its last step; under DISABLED, at any step)."""
+        self.ended[:] = ended
 
     def batches_started(self) -> None:
         """``async_reset`` put every env in flight: ``recv``/``send`` from now on."""

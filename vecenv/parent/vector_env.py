@@ -27,10 +27,9 @@
           '--> one reply per worker per call (wire/protocol.py): a StepReply with the
                non-empty infos (and rows that are not shared), or an error
 
-Start-up: the pool launches one worker per group; each builds its envs and sends a ``Hello``
-(env count, spaces, metadata); :func:`~vecenv.parent.handshake.configure` checks the spaces,
-and the pool gives each worker its starting index and the shared block in an ``Attach``. After
-that every call is one command per worker and one reply per worker.
+Start-up: each worker sends a ``Hello``, :func:`~vecenv.parent.handshake.configure` checks the
+spaces, the pool sends each its rows in an ``Attach``; then one command and one reply per
+worker per call (a rollout of T steps is one call: :mod:`vecenv.parent.rollouts`).
 
 :class:`GroupVectorEnv` knows no transport: :class:`~vecenv.SubprocVectorEnv`
 (:mod:`vecenv.parent.subproc`) and :class:`~vecenv.RayVectorEnv` (:mod:`vecenv.parent.ray_env`)
@@ -41,7 +40,6 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Sequence
-from copy import deepcopy
 from multiprocessing import util
 from typing import Any
 
@@ -56,10 +54,10 @@ from vecenv.parent.actions import ActionPlacer
 from vecenv.parent.envpool_api import AsyncBatches
 from vecenv.parent.handshake import configure
 from vecenv.parent.pool import WorkerPool
-from vecenv.parent.replies import InfoMerger
+from vecenv.parent.replies import InfoMerger, current_observations
 from vecenv.parent.restart import Restarter, RestartPolicy
+from vecenv.parent.rollouts import RolloutMethods, Rollouts
 from vecenv.parent.state import CallState, SeedBook, State
-from vecenv.spaces import tree_copy
 from vecenv.transports.base import Transport
 from vecenv.wire.buffers import Buffers, BufferSpec
 from vecenv.wire.protocol import CallArgs, Command, ResetArgs, SetAttrArgs
@@ -76,7 +74,7 @@ def _close_at_exit(ref: weakref.ReferenceType[GroupVectorEnv]) -> None:
         envs._close(timeout=None, terminate=False, warn=False)
 
 
-class GroupVectorEnv(VectorEnv):
+class GroupVectorEnv(RolloutMethods, VectorEnv):
     """A ``gymnasium.vector.VectorEnv`` over a :class:`~vecenv.parent.pool.WorkerPool` of env groups.
 
     The subclasses choose the transport (:class:`~vecenv.SubprocVectorEnv`: processes;
@@ -149,6 +147,15 @@ class GroupVectorEnv(VectorEnv):
             self.autoreset_mode,
             batch_size,
         )
+        self._rollouts = Rollouts(
+            self._pool,
+            self._buffers,
+            self._calls,
+            (self.single_observation_space, self.single_action_space),
+            self.autoreset_mode,
+            self.copy,
+            any(h.native_autoreset is not None for h in hellos),
+        )
 
     # -- state -------------------------------------------------------------------------------
 
@@ -188,12 +195,7 @@ class GroupVectorEnv(VectorEnv):
             calls.finish()
 
     def _observations(self) -> Any:
-        obs = self._buffers.batched_observations()
-        if not self.copy:
-            return obs
-        if type(obs) is np.ndarray:
-            return obs.copy()
-        return tree_copy(obs) if self._buffers.fixed_observations else deepcopy(obs)
+        return current_observations(self._buffers, self.copy)
 
     def _merge(self, replies: list[Any]) -> dict[str, Any]:
         pending = self._calls.pending
@@ -412,12 +414,15 @@ class GroupVectorEnv(VectorEnv):
             if calls is not None:
                 calls.mark_closed()
             return
-        if warn and calls.state in (State.WAITING_RESET, State.WAITING_STEP, State.WAITING_CALL):
+        if warn and calls.state in (State.WAITING_RESET, State.WAITING_STEP, State.WAITING_CALL, State.WAITING_ROLLOUT):
             logger.warn(f"Calling `close` while waiting for a pending call to `{calls.waiting.value}` to complete.")
         grace = 0.0 if terminate else (DEFAULT_CLOSE_TIMEOUT if timeout is None else timeout)
         try:
             error = self._pool.shutdown(grace, wait_late=timeout is not None)
         finally:
+            rollouts = getattr(self, "_rollouts", None)
+            if rollouts is not None:
+                rollouts.close()
             calls.mark_closed()
             if self._finalizer is not None:
                 self._finalizer.cancel()

@@ -24,7 +24,7 @@ from vecenv.errors import PackedException
 from vecenv.transports.base import Death, Event, Reply, Transport
 from vecenv.transports.process import ProcessTransport
 from vecenv.wire.buffers import Buffers
-from vecenv.wire.protocol import Attach, Command, decode_command, encode_command
+from vecenv.wire.protocol import Attach, Command, WithFd, decode_command, encode_for_pipe
 from vecenv.worker.core import WorkerCore, WorkerOptions
 
 __all__ = ["InlineWorker", "ParentHostedFirst"]
@@ -35,7 +35,8 @@ class InlineWorker:
 
     def __init__(self, options: WorkerOptions) -> None:
         self.core = WorkerCore(0, options)
-        self.pending: list[bytes] = []
+        # Commands not yet run, each with the descriptor that came with it (a duplicate).
+        self.pending: list[tuple[bytes, int | None]] = []
         self.hello: Reply | None = None
         self.buffers: Buffers | None = None
 
@@ -58,14 +59,26 @@ class InlineWorker:
             replies.append(self.hello)
             self.hello = None
         while self.pending:
-            command, call_id, load = decode_command(self.pending.pop(0))
-            ok, result = self.core.handle(command, load)
+            data, fd = self.pending.pop(0)
+            command, call_id, load = decode_command(data)
+            ok, result = self.core.handle(command, load, fd)
             replies.append(Reply(0, call_id, ok, result))
         return replies
+
+    def send(self, message: bytes | WithFd) -> None:
+        """Queue a command for the next :meth:`run` (a descriptor beside it is duplicated now:
+        the parent may close its own before the command runs)."""
+        if isinstance(message, WithFd):
+            self.pending.append((message.data, os.dup(message.fd)))
+        else:
+            self.pending.append((message, None))
 
     def release(self) -> None:
         self.core.detach()
         self.core.envs = None
+        for _, fd in self.pending:
+            if fd is not None:
+                os.close(fd)
         self.pending.clear()
         if self.buffers is not None:
             self.buffers.close()
@@ -91,12 +104,12 @@ class ParentHostedFirst(Transport):
         else:
             self.processes_transport.attach(worker - 1, attach, buffers)
 
-    def encode(self, command: Command, call_id: int, payload: Any) -> bytes:
-        return encode_command(command, call_id, payload)
+    def encode(self, command: Command, call_id: int, payload: Any) -> bytes | WithFd:
+        return encode_for_pipe(command, call_id, payload)
 
-    def send(self, worker: int, message: bytes) -> None:
+    def send(self, worker: int, message: bytes | WithFd) -> None:
         if worker == 0:
-            self.inline.pending.append(message)
+            self.inline.send(message)
         else:
             self.processes_transport.send(worker - 1, message)
 

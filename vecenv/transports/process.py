@@ -30,7 +30,7 @@ from vecenv.host import available_cpus
 from vecenv.transports.base import Death, Event, Reply, Transport, WorkerGone
 from vecenv.wire.buffers import HAVE_MEMFD, Buffers
 from vecenv.wire.pipes import PARENT_ENDS, SPIN_SECONDS, Spin
-from vecenv.wire.protocol import Attach, Command, decode_reply, encode_command
+from vecenv.wire.protocol import Attach, Command, WithFd, decode_reply, encode_for_pipe
 from vecenv.worker.core import WorkerOptions
 from vecenv.worker.loop import worker_main
 
@@ -150,15 +150,19 @@ class ProcessTransport(Transport):
             self._process(worker).join(1.0)
             raise WorkerGone from None
 
-    def encode(self, command: Command, call_id: int, payload: Any) -> bytes:
-        return encode_command(command, call_id, payload)
+    def encode(self, command: Command, call_id: int, payload: Any) -> bytes | WithFd:
+        return encode_for_pipe(command, call_id, payload)
 
-    def send(self, worker: int, message: bytes) -> None:
+    def send(self, worker: int, message: bytes | WithFd) -> None:
         conn = self._conn(worker)
         if worker in self._torn:
             raise WorkerGone
         try:
-            conn.send_bytes(message)
+            if isinstance(message, WithFd):
+                conn.send_bytes(message.data)
+                reduction.send_handle(conn, message.fd, self._process(worker).pid)
+            else:
+                conn.send_bytes(message)
         except (OSError, EOFError):  # a broken or reset pipe: the worker is gone
             self._process(worker).join(1.0)
             raise WorkerGone from None

@@ -32,7 +32,7 @@ from gymnasium.vector.utils import concatenate, create_empty_array
 from vecenv.spaces import build_tree, is_fixed, leaf_layout, row_writer, tree_assign, tree_slice
 from vecenv.wire.protocol import Flags, Rows
 
-__all__ = ["BufferSpec", "Buffers", "SharedBlock", "SHM_PREFIX", "HAVE_MEMFD"]
+__all__ = ["BufferSpec", "Buffers", "SharedBlock", "SHM_PREFIX", "HAVE_MEMFD", "aligned_nbytes"]
 
 #: Names of vecenv's shared-memory blocks start with this, so leaks are easy to find.
 SHM_PREFIX = "vecenv_"
@@ -138,7 +138,9 @@ class SharedBlock:
                 # Python's fcntl has these on Linux since 3.8; the numbers are Linux's own.
                 seals = getattr(fcntl, "F_SEAL_SHRINK", 2) | getattr(fcntl, "F_SEAL_GROW", 4)
                 fcntl.fcntl(fd, getattr(fcntl, "F_ADD_SEALS", 1033), seals)
-                return cls(_map(fd, size), fd, None)
+                mm = _map(fd, size)
+                _remember_mapping(mm)  # a worker forked later gives it up (drop_inherited_mappings)
+                return cls(mm, fd, None)
             except BaseException:
                 os.close(fd)
                 raise
@@ -216,7 +218,8 @@ def drop_inherited_mappings() -> None:
 _RELEASED = np.zeros(0)
 
 
-def _nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
+def aligned_nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
+    """Bytes an array of ``shape`` and ``dtype`` takes in a block, rounded up to the alignment."""
     size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     return -(-size // _ALIGN) * _ALIGN
 
@@ -239,11 +242,9 @@ class Buffers:
         shared: dict[str, list[np.ndarray]] = {}
         layout = spec.layout()
         if layout:
-            total = sum(_nbytes(s, d) for _, s, d in layout)
+            total = sum(aligned_nbytes(s, d) for _, s, d in layout)
             if create:
                 self.block = SharedBlock.create(total, spec.shm_name)
-                if self.block.fd is not None:
-                    _remember_mapping(self.block.buf)
             else:
                 self.block = SharedBlock.attach(total, spec.shm_name, fd)
             offset = 0
@@ -252,7 +253,7 @@ class Buffers:
                 count = int(np.prod(shape, dtype=np.int64))
                 array = np.frombuffer(self.block.buf, dtype, count, offset).reshape(shape)
                 shared.setdefault(field, []).append(array[start:stop])
-                offset += _nbytes(shape, dtype)
+                offset += aligned_nbytes(shape, dtype)
 
         def fixed_tree(field: str, space: Space) -> Any:
             arrays = shared.get(field) or [np.zeros(s, d) for s, d in leaf_layout(space, n)]

@@ -4,10 +4,11 @@ Both sides import this module, so the command set and message shapes are defined
 
 Parent -> worker: a command ``(Command, call_id, payload)``, the payload one of the message
 classes here. Worker -> parent: a reply ``(call_id, ok, result)`` where ``result`` is a
-:class:`~vecenv.errors.PackedException` when ``ok`` is false, and a :class:`StepReply` for every
-``RESET`` and ``STEP``. The ``call_id`` lets the parent drop a reply that arrives after its call timed
-out. Bulk data (observations, actions, rewards, flags) is not in these messages when shared
-memory is on: the payloads carry only what does not fit the arrays.
+:class:`~vecenv.errors.PackedException` when ``ok`` is false, a :class:`StepReply` for every
+``RESET`` and ``STEP``, and a :class:`RolloutReply` for every ``ROLLOUT``. The ``call_id``
+lets the parent drop a reply that arrives after its call timed out. Bulk data (observations,
+actions, rewards, flags) is not in these messages when shared memory is on: the payloads carry
+only what does not fit the arrays.
 
 On a pipe, every message starts with a fixed header (``struct``) that holds the call id; the
 payload, if any, follows pickled. The receiver reads the header first and unpickles the payload
@@ -43,7 +44,14 @@ __all__ = [
     "Flags",
     "Rows",
     "StepReply",
+    "RolloutBlockArgs",
+    "RolloutArgs",
+    "RolloutInfoEntries",
+    "RolloutReply",
+    "WithFd",
     "encode_command",
+    "encode_for_pipe",
+    "fd_follows",
     "decode_command",
     "encode_reply",
     "decode_reply",
@@ -59,6 +67,8 @@ class Command(IntEnum):
     SET_ATTR = 4
     RENDER = 5
     CLOSE = 6
+    ROLLOUT = 7  # step the group T times with the worker's own policy (RolloutArgs)
+    ROLLOUT_BLOCK = 8  # map the block rollouts write into (RolloutBlockArgs; a memfd follows on a pipe)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,6 +174,54 @@ class StepReply:
         return not self.infos and self.rows is None
 
 
+@dataclasses.dataclass(frozen=True)
+class RolloutBlockArgs:
+    """The rollout block a worker writes its rows of every rollout into (sent when it is made,
+    when it grows, and to a replacement worker).
+
+    ``fd`` is never pickled meaningfully: the receiving end fills it in with the block's
+    descriptor when one was passed beside the message (a memfd over a pipe).
+    """
+
+    spec: Any  # a vecenv.wire.rollout_buffers.RolloutSpec
+    fd: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutArgs:
+    """Run steps ``first_step .. num_steps - 1`` of a rollout with the worker's own policy.
+
+    Attributes:
+        num_steps: the rollout's length T (rows ``[0, T)`` of the block).
+        first_step: rows before it are written by the parent (a restarted group's row 0).
+        policy: a :class:`vecenv.policies.WorkerPolicy` to install first (it replaces the one
+            held), or ``None``: keep the installed one.
+        weights: new weights for the installed policy, loaded before the first step, or ``None``.
+    """
+
+    num_steps: int
+    first_step: int = 0
+    policy: Any = None
+    weights: Any = None
+
+
+#: ``(step within the rollout, local env index, info dict)``, in the order each step's
+#: ``VectorEnv._add_info`` would merge them.
+RolloutInfoEntries = list[tuple[int, int, dict[str, Any]]]
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutReply:
+    """A worker's answer to ``ROLLOUT``: its non-empty infos of every step, and the rows that are
+    not in shared memory (``None`` when shared): the rollout block's (``block``, a
+    :class:`~vecenv.wire.rollout_buffers.RolloutRows`) and the step buffers' last rows
+    (``rows``, as in a :class:`StepReply`)."""
+
+    infos: RolloutInfoEntries
+    rows: Rows | None = None
+    block: Any = None
+
+
 # -- the wire format -------------------------------------------------------------------------
 #
 # header = (kind, command or reply flag, call id); a pickled payload follows when kind says so.
@@ -171,7 +229,8 @@ class StepReply:
 # empty result (a step with no infos, all rows in shared memory) are the header alone.
 
 _HEADER = struct.Struct("<BBQ")
-_BARE, _PICKLED = 0, 1
+# Kinds: no payload; a pickled payload; a pickled payload and a descriptor passed after it.
+_BARE, _PICKLED, _PICKLED_FD = 0, 1, 2
 # Reply flags.
 _NONE, _EMPTY, _OK, _ERROR = 1, 2, 3, 4
 
@@ -182,12 +241,13 @@ def _dumps(value: Any) -> bytes:
     return pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
 
 
-def encode_command(command: Command, call_id: int, payload: Any) -> bytes:
+def encode_command(command: Command, call_id: int, payload: Any, fd_follows: bool = False) -> bytes:
     """Bytes for one command; a payload-free command is the 10-byte header alone.
 
     Payloads are pickled, or cloudpickled when plain pickle cannot (a lambda passed to
     ``call``), as the env constructors are. Raises what cloudpickle raises, before anything
-    is sent.
+    is sent. ``fd_follows``: the sender passes a file descriptor right after these bytes
+    (:func:`fd_follows` tells the receiver).
     """
     if payload is None:
         return _HEADER.pack(_BARE, command, call_id)
@@ -195,7 +255,29 @@ def encode_command(command: Command, call_id: int, payload: Any) -> bytes:
         data = _dumps(payload)
     except Exception:
         data = cloudpickle.dumps(payload, pickle.HIGHEST_PROTOCOL)
-    return _HEADER.pack(_PICKLED, command, call_id) + data
+    return _HEADER.pack(_PICKLED_FD if fd_follows else _PICKLED, command, call_id) + data
+
+
+@dataclasses.dataclass(frozen=True)
+class WithFd:
+    """An encoded command and the descriptor to pass right after it (a memfd block)."""
+
+    data: bytes
+    fd: int
+
+
+def encode_for_pipe(command: Command, call_id: int, payload: Any) -> bytes | WithFd:
+    """:func:`encode_command` for a transport that can pass descriptors: a
+    :class:`RolloutBlockArgs` holding the parent's descriptor of the block is sent without it,
+    and the descriptor is passed beside the message."""
+    if isinstance(payload, RolloutBlockArgs) and payload.fd is not None:
+        return WithFd(encode_command(command, call_id, dataclasses.replace(payload, fd=None), True), payload.fd)
+    return encode_command(command, call_id, payload)
+
+
+def fd_follows(data: bytes) -> bool:
+    """Whether a descriptor was passed right after this command's bytes."""
+    return _HEADER.unpack_from(data)[0] == _PICKLED_FD
 
 
 def decode_command(data: bytes) -> tuple[Command, int, Callable[[], Any]]:

@@ -12,6 +12,7 @@ same core; its unit tests feed it messages directly.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -24,8 +25,21 @@ from gymnasium.vector import AutoresetMode
 from vecenv.errors import PackedException
 from vecenv.spaces import tree_copy
 from vecenv.wire.buffers import Buffers
-from vecenv.wire.protocol import Attach, CallArgs, Command, Hello, ResetArgs, SetAttrArgs, SpaceMismatch, StepReply
+from vecenv.wire.protocol import (
+    Attach,
+    CallArgs,
+    Command,
+    Hello,
+    ResetArgs,
+    RolloutArgs,
+    RolloutBlockArgs,
+    RolloutReply,
+    SetAttrArgs,
+    SpaceMismatch,
+    StepReply,
+)
 from vecenv.worker.group import EnvGroup, VectorGroup
+from vecenv.worker.rollout import GroupRollouts
 
 __all__ = ["WorkerCore", "WorkerOptions"]
 
@@ -74,6 +88,7 @@ class WorkerCore:
         self.options = options
         self.envs: Any = None
         self.group: EnvGroup | VectorGroup | None = None
+        self.rollouts: GroupRollouts | None = None
         self._handlers: dict[Command, Callable[[Any], Any]] = {}
 
     def build(self, group_fn_bytes: bytes) -> Hello:
@@ -117,9 +132,12 @@ class WorkerCore:
         else:
             group = EnvGroup(self.envs, attach.autoreset_mode, buffers)
         self.group = group
+        rollouts = self.rollouts = GroupRollouts(group, buffers, attach.start, attach.autoreset_mode)
 
         def reset(args: ResetArgs) -> StepReply:
-            return StepReply(group.reset(args.seeds, args.options, args.mask), buffers.payload())
+            reply = StepReply(group.reset(args.seeds, args.options, args.mask), buffers.payload())
+            rollouts.reset_done(args)
+            return reply
 
         def step(actions: Any) -> StepReply:
             if actions is None:  # in the shared rows, which the next step rewrites: take a copy
@@ -132,6 +150,12 @@ class WorkerCore:
         def set_attr(args: SetAttrArgs) -> None:
             group.set_attr(args.name, args.values)
 
+        def rollout(args: RolloutArgs) -> RolloutReply:
+            return rollouts.run(args)
+
+        def rollout_block(args: RolloutBlockArgs) -> None:
+            rollouts.map_block(args)
+
         self._handlers = {
             Command.RESET: reset,
             Command.STEP: step,
@@ -139,23 +163,38 @@ class WorkerCore:
             Command.SET_ATTR: set_attr,
             Command.RENDER: lambda _: group.render(),
             Command.CLOSE: lambda _: group.close(),
+            Command.ROLLOUT: rollout,
+            Command.ROLLOUT_BLOCK: rollout_block,
         }
 
     def detach(self) -> None:
         """Drop the group and every handler (they hold views of the buffers)."""
+        if self.rollouts is not None:
+            self.rollouts.close()
+        self.rollouts = None
         self.group = None
         self._handlers = {}
 
-    def handle(self, command: Command, load: Callable[[], Any]) -> tuple[bool, Any]:
+    def handle(self, command: Command, load: Callable[[], Any], fd: int | None = None) -> tuple[bool, Any]:
         """Run one command; ``load()`` gives its payload. Returns ``(ok, result or PackedException)``.
 
         The payload is loaded inside the guard: an argument that cannot be unpickled here is
-        that call's error, with its traceback, and the worker carries on.
+        that call's error, with its traceback, and the worker carries on. ``fd``: a descriptor
+        that came with the command (a ``ROLLOUT_BLOCK``'s memfd); the payload receives it, and
+        it is closed if the command fails before taking it.
         """
-        group = self.group
-        assert group is not None, "attach() comes before any command"
+        group, rollouts = self.group, self.rollouts
+        assert group is not None and rollouts is not None, "attach() comes before any command"
         group.blame = None
+        rollouts.failure = None
         try:
-            return True, self._handlers[command](load())
+            payload = load()
+            if fd is not None:
+                payload, fd = dataclasses.replace(payload, fd=fd), None
+            return True, self._handlers[command](payload)
         except BaseException as exc:
-            return False, PackedException(exc, group.blame)
+            failure = rollouts.failure if command is Command.ROLLOUT else None
+            return False, PackedException(exc, group.blame, None if failure is None else failure.describe())
+        finally:
+            if fd is not None:
+                os.close(fd)

@@ -20,7 +20,7 @@ from vecenv.spaces import tree_leaves
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import InfoEntries
 
-__all__ = ["EnvGroup", "VectorGroup"]
+__all__ = ["EnvGroup", "VectorGroup", "batched_view"]
 
 
 class EnvGroup:
@@ -73,9 +73,12 @@ class EnvGroup:
             raise
         return infos
 
-    def step(self, actions: Any) -> InfoEntries:
+    def step(self, actions: Any, active: np.ndarray | None = None) -> InfoEntries:
         """Step every env with its action: ``actions`` is the group's rows of the batch (which
-        the group may keep), or a list of one action object per env."""
+        the group may keep), or a list of one action object per env.
+
+        ``active`` (rollouts under DISABLED): only the envs it marks are stepped; the others
+        keep their observation and report reward 0, not terminated, not truncated."""
         # A list holds one action per env, exactly as the caller gave them; else a batch tree.
         action_iter = iter(actions) if isinstance(actions, list) else iterate(self._batched_action_space, actions)
         infos: InfoEntries = []
@@ -91,6 +94,11 @@ class EnvGroup:
         try:
             for j, (env, action) in enumerate(zip(self.envs, action_iter)):
                 reward: Any
+                if active is not None and not active[j]:
+                    rewards.append(0.0)
+                    terms.append(False)
+                    truncs.append(False)
+                    continue
                 if next_step and autoreset[j]:
                     obs, info = env.reset()
                     reward, terminated, truncated = 0.0, False, False
@@ -99,7 +107,7 @@ class EnvGroup:
                     if same_step and (terminated or truncated):
                         # SyncVectorEnv batches final_info before the reset, which may reuse
                         # and change the dict: take what batching takes, no more.
-                        infos.append((j, {"final_obs": obs, "final_info": _batched_view(info)}))
+                        infos.append((j, {"final_obs": obs, "final_info": batched_view(info)}))
                         obs, info = env.reset()
                 rewards.append(reward)
                 terms.append(terminated)
@@ -213,8 +221,10 @@ class VectorGroup:
         self.buffers.truncations[rows] = False
         return _split_infos(info, self.num_envs)
 
-    def step(self, actions: Any) -> InfoEntries:
-        """Step the whole native batch with the group's rows of ``actions``."""
+    def step(self, actions: Any, active: np.ndarray | None = None) -> InfoEntries:
+        """Step the whole native batch with the group's rows of ``actions`` (a native env steps
+        all its envs: ``active`` must be ``None``; rollouts under DISABLED are refused for it)."""
+        assert active is None, "a native vector env cannot leave some of its envs unstepped"
         obs, rewards, terms, truncs, info = self.vec.step(actions)
         b = self.buffers
         self._store_obs(obs, slice(None))
@@ -251,12 +261,12 @@ class VectorGroup:
         self.vec.close()
 
 
-def _batched_view(info: dict[str, Any]) -> dict[str, Any]:
+def batched_view(info: dict[str, Any]) -> dict[str, Any]:
     """What ``VectorEnv._add_info`` captures of ``info`` when it batches it: nested dicts and
     arrays copied, every other value by reference (deep-copying could fail on locks or handles,
     and Sync shares those objects too)."""
     return {
-        key: _batched_view(value)
+        key: batched_view(value)
         if isinstance(value, dict)
         else value.copy()
         if isinstance(value, np.ndarray)

@@ -20,7 +20,7 @@ import cloudpickle
 from vecenv.errors import PackedException
 from vecenv.wire.buffers import Buffers, drop_inherited_mappings
 from vecenv.wire.pipes import PARENT_ENDS, Spin
-from vecenv.wire.protocol import Attach, Command, decode_command, encode_reply
+from vecenv.wire.protocol import Attach, Command, decode_command, encode_reply, fd_follows
 from vecenv.worker.core import WorkerCore, WorkerOptions
 
 __all__ = ["worker_main"]
@@ -104,8 +104,10 @@ def _serve(core: WorkerCore, conn: Connection, spin: float = 0.0) -> None:
     awake = Spin(spin)
     while True:
         awake.poll(poller)
-        command, call_id, load = decode_command(conn.recv_bytes())
-        ok, result = core.handle(command, load)
+        data = conn.recv_bytes()
+        command, call_id, load = decode_command(data)
+        fd = reduction.recv_handle(conn) if fd_follows(data) else None
+        ok, result = core.handle(command, load, fd)
         try:
             reply = encode_reply(call_id, ok, result)
         except BaseException as exc:

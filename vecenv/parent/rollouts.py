@@ -1,0 +1,396 @@
+"""Rollouts in the workers, parent side: one command and one reply per worker per T steps.
+
+``rollout_async(num_steps, policy)`` sends every worker a ``ROLLOUT``; each steps its group
+``num_steps`` times with its own copy of the policy (:mod:`vecenv.policies`) and writes its
+columns of the rollout block (:mod:`vecenv.wire.rollout_buffers`); ``rollout_wait`` gathers the
+replies (non-empty infos, errors) and returns a :class:`Rollout`. A rollout is, env for env,
+``num_steps`` calls of ``step``: the same autoreset, the same infos, the same call state after
+it (a step or a rollout may follow).
+
+What each worker holds is tracked here, so each message carries only what it lacks: the block
+(a ``ROLLOUT_BLOCK`` round trip when it is made or grows, or for a replacement worker), the
+policy (pickled once per worker until another is passed) and the weights
+(:meth:`Rollouts.update_weights`; they ride on the next ``ROLLOUT``). A worker that died during
+a rollout and was restarted (``on_worker_death="restart"``) reports the rollout's first step
+as a restarted step does (reward 0, truncated, ``infos["worker_restarted"]``, its action
+lost) and the remaining steps are run again by the replacement from its fresh reset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium import Space
+from gymnasium.vector import AutoresetMode
+
+from vecenv.checks import check_num_steps, check_timeout
+from vecenv.errors import WorkerDiedError
+from vecenv.parent.pool import WorkerPool
+from vecenv.parent.records import WorkerRecord
+from vecenv.parent.replies import InfoMerger, current_observations
+from vecenv.parent.restart import RestartedRollout, mark_restarted
+from vecenv.parent.state import CallState, State
+from vecenv.policies import RandomPolicy, WorkerPolicy, as_worker_policy
+from vecenv.spaces import is_fixed, tree_copy, tree_leaves, tree_map
+from vecenv.wire.buffers import Buffers
+from vecenv.wire.protocol import Command, RolloutArgs, RolloutBlockArgs, RolloutReply
+from vecenv.wire.rollout_buffers import RolloutBuffers, RolloutSpec
+
+__all__ = ["Rollout", "Rollouts", "RolloutMethods"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Rollout:
+    """``num_steps`` steps of every env, as arrays shaped ``(num_steps, num_envs, ...)``.
+
+    Row ``t`` is what the ``t``-th of ``num_steps`` calls of ``step`` would have given, with the
+    actions the workers chose:
+
+    Attributes:
+        observations: the observation each action was chosen from (row 0: the observations the
+            rollout started from; row ``t + 1``: what step ``t`` returned).
+        actions: the actions the envs received, in the action space's dtype.
+        rewards, terminations, truncations: what each step returned.
+        infos: one dict per step, exactly as ``step`` batches it (``_key`` masks, and under
+            SAME_STEP ``final_obs``/``final_info``).
+        last_observations: what the last step returned (``(num_envs, ...)``): where the next
+            rollout, or ``step``, continues from.
+        final_observations: SAME_STEP only (else ``None``): the true final observation of each
+            episode that ended at step ``t``, where ``terminations | truncations``.
+        stepped: DISABLED only (else ``None``): whether the env was stepped at step ``t``; an
+            env whose episode ended waits, unstepped (reward 0, flags False, its final
+            observation repeated), for the rest of the rollout.
+
+    Trees (dicts, tuples) of arrays stand for Dict and Tuple spaces. With the vector env's
+    ``copy=False`` the arrays are views of the rollout block, overwritten by the next rollout.
+    """
+
+    observations: Any
+    actions: Any
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+    infos: list[dict[str, Any]]
+    last_observations: Any
+    final_observations: Any = None
+    stepped: np.ndarray | None = None
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.rewards.shape[0])
+
+    def next_observations(self) -> Any:
+        """The observation each step led to (new arrays): the next row's observation, the last
+        observations for the last row, and the true final observation where an episode ended
+        under SAME_STEP (under NEXT_STEP and DISABLED the next row already holds it)."""
+        ended = self.terminations | self.truncations
+
+        def shifted(obs: np.ndarray, last: np.ndarray, final: np.ndarray | None) -> np.ndarray:
+            out = np.empty_like(obs)
+            out[:-1] = obs[1:]
+            out[-1] = last
+            if final is not None:
+                out[ended] = final[ended]
+            return out
+
+        finals: list[np.ndarray | None] = [None] * len(tree_leaves(self.observations))
+        if self.final_observations is not None:
+            finals = list(tree_leaves(self.final_observations))
+        leaves = [
+            shifted(o, last, f)
+            for o, last, f in zip(tree_leaves(self.observations), tree_leaves(self.last_observations), finals)
+        ]
+        return _rebuild(self.observations, iter(leaves))
+
+
+def _rebuild(like: Any, leaves: Any) -> Any:
+    if isinstance(like, tuple):
+        return tuple(_rebuild(t, leaves) for t in like)
+    if isinstance(like, dict):
+        return {k: _rebuild(t, leaves) for k, t in like.items()}
+    return next(leaves)
+
+
+@dataclasses.dataclass
+class _Held:
+    """What one worker holds, each keyed by the worker's launch count (a replacement holds
+    nothing)."""
+
+    block: tuple[int, int] | None = None  # (launches, block number)
+    policy: tuple[int, int] | None = None  # (launches, policy number)
+    weights: tuple[int, int] | None = None  # (launches, weights version)
+
+
+class Rollouts:
+    """The rollout API of one vector env (it delegates to this); see the module docstring."""
+
+    def __init__(
+        self,
+        pool: WorkerPool,
+        buffers: Buffers,
+        calls: CallState,
+        spaces: tuple[Space, Space],
+        autoreset_mode: AutoresetMode,
+        copy: bool,
+        native_groups: bool,
+    ) -> None:
+        self.pool, self.buffers, self.calls = pool, buffers, calls
+        self.observation_space, self.action_space = spaces
+        self.autoreset_mode = autoreset_mode
+        self.copy = copy
+        self.native_groups = native_groups
+        self.num_envs = buffers.spec.num_envs
+        self.block: RolloutBuffers | None = None
+        self._block_number = 0
+        self._held = [_Held() for _ in pool.workers]
+        self._given: Any = None  # what the caller passed, for "the same policy again"
+        self._policy: WorkerPolicy | None = None
+        self._policy_number = 0
+        self._weights: Any = None  # newer than the policy's own, or None
+        self._version = 0  # bumped by every new policy and every new weights
+        self._num_steps = 0
+        self._start_obs: Any = None  # row 0 of a restarted group (kept only with restarts)
+        self._infos = InfoMerger(self.num_envs)
+
+    # -- policies ----------------------------------------------------------------------------
+
+    def _adopt(self, policy: Any) -> WorkerPolicy:
+        current = self._policy
+        if current is not None and (policy is self._given or policy is current or _is_random(policy, current)):
+            return current
+        adopted = as_worker_policy(policy)
+        self._given, self._policy = policy, adopted
+        self._policy_number += 1
+        self._version += 1
+        self._weights = None
+        return adopted
+
+    def update_weights(self, weights: Any) -> None:
+        """New weights for the policy of the last rollout, sent with the next one."""
+        self.calls.check_open("update_policy_weights")
+        if self._policy is None:
+            raise ValueError("`update_policy_weights` needs a policy: call `rollout(num_steps, policy)` first")
+        self._weights = self._policy.weights() if weights is None else weights
+        self._version += 1
+
+    def _payload(self, w: WorkerRecord, num_steps: int, first_step: int) -> RolloutArgs:
+        held, launches = self._held[w.index], w.launches
+        send_policy = held.policy != (launches, self._policy_number)
+        send_weights = self._weights is not None and (send_policy or held.weights != (launches, self._version))
+        return RolloutArgs(
+            num_steps, first_step, self._policy if send_policy else None, self._weights if send_weights else None
+        )
+
+    # -- the block ---------------------------------------------------------------------------
+
+    def _ensure_block(self, num_steps: int, workers: Sequence[WorkerRecord]) -> None:
+        """Make the block if it is missing or too short, and map it in every worker lacking it."""
+        if self.block is None or self.block.spec.num_steps < num_steps:
+            spec = RolloutSpec.plan(
+                num_steps,
+                self.num_envs,
+                self.observation_space,
+                self.action_space,
+                self.buffers.spec.shared_flags,
+                self.autoreset_mode,
+            )
+            if self.block is not None:
+                self.block.close()
+                self.block = None
+            self.block = RolloutBuffers.create(spec)
+            self._block_number += 1
+        block, number = self.block, self._block_number
+        lacking = [w for w in workers if self._held[w.index].block != (w.launches, number)]
+        if not lacking:
+            return
+        fd = block.block.fd if block.block is not None else None
+        message = RolloutBlockArgs(block.spec, fd)
+        self.pool.send(lacking, Command.ROLLOUT_BLOCK, [message] * len(lacking), "rollout")
+        self.pool.gather(lacking, None, "rollout")
+        for w in lacking:
+            self._held[w.index].block = (w.launches, number)
+        if self.pool.restarter is None and all(
+            h.block == (w.launches, number) for h, w in zip(self._held, self.pool.workers)
+        ):
+            block.release_fd()  # a replacement worker would need it; without restarts nobody does
+
+    # -- a rollout ---------------------------------------------------------------------------
+
+    def start(self, num_steps: Any, policy: Any) -> None:
+        """Check, make sure every worker has the block, and send every worker its ``ROLLOUT``."""
+        calls = self.calls
+        calls.check_can_start("rollout_async")
+        calls.check_steppable("rollout_async", "reset()")
+        if self.autoreset_mode is AutoresetMode.DISABLED:
+            calls.check_none_ended("rollout_async")
+            if self.native_groups:
+                raise ValueError(
+                    "`rollout` under autoreset_mode=DISABLED leaves ended envs unstepped, which a native "
+                    "VectorEnv group cannot do: use NEXT_STEP or SAME_STEP"
+                )
+        t = check_num_steps(num_steps)
+        for name, space in (("observation", self.observation_space), ("action", self.action_space)):
+            if not is_fixed(space):
+                raise ValueError(
+                    f"`rollout` needs fixed-shape spaces (Box, Discrete, ...); the {name} space is {space}"
+                )
+        self._adopt(policy)
+        workers = self.pool.workers
+        self._ensure_block(t, workers)
+        if self.pool.restarter is not None:
+            self._start_obs = tree_copy(self.buffers.observations)
+        payloads = [self._payload(w, t, 0) for w in workers]
+        self.pool.send(workers, Command.ROLLOUT, payloads, "rollout")
+        self._num_steps = t
+        calls.begin(State.WAITING_ROLLOUT, workers)
+
+    def finish(self, timeout: float | None) -> Rollout:
+        """Gather the replies (running restarted groups' steps again) and assemble the rollout."""
+        calls = self.calls
+        calls.check_waiting(State.WAITING_ROLLOUT, "rollout_wait", "rollout_async")
+        workers = calls.pending
+        try:
+            replies = self._gather(workers, None if timeout is None else time.monotonic() + timeout, timeout)
+        except WorkerDiedError:
+            raise
+        except BaseException as exc:
+            calls.poison(f"`rollout` failed ({type(exc).__name__})")
+            for held in self._held:  # a copy may have failed to build: send the policy again
+                held.policy = held.weights = None
+            raise
+        finally:
+            calls.finish()
+        for w in workers:
+            held = self._held[w.index]
+            held.policy = (w.launches, self._policy_number)
+            held.weights = (w.launches, self._version)
+        return self._assemble(workers, replies)
+
+    def _gather(self, workers: Sequence[WorkerRecord], deadline: float | None, timeout: float | None) -> list[Any]:
+        def remaining() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        replies = dict(zip((w.index for w in workers), self.pool.gather(workers, remaining(), "rollout")))
+        first_rows: dict[int, RolloutReply] = {}
+        again = [w for w in workers if isinstance(replies[w.index], RestartedRollout)]
+        while again:
+            for w in again:
+                first_rows[w.index] = self._restarted_first_step(w, replies[w.index])
+            self._ensure_block(self._num_steps, again)
+            payloads = [self._payload(w, self._num_steps, 1) for w in again]
+            self.pool.send(again, Command.ROLLOUT, payloads, "rollout")
+            replies.update(zip((w.index for w in again), self.pool.gather(again, remaining(), "rollout")))
+            again = [w for w in again if isinstance(replies[w.index], RestartedRollout)]
+        for index, first in first_rows.items():
+            reply: RolloutReply = replies[index]
+            replies[index] = RolloutReply(first.infos + reply.infos, reply.rows, reply.block)
+        return [replies[w.index] for w in workers]
+
+    def _restarted_first_step(self, w: WorkerRecord, restarted: RestartedRollout) -> RolloutReply:
+        """Row 0 of a group whose worker was replaced: the restarted step, as ``step`` reports it."""
+        block = self.block
+        assert block is not None and self._start_obs is not None
+        span = slice(w.start, w.stop)
+        for dst, src in zip(tree_leaves(block.observations), tree_leaves(self._start_obs)):
+            dst[0, span] = src[span]
+        for dst in tree_leaves(block.actions):
+            dst[0, span] = 0
+        block.rewards[0, span] = 0.0
+        block.terminations[0, span] = False
+        block.truncations[0, span] = True
+        if block.stepped is not None:
+            block.stepped[0, span] = True
+        return RolloutReply([(0, j, info) for j, info in mark_restarted(restarted.reset.infos, w.size)])
+
+    def _assemble(self, workers: Sequence[WorkerRecord], replies: Sequence[RolloutReply]) -> Rollout:
+        block = self.block
+        assert block is not None
+        t = self._num_steps
+        infos: list[dict[str, Any]] = [{} for _ in range(t)]
+        for w, reply in zip(workers, replies):
+            block.receive(w.start, w.stop, reply.block)
+            self.buffers.receive(w.start, w.stop, reply.rows)
+            for step, j, info in reply.infos:
+                infos[step] = self._infos.add(infos[step], info, w.start + j)
+        ends = block.terminations[:t] | block.truncations[:t]
+        self.calls.rollout_done(ends.any(axis=0) if block.stepped is not None else ends[t - 1])
+
+        def rows(tree: Any) -> Any:
+            if tree is None:
+                return None
+            return tree_map((lambda a: a[:t].copy()) if self.copy else (lambda a: a[:t]), tree)
+
+        return Rollout(
+            rows(block.observations),
+            rows(block.actions),
+            rows(block.rewards),
+            rows(block.terminations),
+            rows(block.truncations),
+            infos,
+            current_observations(self.buffers, self.copy),
+            rows(block.final_observations),
+            rows(block.stepped),
+        )
+
+    def close(self) -> None:
+        """Release the parent's view of the block (the workers release theirs as they exit)."""
+        if self.block is not None:
+            self.block.close()
+            self.block = None
+
+
+def _is_random(policy: Any, current: WorkerPolicy) -> bool:
+    """Both are the random policy (``"random"`` names it; every RandomPolicy is the same)."""
+    return isinstance(current, RandomPolicy) and (policy == "random" or isinstance(policy, RandomPolicy))
+
+
+class RolloutMethods:
+    """The rollout API of :class:`~vecenv.parent.vector_env.GroupVectorEnv` (a mixin over its
+    ``_rollouts``; kept here, beside the engine it calls)."""
+
+    _rollouts: Rollouts
+
+    def rollout_async(self, num_steps: int, policy: Any = "random") -> None:
+        """Start a rollout of ``num_steps`` steps of every env, actions chosen by ``policy`` in
+        the workers; :meth:`rollout_wait` collects it.
+
+        ``policy``: ``"random"``, a :class:`~vecenv.policies.WorkerPolicy`, a CPU
+        ``torch.nn.Module``, a Stable-Baselines3 model or any picklable callable
+        ``policy(observations) -> actions`` on a batch of rows (see :mod:`vecenv.policies`).
+        Each worker gets a copy the first time a policy is passed; passing the same object
+        again reuses the copies (push new weights with :meth:`update_policy_weights`).
+
+        Raises:
+            ValueError: ``num_steps`` is not a positive int, a space has no fixed shape, or a
+                native vector env group under DISABLED.
+            NeedsResetError: as for ``step`` (after a failed call; ended envs under DISABLED).
+        """
+        self._rollouts.start(num_steps, policy)
+
+    def rollout_wait(self, timeout: float | None = None) -> Rollout:
+        """The rollout started by :meth:`rollout_async`; raises the timeout error after
+        ``timeout`` seconds (the late replies are dropped; ``reset()`` comes next).
+
+        An env error is raised as in ``step``, its note naming the env and the step of the
+        rollout; afterwards ``step`` and ``rollout`` raise ``NeedsResetError`` until ``reset()``.
+        """
+        return self._rollouts.finish(check_timeout(timeout))
+
+    def rollout(self, num_steps: int, policy: Any = "random", *, timeout: float | None = None) -> Rollout:
+        """``num_steps`` steps of every env with ``policy`` running in the workers: one command
+        and one reply per worker for the whole rollout. Every env's trajectory is the one
+        ``num_steps`` calls of ``step`` give with the same actions; the vector env continues
+        from ``rollout.last_observations``. See :meth:`rollout_async` and :class:`Rollout`."""
+        timeout = check_timeout(timeout)
+        self.rollout_async(num_steps, policy)
+        return self.rollout_wait(timeout)
+
+    def update_policy_weights(self, weights: Any = None) -> None:
+        """Give every worker's copy of the last rollout's policy new weights before the next
+        rollout (they travel with it). ``weights=None`` reads them from the original: the
+        ``state_dict`` of the torch module, or of the SB3 model's policy, as it is now."""
+        self._rollouts.update_weights(weights)

@@ -1,0 +1,424 @@
+"""Policies that run inside the workers, for :meth:`~vecenv.GroupVectorEnv.rollout`.
+
+A :class:`WorkerPolicy` is a picklable recipe. Each worker receives it once, builds its own
+:class:`PolicyRunner` for its group of envs, and calls it on the group's observation rows at
+every step of a rollout; new weights (:meth:`~vecenv.GroupVectorEnv.update_policy_weights`)
+reach every copy before the next rollout. The kinds:
+
+* :class:`RandomPolicy` (``"random"``): uniform actions, each env from a generator of its own,
+  seeded from the seed its env was last reset with (``reset(seed=s)`` gives env ``i`` seed
+  ``s + i``). The data is the same for any number of workers and any rollout length.
+* :class:`FunctionPolicy`: any picklable callable ``policy(observations) -> actions`` on a
+  batch of rows. Exact whatever the group sizes when it is row-wise (each row's action
+  depends only on that row) and deterministic.
+* :class:`TorchPolicy`: a CPU ``torch.nn.Module`` whose forward maps a batch of observations to
+  a batch of actions; its ``state_dict`` is the weights.
+* :class:`SB3Policy`: a Stable-Baselines3 model, acting through its ``predict``; its policy
+  network's ``state_dict`` is the weights.
+
+A batched forward is row-wise in exact arithmetic but not always in floating point: matrix
+products may take another kernel, with another summation order, for another batch size, so
+the last bits of a row's output can depend on how many rows share the call (measured in
+``scripts/bench_rollouts.py``). Stochastic sampling inside a module or ``predict`` draws from
+that worker's torch generator, so it depends on how the envs are grouped; pass
+``deterministic=True`` (or sample in your own row-wise code) for data that does not.
+
+:func:`as_worker_policy` turns what a caller passes (``"random"``, a module, a model, a
+callable) into one of these. Torch and Stable-Baselines3 are imported only when used.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import io
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import cloudpickle
+import numpy as np
+from gymnasium import Space
+from gymnasium.spaces import Dict, Tuple
+from gymnasium.vector.utils import batch_space
+
+from vecenv.errors import describe
+from vecenv.spaces import build_tree, leaf_layout, tree_leaves
+
+__all__ = [
+    "PolicyContext",
+    "PolicyRunner",
+    "WorkerPolicy",
+    "RandomPolicy",
+    "FunctionPolicy",
+    "TorchPolicy",
+    "SB3Policy",
+    "as_worker_policy",
+    "policy_seed",
+]
+
+#: Mixed into every env's reset seed to seed its random-action generator, so that the actions
+#: are not drawn from the same stream as the env's own ``np_random``.
+_POLICY_STREAM = 0x7665_6365_6E76
+
+
+def policy_seed(seed: int | None) -> int | None:
+    """The seed of an env's random-action generator, from the seed its env was reset with."""
+    if seed is None:
+        return None
+    return int(np.random.SeedSequence([int(seed), _POLICY_STREAM]).generate_state(1, np.uint64)[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyContext:
+    """What a policy copy is told about the envs it acts for.
+
+    Attributes:
+        env_ids: the global indices of its envs, in row order.
+        observation_space, action_space: one env's spaces.
+        seeds: each env's last reset seed (``None``: never seeded).
+    """
+
+    env_ids: range
+    observation_space: Space
+    action_space: Space
+    seeds: Sequence[int | None]
+
+
+class PolicyRunner(abc.ABC):
+    """One policy copy acting for one group of envs (built in the worker)."""
+
+    @abc.abstractmethod
+    def act(self, observations: Any, active: np.ndarray | None) -> Any:
+        """A batch of actions, one row per env, for the batch of observation rows.
+
+        ``active`` (``DISABLED`` autoreset only) marks the envs that will be stepped; the rows
+        of the others are ignored, and a policy with per-env state leaves theirs alone.
+        """
+
+    def reseed(self, local: int, seed: int | None) -> None:  # noqa: B027 - most policies keep no seeds
+        """Env ``local`` (row index) was reset with ``seed``; ``None`` seeds are never passed."""
+
+    def load_weights(self, weights: Any) -> None:
+        """Replace the weights with ``weights`` (what :meth:`WorkerPolicy.weights` returns)."""
+        raise TypeError(f"{type(self).__name__} has no weights to load")
+
+
+class WorkerPolicy(abc.ABC):
+    """A policy the workers run; pickled once per worker, built there into a runner."""
+
+    #: How the policy is named in messages and in datasets' metadata.
+    name: str = "policy"
+
+    @abc.abstractmethod
+    def build(self, context: PolicyContext) -> PolicyRunner:
+        """A runner for the envs of ``context`` (called in the worker)."""
+
+    def weights(self) -> Any:
+        """The current weights of the original, to send to every copy. Raises ``TypeError``
+        for policies without weights."""
+        raise TypeError(f"policy {self.name} has no weights: pass a new policy to `rollout` instead")
+
+
+# -- random --------------------------------------------------------------------------------
+
+#: Actions each env's generator draws at once. A constant: an env's stream of actions is then
+#: one sequence of blocks, whatever the rollout length and the group it is in.
+_BLOCK = 64
+
+
+class RandomPolicy(WorkerPolicy):
+    """Uniform random actions from every env's own generator (see the module docstring)."""
+
+    name = "random"
+
+    def build(self, context: PolicyContext) -> PolicyRunner:
+        return _RandomActions(context)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RandomPolicy)
+
+    def __hash__(self) -> int:
+        return hash(RandomPolicy)
+
+
+class _RandomActions(PolicyRunner):
+    """Per env: the action space batched ``_BLOCK`` times, seeded, sampled a block at a time."""
+
+    def __init__(self, context: PolicyContext) -> None:
+        n = len(context.env_ids)
+        self.space = context.action_space
+        self.spaces = [batch_space(context.action_space, _BLOCK) for _ in range(n)]
+        for space, seed in zip(self.spaces, context.seeds, strict=True):
+            space.seed(policy_seed(seed))
+        # One (n, _BLOCK, ...) array per leaf: env j's block, and how much of it is used.
+        layout = leaf_layout(context.action_space, _BLOCK)
+        self.blocks = [np.zeros((n, *shape), dtype) for shape, dtype in layout]
+        self.used = np.full(n, _BLOCK, np.int64)
+        self.rows = np.arange(n)
+        self.until_refill = 0  # steps before some env's block is used up
+        self.aligned = True  # every env at the same place in its block (the common case)
+
+    def reseed(self, local: int, seed: int | None) -> None:
+        self.spaces[local].seed(policy_seed(seed))
+        self.used[local] = _BLOCK
+        self.until_refill = 0
+
+    def act(self, observations: Any, active: np.ndarray | None) -> Any:
+        used = self.used
+        if self.until_refill == 0 or active is not None:
+            for j in np.flatnonzero(used == _BLOCK).tolist():
+                if active is None or active[j]:
+                    for block, leaf in zip(self.blocks, tree_leaves(self.spaces[j].sample()), strict=True):
+                        block[j] = leaf
+                    used[j] = 0
+            self.aligned = bool((used == used[0]).all())
+            self.until_refill = _BLOCK - int(used.max())
+        if self.aligned:
+            k = int(used[0])
+            leaves = [block[:, k] for block in self.blocks]
+        else:
+            # An env left out (not active) with its block used up gives some row: it is ignored.
+            taken = np.where(used < _BLOCK, used, 0)
+            leaves = [block[self.rows, taken] for block in self.blocks]
+        if active is None:
+            used += 1
+            self.until_refill -= 1
+        else:
+            used += active
+            self.aligned = self.aligned and bool(active.all())
+        return (
+            leaves[0]
+            if len(leaves) == 1 and not isinstance(self.space, (Tuple, Dict))
+            else build_tree(self.space, iter(leaves))
+        )
+
+
+# -- any callable --------------------------------------------------------------------------
+
+
+class FunctionPolicy(WorkerPolicy):
+    """A picklable callable ``policy(observations) -> actions`` on a batch of rows.
+
+    It is sent with cloudpickle, so lambdas and functions defined in ``__main__`` work. Each
+    worker gets its own copy: state it keeps (a counter, a generator) is per worker.
+    """
+
+    def __init__(self, function: Callable[[Any], Any], name: str | None = None) -> None:
+        if not callable(function):
+            raise TypeError(f"`function` must be callable, got {describe(function)}")
+        self.name = name or _qualified_name(function)
+        self._function = cloudpickle.dumps(function)
+
+    def build(self, context: PolicyContext) -> PolicyRunner:
+        return _Calls(cloudpickle.loads(self._function))
+
+
+class _Calls(PolicyRunner):
+    def __init__(self, function: Callable[[Any], Any]) -> None:
+        self.function = function
+
+    def act(self, observations: Any, active: np.ndarray | None) -> Any:
+        return self.function(observations)
+
+
+def _qualified_name(value: Any) -> str:
+    module = getattr(value, "__module__", None)
+    qualname = getattr(value, "__qualname__", None) or type(value).__qualname__
+    return f"{module}:{qualname}" if module else qualname
+
+
+# -- torch ---------------------------------------------------------------------------------
+
+
+class TorchPolicy(WorkerPolicy):
+    """A CPU ``torch.nn.Module``: ``module(observations)`` maps a batch of observations (a
+    tensor, or a dict/tuple of tensors for Dict/Tuple spaces) to a batch of actions.
+
+    Each worker runs its copy under ``torch.no_grad()``. The module is copied as it is when
+    this object is made; :meth:`weights` reads the original's ``state_dict`` again, so training
+    the original and calling ``update_policy_weights()`` keeps the copies current.
+    """
+
+    def __init__(self, module: Any, name: str | None = None) -> None:
+        torch = _import("torch", "TorchPolicy")
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"`module` must be a torch.nn.Module, got {describe(module)}")
+        self.name = name or f"torch:{type(module).__qualname__}"
+        self._module = module
+        self._copy = cloudpickle.dumps(module)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"name": self.name, "_copy": self._copy}  # the original stays with the caller
+
+    def build(self, context: PolicyContext) -> PolicyRunner:
+        return _TorchForward(cloudpickle.loads(self._copy))
+
+    def weights(self) -> Any:
+        original = getattr(self, "_module", None)
+        if original is None:
+            raise TypeError("the weights are read from the original module, in the process that made this policy")
+        return {key: value.detach().clone() for key, value in original.state_dict().items()}
+
+
+class _TorchForward(PolicyRunner):
+    def __init__(self, module: Any) -> None:
+        import torch
+
+        self.torch = torch
+        self.module = module
+
+    def act(self, observations: Any, active: np.ndarray | None) -> Any:
+        torch = self.torch
+        with torch.no_grad():
+            return _to_numpy(self.module(_to_tensor(torch, observations)))
+
+    def load_weights(self, weights: Any) -> None:
+        self.module.load_state_dict(weights)
+
+
+def _to_tensor(torch: Any, value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _to_tensor(torch, v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_to_tensor(torch, v) for v in value)
+    return torch.as_tensor(value)
+
+
+def _to_numpy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _to_numpy(v) for k, v in value.items()}
+    if isinstance(value, (tuple, list)):
+        return tuple(_to_numpy(v) for v in value)
+    return value.numpy() if hasattr(value, "numpy") else value
+
+
+# -- Stable-Baselines3 ---------------------------------------------------------------------
+
+
+class SB3Policy(WorkerPolicy):
+    """A Stable-Baselines3 model (PPO, A2C, DQN, SAC, TD3, ...), acting through its ``predict``.
+
+    The model travels as the bytes of its ``save`` (the format SB3 itself loads, on the CPU),
+    so it needs no env and no pickling of its internals. :meth:`weights` is the state dict of
+    the original's policy network.
+
+    With ``deterministic=False`` (SB3's default) the actions are sampled from the worker's
+    torch generator (and DQN's exploration from numpy's global one): reproducible for one
+    layout of the envs, seeded from the group's first env's seed, but not the same for
+    another number of workers.
+    """
+
+    def __init__(self, model: Any, deterministic: bool = False, name: str | None = None) -> None:
+        if not (hasattr(model, "predict") and hasattr(model, "save") and hasattr(model, "policy")):
+            raise TypeError(
+                f"`model` must be a Stable-Baselines3 model (with predict, save, policy), got {describe(model)}"
+            )
+        self.deterministic = bool(deterministic)
+        kind = type(model).__name__
+        self.name = name or f"sb3:{kind}{' (deterministic)' if self.deterministic else ''}"
+        self._model = model
+        self._class = cloudpickle.dumps(type(model))
+        data = io.BytesIO()
+        model.save(data)
+        self._saved = data.getvalue()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_model", None)
+        return state
+
+    def build(self, context: PolicyContext) -> PolicyRunner:
+        model = cloudpickle.loads(self._class).load(io.BytesIO(self._saved), device="cpu")
+        first_seed = context.seeds[0] if context.seeds else None
+        return _Predicts(model, self.deterministic, policy_seed(first_seed))
+
+    def weights(self) -> Any:
+        original = getattr(self, "_model", None)
+        if original is None:
+            raise TypeError("the weights are read from the original model, in the process that made this policy")
+        return {key: value.detach().clone() for key, value in original.policy.state_dict().items()}
+
+
+class _Predicts(PolicyRunner):
+    """``model.predict``; stochastic sampling runs on generator states of this copy's own,
+    swapped in around each call so that the process's (the parent's, for the group it hosts)
+    are left as they were."""
+
+    def __init__(self, model: Any, deterministic: bool, seed: int | None) -> None:
+        import torch
+
+        self.torch = torch
+        self.model = model
+        self.deterministic = deterministic
+        self._seed(seed)
+
+    def _seed(self, seed: int | None) -> None:
+        generator = self.torch.Generator()
+        if seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(seed % 2**63)
+        self.torch_state = generator.get_state()
+        self.numpy_state = np.random.RandomState(None if seed is None else seed % 2**32).get_state()
+        if hasattr(self.model, "action_space"):
+            self.model.action_space.seed(seed)
+
+    def reseed(self, local: int, seed: int | None) -> None:
+        if local == 0:  # the group's first env seeds this copy's generators
+            self._seed(policy_seed(seed))
+
+    def act(self, observations: Any, active: np.ndarray | None) -> Any:
+        if self.deterministic:
+            return self.model.predict(observations, deterministic=True)[0]
+        torch = self.torch
+        torch_state, numpy_state = torch.get_rng_state(), np.random.get_state()
+        torch.set_rng_state(self.torch_state)
+        np.random.set_state(self.numpy_state)
+        try:
+            return self.model.predict(observations, deterministic=False)[0]
+        finally:
+            self.torch_state, self.numpy_state = torch.get_rng_state(), np.random.get_state()
+            torch.set_rng_state(torch_state)
+            np.random.set_state(numpy_state)
+
+    def load_weights(self, weights: Any) -> None:
+        self.model.policy.load_state_dict(weights)
+
+
+# -- what callers pass ---------------------------------------------------------------------
+
+
+def _import(module: str, what: str) -> Any:
+    try:
+        return __import__(module)
+    except ImportError:
+        raise ImportError(f"{what} needs {module}, which is not installed") from None
+
+
+def as_worker_policy(policy: Any) -> WorkerPolicy:
+    """The :class:`WorkerPolicy` for what a caller passes: a ``WorkerPolicy`` as it is,
+    ``"random"``, a ``torch.nn.Module``, a Stable-Baselines3 model, or any other callable.
+
+    Raises:
+        TypeError, ValueError: anything else, named.
+    """
+    if isinstance(policy, WorkerPolicy):
+        return policy
+    if isinstance(policy, str):
+        if policy == "random":
+            return RandomPolicy()
+        raise ValueError(
+            f"`policy` must be 'random', a WorkerPolicy, a torch module, an SB3 model or a callable, got {policy!r}"
+        )
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(policy, torch.nn.Module):
+        return TorchPolicy(policy)
+    sb3 = sys.modules.get("stable_baselines3.common.base_class")
+    if sb3 is not None and isinstance(policy, sb3.BaseAlgorithm):
+        return SB3Policy(policy)
+    if callable(policy):
+        return FunctionPolicy(policy)
+    raise TypeError(
+        f"`policy` must be 'random', a WorkerPolicy, a torch module, an SB3 model or a callable, got {describe(policy)}"
+    )

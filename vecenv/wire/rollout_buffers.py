@@ -1,0 +1,231 @@
+"""The rollout block: the ``(T, num_envs, ...)`` arrays that worker-side rollouts write into.
+
+A rollout of T steps fills, for every env, T rows of observations (the one each action was
+chosen from), actions, rewards, terminations and truncations; under ``SAME_STEP`` also the true
+final observation of each episode that ended (the step's own observation is then the reset's),
+and under ``DISABLED`` whether the env was stepped at all (an env whose episode ended waits for
+the rest of the rollout). Worker ``w`` writes columns ``[start_w, stop_w)`` of every array, so a
+rollout reply carries only infos and errors.
+
+The layout follows :mod:`vecenv.wire.buffers`: a small picklable :class:`RolloutSpec` that both
+sides turn into the same arrays, one shared block (a sealed memfd on Linux, passed over the
+worker's pipe after a ``ROLLOUT_BLOCK`` command; elsewhere a named block) or, where nothing is
+shared (Ray, ``shared_memory=False``), plain arrays on each side whose used rows travel in the
+reply as :class:`RolloutRows`. The block is made for the longest rollout asked for so far; a
+shorter rollout uses its first rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+from typing import Any
+
+import numpy as np
+from gymnasium import Space
+from gymnasium.vector import AutoresetMode
+
+from vecenv.spaces import build_tree, leaf_layout, tree_leaves, tree_map
+from vecenv.wire.buffers import HAVE_MEMFD, SHM_PREFIX, SharedBlock, aligned_nbytes
+
+__all__ = ["RolloutSpec", "RolloutRows", "RolloutBuffers"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutSpec:
+    """Everything a worker needs to map (or make) its rows of the rollout block.
+
+    Attributes:
+        num_steps: rows per env (the block's capacity in steps).
+        shared: the arrays are one shared block; else each side has its own.
+        final_observations: keep the true final observation of episodes that ended (SAME_STEP).
+        stepped: keep whether each env was stepped at each step (DISABLED).
+    """
+
+    num_steps: int
+    num_envs: int
+    observation_space: Space
+    action_space: Space
+    shm_name: str | None
+    shared: bool
+    final_observations: bool
+    stepped: bool
+
+    @classmethod
+    def plan(
+        cls,
+        num_steps: int,
+        num_envs: int,
+        observation_space: Space,
+        action_space: Space,
+        shared_memory: bool,
+        autoreset_mode: AutoresetMode,
+    ) -> RolloutSpec:
+        """The block for rollouts of up to ``num_steps`` steps (fixed spaces only)."""
+        name = f"{SHM_PREFIX}{secrets.token_hex(8)}" if shared_memory and not HAVE_MEMFD else None
+        return cls(
+            num_steps,
+            num_envs,
+            observation_space,
+            action_space,
+            name,
+            shared_memory,
+            autoreset_mode is AutoresetMode.SAME_STEP,
+            autoreset_mode is AutoresetMode.DISABLED,
+        )
+
+    def layout(self) -> list[tuple[str, tuple[int, ...], np.dtype]]:
+        """The arrays in block order: (field, shape, dtype); observation and action fields hold
+        one entry per leaf of their space."""
+        t, n = self.num_steps, self.num_envs
+        obs = leaf_layout(self.observation_space, n)
+        fields = [("observations", (t, *s), d) for s, d in obs]
+        fields += [("actions", (t, *s), d) for s, d in leaf_layout(self.action_space, n)]
+        fields += [
+            ("rewards", (t, n), np.dtype(np.float64)),
+            ("terminations", (t, n), np.dtype(np.bool_)),
+            ("truncations", (t, n), np.dtype(np.bool_)),
+        ]
+        if self.final_observations:
+            fields += [("final_observations", (t, *s), d) for s, d in obs]
+        if self.stepped:
+            fields.append(("stepped", (t, n), np.dtype(np.bool_)))
+        return fields
+
+    @property
+    def needs_fd(self) -> bool:
+        """Whether workers receive the block as a file descriptor beside ``ROLLOUT_BLOCK``."""
+        return self.shared and self.shm_name is None
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutRows:
+    """One group's used rows of every rollout array, sent where nothing is shared.
+
+    Each field is the group's columns of the array of that name (``None`` where the spec has
+    no such array), rows ``[first_step, num_steps)`` of the rollout.
+    """
+
+    first_step: int
+    observations: Any
+    actions: Any
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+    final_observations: Any
+    stepped: np.ndarray | None
+
+
+#: What a closed RolloutBuffers holds instead of its arrays (their views would pin the block).
+_RELEASED = np.zeros((0, 0))
+
+
+class RolloutBuffers:
+    """One side's view of the rollout arrays: the parent sees every env, a worker its own.
+
+    Attributes:
+        observations, actions: trees of ``(T, n, ...)`` arrays mirroring their spaces.
+        rewards, terminations, truncations: ``(T, n)`` arrays.
+        final_observations: a tree like ``observations`` (SAME_STEP), else ``None``.
+        stepped: ``(T, n)`` bool (DISABLED), else ``None``.
+    """
+
+    def __init__(self, spec: RolloutSpec, start: int, stop: int, *, create: bool, fd: int | None = None) -> None:
+        self.spec = spec
+        self.start, self.stop = start, stop
+        self.block: SharedBlock | None = None
+        self._owner = create
+        layout = spec.layout()
+        arrays: dict[str, list[np.ndarray]] = {}
+        if spec.shared:
+            total = sum(aligned_nbytes(s, d) for _, s, d in layout)
+            if create:
+                self.block = SharedBlock.create(total, spec.shm_name)
+            else:
+                self.block = SharedBlock.attach(total, spec.shm_name, fd)
+            offset = 0
+            for field, shape, dtype in layout:
+                count = int(np.prod(shape, dtype=np.int64))
+                array = np.frombuffer(self.block.buf, dtype, count, offset).reshape(shape)
+                arrays.setdefault(field, []).append(array[:, start:stop])
+                offset += aligned_nbytes(shape, dtype)
+        else:
+            n = stop - start
+            for field, shape, dtype in layout:
+                arrays.setdefault(field, []).append(np.zeros((shape[0], n, *shape[2:]), dtype))
+        self.observations: Any = build_tree(spec.observation_space, iter(arrays["observations"]))
+        self.actions: Any = build_tree(spec.action_space, iter(arrays["actions"]))
+        self.rewards: np.ndarray = arrays["rewards"][0]
+        self.terminations: np.ndarray = arrays["terminations"][0]
+        self.truncations: np.ndarray = arrays["truncations"][0]
+        final = arrays.get("final_observations")
+        self.final_observations: Any = None if final is None else build_tree(spec.observation_space, iter(final))
+        stepped = arrays.get("stepped")
+        self.stepped: np.ndarray | None = None if stepped is None else stepped[0]
+
+    @classmethod
+    def create(cls, spec: RolloutSpec) -> RolloutBuffers:
+        """The parent's view: every env, and the owner of the shared block."""
+        return cls(spec, 0, spec.num_envs, create=True)
+
+    @classmethod
+    def attach(cls, spec: RolloutSpec, start: int, stop: int, fd: int | None = None) -> RolloutBuffers:
+        """A worker's view: columns ``[start, stop)``; ``fd`` is the block's descriptor as
+        received (this process takes ownership of it)."""
+        return cls(spec, start, stop, create=False, fd=fd)
+
+    def release_fd(self) -> None:
+        """Parent: close the block's descriptor once every worker has mapped the block."""
+        if self.block is not None and self.block.fd is not None:
+            os.close(self.block.fd)
+            self.block.fd = None
+
+    # -- what crosses the pipe where nothing is shared -----------------------------------------
+
+    def payload(self, first_step: int, num_steps: int) -> RolloutRows | None:
+        """A worker's rows ``[first_step, num_steps)`` for its reply, or ``None`` if shared."""
+        if self.spec.shared:
+            return None
+
+        def rows(tree: Any) -> Any:
+            return None if tree is None else tree_map(lambda a: a[first_step:num_steps], tree)
+
+        return RolloutRows(
+            first_step,
+            rows(self.observations),
+            rows(self.actions),
+            self.rewards[first_step:num_steps],
+            self.terminations[first_step:num_steps],
+            self.truncations[first_step:num_steps],
+            rows(self.final_observations),
+            rows(self.stepped),
+        )
+
+    def receive(self, start: int, stop: int, rows: RolloutRows | None) -> None:
+        """Parent: store a worker's :meth:`payload` into columns ``[start, stop)``."""
+        if rows is None:
+            return
+        first = rows.first_step
+        pairs = [
+            (self.observations, rows.observations),
+            (self.actions, rows.actions),
+            (self.rewards, rows.rewards),
+            (self.terminations, rows.terminations),
+            (self.truncations, rows.truncations),
+            (self.final_observations, rows.final_observations),
+            (self.stepped, rows.stepped),
+        ]
+        for mine, theirs in pairs:
+            if mine is None or theirs is None:
+                continue
+            for dst, src in zip(tree_leaves(mine), tree_leaves(theirs), strict=True):
+                dst[first : first + len(src), start:stop] = src
+
+    def close(self) -> None:
+        """Unmap the block (the parent also unlinks a named one). Safe to call twice."""
+        block, self.block = self.block, None
+        self.observations = self.actions = self.final_observations = self.stepped = None
+        self.rewards = self.terminations = self.truncations = _RELEASED
+        if block is not None:
+            block.close(unlink=self._owner)
