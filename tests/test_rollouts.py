@@ -10,6 +10,7 @@ recorded.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,8 +20,10 @@ import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import vecenv
+from tests.crash_envs import FaultEnv, fault_fns, healthy_fns
 from tests.envs import diff_env_fns
 from tests.test_differential import assert_same
+from vecenv.errors import RemoteTraceback, WorkerDiedError
 from vecenv.parent.replies import InfoMerger
 from vecenv.policies import FunctionPolicy, RandomPolicy
 from vecenv.spaces import tree_leaves, tree_map
@@ -121,12 +124,14 @@ def make(fns: list, workers: int | str, mode: AutoresetMode = AutoresetMode.NEXT
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("mode", [m for m in MODES if m.values[0] is not AutoresetMode.DISABLED])
-@pytest.mark.parametrize("obs_kind", ["box", "dict", "tuple", "discrete"])
-@pytest.mark.parametrize("policy", ["random", "function"])
+@pytest.mark.parametrize(
+    ("policy", "obs_kind"),
+    # (the row-wise test policy reads box observations)
+    [("random", "box"), ("random", "dict"), ("random", "tuple"), ("random", "discrete"), ("function", "box")],
+    ids=lambda value: value,
+)
 def test_rollout_matches_sync_stepped_with_its_actions(mode: AutoresetMode, obs_kind: str, policy: str) -> None:
     act_kind = "discrete" if policy == "function" else "multidiscrete"
-    if policy == "function" and obs_kind != "box":
-        pytest.skip("the row-wise test policy reads box observations")
     fns = diff_env_fns(N, obs_kind=obs_kind, act_kind=act_kind, p_term=0.08, p_trunc=0.05)
     chosen = FunctionPolicy(row_wise_policy) if policy == "function" else "random"
     with make(fns, 3, mode) as envs:
@@ -415,3 +420,152 @@ def test_next_observations_hold_the_true_final_observations() -> None:
     np.testing.assert_array_equal(nxt[:3], np.where(ended[:3], -1.0, obs[1:]))
     np.testing.assert_array_equal(nxt[3], [9.0, 9.0])
     assert tree_leaves(nxt)[0] is not obs
+
+
+# -- faults: as in step ----------------------------------------------------------------------
+
+FAULT_N, FAULT_TARGET = 4, 3  # worker 1 (of 2) hosts envs 2 and 3
+RAISE_S = 3.0  # a fault surfaces within this on a loaded 2-core machine
+
+
+def _healthy_reference(
+    actions: np.ndarray, envs: Sequence[int], reset_seeds: Sequence[int], mode: AutoresetMode = AutoresetMode.NEXT_STEP
+) -> dict:
+    """Healthy FaultEnvs ``envs`` reset with ``reset_seeds`` and stepped with the rows of ``actions``."""
+    sync = SyncVectorEnv([functools.partial(FaultEnv, index=i) for i in envs], autoreset_mode=mode)
+    try:
+        obs, _ = sync.reset(seed=list(reset_seeds))
+        seen: dict[str, list] = {"observations": [], "rewards": [], "terminations": []}
+        for t in range(len(actions)):
+            seen["observations"].append(obs)
+            obs, rewards, terms, _, _ = sync.step(actions[t])
+            seen["rewards"].append(rewards)
+            seen["terminations"].append(terms)
+        return {k: np.stack(v) for k, v in seen.items()}
+    finally:
+        sync.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("workers", [2, "inline"], ids=lambda w: f"w={w}")
+def test_env_error_at_step_k_names_the_env_and_the_step(workers: int | str) -> None:
+    fns = fault_fns(FAULT_N, "raise", "step", FAULT_TARGET, at=5)
+    with make(fns, workers) as envs:
+        envs.reset(seed=SEED)
+        start = time.monotonic()
+        with pytest.raises(ValueError, match=f"injected fault in step of env {FAULT_TARGET}") as info:
+            envs.rollout(8)
+        assert time.monotonic() - start < RAISE_S
+        notes = " ".join(info.value.__notes__)
+        assert (
+            f"raised in env {FAULT_TARGET} (worker 1) during `rollout`, at step 4 of the rollout (steps 0..7)" in notes
+        )
+        assert isinstance(info.value.__cause__, RemoteTraceback) and "fire" in str(info.value.__cause__)
+        with pytest.raises(vecenv.NeedsResetError, match="rollout_async"):
+            envs.rollout(8)
+        envs.reset(seed=SEED)  # the env raised once; it carries on
+        got = envs.rollout(8)
+        want = _healthy_reference(got.actions, range(FAULT_N), [SEED + i for i in range(FAULT_N)])
+        for key, value in want.items():
+            np.testing.assert_array_equal(getattr(got, key), value, err_msg=key)
+
+
+@pytest.mark.timeout(60)
+def test_worker_killed_mid_rollout_is_worker_died() -> None:
+    envs = make(fault_fns(FAULT_N, "exit", "step", FAULT_TARGET, at=4), 2)
+    try:
+        envs.reset(seed=SEED)
+        start = time.monotonic()
+        with pytest.raises(WorkerDiedError, match=r"worker 1 \(envs 2\.\.3\) exited with code 3 during `rollout`"):
+            envs.rollout(10)
+        assert time.monotonic() - start < RAISE_S
+        with pytest.raises(WorkerDiedError):
+            envs.rollout(10)
+    finally:
+        start = time.monotonic()
+        envs.close()
+        assert time.monotonic() - start < 5
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("mode", MODES)
+def test_worker_killed_mid_rollout_with_restart_runs_the_rest_again(mode: AutoresetMode, tmp_path: Any) -> None:
+    once = str(tmp_path / "died")
+    fns = fault_fns(FAULT_N, "exit", "step", FAULT_TARGET, at=4, once=once)
+    steps, victims, others = 10, [2, 3], [0, 1]
+    with make(fns, 2, mode, on_worker_death="restart") as envs:
+        envs.reset(seed=SEED)
+        got = envs.rollout(steps, FunctionPolicy(_half_actions))
+        assert envs._pool.restarts == 1
+        # The restarted group: its first step is the restarted step, as `step` reports it.
+        assert got.truncations[0, victims].all() and not got.terminations[0, victims].any()
+        assert (got.rewards[0, victims] == 0).all()
+        assert got.infos[0]["worker_restarted"][victims].all()
+        assert got.infos[0]["_worker_restarted"].tolist() == [False, False, True, True]
+        reseeded = [SEED + i + FAULT_N for i in victims]
+        fresh_obs = np.stack([FaultEnv(index=i).reset(seed=s)[0] for i, s in zip(victims, reseeded)])
+        if mode is AutoresetMode.DISABLED:
+            # That step ended their episodes: they wait, unstepped, at the fresh reset's observation.
+            assert not got.stepped[1:, victims].any() and (got.rewards[1:, victims] == 0).all()
+            np.testing.assert_array_equal(got.last_observations[victims], fresh_obs)
+            np.testing.assert_array_equal(got.observations[1:, victims], np.broadcast_to(fresh_obs, (steps - 1, 2, 3)))
+            with pytest.raises(vecenv.NeedsResetError, match=r"envs \[(0, 1, )?2, 3\]"):
+                envs.rollout(3)
+            return
+        # The other group's envs: untouched, exactly Sync's.
+        want = _healthy_reference(got.actions[:, others], others, [SEED + i for i in others], mode)
+        for key, value in want.items():
+            np.testing.assert_array_equal(getattr(got, key)[:, others], value, err_msg=key)
+        # The rest: a rollout of the restarted envs' fresh reset.
+        np.testing.assert_array_equal(got.observations[1, victims], fresh_obs)
+        fresh = _healthy_reference(got.actions[1:, victims], victims, reseeded, mode)
+        for key, value in fresh.items():
+            np.testing.assert_array_equal(getattr(got, key)[1:, victims], value, err_msg=key)
+        assert envs.rollout(3).num_steps == 3  # and it goes on
+
+
+def _half_actions(observations: Any) -> np.ndarray:
+    return np.full((len(observations), 2), 0.5, np.float32)
+
+
+@pytest.mark.timeout(60)
+def test_timeout_then_the_late_reply_is_dropped() -> None:
+    fns = fault_fns(FAULT_N, "sleep", "step", FAULT_TARGET, at=3, duration=1.5)
+    with make(fns, 2) as envs:
+        envs.reset(seed=SEED)
+        start = time.monotonic()
+        with pytest.raises(vecenv.VecEnvTimeoutError, match=r"`rollout` has timed out after 0.3 second"):
+            envs.rollout(6, timeout=0.3)
+        assert 0.3 <= time.monotonic() - start < 0.3 + RAISE_S
+        with pytest.raises(vecenv.NeedsResetError):
+            envs.rollout(6)
+        envs.reset(seed=SEED)  # waits for worker 1's late rollout; its reply is dropped
+        got = envs.rollout(6)
+        want = _healthy_reference(got.actions, range(FAULT_N), [SEED + i for i in range(FAULT_N)])
+        for key, value in want.items():
+            np.testing.assert_array_equal(getattr(got, key), value, err_msg=key)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("workers", [2, "inline"], ids=lambda w: f"w={w}")
+def test_interrupt_while_waiting_leaves_a_usable_vector_env(workers: int | str) -> None:
+    fns = healthy_fns(FAULT_N)
+    with make(fns, workers) as envs:
+        transport = envs._pool.transport
+        envs.reset(seed=SEED)
+        envs.rollout(5)  # the block is mapped: the interrupt comes while the envs step
+
+        def interrupted(*args: Any) -> Any:
+            del transport.poll  # once
+            raise KeyboardInterrupt
+
+        transport.poll = interrupted
+        with pytest.raises(KeyboardInterrupt):
+            envs.rollout(5)
+        with pytest.raises(vecenv.NeedsResetError):
+            envs.rollout(5)
+        envs.reset(seed=SEED)
+        got = envs.rollout(5)
+        want = _healthy_reference(got.actions, range(FAULT_N), [SEED + i for i in range(FAULT_N)])
+        for key, value in want.items():
+            np.testing.assert_array_equal(getattr(got, key), value, err_msg=key)

@@ -274,27 +274,45 @@ class Rollouts:
         def remaining() -> float | None:
             return None if deadline is None else max(0.0, deadline - time.monotonic())
 
-        replies = dict(zip((w.index for w in workers), self.pool.gather(workers, remaining(), "rollout")))
+        replies = dict(zip((w.index for w in workers), self.pool.gather(workers, timeout, "rollout")))
         first_rows: dict[int, RolloutReply] = {}
         again = [w for w in workers if isinstance(replies[w.index], RestartedRollout)]
         while again:
             for w in again:
                 first_rows[w.index] = self._restarted_first_step(w, replies[w.index])
+            if self.block is not None and self.block.stepped is not None:
+                break  # DISABLED: the restarted step ended the episode; the envs wait unstepped
             self._ensure_block(self._num_steps, again)
             payloads = [self._payload(w, self._num_steps, 1) for w in again]
             self.pool.send(again, Command.ROLLOUT, payloads, "rollout")
             replies.update(zip((w.index for w in again), self.pool.gather(again, remaining(), "rollout")))
             again = [w for w in again if isinstance(replies[w.index], RestartedRollout)]
         for index, first in first_rows.items():
-            reply: RolloutReply = replies[index]
-            replies[index] = RolloutReply(first.infos + reply.infos, reply.rows, reply.block)
+            reply = replies[index]
+            if isinstance(reply, RestartedRollout):
+                replies[index] = first
+            else:
+                replies[index] = RolloutReply(first.infos + reply.infos, reply.rows, reply.block)
         return [replies[w.index] for w in workers]
 
     def _restarted_first_step(self, w: WorkerRecord, restarted: RestartedRollout) -> RolloutReply:
-        """Row 0 of a group whose worker was replaced: the restarted step, as ``step`` reports it."""
+        """Row 0 of a group whose worker was replaced: the restarted step, as ``step`` reports it.
+
+        Under DISABLED that step ends the envs' episodes, so the other rows are filled here too:
+        unstepped, at the fresh reset's observation (the step buffers hold it once received).
+        """
         block = self.block
         assert block is not None and self._start_obs is not None
         span = slice(w.start, w.stop)
+        if block.stepped is not None:
+            self.buffers.receive(w.start, w.stop, restarted.reset.rows)
+            t = self._num_steps
+            for dst, src in zip(tree_leaves(block.observations), tree_leaves(self.buffers.observations)):
+                dst[1:t, span] = src[span]
+            block.rewards[1:t, span] = 0.0
+            block.terminations[1:t, span] = False
+            block.truncations[1:t, span] = False
+            block.stepped[1:t, span] = False
         for dst, src in zip(tree_leaves(block.observations), tree_leaves(self._start_obs)):
             dst[0, span] = src[span]
         for dst in tree_leaves(block.actions):

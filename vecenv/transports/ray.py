@@ -41,7 +41,7 @@ from ray.exceptions import ObjectLostError, OwnerDiedError, RayActorError
 from vecenv.errors import PackedException
 from vecenv.transports.base import Death, Event, Reply, Transport, WorkerGone
 from vecenv.wire.buffers import Buffers
-from vecenv.wire.protocol import Attach, Command, Flags, Rows, StepReply, decode_command, encode_command
+from vecenv.wire.protocol import Attach, Command, Flags, RolloutReply, Rows, StepReply, decode_command, encode_command
 from vecenv.worker.core import WorkerCore, WorkerOptions
 
 __all__ = ["RayTransport", "RAY_USE", "DEFAULT_ACTOR_OPTIONS"]
@@ -376,15 +376,21 @@ def _owned(value: Any) -> Any:
 def _owned_result(result: Any) -> Any:
     """What the user or the pool may write to in a reply, made writable: infos, object
     observations (a list, kept by reference in the parent), flags and call results.
-    Fixed-shape observation rows are left alone: the parent copies them into its buffers."""
+    Fixed-shape observation rows and rollout rows are left alone: the parent copies them into
+    its own arrays."""
+    if type(result) is RolloutReply:  # the block's rows are copied into the parent's arrays
+        return RolloutReply(_owned(result.infos), _owned_rows(result.rows), result.block)
     if type(result) is StepReply:
-        rows = result.rows
-        if rows is not None:
-            obs, flags = rows.observations, rows.flags
-            # Flags are a few bytes a row, and the pool may rewrite them (a restarted group's
-            # step is reported truncated): copied. Fixed-shape observation rows are not.
-            if flags is not None:
-                flags = Flags(_owned(flags.rewards), _owned(flags.terminations), _owned(flags.truncations))
-            rows = Rows(_owned(obs) if type(obs) is list else obs, flags)
-        return StepReply(_owned(result.infos), rows)
+        return StepReply(_owned(result.infos), _owned_rows(result.rows))
     return _owned(result)
+
+
+def _owned_rows(rows: Rows | None) -> Rows | None:
+    if rows is not None:
+        obs, flags = rows.observations, rows.flags
+        # Flags are a few bytes a row, and the pool may rewrite them (a restarted group's
+        # step is reported truncated): copied. Fixed-shape observation rows are not.
+        if flags is not None:
+            flags = Flags(_owned(flags.rewards), _owned(flags.terminations), _owned(flags.truncations))
+        rows = Rows(_owned(obs) if type(obs) is list else obs, flags)
+    return rows
