@@ -38,6 +38,7 @@ from tests.test_differential import (
     run_differential,
     sample_actions,
 )
+from tests.test_rollouts import assert_matches_sync, row_wise_policy, single_env_reference, stack, sync_reference
 from vecenv.errors import NeedsResetError, RemoteTraceback, VecEnvTimeoutError, WorkerDiedError
 from vecenv.parent.ray_env import RayVectorEnv
 
@@ -538,6 +539,71 @@ def test_starts_a_local_ray_when_none_is_running_and_stops_it(_ray_sessions: Ray
     assert not ray.is_initialized(), "the last vector env to close stops the Ray they started"
 
 
+# -- rollouts in the actors --------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", [NEXT, SAME, DISABLED], ids=lambda m: m.value)
+def test_rollouts_match_sync_and_the_process_backend(ray_local: RaySessions, mode: AutoresetMode) -> None:
+    """A rollout on Ray actors: Sync's trajectories with the recorded actions, and the process
+    backend's data for the same seed (random policy: per-env streams, whatever the layout)."""
+    fns = diff_env_fns(6, obs_kind="box", act_kind="discrete", p_term=0.06, p_trunc=0.04)
+    policy = vecenv.policies.FunctionPolicy(row_wise_policy) if mode is DISABLED else "random"
+    with RayVectorEnv(fns, 3, autoreset_mode=mode, actor_options=HALF_CPU) as envs:
+        envs.reset(seed=7)
+        got = envs.rollout(30, policy)
+    if mode is DISABLED:
+        assert_matches_sync(got, single_env_reference(fns, 7, got.actions, 30))
+    else:
+        assert_matches_sync(got, sync_reference(fns, mode, 7, got.actions, 30))
+    assert (got.terminations | got.truncations).sum() >= 5
+    with vecenv.SubprocVectorEnv(fns, 2, autoreset_mode=mode) as local:
+        local.reset(seed=7)
+        theirs = local.rollout(30, policy)
+    for key in ("observations", "actions", "rewards", "terminations", "truncations", "last_observations"):
+        assert_same(getattr(got, key), getattr(theirs, key), key)
+    assert_same(got.infos, theirs.infos, "infos")
+
+
+@pytest.mark.timeout(60)
+def test_rollout_env_error_names_env_step_worker_and_node(ray_local: RaySessions) -> None:
+    with RayVectorEnv(fault_fns(4, "raise", "step", target=2, at=3), 2) as envs:
+        envs.reset(seed=0)
+        with pytest.raises(ValueError, match="injected fault in step of env 2") as excinfo:
+            envs.rollout(6)
+        note = " ".join(excinfo.value.__notes__)
+        node_ip = envs._transport.locations[1][1]
+        assert f"env 2 (worker 1 on node {node_ip}" in note and "at step 2 of the rollout (steps 0..5)" in note
+        with pytest.raises(NeedsResetError):
+            envs.rollout(6)
+        envs.reset(seed=0)
+        assert envs.rollout(6).num_steps == 6
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("restart", [False, True], ids=["raise", "restart"])
+def test_actor_killed_mid_rollout(ray_local: RaySessions, restart: bool, tmp_path: Path) -> None:
+    fns = fault_fns(4, "exit", "step", target=3, at=4, once=str(tmp_path / "died"))
+    options = {"on_worker_death": "restart"} if restart else {}
+    envs = RayVectorEnv(fns, 2, **options)
+    try:
+        envs.reset(seed=0)
+        if not restart:
+            with pytest.raises(WorkerDiedError, match=r"worker 1 \(envs 2\.\.3 on node .*during `rollout`"):
+                envs.rollout(8)
+            return
+        got = envs.rollout(8)
+        assert envs._pool.restarts == 1
+        assert got.truncations[0, 2:].all() and got.infos[0]["_worker_restarted"].tolist() == [False, False, True, True]
+        with vecenv.SubprocVectorEnv(healthy_fns(2), 1) as twin:  # the other group, untouched
+            twin.reset(seed=0)
+            theirs = twin.rollout(8)
+        np.testing.assert_array_equal(got.observations[:, :2], theirs.observations)
+        np.testing.assert_array_equal(got.rewards[:, :2], theirs.rewards)
+    finally:
+        envs.close()
+
+
 # -- the 2-node cluster (last: connecting to it ends the local Ray) ---------------------------
 
 
@@ -556,6 +622,22 @@ def test_cluster_groups_on_both_nodes_match_sync(ray_cluster, mode: AutoresetMod
     cluster_nodes = {node["NodeID"] for node in ray.nodes() if node["Alive"]}
     assert len(cluster_nodes) == 2
     assert set(made[0].node_ids) == cluster_nodes, "one group on each node"
+
+
+@pytest.mark.timeout(120)
+def test_cluster_rollouts_on_both_nodes_give_the_process_backends_data(ray_cluster) -> None:
+    fns = diff_env_fns(5, obs_kind="dict", act_kind="box")
+    with RayVectorEnv(fns, 2, actor_options={"scheduling_strategy": "SPREAD"}) as envs:
+        assert len(set(envs.node_ids)) == 2, "one group on each node"
+        envs.reset(seed=3)
+        got = [envs.rollout(t) for t in (9, 21)]
+    with vecenv.SubprocVectorEnv(fns, 3) as local:
+        local.reset(seed=3)
+        theirs = local.rollout(30)
+    for key in ("observations", "actions", "rewards", "terminations", "truncations"):
+        joined = stack([getattr(r, key) for r in got], np.concatenate)
+        assert_same(joined, getattr(theirs, key), key)
+    assert_same(got[0].infos + got[1].infos, theirs.infos, "infos")
 
 
 @pytest.mark.timeout(120)

@@ -33,14 +33,15 @@ N = 6
 SEED = 23
 
 
-def stack(trees: Sequence[Any]) -> Any:
-    """Trees of arrays (one per step) as one tree of arrays with a leading step axis."""
+def stack(trees: Sequence[Any], join: Callable[[list], np.ndarray] = np.stack) -> Any:
+    """Trees of arrays (one per step) as one tree of arrays with a leading step axis (or, with
+    ``join=np.concatenate``, joined along their own first axis)."""
     first = trees[0]
     if isinstance(first, dict):
-        return {k: stack([t[k] for t in trees]) for k in first}
+        return {k: stack([t[k] for t in trees], join) for k in first}
     if isinstance(first, tuple):
-        return tuple(stack([t[i] for t in trees]) for i in range(len(first)))
-    return np.stack(trees)
+        return tuple(stack([t[i] for t in trees], join) for i in range(len(first)))
+    return join(list(trees))
 
 
 def row(tree: Any, t: int) -> Any:
