@@ -28,10 +28,10 @@ from tqdm import tqdm
 
 from vecenv.rollout.dataset import load
 from vecenv.rollout.errors import PolicyError
-from vecenv.rollout.format import FORMAT_NAME, FORMAT_VERSION, dataset_fields, describe_space, space_leaves
+from vecenv.rollout.format import FORMAT_NAME, FORMAT_VERSION, dataset_fields, space_leaves
 from vecenv.rollout.staging import EpisodeStager
 from vecenv.rollout.writer import DatasetWriter, check_out, now, versions
-from vecenv.spaces import build_tree, leaf_values, named_leaves, to_batch
+from vecenv.spaces import build_tree, describe_space, leaf_values, named_leaves, to_batch
 
 Policy = Callable[[Any], Any]
 
