@@ -20,7 +20,7 @@ from vecenv.checks import available_cpus
 from vecenv.factory import check_env_id, make
 from vecenv.rollout.collection import OPEN_EPISODES, collect
 from vecenv.rollout.dataset import Dataset, load
-from vecenv.rollout.errors import MinariNotInstalledError, PolicyError, UnsupportedSpaceError
+from vecenv.rollout.errors import FLAGS, MinariNotInstalledError, PolicyError, UnsupportedSpaceError
 from vecenv.rollout.format import METADATA_FILE
 from vecenv.rollout.policies import PolicySpecError, load_policy
 from vecenv.rollout.writer import check_out
@@ -410,17 +410,15 @@ def _run(args: argparse.Namespace, command_line: str) -> int:
 
         out = datasets_root(args.out)
         try:  # fails at once without Minari, before any env is built
-            minari_target(args.dataset_id, out, args.overwrite)
+            minari_target(args.dataset_id, out, args.overwrite, FLAGS)
         except (MinariNotInstalledError, ValueError, FileExistsError) as exc:
-            raise _UsageError(
-                str(exc).replace("overwrite=True / ", "").replace("dataset_id:", "--dataset-id:")
-            ) from None
+            raise _UsageError(str(exc)) from None
     else:
         out = Path(args.out) if args.out else Path("rollouts") / args.env.rpartition(":")[2]
         try:
-            check_out(out, args.overwrite)
+            check_out(out, args.overwrite, FLAGS)
         except FileExistsError as exc:
-            raise _UsageError(str(exc).replace("overwrite=True / ", "")) from None
+            raise _UsageError(str(exc)) from None
     if args.steps is None and args.episodes is None:
         args.steps = 10000
     if args.ray_address is not None and args.backend != "ray":
@@ -497,7 +495,7 @@ def _run(args: argparse.Namespace, command_line: str) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     """``vecenv-collect export``: an existing dataset to Minari."""
-    from vecenv.rollout.minari import datasets_root, export_minari
+    from vecenv.rollout.minari import datasets_root, export_minari, minari_target
 
     try:
         dataset = load(args.dataset)
@@ -505,6 +503,7 @@ def _export(args: argparse.Namespace) -> int:
         raise _UsageError(f"DIR: {exc}") from None
     root = datasets_root(args.out)
     try:
+        minari_target(args.dataset_id, root, args.overwrite, FLAGS)  # the id and the target, in our terms
         result = export_minari(
             dataset,
             args.dataset_id,
@@ -514,7 +513,7 @@ def _export(args: argparse.Namespace) -> int:
             minari_metadata=_minari_metadata(args),
         )
     except (MinariNotInstalledError, ValueError, FileExistsError) as exc:
-        raise _UsageError(str(exc).replace("overwrite=True / ", "").replace("dataset_id:", "--dataset-id:")) from None
+        raise _UsageError(str(exc)) from None
     if not args.quiet:
         print(_minari_summary(result, root))
     return 0

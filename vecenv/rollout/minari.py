@@ -28,7 +28,7 @@ from gymnasium.envs.registration import EnvSpec
 
 from vecenv.rollout.collection import OPEN_EPISODES, with_last
 from vecenv.rollout.dataset import Dataset, load
-from vecenv.rollout.errors import MinariNotInstalledError
+from vecenv.rollout.errors import KEYWORDS, MinariNotInstalledError, OptionNames
 from vecenv.rollout.format import space_from_description
 from vecenv.rollout.writer import chunk_rows, now
 from vecenv.spaces import build_tree, named_leaves, shape_of
@@ -58,9 +58,13 @@ def datasets_root(out: str | os.PathLike[str] | None) -> Path:
     return Path(os.environ.get("MINARI_DATASETS_PATH") or Path.home() / ".minari" / "datasets")
 
 
-def minari_target(dataset_id: str, out: str | os.PathLike[str] | None, overwrite: bool) -> Path:
+def minari_target(
+    dataset_id: str, out: str | os.PathLike[str] | None, overwrite: bool, names: OptionNames = KEYWORDS
+) -> Path:
     """Check that Minari is installed, that ``dataset_id`` is valid and that it may be written
-    under ``out`` (see ``datasets_root``); return the dataset's directory.
+    under ``out`` (see ``datasets_root``); return the dataset's directory, having removed an
+    existing dataset there when ``overwrite`` is true. ``names`` is how the messages name the
+    options (``FLAGS`` for the command line).
 
     Raises MinariNotInstalledError, ValueError (a malformed id) or FileExistsError.
     """
@@ -68,12 +72,12 @@ def minari_target(dataset_id: str, out: str | os.PathLike[str] | None, overwrite
     from minari.dataset.minari_dataset import parse_dataset_id
 
     if not isinstance(dataset_id, str):
-        raise TypeError(f"dataset_id: expected a str like 'NAMESPACE/NAME-vN', got {dataset_id!r}")
+        raise TypeError(f"{names.dataset_id}: expected a str like 'NAMESPACE/NAME-vN', got {dataset_id!r}")
     try:
         parse_dataset_id(dataset_id)
     except (ValueError, TypeError) as exc:
         raise ValueError(
-            f"dataset_id: expected 'NAMESPACE/NAME-vN' or 'NAME-vN' (letters, digits, '-', '_'; "
+            f"{names.dataset_id}: expected 'NAMESPACE/NAME-vN' or 'NAME-vN' (letters, digits, '-', '_'; "
             f"a version is required; Minari says: {exc}), got {dataset_id!r}"
         ) from None
     root = datasets_root(out)
@@ -81,8 +85,7 @@ def minari_target(dataset_id: str, out: str | os.PathLike[str] | None, overwrite
     if target.exists():
         if not overwrite:
             raise FileExistsError(
-                f"Minari dataset {dataset_id!r} already exists in {str(root)!r} "
-                "(pass overwrite=True / --overwrite to replace it)"
+                f"Minari dataset {dataset_id!r} already exists in {str(root)!r} (pass {names.overwrite} to replace it)"
             )
         if any(target.iterdir()) and not (target / "data" / "metadata.json").is_file():
             raise FileExistsError(f"refusing to overwrite {str(target)!r}: it is not empty and is not a Minari dataset")
