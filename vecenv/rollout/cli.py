@@ -18,11 +18,12 @@ from gymnasium.vector import AutoresetMode
 
 from vecenv.checks import available_cpus
 from vecenv.factory import check_env_id, make
-from vecenv.rollout.collection import OPEN_EPISODES, collect
+from vecenv.rollout.collection import collect
 from vecenv.rollout.dataset import Dataset, load
 from vecenv.rollout.errors import FLAGS, MinariNotInstalledError, PolicyError, UnsupportedSpaceError
 from vecenv.rollout.format import METADATA_FILE
 from vecenv.rollout.policies import PolicySpecError, load_policy
+from vecenv.rollout.sinks import OPEN_EPISODES
 from vecenv.rollout.writer import check_out
 
 PROG = "vecenv-collect"

@@ -18,6 +18,7 @@ import os
 import shutil
 import warnings
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +27,10 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec
 
-from vecenv.rollout.collection import OPEN_EPISODES, with_last
 from vecenv.rollout.dataset import Dataset, load
 from vecenv.rollout.errors import KEYWORDS, MinariNotInstalledError, OptionNames
 from vecenv.rollout.format import space_from_description
+from vecenv.rollout.sinks import OPEN_EPISODES, EpisodeSummary, with_last
 from vecenv.rollout.writer import chunk_rows, now
 from vecenv.spaces import build_tree, named_leaves, shape_of
 
@@ -184,23 +185,7 @@ class MinariSink:
             + 10
         )
 
-    def rows(self, *args: Any) -> None:
-        raise AssertionError("Minari stores whole episodes: collect always stages them")
-
-    def dropped(self, episodes: int, transitions: int) -> None:
-        """Record open episodes left out (``open_episodes="drop"``)."""
-        self.dropped_episodes += episodes
-        self.dropped_transitions += transitions
-
-    def episode(
-        self,
-        pieces: Iterator[list[np.ndarray]],
-        episode_return: float,
-        length: int,
-        episode_id: int,
-        seed: int | None,
-        truncate_last: bool,
-    ) -> None:
+    def episode(self, pieces: Iterator[list[np.ndarray]], summary: EpisodeSummary, truncate_last: bool) -> None:
         """Write one episode given as pieces of columns (dataset field order), the last
         piece's final ``next_observations`` row becoming Minari's final observation."""
         from minari.data_collector import EpisodeBuffer
@@ -219,7 +204,7 @@ class MinariSink:
                 truncations[-1] = True
             buffer = EpisodeBuffer(
                 id=index,
-                seed=seed if number == 0 else None,
+                seed=summary.seed if number == 0 else None,
                 observations=build_tree(self.observation_space, iter(observations)),
                 actions=build_tree(self.action_space, iter([np.array(leaf) for leaf in piece[2 * k : 2 * k + a]])),
                 rewards=np.array(piece[2 * k + a]),
@@ -238,9 +223,19 @@ class MinariSink:
                 self._flush()
                 self.storage.update_episodes([buffer])
         if multi:  # each piece set the episode's total_steps to its own length
-            self.storage.update_episode_metadata([{"total_steps": length}], [index])
+            self.storage.update_episode_metadata([{"total_steps": summary.length}], [index])
         self.episodes += 1
         self.truncated_episodes += bool(truncate_last)
+
+    def open_episode(self, pieces: Iterator[list[np.ndarray]], summary: EpisodeSummary) -> None:
+        """An episode still open after the last of ``steps=N`` transitions: written with its
+        last step marked truncated, or left out and counted, as ``open_episodes`` says (with
+        ``episodes=N``, ``open_episodes`` is None: only finished episodes count)."""
+        if self.open_episodes == "truncate":
+            self.episode(pieces, summary, truncate_last=True)
+        elif self.open_episodes == "drop":
+            self.dropped_episodes += 1
+            self.dropped_transitions += summary.length
 
     def _flush(self) -> None:
         if self._pending:
@@ -333,11 +328,28 @@ def export_minari(
     sink = MinariSink(
         dataset_id, target, observation_space, action_space, spec, source, dict(minari_metadata or {}), open_episodes
     )
-    names = list(metadata["fields"])
-    arrays = [dataset.arrays[name] for name in names]
+    try:
+        _write_episodes(dataset, sink)
+    except BaseException:
+        sink.finalize(complete=False)
+        raise
+    return sink.finalize(complete=bool(metadata.get("complete")))
+
+
+@dataclass(frozen=True)
+class _StoredEpisode:
+    """Where one episode of a dataset lies."""
+
+    rows: np.ndarray  # its row numbers, ascending
+    still_open: bool  # its last row is neither terminated nor truncated (a steps=N dataset's end)
+
+
+def _episodes_in_export_order(dataset: Dataset) -> Iterator[_StoredEpisode]:
+    """The dataset's episodes as ``export_minari`` writes them: finished ones in the order they
+    end, then the open ones by env index."""
     episode_ids = np.asarray(dataset["episode_ids"])
-    rewards, terminations = np.asarray(dataset["rewards"]), np.asarray(dataset["terminations"])
-    truncations, env_ids = np.asarray(dataset["truncations"]), np.asarray(dataset["env_ids"])
+    terminations, truncations = np.asarray(dataset["terminations"]), np.asarray(dataset["truncations"])
+    env_ids = np.asarray(dataset["env_ids"])
     order = np.argsort(episode_ids, kind="stable")  # rows of each episode, in row order
     starts: Any = np.flatnonzero(np.r_[True, episode_ids[order][1:] != episode_ids[order][:-1]]) if len(order) else []
     bounds = list(zip(starts, [*starts[1:], len(order)]))
@@ -348,6 +360,16 @@ def export_minari(
         key=lambda i: int(env_ids[ends[i]]),
     )
     closed.sort(key=lambda i: ends[i])
+    for indices, still_open_ones in ((closed, False), (still_open, True)):
+        for i in indices:
+            yield _StoredEpisode(order[bounds[i][0] : bounds[i][1]], still_open_ones)
+
+
+def _write_episodes(dataset: Dataset, sink: MinariSink) -> None:
+    """Hand every episode of ``dataset`` to ``sink``, in chunks of rows, in export order."""
+    metadata = dataset.metadata
+    arrays = [dataset.arrays[name] for name in metadata["fields"]]
+    episode_ids, rewards = np.asarray(dataset["episode_ids"]), np.asarray(dataset["rewards"])
     step = chunk_rows(
         sum(np.dtype(f["dtype"]).itemsize * int(np.prod(f["shape"])) for f in metadata["fields"].values())
     )
@@ -358,22 +380,12 @@ def export_minari(
             part = rows[begin : begin + step]
             yield [np.asarray(array[part]) for array in arrays]
 
-    try:
-        for i, truncate in [*((i, False) for i in closed), *((i, True) for i in still_open)]:
-            rows = order[bounds[i][0] : bounds[i][1]]
-            episode_id = int(episode_ids[rows[0]])
-            if truncate and open_episodes == "drop":
-                sink.dropped(1, len(rows))
-                continue
-            sink.episode(
-                pieces(rows),
-                float(rewards[rows].sum()),
-                len(rows),
-                episode_id,
-                seed + episode_id if seed is not None and episode_id < num_envs else None,
-                truncate,
-            )
-    except BaseException:
-        sink.finalize(complete=False)
-        raise
-    return sink.finalize(complete=bool(metadata.get("complete")))
+    for episode in _episodes_in_export_order(dataset):
+        rows = episode.rows
+        episode_id = int(episode_ids[rows[0]])
+        episode_seed = seed + episode_id if seed is not None and episode_id < num_envs else None
+        summary = EpisodeSummary(float(rewards[rows].sum()), len(rows), episode_id, episode_seed)
+        if episode.still_open:
+            sink.open_episode(pieces(rows), summary)
+        else:
+            sink.episode(pieces(rows), summary, truncate_last=False)
