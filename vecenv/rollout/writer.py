@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import importlib.metadata
 import json
 import math
 import os
@@ -169,6 +168,8 @@ def now() -> str:
 
 
 def versions() -> dict[str, str | None]:
+    import importlib.metadata  # it imports zipfile: loaded when a dataset is written, not at import
+
     try:
         vecenv_version: str | None = importlib.metadata.version("vecenv")
     except importlib.metadata.PackageNotFoundError:
