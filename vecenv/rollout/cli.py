@@ -21,8 +21,8 @@ from typing import Any, NoReturn
 import gymnasium
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from vecenv.checks import available_cpus
 from vecenv.factory import check_env_id, make
+from vecenv.host import available_cpus
 from vecenv.rollout.cli_arguments import PROG, build_export_parser, build_parser, minari_metadata
 from vecenv.rollout.cli_summary import dataset_summary, minari_summary
 from vecenv.rollout.collection import collect
