@@ -18,7 +18,6 @@ import os
 import shutil
 import warnings
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -328,64 +327,60 @@ def export_minari(
     sink = MinariSink(
         dataset_id, target, observation_space, action_space, spec, source, dict(minari_metadata or {}), open_episodes
     )
+    episodes = _StoredEpisodes(dataset)
     try:
-        _write_episodes(dataset, sink)
+        episodes.write_to(sink)
     except BaseException:
         sink.finalize(complete=False)
         raise
     return sink.finalize(complete=bool(metadata.get("complete")))
 
 
-@dataclass(frozen=True)
-class _StoredEpisode:
-    """Where one episode of a dataset lies."""
+class _StoredEpisodes:
+    """The episodes of a dataset, in the order ``export_minari`` writes them: finished ones in
+    the order they end, then the open ones (a ``steps=N`` dataset's end) by env index."""
 
-    rows: np.ndarray  # its row numbers, ascending
-    still_open: bool  # its last row is neither terminated nor truncated (a steps=N dataset's end)
+    def __init__(self, dataset: Dataset) -> None:
+        metadata = dataset.metadata
+        episode_ids = np.asarray(dataset["episode_ids"])
+        terminations, truncations = np.asarray(dataset["terminations"]), np.asarray(dataset["truncations"])
+        env_ids = np.asarray(dataset["env_ids"])
+        order = np.argsort(episode_ids, kind="stable")  # rows of each episode, in row order
+        starts: Any = (
+            np.flatnonzero(np.r_[True, episode_ids[order][1:] != episode_ids[order][:-1]]) if len(order) else []
+        )
+        bounds = list(zip(starts, [*starts[1:], len(order)]))
+        ends = [int(order[stop - 1]) for _, stop in bounds]
+        closed = [i for i, end in enumerate(ends) if terminations[end] or truncations[end]]
+        still_open = sorted(
+            (i for i, end in enumerate(ends) if not (terminations[end] or truncations[end])),
+            key=lambda i: int(env_ids[ends[i]]),
+        )
+        closed.sort(key=lambda i: ends[i])
+        self.arrays = [dataset.arrays[name] for name in metadata["fields"]]
+        self.episode_ids, self.rewards = episode_ids, np.asarray(dataset["rewards"])
+        self.order, self.bounds, self.closed, self.still_open = order, bounds, closed, still_open
+        self.step = chunk_rows(
+            sum(np.dtype(f["dtype"]).itemsize * int(np.prod(f["shape"])) for f in metadata["fields"].values())
+        )
+        self.seed, self.num_envs = metadata.get("seed"), metadata.get("num_envs") or 0
 
+    def write_to(self, sink: MinariSink) -> None:
+        """Hand every episode to ``sink``, in chunks of rows: finished ones to ``episode``, open
+        ones to ``open_episode``."""
+        for indices, still_open in ((self.closed, False), (self.still_open, True)):
+            for i in indices:
+                rows = self.order[self.bounds[i][0] : self.bounds[i][1]]
+                episode_id = int(self.episode_ids[rows[0]])
+                seed = self.seed + episode_id if self.seed is not None and episode_id < self.num_envs else None
+                summary = EpisodeSummary(float(self.rewards[rows].sum()), len(rows), episode_id, seed)
+                if still_open:
+                    sink.open_episode(self.pieces(rows), summary)
+                else:
+                    sink.episode(self.pieces(rows), summary, truncate_last=False)
 
-def _episodes_in_export_order(dataset: Dataset) -> Iterator[_StoredEpisode]:
-    """The dataset's episodes as ``export_minari`` writes them: finished ones in the order they
-    end, then the open ones by env index."""
-    episode_ids = np.asarray(dataset["episode_ids"])
-    terminations, truncations = np.asarray(dataset["terminations"]), np.asarray(dataset["truncations"])
-    env_ids = np.asarray(dataset["env_ids"])
-    order = np.argsort(episode_ids, kind="stable")  # rows of each episode, in row order
-    starts: Any = np.flatnonzero(np.r_[True, episode_ids[order][1:] != episode_ids[order][:-1]]) if len(order) else []
-    bounds = list(zip(starts, [*starts[1:], len(order)]))
-    ends = [int(order[stop - 1]) for _, stop in bounds]
-    closed = [i for i, end in enumerate(ends) if terminations[end] or truncations[end]]
-    still_open = sorted(
-        (i for i, end in enumerate(ends) if not (terminations[end] or truncations[end])),
-        key=lambda i: int(env_ids[ends[i]]),
-    )
-    closed.sort(key=lambda i: ends[i])
-    for indices, still_open_ones in ((closed, False), (still_open, True)):
-        for i in indices:
-            yield _StoredEpisode(order[bounds[i][0] : bounds[i][1]], still_open_ones)
-
-
-def _write_episodes(dataset: Dataset, sink: MinariSink) -> None:
-    """Hand every episode of ``dataset`` to ``sink``, in chunks of rows, in export order."""
-    metadata = dataset.metadata
-    arrays = [dataset.arrays[name] for name in metadata["fields"]]
-    episode_ids, rewards = np.asarray(dataset["episode_ids"]), np.asarray(dataset["rewards"])
-    step = chunk_rows(
-        sum(np.dtype(f["dtype"]).itemsize * int(np.prod(f["shape"])) for f in metadata["fields"].values())
-    )
-    seed, num_envs = metadata.get("seed"), metadata.get("num_envs") or 0
-
-    def pieces(rows: np.ndarray) -> Iterator[list[np.ndarray]]:
-        for begin in range(0, len(rows), step):
-            part = rows[begin : begin + step]
-            yield [np.asarray(array[part]) for array in arrays]
-
-    for episode in _episodes_in_export_order(dataset):
-        rows = episode.rows
-        episode_id = int(episode_ids[rows[0]])
-        episode_seed = seed + episode_id if seed is not None and episode_id < num_envs else None
-        summary = EpisodeSummary(float(rewards[rows].sum()), len(rows), episode_id, episode_seed)
-        if episode.still_open:
-            sink.open_episode(pieces(rows), summary)
-        else:
-            sink.episode(pieces(rows), summary, truncate_last=False)
+    def pieces(self, rows: np.ndarray) -> Iterator[list[np.ndarray]]:
+        """The columns of ``rows``, a chunk at a time."""
+        for begin in range(0, len(rows), self.step):
+            part = rows[begin : begin + self.step]
+            yield [np.asarray(array[part]) for array in self.arrays]
