@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from vecenv.rollout.format import METADATA_FILE, SCALAR_FIELDS
+from vecenv.rollout.format import METADATA_FILE, SCALAR_FIELDS, space_nesting
+from vecenv.spaces import build_tree, named_leaves
 
 
 @dataclass(frozen=True, eq=False)
@@ -51,11 +52,9 @@ class Dataset(Mapping[str, Any]):
 
 
 def _nest(description: dict[str, Any], name: str, arrays: dict[str, np.ndarray]) -> Any:
-    if description["type"] == "Dict":
-        return {key: _nest(sub, f"{name}.{key}", arrays) for key, sub in description["spaces"].items()}
-    if description["type"] == "Tuple":
-        return tuple(_nest(sub, f"{name}.{i}", arrays) for i, sub in enumerate(description["spaces"]))
-    return arrays[name]
+    """The arrays of the leaves of the described space, in its Dict/Tuple nesting."""
+    nesting = space_nesting(description)
+    return build_tree(nesting, iter([arrays[leaf] for leaf, _ in named_leaves(nesting, name)]))
 
 
 def load(path: str | os.PathLike[str]) -> Dataset:
