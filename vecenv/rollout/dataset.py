@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +24,15 @@ class Dataset(Mapping[str, Any]):
     ``episode_ids``) to read-only memory-mapped arrays, all of length
     ``dataset.transitions``; the observation and action fields are nested dicts / tuples
     of arrays for Dict / Tuple spaces (``dataset["observations"]["pos"]``).
-    ``metadata`` is the parsed ``metadata.json`` and ``path`` the dataset directory.
+    ``metadata`` is the parsed ``metadata.json`` and ``path`` the dataset directory;
+    ``leaves`` maps each stored file's field name (``observations.pos``, one per leaf of a
+    Dict / Tuple space) to its array, flat.
     """
 
     path: Path
     metadata: dict[str, Any]
     arrays: dict[str, Any]
+    leaves: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> Any:
         return self.arrays[name]
@@ -87,4 +90,4 @@ def load(path: str | os.PathLike[str]) -> Dataset:
     }
     for name in SCALAR_FIELDS:
         fields[name] = arrays[name]
-    return Dataset(path, metadata, fields)
+    return Dataset(path, metadata, fields, arrays)

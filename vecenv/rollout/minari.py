@@ -357,7 +357,7 @@ class _StoredEpisodes:
             key=lambda i: int(env_ids[ends[i]]),
         )
         closed.sort(key=lambda i: ends[i])
-        self.arrays = [dataset.arrays[name] for name in metadata["fields"]]
+        self.arrays = [dataset.leaves[name] for name in metadata["fields"]]
         self.episode_ids, self.rewards = episode_ids, np.asarray(dataset["rewards"])
         self.order, self.bounds, self.closed, self.still_open = order, bounds, closed, still_open
         self.step = chunk_rows(
