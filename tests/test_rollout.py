@@ -459,6 +459,100 @@ def test_cli_is_deterministic_across_worker_counts(tmp_path: Path) -> None:
     assert load(tmp_path / "two").metadata["num_workers"] == 2
 
 
+# ------------------------------------------------------------------------ rollouts in the workers
+
+
+def _collect_with(envs: Any, out: Path, **kwargs: Any) -> rollout.Dataset:
+    try:
+        return collect(envs, out=out, progress=False, **kwargs)
+    finally:
+        envs.close()
+
+
+def _vecenv_counters(num_envs: int, workers: int | str, mode: AutoresetMode, env_class: type = CounterEnv) -> Any:
+    inline = workers == "inline"
+    return vecenv.SubprocVectorEnv(
+        [env_class] * num_envs, 2 if inline else workers, autoreset_mode=mode, context="fork", inline_group=inline
+    )
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.name)
+@pytest.mark.parametrize("count", [{"steps": 1001}, {"episodes": 90}], ids=["steps", "episodes"])
+@pytest.mark.parametrize("policy", ["random", constant_policy], ids=["random", "module:attr"])
+def test_rollouts_in_the_workers_write_what_stepping_writes(
+    tmp_path: Path, mode: AutoresetMode, count: dict, policy: Any
+) -> None:
+    """SyncVectorEnv (stepped, the policy here) is the reference; vecenv's rollouts, whatever
+    the workers and the rollout length, write the same bytes."""
+    reference = collect_sync(tmp_path / "sync", 5, mode, policy, seed=4, **count)
+    assert reference.metadata["collection"]["method"] == "envs.step"
+    want = npy_bytes(tmp_path / "sync")
+    layouts = [(1, None), (2, 1), (3, 7), ("inline", None), (0, 64), (2, 0)]
+    for workers, steps_per_rollout in layouts:
+        out = tmp_path / f"w{workers}-t{steps_per_rollout}"
+        dataset = _collect_with(
+            _vecenv_counters(5, workers, mode), out, policy=policy, seed=4, rollout_steps=steps_per_rollout, **count
+        )
+        method = "envs.step" if steps_per_rollout == 0 else "rollouts in the workers"
+        assert dataset.metadata["collection"]["method"] == method
+        assert npy_bytes(out) == want, f"num_workers={workers}, rollout_steps={steps_per_rollout}"
+        check_real_transitions(dataset)
+
+
+@pytest.mark.timeout(120)
+def test_rollouts_write_the_minari_dataset_stepping_writes(tmp_path: Path) -> None:
+    pytest.importorskip("minari")
+    kwargs = {"steps": 500, "seed": 2, "format": "minari"}
+    _collect_with(counter_envs(4, AutoresetMode.NEXT_STEP), tmp_path / "m", dataset_id="counter/sync-v0", **kwargs)
+    envs = _vecenv_counters(4, 2, AutoresetMode.NEXT_STEP)
+    _collect_with(envs, tmp_path / "m", dataset_id="counter/rollouts-v0", **kwargs)
+    import minari
+
+    os.environ["MINARI_DATASETS_PATH"] = str(tmp_path / "m")
+    try:
+        sync, rolled = minari.load_dataset("counter/sync-v0"), minari.load_dataset("counter/rollouts-v0")
+        assert sync.total_steps == rolled.total_steps == 500
+        for a, b in zip(sync.iterate_episodes(), rolled.iterate_episodes(), strict=True):
+            for field in ("observations", "actions", "rewards", "terminations", "truncations"):
+                np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+    finally:
+        del os.environ["MINARI_DATASETS_PATH"]
+
+
+@pytest.mark.timeout(60)
+def test_policy_errors_in_the_workers_are_policy_errors(tmp_path: Path) -> None:
+    envs = _vecenv_counters(4, 2, AutoresetMode.NEXT_STEP)
+    with pytest.raises(PolicyError, match=r"returned an action outside the action space: env [0-3] got") as info:
+        _collect_with(envs, tmp_path / "d", policy=_outside_at_3, steps=200)
+    assert "in the worker's policy, at step" in " ".join(info.value.__notes__)
+    assert not load(tmp_path / "d").complete
+
+
+def _outside_at_3(observation: np.ndarray) -> np.ndarray:
+    """Action 2, and 7 (outside Discrete(3)) in an env whose episode reached step 3."""
+    return np.where(observation[:, 0] >= 3, 7, 2).astype(np.int64)
+
+
+def test_checked_policy_names_the_env_by_its_global_index() -> None:
+    from vecenv.policies import FunctionPolicy, PolicyContext
+    from vecenv.rollout.actions import CheckedPolicy
+
+    space = gymnasium.spaces.Discrete(3)
+    obs_space = gymnasium.spaces.Box(0, 1, (1,))
+    runner = CheckedPolicy(FunctionPolicy(lambda obs: np.array([2, 7]), "p")).build(
+        PolicyContext(range(2, 4), obs_space, space, [None, None])
+    )
+    with pytest.raises(PolicyError, match=r"policy 'p' returned an action outside the action space: env 3 got"):
+        runner.act(np.zeros((2, 1), np.float32), None)
+    np.testing.assert_array_equal(
+        CheckedPolicy(FunctionPolicy(lambda obs: [1, 2], "q"))
+        .build(PolicyContext(range(2), obs_space, space, [None, None]))
+        .act(np.zeros((2, 1)), None),
+        [1, 2],
+    )
+
+
 def test_cli_policy_module_attr_and_overwrite(tmp_path: Path) -> None:
     args = [
         "--env",

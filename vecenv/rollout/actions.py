@@ -1,4 +1,5 @@
-"""Checking the policy's actions before the vector env sees them (``ActionChecker``)."""
+"""Checking the policy's actions before the envs see them: ``ActionChecker`` in this process,
+``CheckedPolicy`` around a policy that runs in the workers."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
+from vecenv.policies import PolicyContext, PolicyRunner, WorkerPolicy
 from vecenv.rollout.errors import PolicyError
 from vecenv.spaces import build_tree, leaf_values, named_leaves, to_batch
 
@@ -29,10 +31,11 @@ class ActionChecker:
     Its values, cast to the space's dtype, must then lie in the space.
     """
 
-    def __init__(self, single: spaces.Space, num_envs: int, policy: str) -> None:
+    def __init__(self, single: spaces.Space, num_envs: int, policy: str, first_env: int = 0) -> None:
         self.single = single
         self.num_envs = num_envs
         self.policy = policy
+        self.first_env = first_env  # the global index of the batch's first env, for messages
         self.batched = batch_space(single, num_envs)
         self.dtypes = [np.dtype(leaf.dtype) for _, leaf in named_leaves(single)]
 
@@ -56,7 +59,7 @@ class ActionChecker:
             action = build_tree(self.single, iter([leaf[index] for leaf in leaves]))
             if not self.single.contains(action):
                 raise PolicyError(
-                    f"policy {self.policy!r} returned an action outside the action space: env {index} "
+                    f"policy {self.policy!r} returned an action outside the action space: env {self.first_env + index} "
                     f"got {one_line(action)}, expected an element of {self.single} "
                     f"(whole batch: {one_line(actions)})"
                 )
@@ -64,3 +67,35 @@ class ActionChecker:
             f"policy {self.policy!r} returned actions outside the action space: expected an "
             f"element of {self.batched}, got {one_line(actions)}"
         )
+
+
+class CheckedPolicy(WorkerPolicy):
+    """A worker policy whose every action batch goes through an :class:`ActionChecker` before
+    the envs see it, so a collection refuses out-of-space actions with the same
+    :class:`PolicyError` wherever the policy runs (its note then names the rollout's step)."""
+
+    def __init__(self, policy: WorkerPolicy) -> None:
+        self.policy = policy
+        self.name = policy.name
+
+    def build(self, context: PolicyContext) -> PolicyRunner:
+        checker = ActionChecker(context.action_space, len(context.env_ids), self.name, context.env_ids.start)
+        return _Checked(self.policy.build(context), checker)
+
+    def weights(self) -> Any:
+        return self.policy.weights()
+
+
+class _Checked(PolicyRunner):
+    def __init__(self, runner: PolicyRunner, checker: ActionChecker) -> None:
+        self.runner, self.checker = runner, checker
+
+    def act(self, observations: Any, active: np.ndarray | None) -> Any:
+        leaves = self.checker(self.runner.act(observations, active))
+        return build_tree(self.checker.single, iter(leaves))
+
+    def reseed(self, local: int, seed: int | None) -> None:
+        self.runner.reseed(local, seed)
+
+    def load_weights(self, weights: Any) -> None:
+        self.runner.load_weights(weights)

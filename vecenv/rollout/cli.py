@@ -183,6 +183,7 @@ def _collect(
                 "policy": getattr(policy, "name", args.policy),
                 "command_line": command_line,
             },
+            rollout_steps=args.rollout_steps,
             **minari_options,
         )
     except (PolicyError, UnsupportedSpaceError, PolicySpecError) as exc:

@@ -30,7 +30,8 @@ examples:
 The dataset is a directory with metadata.json and one .npy file per field (Dict/Tuple
 spaces: one per leaf, e.g. observations.pos.npy); read it with vecenv.load(DIR).
 The arrays depend only on the arguments other than --num-workers, --backend,
---ray-address, --quiet and --out.
+--ray-address, --rollout-steps, --quiet and --out (for --policy module:attr and sb3:, as
+long as the policy maps each observation to its action alone: see README).
 Ctrl+C or SIGTERM stops early and keeps what was collected as a valid dataset with
 "complete": false in metadata.json (exit status 130 / 143); a Minari dataset keeps the
 episodes finished so far. Bad arguments, or --format minari without Minari: exit status 2.
@@ -193,6 +194,15 @@ def _add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
         help="where the environments run: worker processes on this machine, or Ray actors "
         "(pip install -e '.[ray]'), one per worker, on this machine or a Ray cluster; the data "
         "does not depend on it (default: %(default)s; e.g. --backend ray)",
+    )
+    parser.add_argument(
+        "--rollout-steps",
+        type=_non_negative_int,
+        metavar="T",
+        help="steps per rollout in the workers, where the policy runs beside the environments "
+        "(one message per worker per T steps); 0 steps the environments one vector step at a "
+        "time with the policy here; the data does not depend on it (default: adapted to about "
+        "0.2 s a rollout, at most 8 MiB of rows and 1024 steps; e.g. --rollout-steps 0)",
     )
     parser.add_argument(
         "--ray-address",

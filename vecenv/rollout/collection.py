@@ -15,26 +15,32 @@ import shlex
 import shutil
 import sys
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import batch_space
 
-from vecenv.rollout.actions import ActionChecker
+from vecenv.policies import FunctionPolicy, RandomPolicy, WorkerPolicy
+from vecenv.policies import SB3Policy as WorkerSB3Policy
+from vecenv.rollout.actions import ActionChecker, CheckedPolicy
 from vecenv.rollout.dataset import load
-from vecenv.rollout.format import FORMAT_NAME, FORMAT_VERSION, Leaf, dataset_fields
-from vecenv.rollout.recording import CollectionRun, Policy, Rollout, record_transitions
+from vecenv.rollout.format import FORMAT_NAME, FORMAT_VERSION, Leaf, dataset_fields, space_leaves
+from vecenv.rollout.policies import SB3Policy
+from vecenv.rollout.recording import CollectionRun, CollectionSpec, record_transitions
 from vecenv.rollout.sinks import OPEN_EPISODES, DatasetSink
+from vecenv.rollout.sources import RolloutSource, StepSource, random_actions, rollout_length
 from vecenv.rollout.staging import EpisodeStager
-from vecenv.rollout.writer import DatasetWriter, check_out, now, versions
+from vecenv.rollout.writer import CHUNK_BYTES, DatasetWriter, check_out, now, versions
 from vecenv.spaces import describe_space
 
 if TYPE_CHECKING:
     from vecenv.rollout.minari import MinariSink
+
+#: What ``collect`` takes as a policy besides ``"random"``: batched observations to batched actions.
+Policy = Callable[[Any], Any]
 
 FORMATS = ("vecenv", "minari")
 
@@ -105,6 +111,7 @@ def collect(
     dataset_id: str | None = None,
     open_episodes: str = "truncate",
     minari_metadata: Mapping[str, Any] | None = None,
+    rollout_steps: int | None = None,
 ) -> Any:
     """Run ``policy`` in ``envs`` and write the transitions to a dataset.
 
@@ -114,9 +121,11 @@ def collect(
             ``envs.metadata["autoreset_mode"]``; under DISABLED the collector resets
             finished envs itself with ``envs.reset(options={"reset_mask": mask})``. The
             envs are reset with ``seed=seed`` first; they are not closed.
-        policy: ``"random"`` (actions sampled from the batched action space seeded with
-            ``seed``) or a callable taking the batched observation and returning a
-            batched action. The vector env's rule applies: the right shape, a dtype that
+        policy: ``"random"`` (each env's actions from its own generator, seeded from
+            ``seed`` and the env's index: :class:`vecenv.policies.RandomPolicy`) or a
+            callable taking a batch of observations and returning a batch of actions
+            (with vecenv's vector envs it runs in every worker, on that worker's rows: see
+            ``rollout_steps``). The vector env's rule applies: the right shape, a dtype that
             casts ``same_kind`` to the space's (float64 for a float32 Box is fine), values
             in the space; anything else raises PolicyError.
         steps: write exactly this many transitions, in vector-step order and env index
@@ -147,6 +156,14 @@ def collect(
             in the dataset's ``vecenv`` metadata.
         minari_metadata: Minari only: ``author``, ``author_email``, ``code_permalink``,
             ``description`` and ``algorithm_name`` (default: the policy's name).
+        rollout_steps: with one of vecenv's vector envs (not wrapped) under NEXT_STEP or
+            SAME_STEP, the steps come from rollouts in the workers (``envs.rollout``) of
+            this many steps each, the policy running in every worker; ``None`` (the default)
+            adapts the length to about 0.2 s a rollout (at most 8 MiB of rows and 1024 steps). ``0``, any
+            other vector env, and DISABLED step the envs one vector step at a time with the
+            policy in this process. The data is the same either way for a row-wise policy
+            (see ``vecenv.policies`` for which are exact); the dataset's ``collection``
+            metadata records which ran.
 
     Returns:
         Our format: the written dataset, as ``load(out)`` returns it. Minari: the
@@ -164,7 +181,11 @@ def collect(
     """
     target = _check_request(envs, policy, steps, episodes, seed)
     _check_format_options(format, open_episodes, dataset_id, minari_metadata)
-    plan = _plan(envs, policy, seed, steps, episodes, target, metadata)
+    if rollout_steps is not None and (isinstance(rollout_steps, bool) or not isinstance(rollout_steps, int)):
+        raise TypeError(f"rollout_steps: expected None or a non-negative int, got {rollout_steps!r}")
+    if rollout_steps is not None and rollout_steps < 0:
+        raise ValueError(f"rollout_steps: expected None or a non-negative int, got {rollout_steps!r}")
+    plan = _plan(envs, policy, seed, steps, episodes, target, metadata, rollout_steps)
     if format == "minari":
         output = _minari_output(plan, out, overwrite, dataset_id, open_episodes, minari_metadata)
     else:
@@ -211,8 +232,9 @@ def _check_format_options(
 class _Plan:
     """What ``collect`` runs, decided from its checked arguments before any output exists."""
 
-    rollout: Rollout
-    target: int  # the rollout's steps, or episodes, as an int
+    collection: CollectionSpec
+    envs: VectorEnv
+    target: int  # the collection's steps, or episodes, as an int
     fields: list[Leaf]
     spec: Any  # the single env's EnvSpec, or None
     metadata: dict[str, Any]  # the dataset's metadata.json (Minari keeps part of it)
@@ -226,6 +248,7 @@ def _plan(
     episodes: int | None,
     target: int,
     metadata: Mapping[str, Any] | None,
+    rollout_steps: int | None,
 ) -> _Plan:
     """Decide everything but the output: the autoreset mode, the fields, the policy, the metadata."""
     mode = autoreset_mode(envs)
@@ -235,29 +258,70 @@ def _plan(
     info.setdefault("env_id", getattr(spec, "id", None))
     info.setdefault("env_kwargs", dict(getattr(spec, "kwargs", None) or {}))
     name = str(info.pop("policy", policy_name(policy)))
-    act = _random_policy(envs, seed) if isinstance(policy, str) else policy
+    source, how = _source(envs, policy, name, mode, int(seed), fields, rollout_steps)
+    collection = CollectionSpec(source, envs.num_envs, mode, int(seed), steps, episodes)
+    info.setdefault("collection", how)
+    return _Plan(
+        collection, envs, target, fields, spec, _dataset_metadata(collection, envs, target, fields, spec, name, info)
+    )
+
+
+def _source(
+    envs: VectorEnv,
+    policy: Policy | str,
+    name: str,
+    mode: AutoresetMode,
+    seed: int,
+    fields: list[Leaf],
+    rollout_steps: int | None,
+) -> tuple[StepSource | RolloutSource, dict[str, Any]]:
+    """Where the steps come from (see ``sources``), and how the dataset records that: rollouts
+    in vecenv's workers where the vector env has them (not under DISABLED), else ``step``."""
+    how: dict[str, Any] = {
+        "random_actions": "each env's own generator, seeded from seed + env index" if policy == "random" else None
+    }
+    from vecenv.parent.vector_env import GroupVectorEnv  # the engine is loaded by then
+
+    if isinstance(envs, GroupVectorEnv) and mode is not AutoresetMode.DISABLED and rollout_steps != 0:
+        worker_policy = RandomPolicy() if isinstance(policy, str) else CheckedPolicy(_worker_policy(policy, name))
+        row_bytes = sum(f.row_bytes for f in fields)
+        num_steps = rollout_steps or rollout_length(row_bytes, envs.num_envs, CHUNK_BYTES)
+        how.update(method="rollouts in the workers", policy_runs_in="every worker", max_rollout_steps=num_steps)
+        return RolloutSource(envs, worker_policy, num_steps, adapt=rollout_steps is None), how
+    how.update(method="envs.step", policy_runs_in="the collecting process", max_rollout_steps=None)
+    act: Any = policy
+    if isinstance(policy, str):
+        runner = random_actions(envs, seed)
+
+        def act(_observation: Any) -> Any:
+            return runner.act(None, None)
+
     checker = ActionChecker(envs.single_action_space, envs.num_envs, name)
-    rollout = Rollout(envs, act, checker, mode, int(seed), steps, episodes)
-    return _Plan(rollout, target, fields, spec, _dataset_metadata(rollout, target, fields, spec, name, info))
+    return StepSource(envs, act, checker, mode, space_leaves(envs.single_observation_space, "observations")), how
 
 
-def _random_policy(envs: VectorEnv, seed: int) -> Policy:
-    """The ``"random"`` policy: samples of the batched action space, seeded with ``seed``."""
-    batched_act_space = batch_space(envs.single_action_space, envs.num_envs)
-    batched_act_space.seed(int(seed))
-
-    def act(_observation: Any) -> Any:
-        return batched_act_space.sample()
-
-    return act
+def _worker_policy(policy: Policy, name: str) -> WorkerPolicy:
+    """A collector policy as the workers run it: an SB3 model (``sb3:PATH``) as itself, any
+    other callable as it is."""
+    if isinstance(policy, WorkerPolicy):
+        return policy
+    model = getattr(policy, "model", None)
+    if isinstance(policy, SB3Policy) and model is not None:
+        return WorkerSB3Policy(model, policy.deterministic, name)
+    return FunctionPolicy(policy, name)
 
 
 def _dataset_metadata(
-    rollout: Rollout, target: int, fields: list[Leaf], spec: Any, policy: str, info: dict[str, Any]
+    collection: CollectionSpec,
+    envs: VectorEnv,
+    target: int,
+    fields: list[Leaf],
+    spec: Any,
+    policy: str,
+    info: dict[str, Any],
 ) -> dict[str, Any]:
     """The dataset's ``metadata.json`` at the start; ``info`` (the caller's ``metadata``, with
     ``env_id`` and ``env_kwargs``) overrides the inferred entries."""
-    envs = rollout.envs
     single_obs_space, single_act_space = envs.single_observation_space, envs.single_action_space
     dataset_metadata: dict[str, Any] = {
         "format": FORMAT_NAME,
@@ -267,10 +331,10 @@ def _dataset_metadata(
         "env_kwargs": info.pop("env_kwargs"),
         "num_envs": envs.num_envs,
         "num_workers": getattr(envs, "num_workers", None),
-        "autoreset_mode": rollout.mode.name.lower(),
-        "seed": rollout.seed,
+        "autoreset_mode": collection.mode.name.lower(),
+        "seed": collection.seed,
         "policy": policy,
-        "requested": {"steps": target} if rollout.steps is not None else {"episodes": target},
+        "requested": {"steps": target} if collection.steps is not None else {"episodes": target},
         "observation_space": {"str": str(single_obs_space), "description": describe_space(single_obs_space)},
         "action_space": {"str": str(single_act_space), "description": describe_space(single_act_space)},
         "fields": {f.name: {"dtype": str(f.dtype), "shape": list(f.shape)} for f in fields},
@@ -316,12 +380,12 @@ def _minari_output(
     sink = MinariSink(
         dataset_id,
         target_dir,
-        plan.rollout.envs.single_observation_space,
-        plan.rollout.envs.single_action_space,
+        plan.envs.single_observation_space,
+        plan.envs.single_action_space,
         plan.spec,
         plan.metadata,
         dict(minari_metadata or {}),
-        open_episodes if plan.rollout.steps else None,
+        open_episodes if plan.collection.steps else None,
     )
     # Open episodes spill next to the datasets (not to /tmp, often in memory).
     return _Output(sink, datasets_root(out) / f".vecenv-spill-{uuid.uuid4().hex}", True, None)
@@ -340,22 +404,22 @@ def _dataset_output(plan: _Plan, out: str | os.PathLike[str] | None, overwrite: 
     if directory.exists():
         shutil.rmtree(directory)
     sink = DatasetSink(DatasetWriter(directory, plan.fields, plan.metadata))
-    return _Output(sink, directory / ".spill", plan.rollout.episodes is not None, directory)
+    return _Output(sink, directory / ".spill", plan.collection.episodes is not None, directory)
 
 
 def _collect(plan: _Plan, output: _Output, progress: bool) -> Any:
     """Run the collection loop into ``output`` and finish it, also when the loop raises."""
     from tqdm import tqdm  # the progress bar: only ``collect`` needs it, not ``import vecenv``
 
-    stager = EpisodeStager(plan.fields, plan.rollout.envs.num_envs, output.spill_dir) if output.staged else None
+    stager = EpisodeStager(plan.fields, plan.envs.num_envs, output.spill_dir) if output.staged else None
     bar = tqdm(
         total=plan.target,
-        unit="step" if plan.rollout.steps is not None else "episode",
+        unit="step" if plan.collection.steps is not None else "episode",
         disable=not progress,
         file=sys.stderr,
         dynamic_ncols=True,
     )
-    run = CollectionRun(plan.rollout, output.sink, stager, bar)
+    run = CollectionRun(plan.collection, output.sink, stager, bar)
     complete = False
     try:
         record_transitions(run)

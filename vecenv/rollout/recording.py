@@ -1,43 +1,40 @@
-"""The collection loop of ``collect``: vector steps become recorded transitions.
+"""The collection loop of ``collect``: chunks of vector steps become recorded transitions.
 
-Each vector step gives one candidate transition per env. The loop drops the NEXT_STEP
-autoreset "reset steps" (where an env resets and ignores the action), takes the final
-observation from ``infos["final_obs"]`` under SAME_STEP, resets finished envs itself under
-DISABLED, and numbers episodes in the order they start. The transitions go to the sink as
-rows in vector-step order or, through an ``EpisodeStager``, one whole episode at a time in
-completion order (see ``sinks``).
+A source (``sources.py``) gives T vector steps at a time, one candidate transition per env and
+step. The loop drops the NEXT_STEP autoreset "reset steps" (where an env resets and ignores the
+action), numbers episodes in the order they start, and hands the transitions to the sink as
+rows in vector-step order (our format with ``steps=N``: a whole chunk at once, in array
+operations) or, through an ``EpisodeStager``, one whole episode at a time in completion order
+(see ``sinks``). The marks of a chunk (which rows are real, which end an episode, the episode
+of every row, the episodes' sums) are pure functions of its arrays and of what the previous
+chunk left, so the records do not depend on how the steps were cut into chunks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import AutoresetMode
 
-from vecenv.rollout.format import space_leaves
 from vecenv.rollout.sinks import DatasetSink, EpisodeSummary
-from vecenv.spaces import leaf_values
 
 if TYPE_CHECKING:
     from tqdm import tqdm
 
     from vecenv.rollout.minari import MinariSink
+    from vecenv.rollout.sources import Chunk, RolloutSource, StepSource
     from vecenv.rollout.staging import EpisodeStager
-
-Policy = Callable[[Any], Any]
 
 
 @dataclass(frozen=True)
-class Rollout:
-    """What the collection loop runs: the envs, the policy, and how much (exactly one of
+class CollectionSpec:
+    """What the collection loop runs: where its steps come from, and how much (exactly one of
     ``steps`` and ``episodes`` is set)."""
 
-    envs: VectorEnv
-    act: Policy  # the batched observation to a batched action
-    check_actions: Callable[[Any], list[np.ndarray]]  # an action batch to its recorded leaves
+    source: StepSource | RolloutSource
+    num_envs: int
     mode: AutoresetMode
     seed: int
     steps: int | None
@@ -46,134 +43,183 @@ class Rollout:
 
 @dataclass(frozen=True)
 class CollectionRun:
-    """A rollout and where its transitions go, fixed before the loop starts. ``stager`` is
+    """A collection and where its transitions go, fixed before the loop starts. ``stager`` is
     None when rows go to the sink as they come (our format with ``steps=N``), else whole
     episodes do."""
 
-    rollout: Rollout
+    spec: CollectionSpec
     sink: DatasetSink | MinariSink
     stager: EpisodeStager | None
     bar: tqdm
 
 
 @dataclass(frozen=True)
-class _Step:
-    """One vector step as the loop records it."""
+class Marks:
+    """What a chunk's rows are, each ``(T, num_envs)``."""
 
-    columns: list[np.ndarray]  # every dataset field, one row per env
-    rows: np.ndarray  # the envs whose transition is recorded, ascending
-    done: np.ndarray  # per env: its episode ended with this step
-    next_obs: Any
-    next_columns: list[np.ndarray]  # the leaves of next_obs, copied
+    valid: np.ndarray  # a real transition (not a NEXT_STEP reset step)
+    done: np.ndarray  # a real transition that ends its episode
+    episode_ids: np.ndarray  # the episode the row belongs to
+
+
+def mark(
+    ended: np.ndarray, mode: AutoresetMode, resetting: np.ndarray, current_ids: np.ndarray, next_id: int
+) -> tuple[Marks, np.ndarray, np.ndarray, int]:
+    """The marks of a chunk whose rows ended (terminated or truncated) as ``ended``; also the
+    envs whose next step only resets them (NEXT_STEP), each env's episode id and the next
+    unused id, after the chunk.
+
+    Under NEXT_STEP a row is a reset step when its env's previous row ended, and the reset
+    step starts the new episode; otherwise an episode starts right after the row that ended
+    the previous one. New episodes are numbered in the order they start (step, then env), and
+    a row belongs to the episode current when it is taken.
+    """
+    if mode is AutoresetMode.NEXT_STEP:
+        valid = np.empty_like(ended)
+        valid[0] = ~resetting
+        valid[1:] = ~ended[:-1]
+        done = ended & valid
+        starts = ~valid
+        resetting = done[-1].copy()
+    else:
+        valid = np.ones_like(ended)
+        done = ended.copy()
+        starts = done
+    count = int(starts.sum())
+    numbered = np.full((ended.shape[0] + 1, ended.shape[1]), -1, dtype=np.int64)
+    numbered[0] = current_ids
+    numbered[1:][starts] = np.arange(next_id, next_id + count)  # row-major: step, then env
+    running = np.maximum.accumulate(numbered, axis=0)  # every new id exceeds every older one
+    return Marks(valid, done, running[:-1]), resetting, running[-1], next_id + count
+
+
+def episode_sums(values: np.ndarray, marks: Marks, carried: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the sum of ``values`` over its episode's valid rows up to and including it,
+    where the row ends its episode (elsewhere: meaningless); and each env's open sum after
+    the chunk. ``carried``: each env's open sum before it."""
+    steps = values.shape[0]
+    summed = np.zeros((steps + 1, *values.shape[1:]), dtype=np.float64)
+    np.cumsum(np.where(marks.valid, values, 0), axis=0, out=summed[1:])
+    # The row (in ``summed``) after each env's last end at or before t: where its episode began.
+    after_end = np.maximum.accumulate(np.where(marks.done, np.arange(1, steps + 1)[:, None], 0), axis=0)
+    began = np.vstack([np.zeros((1, values.shape[1]), np.int64), after_end[:-1]])
+    sums = summed[1:] - np.take_along_axis(summed, began, axis=0) + np.where(began == 0, carried, 0.0)
+    last = after_end[-1]
+    open_sums = summed[-1] - np.take_along_axis(summed, last[None], axis=0)[0] + np.where(last == 0, carried, 0.0)
+    return sums, open_sums
 
 
 def record_transitions(run: CollectionRun) -> None:
-    """Step the rollout's envs from a seeded reset until the requested count is in the sink."""
-    _Collector(run).collect()
+    """Take chunks from the source after a seeded reset until the requested count is in the sink."""
+    collector = _Collector(run)
+    finished = False
+    try:
+        collector.collect()
+        finished = True
+    finally:
+        run.spec.source.close(finished)
 
 
 class _Collector:
-    """The loop's state: each env's episode (id, return, length) and the observation to act on."""
+    """The loop's state: each env's episode (id, return, length) across chunks."""
 
     def __init__(self, run: CollectionRun) -> None:
-        self.rollout, self.sink, self.stager, self.bar = run.rollout, run.sink, run.stager, run.bar
-        self.obs_space = self.rollout.envs.single_observation_space
-        self.obs_leaves = space_leaves(self.obs_space, "observations")
-        num_envs = self.rollout.envs.num_envs
+        self.spec, self.sink, self.stager, self.bar = run.spec, run.sink, run.stager, run.bar
+        num_envs = self.spec.num_envs
         self.env_ids = np.arange(num_envs, dtype=np.int64)
         self.episode_ids = np.arange(num_envs, dtype=np.int64)
         self.next_episode_id = num_envs
         self.episode_return = np.zeros(num_envs, dtype=np.float64)
         self.episode_length = np.zeros(num_envs, dtype=np.int64)
-        self.resetting = np.zeros(num_envs, dtype=np.bool_)  # NEXT_STEP: this step only resets the env
+        self.resetting = np.zeros(num_envs, dtype=np.bool_)  # NEXT_STEP: the next step only resets the env
         self.taken = 0  # steps=N: transitions taken so far (written, or open in the stager)
         self.shown_episodes = 0
 
     def collect(self) -> None:
-        obs, _ = self.rollout.envs.reset(seed=self.rollout.seed)
-        obs_columns = self.copy_obs(obs)
+        spec = self.spec
+        spec.source.start(spec.seed)
         while True:
-            step = self.step(obs, obs_columns)
-            finished = self.write_rows(step) if self.stager is None else self.write_episodes(step, self.stager)
+            wanted = None if spec.steps is None else spec.steps - self.taken
+            chunk = spec.source.next(wanted)
+            ended = chunk.terminations | chunk.truncations
+            marks, self.resetting, ids_after, self.next_episode_id = mark(
+                ended, spec.mode, self.resetting, self.episode_ids, self.next_episode_id
+            )
+            if self.stager is None:
+                finished = self.write_rows(chunk, marks)
+            else:
+                finished = self.write_episodes(chunk, marks, self.stager)
             self.show_progress()
             if finished:
                 return
-            obs, obs_columns = self.start_next(step)
-
-    def copy_obs(self, value: Any) -> list[np.ndarray]:
-        # Copies: a vector env may reuse its observation buffers on the next step.
-        return [np.array(v, dtype=leaf.dtype) for v, leaf in zip(leaf_values(self.obs_space, value), self.obs_leaves)]
+            self.episode_ids = ids_after
+            spec.source.recorded(marks.done[-1])
 
     def seed_of(self, episode_id: int) -> int | None:
         # The first episode of env i starts from reset(seed=seed + i); later ones continue its RNG.
-        return self.rollout.seed + episode_id if episode_id < self.rollout.envs.num_envs else None
+        return self.spec.seed + episode_id if episode_id < self.spec.num_envs else None
 
-    def step(self, obs: Any, obs_columns: list[np.ndarray]) -> _Step:
-        """Act on ``obs``, step the envs, and count the transitions this step records."""
-        rollout = self.rollout
-        actions = rollout.act(obs)
-        action_columns = rollout.check_actions(actions)
-        next_obs, rewards, terminations, truncations, infos = rollout.envs.step(actions)
-        next_columns = self.copy_obs(next_obs)
-        rewards = np.asarray(rewards, dtype=np.float64)
-        terminations = np.asarray(terminations, dtype=np.bool_)
-        truncations = np.asarray(truncations, dtype=np.bool_)
-        valid = ~self.resetting
-        done = (terminations | truncations) & valid
-        columns = [
-            *obs_columns,
-            *self.recorded_next(next_columns, done, infos),
-            *action_columns,
-            rewards,
-            terminations,
-            truncations,
-            self.env_ids,
-            self.episode_ids.copy(),
+    def columns(self, chunk: Chunk, marks: Marks, at: Any) -> list[np.ndarray]:
+        """Every dataset field at index ``at`` of the chunk's ``(T, num_envs)`` grid."""
+        return [
+            *(leaf[at] for leaf in chunk.observations),
+            *(leaf[at] for leaf in chunk.next_observations),
+            *(leaf[at] for leaf in chunk.actions),
+            chunk.rewards[at],
+            chunk.terminations[at],
+            chunk.truncations[at],
+            np.broadcast_to(self.env_ids, marks.valid.shape)[at],
+            marks.episode_ids[at],
         ]
-        rows = np.flatnonzero(valid)
-        if rollout.steps is not None:  # the last step may record only the lowest env indices
-            rows = rows[: rollout.steps - self.taken]
-            self.taken += len(rows)
-            self.bar.update(len(rows))
-        self.episode_return[rows] += rewards[rows]
-        self.episode_length[rows] += 1
-        return _Step(columns, rows, done, next_obs, next_columns)
 
-    def recorded_next(self, next_columns: list[np.ndarray], done: np.ndarray, infos: dict) -> list[np.ndarray]:
-        """The next observations recorded: under SAME_STEP an ended episode's is its final one."""
-        if self.rollout.mode is not AutoresetMode.SAME_STEP or not done.any():
-            return next_columns
-        if "final_obs" not in infos:
-            raise RuntimeError("SAME_STEP autoreset: an episode ended but infos has no 'final_obs'")
-        recorded = [column.copy() for column in next_columns]
-        for index in np.flatnonzero(done):
-            for column, value in zip(recorded, leaf_values(self.obs_space, infos["final_obs"][index])):
-                column[index] = value
-        return recorded
+    def write_rows(self, chunk: Chunk, marks: Marks) -> bool:
+        """Our format with ``steps=N``: the chunk's real rows, in step then env order, up to the
+        count, go to the sink at once."""
+        sink = self.sink
+        assert isinstance(sink, DatasetSink) and self.spec.steps is not None  # Minari stages every episode
+        taken_before = np.cumsum(marks.valid.ravel()).reshape(marks.valid.shape)
+        recorded = marks.valid & (taken_before <= self.spec.steps - self.taken)
+        steps_at, envs_at = np.nonzero(recorded)
+        returns, self.episode_return = episode_sums(chunk.rewards, marks, self.episode_return)
+        lengths, open_lengths = episode_sums(np.ones_like(chunk.rewards), marks, self.episode_length)
+        self.episode_length = open_lengths.astype(np.int64)
+        ended = marks.done[steps_at, envs_at]
+        sink.rows(
+            self.columns(chunk, marks, (steps_at, envs_at)),
+            returns[steps_at, envs_at][ended],
+            lengths[steps_at, envs_at][ended].astype(np.int64),
+        )
+        self.taken += len(steps_at)
+        self.bar.update(len(steps_at))
+        return sink.transitions == self.spec.steps
 
-    def write_rows(self, step: _Step) -> bool:
-        """Our format with ``steps=N``: the step's rows go straight to the sink."""
-        sink, rows = self.sink, step.rows
-        assert isinstance(sink, DatasetSink)  # collect stages every episode for Minari
-        ended = rows[step.done[rows]]
-        sink.rows([column[rows] for column in step.columns], self.episode_return[ended], self.episode_length[ended])
-        return sink.transitions == self.rollout.steps
-
-    def write_episodes(self, step: _Step, stager: EpisodeStager) -> bool:
-        """Whole episodes: the step's rows are staged, and the episodes they end are written."""
-        rollout, sink, rows = self.rollout, self.sink, step.rows
-        stager.add(step.columns, rows)
-        for index in rows[step.done[rows]].tolist():
-            self.hand_over(stager, index, finished=True)
-            if rollout.episodes is not None:
-                self.bar.update(1)
-                if sink.episodes == rollout.episodes:
-                    break
-        finished = sink.episodes == rollout.episodes if rollout.episodes is not None else self.taken == rollout.steps
-        if finished:
-            for open_env in [i for i in range(rollout.envs.num_envs) if stager.length(i)]:  # by env index
-                self.hand_over(stager, open_env, finished=False)
-        return finished
+    def write_episodes(self, chunk: Chunk, marks: Marks, stager: EpisodeStager) -> bool:
+        """Whole episodes: each step's real rows are staged, and the episodes they end are written."""
+        spec, sink = self.spec, self.sink
+        for t in range(chunk.num_steps):
+            self.episode_ids = marks.episode_ids[t]
+            rows = np.flatnonzero(marks.valid[t])
+            if spec.steps is not None:  # the last step may record only the lowest env indices
+                rows = rows[: spec.steps - self.taken]
+                self.taken += len(rows)
+                self.bar.update(len(rows))
+            self.episode_return[rows] += chunk.rewards[t, rows]
+            self.episode_length[rows] += 1
+            stager.add(self.columns(chunk, marks, t), rows)
+            for index in rows[marks.done[t, rows]].tolist():
+                self.hand_over(stager, index, finished=True)
+                if spec.episodes is not None:
+                    self.bar.update(1)
+                    if sink.episodes == spec.episodes:
+                        break
+            finished = sink.episodes == spec.episodes if spec.episodes is not None else self.taken == spec.steps
+            if finished:
+                for open_env in [i for i in range(spec.num_envs) if stager.length(i)]:  # by env index
+                    self.hand_over(stager, open_env, finished=False)
+                return True
+            self.episode_return[marks.done[t]] = 0.0
+            self.episode_length[marks.done[t]] = 0
+        return False
 
     def hand_over(self, stager: EpisodeStager, env: int, finished: bool) -> None:
         """Give ``env``'s staged episode to the sink: a finished one to ``episode``, one still
@@ -192,29 +238,6 @@ class _Collector:
         if sink.episodes != self.shown_episodes:
             self.shown_episodes = sink.episodes
             self.bar.set_postfix_str(
-                f"episodes={self.shown_episodes}"
-                if self.rollout.steps is not None
-                else f"transitions={sink.transitions}",
+                f"episodes={self.shown_episodes}" if self.spec.steps is not None else f"transitions={sink.transitions}",
                 refresh=False,
             )
-
-    def start_next(self, step: _Step) -> tuple[Any, list[np.ndarray]]:
-        """Start new episodes where ``step`` ended some; return the observation to act on next
-        and its copied leaves."""
-        done = step.done
-        self.episode_return[done] = 0.0
-        self.episode_length[done] = 0
-        obs, obs_columns = step.next_obs, step.next_columns
-        if self.rollout.mode is AutoresetMode.NEXT_STEP:
-            starting, self.resetting = self.resetting, done
-        else:
-            starting = done
-            if self.rollout.mode is AutoresetMode.DISABLED and done.any():
-                # Reset finished envs ourselves; their RNG continues from the seeded reset.
-                obs, _ = self.rollout.envs.reset(options={"reset_mask": done.copy()})
-                obs_columns = self.copy_obs(obs)
-        started = int(starting.sum())
-        if started:
-            self.episode_ids[starting] = np.arange(self.next_episode_id, self.next_episode_id + started)
-            self.next_episode_id += started
-        return obs, obs_columns
