@@ -122,9 +122,16 @@ class WorkerPolicy(abc.ABC):
 
 # -- random --------------------------------------------------------------------------------
 
-#: Actions each env's generator draws at once. A constant: an env's stream of actions is then
-#: one sequence of blocks, whatever the rollout length and the group it is in.
-_BLOCK = 64
+#: At most this many bytes of actions are drawn at once by each env's generator.
+_BLOCK_BYTES = 64 * 1024
+
+
+def _block_steps(space: Space) -> int:
+    """Actions each env's generator draws at once: a function of the action space only, so an
+    env's stream of actions is one sequence of equal blocks, whatever the rollout length and
+    the group it is in. Large blocks keep a big group's refills (a Python call per env) rare."""
+    row = sum(int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize for shape, dtype in leaf_layout(space, 1))
+    return max(16, min(1024, _BLOCK_BYTES // max(1, row)))
 
 
 class RandomPolicy(WorkerPolicy):
@@ -143,44 +150,47 @@ class RandomPolicy(WorkerPolicy):
 
 
 class _RandomActions(PolicyRunner):
-    """Per env: the action space batched ``_BLOCK`` times, seeded, sampled a block at a time."""
+    """Per env: the action space batched :func:`_block_steps` times, seeded, sampled a block at
+    a time."""
 
     def __init__(self, context: PolicyContext) -> None:
         n = len(context.env_ids)
         self.space = context.action_space
-        self.spaces = [batch_space(context.action_space, _BLOCK) for _ in range(n)]
+        self.block_steps = block = _block_steps(context.action_space)
+        self.spaces = [batch_space(context.action_space, block) for _ in range(n)]
         for space, seed in zip(self.spaces, context.seeds, strict=True):
             space.seed(policy_seed(seed))
-        # One (n, _BLOCK, ...) array per leaf: env j's block, and how much of it is used.
-        layout = leaf_layout(context.action_space, _BLOCK)
-        self.blocks = [np.zeros((n, *shape), dtype) for shape, dtype in layout]
-        self.used = np.full(n, _BLOCK, np.int64)
+        # One (block, n, ...) array per leaf: column j is env j's block (so that a step's row
+        # of actions is contiguous), and how much of each is used.
+        layout = leaf_layout(context.action_space, block)
+        self.blocks = [np.zeros((block, n, *shape[1:]), dtype) for shape, dtype in layout]
+        self.used = np.full(n, block, np.int64)
         self.rows = np.arange(n)
         self.until_refill = 0  # steps before some env's block is used up
         self.aligned = True  # every env at the same place in its block (the common case)
 
     def reseed(self, local: int, seed: int | None) -> None:
         self.spaces[local].seed(policy_seed(seed))
-        self.used[local] = _BLOCK
+        self.used[local] = self.block_steps
         self.until_refill = 0
 
     def act(self, observations: Any, active: np.ndarray | None) -> Any:
-        used = self.used
+        used, block_steps = self.used, self.block_steps
         if self.until_refill == 0 or active is not None:
-            for j in np.flatnonzero(used == _BLOCK).tolist():
+            for j in np.flatnonzero(used == block_steps).tolist():
                 if active is None or active[j]:
                     for block, leaf in zip(self.blocks, tree_leaves(self.spaces[j].sample()), strict=True):
-                        block[j] = leaf
+                        block[:, j] = leaf
                     used[j] = 0
             self.aligned = bool((used == used[0]).all())
-            self.until_refill = _BLOCK - int(used.max())
+            self.until_refill = block_steps - int(used.max())
         if self.aligned:
             k = int(used[0])
-            leaves = [block[:, k] for block in self.blocks]
+            leaves = [block[k] for block in self.blocks]
         else:
             # An env left out (not active) with its block used up gives some row: it is ignored.
-            taken = np.where(used < _BLOCK, used, 0)
-            leaves = [block[self.rows, taken] for block in self.blocks]
+            taken = np.where(used < block_steps, used, 0)
+            leaves = [block[taken, self.rows] for block in self.blocks]
         if active is None:
             used += 1
             self.until_refill -= 1
