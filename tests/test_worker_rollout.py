@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from tests.envs import DiffEnv, diff_env_fns
 from tests.test_differential import assert_same
-from tests.test_worker_core import Attached, _infos, attached  # noqa: F401 - the fixture
+from tests.test_worker_core import Attached, _infos
 from vecenv.errors import PackedException
 from vecenv.policies import FunctionPolicy, RandomPolicy
 from vecenv.wire.protocol import (
@@ -34,24 +35,38 @@ pytestmark = pytest.mark.timeout(30)
 N, T, SEED = 3, 25, 4
 
 
-def _block(attached: Attached, steps: int, shared: bool, mode: AutoresetMode) -> RolloutBuffers:
+@pytest.fixture
+def cores() -> Iterator[Callable[..., Attached]]:
+    """Worker cores attached to buffers made here (closed after the test)."""
+    made: list[Attached] = []
+
+    def make(*args: Any, **kwargs: Any) -> Attached:
+        made.append(Attached(*args, **kwargs))
+        return made[-1]
+
+    yield make
+    for core in made:
+        core.close()
+
+
+def _block(worker: Attached, steps: int, shared: bool, mode: AutoresetMode) -> RolloutBuffers:
     """The parent's rollout block, mapped by the core as ROLLOUT_BLOCK maps it."""
-    spec = RolloutSpec.plan(steps, N, attached.hello.observation_space, attached.hello.action_space, shared, mode)
+    spec = RolloutSpec.plan(steps, N, worker.hello.observation_space, worker.hello.action_space, shared, mode)
     parent = RolloutBuffers.create(spec)
     fd = os.dup(parent.block.fd) if parent.block is not None and parent.block.fd is not None else None
     message = encode_for_pipe(Command.ROLLOUT_BLOCK, 1, RolloutBlockArgs(spec, fd))
     data = message.data if hasattr(message, "data") else message
     assert fd_follows(data) is (fd is not None)
     command, _, load = decode_command(data)
-    ok, result = attached.core.handle(command, load, fd)
+    ok, result = worker.core.handle(command, load, fd)
     assert ok and result is None, result
     return parent
 
 
 @pytest.mark.parametrize("shared", [True, False], ids=["shared", "in the reply"])
 @pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.value)
-def test_a_rollout_is_the_group_stepped_with_its_actions(attached: Any, shared: bool, mode: AutoresetMode) -> None:
-    worker = attached(lambda: [DiffEnv(index=i, act_kind="box") for i in range(N)], shared, mode)
+def test_a_rollout_is_the_group_stepped_with_its_actions(cores: Any, shared: bool, mode: AutoresetMode) -> None:
+    worker = cores(lambda: [DiffEnv(index=i, act_kind="box") for i in range(N)], shared, mode)
     parent = _block(worker, T, shared, mode)
     ok, _ = worker.feed(Command.RESET, ResetArgs([SEED + i for i in range(N)], None, None))
     assert ok
@@ -98,8 +113,8 @@ def test_payload_rows_cover_the_steps_run_and_land_in_their_columns() -> None:
     parent.close()  # idempotent
 
 
-def test_env_error_names_the_step_and_policy_error_says_it_is_the_policy(attached: Any) -> None:
-    worker = attached(lambda: [DiffEnv(index=i, fail_step=6 if i == 1 else None) for i in range(N)])
+def test_env_error_names_the_step_and_policy_error_says_it_is_the_policy(cores: Any) -> None:
+    worker = cores(lambda: [DiffEnv(index=i, fail_step=6 if i == 1 else None) for i in range(N)])
     parent = _block(worker, 10, True, AutoresetMode.NEXT_STEP)
     worker.feed(Command.RESET, ResetArgs([0, 1, 2], None, None))
     ok, packed = worker.feed(
@@ -115,8 +130,8 @@ def test_env_error_names_the_step_and_policy_error_says_it_is_the_policy(attache
     parent.close()
 
 
-def test_an_unreadable_block_command_closes_the_descriptor_it_came_with(attached: Any) -> None:
-    worker = attached(lambda: [DiffEnv(index=0)])
+def test_an_unreadable_block_command_closes_the_descriptor_it_came_with(cores: Any) -> None:
+    worker = cores(lambda: [DiffEnv(index=0)])
     read, write = os.pipe()
     os.close(write)
 
