@@ -118,6 +118,15 @@ COLLECT_ROWS: dict[str, list[str]] = {
 }
 
 
+def _child_env(code: Path) -> dict[str, str]:
+    """The environment of a measured process: ``code`` first on the path, and bytecode caches
+    written and used, as an installed package has them (a sandbox's PYTHONDONTWRITEBYTECODE
+    would make every process compile its modules again)."""
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
 def _timed(command: list[str], env: dict[str, str]) -> float:
     start = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
@@ -130,8 +139,8 @@ def _timed(command: list[str], env: dict[str, str]) -> float:
 def section_collect(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Transitions/s of whole processes; the plain loop is the 1.00x."""
     rows: dict[str, list[float]] = {}
-    base_env = {**os.environ, "PYTHONPATH": str(args.code)}
-    minari_steps = max(1000, args.steps // 50)  # Minari's collector is ~50x slower: fewer steps
+    base_env = _child_env(args.code)
+    minari_steps = max(1000, args.steps // 5)  # Minari's collector is far slower: fewer steps
     for _ in range(args.reps):
         with tempfile.TemporaryDirectory(prefix="bench-rollouts-") as tmp:
             env = {**base_env, "MINARI_DATASETS_PATH": str(Path(tmp) / "minari")}
@@ -146,18 +155,28 @@ def section_collect(args: argparse.Namespace) -> list[dict[str, Any]]:
                 ),
             }
             for index, (name, extra) in enumerate(COLLECT_ROWS.items()):
-                commands[name] = (_collect_command(args.steps, str(Path(tmp) / f"row{index}"), *extra), args.steps)
+                # The per-step rows are slow and only compared with: a quarter of the steps.
+                steps = args.steps // 4 if "--rollout-steps 0" in name else args.steps
+                commands[name] = (_collect_command(steps, str(Path(tmp) / f"row{index}"), *extra), steps)
             for name, (command, steps) in commands.items():
                 rows.setdefault(name, []).append(steps / _timed(command, env))
                 shutil.rmtree(Path(tmp) / "minari", ignore_errors=True)
-    plain = statistics.median(rows["plain single-env loop into numpy (np.save)"])
-    collector = statistics.median(rows["Minari DataCollector (1 env) + create_dataset"])
+    # Ratios are taken within each repetition (the rows of one repetition ran minutes apart at
+    # most), then the median over repetitions: a shared machine's load drifts between them.
+    plain = rows["plain single-env loop into numpy (np.save)"]
+    collector = rows["Minari DataCollector (1 env) + create_dataset"]
     table = []
     for name, rates in rows.items():
-        rate = statistics.median(rates)
-        entry = {"row": name, "rate": rate, "min": min(rates), "max": max(rates), "x_plain": rate / plain}
+        entry = {
+            "row": name,
+            "rate": statistics.median(rates),
+            "min": min(rates),
+            "max": max(rates),
+            "x_plain": statistics.median(r / p for r, p in zip(rates, plain)),
+            "x_plain_best_rep": max(r / p for r, p in zip(rates, plain)),
+        }
         if "minari" in name.lower():
-            entry["x_minari_collector"] = rate / collector
+            entry["x_minari_collector"] = statistics.median(r / c for r, c in zip(rates, collector))
         table.append(entry)
     return table
 
@@ -229,7 +248,7 @@ def _run_child(args: argparse.Namespace, name: str, code: Path, **options: Any) 
     command = [sys.executable, __file__, "--child", name, "--seconds", str(args.seconds)]
     for key, value in options.items():
         command += [f"--{key.replace('_', '-')}", str(value)]
-    done = subprocess.run(command, env={**os.environ, "PYTHONPATH": str(code)}, capture_output=True, text=True)
+    done = subprocess.run(command, env=_child_env(code), capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"{command} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

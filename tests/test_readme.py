@@ -21,7 +21,7 @@ def _example(section: str) -> str:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("section", ["Quick start", "Asynchronous batches"])
+@pytest.mark.parametrize("section", ["Quick start", "Asynchronous batches", "Rollouts in the workers"])
 def test_readme_example_runs(section: str, tmp_path: Path) -> None:
     script = tmp_path / "example.py"
     # The guard makes the example safe under every start method, as users are told to write it.
@@ -31,3 +31,16 @@ def test_readme_example_runs(section: str, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().endswith("EXAMPLE-OK")
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.timeout(120)
+def test_rollouts_doc_first_example_runs(tmp_path: Path) -> None:
+    doc = README.parent / "docs" / "rollouts.md"
+    match = re.search(r"```python\n(.*?)```", doc.read_text(), re.S)
+    assert match, "docs/rollouts.md has no python example"
+    body = "\n".join("    " + line for line in match.group(1).splitlines())
+    script = tmp_path / "example.py"
+    script.write_text(f"def main():\n{body}\n\nif __name__ == '__main__':\n    main()\n    print('EXAMPLE-OK')\n")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=100, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().endswith("EXAMPLE-OK") and "Traceback" not in proc.stderr

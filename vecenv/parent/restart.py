@@ -123,8 +123,9 @@ class Restarter:
 
         The new worker builds the same envs, attaches to the same rows and resets them with the
         policy's seeds. A step it owed is answered as that reset, with every env truncated,
-        reward 0 and ``info["worker_restarted"] = True``; a reset, call, attribute or render is
-        sent again and answered by the new envs.
+        reward 0 and ``info["worker_restarted"] = True``; a rollout it owed is answered with a
+        :class:`RestartedRollout` (the rollout layer runs the rest again); a reset, call,
+        attribute, render or rollout block is sent again and answered by the new envs.
         """
         lost, first = None, True
         while True:
