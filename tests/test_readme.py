@@ -24,9 +24,13 @@ def _example(section: str) -> str:
 @pytest.mark.parametrize("section", ["Quick start", "Asynchronous batches"])
 def test_readme_example_runs(section: str, tmp_path: Path) -> None:
     script = tmp_path / "example.py"
-    # The guard makes the example safe under every start method, as users are told to write it.
-    body = "\n".join("    " + line for line in _example(section).splitlines())
-    script.write_text(f"def main():\n{body}\n\nif __name__ == '__main__':\n    main()\n    print('EXAMPLE-OK')\n")
+    example = _example(section)
+    if 'if __name__ == "__main__":' in example:  # run as written
+        script.write_text(f"{example}\n    print('EXAMPLE-OK')\n")
+    else:
+        # The guard makes the example safe under every start method, as users are told to write it.
+        body = "\n".join("    " + line for line in example.splitlines())
+        script.write_text(f"def main():\n{body}\n\nif __name__ == '__main__':\n    main()\n    print('EXAMPLE-OK')\n")
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=100, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().endswith("EXAMPLE-OK")
