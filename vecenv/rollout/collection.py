@@ -275,9 +275,9 @@ def collect(
         PolicyError: the policy returned actions the vector env does not accept.
         FileExistsError: the output exists and ``overwrite`` is false.
         MinariNotInstalledError: ``format="minari"`` without Minari installed.
-        KeyboardInterrupt (and anything else raised while collecting) propagates after
-        what was collected is kept: our format as a valid dataset with
-        ``"complete": false``, Minari as the episodes finished so far.
+        KeyboardInterrupt: propagates (as does anything else raised while collecting)
+            after what was collected is kept: our format as a valid dataset with
+            ``"complete": false``, Minari as the episodes finished so far.
     """
     if not isinstance(envs, VectorEnv):
         raise TypeError(f"envs: expected a gymnasium.vector.VectorEnv, got {type(envs).__name__}")
