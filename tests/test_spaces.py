@@ -1,6 +1,6 @@
 """``vecenv.spaces``: which spaces have a fixed layout, the leaf layout of shared arrays, the row
-writers and the batch checks, all in this process; and an observation that does not fit its
-space, caught in a worker and named in the parent.
+writers, the batch checks and the per-space walks the rollout datasets use, all in this process;
+and an observation that does not fit its space, caught in a worker and named in the parent.
 """
 
 from __future__ import annotations
@@ -19,7 +19,16 @@ from tests.envs import make_obs_space
 from tests.regression_envs import BadObsEnv, fns
 from tests.test_differential import assert_same
 from vecenv import SubprocVectorEnv
-from vecenv.spaces import build_tree, is_fixed, leaf_layout, row_writer, to_batch, tree_leaves
+from vecenv.spaces import (
+    build_tree,
+    describe_space,
+    is_fixed,
+    leaf_layout,
+    named_dict_keys,
+    row_writer,
+    to_batch,
+    tree_leaves,
+)
 
 NESTED = spaces.Dict(
     {
@@ -164,3 +173,40 @@ def test_observation_that_does_not_fit_the_space_raises(kind: str, when: str) ->
     finally:
         envs.close()
         sync.close()
+
+
+def test_describe_space_records_each_type_and_what_rebuilds_it() -> None:
+    space = spaces.Tuple(
+        [
+            spaces.Box(np.array([0.0, -np.inf], np.float32), np.array([1.0, np.inf], np.float32)),
+            spaces.Dict({"d": spaces.Discrete(3, start=1), "m": spaces.MultiDiscrete([2, 4], start=[0, 1])}),
+            spaces.MultiBinary(5),
+            spaces.Box(-2, 2, (2, 2), np.int64),
+        ]
+    )
+    assert describe_space(space) == {
+        "type": "Tuple",
+        "spaces": [
+            {"type": "Box", "shape": [2], "dtype": "float32", "low": [0.0, "-inf"], "high": [1.0, "inf"]},
+            {
+                "type": "Dict",
+                "spaces": {
+                    "d": {"type": "Discrete", "shape": [], "dtype": "int64", "n": 3, "start": 1},
+                    "m": {"type": "MultiDiscrete", "shape": [2], "dtype": "int64", "nvec": [2, 4], "start": [0, 1]},
+                },
+            },
+            {"type": "MultiBinary", "shape": [5], "dtype": "int8"},
+            {"type": "Box", "shape": [2, 2], "dtype": "int64", "low": -2, "high": 2},
+        ],
+    }
+
+
+def test_named_dict_keys_lists_each_key_before_the_keys_below_it() -> None:
+    space = spaces.Dict(
+        {
+            "a": spaces.Tuple([spaces.Discrete(2), spaces.Dict({"x": spaces.Discrete(2)})]),
+            "b": spaces.Dict({"y": spaces.Discrete(2)}),
+        }
+    )
+    assert named_dict_keys(space, "obs") == [("obs", "a"), ("obs.a.1", "x"), ("obs", "b"), ("obs.b", "y")]
+    assert named_dict_keys(spaces.Box(0, 1, (2,)), "obs") == []
