@@ -21,6 +21,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 import vecenv
 from tests.rollout_envs import ContinuousCounterEnv, CounterEnv, DictCounterEnv, LongEpisodeEnv, constant_policy
 from vecenv import rollout
+from vecenv.bench import procfs
 from vecenv.rollout import PolicyError, UnsupportedSpaceError, collect, load, main
 
 pytestmark = pytest.mark.timeout(60)
@@ -536,30 +537,6 @@ def test_cli_refuses_existing_out_without_overwrite_in_a_real_process(tmp_path: 
     assert result.stdout == ""
 
 
-def descendants(pid: int) -> set[int]:
-    """The live processes below ``pid`` (read from /proc)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process tree from /proc")
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupt_keeps_a_loadable_partial_dataset_and_no_workers(tmp_path: Path, signum: int, status: int) -> None:
@@ -598,7 +575,7 @@ def test_interrupt_keeps_a_loadable_partial_dataset_and_no_workers(tmp_path: Pat
                 pass
             time.sleep(0.01)  # polling interval, not synchronisation
         assert process.poll() is None, process.communicate()
-        workers = descendants(process.pid)
+        workers = procfs.descendants(process.pid)
         assert workers
         process.send_signal(signum)
         _, err = process.communicate(timeout=30)
@@ -611,9 +588,9 @@ def test_interrupt_keeps_a_loadable_partial_dataset_and_no_workers(tmp_path: Pat
     assert all(len(np.asarray(dataset[name])) == dataset.transitions for name in FIELDS)
     check_real_transitions(dataset)
     deadline = time.monotonic() + 10
-    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+    while any(procfs.alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.01)  # polling interval: the resource tracker exits once it sees EOF
-    assert not [pid for pid in workers if alive(pid)]
+    assert not [pid for pid in workers if procfs.alive(pid)]
 
 
 # ------------------------------------------------------------------------ Stable-Baselines3 policies
