@@ -66,9 +66,10 @@ class SubprocVectorEnv(GroupVectorEnv):
             like, set before the env module is imported, plus the libraries already loaded),
             so W workers do not run W x cores threads; variables you set yourself win.
             ``None`` leaves the libraries' defaults. The parent is never changed.
-        max_restarts, restart_window: more than ``max_restarts`` restarts within
+        max_restarts: with ``on_worker_death="restart"``, more than this many restarts within
             ``restart_window`` seconds (a death during a rebuild counts) raise
             ``WorkerDiedError`` as ``"raise"`` does.
+        restart_window: the seconds over which ``max_restarts`` is counted.
         autoreset_mode: Gymnasium's autoreset mode (an ``AutoresetMode`` or its string value).
         copy: return copies of the observations. With ``copy=False`` the observations returned
             by ``reset``/``step`` are views into shared buffers that the next call overwrites.
