@@ -645,3 +645,99 @@ def test_main_guard_detection_reads_the_script() -> None:
     for text, guarded in expect.items():
         number = next(i for i, line in enumerate(lines, 1) if text in line or (text == "main()" and "def" in line))
         assert guarded_line(source, number) is guarded, text
+
+
+# -- vecenv-collect on a full disk or a read-only --out ---------------------------------------
+
+
+def _mount_tmpfs(where: Path, options: str) -> bool:
+    """Mount a tmpfs at ``where`` (root only); whether it worked."""
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True)
+    return mounted.returncode == 0
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path):
+    """``mount(options)`` mounts a small tmpfs under ``tmp_path`` and returns its path, or skips
+    where mounting is not allowed; every mount is undone after the test."""
+    mounts: list[Path] = []
+
+    def mount(options: str) -> Path:
+        where = tmp_path / f"fs{len(mounts)}"
+        if not _mount_tmpfs(where, options):
+            pytest.skip("cannot mount a tmpfs here (needs root)")
+        mounts.append(where)
+        return where
+
+    yield mount
+    for where in mounts:
+        subprocess.run(["umount", str(where)], check=True)
+
+
+def _collect_cli(out: Path, *extra: str, fsize: int | None = None) -> subprocess.CompletedProcess:
+    """``vecenv-collect`` in a real process; ``fsize``: its RLIMIT_FSIZE (SIGXFSZ ignored, so a
+    write past the limit fails with EFBIG instead of killing it)."""
+
+    def limit() -> None:
+        if fsize is not None:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+
+    command = [sys.executable, "-m", "vecenv.rollout", "--env", "CartPole-v1", "--num-envs", "4", "--quiet"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [*command, "--out", str(out), *extra], capture_output=True, text=True, timeout=90, env=env, preexec_fn=limit
+    )
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("full", ["tmpfs", "fsize"], ids=["full-tmpfs", "file-size-limit"])
+def test_collect_on_a_full_disk_is_one_line_and_keeps_a_valid_partial_dataset(full: str, tmp_path: Path, tmpfs) -> None:
+    """A full disk (a 256 KiB tmpfs) or, where nothing can be mounted, a file size limit
+    (RLIMIT_FSIZE): one line naming the file and the cause, exit status 1, no traceback, and
+    the rows written before it a loadable dataset marked incomplete."""
+    disk = tmpfs("size=256k") if full == "tmpfs" else tmp_path
+    out = disk / "cartpole"
+    proc = _collect_cli(out, "--steps", "20000", fsize=256 * 1024 if full == "fsize" else None)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    cause = "No space left on device" if full == "tmpfs" else "File too large"
+    assert lines[0].startswith(f"vecenv-collect: error: cannot write {out}/"), lines[0]
+    assert cause in lines[0] and 'kept a partial dataset ("complete": false)' in lines[0], lines[0]
+    dataset = vecenv.load(out)
+    assert dataset.metadata["complete"] is False
+    kept = dataset.metadata["counts"]["transitions"]
+    assert all(len(a) == kept for a in dataset.arrays.values())
+    assert f"of {kept} transitions in {out}" in lines[0]
+    debug = _collect_cli(disk / "again", "--steps", "20000", "--debug", fsize=256 * 1024 if full == "fsize" else None)
+    assert debug.returncode != 0 and "Traceback" in debug.stderr and "DatasetWriteError" in debug.stderr
+
+
+@pytest.mark.timeout(120)
+def test_collect_into_a_read_only_out_is_one_line(tmpfs) -> None:
+    out = tmpfs("size=64k,ro") / "cartpole"
+    proc = _collect_cli(out, "--steps", "200")
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip() == f"vecenv-collect: error: cannot write {out}: Read-only file system", proc.stderr
+
+
+@pytest.mark.timeout(60)
+def test_collect_library_raises_a_write_error_naming_the_file(tmp_path: Path) -> None:
+    """The library's error: a ``VecEnvError`` and an ``OSError`` with the errno and the file."""
+    target = tmp_path / "data"
+    envs = vecenv.make("CartPole-v1", 2, 1, context="fork")
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    try:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
+        with pytest.raises(vecenv.rollout.DatasetWriteError) as info:
+            vecenv.collect(envs, steps=2000, out=target)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+        envs.close()
+    assert isinstance(info.value, VecEnvError) and isinstance(info.value, OSError)
+    assert info.value.errno == 27 and str(target) in info.value.filename  # EFBIG
+    assert vecenv.load(target).metadata["complete"] is False
