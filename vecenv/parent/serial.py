@@ -35,22 +35,31 @@ F = TypeVar("F", bound=Callable[..., Any])
 class CallLock:
     """A reentrant lock that knows which call holds it, and from which thread."""
 
+    __slots__ = ("_lock", "_call", "_thread")
+
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        self._holder: str | None = None  # "`step` (thread 'Thread-1')" while a call runs
+        self._call: str | None = None  # the outermost call running, while one runs
+        self._thread: int | None = None  # its thread's ident
 
-    @contextlib.contextmanager
-    def held(self, call: str) -> Iterator[None]:
-        """Run ``call`` alone (waits while another thread's call runs)."""
+    def holder(self) -> str:
+        """The call that holds the lock, for messages ("`step` (thread 'Thread-1')")."""
+        call, ident = self._call, self._thread
+        if call is None:
+            return "a call"
+        names = {t.ident: t.name for t in threading.enumerate()}
+        return f"`{call}` (thread {names.get(ident, ident)!r})"
+
+    def run(self, call: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``method(*args, **kwargs)`` alone (waits while another thread's call runs)."""
         with self._lock:
-            outer = self._holder is None
-            if outer:
-                self._holder = f"`{call}` (thread {threading.current_thread().name!r})"
+            if self._call is not None:  # nested in a call of this thread (step -> step_async)
+                return method(*args, **kwargs)
+            self._call, self._thread = call, threading.get_ident()
             try:
-                yield
+                return method(*args, **kwargs)
             finally:
-                if outer:
-                    self._holder = None
+                self._call = self._thread = None
 
     @contextlib.contextmanager
     def closing(self, grace: float, end_call: Callable[[], None]) -> Iterator[None]:
@@ -58,7 +67,7 @@ class CallLock:
         thread, then ``end_call()`` (end the workers) and wait up to :data:`END_WAIT` more."""
         acquired = self._lock.acquire(timeout=grace) if grace > 0 else self._lock.acquire(blocking=False)
         if not acquired:
-            holder = self._holder or "a call"
+            holder = self.holder()
             end_call()
             if not self._lock.acquire(timeout=END_WAIT):
                 raise CallInFlightError(
@@ -66,8 +75,14 @@ class CallLock:
                     "workers (it is stuck in env code this process hosts); call close() again once it returns"
                 )
         try:
-            with self.held("close"):
+            outer = self._call is None
+            if outer:
+                self._call, self._thread = "close", threading.get_ident()
+            try:
                 yield
+            finally:
+                if outer:
+                    self._call = self._thread = None
         finally:
             self._lock.release()
 
@@ -82,7 +97,6 @@ def serialised(method: F) -> F:
 
     @functools.wraps(method)
     def run(self: _Serialised, *args: Any, **kwargs: Any) -> Any:
-        with self.call_lock.held(name):
-            return method(self, *args, **kwargs)
+        return self.call_lock.run(name, method, self, *args, **kwargs)
 
     return run  # type: ignore[return-value]
