@@ -29,11 +29,12 @@ from gymnasium.vector import AutoresetMode
 
 from vecenv.checks import check_num_steps, check_timeout
 from vecenv.errors import WorkerDiedError
-from vecenv.parent.pool import WorkerPool
+from vecenv.parent.calls import CallRunner
 from vecenv.parent.records import WorkerRecord
 from vecenv.parent.replies import InfoMerger, current_observations
 from vecenv.parent.restart import RestartedRollout, mark_restarted
-from vecenv.parent.state import CallState, State
+from vecenv.parent.serial import CallLock, serialised
+from vecenv.parent.state import State
 from vecenv.policies import RandomPolicy, WorkerPolicy, as_worker_policy
 from vecenv.spaces import is_fixed, tree_copy, tree_leaves, tree_map
 from vecenv.wire.buffers import Buffers
@@ -130,15 +131,15 @@ class Rollouts:
 
     def __init__(
         self,
-        pool: WorkerPool,
+        runner: CallRunner,
         buffers: Buffers,
-        calls: CallState,
         spaces: tuple[Space, Space],
         autoreset_mode: AutoresetMode,
         copy: bool,
         native_groups: bool,
     ) -> None:
-        self.pool, self.buffers, self.calls = pool, buffers, calls
+        self.runner, self.buffers = runner, buffers
+        self.pool, self.calls = runner.pool, runner.calls
         self.observation_space, self.action_space = spaces
         self.autoreset_mode = autoreset_mode
         self.copy = copy
@@ -146,7 +147,7 @@ class Rollouts:
         self.num_envs = buffers.spec.num_envs
         self.block: RolloutBuffers | None = None
         self._block_number = 0
-        self._held = [_Held() for _ in pool.workers]
+        self._held = [_Held() for _ in self.pool.workers]
         self._given: Any = None  # what the caller passed, for "the same policy again"
         self._policy: WorkerPolicy | None = None
         self._policy_number = 0
@@ -198,10 +199,12 @@ class Rollouts:
                 self.buffers.spec.shared_flags,
                 self.autoreset_mode,
             )
-            if self.block is not None:
-                self.block.close()
-                self.block = None
+            old, self.block = self.block, None
+            if old is not None:
+                self.pool.blocks.remove(old)
+                old.close()
             self.block = RolloutBuffers.create(spec)
+            self.pool.blocks.append(self.block)  # the pool releases it at shutdown
             self._block_number += 1
         block, number = self.block, self._block_number
         lacking = [w for w in workers if self._held[w.index].block != (w.launches, number)]
@@ -209,7 +212,7 @@ class Rollouts:
             return
         fd = block.block.fd if block.block is not None else None
         message = RolloutBlockArgs(block.spec, fd)
-        self.pool.send(lacking, Command.ROLLOUT_BLOCK, [message] * len(lacking), "rollout")
+        self._send(lacking, Command.ROLLOUT_BLOCK, [message] * len(lacking))
         self.pool.gather(lacking, None, "rollout")
         for w in lacking:
             self._held[w.index].block = (w.launches, number)
@@ -217,6 +220,17 @@ class Rollouts:
             h.block == (w.launches, number) for h, w in zip(self._held, self.pool.workers)
         ):
             block.release_fd()  # a replacement worker would need it; without restarts nobody does
+
+    def _send(self, workers: Sequence[WorkerRecord], command: Command, payloads: Sequence[Any]) -> None:
+        """Send outside a pending call (the block, a restarted group's steps): an interrupt
+        part-way abandons what was sent, so no reply is left to be taken for another's."""
+        try:
+            self.pool.send(workers, command, payloads, "rollout")
+        except WorkerDiedError:
+            raise
+        except BaseException:
+            self.pool.abandon(workers)
+            raise
 
     # -- a rollout ---------------------------------------------------------------------------
 
@@ -244,9 +258,8 @@ class Rollouts:
         if self.pool.restarter is not None:
             self._start_obs = tree_copy(self.buffers.observations)
         payloads = [self._payload(w, t, 0) for w in workers]
-        self.pool.send(workers, Command.ROLLOUT, payloads, "rollout")
         self._num_steps = t
-        calls.begin(State.WAITING_ROLLOUT, workers)
+        self.runner.send(workers, Command.ROLLOUT, payloads, "rollout", State.WAITING_ROLLOUT)
 
     def finish(self, timeout: float | None) -> Rollout:
         """Gather the replies (running restarted groups' steps again) and assemble the rollout."""
@@ -284,7 +297,7 @@ class Rollouts:
                 break  # DISABLED: the restarted step ended the episode; the envs wait unstepped
             self._ensure_block(self._num_steps, again)
             payloads = [self._payload(w, self._num_steps, 1) for w in again]
-            self.pool.send(again, Command.ROLLOUT, payloads, "rollout")
+            self._send(again, Command.ROLLOUT, payloads)
             replies.update(zip((w.index for w in again), self.pool.gather(again, remaining(), "rollout")))
             again = [w for w in again if isinstance(replies[w.index], RestartedRollout)]
         for index, first in first_rows.items():
@@ -354,12 +367,6 @@ class Rollouts:
             rows(block.stepped),
         )
 
-    def close(self) -> None:
-        """Release the parent's view of the block (the workers release theirs as they exit)."""
-        if self.block is not None:
-            self.block.close()
-            self.block = None
-
 
 def _is_random(policy: Any, current: WorkerPolicy) -> bool:
     """Both are the random policy (``"random"`` names it; every RandomPolicy is the same)."""
@@ -371,7 +378,9 @@ class RolloutMethods:
     ``_rollouts``; kept here, beside the engine it calls)."""
 
     _rollouts: Rollouts
+    call_lock: CallLock
 
+    @serialised
     def rollout_async(self, num_steps: int, policy: Any = "random") -> None:
         """Start a rollout of ``num_steps`` steps of every env, actions chosen by ``policy`` in
         the workers; :meth:`rollout_wait` collects it.
@@ -389,6 +398,7 @@ class RolloutMethods:
         """
         self._rollouts.start(num_steps, policy)
 
+    @serialised
     def rollout_wait(self, timeout: float | None = None) -> Rollout:
         """The rollout started by :meth:`rollout_async`; raises the timeout error after
         ``timeout`` seconds (the late replies are dropped; ``reset()`` comes next).
@@ -398,6 +408,7 @@ class RolloutMethods:
         """
         return self._rollouts.finish(check_timeout(timeout))
 
+    @serialised
     def rollout(self, num_steps: int, policy: Any = "random", *, timeout: float | None = None) -> Rollout:
         """``num_steps`` steps of every env with ``policy`` running in the workers: one command
         and one reply per worker for the whole rollout. Every env's trajectory is the one
@@ -407,6 +418,7 @@ class RolloutMethods:
         self.rollout_async(num_steps, policy)
         return self.rollout_wait(timeout)
 
+    @serialised
     def update_policy_weights(self, weights: Any = None) -> None:
         """Give every worker's copy of the last rollout's policy new weights before the next
         rollout (they travel with it). ``weights=None`` reads them from the original: the

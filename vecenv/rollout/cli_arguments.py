@@ -23,7 +23,7 @@ examples:
       a Minari dataset: minari.load_dataset("cartpole/random-v0") opens it
   vecenv-collect --policy sb3:ppo_cartpole.zip --deterministic --episodes 100
   vecenv-collect --num-envs 256 --backend ray --ray-address auto
-      the envs as Ray actors on the cluster that `ray start` runs here (see README)
+      the envs as Ray actors on the cluster that `ray start` runs here (see docs/ray.md)
   vecenv-collect export rollouts/CartPole-v1 --dataset-id cartpole/old-v0
       an existing dataset as a Minari dataset (see vecenv-collect export --help)
 
@@ -84,7 +84,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="show no progress bar and no summary (e.g. --quiet)",
     )
     _add_runtime_arguments(parser)
+    _add_debug_argument(parser)
     return parser
+
+
+def _add_debug_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="on an error, show its full traceback instead of one line (e.g. --debug)",
+    )
 
 
 def _add_environment_arguments(parser: argparse.ArgumentParser) -> None:
@@ -288,4 +297,5 @@ def build_export_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--quiet", action="store_true", help="print no summary (e.g. --quiet)")
     _add_minari_arguments(parser, collecting=False)
+    _add_debug_argument(parser)
     return parser
