@@ -156,14 +156,10 @@ def collect(
             in the dataset's ``vecenv`` metadata.
         minari_metadata: Minari only: ``author``, ``author_email``, ``code_permalink``,
             ``description`` and ``algorithm_name`` (default: the policy's name).
-        rollout_steps: with one of vecenv's vector envs (not wrapped) under NEXT_STEP or
-            SAME_STEP, the steps come from rollouts in the workers (``envs.rollout``) of
-            this many steps each, the policy running in every worker; ``None`` (the default)
-            adapts the length to about 0.2 s a rollout (at most 8 MiB of rows and 1024 steps). ``0``, any
-            other vector env, and DISABLED step the envs one vector step at a time with the
-            policy in this process. The data is the same either way for a row-wise policy
-            (see ``vecenv.policies`` for which are exact); the dataset's ``collection``
-            metadata records which ran.
+        rollout_steps: with vecenv's own vector envs under NEXT_STEP or SAME_STEP, the
+            policy runs in the workers, in rollouts of this many steps (``None``: adapted to
+            ~0.2 s each); ``0``, other vector envs and DISABLED step one vector step at a time
+            with the policy here. The data is the same either way for a row-wise policy.
 
     Returns:
         Our format: the written dataset, as ``load(out)`` returns it. Minari: the
@@ -181,10 +177,7 @@ def collect(
     """
     target = _check_request(envs, policy, steps, episodes, seed)
     _check_format_options(format, open_episodes, dataset_id, minari_metadata)
-    if rollout_steps is not None and (isinstance(rollout_steps, bool) or not isinstance(rollout_steps, int)):
-        raise TypeError(f"rollout_steps: expected None or a non-negative int, got {rollout_steps!r}")
-    if rollout_steps is not None and rollout_steps < 0:
-        raise ValueError(f"rollout_steps: expected None or a non-negative int, got {rollout_steps!r}")
+    _check_rollout_steps(rollout_steps)
     plan = _plan(envs, policy, seed, steps, episodes, target, metadata, rollout_steps)
     if format == "minari":
         output = _minari_output(plan, out, overwrite, dataset_id, open_episodes, minari_metadata)
@@ -211,6 +204,13 @@ def _check_request(envs: Any, policy: Any, steps: Any, episodes: Any, seed: Any)
     if not isinstance(policy, str) and not callable(policy):
         raise TypeError(policy_error)
     return target
+
+
+def _check_rollout_steps(rollout_steps: Any) -> None:
+    if rollout_steps is not None and (isinstance(rollout_steps, bool) or not isinstance(rollout_steps, int)):
+        raise TypeError(f"rollout_steps: expected None or a non-negative int, got {rollout_steps!r}")
+    if rollout_steps is not None and rollout_steps < 0:
+        raise ValueError(f"rollout_steps: expected None or a non-negative int, got {rollout_steps!r}")
 
 
 def _check_format_options(
@@ -282,13 +282,6 @@ def _source(
     }
     from vecenv.parent.vector_env import GroupVectorEnv  # the engine is loaded by then
 
-    if isinstance(envs, GroupVectorEnv) and mode is not AutoresetMode.DISABLED and rollout_steps != 0:
-        worker_policy = RandomPolicy() if isinstance(policy, str) else CheckedPolicy(_worker_policy(policy, name))
-        row_bytes = sum(f.row_bytes for f in fields)
-        num_steps = rollout_steps or rollout_length(row_bytes, envs.num_envs, CHUNK_BYTES)
-        how.update(method="rollouts in the workers", policy_runs_in="every worker", max_rollout_steps=num_steps)
-        return RolloutSource(envs, worker_policy, num_steps, adapt=rollout_steps is None), how
-    how.update(method="envs.step", policy_runs_in="the collecting process", max_rollout_steps=None)
     act: Any = policy
     if isinstance(policy, str):
         runner = random_actions(envs, seed)
@@ -297,7 +290,15 @@ def _source(
             return runner.act(None, None)
 
     checker = ActionChecker(envs.single_action_space, envs.num_envs, name)
-    return StepSource(envs, act, checker, mode, space_leaves(envs.single_observation_space, "observations")), how
+    stepping = StepSource(envs, act, checker, mode, space_leaves(envs.single_observation_space, "observations"))
+    if isinstance(envs, GroupVectorEnv) and mode is not AutoresetMode.DISABLED and rollout_steps != 0:
+        worker_policy = RandomPolicy() if isinstance(policy, str) else CheckedPolicy(_worker_policy(policy, name))
+        row_bytes = sum(f.row_bytes for f in fields)
+        num_steps = rollout_steps or rollout_length(row_bytes, envs.num_envs, CHUNK_BYTES)
+        how.update(method="rollouts in the workers", policy_runs_in="every worker", max_rollout_steps=num_steps)
+        return RolloutSource(envs, worker_policy, num_steps, stepping, how, adapt=rollout_steps is None), how
+    how.update(method="envs.step", policy_runs_in="the collecting process", max_rollout_steps=None)
+    return stepping, how
 
 
 def _worker_policy(policy: Policy, name: str) -> WorkerPolicy:

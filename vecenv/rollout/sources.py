@@ -92,8 +92,11 @@ class StepSource:
         self.obs_columns: list[np.ndarray] = []
 
     def start(self, seed: int) -> None:
-        self.obs, _ = self.envs.reset(seed=seed)
-        self.obs_columns = _leaves(self.space, self.obs, self.obs_leaves)
+        self.resume(self.envs.reset(seed=seed)[0])
+
+    def resume(self, obs: Any) -> None:
+        """Act on ``obs`` next (the envs' current observations)."""
+        self.obs, self.obs_columns = obs, _leaves(self.space, obs, self.obs_leaves)
 
     def next(self, wanted: int | None) -> Chunk:
         """The next vector step (``wanted``, the transitions still to record, is not needed)."""
@@ -147,9 +150,21 @@ class RolloutSource:
     length changes only where the steps are cut into chunks.
     """
 
-    def __init__(self, envs: Any, policy: WorkerPolicy, max_steps: int, adapt: bool = True) -> None:
+    def __init__(
+        self,
+        envs: Any,
+        policy: WorkerPolicy,
+        max_steps: int,
+        fallback: StepSource,
+        how: dict[str, Any],
+        adapt: bool = True,
+    ) -> None:
         self.envs = envs
         self.policy = policy
+        # Where the steps come from if the rollout block cannot be made, and the dataset's
+        # record of how it was collected, updated then.
+        self.fallback, self.how, self.stepping = fallback, how, False
+        self.obs: Any = None
         self.max_steps = max_steps
         self.num_steps = min(max_steps, FIRST_ROLLOUT_STEPS) if adapt else max_steps
         self.adapt = adapt
@@ -159,7 +174,7 @@ class RolloutSource:
         self.started_at = 0.0
 
     def start(self, seed: int) -> None:
-        self.envs.reset(seed=seed)
+        self.obs, _ = self.envs.reset(seed=seed)
 
     def steps_for(self, wanted: int | None) -> int:
         """Enough steps for ``wanted`` more transitions (a NEXT_STEP reset step records none:
@@ -171,18 +186,16 @@ class RolloutSource:
     def next(self, wanted: int | None) -> Chunk:
         """The next rollout; the one after it is started at once unless this one may finish
         the collection (``wanted``: transitions still to record, or ``None`` for episodes)."""
-        envs = self.envs
-        if not self.pending:
-            self.started_at = time.monotonic()
-            envs.rollout_async(self.steps_for(wanted), self.policy)
+        if self.stepping:
+            return self.fallback.next(wanted)
+        if not self.pending and not self.begin(self.steps_for(wanted), self.obs):
+            return self.fallback.next(wanted)
         self.pending = False
-        rollout = envs.rollout_wait()
+        rollout = self.envs.rollout_wait()
         self.follow(rollout.num_steps, time.monotonic() - self.started_at)
         if wanted is None or wanted > rollout.rewards.size:
             left = None if wanted is None else wanted - rollout.rewards.size
-            self.started_at = time.monotonic()
-            envs.rollout_async(self.steps_for(left), self.policy)
-            self.pending = True
+            self.begin(self.steps_for(left), rollout.last_observations)
         return Chunk(
             list(leaf_values(self.space, rollout.observations)),
             list(leaf_values(self.space, rollout.next_observations())),
@@ -191,6 +204,27 @@ class RolloutSource:
             rollout.terminations,
             rollout.truncations,
         )
+
+    def begin(self, steps: int, obs: Any) -> bool:
+        """Start a rollout of ``steps`` steps from ``obs``. False when its block could not be
+        made (an ``OSError``: a file size limit applies to shared memory too, or memory ran
+        out): the steps then come from ``envs.step``, from ``obs`` on, which gives the same data."""
+        self.started_at = time.monotonic()
+        try:
+            self.envs.rollout_async(steps, self.policy)
+        except OSError as exc:
+            if isinstance(exc, TimeoutError):
+                raise
+            self.stepping = True
+            self.how.update(
+                method="envs.step",
+                policy_runs_in="the collecting process",
+                fell_back=f"the rollout block could not be made: {exc}",
+            )
+            self.fallback.resume(obs)
+            return False
+        self.pending = True
+        return True
 
     def follow(self, steps: int, seconds: float) -> None:
         """Adapt the length to a rollout of ``steps`` steps that took ``seconds``."""
@@ -201,6 +235,8 @@ class RolloutSource:
 
     def recorded(self, done: np.ndarray) -> None:
         """Nothing to do: rollouts autoreset (NEXT_STEP, SAME_STEP)."""
+        if self.stepping:
+            self.fallback.recorded(done)
 
     def close(self, finished: bool) -> None:
         """Collect the rollout still in flight (``finished``), or abandon it (an error, Ctrl+C:
