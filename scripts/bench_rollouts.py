@@ -352,7 +352,7 @@ def section_step(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 @child("idle")
 def _idle_child(args: argparse.Namespace) -> dict[str, Any]:
-    """Cores used by the parent and the workers during 0.5 s with nobody stepping."""
+    """Cores used by the parent and the workers during 0.5 s after a rollout, nobody stepping."""
     import vecenv
 
     def ticks(pids: list[int]) -> int:
@@ -365,6 +365,9 @@ def _idle_child(args: argparse.Namespace) -> dict[str, Any]:
 
     envs = vecenv.make("CartPole-v1", 8, 2)
     envs.reset(seed=0)
+    for _ in range(5):
+        envs.rollout(64)
+    time.sleep(0.5)  # the workers' own start-up (lazy imports, a first collection) is not idling
     envs.rollout(64)
     pids = [os.getpid(), *[p for p in envs._pool.transport.pids if p]]
     before = ticks(pids)

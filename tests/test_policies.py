@@ -163,3 +163,13 @@ def test_as_worker_policy_refuses_what_it_cannot_run(value: Any, error: type, ma
         as_worker_policy(value)
     assert isinstance(as_worker_policy("random"), RandomPolicy)
     assert RandomPolicy() == RandomPolicy() and isinstance(as_worker_policy(RandomPolicy()), WorkerPolicy)
+
+
+def test_skip_leaves_the_streams_where_as_many_steps_would() -> None:
+    space = ACTION_SPACES["box"]
+    stepped, skipped = (RandomPolicy().build(_context(range(3), space)) for _ in range(2))
+    for steps in (1, 700, 1500):
+        for _ in range(steps):
+            stepped.act(None, None)
+        skipped.skip(steps)
+        np.testing.assert_array_equal(stepped.act(None, None), skipped.act(None, None))

@@ -522,6 +522,33 @@ def test_rollouts_write_the_minari_dataset_stepping_writes(tmp_path: Path) -> No
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("fails_at", [1, 2], ids=["first block", "when it grows"])
+def test_a_rollout_block_that_cannot_be_made_falls_back_to_stepping(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fails_at: int
+) -> None:
+    """A file size limit (RLIMIT_FSIZE applies to shared memory too) or no memory for the block:
+    the collection steps instead, from where it was, and writes the same bytes."""
+    from vecenv.wire.rollout_buffers import RolloutBuffers
+
+    made = []
+    original = RolloutBuffers.create
+
+    def create(spec: Any) -> RolloutBuffers:
+        made.append(spec.num_steps)
+        if len(made) == fails_at:
+            raise OSError(27, "File too large")
+        return original(spec)
+
+    monkeypatch.setattr(RolloutBuffers, "create", staticmethod(create))
+    reference = collect_sync(tmp_path / "sync", 4, AutoresetMode.NEXT_STEP, steps=3000, seed=1)
+    dataset = _collect_with(_vecenv_counters(4, 2, AutoresetMode.NEXT_STEP), tmp_path / "v", steps=3000, seed=1)
+    assert npy_bytes(tmp_path / "v") == npy_bytes(reference.path)
+    how = dataset.metadata["collection"]
+    assert how["method"] == "envs.step" and "File too large" in how["fell_back"], how
+    assert len(made) == fails_at
+
+
+@pytest.mark.timeout(60)
 def test_policy_errors_in_the_workers_are_policy_errors(tmp_path: Path) -> None:
     envs = _vecenv_counters(4, 2, AutoresetMode.NEXT_STEP)
     with pytest.raises(PolicyError, match=r"returned an action outside the action space: env [0-3] got") as info:

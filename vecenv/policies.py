@@ -50,6 +50,7 @@ __all__ = [
     "PolicyRunner",
     "WorkerPolicy",
     "RandomPolicy",
+    "RandomActions",
     "FunctionPolicy",
     "TorchPolicy",
     "SB3Policy",
@@ -139,8 +140,8 @@ class RandomPolicy(WorkerPolicy):
 
     name = "random"
 
-    def build(self, context: PolicyContext) -> PolicyRunner:
-        return _RandomActions(context)
+    def build(self, context: PolicyContext) -> RandomActions:
+        return RandomActions(context)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RandomPolicy)
@@ -149,7 +150,7 @@ class RandomPolicy(WorkerPolicy):
         return hash(RandomPolicy)
 
 
-class _RandomActions(PolicyRunner):
+class RandomActions(PolicyRunner):
     """Per env: the action space batched :func:`_block_steps` times, seeded, sampled a block at
     a time."""
 
@@ -173,6 +174,19 @@ class _RandomActions(PolicyRunner):
         self.spaces[local].seed(policy_seed(seed))
         self.used[local] = self.block_steps
         self.until_refill = 0
+
+    def skip(self, steps: int) -> None:
+        """Draw ``steps`` steps of actions for every env and drop them (as ``act`` would, a
+        block at a time): where a copy that took over from another goes on."""
+        while steps > 0:
+            if self.until_refill == 0 or not self.aligned:
+                self.act(None, None)
+                steps -= 1
+                continue
+            taken = min(steps, self.until_refill)
+            self.used += taken
+            self.until_refill -= taken
+            steps -= taken
 
     def act(self, observations: Any, active: np.ndarray | None) -> Any:
         used, block_steps = self.used, self.block_steps

@@ -283,14 +283,17 @@ def _source(
     from vecenv.parent.vector_env import GroupVectorEnv  # the engine is loaded by then
 
     act: Any = policy
+    skip = None
     if isinstance(policy, str):
         runner = random_actions(envs, seed)
+        skip = runner.skip
 
         def act(_observation: Any) -> Any:
             return runner.act(None, None)
 
     checker = ActionChecker(envs.single_action_space, envs.num_envs, name)
-    stepping = StepSource(envs, act, checker, mode, space_leaves(envs.single_observation_space, "observations"))
+    leaves = space_leaves(envs.single_observation_space, "observations")
+    stepping = StepSource(envs, act, checker, mode, leaves, skip)
     if isinstance(envs, GroupVectorEnv) and mode is not AutoresetMode.DISABLED and rollout_steps != 0:
         worker_policy = RandomPolicy() if isinstance(policy, str) else CheckedPolicy(_worker_policy(policy, name))
         row_bytes = sum(f.row_bytes for f in fields)

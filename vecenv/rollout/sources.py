@@ -25,7 +25,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from vecenv.policies import PolicyContext, PolicyRunner, RandomPolicy, WorkerPolicy
+from vecenv.policies import PolicyContext, RandomActions, RandomPolicy, WorkerPolicy
 from vecenv.rollout.actions import ActionChecker
 from vecenv.rollout.format import Leaf
 from vecenv.spaces import leaf_values
@@ -63,7 +63,7 @@ def rollout_length(row_bytes: int, num_envs: int, chunk_bytes: int) -> int:
     return max(1, min(MAX_ROLLOUT_STEPS, chunk_bytes // max(1, row_bytes * num_envs)))
 
 
-def random_actions(envs: VectorEnv, seed: int) -> PolicyRunner:
+def random_actions(envs: VectorEnv, seed: int) -> RandomActions:
     """The ``"random"`` policy acting here: every env's generator, as its worker would seed it."""
     context = PolicyContext(
         range(envs.num_envs),
@@ -83,9 +83,16 @@ class StepSource:
     """One ``envs.step`` per chunk; ``act`` maps the batched observation to batched actions."""
 
     def __init__(
-        self, envs: VectorEnv, act: Any, check_actions: ActionChecker, mode: AutoresetMode, obs_leaves: list[Leaf]
+        self,
+        envs: VectorEnv,
+        act: Any,
+        check_actions: ActionChecker,
+        mode: AutoresetMode,
+        obs_leaves: list[Leaf],
+        skip: Any = None,
     ) -> None:
         self.envs, self.act, self.check_actions, self.mode = envs, act, check_actions, mode
+        self.skip = skip  # the random policy's ``skip``: its streams go on where the workers' stopped
         self.space = envs.single_observation_space
         self.obs_leaves = obs_leaves
         self.obs: Any = None
@@ -94,9 +101,12 @@ class StepSource:
     def start(self, seed: int) -> None:
         self.resume(self.envs.reset(seed=seed)[0])
 
-    def resume(self, obs: Any) -> None:
-        """Act on ``obs`` next (the envs' current observations)."""
+    def resume(self, obs: Any, steps_taken: int = 0) -> None:
+        """Act on ``obs`` next (the envs' current observations), after ``steps_taken`` vector
+        steps that another source took (the random policy's streams skip them)."""
         self.obs, self.obs_columns = obs, _leaves(self.space, obs, self.obs_leaves)
+        if steps_taken and self.skip is not None:
+            self.skip(steps_taken)
 
     def next(self, wanted: int | None) -> Chunk:
         """The next vector step (``wanted``, the transitions still to record, is not needed)."""
@@ -165,6 +175,7 @@ class RolloutSource:
         # record of how it was collected, updated then.
         self.fallback, self.how, self.stepping = fallback, how, False
         self.obs: Any = None
+        self.steps_taken = 0  # vector steps of the rollouts collected so far
         self.max_steps = max_steps
         self.num_steps = min(max_steps, FIRST_ROLLOUT_STEPS) if adapt else max_steps
         self.adapt = adapt
@@ -192,6 +203,7 @@ class RolloutSource:
             return self.fallback.next(wanted)
         self.pending = False
         rollout = self.envs.rollout_wait()
+        self.steps_taken += rollout.num_steps
         self.follow(rollout.num_steps, time.monotonic() - self.started_at)
         if wanted is None or wanted > rollout.rewards.size:
             left = None if wanted is None else wanted - rollout.rewards.size
@@ -221,7 +233,7 @@ class RolloutSource:
                 policy_runs_in="the collecting process",
                 fell_back=f"the rollout block could not be made: {exc}",
             )
-            self.fallback.resume(obs)
+            self.fallback.resume(obs, self.steps_taken)
             return False
         self.pending = True
         return True

@@ -270,7 +270,7 @@ def encode_for_pipe(command: Command, call_id: int, payload: Any) -> bytes | Wit
     """:func:`encode_command` for a transport that can pass descriptors: a
     :class:`RolloutBlockArgs` holding the parent's descriptor of the block is sent without it,
     and the descriptor is passed beside the message."""
-    if isinstance(payload, RolloutBlockArgs) and payload.fd is not None:
+    if command is Command.ROLLOUT_BLOCK and isinstance(payload, RolloutBlockArgs) and payload.fd is not None:
         return WithFd(encode_command(command, call_id, dataclasses.replace(payload, fd=None), True), payload.fd)
     return encode_command(command, call_id, payload)
 

@@ -187,7 +187,6 @@ class WorkerCore:
         group, rollouts = self.group, self.rollouts
         assert group is not None and rollouts is not None, "attach() comes before any command"
         group.blame = None
-        rollouts.failure = None
         try:
             payload = load()
             if fd is not None:

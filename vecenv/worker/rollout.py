@@ -98,6 +98,7 @@ class GroupRollouts:
 
     def run(self, args: RolloutArgs) -> RolloutReply:
         """Steps ``args.first_step .. args.num_steps - 1``; their rows go into the block."""
+        self.failure = None
         block = self.block
         if block is None:
             raise RuntimeError("a rollout came before its rollout block (ROLLOUT_BLOCK)")
