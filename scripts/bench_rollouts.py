@@ -4,7 +4,8 @@ Every measurement runs in a fresh process (``--child NAME``); the rows of a sect
 interleaved over ``--reps`` repetitions and reported as medians, with the ratio each target
 is stated in. Sections:
 
-* ``collect``: whole-process transitions/s writing CartPole-v1 transitions to disk: a plain
+* ``collect``: whole-process transitions/s (and per CPU-second, which a host shared with other
+  jobs cannot take away) writing CartPole-v1 transitions to disk: a plain
   single-env Python loop into numpy arrays (``np.save`` at the end), Minari's own
   ``DataCollector`` on one env, and ``vecenv-collect`` (our format and ``--format minari``)
   at 8, 64 and 256 envs, with its policy in the workers (rollouts, the default) and in this
@@ -30,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -127,18 +129,23 @@ def _child_env(code: Path) -> dict[str, str]:
     return env
 
 
-def _timed(command: list[str], env: dict[str, str]) -> float:
+def _timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system, the process and every descendant it
+    waited for: the workers) of one run of ``command``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise RuntimeError(f"{command} failed:\n{done.stderr[-2000:]}")
-    return elapsed
+    return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def section_collect(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Transitions/s of whole processes; the plain loop is the 1.00x."""
     rows: dict[str, list[float]] = {}
+    per_cpu: dict[str, list[float]] = {}  # transitions per CPU-second: what a busy host cannot take away
     base_env = _child_env(args.code)
     minari_steps = max(1000, args.steps // 5)  # Minari's collector is far slower: fewer steps
     for _ in range(args.reps):
@@ -159,11 +166,14 @@ def section_collect(args: argparse.Namespace) -> list[dict[str, Any]]:
                 steps = args.steps // 4 if "--rollout-steps 0" in name else args.steps
                 commands[name] = (_collect_command(steps, str(Path(tmp) / f"row{index}"), *extra), steps)
             for name, (command, steps) in commands.items():
-                rows.setdefault(name, []).append(steps / _timed(command, env))
+                wall, cpu = _timed(command, env)
+                rows.setdefault(name, []).append(steps / wall)
+                per_cpu.setdefault(name, []).append(steps / cpu)
                 shutil.rmtree(Path(tmp) / "minari", ignore_errors=True)
     # Ratios are taken within each repetition (the rows of one repetition ran minutes apart at
     # most), then the median over repetitions: a shared machine's load drifts between them.
-    plain = rows["plain single-env loop into numpy (np.save)"]
+    plain_name = "plain single-env loop into numpy (np.save)"
+    plain = rows[plain_name]
     collector = rows["Minari DataCollector (1 env) + create_dataset"]
     table = []
     for name, rates in rows.items():
@@ -174,6 +184,7 @@ def section_collect(args: argparse.Namespace) -> list[dict[str, Any]]:
             "max": max(rates),
             "x_plain": statistics.median(r / p for r, p in zip(rates, plain)),
             "x_plain_best_rep": max(r / p for r, p in zip(rates, plain)),
+            "x_plain_per_cpu_s": statistics.median(per_cpu[name]) / statistics.median(per_cpu[plain_name]),
         }
         if "minari" in name.lower():
             entry["x_minari_collector"] = statistics.median(r / c for r, c in zip(rates, collector))
