@@ -276,8 +276,9 @@ def encode_for_pipe(command: Command, call_id: int, payload: Any) -> bytes | Wit
 
 
 def fd_follows(data: bytes) -> bool:
-    """Whether a descriptor was passed right after this command's bytes."""
-    return _HEADER.unpack_from(data)[0] == _PICKLED_FD
+    """Whether a descriptor was passed right after this command's bytes (the header's first
+    byte, its kind: read on every command, so without unpacking the header again)."""
+    return data[0] == _PICKLED_FD
 
 
 def decode_command(data: bytes) -> tuple[Command, int, Callable[[], Any]]:
