@@ -516,6 +516,44 @@ def test_benchmark_ray_runners_measure(ray_local: RaySessions, runner: str) -> N
         assert cell["batch_size"] == 2 and cell["workers"] == 2
 
 
+# -- multi-agent copies on Ray (vecenv.MultiAgentVectorEnv, backend="ray") --------------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", [NEXT, SAME], ids=lambda m: m.value)
+def test_multiagent_matches_plain_loop(ray_local: RaySessions, mode: AutoresetMode) -> None:
+    """The multi-agent groups in actors give the plain loop's results (agent death included)."""
+    from tests.test_multiagent import run_native, toy_fns
+
+    seen = run_native(toy_fns(5), mode, steps=16, num_workers=2, backend="ray", actor_options=HALF_CPU)
+    assert seen["inactive_rows"] > 0 and seen["copy_ends"] >= 5
+
+
+@pytest.mark.timeout(120)
+def test_multiagent_kaz_matches_plain_loop(ray_local: RaySessions) -> None:
+    pytest.importorskip("pymunk", reason="knights_archers_zombies needs pymunk")
+    from tests.multiagent_envs import kaz
+    from tests.test_multiagent import run_native
+
+    seen = run_native([kaz] * 2, SAME, steps=140, num_workers=2, backend="ray", actor_options=HALF_CPU)
+    assert seen["inactive_rows"] > 0
+
+
+@pytest.mark.timeout(90)
+def test_multiagent_restart_replaces_the_actor(ray_local: RaySessions) -> None:
+    from tests.test_multiagent import toy_fns
+
+    envs = vecenv.MultiAgentVectorEnv(toy_fns(4), 2, backend="ray", actor_options=HALF_CPU, on_worker_death="restart")
+    with envs:
+        envs.reset(seed=1)
+        os.kill(envs.rows.actor_pids[1], signal.SIGKILL)
+        _, rewards, _, truncs, infos = envs.step(envs.action_space.sample())
+        assert truncs[8:].all() and (rewards[8:] == 0).all() and not truncs[:8].any()
+        assert infos["_worker_restarted"].tolist() == [False] * 8 + [True] * 8
+        for _ in range(6):
+            envs.step(envs.action_space.sample())
+
+
 # -- a Ray that the vector env starts itself ---------------------------------------------------
 
 

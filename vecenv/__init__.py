@@ -24,6 +24,7 @@ __all__ = [
     "DEFAULT_CLOSE_TIMEOUT",
     "GroupVectorEnv",
     "InvalidObservationError",
+    "MultiAgentVectorEnv",
     "NeedsResetError",
     "RemoteEnvError",
     "SpaceMismatchError",
@@ -36,6 +37,7 @@ __all__ = [
     "collect",
     "load",
     "make",
+    "make_parallel",
     "__version__",
 ]
 
@@ -44,7 +46,12 @@ def __getattr__(name: str):
     """``vecenv.RayVectorEnv`` imports Ray on first use: ``import vecenv`` never does.
 
     (It is left out of ``__all__`` so that ``from vecenv import *`` does not import Ray either.)
+    The multi-agent API loads on first use too: workers never need it.
     """
+    if name in ("MultiAgentVectorEnv", "make_parallel"):
+        from vecenv.multiagent import vector_env
+
+        return getattr(vector_env, name)
     if name == "RayVectorEnv":
         from vecenv.ray_transport import RayVectorEnv
 

@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Callable
 from multiprocessing import parent_process, reduction
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 import gymnasium as gym
@@ -32,6 +32,7 @@ from gymnasium.vector import AutoresetMode
 from vecenv.buffers import Buffers, drop_inherited_mappings
 from vecenv.errors import PackedException
 from vecenv.group import EnvGroup, VectorGroup
+from vecenv.multiagent.copies import AgentCopies  # hook: multi-agent groups (vecenv.multiagent)
 from vecenv.protocol import (
     Attach,
     CallArgs,
@@ -43,6 +44,9 @@ from vecenv.protocol import (
     encode_reply,
 )
 from vecenv.spaces import tree_copy
+
+if TYPE_CHECKING:
+    from vecenv.multiagent.group import CopyGroup
 
 __all__ = ["WorkerCore", "WorkerOptions", "worker_main", "PARENT_ENDS", "Spin"]
 
@@ -100,13 +104,16 @@ class WorkerCore:
         self.index = index
         self.options = options
         self.envs: Any = None
-        self.group: EnvGroup | VectorGroup | None = None
+        self.group: EnvGroup | VectorGroup | CopyGroup | None = None
         self._handlers: dict[Command, Callable[[Any], Any]] = {}
 
     def build(self, group_fn_bytes: bytes) -> Hello:
         """Build the envs with the cloudpickled group builder and describe them."""
         group_fn: Callable[[], Any] = cloudpickle.loads(group_fn_bytes)
         built = group_fn()
+        if isinstance(built, AgentCopies):  # hook: copies of a multi-agent env describe themselves
+            self.envs = built
+            return built.hello()
         if isinstance(built, gym.vector.VectorEnv):
             self.envs = built
             return Hello(
@@ -139,8 +146,11 @@ class WorkerCore:
 
     def attach(self, attach: Attach, buffers: Buffers) -> None:
         """Wire the group to its rows of the buffers; commands can be handled from now on."""
-        if isinstance(self.envs, gym.vector.VectorEnv):
-            group: EnvGroup | VectorGroup = VectorGroup(self.envs, buffers)
+        group: EnvGroup | VectorGroup | CopyGroup
+        if isinstance(self.envs, AgentCopies):  # hook: multi-agent copies make their own group
+            group = self.envs.make_group(buffers)
+        elif isinstance(self.envs, gym.vector.VectorEnv):
+            group = VectorGroup(self.envs, buffers)
         else:
             group = EnvGroup(self.envs, attach.autoreset_mode, buffers)
         self.group = group
@@ -223,7 +233,8 @@ def _setup_process(options: WorkerOptions) -> None:
 def worker_main(index: int, conn: Connection, group_fn_bytes: bytes, options: WorkerOptions) -> None:
     """Entry point of worker process ``index``; ``group_fn_bytes`` is a cloudpickled group builder.
 
-    The builder returns the list of envs this worker hosts, or one native ``VectorEnv``.
+    The builder returns the list of envs this worker hosts, one native ``VectorEnv``, or the
+    copies of a multi-agent env (a :class:`vecenv.multiagent.copies.AgentCopies`).
     SIGINT is ignored: Ctrl+C belongs to the parent, which closes the workers itself.
     """
     _setup_process(options)
