@@ -60,6 +60,10 @@ class ToyParallelEnv:
         self.raise_at = raise_at
         self.label = "toy"
 
+    @property
+    def unwrapped(self) -> ToyParallelEnv:
+        return self
+
     def observation_space(self, agent: str) -> spaces.Space:
         return self._obs_spaces[agent]
 
