@@ -41,7 +41,7 @@ def main() -> None:
 
     import vecenv
     from vecenv.benchmark import BurnEnv, calibrate
-    from vecenv.ray_transport import RayVectorEnv
+    from vecenv.parent.ray_env import RayVectorEnv
 
     n = args.num_envs
     if args.workload == "py1ms":

@@ -29,7 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # also runs from a checkout
 import vecenv  # noqa: E402
-from vecenv.threads import THREAD_ENV_VARS  # noqa: E402
+from vecenv.worker.threads import THREAD_ENV_VARS  # noqa: E402
 
 
 class MatmulEnv(gym.Env):

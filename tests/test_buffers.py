@@ -14,7 +14,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from vecenv.buffers import HAVE_MEMFD, Buffers, BufferSpec, SharedBlock
+from vecenv.wire.buffers import HAVE_MEMFD, Buffers, BufferSpec, SharedBlock
 
 pytestmark = pytest.mark.skipif(not HAVE_MEMFD, reason="the shared block is a memfd only on Linux")
 

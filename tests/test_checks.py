@@ -17,7 +17,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
 from tests.crash_envs import FaultEnv
-from vecenv import checks
+from vecenv import checks, host
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -30,7 +30,7 @@ def test_available_cpus_follows_the_affinity_mask(monkeypatch: pytest.MonkeyPatc
         pytest.skip("no sched_getaffinity here")
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 3})
-    assert checks.available_cpus() == 2
+    assert host.available_cpus() == 2
     assert checks.check_num_workers(None, 10) == 2
     assert checks.check_num_workers(None, 1) == 1
 
@@ -38,9 +38,9 @@ def test_available_cpus_follows_the_affinity_mask(monkeypatch: pytest.MonkeyPatc
 def test_available_cpus_without_affinity_uses_cpu_count(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(os, "sched_getaffinity", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 5)
-    assert checks.available_cpus() == 5
+    assert host.available_cpus() == 5
     monkeypatch.setattr(os, "cpu_count", lambda: None)
-    assert checks.available_cpus() == 1
+    assert host.available_cpus() == 1
 
 
 @pytest.mark.parametrize("value", [1, 3, 4, np.int64(2)])

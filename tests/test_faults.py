@@ -35,7 +35,7 @@ import vecenv
 from tests.crash_envs import fault_fns, healthy_fns
 from vecenv import NeedsResetError, RemoteEnvError, VecEnvTimeoutError, WorkerDiedError
 from vecenv.errors import RemoteTraceback
-from vecenv.process_pool import KILL_GRACE
+from vecenv.transports.process import KILL_GRACE
 
 ROOT = Path(__file__).resolve().parent.parent
 

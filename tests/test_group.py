@@ -20,9 +20,9 @@ from gymnasium.vector.utils import concatenate, create_empty_array
 
 from tests.envs import DiffEnv, ReusedInfoEnv, diff_env_fns, make_obs_space
 from tests.test_differential import assert_same, sample_actions
-from vecenv.buffers import HAVE_MEMFD, SHM_PREFIX, Buffers, BufferSpec
-from vecenv.group import EnvGroup
 from vecenv.spaces import build_tree, is_fixed, leaf_layout, row_writer, to_batch, tree_assign, tree_leaves, tree_slice
+from vecenv.wire.buffers import HAVE_MEMFD, SHM_PREFIX, Buffers, BufferSpec
+from vecenv.worker.group import EnvGroup
 
 NEXT, SAME, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED
 
@@ -446,9 +446,9 @@ def test_buffers_text_observations_travel_as_objects() -> None:
         write = worker.observation_writer()
         for j, item in enumerate(items):
             write(j, item)
-        obs_payload, flags = worker.payload()
-        assert flags is None  # the flags are shared
-        parent.receive(0, 3, (obs_payload, None))
+        rows = worker.payload()
+        assert rows is not None and rows.flags is None  # the flags are shared
+        parent.receive(0, 3, rows)
         expected = concatenate(space, items, create_empty_array(space, 3))
         assert_same(parent.batched_observations(), expected)
         assert parent.batched_observations()[0] == ("ab", "c", "dddd")

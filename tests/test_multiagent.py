@@ -15,11 +15,11 @@ from gymnasium.vector import AutoresetMode
 import vecenv
 from tests.conftest import start_methods
 from tests.multiagent_envs import PlainLoop, ToyParallelEnv, assert_tree_equal
-from vecenv.buffers import Buffers, BufferSpec
 from vecenv.errors import NeedsResetError, SpaceMismatchError
 from vecenv.multiagent import AgentSpaceMismatchError, MultiAgentVectorEnv
 from vecenv.multiagent.copies import INACTIVE_KEY
 from vecenv.multiagent.group import ParallelCopies
+from vecenv.wire.buffers import Buffers, BufferSpec
 
 NEXT, SAME, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED
 MODES = [pytest.param(m, id=m.value) for m in (NEXT, SAME, DISABLED)]

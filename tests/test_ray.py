@@ -39,7 +39,7 @@ from tests.test_differential import (
     sample_actions,
 )
 from vecenv.errors import NeedsResetError, RemoteTraceback, VecEnvTimeoutError, WorkerDiedError
-from vecenv.ray_transport import RayVectorEnv
+from vecenv.parent.ray_env import RayVectorEnv
 
 NEXT, SAME, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED
 #: Half a CPU per actor lets 4 groups run on the 2-CPU local Ray.
@@ -480,7 +480,7 @@ def test_rollout_cli_backend_ray_writes_the_same_arrays(ray_local: RaySessions, 
 def test_import_vecenv_does_not_import_ray() -> None:
     code = (
         "import sys, vecenv; from vecenv import *; assert 'ray' not in sys.modules; "
-        "from vecenv.ray_transport import RayVectorEnv; assert vecenv.RayVectorEnv is RayVectorEnv"
+        "from vecenv.parent.ray_env import RayVectorEnv; assert vecenv.RayVectorEnv is RayVectorEnv"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
     assert proc.returncode == 0, proc.stderr

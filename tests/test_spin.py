@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import vecenv
-from vecenv import process_pool
 from vecenv.benchmark import _cpu_ticks
-from vecenv.worker import SPIN_BACKOFF, SPIN_SECONDS, Spin
+from vecenv.transports import process as process_transport
+from vecenv.wire.pipes import SPIN_BACKOFF, SPIN_SECONDS, Spin
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -38,7 +38,7 @@ def _cpu_seconds(pid: int) -> float:
 def test_spins_only_where_every_process_has_a_core(
     monkeypatch: pytest.MonkeyPatch, cpus: int, groups: int, inline: bool, spins: bool
 ) -> None:
-    monkeypatch.setattr(process_pool, "available_cpus", lambda: cpus)
+    monkeypatch.setattr(process_transport, "available_cpus", lambda: cpus)
     with vecenv.make("CartPole-v1", 4, groups, inline_group=inline) as envs:
         if groups == 1 and inline:
             assert envs._pool.transport.spin == 0.0
@@ -52,7 +52,7 @@ def test_spins_only_where_every_process_has_a_core(
 def test_an_idle_vector_env_costs_no_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """Spinning workers stepped in a tight loop, then left alone (a learner busy elsewhere): in
     that pause they use next to no CPU, a poll of at most SPIN_SECONDS each."""
-    monkeypatch.setattr(process_pool, "available_cpus", lambda: 4)
+    monkeypatch.setattr(process_transport, "available_cpus", lambda: 4)
     with vecenv.make("CartPole-v1", 4, 2) as envs:
         assert envs._pool.transport.spin > 0
         envs.reset(seed=0)

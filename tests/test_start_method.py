@@ -22,7 +22,7 @@ from gymnasium.vector import SyncVectorEnv
 import vecenv
 from tests.regression_envs import BUILD_LOCK, locked_cartpole
 from tests.test_differential import assert_same
-from vecenv.checks import default_start_method
+from vecenv.host import default_start_method
 
 pytestmark = pytest.mark.skipif(
     multiprocessing.get_all_start_methods()[0] != "fork", reason="the rule is about platforms that fork by default"

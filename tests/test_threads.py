@@ -1,4 +1,4 @@
-"""vecenv.threads.limit_threads: variables set unless the user set them, loaded libraries limited.
+"""vecenv.worker.threads.limit_threads: variables set unless the user set them, loaded libraries limited.
 
 Each check runs in a fresh interpreter (a subprocess) with no thread variables in its
 environment, because the call changes the process's environment and its loaded libraries. The
@@ -17,7 +17,7 @@ import textwrap
 
 import pytest
 
-from vecenv.threads import THREAD_ENV_VARS, limit_threads
+from vecenv.worker.threads import THREAD_ENV_VARS, limit_threads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -27,7 +27,7 @@ PRELUDE = textwrap.dedent('''
     if HIDE_TPC:
         sys.modules["threadpoolctl"] = None
     import numpy as np
-    from vecenv.threads import THREAD_ENV_VARS, limit_threads, _mapped_shared_objects
+    from vecenv.worker.threads import THREAD_ENV_VARS, limit_threads, _mapped_shared_objects
 
     def openblas_threads():
         """OpenBLAS's own count, or None if numpy does not use OpenBLAS."""

@@ -1,22 +1,43 @@
-"""vecenv: many Gymnasium envs stepped in a few worker processes, identical to SyncVectorEnv."""
+"""vecenv: many Gymnasium envs stepped in a few worker processes, identical to SyncVectorEnv.
 
-from gymnasium.vector import AutoresetMode
+Every public name is listed in ``__all__`` and imported on first use (a module ``__getattr__``,
+as ``concurrent.futures`` does), so ``import vecenv`` is cheap: every worker started with
+``spawn`` or ``forkserver`` imports it again. ``RayVectorEnv`` imports Ray only when it is
+first used; it is left out of ``__all__`` so that ``from vecenv import *`` does not import Ray.
+"""
 
-from vecenv.coordinator import DEFAULT_CLOSE_TIMEOUT, GroupVectorEnv, State, SubprocVectorEnv
-from vecenv.errors import (
-    InvalidObservationError,
-    NeedsResetError,
-    RemoteEnvError,
-    SpaceMismatchError,
-    VecEnvError,
-    VecEnvTimeoutError,
-    WorkerDiedError,
-)
-from vecenv.factory import make
-from vecenv.pool import WorkerStatus
-from vecenv.rollout import Dataset, collect, load
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.2.0"
+
+# Public name -> the module that defines it.
+_EXPORTS = {
+    "AutoresetMode": "gymnasium.vector",
+    "Dataset": "vecenv.rollout.dataset",
+    "DEFAULT_CLOSE_TIMEOUT": "vecenv.parent.vector_env",
+    "GroupVectorEnv": "vecenv.parent.vector_env",
+    "InvalidObservationError": "vecenv.errors",
+    "MultiAgentVectorEnv": "vecenv.multiagent.vector_env",
+    "NeedsResetError": "vecenv.errors",
+    "RemoteEnvError": "vecenv.errors",
+    "SpaceMismatchError": "vecenv.errors",
+    "State": "vecenv.parent.state",
+    "SubprocVectorEnv": "vecenv.parent.subproc",
+    "VecEnvError": "vecenv.errors",
+    "VecEnvTimeoutError": "vecenv.errors",
+    "WorkerDiedError": "vecenv.errors",
+    "WorkerStatus": "vecenv.parent.records",
+    "collect": "vecenv.rollout.collection",
+    "load": "vecenv.rollout.dataset",
+    "make": "vecenv.factory",
+    "make_parallel": "vecenv.multiagent.vector_env",
+}
+_LAZY_ONLY = {"RayVectorEnv": "vecenv.parent.ray_env"}
+# Subpackages reachable as attributes (``vecenv.rollout.collect``) without importing them first.
+_SUBPACKAGES = ("rollout",)
 
 __all__ = [
     "AutoresetMode",
@@ -41,19 +62,40 @@ __all__ = [
     "__version__",
 ]
 
+if TYPE_CHECKING:
+    from gymnasium.vector import AutoresetMode
 
-def __getattr__(name: str):
-    """``vecenv.RayVectorEnv`` imports Ray on first use: ``import vecenv`` never does.
+    from vecenv.errors import (
+        InvalidObservationError,
+        NeedsResetError,
+        RemoteEnvError,
+        SpaceMismatchError,
+        VecEnvError,
+        VecEnvTimeoutError,
+        WorkerDiedError,
+    )
+    from vecenv.factory import make
+    from vecenv.multiagent.vector_env import MultiAgentVectorEnv, make_parallel
+    from vecenv.parent.ray_env import RayVectorEnv  # noqa: F401 - lazy only: not in __all__
+    from vecenv.parent.records import WorkerStatus
+    from vecenv.parent.state import State
+    from vecenv.parent.subproc import SubprocVectorEnv
+    from vecenv.parent.vector_env import DEFAULT_CLOSE_TIMEOUT, GroupVectorEnv
+    from vecenv.rollout.collection import collect
+    from vecenv.rollout.dataset import Dataset, load
 
-    (It is left out of ``__all__`` so that ``from vecenv import *`` does not import Ray either.)
-    The multi-agent API loads on first use too: workers never need it.
-    """
-    if name in ("MultiAgentVectorEnv", "make_parallel"):
-        from vecenv.multiagent import vector_env
 
-        return getattr(vector_env, name)
-    if name == "RayVectorEnv":
-        from vecenv.ray_transport import RayVectorEnv
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first use and keep the name here."""
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"vecenv.{name}")
+    module = _EXPORTS.get(name) or _LAZY_ONLY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'vecenv' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
-        return RayVectorEnv
-    raise AttributeError(f"module 'vecenv' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS, *_LAZY_ONLY, *_SUBPACKAGES])

@@ -83,7 +83,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from vecenv.checks import available_cpus
+from vecenv.host import available_cpus
 
 __all__ = ["BurnEnv", "FrameEnv", "burn", "main", "make_atari"]
 
@@ -296,7 +296,7 @@ def _runner_workers(runner: str) -> int | None:
 
 def _ray_vector(fns: list[Callable[[], gym.Env]], workers: int, **kwargs: Any) -> Any:
     """A RayVectorEnv on a local Ray it starts itself, its actors sharing this machine's cores."""
-    from vecenv.ray_transport import RayVectorEnv
+    from vecenv.parent.ray_env import RayVectorEnv
 
     cores = available_cpus()
     return RayVectorEnv(

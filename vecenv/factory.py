@@ -18,8 +18,8 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 
-from vecenv.coordinator import SubprocVectorEnv
 from vecenv.errors import describe
+from vecenv.parent.subproc import SubprocVectorEnv
 
 __all__ = ["make", "check_env_id", "BACKENDS", "VECTORIZATION_MODE"]
 
@@ -28,14 +28,14 @@ VECTORIZATION_MODE = "vecenv"
 
 BACKENDS = ("process", "ray")
 """``make(backend=...)``: worker processes (:class:`SubprocVectorEnv`) or Ray actors
-(:class:`vecenv.ray_transport.RayVectorEnv`, imported only when asked for)."""
+(:class:`vecenv.RayVectorEnv`, imported only when asked for)."""
 
 
 def _vector_class(backend: str) -> type:
     if backend == "process":
         return SubprocVectorEnv
     if backend == "ray":
-        from vecenv.ray_transport import RayVectorEnv
+        from vecenv.parent.ray_env import RayVectorEnv
 
         return RayVectorEnv
     raise ValueError(f"`backend` must be one of {', '.join(map(repr, BACKENDS))}, got {describe(backend)}")
@@ -136,22 +136,8 @@ def make(
         ValueError: ``num_envs`` is not a positive int, or ``backend`` is unknown.
         gymnasium.error.NameNotFound: no env is registered under ``env_id``.
     """
-    if isinstance(env_id, EnvSpec):
-        spec = copy.deepcopy(env_id)
-    elif isinstance(env_id, str):
-        check_env_id(env_id)
-        spec = copy.deepcopy(gym.spec(env_id.rpartition(":")[2]))
-    else:
-        raise TypeError(f"`env_id` must be a registered env id (str) or an EnvSpec, got {describe(env_id)}")
-    if "vectorization_mode" in kwargs:
-        raise TypeError(
-            "`vectorization_mode` does not apply: vecenv.make always builds a vecenv.SubprocVectorEnv (use "
-            "gymnasium.make_vec for Gymnasium's modes), got "
-            f"vectorization_mode={describe(kwargs['vectorization_mode'])}"
-        )
-    for name, value in (("env_kwargs", env_kwargs), ("vector_kwargs", vector_kwargs)):
-        if value is not None and not isinstance(value, dict):
-            raise TypeError(f"`{name}` must be a dict or None, got {describe(value)}")
+    spec = _spec_of(env_id)
+    _check_argument_kinds(kwargs, env_kwargs, vector_kwargs)
 
     # A spec (from make_vec or from us) carries its vector arguments in its kwargs, as make_vec reads them.
     spec_kwargs = dict(spec.kwargs)
@@ -168,15 +154,7 @@ def make(
 
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"`num_envs` must be a positive int, got {describe(num_envs)}")
-    vector = _merge("vector_kwargs", dict(vector_kwargs or {}), {k: v for k, v in kwargs.items() if k in vector_params})
-    unknown = sorted(set(vector) - vector_params - {"num_workers"})
-    if unknown:
-        raise TypeError(
-            f"`vector_kwargs` keys must be {vector_class.__name__} arguments "
-            f"({', '.join(sorted(vector_params | {'num_workers'}))}), got unknown {', '.join(map(repr, unknown))}"
-        )
-    if num_workers is not None:
-        vector = _merge("vector_kwargs", vector, {"num_workers": num_workers})
+    vector = _vector_arguments(vector_class, vector_params, vector_kwargs, kwargs, num_workers)
     env_extra = _merge(
         "env_kwargs", dict(env_kwargs or {}), {k: v for k, v in kwargs.items() if k not in vector_params}
     )
@@ -186,14 +164,69 @@ def make(
     target: str | EnvSpec = env_id if isinstance(env_id, str) else spec
     make_kwargs = env_extra if isinstance(env_id, str) else {**spec_kwargs, **env_extra}
     env_fn = functools.partial(_build_env, target, make_kwargs, wrappers)
-    workers = vector.pop("num_workers", None)
-    envs = vector_class([env_fn] * num_envs, workers, **vector)
-    if workers is not None:
-        vector["num_workers"] = workers
+    envs = vector_class([env_fn] * num_envs, vector.get("num_workers"), **_without(vector, "num_workers"))
     if backend != "process":
         vector["backend"] = backend
+    envs.spec = _vector_spec(spec, {**spec_kwargs, **env_extra}, num_envs, vector, wrappers)
+    return envs
 
-    spec.kwargs = {**spec_kwargs, **env_extra}
+
+def _spec_of(env_id: Any) -> EnvSpec:
+    """A copy of the spec ``env_id`` names (checked, with close matches on a typo) or is."""
+    if isinstance(env_id, EnvSpec):
+        return copy.deepcopy(env_id)
+    if isinstance(env_id, str):
+        check_env_id(env_id)
+        return copy.deepcopy(gym.spec(env_id.rpartition(":")[2]))
+    raise TypeError(f"`env_id` must be a registered env id (str) or an EnvSpec, got {describe(env_id)}")
+
+
+def _without(mapping: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in mapping.items() if k != key}
+
+
+def _check_argument_kinds(kwargs: dict[str, Any], env_kwargs: Any, vector_kwargs: Any) -> None:
+    if "vectorization_mode" in kwargs:
+        raise TypeError(
+            "`vectorization_mode` does not apply: vecenv.make always builds a vecenv.SubprocVectorEnv (use "
+            "gymnasium.make_vec for Gymnasium's modes), got "
+            f"vectorization_mode={describe(kwargs['vectorization_mode'])}"
+        )
+    for name, value in (("env_kwargs", env_kwargs), ("vector_kwargs", vector_kwargs)):
+        if value is not None and not isinstance(value, dict):
+            raise TypeError(f"`{name}` must be a dict or None, got {describe(value)}")
+
+
+def _vector_arguments(
+    vector_class: type,
+    vector_params: frozenset[str],
+    vector_kwargs: Any,
+    kwargs: dict[str, Any],
+    num_workers: Any,
+) -> dict[str, Any]:
+    """The vector env's keyword arguments: ``vector_kwargs`` with its keys given by name in
+    ``kwargs`` and ``num_workers``; a key given twice or unknown to the class raises."""
+    vector = _merge("vector_kwargs", dict(vector_kwargs or {}), {k: v for k, v in kwargs.items() if k in vector_params})
+    unknown = sorted(set(vector) - vector_params - {"num_workers"})
+    if unknown:
+        raise TypeError(
+            f"`vector_kwargs` keys must be {vector_class.__name__} arguments "
+            f"({', '.join(sorted(vector_params | {'num_workers'}))}), got unknown {', '.join(map(repr, unknown))}"
+        )
+    if num_workers is not None:
+        vector = _merge("vector_kwargs", vector, {"num_workers": num_workers})
+    return vector
+
+
+def _vector_spec(
+    spec: EnvSpec,
+    env_kwargs: dict[str, Any],
+    num_envs: int,
+    vector: dict[str, Any],
+    wrappers: Sequence[Callable[[gym.Env], gym.Env]],
+) -> EnvSpec:
+    """``spec`` as ``make_vec`` records a vector env in it (see :func:`make`)."""
+    spec.kwargs = dict(env_kwargs)
     if num_envs != 1:
         spec.kwargs["num_envs"] = num_envs
     spec.kwargs["vectorization_mode"] = VECTORIZATION_MODE
@@ -203,8 +236,7 @@ def make(
         spec.kwargs["wrappers"] = list(wrappers)
     if spec.kwargs.get("max_episode_steps") is not None:
         spec.max_episode_steps = spec.kwargs["max_episode_steps"]
-    envs.spec = spec
-    return envs
+    return spec
 
 
 def _merge(name: str, base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

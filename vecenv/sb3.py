@@ -41,7 +41,7 @@ except ImportError as exc:  # SB3 itself, or torch which it imports, is missing
     raise ImportError(f"vecenv.sb3 needs Stable-Baselines3: pip install 'vecenv[sb3]' (import failed: {exc})") from exc
 
 from vecenv._sb3_adapter import DISPATCH, INFO_KEY, AdapterFn, InfoBox
-from vecenv.coordinator import SubprocVectorEnv
+from vecenv.parent.subproc import SubprocVectorEnv
 
 __all__ = ["SubprocVecEnv"]
 

@@ -34,12 +34,12 @@ from gymnasium.spaces import Discrete
 from gymnasium.vector import VectorEnv
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
-from vecenv.buffers import Buffers, BufferSpec
 from vecenv.checks import seed_list
 from vecenv.errors import describe
 from vecenv.multiagent.copies import COPY_CALL, CopyCall, CopyOp, RowInfo
 from vecenv.multiagent.markov import ROW_INFO_KEY, MarkovCopies, MarkovCopiesFn
 from vecenv.spaces import tree_copy
+from vecenv.wire.buffers import Buffers, BufferSpec
 
 __all__ = ["pettingzoo_env_to_vec_env_v1", "concat_vec_envs_v1", "ParallelVecEnv", "ConcatVecEnv", "BASE_CLASSES"]
 
@@ -158,7 +158,7 @@ class ConcatVecEnv(VectorEnv):
         groups: list[Callable[[], Any]] = [
             MarkovCopiesFn(env_bytes, b - a, a, black_death) for a, b in itertools.pairwise(bounds)
         ]
-        from vecenv.coordinator import SubprocVectorEnv
+        from vecenv.parent.subproc import SubprocVectorEnv
 
         self.rows = SubprocVectorEnv.from_groups(groups, inline_group=num_cpus < 2, context=context)
         self.num_copies = num_copies

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 from gymnasium import Space
 
 from vecenv.multiagent.errors import AgentSpaceMismatchError
-from vecenv.protocol import Hello
+from vecenv.wire.protocol import Hello
 
 if TYPE_CHECKING:
-    from vecenv.buffers import Buffers
+    from vecenv.wire.buffers import Buffers
 
 __all__ = [
     "AgentCopies",

@@ -22,7 +22,6 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space, create_empty_array, iterate
 
-from vecenv.buffers import Buffers
 from vecenv.multiagent.copies import (
     COPY_CALL,
     COPY_INFO_KEY,
@@ -32,11 +31,10 @@ from vecenv.multiagent.copies import (
     CopyOp,
     build_copies,
 )
+from vecenv.wire.buffers import Buffers
+from vecenv.wire.protocol import InfoEntries
 
 __all__ = ["CopyGroup", "ParallelGroup", "ParallelCopies", "ParallelCopiesFn", "InfoEntries"]
-
-#: ``(local row, info dict)`` pairs, merged in order by ``VectorEnv._add_info`` in the parent.
-InfoEntries = list[tuple[int, dict[str, Any]]]
 
 _MISSING = object()
 

@@ -28,10 +28,11 @@ import cloudpickle
 import gymnasium as gym
 import numpy as np
 
-from vecenv.buffers import Buffers
 from vecenv.multiagent.copies import AgentCopies, RowInfo
 from vecenv.multiagent.errors import AgentDeathError
-from vecenv.multiagent.group import CopyGroup, InfoEntries
+from vecenv.multiagent.group import CopyGroup
+from vecenv.wire.buffers import Buffers
+from vecenv.wire.protocol import InfoEntries
 
 __all__ = ["MarkovGroup", "MarkovCopies", "MarkovCopiesFn", "GymAsParallel", "ROW_INFO_KEY"]
 

@@ -16,8 +16,8 @@ from typing import Any, NoReturn
 import gymnasium
 from gymnasium.vector import AutoresetMode
 
-from vecenv.checks import available_cpus
 from vecenv.factory import check_env_id, make
+from vecenv.host import available_cpus
 from vecenv.rollout.collection import OPEN_EPISODES, collect
 from vecenv.rollout.dataset import Dataset, load
 from vecenv.rollout.errors import MinariNotInstalledError, PolicyError, UnsupportedSpaceError

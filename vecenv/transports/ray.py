@@ -1,11 +1,12 @@
-"""Worker groups as Ray actors: :class:`RayVectorEnv`, for envs spread over more than one machine.
+"""The Ray transport: each worker group is a Ray actor, on this machine or a cluster.
 
-Each group is one Ray actor hosting the same :class:`~vecenv.worker.WorkerCore` as a worker
-process (the same ``group.py`` code, autoreset included); the :class:`~vecenv.pool.WorkerPool`
-and the VectorEnv / EnvPool API layers are the process backend's, unchanged. Only the transport
-differs:
+Each group is one Ray actor hosting the same :class:`~vecenv.worker.core.WorkerCore` as a worker
+process (the same ``worker/group.py`` code, autoreset included); the
+:class:`~vecenv.parent.pool.WorkerPool` and the VectorEnv / EnvPool API layers are the process
+backend's, unchanged (:class:`~vecenv.RayVectorEnv` is :mod:`vecenv.parent.ray_env`). Only the
+transport differs:
 
-* **Commands** go out as the same bytes as on a pipe (:func:`~vecenv.protocol.encode_command`),
+* **Commands** go out as the same bytes as on a pipe (:func:`~vecenv.wire.protocol.encode_command`),
   as the argument of one actor method call. The actor unpickles the payload inside the worker
   core's guard, so an argument it cannot rebuild is that call's error, never a dead actor.
 * **Replies** come back as the method's return value through Ray's object store: observation
@@ -18,7 +19,8 @@ differs:
   :class:`~vecenv.errors.WorkerDiedError` naming the group and its node. Ray reports a killed
   process within milliseconds; a lost node, within Ray's health-check period.
 
-Ray is imported by this module only; ``import vecenv`` never imports it.
+Ray is imported by this module (and :mod:`vecenv.parent.ray_env`) only; ``import vecenv`` never
+imports it.
 """
 
 from __future__ import annotations
@@ -32,31 +34,17 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import cloudpickle
-import gymnasium as gym
 import numpy as np
 import ray
-from gymnasium.vector import AutoresetMode
 from ray.exceptions import ObjectLostError, OwnerDiedError, RayActorError
 
-from vecenv.buffers import Buffers
-from vecenv.checks import (
-    check_autoreset_mode,
-    check_batch_size,
-    check_env_fns,
-    check_group_fns,
-    check_num_workers,
-    check_observation_mode,
-    check_restarts,
-    check_threads,
-    check_timeout,
-)
-from vecenv.coordinator import GroupVectorEnv, split_groups
-from vecenv.errors import PackedException, describe
-from vecenv.pool import Death, Reply, Transport, WorkerGone
-from vecenv.protocol import Attach, Command, decode_command, encode_command
-from vecenv.worker import WorkerCore, WorkerOptions
+from vecenv.errors import PackedException
+from vecenv.transports.base import Death, Event, Reply, Transport, WorkerGone
+from vecenv.wire.buffers import Buffers
+from vecenv.wire.protocol import Attach, Command, Flags, Rows, StepReply, decode_command, encode_command
+from vecenv.worker.core import WorkerCore, WorkerOptions
 
-__all__ = ["RayVectorEnv", "RayTransport", "DEFAULT_ACTOR_OPTIONS"]
+__all__ = ["RayTransport", "RAY_USE", "DEFAULT_ACTOR_OPTIONS"]
 
 #: Ray options of every group actor unless ``actor_options`` says otherwise. No restarts and no
 #: task retries: a restarted actor would have lost its envs' state, so a death must be reported.
@@ -67,7 +55,7 @@ _DEATH_ERRORS = (RayActorError, ObjectLostError, OwnerDiedError)
 
 
 class _GroupActor:
-    """The actor side: one :class:`~vecenv.worker.WorkerCore`, driven by three methods.
+    """The actor side: one :class:`~vecenv.worker.core.WorkerCore`, driven by three methods.
 
     Every method returns normally with a value; env errors come back as ``PackedException``
     results, so a Ray task error means something outside the env code (see ``RayTransport.poll``).
@@ -75,7 +63,7 @@ class _GroupActor:
 
     def __init__(self, index: int, options: WorkerOptions) -> None:
         if options.threads is not None:  # before any env module is imported
-            from vecenv.threads import limit_threads
+            from vecenv.worker.threads import limit_threads
 
             limit_threads(options.threads)
         self.core = WorkerCore(index, options)
@@ -151,7 +139,8 @@ class _RayUse:
                 ray.shutdown()
 
 
-_RAY_USE = _RayUse()
+#: This process's use of Ray by vector envs (see :class:`_RayUse`).
+RAY_USE = _RayUse()
 
 
 def _short_cause(error: BaseException) -> str:
@@ -234,9 +223,9 @@ class RayTransport(Transport):
         call_id, command, data = message
         self.outstanding[worker].append((self.actors[worker].handle.remote(data), call_id, command))
 
-    def poll(self, workers: Sequence[int], timeout: float | None) -> list[Reply | Death]:
+    def poll(self, workers: Sequence[int], timeout: float | None) -> list[Event]:
         if not ray.is_initialized():  # e.g. Ray's own exit handler ran before our close
-            gone: list[Reply | Death] = []
+            gone: list[Event] = []
             for w in workers:
                 if self.outstanding[w]:  # reported once: a second poll finds nothing owed
                     self.outstanding[w].clear()
@@ -262,7 +251,7 @@ class RayTransport(Transport):
             values: list[Any] | None = ray.get([ref for _, ref, _, _ in taken])
         except Exception:
             values = None
-        events: list[Reply | Death] = []
+        events: list[Event] = []
         dead: set[int] = set()
         for k, (w, ref, call_id, command) in enumerate(taken):
             if w in dead:
@@ -298,7 +287,7 @@ class RayTransport(Transport):
             return Reply(worker, 0, ok, hello)
         ok, result = value
         if ok and result is not None:
-            result = _owned_result(command, result)
+            result = _owned_result(result)
         return Reply(worker, call_id, ok, result)
 
     # -- failures and shutdown ---------------------------------------------------------------
@@ -350,7 +339,7 @@ class RayTransport(Transport):
                 queue.clear()
             if self._holds_ray:
                 self._holds_ray = False
-                _RAY_USE.release()
+                RAY_USE.release()
 
     @property
     def pids(self) -> list[int | None]:
@@ -384,250 +373,18 @@ def _owned(value: Any) -> Any:
     return value
 
 
-def _owned_result(command: Command | None, result: Any) -> Any:
+def _owned_result(result: Any) -> Any:
     """What the user or the pool may write to in a reply, made writable: infos, object
     observations (a list, kept by reference in the parent), flags and call results.
     Fixed-shape observation rows are left alone: the parent copies them into its buffers."""
-    if command is Command.STEP or command is Command.RESET:
-        entries, payload = result
-        if payload is not None:
-            obs, flags = payload
+    if type(result) is StepReply:
+        rows = result.rows
+        if rows is not None:
+            obs, flags = rows.observations, rows.flags
             # Flags are a few bytes a row, and the pool may rewrite them (a restarted group's
             # step is reported truncated): copied. Fixed-shape observation rows are not.
-            payload = (_owned(obs) if type(obs) is list else obs, _owned(flags))
-        return _owned(entries), payload
+            if flags is not None:
+                flags = Flags(_owned(flags.rewards), _owned(flags.terminations), _owned(flags.truncations))
+            rows = Rows(_owned(obs) if type(obs) is list else obs, flags)
+        return StepReply(_owned(result.infos), rows)
     return _owned(result)
-
-
-def _check_actor_options(actor_options: Any) -> dict[str, Any]:
-    if actor_options is None:
-        return {}
-    if not isinstance(actor_options, Mapping):
-        raise TypeError(f"`actor_options` must be a dict of Ray actor options or None, got {describe(actor_options)}")
-    bad = sorted(k for k in actor_options if not isinstance(k, str))
-    if bad:
-        raise TypeError(f"`actor_options` keys must be str (Ray option names), got {describe(bad)}")
-    if "name" in actor_options:
-        raise ValueError("`actor_options` cannot hold 'name': every group is its own actor, and names are unique")
-    resources = actor_options.get("resources")
-    if resources is not None and not isinstance(resources, Mapping):
-        raise TypeError(
-            f"`actor_options['resources']` must be a dict of resource name to amount, got {describe(resources)}"
-        )
-    amounts = {key: actor_options.get(key) for key in _RESOURCE_OPTIONS} | {
-        f"resources[{name!r}]": amount for name, amount in (resources or {}).items()
-    }
-    for key, amount in amounts.items():
-        if amount is not None and (isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount < 0):
-            raise TypeError(f"`actor_options` {key} must be a non-negative number, got {describe(amount)}")
-    return dict(actor_options)
-
-
-_RESOURCE_OPTIONS = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
-
-
-def _resources_per_actor(options: Mapping[str, Any]) -> dict[str, float]:
-    """The Ray resources one actor asks for (CPU, GPU, memory, custom), from its options."""
-    merged = {**DEFAULT_ACTOR_OPTIONS, **options}
-    need = {resource: merged[key] for key, resource in _RESOURCE_OPTIONS.items() if merged.get(key) is not None}
-    need.update(merged.get("resources") or {})
-    return {resource: float(amount) for resource, amount in need.items()}
-
-
-def _check_address(address: Any) -> str | None:
-    if address is not None and (not isinstance(address, str) or not address):
-        raise TypeError(
-            f"`address` must be a Ray address (str, e.g. '10.0.0.1:6379' or 'auto') or None, got {describe(address)}"
-        )
-    return address
-
-
-class RayVectorEnv(GroupVectorEnv):
-    """A Gymnasium vector env whose env groups are Ray actors, on one machine or a cluster.
-
-    Same semantics, errors and API as :class:`~vecenv.SubprocVectorEnv` (including
-    ``async_reset``/``recv``/``send``); only the transport differs. Every call costs one Ray
-    actor call per group (about a millisecond), so it pays for slow envs, or for more envs than
-    one machine's cores can step.
-
-    Args:
-        env_fns: callables that each return a ``gymnasium.Env``, called in the actors, split into
-            ``num_workers`` contiguous groups whose sizes differ by at most one.
-        num_workers: actors to start; default ``min(len(env_fns), CPUs in the cluster // CPUs per
-            actor)``.
-        address: with Ray already initialised in this process it is used as is (and never shut
-            down); else ``None`` starts a new local Ray (with every CPU of this machine) and any
-            other value is passed to ``ray.init(address=...)``: ``"auto"`` (the cluster that
-            ``ray start`` runs on this machine), ``"10.0.0.1:6379"``, ``"ray://..."``. A Ray
-            that this class started or connected to is shut down (or disconnected) when the
-            last vector env using it closes.
-        actor_options: Ray actor options for every group (``num_cpus``, ``resources``,
-            ``scheduling_strategy="SPREAD"``, ``runtime_env``, ...); default ``num_cpus=1``, no
-            restarts. The actors must all fit the cluster at once (checked at start-up).
-        autoreset_mode, copy, observation_mode, batch_size, start_timeout: as
-            :class:`~vecenv.SubprocVectorEnv`.
-        on_worker_death, max_restarts, restart_window: as :class:`~vecenv.SubprocVectorEnv`;
-            with ``"restart"`` a dead actor is replaced by a new one (placed by Ray, possibly on
-            another node) that rebuilds the same envs on the same rows.
-        threads_per_worker: BLAS/OpenMP threads in each actor, as for worker processes (Ray
-            also sets ``OMP_NUM_THREADS`` to the actor's ``num_cpus``; a value already in the
-            environment is left alone).
-
-    Raises:
-        ValueError, TypeError: bad arguments, named with what was expected and what was given.
-        SpaceMismatchError: two envs report different spaces.
-        WorkerDiedError: an actor died while building its envs.
-    """
-
-    def __init__(
-        self,
-        env_fns: Sequence[Callable[[], gym.Env]],
-        num_workers: int | None = None,
-        *,
-        address: str | None = None,
-        actor_options: Mapping[str, Any] | None = None,
-        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
-        copy: bool = True,
-        observation_mode: str | tuple[gym.Space, gym.Space] = "same",
-        batch_size: int | None = None,
-        start_timeout: float | None = None,
-        on_worker_death: str = "raise",
-        max_restarts: int = 3,
-        restart_window: float = 60.0,
-        threads_per_worker: int | None = 1,
-    ) -> None:
-        fns = check_env_fns(env_fns)
-        if num_workers == "auto":
-            raise ValueError(
-                "`num_workers` of RayVectorEnv must be None (one actor per CPU of the cluster) or an int, "
-                "got 'auto' (which chooses between this process and local workers: SubprocVectorEnv only)"
-            )
-        if num_workers is not None:
-            check_num_workers(num_workers, len(fns), in_process=False)
-
-        def groups(k: int) -> Sequence[Callable[[], Any]]:
-            chosen = split_groups(fns, k)
-            check_batch_size(batch_size, [len(g.env_fns) for g in chosen])
-            return chosen
-
-        self._start(
-            groups,
-            len(fns),
-            num_workers,
-            address,
-            actor_options,
-            autoreset_mode,
-            copy,
-            observation_mode,
-            batch_size,
-            start_timeout,
-            check_restarts(on_worker_death, max_restarts, restart_window),
-            check_threads(threads_per_worker),
-        )
-
-    @classmethod
-    def from_groups(
-        cls,
-        group_fns: Sequence[Callable[[], Sequence[gym.Env]]],
-        *,
-        address: str | None = None,
-        actor_options: Mapping[str, Any] | None = None,
-        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
-        copy: bool = True,
-        observation_mode: str | tuple[gym.Space, gym.Space] = "same",
-        batch_size: int | None = None,
-        start_timeout: float | None = None,
-        on_worker_death: str = "raise",
-        max_restarts: int = 3,
-        restart_window: float = 60.0,
-        threads_per_worker: int | None = 1,
-    ) -> RayVectorEnv:
-        """One actor per callable; each returns the list of envs it hosts (or a native
-        ``gymnasium.vector.VectorEnv``), as :meth:`SubprocVectorEnv.from_groups`."""
-        fns = check_group_fns(group_fns)
-        self = cls.__new__(cls)
-        self._start(
-            lambda k: fns,
-            len(fns),
-            len(fns),
-            address,
-            actor_options,
-            autoreset_mode,
-            copy,
-            observation_mode,
-            batch_size,
-            start_timeout,
-            check_restarts(on_worker_death, max_restarts, restart_window),
-            check_threads(threads_per_worker),
-        )
-        return self
-
-    def _start(
-        self,
-        make_groups: Callable[[int], Sequence[Callable[[], Any]]],
-        max_workers: int,
-        num_workers: int | None,
-        address: Any,
-        actor_options: Any,
-        autoreset_mode: Any,
-        copy: bool,
-        observation_mode: Any,
-        batch_size: int | None,
-        start_timeout: Any,
-        restarts: tuple[int, float] | None,
-        threads: int | None,
-    ) -> None:
-        # Every argument is checked before Ray is touched.
-        mode = check_autoreset_mode(autoreset_mode)
-        obs_mode = check_observation_mode(observation_mode)
-        start_timeout = check_timeout(start_timeout, "start_timeout")
-        options = _check_actor_options(actor_options)
-        address = _check_address(address)
-        if num_workers is not None:
-            make_groups(num_workers)  # batch_size against the group sizes
-        self.closed = True  # until the pool exists: close() and __del__ have nothing to do
-        holds_ray = _RAY_USE.acquire(address)
-        try:
-            need = _resources_per_actor(options)
-            total = ray.cluster_resources()
-            if num_workers is None:  # as many as the cluster holds at once, at most one per group
-                fits = [int(total.get(r, 0.0) // amount) for r, amount in need.items() if amount > 0]
-                num_workers = max(1, min([max_workers, *fits]))
-            for resource, amount in need.items():
-                if amount * num_workers > total.get(resource, 0.0):
-                    raise ValueError(
-                        f"{num_workers} actors of {amount:g} {resource} each need {amount * num_workers:g} {resource}, "
-                        f"but the Ray cluster has {total.get(resource, 0.0):g}: they could not all start. Use "
-                        "fewer workers, ask less per actor (actor_options), or add nodes"
-                    )
-            groups = make_groups(num_workers)
-            transport = RayTransport(
-                options, obs_mode[1] if isinstance(obs_mode, tuple) else obs_mode, holds_ray, threads
-            )
-        except BaseException:
-            if holds_ray:
-                _RAY_USE.release()
-            raise
-        self._transport = transport
-        # From here on the transport releases Ray (in stop(), which _open's failure path calls).
-        self._open(
-            transport,
-            groups,
-            autoreset_mode=mode,
-            copy=copy,
-            observation_mode=obs_mode,
-            shared_memory=False,
-            batch_size=batch_size,
-            start_timeout=start_timeout,
-            restarts=restarts,
-        )
-
-    @property
-    def node_ids(self) -> list[str | None]:
-        """The Ray node id of each group's actor, in worker order."""
-        return self._transport.node_ids
-
-    @property
-    def actor_pids(self) -> list[int | None]:
-        """The process id of each group's actor (on its node), in worker order."""
-        return self._transport.pids

@@ -2,7 +2,7 @@
 
 This is the one place where autoreset lives. It runs without any process around it (the unit
 tests drive it directly); a worker is this class plus a pipe. Results are written straight into
-the group's rows of the :class:`~vecenv.buffers.Buffers`; only non-empty infos are returned,
+the group's rows of the :class:`~vecenv.wire.buffers.Buffers`; only non-empty infos are returned,
 tagged with the env's index within the group, in the order ``SyncVectorEnv`` adds them.
 """
 
@@ -16,13 +16,11 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space, iterate
 
-from vecenv.buffers import Buffers
 from vecenv.spaces import tree_leaves
+from vecenv.wire.buffers import Buffers
+from vecenv.wire.protocol import InfoEntries
 
-__all__ = ["EnvGroup", "VectorGroup", "InfoEntries"]
-
-#: ``(local env index, info dict)`` pairs, to be merged in order by ``VectorEnv._add_info``.
-InfoEntries = list[tuple[int, dict[str, Any]]]
+__all__ = ["EnvGroup", "VectorGroup"]
 
 
 class EnvGroup:

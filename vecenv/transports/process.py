@@ -1,10 +1,7 @@
 """The process transport: one worker process per group, a duplex pipe to each.
 
-Optionally the first group is hosted by the parent itself (``inline``): the same
-:class:`~vecenv.worker.WorkerCore`, run when the parent waits, i.e. after the commands to the
-other workers are out, so it steps while they step. One process fewer and no wake-up for that
-group; the price is that it runs in the parent: a hang there cannot be timed out and a crash
-there is the parent's.
+(A group hosted by the parent itself is :mod:`vecenv.transports.inline`, which wraps this
+transport for the other groups.)
 
 The parent polls the pipes *and* the process sentinels together, so a worker that dies is
 reported within the wait, never waited on forever; a pipe that hangs up while its process lingers
@@ -29,12 +26,13 @@ from typing import Any
 
 import cloudpickle
 
-from vecenv.buffers import HAVE_MEMFD, Buffers
-from vecenv.checks import available_cpus
-from vecenv.errors import PackedException
-from vecenv.pool import Death, Reply, Transport, WorkerGone
-from vecenv.protocol import Attach, Command, decode_command, decode_reply, encode_command
-from vecenv.worker import PARENT_ENDS, SPIN_SECONDS, Spin, WorkerCore, WorkerOptions, worker_main
+from vecenv.host import available_cpus
+from vecenv.transports.base import Death, Event, Reply, Transport, WorkerGone
+from vecenv.wire.buffers import HAVE_MEMFD, Buffers
+from vecenv.wire.pipes import PARENT_ENDS, SPIN_SECONDS, Spin
+from vecenv.wire.protocol import Attach, Command, decode_reply, encode_command
+from vecenv.worker.core import WorkerOptions
+from vecenv.worker.loop import worker_main
 
 __all__ = ["ProcessTransport", "KILL_GRACE"]
 
@@ -54,7 +52,7 @@ def _describe_exit(code: int | None) -> str:
 
 
 class ProcessTransport(Transport):
-    """Worker processes started from ``context``, each running :func:`vecenv.worker.worker_main`."""
+    """Worker processes started from ``context``, each running :func:`vecenv.worker.loop.worker_main`."""
 
     shares_memory = True
 
@@ -66,15 +64,17 @@ class ProcessTransport(Transport):
         pin_cpus: bool = False,
         observation_mode: Any = "same",
         threads: int | None = None,
-        inline: bool = False,
+        first_index: int = 0,
     ) -> None:
         self.context = context  # a multiprocessing context (their Process types differ)
-        self.inline: _InlineWorker | None = _InlineWorker(WorkerOptions(observation_mode)) if inline else None
         self.daemon = daemon
         self.pin_cpus = pin_cpus
         self.observation_mode = observation_mode
         self.threads = threads
-        # Indexed by worker; the inline worker's entries are None.
+        # The vector env's number of this transport's worker 0, for names, pinning and messages
+        # (1 when the parent hosts the first group: see vecenv.transports.inline).
+        self.first_index = first_index
+        # Indexed by worker; None until the worker is started.
         self.processes: list[BaseProcess | None] = []
         self.conns: list[Connection | None] = []
         self._causes: dict[int, str] = {}
@@ -92,15 +92,10 @@ class ProcessTransport(Transport):
             # would unlink the named block, as "leaked", when they exit.
             resource_tracker.ensure_running()
         self._cpus = sorted(os.sched_getaffinity(0)) if self.pin_cpus else []
-        workers = len(group_fns) - (self.inline is not None)
+        # The workers and this process (which waits, or steps a group of its own) each a core.
+        workers = len(group_fns)
         self._awake = Spin(SPIN_SECONDS if 0 < workers and workers + 1 <= available_cpus() else 0.0)
         for index, group_fn in enumerate(group_fns):
-            if index == 0 and self.inline is not None:
-                self.processes.append(None)
-                self.conns.append(None)
-                self._group_bytes.append(b"")
-                self.inline.build(group_fn)
-                continue
             self._group_bytes.append(cloudpickle.dumps(group_fn))
             self.processes.append(None)
             self.conns.append(None)
@@ -110,13 +105,14 @@ class ProcessTransport(Transport):
         parent_conn, child_conn = self.context.Pipe(duplex=True)
         PARENT_ENDS.add(parent_conn)
         cpus = self._cpus
+        number = self.first_index + index
         options = WorkerOptions(
-            self.observation_mode, cpus[index % len(cpus)] if cpus else None, self.threads, self.spin
+            self.observation_mode, cpus[number % len(cpus)] if cpus else None, self.threads, self.spin
         )
         process = self.context.Process(
             target=worker_main,
-            args=(index, child_conn, self._group_bytes[index], options),
-            name=f"vecenv-worker-{index}",
+            args=(number, child_conn, self._group_bytes[index], options),
+            name=f"vecenv-worker-{number}",
             daemon=self.daemon,
         )
         self.conns[index] = parent_conn
@@ -144,11 +140,7 @@ class ProcessTransport(Transport):
         self._start(worker)
 
     def attach(self, worker: int, attach: Attach, buffers: Buffers) -> None:
-        conn = self.conns[worker]
-        if conn is None:
-            assert self.inline is not None
-            self.inline.attach(attach, buffers)
-            return
+        conn = self._conn(worker)
         try:
             conn.send(attach)
             if Buffers.needs_fd(attach.buffers):
@@ -162,11 +154,7 @@ class ProcessTransport(Transport):
         return encode_command(command, call_id, payload)
 
     def send(self, worker: int, message: bytes) -> None:
-        conn = self.conns[worker]
-        if conn is None:
-            assert self.inline is not None
-            self.inline.pending.append(message)
-            return
+        conn = self._conn(worker)
         if worker in self._torn:
             raise WorkerGone
         try:
@@ -188,27 +176,18 @@ class ProcessTransport(Transport):
         if process.is_alive():
             process.kill()
 
-    def poll(self, workers: Sequence[int], timeout: float | None) -> list[Reply | Death]:
-        events: list[Reply | Death] = []
-        if self.inline is not None and 0 in workers:
-            # The parent's own group runs now: the other workers already have their commands.
-            events = self.inline.run()
-            workers = [i for i in workers if i != 0]
-            if events:
-                timeout = 0.0
-            if not workers:
-                return events
+    def poll(self, workers: Sequence[int], timeout: float | None) -> list[Event]:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             found = self._poll_processes(workers, timeout)
-            if found or events:
-                return events + found
+            if found:
+                return found
             if deadline is not None:
                 timeout = deadline - time.monotonic()
                 if timeout <= 0:
                     return []
 
-    def _poll_processes(self, workers: Sequence[int], timeout: float | None) -> list[Reply | Death]:
+    def _poll_processes(self, workers: Sequence[int], timeout: float | None) -> list[Event]:
         """One wait; it may wake for a descriptor that yields no event yet (``[]``)."""
         torn = [i for i in workers if i in self._torn]
         if torn:
@@ -216,11 +195,11 @@ class ProcessTransport(Transport):
                 self._process(i).join()
             return [Death(i) for i in torn]
         pipes, sentinels, poller = self._poller(workers)
-        # A reply read while awake spares its writer the wake-up (see vecenv.worker._serve).
+        # A reply read while awake spares its writer the wake-up (see vecenv.worker.loop._serve).
         ready = self._awake.poll(poller, timeout)
         if not ready:
             ready = poller.poll(None if timeout is None else max(0, math.ceil(timeout * 1000)))
-        events: list[Reply | Death] = []
+        events: list[Event] = []
         hung_up: set[int] = set()
         # Pipes first: a reply may precede an exit. One message per readable pipe; the next
         # poll reports the pipe again while more is waiting.
@@ -273,12 +252,12 @@ class ProcessTransport(Transport):
 
     def _conn(self, worker: int) -> Connection:
         conn = self.conns[worker]
-        assert conn is not None, "the inline worker has no pipe"
+        assert conn is not None, f"worker {worker} has no pipe"
         return conn
 
     def _process(self, worker: int) -> BaseProcess:
         process = self.processes[worker]
-        assert process is not None, "the inline worker has no process"
+        assert process is not None, f"worker {worker} has no process"
         return process
 
     def cause_of_death(self, worker: int) -> tuple[str, int | None]:
@@ -294,8 +273,6 @@ class ProcessTransport(Transport):
         if self._stopped:
             return
         self._stopped = True
-        if self.inline is not None:
-            self.inline.release()
         processes = [p for p in self.processes if p is not None]
         for index in closing:
             process = self.processes[index]
@@ -318,47 +295,5 @@ class ProcessTransport(Transport):
 
     @property
     def pids(self) -> list[int | None]:
-        """Each worker's process id (``None`` for the inline worker)."""
+        """Each worker's process id."""
         return [None if p is None else p.pid for p in self.processes]
-
-
-class _InlineWorker:
-    """Worker 0 hosted by the parent: a WorkerCore fed the same messages as a process."""
-
-    def __init__(self, options: WorkerOptions) -> None:
-        self.core = WorkerCore(0, options)
-        self.pending: list[bytes] = []
-        self.hello: Reply | None = None
-        self.buffers: Buffers | None = None
-
-    def build(self, group_fn: Callable[[], Any]) -> None:
-        try:
-            self.hello = Reply(0, 0, True, self.core.build(cloudpickle.dumps(group_fn)))
-        except BaseException as exc:
-            self.hello = Reply(0, 0, False, PackedException(exc, None))
-
-    def attach(self, attach: Attach, buffers: Buffers) -> None:
-        block = buffers.block
-        fd = os.dup(block.fd) if block is not None and block.fd is not None else None
-        self.buffers = Buffers.attach(attach.buffers, attach.start, attach.start + attach.num_envs, fd)
-        self.core.attach(attach, self.buffers)
-
-    def run(self) -> list[Reply | Death]:
-        """Answer every command sent since the last run, in order."""
-        replies: list[Reply | Death] = []
-        if self.hello is not None:
-            replies.append(self.hello)
-            self.hello = None
-        while self.pending:
-            command, call_id, load = decode_command(self.pending.pop(0))
-            ok, result = self.core.handle(command, load)
-            replies.append(Reply(0, call_id, ok, result))
-        return replies
-
-    def release(self) -> None:
-        self.core.detach()
-        self.core.envs = None
-        self.pending.clear()
-        if self.buffers is not None:
-            self.buffers.close()
-            self.buffers = None

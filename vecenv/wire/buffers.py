@@ -7,7 +7,7 @@ passed to the workers over their pipes: it has no name, so nothing can be left b
 ``/dev/shm`` whatever kills the processes, and no resource-tracker process is needed. Elsewhere
 it is a named ``multiprocessing.shared_memory.SharedMemory``. Fields that are not shared (``shared_memory=False``,
 or an observation space with no fixed shape) are ordinary arrays or lists on each side, and their
-rows travel in the step reply as a :meth:`Buffers.payload`.
+rows travel in the step reply as :class:`~vecenv.wire.protocol.Rows` (:meth:`Buffers.payload`).
 
 The layout is computed from a small picklable :class:`BufferSpec`, the same way on both sides.
 """
@@ -30,6 +30,7 @@ from gymnasium import Space
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from vecenv.spaces import build_tree, is_fixed, leaf_layout, row_writer, tree_assign, tree_slice
+from vecenv.wire.protocol import Flags, Rows
 
 __all__ = ["BufferSpec", "Buffers", "SharedBlock", "SHM_PREFIX", "HAVE_MEMFD"]
 
@@ -312,27 +313,29 @@ class Buffers:
 
     # -- what crosses the pipe for fields that are not shared ---------------------------------
 
-    def payload(self) -> tuple[Any, Any] | None:
+    def payload(self) -> Rows | None:
         """The rows a worker must send after a step or reset, or ``None`` if all are shared."""
         spec = self.spec
         obs = None if spec.shared_observations else self.observations
-        flags = None if spec.shared_flags else (self.rewards, self.terminations, self.truncations)
+        flags = None if spec.shared_flags else Flags(self.rewards, self.terminations, self.truncations)
         if obs is None and flags is None:
             return None
-        return obs, flags
+        return Rows(obs, flags)
 
-    def receive(self, start: int, stop: int, payload: tuple[Any, Any] | None) -> None:
+    def receive(self, start: int, stop: int, rows: Rows | None) -> None:
         """Parent side: store a worker's :meth:`payload` into rows ``[start, stop)``."""
-        if payload is None:
+        if rows is None:
             return
-        obs, flags = payload
+        obs, flags = rows.observations, rows.flags
         if obs is not None:
             if self.fixed_observations:
                 tree_assign(tree_slice(self.observations, start, stop), obs)
             else:
                 self.observations[start:stop] = obs
         if flags is not None:
-            self.rewards[start:stop], self.terminations[start:stop], self.truncations[start:stop] = flags
+            self.rewards[start:stop] = flags.rewards
+            self.terminations[start:stop] = flags.terminations
+            self.truncations[start:stop] = flags.truncations
 
     def batched_observations(self) -> Any:
         """The batched observation, in the parent's own buffers (not a copy)."""
@@ -340,10 +343,6 @@ class Buffers:
             return self.observations
         self._object_batch = concatenate(self.spec.observation_space, self.observations, self._object_batch)
         return self._object_batch
-
-    def action_rows(self, start: int, stop: int) -> Any:
-        """Parent side: rows of the action tree for a worker whose actions are not shared."""
-        return tree_slice(self.actions, start, stop)
 
     def close(self) -> None:
         """Unmap the block; the parent also unlinks a named one. Safe to call twice."""

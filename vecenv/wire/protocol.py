@@ -2,9 +2,10 @@
 
 Both sides import this module, so the command set and message shapes are defined once.
 
-Parent -> worker: a command ``(Command, call_id, payload)``. Worker -> parent: a reply
-``(call_id, ok, result)`` where ``result`` is a :class:`~vecenv.errors.PackedException` when
-``ok`` is false. The ``call_id`` lets the parent drop a reply that arrives after its call timed
+Parent -> worker: a command ``(Command, call_id, payload)``, the payload one of the message
+classes here. Worker -> parent: a reply ``(call_id, ok, result)`` where ``result`` is a
+:class:`~vecenv.errors.PackedException` when ``ok`` is false, and a :class:`StepReply` for every
+``RESET`` and ``STEP``. The ``call_id`` lets the parent drop a reply that arrives after its call timed
 out. Bulk data (observations, actions, rewards, flags) is not in these messages when shared
 memory is on: the payloads carry only what does not fit the arrays.
 
@@ -25,6 +26,7 @@ from enum import IntEnum
 from typing import Any
 
 import cloudpickle
+import numpy as np
 from gymnasium import Space
 
 from vecenv.errors import PackedException
@@ -35,7 +37,12 @@ __all__ = [
     "Attach",
     "ResetArgs",
     "CallArgs",
+    "SetAttrArgs",
     "SpaceMismatch",
+    "InfoEntries",
+    "Flags",
+    "Rows",
+    "StepReply",
     "encode_command",
     "decode_command",
     "encode_reply",
@@ -90,7 +97,7 @@ class Attach:
     start: int
     num_envs: int
     autoreset_mode: Any
-    buffers: Any  # a vecenv.buffers.BufferSpec
+    buffers: Any  # a vecenv.wire.buffers.BufferSpec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +116,52 @@ class CallArgs:
     name: str
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class SetAttrArgs:
+    """An attribute set on every env of the worker, one value per env."""
+
+    name: str
+    values: list[Any]
+
+
+#: ``(local env index, info dict)`` pairs, to be merged in order by ``VectorEnv._add_info``.
+InfoEntries = list[tuple[int, dict[str, Any]]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Flags:
+    """A group's rewards and end flags, one row per env."""
+
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class Rows:
+    """A group's rows that are not in shared memory, sent with its step or reset reply.
+
+    ``observations`` is ``None`` when they are shared; ``flags`` likewise.
+    """
+
+    observations: Any
+    flags: Flags | None
+
+
+@dataclasses.dataclass(frozen=True)
+class StepReply:
+    """A worker's answer to ``RESET`` or ``STEP``: its non-empty infos, and the rows that did
+    not fit the shared block (``None`` when everything is shared: the common case)."""
+
+    infos: InfoEntries
+    rows: Rows | None = None
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to send beyond "done": the reply is the wire header alone."""
+        return not self.infos and self.rows is None
 
 
 # -- the wire format -------------------------------------------------------------------------
@@ -169,7 +222,7 @@ def encode_reply(call_id: int, ok: bool, result: Any, dumps: Dumps = _dumps) -> 
     if ok:
         if result is None:
             return _HEADER.pack(_BARE, _NONE, call_id)
-        if type(result) is tuple and len(result) == 2 and result[0] == [] and result[1] is None:
+        if type(result) is StepReply and result.empty:
             return _HEADER.pack(_BARE, _EMPTY, call_id)
     return _HEADER.pack(_PICKLED, _OK if ok else _ERROR, call_id) + dumps(result)
 
@@ -182,7 +235,7 @@ def decode_reply(data: bytes) -> tuple[int, bool, Any]:
     """
     kind, flag, call_id = _HEADER.unpack_from(data)
     if kind == _BARE:
-        return call_id, True, (None if flag == _NONE else ([], None))
+        return call_id, True, (None if flag == _NONE else StepReply([]))
     try:
         result = pickle.loads(memoryview(data)[_HEADER.size :])
     except Exception as exc:

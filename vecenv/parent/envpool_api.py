@@ -5,79 +5,89 @@ those. Which envs are where is read off the pool's worker status, never kept twi
 (BUSY, or READY with a reply not yet handed out) or returned and waiting for ``send`` (IDLE).
 Every env's trajectory is the one ``SyncVectorEnv`` gives for its seed and action sequence,
 whatever order the groups finish in.
+
+This class holds no reference to the vector env that owns it: it is given the pool, the buffers,
+the call state and the action placer, and changes the call state only through its methods.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import gymnasium as gym
 import numpy as np
 from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from vecenv.checks import check_env_ids, check_options, check_timeout, seed_list
-from vecenv.pool import State, WorkerStatus
-from vecenv.protocol import Command, ResetArgs
+from vecenv.parent.actions import ActionPlacer
+from vecenv.parent.pool import WorkerPool
+from vecenv.parent.records import WorkerStatus
+from vecenv.parent.replies import InfoMerger
+from vecenv.parent.state import CallState, SeedBook, State
 from vecenv.spaces import tree_map
-
-if TYPE_CHECKING:
-    from vecenv.coordinator import GroupVectorEnv
+from vecenv.wire.buffers import Buffers
+from vecenv.wire.protocol import Command, ResetArgs
 
 __all__ = ["AsyncBatches"]
 
 
-class _InfoBatch:
-    """Gymnasium's info batching (``VectorEnv._add_info``) over the rows of one ``recv`` batch."""
-
-    _add_info = VectorEnv._add_info
-
-    def __init__(self, num_envs: int) -> None:
-        self.num_envs = num_envs
-
-
 class AsyncBatches:
-    """The EnvPool-style API of one vector env (the coordinator delegates to it)."""
+    """The EnvPool-style API of one vector env (the vector env delegates to it)."""
 
-    def __init__(self, venv: GroupVectorEnv, batch_size: int) -> None:
-        self.venv = venv
+    def __init__(
+        self,
+        pool: WorkerPool,
+        buffers: Buffers,
+        calls: CallState,
+        actions: ActionPlacer,
+        seeds: SeedBook,
+        single_observation_space: gym.Space,
+        autoreset_mode: AutoresetMode,
+        batch_size: int,
+    ) -> None:
+        self.pool = pool
+        self.buffers = buffers
+        self.calls = calls
+        self.actions = actions
+        self.seeds = seeds
+        self.single_observation_space = single_observation_space
+        self.autoreset_mode = autoreset_mode
         self.batch_size = batch_size
-        workers = venv._pool.workers
-        self._owner = np.repeat(np.arange(len(workers)), [w.size for w in workers])
+        self.num_envs = sum(w.size for w in pool.workers)
+        self._infos = InfoMerger(batch_size)
+        self._owner = np.repeat(np.arange(len(pool.workers)), [w.size for w in pool.workers])
 
     def async_reset(self, seed: Any, options: dict[str, Any] | None) -> None:
-        venv = self.venv
-        venv._check_open("async_reset")
-        if venv._state not in (State.DEFAULT, State.POOL):
-            raise AlreadyPendingCallError(
-                f"Calling `async_reset` while waiting for a pending call to `{venv._state.value}` to complete.",
-                venv._state.value,
-            )
-        if venv.autoreset_mode is AutoresetMode.DISABLED:
+        calls = self.calls
+        calls.check_open("async_reset")
+        if calls.waiting not in (State.DEFAULT, State.WAITING_RECV):
+            raise _already_pending("async_reset", calls.waiting)
+        if self.autoreset_mode is AutoresetMode.DISABLED:
             raise ValueError("async_reset/recv/send need autoreset_mode NEXT_STEP or SAME_STEP, got DISABLED")
         options = check_options(options)
         if options is not None and "reset_mask" in options:
             raise ValueError("`options['reset_mask']` is not supported by `async_reset`: it resets every env")
-        seeds = seed_list(seed, venv.num_envs)
+        seeds = seed_list(seed, self.num_envs)
         # Every check has passed: only now drop what is in flight.
-        venv._remember_seeds(seeds, None)
-        workers = venv._pool.workers
+        self.seeds.remember(seeds, None)
+        workers = self.pool.workers
         for w in workers:
             if w.in_flight:
                 w.abandon()
-        venv._pool.send(
+        self.pool.send(
             workers, Command.RESET, [ResetArgs(seeds[w.start : w.stop], options, None) for w in workers], "async_reset"
         )
-        venv._needs_reset = None
-        venv._state = State.POOL
+        calls.batches_started()
 
     def recv(self, timeout: float | None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
         timeout = check_timeout(timeout)
-        venv, pool = self.venv, self.venv._pool
-        venv._check_waiting(State.POOL, "recv", "async_reset")
-        venv._check_steppable("recv", "async_reset()")
+        pool, calls = self.pool, self.calls
+        calls.check_waiting(State.WAITING_RECV, "recv", "async_reset")
+        calls.check_steppable("recv", "async_reset()")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             ready = sorted((w for w in pool.workers if w.status is WorkerStatus.READY), key=lambda w: w.ready_at)
@@ -89,7 +99,7 @@ class AsyncBatches:
                 raise NoAsyncCallError(
                     f"Calling `recv` with only {in_flight} envs in flight, fewer than batch_size={self.batch_size}: "
                     "`send` actions for the envs the last `recv` returned first.",
-                    State.POOL.value,
+                    State.WAITING_RECV.value,
                 )
             pool.wait(busy, deadline, "recv", timeout)
         groups, total = [], 0
@@ -101,31 +111,25 @@ class AsyncBatches:
         replies = [w.take() for w in groups]
         for w, (ok, result) in zip(groups, replies):
             if not ok:
-                venv._needs_reset = "an env raised during `recv`"
+                calls.poison("an env raised during `recv`")
                 pool.raise_remote(w, result, "recv")
-        b = venv._buffers
-        infos: dict[str, Any] = {}
-        batch: Any = _InfoBatch(self.batch_size)  # duck-typed for VectorEnv._add_info
-        offset = 0
-        for w, (_, (entries, payload)) in zip(groups, replies):
-            b.receive(w.start, w.stop, payload)
-            for j, info in entries:
-                infos = batch._add_info(infos, info, offset + j)
-            offset += w.size
+        b = self.buffers
+        offsets = np.cumsum([0] + [w.size for w in groups[:-1]]).tolist()
+        infos = self._infos.merge(b, groups, [result for _, result in replies], offsets)
         env_ids = np.concatenate([np.arange(w.start, w.stop) for w in groups])
         if b.fixed_observations:
             obs = tree_map(lambda a: a[env_ids], b.observations)
         else:
-            space = venv.single_observation_space
+            space = self.single_observation_space
             out: Any = create_empty_array(space, len(env_ids))
             obs = concatenate(space, [b.observations[i] for i in env_ids], out)
         return obs, b.rewards[env_ids], b.terminations[env_ids], b.truncations[env_ids], infos, env_ids
 
     def send(self, actions: Any, env_ids: Sequence[int] | np.ndarray) -> None:
-        venv, pool = self.venv, self.venv._pool
-        venv._check_waiting(State.POOL, "send", "async_reset")
-        venv._check_steppable("send", "async_reset()")
-        ids = check_env_ids(env_ids, venv.num_envs)
+        pool, calls = self.pool, self.calls
+        calls.check_waiting(State.WAITING_RECV, "send", "async_reset")
+        calls.check_steppable("send", "async_reset()")
+        ids = check_env_ids(env_ids, self.num_envs)
         busy = [int(i) for i in ids if pool.workers[self._owner[i]].status is not WorkerStatus.IDLE]
         if busy:
             raise ValueError(
@@ -136,4 +140,10 @@ class AsyncBatches:
         missing = sorted(set(i for w in workers for i in w.envs) - set(ids.tolist()))
         if missing:
             raise ValueError(f"`env_ids` must cover whole groups (one group per worker), envs {missing} are missing")
-        pool.send(workers, Command.STEP, venv._action_payloads(actions, workers, ids), "send")
+        pool.send(workers, Command.STEP, self.actions.payloads(actions, workers, ids), "send")
+
+
+def _already_pending(call: str, state: State) -> Exception:
+    return AlreadyPendingCallError(
+        f"Calling `{call}` while waiting for a pending call to `{state.value}` to complete.", state.value
+    )

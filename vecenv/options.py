@@ -1,0 +1,122 @@
+"""The keywords every vector env class shares, their defaults written once, checked once.
+
+:data:`DEFAULTS` holds each shared keyword's default; the public signatures
+(:class:`~vecenv.SubprocVectorEnv`, :class:`~vecenv.RayVectorEnv` and their ``from_groups``)
+name their defaults from it, so ``restart_window`` is 60 s in exactly one place.
+:meth:`VectorOptions.check` turns the values a caller gave into one checked value that the
+start-up path carries, instead of a dozen positional parameters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from gymnasium import Space
+from gymnasium.vector import AutoresetMode
+
+from vecenv.checks import (
+    check_autoreset_mode,
+    check_observation_mode,
+    check_restarts,
+    check_threads,
+    check_timeout,
+)
+
+__all__ = ["Keywords", "DEFAULTS", "VectorOptions"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Keywords:
+    """The shared keywords as a caller gives them (unchecked); the field defaults are the
+    library's defaults."""
+
+    autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP
+    copy: bool = True
+    observation_mode: str | tuple[Space, Space] = "same"
+    batch_size: int | None = None
+    start_timeout: float | None = None
+    on_worker_death: str = "raise"
+    max_restarts: int = 3
+    restart_window: float = 60.0
+    threads_per_worker: int | None = 1
+    # The process backend's own.
+    context: str | None = None
+    daemon: bool = True
+    shared_memory: bool = True
+    pin_cpus: bool = False
+    inline_group: bool = False
+
+
+#: The default of every shared keyword.
+DEFAULTS = Keywords()
+
+# The keywords VectorOptions.check takes (the backend-specific ones are checked by their backend).
+_CHECKED = (
+    "autoreset_mode",
+    "copy",
+    "observation_mode",
+    "batch_size",
+    "start_timeout",
+    "on_worker_death",
+    "max_restarts",
+    "restart_window",
+    "threads_per_worker",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class VectorOptions:
+    """The shared keywords, checked and normalised.
+
+    Attributes:
+        restarts: ``(max_restarts, restart_window)`` with ``on_worker_death="restart"``, else ``None``.
+        threads: ``threads_per_worker``.
+        batch_size: as given; it is checked against the group sizes once they are known.
+    """
+
+    autoreset_mode: AutoresetMode
+    copy: bool
+    observation_mode: str | tuple[Space, Space]
+    batch_size: int | None
+    start_timeout: float | None
+    restarts: tuple[int, float] | None
+    threads: int | None
+
+    @classmethod
+    def check(
+        cls,
+        *,
+        autoreset_mode: Any = DEFAULTS.autoreset_mode,
+        copy: Any = DEFAULTS.copy,
+        observation_mode: Any = DEFAULTS.observation_mode,
+        batch_size: Any = DEFAULTS.batch_size,
+        start_timeout: Any = DEFAULTS.start_timeout,
+        on_worker_death: Any = DEFAULTS.on_worker_death,
+        max_restarts: Any = DEFAULTS.max_restarts,
+        restart_window: Any = DEFAULTS.restart_window,
+        threads_per_worker: Any = DEFAULTS.threads_per_worker,
+    ) -> VectorOptions:
+        """Check every shared keyword (each error names its argument) before anything starts."""
+        return cls(
+            autoreset_mode=check_autoreset_mode(autoreset_mode),
+            copy=copy,
+            observation_mode=check_observation_mode(observation_mode),
+            batch_size=batch_size,
+            start_timeout=check_timeout(start_timeout, "start_timeout"),
+            restarts=check_restarts(on_worker_death, max_restarts, restart_window),
+            threads=check_threads(threads_per_worker),
+        )
+
+    @classmethod
+    def pick(cls, values: Mapping[str, Any]) -> VectorOptions:
+        """:meth:`check` the shared keywords found in ``values`` (a constructor's ``locals()``),
+        so that each public signature lists its keywords once and passes them on in one line."""
+        return cls.check(**{name: values[name] for name in _CHECKED if name in values})
+
+    @property
+    def worker_observation_mode(self) -> str | Space:
+        """What a worker checks its envs' observation spaces against (see ``WorkerOptions``)."""
+        mode = self.observation_mode
+        return mode[1] if isinstance(mode, tuple) else mode

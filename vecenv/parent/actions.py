@@ -1,0 +1,90 @@
+"""Actions from the caller to the workers: checked, then written to the shared rows or made
+into per-worker payloads.
+
+Nothing is written anywhere until the whole batch has passed the checks. A batch whose dtype or
+shape differs from the space's travels through the pipes as items, so each env receives exactly
+what ``SyncVectorEnv`` would give it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector.utils import batch_space, iterate
+
+from vecenv.errors import describe
+from vecenv.parent.records import WorkerRecord
+from vecenv.spaces import is_array_batch, is_fixed, to_batch, tree_assign, tree_leaves, tree_map, tree_slice
+from vecenv.wire.buffers import Buffers
+
+__all__ = ["ActionPlacer"]
+
+
+class ActionPlacer:
+    """Places a batch of actions for some workers: in the shared action rows, or as payloads."""
+
+    def __init__(self, single_action_space: gym.Space, buffers: Buffers) -> None:
+        self.space = single_action_space
+        self.buffers = buffers
+        self.fixed = is_fixed(single_action_space)
+        self.dtypes = [a.dtype for a in tree_leaves(buffers.actions)] if self.fixed else []
+
+    def payloads(self, actions: Any, workers: Sequence[WorkerRecord], env_ids: np.ndarray | None = None) -> list[Any]:
+        """One payload per worker (``None``: its actions are in the shared rows).
+
+        ``env_ids`` gives the env of each action when they are not in worker order (``send``).
+        """
+        if env_ids is None and self._copy_directly(actions):
+            return [None] * len(workers)
+        n = sum(w.size for w in workers)
+        order = None if env_ids is None else np.argsort(env_ids, kind="stable")
+        offsets = list(itertools.accumulate((w.size for w in workers), initial=0))
+        if not self.fixed:
+            if actions is None or isinstance(actions, (str, bytes)):
+                raise TypeError(f"`actions` must be a batch of {n} actions, got {describe(actions)}")
+            return self._items(actions, n, order, offsets)
+        buffers = self.buffers
+        batch = to_batch(self.space, actions, n, "actions")
+        exact = [a.shape[1:] for a in tree_leaves(batch)] == [a.shape[1:] for a in tree_leaves(buffers.actions)]
+        if not (exact and is_array_batch(self.space, actions)):
+            # Lists reach the envs as lists and Python ints as ints, as in SyncVectorEnv.
+            return self._items(actions, n, order, offsets)
+        if order is not None:
+            batch = tree_map(lambda a: a[order], batch)
+        rows = [tree_slice(batch, a, b) for a, b in itertools.pairwise(offsets)]
+        same_dtypes = [a.dtype for a in tree_leaves(batch)] == self.dtypes
+        if not (buffers.spec.shared_actions and same_dtypes):
+            return rows
+        for w, part in zip(workers, rows):
+            tree_assign(tree_slice(buffers.actions, w.start, w.stop), part)
+        return [None] * len(workers)
+
+    def _copy_directly(self, actions: Any) -> bool:
+        """The common case: one array, exactly the shared buffer's shape and dtype.
+
+        A method of its own so that no frame which may raise holds a view of the block (a
+        traceback kept by the caller would keep the block mapped after ``close()``).
+        """
+        shared = self.buffers.actions if self.buffers.spec.shared_actions else None
+        if (
+            type(actions) is np.ndarray
+            and type(shared) is np.ndarray
+            and actions.shape == shared.shape
+            and actions.dtype == shared.dtype
+        ):
+            np.copyto(shared, actions)
+            return True
+        return False
+
+    def _items(self, actions: Any, n: int, order: np.ndarray | None, offsets: list[int]) -> list[Any]:
+        """One action object per env, sliced per worker (sent through the pipes)."""
+        items = list(iterate(batch_space(self.space, n), actions))
+        if len(items) != n:
+            raise ValueError(f"`actions` must hold {n} actions (one per env), got {len(items)}")
+        if order is not None:
+            items = [items[k] for k in order]
+        return [items[a:b] for a, b in itertools.pairwise(offsets)]

@@ -1,0 +1,127 @@
+"""The parent's half of the handshake: every worker's ``Hello`` checked, the vector env's
+spaces and metadata decided.
+
+Each worker reports what it built (env count, spaces, metadata); :func:`configure` checks that
+the groups fit together (the same errors and messages as Gymnasium's vector envs) and returns a
+:class:`VectorSpaces`. The pool then assigns each worker its starting index.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_differing_spaces, batch_space
+
+from vecenv.errors import SpaceMismatchError
+from vecenv.wire.protocol import Hello, SpaceMismatch
+
+__all__ = ["VectorSpaces", "configure"]
+
+
+@dataclasses.dataclass(frozen=True)
+class VectorSpaces:
+    """What the handshake decided: the vector env's size, spaces and metadata."""
+
+    num_envs: int
+    observation_space: gym.Space
+    single_observation_space: gym.Space
+    action_space: gym.Space
+    single_action_space: gym.Space
+    metadata: dict[str, Any]
+    render_mode: str | None
+    env_spec: Any
+
+
+def configure(
+    hellos: Sequence[Hello],
+    observation_mode: str | tuple[gym.Space, gym.Space],
+    autoreset_mode: AutoresetMode,
+    class_name: str,
+) -> VectorSpaces:
+    """Check every worker's spaces against the first env's and batch them.
+
+    Raises:
+        ValueError: a native vector env group's autoreset mode differs from ``autoreset_mode``.
+        SpaceMismatchError: two envs' spaces do not fit together (the first such env is named).
+    """
+    first = hellos[0]
+    start = 0
+    for index, hello in enumerate(hellos):
+        if hello.native_autoreset is not None and AutoresetMode(hello.native_autoreset) is not autoreset_mode:
+            raise ValueError(
+                f"worker {index} hosts a native vector env with autoreset mode "
+                f"{AutoresetMode(hello.native_autoreset)}, but `autoreset_mode` is {autoreset_mode}; "
+                "they must match"
+            )
+        mismatch = _first_mismatch(first, hello, observation_mode, start)
+        if mismatch is not None:
+            raise _mismatch_error(mismatch, observation_mode, class_name)
+        start += hello.num_envs
+    if isinstance(observation_mode, tuple):
+        observation_space, single_observation_space = observation_mode
+    elif observation_mode == "different":
+        single_observation_space = first.observation_space
+        spaces = [s for h in hellos for s in (h.observation_spaces or [h.observation_space] * h.num_envs)]
+        observation_space = batch_differing_spaces(spaces)
+    else:
+        single_observation_space = first.observation_space
+        observation_space = batch_space(single_observation_space, start)
+    metadata = dict(first.metadata)
+    metadata["autoreset_mode"] = autoreset_mode
+    return VectorSpaces(
+        num_envs=start,
+        observation_space=observation_space,
+        single_observation_space=single_observation_space,
+        action_space=batch_space(first.action_space, start),
+        single_action_space=first.action_space,
+        metadata=metadata,
+        render_mode=first.render_mode,
+        env_spec=first.spec,
+    )
+
+
+def _first_mismatch(
+    first: Hello, hello: Hello, observation_mode: str | tuple[gym.Space, gym.Space], start: int
+) -> SpaceMismatch | None:
+    """The group's first env against env 0 first, then the group's own check; indices global."""
+    if hello.action_space != first.action_space:
+        return SpaceMismatch(start, "action_space", first.action_space, hello.action_space)
+    if observation_mode == "same" and hello.observation_space != first.observation_space:
+        return SpaceMismatch(start, "observation_space", first.observation_space, hello.observation_space)
+    if observation_mode == "different" and not gym.spaces.utils.is_space_dtype_shape_equiv(
+        first.observation_space, hello.observation_space
+    ):
+        return SpaceMismatch(start, "observation_space", first.observation_space, hello.observation_space)
+    m = hello.mismatch
+    if m is not None:
+        return SpaceMismatch(start + m.local_index, m.which, m.expected, m.received)
+    return None
+
+
+def _mismatch_error(
+    m: SpaceMismatch, observation_mode: str | tuple[gym.Space, gym.Space], class_name: str
+) -> SpaceMismatchError:
+    if m.which == "action_space":
+        return SpaceMismatchError(
+            f"Some environments have an action space different from `{m.expected}`. In order to batch "
+            "actions, the action spaces from all environments must be equal: "
+            f"env {m.local_index} has action_space {m.received}."
+        )
+    if observation_mode == "same":
+        return SpaceMismatchError(
+            f"{class_name}(..., observation_mode='same') however some of the sub-environments "
+            f"observation spaces are not equivalent: env {m.local_index} has observation_space {m.received}, "
+            f"expected {m.expected}. "
+            "If this is intentional, use `observation_mode='different'` instead."
+        )
+    mode_name = observation_mode if isinstance(observation_mode, str) else "custom space"
+    return SpaceMismatchError(
+        f"{class_name}(..., observation_mode='{mode_name}') however the sub-environment's "
+        "observation spaces do not share a common shape and dtype: "
+        f"env {m.local_index} has observation_space {m.received}, "
+        f"expected the shape and dtype of {m.expected}."
+    )

@@ -1,0 +1,267 @@
+"""The worker pool: what the parent knows of each worker, independent of how it talks to it.
+
+A pool owns a list of :class:`~vecenv.parent.records.WorkerRecord` and a
+:class:`~vecenv.transports.base.Transport`. The transport moves commands and replies (pipes to
+processes, or Ray actors); the pool does everything else, the same way for every transport:
+call ids, the status of each worker, waiting with deadlines, dropping the late replies of calls
+that timed out, raising env errors with their remote traceback, breaking (a dead worker),
+restarting (through a :class:`~vecenv.parent.restart.Restarter`) and shutting down. The API
+layers (:mod:`vecenv.parent.vector_env`, :mod:`vecenv.parent.envpool_api`) are written against
+this class only.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from vecenv.errors import PackedException, VecEnvTimeoutError, WorkerDiedError
+from vecenv.parent.records import WorkerRecord, WorkerStatus
+from vecenv.parent.restart import LostAgain, Restarter, mark_restarted
+from vecenv.transports.base import Event, Reply, Transport, WorkerGone
+from vecenv.wire.buffers import Buffers, BufferSpec
+from vecenv.wire.protocol import Attach, Command, StepReply
+
+__all__ = ["WorkerPool"]
+
+
+class WorkerPool:
+    """Workers behind a transport, with one status each; see the module docstring."""
+
+    def __init__(
+        self, transport: Transport, group_fns: Sequence[Callable[[], Any]], restarter: Restarter | None = None
+    ) -> None:
+        self.transport = transport
+        self.workers = [WorkerRecord(i) for i in range(len(group_fns))]
+        self.buffers: Buffers | None = None
+        self.broken: WorkerDiedError | None = None
+        self.restarter = restarter
+        self._spec: BufferSpec | None = None
+        self._autoreset_mode: Any = None
+        self._call_ids = itertools.count(1)
+        self._arrivals = itertools.count()
+        transport.launch(group_fns)
+
+    @property
+    def restarts(self) -> int:
+        """Every restart of this pool so far."""
+        return 0 if self.restarter is None else self.restarter.restarts
+
+    def in_flight(self) -> bool:
+        """Some worker is busy with a call or holds a reply not yet taken."""
+        return any(w.in_flight for w in self.workers)
+
+    # -- start-up ----------------------------------------------------------------------------
+
+    def hellos(self, timeout: float | None) -> list[Any]:
+        """Every worker's Hello; the first error is raised at once (nothing is kept on start)."""
+        return self.gather(self.workers, timeout, "__init__", fail_fast=True)
+
+    def attach(self, sizes: Sequence[int], spec: BufferSpec, autoreset_mode: Any) -> Buffers:
+        """Give each worker its index range and map the buffers; returns the parent's buffers."""
+        start = 0
+        for w, size in zip(self.workers, sizes, strict=True):
+            w.start, w.stop = start, start + size
+            start = w.stop
+        self.buffers = Buffers.create(spec)
+        self._spec, self._autoreset_mode = spec, autoreset_mode
+        for w in self.workers:
+            try:
+                self.transport.attach(w.index, self.attach_message(w), self.buffers)
+            except WorkerGone:
+                self.died(w, "__init__")
+        if self.restarter is None:
+            # A restarted worker needs the block's descriptor; without restarts nothing does.
+            self.buffers.release_fd()
+        return self.buffers
+
+    def attach_message(self, w: WorkerRecord) -> Attach:
+        """Where worker ``w``'s envs sit and how to talk to it (after its Hello)."""
+        assert self._spec is not None, "attach() assigns the rows first"
+        return Attach(w.start, w.size, self._autoreset_mode, self._spec)
+
+    # -- calls -------------------------------------------------------------------------------
+
+    def send(self, workers: Sequence[WorkerRecord], command: Command, payloads: Sequence[Any], call: str) -> None:
+        """Send each worker its command; they become BUSY.
+
+        Every message is encoded first: a payload that cannot be serialised raises before any
+        worker is sent anything or changes status.
+        """
+        transport = self.transport
+        ids = [next(self._call_ids) for _ in workers]
+        messages = [transport.encode(command, i, p) for i, p in zip(ids, payloads, strict=True)]
+        for w, call_id, message in zip(workers, ids, messages):
+            w.sent(call_id, call, command, message)
+            try:
+                transport.send(w.index, message)
+            except WorkerGone:
+                self.died(w, call)
+
+    def answer(self, w: WorkerRecord, call_id: int, ok: bool, result: Any) -> None:
+        """Record a reply to ``w``'s call ``call_id`` (from the transport, or made by a restart)."""
+        w.answered(call_id, ok, result, next(self._arrivals))
+
+    def wait(
+        self, workers: Sequence[WorkerRecord], deadline: float | None, call: str, timeout: float | None
+    ) -> list[WorkerRecord]:
+        """Block until one or more of ``workers`` is READY; return those (in worker order).
+
+        Replies of LATE workers among them are read and dropped on the way.
+
+        Raises:
+            WorkerDiedError: a worker died before answering; the pool is broken.
+            VecEnvTimeoutError: ``deadline`` passed first. Nothing is abandoned: the caller
+                decides whether the calls still count.
+        """
+        while True:
+            ready = [w for w in workers if w.status is WorkerStatus.READY]
+            if ready:
+                return ready
+            listening = [w.index for w in workers if w.owes]
+            assert listening, f"`{call}` waits on workers that owe nothing"
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            events = self.transport.poll(listening, remaining)
+            if not events and deadline is not None and time.monotonic() >= deadline:
+                raise VecEnvTimeoutError(f"The call to `{call}` has timed out after {timeout} second(s).")
+            self._apply(events, call)
+
+    def _apply(self, events: list[Event], call: str) -> None:
+        for event in events:
+            if isinstance(event, Reply):
+                w = self.workers[event.worker]
+                result = event.result
+                if event.call_id == w.restarted_reset:
+                    w.restarted_reset = None
+                    if event.ok:
+                        reply: StepReply = result
+                        result = StepReply(mark_restarted(reply.infos, w.size), reply.rows)
+                self.answer(w, event.call_id, event.ok, result)
+        for event in events:
+            if not isinstance(event, Reply) and self.workers[event.worker].status is not WorkerStatus.DEAD:
+                self.died(self.workers[event.worker], call)
+
+    def gather(
+        self, workers: Sequence[WorkerRecord], timeout: float | None, call: str, fail_fast: bool = False
+    ) -> list[Any]:
+        """The reply each of ``workers`` owes, in worker order.
+
+        An error reply is raised (the first, by worker order) only once every worker has
+        answered, so no reply is left behind to be mistaken for a later one. On a timeout (or an
+        interrupt) the unanswered workers are abandoned: they become LATE and their replies are
+        dropped.
+        ``fail_fast`` raises the first error at once (start-up, where nothing is kept).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        results: dict[int, Any] = {}
+        failures: list[tuple[WorkerRecord, PackedException]] = []
+        waiting = list(workers)
+        while waiting:
+            try:
+                ready = self.wait(waiting, deadline, call, timeout)
+            except BaseException:  # a timeout, or Ctrl+C: the next call must not wait for these
+                for w in waiting:
+                    w.abandon()
+                raise
+            for w in ready:
+                ok, result = w.take()
+                if ok:
+                    results[w.index] = result
+                elif fail_fast:
+                    self.raise_remote(w, result, call)
+                else:
+                    failures.append((w, result))
+            waiting = [w for w in waiting if w.status is not WorkerStatus.IDLE]
+        if failures:
+            self.raise_remote(*failures[0], call)
+        return [results[w.index] for w in workers]
+
+    def drain(self) -> None:
+        """Read every reply that has already arrived, without waiting (late ones become IDLE)."""
+        owing = [w.index for w in self.workers if w.owes and w.status is not WorkerStatus.DEAD]
+        while owing:
+            events = self.transport.poll(owing, 0.0)
+            if not events:
+                return
+            for event in events:
+                w = self.workers[event.worker]
+                if isinstance(event, Reply):
+                    self.answer(w, event.call_id, event.ok, event.result)
+                else:
+                    w.died()  # nothing to answer any more; close ends it
+            owing = [i for i in owing if self.workers[i].owes and self.workers[i].status is not WorkerStatus.DEAD]
+
+    # -- failures ----------------------------------------------------------------------------
+
+    def raise_remote(self, w: WorkerRecord, packed: PackedException, call: str) -> None:
+        """Raise an env's exception in the parent with a note naming the env, worker and call."""
+        if packed.env_index is not None:
+            where = f"env {w.start + packed.env_index}"
+        elif w.size:
+            where = f"envs {w.start}..{w.stop - 1}"
+        else:
+            where = "its env group"
+        raise packed.rebuild(f"raised in {where} (worker {w.index}{self.transport.where(w.index)}) during `{call}`")
+
+    def died(self, w: WorkerRecord, call: str) -> None:
+        """A worker died: restart it when the policy allows, else end the others (their
+        peers' envs are gone) and raise."""
+        restarter = self.restarter
+        if restarter is not None and restarter.active:
+            raise LostAgain
+        how, exitcode = self.transport.cause_of_death(w.index)
+        span = f"envs {w.start}..{w.stop - 1}" if w.size else "envs not yet assigned"
+        what = f"worker {w.index} ({span}{self.transport.where(w.index)}) {how} during `{call}`"
+        if restarter is not None and call not in ("__init__", "close"):
+            refusal = restarter.replace(self, w)
+            if refusal is None:
+                return
+            what += f"; {refusal}"
+        w.died()
+        self.broken = WorkerDiedError(
+            f"{what}; the vector env is unusable, close it and make a new one",
+            worker=w.index,
+            envs=w.envs,
+            exitcode=exitcode,
+        )
+        self.transport.kill()
+        for other in self.workers:
+            other.died()
+        raise self.broken
+
+    # -- shutdown ----------------------------------------------------------------------------
+
+    def shutdown(self, timeout: float, wait_late: bool) -> BaseException | None:
+        """Close the envs politely within ``timeout`` seconds, then end every worker.
+
+        Workers still owing the reply to a call that timed out get the polite close only when
+        ``wait_late`` (they may be stuck); replies that already arrived are read first, so a
+        worker that is idle again is closed politely. Returns the first error an env's
+        ``close()`` raised, for the caller to raise once everything is released.
+        """
+        deadline = time.monotonic() + timeout
+        error: BaseException | None = None
+        closing: list[WorkerRecord] = []
+        if self.broken is None and timeout > 0:
+            try:
+                self.drain()
+                closing = [
+                    w
+                    for w in self.workers
+                    if w.status in (WorkerStatus.IDLE, WorkerStatus.READY, WorkerStatus.BUSY)
+                    or (w.status is WorkerStatus.LATE and wait_late)
+                ]
+                for w in closing:
+                    w.abandon()
+                self.send(closing, Command.CLOSE, [None] * len(closing), "close")
+                self.gather(closing, max(0.0, deadline - time.monotonic()), "close")
+            except (VecEnvTimeoutError, WorkerDiedError):
+                pass
+            except Exception as exc:
+                error = exc
+        self.transport.stop(deadline, [w.index for w in closing])
+        if self.buffers is not None:
+            self.buffers.close()
+        return error

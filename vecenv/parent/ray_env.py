@@ -1,0 +1,220 @@
+"""The Ray backend's vector env: :class:`RayVectorEnv`, env groups as Ray actors.
+
+It checks its arguments (the shared ones through :class:`~vecenv.options.VectorOptions`, the Ray
+ones here), connects to Ray, sizes the actors to the cluster and builds a
+:class:`~vecenv.transports.ray.RayTransport`; everything after that is
+:class:`~vecenv.parent.vector_env.GroupVectorEnv`'s, as for worker processes.
+
+Ray is imported by this module only on first use of :class:`~vecenv.RayVectorEnv`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+import ray
+from gymnasium.vector import AutoresetMode
+
+from vecenv.checks import check_batch_size, check_env_fns, check_group_fns, check_num_workers
+from vecenv.errors import describe
+from vecenv.options import DEFAULTS, VectorOptions
+from vecenv.parent.groups import split_groups
+from vecenv.parent.vector_env import GroupVectorEnv
+from vecenv.transports.ray import DEFAULT_ACTOR_OPTIONS, RAY_USE, RayTransport
+
+__all__ = ["RayVectorEnv"]
+
+
+def _check_actor_options(actor_options: Any) -> dict[str, Any]:
+    if actor_options is None:
+        return {}
+    if not isinstance(actor_options, Mapping):
+        raise TypeError(f"`actor_options` must be a dict of Ray actor options or None, got {describe(actor_options)}")
+    bad = sorted(k for k in actor_options if not isinstance(k, str))
+    if bad:
+        raise TypeError(f"`actor_options` keys must be str (Ray option names), got {describe(bad)}")
+    if "name" in actor_options:
+        raise ValueError("`actor_options` cannot hold 'name': every group is its own actor, and names are unique")
+    resources = actor_options.get("resources")
+    if resources is not None and not isinstance(resources, Mapping):
+        raise TypeError(
+            f"`actor_options['resources']` must be a dict of resource name to amount, got {describe(resources)}"
+        )
+    amounts = {key: actor_options.get(key) for key in _RESOURCE_OPTIONS} | {
+        f"resources[{name!r}]": amount for name, amount in (resources or {}).items()
+    }
+    for key, amount in amounts.items():
+        if amount is not None and (isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount < 0):
+            raise TypeError(f"`actor_options` {key} must be a non-negative number, got {describe(amount)}")
+    return dict(actor_options)
+
+
+_RESOURCE_OPTIONS = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
+
+
+def _resources_per_actor(options: Mapping[str, Any]) -> dict[str, float]:
+    """The Ray resources one actor asks for (CPU, GPU, memory, custom), from its options."""
+    merged = {**DEFAULT_ACTOR_OPTIONS, **options}
+    need = {resource: merged[key] for key, resource in _RESOURCE_OPTIONS.items() if merged.get(key) is not None}
+    need.update(merged.get("resources") or {})
+    return {resource: float(amount) for resource, amount in need.items()}
+
+
+def _check_address(address: Any) -> str | None:
+    if address is not None and (not isinstance(address, str) or not address):
+        raise TypeError(
+            f"`address` must be a Ray address (str, e.g. '10.0.0.1:6379' or 'auto') or None, got {describe(address)}"
+        )
+    return address
+
+
+class RayVectorEnv(GroupVectorEnv):
+    """A Gymnasium vector env whose env groups are Ray actors, on one machine or a cluster.
+
+    Same semantics, errors and API as :class:`~vecenv.SubprocVectorEnv` (including
+    ``async_reset``/``recv``/``send``); only the transport differs. Every call costs one Ray
+    actor call per group (about a millisecond), so it pays for slow envs, or for more envs than
+    one machine's cores can step.
+
+    Args:
+        env_fns: callables that each return a ``gymnasium.Env``, called in the actors, split into
+            ``num_workers`` contiguous groups whose sizes differ by at most one.
+        num_workers: actors to start; default ``min(len(env_fns), CPUs in the cluster // CPUs per
+            actor)``.
+        address: with Ray already initialised in this process it is used as is (and never shut
+            down); else ``None`` starts a new local Ray (with every CPU of this machine) and any
+            other value is passed to ``ray.init(address=...)``: ``"auto"`` (the cluster that
+            ``ray start`` runs on this machine), ``"10.0.0.1:6379"``, ``"ray://..."``. A Ray
+            that this class started or connected to is shut down (or disconnected) when the
+            last vector env using it closes.
+        actor_options: Ray actor options for every group (``num_cpus``, ``resources``,
+            ``scheduling_strategy="SPREAD"``, ``runtime_env``, ...); default ``num_cpus=1``, no
+            restarts. The actors must all fit the cluster at once (checked at start-up).
+        autoreset_mode, copy, observation_mode, batch_size, start_timeout: as
+            :class:`~vecenv.SubprocVectorEnv`.
+        on_worker_death, max_restarts, restart_window: as :class:`~vecenv.SubprocVectorEnv`;
+            with ``"restart"`` a dead actor is replaced by a new one (placed by Ray, possibly on
+            another node) that rebuilds the same envs on the same rows.
+        threads_per_worker: BLAS/OpenMP threads in each actor, as for worker processes (Ray
+            also sets ``OMP_NUM_THREADS`` to the actor's ``num_cpus``; a value already in the
+            environment is left alone).
+
+    Raises:
+        ValueError, TypeError: bad arguments, named with what was expected and what was given.
+        SpaceMismatchError: two envs report different spaces.
+        WorkerDiedError: an actor died while building its envs.
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        num_workers: int | None = None,
+        *,
+        address: str | None = None,
+        actor_options: Mapping[str, Any] | None = None,
+        autoreset_mode: AutoresetMode | str = DEFAULTS.autoreset_mode,
+        copy: bool = DEFAULTS.copy,
+        observation_mode: str | tuple[gym.Space, gym.Space] = DEFAULTS.observation_mode,
+        batch_size: int | None = DEFAULTS.batch_size,
+        start_timeout: float | None = DEFAULTS.start_timeout,
+        on_worker_death: str = DEFAULTS.on_worker_death,
+        max_restarts: int = DEFAULTS.max_restarts,
+        restart_window: float = DEFAULTS.restart_window,
+        threads_per_worker: int | None = DEFAULTS.threads_per_worker,
+    ) -> None:
+        fns = check_env_fns(env_fns)
+        if num_workers == "auto":
+            raise ValueError(
+                "`num_workers` of RayVectorEnv must be None (one actor per CPU of the cluster) or an int, "
+                "got 'auto' (which chooses between this process and local workers: SubprocVectorEnv only)"
+            )
+        if num_workers is not None:
+            check_num_workers(num_workers, len(fns), in_process=False)
+
+        def groups(k: int) -> Sequence[Callable[[], Any]]:
+            chosen = split_groups(fns, k)
+            check_batch_size(batch_size, [len(g.env_fns) for g in chosen])
+            return chosen
+
+        self._start(groups, len(fns), num_workers, address, actor_options, VectorOptions.pick(locals()))
+
+    @classmethod
+    def from_groups(
+        cls,
+        group_fns: Sequence[Callable[[], Sequence[gym.Env]]],
+        *,
+        address: str | None = None,
+        actor_options: Mapping[str, Any] | None = None,
+        autoreset_mode: AutoresetMode | str = DEFAULTS.autoreset_mode,
+        copy: bool = DEFAULTS.copy,
+        observation_mode: str | tuple[gym.Space, gym.Space] = DEFAULTS.observation_mode,
+        batch_size: int | None = DEFAULTS.batch_size,
+        start_timeout: float | None = DEFAULTS.start_timeout,
+        on_worker_death: str = DEFAULTS.on_worker_death,
+        max_restarts: int = DEFAULTS.max_restarts,
+        restart_window: float = DEFAULTS.restart_window,
+        threads_per_worker: int | None = DEFAULTS.threads_per_worker,
+    ) -> RayVectorEnv:
+        """One actor per callable; each returns the list of envs it hosts (or a native
+        ``gymnasium.vector.VectorEnv``), as :meth:`SubprocVectorEnv.from_groups`."""
+        fns = check_group_fns(group_fns)
+        options = VectorOptions.pick(locals())
+        self = cls.__new__(cls)
+        self._start(lambda k: fns, len(fns), len(fns), address, actor_options, options)
+        return self
+
+    def _start(
+        self,
+        make_groups: Callable[[int], Sequence[Callable[[], Any]]],
+        max_workers: int,
+        num_workers: int | None,
+        address: Any,
+        actor_options: Any,
+        options: VectorOptions,
+    ) -> None:
+        # Every argument is checked before Ray is touched.
+        ray_options = _check_actor_options(actor_options)
+        address = _check_address(address)
+        if num_workers is not None:
+            make_groups(num_workers)  # batch_size against the group sizes
+        holds_ray = RAY_USE.acquire(address)
+        try:
+            num_workers = _fit_cluster(_resources_per_actor(ray_options), max_workers, num_workers)
+            groups = make_groups(num_workers)
+            transport = RayTransport(ray_options, options.worker_observation_mode, holds_ray, options.threads)
+        except BaseException:
+            if holds_ray:
+                RAY_USE.release()
+            raise
+        self._transport = transport
+        # From here on the transport releases Ray (in stop(), which _open's failure path calls).
+        self._open(transport, groups, options, shared_memory=False)
+
+    @property
+    def node_ids(self) -> list[str | None]:
+        """The Ray node id of each group's actor, in worker order."""
+        return self._transport.node_ids
+
+    @property
+    def actor_pids(self) -> list[int | None]:
+        """The process id of each group's actor (on its node), in worker order."""
+        return self._transport.pids
+
+
+def _fit_cluster(need: Mapping[str, float], max_workers: int, num_workers: int | None) -> int:
+    """The actor count: ``num_workers``, or as many as the cluster holds at once (at most one
+    per group); raises when they could not all start."""
+    total = ray.cluster_resources()
+    if num_workers is None:
+        fits = [int(total.get(r, 0.0) // amount) for r, amount in need.items() if amount > 0]
+        num_workers = max(1, min([max_workers, *fits]))
+    for resource, amount in need.items():
+        if amount * num_workers > total.get(resource, 0.0):
+            raise ValueError(
+                f"{num_workers} actors of {amount:g} {resource} each need {amount * num_workers:g} {resource}, "
+                f"but the Ray cluster has {total.get(resource, 0.0):g}: they could not all start. Use "
+                "fewer workers, ask less per actor (actor_options), or add nodes"
+            )
+    return num_workers

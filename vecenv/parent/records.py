@@ -1,0 +1,139 @@
+"""The parent's record of one worker: its env range and its one status.
+
+Each worker has exactly one :class:`WorkerStatus`, changed only by the transition methods of
+:class:`WorkerRecord`::
+
+    STARTING --hello--> READY --take--> IDLE --send--> BUSY --reply--> READY --take--> IDLE
+                                          ^              | timeout (abandon)
+                                          |              v
+                                          '--reply-- LATE  (its reply is dropped on arrival)
+    any --death--> DEAD
+
+("Worker" alone names the process or actor; this is what the parent knows of it.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from enum import Enum
+from typing import Any
+
+from vecenv.errors import VecEnvError
+from vecenv.wire.protocol import Command
+
+__all__ = ["WorkerStatus", "OwedCall", "WorkerRecord"]
+
+
+class WorkerStatus(Enum):
+    """Where one worker stands, as the parent sees it."""
+
+    STARTING = "starting"  # launched; its Hello is owed
+    IDLE = "idle"  # owes nothing
+    BUSY = "busy"  # owes the reply to the call it was last sent
+    READY = "ready"  # that reply has arrived and waits to be taken
+    LATE = "late"  # owes only replies to calls that timed out; they are dropped on arrival
+    DEAD = "dead"
+
+
+@dataclasses.dataclass
+class OwedCall:
+    """A call whose reply a worker still owes."""
+
+    call_id: int
+    call: str
+    wanted: bool = True
+    command: Command | None = None  # None: the handshake
+    message: Any = None  # as sent, to send again to a restarted worker
+
+
+class WorkerRecord:
+    """The pool's record of one worker: its env range ``[start, stop)`` and its status."""
+
+    __slots__ = ("index", "start", "stop", "status", "reply", "ready_at", "restarted_reset", "_owed")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.start = 0
+        self.stop = 0
+        self.status = WorkerStatus.STARTING
+        self.reply: tuple[bool, Any] | None = None
+        self.ready_at = 0  # arrival order of the held reply: recv hands out the earliest first
+        self.restarted_reset: int | None = None  # a reset sent again after a restart: mark its infos
+        self._owed: deque[OwedCall] = deque([OwedCall(0, "__init__")])
+
+    @property
+    def envs(self) -> range:
+        return range(self.start, self.stop)
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
+
+    @property
+    def in_flight(self) -> bool:
+        """Busy with a call, or holding its reply untaken."""
+        return self.status is WorkerStatus.BUSY or self.status is WorkerStatus.READY
+
+    @property
+    def owes(self) -> bool:
+        """Some reply is still to arrive (wanted or not)."""
+        return bool(self._owed)
+
+    # -- transitions: the only places that change ``status`` --------------------------------
+
+    def sent(self, call_id: int, call: str, command: Command | None = None, message: Any = None) -> None:
+        if self.status not in (WorkerStatus.IDLE, WorkerStatus.LATE):
+            raise StatusError(f"`{call}` sent to worker {self.index} while it is {self.status.value}")
+        self._owed.append(OwedCall(call_id, call, True, command, message))
+        self.status = WorkerStatus.BUSY
+
+    def answered(self, call_id: int, ok: bool, result: Any, order: int) -> None:
+        """A reply arrived: keep it if its call is still wanted, else drop it."""
+        for owed in self._owed:
+            if owed.call_id == call_id:
+                self._owed.remove(owed)
+                break
+        else:
+            return  # not a call of ours (cannot happen with an ordered transport)
+        if owed.wanted:
+            self.reply, self.ready_at = (ok, result), order
+            self.status = WorkerStatus.READY
+        elif self.status is WorkerStatus.LATE and not self._owed:
+            self.status = WorkerStatus.IDLE
+
+    def take(self) -> tuple[bool, Any]:
+        if self.status is not WorkerStatus.READY or self.reply is None:
+            raise StatusError(f"worker {self.index} has no reply to take: it is {self.status.value}")
+        reply, self.reply = self.reply, None
+        self.status = WorkerStatus.IDLE
+        return reply
+
+    def abandon(self) -> None:
+        """The caller stops waiting (a timeout, or a new async reset): drop what is owed."""
+        for owed in self._owed:
+            owed.wanted = False
+        if self.status is WorkerStatus.READY:
+            self.reply = None
+            self.status = WorkerStatus.IDLE
+        elif self.status is WorkerStatus.BUSY or self.status is WorkerStatus.STARTING:
+            self.status = WorkerStatus.LATE
+
+    def died(self) -> None:
+        self._owed.clear()
+        self.reply = None
+        self.status = WorkerStatus.DEAD
+
+    def relaunched(self) -> OwedCall | None:
+        """A new process replaces this one: its Hello is owed. Returns the call that was still
+        wanted from the old one, if any (everything else it owed is gone with it)."""
+        wanted = next((owed for owed in self._owed if owed.wanted), None)
+        self._owed = deque([OwedCall(0, "__init__")])
+        self.reply = None
+        self.status = WorkerStatus.STARTING
+        return wanted
+
+
+class StatusError(VecEnvError, RuntimeError):
+    """A transition the record's status does not allow: a defect of the caller's, never an
+    env's (the API layers check the call state before they reach the pool)."""

@@ -1,0 +1,217 @@
+"""Replacing workers that die (``on_worker_death="restart"``).
+
+:class:`RestartPolicy` is what the user asked for (how many restarts in what window) and where
+the seeds come from; :class:`RestartBudget` counts restarts in the sliding window;
+:class:`Restarter` does a restart through the pool it is given (relaunch, handshake, reset) and
+answers the call the dead worker still owed. What a restarted step looks like (every env
+truncated, reward 0, ``info["worker_restarted"]``) is written here, once, by
+:func:`truncated_reply` and :func:`mark_restarted`.
+
+The pool calls in; nothing here imports the pool: :class:`RestartHost` names what a restart
+needs of it, so the unit tests drive a :class:`Restarter` with a fake.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from vecenv.errors import VecEnvTimeoutError
+from vecenv.parent.records import WorkerRecord
+from vecenv.parent.state import SeedBook
+from vecenv.transports.base import Transport, WorkerGone
+from vecenv.wire.buffers import Buffers
+from vecenv.wire.protocol import Attach, Command, Flags, InfoEntries, ResetArgs, Rows, StepReply
+
+__all__ = [
+    "RESTART_INFO_KEY",
+    "RestartPolicy",
+    "RestartBudget",
+    "RestartHost",
+    "Restarter",
+    "LostAgain",
+    "mark_restarted",
+    "truncated_reply",
+]
+
+#: The info key set for every env of a restarted worker, on the call that saw the death.
+RESTART_INFO_KEY = "worker_restarted"
+
+
+@dataclasses.dataclass(frozen=True)
+class RestartPolicy:
+    """How a pool replaces workers that die.
+
+    Attributes:
+        max_restarts: restarts allowed within ``window`` seconds; one more breaks the pool.
+            A worker that dies while being rebuilt counts as another restart.
+        window: the sliding window, in seconds.
+        seeds: each env's last reset seed; a rebuilt worker's envs are reset with
+            :meth:`SeedBook.reseeded` of them.
+        timeout: seconds a rebuilt worker may take to build its envs (``None``: no limit).
+    """
+
+    max_restarts: int
+    window: float
+    seeds: SeedBook
+    timeout: float | None = None
+
+    def reseed(self, worker: WorkerRecord, restart: int) -> ResetArgs:
+        """The reset of a rebuilt worker's envs at the vector env's ``restart``-th restart."""
+        return ResetArgs(self.seeds.reseeded(worker.start, worker.stop, restart), None, None)
+
+
+class RestartBudget:
+    """Restarts within a sliding window: :meth:`spend` refuses the one past ``max_restarts``."""
+
+    def __init__(self, max_restarts: int, window: float) -> None:
+        self.max_restarts = max_restarts
+        self.window = window
+        self._times: deque[float] = deque()
+
+    def spend(self, now: float) -> str | None:
+        """Count a restart at ``now``; ``None`` when allowed, else why not (nothing counted)."""
+        while self._times and now - self._times[0] > self.window:
+            self._times.popleft()
+        if len(self._times) >= self.max_restarts:
+            return f"{len(self._times)} restarts within {self.window:g} s already (max_restarts={self.max_restarts})"
+        self._times.append(now)
+        return None
+
+
+class LostAgain(Exception):
+    """A worker died while it was being restarted."""
+
+
+class RestartHost(Protocol):
+    """What a restart needs of the pool (:class:`~vecenv.parent.pool.WorkerPool` is one)."""
+
+    transport: Transport
+    buffers: Buffers | None
+
+    def attach_message(self, w: WorkerRecord) -> Attach: ...
+
+    def send(self, workers: Sequence[WorkerRecord], command: Command, payloads: Sequence[Any], call: str) -> None: ...
+
+    def gather(
+        self, workers: Sequence[WorkerRecord], timeout: float | None, call: str, fail_fast: bool = False
+    ) -> list[Any]: ...
+
+    def answer(self, w: WorkerRecord, call_id: int, ok: bool, result: Any) -> None: ...
+
+    def died(self, w: WorkerRecord, call: str) -> None: ...
+
+
+class Restarter:
+    """Restarts dead workers under a :class:`RestartPolicy`."""
+
+    def __init__(self, policy: RestartPolicy) -> None:
+        self.policy = policy
+        self.budget = RestartBudget(policy.max_restarts, policy.window)
+        self.restarts = 0  # every restart so far (the reseed count)
+        self.active = False  # a restart is under way: a death now is LostAgain
+
+    def replace(self, pool: RestartHost, w: WorkerRecord) -> str | None:
+        """Replace dead worker ``w`` and answer the call it still owed; ``None`` when done,
+        else why the pool must break instead.
+
+        The new worker builds the same envs, attaches to the same rows and resets them with the
+        policy's seeds. A step it owed is answered as that reset, with every env truncated,
+        reward 0 and ``info["worker_restarted"] = True``; a reset, call, attribute or render is
+        sent again and answered by the new envs.
+        """
+        lost, first = None, True
+        while True:
+            refusal = self.budget.spend(time.monotonic())
+            if refusal is not None:
+                return refusal
+            self.restarts += 1
+            try:
+                pool.transport.relaunch(w.index)
+            except NotImplementedError as exc:
+                return str(exc)
+            owed = w.relaunched()
+            if first:
+                lost, first = owed, False
+            self.active = True
+            try:
+                reply = self._rebuild(pool, w, resets_itself=lost is not None and lost.command is Command.RESET)
+                break
+            except (LostAgain, WorkerGone):
+                continue
+            except VecEnvTimeoutError:
+                pool.transport.kill()
+                return f"its replacement took longer than {self.policy.timeout} s to start"
+            except _WrongSize as exc:
+                return str(exc)
+            except Exception as exc:
+                return f"rebuilding its envs raised {type(exc).__name__}: {exc}"
+            finally:
+                self.active = False
+        if lost is None:
+            return None
+        w.sent(lost.call_id, lost.call, lost.command, lost.message)
+        if lost.command is Command.STEP:
+            assert reply is not None
+            pool.answer(w, lost.call_id, True, truncated_reply(pool, w, reply))
+            return None
+        # Sent again, with its call id: the new worker's reply answers the waiting call.
+        if lost.command is Command.RESET:
+            w.restarted_reset = lost.call_id
+        try:
+            pool.transport.send(w.index, lost.message)
+        except WorkerGone:
+            pool.died(w, lost.call)
+        return None
+
+    def _rebuild(self, pool: RestartHost, w: WorkerRecord, resets_itself: bool) -> StepReply | None:
+        """Handshake with the relaunched worker and reset its envs (unless the call it owed
+        was a reset, which is sent again instead). Returns that reset's reply."""
+        timeout = self.policy.timeout
+        hello = pool.gather([w], timeout, "restart", fail_fast=True)[0]
+        if hello.num_envs != w.size:
+            raise _WrongSize(f"its rebuilt group has {hello.num_envs} envs instead of {w.size}")
+        pool.transport.attach(w.index, pool.attach_message(w), _buffers(pool))
+        if resets_itself:
+            return None
+        pool.send([w], Command.RESET, [self.policy.reseed(w, self.restarts)], "restart")
+        reply: StepReply = pool.gather([w], timeout, "restart", fail_fast=True)[0]
+        return reply
+
+
+class _WrongSize(Exception):
+    pass
+
+
+def _buffers(pool: RestartHost) -> Buffers:
+    assert pool.buffers is not None, "workers are restarted only after the handshake"
+    return pool.buffers
+
+
+def mark_restarted(infos: InfoEntries, size: int) -> InfoEntries:
+    """Every env of a restarted group gets ``worker_restarted``, merged into its reset info."""
+    by_env = dict(infos)
+    return [(j, {**by_env.get(j, {}), RESTART_INFO_KEY: True}) for j in range(size)]
+
+
+def truncated_reply(pool: RestartHost, w: WorkerRecord, reset: StepReply) -> StepReply:
+    """The reset of a restarted worker's envs, reported as the step it owed: reward 0, not
+    terminated, truncated, ``worker_restarted`` in every env's info."""
+    infos = mark_restarted(reset.infos, w.size)
+    rows = reset.rows
+    if rows is None or rows.flags is None:  # flags in shared memory
+        buffers = _buffers(pool)
+        span = slice(w.start, w.stop)
+        buffers.rewards[span] = 0.0
+        buffers.terminations[span] = False
+        buffers.truncations[span] = True
+        return StepReply(infos, rows)
+    # Flags in the reply: new arrays (the transport's may be read-only).
+    n = w.size
+    flags = Flags(np.zeros(n, np.float64), np.zeros(n, np.bool_), np.ones(n, np.bool_))
+    return StepReply(infos, Rows(rows.observations, flags))

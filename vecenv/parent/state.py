@@ -1,0 +1,198 @@
+"""The parent's call state, with one owner: :class:`CallState`.
+
+What the vector env is waiting for (a :class:`State`), which workers owe the pending call, why
+the next step would give wrong data (``needs_reset``), which envs have ended, and whether the
+vector env is closed: all of it is written here and only here. The two API layers
+(:mod:`vecenv.parent.vector_env` and :mod:`vecenv.parent.envpool_api`) ask it to check a call
+and to move from one state to the next; neither writes a field of it.
+
+The checks are pure: they raise or return, never change anything. Their messages are
+Gymnasium's (``AsyncVectorEnv``'s), since user code matches on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import Enum
+from typing import Protocol
+
+import numpy as np
+from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
+
+from vecenv.errors import NeedsResetError, WorkerDiedError
+from vecenv.parent.records import WorkerRecord
+
+__all__ = ["State", "CallState", "PoolView", "SeedBook"]
+
+
+class State(Enum):
+    """What the parent is waiting for; the values name the call, as Gymnasium's ``AsyncState``."""
+
+    DEFAULT = "default"
+    WAITING_RESET = "reset"
+    WAITING_STEP = "step"
+    WAITING_CALL = "call"
+    WAITING_RECV = "recv"  # envs in flight through async_reset/send, collected by recv
+    POOL = "recv"  # the same member under its earlier name (EnvPool mode)
+    BROKEN = "broken"
+    CLOSED = "closed"
+
+
+class PoolView(Protocol):
+    """What the checks read of the pool (:class:`~vecenv.parent.pool.WorkerPool` is one)."""
+
+    broken: WorkerDiedError | None
+
+    def in_flight(self) -> bool: ...
+
+
+class CallState:
+    """The state of one vector env's calls; see the module docstring.
+
+    Args:
+        class_name: the vector env's class name, for messages.
+    """
+
+    def __init__(self, class_name: str) -> None:
+        self.class_name = class_name
+        self.closed = False
+        self._waiting = State.DEFAULT
+        self._pending: list[WorkerRecord] = []
+        self._needs_reset: str | None = None  # why the next step would give wrong data
+        self._reset_mask: np.ndarray | None = None
+        self._pool: PoolView | None = None
+        self.ended = np.zeros(0, dtype=np.bool_)  # per env: terminated or truncated at the last step
+
+    def bind(self, pool: PoolView, num_envs: int) -> None:
+        """The pool whose breakage the checks report, and the env count (after the handshake)."""
+        self._pool = pool
+        self.ended = np.zeros(num_envs, dtype=np.bool_)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    @property
+    def state(self) -> State:
+        """What the vector env is waiting for (``BROKEN`` once a worker died)."""
+        if self.closed:
+            return State.CLOSED
+        if self._pool is not None and self._pool.broken is not None:
+            return State.BROKEN
+        return self._waiting
+
+    @property
+    def waiting(self) -> State:
+        """The call being waited for, broken or not (what ``close()`` warns about)."""
+        return self._waiting
+
+    @property
+    def pending(self) -> list[WorkerRecord]:
+        """The workers that owe the pending call's reply, in worker order."""
+        return self._pending
+
+    @property
+    def reset_mask(self) -> np.ndarray | None:
+        """The mask of the pending reset (``None``: every env)."""
+        return self._reset_mask
+
+    # -- checks (pure) -----------------------------------------------------------------------
+
+    def check_open(self, call: str) -> None:
+        """Raise unless the vector env is open and no worker died."""
+        if self.closed:
+            raise ClosedEnvironmentError(f"Trying to operate on `{self.class_name}`, after a call to `close()`.")
+        broken = None if self._pool is None else self._pool.broken
+        if broken is not None:
+            raise WorkerDiedError(
+                f"`{call}` cannot run: {broken}", worker=broken.worker, envs=broken.envs, exitcode=broken.exitcode
+            ) from broken
+
+    def check_can_start(self, call: str) -> None:
+        """A new call may start: nothing pending (envs of a finished async batch count as idle)."""
+        self.check_open(call)
+        state = self._waiting
+        if state is State.WAITING_RECV and self._pool is not None and not self._pool.in_flight():
+            return
+        if state is not State.DEFAULT:
+            raise AlreadyPendingCallError(
+                f"Calling `{call}` while waiting for a pending call to `{state.value}` to complete.", state.value
+            )
+
+    def check_waiting(self, expected: State, call: str, starter: str) -> None:
+        """Raise unless the pending call is ``expected`` (started by ``starter``)."""
+        self.check_open(call)
+        if self._waiting is not expected:
+            raise NoAsyncCallError(f"Calling `{call}` without any prior call to `{starter}`.", expected.value)
+
+    def check_steppable(self, call: str, how: str) -> None:
+        """Raise :class:`~vecenv.errors.NeedsResetError` while the envs' data is known to be wrong."""
+        if self._needs_reset is not None:
+            raise NeedsResetError(f"Calling `{call}` after {self._needs_reset}: call `{how}` first.")
+
+    def check_none_ended(self, call: str) -> None:
+        """``autoreset_mode=DISABLED``: no env may be stepped past its episode's end."""
+        if self.ended.any():
+            ended = np.flatnonzero(self.ended).tolist()
+            raise NeedsResetError(
+                f"Calling `{call}` with autoreset_mode=DISABLED while envs {ended} have terminated or "
+                f"truncated: reset them first, e.g. reset(options={{'reset_mask': mask}})."
+            )
+
+    # -- transitions -------------------------------------------------------------------------
+
+    def begin(self, state: State, pending: Sequence[WorkerRecord], reset_mask: np.ndarray | None = None) -> None:
+        """A call was sent to ``pending``; ``state`` names what is now waited for."""
+        self._waiting = state
+        self._pending = list(pending)
+        self._reset_mask = reset_mask
+
+    def finish(self) -> None:
+        """The pending call is over (answered, failed or timed out)."""
+        self._waiting = State.DEFAULT
+
+    def poison(self, reason: str) -> None:
+        """Some envs stepped and others did not: refuse steps until a full reset."""
+        self._needs_reset = reason
+
+    def reset_done(self) -> None:
+        """The pending reset was answered: its envs start new episodes."""
+        if self._reset_mask is None:
+            self._needs_reset = None
+            self.ended[:] = False
+        else:
+            self.ended[self._reset_mask] = False
+
+    def step_done(self, terminations: np.ndarray, truncations: np.ndarray) -> None:
+        """The pending step was answered: remember which envs ended."""
+        np.logical_or(terminations, truncations, out=self.ended)
+
+    def batches_started(self) -> None:
+        """``async_reset`` put every env in flight: ``recv``/``send`` from now on."""
+        self._needs_reset = None
+        self._waiting = State.WAITING_RECV
+        self._pending = []
+        self._reset_mask = None
+
+    def mark_closed(self) -> None:
+        """``close()`` ran (whatever it raised)."""
+        self._waiting = State.CLOSED
+        self.closed = True
+
+
+class SeedBook:
+    """Each env's last reset seed: a restarted worker's envs derive theirs from it."""
+
+    def __init__(self, num_envs: int) -> None:
+        self.seeds: list[int | None] = [None] * num_envs
+
+    def remember(self, seeds: Sequence[int | None], mask: np.ndarray | None) -> None:
+        """Record the seeds of a reset (only the masked envs, when ``mask`` is given)."""
+        for i, seed in enumerate(seeds):
+            if seed is not None and (mask is None or mask[i]):
+                self.seeds[i] = seed
+
+    def reseeded(self, start: int, stop: int, restart: int) -> list[int | None]:
+        """The seeds for envs ``[start, stop)`` rebuilt at the vector env's ``restart``-th
+        restart: env ``i`` last reset with seed ``s`` gets ``s + restart * num_envs``, so a rerun
+        with the same crash reproduces; an env never seeded stays unseeded."""
+        n = len(self.seeds)
+        return [None if s is None else s + restart * n for s in self.seeds[start:stop]]

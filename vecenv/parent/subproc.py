@@ -1,0 +1,190 @@
+"""The process backend's vector env: :class:`SubprocVectorEnv`, env groups in worker processes.
+
+It checks its arguments, splits the env constructors into groups, chooses the start method and
+builds a :class:`~vecenv.transports.process.ProcessTransport`; everything after that is
+:class:`~vecenv.parent.vector_env.GroupVectorEnv`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+from gymnasium.vector import AutoresetMode
+
+from vecenv.checks import check_batch_size, check_context, check_env_fns, check_flag, check_group_fns, check_num_workers
+from vecenv.options import DEFAULTS, VectorOptions
+from vecenv.parent.groups import split_groups
+from vecenv.parent.sizing import WorkerChoice, choose_num_workers
+from vecenv.parent.vector_env import GroupVectorEnv
+from vecenv.transports.base import Transport
+from vecenv.transports.inline import ParentHostedFirst
+from vecenv.transports.process import ProcessTransport
+from vecenv.worker.core import WorkerOptions
+
+__all__ = ["SubprocVectorEnv"]
+
+
+class SubprocVectorEnv(GroupVectorEnv):
+    """A Gymnasium vector env whose envs run in a few worker processes, a group per worker.
+
+    Results are identical to ``gymnasium.vector.SyncVectorEnv`` for the same seeds and actions,
+    in every autoreset mode. Observations, actions, rewards and flags live in shared memory;
+    pipes carry only commands, non-empty infos and errors.
+
+    Args:
+        env_fns: callables that each return a ``gymnasium.Env``; they are called in the workers
+            (never in the parent), split into ``num_workers`` contiguous groups whose sizes
+            differ by at most one.
+        num_workers: env groups; default ``min(len(env_fns), available cores)``, the cores this
+            process may run on (its affinity mask, which container limits set). ``0`` keeps
+            every env in this process (one inline group, no worker process). ``"auto"`` builds
+            one extra env from ``env_fns[0]`` here, times a few of its steps, closes it, and
+            picks 0 when all the envs' work per step is too small to pay for processes (a few
+            cheap envs), else one group per core with the parent stepping one of them
+            (``inline_group``); :attr:`worker_choice` says what it chose and why (see
+            :mod:`vecenv.parent.sizing`).
+        inline_group: the parent hosts the first group itself and steps it while the workers
+            step theirs: one process fewer and no wake-up for that group. Where the vector
+            env's processes are no more than the cores (as with ``inline_group`` and one group
+            per core), parent and workers poll for each other's messages for up to 0.2 ms
+            before sleeping, which saves the wake-up of a sleeping process on every step. That
+            group runs in the parent: its env errors surface as any env's, but a hang there
+            cannot be timed out and a crash there is the parent's.
+        on_worker_death: ``"raise"`` (a dead worker breaks the vector env: ``WorkerDiedError``)
+            or ``"restart"``: a new process rebuilds the same envs on the same rows and resets
+            them; the call that saw the death returns normally. A step reports the restarted
+            envs with ``truncations`` True, reward 0, their fresh reset observation and
+            ``infos["worker_restarted"]``, in every autoreset mode (no ``final_obs`` under
+            SAME_STEP: none survived; the next step steps the new episode); a reset, call or
+            attribute read is answered by the new envs. Env ``i`` last reset with seed ``s`` is
+            reseeded ``s + r * num_envs`` at the vector env's ``r``-th restart.
+        threads_per_worker: BLAS/OpenMP threads in each worker (``OMP_NUM_THREADS`` and the
+            like, set before the env module is imported, plus the libraries already loaded),
+            so W workers do not run W x cores threads; variables you set yourself win.
+            ``None`` leaves the libraries' defaults. The parent is never changed.
+        max_restarts, restart_window: more than ``max_restarts`` restarts within
+            ``restart_window`` seconds (a death during a rebuild counts) raise
+            ``WorkerDiedError`` as ``"raise"`` does.
+        autoreset_mode: Gymnasium's autoreset mode (an ``AutoresetMode`` or its string value).
+        copy: return copies of the observations. With ``copy=False`` the observations returned
+            by ``reset``/``step`` are views into shared buffers that the next call overwrites.
+        context: multiprocessing start method (``"fork"``, ``"forkserver"``, ``"spawn"``) or
+            ``None`` for the platform default, except that a parent already running other
+            threads (Ray, a notebook kernel, torch's pools) is not forked: it uses
+            ``forkserver``, as Python 3.14 does by default, because a forked worker can inherit
+            a lock one of those threads held and wait for it forever. Env constructors are sent
+            with cloudpickle, so envs defined in ``__main__`` or as lambdas work with every
+            method.
+        daemon: start the workers as daemon processes.
+        shared_memory: with ``False`` every array travels through the pipes (for debugging and
+            custom spaces); results are the same.
+        observation_mode: as Gymnasium's: ``"same"`` (every env's observation space is equal),
+            ``"different"`` (same shape and dtype; the batched space is built from every env's
+            space), or ``(batched space, single space)``.
+        batch_size: envs returned by each :meth:`recv` (asynchronous batches); ``num_envs``
+            (the default) or, with groups of equal size, a multiple of the group size.
+        pin_cpus: pin worker ``w`` to the ``w``-th core this process may run on (round robin).
+        start_timeout: seconds the workers may take to build their envs (default: no limit);
+            past it the constructor raises :class:`~vecenv.errors.VecEnvTimeoutError`.
+
+    Raises:
+        ValueError, TypeError: bad arguments, named with what was expected and what was given.
+        SpaceMismatchError: two envs report different spaces.
+        WorkerDiedError: a worker died while building its envs.
+    """
+
+    #: What ``num_workers="auto"`` chose and why (``None`` for an explicit count).
+    worker_choice: WorkerChoice | None = None
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        num_workers: int | str | None = None,
+        *,
+        autoreset_mode: AutoresetMode | str = DEFAULTS.autoreset_mode,
+        copy: bool = DEFAULTS.copy,
+        context: str | None = DEFAULTS.context,
+        daemon: bool = DEFAULTS.daemon,
+        shared_memory: bool = DEFAULTS.shared_memory,
+        observation_mode: str | tuple[gym.Space, gym.Space] = DEFAULTS.observation_mode,
+        batch_size: int | None = DEFAULTS.batch_size,
+        pin_cpus: bool = DEFAULTS.pin_cpus,
+        start_timeout: float | None = DEFAULTS.start_timeout,
+        inline_group: bool = DEFAULTS.inline_group,
+        on_worker_death: str = DEFAULTS.on_worker_death,
+        max_restarts: int = DEFAULTS.max_restarts,
+        restart_window: float = DEFAULTS.restart_window,
+        threads_per_worker: int | None = DEFAULTS.threads_per_worker,
+    ) -> None:
+        fns = check_env_fns(env_fns)
+        check_flag(inline_group, "inline_group")  # before auto may set it
+        if num_workers == "auto":
+            self.worker_choice = choose_num_workers(fns[0], len(fns))
+            num_workers = self.worker_choice.num_workers
+            inline_group = inline_group or self.worker_choice.inline_group
+        workers = check_num_workers(num_workers, len(fns))
+        groups = split_groups(fns, max(1, workers))
+        check_batch_size(batch_size, [len(g.env_fns) for g in groups])
+        options = VectorOptions.pick(locals())
+        self._start(groups, options, context, daemon, shared_memory, pin_cpus, inline=inline_group or workers == 0)
+
+    @classmethod
+    def from_groups(
+        cls,
+        group_fns: Sequence[Callable[[], Sequence[gym.Env] | gym.vector.VectorEnv]],
+        *,
+        autoreset_mode: AutoresetMode | str = DEFAULTS.autoreset_mode,
+        copy: bool = DEFAULTS.copy,
+        context: str | None = DEFAULTS.context,
+        daemon: bool = DEFAULTS.daemon,
+        shared_memory: bool = DEFAULTS.shared_memory,
+        observation_mode: str | tuple[gym.Space, gym.Space] = DEFAULTS.observation_mode,
+        batch_size: int | None = DEFAULTS.batch_size,
+        pin_cpus: bool = DEFAULTS.pin_cpus,
+        start_timeout: float | None = DEFAULTS.start_timeout,
+        on_worker_death: str = DEFAULTS.on_worker_death,
+        max_restarts: int = DEFAULTS.max_restarts,
+        restart_window: float = DEFAULTS.restart_window,
+        threads_per_worker: int | None = DEFAULTS.threads_per_worker,
+        inline_group: bool = DEFAULTS.inline_group,
+    ) -> SubprocVectorEnv:
+        """One worker per callable; each returns the list of envs that worker hosts (or a
+        native ``gymnasium.vector.VectorEnv``).
+
+        The group sizes are learned in the handshake; env indices follow the order of
+        ``group_fns`` and, within a group, the order of the returned list. The other
+        arguments are the constructor's (``inline_group``: the parent hosts the first group).
+        """
+        fns = check_group_fns(group_fns)
+        options = VectorOptions.pick(locals())
+        inline = check_flag(inline_group, "inline_group")
+        self = cls.__new__(cls)
+        self._start(fns, options, context, daemon, shared_memory, pin_cpus, inline=inline)
+        return self
+
+    def _start(
+        self,
+        groups: Sequence[Callable[[], Any]],
+        options: VectorOptions,
+        context: Any,
+        daemon: bool,
+        shared_memory: bool,
+        pin_cpus: bool,
+        inline: bool,
+    ) -> None:
+        ctx = check_context(context)
+        #: The multiprocessing start method the workers were started with.
+        self.start_method: str = ctx.get_start_method()
+        mode = options.worker_observation_mode
+        processes = ProcessTransport(
+            ctx,
+            daemon=daemon,
+            pin_cpus=pin_cpus,
+            observation_mode=mode,
+            threads=options.threads,
+            first_index=int(inline),
+        )
+        transport: Transport = ParentHostedFirst(processes, WorkerOptions(mode)) if inline else processes
+        self._open(transport, groups, options, shared_memory)

@@ -1,0 +1,445 @@
+"""The parent side of a vector env whose envs run in worker groups: the ``VectorEnv`` API.
+
+::
+
+          caller: reset / step / call / render          async_reset / recv / send
+                 |                                             |
+      GroupVectorEnv (this module)                  AsyncBatches (envpool_api.py)
+         input checks (checks.py); call state in one owner, CallState (state.py);
+         actions placed by ActionPlacer (actions.py); replies merged by InfoMerger (replies.py)
+                 |                                             |
+                 '----------------------.----------------------'
+                                        v
+      WorkerPool (pool.py): one WorkerRecord per worker (records.py), call ids, deadlines,
+         late replies dropped, breakage, restarts (restart.py), shutdown
+                                        |  Transport (transports/base.py)
+          .-----------------------------+------------------------------.
+          | pipe 0 (transports/process.py)  | pipe 1        ...   Ray actor (transports/ray.py)
+          v                                 v                           v
+    +-----------+                     +-----------+               +-----------+
+    | worker 0  |  worker/loop.py     | worker 1  |               | worker k  |
+    | core.py   |  WorkerCore         | core.py   |               | core.py   |
+    | EnvGroup  |  worker/group.py    | EnvGroup  |               | EnvGroup  |
+    | [0, s1)   |                     | [s1, s2)  |               | [sk, n)   |
+    +-----------+                     +-----------+               +-----------+
+          |  each writes its rows [start_w, stop_w) of the shared block (wire/buffers.py):
+          |  obs | actions | rewards | terminations | truncations
+          '--> one reply per worker per call (wire/protocol.py): a StepReply with the
+               non-empty infos (and rows that are not shared), or an error
+
+Start-up: the pool launches one worker per group; each builds its envs and sends a ``Hello``
+(env count, spaces, metadata); :func:`~vecenv.parent.handshake.configure` checks the spaces,
+and the pool gives each worker its starting index and the shared block in an ``Attach``. After
+that every call is one command per worker and one reply per worker.
+
+:class:`GroupVectorEnv` knows no transport: :class:`~vecenv.SubprocVectorEnv`
+(:mod:`vecenv.parent.subproc`) and :class:`~vecenv.RayVectorEnv` (:mod:`vecenv.parent.ray_env`)
+choose one and call :meth:`GroupVectorEnv._open`.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Sequence
+from copy import deepcopy
+from multiprocessing import util
+from typing import Any
+
+import numpy as np
+from gymnasium import logger
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+from vecenv.checks import check_batch_size, check_options, check_reset_mask, check_timeout, seed_list
+from vecenv.errors import WorkerDiedError, describe
+from vecenv.options import VectorOptions
+from vecenv.parent.actions import ActionPlacer
+from vecenv.parent.envpool_api import AsyncBatches
+from vecenv.parent.handshake import configure
+from vecenv.parent.pool import WorkerPool
+from vecenv.parent.replies import InfoMerger
+from vecenv.parent.restart import Restarter, RestartPolicy
+from vecenv.parent.state import CallState, SeedBook, State
+from vecenv.spaces import tree_copy
+from vecenv.transports.base import Transport
+from vecenv.wire.buffers import Buffers, BufferSpec
+from vecenv.wire.protocol import CallArgs, Command, ResetArgs, SetAttrArgs
+
+__all__ = ["GroupVectorEnv", "DEFAULT_CLOSE_TIMEOUT"]
+
+#: Seconds ``close()`` waits for workers to close their envs before terminating them.
+DEFAULT_CLOSE_TIMEOUT = 3.0
+
+
+def _close_at_exit(ref: weakref.ReferenceType[GroupVectorEnv]) -> None:
+    envs = ref()
+    if envs is not None:
+        envs._close(timeout=None, terminate=False, warn=False)
+
+
+class GroupVectorEnv(VectorEnv):
+    """A ``gymnasium.vector.VectorEnv`` over a :class:`~vecenv.parent.pool.WorkerPool` of env groups.
+
+    The subclasses choose the transport (:class:`~vecenv.SubprocVectorEnv`: processes;
+    :class:`~vecenv.RayVectorEnv`: Ray actors); everything here is the same for both. Results
+    are identical to ``SyncVectorEnv`` for the same seeds and actions.
+    """
+
+    _pool: WorkerPool
+    _buffers: Buffers
+    _calls: CallState
+
+    def _open(
+        self,
+        transport: Transport,
+        group_fns: Sequence[Callable[[], Any]],
+        options: VectorOptions,
+        shared_memory: bool,
+    ) -> None:
+        """Start the workers and run the handshake; on any failure release everything."""
+        self.autoreset_mode = options.autoreset_mode
+        self.copy = options.copy
+        self._calls = CallState(type(self).__name__)
+        self._finalizer: util.Finalize | None = None
+        self._seeds = SeedBook(0)
+        restarter = None
+        if options.restarts is not None:
+            max_restarts, window = options.restarts
+            # The policy holds the seed book, never the vector env: no cycle keeps it alive.
+            restarter = Restarter(RestartPolicy(max_restarts, window, self._seeds, options.start_timeout))
+        try:
+            self._pool = WorkerPool(transport, group_fns, restarter)
+        except BaseException:
+            transport.stop(0.0)
+            self._calls.mark_closed()
+            raise
+        try:
+            # Closes the envs at interpreter exit, before multiprocessing joins its children
+            # (non-daemon workers of an env never closed would otherwise block the exit).
+            self._finalizer = util.Finalize(self, _close_at_exit, args=(weakref.ref(self),), exitpriority=100)
+            self._handshake(options, shared_memory and transport.shares_memory)
+        except BaseException:
+            self._close(timeout=0.0, terminate=True, warn=False)
+            raise
+
+    def _handshake(self, options: VectorOptions, shared_memory: bool) -> None:
+        hellos = self._pool.hellos(options.start_timeout)
+        spaces = configure(hellos, options.observation_mode, self.autoreset_mode, type(self).__name__)
+        self.num_envs = spaces.num_envs
+        self.observation_space = spaces.observation_space
+        self.single_observation_space = spaces.single_observation_space
+        self.action_space = spaces.action_space
+        self.single_action_space = spaces.single_action_space
+        self.metadata = spaces.metadata
+        self.render_mode = spaces.render_mode
+        self._env_spec = spaces.env_spec
+        spec = BufferSpec.plan(self.num_envs, self.single_observation_space, self.single_action_space, shared_memory)
+        self._buffers = self._pool.attach([h.num_envs for h in hellos], spec, self.autoreset_mode)
+        self._calls.bind(self._pool, self.num_envs)
+        self._seeds.seeds = [None] * self.num_envs
+        self._actions = ActionPlacer(self.single_action_space, self._buffers)
+        self._infos = InfoMerger(self.num_envs)
+        batch_size = check_batch_size(options.batch_size, [w.size for w in self._pool.workers])
+        self._batches = AsyncBatches(
+            self._pool,
+            self._buffers,
+            self._calls,
+            self._actions,
+            self._seeds,
+            self.single_observation_space,
+            self.autoreset_mode,
+            batch_size,
+        )
+
+    # -- state -------------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` ran."""
+        calls = getattr(self, "_calls", None)
+        return True if calls is None else calls.closed
+
+    @closed.setter
+    def closed(self, value: bool) -> None:
+        calls = getattr(self, "_calls", None)
+        if value and calls is not None:
+            calls.mark_closed()
+
+    @property
+    def state(self) -> State:
+        """What the vector env is waiting for (``BROKEN`` once a worker died)."""
+        return self._calls.state
+
+    def _finish(self, call: str, timeout: float | None, poisons: bool) -> list[Any]:
+        """Gather the pending call's replies and return to ``DEFAULT`` whatever happens.
+
+        ``poisons``: a timeout or env error leaves some envs stepped and others not, so the
+        next step must be refused until a full reset.
+        """
+        calls = self._calls
+        try:
+            return self._pool.gather(calls.pending, timeout, call)
+        except WorkerDiedError:
+            raise
+        except BaseException as exc:
+            if poisons:
+                calls.poison(f"`{call}` failed ({type(exc).__name__})")
+            raise
+        finally:
+            calls.finish()
+
+    def _observations(self) -> Any:
+        obs = self._buffers.batched_observations()
+        if not self.copy:
+            return obs
+        if type(obs) is np.ndarray:
+            return obs.copy()
+        return tree_copy(obs) if self._buffers.fixed_observations else deepcopy(obs)
+
+    def _merge(self, replies: list[Any]) -> dict[str, Any]:
+        pending = self._calls.pending
+        return self._infos.merge(self._buffers, pending, replies, [w.start for w in pending])
+
+    # -- reset ---------------------------------------------------------------------------------
+
+    def reset_async(
+        self, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> None:
+        """Send a reset to the workers; :meth:`reset_wait` collects it.
+
+        ``seed``: ``None``, an int (env ``i`` gets ``seed + i``) or one seed (or ``None``) per env.
+        ``options`` goes to every env; ``options["reset_mask"]`` (a bool array, one per env)
+        resets only the masked envs.
+        """
+        self._calls.check_can_start("reset_async")
+        seeds = seed_list(seed, self.num_envs)
+        options = check_options(options)
+        mask = None
+        if options is not None and "reset_mask" in options:
+            options = dict(options)  # unlike SyncVectorEnv, leave the caller's dict as it was
+            mask = check_reset_mask(options.pop("reset_mask"), self.num_envs)
+        pending = [w for w in self._pool.workers if mask is None or mask[w.start : w.stop].any()]
+        self._seeds.remember(seeds, mask)
+        payloads = [
+            ResetArgs(seeds[w.start : w.stop], options, None if mask is None else mask[w.start : w.stop])
+            for w in pending
+        ]
+        self._pool.send(pending, Command.RESET, payloads, "reset_async")
+        self._calls.begin(State.WAITING_RESET, pending, mask)
+
+    def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
+        """Wait for the reset sent by :meth:`reset_async`; raises the timeout error after ``timeout`` s."""
+        timeout = check_timeout(timeout)
+        self._calls.check_waiting(State.WAITING_RESET, "reset_wait", "reset_async")
+        infos = self._merge(self._finish("reset_wait", timeout, poisons=True))
+        self._calls.reset_done()
+        return self._observations(), infos
+
+    def reset(
+        self,
+        *,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset the envs (all, or those in ``options["reset_mask"]``), as ``SyncVectorEnv.reset``.
+
+        ``timeout``: seconds to wait at most (default: no limit).
+        """
+        timeout = check_timeout(timeout)
+        self.reset_async(seed=seed, options=options)
+        return self.reset_wait(timeout)
+
+    # -- step ----------------------------------------------------------------------------------
+
+    def step_async(self, actions: Any) -> None:
+        """Write ``actions`` (an element of :attr:`action_space`) and start every worker stepping."""
+        calls = self._calls
+        calls.check_can_start("step_async")
+        calls.check_steppable("step_async", "reset()")
+        if self.autoreset_mode is AutoresetMode.DISABLED:
+            calls.check_none_ended("step_async")
+        workers = self._pool.workers
+        self._pool.send(workers, Command.STEP, self._actions.payloads(actions, workers), "step_async")
+        calls.begin(State.WAITING_STEP, workers)
+
+    def step_wait(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Wait for the step sent by :meth:`step_async`; raises the timeout error after ``timeout`` s."""
+        timeout = check_timeout(timeout)
+        self._calls.check_waiting(State.WAITING_STEP, "step_wait", "step_async")
+        infos = self._merge(self._finish("step_wait", timeout, poisons=True))
+        b = self._buffers
+        self._calls.step_done(b.terminations, b.truncations)
+        return self._observations(), b.rewards.copy(), b.terminations.copy(), b.truncations.copy(), infos
+
+    def step(
+        self, actions: Any, timeout: float | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step every env with its action, as ``SyncVectorEnv.step``; ``timeout`` as in :meth:`step_wait`."""
+        timeout = check_timeout(timeout)
+        self.step_async(actions)
+        return self.step_wait(timeout)
+
+    # -- asynchronous batches (EnvPool-style; see vecenv.parent.envpool_api) ------------------
+
+    @property
+    def batch_size(self) -> int:
+        """Envs returned by each :meth:`recv`."""
+        return self._batches.batch_size
+
+    def async_reset(
+        self, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> None:
+        """Reset every env and put them all in flight; :meth:`recv` returns them as groups finish.
+
+        May be called while envs are in flight: their pending results are dropped.
+        """
+        self._batches.async_reset(seed, options)
+
+    def recv(
+        self, timeout: float | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
+        """The first groups to finish, ``batch_size`` envs: ``(obs, rewards, terminations,
+        truncations, infos, env_ids)``, with ``env_ids`` the global index of each row.
+
+        Infos are batched over the returned rows. A timeout leaves the envs in flight (call
+        ``recv`` again). An env error or a dead worker is raised here.
+        """
+        return self._batches.recv(timeout)
+
+    def send(self, actions: Any, env_ids: Sequence[int] | np.ndarray) -> None:
+        """Step exactly the envs ``env_ids`` (whole groups returned by :meth:`recv`), one action each.
+
+        Misuse (ids unknown, duplicated, still in flight, not whole groups, or a count that
+        differs from the actions') raises before anything is sent.
+        """
+        self._batches.send(actions, env_ids)
+
+    # -- calls, attributes, render -------------------------------------------------------------
+
+    def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
+        """Start calling method ``name`` (or reading attribute ``name``) on every env."""
+        self._calls.check_can_start("call_async")
+        if not isinstance(name, str):
+            raise TypeError(f"`name` must be a str, got {describe(name)}")
+        workers = self._pool.workers
+        self._pool.send(workers, Command.CALL, [CallArgs(name, args, kwargs)] * len(workers), "call_async")
+        self._calls.begin(State.WAITING_CALL, workers)
+
+    def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
+        """The results of :meth:`call_async`, one per env."""
+        timeout = check_timeout(timeout)
+        self._calls.check_waiting(State.WAITING_CALL, "call_wait", "call_async")
+        replies = self._finish("call_wait", timeout, poisons=False)
+        return tuple(r for reply in replies for r in reply)
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call method ``name`` with the arguments on every env (or read attribute ``name``).
+
+        For a time limit use :meth:`call_async` and ``call_wait(timeout=...)``.
+        """
+        self.call_async(name, *args, **kwargs)
+        return self.call_wait()
+
+    def get_attr(self, name: str, timeout: float | None = None) -> tuple[Any, ...]:
+        """Attribute ``name`` of every env (a callable attribute is called, as ``SyncVectorEnv`` does)."""
+        timeout = check_timeout(timeout)
+        self.call_async(name)
+        return self.call_wait(timeout)
+
+    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any, timeout: float | None = None) -> None:
+        """Set attribute ``name`` on every env: one value for all, or a list/tuple of one per env."""
+        timeout = check_timeout(timeout)
+        self._calls.check_can_start("set_attr")
+        if not isinstance(values, (list, tuple)):
+            values = [values for _ in range(self.num_envs)]
+        if len(values) != self.num_envs:
+            raise ValueError(
+                "Values must be a list or tuple with length equal to the number of environments. "
+                f"Got `{len(values)}` values for {self.num_envs} environments."
+            )
+        workers = self._pool.workers
+        payloads = [SetAttrArgs(name, list(values[w.start : w.stop])) for w in workers]
+        self._run(Command.SET_ATTR, payloads, "set_attr", timeout)
+
+    def render(self, timeout: float | None = None) -> tuple[Any, ...]:
+        """The rendered frame of every env."""
+        timeout = check_timeout(timeout)
+        self._calls.check_can_start("render")
+        replies = self._run(Command.RENDER, [None] * len(self._pool.workers), "render", timeout)
+        return tuple(r for reply in replies for r in reply)
+
+    def _run(self, command: Command, payloads: list[Any], call: str, timeout: float | None) -> list[Any]:
+        workers = self._pool.workers
+        self._pool.send(workers, command, payloads, call)
+        self._calls.begin(State.WAITING_CALL, workers)
+        return self._finish(call, timeout, poisons=False)
+
+    @property
+    def num_workers(self) -> int:
+        """The number of workers (one env group each)."""
+        return len(self._pool.workers)
+
+    # Per env, as SyncVectorEnv's (Gymnasium's base class types them as single values).
+    @property
+    def np_random_seed(self) -> tuple[int, ...]:  # type: ignore[override]
+        """The seed of each env's random generator."""
+        return self.get_attr("np_random_seed")
+
+    @property  # type: ignore[misc]
+    def np_random(self) -> tuple[np.random.Generator, ...]:  # type: ignore[override]
+        """Each env's random generator (copies: changing them does not reach the workers)."""
+        return self.get_attr("np_random")
+
+    # -- closing -------------------------------------------------------------------------------
+
+    # AsyncVectorEnv's signature (the base class takes **kwargs).
+    def close(self, timeout: float | None = None, terminate: bool = False) -> None:  # type: ignore[override]
+        """Close the envs and release every worker, pipe and shared-memory block.
+
+        Idempotent. Workers are asked to close their envs and given ``timeout`` seconds
+        (default :data:`DEFAULT_CLOSE_TIMEOUT`) to do so; a worker still busy with a call that
+        timed out gets no grace unless ``timeout`` is given. Stragglers are terminated, then
+        killed. ``terminate=True`` skips the polite part. Closing while a ``*_async`` call is
+        pending warns, as Gymnasium's ``AsyncVectorEnv`` does. An exception raised by an env's
+        ``close()`` is re-raised after everything is released.
+        """
+        timeout = check_timeout(timeout)
+        self._close(timeout, terminate, warn=True)
+
+    def _close(self, timeout: float | None, terminate: bool, warn: bool) -> None:
+        calls = getattr(self, "_calls", None)
+        if calls is None or calls.closed or getattr(self, "_pool", None) is None:
+            if calls is not None:
+                calls.mark_closed()
+            return
+        if warn and calls.state in (State.WAITING_RESET, State.WAITING_STEP, State.WAITING_CALL):
+            logger.warn(f"Calling `close` while waiting for a pending call to `{calls.waiting.value}` to complete.")
+        grace = 0.0 if terminate else (DEFAULT_CLOSE_TIMEOUT if timeout is None else timeout)
+        try:
+            error = self._pool.shutdown(grace, wait_late=timeout is not None)
+        finally:
+            calls.mark_closed()
+            if self._finalizer is not None:
+                self._finalizer.cancel()
+        if error is not None:
+            raise error
+
+    def __enter__(self) -> GroupVectorEnv:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "closed", True):
+            try:
+                self._close(timeout=None, terminate=True, warn=False)
+            except Exception:
+                pass
+
+    def __repr__(self) -> str:
+        spec = getattr(self, "spec", None)
+        n = getattr(self, "num_envs", "?")
+        pool = getattr(self, "_pool", None)
+        name = f"{spec.id}, " if spec is not None else ""
+        return f"{type(self).__name__}({name}num_envs={n}, num_workers={len(pool.workers) if pool else 0})"

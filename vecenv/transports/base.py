@@ -1,0 +1,102 @@
+"""The interface a backend implements to carry commands to workers and replies back.
+
+The pool (:mod:`vecenv.parent.pool`) is written against :class:`Transport` only; the process
+transport (:mod:`vecenv.transports.process`) and the Ray transport (:mod:`vecenv.transports.ray`)
+implement it. A transport reports what happened as events: a :class:`Reply` to a call, or the
+:class:`Death` of a worker. It keeps no call state of its own beyond what it needs to deliver.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from vecenv.wire.buffers import Buffers
+from vecenv.wire.protocol import Attach, Command
+
+__all__ = ["Reply", "Death", "Event", "WorkerGone", "Transport"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Reply:
+    """A transport event: worker ``worker`` answered call ``call_id``."""
+
+    worker: int
+    call_id: int
+    ok: bool
+    result: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Death:
+    """A transport event: worker ``worker`` is gone and will never answer."""
+
+    worker: int
+
+
+Event = Reply | Death
+
+
+class WorkerGone(Exception):
+    """Raised by :meth:`Transport.send` when the worker can no longer be reached."""
+
+
+class Transport(abc.ABC):
+    """How commands reach workers and replies come back; one implementation per backend.
+
+    Workers are numbered ``0..k-1`` in the order of the group builders given to
+    :meth:`launch`. Every worker first sends its ``Hello`` as the reply to call id 0.
+    """
+
+    #: Whether the buffers can be one shared block that workers write in place.
+    shares_memory: bool = False
+
+    @abc.abstractmethod
+    def launch(self, group_fns: Sequence[Callable[[], Any]]) -> None:
+        """Start one worker per group builder (which each calls in the worker)."""
+
+    @abc.abstractmethod
+    def attach(self, worker: int, attach: Attach, buffers: Buffers) -> None:
+        """Send a worker its place (after its Hello): start index, autoreset mode, buffer spec.
+
+        Raises:
+            WorkerGone: the worker cannot be reached.
+        """
+
+    @abc.abstractmethod
+    def encode(self, command: Command, call_id: int, payload: Any) -> Any:
+        """The message for one command, made before anything is sent: a payload that cannot
+        be serialised raises here, while no worker has been told anything."""
+
+    @abc.abstractmethod
+    def send(self, worker: int, message: Any) -> None:
+        """Send one encoded command. Raises :class:`WorkerGone` when the worker cannot be reached."""
+
+    @abc.abstractmethod
+    def poll(self, workers: Sequence[int], timeout: float | None) -> list[Event]:
+        """Block until one or more of ``workers`` has something to report, or ``timeout`` passes
+        (``[]``). Never spins: every return either carries an event or means time is up."""
+
+    @abc.abstractmethod
+    def cause_of_death(self, worker: int) -> tuple[str, int | None]:
+        """How a dead worker ended, in words ("was killed by signal SIGKILL"), and its exit code."""
+
+    def where(self, worker: int) -> str:
+        """Where the worker runs, for messages (" on node ..."), or ``""``."""
+        return ""
+
+    def relaunch(self, worker: int) -> None:
+        """Replace a dead worker by a new one built from the same group builder; its Hello is
+        owed as call id 0. Transports that cannot do this leave the pool broken instead."""
+        raise NotImplementedError(f"{type(self).__name__} cannot restart workers")
+
+    @abc.abstractmethod
+    def kill(self) -> None:
+        """End every worker now (the pool is broken)."""
+
+    @abc.abstractmethod
+    def stop(self, deadline: float, closing: Sequence[int] = ()) -> None:
+        """Wait until ``deadline`` (``time.monotonic()``) for the workers in ``closing`` (those
+        asked to close) to exit, end the rest at once; release every resource. Idempotent."""

@@ -1,0 +1,163 @@
+"""The parent-hosted group: worker 0 runs in this process, the other groups in worker processes.
+
+:class:`InlineWorker` is the same :class:`~vecenv.worker.core.WorkerCore` that a worker process
+runs, fed the same encoded commands; it runs when the parent waits, i.e. after the commands to
+the other workers are out, so it steps while they step. One process fewer and no wake-up for
+that group; the price is that it runs in the parent: a hang there cannot be timed out and a
+crash there is the parent's.
+
+:class:`ParentHostedFirst` is the transport for that layout: worker 0 is the inline worker,
+workers ``1..k-1`` are workers ``0..k-2`` of an ordinary
+:class:`~vecenv.transports.process.ProcessTransport`, which knows nothing of the inline one.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import cloudpickle
+
+from vecenv.errors import PackedException
+from vecenv.transports.base import Death, Event, Reply, Transport
+from vecenv.transports.process import ProcessTransport
+from vecenv.wire.buffers import Buffers
+from vecenv.wire.protocol import Attach, Command, decode_command, encode_command
+from vecenv.worker.core import WorkerCore, WorkerOptions
+
+__all__ = ["InlineWorker", "ParentHostedFirst"]
+
+
+class InlineWorker:
+    """A worker hosted by the parent: a WorkerCore fed the same messages as a process."""
+
+    def __init__(self, options: WorkerOptions) -> None:
+        self.core = WorkerCore(0, options)
+        self.pending: list[bytes] = []
+        self.hello: Reply | None = None
+        self.buffers: Buffers | None = None
+
+    def build(self, group_fn: Callable[[], Any]) -> None:
+        try:
+            self.hello = Reply(0, 0, True, self.core.build(cloudpickle.dumps(group_fn)))
+        except BaseException as exc:
+            self.hello = Reply(0, 0, False, PackedException(exc, None))
+
+    def attach(self, attach: Attach, buffers: Buffers) -> None:
+        block = buffers.block
+        fd = os.dup(block.fd) if block is not None and block.fd is not None else None
+        self.buffers = Buffers.attach(attach.buffers, attach.start, attach.start + attach.num_envs, fd)
+        self.core.attach(attach, self.buffers)
+
+    def run(self) -> list[Event]:
+        """Answer every command sent since the last run, in order."""
+        replies: list[Event] = []
+        if self.hello is not None:
+            replies.append(self.hello)
+            self.hello = None
+        while self.pending:
+            command, call_id, load = decode_command(self.pending.pop(0))
+            ok, result = self.core.handle(command, load)
+            replies.append(Reply(0, call_id, ok, result))
+        return replies
+
+    def release(self) -> None:
+        self.core.detach()
+        self.core.envs = None
+        self.pending.clear()
+        if self.buffers is not None:
+            self.buffers.close()
+            self.buffers = None
+
+
+class ParentHostedFirst(Transport):
+    """Worker 0 in this process (:class:`InlineWorker`), the rest behind ``processes``."""
+
+    shares_memory = True
+
+    def __init__(self, processes: ProcessTransport, options: WorkerOptions) -> None:
+        self.processes_transport = processes
+        self.inline = InlineWorker(options)
+
+    def launch(self, group_fns: Sequence[Callable[[], Any]]) -> None:
+        self.processes_transport.launch(group_fns[1:])
+        self.inline.build(group_fns[0])
+
+    def attach(self, worker: int, attach: Attach, buffers: Buffers) -> None:
+        if worker == 0:
+            self.inline.attach(attach, buffers)
+        else:
+            self.processes_transport.attach(worker - 1, attach, buffers)
+
+    def encode(self, command: Command, call_id: int, payload: Any) -> bytes:
+        return encode_command(command, call_id, payload)
+
+    def send(self, worker: int, message: bytes) -> None:
+        if worker == 0:
+            self.inline.pending.append(message)
+        else:
+            self.processes_transport.send(worker - 1, message)
+
+    def poll(self, workers: Sequence[int], timeout: float | None) -> list[Event]:
+        events: list[Event] = []
+        if 0 in workers:
+            # The parent's own group runs now: the other workers already have their commands.
+            events = self.inline.run()
+            if events:
+                timeout = 0.0
+        others = [i - 1 for i in workers if i != 0]
+        if not others:
+            return events
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            found = [_shifted(e) for e in self.processes_transport.poll(others, timeout)]
+            if found or events:
+                return events + found
+            if deadline is not None:
+                timeout = deadline - time.monotonic()
+                if timeout <= 0:
+                    return []
+
+    def cause_of_death(self, worker: int) -> tuple[str, int | None]:
+        return self.processes_transport.cause_of_death(worker - 1)
+
+    def relaunch(self, worker: int) -> None:
+        if worker == 0:
+            raise NotImplementedError("the group hosted by the parent cannot be restarted")
+        self.processes_transport.relaunch(worker - 1)
+
+    def kill(self) -> None:
+        self.processes_transport.kill()
+
+    def stop(self, deadline: float, closing: Sequence[int] = ()) -> None:
+        self.inline.release()
+        self.processes_transport.stop(deadline, [i - 1 for i in closing if i != 0])
+
+    @property
+    def spin(self) -> float:
+        """Seconds parent and workers poll before sleeping (see ``ProcessTransport.spin``)."""
+        return self.processes_transport.spin
+
+    @property
+    def pids(self) -> list[int | None]:
+        """Each worker's process id, ``None`` for the group hosted here."""
+        return [None, *self.processes_transport.pids]
+
+    @property
+    def processes(self) -> list[Any]:
+        """Each worker's process, ``None`` for the group hosted here."""
+        return [None, *self.processes_transport.processes]
+
+    @property
+    def conns(self) -> list[Any]:
+        """Each worker's pipe, ``None`` for the group hosted here."""
+        return [None, *self.processes_transport.conns]
+
+
+def _shifted(event: Event) -> Event:
+    """An event of the process transport's worker ``i``: ours is worker ``i + 1``."""
+    if isinstance(event, Reply):
+        return Reply(event.worker + 1, event.call_id, event.ok, event.result)
+    return Death(event.worker + 1)

@@ -1,0 +1,1 @@
+"""What a worker runs: the transport-free core, the process loop, the env groups."""

@@ -1,0 +1,171 @@
+"""The worker core: one worker's env group and its command handlers, with no transport.
+
+:class:`WorkerCore` builds the group's envs, describes them in a :class:`~vecenv.wire.protocol.Hello`,
+attaches the group's rows of the buffers, and answers one command at a time. Every exception,
+including one raised while unpickling a command's payload, becomes an error reply to that
+command, so a worker only ends when asked to (or when something outside Python kills it). The
+process loop (:mod:`vecenv.worker.loop`), the parent-hosted group
+(:mod:`vecenv.transports.inline`) and the Ray actor (:mod:`vecenv.transports.ray`) all wrap this
+same core; its unit tests feed it messages directly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import cloudpickle
+import gymnasium as gym
+from gymnasium import Space
+from gymnasium.spaces.utils import is_space_dtype_shape_equiv
+from gymnasium.vector import AutoresetMode
+
+from vecenv.errors import PackedException
+from vecenv.multiagent.copies import AgentCopies  # hook: multi-agent groups (vecenv.multiagent)
+from vecenv.spaces import tree_copy
+from vecenv.wire.buffers import Buffers
+from vecenv.wire.protocol import Attach, CallArgs, Command, Hello, ResetArgs, SetAttrArgs, SpaceMismatch, StepReply
+from vecenv.worker.group import EnvGroup, VectorGroup
+
+if TYPE_CHECKING:
+    from vecenv.multiagent.group import CopyGroup
+
+__all__ = ["WorkerCore", "WorkerOptions"]
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerOptions:
+    """How a worker checks its envs and sets up its process.
+
+    Attributes:
+        observation_mode: ``"same"`` (every env's observation space equals the first's),
+            ``"different"`` (same shape and dtype; every space is reported for batching), or the
+            single observation space every env's must match in shape and dtype.
+        cpu: pin the process to this core.
+        threads: limit BLAS/OpenMP threads in the worker to this many (``None``: leave alone).
+        spin: seconds the worker may poll for its next command before it sleeps on the pipe
+            (0: never). Only given where every process of the vector env has a core of its
+            own; see :func:`_serve`.
+    """
+
+    observation_mode: str | Space = "same"
+    cpu: int | None = None
+    threads: int | None = None
+    spin: float = 0.0
+
+
+def _check_group(envs: list[gym.Env], mode: str | Space) -> tuple[SpaceMismatch | None, list[Space]]:
+    """The first env whose spaces do not fit the group's, and (``"different"``) every obs space."""
+    first = envs[0]
+    reference = mode if isinstance(mode, Space) else first.observation_space
+    spaces = [env.observation_space for env in envs] if mode == "different" else []
+    for j, env in enumerate(envs):
+        obs_space = env.observation_space
+        fits = obs_space == reference if mode == "same" else is_space_dtype_shape_equiv(reference, obs_space)
+        if not fits:
+            return SpaceMismatch(j, "observation_space", reference, obs_space), spaces
+        if env.action_space != first.action_space:
+            return SpaceMismatch(j, "action_space", first.action_space, env.action_space), spaces
+    return None, spaces
+
+
+class WorkerCore:
+    """One worker's group and its command handlers, independent of how commands arrive."""
+
+    def __init__(self, index: int, options: WorkerOptions) -> None:
+        self.index = index
+        self.options = options
+        self.envs: Any = None
+        self.group: EnvGroup | VectorGroup | CopyGroup | None = None
+        self._handlers: dict[Command, Callable[[Any], Any]] = {}
+
+    def build(self, group_fn_bytes: bytes) -> Hello:
+        """Build the envs with the cloudpickled group builder and describe them."""
+        group_fn: Callable[[], Any] = cloudpickle.loads(group_fn_bytes)
+        built = group_fn()
+        if isinstance(built, AgentCopies):  # hook: copies of a multi-agent env describe themselves
+            self.envs = built
+            return built.hello()
+        if isinstance(built, gym.vector.VectorEnv):
+            self.envs = built
+            return Hello(
+                num_envs=built.num_envs,
+                observation_space=built.single_observation_space,
+                action_space=built.single_action_space,
+                metadata=dict(built.metadata),
+                render_mode=built.render_mode,
+                spec=built.spec,
+                mismatch=None,
+                native_autoreset=built.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP),
+            )
+        envs = list(built)
+        if not envs:
+            raise ValueError(f"the env group of worker {self.index} is empty; each needs one env or more")
+        self.envs = envs
+        mismatch, spaces = _check_group(envs, self.options.observation_mode)
+        first = envs[0]
+        return Hello(
+            num_envs=len(envs),
+            observation_space=first.observation_space,
+            action_space=first.action_space,
+            metadata=dict(first.metadata),
+            render_mode=first.render_mode,
+            spec=first.spec,
+            mismatch=mismatch,
+            native_autoreset=None,
+            observation_spaces=spaces,
+        )
+
+    def attach(self, attach: Attach, buffers: Buffers) -> None:
+        """Wire the group to its rows of the buffers; commands can be handled from now on."""
+        group: EnvGroup | VectorGroup | CopyGroup
+        if isinstance(self.envs, AgentCopies):  # hook: multi-agent copies make their own group
+            group = self.envs.make_group(buffers)
+        elif isinstance(self.envs, gym.vector.VectorEnv):
+            group = VectorGroup(self.envs, buffers)
+        else:
+            group = EnvGroup(self.envs, attach.autoreset_mode, buffers)
+        self.group = group
+
+        def reset(args: ResetArgs) -> StepReply:
+            return StepReply(group.reset(args.seeds, args.options, args.mask), buffers.payload())
+
+        def step(actions: Any) -> StepReply:
+            if actions is None:  # in the shared rows, which the next step rewrites: take a copy
+                actions = tree_copy(buffers.actions)
+            return StepReply(group.step(actions), buffers.payload())
+
+        def call(args: CallArgs) -> Any:
+            return group.call(args.name, args.args, args.kwargs)
+
+        def set_attr(args: SetAttrArgs) -> None:
+            group.set_attr(args.name, args.values)
+
+        self._handlers = {
+            Command.RESET: reset,
+            Command.STEP: step,
+            Command.CALL: call,
+            Command.SET_ATTR: set_attr,
+            Command.RENDER: lambda _: group.render(),
+            Command.CLOSE: lambda _: group.close(),
+        }
+
+    def detach(self) -> None:
+        """Drop the group and every handler (they hold views of the buffers)."""
+        self.group = None
+        self._handlers = {}
+
+    def handle(self, command: Command, load: Callable[[], Any]) -> tuple[bool, Any]:
+        """Run one command; ``load()`` gives its payload. Returns ``(ok, result or PackedException)``.
+
+        The payload is loaded inside the guard: an argument that cannot be unpickled here is
+        that call's error, with its traceback, and the worker carries on.
+        """
+        group = self.group
+        assert group is not None, "attach() comes before any command"
+        group.blame = None
+        try:
+            return True, self._handlers[command](load())
+        except BaseException as exc:
+            return False, PackedException(exc, group.blame)
