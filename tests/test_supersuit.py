@@ -207,3 +207,11 @@ def test_supersuit_own_vec_env_is_accepted_and_copies_are_independent() -> None:
         assert pickle.loads(pickle.dumps(infos)) == infos
     finally:
         venv.close()
+
+
+def test_other_names_are_supersuit_own() -> None:
+    """Only the import changes: SuperSuit's wrappers are reachable through vecenv.supersuit."""
+    assert vs.color_reduction_v0 is ss.color_reduction_v0 and vs.black_death_v3 is ss.black_death_v3
+    assert vs.concat_vec_envs_v1 is not ss.concat_vec_envs_v1
+    with pytest.raises(AttributeError):
+        vs.no_such_wrapper_v0  # noqa: B018 - the lookup is the test

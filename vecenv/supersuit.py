@@ -17,7 +17,10 @@ ends raises (:class:`~vecenv.multiagent.errors.AgentDeathError`, an ``AssertionE
 env in ``black_death_v3``, or use :class:`vecenv.MultiAgentVectorEnv`, which handles it itself.
 ``concat_vec_envs_v1`` also takes a plain ``gymnasium.Env`` (one slot per copy).
 
-Neither SuperSuit nor PettingZoo is imported by this module.
+Every other name (SuperSuit's wrappers: ``ss.color_reduction_v0``, ``ss.black_death_v3``, ...) is
+SuperSuit's own, looked up in ``supersuit`` on first use, so that a script switches by changing
+``import supersuit as ss`` to ``import vecenv.supersuit as ss`` and nothing else. SuperSuit is
+imported only then; PettingZoo never.
 """
 
 from __future__ import annotations
@@ -158,9 +161,9 @@ class ConcatVecEnv(VectorEnv):
         groups: list[Callable[[], Any]] = [
             MarkovCopiesFn(env_bytes, b - a, a, black_death) for a, b in itertools.pairwise(bounds)
         ]
-        from vecenv.parent.subproc import SubprocVectorEnv
+        import vecenv  # the public names, loaded on first use
 
-        self.rows = SubprocVectorEnv.from_groups(groups, inline_group=num_cpus < 2, context=context)
+        self.rows = vecenv.SubprocVectorEnv.from_groups(groups, inline_group=num_cpus < 2, context=context)
         self.num_copies = num_copies
         self.num_agents = len(copies.agents)
         self.num_envs = self.rows.num_envs
@@ -261,3 +264,20 @@ def concat_vec_envs_v1(
 
         return SB3VecEnvWrapper(venv)
     return venv
+
+
+def __getattr__(name: str) -> Any:
+    """SuperSuit's other names (its wrappers), from ``supersuit`` itself."""
+    if name.startswith("__"):
+        raise AttributeError(f"module 'vecenv.supersuit' has no attribute {name!r}")
+    try:
+        import supersuit
+    except ImportError as exc:
+        raise AttributeError(
+            f"module 'vecenv.supersuit' has no attribute {name!r}: it is not one of the drop-in's vectorizers, "
+            f"and SuperSuit, whose names the rest are, is not installed ({exc})"
+        ) from None
+    try:
+        return getattr(supersuit, name)
+    except ImportError as exc:  # SuperSuit's own __getattr__ answers unknown names so
+        raise AttributeError(str(exc)) from exc
