@@ -4,6 +4,9 @@ Agent-steps per second (rows x vector steps / s) for each runner on each workloa
 ratios to SuperSuit in-process and to the 2-core ceiling, measured in the same run (this machine
 is shared and noisy: only ratios within one run mean anything). Runners take turns, ``--rounds``
 times, and each runner's median round is kept, so a burst of load elsewhere hits them all alike.
+Next to the speed, the CPU time that all of a runner's processes spend per agent-step (user +
+system, from ``/proc``), as a ratio to SuperSuit in-process: what the runner costs beyond the
+envs themselves, which load on the machine disturbs far less than wall-clock speed.
 
 Runners:
     supersuit-0   ``supersuit.concat_vec_envs_v1(..., num_cpus=0)``: SuperSuit in-process (the baseline)
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import statistics
 import sys
 import time
@@ -95,8 +99,29 @@ class _EnvFn:
         return make_env(self.workload)
 
 
-def step_for(envs: Any, seconds: float, warmup: int = 20) -> float:
-    """Agent-steps per second of ``envs`` over ``seconds``, random actions sampled beforehand."""
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process and all its descendants, from ``/proc``."""
+    parents: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parents[int(entry)] = int(fields[1])
+            ticks[int(entry)] = int(fields[11]) + int(fields[12])  # utime, stime
+    tree, frontier = {os.getpid()}, [os.getpid()]
+    while frontier:
+        frontier = [p for p, parent in parents.items() if parent in frontier and p not in tree]
+        tree.update(frontier)
+    return sum(ticks.get(p, 0) for p in tree) / os.sysconf("SC_CLK_TCK")
+
+
+def step_for(envs: Any, seconds: float, warmup: int = 20, barrier: Any = None) -> tuple[float, float]:
+    """Agent-steps per second of ``envs`` over ``seconds``, random actions sampled beforehand
+    (``barrier``: wait there after the warm-up, so that the ceiling's halves run at once)."""
     n = envs.num_envs
     space = getattr(envs, "single_action_space", envs.action_space)
     space.seed(0)
@@ -104,36 +129,42 @@ def step_for(envs: Any, seconds: float, warmup: int = 20) -> float:
     envs.reset(seed=0)
     for i in range(warmup):
         envs.step(actions[i % 16])
-    steps, start = 0, time.perf_counter()
+    if barrier is not None:
+        barrier.wait()
+    steps, cpu, start = 0, _cpu_seconds(), time.perf_counter()
     while time.perf_counter() - start < seconds:
         envs.step(actions[steps % 16])
         steps += 1
-    return n * steps / (time.perf_counter() - start)
+    elapsed, cpu = time.perf_counter() - start, _cpu_seconds() - cpu
+    return n * steps / elapsed, cpu / (n * steps)
 
 
-def _half(workload: str, copies: int, seconds: float, out: Any) -> None:
+def _half(workload: str, copies: int, seconds: float, barrier: Any, out: Any) -> None:
     envs = build("supersuit-0", workload, copies)
-    out.send(step_for(envs, seconds))
+    out.send(step_for(envs, seconds, barrier=barrier))
     envs.close()
 
 
-def ceiling(workload: str, copies: int, seconds: float) -> float:
+def ceiling(workload: str, copies: int, seconds: float) -> tuple[float, float]:
     """Two processes, half the copies each, in-process and independent: their rates added."""
     ctx = multiprocessing.get_context("fork")
+    barrier = ctx.Barrier(2)
     pipes, procs = [], []
     for half in (copies // 2, copies - copies // 2):
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_half, args=(workload, half, seconds, child))
+        proc = ctx.Process(target=_half, args=(workload, half, seconds, barrier, child))
         proc.start()
         pipes.append(parent)
         procs.append(proc)
-    rates = [p.recv() for p in pipes]
+    results = [p.recv() for p in pipes]
     for proc in procs:
         proc.join()
-    return float(sum(rates))
+    rate = sum(r for r, _ in results)
+    # CPU per agent-step over both halves: each half's cost weighted by its share of the steps.
+    return float(rate), float(sum(r * c for r, c in results) / rate)
 
 
-def measure(runner: str, workload: str, copies: int, seconds: float) -> float:
+def measure(runner: str, workload: str, copies: int, seconds: float) -> tuple[float, float]:
     if runner == "ceiling":
         return ceiling(workload, copies, seconds)
     envs = build(runner, workload, copies)
@@ -180,18 +211,23 @@ def main(argv: list[str] | None = None) -> int:
     for workload in args.workloads.split(","):
         copies = COPIES[workload]
         rates: dict[str, list[float]] = {r: [] for r in runners}
+        costs: dict[str, list[float]] = {r: [] for r in runners}
         for _ in range(args.rounds):
             for runner in runners:
-                rates[runner].append(measure(runner, workload, copies, args.seconds))
+                rate, cost = measure(runner, workload, copies, args.seconds)
+                rates[runner].append(rate)
+                costs[runner].append(cost)
         median = {r: statistics.median(v) for r, v in rates.items()}
+        cost = {r: statistics.median(v) for r, v in costs.items()}
         base, ceil = median.get("supersuit-0"), median.get("ceiling")
         report(f"\n{workload}: {copies} copies, median of {args.rounds} rounds of {args.seconds:g} s")
-        report(f"  {'runner':<14} {'x supersuit-0':>13} {'x ceiling':>10} {'spread':>8}")
+        report(f"  {'runner':<14} {'x supersuit-0':>13} {'x ceiling':>10} {'spread':>8} {'CPU/step x ss-0':>16}")
         for r in runners:
             spread = (max(rates[r]) - min(rates[r])) / median[r] if median[r] else 0.0
             vs_base = f"{median[r] / base:.2f}" if base else "-"
             vs_ceil = f"{median[r] / ceil:.2f}" if ceil else "-"
-            report(f"  {r:<14} {vs_base:>13} {vs_ceil:>10} {spread:>7.0%}")
+            vs_cost = f"{cost[r] / cost['supersuit-0']:.2f}" if "supersuit-0" in cost else "-"
+            report(f"  {r:<14} {vs_base:>13} {vs_ceil:>10} {spread:>7.0%} {vs_cost:>16}")
     if args.kaz_steps:
         result = kaz_run(args.kaz_steps)
         report(f"\nKAZ, native API, no wrapper: {result}")
