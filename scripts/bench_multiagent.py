@@ -24,7 +24,8 @@ Workloads (``--workloads``): ``simple_spread`` (MPE2, 3 agents, 16 copies), ``pi
 not). ``--kaz-steps N`` then runs vecenv's native API on KAZ, no wrapper, for ``N`` agent-steps
 and reports the agent deaths it saw (the agent-death check: no crash).
 
-    python scripts/bench_multiagent.py --seconds 3 --rounds 3 --kaz-steps 1000000
+    python scripts/bench_multiagent.py --seconds 1.5 --rounds 5
+    python scripts/bench_multiagent.py --workloads "" --kaz-steps 1000000   # the agent-death run alone
 """
 
 from __future__ import annotations
@@ -208,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     runners = args.runners.split(",")
     report: Callable[[str], None] = lambda line: print(line, flush=True)  # noqa: E731
-    for workload in args.workloads.split(","):
+    for workload in [w for w in args.workloads.split(",") if w]:
         copies = COPIES[workload]
         rates: dict[str, list[float]] = {r: [] for r in runners}
         costs: dict[str, list[float]] = {r: [] for r in runners}
