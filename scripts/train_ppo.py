@@ -51,7 +51,8 @@ import gymnasium as gym
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # also runs from a checkout
-import vecenv  # noqa: E402
+from vecenv.bench.envs import costly_env, iterations_per_us  # noqa: E402
+from vecenv.bench.vectors import VectorKind, make_vector  # noqa: E402
 
 try:
     import torch
@@ -189,42 +190,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 # -- envs ---------------------------------------------------------------------------------------
 
 
-def burn(iterations: int) -> int:
-    """Pure-Python busy work (holds the GIL, like a Python env's own step code)."""
-    x = 0
-    for i in range(iterations):
-        x += i
-    return x
-
-
 @functools.cache
 def iterations_per_ms() -> int:
-    """Loop iterations of :func:`burn` that take about 1 ms here (best of a few short tries)."""
-    n = 20_000
-    best = math.inf
-    for _ in range(20):
-        t = time.perf_counter()
-        burn(n)
-        best = min(best, time.perf_counter() - t)
-    return max(1, round(n / (best * 1e3)))
-
-
-class StepCost(gym.Wrapper):
-    """Burns a fixed amount of CPU in every step, to model an env whose step is expensive."""
-
-    def __init__(self, env: gym.Env, iterations: int) -> None:
-        super().__init__(env)
-        self.iterations = iterations
-
-    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
-        burn(self.iterations)
-        return self.env.step(action)
-
-
-def make_env(env_id: str, cost_iterations: int) -> gym.Env:
-    """One env; built inside the worker processes for vecenv and async."""
-    env = gym.make(env_id)
-    return StepCost(env, cost_iterations) if cost_iterations else env
+    """Loop iterations of the busy work (``vecenv.bench.envs.burn``) that take about 1 ms here."""
+    return max(1, round(1000 * iterations_per_us(chunk=20_000, tries=20)))
 
 
 def _workers(text: str) -> int | str:
@@ -238,22 +207,20 @@ def _workers(text: str) -> int | str:
 
 
 def make_vector_env(kind: str, args: argparse.Namespace) -> gym.vector.VectorEnv:
-    """``args.num_envs`` envs in the vector env of the given kind, autoreset in the same step."""
+    """``args.num_envs`` envs in the vector env of the given kind, autoreset in the same step;
+    each env burns ``--env-step-ms`` of CPU per step (built inside the worker processes)."""
     cost = round(args.env_step_ms * iterations_per_ms())
-    env_fns = [functools.partial(make_env, args.env_id, cost)] * args.num_envs
-    same_step = gym.vector.AutoresetMode.SAME_STEP
-    if kind == "vecenv":
-        envs = vecenv.SubprocVectorEnv(env_fns, args.num_workers, autoreset_mode=same_step)
-        if envs.worker_choice is not None and not args.quiet:
-            print(f"vecenv: num_workers='auto' chose {envs.worker_choice.num_workers}: {envs.worker_choice.reason}")
-        return envs
-    if kind == "sync":
-        return gym.vector.SyncVectorEnv(env_fns, autoreset_mode=same_step)
-    if kind == "async":
-        return gym.vector.AsyncVectorEnv(env_fns, autoreset_mode=same_step)
+    env_fns = [functools.partial(costly_env, args.env_id, cost)] * args.num_envs
     if kind == "sb3":
         return SB3Adapter(env_fns)
-    raise ValueError(f"unknown vector kind {kind!r}; choose from {', '.join(VECTOR_KINDS)}")
+    if kind not in VECTOR_KINDS:
+        raise ValueError(f"unknown vector kind {kind!r}; choose from {', '.join(VECTOR_KINDS)}")
+    envs = make_vector(
+        VectorKind(kind), env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, num_workers=args.num_workers
+    )
+    if kind == "vecenv" and envs.worker_choice is not None and not args.quiet:
+        print(f"vecenv: num_workers='auto' chose {envs.worker_choice.num_workers}: {envs.worker_choice.reason}")
+    return envs
 
 
 class SB3Adapter:

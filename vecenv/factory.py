@@ -49,10 +49,6 @@ def _vector_params(cls: type) -> frozenset[str]:
     )
 
 
-# Keys that make_vec keeps in a vector env's spec.kwargs to rebuild it; not env arguments.
-_SPEC_VECTOR_KEYS = ("num_envs", "vectorization_mode", "vector_kwargs", "wrappers")
-
-
 def check_env_id(env_id: str) -> None:
     """Raise unless ``env_id`` (``"ID"`` or ``"module:ID"``) names a registered env.
 

@@ -41,6 +41,7 @@ except ImportError as exc:  # SB3 itself, or torch which it imports, is missing
     raise ImportError(f"vecenv.sb3 needs Stable-Baselines3: pip install 'vecenv[sb3]' (import failed: {exc})") from exc
 
 from vecenv._sb3_adapter import DISPATCH, INFO_KEY, AdapterFn, InfoBox
+from vecenv.host import guard_main
 from vecenv.parent.subproc import SubprocVectorEnv
 
 __all__ = ["SubprocVecEnv"]
@@ -59,7 +60,10 @@ class SubprocVecEnv(VecEnv):
             cloudpickle, so lambdas and closures work with every start method).
         start_method: ``"fork"``, ``"forkserver"`` or ``"spawn"``; default as in SB3:
             ``"forkserver"`` where available, else ``"spawn"``. Unknown names raise
-            multiprocessing's ``ValueError`` ("cannot find context for ...").
+            multiprocessing's ``ValueError`` ("cannot find context for ..."). Built by a script's
+            top-level code outside ``if __name__ == "__main__":``, the default is ``"fork"``
+            (with an ``UnguardedMainWarning``) and a method given that imports the script again
+            raises ``UnguardedMainError``: the script never runs twice.
         num_workers: worker processes, each hosting a contiguous group of envs; default
             ``min(len(env_fns), available cores)`` (the affinity mask, as ``vecenv.SubprocVectorEnv``).
 
@@ -79,10 +83,13 @@ class SubprocVecEnv(VecEnv):
         if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Iterable):
             raise TypeError(f"`env_fns` must be a list of env constructors, got {type(env_fns).__name__}")
         env_fns = list(env_fns)
+        chosen = start_method is not None
         if start_method is None:
             # SB3's default: fork is not thread-safe (torch threads in the parent).
             start_method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
         multiprocessing.get_context(start_method)  # SB3's error for an unknown method
+        # Never import a script again that is running its unguarded top-level code (see vecenv.host).
+        start_method = guard_main(start_method, chosen, type(self).__name__, "start_method")
         self.waiting = False
         self.closed = False
         self._options_staged = False  # envs may hold staged options that a reset has not consumed
