@@ -49,13 +49,14 @@ import numpy as np
 from gymnasium import logger
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from vecenv.checks import check_batch_size, check_options, check_reset_mask, check_timeout, seed_list
+from vecenv.checks import check_batch_size, check_env_ids, check_options, check_reset_mask, check_timeout, seed_list
 from vecenv.errors import WorkerDiedError, describe
 from vecenv.options import VectorOptions
 from vecenv.parent.actions import ActionPlacer
 from vecenv.parent.envpool_api import AsyncBatches
 from vecenv.parent.handshake import configure
 from vecenv.parent.pool import WorkerPool
+from vecenv.parent.render import RenderPlan
 from vecenv.parent.replies import InfoMerger
 from vecenv.parent.restart import Restarter, RestartPolicy
 from vecenv.parent.state import CallState, SeedBook, State
@@ -359,17 +360,20 @@ class GroupVectorEnv(VectorEnv):
             )
         workers = self._pool.workers
         payloads = [SetAttrArgs(name, list(values[w.start : w.stop])) for w in workers]
-        self._run(Command.SET_ATTR, payloads, "set_attr", timeout)
+        self._run(Command.SET_ATTR, workers, payloads, "set_attr", timeout)
 
-    def render(self, timeout: float | None = None) -> tuple[Any, ...]:
-        """The rendered frame of every env."""
+    def render(
+        self, env_ids: Sequence[int] | np.ndarray | None = None, timeout: float | None = None
+    ) -> tuple[Any, ...]:
+        """The rendered frame of every env (``env_ids=None``), or of the envs ``env_ids`` in that
+        order (distinct, in ``[0, num_envs)``): only the workers that host them render and send."""
         timeout = check_timeout(timeout)
         self._calls.check_can_start("render")
-        replies = self._run(Command.RENDER, [None] * len(self._pool.workers), "render", timeout)
-        return tuple(r for reply in replies for r in reply)
+        ids = None if env_ids is None else check_env_ids(env_ids, self.num_envs)
+        plan = RenderPlan.of(self._pool.workers, ids)
+        return plan.frames(self._run(Command.RENDER, plan.workers, plan.payloads, "render", timeout))
 
-    def _run(self, command: Command, payloads: list[Any], call: str, timeout: float | None) -> list[Any]:
-        workers = self._pool.workers
+    def _run(self, command: Command, workers: list[Any], payloads: list[Any], call: str, timeout: float | None) -> Any:
         self._pool.send(workers, command, payloads, call)
         self._calls.begin(State.WAITING_CALL, workers)
         return self._finish(call, timeout, poisons=False)

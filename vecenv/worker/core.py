@@ -24,7 +24,17 @@ from gymnasium.vector import AutoresetMode
 from vecenv.errors import PackedException
 from vecenv.spaces import tree_copy
 from vecenv.wire.buffers import Buffers
-from vecenv.wire.protocol import Attach, CallArgs, Command, Hello, ResetArgs, SetAttrArgs, SpaceMismatch, StepReply
+from vecenv.wire.protocol import (
+    Attach,
+    CallArgs,
+    Command,
+    Hello,
+    RenderArgs,
+    ResetArgs,
+    SetAttrArgs,
+    SpaceMismatch,
+    StepReply,
+)
 from vecenv.worker.group import EnvGroup, VectorGroup
 
 __all__ = ["WorkerCore", "WorkerOptions"]
@@ -132,12 +142,15 @@ class WorkerCore:
         def set_attr(args: SetAttrArgs) -> None:
             group.set_attr(args.name, args.values)
 
+        def render(args: RenderArgs | None) -> list[Any]:
+            return group.render(None if args is None else args.env_ids)
+
         self._handlers = {
             Command.RESET: reset,
             Command.STEP: step,
             Command.CALL: call,
             Command.SET_ATTR: set_attr,
-            Command.RENDER: lambda _: group.render(),
+            Command.RENDER: render,
             Command.CLOSE: lambda _: group.close(),
         }
 
