@@ -23,11 +23,14 @@ Outputs in ``--out``: ``episodes.csv`` (one row per finished episode: vector kin
 wall time, return, length), ``summary.json`` (per vector kind: steps and seconds to solve, SPS)
 and ``learning_curve.png`` (returns against env steps and against wall time, one line per vector
 kind; needs matplotlib). ``--compare vecenv,sync,async`` trains once per kind, same seed and
-hyperparameters, and puts them all in one CSV and one picture.
+hyperparameters, and puts them all in one CSV and one picture. ``--capture-video`` also records
+env 0's episodes 0, K, 2K... (``--video-every K``) as mp4 files in ``videos/KIND/``, as CleanRL's
+scripts do; rendering does not change the envs' dynamics, so the returns stay the same.
 
     pip install -e ".[train]"
     python scripts/train_ppo.py --vector vecenv --num-envs 8
     python scripts/train_ppo.py --compare vecenv,sync,async --stop-when-solved --out runs/cmp
+    python scripts/train_ppo.py --capture-video --video-every 50 --out runs/video
 """
 
 from __future__ import annotations
@@ -121,6 +124,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     g.add_argument("--quiet", action="store_true", help="print only the summary, not every update")
     g.add_argument(
+        "--capture-video",
+        action="store_true",
+        help="record videos of env 0 (every --video-every-th of its episodes) into --out/videos/KIND "
+        "with vecenv.video.RecordVideo (needs: pip install -e '.[video]')",
+    )
+    g.add_argument(
+        "--video-every", type=int, default=10, metavar="K", help="with --capture-video: episodes 0, K, 2K..."
+    )
+    g.add_argument(
         "--plot",
         type=pathlib.Path,
         default=None,
@@ -183,6 +195,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         if kind not in VECTOR_KINDS:
             p.error(f"--compare: unknown vector kind {kind!r}; choose from {', '.join(VECTOR_KINDS)}")
     args.kinds = kinds
+    if args.capture_video and "sb3" in kinds:
+        p.error("--capture-video records Gymnasium vector envs: not available with the sb3 kind")
+    if args.video_every < 1:
+        p.error(f"--video-every must be >= 1, got {args.video_every}")
     return args
 
 
@@ -221,9 +237,9 @@ class StepCost(gym.Wrapper):
         return self.env.step(action)
 
 
-def make_env(env_id: str, cost_iterations: int) -> gym.Env:
+def make_env(env_id: str, cost_iterations: int, render_mode: str | None = None) -> gym.Env:
     """One env; built inside the worker processes for vecenv and async."""
-    env = gym.make(env_id)
+    env = gym.make(env_id, render_mode=render_mode)
     return StepCost(env, cost_iterations) if cost_iterations else env
 
 
@@ -238,9 +254,21 @@ def _workers(text: str) -> int | str:
 
 
 def make_vector_env(kind: str, args: argparse.Namespace) -> gym.vector.VectorEnv:
-    """``args.num_envs`` envs in the vector env of the given kind, autoreset in the same step."""
+    """``args.num_envs`` envs in the vector env of the given kind, autoreset in the same step;
+    with ``--capture-video``, wrapped to record env 0."""
+    envs = _vector_env(kind, args)
+    if not args.capture_video:
+        return envs
+    from vecenv.video import RecordVideo, every
+
+    folder = args.out / "videos" / kind
+    return RecordVideo(envs, folder, env_ids=[0], episode_trigger=every(args.video_every), name_prefix=args.env_id)
+
+
+def _vector_env(kind: str, args: argparse.Namespace) -> Any:
     cost = round(args.env_step_ms * iterations_per_ms())
-    env_fns = [functools.partial(make_env, args.env_id, cost)] * args.num_envs
+    render_mode = "rgb_array" if args.capture_video else None
+    env_fns = [functools.partial(make_env, args.env_id, cost, render_mode)] * args.num_envs
     same_step = gym.vector.AutoresetMode.SAME_STEP
     if kind == "vecenv":
         envs = vecenv.SubprocVectorEnv(env_fns, args.num_workers, autoreset_mode=same_step)
