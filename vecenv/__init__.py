@@ -32,6 +32,7 @@ _EXPORTS = {
     "collect": "vecenv.rollout.collection",
     "load": "vecenv.rollout.dataset",
     "make": "vecenv.factory",
+    "spawn_seeds": "vecenv.seeding",
 }
 _LAZY_ONLY = {"RayVectorEnv": "vecenv.parent.ray_env"}
 # Subpackages reachable as attributes (``vecenv.rollout.collect``) without importing them first.
@@ -55,6 +56,7 @@ __all__ = [
     "collect",
     "load",
     "make",
+    "spawn_seeds",
     "__version__",
 ]
 
@@ -78,6 +80,7 @@ if TYPE_CHECKING:
     from vecenv.parent.vector_env import DEFAULT_CLOSE_TIMEOUT, GroupVectorEnv
     from vecenv.rollout.collection import collect
     from vecenv.rollout.dataset import Dataset, load
+    from vecenv.seeding import spawn_seeds
 
 
 def __getattr__(name: str) -> Any:

@@ -97,6 +97,7 @@ class RayVectorEnv(GroupVectorEnv):
         on_worker_death, max_restarts, restart_window: as :class:`~vecenv.SubprocVectorEnv`;
             with ``"restart"`` a dead actor is replaced by a new one (placed by Ray, possibly on
             another node) that rebuilds the same envs on the same rows.
+        seed_policy: as :class:`~vecenv.SubprocVectorEnv` (the same seeds for the same envs).
         threads_per_worker: BLAS/OpenMP threads in each actor, as for worker processes (Ray
             also sets ``OMP_NUM_THREADS`` to the actor's ``num_cpus``; a value already in the
             environment is left alone).
@@ -123,6 +124,7 @@ class RayVectorEnv(GroupVectorEnv):
         max_restarts: int = DEFAULTS.max_restarts,
         restart_window: float = DEFAULTS.restart_window,
         threads_per_worker: int | None = DEFAULTS.threads_per_worker,
+        seed_policy: str = DEFAULTS.seed_policy,
     ) -> None:
         fns = check_env_fns(env_fns)
         if num_workers == "auto":
@@ -156,6 +158,7 @@ class RayVectorEnv(GroupVectorEnv):
         max_restarts: int = DEFAULTS.max_restarts,
         restart_window: float = DEFAULTS.restart_window,
         threads_per_worker: int | None = DEFAULTS.threads_per_worker,
+        seed_policy: str = DEFAULTS.seed_policy,
     ) -> RayVectorEnv:
         """One actor per callable; each returns the list of envs it hosts (or a native
         ``gymnasium.vector.VectorEnv``), as :meth:`SubprocVectorEnv.from_groups`."""

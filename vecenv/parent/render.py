@@ -16,7 +16,10 @@ import numpy as np
 from vecenv.parent.records import WorkerRecord
 from vecenv.wire.protocol import RenderArgs
 
-__all__ = ["RenderPlan"]
+__all__ = ["EnvIds", "RenderPlan"]
+
+#: What ``render(env_ids=...)`` takes: env indices, as a sequence or a 1-d int array.
+EnvIds = Sequence[int] | np.ndarray
 
 
 @dataclasses.dataclass(frozen=True)

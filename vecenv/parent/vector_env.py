@@ -49,14 +49,14 @@ import numpy as np
 from gymnasium import logger
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from vecenv.checks import check_batch_size, check_env_ids, check_options, check_reset_mask, check_timeout, seed_list
+from vecenv.checks import check_batch_size, check_env_ids, check_options, check_reset_mask, check_timeout
 from vecenv.errors import WorkerDiedError, describe
 from vecenv.options import VectorOptions
 from vecenv.parent.actions import ActionPlacer
 from vecenv.parent.envpool_api import AsyncBatches
 from vecenv.parent.handshake import configure
 from vecenv.parent.pool import WorkerPool
-from vecenv.parent.render import RenderPlan
+from vecenv.parent.render import EnvIds, RenderPlan
 from vecenv.parent.replies import InfoMerger
 from vecenv.parent.restart import Restarter, RestartPolicy
 from vecenv.parent.state import CallState, SeedBook, State
@@ -101,7 +101,8 @@ class GroupVectorEnv(VectorEnv):
         self.copy = options.copy
         self._calls = CallState(type(self).__name__)
         self._finalizer: util.Finalize | None = None
-        self._seeds = SeedBook(0)
+        self.seed_policy = options.seed_policy  # how reset(seed=int) seeds the envs (vecenv.seeding)
+        self._seeds = SeedBook(0, options.seed_policy)
         restarter = None
         if options.restarts is not None:
             max_restarts, window = options.restarts
@@ -207,12 +208,12 @@ class GroupVectorEnv(VectorEnv):
     ) -> None:
         """Send a reset to the workers; :meth:`reset_wait` collects it.
 
-        ``seed``: ``None``, an int (env ``i`` gets ``seed + i``) or one seed (or ``None``) per env.
+        ``seed``: ``None``, an int (env ``i`` gets ``seed + i``, or see ``seed_policy``) or one per env.
         ``options`` goes to every env; ``options["reset_mask"]`` (a bool array, one per env)
         resets only the masked envs.
         """
         self._calls.check_can_start("reset_async")
-        seeds = seed_list(seed, self.num_envs)
+        seeds = self._seeds.expand(seed, self.num_envs)
         options = check_options(options)
         mask = None
         if options is not None and "reset_mask" in options:
@@ -362,9 +363,7 @@ class GroupVectorEnv(VectorEnv):
         payloads = [SetAttrArgs(name, list(values[w.start : w.stop])) for w in workers]
         self._run(Command.SET_ATTR, workers, payloads, "set_attr", timeout)
 
-    def render(
-        self, env_ids: Sequence[int] | np.ndarray | None = None, timeout: float | None = None
-    ) -> tuple[Any, ...]:
+    def render(self, env_ids: EnvIds | None = None, timeout: float | None = None) -> tuple[Any, ...]:
         """The rendered frame of every env (``env_ids=None``), or of the envs ``env_ids`` in that
         order (distinct, in ``[0, num_envs)``): only the workers that host them render and send."""
         timeout = check_timeout(timeout)

@@ -26,11 +26,13 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 from tqdm import tqdm
 
+from vecenv.checks import seed_list
 from vecenv.rollout.dataset import load
 from vecenv.rollout.errors import PolicyError
 from vecenv.rollout.format import FORMAT_NAME, FORMAT_VERSION, dataset_fields, describe_space, space_leaves
 from vecenv.rollout.staging import EpisodeStager
 from vecenv.rollout.writer import DatasetWriter, check_out, now, versions
+from vecenv.seeding import seed_policy_of
 from vecenv.spaces import build_tree, leaf_values, named_leaves, to_batch
 
 Policy = Callable[[Any], Any]
@@ -331,6 +333,7 @@ def collect(
         "num_workers": getattr(envs, "num_workers", None),
         "autoreset_mode": mode.name.lower(),
         "seed": int(seed),
+        "seed_policy": seed_policy_of(envs),
         "policy": name,
         "requested": {"steps": target} if steps is not None else {"episodes": target},
         "observation_space": {"str": str(single_obs_space), "description": describe_space(single_obs_space)},
@@ -444,9 +447,12 @@ def _collect_into(
         # Copies: a vector env may reuse its observation buffers on the next step.
         return [np.array(v, dtype=leaf.dtype) for v, leaf in zip(leaf_values(obs_space, value), obs_leaves)]
 
+    first_seeds = seed_list(seed, num_envs, seed_policy_of(envs))
+
     def seed_of(episode_id: int) -> int | None:
-        # The first episode of env i starts from reset(seed=seed + i); later ones continue its RNG.
-        return seed + episode_id if episode_id < num_envs else None
+        # The first episode of env i starts from its seed of reset(seed=seed) (seed + i unless the
+        # vector env's seed_policy is "spawn"); later ones continue its RNG.
+        return first_seeds[episode_id] if episode_id < num_envs else None
 
     obs, _ = envs.reset(seed=seed)
     obs_columns = copy_obs(obs)

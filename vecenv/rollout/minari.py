@@ -26,6 +26,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec
 
+from vecenv.checks import seed_list
 from vecenv.rollout.collection import OPEN_EPISODES, with_last
 from vecenv.rollout.dataset import Dataset, load
 from vecenv.rollout.errors import MinariNotInstalledError
@@ -349,6 +350,7 @@ def export_minari(
         sum(np.dtype(f["dtype"]).itemsize * int(np.prod(f["shape"])) for f in metadata["fields"].values())
     )
     seed, num_envs = metadata.get("seed"), metadata.get("num_envs") or 0
+    first_seeds = seed_list(seed, num_envs, metadata.get("seed_policy", "sequential"))  # env i's first episode
 
     def pieces(rows: np.ndarray) -> Iterator[list[np.ndarray]]:
         for begin in range(0, len(rows), step):
@@ -367,7 +369,7 @@ def export_minari(
                 float(rewards[rows].sum()),
                 len(rows),
                 episode_id,
-                seed + episode_id if seed is not None and episode_id < num_envs else None,
+                first_seeds[episode_id] if episode_id < num_envs else None,
                 truncate,
             )
     except BaseException:
