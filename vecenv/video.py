@@ -34,6 +34,8 @@ recorded. ``scripts/video_cost.py`` measures it against frames taken in the work
 from __future__ import annotations
 
 import os
+import queue
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -74,19 +76,48 @@ def capped_cubic(episode: int) -> bool:
 
 
 class _ImageioWriter:
-    """An mp4 file written by imageio's ffmpeg plugin, one frame at a time."""
+    """An mp4 file written by imageio's ffmpeg plugin from a thread of its own.
+
+    ``append`` queues the frame (up to :data:`QUEUED_FRAMES`, then it waits) and returns, so the
+    encoder's pipe writes overlap the next steps instead of holding them up; ``close`` waits for
+    the queue to drain and raises what writing raised.
+    """
 
     def __init__(self, path: str, fps: float) -> None:
         import imageio.v2 as imageio
 
         # macro_block_size=2: frames of odd size are padded to even (H.264 needs it), nothing more.
         self._writer = imageio.get_writer(path, fps=fps, codec="libx264", macro_block_size=2, ffmpeg_log_level="error")
+        self._queue: queue.Queue[np.ndarray | None] = queue.Queue(QUEUED_FRAMES)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._drain, name=f"vecenv-video {os.path.basename(path)}", daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        while (frame := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    self._writer.append_data(frame)
+                except BaseException as exc:  # raised in the caller's thread by close()
+                    self._error = exc
 
     def append(self, frame: np.ndarray) -> None:
-        self._writer.append_data(frame)
+        if self._error is not None:
+            raise self._error
+        self._queue.put(frame.copy())  # an env may render into the same array every time
 
     def close(self) -> None:
-        self._writer.close()
+        self._queue.put(None)
+        self._thread.join()
+        try:
+            self._writer.close()
+        finally:
+            if self._error is not None:
+                raise self._error
+
+
+#: Frames an mp4 writer holds before ``append`` waits for the encoder.
+QUEUED_FRAMES = 32
 
 
 def imageio_writer(path: str, fps: float) -> VideoWriter:
