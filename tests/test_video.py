@@ -257,3 +257,20 @@ def test_import_vecenv_does_not_import_imageio() -> None:
     code = "import sys, vecenv, vecenv.video; print('imageio' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "False"
+
+
+def test_mp4_writer_raises_what_encoding_raised(tmp_path) -> None:
+    pytest.importorskip("imageio_ffmpeg", reason="needs the video extra: pip install -e '.[video]'")
+    from vecenv.video import imageio_writer
+
+    writer = imageio_writer(str(tmp_path / "bad.mp4"), 25.0)
+    writer.append(np.zeros((6, 8, 3), np.uint8))
+    writer.append(np.zeros((10, 10, 3), np.uint8))  # a frame of another size: imageio refuses it
+    with pytest.raises(ValueError, match="same size"):
+        try:
+            for _ in range(3):  # raised by the next append or by close, in the caller's thread
+                writer.append(np.zeros((6, 8, 3), np.uint8))
+        finally:
+            writer.close()
+    with pytest.raises(ValueError, match="same size"):
+        writer.close()  # closed: the error is still reported, nothing is left running

@@ -107,13 +107,12 @@ class _ImageioWriter:
         self._queue.put(frame.copy())  # an env may render into the same array every time
 
     def close(self) -> None:
-        self._queue.put(None)
-        self._thread.join()
-        try:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
             self._writer.close()
-        finally:
-            if self._error is not None:
-                raise self._error
+        if self._error is not None:
+            raise self._error
 
 
 #: Frames an mp4 writer holds before ``append`` waits for the encoder.
