@@ -23,6 +23,7 @@ __all__ = [
     "make_act_space",
     "diff_env_fns",
     "make_group",
+    "sync_group",
 ]
 
 _CHARSET = "abcdefghij"
@@ -300,6 +301,11 @@ def diff_env_fns(num_envs: int, cls: type = DiffEnv, **kwargs: Any) -> list[Any]
 def make_group(indices: list[int], cls: type = DiffEnv, **kwargs: Any) -> list[gym.Env]:
     """The envs of one worker for ``SubprocVectorEnv.from_groups``: one env per global index."""
     return [cls(index=i, **kwargs) for i in indices]
+
+
+def sync_group(indices: list[int], mode: Any) -> gym.vector.VectorEnv:
+    """A native vectorized group: a SyncVectorEnv over DiffEnvs with global indices."""
+    return gym.vector.SyncVectorEnv([functools.partial(DiffEnv, index=i) for i in indices], autoreset_mode=mode)
 
 
 class ThreadVarsEnv(gym.Env):

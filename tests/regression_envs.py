@@ -1,5 +1,7 @@
-"""Envs and argument types for ``tests/test_regressions.py`` (one regression test per defect of
-issue 9), importable by worker processes as ``tests.regression_envs`` under every start method.
+"""Small envs and argument types for the tests of one behaviour each (a reward after a reset,
+an argument a worker cannot unpickle, a pipe that hangs up, an observation that does not fit,
+a slow step, an info that cannot be deep-copied, spaces of different bounds, the action an env
+receives), importable by worker processes as ``tests.regression_envs`` under every start method.
 
 Each env is deterministic: what it returns depends only on its constructor arguments, its seed
 and the actions it receives, so ``SyncVectorEnv`` built from the same constructors is the
@@ -37,7 +39,7 @@ __all__ = [
 
 
 class PayEnv(gym.Env):
-    """Pays ``pay`` per step; episodes end after ``horizon`` steps (defect 4: stale rewards)."""
+    """Pays ``pay`` per step; episodes end after ``horizon`` steps (stale rewards)."""
 
     metadata: dict[str, Any] = {"render_modes": []}
 
@@ -62,7 +64,7 @@ class PayEnv(gym.Env):
         return self._obs(), float(self.pay), False, self.t >= self.horizon, {}
 
 
-# -- defect 2: an argument the worker cannot unpickle -------------------------------------------
+# -- an argument the worker cannot unpickle -------------------------------------------
 
 
 class UnloadableArgError(ValueError):
@@ -86,7 +88,7 @@ class UnloadableArg:
         return _rebuild_unloadable, (self.tag,)
 
 
-# -- defect 3: a worker whose pipe hangs up while its process lives -----------------------------
+# -- a worker whose pipe hangs up while its process lives -----------------------------
 
 
 class HangupEnv(PayEnv):
@@ -106,7 +108,7 @@ class HangupEnv(PayEnv):
         return closed
 
 
-# -- defect 6: observations that do not fit the space ------------------------------------------
+# -- observations that do not fit the space ------------------------------------------
 
 
 class BadObsEnv(gym.Env):
@@ -137,7 +139,7 @@ class BadObsEnv(gym.Env):
         return self._obs("step"), 0.0, False, False, {}
 
 
-# -- defect 8: close() after a timed-out step --------------------------------------------------
+# -- close() after a timed-out step --------------------------------------------------
 
 
 class MarkerEnv(PayEnv):
@@ -157,7 +159,7 @@ class MarkerEnv(PayEnv):
             f.write(str(os.getpid()))
 
 
-# -- defect 12: an info value that pickles but cannot be deep-copied ---------------------------
+# -- an info value that pickles but cannot be deep-copied ---------------------------
 
 
 class NoDeepcopy:
@@ -192,7 +194,7 @@ class NoDeepcopyInfoEnv(PayEnv):
         return obs, reward, terminated, truncated, info
 
 
-# -- defect 13: observation spaces of different bounds -----------------------------------------
+# -- observation spaces of different bounds -----------------------------------------
 
 
 class BoundsEnv(PayEnv):
@@ -204,7 +206,7 @@ class BoundsEnv(PayEnv):
         self.observation_space = spaces.Box(-1e3 * (1 + index), 1e3 * (1 + index), (2,), np.float32)
 
 
-# -- defect 14: what action each env is handed -------------------------------------------------
+# -- what action each env is handed -------------------------------------------------
 
 
 class ActionRecorderEnv(PayEnv):
@@ -229,7 +231,7 @@ def fns(cls: type, n: int, **kwargs: Any) -> list[Any]:
     return [functools.partial(cls, index=i, **kwargs) for i in range(n)]
 
 
-#: Held by a thread of the test process in ``test_start_method``: a worker forked while it is held
+#: Held by a thread of the test process in ``test_host``: a worker forked while it is held
 #: would inherit it held, and :func:`locked_cartpole` would wait for it forever.
 BUILD_LOCK = threading.Lock()
 

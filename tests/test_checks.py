@@ -1,14 +1,13 @@
 """Unit tests of ``vecenv.checks``: the input checks as pure functions, without any process.
 
 Each check returns the normalised value or raises ``TypeError``/``ValueError`` naming the argument
-and what it received (issue 9: "input checks as pure functions, testable without processes").
+and what it received. (``available_cpus``, which reads the platform: ``tests/test_host.py``.)
 """
 
 from __future__ import annotations
 
 import functools
 import multiprocessing
-import os
 from typing import Any
 
 import numpy as np
@@ -17,30 +16,12 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
 from tests.crash_envs import FaultEnv
-from vecenv import checks, host
+from vecenv import checks
 
 pytestmark = pytest.mark.timeout(30)
 
 
-# -- available_cpus / check_num_workers (defect 11) ----------------------------------------------
-
-
-def test_available_cpus_follows_the_affinity_mask(monkeypatch: pytest.MonkeyPatch) -> None:
-    if not hasattr(os, "sched_getaffinity"):
-        pytest.skip("no sched_getaffinity here")
-    monkeypatch.setattr(os, "cpu_count", lambda: 64)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 3})
-    assert host.available_cpus() == 2
-    assert checks.check_num_workers(None, 10) == 2
-    assert checks.check_num_workers(None, 1) == 1
-
-
-def test_available_cpus_without_affinity_uses_cpu_count(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
-    monkeypatch.setattr(os, "cpu_count", lambda: 5)
-    assert host.available_cpus() == 5
-    monkeypatch.setattr(os, "cpu_count", lambda: None)
-    assert host.available_cpus() == 1
+# -- check_num_workers ---------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("value", [1, 3, 4, np.int64(2)])
@@ -125,7 +106,7 @@ def test_observation_mode() -> None:
             checks.check_observation_mode(bad)
 
 
-# -- timeout (defect 9) -------------------------------------------------------------------------
+# -- timeout -------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -153,7 +134,7 @@ def test_timeout_refused_naming_the_argument(value: Any) -> None:
         checks.check_timeout(value, "start_timeout")
 
 
-# -- options, seeds, reset_mask (defect 7) -------------------------------------------------------
+# -- options, seeds, reset_mask -------------------------------------------------------------------
 
 
 def test_options() -> None:
@@ -206,7 +187,7 @@ def test_reset_mask() -> None:
         checks.check_reset_mask(np.zeros(3, np.bool_), 3)
 
 
-# -- batch_size (defect 1) ----------------------------------------------------------------------
+# -- batch_size ----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

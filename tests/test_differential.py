@@ -64,6 +64,13 @@ def assert_same(a: Any, b: Any, path: str = "value") -> None:
         assert a == b, f"{path}: {a!r} vs {b!r}"
 
 
+def same_steps(sub: Any, sync: SyncVectorEnv, seed: int, actions: list[Any]) -> None:
+    """Reset both with ``seed``, step both with each action batch: every result identical."""
+    assert_same(sub.reset(seed=seed), sync.reset(seed=seed), "reset")
+    for t, a in enumerate(actions):
+        assert_same(sub.step(a), sync.step(a), f"step {t}")
+
+
 def test_assert_same_catches_differences() -> None:
     """The comparison itself must fail on each kind of difference it is meant to catch."""
     base = {"a": np.zeros(2, np.float32), "b": (1, "x"), "_a": np.array([True, False])}

@@ -1,27 +1,28 @@
-"""Unit tests, in-process (no worker processes): EnvGroup, and the spaces / buffers utilities.
+"""``vecenv.worker.group``: EnvGroup (the one place autoreset lives) driven in this process, and
+native vector env groups (VectorGroup) through worker processes.
 
-``LocalVec`` wires EnvGroups to Buffers exactly as the coordinator and workers do, but in one
+``LocalVec`` wires EnvGroups to Buffers exactly as the parent and the workers do, but in one
 process, and is compared with ``SyncVectorEnv`` step by step.
 """
 
 from __future__ import annotations
 
 import copy as copylib
-import gc
-import os
+import functools
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
-from gymnasium.vector.utils import concatenate, create_empty_array
 
-from tests.envs import DiffEnv, ReusedInfoEnv, diff_env_fns, make_obs_space
+from tests.envs import DiffEnv, ReusedInfoEnv, diff_env_fns, sync_group
+from tests.regression_envs import NoDeepcopyInfoEnv, fns
+from tests.test_buffers import attach
 from tests.test_differential import assert_same, sample_actions
-from vecenv.spaces import build_tree, is_fixed, leaf_layout, row_writer, to_batch, tree_assign, tree_leaves, tree_slice
-from vecenv.wire.buffers import HAVE_MEMFD, SHM_PREFIX, Buffers, BufferSpec
+from vecenv import SubprocVectorEnv
+from vecenv.spaces import tree_assign, tree_slice
+from vecenv.wire.buffers import Buffers, BufferSpec
 from vecenv.worker.group import EnvGroup
 
 NEXT, SAME, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED
@@ -34,42 +35,6 @@ class _Merger:
 
     def __init__(self, num_envs: int) -> None:
         self.num_envs = num_envs
-
-
-def attach(parent: Buffers, start: int, stop: int) -> Buffers:
-    """A worker's rows of ``parent`` mapped in this process, as a worker maps them."""
-    fd = os.dup(parent.block.fd) if Buffers.needs_fd(parent.spec) else None
-    return Buffers.attach(parent.spec, start, stop, fd)
-
-
-def block_id(spec: BufferSpec, parent: Buffers) -> str | int:
-    """What identifies the parent's block outside Python: its name, or its memfd's inode."""
-    if spec.shm_name is not None:
-        return spec.shm_name
-    assert parent.block is not None and parent.block.fd is not None
-    return os.fstat(parent.block.fd).st_ino
-
-
-def block_alive(ident: str | int) -> bool:
-    """Whether the block still exists for this process: its name in /dev/shm, or its memfd still
-    mapped (``/proc/self/maps``) or open (``/proc/self/fd``)."""
-    if isinstance(ident, str):
-        return os.path.exists(os.path.join("/dev/shm", ident))
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            fields = line.split()
-            if len(fields) >= 6 and fields[5].startswith("/memfd:vecenv") and int(fields[4]) == ident:
-                return True
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            if (
-                os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:vecenv")
-                and os.stat(f"/proc/self/fd/{fd}").st_ino == ident
-            ):
-                return True
-        except OSError:
-            pass
-    return False
 
 
 class LocalVec:
@@ -233,243 +198,69 @@ def test_group_next_step_autoreset_and_render() -> None:
     assert len(frames) == 2 and frames[0].dtype == np.uint8
 
 
-# -- spaces ----------------------------------------------------------------------------------
-
-NESTED = spaces.Dict(
-    {
-        "a": spaces.Tuple((spaces.Discrete(3), spaces.Box(0, 1, (2, 3), np.float32))),
-        "b": spaces.MultiBinary([2, 2]),
-        "c": spaces.Dict({"d": spaces.MultiDiscrete([[2, 3], [4, 5]]), "e": spaces.Box(-1, 1, (), np.float64)}),
-        "f": spaces.Discrete(5, start=-2),
-    }
-)
+# -- through worker processes: SAME_STEP final infos, native vector env groups ------------------
 
 
-@pytest.mark.parametrize(
-    "space, fixed",
-    [
-        (spaces.Box(0, 1, (3,)), True),
-        (spaces.Discrete(4), True),
-        (spaces.MultiDiscrete([2, 3]), True),
-        (spaces.MultiBinary(4), True),
-        (NESTED, True),
-        (make_obs_space("dict"), True),
-        (make_obs_space("tuple"), True),
-        (spaces.Text(5), False),
-        (make_obs_space("tuple_text"), False),
-        (spaces.Dict({"x": spaces.Discrete(2), "y": spaces.Sequence(spaces.Discrete(2))}), False),
-        (spaces.Graph(spaces.Box(0, 1, (2,)), None), False),
-        (spaces.OneOf([spaces.Discrete(2), spaces.Box(0, 1, (2,))]), False),
-    ],
-    ids=lambda v: type(v).__name__ if isinstance(v, gym.Space) else str(v),
-)
-def test_is_fixed(space: gym.Space, fixed: bool) -> None:
-    assert is_fixed(space) is fixed
-
-
-@pytest.mark.parametrize(
-    "space",
-    [
-        NESTED,
-        make_obs_space("dict"),
-        make_obs_space("tuple"),
-        spaces.Box(0, 255, (2, 2), np.uint8),
-        spaces.MultiBinary(3),
-    ],
-    ids=["nested", "dict", "tuple", "box-uint8", "multibinary"],
-)
-def test_leaf_layout_matches_gymnasium_batches(space: gym.Space) -> None:
-    n = 4
-    expected = tree_leaves(create_empty_array(space, n, np.zeros))
-    layout = leaf_layout(space, n)
-    assert [(shape, dtype) for shape, dtype in layout] == [(a.shape, a.dtype) for a in expected]
-    tree = build_tree(space, (np.zeros(s, d) for s, d in layout))
-    assert_same(tree, create_empty_array(space, n, np.zeros))
-    # row_writer places one sample per row, as gymnasium's concatenate does.
-    space.seed(0)
-    items = [space.sample() for _ in range(n)]
-    write = row_writer(space, tree)
-    for i, item in enumerate(items):
-        write(i, item)
-    assert_same(tree, concatenate(space, items, create_empty_array(space, n, np.zeros)))
-
-
-def test_leaf_layout_rejects_unfixed_space() -> None:
-    with pytest.raises(TypeError, match="no fixed shape"):
-        leaf_layout(spaces.Text(4), 2)
-    with pytest.raises(TypeError):
-        leaf_layout(make_obs_space("tuple_text"), 2)
-
-
-def test_to_batch_accepts_and_keeps_dtype() -> None:
-    box = spaces.Box(-1, 1, (2,), np.float32)
-    for dtype in (np.float32, np.float64):
-        out = to_batch(box, np.zeros((3, 2), dtype), 3, "actions")
-        assert out.dtype == dtype and out.shape == (3, 2)
-    out = to_batch(spaces.Discrete(3), [0, 1, 2], 3, "actions")
-    assert isinstance(out, np.ndarray) and out.shape == (3,)
-    tup = spaces.Tuple((spaces.Discrete(2), spaces.Dict({"x": box})))
-    out = to_batch(tup, (np.zeros(3, np.int64), {"x": np.zeros((3, 2), np.float32)}), 3, "actions")
-    assert isinstance(out, tuple) and out[1]["x"].shape == (3, 2)
-
-
-@pytest.mark.parametrize(
-    "space, value, error, match",
-    [
-        (spaces.Box(-1, 1, (2,), np.float32), np.zeros((3, 3), np.float32), ValueError, r"shape \(3, 2\)"),
-        (spaces.Box(-1, 1, (2,), np.float32), np.zeros((2, 2), np.float32), ValueError, "num_envs=3"),
-        (spaces.Discrete(3), np.zeros(3, np.float64), TypeError, "dtype"),
-        (spaces.Discrete(3), None, TypeError, "actions"),
-        (spaces.Discrete(3), "012", TypeError, "actions"),
-        (spaces.Box(-1, 1, (2,), np.float32), np.zeros((3, 2), np.complex64), TypeError, "dtype"),
-        (spaces.Tuple((spaces.Discrete(2), spaces.Discrete(2))), (np.zeros(3, np.int64),), TypeError, "tuple of 2"),
-        (spaces.Tuple((spaces.Discrete(2), spaces.Discrete(2))), np.zeros((2, 3), np.int64), TypeError, "tuple"),
-        (spaces.Dict({"a": spaces.Discrete(2)}), {"b": np.zeros(3, np.int64)}, TypeError, "keys"),
-        (spaces.Dict({"a": spaces.Discrete(2)}), {"a": np.zeros(4, np.int64)}, ValueError, r"actions\['a'\]"),
-    ],
-    ids=[
-        "bad-shape",
-        "bad-count",
-        "float-to-int",
-        "none",
-        "str",
-        "complex-to-float",
-        "tuple-len",
-        "tuple-not-tuple",
-        "dict-keys",
-        "dict-leaf-shape",
-    ],
-)
-def test_to_batch_errors(space: gym.Space, value: Any, error: type, match: str) -> None:
-    with pytest.raises(error, match=match):
-        to_batch(space, value, 3, "actions")
-
-
-# -- buffers ---------------------------------------------------------------------------------
-
-
-def test_buffer_spec_plan() -> None:
-    obs, act = make_obs_space("dict"), spaces.Box(-1, 1, (2,), np.float32)
-    spec = BufferSpec.plan(4, obs, act, True)
-    if HAVE_MEMFD:
-        assert spec.shm_name is None and Buffers.needs_fd(spec)  # an anonymous block
-    else:
-        assert spec.shm_name.startswith(SHM_PREFIX)
-    assert spec.shared_observations and spec.shared_actions and spec.shared_flags
-    fields = [f for f, _, _ in spec.layout()]
-    assert fields == ["observations"] * len(leaf_layout(obs, 4)) + ["actions", "rewards", "terminations", "truncations"]
-    assert spec.layout()[-3:] == [
-        ("rewards", (4,), np.dtype(np.float64)),
-        ("terminations", (4,), np.dtype(np.bool_)),
-        ("truncations", (4,), np.dtype(np.bool_)),
-    ]
-    text = BufferSpec.plan(4, make_obs_space("tuple_text"), act, True)
-    assert not text.shared_observations and text.shared_actions and text.shared_flags
-    off = BufferSpec.plan(4, obs, act, False)
-    assert off.shm_name is None and off.layout() == [] and not Buffers.needs_fd(off)
-    if not HAVE_MEMFD:
-        assert BufferSpec.plan(4, obs, act, True).shm_name != spec.shm_name
-
-
-def test_buffers_create_attach_round_trip_and_close() -> None:
-    obs_space, act_space = make_obs_space("tuple"), spaces.MultiDiscrete([3, 5])
-    spec = BufferSpec.plan(5, obs_space, act_space, True)
-    parent = Buffers.create(spec)
-    ident = block_id(spec, parent)
-    assert block_alive(ident)
-    left, right = attach(parent, 0, 2), attach(parent, 2, 5)
+@pytest.mark.timeout(60)
+def test_same_step_final_info_without_deepcopy() -> None:
+    make = fns(NoDeepcopyInfoEnv, 3)
+    envs = SubprocVectorEnv(make, num_workers=2, autoreset_mode=AutoresetMode.SAME_STEP)
+    sync = SyncVectorEnv(make, autoreset_mode=AutoresetMode.SAME_STEP)
     try:
-        assert right.rewards.shape == (3,) and parent.rewards.shape == (5,)
-        # A worker's writes show in the parent's rows...
-        obs_space.seed(3)
-        samples = [obs_space.sample() for _ in range(3)]
-        write = right.observation_writer()
-        for j, s in enumerate(samples):
-            write(j, s)
-        right.rewards[:] = [1.5, -2.0, 3.25]
-        right.terminations[1] = True
-        right.truncations[2] = True
-        assert_same(tree_slice(parent.observations, 2, 5), tree_slice(right.observations, 0, 3))
-        assert parent.rewards.tolist() == [0.0, 0.0, 1.5, -2.0, 3.25]
-        assert parent.terminations.tolist() == [False, False, False, True, False]
-        assert parent.truncations.tolist() == [False, False, False, False, True]
-        # ... and the parent's action rows show in each worker's.
-        parent.actions[:] = np.arange(10).reshape(5, 2) % 3
-        assert_same(left.actions, parent.actions[:2])
-        assert_same(right.actions, parent.actions[2:])
-        assert left.payload() is None and right.payload() is None  # everything is shared
-        del write  # it holds views of right's rows, which would keep that mapping alive
+        assert_same(envs.reset(seed=0), sync.reset(seed=0))
+        seen = 0
+        for t in range(7):
+            a = np.zeros(3, np.int64)
+            got, want = envs.step(a), sync.step(a)
+            assert_same(got, want, f"step {t}")
+            seen += int("final_info" in want[4])
+        assert seen >= 3  # final infos holding the value were compared
     finally:
-        right.close()
-        left.close()
-        right.close()  # twice is safe
-        assert block_alive(ident)  # only the owner releases the block
-        parent.close()
-        parent.close()
-    assert not block_alive(ident)
+        envs.close()
+        sync.close()
 
 
-def test_buffers_payload_and_receive_without_shared_memory() -> None:
-    obs_space = make_obs_space("dict")
-    spec = BufferSpec.plan(4, obs_space, spaces.Discrete(2), False)
-    parent = Buffers.create(spec)
-    worker = attach(parent, 1, 4)
-    obs_space.seed(1)
-    samples = [obs_space.sample() for _ in range(3)]
-    write = worker.observation_writer()
-    for j, s in enumerate(samples):
-        write(j, s)
-    worker.rewards[:] = [1.0, 2.0, 3.0]
-    worker.truncations[:] = [True, False, True]
-    parent.receive(1, 4, worker.payload())
-    expected = concatenate(obs_space, samples, create_empty_array(obs_space, 3, np.zeros))
-    assert_same(tree_slice(parent.observations, 1, 4), expected)
-    assert parent.rewards.tolist() == [0.0, 1.0, 2.0, 3.0]
-    assert parent.truncations.tolist() == [False, True, False, True]
-    parent.close()
-    worker.close()
-
-
-def test_buffers_text_observations_travel_as_objects() -> None:
-    space = make_obs_space("tuple_text")
-    spec = BufferSpec.plan(3, space, spaces.Discrete(2), True)
-    parent = Buffers.create(spec)
-    ident = block_id(spec, parent)
-    worker = attach(parent, 0, 3)
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=["next", "same"])
+def test_native_groups_match_one_sync_vector_env(mode: AutoresetMode) -> None:
+    """Groups that are VectorEnvs give what one SyncVectorEnv over all envs gives, infos included."""
+    groups = [functools.partial(sync_group, [0, 1, 2], mode), functools.partial(sync_group, [3, 4], mode)]
+    sync = SyncVectorEnv(diff_env_fns(5), autoreset_mode=mode)
+    rng = np.random.default_rng(7)
     try:
-        assert not parent.fixed_observations
-        items = [
-            ("ab", np.array([1, 2], np.float32), 1),
-            ("c", np.array([3, 4], np.float32), 2),
-            ("dddd", np.array([5, 6], np.float32), 3),
-        ]
-        write = worker.observation_writer()
-        for j, item in enumerate(items):
-            write(j, item)
-        rows = worker.payload()
-        assert rows is not None and rows.flags is None  # the flags are shared
-        parent.receive(0, 3, rows)
-        expected = concatenate(space, items, create_empty_array(space, 3))
-        assert_same(parent.batched_observations(), expected)
-        assert parent.batched_observations()[0] == ("ab", "c", "dddd")
+        with SubprocVectorEnv.from_groups(groups, autoreset_mode=mode, context="fork") as sub:
+            assert sub.num_envs == 5 and sub.num_workers == 2
+            assert_same(sub.reset(seed=11), sync.reset(seed=11))
+            ended = 0
+            for t in range(150):
+                actions = rng.integers(0, sub.single_action_space.n, size=5)
+                got, want = sub.step(actions), sync.step(actions)
+                assert_same(got, want, f"step {t}")
+                ended += int(np.sum(want[2] | want[3]))
+            assert ended > 5, "episodes should end (and autoreset) during the run"
     finally:
-        worker.close()
-        parent.close()
-    assert not block_alive(ident)
+        sync.close()
 
 
-def test_buffers_close_with_a_live_view_still_unlinks() -> None:
-    spec = BufferSpec.plan(2, spaces.Box(0, 1, (3,), np.float32), spaces.Discrete(2), True)
-    parent = Buffers.create(spec)
-    ident = block_id(spec, parent)
-    view = parent.observations  # as copy=False hands out
-    view[:] = 0.5
-    parent.close()
-    if spec.shm_name is not None:
-        assert not block_alive(ident)  # the name is gone at once
-    else:
-        assert block_alive(ident)  # a memfd stays mapped while the view lives...
-    assert view.sum() == 3.0  # the view is still readable: the mapping was not pulled from under it
-    del view
-    gc.collect()
-    assert not block_alive(ident)  # ... and goes with its last view
+@pytest.mark.timeout(60)
+def test_native_cartpole_groups_match_their_standalone_twins() -> None:
+    make = functools.partial(gym.make_vec, "CartPole-v1", vectorization_mode="vector_entry_point")
+    twins = [make(3), make(2)]
+    try:
+        with SubprocVectorEnv.from_groups([functools.partial(make, 3), functools.partial(make, 2)]) as sub:
+            obs, _ = sub.reset(seed=5)
+            # A native group is seeded with its first env's seed (the int form).
+            expected = np.concatenate([twins[0].reset(seed=5)[0], twins[1].reset(seed=8)[0]])
+            np.testing.assert_array_equal(obs, expected)
+            for t in range(300):
+                actions = np.full(5, t % 2, dtype=np.int64)
+                got = sub.step(actions)
+                parts = [twins[0].step(actions[:3]), twins[1].step(actions[3:])]
+                for k in range(4):
+                    want = np.concatenate([parts[0][k], parts[1][k]])
+                    assert np.array_equal(got[k], want), (t, k)
+                    # Rewards are float64 in every vecenv (CartPoleVectorEnv's are float32).
+                    assert got[k].dtype == (np.float64 if k == 1 else want.dtype), (t, k)
+    finally:
+        for twin in twins:
+            twin.close()

@@ -28,7 +28,6 @@ from tests.async_envs import JitterEnv
 from tests.crash_envs import fault_fns, healthy_fns
 from tests.envs import diff_env_fns, make_group
 from tests.ray_fixtures import RaySessions, _ray_sessions, ray, ray_cluster, ray_local  # noqa: F401
-from tests.test_async import _assert_same, _row_info
 from tests.test_differential import (
     DIFF_INFO_KEYS,
     SCENARIOS,
@@ -38,6 +37,7 @@ from tests.test_differential import (
     run_differential,
     sample_actions,
 )
+from tests.test_envpool_api import _assert_same, _row_info
 from vecenv.errors import NeedsResetError, RemoteTraceback, VecEnvTimeoutError, WorkerDiedError
 from vecenv.parent.ray_env import RayVectorEnv
 

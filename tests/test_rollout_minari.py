@@ -237,6 +237,26 @@ def test_export_gives_what_collecting_to_minari_gives(tmp_path: Path, request_: 
     assert exported.storage.metadata["vecenv"]["source"] == str(tmp_path / "ours")
 
 
+def test_export_of_dict_and_tuple_spaces_gives_what_collecting_gives(tmp_path: Path) -> None:
+    """Nested observation and action spaces: each leaf's file is found by its field name."""
+    ours = collect(sync_envs(2, env_class=DictCounterEnv), seed=3, out=tmp_path / "ours", steps=30, progress=False)
+    exported = export_minari(tmp_path / "ours", "nested-exported-v0")
+    collected = collect(
+        sync_envs(2, env_class=DictCounterEnv),
+        seed=3,
+        format="minari",
+        dataset_id="nested-collected-v0",
+        steps=30,
+        progress=False,
+    )
+    assert exported.total_episodes == collected.total_episodes > 0
+    for a, b in zip(exported.iterate_episodes(), collected.iterate_episodes()):
+        for name in ("observations", "actions", "rewards", "terminations", "truncations"):
+            for x, y in zip(leaves(getattr(a, name)), leaves(getattr(b, name))):
+                np.testing.assert_array_equal(x, y, err_msg=name)
+    assert_same_episodes(minari.load_dataset("nested-exported-v0"), ours)
+
+
 def test_cli_collect_and_export_to_minari(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     common = ["--env", "tests.rollout_envs:RolloutCounter-v0", "--num-envs", "3", "--num-workers", "2", "--seed", "1"]
     assert (

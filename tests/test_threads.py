@@ -5,6 +5,8 @@ environment, because the call changes the process's environment and its loaded l
 OpenBLAS thread count is read through OpenBLAS's own ``get_num_threads`` (found among the
 mapped shared objects), so the checks do not depend on threadpoolctl; where threadpoolctl is
 installed it is asked too, and the fallback used without it is tested by hiding it.
+
+Last, ``threads_per_worker`` end to end: the workers' variables are set, the parent's never.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import textwrap
 
 import pytest
 
+from vecenv import SubprocVectorEnv
 from vecenv.worker.threads import THREAD_ENV_VARS, limit_threads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -165,3 +168,22 @@ def test_bad_counts_are_refused_before_anything_changes(bad: object, error: type
     with pytest.raises(error, match="threads per worker"):
         limit_threads(bad)  # type: ignore[arg-type]
     assert {v: os.environ.get(v) for v in THREAD_ENV_VARS} == saved
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_threads_per_worker_limits_workers_only(start_method: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.envs import ThreadVarsEnv
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    with SubprocVectorEnv([ThreadVarsEnv] * 2, 2, context=start_method) as sub:
+        assert sub.call("thread_vars") == (("1", "1"), ("1", "1"))  # one thread by default
+    with SubprocVectorEnv([ThreadVarsEnv] * 2, 2, context=start_method, threads_per_worker=None) as sub:
+        assert sub.call("thread_vars") == ((None, None), (None, None))
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's setting wins
+    with SubprocVectorEnv([ThreadVarsEnv] * 2, 2, context=start_method, threads_per_worker=2) as sub:
+        assert sub.call("thread_vars") == (("3", "2"), ("3", "2"))
+    assert os.environ.get("OPENBLAS_NUM_THREADS") is None  # the parent is never changed
+    with pytest.raises(ValueError, match="threads_per_worker"):
+        SubprocVectorEnv([ThreadVarsEnv] * 2, 2, threads_per_worker=0)

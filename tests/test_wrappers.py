@@ -3,8 +3,8 @@
 Each case wraps both vector envs the same way, resets them with the same seed, steps them with
 the same actions past several episode ends (so autoreset is crossed) and compares every
 observation, reward, flag and info, dtypes included. Also: the EnvPool-style ``async_reset``/
-``recv``/``send`` stay reachable through any stack of wrappers as ``wrapped.unwrapped``, and
-``vecenv.make`` takes ``make_vec``'s ``wrappers``/``vector_kwargs``/env kwargs and sets its spec.
+``recv``/``send`` stay reachable through any stack of wrappers as ``wrapped.unwrapped``.
+(``vecenv.make``'s ``wrappers`` and the rest of ``make_vec``'s arguments: ``tests/test_factory.py``.)
 """
 
 from __future__ import annotations
@@ -175,83 +175,3 @@ def test_async_batches_through_wrappers_via_unwrapped() -> None:
     finally:
         wrapped.close()
     assert base.closed
-
-
-# -- make_vec's arguments --------------------------------------------------------------------------
-
-
-def _clip_half(env: gym.Env) -> gym.Env:
-    return gym.wrappers.ClipReward(env, 0.0, 0.5)
-
-
-@pytest.mark.timeout(60)
-def test_make_takes_make_vec_arguments_and_sets_its_spec() -> None:
-    args: dict[str, Any] = dict(vector_kwargs={"autoreset_mode": SAME}, wrappers=[_clip_half], sutton_barto_reward=True)
-    want = gym.make_vec("CartPole-v1", 3, vectorization_mode="sync", **args)
-    with vecenv.make("CartPole-v1", 3, 2, **args) as envs:
-        assert_same(envs.reset(seed=0), want.reset(seed=0))
-        for _ in range(40):
-            assert_same(envs.step(np.ones(3, dtype=np.int64)), want.step(np.ones(3, dtype=np.int64)))
-        assert envs.metadata["autoreset_mode"] == SAME
-        # The spec is make_vec's, but for the vectorization mode and our num_workers.
-        expected = dict(
-            want.spec.kwargs, vectorization_mode="vecenv", vector_kwargs={"autoreset_mode": SAME, "num_workers": 2}
-        )
-        assert envs.spec.kwargs == expected
-        assert dataclasses.replace(envs.spec, kwargs={}) == dataclasses.replace(want.spec, kwargs={})
-        # The spec rebuilds the same vector env, as gymnasium.make_vec(spec) does for its own.
-        with vecenv.make(envs.spec) as again:
-            assert again.num_envs == 3 and again.spec == envs.spec
-            assert_same(again.reset(seed=0), want.reset(seed=0))
-    want.close()
-
-
-@pytest.mark.timeout(60)
-def test_make_accepts_a_make_vec_spec() -> None:
-    want = gym.make_vec("CartPole-v1", 2, vectorization_mode="sync", vector_kwargs={"copy": False}, max_episode_steps=7)
-    with vecenv.make(want.spec) as envs:
-        assert envs.num_envs == 2
-        assert envs.spec.kwargs == dict(want.spec.kwargs, vectorization_mode="vecenv")
-        assert envs.spec.max_episode_steps == 7
-        assert_same(envs.reset(seed=5), want.reset(seed=5))
-        for _ in range(8):
-            assert_same(envs.step(np.zeros(2, dtype=np.int64)), want.step(np.zeros(2, dtype=np.int64)))
-    want.close()
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "message"),
-    [
-        ({"vector_kwargs": {"bogus": 1}}, "`vector_kwargs` keys must be SubprocVectorEnv arguments .* unknown 'bogus'"),
-        ({"vector_kwargs": {"copy": True}, "copy": False}, "'copy' given twice: in `vector_kwargs` and as a keyword"),
-        (
-            {"env_kwargs": {"sutton_barto_reward": True}, "sutton_barto_reward": False},
-            "'sutton_barto_reward' given twice",
-        ),
-        ({"vector_kwargs": {"num_workers": 1}, "num_workers": 2}, "'num_workers' given twice"),
-        ({"vector_kwargs": [1]}, r"`vector_kwargs` must be a dict or None, got \[1\]"),
-        ({"wrappers": "ClipReward"}, "`wrappers` must be a sequence of callables .* got 'ClipReward'"),
-        ({"wrappers": _clip_half}, "`wrappers` must be a sequence of callables"),
-        ({"wrappers": [_clip_half, 3]}, r"`wrappers\[1\]` must be callable .* got 3"),
-        ({"vectorization_mode": "sync"}, "`vectorization_mode` does not apply.* got vectorization_mode='sync'"),
-    ],
-    ids=[
-        "unknown-vector-kwarg",
-        "vector-twice",
-        "env-twice",
-        "workers-twice",
-        "vector-not-dict",
-        "wrappers-str",
-        "wrappers-callable",
-        "wrapper-not-callable",
-        "vectorization-mode",
-    ],
-)
-def test_make_rejects_bad_arguments(kwargs: dict[str, Any], message: str) -> None:
-    with pytest.raises(TypeError, match=message):
-        vecenv.make("CartPole-v1", 2, **kwargs)
-
-
-def test_make_rejects_an_unknown_backend() -> None:
-    with pytest.raises(ValueError, match="`backend` must be one of 'process', 'ray', got 'threads'"):
-        vecenv.make("CartPole-v1", 2, backend="threads")

@@ -49,10 +49,6 @@ def _vector_params(cls: type) -> frozenset[str]:
     )
 
 
-# Keys that make_vec keeps in a vector env's spec.kwargs to rebuild it; not env arguments.
-_SPEC_VECTOR_KEYS = ("num_envs", "vectorization_mode", "vector_kwargs", "wrappers")
-
-
 def check_env_id(env_id: str) -> None:
     """Raise unless ``env_id`` (``"ID"`` or ``"module:ID"``) names a registered env.
 
@@ -137,15 +133,7 @@ def make(
         gymnasium.error.NameNotFound: no env is registered under ``env_id``.
     """
     spec = _spec_of(env_id)
-    if "vectorization_mode" in kwargs:
-        raise TypeError(
-            "`vectorization_mode` does not apply: vecenv.make always builds a vecenv.SubprocVectorEnv (use "
-            "gymnasium.make_vec for Gymnasium's modes), got "
-            f"vectorization_mode={describe(kwargs['vectorization_mode'])}"
-        )
-    for name, value in (("env_kwargs", env_kwargs), ("vector_kwargs", vector_kwargs)):
-        if value is not None and not isinstance(value, dict):
-            raise TypeError(f"`{name}` must be a dict or None, got {describe(value)}")
+    _check_argument_kinds(kwargs, env_kwargs, vector_kwargs)
 
     # A spec (from make_vec or from us) carries its vector arguments in its kwargs, as make_vec reads them.
     spec_kwargs = dict(spec.kwargs)
@@ -172,10 +160,7 @@ def make(
     target: str | EnvSpec = env_id if isinstance(env_id, str) else spec
     make_kwargs = env_extra if isinstance(env_id, str) else {**spec_kwargs, **env_extra}
     env_fn = functools.partial(_build_env, target, make_kwargs, wrappers)
-    workers = vector.pop("num_workers", None)
-    envs = vector_class([env_fn] * num_envs, workers, **vector)
-    if workers is not None:
-        vector["num_workers"] = workers
+    envs = vector_class([env_fn] * num_envs, vector.get("num_workers"), **_without(vector, "num_workers"))
     if backend != "process":
         vector["backend"] = backend
     envs.spec = _vector_spec(spec, {**spec_kwargs, **env_extra}, num_envs, vector, wrappers)
@@ -190,6 +175,22 @@ def _spec_of(env_id: Any) -> EnvSpec:
         check_env_id(env_id)
         return copy.deepcopy(gym.spec(env_id.rpartition(":")[2]))
     raise TypeError(f"`env_id` must be a registered env id (str) or an EnvSpec, got {describe(env_id)}")
+
+
+def _without(mapping: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in mapping.items() if k != key}
+
+
+def _check_argument_kinds(kwargs: dict[str, Any], env_kwargs: Any, vector_kwargs: Any) -> None:
+    if "vectorization_mode" in kwargs:
+        raise TypeError(
+            "`vectorization_mode` does not apply: vecenv.make always builds a vecenv.SubprocVectorEnv (use "
+            "gymnasium.make_vec for Gymnasium's modes), got "
+            f"vectorization_mode={describe(kwargs['vectorization_mode'])}"
+        )
+    for name, value in (("env_kwargs", env_kwargs), ("vector_kwargs", vector_kwargs)):
+        if value is not None and not isinstance(value, dict):
+            raise TypeError(f"`{name}` must be a dict or None, got {describe(value)}")
 
 
 def _vector_arguments(

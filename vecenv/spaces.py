@@ -11,6 +11,7 @@ as in ``gymnasium.vector.utils``; composite spaces recurse.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping
 from functools import singledispatch
 from typing import Any
@@ -34,6 +35,8 @@ __all__ = [
     "row_writer",
     "to_batch",
     "is_array_batch",
+    "describe_space",
+    "named_dict_keys",
 ]
 
 _BASE = (Box, Discrete, MultiDiscrete, MultiBinary)
@@ -305,3 +308,83 @@ def to_batch(space: Space, value: Any, n: int, name: str) -> Any:
     if not np.can_cast(array.dtype, target, casting="same_kind"):
         raise TypeError(f"`{name}` must have a dtype that casts to {target} for {space}, got {array.dtype}")
     return array
+
+
+@singledispatch
+def describe_space(space: Space) -> dict[str, Any]:
+    """A JSON-serialisable description of a fixed ``space``: its type, shape and dtype, and what
+    rebuilds it (Box bounds, Discrete ``n`` and ``start``, MultiDiscrete ``nvec`` and ``start``);
+    a Dict or Tuple describes its subspaces.
+
+    The rollout datasets record it in ``metadata.json`` and ``vecenv.rollout.format`` reads it
+    back, so a change here is a change of their format.
+    """
+    return _leaf_description(space)
+
+
+def _leaf_description(space: Space) -> dict[str, Any]:
+    return {"type": type(space).__name__, "shape": list(shape_of(space)), "dtype": str(np.dtype(space.dtype))}
+
+
+@describe_space.register(Box)
+def _describe_box(space: Box) -> dict[str, Any]:
+    return {**_leaf_description(space), "low": _json_numbers(space.low), "high": _json_numbers(space.high)}
+
+
+@describe_space.register(Discrete)
+def _describe_discrete(space: Discrete) -> dict[str, Any]:
+    return {**_leaf_description(space), "n": int(space.n), "start": int(space.start)}
+
+
+@describe_space.register(MultiDiscrete)
+def _describe_multi_discrete(space: MultiDiscrete) -> dict[str, Any]:
+    return {**_leaf_description(space), "nvec": space.nvec.tolist(), "start": space.start.tolist()}
+
+
+@describe_space.register(MultiBinary)
+def _describe_multi_binary(space: MultiBinary) -> dict[str, Any]:
+    return _leaf_description(space)
+
+
+@describe_space.register(Tuple)
+def _describe_tuple(space: Tuple) -> dict[str, Any]:
+    return {"type": "Tuple", "spaces": [describe_space(s) for s in space.spaces]}
+
+
+@describe_space.register(Dict)
+def _describe_dict(space: Dict) -> dict[str, Any]:
+    return {"type": "Dict", "spaces": {k: describe_space(s) for k, s in space.spaces.items()}}
+
+
+def _json_numbers(values: np.ndarray) -> Any:
+    """A JSON-safe form of a bounds array: one number if all equal, else a nested list.
+
+    Non-finite values become the strings "inf", "-inf" and "nan" (strict JSON has none).
+    """
+
+    def safe(x: Any) -> Any:
+        if isinstance(x, list):
+            return [safe(item) for item in x]
+        return x if not isinstance(x, float) or math.isfinite(x) else str(x)
+
+    flat = values.reshape(-1)
+    return safe(flat[0].item() if flat.size and np.all(flat == flat[0]) else values.tolist())
+
+
+@singledispatch
+def named_dict_keys(space: Space, prefix: str = "") -> list[tuple[str, Any]]:
+    """Every Dict key in ``space`` with the dotted name (as :func:`named_leaves` gives it) of the
+    Dict that holds it, depth first: each key comes just before the keys below it."""
+    return []
+
+
+@named_dict_keys.register(Tuple)
+def _tuple_dict_keys(space: Tuple, prefix: str = "") -> list[tuple[str, Any]]:
+    return [pair for i, sub in enumerate(space.spaces) for pair in named_dict_keys(sub, f"{prefix}.{i}")]
+
+
+@named_dict_keys.register(Dict)
+def _dict_dict_keys(space: Dict, prefix: str = "") -> list[tuple[str, Any]]:
+    return [
+        pair for key, sub in space.spaces.items() for pair in [(prefix, key), *named_dict_keys(sub, f"{prefix}.{key}")]
+    ]

@@ -175,7 +175,8 @@ class WorkerPool:
                     failures.append((w, result))
             waiting = [w for w in waiting if w.status is not WorkerStatus.IDLE]
         if failures:
-            self.raise_remote(*failures[0], call)
+            # By worker order, not arrival: which error is raised must not depend on timing.
+            self.raise_remote(*min(failures, key=lambda f: f[0].index), call)
         return [results[w.index] for w in workers]
 
     def drain(self) -> None:

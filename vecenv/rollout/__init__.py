@@ -30,10 +30,13 @@ after an interruption.
 ``collect`` is the library entry point (``format="minari"`` writes a Minari dataset
 instead), ``load`` reads a dataset back as memory-mapped arrays, ``export_minari`` turns
 one into a Minari dataset, and ``main`` is the ``vecenv-collect`` command line tool.
-Modules: ``format`` (file layout, space descriptions), ``writer`` (streaming ``.npy``
-files), ``staging`` (open episodes with bounded memory), ``collection`` (``collect``),
-``dataset`` (``load``), ``minari`` (Minari output and export), ``policies`` (``--policy``
-strings, Stable-Baselines3 models) and ``cli`` (``vecenv-collect``). For example::
+Modules: ``collection`` (``collect``: checks, output, finish), ``recording`` (the collection
+loop), ``actions`` (checking the policy's actions), ``sinks`` (where transitions go, and the
+``.npy`` dataset sink), ``writer`` (streaming ``.npy`` files), ``staging`` (open episodes with
+bounded memory), ``format`` (file layout, reading space descriptions), ``dataset`` (``load``),
+``minari`` (Minari output and export), ``policies`` (``--policy`` strings, Stable-Baselines3
+models), ``errors``, and ``cli`` with ``cli_arguments`` and ``cli_summary``
+(``vecenv-collect``). For example::
 
     envs = vecenv.make("CartPole-v1", 8)
     try:
@@ -46,11 +49,16 @@ strings, Stable-Baselines3 models) and ``cli`` (``vecenv-collect``). For example
 
 from __future__ import annotations
 
-from vecenv.rollout.cli import main
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from vecenv.rollout.collection import collect
 from vecenv.rollout.dataset import Dataset, load
 from vecenv.rollout.errors import MinariNotInstalledError, PolicyError, UnsupportedSpaceError
-from vecenv.rollout.minari import export_minari
+
+if TYPE_CHECKING:
+    from vecenv.rollout.cli import main
+    from vecenv.rollout.minari import export_minari
 
 __all__ = [
     "Dataset",
@@ -62,3 +70,17 @@ __all__ = [
     "load",
     "main",
 ]
+
+#: Names in ``__all__`` imported on first use, so that ``import vecenv.rollout`` loads neither
+#: the command line (argparse) nor the Minari exporter (as ``concurrent.futures`` does).
+_LAZY = {"main": "vecenv.rollout.cli", "export_minari": "vecenv.rollout.minari"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'vecenv.rollout' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

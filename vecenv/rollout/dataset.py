@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from vecenv.rollout.format import METADATA_FILE, SCALAR_FIELDS
+from vecenv.rollout.format import METADATA_FILE, SCALAR_FIELDS, space_nesting
+from vecenv.spaces import build_tree, named_leaves
 
 
 @dataclass(frozen=True, eq=False)
@@ -23,12 +24,15 @@ class Dataset(Mapping[str, Any]):
     ``episode_ids``) to read-only memory-mapped arrays, all of length
     ``dataset.transitions``; the observation and action fields are nested dicts / tuples
     of arrays for Dict / Tuple spaces (``dataset["observations"]["pos"]``).
-    ``metadata`` is the parsed ``metadata.json`` and ``path`` the dataset directory.
+    ``metadata`` is the parsed ``metadata.json`` and ``path`` the dataset directory;
+    ``leaves`` maps each stored file's field name (``observations.pos``, one per leaf of a
+    Dict / Tuple space) to its array, flat.
     """
 
     path: Path
     metadata: dict[str, Any]
     arrays: dict[str, Any]
+    leaves: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> Any:
         return self.arrays[name]
@@ -51,11 +55,9 @@ class Dataset(Mapping[str, Any]):
 
 
 def _nest(description: dict[str, Any], name: str, arrays: dict[str, np.ndarray]) -> Any:
-    if description["type"] == "Dict":
-        return {key: _nest(sub, f"{name}.{key}", arrays) for key, sub in description["spaces"].items()}
-    if description["type"] == "Tuple":
-        return tuple(_nest(sub, f"{name}.{i}", arrays) for i, sub in enumerate(description["spaces"]))
-    return arrays[name]
+    """The arrays of the leaves of the described space, in its Dict/Tuple nesting."""
+    nesting = space_nesting(description)
+    return build_tree(nesting, iter([arrays[leaf] for leaf, _ in named_leaves(nesting, name)]))
 
 
 def load(path: str | os.PathLike[str]) -> Dataset:
@@ -88,4 +90,4 @@ def load(path: str | os.PathLike[str]) -> Dataset:
     }
     for name in SCALAR_FIELDS:
         fields[name] = arrays[name]
-    return Dataset(path, metadata, fields)
+    return Dataset(path, metadata, fields, arrays)

@@ -1,6 +1,9 @@
-"""Exceptions of the rollout collector, shared by every module of the package."""
+"""Exceptions of the rollout collector, shared by every module of the package, and how their
+messages name the options that fix them (``OptionNames``)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 
 class PolicyError(ValueError):
@@ -15,3 +18,18 @@ class UnsupportedSpaceError(TypeError):
 class MinariNotInstalledError(ImportError):
     """``format="minari"`` or a Minari export was asked for but Minari (with its HDF5
     backend) is not installed."""
+
+
+@dataclass(frozen=True)
+class OptionNames:
+    """How an error message names the options its caller can change, so that the library and
+    the ``vecenv-collect`` command each get messages in their own terms."""
+
+    overwrite: str  # how to allow replacing an existing output
+    dataset_id: str  # the Minari dataset id
+
+
+#: Messages for ``collect`` and ``export_minari`` callers (the default).
+KEYWORDS = OptionNames(overwrite="overwrite=True / --overwrite", dataset_id="dataset_id")
+#: Messages for the ``vecenv-collect`` command line.
+FLAGS = OptionNames(overwrite="--overwrite", dataset_id="--dataset-id")

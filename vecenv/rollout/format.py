@@ -1,14 +1,16 @@
-"""The on-disk layout of a vecenv rollout dataset: field names, array layouts, and the
-JSON description of the spaces stored in ``metadata.json``.
+"""The on-disk layout of a vecenv rollout dataset: field names, array layouts, and reading
+back the JSON description of the spaces stored in ``metadata.json``.
 
 Writers (``writer.py``), readers (``dataset.py``) and exporters (``minari.py``) all take
 the layout from here, and the leaf naming from ``vecenv.spaces.named_leaves``, so a field's
-file name and its place in the space are decided in one place.
+file name and its place in the space are decided in one place. The description itself is
+written by ``vecenv.spaces.describe_space``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +18,7 @@ import numpy as np
 from gymnasium import spaces
 
 from vecenv.rollout.errors import UnsupportedSpaceError
-from vecenv.spaces import leaf_layout, named_leaves, shape_of
+from vecenv.spaces import leaf_layout, named_dict_keys, named_leaves
 
 FORMAT_NAME = "vecenv-rollouts"
 FORMAT_VERSION = 1
@@ -68,17 +70,12 @@ def space_leaves(space: spaces.Space, prefix: str) -> list[Leaf]:
 
 
 def _check_keys(space: spaces.Space, prefix: str) -> None:
-    if isinstance(space, spaces.Dict):
-        for key, sub in space.spaces.items():
-            if not isinstance(key, str) or not key or any(c in key for c in "./\\"):
-                raise UnsupportedSpaceError(
-                    f"{prefix}: Dict keys must be non-empty strings without '.', '/' or "
-                    f"'\\' (they become file names), got {key!r}"
-                )
-            _check_keys(sub, f"{prefix}.{key}")
-    elif isinstance(space, spaces.Tuple):
-        for i, sub in enumerate(space.spaces):
-            _check_keys(sub, f"{prefix}.{i}")
+    for where, key in named_dict_keys(space, prefix):
+        if not isinstance(key, str) or not key or any(c in key for c in "./\\"):
+            raise UnsupportedSpaceError(
+                f"{where}: Dict keys must be non-empty strings without '.', '/' or "
+                f"'\\' (they become file names), got {key!r}"
+            )
 
 
 def dataset_fields(observation_space: spaces.Space, action_space: spaces.Space) -> list[Leaf]:
@@ -91,82 +88,73 @@ def dataset_fields(observation_space: spaces.Space, action_space: spaces.Space) 
     ]
 
 
-def _json_number_array(values: np.ndarray) -> Any:
-    """A JSON-safe form of a bounds array: one number if all equal, else a nested list.
-
-    Non-finite values become the strings "inf", "-inf" and "nan" (strict JSON has none).
-    """
-
-    def safe(x: Any) -> Any:
-        if isinstance(x, list):
-            return [safe(item) for item in x]
-        return x if not isinstance(x, float) or math.isfinite(x) else str(x)
-
-    flat = values.reshape(-1)
-    return safe(flat[0].item() if flat.size and np.all(flat == flat[0]) else values.tolist())
-
-
-def describe_space(space: spaces.Space) -> dict[str, Any]:
-    """A structured, JSON-serialisable description of a supported space.
-
-    ``load`` uses it to rebuild Dict/Tuple nesting; people use it to know what the
-    arrays mean without unpickling anything.
-    """
-    if isinstance(space, spaces.Dict):
-        return {"type": "Dict", "spaces": {k: describe_space(s) for k, s in space.spaces.items()}}
-    if isinstance(space, spaces.Tuple):
-        return {"type": "Tuple", "spaces": [describe_space(s) for s in space.spaces]}
-    description: dict[str, Any] = {
-        "type": type(space).__name__,
-        "shape": list(shape_of(space)),
-        "dtype": str(np.dtype(space.dtype)),
-    }
-    if isinstance(space, spaces.Box):
-        description["low"] = _json_number_array(space.low)
-        description["high"] = _json_number_array(space.high)
-    elif isinstance(space, spaces.Discrete):
-        description["n"] = int(space.n)
-        description["start"] = int(space.start)
-    elif isinstance(space, spaces.MultiDiscrete):
-        description["nvec"] = space.nvec.tolist()
-        description["start"] = space.start.tolist()
-    return description
-
-
-def _number(value: Any) -> Any:
-    return float(value) if isinstance(value, str) else value
-
-
 def space_from_description(description: dict[str, Any]) -> spaces.Space:
-    """Rebuild the space that :func:`describe_space` described (used to export old
-    datasets, whose metadata holds no pickled space)."""
+    """Rebuild the space that ``vecenv.spaces.describe_space`` described (used to export
+    datasets, whose metadata holds no pickled space). Raises ValueError for a type it does
+    not know."""
+    return _rebuild(description, _leaf_space)
+
+
+def space_nesting(description: dict[str, Any]) -> spaces.Space:
+    """The Dict/Tuple nesting of a described space, each leaf a bare ``Space``: all that
+    ``load`` needs to nest the leaf arrays, whatever leaf types were recorded."""
+    return _rebuild(description, lambda _: spaces.Space())
+
+
+def _rebuild(description: dict[str, Any], leaf: Callable[[dict[str, Any]], spaces.Space]) -> spaces.Space:
+    """The described space, Dict keys in the recorded order, its leaves made by ``leaf``."""
     kind = description["type"]
     if kind == "Dict":
-        return spaces.Dict({k: space_from_description(s) for k, s in description["spaces"].items()})
+        return spaces.Dict([(k, _rebuild(s, leaf)) for k, s in description["spaces"].items()])
     if kind == "Tuple":
-        return spaces.Tuple([space_from_description(s) for s in description["spaces"]])
+        return spaces.Tuple([_rebuild(s, leaf) for s in description["spaces"]])
+    return leaf(description)
+
+
+def _leaf_space(description: dict[str, Any]) -> spaces.Space:
     dtype = np.dtype(description["dtype"])
-    if kind == "Box":
-        shape = tuple(description["shape"])
-        low = np.array(_nested(description["low"]), dtype=np.float64)
-        high = np.array(_nested(description["high"]), dtype=np.float64)
-        return spaces.Box(
-            np.broadcast_to(low, shape).astype(dtype),
-            np.broadcast_to(high, shape).astype(dtype),
-            shape=shape,
-            dtype=dtype,
+    reader = _LEAF_READERS.get(description["type"])
+    if reader is None:
+        raise ValueError(
+            "description: expected a Box, Discrete, MultiDiscrete, MultiBinary, Dict or Tuple, "
+            f"got {description['type']!r}"
         )
-    if kind == "Discrete":
-        return spaces.Discrete(description["n"], start=description["start"], dtype=dtype)
-    if kind == "MultiDiscrete":
-        return spaces.MultiDiscrete(np.array(description["nvec"]), dtype=dtype, start=np.array(description["start"]))
-    if kind == "MultiBinary":
-        shape = description["shape"]
-        return spaces.MultiBinary(shape[0] if len(shape) == 1 else shape)
-    raise ValueError(f"description: expected a Box, Discrete, MultiDiscrete, MultiBinary, Dict or Tuple, got {kind!r}")
+    return reader(description, dtype)
+
+
+def _box(description: dict[str, Any], dtype: np.dtype) -> spaces.Space:
+    shape = tuple(description["shape"])
+    low = np.array(_nested(description["low"]), dtype=np.float64)
+    high = np.array(_nested(description["high"]), dtype=np.float64)
+    return spaces.Box(
+        np.broadcast_to(low, shape).astype(dtype), np.broadcast_to(high, shape).astype(dtype), shape=shape, dtype=dtype
+    )
+
+
+def _discrete(description: dict[str, Any], dtype: np.dtype) -> spaces.Space:
+    return spaces.Discrete(description["n"], start=description["start"], dtype=dtype)
+
+
+def _multi_discrete(description: dict[str, Any], dtype: np.dtype) -> spaces.Space:
+    return spaces.MultiDiscrete(np.array(description["nvec"]), dtype=dtype, start=np.array(description["start"]))
+
+
+def _multi_binary(description: dict[str, Any], dtype: np.dtype) -> spaces.Space:
+    shape = description["shape"]
+    return spaces.MultiBinary(shape[0] if len(shape) == 1 else shape)
+
+
+#: One reader per leaf type that ``describe_space`` describes, by the recorded type name.
+_LEAF_READERS: dict[str, Callable[[dict[str, Any], np.dtype], spaces.Space]] = {
+    "Box": _box,
+    "Discrete": _discrete,
+    "MultiDiscrete": _multi_discrete,
+    "MultiBinary": _multi_binary,
+}
 
 
 def _nested(value: Any) -> Any:
+    """Bounds as ``describe_space`` recorded them, with "inf", "-inf" and "nan" numbers again."""
     if isinstance(value, list):
         return [_nested(v) for v in value]
-    return _number(value)
+    return float(value) if isinstance(value, str) else value

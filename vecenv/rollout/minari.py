@@ -27,10 +27,10 @@ from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec
 
 from vecenv.checks import seed_list
-from vecenv.rollout.collection import OPEN_EPISODES, with_last
 from vecenv.rollout.dataset import Dataset, load
-from vecenv.rollout.errors import MinariNotInstalledError
+from vecenv.rollout.errors import KEYWORDS, MinariNotInstalledError, OptionNames
 from vecenv.rollout.format import space_from_description
+from vecenv.rollout.sinks import OPEN_EPISODES, EpisodeSummary, with_last
 from vecenv.rollout.writer import chunk_rows, now
 from vecenv.spaces import build_tree, named_leaves, shape_of
 
@@ -59,9 +59,13 @@ def datasets_root(out: str | os.PathLike[str] | None) -> Path:
     return Path(os.environ.get("MINARI_DATASETS_PATH") or Path.home() / ".minari" / "datasets")
 
 
-def minari_target(dataset_id: str, out: str | os.PathLike[str] | None, overwrite: bool) -> Path:
+def minari_target(
+    dataset_id: str, out: str | os.PathLike[str] | None, overwrite: bool, names: OptionNames = KEYWORDS
+) -> Path:
     """Check that Minari is installed, that ``dataset_id`` is valid and that it may be written
-    under ``out`` (see ``datasets_root``); return the dataset's directory.
+    under ``out`` (see ``datasets_root``); return the dataset's directory, having removed an
+    existing dataset there when ``overwrite`` is true. ``names`` is how the messages name the
+    options (``FLAGS`` for the command line).
 
     Raises MinariNotInstalledError, ValueError (a malformed id) or FileExistsError.
     """
@@ -69,12 +73,12 @@ def minari_target(dataset_id: str, out: str | os.PathLike[str] | None, overwrite
     from minari.dataset.minari_dataset import parse_dataset_id
 
     if not isinstance(dataset_id, str):
-        raise TypeError(f"dataset_id: expected a str like 'NAMESPACE/NAME-vN', got {dataset_id!r}")
+        raise TypeError(f"{names.dataset_id}: expected a str like 'NAMESPACE/NAME-vN', got {dataset_id!r}")
     try:
         parse_dataset_id(dataset_id)
     except (ValueError, TypeError) as exc:
         raise ValueError(
-            f"dataset_id: expected 'NAMESPACE/NAME-vN' or 'NAME-vN' (letters, digits, '-', '_'; "
+            f"{names.dataset_id}: expected 'NAMESPACE/NAME-vN' or 'NAME-vN' (letters, digits, '-', '_'; "
             f"a version is required; Minari says: {exc}), got {dataset_id!r}"
         ) from None
     root = datasets_root(out)
@@ -82,8 +86,7 @@ def minari_target(dataset_id: str, out: str | os.PathLike[str] | None, overwrite
     if target.exists():
         if not overwrite:
             raise FileExistsError(
-                f"Minari dataset {dataset_id!r} already exists in {str(root)!r} "
-                "(pass overwrite=True / --overwrite to replace it)"
+                f"Minari dataset {dataset_id!r} already exists in {str(root)!r} (pass {names.overwrite} to replace it)"
             )
         if any(target.iterdir()) and not (target / "data" / "metadata.json").is_file():
             raise FileExistsError(f"refusing to overwrite {str(target)!r}: it is not empty and is not a Minari dataset")
@@ -182,23 +185,7 @@ class MinariSink:
             + 10
         )
 
-    def rows(self, *args: Any) -> None:
-        raise AssertionError("Minari stores whole episodes: collect always stages them")
-
-    def dropped(self, episodes: int, transitions: int) -> None:
-        """Record open episodes left out (``open_episodes="drop"``)."""
-        self.dropped_episodes += episodes
-        self.dropped_transitions += transitions
-
-    def episode(
-        self,
-        pieces: Iterator[list[np.ndarray]],
-        episode_return: float,
-        length: int,
-        episode_id: int,
-        seed: int | None,
-        truncate_last: bool,
-    ) -> None:
+    def episode(self, pieces: Iterator[list[np.ndarray]], summary: EpisodeSummary, truncate_last: bool) -> None:
         """Write one episode given as pieces of columns (dataset field order), the last
         piece's final ``next_observations`` row becoming Minari's final observation."""
         from minari.data_collector import EpisodeBuffer
@@ -217,7 +204,7 @@ class MinariSink:
                 truncations[-1] = True
             buffer = EpisodeBuffer(
                 id=index,
-                seed=seed if number == 0 else None,
+                seed=summary.seed if number == 0 else None,
                 observations=build_tree(self.observation_space, iter(observations)),
                 actions=build_tree(self.action_space, iter([np.array(leaf) for leaf in piece[2 * k : 2 * k + a]])),
                 rewards=np.array(piece[2 * k + a]),
@@ -236,9 +223,19 @@ class MinariSink:
                 self._flush()
                 self.storage.update_episodes([buffer])
         if multi:  # each piece set the episode's total_steps to its own length
-            self.storage.update_episode_metadata([{"total_steps": length}], [index])
+            self.storage.update_episode_metadata([{"total_steps": summary.length}], [index])
         self.episodes += 1
         self.truncated_episodes += bool(truncate_last)
+
+    def open_episode(self, pieces: Iterator[list[np.ndarray]], summary: EpisodeSummary) -> None:
+        """An episode still open after the last of ``steps=N`` transitions: written with its
+        last step marked truncated, or left out and counted, as ``open_episodes`` says (with
+        ``episodes=N``, ``open_episodes`` is None: only finished episodes count)."""
+        if self.open_episodes == "truncate":
+            self.episode(pieces, summary, truncate_last=True)
+        elif self.open_episodes == "drop":
+            self.dropped_episodes += 1
+            self.dropped_transitions += summary.length
 
     def _flush(self) -> None:
         if self._pending:
@@ -331,48 +328,62 @@ def export_minari(
     sink = MinariSink(
         dataset_id, target, observation_space, action_space, spec, source, dict(minari_metadata or {}), open_episodes
     )
-    names = list(metadata["fields"])
-    arrays = [dataset.arrays[name] for name in names]
-    episode_ids = np.asarray(dataset["episode_ids"])
-    rewards, terminations = np.asarray(dataset["rewards"]), np.asarray(dataset["terminations"])
-    truncations, env_ids = np.asarray(dataset["truncations"]), np.asarray(dataset["env_ids"])
-    order = np.argsort(episode_ids, kind="stable")  # rows of each episode, in row order
-    starts: Any = np.flatnonzero(np.r_[True, episode_ids[order][1:] != episode_ids[order][:-1]]) if len(order) else []
-    bounds = list(zip(starts, [*starts[1:], len(order)]))
-    ends = [int(order[stop - 1]) for _, stop in bounds]
-    closed = [i for i, end in enumerate(ends) if terminations[end] or truncations[end]]
-    still_open = sorted(
-        (i for i, end in enumerate(ends) if not (terminations[end] or truncations[end])),
-        key=lambda i: int(env_ids[ends[i]]),
-    )
-    closed.sort(key=lambda i: ends[i])
-    step = chunk_rows(
-        sum(np.dtype(f["dtype"]).itemsize * int(np.prod(f["shape"])) for f in metadata["fields"].values())
-    )
-    seed, num_envs = metadata.get("seed"), metadata.get("num_envs") or 0
-    first_seeds = seed_list(seed, num_envs, metadata.get("seed_policy", "sequential"))  # env i's first episode
-
-    def pieces(rows: np.ndarray) -> Iterator[list[np.ndarray]]:
-        for begin in range(0, len(rows), step):
-            part = rows[begin : begin + step]
-            yield [np.asarray(array[part]) for array in arrays]
-
+    episodes = _StoredEpisodes(dataset)
     try:
-        for i, truncate in [*((i, False) for i in closed), *((i, True) for i in still_open)]:
-            rows = order[bounds[i][0] : bounds[i][1]]
-            episode_id = int(episode_ids[rows[0]])
-            if truncate and open_episodes == "drop":
-                sink.dropped(1, len(rows))
-                continue
-            sink.episode(
-                pieces(rows),
-                float(rewards[rows].sum()),
-                len(rows),
-                episode_id,
-                first_seeds[episode_id] if episode_id < num_envs else None,
-                truncate,
-            )
+        episodes.write_to(sink)
     except BaseException:
         sink.finalize(complete=False)
         raise
     return sink.finalize(complete=bool(metadata.get("complete")))
+
+
+class _StoredEpisodes:
+    """The episodes of a dataset, in the order ``export_minari`` writes them: finished ones in
+    the order they end, then the open ones (a ``steps=N`` dataset's end) by env index."""
+
+    def __init__(self, dataset: Dataset) -> None:
+        metadata = dataset.metadata
+        episode_ids = np.asarray(dataset["episode_ids"])
+        terminations, truncations = np.asarray(dataset["terminations"]), np.asarray(dataset["truncations"])
+        env_ids = np.asarray(dataset["env_ids"])
+        order = np.argsort(episode_ids, kind="stable")  # rows of each episode, in row order
+        starts: Any = (
+            np.flatnonzero(np.r_[True, episode_ids[order][1:] != episode_ids[order][:-1]]) if len(order) else []
+        )
+        bounds = list(zip(starts, [*starts[1:], len(order)]))
+        ends = [int(order[stop - 1]) for _, stop in bounds]
+        closed = [i for i, end in enumerate(ends) if terminations[end] or truncations[end]]
+        still_open = sorted(
+            (i for i, end in enumerate(ends) if not (terminations[end] or truncations[end])),
+            key=lambda i: int(env_ids[ends[i]]),
+        )
+        closed.sort(key=lambda i: ends[i])
+        self.arrays = [dataset.leaves[name] for name in metadata["fields"]]
+        self.episode_ids, self.rewards = episode_ids, np.asarray(dataset["rewards"])
+        self.order, self.bounds, self.closed, self.still_open = order, bounds, closed, still_open
+        self.step = chunk_rows(
+            sum(np.dtype(f["dtype"]).itemsize * int(np.prod(f["shape"])) for f in metadata["fields"].values())
+        )
+        self.seed, self.num_envs = metadata.get("seed"), metadata.get("num_envs") or 0
+        # Env i's first episode started from its seed under the policy the collector recorded.
+        self.first_seeds = seed_list(self.seed, self.num_envs, metadata.get("seed_policy", "sequential"))
+
+    def write_to(self, sink: MinariSink) -> None:
+        """Hand every episode to ``sink``, in chunks of rows: finished ones to ``episode``, open
+        ones to ``open_episode``."""
+        for indices, still_open in ((self.closed, False), (self.still_open, True)):
+            for i in indices:
+                rows = self.order[self.bounds[i][0] : self.bounds[i][1]]
+                episode_id = int(self.episode_ids[rows[0]])
+                seed = self.first_seeds[episode_id] if episode_id < self.num_envs else None
+                summary = EpisodeSummary(float(self.rewards[rows].sum()), len(rows), episode_id, seed)
+                if still_open:
+                    sink.open_episode(self.pieces(rows), summary)
+                else:
+                    sink.episode(self.pieces(rows), summary, truncate_last=False)
+
+    def pieces(self, rows: np.ndarray) -> Iterator[list[np.ndarray]]:
+        """The columns of ``rows``, a chunk at a time."""
+        for begin in range(0, len(rows), self.step):
+            part = rows[begin : begin + self.step]
+            yield [np.asarray(array[part]) for array in self.arrays]

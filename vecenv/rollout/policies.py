@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
-import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +54,8 @@ class SB3Policy:
 
 def _sb3_algorithm(path: Path) -> str:
     """The algorithm class name of a saved SB3 model, read from the zip's ``data`` entry."""
+    import zipfile  # only sb3: policies read a zip
+
     try:
         with zipfile.ZipFile(path) as archive:
             data = json.loads(archive.read("data"))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import importlib.metadata
 import json
 import math
 import os
@@ -18,6 +17,7 @@ from typing import IO, Any
 import gymnasium
 import numpy as np
 
+from vecenv.rollout.errors import KEYWORDS, OptionNames
 from vecenv.rollout.format import METADATA_FILE, Leaf
 
 # Rows are buffered in memory up to this many bytes (all fields together) per chunk.
@@ -168,6 +168,8 @@ def now() -> str:
 
 
 def versions() -> dict[str, str | None]:
+    import importlib.metadata  # it imports zipfile: loaded when a dataset is written, not at import
+
     try:
         vecenv_version: str | None = importlib.metadata.version("vecenv")
     except importlib.metadata.PackageNotFoundError:
@@ -180,16 +182,15 @@ def versions() -> dict[str, str | None]:
     }
 
 
-def check_out(out: Path, overwrite: bool) -> None:
-    """Raise FileExistsError if writing to ``out`` would clobber something we must not."""
+def check_out(out: Path, overwrite: bool, names: OptionNames = KEYWORDS) -> None:
+    """Raise FileExistsError if writing to ``out`` would clobber something we must not
+    (``names``: how the message names the options, ``FLAGS`` for the command line)."""
     if not out.exists():
         return
     if not out.is_dir():
         raise FileExistsError(f"out: expected a directory path, got {str(out)!r}, which is an existing file")
     if not overwrite:
-        raise FileExistsError(
-            f"output directory {str(out)!r} already exists (pass overwrite=True / --overwrite to replace it)"
-        )
+        raise FileExistsError(f"output directory {str(out)!r} already exists (pass {names.overwrite} to replace it)")
     if any(out.iterdir()) and not (out / METADATA_FILE).is_file():
         raise FileExistsError(
             f"refusing to overwrite {str(out)!r}: it is not empty and has no {METADATA_FILE}, "

@@ -1,13 +1,18 @@
-"""Ctrl+C in the middle of a pipe read: the worker is ended and reported dead, never waited on.
+"""``vecenv.transports.process``: worker processes behind pipes, through real processes.
 
+Ctrl+C in the middle of a pipe read: the worker is ended and reported dead, never waited on.
 A KeyboardInterrupt can arrive between the two reads of one message (its length, then its
 body). The half left in the pipe would make the next read take the body's tail for a length and
 wait forever. The process transport ends such a worker at once and reports it dead, with a cause
 that says why, so the call after the interrupt raises and close() returns promptly.
+
+Also: a pipe that hangs up while its process lingers is a death reported at once, never a busy
+wait; ``pin_cpus`` pins each worker to one core.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from typing import Any
@@ -18,8 +23,11 @@ import pytest
 from gymnasium.vector import SyncVectorEnv
 
 import vecenv
+from tests.conftest import start_methods
+from tests.envs import DiffEnv
+from tests.regression_envs import HangupEnv, fns
 from tests.test_differential import assert_same
-from vecenv import WorkerDiedError
+from vecenv import SubprocVectorEnv, WorkerDiedError
 
 
 def _cut_next_read(conn: Any) -> None:
@@ -98,3 +106,44 @@ def test_interrupt_while_waiting_leaves_a_usable_vector_env(inline: bool) -> Non
         sync.close()
     finally:
         envs.close()
+
+
+# -- a pipe that hangs up; pinning ---------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+@start_methods("fork", "spawn")
+def test_hung_up_pipe_does_not_spin_or_overrun(start_method: str) -> None:
+    envs = SubprocVectorEnv(fns(HangupEnv, 1), num_workers=1, context=start_method)
+    try:
+        envs.reset(seed=0)
+        envs.call_async("hangup", 6.0)  # the process lingers 6 s after closing its pipe
+        conn = envs._pool.transport.conns[0]
+        assert conn.poll(20), "the worker never hung up"  # EOF is readable: the hang-up happened
+        wall, cpu = time.monotonic(), time.process_time()
+        with pytest.raises(WorkerDiedError):
+            envs.call_wait(timeout=0.3)
+        wall, cpu = time.monotonic() - wall, time.process_time() - cpu
+        # The worker can never answer: a death, reported quickly (a short grace to exit, then
+        # killed), never a busy loop until the lingering thread ends.
+        assert wall < 3.0, f"call_wait(timeout=0.3) took {wall:.2f} s"
+        assert cpu < 0.5, f"the wait burned {cpu:.2f} s of CPU"
+    finally:
+        envs.close()
+
+
+class _AffinityEnv(DiffEnv):
+    def cpus(self) -> list[int]:
+        return sorted(os.sched_getaffinity(0))
+
+
+@pytest.mark.timeout(60)
+def test_pin_cpus_pins_each_worker_to_one_core() -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    fns = [functools.partial(_AffinityEnv, index=i) for i in range(4)]
+    with SubprocVectorEnv(fns, 2, pin_cpus=True, context="fork") as sub:
+        got = sub.call("cpus")
+    expected = [[cpus[0]], [cpus[0]], [cpus[1 % len(cpus)]], [cpus[1 % len(cpus)]]]
+    assert list(got) == expected
+    with SubprocVectorEnv(fns, 2, context="fork") as sub:
+        assert all(c == cpus for c in sub.call("cpus"))  # not pinned by default

@@ -1,5 +1,9 @@
-"""The start method for ``context=None``: a parent running other Python threads is not forked.
+"""``vecenv.host``: what the machine and this process allow.
 
+The cores: ``available_cpus`` follows the affinity mask (which container CPU sets limit), and the
+default ``num_workers`` follows it.
+
+The start method for ``context=None``: a parent running other Python threads is not forked.
 A fork copies the locks that other threads hold at that instant, and a worker that needs one waits
 forever (CI hung so once, in the handshake, after the Ray tests had left their threads in the test
 process). With the start method unset, vecenv uses the platform default in a single-threaded
@@ -10,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
 import sys
 import threading
 from collections.abc import Iterator
@@ -20,13 +25,55 @@ import pytest
 from gymnasium.vector import SyncVectorEnv
 
 import vecenv
+from tests.crash_envs import healthy_fns
 from tests.regression_envs import BUILD_LOCK, locked_cartpole
 from tests.test_differential import assert_same
+from vecenv import SubprocVectorEnv, checks, host
 from vecenv.host import default_start_method
 
-pytestmark = pytest.mark.skipif(
+#: The start-method rule is about platforms that fork by default.
+forks_by_default = pytest.mark.skipif(
     multiprocessing.get_all_start_methods()[0] != "fork", reason="the rule is about platforms that fork by default"
 )
+
+
+# -- the cores ----------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_available_cpus_follows_the_affinity_mask(monkeypatch: pytest.MonkeyPatch) -> None:
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("no sched_getaffinity here")
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 3})
+    assert host.available_cpus() == 2
+    assert checks.check_num_workers(None, 10) == 2
+    assert checks.check_num_workers(None, 1) == 1
+
+
+@pytest.mark.timeout(30)
+def test_available_cpus_without_affinity_uses_cpu_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 5)
+    assert host.available_cpus() == 5
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert host.available_cpus() == 1
+
+
+@pytest.mark.timeout(60)
+def test_default_num_workers_follows_affinity(monkeypatch: pytest.MonkeyPatch) -> None:
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("no sched_getaffinity here")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    envs = SubprocVectorEnv(healthy_fns(4))
+    try:
+        assert envs.num_workers == 1
+    finally:
+        envs.close()
+
+
+# -- the start method ---------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -77,6 +124,7 @@ def _only_thread() -> bool:
     return threading.active_count() == 1
 
 
+@forks_by_default
 def test_single_threaded_parent_keeps_the_platform_default(unset_start_method: None) -> None:
     if not _only_thread():  # an earlier test's library thread (tqdm's monitor) may still run
         assert default_start_method() == "forkserver"
@@ -84,10 +132,12 @@ def test_single_threaded_parent_keeps_the_platform_default(unset_start_method: N
     assert default_start_method() == "fork"
 
 
+@forks_by_default
 def test_threaded_parent_gets_forkserver(unset_start_method: None, other_thread: threading.Event) -> None:
     assert default_start_method() == "forkserver"
 
 
+@forks_by_default
 def test_user_choice_wins(unset_start_method: None, other_thread: threading.Event) -> None:
     multiprocessing.set_start_method("fork", force=True)
     assert default_start_method() == "fork"
@@ -95,6 +145,7 @@ def test_user_choice_wins(unset_start_method: None, other_thread: threading.Even
         assert envs.start_method == "fork"
 
 
+@forks_by_default
 def test_script_from_stdin_keeps_fork(
     unset_start_method: None, other_thread: threading.Event, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -103,6 +154,7 @@ def test_script_from_stdin_keeps_fork(
     assert default_start_method() == "fork"
 
 
+@forks_by_default
 @pytest.mark.timeout(120)
 def test_worker_never_inherits_a_held_lock(unset_start_method: None, other_thread: threading.Event) -> None:
     """A thread of the parent holds a lock that env construction takes: the workers still start,
@@ -122,6 +174,7 @@ def test_worker_never_inherits_a_held_lock(unset_start_method: None, other_threa
     assert multiprocessing.get_start_method(allow_none=True) is None
 
 
+@forks_by_default
 def test_make_with_gym_id_in_threaded_parent(unset_start_method: None, other_thread: threading.Event) -> None:
     with vecenv.make("CartPole-v1", 4, 2) as envs:
         assert envs.start_method == "forkserver"
@@ -130,6 +183,7 @@ def test_make_with_gym_id_in_threaded_parent(unset_start_method: None, other_thr
     np.testing.assert_array_equal(obs, sync_obs)
 
 
+@forks_by_default
 @pytest.mark.timeout(60)
 def test_forking_anyway_inherits_the_held_lock(other_thread: threading.Event) -> None:
     """What the rule avoids: with ``context="fork"`` the workers wait for the lock forever, and

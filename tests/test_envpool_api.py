@@ -1,18 +1,23 @@
-"""Asynchronous batches (async_reset / recv / send): exact per-env trajectories, misuse, faults."""
+"""The EnvPool-style API (``vecenv.parent.envpool_api``: async_reset / recv / send): exact per-env
+trajectories, whole groups per batch, what a reset reports, misuse, faults."""
 
 from __future__ import annotations
 
 import functools
 import multiprocessing
 import os
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import pytest
-from gymnasium.vector import AutoresetMode
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import vecenv
 from tests.async_envs import GateEnv, JitterEnv
+from tests.crash_envs import healthy_fns
+from tests.regression_envs import PayEnv, fns
+from vecenv import SubprocVectorEnv
 
 START_METHODS = [pytest.param(m, id=m) for m in ("fork", "forkserver", "spawn")]
 
@@ -178,3 +183,96 @@ def test_batch_size_must_be_a_multiple_of_the_group_size():
     with pytest.raises(ValueError, match="batch_size"):
         vecenv.SubprocVectorEnv([JitterEnv] * 4, 2, batch_size=3, context="fork")
     assert multiprocessing.active_children() == []
+
+
+# -- batches of whole groups; what async_reset reports; bad input --------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_default_batch_is_every_env_with_uneven_groups() -> None:
+    envs = vecenv.make("CartPole-v1", num_envs=10, num_workers=3)  # groups 4/3/3
+    sync = SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 10)
+    try:
+        envs.async_reset(seed=0)
+        obs, rewards, terms, truncs, infos, ids = envs.recv(timeout=30)
+        assert obs.shape == (10, 4) and rewards.shape == (10,) and len(ids) == 10
+        assert sorted(ids.tolist()) == list(range(10))
+        sync_obs, _ = sync.reset(seed=0)
+        np.testing.assert_array_equal(obs, sync_obs[ids])
+        actions = np.ones(10, np.int64)
+        envs.send(actions[ids], ids)
+        obs, rewards, terms, truncs, infos, ids = envs.recv(timeout=30)
+        assert len(ids) == 10
+        sync_obs, sync_rewards, *_ = sync.step(actions)
+        np.testing.assert_array_equal(obs, sync_obs[ids])
+        np.testing.assert_array_equal(rewards, sync_rewards[ids])
+    finally:
+        envs.close()
+        sync.close()
+
+
+@pytest.mark.timeout(60)
+def test_batch_size_that_groups_cannot_add_up_to_is_refused(tmp_path: Any) -> None:
+    with pytest.raises(ValueError, match=r"batch_size.*\[4, 3, 3\]") as info:
+        vecenv.make("CartPole-v1", num_envs=10, num_workers=3, batch_size=7)
+    assert "7" in str(info.value)
+    # At construction, before any env is built (each FaultEnv writes its pid file when built).
+    with pytest.raises(ValueError, match=r"\[4, 3, 3\]"):
+        SubprocVectorEnv(healthy_fns(10, pid_dir=str(tmp_path)), num_workers=3, batch_size=7)
+    assert os.listdir(tmp_path) == []
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.value)
+def test_async_reset_reports_zero_rewards_and_clear_flags(mode: AutoresetMode) -> None:
+    envs = SubprocVectorEnv(fns(PayEnv, 4, horizon=2), num_workers=2, autoreset_mode=mode)
+    try:
+        envs.async_reset(seed=0)
+        *_, ids = envs.recv(timeout=30)
+        for _ in range(2):
+            envs.send(np.zeros(len(ids), np.int64), ids)
+            _, rewards, terms, truncs, _, ids = envs.recv(timeout=30)
+            assert (rewards == 7.0).all()
+        assert truncs.all()  # the episodes ended on that step
+        envs.async_reset(seed=1)
+        _, rewards, terms, truncs, _, ids = envs.recv(timeout=30)
+        assert sorted(ids.tolist()) == [0, 1, 2, 3]
+        np.testing.assert_array_equal(rewards, np.zeros(4))
+        assert not terms.any() and not truncs.any()
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"seed": -1},
+        {"seed": [0, 1]},  # not one seed per env
+        {"options": "x"},
+        {"options": {"reset_mask": np.ones(4, np.bool_)}},  # async_reset resets every env
+    ],
+    ids=["seed=-1", "seed-count", "options-str", "reset_mask"],
+)
+def test_bad_async_reset_keeps_the_envs_in_flight(bad: dict[str, Any]) -> None:
+    envs = SubprocVectorEnv(healthy_fns(4), num_workers=2)
+    sync = SyncVectorEnv(healthy_fns(4))
+    try:
+        envs.async_reset(seed=0)
+        obs, *_, ids = envs.recv(timeout=30)
+        sync_obs, _ = sync.reset(seed=0)
+        np.testing.assert_array_equal(obs, sync_obs[ids])
+        actions = np.full((4, 2), 0.5, np.float32)
+        envs.send(actions[ids], ids)
+        with pytest.raises((ValueError, TypeError)):
+            envs.async_reset(**bad)
+        obs, rewards, terms, truncs, _, ids = envs.recv(timeout=30)
+        sync_obs, sync_rewards, sync_terms, sync_truncs, _ = sync.step(actions)
+        assert sorted(ids.tolist()) == [0, 1, 2, 3]
+        np.testing.assert_array_equal(obs, sync_obs[ids])
+        np.testing.assert_array_equal(rewards, sync_rewards[ids])
+        np.testing.assert_array_equal(terms, sync_terms[ids])
+    finally:
+        envs.close()
+        sync.close()

@@ -1,0 +1,51 @@
+"""Tests of vecenv.rollout.format: reading the recorded space descriptions back, and the
+Dict keys that cannot become file names."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from vecenv.rollout import UnsupportedSpaceError
+from vecenv.rollout.format import space_from_description, space_leaves, space_nesting
+from vecenv.spaces import describe_space
+
+SPACES = [
+    spaces.Box(np.array([0.0, -np.inf], np.float32), np.array([1.0, np.inf], np.float32)),
+    spaces.Box(-3, 3, (2, 3), np.int16),
+    spaces.Discrete(4, start=-1),
+    spaces.MultiDiscrete([[2, 3], [4, 5]], start=[[0, 1], [2, 3]]),
+    spaces.MultiBinary([2, 3]),
+    spaces.Dict({"b": spaces.Discrete(2), "a": spaces.Tuple([spaces.MultiBinary(3), spaces.Box(0, 1, (1,))])}),
+]
+
+
+@pytest.mark.parametrize("space", SPACES, ids=lambda space: type(space).__name__)
+def test_a_described_space_is_rebuilt_equal(space: spaces.Space) -> None:
+    assert space_from_description(describe_space(space)) == space
+
+
+def test_rebuilt_dict_keys_keep_the_recorded_order() -> None:
+    space = spaces.Dict([("z", spaces.Discrete(2)), ("a", spaces.Discrete(3))])  # not sorted
+    assert list(space_from_description(describe_space(space)).spaces) == ["z", "a"]
+    assert list(space_nesting(describe_space(space)).spaces) == ["z", "a"]
+
+
+def test_the_nesting_of_a_leaf_type_it_cannot_rebuild_is_still_read() -> None:
+    class Counter(spaces.Box):
+        pass
+
+    description = describe_space(spaces.Tuple([Counter(0, 1, (1,)), spaces.Discrete(2)]))
+    with pytest.raises(
+        ValueError, match="expected a Box, Discrete, MultiDiscrete, MultiBinary, Dict or Tuple, got 'Counter'"
+    ):
+        space_from_description(description)
+    nesting = space_nesting(description)
+    assert isinstance(nesting, spaces.Tuple) and len(nesting.spaces) == 2
+
+
+def test_the_first_bad_dict_key_depth_first_is_reported() -> None:
+    space = spaces.Dict({"a": spaces.Dict({"x.y": spaces.Discrete(2)}), "b/": spaces.Discrete(2)})
+    with pytest.raises(UnsupportedSpaceError, match=r"^observations\.a: Dict keys must be .* got 'x\.y'$"):
+        space_leaves(space, "observations")
