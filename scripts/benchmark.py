@@ -8,7 +8,7 @@ Usage (``--help`` explains every option):
 
 import sys
 
-from vecenv.benchmark import main
+from vecenv.bench.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

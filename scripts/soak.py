@@ -22,7 +22,8 @@ at most ``MAPS_SLACK`` = 2 over the whole run, for the allocators' occasional ne
 Writes ``<out>/soak-<mode>.csv``, ``.json`` and ``.png`` (the plot needs matplotlib; without
 it the plot is skipped with a note). Exit status: 0 if flat, 1 if something grew.
 
-Only vecenv's public API is used, so the same script soaks any version of the engine.
+Only vecenv's public API (and its ``/proc`` reader, ``vecenv.bench.procfs``) is used, so the
+same script soaks any version of the engine that has that reader.
 Linux only (it reads ``/proc``).
 """
 
@@ -45,6 +46,7 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # also runs from a checkout
 import vecenv  # noqa: E402
+from vecenv.bench import procfs  # noqa: E402
 
 #: Metrics read from /proc for one process.
 PROC_FIELDS = ("rss_kb", "fds", "threads", "maps")
@@ -60,21 +62,12 @@ DEFAULT_OUT = "bench-results/soak"
 # -- reading /proc ----------------------------------------------------------------------------
 
 
-def _status_fields(pid: int) -> dict[str, str]:
-    fields = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            fields[key] = value.strip()
-    return fields
-
-
 def process_stats(pid: int) -> dict[str, int]:
     """``rss_kb``, ``fds``, ``threads`` and ``maps`` of one process, read from ``/proc``.
 
     Raises ``FileNotFoundError``/``ProcessLookupError`` if the process is gone.
     """
-    status = _status_fields(pid)
+    status = procfs.status(pid)
     rss_kb = int(status.get("VmRSS", "0 kB").split()[0])
     threads = int(status["Threads"])
     fds = len(os.listdir(f"/proc/{pid}/fd"))
@@ -83,35 +76,13 @@ def process_stats(pid: int) -> dict[str, int]:
     return {"rss_kb": rss_kb, "fds": fds, "threads": threads, "maps": maps}
 
 
-def child_pids(pid: int) -> list[int]:
-    """The live child processes of ``pid`` (zombies excluded), found by scanning ``/proc``."""
-    children = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue  # exited while we looked
-        # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-        rest = stat[stat.rfind(b")") + 2 :].split()
-        state, ppid = rest[0], int(rest[1])
-        if ppid == pid and state != b"Z":
-            children.append(int(entry))
-    return sorted(children)
-
-
 def describe_children(pid: int | None = None) -> list[str]:
     """``"PID command line"`` of each live child of ``pid`` (default: this process)."""
     out = []
-    for child in child_pids(os.getpid() if pid is None else pid):
-        try:
-            with open(f"/proc/{child}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
-            continue
-        out.append(f"{child} {cmd[:160]}")
+    for child in procfs.children(os.getpid() if pid is None else pid):
+        cmd = procfs.cmdline(child)
+        if cmd is not None:
+            out.append(f"{child} {cmd[:160]}")
     return out
 
 
@@ -132,7 +103,7 @@ def sample(step: int, t0: float, parent: int | None = None) -> dict[str, float]:
     for k, v in process_stats(parent).items():
         row[f"parent_{k}"] = v
     workers = []
-    for pid in child_pids(parent):
+    for pid in procfs.children(parent):
         try:
             workers.append(process_stats(pid))
         except (FileNotFoundError, ProcessLookupError):

@@ -29,6 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # also runs from a checkout
 import vecenv  # noqa: E402
+from vecenv.bench import procfs  # noqa: E402
 from vecenv.worker.threads import THREAD_ENV_VARS  # noqa: E402
 
 
@@ -57,18 +58,16 @@ def make_group(envs_per_worker: int, size: int) -> list[gym.Env]:
 
 
 def worker_threads(parent: int) -> list[int]:
-    """Threads of each child process of ``parent``, from /proc."""
+    """Threads of each child process of ``parent`` (its resource tracker left out), from /proc."""
     counts = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for pid in procfs.children(parent):
+        cmd = procfs.cmdline(pid)
         try:
-            with open(f"/proc/{entry}/status") as f:
-                status = dict(line.split(":", 1) for line in f if ":" in line)
+            threads = int(procfs.status(pid)["Threads"])
         except OSError:
-            continue
-        if int(status["PPid"]) == parent and "resource_tracker" not in open(f"/proc/{entry}/cmdline").read():
-            counts.append(int(status["Threads"]))
+            continue  # exited while we looked
+        if cmd is not None and "resource_tracker" not in cmd:
+            counts.append(threads)
     return sorted(counts)
 
 

@@ -54,7 +54,8 @@ import gymnasium as gym
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # also runs from a checkout
-import vecenv  # noqa: E402
+from vecenv.bench.envs import StepCost, costly_env, iterations_per_us  # noqa: E402
+from vecenv.bench.vectors import VectorKind, make_vector  # noqa: E402
 
 try:
     import torch
@@ -205,42 +206,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 # -- envs ---------------------------------------------------------------------------------------
 
 
-def burn(iterations: int) -> int:
-    """Pure-Python busy work (holds the GIL, like a Python env's own step code)."""
-    x = 0
-    for i in range(iterations):
-        x += i
-    return x
-
-
 @functools.cache
 def iterations_per_ms() -> int:
-    """Loop iterations of :func:`burn` that take about 1 ms here (best of a few short tries)."""
-    n = 20_000
-    best = math.inf
-    for _ in range(20):
-        t = time.perf_counter()
-        burn(n)
-        best = min(best, time.perf_counter() - t)
-    return max(1, round(n / (best * 1e3)))
-
-
-class StepCost(gym.Wrapper):
-    """Burns a fixed amount of CPU in every step, to model an env whose step is expensive."""
-
-    def __init__(self, env: gym.Env, iterations: int) -> None:
-        super().__init__(env)
-        self.iterations = iterations
-
-    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
-        burn(self.iterations)
-        return self.env.step(action)
-
-
-def make_env(env_id: str, cost_iterations: int, render_mode: str | None = None) -> gym.Env:
-    """One env; built inside the worker processes for vecenv and async."""
-    env = gym.make(env_id, render_mode=render_mode)
-    return StepCost(env, cost_iterations) if cost_iterations else env
+    """Loop iterations of the busy work (``vecenv.bench.envs.burn``) that take about 1 ms here."""
+    return max(1, round(1000 * iterations_per_us(chunk=20_000, tries=20)))
 
 
 def _workers(text: str) -> int | str:
@@ -255,8 +224,20 @@ def _workers(text: str) -> int | str:
 
 def make_vector_env(kind: str, args: argparse.Namespace) -> gym.vector.VectorEnv:
     """``args.num_envs`` envs in the vector env of the given kind, autoreset in the same step;
-    with ``--capture-video``, wrapped to record env 0."""
-    envs = _vector_env(kind, args)
+    each env burns ``--env-step-ms`` of CPU per step (built inside the worker processes). With
+    ``--capture-video`` the envs render ``rgb_array`` frames and env 0 is recorded."""
+    cost = round(args.env_step_ms * iterations_per_ms())
+    build = rendering_env if args.capture_video else costly_env
+    env_fns = [functools.partial(build, args.env_id, cost)] * args.num_envs
+    if kind == "sb3":
+        return SB3Adapter(env_fns)
+    if kind not in VECTOR_KINDS:
+        raise ValueError(f"unknown vector kind {kind!r}; choose from {', '.join(VECTOR_KINDS)}")
+    envs = make_vector(
+        VectorKind(kind), env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, num_workers=args.num_workers
+    )
+    if kind == "vecenv" and envs.worker_choice is not None and not args.quiet:
+        print(f"vecenv: num_workers='auto' chose {envs.worker_choice.num_workers}: {envs.worker_choice.reason}")
     if not args.capture_video:
         return envs
     from vecenv.video import RecordVideo, every
@@ -265,23 +246,11 @@ def make_vector_env(kind: str, args: argparse.Namespace) -> gym.vector.VectorEnv
     return RecordVideo(envs, folder, env_ids=[0], episode_trigger=every(args.video_every), name_prefix=args.env_id)
 
 
-def _vector_env(kind: str, args: argparse.Namespace) -> Any:
-    cost = round(args.env_step_ms * iterations_per_ms())
-    render_mode = "rgb_array" if args.capture_video else None
-    env_fns = [functools.partial(make_env, args.env_id, cost, render_mode)] * args.num_envs
-    same_step = gym.vector.AutoresetMode.SAME_STEP
-    if kind == "vecenv":
-        envs = vecenv.SubprocVectorEnv(env_fns, args.num_workers, autoreset_mode=same_step)
-        if envs.worker_choice is not None and not args.quiet:
-            print(f"vecenv: num_workers='auto' chose {envs.worker_choice.num_workers}: {envs.worker_choice.reason}")
-        return envs
-    if kind == "sync":
-        return gym.vector.SyncVectorEnv(env_fns, autoreset_mode=same_step)
-    if kind == "async":
-        return gym.vector.AsyncVectorEnv(env_fns, autoreset_mode=same_step)
-    if kind == "sb3":
-        return SB3Adapter(env_fns)
-    raise ValueError(f"unknown vector kind {kind!r}; choose from {', '.join(VECTOR_KINDS)}")
+def rendering_env(env_id: str, iterations: int) -> gym.Env:
+    """``costly_env`` whose frames ``render()`` returns (``render_mode="rgb_array"``), for
+    ``--capture-video``; rendering is only on demand, so the envs step exactly as without it."""
+    env = gym.make(env_id, render_mode="rgb_array")
+    return StepCost(env, iterations) if iterations else env
 
 
 class SB3Adapter:

@@ -30,6 +30,8 @@ from typing import Any
 
 import pytest
 
+from vecenv.bench import procfs
+
 ray = pytest.importorskip("ray", reason="the Ray tests need Ray: pip install -e '.[test]'")
 from ray.cluster_utils import Cluster  # noqa: E402
 
@@ -42,30 +44,11 @@ LOOPBACK = "127.0.0.1"
 def _ray_pids(temp_dir: str) -> set[int]:
     """Ray's processes under ``temp_dir``: those whose command line names it (gcs, raylet,
     monitors) and all their descendants (workers rename themselves ``ray::...``)."""
-    parents: dict[int, int] = {}
-    roots = set()
-    marker = temp_dir.encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        pid = int(entry)
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read()
-            with open(f"/proc/{pid}/stat") as f:
-                parents[pid] = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if marker in cmd:
-            roots.add(pid)
-    found = set(roots)
-    changed = True
-    while changed:
-        changed = False
-        for pid, ppid in parents.items():
-            if ppid in found and pid not in found:
-                found.add(pid)
-                changed = True
+    parents = procfs.parent_map()
+    found: set[int] = set()
+    for pid in parents:
+        if temp_dir in (procfs.cmdline(pid) or ""):
+            found.update(procfs.tree(pid, parents))
     return found
 
 
@@ -74,18 +57,10 @@ def _wait_gone(pids: set[int], timeout: float = 15.0) -> set[int]:
     deadline = time.monotonic() + timeout
     alive = set(pids)
     while alive and time.monotonic() < deadline:
-        alive = {p for p in alive if _alive(p)}
+        alive = {p for p in alive if procfs.alive(p)}
         if alive:
             time.sleep(0.1)
     return alive
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _retry_start(start: Callable[[], Any], clean_up: Callable[[], None]) -> None:

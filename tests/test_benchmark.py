@@ -15,6 +15,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from vecenv import benchmark
+from vecenv.bench.runners import RUNNERS
 from vecenv.benchmark import BurnEnv, FrameEnv, burn, tree_pss_kib
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,9 +106,9 @@ def test_plan_keeps_zero_workers_and_auto_at_every_size():
         (2, "vecenv-2w"),
         (2, "vecenv-auto"),
     ]  # vecenv-2w needs N >= 2; 0w and auto (which picks at most N) fit every N
-    assert benchmark._workers_of("vecenv-0w") == 0 and benchmark._runner_workers("vecenv-auto") is None
+    assert RUNNERS["vecenv-0w"].fixed_workers() == 0 and RUNNERS["vecenv-auto"].workers == "auto"
     with pytest.raises(ValueError, match="chooses its worker count"):
-        benchmark._workers_of("vecenv-auto")
+        RUNNERS["vecenv-auto"].fixed_workers()
     assert {"vecenv-0w", "vecenv-auto"} <= set(benchmark.parse_args([]).runners)
 
 

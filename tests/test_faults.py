@@ -34,6 +34,7 @@ from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoA
 import vecenv
 from tests.crash_envs import fault_fns, healthy_fns
 from vecenv import NeedsResetError, RemoteEnvError, VecEnvTimeoutError, WorkerDiedError
+from vecenv.bench import procfs
 from vecenv.errors import RemoteTraceback
 from vecenv.transports.process import KILL_GRACE
 
@@ -105,27 +106,11 @@ def _fds() -> dict[int, str]:
     return table
 
 
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` runs; a zombie (not reaped by a PID 1 that does not reap) counts as gone."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
 def _wait_gone(pids: list[int], limit: float) -> tuple[list[int], float]:
     """Poll until every pid is gone or ``limit`` seconds pass; return the survivors and the time."""
     t0 = time.monotonic()
     while True:
-        alive = [p for p in pids if _alive(p)]
+        alive = [p for p in pids if procfs.alive(p)]
         elapsed = time.monotonic() - t0
         if not alive or elapsed > limit:
             return alive, elapsed
@@ -799,7 +784,7 @@ def _start_child(tmp_path: Path, ctx: str) -> tuple[subprocess.Popen, list[int],
 def _reap(proc: subprocess.Popen, workers: list[int]) -> None:
     """Whatever a failed assertion left running: kill it, and close the child's pipes."""
     for pid in workers:
-        if _alive(pid):
+        if procfs.alive(pid):
             os.kill(pid, signal.SIGKILL)
     if proc.poll() is None:
         proc.kill()
@@ -812,7 +797,7 @@ def _reap(proc: subprocess.Popen, workers: list[int]) -> None:
 def test_parent_sigkill_leaves_no_orphans(ctx: str, tmp_path: Path) -> None:
     proc, workers, tracker, shm = _start_child(tmp_path, ctx)
     try:
-        assert all(_alive(p) for p in workers)
+        assert all(procfs.alive(p) for p in workers)
         proc.send_signal(signal.SIGKILL)
         proc.wait(5)
         alive, t = _wait_gone(workers, GONE_S)

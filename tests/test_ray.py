@@ -487,16 +487,16 @@ def test_import_vecenv_does_not_import_ray() -> None:
 
 
 @pytest.mark.timeout(60)
-def test_readme_example_runs_on_the_local_ray(ray_local: RaySessions) -> None:
-    """README "More than one machine": its Python lines, on the shared local Ray (which an
-    initialised Ray takes precedence over ``address``), at a size that fits 2 CPUs."""
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    body = text.split("## More than one machine\n", 1)[1].split("\n## ", 1)[0]
-    example = re.search(r"```python\n(.*?)```", body, re.S).group(1)
+def test_docs_example_runs_on_the_local_ray(ray_local: RaySessions) -> None:
+    """docs/ray.md's cluster example (tests/test_docs.py leaves it to this test): its Python
+    lines, on the shared local Ray (which an initialised Ray takes precedence over ``address``),
+    at a size that fits 2 CPUs."""
+    page = Path(__file__).resolve().parent.parent / "docs" / "ray.md"
+    example = re.search(r"tested-by tests/test_ray.py -->\n```python\n(.*?)```", page.read_text(), re.S).group(1)
     assert 'address="auto"' in example and "num_workers=16" in example and "num_envs=256" in example
     example = example.replace("num_workers=16", "num_workers=2").replace("num_envs=256", "num_envs=8")
     example = example.replace("range(1000)", "range(50)")
-    exec(compile(example, "README.md", "exec"), {})
+    exec(compile(example, str(page), "exec"), {"__name__": "__main__"})
     assert ray.is_initialized()
 
 

@@ -21,6 +21,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 import vecenv
 from tests.rollout_envs import ContinuousCounterEnv, CounterEnv, DictCounterEnv, LongEpisodeEnv, constant_policy
 from vecenv import rollout
+from vecenv.bench import procfs
 from vecenv.rollout import PolicyError, UnsupportedSpaceError, collect, load, main
 
 pytestmark = pytest.mark.timeout(60)
@@ -387,20 +388,20 @@ def test_episodes_memory_stays_bounded_when_episodes_do_not_end(
     result is byte-identical to a run whose chunks hold everything."""
     monkeypatch.setattr(rollout.writer, "CHUNK_BYTES", 4 * 1024)
     row_bytes = 4 + 4 + 8 + 8 + 1 + 1 + 8 + 8
-    held: list[int] = []
-    spilled: list[int] = []
+    # Only the maxima are kept: a list of every count would itself grow with the episode length
+    # (tens of KiB over 1,600 more steps), inside the traced peak this test bounds.
+    most = {"held": 0, "spilled": 0}
     original_add = rollout.staging.EpisodeStager.add
 
     def counting_add(self: Any, columns: Any, envs: np.ndarray) -> None:
         original_add(self, columns, envs)
-        held.append(int(self.filled.sum()))
-        spilled.append(self._spill_rows)
+        most["held"] = max(most["held"], int(self.filled.sum()))
+        most["spilled"] = max(most["spilled"], self._spill_rows)
 
     monkeypatch.setattr(rollout.staging.EpisodeStager, "add", counting_add)
     peaks = {}
     for length in (400, 2_000):
-        held.clear()
-        spilled.clear()
+        most.update(held=0, spilled=0)
         out = tmp_path / f"d{length}"
         peaks[length] = peak_traced_bytes(
             functools.partial(collect, long_envs(2, length), constant_policy, episodes=1, out=out, progress=False)
@@ -410,8 +411,8 @@ def test_episodes_memory_stays_bounded_when_episodes_do_not_end(
         np.testing.assert_array_equal(np.asarray(dataset["observations"])[:, 0], np.arange(length))
         assert not (out / ".spill").exists()
         block_rows = 4 * 1024 // (2 * row_bytes)
-        assert max(held) <= 2 * block_rows  # rows in memory: one block per env at most
-        assert max(spilled) >= 2 * (length - block_rows)  # the rest went to disk
+        assert most["held"] <= 2 * block_rows  # rows in memory: one block per env at most
+        assert most["spilled"] >= 2 * (length - block_rows)  # the rest went to disk
     assert peaks[2_000] < peaks[400] + 2 * 1_600 * row_bytes / 4, peaks  # not the 1,600 extra rows per env
     monkeypatch.setattr(rollout.writer, "CHUNK_BYTES", 8 * 1024 * 1024)
     reference = collect(long_envs(2, 2_000), constant_policy, episodes=1, out=tmp_path / "ref", progress=False)
@@ -536,30 +537,6 @@ def test_cli_refuses_existing_out_without_overwrite_in_a_real_process(tmp_path: 
     assert result.stdout == ""
 
 
-def descendants(pid: int) -> set[int]:
-    """The live processes below ``pid`` (read from /proc)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process tree from /proc")
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupt_keeps_a_loadable_partial_dataset_and_no_workers(tmp_path: Path, signum: int, status: int) -> None:
@@ -598,7 +575,7 @@ def test_interrupt_keeps_a_loadable_partial_dataset_and_no_workers(tmp_path: Pat
                 pass
             time.sleep(0.01)  # polling interval, not synchronisation
         assert process.poll() is None, process.communicate()
-        workers = descendants(process.pid)
+        workers = procfs.descendants(process.pid)
         assert workers
         process.send_signal(signum)
         _, err = process.communicate(timeout=30)
@@ -611,9 +588,9 @@ def test_interrupt_keeps_a_loadable_partial_dataset_and_no_workers(tmp_path: Pat
     assert all(len(np.asarray(dataset[name])) == dataset.transitions for name in FIELDS)
     check_real_transitions(dataset)
     deadline = time.monotonic() + 10
-    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+    while any(procfs.alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.01)  # polling interval: the resource tracker exits once it sees EOF
-    assert not [pid for pid in workers if alive(pid)]
+    assert not [pid for pid in workers if procfs.alive(pid)]
 
 
 # ------------------------------------------------------------------------ Stable-Baselines3 policies

@@ -420,24 +420,6 @@ def test_ppo_learns_cartpole() -> None:
         torch.set_num_threads(threads)
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_readme_example_runs(tmp_path) -> None:
-    """README's Stable-Baselines3 example runs as written (in a fresh, guarded interpreter)."""
-    import re
-    from pathlib import Path
-
-    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    body = text.split("## Stable-Baselines3\n", 1)[1].split("\n## ", 1)[0]
-    example = re.search(r"```python\n(.*?)```", body, re.S).group(1)
-    indented = "\n".join("    " + line for line in example.splitlines())
-    script = tmp_path / "example.py"
-    script.write_text(f"def main():\n{indented}\n\nif __name__ == '__main__':\n    main()\n    print('EXAMPLE-OK')\n")
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=280, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip().endswith("EXAMPLE-OK") and "Traceback" not in proc.stderr
-
-
 FAKE_SB3_TEST = """
 import gymnasium as gym
 from stable_baselines3.common.vec_env import SubprocVecEnv

@@ -8,20 +8,15 @@ catches nothing makes the next waits sleep at once, so an idle vector env costs 
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
 import pytest
 
 import vecenv
-from vecenv.benchmark import _cpu_ticks
+from vecenv.bench.procfs import cpu_seconds
 from vecenv.transports import process as process_transport
 from vecenv.wire.pipes import SPIN_BACKOFF, SPIN_SECONDS, Spin
-
-
-def _cpu_seconds(pid: int) -> float:
-    return _cpu_ticks([pid])[pid] / os.sysconf("SC_CLK_TCK")
 
 
 @pytest.mark.parametrize(
@@ -59,9 +54,9 @@ def test_an_idle_vector_env_costs_no_cpu(monkeypatch: pytest.MonkeyPatch) -> Non
         for _ in range(200):
             envs.step(np.zeros(4, np.int64))
         pids = [p.pid for p in envs._pool.transport.processes if p is not None]
-        before = [_cpu_seconds(pid) for pid in pids]
+        before = [cpu_seconds(pid) for pid in pids]
         time.sleep(0.5)  # the pause measured, not a synchronisation
-        used = [_cpu_seconds(pid) - b for pid, b in zip(pids, before)]
+        used = [cpu_seconds(pid) - b for pid, b in zip(pids, before)]
         assert max(used) < 0.1, f"workers used {used} CPU-seconds in a 0.5 s pause"
         envs.step(np.zeros(4, np.int64))  # and they still answer
 

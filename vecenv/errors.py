@@ -24,6 +24,7 @@ import traceback
 from typing import Any
 
 import cloudpickle
+import numpy as np
 
 __all__ = [
     "VecEnvError",
@@ -155,11 +156,14 @@ class PackedException:
         return exc
 
 
-def describe(value: Any, limit: int = 80) -> str:
-    """A short, safe ``repr`` for error messages about user input."""
+def describe(value: Any, limit: int = 80, dtype: bool = False) -> str:
+    """A short, safe ``repr`` for error messages about user input: one line, at most ``limit``
+    characters; ``dtype`` appends an array's dtype (which its repr may not show)."""
     try:
         text = repr(value)
     except Exception:
         text = f"<{type(value).__name__}>"
     text = " ".join(text.split())
+    if dtype and isinstance(value, np.ndarray):
+        text += f" (dtype {value.dtype})"
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -72,15 +72,17 @@ class SubprocVecEnv(VecEnv):
             ``vecenv.SubprocVectorEnv``), or with Ray one per CPU of the cluster.
         backend: ``"process"`` (worker processes on this machine) or ``"ray"``: the groups are
             Ray actors (:class:`vecenv.RayVectorEnv`), on this machine or a cluster.
-        address, actor_options: ``backend="ray"`` only, as :class:`vecenv.RayVectorEnv` takes
-            them: which Ray to use (default: the one running in this process, else a new local
-            one) and the actors' options (``num_cpus``, ``scheduling_strategy="SPREAD"``, a node
-            affinity to pin groups to nodes, ...).
-        on_worker_death, max_restarts, restart_window: as :class:`vecenv.SubprocVectorEnv`.
-            With ``"restart"`` a dead worker (or actor) is rebuilt and its envs reset; the step
-            that saw the death reports them done, with ``"TimeLimit.truncated": True`` and
-            ``"worker_restarted": True`` in their info and no ``"terminal_observation"`` (none
-            survived; SB3's algorithms then bootstrap nothing for that step).
+        address: ``backend="ray"`` only, as :class:`vecenv.RayVectorEnv` takes it: which Ray to
+            use (default: the one running in this process, else a new local one).
+        actor_options: ``backend="ray"`` only: the actors' options (``num_cpus``,
+            ``scheduling_strategy="SPREAD"``, a node affinity to pin groups to nodes, ...).
+        on_worker_death: as :class:`vecenv.SubprocVectorEnv`. With ``"restart"`` a dead worker
+            (or actor) is rebuilt and its envs reset; the step that saw the death reports them
+            done, with ``"TimeLimit.truncated": True`` and ``"worker_restarted": True`` in their
+            info and no ``"terminal_observation"`` (none survived; SB3's algorithms then
+            bootstrap nothing for that step).
+        max_restarts: as :class:`vecenv.SubprocVectorEnv`.
+        restart_window: as :class:`vecenv.SubprocVectorEnv`.
         threads_per_worker: BLAS/OpenMP threads in each worker or actor (default 1).
         pin_cpus: ``backend="process"`` only: pin worker ``w`` to the ``w``-th available core
             (with Ray, place actors with ``actor_options``).

@@ -39,15 +39,20 @@ __all__ = [
     "named_dict_keys",
 ]
 
-_BASE = (Box, Discrete, MultiDiscrete, MultiBinary)
 
-
+@singledispatch
 def _leaf_shape(space: Space) -> tuple[int, ...]:
-    if isinstance(space, Discrete):
-        return ()
-    if isinstance(space, MultiDiscrete):
-        return tuple(space.nvec.shape)
     return shape_of(space)
+
+
+@_leaf_shape.register(Discrete)
+def _discrete_shape(space: Discrete) -> tuple[int, ...]:
+    return ()
+
+
+@_leaf_shape.register(MultiDiscrete)
+def _multi_discrete_shape(space: MultiDiscrete) -> tuple[int, ...]:
+    return tuple(space.nvec.shape)
 
 
 def shape_of(space: Space) -> tuple[int, ...]:
@@ -91,19 +96,32 @@ def leaf_layout(space: Space, n: int) -> list[tuple[tuple[int, ...], np.dtype]]:
     return [((n, *_leaf_shape(leaf)), np.dtype(leaf.dtype)) for leaf in _leaves(space)]
 
 
+@singledispatch
 def _leaves(space: Space) -> Iterator[Space]:
-    if isinstance(space, Tuple):
-        for sub in space.spaces:
-            yield from _leaves(sub)
-    elif isinstance(space, Dict):
-        for sub in space.spaces.values():
-            yield from _leaves(sub)
-    elif isinstance(space, _BASE):
-        yield space
-    else:
-        raise TypeError(f"space {space} has no fixed shape; it cannot live in an array")
+    raise TypeError(f"space {space} has no fixed shape; it cannot live in an array")
 
 
+@_leaves.register(Box)
+@_leaves.register(Discrete)
+@_leaves.register(MultiDiscrete)
+@_leaves.register(MultiBinary)
+def _base_leaves(space: Space) -> Iterator[Space]:
+    yield space
+
+
+@_leaves.register(Tuple)
+def _tuple_leaves(space: Tuple) -> Iterator[Space]:
+    for sub in space.spaces:
+        yield from _leaves(sub)
+
+
+@_leaves.register(Dict)
+def _dict_leaves(space: Dict) -> Iterator[Space]:
+    for sub in space.spaces.values():
+        yield from _leaves(sub)
+
+
+@singledispatch
 def named_leaves(space: Space, prefix: str = "") -> list[tuple[str, Space]]:
     """Every leaf of ``space`` with a dotted name, in :func:`leaf_layout` order.
 
@@ -112,33 +130,53 @@ def named_leaves(space: Space, prefix: str = "") -> list[tuple[str, Space]]:
     without a fixed shape are listed too, so a caller can name the one it cannot store.
     The rollout files are named this way, so array layout and file names share one walk.
     """
-    if isinstance(space, Tuple):
-        return [leaf for i, sub in enumerate(space.spaces) for leaf in named_leaves(sub, f"{prefix}.{i}")]
-    if isinstance(space, Dict):
-        return [leaf for key, sub in space.spaces.items() for leaf in named_leaves(sub, f"{prefix}.{key}")]
     return [(prefix, space)]
 
 
+@named_leaves.register(Tuple)
+def _tuple_named_leaves(space: Tuple, prefix: str = "") -> list[tuple[str, Space]]:
+    return [leaf for i, sub in enumerate(space.spaces) for leaf in named_leaves(sub, f"{prefix}.{i}")]
+
+
+@named_leaves.register(Dict)
+def _dict_named_leaves(space: Dict, prefix: str = "") -> list[tuple[str, Space]]:
+    return [leaf for key, sub in space.spaces.items() for leaf in named_leaves(sub, f"{prefix}.{key}")]
+
+
+@singledispatch
 def leaf_values(space: Space, value: Any) -> list[Any]:
     """The leaves of a value (single or batched) of ``space``, in :func:`named_leaves` order.
 
     Unlike :func:`tree_leaves` the order follows the space, not the value, so a dict whose keys
     come in another order still lines up with the space's leaves.
     """
-    if isinstance(space, Tuple):
-        return [v for i, sub in enumerate(space.spaces) for v in leaf_values(sub, value[i])]
-    if isinstance(space, Dict):
-        return [v for key, sub in space.spaces.items() for v in leaf_values(sub, value[key])]
     return [value]
 
 
+@leaf_values.register(Tuple)
+def _tuple_leaf_values(space: Tuple, value: Any) -> list[Any]:
+    return [v for i, sub in enumerate(space.spaces) for v in leaf_values(sub, value[i])]
+
+
+@leaf_values.register(Dict)
+def _dict_leaf_values(space: Dict, value: Any) -> list[Any]:
+    return [v for key, sub in space.spaces.items() for v in leaf_values(sub, value[key])]
+
+
+@singledispatch
 def build_tree(space: Space, arrays: Iterator[np.ndarray]) -> Any:
     """Arrange flat leaf arrays (in :func:`leaf_layout` order) into the nesting of ``space``."""
-    if isinstance(space, Tuple):
-        return tuple(build_tree(s, arrays) for s in space.spaces)
-    if isinstance(space, Dict):
-        return {k: build_tree(s, arrays) for k, s in space.spaces.items()}
     return next(arrays)
+
+
+@build_tree.register(Tuple)
+def _tuple_tree(space: Tuple, arrays: Iterator[np.ndarray]) -> Any:
+    return tuple(build_tree(s, arrays) for s in space.spaces)
+
+
+@build_tree.register(Dict)
+def _dict_tree(space: Dict, arrays: Iterator[np.ndarray]) -> Any:
+    return {k: build_tree(s, arrays) for k, s in space.spaces.items()}
 
 
 def tree_leaves(tree: Any) -> list[np.ndarray]:
@@ -259,15 +297,23 @@ def _dict_writer(space: Dict, tree: dict) -> Writer:
     return write
 
 
+@singledispatch
 def is_array_batch(space: Space, value: Any) -> bool:
     """Whether a batch of a fixed ``space`` is given as ndarrays (not lists or scalars)."""
-    if isinstance(space, Tuple):
-        return isinstance(value, tuple) and all(is_array_batch(s, v) for s, v in zip(space.spaces, value))
-    if isinstance(space, Dict):
-        return isinstance(value, dict) and all(is_array_batch(s, value[k]) for k, s in space.spaces.items())
     return isinstance(value, np.ndarray)
 
 
+@is_array_batch.register(Tuple)
+def _tuple_is_array_batch(space: Tuple, value: Any) -> bool:
+    return isinstance(value, tuple) and all(is_array_batch(s, v) for s, v in zip(space.spaces, value))
+
+
+@is_array_batch.register(Dict)
+def _dict_is_array_batch(space: Dict, value: Any) -> bool:
+    return isinstance(value, dict) and all(is_array_batch(s, value[k]) for k, s in space.spaces.items())
+
+
+@singledispatch
 def to_batch(space: Space, value: Any, n: int, name: str) -> Any:
     """Check a batch of ``n`` values of a fixed ``space`` and return it as a tree of arrays.
 
@@ -278,17 +324,6 @@ def to_batch(space: Space, value: Any, n: int, name: str) -> Any:
         TypeError: a value that is not array-like, or whose dtype cannot be cast.
         ValueError: a batch of the wrong length or shape.
     """
-    if isinstance(space, Tuple):
-        if not isinstance(value, (tuple, list)) or len(value) != len(space.spaces):
-            raise TypeError(
-                f"`{name}` must be a tuple of {len(space.spaces)} batches for {space}, got {describe(value)}"
-            )
-        return tuple(to_batch(s, v, n, f"{name}[{i}]") for i, (s, v) in enumerate(zip(space.spaces, value)))
-    if isinstance(space, Dict):
-        if not isinstance(value, dict) or set(value) != set(space.spaces):
-            keys = sorted(value) if isinstance(value, dict) else describe(value)
-            raise TypeError(f"`{name}` must be a dict with keys {sorted(space.spaces)}, got {keys}")
-        return {k: to_batch(s, value[k], n, f"{name}[{k!r}]") for k, s in space.spaces.items()}
     if value is None or isinstance(value, (str, bytes)):
         raise TypeError(f"`{name}` must be an array of {n} values of {space}, got {describe(value)}")
     try:
@@ -308,6 +343,21 @@ def to_batch(space: Space, value: Any, n: int, name: str) -> Any:
     if not np.can_cast(array.dtype, target, casting="same_kind"):
         raise TypeError(f"`{name}` must have a dtype that casts to {target} for {space}, got {array.dtype}")
     return array
+
+
+@to_batch.register(Tuple)
+def _tuple_to_batch(space: Tuple, value: Any, n: int, name: str) -> Any:
+    if not isinstance(value, (tuple, list)) or len(value) != len(space.spaces):
+        raise TypeError(f"`{name}` must be a tuple of {len(space.spaces)} batches for {space}, got {describe(value)}")
+    return tuple(to_batch(s, v, n, f"{name}[{i}]") for i, (s, v) in enumerate(zip(space.spaces, value)))
+
+
+@to_batch.register(Dict)
+def _dict_to_batch(space: Dict, value: Any, n: int, name: str) -> Any:
+    if not isinstance(value, dict) or set(value) != set(space.spaces):
+        keys = sorted(value) if isinstance(value, dict) else describe(value)
+        raise TypeError(f"`{name}` must be a dict with keys {sorted(space.spaces)}, got {keys}")
+    return {k: to_batch(s, value[k], n, f"{name}[{k!r}]") for k, s in space.spaces.items()}
 
 
 @singledispatch

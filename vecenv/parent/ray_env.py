@@ -92,11 +92,17 @@ class RayVectorEnv(GroupVectorEnv):
         actor_options: Ray actor options for every group (``num_cpus``, ``resources``,
             ``scheduling_strategy="SPREAD"``, ``runtime_env``, ...); default ``num_cpus=1``, no
             restarts. The actors must all fit the cluster at once (checked at start-up).
-        autoreset_mode, copy, observation_mode, batch_size, start_timeout: as
-            :class:`~vecenv.SubprocVectorEnv`.
-        on_worker_death, max_restarts, restart_window: as :class:`~vecenv.SubprocVectorEnv`;
-            with ``"restart"`` a dead actor is replaced by a new one (placed by Ray, possibly on
-            another node) that rebuilds the same envs on the same rows.
+        autoreset_mode: as :class:`~vecenv.SubprocVectorEnv`.
+        copy: as :class:`~vecenv.SubprocVectorEnv`.
+        observation_mode: as :class:`~vecenv.SubprocVectorEnv`.
+        batch_size: as :class:`~vecenv.SubprocVectorEnv`.
+        start_timeout: as :class:`~vecenv.SubprocVectorEnv`; it also bounds the wait for actors
+            whose resources other jobs hold.
+        on_worker_death: as :class:`~vecenv.SubprocVectorEnv`; with ``"restart"`` a dead actor
+            is replaced by a new one (placed by Ray, possibly on another node) that rebuilds
+            the same envs on the same rows.
+        max_restarts: as :class:`~vecenv.SubprocVectorEnv`.
+        restart_window: as :class:`~vecenv.SubprocVectorEnv`.
         seed_policy: as :class:`~vecenv.SubprocVectorEnv` (the same seeds for the same envs).
         threads_per_worker: BLAS/OpenMP threads in each actor, as for worker processes (Ray
             also sets ``OMP_NUM_THREADS`` to the actor's ``num_cpus``; a value already in the

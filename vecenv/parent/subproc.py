@@ -70,9 +70,10 @@ class SubprocVectorEnv(GroupVectorEnv):
             with different seeds share no env seed); see :mod:`vecenv.seeding`. The same on every
             backend and worker count, in ``reset`` and ``async_reset`` and for restarted workers.
             The chosen policy is the attribute ``seed_policy``.
-        max_restarts, restart_window: more than ``max_restarts`` restarts within
+        max_restarts: with ``on_worker_death="restart"``, more than this many restarts within
             ``restart_window`` seconds (a death during a rebuild counts) raise
             ``WorkerDiedError`` as ``"raise"`` does.
+        restart_window: the seconds over which ``max_restarts`` is counted.
         autoreset_mode: Gymnasium's autoreset mode (an ``AutoresetMode`` or its string value).
         copy: return copies of the observations. With ``copy=False`` the observations returned
             by ``reset``/``step`` are views into shared buffers that the next call overwrites.

@@ -8,16 +8,14 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
+from vecenv.errors import describe
 from vecenv.rollout.errors import PolicyError
 from vecenv.spaces import build_tree, leaf_values, named_leaves, to_batch
 
 
-def one_line(value: Any, limit: int = 300) -> str:
-    """``repr`` squeezed to one line and cut to ``limit`` characters, for error messages."""
-    text = " ".join(repr(value).split())
-    if isinstance(value, np.ndarray):
-        text += f" (dtype {value.dtype})"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def one_line(value: Any) -> str:
+    """The value as error messages about actions show it (dtype included, up to 300 characters)."""
+    return describe(value, 300, dtype=True)
 
 
 class ActionChecker:

@@ -23,7 +23,7 @@ examples:
       a Minari dataset: minari.load_dataset("cartpole/random-v0") opens it
   vecenv-collect --policy sb3:ppo_cartpole.zip --deterministic --episodes 100
   vecenv-collect --num-envs 256 --backend ray --ray-address auto
-      the envs as Ray actors on the cluster that `ray start` runs here (see README)
+      the envs as Ray actors on the cluster that `ray start` runs here (see docs/ray.md)
   vecenv-collect export rollouts/CartPole-v1 --dataset-id cartpole/old-v0
       an existing dataset as a Minari dataset (see vecenv-collect export --help)
 

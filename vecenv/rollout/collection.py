@@ -159,9 +159,9 @@ def collect(
         PolicyError: the policy returned actions the vector env does not accept.
         FileExistsError: the output exists and ``overwrite`` is false.
         MinariNotInstalledError: ``format="minari"`` without Minari installed.
-        KeyboardInterrupt (and anything else raised while collecting) propagates after
-        what was collected is kept: our format as a valid dataset with
-        ``"complete": false``, Minari as the episodes finished so far.
+        KeyboardInterrupt: propagates (as does anything else raised while collecting)
+            after what was collected is kept: our format as a valid dataset with
+            ``"complete": false``, Minari as the episodes finished so far.
     """
     target = _check_request(envs, policy, steps, episodes, seed)
     _check_format_options(format, open_episodes, dataset_id, minari_metadata)

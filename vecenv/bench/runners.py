@@ -1,0 +1,222 @@
+"""The benchmark's runners: named objects that say how a row's envs are built and stepped.
+
+A runner's name is only its label; everything the benchmark does with it (build its vector env,
+step it, plan its cells, colour its bar) reads the runner's fields. The registries below are
+built from data, and :func:`runner_named` finds any runner a plan can hold, in the measuring
+process too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import importlib.util
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Literal
+
+import gymnasium as gym
+from gymnasium.vector import AutoresetMode
+
+from vecenv.bench.vectors import EnvFn, VectorKind, make_vector
+
+VECENV_WORKERS = (0, 1, 2, 4)  # 0: every env in the measuring process
+NATIVE_N = 2048  # envs of the native-group rows: 2 groups of 1024
+MODE = AutoresetMode.NEXT_STEP
+
+
+class Drive(enum.Enum):
+    """How a runner's envs are stepped while it is measured."""
+
+    SINGLE = "single"  # one env in a Python loop; N is reported as 1
+    STEP = "step"  # a vector env, step() with a row of actions
+    NATIVE = "native"  # a vector env of native vectorized groups, step(); its size is checked
+    RECV_SEND = "recv-send"  # batch_size, async_reset/recv/send: each recv takes the first groups done
+
+
+@dataclasses.dataclass(frozen=True)
+class Requirement:
+    """A module a runner needs, and the note that says it is skipped when the module is missing."""
+
+    module: str
+    note: str
+
+    def missing(self) -> bool:
+        return importlib.util.find_spec(self.module) is None
+
+
+#: (runner, env constructors, workload) -> its vector env
+Builder = Callable[["Runner", Sequence[EnvFn], str], Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class Runner:
+    """One kind of row: how its envs are built (``build``) and stepped (``drive``)."""
+
+    name: str
+    drive: Drive = Drive.STEP
+    build: Builder | None = None  # None for Drive.SINGLE
+    vector: VectorKind | None = None  # the make_vector kind, where it builds one
+    workers: int | Literal["auto"] | None = None  # None: names no worker count
+    half_batch: bool = False  # batch_size N/2
+    batch_size: int | None = None  # a fixed batch_size (the async-batch rows)
+    inline_group: bool = False  # one group stepped by the parent (native-group)
+    parallel: bool = False  # single-par: `single` in one process per core at once, rates summed
+    infer: bool = False  # ~0.5 ms of numpy "inference" per step or batch, as a learner would
+    opt_in: bool = False  # measured only when named in --runners
+    needs: Requirement | None = None
+
+    @property
+    def ours(self) -> bool:
+        """Whether it steps vecenv's SubprocVectorEnv (highlighted in the chart)."""
+        return self.vector is VectorKind.VECENV
+
+    def fixed_workers(self) -> int:
+        """The worker count it names; ``ValueError`` for one that has none (or picks it when built)."""
+        if isinstance(self.workers, int):
+            return self.workers
+        why = "chooses its worker count when built" if self.workers == "auto" else "does not name a worker count"
+        raise ValueError(f"runner {self.name!r} {why}")
+
+    def fits(self, n: int) -> bool:
+        """Whether it can step ``n`` envs: no more workers than envs (``auto`` picks at most N),
+        and with a half batch, N/2 whole groups."""
+        if isinstance(self.workers, int) and self.workers > n:
+            return False
+        return not (self.half_batch and n % (2 * self.fixed_workers()))
+
+    def batch_at(self, n: int) -> int | None:
+        """The ``batch_size`` it steps ``n`` envs with; ``None`` without one."""
+        return n // 2 if self.half_batch else self.batch_size
+
+
+# -- builders ----------------------------------------------------------------------------------
+
+
+def _vector(runner: Runner, fns: Sequence[EnvFn], workload: str) -> Any:
+    if runner.vector is None:
+        raise ValueError(f"runner {runner.name!r} names no vector kind")
+    workers = "auto" if runner.workers is None else runner.workers
+    return make_vector(
+        runner.vector, fns, autoreset_mode=MODE, num_workers=workers, batch_size=runner.batch_at(len(fns))
+    )
+
+
+def _make_vec(runner: Runner, fns: Sequence[EnvFn], workload: str) -> Any:
+    return gym.make_vec("CartPole-v1", len(fns), vectorization_mode="vector_entry_point")
+
+
+def _vecenv_groups(runner: Runner, fns: Sequence[EnvFn], workload: str) -> Any:
+    import vecenv
+
+    group = functools.partial(gym.make_vec, "CartPole-v1", len(fns) // 2, vectorization_mode="vector_entry_point")
+    return vecenv.SubprocVectorEnv.from_groups([group, group], autoreset_mode=MODE, inline_group=runner.inline_group)
+
+
+def _envpool(runner: Runner, fns: Sequence[EnvFn], workload: str) -> Any:
+    import envpool
+
+    if workload != "cartpole":
+        raise RuntimeError("envpool runs only its own C++ envs (CartPole here)")
+    return envpool.make_gymnasium("CartPole-v1", num_envs=len(fns))
+
+
+def _pufferlib(runner: Runner, fns: Sequence[EnvFn], workload: str) -> Any:
+    """Best effort: the API moves between releases."""
+    import pufferlib.emulation
+    import pufferlib.vector
+
+    creators = [functools.partial(pufferlib.emulation.GymnasiumPufferEnv, env_creator=fn) for fn in fns]
+    return pufferlib.vector.make(
+        creators, num_envs=len(fns), num_workers=min(2, len(fns)), backend=pufferlib.vector.Multiprocessing
+    )
+
+
+def _supersuit(runner: Runner, fns: Sequence[EnvFn], workload: str) -> Any:
+    """Best effort."""
+    import supersuit
+
+    return supersuit.concat_vec_envs_v1(
+        gym.vector.SyncVectorEnv(list(fns[:1]), autoreset_mode=MODE), len(fns), num_cpus=2, base_class="gymnasium"
+    )
+
+
+# -- the registries ----------------------------------------------------------------------------
+
+
+def _library(name: str) -> Requirement:
+    return Requirement(name, f"{name}: not importable, skipped (pip install {name} to include it)")
+
+
+SUPERSUIT, PUFFERLIB, ENVPOOL = _library("supersuit"), _library("pufferlib"), _library("envpool")
+RAY = Requirement("ray", 'ray: not importable, its runners skipped (pip install -e ".[ray]" to include them)')
+#: Every module a runner may need, in the order of their notes.
+REQUIREMENTS = (SUPERSUIT, PUFFERLIB, ENVPOOL, RAY)
+
+
+def _selectable() -> Iterable[Runner]:
+    """The runners of --runners, in the order of its choices."""
+    yield Runner("single", Drive.SINGLE)
+    yield Runner("single-par", Drive.SINGLE, parallel=True)
+    yield Runner("sync", build=_vector, vector=VectorKind.SYNC)
+    yield Runner("async", build=_vector, vector=VectorKind.ASYNC)
+    for k in VECENV_WORKERS:
+        yield Runner(f"vecenv-{k}w", build=_vector, vector=VectorKind.VECENV, workers=k)
+    yield Runner("vecenv-auto", build=_vector, vector=VectorKind.VECENV, workers="auto")
+    half = Runner(
+        "vecenv-2w-half", Drive.RECV_SEND, _vector, VectorKind.VECENV, workers=2, half_batch=True, opt_in=True
+    )
+    yield half
+    for k in (2, 4):
+        yield Runner(f"ray-{k}w", build=_vector, vector=VectorKind.RAY, workers=k, opt_in=True, needs=RAY)
+    yield dataclasses.replace(half, name="ray-2w-half", vector=VectorKind.RAY, needs=RAY)
+    yield Runner("supersuit", build=_supersuit, needs=SUPERSUIT)
+    yield Runner("pufferlib", build=_pufferlib, needs=PUFFERLIB)
+    yield Runner("envpool", build=_envpool, needs=ENVPOOL)
+
+
+#: The runners of --runners (standard workloads), by name.
+RUNNERS: dict[str, Runner] = {r.name: r for r in _selectable()}
+#: The native-group rows: make_vec with 2048 envs against 2 native groups of 1024 in vecenv.
+NATIVE: dict[str, Runner] = {
+    r.name: r
+    for r in (
+        Runner("gym-make_vec", Drive.NATIVE, build=_make_vec),
+        Runner("vecenv-2w-native", Drive.NATIVE, build=_vecenv_groups, vector=VectorKind.VECENV),
+        Runner(
+            "vecenv-2w-native-inline", Drive.NATIVE, build=_vecenv_groups, vector=VectorKind.VECENV, inline_group=True
+        ),
+    )
+}
+
+
+def async_batch_runners(
+    n: int, workers: Sequence[int] = (2, 4), groups: Sequence[int] = (1, 2)
+) -> list[tuple[Runner, list[Runner]]]:
+    """The async-batch rows at ``n`` envs: for each worker count K with at least 2 envs per
+    worker, synchronous stepping (the baseline) and batches of ``g`` groups, ``g`` in ``groups``;
+    all with the learner's inference."""
+    rows = []
+    for k in workers:
+        if n < 2 * k:
+            continue
+        base = Runner(f"vecenv-{k}w-sync", build=_vector, vector=VectorKind.VECENV, workers=k, infer=True)
+        batches = [
+            dataclasses.replace(base, name=f"vecenv-{k}w-batch{b}", drive=Drive.RECV_SEND, batch_size=b)
+            for b in (g * (n // k) for g in groups)
+        ]
+        rows.append((base, batches))
+    return rows
+
+
+def runner_named(name: str, n: int) -> Runner:
+    """The runner of a planned cell of ``n`` envs named ``name``; ``ValueError`` for no runner."""
+    if name in RUNNERS:
+        return RUNNERS[name]
+    if name in NATIVE:
+        return NATIVE[name]
+    for base, batches in async_batch_runners(n):
+        for runner in (base, *batches):
+            if runner.name == name:
+                return runner
+    raise ValueError(f"unknown runner {name!r} (at N={n})")
