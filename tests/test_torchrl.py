@@ -11,6 +11,7 @@ Skipped as a whole without TorchRL: install the ``torchrl`` extra.
 from __future__ import annotations
 
 import functools
+import multiprocessing
 import warnings
 
 import gymnasium as gym
@@ -20,12 +21,18 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 import vecenv
 
 torch = pytest.importorskip("torch", reason="needs the torchrl extra: pip install -e '.[torchrl]'")
+# Importing TorchRL sets multiprocessing's start method to "spawn" for the whole process (see
+# docs/torchrl.md); pytest imports this module while collecting, so without putting the start
+# method back every later test would start its workers with spawn.
+_START_METHOD = multiprocessing.get_start_method(allow_none=True)
 pytest.importorskip("torchrl", reason="needs the torchrl extra: pip install -e '.[torchrl]'")
 with warnings.catch_warnings():
     # TorchRL 0.14 warns about its own deprecated class while importing its collectors.
     warnings.simplefilter("ignore", DeprecationWarning)
     from torchrl.collectors import Collector  # noqa: E402
 from torchrl.envs import GymWrapper  # noqa: E402
+
+multiprocessing.set_start_method(_START_METHOD, force=True)
 
 MODES = [AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]
 #: CartPole cut at 15 steps, so rollouts hold truncations as well as terminations.
@@ -83,6 +90,22 @@ def test_collector_over_vecenv_equals_collector_over_sync(mode: AutoresetMode) -
     finally:
         ours.close()
         ref.close()
+
+
+def test_importing_torchrl_sets_the_spawn_start_method_which_vecenv_then_uses() -> None:
+    """What docs/torchrl.md tells users: checked in a fresh interpreter, as a user's script."""
+    import subprocess
+    import sys
+
+    code = (
+        "import multiprocessing as mp, gymnasium as gym, torchrl, vecenv\n"
+        "print(mp.get_start_method(allow_none=True))\n"
+        "if __name__ == '__main__':\n"
+        "    with vecenv.SubprocVectorEnv([lambda: gym.make('CartPole-v1')] * 2, 1) as envs:\n"
+        "        print(envs.start_method)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["spawn", "spawn"]
 
 
 @pytest.mark.timeout(60)
