@@ -245,7 +245,12 @@ def test_a_death_breaks_the_pool_and_ends_every_worker(clock: FakeClock) -> None
         "the vector env is unusable, close it and make a new one"
     )
     assert (error.worker, error.envs, error.exitcode) == (1, range(2, 4), -9)
-    assert pool.broken is error and transport.killed == 1
+    # The pool keeps an equal error that was never raised: no traceback, so no frame (and no
+    # vector env) is kept alive through it.
+    broken = pool.broken
+    assert broken is not None and broken is not error and broken.__traceback__ is None
+    assert (str(broken), broken.worker, broken.envs, broken.exitcode) == (str(error), 1, range(2, 4), -9)
+    assert transport.killed == 1
     assert _statuses(pool) == [DEAD] * 3 and not pool.in_flight()
 
 

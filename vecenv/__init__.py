@@ -17,7 +17,7 @@ __version__ = "0.2.0"
 _EXPORTS = {
     "AutoresetMode": "gymnasium.vector",
     "Dataset": "vecenv.rollout.dataset",
-    "DEFAULT_CLOSE_TIMEOUT": "vecenv.parent.vector_env",
+    "DEFAULT_CLOSE_TIMEOUT": "vecenv.parent.closing",
     "GroupVectorEnv": "vecenv.parent.vector_env",
     "InvalidObservationError": "vecenv.errors",
     "NeedsResetError": "vecenv.errors",
@@ -73,11 +73,12 @@ if TYPE_CHECKING:
         WorkerDiedError,
     )
     from vecenv.factory import make
+    from vecenv.parent.closing import DEFAULT_CLOSE_TIMEOUT
     from vecenv.parent.ray_env import RayVectorEnv  # noqa: F401 - lazy only: not in __all__
     from vecenv.parent.records import WorkerStatus
     from vecenv.parent.state import State
     from vecenv.parent.subproc import SubprocVectorEnv
-    from vecenv.parent.vector_env import DEFAULT_CLOSE_TIMEOUT, GroupVectorEnv
+    from vecenv.parent.vector_env import GroupVectorEnv
     from vecenv.rollout.collection import collect
     from vecenv.rollout.dataset import Dataset, load
     from vecenv.seeding import spawn_seeds

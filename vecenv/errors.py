@@ -11,6 +11,11 @@ Who is at fault decides the type:
 * :class:`RemoteEnvError` -- an exception raised by env code that could not be rebuilt in the
   parent (it cannot be pickled or unpickled); it carries the type name, message and traceback.
 * :class:`SpaceMismatchError` -- the handshake found envs whose spaces differ.
+* :class:`CallInFlightError` -- ``close()`` from another thread could not end the call in flight.
+* :class:`DescriptorLimitError` -- a worker could not be started within ``RLIMIT_NOFILE``.
+* :class:`UnguardedMainError` -- workers would import a script that is still running its
+  unguarded top-level code (and so run it again); :class:`UnguardedMainWarning` when vecenv
+  avoids that by forking instead.
 
 Gymnasium's own ``AlreadyPendingCallError``, ``NoAsyncCallError`` and ``ClosedEnvironmentError``
 are raised, unchanged, for calls made in the wrong order or after ``close()``.
@@ -34,6 +39,10 @@ __all__ = [
     "RemoteEnvError",
     "SpaceMismatchError",
     "InvalidObservationError",
+    "CallInFlightError",
+    "DescriptorLimitError",
+    "UnguardedMainError",
+    "UnguardedMainWarning",
     "RemoteTraceback",
     "PackedException",
 ]
@@ -57,6 +66,10 @@ class WorkerDiedError(VecEnvError):
         self.worker = worker
         self.envs = envs
         self.exitcode = exitcode
+
+    def copy(self) -> WorkerDiedError:
+        """The same error, new and never raised (so it holds no traceback)."""
+        return WorkerDiedError(str(self), worker=self.worker, envs=self.envs, exitcode=self.exitcode)
 
 
 class VecEnvTimeoutError(VecEnvError, multiprocessing.TimeoutError, TimeoutError):
@@ -101,6 +114,27 @@ class InvalidObservationError(VecEnvError, ValueError, TypeError):
     the env and the call. A ``ValueError`` (wrong shape) and a ``TypeError`` (wrong dtype), the
     two errors ``SyncVectorEnv`` raises for the same observations.
     """
+
+
+class CallInFlightError(VecEnvError, RuntimeError):
+    """``close()`` from another thread found a call still running after it ended the workers
+    (a call stuck in env code that the parent itself hosts); the vector env is left open."""
+
+
+class DescriptorLimitError(VecEnvError, OSError):
+    """A worker could not be started: this process may open no more file descriptors
+    (``RLIMIT_NOFILE``). Nothing of the workers started so far is left open."""
+
+
+class UnguardedMainError(VecEnvError, RuntimeError):
+    """The workers' start method would import the running script again while its top-level
+    code, outside an ``if __name__ == "__main__":`` block, is what builds the vector env: the
+    script would run once more in every worker. Raised before any process starts."""
+
+
+class UnguardedMainWarning(UserWarning):
+    """A vector env built by a script's unguarded top-level code starts its workers with
+    ``fork``, the one start method that does not import the script again."""
 
 
 class RemoteTraceback(Exception):

@@ -1,15 +1,26 @@
-"""What this machine and this process allow: the cores it may run on, and the start method a
-vector env uses when none is given. These read the platform; :mod:`vecenv.checks` stays pure.
+"""What this machine and this process allow: the cores it may run on, the start method a
+vector env uses when none is given, and whether the running script can be imported again by
+its workers. These read the platform; :mod:`vecenv.checks` stays pure.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import multiprocessing
 import os
 import sys
 import threading
+import tokenize
+import warnings
+from types import FrameType
 
-__all__ = ["available_cpus", "default_start_method"]
+from vecenv.errors import UnguardedMainError, UnguardedMainWarning
+
+__all__ = ["available_cpus", "default_start_method", "guard_main", "unguarded_main", "guarded_line"]
+
+#: The start methods that start a worker by importing the main script again (as ``__mp_main__``).
+REIMPORTING = ("spawn", "forkserver")
 
 
 def available_cpus() -> int:
@@ -47,3 +58,112 @@ def _main_reloadable() -> bool:
     """Whether forkserver/spawn can load ``__main__`` again: not a script read from stdin."""
     path = getattr(sys.modules.get("__main__"), "__file__", None)
     return path is None or os.path.exists(path)
+
+
+def guard_main(method: str, chosen: bool, what: str, option: str) -> str:
+    """The start method to use instead of ``method`` so that the running script never runs twice.
+
+    ``spawn`` and ``forkserver`` start each worker by importing the main script again. A script
+    whose top-level code builds the vector env outside an ``if __name__ == "__main__":`` block
+    would run again in every worker (training as many times over, or dying in CPython's
+    "bootstrapping phase" error). Then, where vecenv chose the method (``chosen`` false), the
+    workers are forked instead, with one :class:`~vecenv.errors.UnguardedMainWarning`: fork
+    copies this process and imports nothing. Where the user chose it, it is not overridden:
+    :class:`~vecenv.errors.UnguardedMainError` says what happened and both ways out, before any
+    process starts. ``what`` names the vector env class, ``option`` its start-method keyword.
+    """
+    if method not in REIMPORTING:
+        return method
+    site = unguarded_main()
+    if site is None:
+        return method
+    path, line = site
+    guard = 'if __name__ == "__main__":'
+    if not chosen and "fork" in multiprocessing.get_all_start_methods() and sys.platform != "darwin":
+        warnings.warn_explicit(
+            f"{what} is built by this script's top-level code, outside `{guard}`: its workers are "
+            f"started with 'fork', not {method!r}, which would import the script again and run it once "
+            f"more in every worker; put the script's code under `{guard}` to use {method!r}",
+            UnguardedMainWarning,
+            path,
+            line,
+            module="__main__",
+            module_globals=vars(sys.modules["__main__"]),
+        )
+        return "fork"
+    raise UnguardedMainError(
+        f"{what} cannot start its workers with {method!r}: it is built by the top-level code of {path}, "
+        f"line {line}, outside `{guard}`, and {method!r} starts each worker by importing that script again, "
+        f"which would run it once more in every worker. Put the script's code under `{guard}`, or pass "
+        f"{option}='fork'"
+    )
+
+
+def unguarded_main() -> tuple[str, int] | None:
+    """``(path, line)`` of the running script's top-level statement that is running now (it is
+    what called us), when that statement is not under ``if __name__ == "__main__":``; else
+    ``None``. No script file (a notebook, ``python -c``, stdin) means nothing to import again."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or not isinstance(path, str) or not os.path.isfile(path):
+        return None
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and not (frame.f_code.co_name == "<module>" and frame.f_globals is vars(main)):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    line = frame.f_lineno
+    try:
+        source = _read(path, os.stat(path).st_mtime_ns)
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+    return None if guarded_line(source, line) else (path, line)
+
+
+@functools.lru_cache(maxsize=8)
+def _read(path: str, mtime_ns: int) -> str:
+    with tokenize.open(path) as f:
+        return f.read()
+
+
+def guarded_line(source: str, line: int) -> bool:
+    """Whether ``line`` of module ``source`` lies in the body of an ``if __name__ == "__main__":``
+    (or ``if ... and __name__ == "__main__":``) block, at any depth. Unparsable source counts as
+    guarded: nothing is known, so nothing is changed."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return True
+    body: list[ast.stmt] = tree.body
+    while True:
+        stmt = next((s for s in body if s.lineno <= line <= (s.end_lineno or s.lineno)), None)
+        if stmt is None:
+            return False
+        if isinstance(stmt, ast.If) and _is_main_test(stmt.test):
+            return any(s.lineno <= line <= (s.end_lineno or s.lineno) for s in stmt.body)
+        inner = [s for block in _blocks(stmt) for s in block]
+        if not inner:
+            return False
+        body = inner
+
+
+def _blocks(stmt: ast.stmt) -> list[list[ast.stmt]]:
+    """The statement lists nested in a compound statement (none for a simple one)."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return []  # a definition's body does not run at import
+    names = ("body", "orelse", "finalbody")
+    blocks = [getattr(stmt, name) for name in names if isinstance(getattr(stmt, name, None), list)]
+    blocks += [h.body for h in getattr(stmt, "handlers", [])]
+    blocks += [c.body for c in getattr(stmt, "cases", [])]
+    return blocks
+
+
+def _is_main_test(test: ast.expr) -> bool:
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return any(_is_main_test(value) for value in test.values)
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+        return False
+    sides = [test.left, test.comparators[0]]
+    names = [s for s in sides if isinstance(s, ast.Name) and s.id == "__name__"]
+    consts = [s for s in sides if isinstance(s, ast.Constant) and s.value == "__main__"]
+    return len(names) == 1 and len(consts) == 1

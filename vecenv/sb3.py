@@ -44,6 +44,7 @@ except ImportError as exc:  # SB3 itself, or torch which it imports, is missing
 from vecenv._sb3_adapter import DISPATCH, INFO_KEY, AdapterFn, InfoBox
 from vecenv.checks import check_seed_policy
 from vecenv.errors import describe
+from vecenv.host import guard_main
 from vecenv.options import DEFAULTS
 from vecenv.parent.restart import RESTART_INFO_KEY
 from vecenv.parent.subproc import SubprocVectorEnv
@@ -66,7 +67,10 @@ class SubprocVecEnv(VecEnv):
             cloudpickle, so lambdas and closures work with every start method).
         start_method: ``"fork"``, ``"forkserver"`` or ``"spawn"``; default as in SB3:
             ``"forkserver"`` where available, else ``"spawn"``. Unknown names raise
-            multiprocessing's ``ValueError`` ("cannot find context for ...").
+            multiprocessing's ``ValueError`` ("cannot find context for ..."). Built by a script's
+            top-level code outside ``if __name__ == "__main__":``, the default is ``"fork"``
+            (with an ``UnguardedMainWarning``) and a method given that imports the script again
+            raises ``UnguardedMainError``: the script never runs twice.
         num_workers: worker processes (or Ray actors), each hosting a contiguous group of envs;
             default ``min(len(env_fns), available cores)`` (the affinity mask, as
             ``vecenv.SubprocVectorEnv``), or with Ray one per CPU of the cluster.
@@ -131,10 +135,13 @@ class SubprocVecEnv(VecEnv):
         }
         if backend == "process":
             _only_for("ray", address=address, actor_options=actor_options)
+            chosen = start_method is not None
             if start_method is None:
                 # SB3's default: fork is not thread-safe (torch threads in the parent).
                 start_method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
             multiprocessing.get_context(start_method)  # SB3's error for an unknown method
+            # Never import a script again that is running its unguarded top-level code (see vecenv.host).
+            start_method = guard_main(start_method, chosen, type(self).__name__, "start_method")
             self.vector_env: GroupVectorEnv = SubprocVectorEnv(
                 adapted, num_workers, context=start_method, pin_cpus=pin_cpus, **shared
             )

@@ -6,8 +6,9 @@ those. Which envs are where is read off the pool's worker status, never kept twi
 Every env's trajectory is the one ``SyncVectorEnv`` gives for its seed and action sequence,
 whatever order the groups finish in.
 
-This class holds no reference to the vector env that owns it: it is given the pool, the buffers,
-the call state and the action placer, and changes the call state only through its methods.
+This class holds no reference to the vector env that owns it: it is given the call runner (the
+pool and the call state), the buffers and the action placer, and changes the call state only
+through its methods.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ from gymnasium.vector.utils import concatenate, create_empty_array
 
 from vecenv.checks import check_env_ids, check_options, check_timeout
 from vecenv.parent.actions import ActionPlacer
-from vecenv.parent.pool import WorkerPool
-from vecenv.parent.records import WorkerStatus
+from vecenv.parent.calls import CallRunner
+from vecenv.parent.records import WorkerRecord, WorkerStatus
 from vecenv.parent.replies import InfoMerger
-from vecenv.parent.state import CallState, SeedBook, State
+from vecenv.parent.state import SeedBook, State
 from vecenv.spaces import tree_map
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import Command, ResetArgs
@@ -40,18 +41,18 @@ class AsyncBatches:
 
     def __init__(
         self,
-        pool: WorkerPool,
+        runner: CallRunner,
         buffers: Buffers,
-        calls: CallState,
         actions: ActionPlacer,
         seeds: SeedBook,
         single_observation_space: gym.Space,
         autoreset_mode: AutoresetMode,
         batch_size: int,
     ) -> None:
-        self.pool = pool
+        self.runner = runner
+        self.pool = pool = runner.pool
         self.buffers = buffers
-        self.calls = calls
+        self.calls = runner.calls
         self.actions = actions
         self.seeds = seeds
         self.single_observation_space = single_observation_space
@@ -78,9 +79,8 @@ class AsyncBatches:
         for w in workers:
             if w.in_flight:
                 w.abandon()
-        self.pool.send(
-            workers, Command.RESET, [ResetArgs(seeds[w.start : w.stop], options, None) for w in workers], "async_reset"
-        )
+        payloads = [ResetArgs(seeds[w.start : w.stop], options, None) for w in workers]
+        self.runner.send(workers, Command.RESET, payloads, "async_reset", None)
         calls.batches_started()
 
     def recv(self, timeout: float | None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
@@ -108,11 +108,20 @@ class AsyncBatches:
                 break
             groups.append(w)
             total += w.size
-        replies = [w.take() for w in groups]
+        try:  # an interrupt from here on loses the taken groups: none of them can be sent
+            return self._batch(groups, [w.take() for w in groups])
+        except KeyboardInterrupt as exc:
+            calls.interrupted("recv", exc, poisons=True)
+            raise
+
+    def _batch(
+        self, groups: list[WorkerRecord], replies: list[tuple[bool, Any]]
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
+        """The batch of the taken ``groups``, from their replies (an env error is raised)."""
         for w, (ok, result) in zip(groups, replies):
             if not ok:
-                calls.poison("an env raised during `recv`")
-                pool.raise_remote(w, result, "recv")
+                self.calls.poison("an env raised during `recv`")
+                self.pool.raise_remote(w, result, "recv")
         b = self.buffers
         offsets = np.cumsum([0] + [w.size for w in groups[:-1]]).tolist()
         infos = self._infos.merge(b, groups, [result for _, result in replies], offsets)
@@ -140,7 +149,7 @@ class AsyncBatches:
         missing = sorted(set(i for w in workers for i in w.envs) - set(ids.tolist()))
         if missing:
             raise ValueError(f"`env_ids` must cover whole groups (one group per worker), envs {missing} are missing")
-        pool.send(workers, Command.STEP, self.actions.payloads(actions, workers, ids), "send")
+        self.runner.send(workers, Command.STEP, self.actions.payloads(actions, workers, ids), "send", None)
 
 
 def _already_pending(call: str, state: State) -> Exception:

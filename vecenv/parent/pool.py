@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from vecenv.errors import PackedException, VecEnvTimeoutError, WorkerDiedError
-from vecenv.parent.records import WorkerRecord, WorkerStatus
+from vecenv.parent.records import OwedCall, WorkerRecord, WorkerStatus
 from vecenv.parent.restart import LostAgain, Restarter, mark_restarted
 from vecenv.transports.base import Event, Reply, Transport, WorkerGone
 from vecenv.wire.buffers import Buffers, BufferSpec
@@ -40,6 +40,7 @@ class WorkerPool:
         self.restarter = restarter
         self._spec: BufferSpec | None = None
         self._autoreset_mode: Any = None
+        self.ending = False  # close() from another thread is ending the workers: no restarts
         self._call_ids = itertools.count(1)
         self._arrivals = itertools.count()
         transport.launch(group_fns)
@@ -87,18 +88,43 @@ class WorkerPool:
     def send(self, workers: Sequence[WorkerRecord], command: Command, payloads: Sequence[Any], call: str) -> None:
         """Send each worker its command; they become BUSY.
 
-        Every message is encoded first: a payload that cannot be serialised raises before any
-        worker is sent anything or changes status.
+        Every message is encoded and every status checked first: a payload that cannot be
+        serialised raises before any worker is sent anything or changes status. A worker is
+        marked BUSY only once its message is out, so an interrupt (Ctrl+C) between the two
+        leaves at worst a reply to a call the record never knew, which is dropped on arrival;
+        the caller abandons what was sent (:meth:`abandon`).
         """
-        transport = self.transport
-        ids = [next(self._call_ids) for _ in workers]
-        messages = [transport.encode(command, i, p) for i, p in zip(ids, payloads, strict=True)]
-        for w, call_id, message in zip(workers, ids, messages):
-            w.sent(call_id, call, command, message)
+        self.deliver(workers, self.prepare(workers, command, payloads, call))
+
+    def prepare(
+        self, workers: Sequence[WorkerRecord], command: Command, payloads: Sequence[Any], call: str
+    ) -> list[OwedCall]:
+        """Check that every worker may be sent a command and encode each; sends nothing."""
+        for w in workers:
+            w.check_sendable(call)
+        encode = self.transport.encode
+        outgoing = []
+        for payload in payloads:
+            call_id = next(self._call_ids)
+            outgoing.append(OwedCall(call_id, call, True, command, encode(command, call_id, payload)))
+        return outgoing
+
+    def deliver(self, workers: Sequence[WorkerRecord], outgoing: Sequence[OwedCall]) -> None:
+        """Send what :meth:`prepare` made, one message per worker; each becomes BUSY once sent."""
+        for w, out in zip(workers, outgoing, strict=True):
             try:
-                transport.send(w.index, message)
+                self.transport.send(w.index, out.message)
             except WorkerGone:
-                self.died(w, call)
+                w.sent(out.call_id, out.call, out.command, out.message)  # what a restart sends again
+                self.died(w, out.call)
+                continue
+            w.sent(out.call_id, out.call, out.command, out.message)
+
+    def abandon(self, workers: Sequence[WorkerRecord]) -> None:
+        """Stop waiting for what ``workers`` owe (a call interrupted while it was being sent):
+        their replies are dropped when they arrive."""
+        for w in workers:
+            w.abandon()
 
     def answer(self, w: WorkerRecord, call_id: int, ok: bool, result: Any) -> None:
         """Record a reply to ``w``'s call ``call_id`` (from the transport, or made by a restart)."""
@@ -198,13 +224,17 @@ class WorkerPool:
 
     def raise_remote(self, w: WorkerRecord, packed: PackedException, call: str) -> None:
         """Raise an env's exception in the parent with a note naming the env, worker and call."""
+        raise self.remote_error(w, packed, call)
+
+    def remote_error(self, w: WorkerRecord, packed: PackedException, call: str) -> BaseException:
+        """An env's exception rebuilt in the parent, with a note naming the env, worker and call."""
         if packed.env_index is not None:
             where = f"env {w.start + packed.env_index}"
         elif w.size:
             where = f"envs {w.start}..{w.stop - 1}"
         else:
             where = "its env group"
-        raise packed.rebuild(f"raised in {where} (worker {w.index}{self.transport.where(w.index)}) during `{call}`")
+        return packed.rebuild(f"raised in {where} (worker {w.index}{self.transport.where(w.index)}) during `{call}`")
 
     def died(self, w: WorkerRecord, call: str) -> None:
         """A worker died: restart it when the policy allows, else end the others (their
@@ -215,12 +245,14 @@ class WorkerPool:
         how, exitcode = self.transport.cause_of_death(w.index)
         span = f"envs {w.start}..{w.stop - 1}" if w.size else "envs not yet assigned"
         what = f"worker {w.index} ({span}{self.transport.where(w.index)}) {how} during `{call}`"
-        if restarter is not None and call not in ("__init__", "close"):
+        if restarter is not None and call not in ("__init__", "close") and not self.ending:
             refusal = restarter.replace(self, w)
             if refusal is None:
                 return
             what += f"; {refusal}"
         w.died()
+        # Kept, never raised itself: a raised exception's traceback holds the frames it passed,
+        # and through them the vector env, a cycle that would outlive `del envs`.
         self.broken = WorkerDiedError(
             f"{what}; the vector env is unusable, close it and make a new one",
             worker=w.index,
@@ -230,9 +262,15 @@ class WorkerPool:
         self.transport.kill()
         for other in self.workers:
             other.died()
-        raise self.broken
+        raise self.broken.copy()
 
     # -- shutdown ----------------------------------------------------------------------------
+
+    def abort(self, reason: str) -> None:
+        """From another thread than the one waiting on the workers: end them (no restarts), so
+        that the waiting call raises ``WorkerDiedError`` with ``reason`` as the cause."""
+        self.ending = True
+        self.transport.abort(reason)
 
     def shutdown(self, timeout: float, wait_late: bool) -> BaseException | None:
         """Close the envs politely within ``timeout`` seconds, then end every worker.
@@ -254,11 +292,10 @@ class WorkerPool:
                     if w.status in (WorkerStatus.IDLE, WorkerStatus.READY, WorkerStatus.BUSY)
                     or (w.status is WorkerStatus.LATE and wait_late)
                 ]
-                for w in closing:
-                    w.abandon()
+                self.abandon(closing)
                 self.send(closing, Command.CLOSE, [None] * len(closing), "close")
-                self.gather(closing, max(0.0, deadline - time.monotonic()), "close")
-            except (VecEnvTimeoutError, WorkerDiedError):
+                error = self._close_errors(closing, deadline)
+            except WorkerDiedError:
                 pass
             except Exception as exc:
                 error = exc
@@ -266,3 +303,20 @@ class WorkerPool:
         if self.buffers is not None:
             self.buffers.close()
         return error
+
+    def _close_errors(self, closing: list[WorkerRecord], deadline: float) -> BaseException | None:
+        """Collect the close replies until ``deadline``; the first env error (by worker order)
+        among those that answered, even when another worker's close hangs past it."""
+        failures: dict[int, BaseException] = {}
+        waiting = closing
+        while waiting:
+            try:
+                ready = self.wait(waiting, deadline, "close", None)
+            except (VecEnvTimeoutError, WorkerDiedError):
+                break
+            for w in ready:
+                ok, result = w.take()
+                if not ok:
+                    failures[w.index] = self.remote_error(w, result, "close")
+            waiting = [w for w in waiting if w.status is not WorkerStatus.IDLE]
+        return failures[min(failures)] if failures else None

@@ -82,9 +82,13 @@ class WorkerRecord:
 
     # -- transitions: the only places that change ``status`` --------------------------------
 
-    def sent(self, call_id: int, call: str, command: Command | None = None, message: Any = None) -> None:
+    def check_sendable(self, call: str) -> None:
+        """Raise unless a command may be sent now (the pool checks before it writes anything)."""
         if self.status not in (WorkerStatus.IDLE, WorkerStatus.LATE):
             raise StatusError(f"`{call}` sent to worker {self.index} while it is {self.status.value}")
+
+    def sent(self, call_id: int, call: str, command: Command | None = None, message: Any = None) -> None:
+        self.check_sendable(call)
         self._owed.append(OwedCall(call_id, call, True, command, message))
         self.status = WorkerStatus.BUSY
 

@@ -151,6 +151,14 @@ class CallState:
         """The pending call is over (answered, failed or timed out)."""
         self._waiting = State.DEFAULT
 
+    def interrupted(self, call: str, exc: BaseException, poisons: bool) -> None:
+        """Sending ``call`` was cut short (Ctrl+C, or a failure part-way): nothing is pending,
+        and when some envs may have acted on it (``poisons``) steps are refused until a reset."""
+        if self._waiting is not State.WAITING_RECV:
+            self._waiting = State.DEFAULT
+        if poisons:
+            self._needs_reset = f"`{call}` was interrupted ({type(exc).__name__})"
+
     def poison(self, reason: str) -> None:
         """Some envs stepped and others did not: refuse steps until a full reset."""
         self._needs_reset = reason

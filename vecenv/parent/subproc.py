@@ -7,6 +7,7 @@ builds a :class:`~vecenv.transports.process.ProcessTransport`; everything after 
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
 from vecenv.checks import check_batch_size, check_context, check_env_fns, check_flag, check_group_fns, check_num_workers
+from vecenv.host import guard_main
 from vecenv.options import DEFAULTS, VectorOptions
 from vecenv.parent.groups import split_groups
 from vecenv.parent.sizing import WorkerChoice, choose_num_workers
@@ -83,7 +85,10 @@ class SubprocVectorEnv(GroupVectorEnv):
             ``forkserver``, as Python 3.14 does by default, because a forked worker can inherit
             a lock one of those threads held and wait for it forever. Env constructors are sent
             with cloudpickle, so envs defined in ``__main__`` or as lambdas work with every
-            method.
+            method. ``spawn`` and ``forkserver`` import the main script again in each worker:
+            built by a script's top-level code outside ``if __name__ == "__main__":``, a vector
+            env forks instead when it chose the method (an ``UnguardedMainWarning``), and raises
+            ``UnguardedMainError`` when you did, so that the script never runs twice.
         daemon: start the workers as daemon processes.
         shared_memory: with ``False`` every array travels through the pipes (for debugging and
             custom spaces); results are the same.
@@ -100,6 +105,8 @@ class SubprocVectorEnv(GroupVectorEnv):
         ValueError, TypeError: bad arguments, named with what was expected and what was given.
         SpaceMismatchError: two envs report different spaces.
         WorkerDiedError: a worker died while building its envs.
+        UnguardedMainError: see ``context``.
+        DescriptorLimitError: ``RLIMIT_NOFILE`` leaves too few file descriptors to start a worker.
     """
 
     #: What ``num_workers="auto"`` chose and why (``None`` for an explicit count).
@@ -184,6 +191,10 @@ class SubprocVectorEnv(GroupVectorEnv):
         inline: bool,
     ) -> None:
         ctx = check_context(context)
+        if not (inline and len(groups) == 1):  # worker processes will start
+            chosen = context is not None or multiprocessing.get_start_method(allow_none=True) is not None
+            method = guard_main(ctx.get_start_method(), chosen, type(self).__name__, "context")
+            ctx = multiprocessing.get_context(method)
         #: The multiprocessing start method the workers were started with.
         self.start_method: str = ctx.get_start_method()
         mode = options.worker_observation_mode

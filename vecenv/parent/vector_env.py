@@ -39,26 +39,26 @@ choose one and call :meth:`GroupVectorEnv._open`.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Sequence
 from copy import deepcopy
-from multiprocessing import util
 from typing import Any
 
 import numpy as np
-from gymnasium import logger
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from vecenv.checks import check_batch_size, check_env_ids, check_options, check_reset_mask, check_timeout
-from vecenv.errors import WorkerDiedError, describe
+from vecenv.errors import describe
 from vecenv.options import VectorOptions
 from vecenv.parent.actions import ActionPlacer
+from vecenv.parent.calls import CallRunner
+from vecenv.parent.closing import DEFAULT_CLOSE_TIMEOUT, Closer
 from vecenv.parent.envpool_api import AsyncBatches
 from vecenv.parent.handshake import configure
 from vecenv.parent.pool import WorkerPool
 from vecenv.parent.render import EnvIds, RenderPlan
 from vecenv.parent.replies import InfoMerger
 from vecenv.parent.restart import Restarter, RestartPolicy
+from vecenv.parent.serial import CallLock, serialised
 from vecenv.parent.state import CallState, SeedBook, State
 from vecenv.spaces import tree_copy
 from vecenv.transports.base import Transport
@@ -67,22 +67,14 @@ from vecenv.wire.protocol import CallArgs, Command, ResetArgs, SetAttrArgs
 
 __all__ = ["GroupVectorEnv", "DEFAULT_CLOSE_TIMEOUT"]
 
-#: Seconds ``close()`` waits for workers to close their envs before terminating them.
-DEFAULT_CLOSE_TIMEOUT = 3.0
-
-
-def _close_at_exit(ref: weakref.ReferenceType[GroupVectorEnv]) -> None:
-    envs = ref()
-    if envs is not None:
-        envs._close(timeout=None, terminate=False, warn=False)
-
 
 class GroupVectorEnv(VectorEnv):
     """A ``gymnasium.vector.VectorEnv`` over a :class:`~vecenv.parent.pool.WorkerPool` of env groups.
 
     The subclasses choose the transport (:class:`~vecenv.SubprocVectorEnv`: processes;
     :class:`~vecenv.RayVectorEnv`: Ray actors); everything here is the same for both. Results
-    are identical to ``SyncVectorEnv`` for the same seeds and actions.
+    are identical to ``SyncVectorEnv`` for the same seeds and actions. Threads may share one:
+    its calls run one at a time (:mod:`vecenv.parent.serial`).
     """
 
     _pool: WorkerPool
@@ -97,10 +89,11 @@ class GroupVectorEnv(VectorEnv):
         shared_memory: bool,
     ) -> None:
         """Start the workers and run the handshake; on any failure release everything."""
+        #: Held by every public call: threads sharing this vector env take turns.
+        self.call_lock = CallLock()
         self.autoreset_mode = options.autoreset_mode
         self.copy = options.copy
         self._calls = CallState(type(self).__name__)
-        self._finalizer: util.Finalize | None = None
         self.seed_policy = options.seed_policy  # how reset(seed=int) seeds the envs (vecenv.seeding)
         self._seeds = SeedBook(0, options.seed_policy)
         restarter = None
@@ -114,13 +107,13 @@ class GroupVectorEnv(VectorEnv):
             transport.stop(0.0)
             self._calls.mark_closed()
             raise
+        self._runner = CallRunner(self._pool, self._calls)
+        # Holds the pool, never this vector env: dropping it closes the workers at once.
+        self._closer = Closer(self._pool, self._calls, self.call_lock, self)
         try:
-            # Closes the envs at interpreter exit, before multiprocessing joins its children
-            # (non-daemon workers of an env never closed would otherwise block the exit).
-            self._finalizer = util.Finalize(self, _close_at_exit, args=(weakref.ref(self),), exitpriority=100)
             self._handshake(options, shared_memory and transport.shares_memory)
         except BaseException:
-            self._close(timeout=0.0, terminate=True, warn=False)
+            self._closer.close(0.0, terminate=True, warn=False)
             raise
 
     def _handshake(self, options: VectorOptions, shared_memory: bool) -> None:
@@ -142,9 +135,8 @@ class GroupVectorEnv(VectorEnv):
         self._infos = InfoMerger(self.num_envs)
         batch_size = check_batch_size(options.batch_size, [w.size for w in self._pool.workers])
         self._batches = AsyncBatches(
-            self._pool,
+            self._runner,
             self._buffers,
-            self._calls,
             self._actions,
             self._seeds,
             self.single_observation_space,
@@ -171,24 +163,6 @@ class GroupVectorEnv(VectorEnv):
         """What the vector env is waiting for (``BROKEN`` once a worker died)."""
         return self._calls.state
 
-    def _finish(self, call: str, timeout: float | None, poisons: bool) -> list[Any]:
-        """Gather the pending call's replies and return to ``DEFAULT`` whatever happens.
-
-        ``poisons``: a timeout or env error leaves some envs stepped and others not, so the
-        next step must be refused until a full reset.
-        """
-        calls = self._calls
-        try:
-            return self._pool.gather(calls.pending, timeout, call)
-        except WorkerDiedError:
-            raise
-        except BaseException as exc:
-            if poisons:
-                calls.poison(f"`{call}` failed ({type(exc).__name__})")
-            raise
-        finally:
-            calls.finish()
-
     def _observations(self) -> Any:
         obs = self._buffers.batched_observations()
         if not self.copy:
@@ -203,6 +177,7 @@ class GroupVectorEnv(VectorEnv):
 
     # -- reset ---------------------------------------------------------------------------------
 
+    @serialised
     def reset_async(
         self, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> None:
@@ -225,17 +200,18 @@ class GroupVectorEnv(VectorEnv):
             ResetArgs(seeds[w.start : w.stop], options, None if mask is None else mask[w.start : w.stop])
             for w in pending
         ]
-        self._pool.send(pending, Command.RESET, payloads, "reset_async")
-        self._calls.begin(State.WAITING_RESET, pending, mask)
+        self._runner.send(pending, Command.RESET, payloads, "reset_async", State.WAITING_RESET, mask)
 
+    @serialised
     def reset_wait(self, timeout: float | None = None) -> tuple[Any, dict[str, Any]]:
         """Wait for the reset sent by :meth:`reset_async`; raises the timeout error after ``timeout`` s."""
         timeout = check_timeout(timeout)
         self._calls.check_waiting(State.WAITING_RESET, "reset_wait", "reset_async")
-        infos = self._merge(self._finish("reset_wait", timeout, poisons=True))
+        infos = self._merge(self._runner.finish("reset_wait", timeout, poisons=True))
         self._calls.reset_done()
         return self._observations(), infos
 
+    @serialised
     def reset(
         self,
         *,
@@ -253,6 +229,7 @@ class GroupVectorEnv(VectorEnv):
 
     # -- step ----------------------------------------------------------------------------------
 
+    @serialised
     def step_async(self, actions: Any) -> None:
         """Write ``actions`` (an element of :attr:`action_space`) and start every worker stepping."""
         calls = self._calls
@@ -261,18 +238,20 @@ class GroupVectorEnv(VectorEnv):
         if self.autoreset_mode is AutoresetMode.DISABLED:
             calls.check_none_ended("step_async")
         workers = self._pool.workers
-        self._pool.send(workers, Command.STEP, self._actions.payloads(actions, workers), "step_async")
-        calls.begin(State.WAITING_STEP, workers)
+        payloads = self._actions.payloads(actions, workers)
+        self._runner.send(workers, Command.STEP, payloads, "step_async", State.WAITING_STEP)
 
+    @serialised
     def step_wait(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Wait for the step sent by :meth:`step_async`; raises the timeout error after ``timeout`` s."""
         timeout = check_timeout(timeout)
         self._calls.check_waiting(State.WAITING_STEP, "step_wait", "step_async")
-        infos = self._merge(self._finish("step_wait", timeout, poisons=True))
+        infos = self._merge(self._runner.finish("step_wait", timeout, poisons=True))
         b = self._buffers
         self._calls.step_done(b.terminations, b.truncations)
         return self._observations(), b.rewards.copy(), b.terminations.copy(), b.truncations.copy(), infos
 
+    @serialised
     def step(
         self, actions: Any, timeout: float | None = None
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
@@ -288,6 +267,7 @@ class GroupVectorEnv(VectorEnv):
         """Envs returned by each :meth:`recv`."""
         return self._batches.batch_size
 
+    @serialised
     def async_reset(
         self, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> None:
@@ -297,6 +277,7 @@ class GroupVectorEnv(VectorEnv):
         """
         self._batches.async_reset(seed, options)
 
+    @serialised
     def recv(
         self, timeout: float | None = None
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
@@ -308,6 +289,7 @@ class GroupVectorEnv(VectorEnv):
         """
         return self._batches.recv(timeout)
 
+    @serialised
     def send(self, actions: Any, env_ids: Sequence[int] | np.ndarray) -> None:
         """Step exactly the envs ``env_ids`` (whole groups returned by :meth:`recv`), one action each.
 
@@ -318,22 +300,25 @@ class GroupVectorEnv(VectorEnv):
 
     # -- calls, attributes, render -------------------------------------------------------------
 
+    @serialised
     def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
         """Start calling method ``name`` (or reading attribute ``name``) on every env."""
         self._calls.check_can_start("call_async")
         if not isinstance(name, str):
             raise TypeError(f"`name` must be a str, got {describe(name)}")
         workers = self._pool.workers
-        self._pool.send(workers, Command.CALL, [CallArgs(name, args, kwargs)] * len(workers), "call_async")
-        self._calls.begin(State.WAITING_CALL, workers)
+        payloads = [CallArgs(name, args, kwargs)] * len(workers)
+        self._runner.send(workers, Command.CALL, payloads, "call_async", State.WAITING_CALL)
 
+    @serialised
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
         """The results of :meth:`call_async`, one per env."""
         timeout = check_timeout(timeout)
         self._calls.check_waiting(State.WAITING_CALL, "call_wait", "call_async")
-        replies = self._finish("call_wait", timeout, poisons=False)
+        replies = self._runner.finish("call_wait", timeout, poisons=False)
         return tuple(r for reply in replies for r in reply)
 
+    @serialised
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call method ``name`` with the arguments on every env (or read attribute ``name``).
 
@@ -342,12 +327,14 @@ class GroupVectorEnv(VectorEnv):
         self.call_async(name, *args, **kwargs)
         return self.call_wait()
 
+    @serialised
     def get_attr(self, name: str, timeout: float | None = None) -> tuple[Any, ...]:
         """Attribute ``name`` of every env (a callable attribute is called, as ``SyncVectorEnv`` does)."""
         timeout = check_timeout(timeout)
         self.call_async(name)
         return self.call_wait(timeout)
 
+    @serialised
     def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any, timeout: float | None = None) -> None:
         """Set attribute ``name`` on every env: one value for all, or a list/tuple of one per env."""
         timeout = check_timeout(timeout)
@@ -363,6 +350,7 @@ class GroupVectorEnv(VectorEnv):
         payloads = [SetAttrArgs(name, list(values[w.start : w.stop])) for w in workers]
         self._run(Command.SET_ATTR, workers, payloads, "set_attr", timeout)
 
+    @serialised
     def render(self, env_ids: EnvIds | None = None, timeout: float | None = None) -> tuple[Any, ...]:
         """The rendered frame of every env (``env_ids=None``), or of the envs ``env_ids`` in that
         order (distinct, in ``[0, num_envs)``): only the workers that host them render and send."""
@@ -373,9 +361,8 @@ class GroupVectorEnv(VectorEnv):
         return plan.frames(self._run(Command.RENDER, plan.workers, plan.payloads, "render", timeout))
 
     def _run(self, command: Command, workers: list[Any], payloads: list[Any], call: str, timeout: float | None) -> Any:
-        self._pool.send(workers, command, payloads, call)
-        self._calls.begin(State.WAITING_CALL, workers)
-        return self._finish(call, timeout, poisons=False)
+        self._runner.send(workers, command, payloads, call, State.WAITING_CALL)
+        return self._runner.finish(call, timeout, poisons=False)
 
     @property
     def num_workers(self) -> int:
@@ -397,35 +384,20 @@ class GroupVectorEnv(VectorEnv):
 
     # AsyncVectorEnv's signature (the base class takes **kwargs).
     def close(self, timeout: float | None = None, terminate: bool = False) -> None:  # type: ignore[override]
-        """Close the envs and release every worker, pipe and shared-memory block.
+        """Close the envs and release every worker, pipe and shared-memory block; from any thread.
 
         Idempotent. Workers are asked to close their envs and given ``timeout`` seconds
         (default :data:`DEFAULT_CLOSE_TIMEOUT`) to do so; a worker still busy with a call that
         timed out gets no grace unless ``timeout`` is given. Stragglers are terminated, then
         killed. ``terminate=True`` skips the polite part. Closing while a ``*_async`` call is
         pending warns, as Gymnasium's ``AsyncVectorEnv`` does. An exception raised by an env's
-        ``close()`` is re-raised after everything is released.
+        ``close()`` is re-raised after everything is released. A call running in another
+        thread is given the same grace, then its workers are ended (it raises there).
         """
         timeout = check_timeout(timeout)
-        self._close(timeout, terminate, warn=True)
-
-    def _close(self, timeout: float | None, terminate: bool, warn: bool) -> None:
-        calls = getattr(self, "_calls", None)
-        if calls is None or calls.closed or getattr(self, "_pool", None) is None:
-            if calls is not None:
-                calls.mark_closed()
-            return
-        if warn and calls.state in (State.WAITING_RESET, State.WAITING_STEP, State.WAITING_CALL):
-            logger.warn(f"Calling `close` while waiting for a pending call to `{calls.waiting.value}` to complete.")
-        grace = 0.0 if terminate else (DEFAULT_CLOSE_TIMEOUT if timeout is None else timeout)
-        try:
-            error = self._pool.shutdown(grace, wait_late=timeout is not None)
-        finally:
-            calls.mark_closed()
-            if self._finalizer is not None:
-                self._finalizer.cancel()
-        if error is not None:
-            raise error
+        closer = getattr(self, "_closer", None)
+        if closer is not None:
+            closer.close(timeout, terminate, warn=True)
 
     def __enter__(self) -> GroupVectorEnv:
         return self
@@ -434,9 +406,10 @@ class GroupVectorEnv(VectorEnv):
         self.close()
 
     def __del__(self) -> None:
-        if not getattr(self, "closed", True):
+        closer = getattr(self, "_closer", None)
+        if closer is not None and not closer.calls.closed:
             try:
-                self._close(timeout=None, terminate=True, warn=False)
+                closer.close(None, terminate=True, warn=False)
             except Exception:
                 pass
 

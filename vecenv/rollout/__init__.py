@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 from vecenv.rollout.collection import collect
 from vecenv.rollout.dataset import Dataset, load
-from vecenv.rollout.errors import MinariNotInstalledError, PolicyError, UnsupportedSpaceError
+from vecenv.rollout.errors import DatasetWriteError, MinariNotInstalledError, PolicyError, UnsupportedSpaceError
 
 if TYPE_CHECKING:
     from vecenv.rollout.cli import main
@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Dataset",
+    "DatasetWriteError",
     "MinariNotInstalledError",
     "PolicyError",
     "UnsupportedSpaceError",

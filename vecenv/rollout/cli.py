@@ -2,7 +2,9 @@
 
 The parsers are in ``cli_arguments.py``, the end-of-run reports in ``cli_summary.py``; this
 module checks what argparse cannot, builds the environments, runs the library, and turns its
-errors into one ``vecenv-collect: error: ...`` line with exit status 2.
+errors into one ``vecenv-collect: error: ...`` line: exit status 2 for bad input, 1 when the
+output cannot be written (a full disk, a read-only ``--out``), where what was written is kept
+as a dataset marked incomplete. ``--debug`` shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -27,7 +29,13 @@ from vecenv.rollout.cli_arguments import PROG, build_export_parser, build_parser
 from vecenv.rollout.cli_summary import dataset_summary, minari_summary
 from vecenv.rollout.collection import collect
 from vecenv.rollout.dataset import load
-from vecenv.rollout.errors import FLAGS, MinariNotInstalledError, PolicyError, UnsupportedSpaceError
+from vecenv.rollout.errors import (
+    FLAGS,
+    DatasetWriteError,
+    MinariNotInstalledError,
+    PolicyError,
+    UnsupportedSpaceError,
+)
 from vecenv.rollout.format import METADATA_FILE
 from vecenv.rollout.minari import datasets_root, export_minari, minari_target
 from vecenv.rollout.policies import PolicySpecError, load_policy
@@ -98,7 +106,7 @@ def _checked_output(args: argparse.Namespace) -> Path:
         except (MinariNotInstalledError, ValueError, FileExistsError) as exc:
             raise _UsageError(str(exc)) from None
         return out
-    out = Path(args.out) if args.out else Path("rollouts") / args.env.rpartition(":")[2]
+    out = _default_out(args)
     try:
         check_out(out, args.overwrite, FLAGS)
     except FileExistsError as exc:
@@ -224,6 +232,28 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write_failure(exc: OSError, args: argparse.Namespace, exporting: bool) -> str:
+    """One line for an output that could not be written: the path, the cause, and what was kept."""
+    if isinstance(exc, DatasetWriteError):
+        what = str(exc.strerror)
+    else:
+        cause = exc.strerror or str(exc)
+        what = f"cannot write {exc.filename}: {cause}" if exc.filename else f"{type(exc).__name__}: {cause}"
+    out = None if exporting or args.format == "minari" else _default_out(args)
+    metadata = None if out is None else out / METADATA_FILE
+    if metadata is not None and metadata.is_file():
+        try:
+            kept = json.loads(metadata.read_text())["counts"]["transitions"]
+            what += f'; kept a partial dataset ("complete": false) of {kept} transitions in {out}'
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    return " ".join(what.split())
+
+
+def _default_out(args: argparse.Namespace) -> Path:
+    return Path(args.out) if args.out else Path("rollouts") / args.env.rpartition(":")[2]
+
+
 def _raise_terminated(signum: int, frame: Any) -> NoReturn:
     raise _Terminated(f"terminated by signal {signum}")
 
@@ -231,9 +261,12 @@ def _raise_terminated(signum: int, frame: Any) -> NoReturn:
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``vecenv-collect`` command (see ``--help``); returns the exit status.
 
-    0 on success, 2 for bad input (one ``vecenv-collect: error: ...`` line on stderr),
-    130 after Ctrl+C (SIGINT) and 143 after SIGTERM, both of which keep what was collected
-    as a dataset marked ``"complete": false`` and close the environments' workers.
+    0 on success, 2 for bad input (one ``vecenv-collect: error: ...`` line on stderr), 1
+    when the output cannot be written (one line naming the path and the cause; what was
+    written stays a dataset marked ``"complete": false``), 130 after Ctrl+C (SIGINT) and 143
+    after SIGTERM, both of which keep what was collected as a dataset marked
+    ``"complete": false`` and close the environments' workers. ``--debug`` shows the
+    traceback of an error that is not bad input.
     """
     arguments = list(sys.argv[1:] if argv is None else argv)
     exporting = bool(arguments) and arguments[0] == "export"
@@ -254,6 +287,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _UsageError as exc:
         print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        if args.debug:
+            raise
+        print(f"{PROG}: error: {_write_failure(exc, args, exporting)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt as exc:
         if isinstance(exc, _Terminated):
             return 128 + signal.SIGTERM

@@ -83,7 +83,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="show no progress bar and no summary (e.g. --quiet)",
     )
     _add_runtime_arguments(parser)
+    _add_debug_argument(parser)
     return parser
+
+
+def _add_debug_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="on an error, show its full traceback instead of one line (e.g. --debug)",
+    )
 
 
 def _add_environment_arguments(parser: argparse.ArgumentParser) -> None:
@@ -278,4 +287,5 @@ def build_export_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--quiet", action="store_true", help="print no summary (e.g. --quiet)")
     _add_minari_arguments(parser, collecting=False)
+    _add_debug_argument(parser)
     return parser

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vecenv.errors import VecEnvError
+
 
 class PolicyError(ValueError):
     """The policy returned actions that are not in the environments' action space."""
@@ -18,6 +20,13 @@ class UnsupportedSpaceError(TypeError):
 class MinariNotInstalledError(ImportError):
     """``format="minari"`` or a Minari export was asked for but Minari (with its HDF5
     backend) is not installed."""
+
+
+class DatasetWriteError(VecEnvError, OSError):
+    """A dataset file could not be written (a full disk, a read-only or vanished directory, a
+    quota, a file size limit). Its message names the path and the cause; ``errno`` and
+    ``filename`` are the underlying ``OSError``'s. What was committed before it stays a valid
+    dataset marked ``"complete": false``."""
 
 
 @dataclass(frozen=True)

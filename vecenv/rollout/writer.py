@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import math
@@ -9,7 +10,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -17,7 +18,7 @@ from typing import IO, Any
 import gymnasium
 import numpy as np
 
-from vecenv.rollout.errors import KEYWORDS, OptionNames
+from vecenv.rollout.errors import KEYWORDS, DatasetWriteError, OptionNames
 from vecenv.rollout.format import METADATA_FILE, Leaf
 
 # Rows are buffered in memory up to this many bytes (all fields together) per chunk.
@@ -65,6 +66,11 @@ class DatasetWriter:
     simply rewrites the same rows, and ``finalize`` truncates any bytes written past the
     committed rows. Thus all files always agree on the row count recorded in the headers
     and in ``metadata.json``.
+
+    A write that fails (a full disk, a read-only directory) raises
+    :class:`~vecenv.rollout.errors.DatasetWriteError` naming the file and the cause; the
+    dataset keeps the rows committed before it, and ``finalize`` then trims the files to them
+    and marks the dataset incomplete without raising again.
     """
 
     def __init__(self, out: Path, fields: list[Leaf], metadata: dict[str, Any]) -> None:
@@ -77,18 +83,25 @@ class DatasetWriter:
         self.lengths = _RunningStats()
         self._flushed = 0  # rows committed to the files
         self._buffered = 0  # rows in the chunk buffers
+        self._flushed_episodes = 0  # complete episodes among the committed rows
+        self._buffered_episodes = 0  # ... and among the buffered ones
         self._started = time.monotonic()
         self._last_flush = self._started
         self._chunk_rows = chunk_rows(sum(f.row_bytes for f in fields))
         self._buffers = [np.empty((self._chunk_rows, *f.shape), f.dtype) for f in fields]
         self._row_bytes = [f.row_bytes for f in fields]
-        out.mkdir(parents=True)
+        #: The first write that failed; from then on only ``finalize`` touches the files.
+        self.failed: DatasetWriteError | None = None
         self._files: list[IO[bytes]] = []
+        with self._writing(out):
+            out.mkdir(parents=True)
         for field in fields:
-            self._files.append(open(out / f"{field.name}.npy", "w+b"))  # noqa: SIM115
+            with self._writing(out / f"{field.name}.npy"):
+                self._files.append(open(out / f"{field.name}.npy", "w+b"))  # noqa: SIM115
         self._data_offset = [self._write_header(f, field, 0) for f, field in zip(self._files, fields)]
         for file in self._files:  # loadable from the start, even before the first rows come
-            file.flush()
+            with self._writing(Path(file.name)):
+                file.flush()
         self._write_metadata(complete=False)
 
     def append(self, columns: Sequence[np.ndarray], returns: np.ndarray, lengths: np.ndarray) -> None:
@@ -99,11 +112,13 @@ class DatasetWriter:
             self.flush()
         if count > self._chunk_rows:  # an episode longer than a chunk goes straight to disk
             self._commit(columns, count)
+            self._flushed_episodes += len(returns)
         else:
             start = self._buffered
             for buffer, column in zip(self._buffers, columns):
                 buffer[start : start + count] = column
             self._buffered = start + count
+            self._buffered_episodes += len(returns)
         self.transitions += count
         self.episodes += len(returns)
         self.returns.add(returns)
@@ -115,43 +130,74 @@ class DatasetWriter:
         """Commit the buffered rows to the files and make headers and metadata agree."""
         self._commit([b[: self._buffered] for b in self._buffers], self._buffered)
         self._buffered = 0
+        self._flushed_episodes += self._buffered_episodes
+        self._buffered_episodes = 0
         for file, field in zip(self._files, self.fields):
             self._write_header(file, field, self._flushed)
-            file.flush()  # rows and header on disk before metadata.json says they are there
+            with self._writing(Path(file.name)):
+                file.flush()  # rows and header on disk before metadata.json says they are there
         self._write_metadata(complete=False)
         self._last_flush = time.monotonic()
 
     def finalize(self, complete: bool) -> None:
         """Flush, trim the files to the committed rows, close them and write the final
-        metadata (``complete`` says whether the requested count was reached)."""
-        self.flush()
-        for file, offset, row_bytes in zip(self._files, self._data_offset, self._row_bytes):
-            file.truncate(offset + self._flushed * row_bytes)
-            file.close()
-        self.metadata["end_time"] = now()
-        self._write_metadata(complete=complete)
+        metadata (``complete`` says whether the requested count was reached).
+
+        After a failed write (here or before) the dataset keeps the committed rows, marked
+        ``"complete": false``; a failure here is raised once that is done, one from before
+        is not raised again.
+        """
+        failed_before = self.failed is not None
+        if not failed_before:
+            with contextlib.suppress(DatasetWriteError):
+                self.flush()
+        with contextlib.suppress(OSError) if self.failed is not None else contextlib.nullcontext():
+            for file, offset, row_bytes in zip(self._files, self._data_offset, self._row_bytes):
+                with self._writing(Path(file.name)):
+                    file.truncate(offset + self._flushed * row_bytes)  # frees what a failed write left
+                    file.close()
+            self.metadata["end_time"] = now()
+            self._write_metadata(complete=complete and self.failed is None)
+        if self.failed is not None and not failed_before:
+            raise self.failed
 
     def _commit(self, columns: Sequence[np.ndarray], count: int) -> None:
         for file, offset, row_bytes, column in zip(self._files, self._data_offset, self._row_bytes, columns):
-            file.seek(offset + self._flushed * row_bytes)
-            file.write(np.ascontiguousarray(column).data)
+            with self._writing(Path(file.name)):
+                file.seek(offset + self._flushed * row_bytes)
+                file.write(np.ascontiguousarray(column).data)
         self._flushed += count
 
-    @staticmethod
-    def _write_header(file: IO[bytes], field: Leaf, rows: int) -> int:
-        file.seek(0)
+    @contextlib.contextmanager
+    def _writing(self, path: Path) -> Iterator[None]:
+        """Turn an ``OSError`` of writing ``path`` into a :class:`DatasetWriteError` that names it."""
+        try:
+            yield
+        except DatasetWriteError:
+            raise
+        except OSError as exc:
+            cause = exc.strerror or str(exc)
+            error = DatasetWriteError(exc.errno, f"cannot write {path}: {cause}")
+            error.filename = str(path)
+            if self.failed is None:
+                self.failed = error
+            raise error from exc
+
+    def _write_header(self, file: IO[bytes], field: Leaf, rows: int) -> int:
         header = {
             "descr": np.lib.format.dtype_to_descr(field.dtype),
             "fortran_order": False,
             "shape": (rows, *field.shape),
         }
-        np.lib.format.write_array_header_1_0(file, header)
-        return file.tell()
+        with self._writing(Path(file.name)):
+            file.seek(0)
+            np.lib.format.write_array_header_1_0(file, header)
+            return file.tell()
 
     def _write_metadata(self, complete: bool) -> None:
         elapsed = time.monotonic() - self._started
         self.metadata["complete"] = complete
-        self.metadata["counts"] = {"transitions": self._flushed, "episodes": self.episodes}
+        self.metadata["counts"] = {"transitions": self._flushed, "episodes": self._flushed_episodes}
         self.metadata["stats"] = {
             "episode_return": self.returns.as_json(),
             "episode_length": self.lengths.as_json(),
@@ -159,8 +205,13 @@ class DatasetWriter:
             "steps_per_second": self._flushed / elapsed if elapsed > 0 else None,
         }
         temporary = self.out / f".{METADATA_FILE}.tmp"
-        temporary.write_text(json.dumps(self.metadata, indent=2) + "\n")
-        os.replace(temporary, self.out / METADATA_FILE)
+        with self._writing(self.out / METADATA_FILE):
+            try:
+                temporary.write_text(json.dumps(self.metadata, indent=2) + "\n")
+                os.replace(temporary, self.out / METADATA_FILE)
+            except OSError:
+                temporary.unlink(missing_ok=True)  # the previous metadata.json stays, and is right
+                raise
 
 
 def now() -> str:

@@ -96,6 +96,12 @@ class Transport(abc.ABC):
     def kill(self) -> None:
         """End every worker now (the pool is broken)."""
 
+    def abort(self, reason: str) -> None:
+        """End every worker from another thread than the one waiting on them, by signal only
+        (no pipe touched, nothing reaped), so that the waiting thread sees the deaths and
+        reports ``reason`` as their cause. A transport that cannot do this safely does nothing."""
+        return None
+
     @abc.abstractmethod
     def stop(self, deadline: float, closing: Sequence[int] = ()) -> None:
         """Wait until ``deadline`` (``time.monotonic()``) for the workers in ``closing`` (those

@@ -131,6 +131,9 @@ class ParentHostedFirst(Transport):
     def kill(self) -> None:
         self.processes_transport.kill()
 
+    def abort(self, reason: str) -> None:
+        self.processes_transport.abort(reason)
+
     def stop(self, deadline: float, closing: Sequence[int] = ()) -> None:
         self.inline.release()
         self.processes_transport.stop(deadline, [i - 1 for i in closing if i != 0])

@@ -11,10 +11,12 @@ block reaches each worker as a file descriptor passed over its pipe (Linux memfd
 
 from __future__ import annotations
 
+import errno
 import itertools
 import math
 import multiprocessing
 import os
+import resource
 import select
 import signal
 import time
@@ -26,6 +28,7 @@ from typing import Any
 
 import cloudpickle
 
+from vecenv.errors import DescriptorLimitError
 from vecenv.host import available_cpus
 from vecenv.transports.base import Death, Event, Reply, Transport, WorkerGone
 from vecenv.wire.buffers import HAVE_MEMFD, Buffers
@@ -34,10 +37,15 @@ from vecenv.wire.protocol import Attach, Command, decode_reply, encode_command
 from vecenv.worker.core import WorkerOptions
 from vecenv.worker.loop import worker_main
 
-__all__ = ["ProcessTransport", "KILL_GRACE"]
+__all__ = ["ProcessTransport", "KILL_GRACE", "START_DESCRIPTORS"]
 
 #: After terminate(), how long to wait before SIGKILL.
 KILL_GRACE = 1.0
+#: Descriptors that starting one worker may hold open at once in this process (its pipe's two
+#: ends, multiprocessing's two status pipes, the forkserver's socket or spawn's exec pipe, the
+#: resource tracker's pipe the first time). They are checked free before each start, so that
+#: the limit is never met half-way through one (CPython would leave a pipe open).
+START_DESCRIPTORS = 10
 # A worker whose pipe hung up gets this long to exit on its own before it is killed.
 _HANGUP_GRACE = 0.5
 
@@ -49,6 +57,40 @@ def _describe_exit(code: int | None) -> str:
         except ValueError:
             return f"was killed by signal {-code}"
     return f"exited with code {code}"
+
+
+def _check_descriptors(number: int, total: int) -> None:
+    """Raise :class:`DescriptorLimitError` unless :data:`START_DESCRIPTORS` descriptors are free."""
+    opened: list[int] = []
+    try:
+        for _ in range(START_DESCRIPTORS):
+            opened.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+    except OSError as exc:
+        error: OSError = exc
+    else:
+        return
+    finally:
+        for fd in opened:
+            os.close(fd)
+    raise _limit_error(error, number, total) from None
+
+
+def _limit_error(exc: OSError, number: int, total: int) -> OSError:
+    """A clear error for running out of descriptors while starting worker ``number``; any other
+    ``OSError`` is returned as it is."""
+    if exc.errno not in (errno.EMFILE, errno.ENFILE):
+        return exc
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        count = f"{len(os.listdir('/proc/self/fd')) - 1} are open"
+    except OSError:
+        count = "all are in use"
+    return DescriptorLimitError(
+        exc.errno,
+        f"cannot start worker {number} of {total}: this process may open {soft} file descriptors "
+        f"(RLIMIT_NOFILE) and {count}; starting a worker needs {START_DESCRIPTORS} free and each "
+        "running worker keeps 3 here. Raise the limit (ulimit -n, resource.setrlimit) or use fewer workers",
+    )
 
 
 class ProcessTransport(Transport):
@@ -95,17 +137,21 @@ class ProcessTransport(Transport):
         # The workers and this process (which waits, or steps a group of its own) each a core.
         workers = len(group_fns)
         self._awake = Spin(SPIN_SECONDS if 0 < workers and workers + 1 <= available_cpus() else 0.0)
-        for index, group_fn in enumerate(group_fns):
-            self._group_bytes.append(cloudpickle.dumps(group_fn))
-            self.processes.append(None)
-            self.conns.append(None)
+        self._group_bytes = [cloudpickle.dumps(group_fn) for group_fn in group_fns]
+        self.processes = [None] * workers
+        self.conns = [None] * workers
+        for index in range(workers):
             self._start(index)
 
     def _start(self, index: int) -> None:
-        parent_conn, child_conn = self.context.Pipe(duplex=True)
+        number = self.first_index + index
+        _check_descriptors(number, self.first_index + len(self.processes))
+        try:
+            parent_conn, child_conn = self.context.Pipe(duplex=True)
+        except OSError as exc:
+            raise _limit_error(exc, number, self.first_index + len(self.processes)) from None
         PARENT_ENDS.add(parent_conn)
         cpus = self._cpus
-        number = self.first_index + index
         options = WorkerOptions(
             self.observation_mode, cpus[number % len(cpus)] if cpus else None, self.threads, self.spin
         )
@@ -119,6 +165,8 @@ class ProcessTransport(Transport):
         unset = multiprocessing.get_start_method(allow_none=True) is None
         try:
             process.start()
+        except OSError as exc:
+            raise _limit_error(exc, number, self.first_index + len(self.processes)) from None
         finally:
             child_conn.close()
             if unset:
@@ -268,6 +316,15 @@ class ProcessTransport(Transport):
         for process in self.processes:
             if process is not None and process.is_alive():
                 process.kill()
+
+    def abort(self, reason: str) -> None:
+        for index, process in enumerate(self.processes):
+            if process is not None:  # (exitcode would reap it here, under the waiting thread)
+                self._causes[index] = reason
+                try:
+                    process.kill()  # a signal: safe while another thread polls this process
+                except ValueError:  # closed meanwhile by stop()
+                    pass
 
     def stop(self, deadline: float, closing: Sequence[int] = ()) -> None:
         if self._stopped:

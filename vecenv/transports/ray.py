@@ -311,6 +311,11 @@ class RayTransport(Transport):
             except Exception:
                 pass  # already gone
 
+    def abort(self, reason: str) -> None:
+        for worker in range(len(self.actors)):
+            self._causes[worker] = reason
+        self.kill()  # ray.kill from this thread; the waiting one's ray.wait sees the deaths
+
     def stop(self, deadline: float, closing: Sequence[int] = ()) -> None:
         """End every actor and release Ray if ours.
 

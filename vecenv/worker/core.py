@@ -12,6 +12,7 @@ same core; its unit tests feed it messages directly.
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from collections.abc import Callable
 from typing import Any
 
@@ -37,7 +38,7 @@ from vecenv.wire.protocol import (
 )
 from vecenv.worker.group import EnvGroup, VectorGroup
 
-__all__ = ["WorkerCore", "WorkerOptions"]
+__all__ = ["WorkerCore", "WorkerOptions", "unpicklable_part"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,3 +173,23 @@ class WorkerCore:
             return True, self._handlers[command](load())
         except BaseException as exc:
             return False, PackedException(exc, group.blame)
+
+
+def unpicklable_part(result: Any) -> int | None:
+    """The local index of the env whose part of ``result`` cannot be pickled: its info in a
+    :class:`~vecenv.wire.protocol.StepReply`, its row of observations that travel in the reply,
+    or its item of a ``call``/``render`` result (one per env). ``None`` when no one part fails."""
+    parts: list[tuple[int, Any]] = []
+    if isinstance(result, StepReply):
+        parts = list(result.infos)
+        rows = result.rows
+        if rows is not None and isinstance(rows.observations, list):
+            parts += list(enumerate(rows.observations))
+    elif isinstance(result, list):
+        parts = list(enumerate(result))
+    for j, part in sorted(parts, key=lambda p: p[0]):
+        try:
+            pickle.dumps(part, pickle.HIGHEST_PROTOCOL)
+        except Exception:
+            return j
+    return None

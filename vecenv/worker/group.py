@@ -125,7 +125,7 @@ class EnvGroup:
             buffers.rewards[:n] = rewards
             buffers.terminations[:n] = terms
             buffers.truncations[:n] = truncs
-        except (TypeError, ValueError):
+        except Exception:  # TypeError, ValueError, OverflowError (a reward of 10**400), ...
             for j, values in enumerate(zip(rewards, terms, truncs)):
                 try:
                     buffers.rewards[j], buffers.terminations[j], buffers.truncations[j] = values

@@ -21,7 +21,7 @@ from vecenv.errors import PackedException
 from vecenv.wire.buffers import Buffers, drop_inherited_mappings
 from vecenv.wire.pipes import PARENT_ENDS, Spin
 from vecenv.wire.protocol import Attach, Command, decode_command, encode_reply
-from vecenv.worker.core import WorkerCore, WorkerOptions
+from vecenv.worker.core import WorkerCore, WorkerOptions, unpicklable_part
 
 __all__ = ["worker_main"]
 
@@ -83,8 +83,10 @@ def worker_main(index: int, conn: Connection, group_fn_bytes: bytes, options: Wo
         finally:
             core.detach()
             buffers.close()  # the group and its views are gone by now
-    except (EOFError, BrokenPipeError, KeyboardInterrupt):
-        pass  # the parent went away; nothing is left to answer
+    except (EOFError, ConnectionError, KeyboardInterrupt):
+        # The parent went away: EOF, EPIPE on a write, or ECONNRESET on a read when it died with
+        # replies unread in its end. Nothing is left to answer, and nobody to tell.
+        pass
     finally:
         conn.close()
 
@@ -109,8 +111,9 @@ def _serve(core: WorkerCore, conn: Connection, spin: float = 0.0) -> None:
         try:
             reply = encode_reply(call_id, ok, result)
         except BaseException as exc:
-            # A result that cannot be pickled is the caller's error to see, not a reason to die.
-            reply = encode_reply(call_id, False, PackedException(exc, None))
+            # A result that cannot be pickled is the caller's error to see, not a reason to die;
+            # it names the env whose part of the result failed.
+            reply = encode_reply(call_id, False, PackedException(exc, unpicklable_part(result)))
         conn.send_bytes(reply)
         if command is Command.CLOSE:
             return

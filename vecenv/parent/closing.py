@@ -1,0 +1,74 @@
+"""Closing a vector env: :class:`Closer`, which the vector env owns and which never refers back.
+
+``close()``, the interpreter's exit and a vector env dropped without ``close()`` all end here.
+The closer holds the pool, the call state and the call lock, never the vector env itself: the
+exit hook (``multiprocessing.util.Finalize``) holds the closer, so no reference cycle keeps a
+dropped vector env (and its workers) alive until the cyclic garbage collector runs.
+
+Bounds: the polite close waits ``timeout`` (default :data:`DEFAULT_CLOSE_TIMEOUT`) for the
+workers to close their envs; stragglers are terminated and, :data:`~vecenv.transports.process.KILL_GRACE`
+later, killed. A call still running in another thread is given the same grace for the call
+lock, then its workers are ended (:mod:`vecenv.parent.serial`).
+"""
+
+from __future__ import annotations
+
+from multiprocessing import util
+from typing import Any
+
+from gymnasium import logger
+
+from vecenv.parent.pool import WorkerPool
+from vecenv.parent.serial import CallLock
+from vecenv.parent.state import CallState, State
+
+__all__ = ["Closer", "DEFAULT_CLOSE_TIMEOUT"]
+
+#: Seconds ``close()`` waits for workers to close their envs before terminating them.
+DEFAULT_CLOSE_TIMEOUT = 3.0
+
+
+class Closer:
+    """Closes one vector env's pool, once, from ``close()``, the exit hook or ``__del__``.
+
+    Args:
+        pool, calls, lock: the vector env's.
+        owner: the vector env; only a weak reference is kept (by the exit hook).
+    """
+
+    def __init__(self, pool: WorkerPool, calls: CallState, lock: CallLock, owner: Any) -> None:
+        self.pool = pool
+        self.calls = calls
+        self.lock = lock
+        # Closes the envs at interpreter exit, before multiprocessing joins its children
+        # (non-daemon workers of an env never closed would otherwise block the exit), and when
+        # the owner is collected.
+        self.finalizer = util.Finalize(owner, self.at_exit, exitpriority=100)
+
+    def at_exit(self) -> None:
+        try:
+            self.close(None, terminate=False, warn=False)
+        except Exception:  # an env's close() error has no one to reach at exit
+            pass
+
+    def close(self, timeout: float | None, terminate: bool, warn: bool) -> None:
+        """Close under the call lock; a call running in another thread is given the grace,
+        then ended (its workers killed: it raises ``WorkerDiedError`` there)."""
+        grace = 0.0 if terminate else (DEFAULT_CLOSE_TIMEOUT if timeout is None else timeout)
+        pool = self.pool
+        with self.lock.closing(grace, lambda: pool.abort("was ended by close() from another thread")):
+            self._close(grace, wait_late=timeout is not None, warn=warn)
+
+    def _close(self, grace: float, wait_late: bool, warn: bool) -> None:
+        calls = self.calls
+        if calls.closed:
+            return
+        if warn and calls.state in (State.WAITING_RESET, State.WAITING_STEP, State.WAITING_CALL):
+            logger.warn(f"Calling `close` while waiting for a pending call to `{calls.waiting.value}` to complete.")
+        try:
+            error = self.pool.shutdown(grace, wait_late=wait_late)
+        finally:
+            calls.mark_closed()
+            self.finalizer.cancel()
+        if error is not None:
+            raise error

@@ -1,0 +1,102 @@
+"""One call at a time on a vector env, whatever the number of threads that share it.
+
+A vector env's state (the call in flight, which worker owes what, the shared rows) belongs to one
+call at a time. Every public method of :class:`~vecenv.parent.vector_env.GroupVectorEnv` runs
+under its :class:`CallLock` (the :func:`serialised` decorator), so two threads stepping the same
+vector env take turns: each ``step`` is whole, and the results are exactly those of one thread's
+calls after the other's. The lock is reentrant (``step`` is ``step_async`` then ``step_wait``)
+and held only while a call runs, never between ``step_async`` and ``step_wait``: those are two
+calls, and their order is checked as Gymnasium's ``AsyncVectorEnv`` checks it.
+
+``close()`` from another thread must not wait forever behind a call stuck on a hung env: it waits
+its grace for the lock (:meth:`CallLock.closing`), then ends the worker processes, which makes the
+stuck call raise ``WorkerDiedError`` in its own thread and let go.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol, TypeVar
+
+from vecenv.errors import CallInFlightError
+
+__all__ = ["CallLock", "serialised", "END_WAIT"]
+
+#: After ``close()`` from another thread ended the workers, seconds it waits for the call in
+#: flight to notice and let go (a call stuck in the parent-hosted group's env code cannot).
+END_WAIT = 5.0
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class CallLock:
+    """A reentrant lock that knows which call holds it, and from which thread."""
+
+    __slots__ = ("_lock", "_call", "_thread")
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._call: str | None = None  # the outermost call running, while one runs
+        self._thread: int | None = None  # its thread's ident
+
+    def holder(self) -> str:
+        """The call that holds the lock, for messages ("`step` (thread 'Thread-1')")."""
+        call, ident = self._call, self._thread
+        if call is None:
+            return "a call"
+        names = {t.ident: t.name for t in threading.enumerate()}
+        return f"`{call}` (thread {names.get(ident, ident)!r})"
+
+    def run(self, call: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``method(*args, **kwargs)`` alone (waits while another thread's call runs)."""
+        with self._lock:
+            if self._call is not None:  # nested in a call of this thread (step -> step_async)
+                return method(*args, **kwargs)
+            self._call, self._thread = call, threading.get_ident()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                self._call = self._thread = None
+
+    @contextlib.contextmanager
+    def closing(self, grace: float, end_call: Callable[[], None]) -> Iterator[None]:
+        """Hold the lock for ``close()``: wait ``grace`` seconds for a call in flight in another
+        thread, then ``end_call()`` (end the workers) and wait up to :data:`END_WAIT` more."""
+        acquired = self._lock.acquire(timeout=grace) if grace > 0 else self._lock.acquire(blocking=False)
+        if not acquired:
+            holder = self.holder()
+            end_call()
+            if not self._lock.acquire(timeout=END_WAIT):
+                raise CallInFlightError(
+                    f"`close` cannot run: {holder} still runs {END_WAIT:g} s after close() ended the "
+                    "workers (it is stuck in env code this process hosts); call close() again once it returns"
+                )
+        try:
+            outer = self._call is None
+            if outer:
+                self._call, self._thread = "close", threading.get_ident()
+            try:
+                yield
+            finally:
+                if outer:
+                    self._call = self._thread = None
+        finally:
+            self._lock.release()
+
+
+class _Serialised(Protocol):
+    call_lock: CallLock
+
+
+def serialised(method: F) -> F:
+    """Run a vector env's public method under its ``call_lock``, one call at a time."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def run(self: _Serialised, *args: Any, **kwargs: Any) -> Any:
+        return self.call_lock.run(name, method, self, *args, **kwargs)
+
+    return run  # type: ignore[return-value]
