@@ -406,7 +406,11 @@ def test_parent_killed_with_replies_unread_leaves_workers_quiet(ctx: str, tmp_pa
         proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
         assert proc.returncode == -signal.SIGKILL, proc.stderr
         pids = json.loads(proc.stdout.splitlines()[-1])
-        # stderr reached EOF: every worker (they share it) has exited.
+        # stderr reached EOF: every worker (they share it) has closed its files, which a process
+        # does on its way out, a moment before it is a zombie; give that moment a bound.
+        deadline = time.monotonic() + 10.0
+        while [p for p in pids if _alive(p)] and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert not [p for p in pids if _alive(p)]
         assert "Traceback" not in proc.stderr and "Error" not in proc.stderr, (
             f"attempt {attempt}: a worker wrote to stderr:\n{proc.stderr}"

@@ -34,6 +34,7 @@ _EXPORTS = {
     "load": "vecenv.rollout.dataset",
     "make": "vecenv.factory",
     "make_parallel": "vecenv.multiagent.vector_env",
+    "spawn_seeds": "vecenv.seeding",
 }
 _LAZY_ONLY = {"RayVectorEnv": "vecenv.parent.ray_env"}
 # Subpackages reachable as attributes (``vecenv.rollout.collect``) without importing them first.
@@ -59,6 +60,7 @@ __all__ = [
     "load",
     "make",
     "make_parallel",
+    "spawn_seeds",
     "__version__",
 ]
 
@@ -84,6 +86,7 @@ if TYPE_CHECKING:
     from vecenv.parent.vector_env import GroupVectorEnv
     from vecenv.rollout.collection import collect
     from vecenv.rollout.dataset import Dataset, load
+    from vecenv.seeding import spawn_seeds
 
 
 def __getattr__(name: str) -> Any:

@@ -203,7 +203,7 @@ class ConcatVecEnv(VectorEnv):
 
     def render(self) -> Any:  # SuperSuit returns the first copy's frame
         """The first copy's frame, as SuperSuit renders (:class:`vecenv.MultiAgentVectorEnv` renders any)."""
-        return self.rows.call(COPY_CALL, CopyCall(CopyOp.RENDER, frozenset({0})))[0]
+        return self.rows.render(env_ids=[0])[0]
 
     def get_attr(self, name: str) -> list[Any]:
         """Attribute ``name`` of each slot's env (its copy's)."""

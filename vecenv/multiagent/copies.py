@@ -52,16 +52,14 @@ class CopyOp(enum.Enum):
     """The per-copy operations a multi-agent group answers through the engine's ``call``."""
 
     DESCRIBE = "describe"  # each row: the agent names of its copy
-    RENDER = "render"  # the frames of the chosen copies
     IS_WRAPPED = "is_wrapped"  # each row: whether its env is wrapped in a given class
 
 
 @dataclasses.dataclass(frozen=True)
 class CopyCall:
-    """One per-copy operation: ``copies`` are global copy indices (``None``: all)."""
+    """One per-copy operation, answered for every row (``argument``: the operation's own)."""
 
     op: CopyOp
-    copies: frozenset[int] | None = None
     argument: Any = None
 
 

@@ -130,12 +130,6 @@ class CopyGroup:
     def _copy_call(self, request: CopyCall) -> list[Any]:
         if request.op is CopyOp.DESCRIBE:
             return [self.agents] * self.num_envs
-        if request.op is CopyOp.RENDER:
-            chosen = [
-                c for c in range(len(self.envs)) if request.copies is None or self._first_copy + c in request.copies
-            ]
-            frames = dict(zip(chosen, self._each_copy(lambda c: self.envs[c].render(), chosen)))
-            return self._per_row([frames.get(c) for c in range(len(self.envs))])
         if request.op is CopyOp.IS_WRAPPED:
             return [
                 flag for flags in self._each_copy(lambda c: self._is_wrapped(c, request.argument)) for flag in flags
@@ -152,9 +146,14 @@ class CopyGroup:
         """Set an attribute on every copy: the value of the copy's first row."""
         self._each_copy(lambda c: setattr(self.envs[c], name, values[c * self.num_agents]))
 
-    def render(self) -> list[Any]:
-        """Every copy's frame, on each of its rows."""
-        return self._per_row(self._each_copy(lambda c: self.envs[c].render()))
+    def render(self, env_ids: Sequence[int] | None = None) -> list[Any]:
+        """The frame of each row's copy: every row (``None``), or the local rows ``env_ids`` in
+        that order; each copy asked for renders once."""
+        if env_ids is None:
+            return self._per_row(self._each_copy(lambda c: self.envs[c].render()))
+        copies = sorted({j // self.num_agents for j in env_ids})
+        frames = dict(zip(copies, self._each_copy(lambda c: self.envs[c].render(), copies)))
+        return [frames[j // self.num_agents] for j in env_ids]
 
     def close(self) -> None:
         """Close every copy, even when one raises; the first error is re-raised at the end."""

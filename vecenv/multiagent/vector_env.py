@@ -202,6 +202,8 @@ class MultiAgentVectorEnv(VectorEnv):
                 raise TypeError(f"`copies` must hold int copy indices, got {describe(c)}") from None
             if not 0 <= i < self.num_copies:
                 raise ValueError(f"`copies` must lie in [0, {self.num_copies}), got {i}")
+            if i in chosen:
+                raise ValueError(f"`copies` must not repeat a copy, got copy {i} twice")
             chosen.append(i)
         return chosen
 
@@ -302,8 +304,7 @@ class MultiAgentVectorEnv(VectorEnv):
         if copies is None:
             return self._per_copy(self.rows.render())
         chosen = self._check_copies(copies)
-        per_row = self.rows.call(COPY_CALL, CopyCall(CopyOp.RENDER, frozenset(chosen)))
-        return tuple(per_row[c * self.num_agents] for c in chosen)
+        return tuple(self.rows.render(env_ids=[c * self.num_agents for c in chosen]))
 
     # -- state and closing -----------------------------------------------------------------------
 

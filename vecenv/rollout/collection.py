@@ -31,6 +31,7 @@ from vecenv.rollout.recording import CollectionRun, Policy, Rollout, record_tran
 from vecenv.rollout.sinks import OPEN_EPISODES, DatasetSink
 from vecenv.rollout.staging import EpisodeStager
 from vecenv.rollout.writer import DatasetWriter, check_out, now, versions
+from vecenv.seeding import seed_policy_of
 from vecenv.spaces import describe_space
 
 if TYPE_CHECKING:
@@ -269,6 +270,7 @@ def _dataset_metadata(
         "num_workers": getattr(envs, "num_workers", None),
         "autoreset_mode": rollout.mode.name.lower(),
         "seed": rollout.seed,
+        "seed_policy": seed_policy_of(envs),
         "policy": policy,
         "requested": {"steps": target} if rollout.steps is not None else {"episodes": target},
         "observation_space": {"str": str(single_obs_space), "description": describe_space(single_obs_space)},

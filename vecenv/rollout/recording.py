@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from vecenv.checks import seed_list
 from vecenv.rollout.format import space_leaves
 from vecenv.rollout.sinks import DatasetSink, EpisodeSummary
+from vecenv.seeding import seed_policy_of
 from vecenv.spaces import leaf_values
 
 if TYPE_CHECKING:
@@ -87,6 +89,7 @@ class _Collector:
         self.episode_length = np.zeros(num_envs, dtype=np.int64)
         self.resetting = np.zeros(num_envs, dtype=np.bool_)  # NEXT_STEP: this step only resets the env
         self.taken = 0  # steps=N: transitions taken so far (written, or open in the stager)
+        self.first_seeds = seed_list(self.rollout.seed, num_envs, seed_policy_of(self.rollout.envs))
         self.shown_episodes = 0
 
     def collect(self) -> None:
@@ -105,8 +108,9 @@ class _Collector:
         return [np.array(v, dtype=leaf.dtype) for v, leaf in zip(leaf_values(self.obs_space, value), self.obs_leaves)]
 
     def seed_of(self, episode_id: int) -> int | None:
-        # The first episode of env i starts from reset(seed=seed + i); later ones continue its RNG.
-        return self.rollout.seed + episode_id if episode_id < self.rollout.envs.num_envs else None
+        # The first episode of env i starts from its seed of reset(seed=seed) (seed + i unless the
+        # vector env's seed_policy is "spawn"); later ones continue its RNG.
+        return self.first_seeds[episode_id] if episode_id < self.rollout.envs.num_envs else None
 
     def step(self, obs: Any, obs_columns: list[np.ndarray]) -> _Step:
         """Act on ``obs``, step the envs, and count the transitions this step records."""

@@ -26,7 +26,17 @@ from vecenv.errors import PackedException
 from vecenv.multiagent.copies import AgentCopies  # hook: multi-agent groups (vecenv.multiagent)
 from vecenv.spaces import tree_copy
 from vecenv.wire.buffers import Buffers
-from vecenv.wire.protocol import Attach, CallArgs, Command, Hello, ResetArgs, SetAttrArgs, SpaceMismatch, StepReply
+from vecenv.wire.protocol import (
+    Attach,
+    CallArgs,
+    Command,
+    Hello,
+    RenderArgs,
+    ResetArgs,
+    SetAttrArgs,
+    SpaceMismatch,
+    StepReply,
+)
 from vecenv.worker.group import EnvGroup, VectorGroup
 
 if TYPE_CHECKING:
@@ -143,12 +153,15 @@ class WorkerCore:
         def set_attr(args: SetAttrArgs) -> None:
             group.set_attr(args.name, args.values)
 
+        def render(args: RenderArgs | None) -> list[Any]:
+            return group.render(None if args is None else args.env_ids)
+
         self._handlers = {
             Command.RESET: reset,
             Command.STEP: step,
             Command.CALL: call,
             Command.SET_ATTR: set_attr,
-            Command.RENDER: lambda _: group.render(),
+            Command.RENDER: render,
             Command.CLOSE: lambda _: group.close(),
         }
 
