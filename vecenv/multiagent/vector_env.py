@@ -57,14 +57,16 @@ def open_rows(groups: Sequence[Callable[[], Any]], backend: str, inline: bool, k
     """The engine's vector env over the rows of ``groups`` (one group per worker)."""
     if "observation_mode" in kwargs:
         raise TypeError("`observation_mode` does not apply: every agent of every copy shares one observation space")
-    import vecenv  # the public names, loaded on first use
-
     if backend == "process":
-        return vecenv.SubprocVectorEnv.from_groups(
+        from vecenv.parent.subproc import SubprocVectorEnv
+
+        return SubprocVectorEnv.from_groups(
             groups, autoreset_mode=AutoresetMode.NEXT_STEP, inline_group=inline, **kwargs
         )
     if backend == "ray":
-        return vecenv.RayVectorEnv.from_groups(groups, autoreset_mode=AutoresetMode.NEXT_STEP, **kwargs)
+        from vecenv.parent.ray_env import RayVectorEnv  # imports Ray: only when asked for
+
+        return RayVectorEnv.from_groups(groups, autoreset_mode=AutoresetMode.NEXT_STEP, **kwargs)
     raise ValueError(f"`backend` must be one of {', '.join(map(repr, BACKENDS))}, got {describe(backend)}")
 
 
