@@ -23,11 +23,14 @@ Outputs in ``--out``: ``episodes.csv`` (one row per finished episode: vector kin
 wall time, return, length), ``summary.json`` (per vector kind: steps and seconds to solve, SPS)
 and ``learning_curve.png`` (returns against env steps and against wall time, one line per vector
 kind; needs matplotlib). ``--compare vecenv,sync,async`` trains once per kind, same seed and
-hyperparameters, and puts them all in one CSV and one picture.
+hyperparameters, and puts them all in one CSV and one picture. ``--capture-video`` also records
+env 0's episodes 0, K, 2K... (``--video-every K``) as mp4 files in ``videos/KIND/``, as CleanRL's
+scripts do; rendering does not change the envs' dynamics, so the returns stay the same.
 
     pip install -e ".[train]"
     python scripts/train_ppo.py --vector vecenv --num-envs 8
     python scripts/train_ppo.py --compare vecenv,sync,async --stop-when-solved --out runs/cmp
+    python scripts/train_ppo.py --capture-video --video-every 50 --out runs/video
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ import gymnasium as gym
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # also runs from a checkout
-from vecenv.bench.envs import costly_env, iterations_per_us  # noqa: E402
+from vecenv.bench.envs import StepCost, costly_env, iterations_per_us  # noqa: E402
 from vecenv.bench.vectors import VectorKind, make_vector  # noqa: E402
 
 try:
@@ -122,6 +125,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     g.add_argument("--quiet", action="store_true", help="print only the summary, not every update")
     g.add_argument(
+        "--capture-video",
+        action="store_true",
+        help="record videos of env 0 (every --video-every-th of its episodes) into --out/videos/KIND "
+        "with vecenv.video.RecordVideo (needs: pip install -e '.[video]')",
+    )
+    g.add_argument(
+        "--video-every", type=int, default=10, metavar="K", help="with --capture-video: episodes 0, K, 2K..."
+    )
+    g.add_argument(
         "--plot",
         type=pathlib.Path,
         default=None,
@@ -184,6 +196,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         if kind not in VECTOR_KINDS:
             p.error(f"--compare: unknown vector kind {kind!r}; choose from {', '.join(VECTOR_KINDS)}")
     args.kinds = kinds
+    if args.capture_video and "sb3" in kinds:
+        p.error("--capture-video records Gymnasium vector envs: not available with the sb3 kind")
+    if args.video_every < 1:
+        p.error(f"--video-every must be >= 1, got {args.video_every}")
     return args
 
 
@@ -208,9 +224,11 @@ def _workers(text: str) -> int | str:
 
 def make_vector_env(kind: str, args: argparse.Namespace) -> gym.vector.VectorEnv:
     """``args.num_envs`` envs in the vector env of the given kind, autoreset in the same step;
-    each env burns ``--env-step-ms`` of CPU per step (built inside the worker processes)."""
+    each env burns ``--env-step-ms`` of CPU per step (built inside the worker processes). With
+    ``--capture-video`` the envs render ``rgb_array`` frames and env 0 is recorded."""
     cost = round(args.env_step_ms * iterations_per_ms())
-    env_fns = [functools.partial(costly_env, args.env_id, cost)] * args.num_envs
+    build = rendering_env if args.capture_video else costly_env
+    env_fns = [functools.partial(build, args.env_id, cost)] * args.num_envs
     if kind == "sb3":
         return SB3Adapter(env_fns)
     if kind not in VECTOR_KINDS:
@@ -220,7 +238,19 @@ def make_vector_env(kind: str, args: argparse.Namespace) -> gym.vector.VectorEnv
     )
     if kind == "vecenv" and envs.worker_choice is not None and not args.quiet:
         print(f"vecenv: num_workers='auto' chose {envs.worker_choice.num_workers}: {envs.worker_choice.reason}")
-    return envs
+    if not args.capture_video:
+        return envs
+    from vecenv.video import RecordVideo, every
+
+    folder = args.out / "videos" / kind
+    return RecordVideo(envs, folder, env_ids=[0], episode_trigger=every(args.video_every), name_prefix=args.env_id)
+
+
+def rendering_env(env_id: str, iterations: int) -> gym.Env:
+    """``costly_env`` whose frames ``render()`` returns (``render_mode="rgb_array"``), for
+    ``--capture-video``; rendering is only on demand, so the envs step exactly as without it."""
+    env = gym.make(env_id, render_mode="rgb_array")
+    return StepCost(env, iterations) if iterations else env
 
 
 class SB3Adapter:

@@ -80,6 +80,12 @@ class InfoEnv(gym.Env):
         """A method for env_method tests: depends on the env's state and both arguments."""
         return (x + self.steps) * factor
 
+    def process_info(self) -> tuple[int, str | None, list[int]]:
+        """Where this env runs: its process id, OMP_NUM_THREADS there, and the cores it may use."""
+        import os
+
+        return os.getpid(), os.environ.get("OMP_NUM_THREADS"), sorted(os.sched_getaffinity(0))
+
 
 class Mark(gym.Wrapper):
     """A wrapper for env_is_wrapped tests."""

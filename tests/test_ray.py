@@ -517,6 +517,44 @@ def test_benchmark_ray_runners_measure(ray_local: RaySessions, runner: str) -> N
         assert cell["batch_size"] == 2 and cell["workers"] == 2
 
 
+# -- multi-agent copies on Ray (vecenv.MultiAgentVectorEnv, backend="ray") --------------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", [NEXT, SAME], ids=lambda m: m.value)
+def test_multiagent_matches_plain_loop(ray_local: RaySessions, mode: AutoresetMode) -> None:
+    """The multi-agent groups in actors give the plain loop's results (agent death included)."""
+    from tests.test_multiagent import run_native, toy_fns
+
+    seen = run_native(toy_fns(5), mode, steps=16, num_workers=2, backend="ray", actor_options=HALF_CPU)
+    assert seen["inactive_rows"] > 0 and seen["copy_ends"] >= 5
+
+
+@pytest.mark.timeout(120)
+def test_multiagent_kaz_matches_plain_loop(ray_local: RaySessions) -> None:
+    pytest.importorskip("pymunk", reason="knights_archers_zombies needs pymunk")
+    from tests.multiagent_envs import kaz
+    from tests.test_multiagent import run_native
+
+    seen = run_native([kaz] * 2, SAME, steps=140, num_workers=2, backend="ray", actor_options=HALF_CPU)
+    assert seen["inactive_rows"] > 0
+
+
+@pytest.mark.timeout(90)
+def test_multiagent_restart_replaces_the_actor(ray_local: RaySessions) -> None:
+    from tests.test_multiagent import toy_fns
+
+    envs = vecenv.MultiAgentVectorEnv(toy_fns(4), 2, backend="ray", actor_options=HALF_CPU, on_worker_death="restart")
+    with envs:
+        envs.reset(seed=1)
+        os.kill(envs.rows.actor_pids[1], signal.SIGKILL)
+        _, rewards, _, truncs, infos = envs.step(envs.action_space.sample())
+        assert truncs[8:].all() and (rewards[8:] == 0).all() and not truncs[:8].any()
+        assert infos["_worker_restarted"].tolist() == [False] * 8 + [True] * 8
+        for _ in range(6):
+            envs.step(envs.action_space.sample())
+
+
 # -- a Ray that the vector env starts itself ---------------------------------------------------
 
 
@@ -602,6 +640,117 @@ def test_actor_killed_mid_rollout(ray_local: RaySessions, restart: bool, tmp_pat
         np.testing.assert_array_equal(got.rewards[:, :2], theirs.rewards)
     finally:
         envs.close()
+
+
+# -- render(env_ids), seed policies and SB3 on the local Ray ----------------------------------
+
+
+@pytest.mark.timeout(90)
+def test_render_env_ids_asks_only_the_hosting_actors(ray_local: RaySessions) -> None:
+    from tests.video_envs import frame_fns
+
+    sync = SyncVectorEnv(frame_fns(5))
+    try:
+        with RayVectorEnv(frame_fns(5), 2) as envs:
+            envs.reset(seed=2)
+            sync.reset(seed=2)
+            for _ in range(3):
+                envs.step(np.ones(5, np.int64))
+                sync.step(np.ones(5, np.int64))
+            frames = envs.render(env_ids=[4, 0])
+            assert_same(frames, (sync.envs[4].render(), sync.envs[0].render()))
+            assert envs.get_attr("renders") == (1, 0, 0, 0, 1)
+            with pytest.raises(ValueError, match=r"`env_ids` must lie in \[0, 5\), got unknown ids \[7\]"):
+                envs.render(env_ids=[7])
+    finally:
+        sync.close()
+
+
+@pytest.mark.timeout(90)
+def test_seed_policy_spawn_gives_the_process_backends_seeds(ray_local: RaySessions) -> None:
+    fns = diff_env_fns(5, obs_kind="box", act_kind="discrete")
+    sync = SyncVectorEnv(fns)
+    try:
+        with RayVectorEnv(fns, 2, seed_policy="spawn") as envs:
+            assert_same(envs.reset(seed=9), sync.reset(seed=vecenv.spawn_seeds(9, 5)))
+            assert envs.np_random_seed == tuple(vecenv.spawn_seeds(9, 5))
+            envs.async_reset(seed=10)
+            obs, *_, env_ids = envs.recv()
+            np.testing.assert_array_equal(obs, sync.reset(seed=vecenv.spawn_seeds(10, 5))[0][env_ids])
+            assert envs.np_random_seed == tuple(vecenv.spawn_seeds(10, 5))
+    finally:
+        sync.close()
+
+
+def _sb3_or_skip() -> None:
+    pytest.importorskip("stable_baselines3", reason="needs the sb3 extra: pip install -e '.[sb3]'")
+
+
+@pytest.mark.timeout(120)
+def test_sb3_backend_ray_matches_dummy_vec_env(ray_local: RaySessions) -> None:
+    _sb3_or_skip()
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from tests.test_sb3 import info_fns, run_differential
+    from vecenv.sb3 import SubprocVecEnv
+
+    ours = SubprocVecEnv(info_fns(dict_obs=True), num_workers=2, backend="ray")
+    ref = DummyVecEnv(info_fns(dict_obs=True))
+    try:
+        assert isinstance(ours.vector_env, RayVectorEnv) and ours.num_workers == 2
+        assert len({pid for pid, _, _ in ours.env_method("process_info")}) == 2, "two actors"
+        assert run_differential(ours, ref, steps=30, seed=7, rewards_dtype_exact=False) >= 10
+    finally:
+        ours.close()
+        ref.close()
+
+
+@pytest.mark.timeout(60)
+def test_sb3_backend_ray_passes_the_vector_env_options_on(
+    ray_local: RaySessions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _sb3_or_skip()
+    import vecenv.parent.ray_env
+    from tests.test_sb3 import info_fns
+    from vecenv.sb3 import SubprocVecEnv
+
+    given: dict = {}
+
+    class Recording(RayVectorEnv):
+        def __init__(self, *args, **kwargs) -> None:
+            given.update(kwargs)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(vecenv.parent.ray_env, "RayVectorEnv", Recording)
+    options = {"on_worker_death": "restart", "max_restarts": 5, "restart_window": 9.0, "threads_per_worker": 2}
+    ours = SubprocVecEnv(
+        info_fns(2), num_workers=1, backend="ray", actor_options=HALF_CPU, seed_policy="spawn", **options
+    )
+    try:
+        assert {k: given[k] for k in options} == options and given["actor_options"] == HALF_CPU
+        assert given["address"] is None and given["autoreset_mode"] is AutoresetMode.SAME_STEP
+        assert ours.vector_env.seed_policy == "spawn" and ours.seed(1) == vecenv.spawn_seeds(1, 2)
+    finally:
+        ours.close()
+
+
+@pytest.mark.timeout(120)
+def test_sb3_backend_ray_restarts_a_dead_actor(ray_local: RaySessions) -> None:
+    _sb3_or_skip()
+    from tests.test_sb3 import info_fns, restart_differential
+    from vecenv.sb3 import SubprocVecEnv
+
+    ours = SubprocVecEnv(
+        info_fns(),
+        num_workers=2,
+        backend="ray",
+        actor_options=HALF_CPU,
+        on_worker_death="restart",
+    )
+    try:
+        restart_differential(ours, 16, victim_env=0, group=[0, 1, 2])  # actor 0 hosts envs 0..2
+    finally:
+        ours.close()
 
 
 # -- the 2-node cluster (last: connecting to it ends the local Ray) ---------------------------
@@ -712,3 +861,23 @@ def test_cluster_restart_moves_a_lost_group_to_another_node(ray_cluster) -> None
         assert truncs.all() and (rewards == 0).all() and infos["_worker_restarted"].all()
         assert envs.node_ids[0] != node.node_id and envs.node_ids[0] in {n["NodeID"] for n in ray.nodes() if n["Alive"]}
         assert envs.call("ping") == ("pong 0", "pong 1")
+
+
+@pytest.mark.timeout(120)
+def test_sb3_backend_ray_on_both_nodes_matches_dummy_vec_env(ray_cluster) -> None:
+    _sb3_or_skip()
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from tests.test_sb3 import info_fns, run_differential
+    from vecenv.sb3 import SubprocVecEnv
+
+    spread = {"scheduling_strategy": "SPREAD"}
+    ours = SubprocVecEnv(info_fns(), num_workers=2, backend="ray", actor_options=spread, on_worker_death="restart")
+    ref = DummyVecEnv(info_fns())
+    try:
+        cluster_nodes = {node["NodeID"] for node in ray.nodes() if node["Alive"]}
+        assert len(cluster_nodes) == 2 and set(ours.vector_env.node_ids) == cluster_nodes, "one group per node"
+        assert run_differential(ours, ref, steps=30, seed=5, rewards_dtype_exact=False) >= 10
+    finally:
+        ours.close()
+        ref.close()

@@ -10,6 +10,9 @@ Skipped as a whole when SB3 (or torch) is not installed: install the ``sb3`` ext
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import subprocess
 import sys
 from functools import partial
@@ -25,6 +28,7 @@ from stable_baselines3.common.monitor import Monitor  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv  # noqa: E402
 from stable_baselines3.common.vec_env import SubprocVecEnv as SB3SubprocVecEnv  # noqa: E402
 
+import vecenv  # noqa: E402
 from tests.conftest import start_methods  # noqa: E402
 from tests.sb3_envs import InfoEnv, Mark  # noqa: E402
 from vecenv.sb3 import SubprocVecEnv  # noqa: E402
@@ -452,3 +456,93 @@ def test_sb3_suite_script_swaps_the_class_sb3_tests_import(tmp_path) -> None:
     (tmp_path / "stable_baselines3").mkdir()  # a source copy of SB3 would shadow the installed one
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert proc.returncode == 2 and "would shadow the installed SB3" in proc.stderr
+
+
+# -- vecenv's options: restarts, pinning, threads, seeds, and the backend -----------------------
+
+
+def restart_differential(ours: VecEnv, steps: int, victim_env: int, group: list[int]) -> None:
+    """Step ``ours`` and a DummyVecEnv in lockstep; kill the process hosting ``victim_env``
+    halfway: the envs of ``group`` (its worker's) are reported done with ``worker_restarted``,
+    the others stay exact, and stepping carries on."""
+    ref = DummyVecEnv(info_fns())
+    rng = np.random.default_rng(5)
+    keep = [i for i in range(ours.num_envs) if i not in group]
+    try:
+        assert ours.seed(3) == ref.seed(3)
+        assert_obs(ours.reset(), ref.reset(), "reset obs")
+        for t in range(steps):
+            if t == steps // 2:
+                pid = ours.env_method("process_info", indices=[victim_env])[0][0]
+                os.kill(pid, signal.SIGKILL)
+            actions = rng.integers(0, 3, size=ours.num_envs)
+            obs, rewards, dones, infos = ours.step(actions)
+            r_obs, r_rewards, r_dones, r_infos = ref.step(actions)
+            assert_same(obs[keep], r_obs[keep], f"step {t} obs")
+            assert_same(dones[keep], r_dones[keep], f"step {t} dones")
+            assert_same([infos[i] for i in keep], [r_infos[i] for i in keep], f"step {t} infos")
+            if t == steps // 2:
+                assert dones[group].all() and (rewards[group] == 0).all()
+                for i in group:
+                    assert infos[i] == {"TimeLimit.truncated": True, "worker_restarted": True}
+                    assert ours.reset_infos[i]["seeded"] is True, "the rebuilt env was reseeded"
+        assert ours.env_method("process_info", indices=[victim_env])[0][0] != pid, "a new worker"
+        assert ours.vector_env.state is vecenv.State.DEFAULT
+    finally:
+        ref.close()
+
+
+@pytest.mark.timeout(90)
+def test_restart_reports_the_restarted_envs_done_and_the_others_stay_exact() -> None:
+    ours = SubprocVecEnv(info_fns(), start_method="fork", num_workers=2, on_worker_death="restart", max_restarts=2)
+    try:
+        restart_differential(ours, 20, victim_env=4, group=[3, 4])  # worker 1 hosts envs 3 and 4
+    finally:
+        ours.close()
+
+
+@pytest.mark.timeout(60)
+def test_pinning_and_threads_reach_the_workers() -> None:
+    cores = sorted(os.sched_getaffinity(0))
+    ours = SubprocVecEnv(info_fns(4), start_method="fork", num_workers=2, pin_cpus=True, threads_per_worker=2)
+    try:
+        info = ours.env_method("process_info")
+        assert [threads for _, threads, _ in info] == ["2"] * 4
+        assert [affinity for _, _, affinity in info] == [[cores[0]]] * 2 + [[cores[1 % len(cores)]]] * 2
+        assert len({pid for pid, _, _ in info}) == 2
+    finally:
+        ours.close()
+
+
+def test_options_of_the_other_backend_are_refused_before_anything_starts() -> None:
+    cases = [
+        ({"backend": "dask"}, "`backend` must be 'process' or 'ray', got 'dask'"),
+        ({"address": "auto"}, "`address` is for backend='ray' only, got address='auto'"),
+        ({"actor_options": {"num_cpus": 1}}, "`actor_options` is for backend='ray' only"),
+        ({"backend": "ray", "start_method": "fork"}, "`start_method` is for backend='process' only"),
+        ({"backend": "ray", "pin_cpus": True}, "`pin_cpus` is for backend='process' only, got pin_cpus=True"),
+        ({"seed_policy": "random"}, "`seed_policy` must be one of 'sequential', 'spawn', got 'random'"),
+        ({"on_worker_death": "retry"}, "`on_worker_death` must be 'raise' or 'restart', got 'retry'"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            SubprocVecEnv(info_fns(2), **kwargs)
+
+
+@pytest.mark.timeout(60)
+def test_seed_policy_spawn_seeds_each_env_from_a_seed_sequence() -> None:
+    from vecenv import spawn_seeds
+
+    ours = SubprocVecEnv(info_fns(), start_method="fork", num_workers=2, seed_policy="spawn")
+    try:
+        assert ours.seed(3) == spawn_seeds(3, N_ENVS)
+        obs = ours.reset()
+        for i, fn in enumerate(info_fns()):
+            env = fn()
+            assert_same(obs[i], env.reset(seed=spawn_seeds(3, N_ENVS)[i])[0], f"env {i}")
+            env.close()
+        assert ours.vector_env.seed_policy == "spawn"
+        seeds = ours.seed(None)  # a random base, spawned as well: not consecutive
+        assert len(set(seeds)) == N_ENVS and [b - a for a, b in zip(seeds, seeds[1:])] != [1] * (N_ENVS - 1)
+    finally:
+        ours.close()

@@ -116,3 +116,24 @@ def test_bad_num_workers_is_a_usage_error(tmp_path: Path, bad: str) -> None:
     )
     assert proc.returncode == 2
     assert "--num-workers" in proc.stderr and bad in proc.stderr
+
+
+@pytest.mark.timeout(200)
+def test_capture_video_records_env_0_every_k_episodes_and_keeps_the_returns(tmp_path: Path) -> None:
+    imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg", reason="needs the video extra: pip install -e '.[video]'")
+    common = ["--compare", "vecenv,sync", "--num-envs", "2", "--num-workers", "2", "--num-steps", "32"]
+    common += ["--total-timesteps", "256", "--update-epochs", "1", "--minibatch-size", "64", "--seed", "4"]
+    plain = _train(tmp_path / "plain", *common, timeout=90)
+    recorded = _train(tmp_path / "video", *common, "--capture-video", "--video-every", "3", timeout=90)
+    for kind in ("vecenv", "sync"):
+        strip = [(r["env_step"], r["env_index"], r["episode_return"]) for r in plain[kind]]
+        assert [(r["env_step"], r["env_index"], r["episode_return"]) for r in recorded[kind]] == strip
+    episodes_of_env0 = sum(1 for r in plain["sync"] if r["env_index"] == "0")
+    folder = {kind: tmp_path / "video" / "videos" / kind for kind in ("vecenv", "sync")}
+    names = sorted(p.name for p in folder["sync"].iterdir())
+    assert names == sorted(p.name for p in folder["vecenv"].iterdir())
+    expected = [f"CartPole-v1-env0-episode-{e}.mp4" for e in range(0, episodes_of_env0 + 1, 3)]
+    assert names == sorted(expected), "episodes 0, 3, 6... of env 0 (the last one open at the end)"
+    for name in names:
+        counts = [imageio_ffmpeg.count_frames_and_secs(str(folder[k] / name))[0] for k in ("vecenv", "sync")]
+        assert counts[0] == counts[1] > 0

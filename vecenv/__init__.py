@@ -20,6 +20,7 @@ _EXPORTS = {
     "DEFAULT_CLOSE_TIMEOUT": "vecenv.parent.closing",
     "GroupVectorEnv": "vecenv.parent.vector_env",
     "InvalidObservationError": "vecenv.errors",
+    "MultiAgentVectorEnv": "vecenv.multiagent.vector_env",
     "NeedsResetError": "vecenv.errors",
     "RemoteEnvError": "vecenv.errors",
     "Rollout": "vecenv.parent.rollouts",
@@ -33,6 +34,8 @@ _EXPORTS = {
     "collect": "vecenv.rollout.collection",
     "load": "vecenv.rollout.dataset",
     "make": "vecenv.factory",
+    "make_parallel": "vecenv.multiagent.vector_env",
+    "spawn_seeds": "vecenv.seeding",
 }
 _LAZY_ONLY = {"RayVectorEnv": "vecenv.parent.ray_env"}
 # Subpackages and modules reachable as attributes (``vecenv.rollout.collect``) without importing them first.
@@ -44,6 +47,7 @@ __all__ = [
     "DEFAULT_CLOSE_TIMEOUT",
     "GroupVectorEnv",
     "InvalidObservationError",
+    "MultiAgentVectorEnv",
     "NeedsResetError",
     "RemoteEnvError",
     "Rollout",
@@ -57,6 +61,8 @@ __all__ = [
     "collect",
     "load",
     "make",
+    "make_parallel",
+    "spawn_seeds",
     "__version__",
 ]
 
@@ -73,6 +79,7 @@ if TYPE_CHECKING:
         WorkerDiedError,
     )
     from vecenv.factory import make
+    from vecenv.multiagent.vector_env import MultiAgentVectorEnv, make_parallel
     from vecenv.parent.closing import DEFAULT_CLOSE_TIMEOUT
     from vecenv.parent.ray_env import RayVectorEnv  # noqa: F401 - lazy only: not in __all__
     from vecenv.parent.records import WorkerStatus
@@ -82,6 +89,7 @@ if TYPE_CHECKING:
     from vecenv.parent.vector_env import GroupVectorEnv
     from vecenv.rollout.collection import collect
     from vecenv.rollout.dataset import Dataset, load
+    from vecenv.seeding import spawn_seeds
 
 
 def __getattr__(name: str) -> Any:

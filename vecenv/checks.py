@@ -19,6 +19,7 @@ from gymnasium.vector import AutoresetMode
 
 from vecenv.errors import describe
 from vecenv.host import available_cpus, default_start_method
+from vecenv.seeding import SEED_POLICIES, spawn_seeds
 
 __all__ = [
     "check_env_fns",
@@ -34,6 +35,7 @@ __all__ = [
     "check_options",
     "check_batch_size",
     "check_env_ids",
+    "check_seed_policy",
     "seed_list",
     "check_reset_mask",
     "check_num_steps",
@@ -146,14 +148,22 @@ def check_options(options: Any) -> dict[str, Any] | None:
     return options
 
 
-def seed_list(seed: Any, n: int) -> list[int | None]:
-    """One seed (or ``None``) per env: ``None``, an int (env ``i`` gets ``seed + i``), or a list."""
+def check_seed_policy(policy: Any) -> str:
+    """``seed_policy``: one of :data:`vecenv.seeding.SEED_POLICIES`."""
+    if policy not in SEED_POLICIES:
+        raise ValueError(f"`seed_policy` must be one of {', '.join(map(repr, SEED_POLICIES))}, got {describe(policy)}")
+    return str(policy)
+
+
+def seed_list(seed: Any, n: int, policy: str = "sequential") -> list[int | None]:
+    """One seed (or ``None``) per env: ``None``, an int (env ``i`` gets ``seed + i``, or under
+    ``policy="spawn"`` its :func:`~vecenv.seeding.spawn_seeds` seed), or a list (used as given)."""
     if seed is None:
         return [None] * n
     if _is_int(seed):
         if seed < 0:
             raise ValueError(f"`seed` must be a non-negative int, a list of {n} seeds or None, got {seed}")
-        return [int(seed) + i for i in range(n)]
+        return [*(spawn_seeds(int(seed), n) if policy == "spawn" else range(int(seed), int(seed) + n))]
     if isinstance(seed, (str, bytes)) or not isinstance(seed, (Sequence, np.ndarray)):
         raise TypeError(f"`seed` must be an int, a list of {n} seeds or None, got {describe(seed)}")
     if len(seed) != n:

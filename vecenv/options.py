@@ -20,6 +20,7 @@ from vecenv.checks import (
     check_autoreset_mode,
     check_observation_mode,
     check_restarts,
+    check_seed_policy,
     check_threads,
     check_timeout,
 )
@@ -41,6 +42,7 @@ class Keywords:
     max_restarts: int = 3
     restart_window: float = 60.0
     threads_per_worker: int | None = 1
+    seed_policy: str = "sequential"
     # The process backend's own.
     context: str | None = None
     daemon: bool = True
@@ -63,6 +65,7 @@ _CHECKED = (
     "max_restarts",
     "restart_window",
     "threads_per_worker",
+    "seed_policy",
 )
 
 
@@ -73,6 +76,7 @@ class VectorOptions:
     Attributes:
         restarts: ``(max_restarts, restart_window)`` with ``on_worker_death="restart"``, else ``None``.
         threads: ``threads_per_worker``.
+        seed_policy: how an int ``reset`` seed becomes per-env seeds (:mod:`vecenv.seeding`).
         batch_size: as given; it is checked against the group sizes once they are known.
     """
 
@@ -83,6 +87,7 @@ class VectorOptions:
     start_timeout: float | None
     restarts: tuple[int, float] | None
     threads: int | None
+    seed_policy: str = DEFAULTS.seed_policy
 
     @classmethod
     def check(
@@ -97,6 +102,7 @@ class VectorOptions:
         max_restarts: Any = DEFAULTS.max_restarts,
         restart_window: Any = DEFAULTS.restart_window,
         threads_per_worker: Any = DEFAULTS.threads_per_worker,
+        seed_policy: Any = DEFAULTS.seed_policy,
     ) -> VectorOptions:
         """Check every shared keyword (each error names its argument) before anything starts."""
         return cls(
@@ -107,6 +113,7 @@ class VectorOptions:
             start_timeout=check_timeout(start_timeout, "start_timeout"),
             restarts=check_restarts(on_worker_death, max_restarts, restart_window),
             threads=check_threads(threads_per_worker),
+            seed_policy=check_seed_policy(seed_policy),
         )
 
     @classmethod

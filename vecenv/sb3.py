@@ -1,8 +1,9 @@
 """Stable-Baselines3 drop-in: ``from vecenv.sb3 import SubprocVecEnv``.
 
 SB3's own ``SubprocVecEnv`` starts one process per env. This one is an SB3
-``VecEnv`` with the same constructor (plus ``num_workers``) that steps its envs in a few
-:class:`vecenv.SubprocVectorEnv` worker groups with shared memory, and gives what SB3's class
+``VecEnv`` with the same constructor (plus ``num_workers`` and vecenv's options) that steps its
+envs in a few :class:`vecenv.SubprocVectorEnv` worker groups with shared memory (or, with
+``backend="ray"``, in :class:`vecenv.RayVectorEnv` actors on one machine or a cluster), and gives what SB3's class
 gives for the same seeds and actions: observation batches, float64 rewards, bool dones, and a
 list of per-env info dicts carrying ``"TimeLimit.truncated"`` and, when an episode ends,
 ``"terminal_observation"``, with the env already reset (SB3's autoreset). ``seed()`` and
@@ -21,7 +22,7 @@ import multiprocessing
 import operator
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -41,8 +42,14 @@ except ImportError as exc:  # SB3 itself, or torch which it imports, is missing
     raise ImportError(f"vecenv.sb3 needs Stable-Baselines3: pip install 'vecenv[sb3]' (import failed: {exc})") from exc
 
 from vecenv._sb3_adapter import DISPATCH, INFO_KEY, AdapterFn, InfoBox
+from vecenv.checks import check_seed_policy
+from vecenv.errors import describe
 from vecenv.host import guard_main
+from vecenv.options import DEFAULTS
+from vecenv.parent.restart import RESTART_INFO_KEY
 from vecenv.parent.subproc import SubprocVectorEnv
+from vecenv.parent.vector_env import GroupVectorEnv
+from vecenv.seeding import spawn_seeds
 
 __all__ = ["SubprocVecEnv"]
 
@@ -64,12 +71,32 @@ class SubprocVecEnv(VecEnv):
             top-level code outside ``if __name__ == "__main__":``, the default is ``"fork"``
             (with an ``UnguardedMainWarning``) and a method given that imports the script again
             raises ``UnguardedMainError``: the script never runs twice.
-        num_workers: worker processes, each hosting a contiguous group of envs; default
-            ``min(len(env_fns), available cores)`` (the affinity mask, as ``vecenv.SubprocVectorEnv``).
+        num_workers: worker processes (or Ray actors), each hosting a contiguous group of envs;
+            default ``min(len(env_fns), available cores)`` (the affinity mask, as
+            ``vecenv.SubprocVectorEnv``), or with Ray one per CPU of the cluster.
+        backend: ``"process"`` (worker processes on this machine) or ``"ray"``: the groups are
+            Ray actors (:class:`vecenv.RayVectorEnv`), on this machine or a cluster.
+        address: ``backend="ray"`` only, as :class:`vecenv.RayVectorEnv` takes it: which Ray to
+            use (default: the one running in this process, else a new local one).
+        actor_options: ``backend="ray"`` only: the actors' options (``num_cpus``,
+            ``scheduling_strategy="SPREAD"``, a node affinity to pin groups to nodes, ...).
+        on_worker_death: as :class:`vecenv.SubprocVectorEnv`. With ``"restart"`` a dead worker
+            (or actor) is rebuilt and its envs reset; the step that saw the death reports them
+            done, with ``"TimeLimit.truncated": True`` and ``"worker_restarted": True`` in their
+            info and no ``"terminal_observation"`` (none survived; SB3's algorithms then
+            bootstrap nothing for that step).
+        max_restarts: as :class:`vecenv.SubprocVectorEnv`.
+        restart_window: as :class:`vecenv.SubprocVectorEnv`.
+        threads_per_worker: BLAS/OpenMP threads in each worker or actor (default 1).
+        pin_cpus: ``backend="process"`` only: pin worker ``w`` to the ``w``-th available core
+            (with Ray, place actors with ``actor_options``).
+        seed_policy: ``"sequential"`` (SB3's: :meth:`seed` gives env ``i`` the seed ``seed + i``)
+            or ``"spawn"`` (env ``i`` gets :func:`vecenv.spawn_seeds` ``(seed, n)[i]``, so runs
+            with different seeds share no env seed); see :mod:`vecenv.seeding`.
 
     Attributes:
-        vector_env: the underlying :class:`vecenv.SubprocVectorEnv` (its envs are wrapped in an
-            internal adapter; use this class's methods to reach them).
+        vector_env: the underlying :class:`vecenv.SubprocVectorEnv` (or :class:`vecenv.RayVectorEnv`;
+            its envs are wrapped in an internal adapter; use this class's methods to reach them).
         waiting: a step was started with :meth:`step_async` and not yet collected.
         closed: :meth:`close` has run.
     """
@@ -79,26 +106,52 @@ class SubprocVecEnv(VecEnv):
         env_fns: Sequence[Callable[[], gym.Env]],
         start_method: str | None = None,
         num_workers: int | None = None,
+        *,
+        backend: str = "process",
+        address: str | None = None,
+        actor_options: Mapping[str, Any] | None = None,
+        on_worker_death: str = DEFAULTS.on_worker_death,
+        max_restarts: int = DEFAULTS.max_restarts,
+        restart_window: float = DEFAULTS.restart_window,
+        threads_per_worker: int | None = DEFAULTS.threads_per_worker,
+        pin_cpus: bool = DEFAULTS.pin_cpus,
+        seed_policy: str = DEFAULTS.seed_policy,
     ) -> None:
         if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Iterable):
             raise TypeError(f"`env_fns` must be a list of env constructors, got {type(env_fns).__name__}")
         env_fns = list(env_fns)
-        chosen = start_method is not None
-        if start_method is None:
-            # SB3's default: fork is not thread-safe (torch threads in the parent).
-            start_method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-        multiprocessing.get_context(start_method)  # SB3's error for an unknown method
-        # Never import a script again that is running its unguarded top-level code (see vecenv.host).
-        start_method = guard_main(start_method, chosen, type(self).__name__, "start_method")
         self.waiting = False
         self.closed = False
         self._options_staged = False  # envs may hold staged options that a reset has not consumed
-        self.vector_env = SubprocVectorEnv(
-            [AdapterFn(fn, i) for i, fn in enumerate(env_fns)],
-            num_workers,
-            autoreset_mode=AutoresetMode.SAME_STEP,
-            context=start_method,
-        )
+        self.seed_policy = check_seed_policy(seed_policy)
+        adapted = [AdapterFn(fn, i) for i, fn in enumerate(env_fns)]
+        shared: dict[str, Any] = {
+            "autoreset_mode": AutoresetMode.SAME_STEP,
+            "on_worker_death": on_worker_death,
+            "max_restarts": max_restarts,
+            "restart_window": restart_window,
+            "threads_per_worker": threads_per_worker,
+            "seed_policy": seed_policy,
+        }
+        if backend == "process":
+            _only_for("ray", address=address, actor_options=actor_options)
+            chosen = start_method is not None
+            if start_method is None:
+                # SB3's default: fork is not thread-safe (torch threads in the parent).
+                start_method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+            multiprocessing.get_context(start_method)  # SB3's error for an unknown method
+            # Never import a script again that is running its unguarded top-level code (see vecenv.host).
+            start_method = guard_main(start_method, chosen, type(self).__name__, "start_method")
+            self.vector_env: GroupVectorEnv = SubprocVectorEnv(
+                adapted, num_workers, context=start_method, pin_cpus=pin_cpus, **shared
+            )
+        elif backend == "ray":
+            _only_for("process", start_method=start_method, pin_cpus=pin_cpus or None)
+            from vecenv.parent.ray_env import RayVectorEnv
+
+            self.vector_env = RayVectorEnv(adapted, num_workers, address=address, actor_options=actor_options, **shared)
+        else:
+            raise ValueError(f"`backend` must be 'process' or 'ray', got {describe(backend)}")
         try:
             super().__init__(
                 len(env_fns), self.vector_env.single_observation_space, self.vector_env.single_action_space
@@ -109,8 +162,18 @@ class SubprocVecEnv(VecEnv):
 
     @property
     def num_workers(self) -> int:
-        """The number of worker processes."""
+        """The number of workers (processes, or Ray actors with ``backend="ray"``)."""
         return self.vector_env.num_workers
+
+    def seed(self, seed: int | None = None) -> Sequence[None | int]:
+        """The seeds of the next :meth:`reset`, as SB3's: env ``i`` gets ``seed + i`` (a random
+        ``seed`` when ``None``), or under ``seed_policy="spawn"`` :func:`vecenv.spawn_seeds` ``(seed, n)``."""
+        seeds = super().seed(seed)
+        base = seeds[0]
+        if self.seed_policy == "spawn" and base is not None:
+            self._seeds = [*spawn_seeds(base, self.num_envs)]
+            return list(self._seeds)
+        return seeds
 
     # -- reset and step --------------------------------------------------------------------------
 
@@ -172,11 +235,16 @@ class SubprocVecEnv(VecEnv):
             info = boxes[j].info
             info["TimeLimit.truncated"] = False  # neither terminated nor truncated
             out[j] = info
+        restarted = _restarted(infos, self.num_envs)
         for j in np.flatnonzero(dones).tolist():
-            final: InfoBox = final_boxes[j]
-            info = final.info
-            info["TimeLimit.truncated"] = bool(truncations[j] and not terminations[j])
-            info["terminal_observation"] = final.terminal_obs
+            final: InfoBox | None = final_boxes[j]
+            if final is None:  # its worker was restarted: the episode's end did not survive
+                assert restarted[j], "every other episode end carries its final info"
+                info = {"TimeLimit.truncated": True, RESTART_INFO_KEY: True}
+            else:
+                info = final.info
+                info["TimeLimit.truncated"] = bool(truncations[j] and not terminations[j])
+                info["terminal_observation"] = final.terminal_obs
             out[j] = info
             self.reset_infos[j] = boxes[j].info if mask[j] else {}
         return obs, rewards, dones, out
@@ -261,6 +329,19 @@ class SubprocVecEnv(VecEnv):
         self.vector_env.close()
         self.waiting = False
         self.closed = True
+
+
+def _only_for(backend: str, **given: Any) -> None:
+    """Refuse the arguments of the other backend, naming them and what was given."""
+    for name, value in given.items():
+        if value is not None:
+            raise ValueError(f"`{name}` is for backend={backend!r} only, got {name}={describe(value)}")
+
+
+def _restarted(infos: dict[str, Any], n: int) -> np.ndarray:
+    """The envs whose worker was restarted on this step (``on_worker_death="restart"``)."""
+    mask = infos.get(f"_{RESTART_INFO_KEY}")
+    return np.zeros(n, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
 
 
 def _boxes(infos: dict[str, Any], n: int) -> tuple[Any, np.ndarray]:

@@ -23,7 +23,7 @@ from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array
 
-from vecenv.checks import check_env_ids, check_options, check_timeout, seed_list
+from vecenv.checks import check_env_ids, check_options, check_timeout
 from vecenv.parent.actions import ActionPlacer
 from vecenv.parent.calls import CallRunner
 from vecenv.parent.records import WorkerRecord, WorkerStatus
@@ -72,7 +72,7 @@ class AsyncBatches:
         options = check_options(options)
         if options is not None and "reset_mask" in options:
             raise ValueError("`options['reset_mask']` is not supported by `async_reset`: it resets every env")
-        seeds = seed_list(seed, self.num_envs)
+        seeds = self.seeds.expand(seed, self.num_envs)
         # Every check has passed: only now drop what is in flight.
         self.seeds.remember(seeds, None)
         workers = self.pool.workers

@@ -103,6 +103,7 @@ class RayVectorEnv(GroupVectorEnv):
             the same envs on the same rows.
         max_restarts: as :class:`~vecenv.SubprocVectorEnv`.
         restart_window: as :class:`~vecenv.SubprocVectorEnv`.
+        seed_policy: as :class:`~vecenv.SubprocVectorEnv` (the same seeds for the same envs).
         threads_per_worker: BLAS/OpenMP threads in each actor, as for worker processes (Ray
             also sets ``OMP_NUM_THREADS`` to the actor's ``num_cpus``; a value already in the
             environment is left alone).
@@ -129,6 +130,7 @@ class RayVectorEnv(GroupVectorEnv):
         max_restarts: int = DEFAULTS.max_restarts,
         restart_window: float = DEFAULTS.restart_window,
         threads_per_worker: int | None = DEFAULTS.threads_per_worker,
+        seed_policy: str = DEFAULTS.seed_policy,
     ) -> None:
         fns = check_env_fns(env_fns)
         if num_workers == "auto":
@@ -162,6 +164,7 @@ class RayVectorEnv(GroupVectorEnv):
         max_restarts: int = DEFAULTS.max_restarts,
         restart_window: float = DEFAULTS.restart_window,
         threads_per_worker: int | None = DEFAULTS.threads_per_worker,
+        seed_policy: str = DEFAULTS.seed_policy,
     ) -> RayVectorEnv:
         """One actor per callable; each returns the list of envs it hosts (or a native
         ``gymnasium.vector.VectorEnv``), as :meth:`SubprocVectorEnv.from_groups`."""

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import Enum
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 
+from vecenv.checks import seed_list
 from vecenv.errors import NeedsResetError, WorkerDiedError
 from vecenv.parent.records import WorkerRecord
+from vecenv.seeding import restart_seed
 
 __all__ = ["State", "CallState", "PoolView", "SeedBook"]
 
@@ -193,10 +195,16 @@ class CallState:
 
 
 class SeedBook:
-    """Each env's last reset seed: a restarted worker's envs derive theirs from it."""
+    """Each env's last reset seed, and the seed policy (:mod:`vecenv.seeding`): a restarted
+    worker's envs derive their seeds from both."""
 
-    def __init__(self, num_envs: int) -> None:
+    def __init__(self, num_envs: int, policy: str = "sequential") -> None:
         self.seeds: list[int | None] = [None] * num_envs
+        self.policy = policy
+
+    def expand(self, seed: Any, num_envs: int) -> list[int | None]:
+        """One seed per env for ``reset(seed=seed)`` under the policy (checked; see ``seed_list``)."""
+        return seed_list(seed, num_envs, self.policy)
 
     def remember(self, seeds: Sequence[int | None], mask: np.ndarray | None) -> None:
         """Record the seeds of a reset (only the masked envs, when ``mask`` is given)."""
@@ -206,7 +214,8 @@ class SeedBook:
 
     def reseeded(self, start: int, stop: int, restart: int) -> list[int | None]:
         """The seeds for envs ``[start, stop)`` rebuilt at the vector env's ``restart``-th
-        restart: env ``i`` last reset with seed ``s`` gets ``s + restart * num_envs``, so a rerun
-        with the same crash reproduces; an env never seeded stays unseeded."""
+        restart: env ``i`` last reset with seed ``s`` gets ``s + restart * num_envs`` (under
+        ``"spawn"``: :func:`~vecenv.seeding.restart_seed`), so a rerun with the same crash
+        reproduces; an env never seeded stays unseeded."""
         n = len(self.seeds)
-        return [None if s is None else s + restart * n for s in self.seeds[start:stop]]
+        return [None if s is None else restart_seed(self.policy, s, restart, n) for s in self.seeds[start:stop]]

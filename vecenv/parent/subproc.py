@@ -66,6 +66,12 @@ class SubprocVectorEnv(GroupVectorEnv):
             like, set before the env module is imported, plus the libraries already loaded),
             so W workers do not run W x cores threads; variables you set yourself win.
             ``None`` leaves the libraries' defaults. The parent is never changed.
+        seed_policy: how ``reset(seed=s)`` with an int seeds the envs: ``"sequential"`` (the
+            default: env ``i`` gets ``s + i``, as ``SyncVectorEnv``) or ``"spawn"`` (env ``i``
+            gets a 63-bit seed from ``numpy.random.SeedSequence(s).spawn(num_envs)[i]``, so runs
+            with different seeds share no env seed); see :mod:`vecenv.seeding`. The same on every
+            backend and worker count, in ``reset`` and ``async_reset`` and for restarted workers.
+            The chosen policy is the attribute ``seed_policy``.
         max_restarts: with ``on_worker_death="restart"``, more than this many restarts within
             ``restart_window`` seconds (a death during a rebuild counts) raise
             ``WorkerDiedError`` as ``"raise"`` does.
@@ -125,6 +131,7 @@ class SubprocVectorEnv(GroupVectorEnv):
         max_restarts: int = DEFAULTS.max_restarts,
         restart_window: float = DEFAULTS.restart_window,
         threads_per_worker: int | None = DEFAULTS.threads_per_worker,
+        seed_policy: str = DEFAULTS.seed_policy,
     ) -> None:
         fns = check_env_fns(env_fns)
         check_flag(inline_group, "inline_group")  # before auto may set it
@@ -156,6 +163,7 @@ class SubprocVectorEnv(GroupVectorEnv):
         max_restarts: int = DEFAULTS.max_restarts,
         restart_window: float = DEFAULTS.restart_window,
         threads_per_worker: int | None = DEFAULTS.threads_per_worker,
+        seed_policy: str = DEFAULTS.seed_policy,
         inline_group: bool = DEFAULTS.inline_group,
     ) -> SubprocVectorEnv:
         """One worker per callable; each returns the list of envs that worker hosts (or a

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from vecenv.checks import check_batch_size, check_options, check_reset_mask, check_timeout, seed_list
+from vecenv.checks import check_batch_size, check_env_ids, check_options, check_reset_mask, check_timeout
 from vecenv.errors import describe
 from vecenv.options import VectorOptions
 from vecenv.parent.actions import ActionPlacer
@@ -55,6 +55,7 @@ from vecenv.parent.closing import DEFAULT_CLOSE_TIMEOUT, Closer
 from vecenv.parent.envpool_api import AsyncBatches
 from vecenv.parent.handshake import configure
 from vecenv.parent.pool import WorkerPool
+from vecenv.parent.render import EnvIds, RenderPlan
 from vecenv.parent.replies import InfoMerger
 from vecenv.parent.restart import Restarter, RestartPolicy
 from vecenv.parent.rollouts import RolloutMethods, Rollouts
@@ -94,7 +95,8 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
         self.autoreset_mode = options.autoreset_mode
         self.copy = options.copy
         self._calls = CallState(type(self).__name__)
-        self._seeds = SeedBook(0)
+        self.seed_policy = options.seed_policy  # how reset(seed=int) seeds the envs (vecenv.seeding)
+        self._seeds = SeedBook(0, options.seed_policy)
         restarter = None
         if options.restarts is not None:
             max_restarts, window = options.restarts
@@ -190,12 +192,12 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
     ) -> None:
         """Send a reset to the workers; :meth:`reset_wait` collects it.
 
-        ``seed``: ``None``, an int (env ``i`` gets ``seed + i``) or one seed (or ``None``) per env.
+        ``seed``: ``None``, an int (env ``i`` gets ``seed + i``, or see ``seed_policy``) or one per env.
         ``options`` goes to every env; ``options["reset_mask"]`` (a bool array, one per env)
         resets only the masked envs.
         """
         self._calls.check_can_start("reset_async")
-        seeds = seed_list(seed, self.num_envs)
+        seeds = self._seeds.expand(seed, self.num_envs)
         options = check_options(options)
         mask = None
         if options is not None and "reset_mask" in options:
@@ -355,18 +357,20 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
             )
         workers = self._pool.workers
         payloads = [SetAttrArgs(name, list(values[w.start : w.stop])) for w in workers]
-        self._run(Command.SET_ATTR, payloads, "set_attr", timeout)
+        self._run(Command.SET_ATTR, workers, payloads, "set_attr", timeout)
 
     @serialised
-    def render(self, timeout: float | None = None) -> tuple[Any, ...]:
-        """The rendered frame of every env."""
+    def render(self, env_ids: EnvIds | None = None, timeout: float | None = None) -> tuple[Any, ...]:
+        """The rendered frame of every env (``env_ids=None``), or of the envs ``env_ids`` in that
+        order (distinct, in ``[0, num_envs)``): only the workers that host them render and send."""
         timeout = check_timeout(timeout)
         self._calls.check_can_start("render")
-        replies = self._run(Command.RENDER, [None] * len(self._pool.workers), "render", timeout)
-        return tuple(r for reply in replies for r in reply)
+        ids = None if env_ids is None else check_env_ids(env_ids, self.num_envs)
+        plan = RenderPlan.of(self._pool.workers, ids)
+        return plan.frames(self._run(Command.RENDER, plan.workers, plan.payloads, "render", timeout))
 
-    def _run(self, command: Command, payloads: list[Any], call: str, timeout: float | None) -> list[Any]:
-        self._runner.send(self._pool.workers, command, payloads, call, State.WAITING_CALL)
+    def _run(self, command: Command, workers: list[Any], payloads: list[Any], call: str, timeout: float | None) -> Any:
+        self._runner.send(workers, command, payloads, call, State.WAITING_CALL)
         return self._runner.finish(call, timeout, poisons=False)
 
     @property

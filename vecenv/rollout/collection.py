@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from vecenv.checks import seed_list
 from vecenv.policies import FunctionPolicy, RandomPolicy, WorkerPolicy
 from vecenv.policies import SB3Policy as WorkerSB3Policy
 from vecenv.rollout.actions import ActionChecker, CheckedPolicy
@@ -34,6 +35,7 @@ from vecenv.rollout.sinks import OPEN_EPISODES, DatasetSink
 from vecenv.rollout.sources import RolloutSource, StepSource, random_actions, rollout_length
 from vecenv.rollout.staging import EpisodeStager
 from vecenv.rollout.writer import CHUNK_BYTES, DatasetWriter, check_out, now, versions
+from vecenv.seeding import seed_policy_of
 from vecenv.spaces import describe_space
 
 if TYPE_CHECKING:
@@ -258,8 +260,11 @@ def _plan(
     info.setdefault("env_id", getattr(spec, "id", None))
     info.setdefault("env_kwargs", dict(getattr(spec, "kwargs", None) or {}))
     name = str(info.pop("policy", policy_name(policy)))
-    source, how = _source(envs, policy, name, mode, int(seed), fields, rollout_steps)
-    collection = CollectionSpec(source, envs.num_envs, mode, int(seed), steps, episodes)
+    source, how = _source(
+        envs, policy, name, mode, seed_list(int(seed), envs.num_envs, seed_policy_of(envs)), fields, rollout_steps
+    )
+    first_seeds = seed_list(int(seed), envs.num_envs, seed_policy_of(envs))
+    collection = CollectionSpec(source, envs.num_envs, mode, int(seed), steps, episodes, first_seeds)
     info.setdefault("collection", how)
     return _Plan(
         collection, envs, target, fields, spec, _dataset_metadata(collection, envs, target, fields, spec, name, info)
@@ -271,21 +276,21 @@ def _source(
     policy: Policy | str,
     name: str,
     mode: AutoresetMode,
-    seed: int,
+    seeds: list[int | None],
     fields: list[Leaf],
     rollout_steps: int | None,
 ) -> tuple[StepSource | RolloutSource, dict[str, Any]]:
     """Where the steps come from (see ``sources``), and how the dataset records that: rollouts
     in vecenv's workers where the vector env has them (not under DISABLED), else ``step``."""
     how: dict[str, Any] = {
-        "random_actions": "each env's own generator, seeded from seed + env index" if policy == "random" else None
+        "random_actions": "each env's own generator, seeded from its env's reset seed" if policy == "random" else None
     }
     from vecenv.parent.vector_env import GroupVectorEnv  # the engine is loaded by then
 
     act: Any = policy
     skip = None
     if isinstance(policy, str):
-        runner = random_actions(envs, seed)
+        runner = random_actions(envs, seeds)
         skip = runner.skip
 
         def act(_observation: Any) -> Any:
@@ -337,6 +342,7 @@ def _dataset_metadata(
         "num_workers": getattr(envs, "num_workers", None),
         "autoreset_mode": collection.mode.name.lower(),
         "seed": collection.seed,
+        "seed_policy": seed_policy_of(envs),
         "policy": policy,
         "requested": {"steps": target} if collection.steps is not None else {"episodes": target},
         "observation_space": {"str": str(single_obs_space), "description": describe_space(single_obs_space)},

@@ -26,6 +26,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec
 
+from vecenv.checks import seed_list
 from vecenv.rollout.dataset import Dataset, load
 from vecenv.rollout.errors import KEYWORDS, MinariNotInstalledError, OptionNames
 from vecenv.rollout.format import space_from_description
@@ -364,6 +365,8 @@ class _StoredEpisodes:
             sum(np.dtype(f["dtype"]).itemsize * int(np.prod(f["shape"])) for f in metadata["fields"].values())
         )
         self.seed, self.num_envs = metadata.get("seed"), metadata.get("num_envs") or 0
+        # Env i's first episode started from its seed under the policy the collector recorded.
+        self.first_seeds = seed_list(self.seed, self.num_envs, metadata.get("seed_policy", "sequential"))
 
     def write_to(self, sink: MinariSink) -> None:
         """Hand every episode to ``sink``, in chunks of rows: finished ones to ``episode``, open
@@ -372,7 +375,7 @@ class _StoredEpisodes:
             for i in indices:
                 rows = self.order[self.bounds[i][0] : self.bounds[i][1]]
                 episode_id = int(self.episode_ids[rows[0]])
-                seed = self.seed + episode_id if self.seed is not None and episode_id < self.num_envs else None
+                seed = self.first_seeds[episode_id] if episode_id < self.num_envs else None
                 summary = EpisodeSummary(float(self.rewards[rows].sum()), len(rows), episode_id, seed)
                 if still_open:
                     sink.open_episode(self.pieces(rows), summary)

@@ -39,6 +39,7 @@ class CollectionSpec:
     seed: int
     steps: int | None
     episodes: int | None
+    first_seeds: list[int | None]  # each env's seed of reset(seed=seed), under its seed policy
 
 
 @dataclass(frozen=True)
@@ -156,8 +157,9 @@ class _Collector:
             spec.source.recorded(marks.done[-1])
 
     def seed_of(self, episode_id: int) -> int | None:
-        # The first episode of env i starts from reset(seed=seed + i); later ones continue its RNG.
-        return self.spec.seed + episode_id if episode_id < self.spec.num_envs else None
+        # The first episode of env i starts from its seed of reset(seed=seed) (seed + i unless the
+        # vector env's seed_policy is "spawn"); later ones continue its RNG.
+        return self.spec.first_seeds[episode_id] if episode_id < self.spec.num_envs else None
 
     def columns(self, chunk: Chunk, marks: Marks, at: Any) -> list[np.ndarray]:
         """Every dataset field at index ``at`` of the chunk's ``(T, num_envs)`` grid."""

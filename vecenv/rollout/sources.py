@@ -63,14 +63,10 @@ def rollout_length(row_bytes: int, num_envs: int, chunk_bytes: int) -> int:
     return max(1, min(MAX_ROLLOUT_STEPS, chunk_bytes // max(1, row_bytes * num_envs)))
 
 
-def random_actions(envs: VectorEnv, seed: int) -> RandomActions:
-    """The ``"random"`` policy acting here: every env's generator, as its worker would seed it."""
-    context = PolicyContext(
-        range(envs.num_envs),
-        envs.single_observation_space,
-        envs.single_action_space,
-        [seed + i for i in range(envs.num_envs)],
-    )
+def random_actions(envs: VectorEnv, seeds: list[int | None]) -> RandomActions:
+    """The ``"random"`` policy acting here: every env's generator, seeded from ``seeds`` (each
+    env's reset seed) as its worker would seed it."""
+    context = PolicyContext(range(envs.num_envs), envs.single_observation_space, envs.single_action_space, seeds)
     return RandomPolicy().build(context)
 
 

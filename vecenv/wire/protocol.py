@@ -39,6 +39,7 @@ __all__ = [
     "ResetArgs",
     "CallArgs",
     "SetAttrArgs",
+    "RenderArgs",
     "SpaceMismatch",
     "InfoEntries",
     "Flags",
@@ -134,6 +135,13 @@ class SetAttrArgs:
 
     name: str
     values: list[Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class RenderArgs:
+    """Which of the worker's envs to render: local indices in the order wanted (``None``: all)."""
+
+    env_ids: list[int] | None
 
 
 #: ``(local env index, info dict)`` pairs, to be merged in order by ``VectorEnv._add_info``.

@@ -15,7 +15,7 @@ import dataclasses
 import os
 import pickle
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 import gymnasium as gym
@@ -24,6 +24,7 @@ from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
 
 from vecenv.errors import PackedException
+from vecenv.multiagent.copies import AgentCopies  # hook: multi-agent groups (vecenv.multiagent)
 from vecenv.spaces import tree_copy
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import (
@@ -31,6 +32,7 @@ from vecenv.wire.protocol import (
     CallArgs,
     Command,
     Hello,
+    RenderArgs,
     ResetArgs,
     RolloutArgs,
     RolloutBlockArgs,
@@ -41,6 +43,9 @@ from vecenv.wire.protocol import (
 )
 from vecenv.worker.group import EnvGroup, VectorGroup
 from vecenv.worker.rollout import GroupRollouts
+
+if TYPE_CHECKING:
+    from vecenv.multiagent.group import CopyGroup
 
 __all__ = ["WorkerCore", "WorkerOptions", "unpicklable_part"]
 
@@ -88,7 +93,7 @@ class WorkerCore:
         self.index = index
         self.options = options
         self.envs: Any = None
-        self.group: EnvGroup | VectorGroup | None = None
+        self.group: EnvGroup | VectorGroup | CopyGroup | None = None
         self.rollouts: GroupRollouts | None = None
         self._handlers: dict[Command, Callable[[Any], Any]] = {}
 
@@ -96,6 +101,9 @@ class WorkerCore:
         """Build the envs with the cloudpickled group builder and describe them."""
         group_fn: Callable[[], Any] = cloudpickle.loads(group_fn_bytes)
         built = group_fn()
+        if isinstance(built, AgentCopies):  # hook: copies of a multi-agent env describe themselves
+            self.envs = built
+            return built.hello()
         if isinstance(built, gym.vector.VectorEnv):
             self.envs = built
             return Hello(
@@ -128,8 +136,11 @@ class WorkerCore:
 
     def attach(self, attach: Attach, buffers: Buffers) -> None:
         """Wire the group to its rows of the buffers; commands can be handled from now on."""
-        if isinstance(self.envs, gym.vector.VectorEnv):
-            group: EnvGroup | VectorGroup = VectorGroup(self.envs, buffers)
+        group: EnvGroup | VectorGroup | CopyGroup
+        if isinstance(self.envs, AgentCopies):  # hook: multi-agent copies make their own group
+            group = self.envs.make_group(buffers)
+        elif isinstance(self.envs, gym.vector.VectorEnv):
+            group = VectorGroup(self.envs, buffers)
         else:
             group = EnvGroup(self.envs, attach.autoreset_mode, buffers)
         self.group = group
@@ -151,6 +162,9 @@ class WorkerCore:
         def set_attr(args: SetAttrArgs) -> None:
             group.set_attr(args.name, args.values)
 
+        def render(args: RenderArgs | None) -> list[Any]:
+            return group.render(None if args is None else args.env_ids)
+
         def rollout(args: RolloutArgs) -> RolloutReply:
             return rollouts.run(args)
 
@@ -162,7 +176,7 @@ class WorkerCore:
             Command.STEP: step,
             Command.CALL: call,
             Command.SET_ATTR: set_attr,
-            Command.RENDER: lambda _: group.render(),
+            Command.RENDER: render,
             Command.CLOSE: lambda _: group.close(),
             Command.ROLLOUT: rollout,
             Command.ROLLOUT_BLOCK: rollout_block,

@@ -167,9 +167,19 @@ class EnvGroup:
             self.blame = j
             raise
 
-    def render(self) -> list[Any]:
-        """Render every env."""
-        return self.call("render", (), {})
+    def render(self, env_ids: Sequence[int] | None = None) -> list[Any]:
+        """Render the envs ``env_ids`` (local indices, in that order; ``None``: every env)."""
+        if env_ids is None:
+            return self.call("render", (), {})
+        frames = []
+        j = 0
+        try:
+            for j in env_ids:
+                frames.append(self.envs[j].render())
+        except BaseException:
+            self.blame = j
+            raise
+        return frames
 
     def close(self) -> None:
         """Close every env, even when one raises; the first error is re-raised at the end."""
@@ -251,10 +261,12 @@ class VectorGroup:
         """The native env's ``set_attr``, one value per env."""
         self.vec.set_attr(name, list(values))
 
-    def render(self) -> list[Any]:
-        """The native env's frames, one per env."""
+    def render(self, env_ids: Sequence[int] | None = None) -> list[Any]:
+        """The native env's frames, one per env (``env_ids``: those envs' frames, in that order;
+        the native env renders all of them, as its API has no choice)."""
         frames = self.vec.render()
-        return list(frames) if frames is not None else [None] * self.num_envs
+        every = list(frames) if frames is not None else [None] * self.num_envs
+        return every if env_ids is None else [every[j] for j in env_ids]
 
     def close(self) -> None:
         """Close the native env."""

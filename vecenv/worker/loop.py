@@ -61,7 +61,8 @@ def _setup_process(options: WorkerOptions) -> None:
 def worker_main(index: int, conn: Connection, group_fn_bytes: bytes, options: WorkerOptions) -> None:
     """Entry point of worker process ``index``; ``group_fn_bytes`` is a cloudpickled group builder.
 
-    The builder returns the list of envs this worker hosts, or one native ``VectorEnv``.
+    The builder returns the list of envs this worker hosts, one native ``VectorEnv``, or the
+    copies of a multi-agent env (a :class:`vecenv.multiagent.copies.AgentCopies`).
     SIGINT is ignored: Ctrl+C belongs to the parent, which closes the workers itself.
     """
     _setup_process(options)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from operator import itemgetter
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from gymnasium.vector import AutoresetMode
@@ -31,6 +31,7 @@ from vecenv.policies import PolicyContext, PolicyRunner
 from vecenv.spaces import row_writer, to_batch, tree_leaves, tree_map
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import (
+    InfoEntries,
     ResetArgs,
     RolloutArgs,
     RolloutBlockArgs,
@@ -38,7 +39,7 @@ from vecenv.wire.protocol import (
     RolloutReply,
 )
 from vecenv.wire.rollout_buffers import RolloutBuffers
-from vecenv.worker.group import EnvGroup, VectorGroup, batched_view
+from vecenv.worker.group import EnvGroup, batched_view
 
 __all__ = ["GroupRollouts", "RolloutFailure"]
 
@@ -55,12 +56,19 @@ class RolloutFailure:
         return f"{where}at step {self.step} of the rollout (steps 0..{self.num_steps - 1})"
 
 
+class SteppedGroup(Protocol):
+    """What a rollout needs of a group: an :class:`~vecenv.worker.group.EnvGroup`, a
+    :class:`~vecenv.worker.group.VectorGroup` or a multi-agent group of copies."""
+
+    num_envs: int
+
+    def step(self, actions: Any) -> InfoEntries: ...
+
+
 class GroupRollouts:
     """One worker's rollouts (see the module docstring)."""
 
-    def __init__(
-        self, group: EnvGroup | VectorGroup, buffers: Buffers, start: int, autoreset_mode: AutoresetMode
-    ) -> None:
+    def __init__(self, group: SteppedGroup, buffers: Buffers, start: int, autoreset_mode: AutoresetMode) -> None:
         self.group = group
         self.buffers = buffers
         self.start = start
@@ -152,7 +160,11 @@ class GroupRollouts:
                 actions = tree_map(itemgetter(t), block.actions)
                 _store(space, actions, chosen, n)
             failure.in_policy = False
-            entries = group.step(actions, active)
+            if active is None:
+                entries = group.step(actions)
+            else:  # DISABLED: only an EnvGroup can leave ended envs unstepped (the parent checks)
+                assert isinstance(group, EnvGroup), "only an env group rolls out under DISABLED"
+                entries = group.step(actions, active)
             block.rewards[t] = buffers.rewards
             block.terminations[t] = buffers.terminations
             block.truncations[t] = buffers.truncations

@@ -1,0 +1,120 @@
+"""TorchRL over vecenv, against TorchRL over SyncVectorEnv, on real TorchRL.
+
+``torchrl.envs.GymWrapper`` takes a Gymnasium ``VectorEnv`` whose autoreset mode is SAME_STEP or
+DISABLED. Wrapped as a user would wrap it, vecenv must give the same rollout as SyncVectorEnv
+(same seeds, same random actions from torch's generator), and so must a TorchRL collector. With
+NEXT_STEP, TorchRL's own error names the modes to pass.
+
+Skipped as a whole without TorchRL: install the ``torchrl`` extra.
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import warnings
+
+import gymnasium as gym
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+import vecenv
+
+torch = pytest.importorskip("torch", reason="needs the torchrl extra: pip install -e '.[torchrl]'")
+# Importing TorchRL sets multiprocessing's start method to "spawn" for the whole process (see
+# docs/torchrl.md); pytest imports this module while collecting, so without putting the start
+# method back every later test would start its workers with spawn.
+_START_METHOD = multiprocessing.get_start_method(allow_none=True)
+pytest.importorskip("torchrl", reason="needs the torchrl extra: pip install -e '.[torchrl]'")
+with warnings.catch_warnings():
+    # TorchRL 0.14 warns about its own deprecated class while importing its collectors.
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from torchrl.collectors import Collector  # noqa: E402
+from torchrl.envs import GymWrapper  # noqa: E402
+
+multiprocessing.set_start_method(_START_METHOD, force=True)
+
+MODES = [AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]
+#: CartPole cut at 15 steps, so rollouts hold truncations as well as terminations.
+ENV_FNS = [functools.partial(gym.make, "CartPole-v1", max_episode_steps=15)] * 4
+
+
+def _pair(mode: AutoresetMode, **kwargs) -> tuple[GymWrapper, GymWrapper]:
+    ours = GymWrapper(vecenv.SubprocVectorEnv(ENV_FNS, num_workers=2, autoreset_mode=mode, **kwargs))
+    ref = GymWrapper(SyncVectorEnv(ENV_FNS, autoreset_mode=mode))
+    return ours, ref
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+def test_gym_wrapper_rollout_equals_sync(mode: AutoresetMode) -> None:
+    ours, ref = _pair(mode)
+    try:
+        assert ours.batch_size == ref.batch_size == torch.Size([4])
+        assert ours.observation_spec == ref.observation_spec and ours.action_spec == ref.action_spec
+        rollouts = []
+        for env in (ours, ref):
+            env.set_seed(7)
+            torch.manual_seed(0)
+            rollouts.append(env.rollout(60, break_when_any_done=False))
+        got, want = rollouts
+        assert got.batch_size == want.batch_size == torch.Size([4, 60])
+        assert set(got.keys(True, True)) == set(want.keys(True, True))
+        for key in want.keys(True, True):
+            assert torch.equal(got[key], want[key]), key
+        assert want["next", "terminated"].any() and want["next", "truncated"].any()
+    finally:
+        ours.close()
+        ref.close()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+def test_collector_over_vecenv_equals_collector_over_sync(mode: AutoresetMode) -> None:
+    ours, ref = _pair(mode)
+    try:
+        batches = []
+        for env in (ours, ref):
+            env.set_seed(3)
+            torch.manual_seed(1)
+            collector = Collector(env, policy=None, frames_per_batch=160, total_frames=480)
+            batches.append([batch.clone() for batch in collector])
+            collector.shutdown(close_env=False)
+        got, want = batches
+        assert len(got) == len(want) == 3
+        for k, (a, b) in enumerate(zip(got, want)):
+            assert a.batch_size == b.batch_size == torch.Size([4, 40])
+            for key in b.keys(True, True):
+                assert torch.equal(a[key], b[key]), (k, key)
+        assert sum(int(b["next", "done"].sum()) for b in want) > 4
+    finally:
+        ours.close()
+        ref.close()
+
+
+def test_importing_torchrl_sets_the_spawn_start_method_which_vecenv_then_uses() -> None:
+    """What docs/torchrl.md tells users: checked in a fresh interpreter, as a user's script."""
+    import subprocess
+    import sys
+
+    code = (
+        "import multiprocessing as mp, gymnasium as gym, torchrl, vecenv\n"
+        "print(mp.get_start_method(allow_none=True))\n"
+        "if __name__ == '__main__':\n"
+        "    with vecenv.SubprocVectorEnv([lambda: gym.make('CartPole-v1')] * 2, 1) as envs:\n"
+        "        print(envs.start_method)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["spawn", "spawn"]
+
+
+@pytest.mark.timeout(60)
+def test_next_step_is_refused_by_torchrl_naming_the_modes_to_pass() -> None:
+    envs = vecenv.SubprocVectorEnv(ENV_FNS, num_workers=2)  # NEXT_STEP, the default
+    try:
+        with pytest.raises(RuntimeError) as excinfo:
+            GymWrapper(envs)
+        message = str(excinfo.value)
+        assert "SAME_STEP" in message and "DISABLED" in message and "NEXT_STEP" in message
+    finally:
+        envs.close()

@@ -1,0 +1,85 @@
+"""``concat_vec_envs_v1(..., base_class="stable_baselines3")``: the drop-in as an SB3 ``VecEnv``.
+
+It gives what SuperSuit's own ``SB3VecEnvWrapper`` gives over SuperSuit's in-process vector env:
+dones are ``terminations[i] or truncations[i]`` per slot (uint8, as SuperSuit's flags), infos are
+the list of slot dicts (``"terminal_observation"`` when a copy ends, no ``"TimeLimit.truncated"``:
+SuperSuit sets none, and SB3's bootstrapping must see the same infos to learn the same), and the
+reset infos are kept in ``reset_infos``. Two things SuperSuit's wrapper does not do, and this one
+does: ``seed()`` (which SB3's ``PPO(seed=...)`` calls) seeds the next reset instead of raising,
+and ``get_attr`` answers per slot.
+
+This is not ``vecenv.sb3.SubprocVecEnv``: that one wraps single-agent envs and adds SB3's own
+``TimeLimit.truncated`` infos, which SuperSuit's path does not have.
+
+Importing this module imports Stable-Baselines3 (and torch); nothing else in vecenv does.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+from stable_baselines3.common.vec_env import VecEnvWrapper
+from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs, VecEnvStepReturn
+
+__all__ = ["SB3VecEnvWrapper"]
+
+
+class SB3VecEnvWrapper(VecEnvWrapper):
+    """An SB3 ``VecEnv`` over :class:`vecenv.supersuit.ConcatVecEnv`, as SuperSuit's wrapper."""
+
+    def __init__(self, venv: Any) -> None:
+        # SuperSuit's wrapper sets these itself rather than calling VecEnvWrapper.__init__, whose
+        # get_attr("render_mode") would reach into every copy; so does this one.
+        self.venv = venv  # what SB3's wrappers unwrap
+        self._drop_in: Any = venv  # the same object, as what it is
+        self.num_envs = venv.num_envs
+        self.observation_space = venv.observation_space
+        self.action_space = venv.action_space
+        self.render_mode = venv.render_mode
+        self.reset_infos: list[dict[str, Any]] = []
+        self._next_seed: int | None = None
+
+    def seed(self, seed: int | None = None) -> list[int | None]:
+        """Seed the next :meth:`reset`: copy ``c`` gets ``seed + c``."""
+        self._next_seed = seed
+        return [None if seed is None else seed + c for c in range(self._drop_in.num_copies)]
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> VecEnvObs:
+        """Reset every copy; their infos go to ``reset_infos``."""
+        if seed is not None:
+            self.seed(seed)
+        seed, self._next_seed = self._next_seed, None
+        observations, self.reset_infos = self._drop_in.reset(seed=seed, options=options)
+        return observations
+
+    def step_wait(self) -> VecEnvStepReturn:
+        observations, rewards, terminations, truncations, infos = self._drop_in.step_wait()
+        dones = np.array([terminations[i] or truncations[i] for i in range(len(terminations))])
+        return observations, rewards, dones, infos
+
+    def env_is_wrapped(self, wrapper_class: type, indices: VecEnvIndices = None) -> list[bool]:
+        return self._drop_in.env_is_wrapped(wrapper_class)
+
+    def getattr_recursive(self, name: str) -> Any:
+        raise AttributeError(name)
+
+    def getattr_depth_check(self, name: str, already_found: bool) -> str | None:
+        return None
+
+    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
+        """Attribute ``attr_name`` per slot (``render_mode``: the vector env's, per slot)."""
+        if attr_name == "render_mode":
+            return [self.render_mode] * self.num_envs
+        return self._drop_in.get_attr(attr_name)
+
+    def render(self, mode: str | None = None) -> np.ndarray | None:
+        """The first copy's frame (as SuperSuit); a ``mode`` cannot change the env's render mode."""
+        if mode is not None:
+            warnings.warn(
+                "PettingZoo environments do not take the `render(mode)` argument, to change rendering mode, "
+                "re-initialize the environment using the `render_mode` argument.",
+                stacklevel=2,
+            )
+        return self._drop_in.render()

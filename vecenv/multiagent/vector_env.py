@@ -1,0 +1,376 @@
+"""The native multi-agent API: :class:`MultiAgentVectorEnv` and :func:`make_parallel`.
+
+::
+
+    MultiAgentVectorEnv (this module): copies -> rows, seeds and masks per copy, the active mask
+        |  one row per (copy, agent): row = copy * num_agents + agent
+        v
+    the engine's vector env over the rows (SubprocVectorEnv.from_groups or RayVectorEnv.from_groups)
+        |  one ParallelCopiesFn per worker: the engine's workers, buffers, pool, restarts, faults
+        v
+    ParallelGroup in each worker (group.py): autoreset per copy, agent death, batched infos
+
+The engine below runs with ``NEXT_STEP`` and never autoresets a row itself: the groups apply the
+chosen autoreset mode per copy, so every mode is the same engine underneath. What this layer adds
+is translation only: a seed per copy becomes the seed of each of its rows, a reset mask per copy
+becomes a mask over its rows, an inactive mark on a row becomes ``infos["active"]``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+from vecenv.checks import (
+    available_cpus,
+    check_autoreset_mode,
+    check_env_fns,
+    check_num_workers,
+    check_options,
+    check_reset_mask,
+    seed_list,
+)
+from vecenv.errors import NeedsResetError, describe
+from vecenv.multiagent.copies import COPY_CALL, INACTIVE_KEY, CopyCall, CopyOp
+from vecenv.multiagent.errors import AgentSpaceMismatchError
+from vecenv.multiagent.group import ParallelCopiesFn
+
+__all__ = ["MultiAgentVectorEnv", "make_parallel", "BACKENDS"]
+
+#: ``backend=``: worker processes (``vecenv.SubprocVectorEnv``) or Ray actors (``vecenv.RayVectorEnv``).
+BACKENDS = ("process", "ray")
+
+
+def split_copies(env_fns: Sequence[Callable[[], Any]], k: int, autoreset_mode: AutoresetMode) -> list[ParallelCopiesFn]:
+    """``k`` contiguous group builders over the copies, whose sizes differ by at most one."""
+    base, extra = divmod(len(env_fns), k)
+    bounds = list(itertools.accumulate((base + (i < extra) for i in range(k)), initial=0))
+    return [ParallelCopiesFn(env_fns[a:b], a, autoreset_mode) for a, b in itertools.pairwise(bounds)]
+
+
+def open_rows(groups: Sequence[Callable[[], Any]], backend: str, inline: bool, kwargs: dict[str, Any]) -> Any:
+    """The engine's vector env over the rows of ``groups`` (one group per worker)."""
+    if "observation_mode" in kwargs:
+        raise TypeError("`observation_mode` does not apply: every agent of every copy shares one observation space")
+    if backend == "process":
+        from vecenv.parent.subproc import SubprocVectorEnv
+
+        return SubprocVectorEnv.from_groups(
+            groups, autoreset_mode=AutoresetMode.NEXT_STEP, inline_group=inline, **kwargs
+        )
+    if backend == "ray":
+        from vecenv.parent.ray_env import RayVectorEnv  # imports Ray: only when asked for
+
+        return RayVectorEnv.from_groups(groups, autoreset_mode=AutoresetMode.NEXT_STEP, **kwargs)
+    raise ValueError(f"`backend` must be one of {', '.join(map(repr, BACKENDS))}, got {describe(backend)}")
+
+
+def describe_agents(rows: Any) -> tuple[str, ...]:
+    """The agents every copy has, asked of the workers; copies that differ raise."""
+    per_row = rows.call(COPY_CALL, CopyCall(CopyOp.DESCRIBE))
+    agents = per_row[0]
+    for row, other in enumerate(per_row):
+        if other != agents:
+            raise AgentSpaceMismatchError(
+                f"row {row} belongs to a copy with agents {list(other)}, but copy 0 has {list(agents)}: "
+                "every copy must have the same possible_agents"
+            )
+    return tuple(agents)
+
+
+def with_active(infos: dict[str, Any], n: int) -> np.ndarray:
+    """Replace the groups' inactive marks by ``infos["active"]`` (all ``n`` rows, ``_active``
+    all True), also inside ``final_info``; returns the mask."""
+    mask = infos.pop(f"_{INACTIVE_KEY}", None)
+    infos.pop(INACTIVE_KEY, None)
+    active = np.ones(n, dtype=np.bool_) if mask is None else ~mask
+    infos["active"], infos["_active"] = active, np.ones(n, dtype=np.bool_)
+    final = infos.get("final_info")
+    if isinstance(final, dict) and "_final_info" in infos:
+        ended = infos["_final_info"]
+        final_mask = final.pop(f"_{INACTIVE_KEY}", None)
+        final.pop(INACTIVE_KEY, None)
+        final["active"] = ended.copy() if final_mask is None else ended & ~final_mask
+        final["_active"] = ended.copy()
+    return active
+
+
+class MultiAgentVectorEnv(VectorEnv):
+    """A ``gymnasium.vector.VectorEnv`` over copies of a PettingZoo ``ParallelEnv``, one row per
+    (copy, agent), the copies stepped in a few worker processes (or Ray actors).
+
+    Row ``copy * num_agents + agent`` holds that agent of that copy, agents in
+    ``possible_agents`` order; every agent must share one observation and one action space
+    (pad them first otherwise, e.g. with SuperSuit's ``pad_observations_v0`` and
+    ``pad_action_space_v0``). A step takes one action per row and returns one observation,
+    reward and pair of flags per row, and Gymnasium's batched infos: each agent's info on its
+    row (``_key`` masks), a copy's infos that name no agent under ``infos["copy_info"]`` on each
+    of its rows, and ``infos["active"]``.
+
+    **Agent death**: an agent absent from its env (it left ``env.agents``, or has not joined yet)
+    gets a zero observation, reward 0, ``terminated`` True and ``active`` False until its copy
+    resets; its action is not used. ``active`` is True where the row's observation and reward
+    came from the env in that call; it is in every ``infos`` and in :attr:`active`.
+
+    **Autoreset** (``autoreset_mode``, Gymnasium's three modes) acts per copy: a copy is done
+    when every one of its rows is terminated or truncated, and is then reset as one env of
+    ``SyncVectorEnv`` is in that mode (``NEXT_STEP``: at its next step; ``SAME_STEP``: at once,
+    with ``final_obs``/``final_info`` per row; ``DISABLED``: by ``reset(options={"reset_mask":
+    ...})`` with one bool per copy).
+
+    Args:
+        env_fns: one callable per copy, each returning a ``ParallelEnv``; called in the workers
+            (sent with cloudpickle, so lambdas work with every start method).
+        num_workers: worker processes, each hosting a contiguous group of copies; default
+            ``min(copies, available cores)``; ``0`` steps every copy in this process.
+        backend: ``"process"`` (worker processes) or ``"ray"`` (Ray actors).
+        autoreset_mode: an ``AutoresetMode`` or its string value.
+        **kwargs: the engine's options, as ``vecenv.SubprocVectorEnv.from_groups`` (or
+            ``RayVectorEnv.from_groups``) takes them: ``copy``, ``context``, ``batch_size`` (rows,
+            whole groups), ``on_worker_death``, ``threads_per_worker``, ``inline_group``,
+            ``start_timeout``, ``address``, ``actor_options``, ...
+
+    Attributes:
+        num_copies, agents, num_agents: the copies and their agents (``num_envs`` is
+            ``num_copies * num_agents``).
+        active: per row, whether the last call's row came from the env (see above).
+        rows: the engine's vector env over the rows (for its per-row tools).
+
+    Raises:
+        AgentSpaceMismatchError: agents (or copies) whose spaces differ, or copies whose agents do.
+    """
+
+    def __init__(
+        self,
+        env_fns: Iterable[Callable[[], Any]],
+        num_workers: int | None = None,
+        *,
+        backend: str = "process",
+        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+        **kwargs: Any,
+    ) -> None:
+        fns = check_env_fns(env_fns)
+        self.autoreset_mode = check_autoreset_mode(autoreset_mode)
+        if backend == "ray":
+            workers = min(len(fns), available_cpus()) if num_workers is None else num_workers
+            workers = check_num_workers(workers, len(fns), in_process=False)
+        else:
+            workers = check_num_workers(num_workers, len(fns))
+        self.num_copies = len(fns)
+        inline = bool(kwargs.pop("inline_group", False)) or workers == 0
+        self.rows = open_rows(split_copies(fns, max(1, workers), self.autoreset_mode), backend, inline, kwargs)
+        try:
+            self.agents = describe_agents(self.rows)
+        except BaseException:
+            self.rows.close(terminate=True)
+            raise
+        rows = self.rows
+        self.num_agents = len(self.agents)
+        self.num_envs = rows.num_envs
+        self.single_observation_space, self.observation_space = rows.single_observation_space, rows.observation_space
+        self.single_action_space, self.action_space = rows.single_action_space, rows.action_space
+        self.metadata = {**rows.metadata, "autoreset_mode": self.autoreset_mode}
+        self.render_mode = rows.render_mode
+        self.closed = False
+        self.active = np.ones(self.num_envs, dtype=np.bool_)
+        self._copy_done = np.zeros(self.num_copies, dtype=np.bool_)
+
+    # -- copies and rows -----------------------------------------------------------------------
+
+    def _row_seeds(self, seed: Any) -> list[int | None]:
+        return [s for s in seed_list(seed, self.num_copies) for _ in range(self.num_agents)]
+
+    def _row_options(self, options: Any) -> tuple[dict[str, Any] | None, np.ndarray | None]:
+        """Options for the rows, with a per-copy ``reset_mask`` spread over each copy's rows."""
+        options = check_options(options)
+        if options is None or "reset_mask" not in options:
+            return options, None
+        mask = check_reset_mask(options["reset_mask"], self.num_copies)
+        return {**options, "reset_mask": np.repeat(mask, self.num_agents)}, mask
+
+    def _check_copies(self, copies: Any) -> list[int]:
+        if isinstance(copies, (str, bytes)) or not isinstance(copies, Iterable):
+            raise TypeError(f"`copies` must be a sequence of copy indices or None, got {describe(copies)}")
+        chosen = []
+        for c in copies:
+            try:
+                i = operator.index(c)
+            except TypeError:
+                raise TypeError(f"`copies` must hold int copy indices, got {describe(c)}") from None
+            if not 0 <= i < self.num_copies:
+                raise ValueError(f"`copies` must lie in [0, {self.num_copies}), got {i}")
+            if i in chosen:
+                raise ValueError(f"`copies` must not repeat a copy, got copy {i} twice")
+            chosen.append(i)
+        return chosen
+
+    def _per_copy(self, per_row: Sequence[Any]) -> tuple[Any, ...]:
+        return tuple(per_row[:: self.num_agents])
+
+    # -- reset and step ----------------------------------------------------------------------
+
+    def reset(
+        self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset every copy (or those of ``options["reset_mask"]``, one bool per copy).
+
+        ``seed``: ``None``, an int (copy ``c`` is reset with ``seed + c``) or one seed per copy.
+        """
+        row_options, mask = self._row_options(options)
+        obs, infos = self.rows.reset(seed=self._row_seeds(seed), options=row_options)
+        active = with_active(infos, self.num_envs)
+        if mask is None:
+            self.active[:] = active
+            self._copy_done[:] = False
+        else:  # the other copies' rows keep their state, in the mask returned too
+            rows = np.repeat(mask, self.num_agents)
+            self.active[rows] = active[rows]
+            infos["active"] = self.active.copy()
+            self._copy_done[mask] = False
+        return obs, infos
+
+    def step_async(self, actions: Any) -> None:
+        """Start stepping every copy with one action per row."""
+        if self.autoreset_mode is AutoresetMode.DISABLED and self._copy_done.any():
+            raise NeedsResetError(
+                f"Calling `step` with autoreset_mode=DISABLED while copies {np.flatnonzero(self._copy_done).tolist()} "
+                "are done: reset them first, e.g. reset(options={'reset_mask': mask}) with one bool per copy."
+            )
+        self.rows.step_async(actions)
+
+    def step_wait(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """The results of :meth:`step_async`."""
+        obs, rewards, terms, truncs, infos = self.rows.step_wait(timeout)
+        self.active[:] = with_active(infos, self.num_envs)
+        self._copy_done[:] = (terms | truncs).reshape(self.num_copies, self.num_agents).all(axis=1)
+        return obs, rewards, terms, truncs, infos
+
+    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step every copy with one action per row (rows of absent agents: ignored)."""
+        self.step_async(actions)
+        return self.step_wait()
+
+    # -- asynchronous batches (whole worker groups, hence whole copies) ------------------------
+
+    def async_reset(
+        self, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> None:
+        """Reset every copy and put them all in flight; :meth:`recv` returns them as groups finish."""
+        if self.autoreset_mode is AutoresetMode.DISABLED:
+            raise ValueError("async_reset/recv/send need autoreset_mode NEXT_STEP or SAME_STEP, got DISABLED")
+        self.rows.async_reset(self._row_seeds(seed), check_options(options))
+
+    def recv(
+        self, timeout: float | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
+        """The first worker groups to finish: ``(obs, rewards, terminations, truncations, infos,
+        env_ids)`` over their rows (``env_ids``: the row indices); see the engine's ``recv``."""
+        obs, rewards, terms, truncs, infos, env_ids = self.rows.recv(timeout)
+        self.active[env_ids] = with_active(infos, len(env_ids))
+        return obs, rewards, terms, truncs, infos, env_ids
+
+    def send(self, actions: Any, env_ids: Sequence[int] | np.ndarray) -> None:
+        """Step exactly the rows ``env_ids`` (whole groups returned by :meth:`recv`)."""
+        self.rows.send(actions, env_ids)
+
+    @property
+    def batch_size(self) -> int:
+        """Rows returned by each :meth:`recv`."""
+        return int(self.rows.batch_size)
+
+    # -- calls, attributes, render -------------------------------------------------------------
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call method ``name`` of every copy (or read attribute ``name``): one result per copy."""
+        return self._per_copy(self.rows.call(name, *args, **kwargs))
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """Attribute ``name`` of every copy."""
+        return self.call(name)
+
+    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
+        """Set attribute ``name`` of every copy: one value for all, or a list/tuple of one per copy."""
+        if not isinstance(values, (list, tuple)):
+            values = [values] * self.num_copies
+        if len(values) != self.num_copies:
+            raise ValueError(f"`values` must hold one value per copy ({self.num_copies}), got {len(values)}")
+        self.rows.set_attr(name, [v for v in values for _ in range(self.num_agents)])
+
+    def render(self, copies: Iterable[int] | None = None) -> tuple[Any, ...]:
+        """The frame of every copy, or of the ``copies`` chosen (in that order)."""
+        if copies is None:
+            return self._per_copy(self.rows.render())
+        chosen = self._check_copies(copies)
+        return tuple(self.rows.render(env_ids=[c * self.num_agents for c in chosen]))
+
+    # -- state and closing -----------------------------------------------------------------------
+
+    @property
+    def num_workers(self) -> int:
+        """Worker processes (or actors), one group of copies each."""
+        return int(self.rows.num_workers)
+
+    def close(self, **kwargs: Any) -> None:
+        """Close every copy and release the workers (idempotent); ``kwargs`` as the engine's
+        ``close`` (``timeout``, ``terminate``)."""
+        if getattr(self, "rows", None) is not None:
+            self.rows.close(**kwargs)
+        self.closed = True
+
+    def __enter__(self) -> MultiAgentVectorEnv:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(num_copies={self.num_copies}, agents={len(self.agents)}, num_envs={self.num_envs})"
+        )
+
+
+def make_parallel(
+    env: Any,
+    num_copies: int = 1,
+    num_workers: int | None = None,
+    *,
+    env_kwargs: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> MultiAgentVectorEnv:
+    """``num_copies`` copies of a PettingZoo parallel env in a :class:`MultiAgentVectorEnv`.
+
+    ``env`` is a PettingZoo env module (``pistonball_v6``: its ``parallel_env`` is used) or a
+    callable returning a ``ParallelEnv``; it is called with ``env_kwargs`` in the workers::
+
+        envs = vecenv.make_parallel(pistonball_v6, 4, num_workers=2, env_kwargs={"continuous": False})
+
+    ``kwargs`` go to :class:`MultiAgentVectorEnv` (``backend``, ``autoreset_mode``, engine options).
+    """
+    constructor = getattr(env, "parallel_env", env)
+    if not callable(constructor):
+        raise TypeError(
+            f"`env` must be a PettingZoo env module (with `parallel_env`) or a callable returning a "
+            f"ParallelEnv, got {describe(env)}"
+        )
+    if isinstance(num_copies, bool) or not isinstance(num_copies, int) or num_copies < 1:
+        raise ValueError(f"`num_copies` must be a positive int, got {describe(num_copies)}")
+    if env_kwargs is not None and not isinstance(env_kwargs, dict):
+        raise TypeError(f"`env_kwargs` must be a dict or None, got {describe(env_kwargs)}")
+    env_fn = _Constructor(constructor, dict(env_kwargs or {}))
+    return MultiAgentVectorEnv([env_fn] * num_copies, num_workers, **kwargs)
+
+
+class _Constructor:
+    """A picklable ``lambda: constructor(**kwargs)``."""
+
+    def __init__(self, constructor: Callable[..., Any], kwargs: dict[str, Any]) -> None:
+        self.constructor = constructor
+        self.kwargs = kwargs
+
+    def __call__(self) -> Any:
+        return self.constructor(**self.kwargs)

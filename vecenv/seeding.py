@@ -1,0 +1,66 @@
+"""Seed policies: how ``reset(seed=s)`` (an int) becomes one seed per env.
+
+``"sequential"`` (the default) gives env ``i`` the seed ``s + i``, exactly as Gymnasium's
+``SyncVectorEnv`` does, so a vecenv run and a Sync run with the same seed are the same. Its
+drawback shows in a sweep: runs seeded 0, 1, 2... with 4 envs each share most of their env seeds
+(run 0's env 1 is run 1's env 0).
+
+``"spawn"`` derives each env's seed from NumPy's ``SeedSequence`` instead, so runs with different
+seeds share no env seed (but with odds of about ``k**2 / 2**64`` for ``k`` seeds in all)::
+
+    env i's seed = int(SeedSequence(s).spawn(num_envs)[i].generate_state(1, numpy.uint64)[0]) >> 1
+
+the child's first 64-bit word without its lowest bit: an int in ``[0, 2**63)``, so that an
+``int64`` holds it (Gymnasium batches an info value such as a seed into an ``int64`` array).
+``SeedSequence(s).spawn(n)[i]`` is ``SeedSequence(s, spawn_key=(i,))``, so
+env ``i``'s seed depends only on ``s`` and ``i``: the same whatever the backend, the worker count or
+``num_envs``. :func:`spawn_seeds` gives them, for instance to seed a ``SyncVectorEnv`` with the
+same seeds (``sync.reset(seed=spawn_seeds(s, n))``). A list of seeds given to ``reset`` is used as
+given under either policy; ``None`` leaves every env unseeded.
+
+A worker restarted under ``on_worker_death="restart"`` resets its envs with seeds derived from
+each env's last seed ``s`` and the vector env's restart count ``r`` (1 for the first restart):
+``s + r * num_envs`` under ``"sequential"``, and under ``"spawn"``::
+
+    int(SeedSequence(s, spawn_key=(r,)).generate_state(1, numpy.uint64)[0]) >> 1
+
+so a rerun with the same crash reproduces, and a restarted env does not replay its old stream.
+
+(A seed at or above ``2**32`` is fine for ``Env.reset``, ``numpy.random.default_rng`` and
+``torch.manual_seed``; code that hands it to the legacy ``numpy.random.seed`` must reduce it
+first, e.g. ``seed % 2**32``.)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["SEED_POLICIES", "spawn_seeds", "derive_seed", "restart_seed", "seed_policy_of"]
+
+#: The names ``seed_policy`` takes.
+SEED_POLICIES = ("sequential", "spawn")
+
+
+def derive_seed(seed: int, key: int) -> int:
+    """The first 64-bit word of ``SeedSequence(seed, spawn_key=(key,))``'s state, shifted right
+    by one bit: an int in ``[0, 2**63)``."""
+    return int(np.random.SeedSequence(seed, spawn_key=(key,)).generate_state(1, np.uint64)[0]) >> 1
+
+
+def spawn_seeds(seed: int, num_envs: int) -> list[int]:
+    """The per-env seeds of ``reset(seed=seed)`` under ``seed_policy="spawn"``: env ``i`` gets
+    :func:`derive_seed` ``(seed, i)``, the first word of ``SeedSequence(seed).spawn(num_envs)[i]``."""
+    return [derive_seed(seed, i) for i in range(num_envs)]
+
+
+def restart_seed(policy: str, seed: int, restart: int, num_envs: int) -> int:
+    """The seed of an env last reset with ``seed``, rebuilt at the vector env's ``restart``-th restart."""
+    return derive_seed(seed, restart) if policy == "spawn" else seed + restart * num_envs
+
+
+def seed_policy_of(envs: Any) -> str:
+    """How ``envs.reset(seed=int)`` seeds its envs: a vecenv vector env's ``seed_policy`` (also
+    under vector wrappers), else ``"sequential"``, as every Gymnasium vector env seeds them."""
+    return str(getattr(envs.unwrapped, "seed_policy", "sequential"))
