@@ -501,6 +501,17 @@ def test_rollouts_in_the_workers_write_what_stepping_writes(
         check_real_transitions(dataset)
 
 
+@pytest.mark.timeout(60)
+def test_rollouts_follow_the_spawn_seed_policy_as_stepping_does(tmp_path: Path) -> None:
+    def envs() -> Any:
+        return vecenv.SubprocVectorEnv([CounterEnv] * 4, 2, context="fork", seed_policy="spawn")
+
+    stepped = _collect_with(envs(), tmp_path / "stepped", steps=700, seed=3, rollout_steps=0)
+    rolled = _collect_with(envs(), tmp_path / "rolled", steps=700, seed=3)
+    assert rolled.metadata["seed_policy"] == "spawn" and rolled.metadata["collection"]["method"] != "envs.step"
+    assert npy_bytes(tmp_path / "rolled") == npy_bytes(tmp_path / "stepped")
+
+
 @pytest.mark.timeout(120)
 def test_rollouts_write_the_minari_dataset_stepping_writes(tmp_path: Path) -> None:
     pytest.importorskip("minari")

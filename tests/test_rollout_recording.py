@@ -54,7 +54,8 @@ def run_staged(tmp_path: Path, lengths: list[int], seed: int = 5, **count: int) 
     source = StepSource(
         envs, constant_policy, checker, mode, space_leaves(envs.single_observation_space, "observations")
     )
-    spec = CollectionSpec(source, envs.num_envs, mode, seed, count.get("steps"), count.get("episodes"))
+    first_seeds = [seed + i for i in range(envs.num_envs)]
+    spec = CollectionSpec(source, envs.num_envs, mode, seed, count.get("steps"), count.get("episodes"), first_seeds)
     sink = HandOverSink()
     stager = EpisodeStager(fields, envs.num_envs, tmp_path / "spill")
     try:
