@@ -508,6 +508,7 @@ def test_rollouts_follow_the_spawn_seed_policy_as_stepping_does(tmp_path: Path) 
 
     stepped = _collect_with(envs(), tmp_path / "stepped", steps=700, seed=3, rollout_steps=0)
     rolled = _collect_with(envs(), tmp_path / "rolled", steps=700, seed=3)
+    assert stepped.metadata["collection"]["method"] == "envs.step"
     assert rolled.metadata["seed_policy"] == "spawn" and rolled.metadata["collection"]["method"] != "envs.step"
     assert npy_bytes(tmp_path / "rolled") == npy_bytes(tmp_path / "stepped")
 
