@@ -138,26 +138,19 @@ def collect(
             that never ends costs disk, not memory.
         seed: seeds the environments and the random policy: the same arguments produce
             byte-identical arrays for any vector env that steps like ``SyncVectorEnv``.
-        out: our format: the dataset directory (default ``rollouts/<env id>``, the id
-            coming from ``metadata["env_id"]`` or ``envs.spec``). Minari: the datasets
-            root the dataset goes under, as ``out/<dataset_id>`` (default Minari's own,
-            ``$MINARI_DATASETS_PATH`` or ``~/.minari/datasets``).
+        out: our format: the dataset directory (default ``rollouts/<env id>``). Minari: the
+            datasets root, as ``out/<dataset_id>`` (default ``$MINARI_DATASETS_PATH`` or ``~/.minari/datasets``).
         progress: show a tqdm progress bar on stderr.
         overwrite: replace the output if it exists (only if it is empty or a dataset).
-        metadata: extra entries for ``metadata.json`` (e.g. ``env_id``, ``env_kwargs``,
-            ``num_workers``, ``command_line``, or ``policy``: the name recorded and used in
-            error messages), overriding the inferred ones.
+        metadata: extra entries for ``metadata.json`` (``env_id``, ``env_kwargs``, ``policy``:
+            the name recorded and used in error messages, ...), overriding the inferred ones.
         format: ``"vecenv"`` (the ``.npy`` directory ``load`` reads) or ``"minari"`` (a
             Minari dataset written through Minari's API; needs ``pip install "vecenv[minari]"``).
         dataset_id: Minari only, required: ``NAMESPACE/NAME-vN`` or ``NAME-vN``.
-        open_episodes: Minari with ``steps`` only: what happens to the episodes still open
-            after the N-th transition. ``"truncate"`` (default) keeps them, their last
-            step marked ``truncated`` (the collection budget ended them, as a time limit
-            would), so the dataset has exactly N steps; ``"drop"`` leaves them out, so it
-            has only finished episodes and fewer steps. Either way the counts are recorded
-            in the dataset's ``vecenv`` metadata.
-        minari_metadata: Minari only: ``author``, ``author_email``, ``code_permalink``,
-            ``description`` and ``algorithm_name`` (default: the policy's name).
+        open_episodes: Minari with ``steps`` only: the episodes still open after the N-th
+            transition are kept with their last step ``truncated`` (``"truncate"``, default:
+            exactly N steps) or left out (``"drop"``); the counts are in the ``vecenv`` metadata.
+        minari_metadata: Minari only: ``author``, ``author_email``, ``code_permalink``, ``description``, ``algorithm_name``.
         rollout_steps: with vecenv's own vector envs under NEXT_STEP or SAME_STEP, the
             policy runs in the workers, in rollouts of this many steps (``None``: adapted to
             ~0.2 s each); ``0``, other vector envs and DISABLED step one vector step at a time
@@ -173,9 +166,8 @@ def collect(
         PolicyError: the policy returned actions the vector env does not accept.
         FileExistsError: the output exists and ``overwrite`` is false.
         MinariNotInstalledError: ``format="minari"`` without Minari installed.
-        KeyboardInterrupt: propagates (as does anything else raised while collecting)
-            after what was collected is kept: our format as a valid dataset with
-            ``"complete": false``, Minari as the episodes finished so far.
+        KeyboardInterrupt: propagates (as does any error while collecting) after what was
+            collected is kept: a valid dataset with ``"complete": false`` (Minari: the finished episodes).
     """
     target = _check_request(envs, policy, steps, episodes, seed)
     _check_format_options(format, open_episodes, dataset_id, minari_metadata)
