@@ -150,7 +150,7 @@ def collect(
         open_episodes: Minari with ``steps`` only: the episodes still open after the N-th
             transition are kept with their last step ``truncated`` (``"truncate"``, default:
             exactly N steps) or left out (``"drop"``); the counts are in the ``vecenv`` metadata.
-        minari_metadata: Minari only: ``author``, ``author_email``, ``code_permalink``, ``description``, ``algorithm_name``.
+        minari_metadata: Minari only: ``author``, ``code_permalink``, ``description``, ...
         rollout_steps: with vecenv's own vector envs under NEXT_STEP or SAME_STEP, the
             policy runs in the workers, in rollouts of this many steps (``None``: adapted to
             ~0.2 s each); ``0``, other vector envs and DISABLED step one vector step at a time
