@@ -224,6 +224,24 @@ def aligned_nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
     return -(-size // _ALIGN) * _ALIGN
 
 
+def map_fields(
+    layout: list[tuple[str, tuple[int, ...], np.dtype]], shm_name: str | None, create: bool, fd: int | None
+) -> tuple[SharedBlock, list[tuple[str, np.ndarray]]]:
+    """Create (``create``) or attach the block that holds ``layout``'s arrays, in order and
+    aligned, and view each whole array in it: ``(field, array)`` per entry of ``layout``.
+
+    The views are ``np.frombuffer`` exports, so the block cannot be unmapped under one.
+    """
+    total = sum(aligned_nbytes(shape, dtype) for _, shape, dtype in layout)
+    block = SharedBlock.create(total, shm_name) if create else SharedBlock.attach(total, shm_name, fd)
+    views, offset = [], 0
+    for field, shape, dtype in layout:
+        count = int(np.prod(shape, dtype=np.int64))
+        views.append((field, np.frombuffer(block.buf, dtype, count, offset).reshape(shape)))
+        offset += aligned_nbytes(shape, dtype)
+    return block, views
+
+
 class Buffers:
     """One side's view of the arrays: the parent sees all rows, a worker only its own.
 
@@ -242,18 +260,9 @@ class Buffers:
         shared: dict[str, list[np.ndarray]] = {}
         layout = spec.layout()
         if layout:
-            total = sum(aligned_nbytes(s, d) for _, s, d in layout)
-            if create:
-                self.block = SharedBlock.create(total, spec.shm_name)
-            else:
-                self.block = SharedBlock.attach(total, spec.shm_name, fd)
-            offset = 0
-            for field, shape, dtype in layout:
-                # frombuffer holds a buffer export, so the block cannot be unmapped under a view.
-                count = int(np.prod(shape, dtype=np.int64))
-                array = np.frombuffer(self.block.buf, dtype, count, offset).reshape(shape)
+            self.block, views = map_fields(layout, spec.shm_name, create, fd)
+            for field, array in views:
                 shared.setdefault(field, []).append(array[start:stop])
-                offset += aligned_nbytes(shape, dtype)
 
         def fixed_tree(field: str, space: Space) -> Any:
             arrays = shared.get(field) or [np.zeros(s, d) for s, d in leaf_layout(space, n)]

@@ -27,7 +27,7 @@ from gymnasium import Space
 from gymnasium.vector import AutoresetMode
 
 from vecenv.spaces import build_tree, leaf_layout, tree_leaves, tree_map
-from vecenv.wire.buffers import HAVE_MEMFD, SHM_PREFIX, SharedBlock, aligned_nbytes
+from vecenv.wire.buffers import HAVE_MEMFD, SHM_PREFIX, SharedBlock, map_fields
 
 __all__ = ["RolloutSpec", "RolloutRows", "RolloutBuffers"]
 
@@ -139,17 +139,9 @@ class RolloutBuffers:
         layout = spec.layout()
         arrays: dict[str, list[np.ndarray]] = {}
         if spec.shared:
-            total = sum(aligned_nbytes(s, d) for _, s, d in layout)
-            if create:
-                self.block = SharedBlock.create(total, spec.shm_name)
-            else:
-                self.block = SharedBlock.attach(total, spec.shm_name, fd)
-            offset = 0
-            for field, shape, dtype in layout:
-                count = int(np.prod(shape, dtype=np.int64))
-                array = np.frombuffer(self.block.buf, dtype, count, offset).reshape(shape)
+            self.block, views = map_fields(layout, spec.shm_name, create, fd)
+            for field, array in views:
                 arrays.setdefault(field, []).append(array[:, start:stop])
-                offset += aligned_nbytes(shape, dtype)
         else:
             n = stop - start
             for field, shape, dtype in layout:
