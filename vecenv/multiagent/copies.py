@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from gymnasium import Space
 
 from vecenv.multiagent.errors import AgentSpaceMismatchError
+from vecenv.parent.groups import call_each
 from vecenv.wire.protocol import Hello
 
 if TYPE_CHECKING:
@@ -104,14 +105,7 @@ def agent_spaces(env: Any) -> tuple[tuple[str, ...], Space, Space]:
 
 def build_copies(env_fns: Sequence[Callable[[], Any]], first: int) -> list[Any]:
     """Call each copy's constructor, in order; an error names the copy."""
-    envs = []
-    for i, fn in enumerate(env_fns, start=first):
-        try:
-            envs.append(fn())
-        except Exception as exc:
-            exc.add_note(f"raised by env_fns[{i}] (copy {i})")
-            raise
-    return envs
+    return call_each(env_fns, first, "copy")
 
 
 class AgentCopies(abc.ABC):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import gymnasium as gym
 
-__all__ = ["GroupOfFns", "split_groups"]
+__all__ = ["GroupOfFns", "call_each", "split_groups"]
 
 
 class GroupOfFns:
@@ -18,14 +19,19 @@ class GroupOfFns:
         self.first = first
 
     def __call__(self) -> list[gym.Env]:
-        envs = []
-        for i, fn in enumerate(self.env_fns, start=self.first):
-            try:
-                envs.append(fn())
-            except Exception as exc:
-                exc.add_note(f"raised by env_fns[{i}] (env {i})")
-                raise
-        return envs
+        return call_each(self.env_fns, self.first, "env")
+
+
+def call_each(fns: Sequence[Callable[[], Any]], first: int, what: str) -> list[Any]:
+    """Call each constructor in order; an error is noted with its index (``what`` ``i``)."""
+    built = []
+    for i, fn in enumerate(fns, start=first):
+        try:
+            built.append(fn())
+        except Exception as exc:
+            exc.add_note(f"raised by env_fns[{i}] ({what} {i})")
+            raise
+    return built
 
 
 def split_groups(env_fns: Sequence[Callable[[], gym.Env]], k: int) -> list[GroupOfFns]:
