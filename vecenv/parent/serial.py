@@ -52,10 +52,11 @@ class CallLock:
 
     def run(self, call: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``method(*args, **kwargs)`` alone (waits while another thread's call runs)."""
+        ident = threading.get_ident()
+        if self._thread == ident:  # nested in a call of this thread (step -> step_async): it holds the lock
+            return method(*args, **kwargs)
         with self._lock:
-            if self._call is not None:  # nested in a call of this thread (step -> step_async)
-                return method(*args, **kwargs)
-            self._call, self._thread = call, threading.get_ident()
+            self._call, self._thread = call, ident
             try:
                 return method(*args, **kwargs)
             finally:
