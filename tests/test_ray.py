@@ -633,7 +633,7 @@ def test_actor_killed_mid_rollout(ray_local: RaySessions, restart: bool, tmp_pat
         got = envs.rollout(8)
         assert envs._pool.restarts == 1
         assert got.truncations[0, 2:].all() and got.infos[0]["_worker_restarted"].tolist() == [False, False, True, True]
-        with vecenv.SubprocVectorEnv(healthy_fns(2), 1) as twin:  # the other group, untouched
+        with vecenv.SubprocVectorEnv(healthy_fns(2), 0) as twin:  # the other group, untouched (here)
             twin.reset(seed=0)
             theirs = twin.rollout(8)
         np.testing.assert_array_equal(got.observations[:, :2], theirs.observations)
