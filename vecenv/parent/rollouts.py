@@ -126,6 +126,11 @@ class _Held:
     weights: tuple[int, int] | None = None  # (launches, weights version)
 
 
+#: Seconds the workers have to map a new rollout block before the rollout raises
+#: :class:`~vecenv.errors.VecEnvTimeoutError` (they are idle then: it takes milliseconds).
+BLOCK_TIMEOUT = 60.0
+
+
 class Rollouts:
     """The rollout API of one vector env (it delegates to this); see the module docstring."""
 
@@ -213,7 +218,9 @@ class Rollouts:
         fd = block.block.fd if block.block is not None else None
         message = RolloutBlockArgs(block.spec, fd)
         self._send(lacking, Command.ROLLOUT_BLOCK, [message] * len(lacking))
-        self.pool.gather(lacking, None, "rollout")
+        # Idle workers map a block in milliseconds: a bound, so that one that never answers
+        # is a VecEnvTimeoutError here, not a wait forever (rollout_async takes no timeout).
+        self.pool.gather(lacking, BLOCK_TIMEOUT, "rollout")
         for w in lacking:
             self._held[w.index].block = (w.launches, number)
         if self.pool.restarter is None and all(
