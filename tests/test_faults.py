@@ -146,7 +146,7 @@ class LeakCheck:
         children = multiprocessing.active_children()
         assert not children, f"child processes left after close: {children}"
         pids = set(pids) | self.worker_pids()
-        alive, _ = _wait_gone(sorted(pids), 0.5)  # reaped children vanish at once; allow a moment
+        alive, _ = _wait_gone(sorted(pids), GONE_S)  # reaped children vanish at once; a loaded host may lag
         assert not alive, f"worker pids still running after close: {alive}"
         if envs is not None:
             open_conns = [i for i, c in enumerate(envs._pool.transport.conns) if not c.closed]
@@ -502,7 +502,7 @@ def scenario_close_hang(ctx: str, leaks: LeakCheck) -> None:
 
 def scenario_step_timeout_stale(ctx: str, leaks: LeakCheck) -> None:
     """A step that sleeps once: the timed-out reply arrives late and must be discarded."""
-    envs = make(ctx, fault_fns(N_ENVS, "sleep", "step", TARGET, at=2, duration=0.6, pid_dir=leaks.pid_dir))
+    envs = make(ctx, fault_fns(N_ENVS, "sleep", "step", TARGET, at=2, duration=2.0, pid_dir=leaks.pid_dir))
     envs.reset(seed=SEED)
     envs.step(ACTIONS[0])
     envs.step_async(ACTIONS[1])
@@ -522,7 +522,7 @@ def scenario_step_timeout_stale(ctx: str, leaks: LeakCheck) -> None:
 
 def scenario_step_timeout_stale_queued(ctx: str, leaks: LeakCheck) -> None:
     """As above, but the late reply is already in the pipe when reset(seed) is sent."""
-    envs = make(ctx, fault_fns(N_ENVS, "sleep", "step", TARGET, at=2, duration=0.4, pid_dir=leaks.pid_dir))
+    envs = make(ctx, fault_fns(N_ENVS, "sleep", "step", TARGET, at=2, duration=1.5, pid_dir=leaks.pid_dir))
     envs.reset(seed=SEED)
     envs.step(ACTIONS[0])
     envs.step_async(ACTIONS[1])

@@ -289,7 +289,7 @@ def _use_batches(envs: Any) -> None:
 
 def _use_timeout(envs: Any) -> None:
     envs.reset(seed=0)
-    with pytest.raises(vecenv.VecEnvTimeoutError):  # env 3 sleeps 0.5 s in its first step
+    with pytest.raises(vecenv.VecEnvTimeoutError):  # env 3 sleeps 2 s in its first step
         envs.step(np.zeros((N, 2), np.float32), timeout=0.05)
 
 
@@ -316,7 +316,7 @@ def _use_restarted(envs: Any) -> None:
 USES = {
     "step": (_use_plain, {}),
     "batches": (_use_batches, {"batch_size": 2}),
-    "timeout": (_use_timeout, {"fns": fault_fns(N, "sleep", "step", 3, duration=0.5)}),
+    "timeout": (_use_timeout, {"fns": fault_fns(N, "sleep", "step", 3, duration=2.0)}),
     "env-error": (_use_env_error, {}),
     "worker-died": (_use_broken, {}),
     "worker-restarted": (_use_restarted, {"on_worker_death": "restart"}),
