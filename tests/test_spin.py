@@ -54,10 +54,17 @@ def test_an_idle_vector_env_costs_no_cpu(monkeypatch: pytest.MonkeyPatch) -> Non
         for _ in range(200):
             envs.step(np.zeros(4, np.int64))
         pids = [p.pid for p in envs._pool.transport.processes if p is not None]
-        before = [cpu_seconds(pid) for pid in pids]
-        time.sleep(0.5)  # the pause measured, not a synchronisation
-        used = [cpu_seconds(pid) - b for pid, b in zip(pids, before)]
-        assert max(used) < 0.1, f"workers used {used} CPU-seconds in a 0.5 s pause"
+        # CPU time is charged in 10 ms ticks, and on a loaded host a tick can land on a worker
+        # that was woken for a moment: a worker that kept spinning would burn ~0.5 s in every
+        # pause, so the quietest of three pauses is what is bounded.
+        pauses = []
+        for _ in range(3):
+            before = [cpu_seconds(pid) for pid in pids]
+            time.sleep(0.5)  # the pause measured, not a synchronisation
+            pauses.append(max(cpu_seconds(pid) - b for pid, b in zip(pids, before)))
+            if pauses[-1] < 0.1:
+                break
+        assert min(pauses) < 0.1, f"the busiest worker used {pauses} CPU-seconds in 0.5 s pauses"
         envs.step(np.zeros(4, np.int64))  # and they still answer
 
 
