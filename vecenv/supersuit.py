@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from copy import deepcopy
 from typing import Any
 
 import cloudpickle
@@ -41,7 +40,7 @@ from vecenv.checks import seed_list
 from vecenv.errors import describe
 from vecenv.multiagent.copies import COPY_CALL, CopyCall, CopyOp, RowInfo
 from vecenv.multiagent.markov import ROW_INFO_KEY, MarkovCopies, MarkovCopiesFn
-from vecenv.spaces import tree_copy
+from vecenv.parent.replies import current_observations
 from vecenv.wire.buffers import Buffers, BufferSpec
 
 __all__ = ["pettingzoo_env_to_vec_env_v1", "concat_vec_envs_v1", "ParallelVecEnv", "ConcatVecEnv", "BASE_CLASSES"]
@@ -106,8 +105,7 @@ class ParallelVecEnv(VectorEnv):
         self._saved_actions: Any = None
 
     def _observations(self) -> Any:
-        b = self._buffers
-        return tree_copy(b.observations) if b.fixed_observations else deepcopy(b.batched_observations())
+        return current_observations(self._buffers, True)
 
     # SuperSuit's signatures: list infos, not Gymnasium's batched dict.
     def reset(  # type: ignore[override]

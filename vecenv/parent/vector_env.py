@@ -40,7 +40,6 @@ choose one and call :meth:`GroupVectorEnv._open`.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from copy import deepcopy
 from typing import Any
 
 import numpy as np
@@ -56,12 +55,11 @@ from vecenv.parent.envpool_api import AsyncBatches
 from vecenv.parent.handshake import configure
 from vecenv.parent.pool import WorkerPool
 from vecenv.parent.render import EnvIds, RenderPlan
-from vecenv.parent.replies import InfoMerger
+from vecenv.parent.replies import InfoMerger, current_observations
 from vecenv.parent.restart import Restarter, RestartPolicy
 from vecenv.parent.rollouts import RolloutMethods, Rollouts
 from vecenv.parent.serial import CallLock, serialised
 from vecenv.parent.state import CallState, SeedBook, State
-from vecenv.spaces import tree_copy
 from vecenv.transports.base import Transport
 from vecenv.wire.buffers import Buffers, BufferSpec
 from vecenv.wire.protocol import CallArgs, Command, ResetArgs, SetAttrArgs
@@ -173,12 +171,7 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
         return self._calls.state
 
     def _observations(self) -> Any:
-        obs = self._buffers.batched_observations()
-        if not self.copy:
-            return obs
-        if type(obs) is np.ndarray:
-            return obs.copy()
-        return tree_copy(obs) if self._buffers.fixed_observations else deepcopy(obs)
+        return current_observations(self._buffers, self.copy)
 
     def _merge(self, replies: list[Any]) -> dict[str, Any]:
         pending = self._calls.pending
