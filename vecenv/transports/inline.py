@@ -14,7 +14,6 @@ workers ``1..k-1`` are workers ``0..k-2`` of an ordinary
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -123,15 +122,8 @@ class ParentHostedFirst(Transport):
         others = [i - 1 for i in workers if i != 0]
         if not others:
             return events
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            found = [_shifted(e) for e in self.processes_transport.poll(others, timeout)]
-            if found or events:
-                return events + found
-            if deadline is not None:
-                timeout = deadline - time.monotonic()
-                if timeout <= 0:
-                    return []
+        # The process transport waits until it has an event or the timeout has passed.
+        return events + [_shifted(e) for e in self.processes_transport.poll(others, timeout)]
 
     def cause_of_death(self, worker: int) -> tuple[str, int | None]:
         return self.processes_transport.cause_of_death(worker - 1)
