@@ -76,9 +76,7 @@ class AsyncBatches:
         # Every check has passed: only now drop what is in flight.
         self.seeds.remember(seeds, None)
         workers = self.pool.workers
-        for w in workers:
-            if w.in_flight:
-                w.abandon()
+        self.pool.abandon(workers)
         payloads = [ResetArgs(seeds[w.start : w.stop], options, None) for w in workers]
         self.runner.send(workers, Command.RESET, payloads, "async_reset", None)
         calls.batches_started()
