@@ -186,12 +186,13 @@ class RayVectorEnv(GroupVectorEnv):
         # Every argument is checked before Ray is touched.
         ray_options = _check_actor_options(actor_options)
         address = _check_address(address)
-        if num_workers is not None:
-            make_groups(num_workers)  # batch_size against the group sizes
+        # A given count is split now, so that batch_size is checked against the group sizes.
+        groups = None if num_workers is None else make_groups(num_workers)
         holds_ray = RAY_USE.acquire(address)
         try:
             num_workers = _fit_cluster(_resources_per_actor(ray_options), max_workers, num_workers)
-            groups = make_groups(num_workers)
+            if groups is None:
+                groups = make_groups(num_workers)
             transport = RayTransport(ray_options, options.worker_observation_mode, holds_ray, options.threads)
         except BaseException:
             if holds_ray:
