@@ -153,12 +153,8 @@ class GroupRollouts:
                 np.copyto(dst[t], src)
             observations = obs_leaves[0][t] if single_obs else tree_map(itemgetter(t), block.observations)
             chosen = policy.act(observations, active)
-            if single_act:
-                actions = act_leaves[0][t]
-                _store(space, actions, chosen, n)
-            else:
-                actions = tree_map(itemgetter(t), block.actions)
-                _store(space, actions, chosen, n)
+            actions = act_leaves[0][t] if single_act else tree_map(itemgetter(t), block.actions)
+            _store(space, actions, chosen, n)
             failure.in_policy = False
             if active is None:
                 entries = group.step(actions)
