@@ -391,11 +391,6 @@ def _describe_multi_discrete(space: MultiDiscrete) -> dict[str, Any]:
     return {**_leaf_description(space), "nvec": space.nvec.tolist(), "start": space.start.tolist()}
 
 
-@describe_space.register(MultiBinary)
-def _describe_multi_binary(space: MultiBinary) -> dict[str, Any]:
-    return _leaf_description(space)
-
-
 @describe_space.register(Tuple)
 def _describe_tuple(space: Tuple) -> dict[str, Any]:
     return {"type": "Tuple", "spaces": [describe_space(s) for s in space.spaces]}

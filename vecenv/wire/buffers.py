@@ -32,7 +32,7 @@ from gymnasium.vector.utils import concatenate, create_empty_array
 from vecenv.spaces import build_tree, is_fixed, leaf_layout, row_writer, tree_assign, tree_slice
 from vecenv.wire.protocol import Flags, Rows
 
-__all__ = ["BufferSpec", "Buffers", "SharedBlock", "SHM_PREFIX", "HAVE_MEMFD", "aligned_nbytes"]
+__all__ = ["BufferSpec", "Buffers", "SharedBlock", "SHM_PREFIX", "HAVE_MEMFD", "block_name", "map_fields"]
 
 #: Names of vecenv's shared-memory blocks start with this, so leaks are easy to find.
 SHM_PREFIX = "vecenv_"
@@ -59,9 +59,9 @@ class BufferSpec:
         """Decide which fields can be shared, and how the block reaches the workers."""
         shared_obs = shared_memory and is_fixed(observation_space)
         shared_act = shared_memory and is_fixed(action_space)
-        named = shared_memory and not HAVE_MEMFD
-        name = f"{SHM_PREFIX}{secrets.token_hex(8)}" if named else None
-        return cls(num_envs, observation_space, action_space, name, shared_obs, shared_act, shared_memory)
+        return cls(
+            num_envs, observation_space, action_space, block_name(shared_memory), shared_obs, shared_act, shared_memory
+        )
 
     def layout(self) -> list[tuple[str, tuple[int, ...], np.dtype]]:
         """The shared arrays in block order: (field, shape, dtype)."""
@@ -112,6 +112,12 @@ def _descriptors_of(fd: int) -> set[int]:
     return found
 
 
+def block_name(shared_memory: bool) -> str | None:
+    """A new named block's name where one is shared and memfds are missing; ``None`` for a
+    memfd (or when nothing is shared)."""
+    return f"{SHM_PREFIX}{secrets.token_hex(8)}" if shared_memory and not HAVE_MEMFD else None
+
+
 class SharedBlock:
     """One shared-memory block as mapped in one process: a memfd mapping or a SharedMemory."""
 
@@ -146,6 +152,12 @@ class SharedBlock:
                 raise
         shm = shared_memory.SharedMemory(name, create=True, size=size)
         return cls(shm.buf, None, shm)
+
+    def release_fd(self) -> None:
+        """Close the parent's descriptor of a memfd block (the mapping keeps the memory)."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
     @classmethod
     def attach(cls, size: int, name: str | None, fd: int | None) -> SharedBlock:
@@ -218,7 +230,7 @@ def drop_inherited_mappings() -> None:
 _RELEASED = np.zeros(0)
 
 
-def aligned_nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
+def _aligned_nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
     """Bytes an array of ``shape`` and ``dtype`` takes in a block, rounded up to the alignment."""
     size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     return -(-size // _ALIGN) * _ALIGN
@@ -232,13 +244,13 @@ def map_fields(
 
     The views are ``np.frombuffer`` exports, so the block cannot be unmapped under one.
     """
-    total = sum(aligned_nbytes(shape, dtype) for _, shape, dtype in layout)
+    total = sum(_aligned_nbytes(shape, dtype) for _, shape, dtype in layout)
     block = SharedBlock.create(total, shm_name) if create else SharedBlock.attach(total, shm_name, fd)
     views, offset = [], 0
     for field, shape, dtype in layout:
         count = int(np.prod(shape, dtype=np.int64))
         views.append((field, np.frombuffer(block.buf, dtype, count, offset).reshape(shape)))
-        offset += aligned_nbytes(shape, dtype)
+        offset += _aligned_nbytes(shape, dtype)
     return block, views
 
 
@@ -311,9 +323,8 @@ class Buffers:
         The mapping keeps the memory alive; the descriptor would only be inherited by processes
         forked later, pinning the block until they exit.
         """
-        if self.block is not None and self.block.fd is not None:
-            os.close(self.block.fd)
-            self.block.fd = None
+        if self.block is not None:
+            self.block.release_fd()
 
     def observation_writer(self) -> Callable[[int, Any], None]:
         """A fast ``write(row, value)`` for one env's observation, which checks the value fits."""

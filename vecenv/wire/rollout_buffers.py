@@ -18,8 +18,6 @@ shorter rollout uses its first rows.
 from __future__ import annotations
 
 import dataclasses
-import os
-import secrets
 from typing import Any
 
 import numpy as np
@@ -27,7 +25,7 @@ from gymnasium import Space
 from gymnasium.vector import AutoresetMode
 
 from vecenv.spaces import build_tree, leaf_layout, tree_leaves, tree_map
-from vecenv.wire.buffers import HAVE_MEMFD, SHM_PREFIX, SharedBlock, map_fields
+from vecenv.wire.buffers import SharedBlock, block_name, map_fields
 
 __all__ = ["RolloutSpec", "RolloutRows", "RolloutBuffers"]
 
@@ -63,7 +61,7 @@ class RolloutSpec:
         autoreset_mode: AutoresetMode,
     ) -> RolloutSpec:
         """The block for rollouts of up to ``num_steps`` steps (fixed spaces only)."""
-        name = f"{SHM_PREFIX}{secrets.token_hex(8)}" if shared_memory and not HAVE_MEMFD else None
+        name = block_name(shared_memory)
         return cls(
             num_steps,
             num_envs,
@@ -92,11 +90,6 @@ class RolloutSpec:
         if self.stepped:
             fields.append(("stepped", (t, n), np.dtype(np.bool_)))
         return fields
-
-    @property
-    def needs_fd(self) -> bool:
-        """Whether workers receive the block as a file descriptor beside ``ROLLOUT_BLOCK``."""
-        return self.shared and self.shm_name is None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,9 +162,8 @@ class RolloutBuffers:
 
     def release_fd(self) -> None:
         """Parent: close the block's descriptor once every worker has mapped the block."""
-        if self.block is not None and self.block.fd is not None:
-            os.close(self.block.fd)
-            self.block.fd = None
+        if self.block is not None:
+            self.block.release_fd()
 
     # -- what crosses the pipe where nothing is shared -----------------------------------------
 
