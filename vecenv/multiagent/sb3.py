@@ -56,7 +56,7 @@ class SB3VecEnvWrapper(VecEnvWrapper):
 
     def step_wait(self) -> VecEnvStepReturn:
         observations, rewards, terminations, truncations, infos = self._drop_in.step_wait()
-        dones = np.array([terminations[i] or truncations[i] for i in range(len(terminations))])
+        dones = terminations | truncations  # uint8, one per slot
         return observations, rewards, dones, infos
 
     def env_is_wrapped(self, wrapper_class: type, indices: VecEnvIndices = None) -> list[bool]:

@@ -27,7 +27,6 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from vecenv.checks import (
-    available_cpus,
     check_autoreset_mode,
     check_env_fns,
     check_num_workers,
@@ -156,11 +155,7 @@ class MultiAgentVectorEnv(VectorEnv):
     ) -> None:
         fns = check_env_fns(env_fns)
         self.autoreset_mode = check_autoreset_mode(autoreset_mode)
-        if backend == "ray":
-            workers = min(len(fns), available_cpus()) if num_workers is None else num_workers
-            workers = check_num_workers(workers, len(fns), in_process=False)
-        else:
-            workers = check_num_workers(num_workers, len(fns))
+        workers = check_num_workers(num_workers, len(fns), in_process=backend != "ray")
         self.num_copies = len(fns)
         inline = bool(kwargs.pop("inline_group", False)) or workers == 0
         self.rows = open_rows(split_copies(fns, max(1, workers), self.autoreset_mode), backend, inline, kwargs)
@@ -247,7 +242,8 @@ class MultiAgentVectorEnv(VectorEnv):
         """The results of :meth:`step_async`."""
         obs, rewards, terms, truncs, infos = self.rows.step_wait(timeout)
         self.active[:] = with_active(infos, self.num_envs)
-        self._copy_done[:] = (terms | truncs).reshape(self.num_copies, self.num_agents).all(axis=1)
+        if self.autoreset_mode is AutoresetMode.DISABLED:  # only that mode refuses to step done copies
+            self._copy_done[:] = (terms | truncs).reshape(self.num_copies, self.num_agents).all(axis=1)
         return obs, rewards, terms, truncs, infos
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
