@@ -103,13 +103,14 @@ def test_render_env_ids_of_a_native_vector_group() -> None:
 class MemoryVideos:
     """A writer factory that keeps each video's frames in memory, by file name."""
 
-    def __init__(self) -> None:
+    def __init__(self, fps: float = 25.0) -> None:
+        self.fps = fps  # what the env's metadata asks for
         self.videos: dict[str, list[np.ndarray]] = {}
         self.closed: list[str] = []
 
     def __call__(self, path: str, fps: float) -> Any:
         name = os.path.basename(path)
-        assert fps == 25.0, "the env's render_fps"
+        assert fps == self.fps, "the env's render_fps"
         frames = self.videos.setdefault(name, [])
         store = self
 
@@ -274,3 +275,27 @@ def test_mp4_writer_raises_what_encoding_raised(tmp_path) -> None:
             writer.close()
     with pytest.raises(ValueError, match="same size"):
         writer.close()  # closed: the error is still reported, nothing is left running
+
+
+@pytest.mark.timeout(60)
+def test_record_video_of_a_multi_agent_row_records_its_copy(tmp_path) -> None:
+    """Rows are agents: a recorded row's frames are its copy's, whatever the agents per copy."""
+    import functools
+
+    from tests.multiagent_envs import ToyParallelEnv
+
+    fns = [functools.partial(ToyParallelEnv, length=3), functools.partial(ToyParallelEnv, length=7)]
+    videos = MemoryVideos(fps=30.0)  # the toy env names no render_fps: RecordVideo's default
+    with vecenv.MultiAgentVectorEnv(fns, 0) as envs:
+        row = envs.num_agents + 1  # the second agent of copy 1
+        wrapped = RecordVideo(envs, tmp_path, env_ids=[row], episode_trigger=every(1), writer=videos)
+        wrapped.reset(seed=0)
+        expected = [envs.render(copies=[1])[0]]
+        for _ in range(5):
+            wrapped.step(np.zeros(envs.num_envs, np.int64))
+            expected.append(envs.render(copies=[1])[0])
+        copy0 = envs.render(copies=[0])[0]
+        wrapped.close()
+    frames = videos.videos[f"rl-video-env{row}-episode-0.mp4"]
+    _same_frames(tuple(frames), tuple(expected))
+    assert not np.array_equal(frames[-1], copy0), "copy 0 restarted after 3 steps: its frame differs by now"

@@ -137,11 +137,14 @@ def _check_imageio() -> None:
 
 def _renderer(env: VectorEnv) -> Callable[[list[int]], Sequence[Any]]:
     """How to render only some envs of ``env`` (see the module docstring)."""
+    from vecenv.multiagent.vector_env import MultiAgentVectorEnv
     from vecenv.parent.vector_env import GroupVectorEnv
 
     base = env.unwrapped
     if isinstance(base, GroupVectorEnv):
         return lambda ids: base.render(env_ids=ids)
+    if isinstance(base, MultiAgentVectorEnv):  # its render() has one frame per copy, not per row
+        return lambda ids: base.rows.render(env_ids=ids)
     if isinstance(base, SyncVectorEnv):
         return lambda ids: [base.envs[i].render() for i in ids]
 
