@@ -20,6 +20,8 @@ from multiprocessing import shared_memory
 
 import pytest
 
+from tests.fds import open_fds
+
 SHM_GLOB = "/dev/shm/vecenv_*"
 
 #: The start methods this platform offers, in the order tests use them.
@@ -57,14 +59,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def _memfd_descriptors() -> set[int]:
     """This process's open descriptors of vecenv memfd blocks."""
-    found = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            if os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:vecenv"):
-                found.add(int(fd))
-        except OSError:
-            pass
-    return found
+    return {fd for fd, target in open_fds().items() if target.startswith("/memfd:vecenv")}
 
 
 def _shm_blocks() -> set[str]:

@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import importlib
-import math
 import os
 import warnings
 from typing import Any
@@ -247,25 +246,6 @@ class PlainLoop:
 
 def assert_tree_equal(a: Any, b: Any, path: str = "value") -> None:
     """Exact equality of nested dicts (any key order), sequences, arrays (dtype, shape, values)."""
-    if isinstance(a, dict) or isinstance(b, dict):
-        assert isinstance(a, dict) and isinstance(b, dict), f"{path}: {type(a).__name__} vs {type(b).__name__}"
-        assert set(a) == set(b), f"{path}: keys {sorted(a)} vs {sorted(b)}"
-        for k in a:
-            assert_tree_equal(a[k], b[k], f"{path}[{k!r}]")
-        return
-    assert type(a) is type(b), f"{path}: type {type(a).__name__} vs {type(b).__name__} ({a!r} vs {b!r})"
-    if isinstance(a, (tuple, list)):
-        assert len(a) == len(b), f"{path}: length {len(a)} vs {len(b)}"
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_tree_equal(x, y, f"{path}[{i}]")
-    elif isinstance(a, np.ndarray):
-        assert a.dtype == b.dtype and a.shape == b.shape, f"{path}: {a.dtype}{a.shape} vs {b.dtype}{b.shape}"
-        if a.dtype == object:
-            for idx in np.ndindex(a.shape):
-                assert_tree_equal(a[idx], b[idx], f"{path}[{idx}]")
-        else:
-            assert np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"), f"{path}: arrays differ\n{a!r}\nvs\n{b!r}"
-    elif isinstance(a, float):
-        assert a == b or (math.isnan(a) and math.isnan(b)), f"{path}: {a!r} vs {b!r}"
-    else:
-        assert a == b, f"{path}: {a!r} vs {b!r}"
+    from tests.test_differential import assert_same  # here: workers import this module too
+
+    assert_same(a, b, path, ordered=False)

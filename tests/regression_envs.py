@@ -21,6 +21,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from tests.fds import open_fds
+
 __all__ = [
     "PayEnv",
     "UnloadableArgError",
@@ -98,13 +100,10 @@ class HangupEnv(PayEnv):
     def hangup(self, linger: float = 6.0) -> int:
         threading.Thread(target=time.sleep, args=(linger,), name="linger", daemon=False).start()
         closed = 0
-        for fd in os.listdir("/proc/self/fd"):
-            try:
-                if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
-                    os.close(int(fd))
-                    closed += 1
-            except OSError:
-                pass
+        for fd, target in open_fds().items():
+            if target.startswith("socket:"):
+                os.close(fd)
+                closed += 1
         return closed
 
 

@@ -25,6 +25,7 @@ from gymnasium.vector.utils import concatenate, create_empty_array
 
 from tests.crash_envs import healthy_fns
 from tests.envs import make_obs_space
+from tests.fds import open_fds
 from tests.test_differential import assert_same
 from vecenv import SubprocVectorEnv
 from vecenv.spaces import leaf_layout, tree_slice
@@ -57,12 +58,9 @@ def block_alive(ident: str | int) -> bool:
             fields = line.split()
             if len(fields) >= 6 and fields[5].startswith("/memfd:vecenv") and int(fields[4]) == ident:
                 return True
-    for fd in os.listdir("/proc/self/fd"):
+    for fd, target in open_fds().items():
         try:
-            if (
-                os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:vecenv")
-                and os.stat(f"/proc/self/fd/{fd}").st_ino == ident
-            ):
+            if target.startswith("/memfd:vecenv") and os.stat(f"/proc/self/fd/{fd}").st_ino == ident:
                 return True
         except OSError:
             pass

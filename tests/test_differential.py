@@ -33,28 +33,32 @@ STEPS = 220
 # -- comparison ------------------------------------------------------------------------------
 
 
-def assert_same(a: Any, b: Any, path: str = "value") -> None:
-    """Recursive exact equality: types, dict keys (in order), array dtypes/shapes/values.
+def assert_same(a: Any, b: Any, path: str = "value", ordered: bool = True) -> None:
+    """Recursive exact equality: types, dict keys (in order, unless ``ordered=False``), array
+    dtypes/shapes/values.
 
     Float arrays and scalars compare NaN equal to NaN; object arrays compare element-wise.
     """
     if isinstance(a, dict) or isinstance(b, dict):
         assert isinstance(a, dict) and isinstance(b, dict), f"{path}: {type(a).__name__} vs {type(b).__name__}"
-        assert list(a.keys()) == list(b.keys()), f"{path}: keys {list(a.keys())} vs {list(b.keys())}"
+        if ordered:
+            assert list(a.keys()) == list(b.keys()), f"{path}: keys {list(a.keys())} vs {list(b.keys())}"
+        else:
+            assert set(a) == set(b), f"{path}: keys {sorted(a)} vs {sorted(b)}"
         for k in a:
-            assert_same(a[k], b[k], f"{path}[{k!r}]")
+            assert_same(a[k], b[k], f"{path}[{k!r}]", ordered)
         return
     assert type(a) is type(b), f"{path}: type {type(a).__name__} vs {type(b).__name__} ({a!r} vs {b!r})"
     if isinstance(a, (tuple, list)):
         assert len(a) == len(b), f"{path}: length {len(a)} vs {len(b)}"
         for i, (x, y) in enumerate(zip(a, b)):
-            assert_same(x, y, f"{path}[{i}]")
+            assert_same(x, y, f"{path}[{i}]", ordered)
     elif isinstance(a, np.ndarray):
         assert a.dtype == b.dtype, f"{path}: dtype {a.dtype} vs {b.dtype}"
         assert a.shape == b.shape, f"{path}: shape {a.shape} vs {b.shape}"
         if a.dtype == object:
             for idx in np.ndindex(a.shape):
-                assert_same(a[idx], b[idx], f"{path}[{', '.join(map(str, idx))}]")
+                assert_same(a[idx], b[idx], f"{path}[{', '.join(map(str, idx))}]", ordered)
         else:
             equal_nan = a.dtype.kind in "fc"
             assert np.array_equal(a, b, equal_nan=equal_nan), f"{path}: arrays differ\n{a!r}\nvs\n{b!r}"

@@ -60,16 +60,22 @@ def test_inline_group_follows_sync_trajectories(mode):
 
 
 def _follow_sync_trajectories(mode, **kwargs):
-    num_envs, workers, seed = 8, 4, 123
-    refs = [gym.vector.SyncVectorEnv([JitterEnv], autoreset_mode=mode) for _ in range(num_envs)]
+    with vecenv.SubprocVectorEnv([JitterEnv] * 8, 4, batch_size=4, autoreset_mode=mode, **kwargs) as envs:
+        follow_sync_trajectories(envs, mode, rounds=120)
+
+
+def follow_sync_trajectories(envs: Any, mode: AutoresetMode, rounds: int, seed: int = 123) -> None:
+    """Drive ``envs`` (8 JitterEnvs, batches of 4) through ``rounds`` of recv/send: every env's
+    rows follow the trajectory of its own SyncVectorEnv, whichever groups finish first."""
+    refs = [gym.vector.SyncVectorEnv([JitterEnv], autoreset_mode=mode) for _ in range(envs.num_envs)]
     expected = [ref.reset(seed=seed + i) for i, ref in enumerate(refs)]
     rng = np.random.default_rng(0)
     orders = set()
-    with vecenv.SubprocVectorEnv([JitterEnv] * num_envs, workers, batch_size=4, autoreset_mode=mode, **kwargs) as envs:
+    try:
         envs.async_reset(seed=seed)
         first = True
-        for _ in range(120):
-            obs, rewards, terms, truncs, infos, env_ids = envs.recv()
+        for _ in range(rounds):
+            obs, rewards, terms, truncs, infos, env_ids = envs.recv(timeout=30)
             assert env_ids.dtype.kind == "i" and len(env_ids) == 4
             orders.add(tuple(env_ids))
             for row, i in enumerate(env_ids):
@@ -87,8 +93,9 @@ def _follow_sync_trajectories(mode, **kwargs):
             envs.send(actions, env_ids)
             first = False
         assert len(orders) > 1, "the random step times should change which groups finish first"
-    for ref in refs:
-        ref.close()
+    finally:
+        for ref in refs:
+            ref.close()
 
 
 @pytest.mark.timeout(60)

@@ -33,6 +33,7 @@ from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoA
 
 import vecenv
 from tests.crash_envs import fault_fns, healthy_fns
+from tests.fds import open_fds
 from vecenv import NeedsResetError, RemoteEnvError, VecEnvTimeoutError, WorkerDiedError
 from vecenv.bench import procfs
 from vecenv.errors import RemoteTraceback
@@ -96,16 +97,6 @@ def _shm_exists(name: str) -> bool:
     return os.path.exists(os.path.join("/dev/shm", name.lstrip("/")))
 
 
-def _fds() -> dict[int, str]:
-    table = {}
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            table[int(name)] = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            pass  # the fd of the listing itself
-    return table
-
-
 def _wait_gone(pids: list[int], limit: float) -> tuple[list[int], float]:
     """Poll until every pid is gone or ``limit`` seconds pass; return the survivors and the time."""
     t0 = time.monotonic()
@@ -125,7 +116,7 @@ class LeakCheck:
         self.pid_dir = str(tmp_path / "pids")
         os.mkdir(self.pid_dir)
         assert not multiprocessing.active_children(), "a previous test left children"
-        self.fds = _fds()
+        self.fds = open_fds()
         # Other test runs may share /dev/shm: track the blocks this process creates.
         self.created: list[str] = []
         original = shared_memory.SharedMemory.__init__
@@ -153,7 +144,7 @@ class LeakCheck:
             assert not open_conns, f"pipes of workers {open_conns} are still open"
         left = [name for name in self.created if _shm_exists(name)]
         assert not left, f"shared-memory blocks left: {left}"
-        extra = {fd: target for fd, target in _fds().items() if self.fds.get(fd) != target}
+        extra = {fd: target for fd, target in open_fds().items() if self.fds.get(fd) != target}
         assert not extra, f"file descriptors left open: {extra}"
 
 

@@ -37,7 +37,7 @@ from tests.test_differential import (
     run_differential,
     sample_actions,
 )
-from tests.test_envpool_api import _assert_same, _row_info
+from tests.test_envpool_api import follow_sync_trajectories
 from tests.test_rollouts import assert_matches_sync, row_wise_policy, single_env_reference, stack, sync_reference
 from vecenv.errors import NeedsResetError, RemoteTraceback, VecEnvTimeoutError, WorkerDiedError
 from vecenv.parent.ray_env import RayVectorEnv
@@ -174,36 +174,8 @@ def test_call_get_set_attr_render(ray_local: RaySessions) -> None:
 def test_async_batches_follow_sync_trajectories(ray_local: RaySessions, mode: AutoresetMode) -> None:
     """async_reset/recv/send: ray.wait hands back the first groups to finish; every env's
     trajectory is still the one SyncVectorEnv gives for its seed and actions."""
-    num_envs, seed = 8, 123
-    refs = [SyncVectorEnv([JitterEnv], autoreset_mode=mode) for _ in range(num_envs)]
-    expected = [ref.reset(seed=seed + i) for i, ref in enumerate(refs)]
-    rng = np.random.default_rng(0)
-    orders = set()
-    try:
-        with RayVectorEnv([JitterEnv] * num_envs, 4, batch_size=4, autoreset_mode=mode, actor_options=HALF_CPU) as envs:
-            envs.async_reset(seed=seed)
-            first = True
-            for _ in range(60):
-                obs, rewards, terms, truncs, infos, env_ids = envs.recv(timeout=30)
-                assert len(env_ids) == 4
-                orders.add(tuple(env_ids))
-                for row, i in enumerate(env_ids):
-                    if first or len(expected[i]) == 2:
-                        _assert_same(obs[row], expected[i][0][0])
-                    else:
-                        ref_obs, ref_rew, ref_term, ref_trunc, _ = expected[i]
-                        _assert_same(obs[row], ref_obs[0])
-                        assert (rewards[row], terms[row], truncs[row]) == (ref_rew[0], ref_term[0], ref_trunc[0])
-                    _assert_same(_row_info(infos, row), _row_info(expected[i][-1], 0))
-                actions = rng.integers(0, 3, size=len(env_ids))
-                for row, i in enumerate(env_ids):
-                    expected[i] = refs[i].step(actions[row : row + 1])
-                envs.send(actions, env_ids)
-                first = False
-            assert len(orders) > 1, "random step times should change which groups finish first"
-    finally:
-        for ref in refs:
-            ref.close()
+    with RayVectorEnv([JitterEnv] * 8, 4, batch_size=4, autoreset_mode=mode, actor_options=HALF_CPU) as envs:
+        follow_sync_trajectories(envs, mode, rounds=60)
 
 
 # -- faults ------------------------------------------------------------------------------------

@@ -32,21 +32,12 @@ from gymnasium.vector import SyncVectorEnv
 
 import vecenv
 from tests.crash_envs import fault_fns, healthy_fns
+from tests.fds import open_fds
 from tests.reliability_envs import counter_fns, odd_fns
 from tests.test_differential import assert_same
 from vecenv import VecEnvError, WorkerDiedError
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _fds() -> dict[int, str]:
-    table = {}
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            table[int(name)] = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            pass  # the listing's own descriptor
-    return table
 
 
 def _alive(pid: int) -> bool:
@@ -330,7 +321,7 @@ def test_dropped_vector_env_goes_at_once_without_the_cyclic_gc(use: str) -> None
     """``del envs`` with the cyclic GC off: no reference cycle keeps the vector env, so its
     workers, pipes and shared block go at once, as ``AsyncVectorEnv``'s do."""
     run, kwargs = USES[use]
-    before = _fds()
+    before = open_fds()
     gc.collect()
     gc.disable()
     try:
@@ -347,7 +338,7 @@ def test_dropped_vector_env_goes_at_once_without_the_cyclic_gc(use: str) -> None
         assert ref() is None, "the vector env is still alive: a reference cycle holds it"
         # Reaped by close(): gone now, not after a wait (a zombie counts as gone).
         assert [p for p in pids if _alive(p)] == []
-        left = {fd: target for fd, target in _fds().items() if before.get(fd) != target}
+        left = {fd: target for fd, target in open_fds().items() if before.get(fd) != target}
         assert not left, f"descriptors left open: {left}"
     finally:
         gc.enable()
@@ -461,7 +452,7 @@ def test_low_descriptor_limit_leaves_nothing_open(ctx: str) -> None:
     constructor either works or raises one clear error, and leaves no descriptor open."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource_tracker.ensure_running()  # spawn starts it once per process: not a leak
-    before = _fds()
+    before = open_fds()
     # A new descriptor takes the lowest free number, and the limit bounds the numbers.
     base = len(before)
     outcomes: dict[int, str] = {}
@@ -481,7 +472,7 @@ def test_low_descriptor_limit_leaves_nothing_open(ctx: str) -> None:
                 outcomes[limit] = "ran"
             finally:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-            left = {fd: t for fd, t in _fds().items() if before.get(fd) != t}
+            left = {fd: t for fd, t in open_fds().items() if before.get(fd) != t}
             assert not left, f"limit {limit}: descriptors left open: {left} (outcomes so far {outcomes})"
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
