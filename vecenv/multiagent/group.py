@@ -33,6 +33,7 @@ from vecenv.multiagent.copies import (
 )
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import InfoEntries
+from vecenv.worker.group import close_each
 
 __all__ = ["CopyGroup", "ParallelGroup", "ParallelCopies", "ParallelCopiesFn", "InfoEntries"]
 
@@ -157,15 +158,10 @@ class CopyGroup:
 
     def close(self) -> None:
         """Close every copy, even when one raises; the first error is re-raised at the end."""
-        first: tuple[int, BaseException] | None = None
-        for c, env in enumerate(self.envs):
-            try:
-                env.close()
-            except Exception as exc:
-                first = first or (c, exc)
-        if first is not None:
-            self.blame = first[0] * self.num_agents
-            raise first[1]
+        failed = close_each(self.envs)
+        if failed is not None:
+            self.blame = failed[0] * self.num_agents  # the copy's first row
+            raise failed[1]
 
 
 class ParallelGroup(CopyGroup):

@@ -20,7 +20,7 @@ from vecenv.spaces import tree_leaves
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import InfoEntries
 
-__all__ = ["EnvGroup", "VectorGroup", "batched_view"]
+__all__ = ["EnvGroup", "VectorGroup", "batched_view", "close_each"]
 
 
 class EnvGroup:
@@ -183,15 +183,21 @@ class EnvGroup:
 
     def close(self) -> None:
         """Close every env, even when one raises; the first error is re-raised at the end."""
-        first: tuple[int, BaseException] | None = None
-        for j, env in enumerate(self.envs):
-            try:
-                env.close()
-            except Exception as exc:
-                first = first or (j, exc)
-        if first is not None:
-            self.blame = first[0]
-            raise first[1]
+        failed = close_each(self.envs)
+        if failed is not None:
+            self.blame = failed[0]
+            raise failed[1]
+
+
+def close_each(envs: Sequence[Any]) -> tuple[int, Exception] | None:
+    """Close every env of ``envs``, even when some raise: the first failure, ``(index, error)``."""
+    first: tuple[int, Exception] | None = None
+    for j, env in enumerate(envs):
+        try:
+            env.close()
+        except Exception as exc:
+            first = first or (j, exc)
+    return first
 
 
 class VectorGroup:
