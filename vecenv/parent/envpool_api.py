@@ -19,7 +19,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.error import AlreadyPendingCallError, NoAsyncCallError
+from gymnasium.error import NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array
 
@@ -28,7 +28,7 @@ from vecenv.parent.actions import ActionPlacer
 from vecenv.parent.calls import CallRunner
 from vecenv.parent.records import WorkerRecord, WorkerStatus
 from vecenv.parent.replies import InfoMerger
-from vecenv.parent.state import SeedBook, State
+from vecenv.parent.state import SeedBook, State, already_pending
 from vecenv.spaces import tree_map
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import Command, ResetArgs
@@ -66,7 +66,7 @@ class AsyncBatches:
         calls = self.calls
         calls.check_open("async_reset")
         if calls.waiting not in (State.DEFAULT, State.WAITING_RECV):
-            raise _already_pending("async_reset", calls.waiting)
+            raise already_pending("async_reset", calls.waiting)
         if self.autoreset_mode is AutoresetMode.DISABLED:
             raise ValueError("async_reset/recv/send need autoreset_mode NEXT_STEP or SAME_STEP, got DISABLED")
         options = check_options(options)
@@ -148,9 +148,3 @@ class AsyncBatches:
         if missing:
             raise ValueError(f"`env_ids` must cover whole groups (one group per worker), envs {missing} are missing")
         self.runner.send(workers, Command.STEP, self.actions.payloads(actions, workers, ids), "send", None)
-
-
-def _already_pending(call: str, state: State) -> Exception:
-    return AlreadyPendingCallError(
-        f"Calling `{call}` while waiting for a pending call to `{state.value}` to complete.", state.value
-    )

@@ -24,7 +24,7 @@ from vecenv.errors import NeedsResetError, WorkerDiedError
 from vecenv.parent.records import WorkerRecord
 from vecenv.seeding import restart_seed
 
-__all__ = ["State", "CallState", "PoolView", "SeedBook"]
+__all__ = ["State", "CallState", "PoolView", "SeedBook", "already_pending"]
 
 
 class State(Enum):
@@ -47,6 +47,13 @@ class PoolView(Protocol):
     broken: WorkerDiedError | None
 
     def in_flight(self) -> bool: ...
+
+
+def already_pending(call: str, state: State) -> AlreadyPendingCallError:
+    """Gymnasium's error for ``call`` started while a call is pending in ``state``."""
+    return AlreadyPendingCallError(
+        f"Calling `{call}` while waiting for a pending call to `{state.value}` to complete.", state.value
+    )
 
 
 class CallState:
@@ -116,9 +123,7 @@ class CallState:
         if state is State.WAITING_RECV and self._pool is not None and not self._pool.in_flight():
             return
         if state is not State.DEFAULT:
-            raise AlreadyPendingCallError(
-                f"Calling `{call}` while waiting for a pending call to `{state.value}` to complete.", state.value
-            )
+            raise already_pending(call, state)
 
     def check_waiting(self, expected: State, call: str, starter: str) -> None:
         """Raise unless the pending call is ``expected`` (started by ``starter``)."""
