@@ -252,10 +252,8 @@ def _plan(
     info.setdefault("env_id", getattr(spec, "id", None))
     info.setdefault("env_kwargs", dict(getattr(spec, "kwargs", None) or {}))
     name = str(info.pop("policy", policy_name(policy)))
-    source, how = _source(
-        envs, policy, name, mode, seed_list(int(seed), envs.num_envs, seed_policy_of(envs)), fields, rollout_steps
-    )
     first_seeds = seed_list(int(seed), envs.num_envs, seed_policy_of(envs))
+    source, how = _source(envs, policy, name, mode, first_seeds, fields, rollout_steps)
     collection = CollectionSpec(source, envs.num_envs, mode, int(seed), steps, episodes, first_seeds)
     info.setdefault("collection", how)
     return _Plan(
@@ -282,11 +280,19 @@ def _source(
     act: Any = policy
     skip = None
     if isinstance(policy, str):
-        runner = random_actions(envs, seeds)
-        skip = runner.skip
+        # Built when first used: with rollouts in the workers, stepping here is only the fallback.
+        runners: list[Any] = []
+
+        def runner() -> Any:
+            if not runners:
+                runners.append(random_actions(envs, seeds))
+            return runners[0]
+
+        def skip(steps: int) -> None:
+            runner().skip(steps)
 
         def act(_observation: Any) -> Any:
-            return runner.act(None, None)
+            return runner().act(None, None)
 
     checker = ActionChecker(envs.single_action_space, envs.num_envs, name)
     leaves = space_leaves(envs.single_observation_space, "observations")
