@@ -217,7 +217,9 @@ class Rollouts:
             return
         fd = block.block.fd if block.block is not None else None
         message = RolloutBlockArgs(block.spec, fd)
-        self._send(lacking, Command.ROLLOUT_BLOCK, [message] * len(lacking))
+        # Sent outside a pending call: an interrupt part-way abandons what was sent, so no
+        # reply is left to be taken for another's.
+        self.runner.send(lacking, Command.ROLLOUT_BLOCK, [message] * len(lacking), "rollout", None)
         # Idle workers map a block in milliseconds: a bound, so that one that never answers
         # is a VecEnvTimeoutError here, not a wait forever (rollout_async takes no timeout).
         self.pool.gather(lacking, BLOCK_TIMEOUT, "rollout")
@@ -227,17 +229,6 @@ class Rollouts:
             h.block == (w.launches, number) for h, w in zip(self._held, self.pool.workers)
         ):
             block.release_fd()  # a replacement worker would need it; without restarts nobody does
-
-    def _send(self, workers: Sequence[WorkerRecord], command: Command, payloads: Sequence[Any]) -> None:
-        """Send outside a pending call (the block, a restarted group's steps): an interrupt
-        part-way abandons what was sent, so no reply is left to be taken for another's."""
-        try:
-            self.pool.send(workers, command, payloads, "rollout")
-        except WorkerDiedError:
-            raise
-        except BaseException:
-            self.pool.abandon(workers)
-            raise
 
     # -- a rollout ---------------------------------------------------------------------------
 
@@ -304,7 +295,7 @@ class Rollouts:
                 break  # DISABLED: the restarted step ended the episode; the envs wait unstepped
             self._ensure_block(self._num_steps, again)
             payloads = [self._payload(w, self._num_steps, 1) for w in again]
-            self._send(again, Command.ROLLOUT, payloads)
+            self.runner.send(again, Command.ROLLOUT, payloads, "rollout", None)
             replies.update(zip((w.index for w in again), self.pool.gather(again, remaining(), "rollout")))
             again = [w for w in again if isinstance(replies[w.index], RestartedRollout)]
         for index, first in first_rows.items():
