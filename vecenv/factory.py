@@ -19,26 +19,12 @@ import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 
 from vecenv.errors import describe
-from vecenv.parent.subproc import SubprocVectorEnv
+from vecenv.parent.backends import BACKENDS, vector_class
 
 __all__ = ["make", "check_env_id", "BACKENDS", "VECTORIZATION_MODE"]
 
 VECTORIZATION_MODE = "vecenv"
 """``envs.spec.kwargs["vectorization_mode"]`` of a vector env from :func:`make`."""
-
-BACKENDS = ("process", "ray")
-"""``make(backend=...)``: worker processes (:class:`SubprocVectorEnv`) or Ray actors
-(:class:`vecenv.RayVectorEnv`, imported only when asked for)."""
-
-
-def _vector_class(backend: str) -> type:
-    if backend == "process":
-        return SubprocVectorEnv
-    if backend == "ray":
-        from vecenv.parent.ray_env import RayVectorEnv
-
-        return RayVectorEnv
-    raise ValueError(f"`backend` must be one of {', '.join(map(repr, BACKENDS))}, got {describe(backend)}")
 
 
 def _vector_params(cls: type) -> frozenset[str]:
@@ -145,12 +131,12 @@ def make(
     if isinstance(vector_kwargs, dict) and "backend" in vector_kwargs:  # our spec records a non-default backend
         vector_kwargs = dict(vector_kwargs)
         backend = vector_kwargs.pop("backend")
-    vector_class = _vector_class(backend)
-    vector_params = _vector_params(vector_class)
+    cls = vector_class(backend)
+    vector_params = _vector_params(cls)
 
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"`num_envs` must be a positive int, got {describe(num_envs)}")
-    vector = _vector_arguments(vector_class, vector_params, vector_kwargs, kwargs, num_workers)
+    vector = _vector_arguments(cls, vector_params, vector_kwargs, kwargs, num_workers)
     env_extra = _merge(
         "env_kwargs", dict(env_kwargs or {}), {k: v for k, v in kwargs.items() if k not in vector_params}
     )
@@ -160,7 +146,7 @@ def make(
     target: str | EnvSpec = env_id if isinstance(env_id, str) else spec
     make_kwargs = env_extra if isinstance(env_id, str) else {**spec_kwargs, **env_extra}
     env_fn = functools.partial(_build_env, target, make_kwargs, wrappers)
-    envs = vector_class([env_fn] * num_envs, vector.get("num_workers"), **_without(vector, "num_workers"))
+    envs = cls([env_fn] * num_envs, vector.get("num_workers"), **_without(vector, "num_workers"))
     if backend != "process":
         vector["backend"] = backend
     envs.spec = _vector_spec(spec, {**spec_kwargs, **env_extra}, num_envs, vector, wrappers)

@@ -38,11 +38,9 @@ from vecenv.errors import NeedsResetError, describe
 from vecenv.multiagent.copies import COPY_CALL, INACTIVE_KEY, CopyCall, CopyOp
 from vecenv.multiagent.errors import AgentSpaceMismatchError
 from vecenv.multiagent.group import ParallelCopiesFn
+from vecenv.parent.backends import BACKENDS, vector_class
 
 __all__ = ["MultiAgentVectorEnv", "make_parallel", "BACKENDS"]
-
-#: ``backend=``: worker processes (``vecenv.SubprocVectorEnv``) or Ray actors (``vecenv.RayVectorEnv``).
-BACKENDS = ("process", "ray")
 
 
 def split_copies(env_fns: Sequence[Callable[[], Any]], k: int, autoreset_mode: AutoresetMode) -> list[ParallelCopiesFn]:
@@ -56,17 +54,10 @@ def open_rows(groups: Sequence[Callable[[], Any]], backend: str, inline: bool, k
     """The engine's vector env over the rows of ``groups`` (one group per worker)."""
     if "observation_mode" in kwargs:
         raise TypeError("`observation_mode` does not apply: every agent of every copy shares one observation space")
+    cls = vector_class(backend)
     if backend == "process":
-        from vecenv.parent.subproc import SubprocVectorEnv
-
-        return SubprocVectorEnv.from_groups(
-            groups, autoreset_mode=AutoresetMode.NEXT_STEP, inline_group=inline, **kwargs
-        )
-    if backend == "ray":
-        from vecenv.parent.ray_env import RayVectorEnv  # imports Ray: only when asked for
-
-        return RayVectorEnv.from_groups(groups, autoreset_mode=AutoresetMode.NEXT_STEP, **kwargs)
-    raise ValueError(f"`backend` must be one of {', '.join(map(repr, BACKENDS))}, got {describe(backend)}")
+        kwargs = {**kwargs, "inline_group": inline}
+    return cls.from_groups(groups, autoreset_mode=AutoresetMode.NEXT_STEP, **kwargs)
 
 
 def describe_agents(rows: Any) -> tuple[str, ...]:
