@@ -25,7 +25,6 @@ imported only then; PettingZoo never.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +39,7 @@ from vecenv.checks import seed_list
 from vecenv.errors import describe
 from vecenv.multiagent.copies import COPY_CALL, CopyCall, CopyOp, RowInfo
 from vecenv.multiagent.markov import ROW_INFO_KEY, MarkovCopies, MarkovCopiesFn
+from vecenv.parent.groups import contiguous_bounds
 from vecenv.parent.replies import current_observations
 from vecenv.wire.buffers import Buffers, BufferSpec
 
@@ -154,10 +154,8 @@ class ConcatVecEnv(VectorEnv):
         copies = MarkovCopies([env], black_death)  # the spaces, checked here before any worker starts
         env_bytes = cloudpickle.dumps(env)
         workers = min(num_cpus, num_copies) if num_cpus >= 2 else 1
-        base, extra = divmod(num_copies, workers)
-        bounds = list(itertools.accumulate((base + (i < extra) for i in range(workers)), initial=0))
         groups: list[Callable[[], Any]] = [
-            MarkovCopiesFn(env_bytes, b - a, a, black_death) for a, b in itertools.pairwise(bounds)
+            MarkovCopiesFn(env_bytes, b - a, a, black_death) for a, b in contiguous_bounds(num_copies, workers)
         ]
         import vecenv  # the public names, loaded on first use
 

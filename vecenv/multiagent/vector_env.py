@@ -18,7 +18,6 @@ becomes a mask over its rows, an inactive mark on a row becomes ``infos["active"
 
 from __future__ import annotations
 
-import itertools
 import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -39,15 +38,14 @@ from vecenv.multiagent.copies import COPY_CALL, INACTIVE_KEY, CopyCall, CopyOp
 from vecenv.multiagent.errors import AgentSpaceMismatchError
 from vecenv.multiagent.group import ParallelCopiesFn
 from vecenv.parent.backends import BACKENDS, vector_class
+from vecenv.parent.groups import contiguous_bounds
 
 __all__ = ["MultiAgentVectorEnv", "make_parallel", "BACKENDS"]
 
 
 def split_copies(env_fns: Sequence[Callable[[], Any]], k: int, autoreset_mode: AutoresetMode) -> list[ParallelCopiesFn]:
     """``k`` contiguous group builders over the copies, whose sizes differ by at most one."""
-    base, extra = divmod(len(env_fns), k)
-    bounds = list(itertools.accumulate((base + (i < extra) for i in range(k)), initial=0))
-    return [ParallelCopiesFn(env_fns[a:b], a, autoreset_mode) for a, b in itertools.pairwise(bounds)]
+    return [ParallelCopiesFn(env_fns[a:b], a, autoreset_mode) for a, b in contiguous_bounds(len(env_fns), k)]
 
 
 def open_rows(groups: Sequence[Callable[[], Any]], backend: str, inline: bool, kwargs: dict[str, Any]) -> Any:

@@ -8,7 +8,7 @@ from typing import Any
 
 import gymnasium as gym
 
-__all__ = ["GroupOfFns", "call_each", "split_groups"]
+__all__ = ["GroupOfFns", "call_each", "contiguous_bounds", "split_groups"]
 
 
 class GroupOfFns:
@@ -34,8 +34,12 @@ def call_each(fns: Sequence[Callable[[], Any]], first: int, what: str) -> list[A
     return built
 
 
+def contiguous_bounds(n: int, k: int) -> list[tuple[int, int]]:
+    """``k`` contiguous ranges ``(start, stop)`` over ``range(n)`` whose sizes differ by at most one."""
+    base, extra = divmod(n, k)
+    return list(itertools.pairwise(itertools.accumulate((base + (i < extra) for i in range(k)), initial=0)))
+
+
 def split_groups(env_fns: Sequence[Callable[[], gym.Env]], k: int) -> list[GroupOfFns]:
     """``k`` contiguous group builders over ``env_fns`` whose sizes differ by at most one."""
-    base, extra = divmod(len(env_fns), k)
-    bounds = list(itertools.accumulate((base + (i < extra) for i in range(k)), initial=0))
-    return [GroupOfFns(env_fns[a:b], a) for a, b in itertools.pairwise(bounds)]
+    return [GroupOfFns(env_fns[a:b], a) for a, b in contiguous_bounds(len(env_fns), k)]
