@@ -37,7 +37,7 @@ from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
 from vecenv.checks import seed_list
 from vecenv.errors import describe
-from vecenv.multiagent.copies import COPY_CALL, CopyCall, CopyOp, RowInfo
+from vecenv.multiagent.copies import COPY_CALL, CopyCall, CopyOp, RowInfo, per_row
 from vecenv.multiagent.markov import ROW_INFO_KEY, MarkovCopies, MarkovCopiesFn
 from vecenv.parent.groups import contiguous_bounds
 from vecenv.parent.replies import current_observations
@@ -180,7 +180,7 @@ class ConcatVecEnv(VectorEnv):
     ) -> tuple[Any, list[dict[str, Any]]]:
         """Reset every copy: copy ``c`` with ``seed + c`` (or unseeded); ``(observations, infos)``."""
         copy_seeds = seed_list(seed, self.num_copies)
-        obs, infos = self.rows.reset(seed=[s for s in copy_seeds for _ in range(self.num_agents)], options=options)
+        obs, infos = self.rows.reset(seed=per_row(copy_seeds, self.num_agents), options=options)
         return obs, _batched_infos(infos, self.num_envs)
 
     def step_async(self, actions: Any) -> None:

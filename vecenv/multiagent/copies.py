@@ -16,7 +16,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gymnasium import Space
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from vecenv.wire.buffers import Buffers
 
 __all__ = [
+    "per_row",
     "AgentCopies",
     "CopyCall",
     "CopyOp",
@@ -158,3 +159,8 @@ class AgentCopies(abc.ABC):
     @abc.abstractmethod
     def make_group(self, buffers: Buffers) -> Any:
         """The in-process group that steps these copies on ``buffers`` (this worker's rows)."""
+
+
+def per_row(per_copy: Iterable[Any], num_agents: int) -> list[Any]:
+    """One value per row from one per copy: each copy's value for each of its agents' rows."""
+    return [value for value in per_copy for _ in range(num_agents)]

@@ -30,6 +30,7 @@ from vecenv.multiagent.copies import (
     CopyCall,
     CopyOp,
     build_copies,
+    per_row,
 )
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import InfoEntries
@@ -141,7 +142,7 @@ class CopyGroup:
         return [False] * self.num_agents
 
     def _per_row(self, per_copy: list[Any]) -> list[Any]:
-        return [value for value in per_copy for _ in range(self.num_agents)]
+        return per_row(per_copy, self.num_agents)
 
     def set_attr(self, name: str, values: Sequence[Any]) -> None:
         """Set an attribute on every copy: the value of the copy's first row."""

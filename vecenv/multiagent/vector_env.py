@@ -34,7 +34,7 @@ from vecenv.checks import (
     seed_list,
 )
 from vecenv.errors import NeedsResetError, describe
-from vecenv.multiagent.copies import COPY_CALL, INACTIVE_KEY, CopyCall, CopyOp
+from vecenv.multiagent.copies import COPY_CALL, INACTIVE_KEY, CopyCall, CopyOp, per_row
 from vecenv.multiagent.errors import AgentSpaceMismatchError
 from vecenv.multiagent.group import ParallelCopiesFn
 from vecenv.parent.backends import BACKENDS, vector_class
@@ -167,7 +167,7 @@ class MultiAgentVectorEnv(VectorEnv):
     # -- copies and rows -----------------------------------------------------------------------
 
     def _row_seeds(self, seed: Any) -> list[int | None]:
-        return [s for s in seed_list(seed, self.num_copies) for _ in range(self.num_agents)]
+        return per_row(seed_list(seed, self.num_copies), self.num_agents)
 
     def _row_options(self, options: Any) -> tuple[dict[str, Any] | None, np.ndarray | None]:
         """Options for the rows, with a per-copy ``reset_mask`` spread over each copy's rows."""
@@ -284,7 +284,7 @@ class MultiAgentVectorEnv(VectorEnv):
             values = [values] * self.num_copies
         if len(values) != self.num_copies:
             raise ValueError(f"`values` must hold one value per copy ({self.num_copies}), got {len(values)}")
-        self.rows.set_attr(name, [v for v in values for _ in range(self.num_agents)])
+        self.rows.set_attr(name, per_row(values, self.num_agents))
 
     def render(self, copies: Iterable[int] | None = None) -> tuple[Any, ...]:
         """The frame of every copy, or of the ``copies`` chosen (in that order)."""
