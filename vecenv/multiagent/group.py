@@ -32,6 +32,7 @@ from vecenv.multiagent.copies import (
     build_copies,
     per_row,
 )
+from vecenv.spaces import tree_map
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import InfoEntries
 from vecenv.worker.group import close_each
@@ -254,13 +255,7 @@ class ParallelGroup(CopyGroup):
 def _snapshot(value: Any) -> Any:
     """``value`` with its arrays copied (nested dicts and tuples too): a final observation or
     info must not change when the env reuses its arrays in the reset that follows."""
-    if isinstance(value, np.ndarray):
-        return value.copy()
-    if isinstance(value, dict):
-        return {k: _snapshot(v) for k, v in value.items()}
-    if isinstance(value, tuple):
-        return tuple(_snapshot(v) for v in value)
-    return value
+    return tree_map(lambda v: v.copy() if isinstance(v, np.ndarray) else v, value)
 
 
 class ParallelCopies(AgentCopies):

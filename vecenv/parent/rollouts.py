@@ -98,22 +98,14 @@ class Rollout:
                 out[ended] = final[ended]
             return out
 
-        finals: list[np.ndarray | None] = [None] * len(tree_leaves(self.observations))
+        observations = tree_leaves(self.observations)
+        finals: list[np.ndarray | None] = [None] * len(observations)
         if self.final_observations is not None:
             finals = list(tree_leaves(self.final_observations))
-        leaves = [
-            shifted(o, last, f)
-            for o, last, f in zip(tree_leaves(self.observations), tree_leaves(self.last_observations), finals)
-        ]
-        return _rebuild(self.observations, iter(leaves))
-
-
-def _rebuild(like: Any, leaves: Any) -> Any:
-    if isinstance(like, tuple):
-        return tuple(_rebuild(t, leaves) for t in like)
-    if isinstance(like, dict):
-        return {k: _rebuild(t, leaves) for k, t in like.items()}
-    return next(leaves)
+        leaves = iter(
+            [shifted(o, last, f) for o, last, f in zip(observations, tree_leaves(self.last_observations), finals)]
+        )
+        return tree_map(lambda _: next(leaves), self.observations)
 
 
 @dataclasses.dataclass
