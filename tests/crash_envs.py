@@ -157,6 +157,10 @@ class FaultEnv(gym.Env):
     def ping(self) -> str:
         return f"pong {self.index}"
 
+    def size_of(self, value: Any) -> int:
+        """The bytes of ``value`` (a method that takes a large argument)."""
+        return int(np.asarray(value).nbytes)
+
     def close(self) -> None:
         self._maybe_fault("close")
 

@@ -147,7 +147,7 @@ class FakeTransport(Transport):
             self.launches.append(worker)
             self._hello(worker)
 
-    def attach(self, worker: int, attach: Attach, buffers: Buffers) -> None:
+    def attach(self, worker: int, attach: Attach, buffers: Buffers, timeout: float | None = None) -> None:
         if worker in self.dead:
             raise WorkerGone(worker)
         self.attached.append((worker, attach))
@@ -156,7 +156,7 @@ class FakeTransport(Transport):
         pickle.dumps(payload)  # what cannot be serialised raises here, as on a real transport
         return Sent(command, call_id, payload)
 
-    def send(self, worker: int, message: Any) -> None:
+    def send(self, worker: int, message: Any, timeout: float | None = None) -> None:
         if worker in self.dead:
             raise WorkerGone(worker)
         self.sent.append((worker, message))

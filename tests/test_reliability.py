@@ -36,6 +36,7 @@ from tests.fds import open_fds
 from tests.reliability_envs import counter_fns, odd_fns
 from tests.test_differential import assert_same
 from vecenv import VecEnvError, WorkerDiedError
+from vecenv.transports import process as process_transport
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -154,12 +155,12 @@ def _interrupt_send(envs: Any, worker: int, after: bool) -> None:
     transport = envs._pool.transport
     real = transport.send
 
-    def send(index: int, message: Any) -> None:
+    def send(index: int, message: Any, timeout: float | None = None) -> None:
         if index != worker:
-            return real(index, message)
+            return real(index, message, timeout)
         del transport.send  # once
         if after:
-            real(index, message)
+            real(index, message, timeout)
         raise KeyboardInterrupt
 
     transport.send = send
@@ -168,13 +169,16 @@ def _interrupt_send(envs: Any, worker: int, after: bool) -> None:
 def _tear_write(envs: Any, worker: int) -> None:
     """Make the next write on ``worker``'s pipe put half a message in it, then be interrupted."""
     conn = envs._pool.transport.conns[worker]
+    real = process_transport.send_within
 
-    def torn(data: bytes) -> None:
-        del conn.send_bytes
+    def torn(to: Any, data: bytes, fd: int | None, timeout: float | None) -> None:
+        if to is not conn:
+            return real(to, data, fd, timeout)
+        process_transport.send_within = real  # once
         os.write(conn.fileno(), len(data).to_bytes(4, "big", signed=True) + bytes(data)[: len(data) // 2])
         raise KeyboardInterrupt
 
-    conn.send_bytes = torn
+    process_transport.send_within = torn
 
 
 @pytest.mark.timeout(60)

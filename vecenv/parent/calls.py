@@ -12,7 +12,8 @@ A pipe that the interrupt cut in the middle of a message ends that worker
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,23 @@ class CallRunner:
     def __init__(self, pool: WorkerPool, calls: CallState) -> None:
         self.pool = pool
         self.calls = calls
+        #: The running call's ``timeout=``, which bounds its sends too (``None``: the default
+        #: bound, :data:`~vecenv.transports.sending.SEND_TIMEOUT`).
+        self.timeout: float | None = None
+
+    @contextlib.contextmanager
+    def within(self, timeout: float | None) -> Iterator[None]:
+        """The sends made inside give up on a worker that takes none of its command for
+        ``timeout`` seconds (a call with a ``timeout=`` of its own, such as ``step``, bounds
+        its send by it too). Nested: the outermost call's timeout holds."""
+        if timeout is None or self.timeout is not None:
+            yield
+            return
+        self.timeout = timeout
+        try:
+            yield
+        finally:
+            self.timeout = None
 
     def send(
         self,
@@ -45,6 +63,8 @@ class CallRunner:
         """Send ``command`` to ``workers`` and, unless ``state`` is ``None`` (a batch sent by
         ``send``), record the call as pending in that state.
 
+        A worker that takes none of its message for :attr:`timeout` (see :meth:`within`) raises
+        ``VecEnvTimeoutError`` (or is a dead worker, when its pipe holds part of it).
         Nothing is sent when a payload cannot be encoded. An interrupt after that leaves
         nothing pending: what was sent is abandoned (its replies dropped) and, for a reset, a
         step or a rollout (whose envs may have acted on it), steps are refused until a reset.
@@ -52,7 +72,7 @@ class CallRunner:
         pool = self.pool
         outgoing = pool.prepare(workers, command, payloads, call)
         try:
-            pool.deliver(workers, outgoing)
+            pool.deliver(workers, outgoing, self.timeout)
             if state is not None:
                 self.calls.begin(state, workers, mask)
         except WorkerDiedError:

@@ -405,7 +405,8 @@ class RolloutMethods:
         ``num_steps`` calls of ``step`` give with the same actions; the vector env continues
         from ``rollout.last_observations``. See :meth:`rollout_async` and :class:`Rollout`."""
         timeout = check_timeout(timeout)
-        self.rollout_async(num_steps, policy)
+        with self._rollouts.runner.within(timeout):
+            self.rollout_async(num_steps, policy)
         return self.rollout_wait(timeout)
 
     @serialised

@@ -226,7 +226,8 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
         ``timeout``: seconds to wait at most (default: no limit).
         """
         timeout = check_timeout(timeout)
-        self.reset_async(seed=seed, options=options)
+        with self._runner.within(timeout):
+            self.reset_async(seed=seed, options=options)
         return self.reset_wait(timeout)
 
     # -- step ----------------------------------------------------------------------------------
@@ -259,7 +260,8 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every env with its action, as ``SyncVectorEnv.step``; ``timeout`` as in :meth:`step_wait`."""
         timeout = check_timeout(timeout)
-        self.step_async(actions)
+        with self._runner.within(timeout):
+            self.step_async(actions)
         return self.step_wait(timeout)
 
     # -- asynchronous batches (EnvPool-style; see vecenv.parent.envpool_api) ------------------
@@ -333,7 +335,8 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
     def get_attr(self, name: str, timeout: float | None = None) -> tuple[Any, ...]:
         """Attribute ``name`` of every env (a callable attribute is called, as ``SyncVectorEnv`` does)."""
         timeout = check_timeout(timeout)
-        self.call_async(name)
+        with self._runner.within(timeout):
+            self.call_async(name)
         return self.call_wait(timeout)
 
     @serialised
@@ -363,7 +366,8 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
         return plan.frames(self._run(Command.RENDER, plan.workers, plan.payloads, "render", timeout))
 
     def _run(self, command: Command, workers: list[Any], payloads: list[Any], call: str, timeout: float | None) -> Any:
-        self._runner.send(workers, command, payloads, call, State.WAITING_CALL)
+        with self._runner.within(timeout):
+            self._runner.send(workers, command, payloads, call, State.WAITING_CALL)
         return self._runner.finish(call, timeout, poisons=False)
 
     @property

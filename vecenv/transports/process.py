@@ -31,6 +31,7 @@ import cloudpickle
 from vecenv.errors import DescriptorLimitError
 from vecenv.host import available_cpus
 from vecenv.transports.base import Death, Event, Reply, Transport, WorkerGone
+from vecenv.transports.sending import SendTimeout, bound_writes, send_within
 from vecenv.wire.buffers import HAVE_MEMFD, Buffers
 from vecenv.wire.pipes import PARENT_ENDS, SPIN_SECONDS, Spin
 from vecenv.wire.protocol import Attach, Command, WithFd, decode_reply, encode_for_pipe
@@ -151,6 +152,7 @@ class ProcessTransport(Transport):
         except OSError as exc:
             raise _limit_error(exc, number, self.first_index + len(self.processes)) from None
         PARENT_ENDS.add(parent_conn)
+        bound_writes(parent_conn)
         cpus = self._cpus
         options = WorkerOptions(
             self.observation_mode, cpus[number % len(cpus)] if cpus else None, self.threads, self.spin
@@ -187,30 +189,30 @@ class ProcessTransport(Transport):
         self._pollers.clear()
         self._start(worker)
 
-    def attach(self, worker: int, attach: Attach, buffers: Buffers) -> None:
-        conn = self._conn(worker)
-        try:
-            conn.send(attach)
-            if Buffers.needs_fd(attach.buffers):
-                assert buffers.block is not None and buffers.block.fd is not None
-                reduction.send_handle(conn, buffers.block.fd, self._process(worker).pid)
-        except OSError:  # it died after its Hello
-            self._process(worker).join(1.0)
-            raise WorkerGone from None
+    def attach(self, worker: int, attach: Attach, buffers: Buffers, timeout: float | None = None) -> None:
+        fd = None
+        if Buffers.needs_fd(attach.buffers):
+            assert buffers.block is not None and buffers.block.fd is not None
+            fd = buffers.block.fd
+        data = bytes(reduction.ForkingPickler.dumps(attach))  # what Connection.send writes
+        self.send(worker, data if fd is None else WithFd(data, fd), timeout)
 
     def encode(self, command: Command, call_id: int, payload: Any) -> bytes | WithFd:
         return encode_for_pipe(command, call_id, payload)
 
-    def send(self, worker: int, message: bytes | WithFd) -> None:
+    def send(self, worker: int, message: bytes | WithFd, timeout: float | None = None) -> None:
         conn = self._conn(worker)
         if worker in self._torn:
             raise WorkerGone
+        data, fd = (message.data, message.fd) if isinstance(message, WithFd) else (message, None)
         try:
-            if isinstance(message, WithFd):
-                conn.send_bytes(message.data)
-                reduction.send_handle(conn, message.fd, self._process(worker).pid)
-            else:
-                conn.send_bytes(message)
+            send_within(conn, data, fd, timeout)
+        except SendTimeout as exc:
+            if not exc.written:
+                raise  # nothing of it is in the pipe: the worker is as it was
+            # Half a command in its pipe: it can never be talked to again.
+            self._tear(worker, f"was ended: it {exc} (busy with an earlier call: stuck in env code?)")
+            raise WorkerGone from None
         except (OSError, EOFError):  # a broken or reset pipe: the worker is gone
             self._process(worker).join(1.0)
             raise WorkerGone from None
@@ -218,12 +220,13 @@ class ProcessTransport(Transport):
             self._tear(worker)  # KeyboardInterrupt may have left half the message in the pipe
             raise
 
-    def _tear(self, worker: int) -> None:
-        """A signal (Ctrl+C) cut a read or write on ``worker``'s pipe short: half a message may be
-        left in it, and the next read would take its tail for a header and wait forever. The
-        worker can no longer be talked to, so it is ended now and reported dead at the next poll."""
+    def _tear(self, worker: int, cause: str = "was ended: an interrupt (Ctrl+C) cut a message on its pipe in two") -> None:
+        """A signal (Ctrl+C) or a stalled send cut a read or write on ``worker``'s pipe short:
+        half a message may be left in it, and the next read would take its tail for a header and
+        wait forever. The worker can no longer be talked to, so it is ended now and reported dead
+        at the next poll."""
         self._torn.add(worker)
-        self._causes[worker] = "was ended: an interrupt (Ctrl+C) cut a message on its pipe in two"
+        self._causes[worker] = cause
         process = self._process(worker)
         if process.is_alive():
             process.kill()
