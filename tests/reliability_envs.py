@@ -19,7 +19,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["CounterEnv", "OddEnv", "counter_fns", "odd_fns"]
+__all__ = ["CounterEnv", "FrameEnv", "OddEnv", "counter_fns", "odd_fns"]
 
 
 class CounterEnv(gym.Env):
@@ -98,3 +98,18 @@ class _Maker:
 
     def __call__(self) -> OddEnv:
         return OddEnv(*self.args)
+
+
+class FrameEnv(gym.Env):
+    """Atari-sized frames (84x84x4 uint8), all zeros: cheap to step, large to store."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Box(0, 255, (84, 84, 4), np.uint8)
+        self.action_space = spaces.Discrete(4)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        return np.zeros((84, 84, 4), np.uint8), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        return np.zeros((84, 84, 4), np.uint8), 0.0, False, False, {}

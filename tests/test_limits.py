@@ -18,8 +18,12 @@ import pytest
 
 import vecenv
 from tests.crash_envs import fault_fns
+from tests.reliability_envs import FrameEnv
 from vecenv import VecEnvTimeoutError, WorkerDiedError
+from vecenv.errors import MemoryLimitError
 from vecenv.transports import sending
+from vecenv.wire import memory
+from vecenv.wire.memory import format_bytes
 from vecenv.transports.sending import SendTimeout, send_within
 
 # -- bounded sends -------------------------------------------------------------------------------
@@ -124,3 +128,76 @@ def test_a_sync_call_bounds_its_send_by_its_timeout(tmp_path: Path) -> None:
         assert time.monotonic() - start < 10.0
     finally:
         envs.close(terminate=True)
+
+
+# -- memory budget -------------------------------------------------------------------------------
+
+
+def _shmem() -> int:
+    """The machine's shared memory in use (``Shmem`` in /proc/meminfo), bytes."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("Shmem:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no Shmem line")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["shared", "private"])
+def test_a_rollout_longer_than_memory_is_refused_at_once(shared_memory: bool) -> None:
+    """``rollout(10_000_000)`` on 8 envs of 84x84x4 frames (2.2 TB of rows) is refused before
+    anything is made, naming the size and the memory available; the vector env is as it was."""
+    envs = vecenv.SubprocVectorEnv([FrameEnv] * 8, 2, context="fork", shared_memory=shared_memory)
+    try:
+        envs.reset(seed=0)
+        before = _shmem()
+        start = time.monotonic()
+        with pytest.raises(MemoryLimitError) as info:
+            envs.rollout_async(10_000_000)
+        assert time.monotonic() - start < 5.0
+        error = info.value
+        assert isinstance(error, MemoryError) and isinstance(error, vecenv.VecEnvError)
+        assert error.needed > 2 * 10**12 > error.available
+        message = str(error)
+        assert "10000000 steps of 8 envs" in message
+        assert format_bytes(error.needed) in message and format_bytes(error.available) in message
+        assert str(error.needed) in message and str(error.available) in message
+        assert _shmem() - before < 2**30  # nothing was written (other processes share the machine)
+        rollout = envs.rollout(3)
+        assert rollout.observations.shape == (3, 8, 84, 84, 4)
+    finally:
+        envs.close(terminate=True)
+
+
+@pytest.mark.timeout(60)
+def test_step_buffers_larger_than_the_limit_are_refused_and_nothing_is_left(monkeypatch) -> None:
+    """The step buffers go through the same check: under a limit smaller than 8 envs' frames
+    the constructor refuses them, naming them and both sizes, and leaves no process or block
+    behind (the leak check)."""
+    monkeypatch.setattr(memory, "memory_limits", lambda shared, named: [("free space in /dev/shm", 100_000)])
+    expected = r"the step buffers of 8 envs needs 220.8 KiB \(226048 bytes\) .*: 97.7 KiB \(100000 bytes; free space"
+    with pytest.raises(MemoryLimitError, match=expected):
+        vecenv.SubprocVectorEnv([FrameEnv] * 8, 2, context="fork")
+
+
+def test_check_block_names_the_tightest_limit(monkeypatch) -> None:
+    """The tightest of the limits decides; a size within it passes; no limit known passes."""
+    limits = [("available memory", 10 * 2**30), ("free space in /dev/shm", 2**30)]
+    monkeypatch.setattr(memory, "memory_limits", lambda shared, named: limits)
+    memory.check_block(2**30, "a block", shared=True)
+    with pytest.raises(MemoryLimitError, match=r"a block needs 1.0 GiB \(1073741825 bytes\) of shared memory") as info:
+        memory.check_block(2**30 + 1, "a block", shared=True)
+    assert (info.value.available, info.value.limit) == (2**30, "free space in /dev/shm")
+    monkeypatch.setattr(memory, "memory_limits", lambda shared, named: [])
+    memory.check_block(2**60, "a block", shared=True)
+
+
+def test_memory_limits_read_this_machine() -> None:
+    """On Linux the available memory is always among the limits, and RLIMIT_FSIZE joins them
+    for shared blocks when it is set."""
+    import resource
+
+    names = [name for name, _ in memory.memory_limits(shared=True, named=False)]
+    assert any(name.startswith("available memory") for name in names)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    assert (soft != resource.RLIM_INFINITY) == any("RLIMIT_FSIZE" in name for name in names)

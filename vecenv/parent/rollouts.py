@@ -196,12 +196,13 @@ class Rollouts:
                 self.buffers.spec.shared_flags,
                 self.autoreset_mode,
             )
-            old, self.block = self.block, None
+            # Made before the old one is let go: a block refused (MemoryLimitError) changes nothing.
+            new = RolloutBuffers.create(spec)
+            old, self.block = self.block, new
             if old is not None:
                 self.pool.blocks.remove(old)
                 old.close()
-            self.block = RolloutBuffers.create(spec)
-            self.pool.blocks.append(self.block)  # the pool releases it at shutdown
+            self.pool.blocks.append(new)  # the pool releases it at shutdown
             self._block_number += 1
         block, number = self.block, self._block_number
         lacking = [w for w in workers if self._held[w.index].block != (w.launches, number)]
