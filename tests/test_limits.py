@@ -12,19 +12,21 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 import vecenv
 from tests.crash_envs import fault_fns
+from tests.envs import diff_env_fns
 from tests.reliability_envs import FrameEnv
 from vecenv import VecEnvTimeoutError, WorkerDiedError
-from vecenv.errors import MemoryLimitError
+from vecenv.errors import MemoryLimitError, WeightsMismatchError
 from vecenv.transports import sending
+from vecenv.transports.sending import SendTimeout, send_within
 from vecenv.wire import memory
 from vecenv.wire.memory import format_bytes
-from vecenv.transports.sending import SendTimeout, send_within
 
 # -- bounded sends -------------------------------------------------------------------------------
 
@@ -201,3 +203,60 @@ def test_memory_limits_read_this_machine() -> None:
     assert any(name.startswith("available memory") for name in names)
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     assert (soft != resource.RLIM_INFINITY) == any("RLIMIT_FSIZE" in name for name in names)
+
+
+# -- weight pushes -------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_a_weight_push_that_does_not_fit_is_refused_and_the_copies_keep_theirs() -> None:
+    """Wrong keys, shapes, dtypes or types in ``update_policy_weights`` are refused in the
+    parent, naming what was expected and received; the copies keep the weights they had (the
+    next rollouts, and those after a reset, act as before), and a good push still works."""
+    torch = pytest.importorskip("torch")
+
+    class Greedy(torch.nn.Module):
+        """Discrete(4) actions: the argmax of a linear map of the observation."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(3, 4)
+
+        def forward(self, obs: Any) -> Any:
+            return self.linear(obs).argmax(dim=1)
+
+    module = Greedy()
+    with torch.no_grad():
+        module.linear.weight.zero_()
+        module.linear.bias.copy_(torch.tensor([0.0, 0.0, 5.0, 0.0]))
+    weight, bias = torch.zeros(4, 3), torch.tensor([0.0, 0, 0, 9])
+    bad = [
+        ({"linear.weight": weight}, r"missing 'linear.bias'"),
+        ({"linear.weight": weight, "linear.bias": bias, "extra": bias}, r"unexpected 'extra'"),
+        ({"weight": weight, "bias": bias}, r"missing 'linear.weight', 'linear.bias'; unexpected 'weight', 'bias'"),
+        ({"linear.weight": weight, "linear.bias": torch.zeros(5)}, r"must have shape \(4,\) .*got shape \(5,\)"),
+        ({"linear.weight": weight.double(), "linear.bias": bias}, r"dtype torch.float32, got .*dtype torch.float64"),
+        (
+            {"linear.weight": weight.numpy(), "linear.bias": bias},
+            r"\['linear.weight'\]` .* must be a torch.Tensor",
+        ),
+        ([weight, bias], r"must be a state dict"),
+    ]
+    with vecenv.SubprocVectorEnv(diff_env_fns(4, obs_kind="box", act_kind="discrete"), 2, context="fork") as envs:
+        envs.reset(seed=0)
+        assert (envs.rollout(3, module).actions == 2).all()
+        for weights, match in bad:
+            with pytest.raises(WeightsMismatchError, match=match):
+                envs.update_policy_weights(weights)
+            assert (envs.rollout(3, module).actions == 2).all(), match
+        envs.reset(seed=0)
+        assert (envs.rollout(3, module).actions == 2).all()
+        envs.update_policy_weights({"linear.weight": weight, "linear.bias": bias})
+        assert (envs.rollout(3, module).actions == 3).all()
+        envs.rollout(2, "random")
+        with pytest.raises(TypeError, match="policy random has no weights"):
+            envs.update_policy_weights({"linear.weight": weight})
+        envs.rollout(2, lambda obs: np.zeros(len(obs), np.int64))
+        with pytest.raises(TypeError, match="has no weights"):
+            envs.update_policy_weights({"linear.weight": weight})
+        assert (envs.rollout(2).actions >= 0).all()  # nothing was poisoned

@@ -172,7 +172,9 @@ class Rollouts:
         self.calls.check_open("update_policy_weights")
         if self._policy is None:
             raise ValueError("`update_policy_weights` needs a policy: call `rollout(num_steps, policy)` first")
-        self._weights = self._policy.weights() if weights is None else weights
+        # Checked before anything changes: weights the copies cannot load are refused here, and
+        # the copies keep the weights they had (WeightsMismatchError, TypeError).
+        self._weights = self._policy.weights() if weights is None else self._policy.check_weights(weights)
         self._version += 1
 
     def _payload(self, w: WorkerRecord, num_steps: int, first_step: int) -> RolloutArgs:

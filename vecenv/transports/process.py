@@ -47,6 +47,7 @@ KILL_GRACE = 1.0
 #: resource tracker's pipe the first time). They are checked free before each start, so that
 #: the limit is never met half-way through one (CPython would leave a pipe open).
 START_DESCRIPTORS = 10
+_INTERRUPTED = "was ended: an interrupt (Ctrl+C) cut a message on its pipe in two"
 # A worker whose pipe hung up gets this long to exit on its own before it is killed.
 _HANGUP_GRACE = 0.5
 
@@ -220,7 +221,9 @@ class ProcessTransport(Transport):
             self._tear(worker)  # KeyboardInterrupt may have left half the message in the pipe
             raise
 
-    def _tear(self, worker: int, cause: str = "was ended: an interrupt (Ctrl+C) cut a message on its pipe in two") -> None:
+    def _tear(
+        self, worker: int, cause: str = "was ended: an interrupt (Ctrl+C) cut a message on its pipe in two"
+    ) -> None:
         """A signal (Ctrl+C) or a stalled send cut a read or write on ``worker``'s pipe short:
         half a message may be left in it, and the next read would take its tail for a header and
         wait forever. The worker can no longer be talked to, so it is ended now and reported dead
