@@ -25,6 +25,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from vecenv.errors import MemoryLimitError
 from vecenv.policies import PolicyContext, RandomActions, RandomPolicy, WorkerPolicy
 from vecenv.rollout.actions import ActionChecker
 from vecenv.rollout.format import Leaf
@@ -215,12 +216,13 @@ class RolloutSource:
 
     def begin(self, steps: int, obs: Any) -> bool:
         """Start a rollout of ``steps`` steps from ``obs``. False when its block could not be
-        made (an ``OSError``: a file size limit applies to shared memory too, or memory ran
-        out): the steps then come from ``envs.step``, from ``obs`` on, which gives the same data."""
+        made (``MemoryLimitError``: more than the machine's memory, ``/dev/shm`` or the file
+        size limit allow; an ``OSError``: memory ran out all the same): the steps then come from
+        ``envs.step``, from ``obs`` on, which gives the same data."""
         self.started_at = time.monotonic()
         try:
             self.envs.rollout_async(steps, self.policy)
-        except OSError as exc:
+        except (OSError, MemoryLimitError) as exc:
             if isinstance(exc, TimeoutError):
                 raise
             self.stepping = True
