@@ -16,6 +16,12 @@ __version__ = "0.2.0"
 # Public name -> the module that defines it.
 _EXPORTS = {
     "AutoresetMode": "gymnasium.vector",
+    "CallInFlightError": "vecenv.errors",
+    "DescriptorLimitError": "vecenv.errors",
+    "MemoryLimitError": "vecenv.errors",
+    "UnguardedMainError": "vecenv.errors",
+    "UnguardedMainWarning": "vecenv.errors",
+    "WeightsMismatchError": "vecenv.errors",
     "Dataset": "vecenv.rollout.dataset",
     "DEFAULT_CLOSE_TIMEOUT": "vecenv.parent.closing",
     "GroupVectorEnv": "vecenv.parent.vector_env",
@@ -43,6 +49,12 @@ _SUBPACKAGES = ("rollout", "policies")
 
 __all__ = [
     "AutoresetMode",
+    "CallInFlightError",
+    "DescriptorLimitError",
+    "MemoryLimitError",
+    "UnguardedMainError",
+    "UnguardedMainWarning",
+    "WeightsMismatchError",
     "Dataset",
     "DEFAULT_CLOSE_TIMEOUT",
     "GroupVectorEnv",
@@ -70,12 +82,18 @@ if TYPE_CHECKING:
     from gymnasium.vector import AutoresetMode
 
     from vecenv.errors import (
+        CallInFlightError,
+        DescriptorLimitError,
         InvalidObservationError,
+        MemoryLimitError,
         NeedsResetError,
         RemoteEnvError,
         SpaceMismatchError,
+        UnguardedMainError,
+        UnguardedMainWarning,
         VecEnvError,
         VecEnvTimeoutError,
+        WeightsMismatchError,
         WorkerDiedError,
     )
     from vecenv.factory import make
