@@ -260,3 +260,29 @@ def test_a_weight_push_that_does_not_fit_is_refused_and_the_copies_keep_theirs()
         with pytest.raises(TypeError, match="has no weights"):
             envs.update_policy_weights({"linear.weight": weight})
         assert (envs.rollout(2).actions >= 0).all()  # nothing was poisoned
+
+
+@pytest.mark.timeout(120)
+def test_weights_pushed_while_a_rollout_is_in_flight_reach_the_next_rollout() -> None:
+    """``rollout_async``, then ``update_policy_weights`` while it runs (a learner overlapping
+    the two): the rollout in flight acts with the old weights, the next one with the new."""
+    torch = pytest.importorskip("torch")
+
+    class Greedy(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(3, 4)
+
+        def forward(self, obs: Any) -> Any:
+            return self.linear(obs).argmax(dim=1)
+
+    module = Greedy()
+    with torch.no_grad():
+        module.linear.weight.zero_()
+        module.linear.bias.copy_(torch.tensor([0.0, 0.0, 5.0, 0.0]))
+    with vecenv.SubprocVectorEnv(diff_env_fns(4, obs_kind="box", act_kind="discrete"), 2, context="fork") as envs:
+        envs.reset(seed=0)
+        envs.rollout_async(3, module)
+        envs.update_policy_weights({"linear.weight": torch.zeros(4, 3), "linear.bias": torch.tensor([0.0, 0, 0, 9])})
+        assert (envs.rollout_wait().actions == 2).all()
+        assert (envs.rollout(3, module).actions == 3).all()

@@ -150,6 +150,7 @@ class Rollouts:
         self._policy_number = 0
         self._weights: Any = None  # newer than the policy's own, or None
         self._version = 0  # bumped by every new policy and every new weights
+        self._sent = (0, 0)  # (policy number, weights version) the pending rollout carries
         self._num_steps = 0
         self._start_obs: Any = None  # row 0 of a restarted group (kept only with restarts)
         self._infos = InfoMerger(self.num_envs)
@@ -251,6 +252,8 @@ class Rollouts:
         if self.pool.restarter is not None:
             self._start_obs = tree_copy(self.buffers.observations)
         payloads = [self._payload(w, t, 0) for w in workers]
+        # What the copies hold once it is answered: weights pushed meanwhile go with the next.
+        self._sent = (self._policy_number, self._version)
         self._num_steps = t
         self.runner.send(workers, Command.ROLLOUT, payloads, "rollout", State.WAITING_ROLLOUT)
 
@@ -270,10 +273,11 @@ class Rollouts:
             raise
         finally:
             calls.finish()
+        policy_number, version = self._sent
         for w in workers:
             held = self._held[w.index]
-            held.policy = (w.launches, self._policy_number)
-            held.weights = (w.launches, self._version)
+            held.policy = (w.launches, policy_number)
+            held.weights = (w.launches, version)
         return self._assemble(workers, replies)
 
     def _gather(self, workers: Sequence[WorkerRecord], deadline: float | None, timeout: float | None) -> list[Any]:
