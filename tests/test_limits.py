@@ -286,3 +286,69 @@ def test_weights_pushed_while_a_rollout_is_in_flight_reach_the_next_rollout() ->
         envs.update_policy_weights({"linear.weight": torch.zeros(4, 3), "linear.bias": torch.tensor([0.0, 0, 0, 9])})
         assert (envs.rollout_wait().actions == 2).all()
         assert (envs.rollout(3, module).actions == 3).all()
+
+
+# -- hostile arguments ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "match"),
+    [
+        ((3, -1), ValueError, r"`num_envs` must be a non-negative int, got -1"),
+        ((3, 1.5), TypeError, r"`num_envs` must be a non-negative int, got 1.5"),
+        ((3, "4"), TypeError, r"`num_envs` must be a non-negative int, got '4'"),
+        ((-1, 4), ValueError, r"`seed` must be a non-negative int, got -1"),
+        ((True, 4), TypeError, r"`seed` must be a non-negative int, got True"),
+        (("0", 4), TypeError, r"`seed` must be a non-negative int"),
+    ],
+)
+def test_spawn_seeds_refuses_what_is_not_a_count_or_a_seed(args: tuple, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        vecenv.spawn_seeds(*args)
+    assert vecenv.spawn_seeds(np.int64(3), np.int64(2)) == vecenv.spawn_seeds(3, 2)
+
+
+class _NoWriter:
+    def append(self, frame: np.ndarray) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.timeout(60)
+def test_record_video_refuses_bad_arguments_at_once(tmp_path: Path) -> None:
+    """``fps``, ``name_prefix`` and ``writer`` are checked when the wrapper is made, not at the
+    first episode's first frame (a nan or negative fps, a prefix naming another folder)."""
+    from vecenv.video import RecordVideo
+
+    envs = vecenv.make("CartPole-v1", 2, 1, context="fork", render_mode="rgb_array")
+    try:
+        for kwargs, error, match in [
+            ({"fps": 0}, ValueError, r"`fps` must be None or a positive number"),
+            ({"fps": -1.0}, ValueError, r"`fps` must be None or a positive number"),
+            ({"fps": float("nan")}, ValueError, r"`fps` must be None or a positive number"),
+            ({"fps": "30"}, ValueError, r"`fps` must be None or a positive number"),
+            ({"name_prefix": "a/b"}, ValueError, r"`name_prefix` must be a non-empty file name"),
+            ({"name_prefix": 3}, ValueError, r"`name_prefix` must be a non-empty file name"),
+            ({"name_prefix": ""}, ValueError, r"`name_prefix` must be a non-empty file name"),
+            ({"writer": 3}, TypeError, r"`writer` must be a callable"),
+        ]:
+            options: dict[str, Any] = {"writer": lambda path, fps: _NoWriter(), **kwargs}
+            with pytest.raises(error, match=match):
+                RecordVideo(envs, tmp_path / "videos", **options)
+        recorder = RecordVideo(envs, tmp_path / "videos", fps=np.int64(24), writer=lambda path, fps: _NoWriter())
+        recorder.reset(seed=0)
+        assert recorder.fps == 24.0 and recorder.recording == [0]
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_collect_names_a_bad_out(tmp_path: Path) -> None:
+    envs = vecenv.make("CartPole-v1", 2, 1, context="fork")
+    try:
+        with pytest.raises(TypeError, match=r"out: expected None or a path .* got 3 of type int"):
+            vecenv.collect(envs, steps=10, out=3, progress=False)
+    finally:
+        envs.close()
