@@ -352,3 +352,14 @@ def test_collect_names_a_bad_out(tmp_path: Path) -> None:
             vecenv.collect(envs, steps=10, out=3, progress=False)
     finally:
         envs.close()
+
+
+def test_load_names_what_is_not_a_dataset(tmp_path: Path) -> None:
+    """A path that is not one, and a ``metadata.json`` that is not JSON or not a dataset's: the
+    error names the argument or the file."""
+    with pytest.raises(TypeError, match=r"path: expected a dataset directory .* got 3 of type int"):
+        vecenv.load(3)
+    for text in ["{", "[]", '{"counts": {}}']:
+        (tmp_path / "metadata.json").write_text(text)
+        with pytest.raises(ValueError, match=r"metadata.json: expected a dataset's metadata"):
+            vecenv.load(tmp_path)

@@ -64,19 +64,32 @@ def load(path: str | os.PathLike[str]) -> Dataset:
     """Open the dataset directory ``path`` written by ``collect`` (complete or not).
 
     Arrays are memory-mapped read-only, so loading is cheap whatever the size.
-    Raises FileNotFoundError if ``path`` has no ``metadata.json`` and ValueError if the
-    files disagree on the number of transitions.
+    Raises TypeError if ``path`` is not a path, FileNotFoundError if it has no
+    ``metadata.json`` (or lacks an array it lists) and ValueError if ``metadata.json`` is not
+    a dataset's or the files disagree on the number of transitions.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(
+            f"path: expected a dataset directory (str or os.PathLike), got {path!r} of type {type(path).__name__}"
+        )
     path = Path(path)
     metadata_file = path / METADATA_FILE
     if not metadata_file.is_file():
         raise FileNotFoundError(
             f"path: expected a rollout dataset directory containing {METADATA_FILE}, got {str(path)!r}"
         )
-    metadata = json.loads(metadata_file.read_text())
-    expected = metadata["counts"]["transitions"]
+    try:
+        metadata = json.loads(metadata_file.read_text())
+        expected = metadata["counts"]["transitions"]
+        listed = list(metadata["fields"])
+        observation_nesting = metadata["observation_space"]["description"]
+        action_nesting = metadata["action_space"]["description"]
+    except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError is a ValueError
+        raise ValueError(
+            f"{metadata_file}: expected a dataset's metadata (JSON with counts, fields and spaces): {exc!r}"
+        ) from None
     arrays = {}
-    for name in metadata["fields"]:
+    for name in listed:
         array = np.load(path / f"{name}.npy", mmap_mode="r")
         if len(array) != expected:
             raise ValueError(
@@ -84,9 +97,9 @@ def load(path: str | os.PathLike[str]) -> Dataset:
             )
         arrays[name] = array
     fields = {
-        "observations": _nest(metadata["observation_space"]["description"], "observations", arrays),
-        "next_observations": _nest(metadata["observation_space"]["description"], "next_observations", arrays),
-        "actions": _nest(metadata["action_space"]["description"], "actions", arrays),
+        "observations": _nest(observation_nesting, "observations", arrays),
+        "next_observations": _nest(observation_nesting, "next_observations", arrays),
+        "actions": _nest(action_nesting, "actions", arrays),
     }
     for name in SCALAR_FIELDS:
         fields[name] = arrays[name]
