@@ -23,6 +23,7 @@ from tests.envs import diff_env_fns
 from tests.reliability_envs import FrameEnv
 from vecenv import VecEnvTimeoutError, WorkerDiedError
 from vecenv.errors import MemoryLimitError, WeightsMismatchError
+from vecenv.parent import rollouts
 from vecenv.transports import sending
 from vecenv.transports.sending import SendTimeout, send_within
 from vecenv.wire import memory
@@ -363,3 +364,26 @@ def test_load_names_what_is_not_a_dataset(tmp_path: Path) -> None:
         (tmp_path / "metadata.json").write_text(text)
         with pytest.raises(ValueError, match=r"metadata.json: expected a dataset's metadata"):
             vecenv.load(tmp_path)
+
+
+@pytest.mark.timeout(60)
+def test_a_rollout_whose_copy_does_not_fit_is_refused_before_it_runs(monkeypatch) -> None:
+    """With ``copy=True`` the rollout's returned arrays need as much memory again as its block:
+    where the block would fit and the block and the copy would not, the rollout is refused at
+    once, naming both; with ``copy=False`` (views of the block) it runs."""
+    per_step = 8 * (84 * 84 * 4 + 8 + 8 + 1 + 1)  # observations, actions, rewards, flags of 8 envs
+    steps = 2 * (rollouts.COPY_CHECKED_FROM // per_step)
+    room = int(1.5 * steps * per_step)  # the block fits, the block and its copy do not
+    monkeypatch.setattr(memory, "memory_limits", lambda shared, named: [("available memory", room)])
+    for copy in (True, False):
+        envs = vecenv.SubprocVectorEnv([FrameEnv] * 8, 2, context="fork", copy=copy)
+        try:
+            envs.reset(seed=0)
+            if copy:
+                with pytest.raises(MemoryLimitError, match=r"its block and the arrays rollout_wait returns"):
+                    envs.rollout_async(steps)
+                assert envs.rollout(2).num_steps == 2
+            else:
+                assert envs.rollout(steps).num_steps == steps
+        finally:
+            envs.close()

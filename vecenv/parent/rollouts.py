@@ -37,7 +37,8 @@ from vecenv.parent.serial import CallLock, serialised
 from vecenv.parent.state import State
 from vecenv.policies import RandomPolicy, WorkerPolicy, as_worker_policy
 from vecenv.spaces import is_fixed, tree_copy, tree_leaves, tree_map
-from vecenv.wire.buffers import Buffers
+from vecenv.wire.buffers import Buffers, layout_nbytes
+from vecenv.wire.memory import check_block
 from vecenv.wire.protocol import Command, RolloutArgs, RolloutBlockArgs, RolloutReply
 from vecenv.wire.rollout_buffers import RolloutBuffers, RolloutSpec
 
@@ -118,6 +119,9 @@ class _Held:
     weights: tuple[int, int] | None = None  # (launches, weights version)
 
 
+#: Copies (``copy=True``) of at least this many bytes are checked against the memory first.
+COPY_CHECKED_FROM = 64 * 2**20
+
 #: Seconds the workers have to map a new rollout block before the rollout raises
 #: :class:`~vecenv.errors.VecEnvTimeoutError` (they are idle then: it takes milliseconds).
 BLOCK_TIMEOUT = 60.0
@@ -188,17 +192,37 @@ class Rollouts:
 
     # -- the block ---------------------------------------------------------------------------
 
+    def _spec(self, num_steps: int) -> RolloutSpec:
+        return RolloutSpec.plan(
+            num_steps,
+            self.num_envs,
+            self.observation_space,
+            self.action_space,
+            self.buffers.spec.shared_flags,
+            self.autoreset_mode,
+        )
+
+    def _check_copy(self, num_steps: int) -> None:
+        """With ``copy=True``, ``rollout_wait`` returns new arrays of every row: refuse a rollout
+        whose copy, with its block when that must be made, exceeds the memory the machine can
+        give (``MemoryLimitError``), rather than run it and fail at the end (from
+        :data:`COPY_CHECKED_FROM` bytes up: smaller copies are not worth the reads)."""
+        if not self.copy:
+            return
+        rows = layout_nbytes(self._spec(num_steps).layout())
+        if rows < COPY_CHECKED_FROM:
+            return
+        made = 0 if self.block is not None and self.block.spec.num_steps >= num_steps else rows
+        what = (
+            f"a rollout of {num_steps} steps of {self.num_envs} envs (its block and the arrays "
+            "rollout_wait returns with copy=True)"
+        )
+        check_block(rows + made, what, shared=False)
+
     def _ensure_block(self, num_steps: int, workers: Sequence[WorkerRecord]) -> None:
         """Make the block if it is missing or too short, and map it in every worker lacking it."""
         if self.block is None or self.block.spec.num_steps < num_steps:
-            spec = RolloutSpec.plan(
-                num_steps,
-                self.num_envs,
-                self.observation_space,
-                self.action_space,
-                self.buffers.spec.shared_flags,
-                self.autoreset_mode,
-            )
+            spec = self._spec(num_steps)
             # Made before the old one is let go: a block refused (MemoryLimitError) changes nothing.
             new = RolloutBuffers.create(spec)
             old, self.block = self.block, new
@@ -246,6 +270,7 @@ class Rollouts:
                 raise ValueError(
                     f"`rollout` needs fixed-shape spaces (Box, Discrete, ...); the {name} space is {space}"
                 )
+        self._check_copy(t)
         self._adopt(policy)
         workers = self.pool.workers
         self._ensure_block(t, workers)
