@@ -85,13 +85,22 @@ def send_within(conn: Connection, data: bytes, fd: int | None, timeout: float | 
     """
     handle = conn.fileno()
     n = len(data)
+    written = 0
     if n > 0x7FFFFFFF:
         parts = [struct.pack("!i", -1) + struct.pack("!Q", n), data]
     elif n > _SPLIT:
         parts = [struct.pack("!i", n), data]
     else:
-        parts = [struct.pack("!i", n) + data]
-    written = 0
+        whole = struct.pack("!i", n) + data
+        try:
+            first = os.write(handle, whole)  # the common case: one write that fits
+        except BlockingIOError:
+            first = 0
+        if first == len(whole):
+            if fd is not None:
+                _send_handle(handle, fd, timeout)
+            return
+        parts, written = [whole[first:]], first
     moved = time.monotonic()  # when the reader last took something
     for part in parts:
         view = memoryview(part)
