@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from vecenv.bench.child import child_env, run_child, run_process
-from vecenv.bench.suite import Outcome, Suite, csv, missing_modules, pick, rate_text, ratio_text, table
+from vecenv.bench.suite import Outcome, Suite, csv, missing_modules, pick, rate_text, ratio, ratio_text, spread, table
 
 PLAIN = "plain"
 MINARI_COLLECTOR = "minari-collector"
@@ -187,29 +187,48 @@ def _measure(name: str, steps: int, tmp: Path) -> dict[str, Any]:
     return {"transitions": steps, "wall_s": wall, "cpu_s": cpu, "rate": steps / wall, "per_cpu_s": steps / cpu}
 
 
-def _table(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> list[str]:
+def summarize(results: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The table's rows: rates' median (min-max); × the plain loop taken within each repetition
+    (its rows ran minutes apart at most), then the median, since a shared machine's load drifts
+    between repetitions; × per CPU-second from the medians."""
     plain = results.get(PLAIN)
     if not plain:
         return []
     plain_per_cpu = statistics.median(r["per_cpu_s"] for r in plain)
     plain_by_rep = {p["rep"]: p for p in plain}
-    body = []
+    out = []
     for name, rs in results.items():
-        # Ratios within each repetition (its rows ran minutes apart at most), then the median:
-        # a shared machine's load drifts between repetitions.
         pairs = [(r, plain_by_rep[r["rep"]]) for r in rs if r["rep"] in plain_by_rep]
-        x_plain = statistics.median(r["rate"] / p["rate"] for r, p in pairs) if pairs else None
-        body.append(
-            [
-                ROWS[name].label,
-                f"{rs[0]['transitions']:,}",
-                rate_text([r["rate"] for r in rs]),
-                ratio_text(x_plain),
-                ratio_text(statistics.median(r["per_cpu_s"] for r in rs) / plain_per_cpu),
-            ]
+        out.append(
+            {
+                "row": name,
+                "label": ROWS[name].label,
+                "transitions": rs[0]["transitions"],
+                **spread("rate", [r["rate"] for r in rs]),
+                "x_plain": statistics.median(r["rate"] / p["rate"] for r, p in pairs) if pairs else None,
+                "x_plain_per_cpu_s": ratio(statistics.median(r["per_cpu_s"] for r in rs), plain_per_cpu),
+            }
         )
+    return out
+
+
+def markdown(summary: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    """The suite's table."""
+    if not summary:
+        return ""
+    body = [
+        [
+            s["label"],
+            f"{s['transitions']:,}",
+            rate_text(s),
+            ratio_text(s["x_plain"]),
+            ratio_text(s["x_plain_per_cpu_s"]),
+        ]
+        for s in summary
+    ]
+    head = ["collector", "transitions", "transitions/s", "× plain loop", "× per CPU-second"]
     title = f"## Writing CartPole-v1 transitions to disk (whole processes, --steps {args.steps:,})"
-    return [title, "", *table(["collector", "transitions", "transitions/s", "× plain loop", "× per CPU-second"], body)]
+    return "\n".join([title, "", *table(head, body)])
 
 
 def run(args: argparse.Namespace) -> Outcome:
@@ -240,7 +259,8 @@ def run(args: argparse.Namespace) -> Outcome:
                 results.setdefault(name, []).append({**res, "rep": rep})
                 print(f"rep {rep + 1} {name}: {res['rate']:,.0f} transitions/s", file=sys.stderr, flush=True)
     settings = {"rows": rows, "steps": args.steps, "reps": args.reps}
-    return Outcome("\n".join(_table(results, args)), {"settings": settings, "results": results}, notes)
+    summary = summarize(results)
+    return Outcome(markdown(summary, args), {"settings": settings, "summary": summary, "results": results}, notes)
 
 
 SUITE = Suite(

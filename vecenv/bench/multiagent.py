@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from vecenv.bench.child import run_child, run_many
-from vecenv.bench.suite import Outcome, Suite, csv, missing_modules, pick, rate_text, ratio_text, table
+from vecenv.bench.suite import Outcome, Suite, csv, missing_modules, pick, rate_text, ratio, ratio_text, spread, table
 
 BASELINE = "supersuit-0"
 CEILING = "ceiling"
@@ -70,7 +70,7 @@ ceiling, the ratio of the best repetitions (on a machine that others load, the b
 to a run with the cores free) and CPU per agent-step as a ratio to supersuit-0, which load on
 the machine disturbs far less than the wall clock.
 
---kaz-steps N also runs vecenv's native API on KAZ (16 copies, 2 workers, no wrapper) for N
+--kaz-steps N also runs vecenv's native API on KAZ (16 copies or --copies, 2 workers, no wrapper) for N
 agent-steps and reports the agents that left their episodes early (the agent-death check).
 Writes multiagent.md and multiagent.json.
 
@@ -251,39 +251,56 @@ def _ceiling(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
     return {"rate": rate, "cpu_per_step": sum(r["rate"] * r["cpu_per_step"] for r in results) / rate}
 
 
-def _tables(results: dict[str, dict[str, list[dict[str, Any]]]], args: argparse.Namespace) -> list[str]:
-    lines: list[str] = []
+def summarize(results: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, list[dict[str, Any]]]:
+    """Per workload, the table's rows: rates' median (min-max), the ratios of the medians to
+    SuperSuit in-process and to the ceiling, of the best repetitions, and of CPU per agent-step."""
+    out = {}
     for workload, by_runner in results.items():
         by_runner = {r: v for r, v in by_runner.items() if v}
-        if not by_runner:
-            continue
         med = {r: statistics.median(x["rate"] for x in v) for r, v in by_runner.items()}
         best = {r: max(x["rate"] for x in v) for r, v in by_runner.items()}
         cpu = {r: statistics.median(x["cpu_per_step"] for x in v) for r, v in by_runner.items()}
-
-        def ratio(values: dict[str, float], r: str, to: str) -> str:
-            return ratio_text(values[r] / values[to] if to in values and values[to] else None)
-
-        body = [
-            [
-                RUNNERS[r],
-                rate_text([x["rate"] for x in v]),
-                ratio(med, r, BASELINE),
-                ratio(med, r, CEILING),
-                ratio(best, r, BASELINE),
-                ratio(cpu, r, BASELINE),
-            ]
+        out[workload] = [
+            {
+                "runner": r,
+                "label": RUNNERS[r],
+                **spread("rate", [x["rate"] for x in v]),
+                "x_baseline": ratio(med[r], med.get(BASELINE)),
+                "x_ceiling": ratio(med[r], med.get(CEILING)),
+                "best_x_baseline": ratio(best[r], best.get(BASELINE)),
+                "cpu_x_baseline": ratio(cpu[r], cpu.get(BASELINE)),
+            }
             for r, v in by_runner.items()
         ]
-        copies = args.copies or WORKLOADS[workload].copies
-        head = [
-            "runner",
-            "agent-steps/s",
-            "× in-process",
-            "× ceiling",
-            "best rep: × in-process",
-            "CPU per agent-step: × in-process",
+    return out
+
+
+def markdown(summary: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> list[str]:
+    """One table per workload."""
+    lines: list[str] = []
+    head = [
+        "runner",
+        "agent-steps/s",
+        "× in-process",
+        "× ceiling",
+        "best rep: × in-process",
+        "CPU per agent-step: × in-process",
+    ]
+    for workload, rows in summary.items():
+        if not rows:
+            continue
+        body = [
+            [
+                s["label"],
+                rate_text(s),
+                ratio_text(s["x_baseline"]),
+                ratio_text(s["x_ceiling"]),
+                ratio_text(s["best_x_baseline"]),
+                ratio_text(s["cpu_x_baseline"]),
+            ]
+            for s in rows
         ]
+        copies = args.copies or WORKLOADS[workload].copies
         lines += [f"## {WORKLOADS[workload].label}, {copies} copies", "", *table(head, body)]
     return lines
 
@@ -317,9 +334,11 @@ def run(args: argparse.Namespace) -> Outcome:
                     continue
                 results[w][r].append(res)
                 print(f"rep {rep + 1} {w} {r}: {res['rate']:,.0f} agent-steps/s", file=sys.stderr, flush=True)
-    md = _tables(results, args)
+    summary = summarize(results)
+    md = markdown(summary, args)
     data: dict[str, Any] = {
         "settings": {k: getattr(args, k) for k in ("workloads", "runners", "copies", "seconds", "reps", "kaz_steps")},
+        "summary": summary,
         "results": results,
     }
     if args.kaz_steps:
@@ -333,7 +352,8 @@ def _kaz(args: argparse.Namespace, data: dict[str, Any], notes: list[str]) -> li
     if missing:
         notes.append(f"kaz agent-death run: {', '.join(missing)} not importable, skipped")
         return []
-    spec = {"task": "multiagent", "kaz_deaths": True, "copies": 16, "agent_steps": args.kaz_steps}
+    copies = args.copies or WORKLOADS["kaz"].copies
+    spec = {"task": "multiagent", "kaz_deaths": True, "copies": copies, "agent_steps": args.kaz_steps}
     res = run_child(spec, timeout=180 + args.kaz_steps / 1000)
     data["kaz_deaths"] = res
     if "error" in res:
@@ -343,7 +363,7 @@ def _kaz(args: argparse.Namespace, data: dict[str, Any], notes: list[str]) -> li
         [f"{res['agent_steps']:,}", f"{res['agents_left_early']:,}", f"{res['copy_episodes']:,}", f"{res['rate']:,.0f}"]
     ]
     head = ["agent-steps", "agents that left early", "copy episodes", "agent-steps/s"]
-    title = "## Agent death: knights_archers_zombies_v11, 16 copies, 2 workers, native API, no wrapper"
+    title = f"## Agent death: knights_archers_zombies_v11, {copies} copies, 2 workers, native API, no wrapper"
     return [title, "", *table(head, body, left=0)]
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from vecenv.bench.child import run_child
-from vecenv.bench.suite import Outcome, Suite, csv, missing_modules, pick, rate_text, ratio_text, table
+from vecenv.bench.suite import Outcome, Suite, csv, missing_modules, pick, rate_text, ratio, ratio_text, spread, table
 
 #: The backends compared, by row name: their labels.
 BACKENDS = {
@@ -178,26 +178,29 @@ def _make_vec(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _exact(spec: dict[str, Any]) -> dict[str, Any]:
-    """Rows of a batched forward that differ (in any bit) from the same rows in a batch of 2,048."""
+    """Rows of a batched forward that differ (in any bit) from the same rows in one batch of
+    ``spec["rows"]`` (default 2,048)."""
     import torch
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
+    total = spec.get("rows", 2048)
     rows = []
     for sizes in [(4, 64, 64, 2), (84, 256, 256, 18)]:
         layers: list[Any] = []
         for a, b in zip(sizes[:-1], sizes[1:]):
             layers += [torch.nn.Linear(a, b), torch.nn.Tanh()]
         module = torch.nn.Sequential(*layers[:-1])
-        x = torch.randn(2048, sizes[0])
+        x = torch.randn(total, sizes[0])
         with torch.no_grad():
             whole = module(x)
             for batch in (1, 2, 3, 4, 5, 8, 64):
-                parts = torch.cat([module(x[i : i + batch]) for i in range(0, 2048, batch)])
+                parts = torch.cat([module(x[i : i + batch]) for i in range(0, total, batch)])
                 rows.append(
                     {
                         "mlp": "x".join(map(str, sizes)),
                         "batch": batch,
+                        "whole_batch": total,
                         "rows_differing": float((parts != whole).any(dim=1).float().mean()),
                         "argmax_flips": int((parts.argmax(1) != whole.argmax(1)).sum()),
                         "max_abs_diff": float((parts - whole).abs().max()),
@@ -232,86 +235,88 @@ def _median(results: list[dict[str, Any]], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _backend_table(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> list[str]:
-    rows = [r for r in BACKENDS if results.get(r)]
-    if not rows:
-        return []
-    base = _median(results["process"], "step") if results.get("process") else None
-    body = []
-    for r in rows:
+def summarize(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
+    """The tables' rows: medians (min-max) of the repetitions and the ratios of the medians."""
+    out: dict[str, list[dict[str, Any]]] = {"backends": [], "native": [], "exact": []}
+    base = _median(results.get("process", []), "step")
+    for r in (r for r in BACKENDS if results.get(r)):
         rs = results[r]
         roll, step = _median(rs, "rollout"), _median(rs, "step")
-        idle = _median(rs, "idle_cpu_cores")
-        body.append(
-            [
-                BACKENDS[r],
-                rate_text([x["rollout"] for x in rs]),
-                rate_text([x["step"] for x in rs]),
-                ratio_text(roll / step if roll and step else None),
-                ratio_text(roll / base if roll and base else None),
-                "—" if idle is None else f"{idle:.2f} ({rs[-1]['processes']})",
-            ]
+        out["backends"].append(
+            {
+                "row": r,
+                "label": BACKENDS[r],
+                **spread("rollout", [x["rollout"] for x in rs]),
+                **spread("step", [x["step"] for x in rs]),
+                "rollout_x_step": ratio(roll, step),
+                "rollout_x_process_step": ratio(roll, base),
+                "idle_cpu_cores": _median(rs, "idle_cpu_cores"),
+                "processes": rs[-1]["processes"],
+            }
         )
-    title = f"## Rollouts against steps (CartPole, N={args.num_envs}, T={args.rollout_steps}, env-steps/s)"
-    head = [
-        "backend",
-        f"`rollout({args.rollout_steps})`",
-        "`step`",
-        "rollout × its step",
-        "rollout × process step",
-        "idle CPU (procs)",
-    ]
-    return [title, "", *table(head, body)]
+    one, native = results.get("make_vec"), results.get("native")
+    if one and native:
+        n, t = args.native_envs, args.rollout_steps
+        base = _median(one, "precomputed")
+        for label, rs, key in (
+            (f"make_vec({n}), precomputed actions", one, "precomputed"),
+            (f"make_vec({n}), action_space.sample()", one, "sampled"),
+            (f"2 workers × make_vec({n // 2}): step", native, "step"),
+            (f"2 workers × make_vec({n // 2}): rollout({t})", native, "rollout"),
+        ):
+            rates = [x[key] for x in rs]
+            out["native"].append({"label": label, **spread("rate", rates), "x_make_vec": ratio(_median(rs, key), base)})
+    if results.get("exact"):
+        out["exact"] = results["exact"][0]["rows"]
+    return out
 
 
-def _native_table(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> list[str]:
-    if not results.get("native") or not results.get("make_vec"):
-        return []
-    one, native = results["make_vec"], results["native"]
-    base = _median(one, "precomputed")
-    if not base:
-        return []
-    n = args.native_envs
-    body = [
-        [f"make_vec({n}), precomputed actions", rate_text([x["precomputed"] for x in one]), ratio_text(1.0)],
-        [
-            f"make_vec({n}), action_space.sample()",
-            rate_text([x["sampled"] for x in one]),
-            ratio_text((_median(one, "sampled") or 0) / base),
-        ],
-        [
-            f"2 workers × make_vec({n // 2}): step",
-            rate_text([x["step"] for x in native]),
-            ratio_text((_median(native, "step") or 0) / base),
-        ],
-        [
-            f"2 workers × make_vec({n // 2}): rollout({args.rollout_steps})",
-            rate_text([x["rollout"] for x in native]),
-            ratio_text((_median(native, "rollout") or 0) / base),
-        ],
-    ]
-    return [
-        f"## Native vectorized groups (CartPole `vector_entry_point`, {n} envs)",
-        "",
-        *table(["row", "env-steps/s", "× make_vec"], body),
-    ]
-
-
-def _exact_table(results: dict[str, list[dict[str, Any]]]) -> list[str]:
-    if not results.get("exact"):
-        return []
-    body = [
-        [
-            f"MLP {r['mlp']}",
-            str(r["batch"]),
-            f"{r['rows_differing']:.2%}",
-            str(r["argmax_flips"]),
-            f"{r['max_abs_diff']:.2g}",
+def markdown(summary: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> str:
+    """The suite's tables."""
+    lines = []
+    if summary["backends"]:
+        t = args.rollout_steps
+        lines += [f"## Rollouts against steps (CartPole, N={args.num_envs}, T={t}, env-steps/s)", ""]
+        head = [
+            "backend",
+            f"`rollout({t})`",
+            "`step`",
+            "rollout × its step",
+            "rollout × process step",
+            "idle CPU (procs)",
         ]
-        for r in results["exact"][0]["rows"]
-    ]
-    head = ["network", "batch rows", "rows differing from a batch of 2048", "argmax flips", "max |diff|"]
-    return ["## How exact a batched forward is (torch, CPU, one thread)", "", *table(head, body, left=2)]
+        body = [
+            [
+                s["label"],
+                rate_text(s, "rollout"),
+                rate_text(s, "step"),
+                ratio_text(s["rollout_x_step"]),
+                ratio_text(s["rollout_x_process_step"]),
+                "—" if s["idle_cpu_cores"] is None else f"{s['idle_cpu_cores']:.2f} ({s['processes']})",
+            ]
+            for s in summary["backends"]
+        ]
+        lines += table(head, body)
+    if summary["native"]:
+        lines += [f"## Native vectorized groups (CartPole `vector_entry_point`, {args.native_envs} envs)", ""]
+        body = [[s["label"], rate_text(s), ratio_text(s["x_make_vec"])] for s in summary["native"]]
+        lines += table(["row", "env-steps/s", "× make_vec"], body)
+    if summary["exact"]:
+        lines += ["## How exact a batched forward is (torch, CPU, one thread)", ""]
+        whole = summary["exact"][0]["whole_batch"]
+        head = ["network", "batch rows", f"rows differing from a batch of {whole}", "argmax flips", "max |diff|"]
+        body = [
+            [
+                f"MLP {r['mlp']}",
+                str(r["batch"]),
+                f"{r['rows_differing']:.2%}",
+                str(r["argmax_flips"]),
+                f"{r['max_abs_diff']:.2g}",
+            ]
+            for r in summary["exact"]
+        ]
+        lines += table(head, body, left=2)
+    return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> Outcome:
@@ -335,9 +340,9 @@ def run(args: argparse.Namespace) -> Outcome:
             notes.append("exact: torch not importable, skipped")
         else:
             _record(run_child({"task": "rollouts", "row": "exact"}, timeout=300), "exact", 0, results, failed, notes)
-    md = _backend_table(results, args) + _native_table(results, args) + _exact_table(results)
+    summary = summarize(results, args)
     settings = {k: getattr(args, k) for k in ("rows", "num_envs", "native_envs", "rollout_steps", "seconds", "reps")}
-    return Outcome("\n".join(md), {"settings": settings, "results": results}, notes)
+    return Outcome(markdown(summary, args), {"settings": settings, "summary": summary, "results": results}, notes)
 
 
 def _record(

@@ -60,15 +60,20 @@ def missing_modules(modules: Iterable[str]) -> list[str]:
     return [m for m in modules if importlib.util.find_spec(m) is None]
 
 
-def spread(values: Sequence[float]) -> tuple[float, float, float]:
-    """(median, min, max) of ``values``."""
-    return statistics.median(values), min(values), max(values)
+def spread(name: str, values: Sequence[float]) -> dict[str, float]:
+    """``{name}_median``, ``{name}_min`` and ``{name}_max`` of ``values`` (not empty)."""
+    return {f"{name}_median": statistics.median(values), f"{name}_min": min(values), f"{name}_max": max(values)}
 
 
-def rate_text(values: Sequence[float]) -> str:
-    """``**median** (min–max)`` of rates, or the median alone for one value."""
-    med, lo, hi = spread(values)
-    return f"**{med:,.0f}**" if len(values) == 1 else f"**{med:,.0f}** ({lo:,.0f}–{hi:,.0f})"
+def ratio(x: float | None, y: float | None) -> float | None:
+    """``x / y``, or ``None`` when either is missing or ``y`` is 0."""
+    return None if x is None or not y else x / y
+
+
+def rate_text(summary: dict[str, Any], name: str = "rate") -> str:
+    """``**median** (min–max)`` of a :func:`spread`, the median alone when min equals max."""
+    med, lo, hi = summary[f"{name}_median"], summary[f"{name}_min"], summary[f"{name}_max"]
+    return f"**{med:,.0f}**" if lo == hi else f"**{med:,.0f}** ({lo:,.0f}–{hi:,.0f})"
 
 
 def ratio_text(x: float | None) -> str:
