@@ -76,16 +76,17 @@ Writes multiagent.md and multiagent.json.
 
 Examples:
   vecenv-bench --suite multiagent --seconds 1.5 --reps 5
-  vecenv-bench --suite multiagent --workloads kaz --runners supersuit-0,vecenv-2w --kaz-steps 1000000"""
+  vecenv-bench --suite multiagent --workloads "" --kaz-steps 1000000   # the agent-death run alone"""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The multiagent suite's options."""
     p.add_argument(
         "--workloads",
-        type=csv(str, tuple(WORKLOADS)),
+        type=csv(str, tuple(WORKLOADS), empty_ok=True),
         default=list(WORKLOADS),
-        help=f"comma-separated workloads (default: all: {','.join(WORKLOADS)})",
+        help=f'comma-separated workloads (default: all: {",".join(WORKLOADS)}; "" for none, '
+        "with --kaz-steps: the agent-death run alone)",
     )
     p.add_argument(
         "--runners",

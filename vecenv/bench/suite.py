@@ -33,13 +33,16 @@ class Suite:
     run: Callable[[argparse.Namespace], Outcome]
 
 
-def csv(kind: Callable[[str], Any], choices: Sequence[Any] | None = None) -> Callable[[str], list[Any]]:
-    """An argparse type: a comma-separated list of ``kind``, each one of ``choices`` when given."""
+def csv(
+    kind: Callable[[str], Any], choices: Sequence[Any] | None = None, empty_ok: bool = False
+) -> Callable[[str], list[Any]]:
+    """An argparse type: a comma-separated list of ``kind``, each one of ``choices`` when given;
+    ``""`` is the empty list only where ``empty_ok``."""
 
     def parse(text: str) -> list[Any]:
         items = [kind(x.strip()) for x in text.split(",") if x.strip()]
         bad = [x for x in items if choices is not None and x not in choices]
-        if bad or not items:
+        if bad or not (items or empty_ok):
             raise argparse.ArgumentTypeError(
                 f"expected a comma-separated subset of {', '.join(map(str, choices or []))}, got {text!r}"
             )
