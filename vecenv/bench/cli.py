@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from vecenv.bench import collection, multiagent, rollouts, step
-from vecenv.bench.suite import Outcome, Suite
+from vecenv.bench.suite import OptionError, Outcome, Suite, SuiteFailed
 
 #: The suites, by the name --suite takes, in the order --help lists them.
 SUITES: dict[str, Suite] = {s.name: s for s in (step.SUITE, rollouts.SUITE, collection.SUITE, multiagent.SUITE)}
@@ -138,9 +138,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     load_start = _load()
     try:
         outcome: Outcome = SUITES[args.suite].run(args)
-    except ValueError as e:  # an option out of range, found while resolving the defaults
+    except OptionError as e:  # an option out of range, found while resolving the defaults
         build_parser(args.suite).error(str(e))
-    except RuntimeError as e:
+    except SuiteFailed as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 1
     m = meta(argv, load_start)

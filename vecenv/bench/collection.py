@@ -16,7 +16,19 @@ from pathlib import Path
 from typing import Any
 
 from vecenv.bench.child import child_env, run_child, run_process
-from vecenv.bench.suite import Outcome, Suite, csv, missing_modules, pick, rate_text, ratio, ratio_text, spread, table
+from vecenv.bench.suite import (
+    OptionError,
+    Outcome,
+    Suite,
+    csv,
+    missing_modules,
+    pick,
+    rate_text,
+    ratio,
+    ratio_text,
+    spread,
+    table,
+)
 
 PLAIN = "plain"
 MINARI_COLLECTOR = "minari-collector"
@@ -93,14 +105,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def resolve(args: argparse.Namespace) -> argparse.Namespace:
-    """Fill the defaults that depend on ``--quick``; ``ValueError`` for values out of range."""
+    """Fill the defaults that depend on ``--quick``; ``OptionError`` for values out of range."""
     args.rows = args.rows or list(ROWS)
     args.steps = pick(args.steps, 1_000_000, 20_000, args)
     args.reps = pick(args.reps, 2, 1, args)
     if args.steps < 1000 or args.reps < 1:
-        raise ValueError("--steps must be >= 1000 and --reps >= 1")
+        raise OptionError("--steps must be >= 1000 and --reps >= 1")
     if PLAIN not in args.rows:
-        raise ValueError(f"--rows must include {PLAIN!r}: every ratio is to it")
+        raise OptionError(f"--rows must include {PLAIN!r}: every ratio is to it")
     return args
 
 

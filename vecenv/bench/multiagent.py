@@ -14,7 +14,19 @@ from collections.abc import Callable
 from typing import Any
 
 from vecenv.bench.child import run_child, run_many
-from vecenv.bench.suite import Outcome, Suite, csv, missing_modules, pick, rate_text, ratio, ratio_text, spread, table
+from vecenv.bench.suite import (
+    OptionError,
+    Outcome,
+    Suite,
+    csv,
+    missing_modules,
+    pick,
+    rate_text,
+    ratio,
+    ratio_text,
+    spread,
+    table,
+)
 
 BASELINE = "supersuit-0"
 CEILING = "ceiling"
@@ -107,12 +119,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def resolve(args: argparse.Namespace) -> argparse.Namespace:
-    """Fill the defaults that depend on ``--quick``; ``ValueError`` for values out of range."""
+    """Fill the defaults that depend on ``--quick``; ``OptionError`` for values out of range."""
     args.seconds = pick(args.seconds, 3.0, 0.3, args)
     args.reps = pick(args.reps, 3, 1, args)
     args.copies = pick(args.copies, None, 2, args)
     if args.seconds <= 0 or args.reps < 1 or args.kaz_steps < 0 or (args.copies is not None and args.copies < 2):
-        raise ValueError("--seconds must be > 0, --reps >= 1, --copies >= 2 and --kaz-steps >= 0")
+        raise OptionError("--seconds must be > 0, --reps >= 1, --copies >= 2 and --kaz-steps >= 0")
     return args
 
 

@@ -14,7 +14,19 @@ from collections.abc import Callable
 from typing import Any
 
 from vecenv.bench.child import run_child
-from vecenv.bench.suite import Outcome, Suite, csv, missing_modules, pick, rate_text, ratio, ratio_text, spread, table
+from vecenv.bench.suite import (
+    OptionError,
+    Outcome,
+    Suite,
+    csv,
+    missing_modules,
+    pick,
+    rate_text,
+    ratio,
+    ratio_text,
+    spread,
+    table,
+)
 
 #: The backends compared, by row name: their labels.
 BACKENDS = {
@@ -71,7 +83,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def resolve(args: argparse.Namespace) -> argparse.Namespace:
-    """Fill the defaults that depend on ``--quick``; ``ValueError`` for values out of range."""
+    """Fill the defaults that depend on ``--quick``; ``OptionError`` for values out of range."""
     args.rows = args.rows or [r for r in ROWS if r not in OPT_IN]
     args.num_envs = pick(args.num_envs, 128, 16, args)
     args.native_envs = pick(args.native_envs, 2048, 64, args)
@@ -79,9 +91,9 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     args.seconds = pick(args.seconds, 1.5, 0.3, args)
     args.reps = pick(args.reps, 3, 1, args)
     if args.seconds <= 0 or args.reps < 1 or args.rollout_steps < 1:
-        raise ValueError("--seconds must be > 0, --reps >= 1 and --rollout-steps >= 1")
+        raise OptionError("--seconds must be > 0, --reps >= 1 and --rollout-steps >= 1")
     if args.num_envs < 2 or args.native_envs < 2 or args.native_envs % 2:
-        raise ValueError("--num-envs must be >= 2 and --native-envs even and >= 2 (2 groups of N/2)")
+        raise OptionError("--num-envs must be >= 2 and --native-envs even and >= 2 (2 groups of N/2)")
     return args
 
 

@@ -14,7 +14,7 @@ from vecenv.bench.envs import ALL_WORKLOADS
 from vecenv.bench.plan import Cell, key, plan
 from vecenv.bench.report import chart, markdown, summarize
 from vecenv.bench.runners import RUNNERS, runner_named
-from vecenv.bench.suite import Outcome, Suite, csv, pick
+from vecenv.bench.suite import OptionError, Outcome, Suite, SuiteFailed, csv, pick
 from vecenv.host import available_cpus
 
 ALL_RUNNERS = tuple(RUNNERS)
@@ -110,7 +110,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def resolve(args: argparse.Namespace) -> argparse.Namespace:
-    """Fill the defaults that depend on ``--quick``; ``ValueError`` for values out of range."""
+    """Fill the defaults that depend on ``--quick``; ``OptionError`` for values out of range."""
     args.sizes = pick(args.sizes, [8, 32, 128], [8], args)
     if args.runners is None:  # Ray takes seconds to start, in every cell: named runners only
         args.runners = [r for r in ALL_RUNNERS if r not in OPT_IN_RUNNERS]
@@ -118,7 +118,7 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     args.reps = pick(args.reps, 3, 1, args)
     args.warmup = min(0.5, max(0.1, args.seconds / 4))
     if args.seconds <= 0 or args.reps < 1 or min(args.sizes) < 1:
-        raise ValueError("--seconds must be > 0, --reps >= 1 and --sizes >= 1")
+        raise OptionError("--seconds must be > 0, --reps >= 1 and --sizes >= 1")
     return args
 
 
@@ -162,7 +162,7 @@ def run(args: argparse.Namespace) -> Outcome:
     cores = available_cpus()
     calib = run_child({"task": "calibrate"}, timeout=120)
     if "error" in calib:
-        raise RuntimeError(f"calibration failed: {calib['error']}")
+        raise SuiteFailed(f"calibration failed: {calib['error']}")
     cells, notes = plan(args.workloads, args.sizes, args.runners, args.quick)
     _measure_all(cells, notes, args, calib)
     summarize(cells, cores)

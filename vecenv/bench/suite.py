@@ -10,6 +10,17 @@ import statistics
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from vecenv.errors import VecEnvError
+
+
+class OptionError(VecEnvError, ValueError):
+    """An option out of range, or options that do not go together: the command line says
+    which, as a usage error."""
+
+
+class SuiteFailed(VecEnvError, RuntimeError):
+    """A suite could not run at all (its calibration failed, for one)."""
+
 
 @dataclasses.dataclass
 class Outcome:
