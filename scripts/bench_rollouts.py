@@ -106,7 +106,7 @@ def _minari_collector(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _collect_command(steps: int, out: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "vecenv.rollout", "--steps", str(steps), "--out", out, "--quiet", *extra]
+    return [sys.executable, "-m", "vecenv.datasets", "--steps", str(steps), "--out", out, "--quiet", *extra]
 
 
 COLLECT_ROWS: dict[str, list[str]] = {

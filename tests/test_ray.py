@@ -436,7 +436,7 @@ def test_make_backend_ray(ray_local: RaySessions) -> None:
 
 @pytest.mark.timeout(90)
 def test_rollout_cli_backend_ray_writes_the_same_arrays(ray_local: RaySessions, tmp_path, capsys) -> None:
-    from vecenv.rollout.cli import main
+    from vecenv.datasets.cli import main
 
     common = ["--env", "CartPole-v1", "--num-envs", "5", "--steps", "300", "--seed", "4", "--quiet"]
     assert main([*common, "--num-workers", "2", "--out", str(tmp_path / "process")]) == 0

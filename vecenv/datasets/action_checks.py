@@ -11,7 +11,7 @@ from gymnasium.vector.utils import batch_space
 
 from vecenv.errors import describe
 from vecenv.policies import PolicyContext, PolicyRunner, WorkerPolicy
-from vecenv.rollout.errors import PolicyError
+from vecenv.datasets.errors import PolicyError
 from vecenv.spaces import build_tree, leaf_values, named_leaves, to_batch
 
 
