@@ -41,7 +41,7 @@ def main() -> None:
 
     import vecenv
     from vecenv.benchmark import BurnEnv, calibrate
-    from vecenv.parent.ray_env import RayVectorEnv
+    from vecenv.integrations.ray.vector_env import RayVectorEnv
 
     n = args.num_envs
     if args.workload == "py1ms":

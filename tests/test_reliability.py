@@ -606,7 +606,7 @@ def test_guarded_script_in_a_threaded_parent_keeps_forkserver(python: str, tmp_p
 
 
 def test_main_guard_detection_reads_the_script() -> None:
-    from vecenv.host import guarded_line
+    from vecenv.machine import guarded_line
 
     source = textwrap.dedent(
         """

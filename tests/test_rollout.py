@@ -21,7 +21,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import vecenv
 from tests.rollout_envs import ContinuousCounterEnv, CounterEnv, DictCounterEnv, LongEpisodeEnv, constant_policy
-from vecenv import rollout
+from vecenv import datasets as rollout
 from vecenv.bench import procfs
 from vecenv.datasets import PolicyError, UnsupportedSpaceError, collect, load, main
 
@@ -588,8 +588,8 @@ def _outside_at_3(observation: np.ndarray) -> np.ndarray:
 
 
 def test_checked_policy_names_the_env_by_its_global_index() -> None:
-    from vecenv.policies import FunctionPolicy, PolicyContext
     from vecenv.datasets.action_checks import CheckedPolicy
+    from vecenv.policies import FunctionPolicy, PolicyContext
 
     space = gymnasium.spaces.Discrete(3)
     obs_space = gymnasium.spaces.Box(0, 1, (1,))

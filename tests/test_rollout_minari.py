@@ -19,7 +19,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import vecenv
 from tests.rollout_envs import CounterEnv, DictCounterEnv, constant_policy
-from vecenv import rollout
+from vecenv import datasets as rollout
 from vecenv.datasets import MinariNotInstalledError, collect, export_minari, load, main
 
 minari = pytest.importorskip("minari")

@@ -37,7 +37,7 @@ _EXPORTS = {
     "make_parallel": "vecenv.multiagent.vector_env",
     "spawn_seeds": "vecenv.seeding",
 }
-_LAZY_ONLY = {"RayVectorEnv": "vecenv.parent.ray_env"}
+_LAZY_ONLY = {"RayVectorEnv": "vecenv.integrations.ray.vector_env"}
 # Subpackages and modules reachable as attributes (``vecenv.datasets.collect``) without importing them first.
 _SUBPACKAGES = ("datasets", "policies", "rollout")
 
@@ -69,6 +69,8 @@ __all__ = [
 if TYPE_CHECKING:
     from gymnasium.vector import AutoresetMode
 
+    from vecenv.datasets.collection import collect
+    from vecenv.datasets.dataset import Dataset, load
     from vecenv.errors import (
         InvalidObservationError,
         NeedsResetError,
@@ -79,16 +81,14 @@ if TYPE_CHECKING:
         WorkerDiedError,
     )
     from vecenv.factory import make
+    from vecenv.integrations.ray.vector_env import RayVectorEnv  # noqa: F401 - lazy only: not in __all__
     from vecenv.multiagent.vector_env import MultiAgentVectorEnv, make_parallel
     from vecenv.parent.closing import DEFAULT_CLOSE_TIMEOUT
-    from vecenv.parent.ray_env import RayVectorEnv  # noqa: F401 - lazy only: not in __all__
     from vecenv.parent.records import WorkerStatus
     from vecenv.parent.rollouts import Rollout
     from vecenv.parent.state import State
     from vecenv.parent.subproc import SubprocVectorEnv
     from vecenv.parent.vector_env import GroupVectorEnv
-    from vecenv.datasets.collection import collect
-    from vecenv.datasets.dataset import Dataset, load
     from vecenv.seeding import spawn_seeds
 
 

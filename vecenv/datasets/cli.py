@@ -23,8 +23,6 @@ from typing import Any, NoReturn
 import gymnasium
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from vecenv.factory import check_env_id, make
-from vecenv.host import available_cpus
 from vecenv.datasets.cli_arguments import PROG, build_export_parser, build_parser, minari_metadata
 from vecenv.datasets.cli_summary import dataset_summary, minari_summary
 from vecenv.datasets.collection import collect
@@ -40,6 +38,8 @@ from vecenv.datasets.format import METADATA_FILE
 from vecenv.datasets.minari import datasets_root, export_minari, minari_target
 from vecenv.datasets.policy_specs import PolicySpecError, load_policy
 from vecenv.datasets.writer import check_out
+from vecenv.factory import check_env_id, make
+from vecenv.machine import available_cpus
 
 
 class _Terminated(KeyboardInterrupt):

@@ -24,17 +24,16 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from vecenv.checks import seed_list
-from vecenv.policies import FunctionPolicy, RandomPolicy, WorkerPolicy
-from vecenv.policies import SB3Policy as WorkerSB3Policy
 from vecenv.datasets.action_checks import ActionChecker, CheckedPolicy
 from vecenv.datasets.dataset import load
 from vecenv.datasets.format import FORMAT_NAME, FORMAT_VERSION, Leaf, dataset_fields, space_leaves
-from vecenv.datasets.policy_specs import SB3Policy
 from vecenv.datasets.recording import CollectionRun, CollectionSpec, record_transitions
 from vecenv.datasets.sinks import OPEN_EPISODES, DatasetSink
 from vecenv.datasets.sources import RolloutSource, StepSource, random_actions, rollout_length
 from vecenv.datasets.staging import EpisodeStager
 from vecenv.datasets.writer import CHUNK_BYTES, DatasetWriter, check_out, now, versions
+from vecenv.integrations.sb3.saved_model import SavedModelPolicy
+from vecenv.policies import FunctionPolicy, RandomPolicy, SB3Policy, WorkerPolicy
 from vecenv.seeding import seed_policy_of
 from vecenv.spaces import describe_space
 
@@ -313,8 +312,8 @@ def _worker_policy(policy: Policy, name: str) -> WorkerPolicy:
     if isinstance(policy, WorkerPolicy):
         return policy
     model = getattr(policy, "model", None)
-    if isinstance(policy, SB3Policy) and model is not None:
-        return WorkerSB3Policy(model, policy.deterministic, name)
+    if isinstance(policy, SavedModelPolicy) and model is not None:
+        return SB3Policy(model, policy.deterministic, name)
     return FunctionPolicy(policy, name)
 
 
