@@ -42,7 +42,7 @@ def main() -> None:
     import vecenv
     from vecenv.bench.calibration import calibrate
     from vecenv.bench.envs import BurnEnv
-    from vecenv.parent.ray_env import RayVectorEnv
+    from vecenv.integrations.ray.vector_env import RayVectorEnv
 
     n = args.num_envs
     if args.workload == "py1ms":

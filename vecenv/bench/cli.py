@@ -97,7 +97,7 @@ def meta(argv: Sequence[str], load_start: tuple[float, ...] | None) -> dict[str,
     import numpy as np
 
     import vecenv
-    from vecenv.host import available_cpus
+    from vecenv.machine import available_cpus
 
     return {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),

@@ -190,7 +190,7 @@ def _measure(name: str, steps: int, tmp: Path) -> dict[str, Any]:
         wall, cpu = res["process_wall_s"], res["process_cpu_s"]
     else:
         out = tmp / name
-        command = [sys.executable, "-m", "vecenv.rollout", "--steps", str(steps), "--out", str(out), "--quiet"]
+        command = [sys.executable, "-m", "vecenv.datasets", "--steps", str(steps), "--out", str(out), "--quiet"]
         done = run_process([*command, *row.collect], timeout, child_env(extra))
         if done.returncode != 0:
             err = [ln for ln in done.stderr.strip().splitlines() if ln.strip()]

@@ -15,7 +15,7 @@ from vecenv.bench.plan import Cell, key, plan
 from vecenv.bench.report import chart, markdown, summarize
 from vecenv.bench.runners import RUNNERS, runner_named
 from vecenv.bench.suite import OptionError, Outcome, Suite, SuiteFailed, csv, pick
-from vecenv.host import available_cpus
+from vecenv.machine import available_cpus
 
 ALL_RUNNERS = tuple(RUNNERS)
 #: Measured only when named in --runners: the Ray rows start a Ray in every cell (seconds each),
