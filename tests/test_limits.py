@@ -372,18 +372,36 @@ def test_a_rollout_whose_copy_does_not_fit_is_refused_before_it_runs(monkeypatch
     where the block would fit and the block and the copy would not, the rollout is refused at
     once, naming both; with ``copy=False`` (views of the block) it runs."""
     per_step = 8 * (84 * 84 * 4 + 8 + 8 + 1 + 1)  # observations, actions, rewards, flags of 8 envs
-    steps = 2 * (rollouts.COPY_CHECKED_FROM // per_step)
-    room = int(1.5 * steps * per_step)  # the block fits, the block and its copy do not
+    steps = 2 * (rollouts.CHECKED_FROM // per_step)
+    room = int(1.5 * steps * per_step)  # the block (and its infos) fit, the block and its copy do not
     monkeypatch.setattr(memory, "memory_limits", lambda shared, named: [("available memory", room)])
     for copy in (True, False):
         envs = vecenv.SubprocVectorEnv([FrameEnv] * 8, 2, context="fork", copy=copy)
         try:
             envs.reset(seed=0)
             if copy:
-                with pytest.raises(MemoryLimitError, match=r"its block and the arrays rollout_wait returns"):
+                with pytest.raises(
+                    MemoryLimitError, match=r"its block, the arrays rollout_wait returns with copy=True, a dict"
+                ):
                     envs.rollout_async(steps)
                 assert envs.rollout(2).num_steps == 2
             else:
                 assert envs.rollout(steps).num_steps == steps
         finally:
             envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_rollout_whose_infos_do_not_fit_is_refused(monkeypatch) -> None:
+    """Ten million steps of a small env: the block (136 bytes a step) would fit, the list of a
+    dict of infos per step that rollout_wait builds would not; refused before it runs."""
+    steps = 10_000_000
+    monkeypatch.setattr(memory, "memory_limits", lambda shared, named: [("available memory", 2 * 10**9)])
+    envs = vecenv.make("CartPole-v1", 4, 2, context="fork", copy=False)
+    try:
+        envs.reset(seed=0)
+        with pytest.raises(MemoryLimitError, match=r"10000000 steps of 4 envs \(its block, a dict of infos per step\)"):
+            envs.rollout_async(steps)
+        assert envs.rollout(2).num_steps == 2
+    finally:
+        envs.close()

@@ -119,8 +119,10 @@ class _Held:
     weights: tuple[int, int] | None = None  # (launches, weights version)
 
 
-#: Copies (``copy=True``) of at least this many bytes are checked against the memory first.
-COPY_CHECKED_FROM = 64 * 2**20
+#: Rollouts that need at least this many bytes in the parent are checked against the memory first.
+CHECKED_FROM = 64 * 2**20
+#: What one step's dict of infos takes in the parent, at least (an empty dict and its slot).
+INFO_BYTES = 72
 
 #: Seconds the workers have to map a new rollout block before the rollout raises
 #: :class:`~vecenv.errors.VecEnvTimeoutError` (they are idle then: it takes milliseconds).
@@ -202,22 +204,21 @@ class Rollouts:
             self.autoreset_mode,
         )
 
-    def _check_copy(self, num_steps: int) -> None:
-        """With ``copy=True``, ``rollout_wait`` returns new arrays of every row: refuse a rollout
-        whose copy, with its block when that must be made, exceeds the memory the machine can
-        give (``MemoryLimitError``), rather than run it and fail at the end (from
-        :data:`COPY_CHECKED_FROM` bytes up: smaller copies are not worth the reads)."""
-        if not self.copy:
-            return
+    def _check_memory(self, num_steps: int) -> None:
+        """Refuse a rollout whose memory in the parent exceeds what the machine can give
+        (``MemoryLimitError``) rather than run it and fail at the end: the block when it must be
+        made, the new arrays ``rollout_wait`` returns with ``copy=True`` (as large as the block's
+        rows) and its ``infos``, a dict per step (:data:`INFO_BYTES`). Checked from
+        :data:`CHECKED_FROM` bytes up: smaller rollouts are not worth the reads."""
         rows = layout_nbytes(self._spec(num_steps).layout())
-        if rows < COPY_CHECKED_FROM:
-            return
         made = 0 if self.block is not None and self.block.spec.num_steps >= num_steps else rows
-        what = (
-            f"a rollout of {num_steps} steps of {self.num_envs} envs (its block and the arrays "
-            "rollout_wait returns with copy=True)"
-        )
-        check_block(rows + made, what, shared=False)
+        needed = made + (rows if self.copy else 0) + num_steps * INFO_BYTES
+        if needed < CHECKED_FROM:
+            return
+        parts = ["its block" if made else "", "the arrays rollout_wait returns with copy=True" if self.copy else ""]
+        parts.append("a dict of infos per step")
+        what = f"a rollout of {num_steps} steps of {self.num_envs} envs ({', '.join(p for p in parts if p)})"
+        check_block(needed, what, shared=False)
 
     def _ensure_block(self, num_steps: int, workers: Sequence[WorkerRecord]) -> None:
         """Make the block if it is missing or too short, and map it in every worker lacking it."""
@@ -270,7 +271,7 @@ class Rollouts:
                 raise ValueError(
                     f"`rollout` needs fixed-shape spaces (Box, Discrete, ...); the {name} space is {space}"
                 )
-        self._check_copy(t)
+        self._check_memory(t)
         self._adopt(policy)
         workers = self.pool.workers
         self._ensure_block(t, workers)
