@@ -405,3 +405,30 @@ def test_a_rollout_whose_infos_do_not_fit_is_refused(monkeypatch) -> None:
         assert envs.rollout(2).num_steps == 2
     finally:
         envs.close()
+
+
+def test_a_worker_that_takes_none_of_a_command_is_a_timeout_and_is_left_as_it_was() -> None:
+    """On the fake transport: worker 1's pipe takes nothing. The send raises the library's
+    timeout naming worker 1 and saying nothing was sent to it; worker 0, sent to first, is
+    BUSY (the caller abandons it), worker 1 is untouched; every send got the default bound,
+    or the call's own timeout through ``CallRunner.within``."""
+    from tests.fake_transport import FakeClock
+    from tests.test_pool import _started
+    from vecenv.parent.calls import CallRunner
+    from vecenv.parent.records import WorkerStatus
+    from vecenv.parent.state import CallState, State
+    from vecenv.wire.protocol import Command
+
+    pool, transport = _started(FakeClock(), 2, 2)
+    transport.full.add(1)
+    with pytest.raises(
+        VecEnvTimeoutError, match=r"worker 1 \(envs 2..3\) took none of a command for 60 s.*Nothing was sent to it"
+    ):
+        pool.send(pool.workers, Command.STEP, [None, None], "step_async")
+    assert [w.status for w in pool.workers] == [WorkerStatus.BUSY, WorkerStatus.IDLE]
+    assert transport.send_timeouts[-2:] == [sending.SEND_TIMEOUT] * 2
+    pool.abandon(pool.workers)
+    runner = CallRunner(pool, CallState("Fake"))
+    with runner.within(2.5), runner.within(7.0), pytest.raises(VecEnvTimeoutError, match="for 2.5 s"):
+        runner.send(pool.workers, Command.STEP, [None, None], "step_async", State.WAITING_STEP)
+    assert transport.send_timeouts[-1] == 2.5 and runner.timeout is None
