@@ -432,3 +432,24 @@ def test_a_worker_that_takes_none_of_a_command_is_a_timeout_and_is_left_as_it_wa
     with runner.within(2.5), runner.within(7.0), pytest.raises(VecEnvTimeoutError, match="for 2.5 s"):
         runner.send(pool.workers, Command.STEP, [None, None], "step_async", State.WAITING_STEP)
     assert transport.send_timeouts[-1] == 2.5 and runner.timeout is None
+
+
+def test_an_sb3_policy_checks_a_push_against_its_policy_network() -> None:
+    """The same check for a Stable-Baselines3 model: its policy network's state dict passes,
+    one missing an entry is refused; the layout stays in the parent (not pickled to workers)."""
+    sb3 = pytest.importorskip("stable_baselines3")
+    import pickle
+
+    import cloudpickle
+    import gymnasium as gym
+
+    from vecenv.policies import SB3Policy
+
+    model = sb3.PPO("MlpPolicy", gym.make("CartPole-v1"), seed=0, device="cpu")
+    policy = SB3Policy(model)
+    state = model.policy.state_dict()
+    assert set(policy.check_weights(state)) == set(state)
+    first = next(iter(state))
+    with pytest.raises(WeightsMismatchError, match=f"policy sb3:PPO: missing '{first}'"):
+        policy.check_weights({k: v for k, v in state.items() if k != first})
+    assert not hasattr(pickle.loads(cloudpickle.dumps(policy)), "_layout")
