@@ -152,8 +152,7 @@ def test_sb3_policy_loads_the_saved_model_and_samples_reproducibly() -> None:
     assert extras["log_prob"].dtype == np.float32 and extras["value"].shape == (4,)
     stochastic = pickle.loads(pickle.dumps(SB3Policy(model)))
     runs = [
-        [stochastic.build(_context(range(4), spaces.Discrete(2))).act(obs, None)[0] for _ in range(3)]
-        for _ in range(2)
+        [stochastic.build(_context(range(4), spaces.Discrete(2))).act(obs, None)[0] for _ in range(3)] for _ in range(2)
     ]
     np.testing.assert_array_equal(np.array(runs[0]), np.array(runs[1]))
 
