@@ -499,11 +499,17 @@ class RolloutMethods:
         ``torch.nn.Module``, a Stable-Baselines3 model or any picklable callable
         ``policy(observations) -> actions`` on a batch of rows (see :mod:`vecenv.policies`).
         Each worker gets a copy the first time a policy is passed; passing the same object
-        again reuses the copies (push new weights with :meth:`update_policy_weights`).
+        again reuses the copies (push new weights with :meth:`update_policy_weights`). A policy
+        may return ``(actions, extras)`` (named per-row arrays, in :attr:`Rollout.extras`) and
+        may be recurrent (``initial_state``; see :mod:`vecenv.policy_outputs`): its layout is
+        learned from one call of a copy here, when it is first passed.
 
         Raises:
             ValueError: ``num_steps`` is not a positive int, a space has no fixed shape, or a
                 native vector env group under DISABLED.
+            PolicyOutputError: extras or a state that cannot be laid out (not one row per env),
+                or a recurrent policy on native vector env groups; at a later step (in the
+                worker), extras or a state whose names, shapes or dtypes changed.
             NeedsResetError: as for ``step`` (after a failed call; ended envs under DISABLED).
         """
         self._rollouts.start(num_steps, policy)
