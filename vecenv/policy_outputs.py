@@ -36,7 +36,7 @@ from gymnasium.spaces import Tuple
 from vecenv.errors import PolicyOutputError, describe
 
 if TYPE_CHECKING:
-    from vecenv.policies import PolicyContext, PolicyRunner, WorkerPolicy
+    from vecenv.worker.policy import PolicyContext, PolicyRunner, WorkerPolicy
 
 __all__ = [
     "ExtrasLayout",

@@ -35,11 +35,11 @@ from gymnasium.vector import AutoresetMode
 
 from vecenv.checks import check_num_steps, check_timeout
 from vecenv.errors import PolicyOutputError, WorkerDiedError
+from vecenv.parent.call_lock import CallLock, serialised
 from vecenv.parent.calls import CallRunner
 from vecenv.parent.records import WorkerRecord
 from vecenv.parent.replies import InfoMerger, current_observations
 from vecenv.parent.restart import RestartedRollout, mark_restarted
-from vecenv.parent.serial import CallLock, serialised
 from vecenv.parent.state import State
 from vecenv.policies import PolicyContext, RandomPolicy, WorkerPolicy, as_worker_policy
 from vecenv.policy_outputs import PolicyOutputs, as_state, check_state, join_states, state_rows

@@ -39,7 +39,6 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from vecenv.errors import PolicyOutputError
-from vecenv.policies import PolicyContext, PolicyRunner
 from vecenv.policy_outputs import (
     as_state,
     check_state,
@@ -61,6 +60,7 @@ from vecenv.wire.protocol import (
 )
 from vecenv.wire.rollout_buffers import RolloutBuffers
 from vecenv.worker.group import EnvGroup, batched_view
+from vecenv.worker.policy import PolicyContext, PolicyRunner
 
 __all__ = ["GroupRollouts", "RolloutFailure"]
 
