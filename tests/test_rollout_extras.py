@@ -290,6 +290,37 @@ def test_a_worker_restarted_mid_rollout_starts_its_envs_afresh(mode: AutoresetMo
         assert_state_equal((read[0][victims], {"count": read[1]["count"][victims]}), state, "after the restart")
 
 
+@pytest.mark.timeout(90)
+def test_a_restart_under_disabled_leaves_the_group_waiting_with_nothing_chosen(tmp_path: Any) -> None:
+    fns = fault_fns(4, "exit", "step", 3, at=4, once=str(tmp_path / "died"))
+    policy = Recurrent("box")
+    with make(fns, 2, AutoresetMode.DISABLED, on_worker_death="restart") as envs:
+        envs.reset(seed=SEED)
+        envs.rollout(2, policy)
+        got = envs.rollout(6, policy)
+        victims = [2, 3]
+        assert envs._pool.restarts == 1 and not got.stepped[1:, victims].any()
+        assert not got.episode_starts[:, victims].any()  # the restarted step ended their episodes
+        assert (got.extras["value"][:, victims] == 0).all() and (got.extras["logits"][:, victims] == 0).all()
+        np.testing.assert_array_equal(got.initial_state[0][victims], np.full((2, 2), 0.25))
+        assert (got.initial_state[1]["count"][[0, 1]] == 2).all()
+
+
+def test_an_sb3_actor_critic_gives_its_log_prob_and_value() -> None:
+    sb3 = pytest.importorskip("stable_baselines3")
+    torch = pytest.importorskip("torch")
+    model = sb3.PPO("MlpPolicy", gym.make("CartPole-v1"), seed=0, device="cpu")
+    with vecenv.make("CartPole-v1", 4, 2) as envs:
+        envs.reset(seed=SEED)
+        got = envs.rollout(8, vecenv.policies.SB3Policy(model, deterministic=True))
+    assert set(got.extras) == {"log_prob", "value"} and got.extras["value"].shape == (8, 4)
+    obs = torch.as_tensor(got.observations.reshape(32, 4))
+    with torch.no_grad():
+        values, log_prob, _ = model.policy.evaluate_actions(obs, torch.as_tensor(got.actions.reshape(32)))
+    np.testing.assert_allclose(got.extras["log_prob"].reshape(32), log_prob.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got.extras["value"].reshape(32), values.numpy().reshape(32), rtol=1e-5, atol=1e-6)
+
+
 # -- which weights acted ------------------------------------------------------------------------
 
 
