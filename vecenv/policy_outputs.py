@@ -27,16 +27,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from gymnasium import Space
 from gymnasium.spaces import Tuple
 
 from vecenv.errors import PolicyOutputError, describe
-
-if TYPE_CHECKING:
-    from vecenv.worker.policy import PolicyContext, PolicyRunner, WorkerPolicy
 
 __all__ = [
     "ExtrasLayout",
@@ -219,10 +216,12 @@ def join_states(states: list[Any]) -> Any:
 # -- learning the layout ---------------------------------------------------------------------
 
 
-def probe(policy: WorkerPolicy, context: PolicyContext, observations: Any) -> PolicyOutputs:
+def probe(policy: Any, context: Any, observations: Any) -> PolicyOutputs:
     """Build a copy of ``policy`` for the envs of ``context`` and call it once on their rows
     ``observations``: the layout of its extras, and whether it is recurrent. The copy is then
-    dropped (the workers build their own).
+    dropped (the workers build their own). ``policy`` is a
+    :class:`~vecenv.worker.policy.WorkerPolicy` and ``context`` its
+    :class:`~vecenv.worker.policy.PolicyContext` (typed loosely: that module builds on this one).
 
     Outputs that cannot be laid out raise :class:`~vecenv.errors.PolicyOutputError` here. An
     exception of the policy's own code is left for the workers to raise, where it is reported
@@ -232,7 +231,7 @@ def probe(policy: WorkerPolicy, context: PolicyContext, observations: Any) -> Po
     n = len(context.env_ids)
     recurrent, initial = False, None
     try:
-        runner: PolicyRunner = policy.build(context)
+        runner = policy.build(context)
         recurrent = runner.recurrent
         if recurrent:
             initial = as_state(runner.initial_state(n))
