@@ -453,3 +453,31 @@ def test_an_sb3_policy_checks_a_push_against_its_policy_network() -> None:
     with pytest.raises(WeightsMismatchError, match=f"policy sb3:PPO: missing '{first}'"):
         policy.check_weights({k: v for k, v in state.items() if k != first})
     assert not hasattr(pickle.loads(cloudpickle.dumps(policy)), "_layout")
+
+
+_RELEASE = threading.Event()
+
+
+def _waits_for_release(observations: np.ndarray) -> np.ndarray:
+    """A policy that hangs until the test releases it (or 30 s)."""
+    _RELEASE.wait(30)
+    return np.zeros(len(observations), np.int64)
+
+
+@pytest.mark.timeout(60)
+def test_a_policy_that_hangs_when_first_called_in_the_parent_is_a_timeout() -> None:
+    """A new policy is called once in the parent to learn its outputs: one that hangs there
+    makes ``rollout(..., timeout=1)`` raise the library's timeout within the bound (not wait
+    forever), naming the policy; nothing was sent, and the vector env goes on."""
+    _RELEASE.clear()
+    envs = vecenv.make("CartPole-v1", 4, 2, context="fork")
+    try:
+        envs.reset(seed=0)
+        start = time.monotonic()
+        with pytest.raises(VecEnvTimeoutError, match=r"policy .*_waits_for_release .*did not return within 1 s"):
+            envs.rollout(3, _waits_for_release, timeout=1.0)
+        assert time.monotonic() - start < 10.0
+        assert envs.rollout(2).num_steps == 2
+    finally:
+        _RELEASE.set()
+        envs.close()
