@@ -29,6 +29,10 @@ class DatasetWriteError(VecEnvError, OSError):
     dataset marked ``"complete": false``."""
 
 
+class DatasetClosedError(VecEnvError, ValueError):
+    """A dataset was used after ``Dataset.close()`` (or after its ``with`` block ended)."""
+
+
 @dataclass(frozen=True)
 class OptionNames:
     """How an error message names the options its caller can change, so that the library and
