@@ -7,9 +7,11 @@ Minari keeps as each episode's last observation)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -400,3 +402,108 @@ def test_export_of_a_dataset_without_a_recorded_spec_uses_the_registered_one(tmp
     exported = export_minari(tmp_path / "old", "old-v0")
     assert exported.env_spec.id == "RolloutCounter-v0"
     assert_same_episodes(exported, load(tmp_path / "old"))
+
+
+# ------------------------------------------------------------------------ Minari's own view
+
+
+def minari_checks(dataset_id: str) -> None:
+    """The checks Minari runs on the datasets its own tests create: the dataset is listed and
+    loads under its id; the episode count and the steps add up to its metadata; every
+    episode has ``total_steps + 1`` observations and ``total_steps`` actions, rewards,
+    terminations and truncations, each observation and action inside its space; and Minari
+    deletes it."""
+    assert dataset_id in minari.list_local_datasets()
+    dataset = minari.load_dataset(dataset_id)
+    assert dataset.spec.dataset_id == dataset_id
+    storage = dataset.storage
+    metadata = list(storage.get_episode_metadata(range(dataset.total_episodes)))
+    episodes = list(storage.get_episodes(range(dataset.total_episodes)))
+    assert len(episodes) == storage.total_episodes == dataset.total_episodes
+    assert sum(m["total_steps"] for m in metadata) == storage.total_steps == dataset.total_steps
+    for episode, meta in zip(episodes, metadata):
+        steps = meta["total_steps"]
+        assert meta["id"] == episode["id"]
+        for name, rows, space in (
+            ("observations", steps + 1, dataset.observation_space),
+            ("actions", steps, dataset.action_space),
+        ):
+            assert all(len(leaf) == rows for leaf in leaves(episode[name])), name
+            for i in range(rows):
+                assert space.contains(_at(episode[name], i)), (name, i)
+        assert len(episode["rewards"]) == len(episode["terminations"]) == len(episode["truncations"]) == steps
+    minari.delete_dataset(dataset_id)
+    assert dataset_id not in minari.list_local_datasets()
+
+
+def _at(value: Any, i: int) -> Any:
+    if isinstance(value, dict):
+        return {k: _at(v, i) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_at(v, i) for v in value)
+    return value[i]
+
+
+def _collector_dataset(env_class: type, seed: int, episodes: list[np.ndarray], actions: Any, dataset_id: str) -> Any:
+    """What Minari's ``DataCollector`` records for one env reset with ``seed`` (later resets
+    unseeded, continuing its generator, as in a vector env) that takes ``actions`` (ours,
+    per leaf) row by row, episode after episode."""
+    pytest.importorskip("jax", reason="Minari's DataCollector needs jax (minari[create])")
+    from minari import DataCollector
+
+    env = DataCollector(env_class())
+    env.reset(seed=seed)
+    for number, rows in enumerate(episodes):
+        if number:
+            env.reset(options={"minari_autoseed": False})
+        for row in rows:
+            env.step(_at(actions, row))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # for each optional field left out
+        # The collector drops or removes its temporary directories, whose finalizers then warn.
+        warnings.simplefilter("ignore", ResourceWarning)
+        dataset = env.create_dataset(dataset_id=dataset_id, algorithm_name="replay")
+        env.close()
+        del env
+        gc.collect()
+    return dataset
+
+
+@pytest.mark.parametrize("env_class", [CounterEnv, DictCounterEnv], ids=["box", "dict"])
+def test_episodes_equal_what_minari_data_collector_records(tmp_path: Path, env_class: type) -> None:
+    """Per env, replaying our actions through Minari's own ``DataCollector`` from the same
+    seed records the same episodes, arrays, dtypes and episode metadata; the collector's
+    metadata callback adds only its reward statistics."""
+    ours = collect(sync_envs(3, env_class=env_class), episodes=14, seed=7, out=tmp_path / "ours", progress=False)
+    collect(
+        sync_envs(3, env_class=env_class), episodes=14, seed=7, format="minari", dataset_id="vc/ours-v0", progress=False
+    )
+    written = minari.load_dataset("vc/ours-v0")
+    groups = native_episodes(ours)
+    env_of = [int(ours["env_ids"][g[0]]) for g in groups]
+    per_env = {env: [g for g, e in zip(groups, env_of) if e == env] for env in set(env_of)}
+    recorded = {
+        env: _collector_dataset(env_class, 7 + env, rows, ours["actions"], f"vc/collector{env}-v0")
+        for env, rows in per_env.items()
+    }
+    position = dict.fromkeys(per_env, 0)
+    ours_metadata = list(written.storage.get_episode_metadata(range(written.total_episodes)))
+    for episode, meta, env in zip(written.iterate_episodes(), ours_metadata, env_of):
+        theirs = recorded[env]
+        index = position[env]
+        position[env] += 1
+        reference = theirs[index]
+        for name in ("observations", "actions", "rewards", "terminations", "truncations"):
+            for mine, expected in zip(leaves(getattr(episode, name)), leaves(getattr(reference, name))):
+                np.testing.assert_array_equal(mine, expected, err_msg=name)
+                assert mine.dtype == expected.dtype, name
+        (their_meta,) = theirs.storage.get_episode_metadata([index])
+        their_meta.pop("options", None)  # the replay's reset(options={"minari_autoseed": False})
+        rewards_stats = {"rewards_sum", "rewards_mean", "rewards_std", "rewards_max", "rewards_min"}
+        assert set(their_meta) - set(meta) == rewards_stats
+        assert {k: v for k, v in their_meta.items() if k not in rewards_stats | {"id"}} == {
+            k: v for k, v in meta.items() if k != "id"
+        }
+        assert meta["id"] == episode.id
+    assert written.total_episodes == 14 and sum(position.values()) == 14
+    minari_checks("vc/ours-v0")

@@ -16,6 +16,7 @@ import dataclasses
 import importlib
 import os
 import shutil
+import time
 import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -31,12 +32,13 @@ from vecenv.datasets.dataset import Dataset, load
 from vecenv.datasets.errors import KEYWORDS, MinariNotInstalledError, OptionNames
 from vecenv.datasets.format import space_from_description
 from vecenv.datasets.sinks import OPEN_EPISODES, EpisodeSummary, with_last
-from vecenv.datasets.writer import chunk_rows, now
-from vecenv.spaces import build_tree, named_leaves, shape_of
+from vecenv.datasets.writer import FLUSH_INTERVAL_S, chunk_rows, now
+from vecenv.spaces import leaf_layout, named_leaves
 
 INSTALL_HINT = 'Minari output needs the minari extra: pip install "vecenv[minari]"'
 # Minari warns about every optional field left empty; we fill what we know and stay quiet.
 _QUIET = r"`(code_permalink|author|author_email|algorithm_name|description|eval_env)` is set to None"
+_HDF5_FILE = "main_data.hdf5"  # where Minari's HDF5 storage keeps the episodes
 _METADATA_KEYS = ("author", "author_email", "code_permalink", "description", "algorithm_name")
 
 
@@ -119,12 +121,113 @@ class _RecordedEnv(gymnasium.Env):
         self.action_space = action_space
 
 
+class _EpisodeFile:
+    """Minari's HDF5 layout (``data/main_data.hdf5``), written straight through h5py's low-level
+    API into one file kept open for the whole run.
+
+    Each episode is the group ``episode_<id>`` with the attributes ``id``, ``total_steps`` and
+    (when known) ``seed``, and one dataset per leaf: ``observations`` (``T + 1`` rows),
+    ``actions``, ``rewards`` (float64), ``terminations`` and ``truncations`` (bool), with Dict
+    keys as subgroups and Tuple items as ``_index_<i>`` subgroups, the dtypes of the spaces:
+    what Minari's ``HDF5Storage.update_episodes`` writes for the same episode. Minari opens the
+    file per call, recounts the episodes, lets h5py guess a chunk shape for every dataset and
+    recomputes the dataset size; here the types, dataspaces and property lists are made once,
+    and datasets are contiguous (Minari reads them alike; only appending steps to an existing
+    episode, which Minari's collectors never do to a finished dataset, needs chunked ones).
+    """
+
+    def __init__(self, path: Path, observation_space: spaces.Space, action_space: spaces.Space) -> None:
+        import h5py
+        from h5py import h5a, h5d, h5g, h5p, h5s, h5t
+
+        self._h5a, self._h5d, self._h5g, self._h5s = h5a, h5d, h5g, h5s
+        self.file = h5py.File(path, "w", track_order=True)  # as Minari opens it
+        self._dcpl = h5p.create(h5p.DATASET_CREATE)
+        self._dcpl.set_layout(h5d.CONTIGUOUS)
+        self._scalar = h5s.create(h5s.SCALAR)
+        self._int64 = h5t.py_create(np.dtype(np.int64))
+        # Per leaf: (subgroup path, dataset name, HDF5 type, row shape); subgroups in creation order.
+        self.groups: list[tuple[str, ...]] = []
+        self.observations = self._leaves(observation_space, ("observations",))
+        self.actions = self._leaves(action_space, ("actions",))
+        self.scalars = [
+            ((), name.encode(), h5t.py_create(np.dtype(dtype), logical=True), ())
+            for name, dtype in (("rewards", np.float64), ("terminations", np.bool_), ("truncations", np.bool_))
+        ]
+
+    def _leaves(self, space: spaces.Space, path: tuple[str, ...]) -> list[tuple[tuple[str, ...], bytes, Any, tuple]]:
+        from h5py import h5t
+
+        if isinstance(space, spaces.Dict):
+            self.groups.append(path)
+            return [leaf for key, sub in space.spaces.items() for leaf in self._leaves(sub, (*path, key))]
+        if isinstance(space, spaces.Tuple):
+            self.groups.append(path)
+            return [leaf for i, sub in enumerate(space.spaces) for leaf in self._leaves(sub, (*path, f"_index_{i}"))]
+        ((_, *shape), dtype) = leaf_layout(space, 0)[0]
+        return [(path[:-1], path[-1].encode(), h5t.py_create(np.dtype(dtype), logical=True), tuple(shape))]
+
+    def write(
+        self,
+        index: int,
+        seed: int | None,
+        length: int,
+        pieces: Iterator[tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]],
+    ) -> None:
+        """Write episode ``index`` of ``length`` steps from pieces of (observation leaves, action
+        leaves, [rewards, terminations, truncations]) rows; the observation leaves of the last
+        piece carry one more row, the final observation."""
+        h5s = self._h5s
+        group = self._h5g.create(self.file.id, f"episode_{index}".encode())
+        self._attribute(group, b"id", index)
+        if seed is not None:
+            self._attribute(group, b"seed", seed)
+        self._attribute(group, b"total_steps", length)
+        groups: dict[tuple[str, ...], Any] = {(): group}
+        for path in self.groups:
+            groups[path] = self._h5g.create(groups[path[:-1]], path[-1].encode())
+        targets = []
+        for leaves, rows in ((self.observations, length + 1), (self.actions, length), (self.scalars, length)):
+            for parent, name, kind, shape in leaves:
+                space = h5s.create_simple((rows, *shape))
+                targets.append((self._h5d.create(groups[parent], name, kind, space, dcpl=self._dcpl), space, shape))
+        at = 0
+        for piece in pieces:
+            columns = [*piece[0], *piece[1], *piece[2]]
+            count = len(columns[-1])
+            for (dataset, space, shape), column in zip(targets, columns):
+                column = np.ascontiguousarray(column)
+                if at == 0 and len(column) == space.shape[0]:
+                    dataset.write(h5s.ALL, h5s.ALL, column)
+                else:
+                    space.select_hyperslab((at, *(0 for _ in shape)), column.shape)
+                    dataset.write(h5s.create_simple(column.shape), space, column)
+            at += count
+
+    def _attribute(self, group: Any, name: bytes, value: int) -> None:
+        """A scalar integer attribute, typed as h5py's ``attrs[name] = value`` types it (int64,
+        or uint64 past its range)."""
+        from h5py import h5t
+
+        array = np.asarray(value)
+        kind = self._int64 if array.dtype == np.int64 else h5t.py_create(array.dtype)
+        self._h5a.create(group, name, kind, self._scalar).write(array)
+
+    def flush(self) -> None:
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+
 class MinariSink:
     """Writes whole episodes into a new Minari dataset (the ``collect`` sink for Minari).
 
-    Short episodes are batched into one ``update_episodes`` call per chunk; an episode
-    longer than a chunk is written piece by piece under one episode id (Minari appends to
-    an existing id), so memory stays bounded whatever the episode lengths.
+    The dataset is created through Minari (``create_dataset_from_buffers`` with no episodes:
+    its metadata, namespace and directory), then every episode goes straight into its HDF5
+    file (``_EpisodeFile``), piece by piece for a long one, so memory stays bounded whatever
+    the episode lengths. Minari's counts in ``metadata.json`` follow at most every
+    ``FLUSH_INTERVAL_S`` seconds, and at ``finalize``.
     """
 
     def __init__(
@@ -170,62 +273,38 @@ class MinariSink:
             )
         self._minari = minari
         self.storage = dataset.storage
+        self._file = _EpisodeFile(self.storage.data_path / _HDF5_FILE, observation_space, action_space)
         self.transitions = 0
         self.episodes = 0
         self.truncated_episodes = 0  # open episodes kept with their last step marked truncated
         self.dropped_episodes = 0
         self.dropped_transitions = 0
-        self._pending: list[Any] = []
-        self._pending_rows = 0
-        self._chunk_rows = chunk_rows(
-            sum(
-                np.dtype(leaf.dtype).itemsize * int(np.prod(shape_of(leaf)))
-                for _, leaf in named_leaves(observation_space) + named_leaves(action_space)
-            )
-            + 10
-        )
+        self._last_flush = time.monotonic()
 
     def episode(self, pieces: Iterator[list[np.ndarray]], summary: EpisodeSummary, truncate_last: bool) -> None:
         """Write one episode given as pieces of columns (dataset field order), the last
         piece's final ``next_observations`` row becoming Minari's final observation."""
-        from minari.data_collector import EpisodeBuffer
+        k, a = self._obs, self._act
 
-        index = self.episodes
-        multi = False
-        for number, (piece, last) in enumerate(with_last(pieces)):
-            k, a = self._obs, self._act
-            observations = [np.array(leaf) for leaf in piece[:k]]
-            if last:
-                observations = [
-                    np.concatenate([leaf, final[-1:]]) for leaf, final in zip(observations, piece[k : 2 * k])
-                ]
-            truncations = np.array(piece[2 * k + a + 2])
-            if last and truncate_last:
-                truncations[-1] = True
-            buffer = EpisodeBuffer(
-                id=index,
-                seed=summary.seed if number == 0 else None,
-                observations=build_tree(self.observation_space, iter(observations)),
-                actions=build_tree(self.action_space, iter([np.array(leaf) for leaf in piece[2 * k : 2 * k + a]])),
-                rewards=np.array(piece[2 * k + a]),
-                terminations=np.array(piece[2 * k + a + 1]),
-                truncations=truncations,
-            )
-            count = len(buffer.rewards)
-            self.transitions += count
-            if last and number == 0 and count < self._chunk_rows:
-                self._pending.append(buffer)
-                self._pending_rows += count
-                if self._pending_rows >= self._chunk_rows:
-                    self._flush()
-            else:
-                multi = True
-                self._flush()
-                self.storage.update_episodes([buffer])
-        if multi:  # each piece set the episode's total_steps to its own length
-            self.storage.update_episode_metadata([{"total_steps": summary.length}], [index])
+        def minari_pieces() -> Iterator[tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]]:
+            for piece, last in with_last(pieces):
+                observations = piece[:k]
+                if last:
+                    observations = [
+                        np.concatenate([leaf, final[-1:]]) for leaf, final in zip(observations, piece[k : 2 * k])
+                    ]
+                truncations = piece[2 * k + a + 2]
+                if last and truncate_last:
+                    truncations = np.array(truncations)
+                    truncations[-1] = True
+                yield observations, piece[2 * k : 2 * k + a], [piece[2 * k + a], piece[2 * k + a + 1], truncations]
+
+        self._file.write(self.episodes, summary.seed, summary.length, minari_pieces())
+        self.transitions += summary.length
         self.episodes += 1
         self.truncated_episodes += bool(truncate_last)
+        if time.monotonic() - self._last_flush >= FLUSH_INTERVAL_S:
+            self._flush()
 
     def open_episode(self, pieces: Iterator[list[np.ndarray]], summary: EpisodeSummary) -> None:
         """An episode still open after the last of ``steps=N`` transitions: written with its
@@ -238,14 +317,19 @@ class MinariSink:
             self.dropped_transitions += summary.length
 
     def _flush(self) -> None:
-        if self._pending:
-            self.storage.update_episodes(self._pending)
-            self._pending = []
-            self._pending_rows = 0
+        """Make the file and Minari's counts agree with the episodes written so far."""
+        self._file.flush()
+        self.storage.update_metadata(
+            {"total_steps": self.transitions, "total_episodes": self.episodes, "dataset_size": self.storage.get_size()}
+        )
+        self._last_flush = time.monotonic()
 
     def finalize(self, complete: bool) -> Any:
-        """Write what is pending and the ``vecenv`` metadata entry; return the dataset."""
-        self._flush()
+        """Close the file, write the counts and the ``vecenv`` metadata entry; return the dataset."""
+        self._file.close()
+        self.storage.update_metadata(
+            {"total_steps": self.transitions, "total_episodes": self.episodes, "dataset_size": self.storage.get_size()}
+        )
         keep = (
             "env_id",
             "env_kwargs",
