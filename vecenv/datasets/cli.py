@@ -24,7 +24,6 @@ import gymnasium
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from vecenv.datasets.cli_arguments import PROG, build_export_parser, build_parser, minari_metadata
-from vecenv.datasets.cli_summary import dataset_summary, minari_summary
 from vecenv.datasets.collection import collect
 from vecenv.datasets.dataset import load
 from vecenv.datasets.errors import (
@@ -35,11 +34,13 @@ from vecenv.datasets.errors import (
     UnsupportedSpaceError,
 )
 from vecenv.datasets.format import METADATA_FILE
-from vecenv.datasets.minari import datasets_root, export_minari, minari_target
 from vecenv.datasets.policy_specs import PolicySpecError, load_policy
 from vecenv.datasets.writer import check_out
 from vecenv.factory import check_env_id, make
 from vecenv.machine import available_cpus
+
+# Imported where used, not at start-up: the end-of-run reports (``cli_summary``) and the Minari
+# output (``minari``), which the default collection needs neither of.
 
 
 class _Terminated(KeyboardInterrupt):
@@ -100,6 +101,8 @@ def _checked_output(args: argparse.Namespace) -> Path:
     """Where the output goes, checked before any environment is built: our format's dataset
     directory, or the Minari datasets root (which fails at once without Minari)."""
     if args.format == "minari":
+        from vecenv.datasets.minari import datasets_root, minari_target
+
         out = datasets_root(args.out)
         try:
             minari_target(args.dataset_id, out, args.overwrite, FLAGS)
@@ -156,6 +159,8 @@ def _run(args: argparse.Namespace, command_line: str) -> int:
     finally:
         envs.close()
     if not args.quiet:
+        from vecenv.datasets.cli_summary import dataset_summary, minari_summary
+
         print(minari_summary(dataset, out) if args.format == "minari" else dataset_summary(dataset))
     return 0
 
@@ -205,12 +210,17 @@ def _collect(
         elif (out / METADATA_FILE).is_file():
             print(f'{PROG}: interrupted: kept a partial dataset ("complete": false) in {out}', file=sys.stderr)
             if not args.quiet:
+                from vecenv.datasets.cli_summary import dataset_summary
+
                 print(dataset_summary(load(out)))
         raise
 
 
 def _export(args: argparse.Namespace) -> int:
     """``vecenv-collect export``: an existing dataset to Minari."""
+    from vecenv.datasets.cli_summary import minari_summary
+    from vecenv.datasets.minari import datasets_root, export_minari, minari_target
+
     try:
         dataset = load(args.dataset)
     except (FileNotFoundError, ValueError) as exc:

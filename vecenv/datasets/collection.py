@@ -14,7 +14,6 @@ import os
 import shlex
 import shutil
 import sys
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -394,6 +393,8 @@ def _minari_output(
         dict(minari_metadata or {}),
         open_episodes if plan.collection.steps else None,
     )
+    import uuid
+
     # Open episodes spill next to the datasets (not to /tmp, often in memory).
     return _Output(sink, datasets_root(out) / f".vecenv-spill-{uuid.uuid4().hex}", True, None)
 
@@ -416,16 +417,17 @@ def _dataset_output(plan: _Plan, out: str | os.PathLike[str] | None, overwrite: 
 
 def _collect(plan: _Plan, output: _Output, progress: bool) -> Any:
     """Run the collection loop into ``output`` and finish it, also when the loop raises."""
-    from tqdm import tqdm  # the progress bar: only ``collect`` needs it, not ``import vecenv``
-
     stager = EpisodeStager(plan.fields, plan.envs.num_envs, output.spill_dir) if output.staged else None
-    bar = tqdm(
-        total=plan.target,
-        unit="step" if plan.collection.steps is not None else "episode",
-        disable=not progress,
-        file=sys.stderr,
-        dynamic_ncols=True,
-    )
+    bar: Any = _NoProgress()
+    if progress:
+        from tqdm import tqdm  # the progress bar: imported only when one is shown
+
+        bar = tqdm(
+            total=plan.target,
+            unit="step" if plan.collection.steps is not None else "episode",
+            file=sys.stderr,
+            dynamic_ncols=True,
+        )
     run = CollectionRun(plan.collection, output.sink, stager, bar)
     complete = False
     try:
@@ -439,3 +441,16 @@ def _collect(plan: _Plan, output: _Output, progress: bool) -> Any:
         finally:
             result = output.sink.finalize(complete=complete)
     return result if output.directory is None else load(output.directory)
+
+
+class _NoProgress:
+    """What the collection loop reports progress to when no bar is shown."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_postfix_str(self, text: str = "", refresh: bool = True) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
