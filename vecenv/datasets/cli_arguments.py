@@ -230,7 +230,7 @@ def _add_minari_arguments(parser: argparse.ArgumentParser, collecting: bool) -> 
             choices=["vecenv", "minari"],
             default="vecenv",
             help="'vecenv': a directory of .npy files that vecenv.load reads; 'minari': a Minari "
-            'dataset written with Minari\'s API (needs: pip install "vecenv[minari]") '
+            'dataset in Minari\'s HDF5 format (needs: pip install "vecenv[minari]") '
             "(default: %(default)s; e.g. --format minari --dataset-id cartpole/random-v0)",
         )
     parser.add_argument(

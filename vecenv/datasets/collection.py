@@ -143,7 +143,7 @@ def collect(
         metadata: extra entries for ``metadata.json`` (``env_id``, ``env_kwargs``, ``policy``:
             the name recorded and used in error messages, ...), overriding the inferred ones.
         format: ``"vecenv"`` (the ``.npy`` directory ``load`` reads) or ``"minari"`` (a
-            Minari dataset written through Minari's API; needs ``pip install "vecenv[minari]"``).
+            Minari dataset in Minari's HDF5 format; needs ``pip install "vecenv[minari]"``).
         dataset_id: Minari only, required: ``NAMESPACE/NAME-vN`` or ``NAME-vN``.
         open_episodes: Minari with ``steps`` only: the episodes still open after the N-th
             transition are kept with their last step ``truncated`` (``"truncate"``, default:

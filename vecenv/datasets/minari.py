@@ -2,11 +2,14 @@
 
 Minari (Farama's format for offline RL; D4RL moved there) stores whole episodes: each one
 has ``T`` actions, rewards, terminations and truncations and ``T + 1`` observations, the last
-being the final observation. Everything is written through Minari's own API
-(``minari.create_dataset_from_buffers`` with ``EpisodeBuffer`` objects, HDF5 backend, no
-JPEG re-encoding so arrays come back exactly), and the env spec is recorded so
-``dataset.recover_environment()`` works for registered envs. Minari is optional:
-``pip install "vecenv[minari]"``.
+being the final observation. The dataset is created through Minari's own API
+(``minari.create_dataset_from_buffers``: its metadata, namespace and directory; HDF5 backend,
+no JPEG re-encoding so arrays come back exactly), then the episodes are written straight into
+its HDF5 file in Minari's layout (``_EpisodeFile``), which is what makes the output fast:
+Minari's per-episode path reopens the file and recounts the episodes for every call. The
+episodes equal what Minari's ``DataCollector`` records for the same seeds and actions, and the
+env spec is recorded so ``dataset.recover_environment()`` works for registered envs. Minari is
+optional: ``pip install "vecenv[minari]"``.
 """
 
 from __future__ import annotations
