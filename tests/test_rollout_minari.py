@@ -107,6 +107,7 @@ def test_minari_episodes_equal_our_transitions(tmp_path: Path, mode: AutoresetMo
     )
     assert theirs.total_episodes == 17 and theirs.total_steps == ours.transitions
     assert_same_episodes(minari.load_dataset("test/counter-v0"), ours)
+    minari_checks("test/counter-v0")
 
 
 def test_nested_dict_and_tuple_spaces_round_trip(tmp_path: Path) -> None:
@@ -123,6 +124,7 @@ def test_nested_dict_and_tuple_spaces_round_trip(tmp_path: Path) -> None:
     loaded = minari.load_dataset("nested-v1")
     assert loaded.observation_space == DictCounterEnv().observation_space
     assert_same_episodes(loaded, ours)
+    minari_checks("nested-v1")
 
 
 @pytest.mark.parametrize("open_episodes", ["truncate", "drop"])
@@ -507,3 +509,34 @@ def test_episodes_equal_what_minari_data_collector_records(tmp_path: Path, env_c
         assert meta["id"] == episode.id
     assert written.total_episodes == 14 and sum(position.values()) == 14
     minari_checks("vc/ours-v0")
+
+
+def test_an_episode_cut_while_written_leaves_no_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl+C inside an episode's write: the file keeps only the finished episodes, numbered as
+    Minari numbers them, so Minari itself can append to the dataset afterwards."""
+    import h5py
+
+    from vecenv.datasets import minari as minari_output
+
+    original = minari_output._EpisodeFile._fill
+    calls = []
+
+    def cut_fourth(self: Any, group: Any, index: int, seed: Any, length: int, pieces: Any) -> None:
+        calls.append(index)
+        if len(calls) == 4:
+
+            def interrupted() -> Any:
+                raise KeyboardInterrupt
+                yield
+
+            pieces = interrupted()
+        original(self, group, index, seed, length, pieces)
+
+    monkeypatch.setattr(minari_output._EpisodeFile, "_fill", cut_fourth)
+    with pytest.raises(KeyboardInterrupt):
+        collect(sync_envs(2), episodes=10, seed=0, format="minari", dataset_id="cut/mid-v0", progress=False)
+    loaded = minari.load_dataset("cut/mid-v0")
+    assert loaded.total_episodes == 3 and loaded.storage.metadata["vecenv"]["complete"] is False
+    with h5py.File(loaded.storage.data_path / "main_data.hdf5", "r") as file:
+        assert sorted(file) == ["episode_0", "episode_1", "episode_2"]
+    minari_checks("cut/mid-v0")

@@ -180,8 +180,24 @@ class _EpisodeFile:
         """Write episode ``index`` of ``length`` steps from pieces of (observation leaves, action
         leaves, [rewards, terminations, truncations]) rows; the observation leaves of the last
         piece carry one more row, the final observation."""
+        name = f"episode_{index}".encode()
+        group = self._h5g.create(self.file.id, name)
+        try:
+            self._fill(group, index, seed, length, pieces)
+        except BaseException:  # Ctrl+C or a failed write: no half-written episode stays behind
+            del group
+            self.file.id.unlink(name)
+            raise
+
+    def _fill(
+        self,
+        group: Any,
+        index: int,
+        seed: int | None,
+        length: int,
+        pieces: Iterator[tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]],
+    ) -> None:
         h5s = self._h5s
-        group = self._h5g.create(self.file.id, f"episode_{index}".encode())
         self._attribute(group, b"id", index)
         if seed is not None:
             self._attribute(group, b"seed", seed)
