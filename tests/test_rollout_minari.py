@@ -8,6 +8,7 @@ Minari keeps as each episode's last observation)."""
 from __future__ import annotations
 
 import gc
+import importlib.util
 import os
 import subprocess
 import sys
@@ -31,6 +32,14 @@ pytestmark = pytest.mark.timeout(60)
 
 REPO = Path(__file__).resolve().parents[1]
 MODES = list(AutoresetMode)
+#: Minari's two storage backends; Arrow needs pyarrow (``minari[arrow]``), not in the test extra.
+STORAGES = [
+    "hdf5",
+    pytest.param(
+        "arrow",
+        marks=pytest.mark.skipif(importlib.util.find_spec("pyarrow") is None, reason="needs pyarrow (minari[arrow])"),
+    ),
+]
 
 
 @pytest.fixture(autouse=True)
@@ -99,18 +108,27 @@ def assert_same_episodes(
 # ------------------------------------------------------------------------ collect(format="minari")
 
 
+@pytest.mark.parametrize("storage", STORAGES)
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
-def test_minari_episodes_equal_our_transitions(tmp_path: Path, mode: AutoresetMode) -> None:
+def test_minari_episodes_equal_our_transitions(tmp_path: Path, mode: AutoresetMode, storage: str) -> None:
     ours = collect(sync_envs(3, mode), episodes=17, seed=4, out=tmp_path / "ours", progress=False)
     theirs = collect(
-        sync_envs(3, mode), episodes=17, seed=4, format="minari", dataset_id="test/counter-v0", progress=False
+        sync_envs(3, mode),
+        episodes=17,
+        seed=4,
+        format="minari",
+        dataset_id="test/counter-v0",
+        progress=False,
+        minari_storage=storage,
     )
+    assert theirs.storage.metadata["data_format"] == storage
     assert theirs.total_episodes == 17 and theirs.total_steps == ours.transitions
     assert_same_episodes(minari.load_dataset("test/counter-v0"), ours)
     minari_checks("test/counter-v0")
 
 
-def test_nested_dict_and_tuple_spaces_round_trip(tmp_path: Path) -> None:
+@pytest.mark.parametrize("storage", STORAGES)
+def test_nested_dict_and_tuple_spaces_round_trip(tmp_path: Path, storage: str) -> None:
     envs = sync_envs(2, env_class=DictCounterEnv)
     ours = collect(envs, steps=40, seed=1, out=tmp_path / "ours", progress=False)
     collect(
@@ -120,6 +138,7 @@ def test_nested_dict_and_tuple_spaces_round_trip(tmp_path: Path) -> None:
         format="minari",
         dataset_id="nested-v1",
         progress=False,
+        minari_storage=storage,
     )
     loaded = minari.load_dataset("nested-v1")
     assert loaded.observation_space == DictCounterEnv().observation_space
@@ -174,14 +193,15 @@ def test_env_spec_is_recorded_so_recover_environment_works(tmp_path: Path) -> No
     assert {0, 1} <= {s for s in seeds if s is not None}
 
 
+@pytest.mark.parametrize("storage", STORAGES)
 def test_long_episodes_are_written_in_pieces_with_the_right_counts(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, storage: str
 ) -> None:
     monkeypatch.setattr(rollout.writer, "CHUNK_BYTES", 400)  # a few rows per block and piece
     envs = SyncVectorEnv([lambda: CounterEnv(max_length=40) for _ in range(2)])
     ours = collect(envs, episodes=6, seed=3, out=tmp_path / "ours", progress=False)
     envs = SyncVectorEnv([lambda: CounterEnv(max_length=40) for _ in range(2)])
-    collect(envs, episodes=6, seed=3, format="minari", dataset_id="long-v0", progress=False)
+    collect(envs, episodes=6, seed=3, format="minari", dataset_id="long-v0", progress=False, minari_storage=storage)
     loaded = minari.load_dataset("long-v0")
     lengths = [m["total_steps"] for m in loaded.storage.get_episode_metadata(range(6))]
     assert lengths == [len(g) for g in native_episodes(ours)] and max(lengths) > 10
@@ -228,10 +248,12 @@ def test_minari_arguments_are_checked_before_collecting(kwargs: dict, error: typ
 # ------------------------------------------------------------------------ export
 
 
+@pytest.mark.parametrize("storage", STORAGES)
 @pytest.mark.parametrize("request_", [{"steps": 77}, {"episodes": 9}], ids=["steps", "episodes"])
-def test_export_gives_what_collecting_to_minari_gives(tmp_path: Path, request_: dict) -> None:
+def test_export_gives_what_collecting_to_minari_gives(tmp_path: Path, request_: dict, storage: str) -> None:
     ours = collect(sync_envs(3), seed=5, out=tmp_path / "ours", progress=False, **request_)
-    exported = export_minari(tmp_path / "ours", "exported-v0")
+    exported = export_minari(tmp_path / "ours", "exported-v0", minari_storage=storage)
+    assert exported.storage.metadata["data_format"] == storage
     collected = collect(sync_envs(3), seed=5, format="minari", dataset_id="collected-v0", progress=False, **request_)
     assert exported.total_episodes == collected.total_episodes
     for a, b in zip(exported.iterate_episodes(), collected.iterate_episodes()):
@@ -302,6 +324,7 @@ def test_cli_collect_and_export_to_minari(tmp_path: Path, capsys: pytest.Capture
         (["--format", "minari", "--dataset-id", "bad id"], "--dataset-id: expected 'NAMESPACE/NAME-vN'"),
         (["--dataset-id", "x-v0"], "--dataset-id: only with --format minari"),
         (["--open-episodes", "drop"], "--open-episodes: only with --format minari"),
+        (["--minari-storage", "arrow"], "--minari-storage: only with --format minari"),
         (
             ["--format", "minari", "--dataset-id", "x-v0", "--episodes", "3", "--open-episodes", "drop"],
             "--open-episodes: only with --steps",
@@ -325,6 +348,16 @@ def test_without_minari_collect_raises_at_once(monkeypatch: pytest.MonkeyPatch) 
     envs = sync_envs(2)
     with pytest.raises(MinariNotInstalledError, match=r'pip install "vecenv\[minari\]"'):
         collect(envs, steps=5, format="minari", dataset_id="x-v0", progress=False)
+    assert envs.envs[0]._t == 0  # never stepped
+
+
+def test_arrow_storage_without_pyarrow_raises_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    envs = sync_envs(2)
+    with pytest.raises(MinariNotInstalledError, match=r'pyarrow: pip install "minari\[arrow\]"'):
+        collect(envs, steps=5, format="minari", dataset_id="x-v0", progress=False, minari_storage="arrow")
+    with pytest.raises(ValueError, match=r"minari_storage: expected one of \['hdf5', 'arrow'\], got 'zarr'"):
+        collect(envs, steps=5, format="minari", dataset_id="x-v0", progress=False, minari_storage="zarr")
     assert envs.envs[0]._t == 0  # never stepped
 
 
@@ -471,14 +504,21 @@ def _collector_dataset(env_class: type, seed: int, episodes: list[np.ndarray], a
     return dataset
 
 
+@pytest.mark.parametrize("storage", STORAGES)
 @pytest.mark.parametrize("env_class", [CounterEnv, DictCounterEnv], ids=["box", "dict"])
-def test_episodes_equal_what_minari_data_collector_records(tmp_path: Path, env_class: type) -> None:
+def test_episodes_equal_what_minari_data_collector_records(tmp_path: Path, env_class: type, storage: str) -> None:
     """Per env, replaying our actions through Minari's own ``DataCollector`` from the same
     seed records the same episodes, arrays, dtypes and episode metadata; the collector's
     metadata callback adds only its reward statistics."""
     ours = collect(sync_envs(3, env_class=env_class), episodes=14, seed=7, out=tmp_path / "ours", progress=False)
     collect(
-        sync_envs(3, env_class=env_class), episodes=14, seed=7, format="minari", dataset_id="vc/ours-v0", progress=False
+        sync_envs(3, env_class=env_class),
+        episodes=14,
+        seed=7,
+        format="minari",
+        dataset_id="vc/ours-v0",
+        progress=False,
+        minari_storage=storage,
     )
     written = minari.load_dataset("vc/ours-v0")
     groups = native_episodes(ours)

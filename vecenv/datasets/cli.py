@@ -82,6 +82,7 @@ def _check_minari_options(args: argparse.Namespace) -> None:
         for option, value in (
             ("--dataset-id", args.dataset_id),
             ("--open-episodes", args.open_episodes),
+            ("--minari-storage", args.minari_storage),
             *((f"--{k.replace('_', '-')}", v) for k, v in minari_metadata(args).items()),
         ):
             if value is not None:
@@ -105,7 +106,7 @@ def _checked_output(args: argparse.Namespace) -> Path:
 
         out = datasets_root(args.out)
         try:
-            minari_target(args.dataset_id, out, args.overwrite, FLAGS)
+            minari_target(args.dataset_id, out, args.overwrite, FLAGS, args.minari_storage or "hdf5")
         except (MinariNotInstalledError, ValueError, FileExistsError) as exc:
             raise _UsageError(str(exc)) from None
         return out
@@ -176,6 +177,7 @@ def _collect(
             "dataset_id": args.dataset_id,
             "open_episodes": args.open_episodes or "truncate",
             "minari_metadata": minari_metadata(args),
+            "minari_storage": args.minari_storage or "hdf5",
         }
     try:
         if hasattr(policy, "check_spaces"):
@@ -227,7 +229,8 @@ def _export(args: argparse.Namespace) -> int:
         raise _UsageError(f"DIR: {exc}") from None
     root = datasets_root(args.out)
     try:
-        minari_target(args.dataset_id, root, args.overwrite, FLAGS)  # the id and the target, in our terms
+        storage = args.minari_storage or "hdf5"
+        minari_target(args.dataset_id, root, args.overwrite, FLAGS, storage)  # the id and the target, in our terms
         result = export_minari(
             dataset,
             args.dataset_id,
@@ -235,6 +238,7 @@ def _export(args: argparse.Namespace) -> int:
             overwrite=args.overwrite,
             open_episodes=args.open_episodes or "truncate",
             minari_metadata=minari_metadata(args),
+            minari_storage=storage,
         )
     except (MinariNotInstalledError, ValueError, FileExistsError) as exc:
         raise _UsageError(str(exc)) from None

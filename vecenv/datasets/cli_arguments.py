@@ -252,6 +252,13 @@ def _add_minari_arguments(parser: argparse.ArgumentParser, collecting: bool) -> 
         "(default: truncate; e.g. --open-episodes drop)",
     )
     parser.add_argument(
+        "--minari-storage",
+        choices=["hdf5", "arrow"],
+        help="Minari's storage backend: 'hdf5' (one HDF5 file) or 'arrow' (a directory of Arrow "
+        'files per episode; needs pyarrow: pip install "minari[arrow]") (default: hdf5; e.g. '
+        "--minari-storage arrow)",
+    )
+    parser.add_argument(
         "--author", metavar="NAME", help="Minari metadata: who made the dataset (e.g. --author 'Ada L.')"
     )
     parser.add_argument(

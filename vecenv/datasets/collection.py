@@ -112,6 +112,7 @@ def collect(
     open_episodes: str = "truncate",
     minari_metadata: Mapping[str, Any] | None = None,
     rollout_steps: int | None = None,
+    minari_storage: str = "hdf5",
 ) -> Any:
     """Run ``policy`` in ``envs`` and write the transitions to a dataset.
 
@@ -149,6 +150,8 @@ def collect(
             transition are kept with their last step ``truncated`` (``"truncate"``, default:
             exactly N steps) or left out (``"drop"``); the counts are in the ``vecenv`` metadata.
         minari_metadata: Minari only: ``author``, ``code_permalink``, ``description``, ...
+        minari_storage: Minari only: its storage backend, ``"hdf5"`` (default) or ``"arrow"``
+            (needs pyarrow; each episode is held whole in memory while it is written).
         rollout_steps: with vecenv's own vector envs under NEXT_STEP or SAME_STEP, the
             policy runs in the workers, in rollouts of this many steps (``None``: adapted to
             ~0.2 s each); ``0``, other vector envs and DISABLED step one vector step at a time
@@ -168,11 +171,11 @@ def collect(
             collected is kept: a valid dataset with ``"complete": false`` (Minari: the finished episodes).
     """
     target = _check_request(envs, policy, steps, episodes, seed)
-    _check_format_options(format, open_episodes, dataset_id, minari_metadata)
+    _check_format_options(format, open_episodes, dataset_id, minari_metadata, minari_storage)
     _check_rollout_steps(rollout_steps)
     plan = _plan(envs, policy, seed, steps, episodes, target, metadata, rollout_steps)
     if format == "minari":
-        output = _minari_output(plan, out, overwrite, dataset_id, open_episodes, minari_metadata)
+        output = _minari_output(plan, out, overwrite, dataset_id, open_episodes, minari_metadata, minari_storage)
     else:
         output = _dataset_output(plan, out, overwrite)
     return _collect(plan, output, progress)
@@ -206,17 +209,18 @@ def _check_rollout_steps(rollout_steps: Any) -> None:
 
 
 def _check_format_options(
-    format: Any, open_episodes: Any, dataset_id: Any, minari_metadata: Mapping[str, Any] | None
+    format: Any, open_episodes: Any, dataset_id: Any, minari_metadata: Mapping[str, Any] | None, storage: Any
 ) -> None:
     """Raise ValueError for ``collect``'s format and the options that only Minari takes."""
     if format not in FORMATS:
         raise ValueError(f"format: expected one of {list(FORMATS)}, got {format!r}")
     if open_episodes not in OPEN_EPISODES:
         raise ValueError(f"open_episodes: expected one of {list(OPEN_EPISODES)}, got {open_episodes!r}")
-    if format == "vecenv" and (dataset_id is not None or minari_metadata):
+    if format == "vecenv" and (dataset_id is not None or minari_metadata or storage != "hdf5"):
         raise ValueError(
-            f"dataset_id, minari_metadata: expected None with format='vecenv' (they are for "
-            f"format='minari'), got dataset_id={dataset_id!r}, minari_metadata={minari_metadata!r}"
+            f"dataset_id, minari_metadata, minari_storage: expected their defaults with format='vecenv' (they "
+            f"are for format='minari'), got dataset_id={dataset_id!r}, minari_metadata={minari_metadata!r}, "
+            f"minari_storage={storage!r}"
         )
 
 
@@ -376,13 +380,14 @@ def _minari_output(
     dataset_id: str | None,
     open_episodes: str,
     minari_metadata: Mapping[str, Any] | None,
+    storage: str,
 ) -> _Output:
     """A new Minari dataset (raises MinariNotInstalledError, ValueError or FileExistsError)."""
     from vecenv.datasets.minari import MinariSink, datasets_root, minari_target
 
     if dataset_id is None:
         raise ValueError("dataset_id: expected 'NAMESPACE/NAME-vN' with format='minari', got None")
-    target_dir = minari_target(dataset_id, out, overwrite)
+    target_dir = minari_target(dataset_id, out, overwrite, storage=storage)
     sink = MinariSink(
         dataset_id,
         target_dir,
@@ -392,6 +397,7 @@ def _minari_output(
         plan.metadata,
         dict(minari_metadata or {}),
         open_episodes if plan.collection.steps else None,
+        storage,
     )
     import uuid
 

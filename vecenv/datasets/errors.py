@@ -40,9 +40,10 @@ class OptionNames:
 
     overwrite: str  # how to allow replacing an existing output
     dataset_id: str  # the Minari dataset id
+    storage: str  # Minari's storage backend
 
 
 #: Messages for ``collect`` and ``export_minari`` callers (the default).
-KEYWORDS = OptionNames(overwrite="overwrite=True / --overwrite", dataset_id="dataset_id")
+KEYWORDS = OptionNames(overwrite="overwrite=True / --overwrite", dataset_id="dataset_id", storage="minari_storage")
 #: Messages for the ``vecenv-collect`` command line.
-FLAGS = OptionNames(overwrite="--overwrite", dataset_id="--dataset-id")
+FLAGS = OptionNames(overwrite="--overwrite", dataset_id="--dataset-id", storage="--minari-storage")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import json
 import os
 import shutil
 import time
@@ -39,21 +40,26 @@ from vecenv.datasets.writer import FLUSH_INTERVAL_S, chunk_rows, now
 from vecenv.spaces import leaf_layout, named_leaves
 
 INSTALL_HINT = 'Minari output needs the minari extra: pip install "vecenv[minari]"'
+#: Minari's storage backends that vecenv writes (``data_format`` in Minari's terms).
+STORAGES = ("hdf5", "arrow")
+_STORAGE_MODULES = {"hdf5": ("h5py", "PIL"), "arrow": ("pyarrow", "PIL")}
 # Minari warns about every optional field left empty; we fill what we know and stay quiet.
 _QUIET = r"`(code_permalink|author|author_email|algorithm_name|description|eval_env)` is set to None"
 _HDF5_FILE = "main_data.hdf5"  # where Minari's HDF5 storage keeps the episodes
 _METADATA_KEYS = ("author", "author_email", "code_permalink", "description", "algorithm_name")
 
 
-def import_minari() -> Any:
-    """The ``minari`` module with its HDF5 backend, or MinariNotInstalledError (one line
-    saying how to install it). Checked before any collection starts."""
+def import_minari(storage: str = "hdf5") -> Any:
+    """The ``minari`` module with what its ``storage`` backend needs (h5py for HDF5, pyarrow for
+    Arrow), or MinariNotInstalledError (one line saying how to install it). Checked before any
+    collection starts."""
     try:
         module = importlib.import_module("minari")
-        importlib.import_module("h5py")  # Minari's HDF5 storage needs both
-        importlib.import_module("PIL")
+        for name in _STORAGE_MODULES[storage]:
+            importlib.import_module(name)
     except ImportError as exc:
-        raise MinariNotInstalledError(f"{INSTALL_HINT} ({exc})") from None
+        hint = INSTALL_HINT if storage == "hdf5" else f'{INSTALL_HINT} and pyarrow: pip install "minari[arrow]"'
+        raise MinariNotInstalledError(f"{hint} ({exc})") from None
     return module
 
 
@@ -65,16 +71,22 @@ def datasets_root(out: str | os.PathLike[str] | None) -> Path:
 
 
 def minari_target(
-    dataset_id: str, out: str | os.PathLike[str] | None, overwrite: bool, names: OptionNames = KEYWORDS
+    dataset_id: str,
+    out: str | os.PathLike[str] | None,
+    overwrite: bool,
+    names: OptionNames = KEYWORDS,
+    storage: str = "hdf5",
 ) -> Path:
     """Check that Minari is installed, that ``dataset_id`` is valid and that it may be written
     under ``out`` (see ``datasets_root``); return the dataset's directory, having removed an
     existing dataset there when ``overwrite`` is true. ``names`` is how the messages name the
     options (``FLAGS`` for the command line).
 
-    Raises MinariNotInstalledError, ValueError (a malformed id) or FileExistsError.
+    Raises MinariNotInstalledError, ValueError (a malformed id or storage) or FileExistsError.
     """
-    import_minari()
+    if storage not in STORAGES:
+        raise ValueError(f"{names.storage}: expected one of {list(STORAGES)}, got {storage!r}")
+    import_minari(storage)
     from minari.dataset.minari_dataset import parse_dataset_id
 
     if not isinstance(dataset_id, str):
@@ -239,6 +251,87 @@ class _EpisodeFile:
         self.file.close()
 
 
+class _ArrowEpisodes:
+    """Minari's Arrow layout: episode ``i`` is the directory ``data/<i>/`` holding
+    ``part-0.arrow`` (one Arrow IPC record batch of ``T + 1`` rows: ``observations``, then
+    ``actions``, ``rewards``, ``terminations`` and ``truncations`` padded with one zero row)
+    and ``metadata.json`` (``id``, ``total_steps``, ``seed`` when known). Box, MultiDiscrete
+    and MultiBinary leaves are fixed-size lists, Discrete ones plain columns, Dict and Tuple
+    spaces structs (Tuple fields named ``"0"``, ``"1"``, ...): what Minari's
+    ``ArrowStorage.update_episodes`` writes, built here from whole columns at once instead of
+    through ``pyarrow.dataset.write_dataset`` and Minari's metadata rewrites per episode.
+
+    Minari reads an episode as one record batch, so an episode is held whole in memory while
+    it is written (the HDF5 storage writes long episodes piece by piece).
+    """
+
+    def __init__(self, path: Path, observation_space: spaces.Space, action_space: spaces.Space) -> None:
+        import pyarrow
+
+        self.pa = pyarrow
+        self.path = path
+        self.observation_space, self.action_space = observation_space, action_space
+
+    def write(
+        self,
+        index: int,
+        seed: int | None,
+        length: int,
+        pieces: Iterator[tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]],
+    ) -> None:
+        """Write episode ``index`` (as ``_EpisodeFile.write``)."""
+        parts = list(pieces)
+        columns = [
+            np.concatenate(leaf) if len(parts) > 1 else leaf[0] for leaf in zip(*(p[0] + p[1] + p[2] for p in parts))
+        ]
+        k = len(parts[0][0])
+        a = len(parts[0][1])
+        pa = self.pa
+        observations = self._encode(self.observation_space, iter(columns[:k]), 0)
+        actions = self._encode(self.action_space, iter(columns[k : k + a]), 1)
+        scalars = [pa.array(np.concatenate([column, np.zeros(1, column.dtype)])) for column in columns[k + a :]]
+        batch = pa.RecordBatch.from_arrays(
+            [observations, actions, *scalars],
+            names=["observations", "actions", "rewards", "terminations", "truncations"],
+        )
+        directory = self.path / str(index)
+        try:
+            directory.mkdir()
+            with pa.OSFile(str(directory / "part-0.arrow"), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as out:
+                out.write_batch(batch)
+            metadata: dict[str, Any] = {"id": index, "total_steps": length}
+            if seed is not None:
+                metadata["seed"] = seed
+            (directory / "metadata.json").write_text(json.dumps(metadata))
+        except BaseException:  # Ctrl+C or a failed write: no half-written episode stays behind
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+
+    def _encode(self, space: spaces.Space, columns: Iterator[np.ndarray], pad: int) -> Any:
+        pa = self.pa
+        if isinstance(space, (spaces.Dict, spaces.Tuple)):
+            items = space.spaces.items() if isinstance(space, spaces.Dict) else enumerate(space.spaces)
+            names, arrays = [], []
+            for key, sub in items:
+                names.append(str(key))
+                arrays.append(self._encode(sub, columns, pad))
+            return pa.StructArray.from_arrays(arrays, names=names)
+        column = next(columns)
+        rows = len(column) + pad
+        if isinstance(space, spaces.Discrete):
+            return pa.array(np.concatenate([column.reshape(-1), np.zeros(pad, column.dtype)]))
+        flat = np.zeros((rows, int(np.prod(column.shape[1:], dtype=np.int64))), column.dtype)
+        flat[: len(column)] = column.reshape(len(column), -1)
+        kind = pa.list_(pa.from_numpy_dtype(column.dtype), list_size=flat.shape[1])
+        return pa.FixedSizeListArray.from_arrays(flat.reshape(-1), type=kind)
+
+    def flush(self) -> None:
+        """Nothing is buffered: each episode's files are complete when ``write`` returns."""
+
+    def close(self) -> None:
+        """Nothing stays open."""
+
+
 class MinariSink:
     """Writes whole episodes into a new Minari dataset (the ``collect`` sink for Minari).
 
@@ -259,8 +352,9 @@ class MinariSink:
         vecenv_metadata: Mapping[str, Any],
         minari_metadata: Mapping[str, Any],
         open_episodes: str | None,
+        storage: str = "hdf5",
     ) -> None:
-        minari = import_minari()
+        minari = import_minari(storage)
         unknown = sorted(set(minari_metadata) - set(_METADATA_KEYS))
         if unknown:
             raise ValueError(f"minari_metadata: expected keys among {list(_METADATA_KEYS)}, got {unknown}")
@@ -286,13 +380,18 @@ class MinariSink:
                 env=env,
                 observation_space=observation_space,
                 action_space=action_space,
-                data_format="hdf5",
+                data_format=storage,
                 jpeg_encoding=False,
                 **options,
             )
         self._minari = minari
         self.storage = dataset.storage
-        self._file = _EpisodeFile(self.storage.data_path / _HDF5_FILE, observation_space, action_space)
+        data = self.storage.data_path
+        self._file: _EpisodeFile | _ArrowEpisodes = (
+            _EpisodeFile(data / _HDF5_FILE, observation_space, action_space)
+            if storage == "hdf5"
+            else _ArrowEpisodes(data, observation_space, action_space)
+        )
         self.transitions = 0
         self.episodes = 0
         self.truncated_episodes = 0  # open episodes kept with their last step marked truncated
@@ -401,6 +500,7 @@ def export_minari(
     open_episodes: str = "truncate",
     env_spec: EnvSpec | None = None,
     minari_metadata: Mapping[str, Any] | None = None,
+    minari_storage: str = "hdf5",
 ) -> Any:
     """Write a vecenv dataset (a ``Dataset`` or its directory) as the Minari dataset ``dataset_id``.
 
@@ -411,6 +511,7 @@ def export_minari(
     ``format="minari"``. ``out`` is the datasets root (default Minari's). The env spec is
     the one recorded at collection, else the registered spec of ``env_id`` with
     ``env_kwargs``, else none (then ``recover_environment`` is unavailable).
+    ``minari_storage``: Minari's storage backend, ``"hdf5"`` (default) or ``"arrow"`` (needs pyarrow).
 
     Memory: one chunk of rows plus an index of 16 bytes per transition.
 
@@ -420,7 +521,7 @@ def export_minari(
     """
     if open_episodes not in OPEN_EPISODES:
         raise ValueError(f"open_episodes: expected one of {list(OPEN_EPISODES)}, got {open_episodes!r}")
-    target = minari_target(dataset_id, out, overwrite)
+    target = minari_target(dataset_id, out, overwrite, storage=minari_storage)
     if not isinstance(dataset, Dataset):
         dataset = load(dataset)
     metadata = dataset.metadata
@@ -429,7 +530,15 @@ def export_minari(
     spec = env_spec if env_spec is not None else _env_spec(metadata)
     source = {**metadata, "source": str(dataset.path)}
     sink = MinariSink(
-        dataset_id, target, observation_space, action_space, spec, source, dict(minari_metadata or {}), open_episodes
+        dataset_id,
+        target,
+        observation_space,
+        action_space,
+        spec,
+        source,
+        dict(minari_metadata or {}),
+        open_episodes,
+        minari_storage,
     )
     episodes = _StoredEpisodes(dataset)
     try:
