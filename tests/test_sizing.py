@@ -18,7 +18,8 @@ from gymnasium.vector import SyncVectorEnv
 
 import vecenv
 from tests.test_differential import assert_same
-from vecenv.benchmark import BurnEnv, calibrate
+from vecenv.bench.calibration import calibrate
+from vecenv.bench.envs import BurnEnv
 from vecenv.parent.sizing import PARALLEL_MIN_SECONDS, WorkerChoice, choose_num_workers
 
 
