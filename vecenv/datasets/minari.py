@@ -250,6 +250,10 @@ class _EpisodeFile:
     def close(self) -> None:
         self.file.close()
 
+    def bytes_written(self) -> int:
+        """The file's size (after ``flush``)."""
+        return os.path.getsize(self.file.filename)
+
 
 class _ArrowEpisodes:
     """Minari's Arrow layout: episode ``i`` is the directory ``data/<i>/`` holding
@@ -270,6 +274,7 @@ class _ArrowEpisodes:
 
         self.pa = pyarrow
         self.path = path
+        self._bytes = 0  # of every episode's files
         self.observation_space, self.action_space = observation_space, action_space
 
     def write(
@@ -297,12 +302,15 @@ class _ArrowEpisodes:
         directory = self.path / str(index)
         try:
             directory.mkdir()
-            with pa.OSFile(str(directory / "part-0.arrow"), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as out:
+            part = directory / "part-0.arrow"
+            with pa.OSFile(str(part), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as out:
                 out.write_batch(batch)
             metadata: dict[str, Any] = {"id": index, "total_steps": length}
             if seed is not None:
                 metadata["seed"] = seed
-            (directory / "metadata.json").write_text(json.dumps(metadata))
+            text = json.dumps(metadata)
+            (directory / "metadata.json").write_text(text)
+            self._bytes += part.stat().st_size + len(text)
         except BaseException:  # Ctrl+C or a failed write: no half-written episode stays behind
             shutil.rmtree(directory, ignore_errors=True)
             raise
@@ -330,6 +338,11 @@ class _ArrowEpisodes:
 
     def close(self) -> None:
         """Nothing stays open."""
+
+    def bytes_written(self) -> int:
+        """The size of the episodes' files, counted as they were written (Minari's ``get_size``
+        walks every file of the dataset: thousands of episode directories, each time)."""
+        return self._bytes
 
 
 class MinariSink:
@@ -435,10 +448,12 @@ class MinariSink:
             self.dropped_transitions += summary.length
 
     def _flush(self) -> None:
-        """Make the file and Minari's counts agree with the episodes written so far."""
+        """Make the file and Minari's counts agree with the episodes written so far (the size in
+        MB as Minari's ``get_size`` gives it, from the bytes written: finalize walks the files)."""
         self._file.flush()
+        size = self._file.bytes_written() + (self.storage.data_path / "metadata.json").stat().st_size
         self.storage.update_metadata(
-            {"total_steps": self.transitions, "total_episodes": self.episodes, "dataset_size": self.storage.get_size()}
+            {"total_steps": self.transitions, "total_episodes": self.episodes, "dataset_size": round(size / 1e6, 1)}
         )
         self._last_flush = time.monotonic()
 
