@@ -300,6 +300,17 @@ class MultiAgentVectorEnv(VectorEnv):
         """Worker processes (or actors), one group of copies each."""
         return int(self.rows.num_workers)
 
+    @property
+    def worker_pids(self) -> list[int | None]:
+        """The process id of each worker (or actor), in worker order; ``None`` for a group this
+        process hosts. As the engine's ``GroupVectorEnv.worker_pids``."""
+        return list(self.rows.worker_pids)
+
+    @property
+    def restart_count(self) -> int:
+        """How many workers ``on_worker_death="restart"`` has replaced so far (0 without it)."""
+        return int(self.rows.restart_count)
+
     def close(self, **kwargs: Any) -> None:
         """Close every copy and release the workers (idempotent); ``kwargs`` as the engine's
         ``close`` (``timeout``, ``terminate``)."""

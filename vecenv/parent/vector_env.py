@@ -371,6 +371,21 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
         """The number of workers (one env group each)."""
         return len(self._pool.workers)
 
+    @property
+    def worker_pids(self) -> list[int | None]:
+        """The process id of each worker, in worker order (worker ``w`` hosts a contiguous range
+        of envs). ``None`` for a group the parent hosts itself (``num_workers=0`` or
+        ``inline_group=True``: it runs in this process) and for a worker not started. A worker
+        restarted by ``on_worker_death="restart"`` has a new id; on Ray, an id on the actor's node.
+        For monitoring (CPU, memory per worker) and for tests that end a worker on purpose."""
+        return list(self._pool.transport.pids)
+
+    @property
+    def restart_count(self) -> int:
+        """How many workers ``on_worker_death="restart"`` has replaced since the vector env was
+        built (always 0 without it). Each restart is also reported by the call that saw it."""
+        return self._pool.restarts
+
     # Per env, as SyncVectorEnv's (Gymnasium's base class types them as single values).
     @property
     def np_random_seed(self) -> tuple[int, ...]:  # type: ignore[override]
