@@ -41,7 +41,7 @@ from gymnasium import Space
 from gymnasium.spaces import Dict, Tuple
 from gymnasium.vector.utils import batch_space
 
-from vecenv.errors import describe
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, MissingDependencyError, describe
 from vecenv.spaces import build_tree, leaf_layout, tree_leaves
 from vecenv.worker.policy import PolicyContext, PolicyRunner, WorkerPolicy, policy_seed
 
@@ -167,7 +167,7 @@ class FunctionPolicy(WorkerPolicy):
 
     def __init__(self, function: Callable[[Any], Any], name: str | None = None) -> None:
         if not callable(function):
-            raise TypeError(f"`function` must be callable, got {describe(function)}")
+            raise ArgumentTypeError(f"`function` must be callable, got {describe(function)}")
         self.name = name or _qualified_name(function)
         self._function = cloudpickle.dumps(function)
 
@@ -204,7 +204,7 @@ class TorchPolicy(WorkerPolicy):
     def __init__(self, module: Any, name: str | None = None) -> None:
         torch = _import("torch", "TorchPolicy")
         if not isinstance(module, torch.nn.Module):
-            raise TypeError(f"`module` must be a torch.nn.Module, got {describe(module)}")
+            raise ArgumentTypeError(f"`module` must be a torch.nn.Module, got {describe(module)}")
         self.name = name or f"torch:{type(module).__qualname__}"
         self._module = module
         self._copy = cloudpickle.dumps(module)
@@ -218,7 +218,9 @@ class TorchPolicy(WorkerPolicy):
     def weights(self) -> Any:
         original = getattr(self, "_module", None)
         if original is None:
-            raise TypeError("the weights are read from the original module, in the process that made this policy")
+            raise ArgumentTypeError(
+                "the weights are read from the original module, in the process that made this policy"
+            )
         return {key: value.detach().clone() for key, value in original.state_dict().items()}
 
 
@@ -272,7 +274,7 @@ class SB3Policy(WorkerPolicy):
 
     def __init__(self, model: Any, deterministic: bool = False, name: str | None = None) -> None:
         if not (hasattr(model, "predict") and hasattr(model, "save") and hasattr(model, "policy")):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"`model` must be a Stable-Baselines3 model (with predict, save, policy), got {describe(model)}"
             )
         self.deterministic = bool(deterministic)
@@ -297,7 +299,9 @@ class SB3Policy(WorkerPolicy):
     def weights(self) -> Any:
         original = getattr(self, "_model", None)
         if original is None:
-            raise TypeError("the weights are read from the original model, in the process that made this policy")
+            raise ArgumentTypeError(
+                "the weights are read from the original model, in the process that made this policy"
+            )
         return {key: value.detach().clone() for key, value in original.policy.state_dict().items()}
 
 
@@ -354,7 +358,7 @@ def _import(module: str, what: str) -> Any:
     try:
         return __import__(module)
     except ImportError:
-        raise ImportError(f"{what} needs {module}, which is not installed") from None
+        raise MissingDependencyError(f"{what} needs {module}, which is not installed") from None
 
 
 def as_worker_policy(policy: Any) -> WorkerPolicy:
@@ -369,7 +373,7 @@ def as_worker_policy(policy: Any) -> WorkerPolicy:
     if isinstance(policy, str):
         if policy == "random":
             return RandomPolicy()
-        raise ValueError(
+        raise InvalidArgumentError(
             f"`policy` must be 'random', a WorkerPolicy, a torch module, an SB3 model or a callable, got {policy!r}"
         )
     torch = sys.modules.get("torch")
@@ -380,6 +384,6 @@ def as_worker_policy(policy: Any) -> WorkerPolicy:
         return SB3Policy(policy)
     if callable(policy):
         return FunctionPolicy(policy)
-    raise TypeError(
+    raise ArgumentTypeError(
         f"`policy` must be 'random', a WorkerPolicy, a torch module, an SB3 model or a callable, got {describe(policy)}"
     )

@@ -46,7 +46,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from vecenv.checks import check_batch_size, check_env_ids, check_options, check_reset_mask, check_timeout
-from vecenv.errors import describe
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
 from vecenv.options import VectorOptions
 from vecenv.parent.action_rows import ActionPlacer
 from vecenv.parent.call_lock import CallLock, serialised
@@ -307,7 +307,7 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
         """Start calling method ``name`` (or reading attribute ``name``) on every env."""
         self._calls.check_can_start("call_async")
         if not isinstance(name, str):
-            raise TypeError(f"`name` must be a str, got {describe(name)}")
+            raise ArgumentTypeError(f"`name` must be a str, got {describe(name)}")
         workers = self._pool.workers
         payloads = [CallArgs(name, args, kwargs)] * len(workers)
         self._runner.send(workers, Command.CALL, payloads, "call_async", State.WAITING_CALL)
@@ -344,7 +344,7 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
         if not isinstance(values, (list, tuple)):
             values = [values for _ in range(self.num_envs)]
         if len(values) != self.num_envs:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "Values must be a list or tuple with length equal to the number of environments. "
                 f"Got `{len(values)}` values for {self.num_envs} environments."
             )

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 from gymnasium import Space
 
+from vecenv.errors import ArgumentTypeError
+
 __all__ = ["PolicyContext", "PolicyRunner", "WorkerPolicy", "policy_seed"]
 
 #: Mixed into every env's reset seed to seed its random-action generator, so that the actions
@@ -62,7 +64,7 @@ class PolicyRunner(abc.ABC):
 
     def load_weights(self, weights: Any) -> None:
         """Replace the weights with ``weights`` (what :meth:`WorkerPolicy.weights` returns)."""
-        raise TypeError(f"{type(self).__name__} has no weights to load")
+        raise ArgumentTypeError(f"{type(self).__name__} has no weights to load")
 
 
 class WorkerPolicy(abc.ABC):
@@ -78,4 +80,4 @@ class WorkerPolicy(abc.ABC):
     def weights(self) -> Any:
         """The current weights of the original, to send to every copy. Raises ``TypeError``
         for policies without weights."""
-        raise TypeError(f"policy {self.name} has no weights: pass a new policy to `rollout` instead")
+        raise ArgumentTypeError(f"policy {self.name} has no weights: pass a new policy to `rollout` instead")

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from vecenv.errors import InvalidStateError
 from vecenv.spaces import row_writer, to_batch, tree_leaves, tree_map
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import (
@@ -109,9 +110,9 @@ class GroupRollouts:
         self.failure = None
         block = self.block
         if block is None:
-            raise RuntimeError("a rollout came before its rollout block (ROLLOUT_BLOCK)")
+            raise InvalidStateError("a rollout came before its rollout block (ROLLOUT_BLOCK)")
         if args.num_steps > block.spec.num_steps:
-            raise RuntimeError(f"a rollout of {args.num_steps} steps in a block of {block.spec.num_steps}")
+            raise InvalidStateError(f"a rollout of {args.num_steps} steps in a block of {block.spec.num_steps}")
         # Building the policy or loading its weights fails "in the policy, at the first step".
         self.failure = RolloutFailure(args.first_step, args.num_steps, True)
         if args.policy is not None:
@@ -126,7 +127,7 @@ class GroupRollouts:
             self.policy = args.policy.build(context)
         policy = self.policy
         if policy is None:
-            raise RuntimeError("a rollout came before its policy")
+            raise InvalidStateError("a rollout came before its policy")
         if args.weights is not None:
             policy.load_weights(args.weights)
         infos = self._steps(block, policy, args.first_step, args.num_steps)
