@@ -20,7 +20,7 @@ reach every copy before the next rollout. The kinds:
 A batched forward is row-wise in exact arithmetic but not always in floating point: matrix
 products may take another kernel, with another summation order, for another batch size, so
 the last bits of a row's output can depend on how many rows share the call (measured in
-``scripts/bench_rollouts.py``). Stochastic sampling inside a module or ``predict`` draws from
+``vecenv-bench --suite rollouts``). Stochastic sampling inside a module or ``predict`` draws from
 that worker's torch generator, so it depends on how the envs are grouped; pass
 ``deterministic=True`` (or sample in your own row-wise code) for data that does not.
 

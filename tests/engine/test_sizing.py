@@ -19,7 +19,8 @@ from gymnasium.vector import SyncVectorEnv
 import vecenv
 from tests.engine.test_differential import assert_same
 from tests.helpers.faults import transport_of
-from vecenv.benchmark import BurnEnv, calibrate
+from vecenv.bench.calibration import calibrate
+from vecenv.bench.envs import BurnEnv
 from vecenv.parent.sizing import PARALLEL_MIN_SECONDS, WorkerChoice, choose_num_workers
 
 

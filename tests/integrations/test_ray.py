@@ -480,12 +480,13 @@ def test_docs_example_runs_on_the_local_ray(ray_local: RaySessions) -> None:
 def test_benchmark_ray_runners_measure(ray_local: RaySessions, runner: str) -> None:
     """The benchmark's Ray rows, measured in this process on the shared Ray (the benchmark
     itself runs each cell in a fresh process, where the vector env starts its own Ray)."""
-    from vecenv import benchmark
+    from vecenv.bench.measure import measure
+    from vecenv.bench.plan import plan
 
-    cells, notes = benchmark.plan(["cartpole"], [4], ["sync", runner], quick=True)
+    cells, notes = plan(["cartpole"], [4], ["sync", runner], quick=True)
     cell = next(c for c in cells if c["runner"] == runner)
     spec = {**cell, "calib": {"inference_reps": 1}, "warmup": 0.05, "seconds": 0.2}
-    result = benchmark.measure(spec)
+    result = measure(spec)
     assert result["rate"] > 0 and result["env_steps"] > 0
     if runner.endswith("-half"):
         assert cell["batch_size"] == 2 and cell["workers"] == 2

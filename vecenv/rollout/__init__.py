@@ -68,7 +68,7 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         """The module ran when it was first imported under its own name."""
 
 
-if not any(isinstance(finder, _Alias) for finder in sys.meta_path):
+if not any(type(finder).__module__ == __name__ for finder in sys.meta_path):  # once, even if re-imported
     sys.meta_path.insert(0, _Alias())
 
 
