@@ -227,7 +227,7 @@ def note_of(exc: BaseException) -> str:
 def assert_remote(exc: BaseException, call: str, env: int = TARGET, worker: int = TARGET_WORKER) -> None:
     """The worker traceback is the cause; the note names env, worker and call."""
     assert isinstance(exc.__cause__, RemoteTraceback), f"cause is {exc.__cause__!r}"
-    assert "crash_envs.py" in exc.__cause__.tb, exc.__cause__.tb
+    assert "helpers/faults.py" in exc.__cause__.tb, exc.__cause__.tb
     note = note_of(exc)
     # The global index (what the user passed as env_fns[i]), not an index within a worker's group.
     assert re.search(rf"\benv {env}\b|\benv_fns\[{env}\]", note), f"note does not name env {env}: {note!r}"
