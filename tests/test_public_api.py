@@ -17,6 +17,7 @@ REACHABLE = (
     "Dataset",
     "DEFAULT_CLOSE_TIMEOUT",
     "InvalidObservationError",
+    "PolicyOutputError",
     "RemoteEnvError",
     "Rollout",
     "SpaceMismatchError",

@@ -42,6 +42,7 @@ _REACHABLE = {
     "Dataset": "vecenv.datasets.dataset",
     "DEFAULT_CLOSE_TIMEOUT": "vecenv.parent.closing",
     "InvalidObservationError": "vecenv.errors",
+    "PolicyOutputError": "vecenv.errors",
     "RayVectorEnv": "vecenv.integrations.ray.vector_env",
     "RemoteEnvError": "vecenv.errors",
     "Rollout": "vecenv.parent.rollouts",
@@ -78,6 +79,7 @@ if TYPE_CHECKING:
     from vecenv.datasets.dataset import load
     from vecenv.errors import InvalidObservationError as InvalidObservationError
     from vecenv.errors import NeedsResetError, VecEnvError, VecEnvTimeoutError, WorkerDiedError
+    from vecenv.errors import PolicyOutputError as PolicyOutputError
     from vecenv.errors import RemoteEnvError as RemoteEnvError
     from vecenv.errors import SpaceMismatchError as SpaceMismatchError
     from vecenv.factory import make
