@@ -57,8 +57,10 @@ from vecenv.datasets.collection import collect
 from vecenv.datasets.dataset import Dataset, load
 from vecenv.datasets.errors import (
     DatasetClosedError,
+    DatasetNotFoundError,
     DatasetWriteError,
     MinariNotInstalledError,
+    OutputExistsError,
     PolicyError,
     UnsupportedSpaceError,
 )
@@ -70,8 +72,10 @@ if TYPE_CHECKING:
 __all__ = [
     "Dataset",
     "DatasetClosedError",
+    "DatasetNotFoundError",
     "DatasetWriteError",
     "MinariNotInstalledError",
+    "OutputExistsError",
     "PolicyError",
     "UnsupportedSpaceError",
     "collect",

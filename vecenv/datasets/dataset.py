@@ -22,8 +22,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from vecenv.datasets.errors import DatasetClosedError
+from vecenv.datasets.errors import DatasetClosedError, DatasetNotFoundError
 from vecenv.datasets.format import METADATA_FILE, SCALAR_FIELDS, space_nesting
+from vecenv.errors import InvalidArgumentError
 from vecenv.spaces import build_tree, named_leaves
 
 
@@ -136,7 +137,7 @@ def load(path: str | os.PathLike[str]) -> Dataset:
     path = Path(path)
     metadata_file = path / METADATA_FILE
     if not metadata_file.is_file():
-        raise FileNotFoundError(
+        raise DatasetNotFoundError(
             f"path: expected a rollout dataset directory containing {METADATA_FILE}, got {str(path)!r}"
         )
     metadata = json.loads(metadata_file.read_text())
@@ -145,7 +146,7 @@ def load(path: str | os.PathLike[str]) -> Dataset:
     for name in metadata["fields"]:
         array = map_npy(path / f"{name}.npy")
         if len(array) != expected:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{path / (name + '.npy')}: expected {expected} rows as metadata.json says, got {len(array)}"
             )
         arrays[name] = array
@@ -221,11 +222,11 @@ def map_npy(path: Path) -> np.memmap:
         else:
             return np.load(path, mmap_mode="r")
         if dtype.hasobject:
-            raise ValueError(f"{path}: expected an array of fixed-size values, got dtype {dtype}")
+            raise InvalidArgumentError(f"{path}: expected an array of fixed-size values, got dtype {dtype}")
         offset = file.tell()
         size = offset + math.prod(shape) * dtype.itemsize
         if os.fstat(file.fileno()).st_size < size:
-            raise ValueError(f"{path}: expected at least {size} bytes for shape {shape}, got a shorter file")
+            raise InvalidArgumentError(f"{path}: expected at least {size} bytes for shape {shape}, got a shorter file")
         order: Literal["C", "F"] = "F" if fortran_order else "C"
         array: Any
         if size == offset:  # nothing to map
