@@ -175,8 +175,9 @@ class _Mapper:
         self.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
         self.failed = ctypes.c_void_p(-1).value
 
-    def map(self, fd: int, length: int, name: str) -> ctypes.Array[ctypes.c_char]:
-        """The first ``length`` bytes of ``fd``, unmapped when every array over them is gone.
+    def map(self, fd: int, length: int) -> ctypes.Array[ctypes.c_char] | None:
+        """The first ``length`` bytes of ``fd``, unmapped when every array over them is gone;
+        None if ``mmap`` refused (the caller then lets numpy map the file, and report why).
 
         The arrays are made read-only; the mapping is private (copy-on-write), so an array
         forced writable changes this process's copy, never the file, and cannot crash it.
@@ -184,8 +185,7 @@ class _Mapper:
         protection = mmap.PROT_READ | mmap.PROT_WRITE
         address = self.mmap(None, length, protection, mmap.MAP_PRIVATE, fd, 0)
         if address is None or address == self.failed:
-            error = ctypes.get_errno()
-            raise OSError(error, f"cannot map {name}: {os.strerror(error)}", name)
+            return None
         memory = (ctypes.c_char * length).from_address(address)
         weakref.finalize(memory, self.munmap, address, length)
         return memory
@@ -208,7 +208,8 @@ def map_npy(path: Path) -> np.memmap:
     """The array of a ``.npy`` file as a read-only ``numpy.memmap`` that holds no descriptor.
 
     Falls back to ``numpy.load(path, mmap_mode="r")`` (which holds one while the array lives)
-    for header versions other than 1.0 and 2.0, or where ``mmap`` cannot be called directly.
+    for header versions other than 1.0 and 2.0, where ``mmap`` cannot be called directly, or
+    when it refuses (numpy then tries, and raises its own error if it fails too).
     """
     mapper = _mapper()
     if mapper is None:
@@ -232,7 +233,9 @@ def map_npy(path: Path) -> np.memmap:
         if size == offset:  # nothing to map
             array = np.ndarray.__new__(np.memmap, shape, dtype, order=order)
         else:
-            buffer: Any = mapper.map(file.fileno(), size, str(path))
+            buffer: Any = mapper.map(file.fileno(), size)
+            if buffer is None:
+                return np.load(path, mmap_mode="r")
             array = np.ndarray.__new__(np.memmap, shape, dtype, buffer=buffer, offset=offset, order=order)
     array._mmap = None  # np.memmap's own fields: no mmap object (flush() has nothing to do)
     array.filename = str(path.resolve())
