@@ -32,12 +32,14 @@ Limit = tuple[str, int]
 
 def format_bytes(size: int) -> str:
     """``size`` in binary units, for messages (``"2.1 TiB"``)."""
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+    if size < 1024:
+        return f"{size} B"
+    value, unit = size / 1024, "KiB"
+    for larger in ("MiB", "GiB", "TiB", "PiB", "EiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, larger
+    return f"{value:.1f} {unit}"
 
 
 def _meminfo() -> dict[str, int]:
