@@ -1,0 +1,1 @@
+"""vecenv inside other libraries' training loops (each module imports its library only when used)."""
