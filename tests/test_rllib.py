@@ -11,7 +11,9 @@ vecenv's workers inside the EnvRunner, and compares every sampled episode array.
 from __future__ import annotations
 
 import pickle
+import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -160,6 +162,26 @@ def test_each_remote_env_runner_steps_a_vecenv(rllib: Any) -> None:
     for mine, their in zip(ours[1], theirs[1], strict=True):
         for b, a in zip(mine, their, strict=True):
             np.testing.assert_array_equal(b, a)
+
+
+@needs_rllib
+def test_docs_example_trains(rllib: Any) -> None:
+    """docs/rllib.md's example (tests/test_docs.py leaves it to this test), at a size that fits
+    CI: one remote EnvRunner of 4 envs in 1 worker, one small training iteration."""
+    page = Path(__file__).resolve().parent.parent / "docs" / "rllib.md"
+    found = re.search(r"tested-by tests/test_rllib.py -->\n```python\n(.*?)```", page.read_text(), re.S)
+    assert found, "docs/rllib.md has no example for this test"
+    example = found.group(1)
+    for big, small in [
+        ("num_workers=2", "num_workers=1"),
+        ("num_env_runners=2", "num_env_runners=1"),
+        ("num_envs_per_env_runner=64", "num_envs_per_env_runner=4"),
+        ("range(20)", "range(1)"),
+        (".env_runners(", ".training(train_batch_size_per_learner=200, minibatch_size=100, num_epochs=1).env_runners("),
+    ]:
+        assert big in example, big
+        example = example.replace(big, small)
+    exec(compile(example, str(page), "exec"), {"__name__": "__main__"})
 
 
 @needs_rllib
