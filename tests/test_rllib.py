@@ -37,11 +37,12 @@ needs_rllib = pytest.mark.rllib
 
 
 def test_creator_makes_num_envs_envs_with_the_env_config_as_env_kwargs() -> None:
-    creator = pickle.loads(pickle.dumps(EnvCreator("CartPole-v1", num_workers=2, context="fork")))
+    creator = pickle.loads(pickle.dumps(EnvCreator("CartPole-v1", num_workers=2, autoreset_mode="SameStep")))
     envs = creator({"num_envs": 4, "max_episode_steps": 7})
     try:
         assert isinstance(envs, vecenv.SubprocVectorEnv)
         assert envs.num_envs == 4 and envs.num_workers == 2
+        assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.SAME_STEP  # make_kwargs reached make
         envs.reset(seed=0)
         for _ in range(7):  # every episode ends at the 7th step: the env config reached gym.make
             _, _, terminations, truncations, _ = envs.step(np.zeros(4, dtype=np.int64))
