@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import pickle
 import re
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,13 @@ def test_creator_refuses_a_single_env_with_the_setting_to_change() -> None:
     assert "some_kwarg" in str(info.value) and isinstance(info.value, vecenv.errors.VecEnvError)
     with pytest.raises(TypeError, match="num_envs_per_env_runner"):
         EnvCreator("CartPole-v1", num_envs=8)
+
+
+def test_importing_the_integration_imports_no_ray() -> None:
+    """Ray is imported by register_env only (a plain vecenv user pays nothing for it)."""
+    code = "import sys; import vecenv.integrations.rllib; assert 'ray' not in sys.modules, 'ray imported'"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
 
 
 # -- RLlib ------------------------------------------------------------------------------------------

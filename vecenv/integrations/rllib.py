@@ -29,6 +29,7 @@ from typing import Any
 import gymnasium as gym
 
 from vecenv.errors import VecEnvError
+from vecenv.factory import make
 
 __all__ = ["EnvCreator", "RLlibConfigError", "register_env"]
 
@@ -83,8 +84,6 @@ class EnvCreator:
                 f"has no 'num_envs': {sorted(env_config)}); vecenv makes vector envs only: set "
                 "config.env_runners(gym_env_vectorize_mode='vector_entry_point')"
             )
-        from vecenv.factory import make
-
         env_kwargs = {key: value for key, value in env_config.items() if key != "num_envs"}
         make_kwargs = dict(self.make_kwargs)
         if env_kwargs:
