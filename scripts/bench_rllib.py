@@ -45,7 +45,7 @@ def main() -> None:
     from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
     from ray.tune.registry import register_env
 
-    from vecenv.benchmark import calibrate
+    from vecenv.bench.calibration import calibrate
     from vecenv.integrations import rllib as vecenv_rllib
 
     if args.workload == "py1ms":
