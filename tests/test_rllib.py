@@ -3,9 +3,9 @@
 RLlib (``ray[rllib]``) pins its own Gymnasium, so these tests run in a venv of
 ``.[test-rllib]`` (README's "Tests and CI"), not in the ``.[test]`` one: the tests that need
 RLlib are marked ``rllib``, and ``conftest.py`` deselects them where the Gymnasium is not the
-one RLlib pins. The differential test trains PPO for a few
-iterations twice with one seed, once with RLlib's own ``SYNC`` vectorization and once with
-vecenv's workers inside the EnvRunner, and compares every sampled episode array.
+one RLlib pins. The differential test trains PPO for a few iterations twice with one seed, once
+with RLlib's own ``SYNC`` vectorization and once with vecenv's workers inside the EnvRunner, and
+compares every sampled episode array.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ try:  # the Ray fixtures need Ray (in both venvs); the creator tests need neithe
 except pytest.skip.Exception:
     pass
 
-#: The RLlib tests, deselected in the ``.[test]`` venv (``-m "not rllib"``).
+#: The tests that need RLlib: conftest.py deselects them where the Gymnasium is not RLlib's.
 needs_rllib = pytest.mark.rllib
 
 
