@@ -23,7 +23,7 @@ from gymnasium import Space
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
 
-from vecenv.errors import PackedException
+from vecenv.errors import InvalidArgumentError, PackedException
 from vecenv.spaces import tree_copy
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import (
@@ -114,7 +114,7 @@ class WorkerCore:
             )
         envs = list(built)
         if not envs:
-            raise ValueError(f"the env group of worker {self.index} is empty; each needs one env or more")
+            raise InvalidArgumentError(f"the env group of worker {self.index} is empty; each needs one env or more")
         self.envs = envs
         mismatch, spaces = _check_group(envs, self.options.observation_mode)
         first = envs[0]
@@ -150,7 +150,9 @@ class WorkerCore:
         def step(actions: Any) -> StepReply:
             if actions is None:  # in the shared rows, which the next step rewrites: take a copy
                 actions = tree_copy(buffers.actions)
-            return StepReply(group.step(actions), buffers.payload())
+            entries = group.step(actions)
+            rollouts.step_done()  # episode starts (a recurrent policy's state) follow every step
+            return StepReply(entries, buffers.payload())
 
         def call(args: CallArgs) -> Any:
             return group.call(args.name, args.args, args.kwargs)
