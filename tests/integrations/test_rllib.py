@@ -57,7 +57,7 @@ def test_creator_refuses_a_single_env_with_the_setting_to_change() -> None:
     with pytest.raises(RLlibConfigError, match="gym_env_vectorize_mode='vector_entry_point'") as info:
         EnvCreator("CartPole-v1")({"some_kwarg": 1})
     assert "some_kwarg" in str(info.value) and isinstance(info.value, vecenv.errors.VecEnvError)
-    with pytest.raises(TypeError, match="num_envs_per_env_runner"):
+    with pytest.raises(vecenv.errors.ArgumentTypeError, match="num_envs_per_env_runner"):
         EnvCreator("CartPole-v1", num_envs=8)
 
 

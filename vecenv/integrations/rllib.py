@@ -28,13 +28,13 @@ from typing import Any
 
 import gymnasium as gym
 
-from vecenv.errors import VecEnvError
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError
 from vecenv.factory import make
 
 __all__ = ["EnvCreator", "RLlibConfigError", "register_env"]
 
 
-class RLlibConfigError(VecEnvError, ValueError):
+class RLlibConfigError(InvalidArgumentError):
     """RLlib asked a vecenv env creator for something it cannot give: a single env.
 
     That is what RLlib does under ``gym_env_vectorize_mode="sync"`` or ``"async"`` (it wraps one
@@ -57,13 +57,16 @@ class EnvCreator:
             step envs: keep that product at or below the cores RLlib may use.
         **make_kwargs: any other keyword argument of ``vecenv.make`` (``vector_kwargs``,
             ``wrappers``, ``backend``, ``context``, ...); not ``num_envs``, which RLlib gives.
+
+    Raises:
+        ArgumentTypeError: ``num_envs`` among ``make_kwargs``.
     """
 
     def __init__(
         self, env_id: str | gym.envs.registration.EnvSpec, num_workers: int | str | None = None, **make_kwargs: Any
     ) -> None:
         if "num_envs" in make_kwargs:
-            raise TypeError(
+            raise ArgumentTypeError(
                 "EnvCreator(num_envs=...): RLlib gives each EnvRunner's number of envs; set it with "
                 f"config.env_runners(num_envs_per_env_runner=...), got num_envs={make_kwargs['num_envs']!r}"
             )
