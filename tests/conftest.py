@@ -70,7 +70,7 @@ def rllib_absent() -> str | None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Deselect the RLlib tests (marker ``rllib``) where the Gymnasium is not the one ray[rllib]
-    pins: they run in a venv of ``.[test-rllib]`` (README's "Tests and CI"), and everywhere else
+    pins: they run in a venv of ``.[test-rllib]`` (docs/rllib.md, "Tests"), and everywhere else
     RLlib either is not installed or would have downgraded Gymnasium. Deselected, not skipped: a
     missing dependency in that venv fails them.
 
@@ -94,7 +94,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
     if _RLLIB_DESELECTED in config.stash:
         count, why = config.stash[_RLLIB_DESELECTED]
         terminalreporter.write_line(
-            f"{count} RLlib tests deselected ({why}): they run in a venv of .[test-rllib], see README's Tests and CI"
+            f"{count} RLlib tests deselected ({why}): they run in a venv of .[test-rllib], see docs/rllib.md, Tests"
         )
 
 

@@ -1,7 +1,7 @@
 """RLlib's EnvRunners over vecenv (``vecenv.integrations.rllib``), on a real local Ray.
 
 RLlib (``ray[rllib]``) pins its own Gymnasium, so these tests run in a venv of
-``.[test-rllib]`` (README's "Tests and CI"), not in the ``.[test]`` one: the tests that need
+``.[test-rllib]`` (docs/rllib.md, "Tests"), not in the ``.[test]`` one: the tests that need
 RLlib are marked ``rllib``, and ``conftest.py`` deselects them where the Gymnasium is not the
 one RLlib pins. The differential test trains PPO for a few iterations twice with one seed, once
 with RLlib's own ``SYNC`` vectorization and once with vecenv's workers inside the EnvRunner, and
@@ -224,8 +224,8 @@ def test_ppo_through_vecenv_learns_cartpole(rllib: Any) -> None:
 
 @needs_rllib
 def test_gymnasium_is_the_version_rllib_pins(rllib: Any) -> None:
-    """The RLlib venv tests the Gymnasium that ray[rllib] requires (so the core subset that README's
-    RLlib command runs beside these tests checks that version)."""
+    """The RLlib venv has the Gymnasium that ray[rllib] requires (so the core subset that CI runs
+    there, docs/rllib.md's "Tests", checks that version)."""
     from importlib.metadata import requires
 
     pins = [r.split(";")[0].strip() for r in requires("ray") or [] if r.startswith("gymnasium") and "rllib" in r]
