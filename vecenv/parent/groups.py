@@ -8,7 +8,7 @@ from typing import Any
 
 import gymnasium as gym
 
-__all__ = ["GroupOfFns", "call_each", "contiguous_bounds", "split_groups"]
+__all__ = ["GroupOfFns", "WorkerGroups", "call_each", "contiguous_bounds", "split_groups"]
 
 
 class GroupOfFns:
@@ -43,3 +43,11 @@ def contiguous_bounds(n: int, k: int) -> list[tuple[int, int]]:
 def split_groups(env_fns: Sequence[Callable[[], gym.Env]], k: int) -> list[GroupOfFns]:
     """``k`` contiguous group builders over ``env_fns`` whose sizes differ by at most one."""
     return [GroupOfFns(env_fns[a:b], a) for a, b in contiguous_bounds(len(env_fns), k)]
+
+
+class WorkerGroups:
+    """Group builders given as they are, one per worker (``from_groups``), in place of the
+    ``env_fns`` a vector env's constructor splits itself: both ways in run one constructor."""
+
+    def __init__(self, group_fns: Sequence[Callable[[], Any]]) -> None:
+        self.group_fns = list(group_fns)

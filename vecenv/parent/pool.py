@@ -99,28 +99,38 @@ class WorkerPool:
         self.deliver(workers, self.prepare(workers, command, payloads, call))
 
     def prepare(
-        self, workers: Sequence[WorkerRecord], command: Command, payloads: Sequence[Any], call: str
+        self,
+        workers: Sequence[WorkerRecord],
+        command: Command,
+        payloads: Sequence[Any],
+        call: str,
+        wanted: bool = True,
     ) -> list[OwedCall]:
-        """Check that every worker may be sent a command and encode each; sends nothing."""
+        """Check that every worker may be sent a command and encode each; sends nothing.
+
+        Each call's record is made here, once: the worker's record keeps it when it is sent.
+        ``wanted=False``: nobody will wait for the replies (they are dropped on arrival).
+        """
         for w in workers:
             w.check_sendable(call)
         encode = self.transport.encode
-        outgoing = []
-        for payload in payloads:
-            call_id = next(self._call_ids)
-            outgoing.append(OwedCall(call_id, call, True, command, encode(command, call_id, payload)))
-        return outgoing
+        call_ids = self._call_ids
+        return [
+            OwedCall(call_id, call, wanted, command, encode(command, call_id, payload))
+            for payload, call_id in zip(payloads, call_ids)
+        ]
 
     def deliver(self, workers: Sequence[WorkerRecord], outgoing: Sequence[OwedCall]) -> None:
         """Send what :meth:`prepare` made, one message per worker; each becomes BUSY once sent."""
-        for w, out in zip(workers, outgoing, strict=True):
+        send = self.transport.send
+        for w, owed in zip(workers, outgoing, strict=True):
             try:
-                self.transport.send(w.index, out.message)
+                send(w.index, owed.message)
             except WorkerGone:
-                w.sent(out.call_id, out.call, out.command, out.message)  # what a restart sends again
-                self.died(w, out.call)
+                w.sent(owed)  # what a restart sends again
+                self.died(w, owed.call)
                 continue
-            w.sent(out.call_id, out.call, out.command, out.message)
+            w.sent(owed)
 
     def abandon(self, workers: Sequence[WorkerRecord]) -> None:
         """Stop waiting for what ``workers`` owe (a call interrupted while it was being sent):
