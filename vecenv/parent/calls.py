@@ -48,6 +48,9 @@ class CallRunner:
         self.calls = calls
         #: The workers, in worker order (their env ranges and statuses are read, never written).
         self.workers = pool.workers
+        #: Every env in this process (``num_workers=0``): the group's core, which :meth:`step`
+        #: runs directly.
+        self._sole_core = pool.transport.sole_core()
 
     @property
     def restarts_workers(self) -> bool:
@@ -119,6 +122,29 @@ class CallRunner:
         finally:
             calls.finish()
 
+    def step(
+        self, workers: list[WorkerRecord], payloads: list[Any], timeout: float | None
+    ) -> tuple[list[WorkerRecord], list[Any]]:
+        """``step``: :meth:`send` then :meth:`finish`, the same call state after it.
+
+        With every env in this process and the actions in the shared rows (no payload), the
+        group steps right here: the call completes within this frame, so there is no message
+        to encode or queue, no status to move and no reply to wait for; an env error is raised
+        and poisons the envs exactly as :meth:`finish` does.
+        """
+        core = self._sole_core
+        if core is None or payloads[0] is not None or workers[0].owes:
+            self.send(workers, Command.STEP, payloads, "step_async", State.WAITING_STEP)
+            return self.finish("step_wait", timeout, poisons=True)
+        try:
+            ok, result = core.handle(Command.STEP, _no_payload)
+            if not ok:
+                raise self.pool.remote_error(workers[0], result, "step_wait")
+        except BaseException as exc:
+            self.calls.poison(f"`step_wait` failed ({type(exc).__name__})")
+            raise
+        return workers, [result]
+
     def gather(self, workers: Sequence[WorkerRecord], timeout: float | None, call: str) -> list[Any]:
         """The replies of a call sent outside a pending one, in worker order (late ones are
         abandoned on a timeout or an interrupt)."""
@@ -163,3 +189,8 @@ class CallRunner:
     def shutdown(self, timeout: float, wait_late: bool) -> BaseException | None:
         """Close the envs politely, end every worker (see :meth:`WorkerPool.shutdown`)."""
         return self.pool.shutdown(timeout, wait_late)
+
+
+def _no_payload() -> None:
+    """A STEP's payload when the actions are in the shared rows."""
+    return None

@@ -26,6 +26,8 @@ from vecenv.wire.protocol import Attach, Command, StepReply
 
 __all__ = ["WorkerPool"]
 
+READY, IDLE = WorkerStatus.READY, WorkerStatus.IDLE
+
 
 class WorkerPool:
     """Workers behind a transport, with one status each; see the module docstring."""
@@ -154,11 +156,17 @@ class WorkerPool:
             VecEnvTimeoutError: ``deadline`` passed first. Nothing is abandoned: the caller
                 decides whether the calls still count.
         """
+        # Plain loops, not comprehensions: this runs on every step, where each frame counts.
         while True:
-            ready = [w for w in workers if w.status is WorkerStatus.READY]
+            ready = []
+            listening = []
+            for w in workers:
+                if w.status is READY:
+                    ready.append(w)
+                elif w.owes:
+                    listening.append(w.index)
             if ready:
                 return ready
-            listening = [w.index for w in workers if w.owes]
             assert listening, f"`{call}` waits on workers that owe nothing"
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             events = self.transport.poll(listening, remaining)
@@ -167,6 +175,7 @@ class WorkerPool:
             self._apply(events, call)
 
     def _apply(self, events: list[Event], call: str) -> None:
+        deaths = False
         for event in events:
             if isinstance(event, Reply):
                 w = self.workers[event.worker]
@@ -176,10 +185,13 @@ class WorkerPool:
                     if event.ok:
                         reply: StepReply = result
                         result = StepReply(mark_restarted(reply.infos, w.size), reply.rows)
-                self.answer(w, event.call_id, event.ok, result)
-        for event in events:
-            if not isinstance(event, Reply) and self.workers[event.worker].status is not WorkerStatus.DEAD:
-                self.died(self.workers[event.worker], call)
+                w.answered(event.call_id, event.ok, result, next(self._arrivals))
+            else:
+                deaths = True
+        if deaths:  # after every reply: a reply that came before its worker's death still counts
+            for event in events:
+                if not isinstance(event, Reply) and self.workers[event.worker].status is not WorkerStatus.DEAD:
+                    self.died(self.workers[event.worker], call)
 
     def gather(
         self, workers: Sequence[WorkerRecord], timeout: float | None, call: str, fail_fast: bool = False
@@ -195,7 +207,7 @@ class WorkerPool:
         deadline = None if timeout is None else time.monotonic() + timeout
         results: dict[int, Any] = {}
         failures: list[tuple[WorkerRecord, PackedException]] = []
-        waiting = list(workers)
+        waiting: Sequence[WorkerRecord] = workers
         while waiting:
             try:
                 ready = self.wait(waiting, deadline, call, timeout)
@@ -211,10 +223,12 @@ class WorkerPool:
                     self.raise_remote(w, result, call)
                 else:
                     failures.append((w, result))
-            waiting = [w for w in waiting if w.status is not WorkerStatus.IDLE]
+            waiting = [w for w in waiting if w.status is not IDLE] if len(ready) < len(waiting) else ()
         if failures:
             # By worker order, not arrival: which error is raised must not depend on timing.
             self.raise_remote(*min(failures, key=lambda f: f[0].index), call)
+        if len(results) == 1:
+            return list(results.values())
         return [results[w.index] for w in workers]
 
     def drain(self) -> None:

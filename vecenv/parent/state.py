@@ -150,7 +150,7 @@ class CallState:
     def begin(self, state: State, pending: Sequence[WorkerRecord], reset_mask: np.ndarray | None = None) -> None:
         """A call was sent to ``pending``; ``state`` names what is now waited for."""
         self._waiting = state
-        self._pending = list(pending)
+        self._pending = pending if type(pending) is list else list(pending)  # the caller's, never changed
         self._reset_mask = reset_mask
 
     def finish(self) -> None:

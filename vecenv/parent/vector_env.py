@@ -54,6 +54,7 @@ from vecenv.parent.closing import DEFAULT_CLOSE_TIMEOUT, Closer
 from vecenv.parent.envpool_api import AsyncBatches
 from vecenv.parent.handshake import configure
 from vecenv.parent.pool import WorkerPool
+from vecenv.parent.records import WorkerRecord
 from vecenv.parent.render import EnvIds, RenderPlan
 from vecenv.parent.replies import InfoMerger, current_observations
 from vecenv.parent.restart import Restarter, RestartPolicy
@@ -242,12 +243,16 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
     @serialised
     def step_async(self, actions: Any) -> None:
         """Write ``actions`` (an element of :attr:`action_space`) and start every worker stepping."""
-        self._step_async(actions)
+        workers = self._runner.workers
+        payloads = self._step_payloads(actions, workers)
+        self._runner.send(workers, Command.STEP, payloads, "step_async", State.WAITING_STEP)
 
     @serialised
     def step_wait(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Wait for the step sent by :meth:`step_async`; raises the timeout error after ``timeout`` s."""
-        return self._step_wait(check_timeout(timeout))
+        timeout = check_timeout(timeout)
+        self._calls.check_waiting(State.WAITING_STEP, "step_wait", "step_async")
+        return self._step_result(*self._runner.finish("step_wait", timeout, poisons=True))
 
     @serialised
     def step(
@@ -255,29 +260,28 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every env with its action, as ``SyncVectorEnv.step``; ``timeout`` as in :meth:`step_wait`."""
         timeout = check_timeout(timeout)
-        self._step_async(actions)
-        return self._step_wait(timeout)
+        workers = self._runner.workers
+        return self._step_result(*self._runner.step(workers, self._step_payloads(actions, workers), timeout))
 
-    # The two halves of a step, under the call lock already (``step`` takes it once).
+    # The two halves of every step, under the call lock already.
 
-    def _step_async(self, actions: Any) -> None:
+    def _step_payloads(self, actions: Any, workers: list[WorkerRecord]) -> list[Any]:
+        """Check that a step may start, and place ``actions`` (shared rows, or payloads)."""
         calls = self._calls
         calls.check_can_start("step_async")
         calls.check_steppable("step_async", "reset()")
         if self._disabled:
             calls.check_none_ended("step_async")
-        workers = self._runner.workers
-        payloads = self._actions.payloads(actions, workers)
-        self._runner.send(workers, Command.STEP, payloads, "step_async", State.WAITING_STEP)
+        return self._actions.payloads(actions, workers)
 
-    def _step_wait(self, timeout: float | None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        calls = self._calls
-        calls.check_waiting(State.WAITING_STEP, "step_wait", "step_async")
-        workers, replies = self._runner.finish("step_wait", timeout, poisons=True)
+    def _step_result(
+        self, workers: list[WorkerRecord], replies: list[Any]
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """What a step returns, from the workers' replies."""
         b = self._buffers
         infos = self._infos.merge(b, workers, replies)
         if self._disabled:  # only DISABLED refuses to step an env whose episode ended
-            calls.step_done(b.terminations, b.truncations)
+            self._calls.step_done(b.terminations, b.truncations)
         return self._observations(), b.rewards.copy(), b.terminations.copy(), b.truncations.copy(), infos
 
     # -- asynchronous batches (EnvPool-style; see vecenv.parent.envpool_api) ------------------

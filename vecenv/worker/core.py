@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 import gymnasium as gym
+import numpy as np
 from gymnasium import Space
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
@@ -153,7 +154,8 @@ class WorkerCore:
 
         def step(actions: Any) -> StepReply:
             if actions is None:  # in the shared rows, which the next step rewrites: take a copy
-                actions = tree_copy(buffers.actions)
+                shared = buffers.actions
+                actions = shared.copy() if type(shared) is np.ndarray else tree_copy(shared)
             return StepReply(group.step(actions), buffers.payload())
 
         def call(args: CallArgs) -> Any:
