@@ -6,8 +6,7 @@ processes, or Ray actors); the pool does everything else, the same way for every
 call ids, the status of each worker, waiting with deadlines, dropping the late replies of calls
 that timed out, raising env errors with their remote traceback, breaking (a dead worker),
 restarting (through a :class:`~vecenv.parent.restart.Restarter`) and shutting down. The API
-layers (:mod:`vecenv.parent.vector_env`, :mod:`vecenv.parent.envpool_api`) are written against
-this class only.
+layers reach it through one door, :class:`~vecenv.parent.calls.CallRunner`, never directly.
 """
 
 from __future__ import annotations

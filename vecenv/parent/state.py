@@ -2,9 +2,10 @@
 
 What the vector env is waiting for (a :class:`State`), which workers owe the pending call, why
 the next step would give wrong data (``needs_reset``), which envs have ended, and whether the
-vector env is closed: all of it is written here and only here. The two API layers
-(:mod:`vecenv.parent.vector_env` and :mod:`vecenv.parent.envpool_api`) ask it to check a call
-and to move from one state to the next; neither writes a field of it.
+vector env is closed: all of it is written here and only here. The API layers
+(:mod:`vecenv.parent.vector_env`, :mod:`vecenv.parent.envpool_api`, :mod:`vecenv.parent.rollouts`)
+ask it to check a call; the call runner (:mod:`vecenv.parent.calls`) and they move it from one
+state to the next through its methods; none writes a field of it.
 
 The checks are pure: they raise or return, never change anything. Their messages are
 Gymnasium's (``AsyncVectorEnv``'s), since user code matches on them.

@@ -2,18 +2,22 @@
 
 ::
 
-          caller: reset / step / call / render          async_reset / recv / send
-                 |                                             |
-      GroupVectorEnv (this module)                  AsyncBatches (envpool_api.py)
-         input checks (checks.py); call state in one owner, CallState (state.py);
-         actions placed by ActionPlacer (actions.py); replies merged by InfoMerger (replies.py)
-                 |                                             |
-                 '----------------------.----------------------'
-                                        v
+          caller: reset / step / call / render / rollout       async_reset / recv / send
+                 |                                                    |
+      GroupVectorEnv (this module)                         AsyncBatches (envpool_api.py)
+      Rollouts (rollouts.py)                                          |
+         call lock (serial.py); input checks (checks.py); actions placed by ActionPlacer
+         (actions.py); replies merged by InfoMerger (replies.py)      |
+                 '--------------------------.-------------------------'
+                                            v
+      CallRunner (calls.py): the one door to the pool: sending, waiting, failure bookkeeping,
+         late-reply rules; call state in one owner, CallState (state.py). With every env in
+         this process (num_workers=0) a step runs the group's WorkerCore here, directly.
+                                            v
       WorkerPool (pool.py): one WorkerRecord per worker (records.py), call ids, deadlines,
          late replies dropped, breakage, restarts (restart.py), shutdown
-                                        |  Transport (transports/base.py)
-          .-----------------------------+------------------------------.
+                                            |  Transport (transports/base.py)
+          .---------------------------------+------------------------------.
           | pipe 0 (transports/process.py)  | pipe 1        ...   Ray actor (transports/ray.py)
           v                                 v                           v
     +-----------+                     +-----------+               +-----------+
@@ -34,7 +38,7 @@ that every call is one command per worker and one reply per worker.
 
 :class:`GroupVectorEnv` knows no transport: :class:`~vecenv.SubprocVectorEnv`
 (:mod:`vecenv.parent.subproc`) and :class:`~vecenv.RayVectorEnv` (:mod:`vecenv.parent.ray_env`)
-choose one and call :meth:`GroupVectorEnv._open`.
+choose one and call this class's constructor (their ``from_groups`` calls their own).
 """
 
 from __future__ import annotations
