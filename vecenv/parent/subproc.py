@@ -151,7 +151,7 @@ class SubprocVectorEnv(GroupVectorEnv):
             check_batch_size(batch_size, [len(g.env_fns) for g in groups])
             options = VectorOptions.pick(locals())
             inline = inline_group or workers == 0
-        transport = self._transport(groups, options, context, daemon, pin_cpus, inline)
+        transport = self._connect(groups, options, context, daemon, pin_cpus, inline)
         super().__init__(transport, groups, options, shared_memory)
 
     @classmethod
@@ -201,7 +201,7 @@ class SubprocVectorEnv(GroupVectorEnv):
             inline_group=inline_group,
         )
 
-    def _transport(
+    def _connect(
         self,
         groups: Sequence[Callable[[], Any]],
         options: VectorOptions,
