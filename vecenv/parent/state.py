@@ -137,6 +137,17 @@ class CallState:
         if self._needs_reset is not None:
             raise NeedsResetError(f"Calling `{call}` after {self._needs_reset}: call `{how}` first.")
 
+    def check_step(self, call: str, disabled: bool) -> None:
+        """A step may start (:meth:`check_can_start`, :meth:`check_steppable` and, under
+        ``autoreset_mode=DISABLED``, :meth:`check_none_ended`), checked in that order."""
+        if self.closed or self._waiting is not State.DEFAULT or self._needs_reset is not None or disabled:
+            self.check_can_start(call)
+            self.check_steppable(call, "reset()")
+            if disabled:
+                self.check_none_ended(call)
+        elif self._pool is not None and self._pool.broken is not None:
+            self.check_open(call)
+
     def check_none_ended(self, call: str) -> None:
         """``autoreset_mode=DISABLED``: no env may be stepped past its episode's end."""
         if self.ended.any():

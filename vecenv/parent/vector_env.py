@@ -271,11 +271,7 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
 
     def _step_payloads(self, actions: Any, workers: list[WorkerRecord]) -> list[Any]:
         """Check that a step may start, and place ``actions`` (shared rows, or payloads)."""
-        calls = self._calls
-        calls.check_can_start("step_async")
-        calls.check_steppable("step_async", "reset()")
-        if self._disabled:
-            calls.check_none_ended("step_async")
+        self._calls.check_step("step_async", self._disabled)
         return self._actions.payloads(actions, workers)
 
     def _step_result(
@@ -283,10 +279,19 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """What a step returns, from the workers' replies."""
         b = self._buffers
-        infos = self._infos.merge(b, workers, replies)
+        first = replies[0]
+        if len(replies) == 1 and not first.infos and first.rows is None:
+            infos: dict[str, Any] = {}  # the common step: nothing to merge
+        else:
+            infos = self._infos.merge(b, workers, replies)
         if self._disabled:  # only DISABLED refuses to step an env whose episode ended
             self._calls.step_done(b.terminations, b.truncations)
-        return self._observations(), b.rewards.copy(), b.terminations.copy(), b.truncations.copy(), infos
+        obs = b.observations
+        if type(obs) is np.ndarray and b.fixed_observations:  # a Box space: one array to copy
+            obs = obs.copy() if self.copy else obs
+        else:
+            obs = self._observations()
+        return obs, b.rewards.copy(), b.terminations.copy(), b.truncations.copy(), infos
 
     # -- asynchronous batches (EnvPool-style; see vecenv.parent.envpool_api) ------------------
 
