@@ -152,7 +152,9 @@ class WorkerCore:
             if actions is None:  # in the shared rows, which the next step rewrites: take a copy
                 shared = buffers.actions
                 actions = shared.copy() if type(shared) is np.ndarray else tree_copy(shared)
-            return StepReply(group.step(actions), buffers.payload())
+            entries = group.step(actions)
+            rollouts.step_done()  # episode starts (a recurrent policy's state) follow every step
+            return StepReply(entries, buffers.payload())
 
         def call(args: CallArgs) -> Any:
             return group.call(args.name, args.args, args.kwargs)
