@@ -20,7 +20,7 @@ from multiprocessing import shared_memory
 
 import pytest
 
-from tests.fds import open_fds
+from tests.helpers.faults import open_fds
 
 SHM_GLOB = "/dev/shm/vecenv_*"
 

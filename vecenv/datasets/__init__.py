@@ -54,7 +54,14 @@ from typing import TYPE_CHECKING, Any
 
 from vecenv.datasets.collection import collect
 from vecenv.datasets.dataset import Dataset, load
-from vecenv.datasets.errors import DatasetWriteError, MinariNotInstalledError, PolicyError, UnsupportedSpaceError
+from vecenv.datasets.errors import (
+    DatasetNotFoundError,
+    DatasetWriteError,
+    MinariNotInstalledError,
+    OutputExistsError,
+    PolicyError,
+    UnsupportedSpaceError,
+)
 
 if TYPE_CHECKING:
     from vecenv.datasets.cli import main
@@ -62,8 +69,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Dataset",
+    "DatasetNotFoundError",
     "DatasetWriteError",
     "MinariNotInstalledError",
+    "OutputExistsError",
     "PolicyError",
     "UnsupportedSpaceError",
     "collect",

@@ -32,6 +32,7 @@ from vecenv.datasets.sinks import OPEN_EPISODES, DatasetSink
 from vecenv.datasets.sources import RolloutSource, StepSource, random_actions, rollout_length
 from vecenv.datasets.staging import EpisodeStager
 from vecenv.datasets.writer import CHUNK_BYTES, DatasetWriter, check_out, now, versions
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError
 from vecenv.integrations.sb3.saved_model import SavedModelPolicy
 from vecenv.policies import FunctionPolicy, RandomPolicy, SB3Policy, WorkerPolicy
 from vecenv.seeding import seed_policy_of
@@ -74,7 +75,7 @@ def autoreset_mode(envs: VectorEnv) -> AutoresetMode:
         if str(mode) in (candidate.value, candidate.name, candidate.name.lower()):
             return candidate
     expected = [m.name for m in AutoresetMode]
-    raise ValueError(f"envs.metadata['autoreset_mode']: expected one of {expected}, got {mode!r}")
+    raise InvalidArgumentError(f"envs.metadata['autoreset_mode']: expected one of {expected}, got {mode!r}")
 
 
 def policy_name(policy: Any) -> str:
@@ -91,9 +92,9 @@ def policy_name(policy: Any) -> str:
 
 def _positive_count(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name}: expected a positive int, got {value!r} of type {type(value).__name__}")
+        raise ArgumentTypeError(f"{name}: expected a positive int, got {value!r} of type {type(value).__name__}")
     if value <= 0:
-        raise ValueError(f"{name}: expected a positive int, got {value!r}")
+        raise InvalidArgumentError(f"{name}: expected a positive int, got {value!r}")
     return int(value)
 
 
@@ -183,27 +184,29 @@ def _check_request(envs: Any, policy: Any, steps: Any, episodes: Any, seed: Any)
     """Raise TypeError / ValueError for ``collect``'s envs, count, seed or policy; return the
     count asked for (of steps, or of episodes)."""
     if not isinstance(envs, VectorEnv):
-        raise TypeError(f"envs: expected a gymnasium.vector.VectorEnv, got {type(envs).__name__}")
+        raise ArgumentTypeError(f"envs: expected a gymnasium.vector.VectorEnv, got {type(envs).__name__}")
     if (steps is None) == (episodes is None):
-        raise ValueError(f"steps, episodes: expected exactly one of them, got steps={steps!r}, episodes={episodes!r}")
+        raise InvalidArgumentError(
+            f"steps, episodes: expected exactly one of them, got steps={steps!r}, episodes={episodes!r}"
+        )
     target = _positive_count("steps", steps) if steps is not None else _positive_count("episodes", episodes)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed: expected a non-negative int, got {seed!r} of type {type(seed).__name__}")
+        raise ArgumentTypeError(f"seed: expected a non-negative int, got {seed!r} of type {type(seed).__name__}")
     if seed < 0:
-        raise ValueError(f"seed: expected a non-negative int, got {seed!r}")
+        raise InvalidArgumentError(f"seed: expected a non-negative int, got {seed!r}")
     policy_error = f"policy: expected 'random' or a callable taking the batched observation, got {policy!r}"
     if isinstance(policy, str) and policy != "random":
-        raise ValueError(policy_error)
+        raise InvalidArgumentError(policy_error)
     if not isinstance(policy, str) and not callable(policy):
-        raise TypeError(policy_error)
+        raise ArgumentTypeError(policy_error)
     return target
 
 
 def _check_rollout_steps(rollout_steps: Any) -> None:
     if rollout_steps is not None and (isinstance(rollout_steps, bool) or not isinstance(rollout_steps, int)):
-        raise TypeError(f"rollout_steps: expected None or a non-negative int, got {rollout_steps!r}")
+        raise ArgumentTypeError(f"rollout_steps: expected None or a non-negative int, got {rollout_steps!r}")
     if rollout_steps is not None and rollout_steps < 0:
-        raise ValueError(f"rollout_steps: expected None or a non-negative int, got {rollout_steps!r}")
+        raise InvalidArgumentError(f"rollout_steps: expected None or a non-negative int, got {rollout_steps!r}")
 
 
 def _check_format_options(
@@ -211,11 +214,11 @@ def _check_format_options(
 ) -> None:
     """Raise ValueError for ``collect``'s format and the options that only Minari takes."""
     if format not in FORMATS:
-        raise ValueError(f"format: expected one of {list(FORMATS)}, got {format!r}")
+        raise InvalidArgumentError(f"format: expected one of {list(FORMATS)}, got {format!r}")
     if open_episodes not in OPEN_EPISODES:
-        raise ValueError(f"open_episodes: expected one of {list(OPEN_EPISODES)}, got {open_episodes!r}")
+        raise InvalidArgumentError(f"open_episodes: expected one of {list(OPEN_EPISODES)}, got {open_episodes!r}")
     if format == "vecenv" and (dataset_id is not None or minari_metadata):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"dataset_id, minari_metadata: expected None with format='vecenv' (they are for "
             f"format='minari'), got dataset_id={dataset_id!r}, minari_metadata={minari_metadata!r}"
         )
@@ -382,7 +385,7 @@ def _minari_output(
     from vecenv.datasets.minari import MinariSink, datasets_root, minari_target
 
     if dataset_id is None:
-        raise ValueError("dataset_id: expected 'NAMESPACE/NAME-vN' with format='minari', got None")
+        raise InvalidArgumentError("dataset_id: expected 'NAMESPACE/NAME-vN' with format='minari', got None")
     target_dir = minari_target(dataset_id, out, overwrite)
     sink = MinariSink(
         dataset_id,
@@ -402,7 +405,7 @@ def _dataset_output(plan: _Plan, out: str | os.PathLike[str] | None, overwrite: 
     """A new dataset directory in our format (raises ValueError or FileExistsError)."""
     if out is None:
         if plan.metadata["env_id"] is None:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "out: expected a directory path (required when envs has no spec and metadata has no 'env_id'), got None"
             )
         out = Path("rollouts") / str(plan.metadata["env_id"]).split(":")[-1]

@@ -11,7 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from vecenv.datasets.errors import DatasetNotFoundError
 from vecenv.datasets.format import METADATA_FILE, SCALAR_FIELDS, space_nesting
+from vecenv.errors import InvalidArgumentError
 from vecenv.spaces import build_tree, named_leaves
 
 
@@ -70,7 +72,7 @@ def load(path: str | os.PathLike[str]) -> Dataset:
     path = Path(path)
     metadata_file = path / METADATA_FILE
     if not metadata_file.is_file():
-        raise FileNotFoundError(
+        raise DatasetNotFoundError(
             f"path: expected a rollout dataset directory containing {METADATA_FILE}, got {str(path)!r}"
         )
     metadata = json.loads(metadata_file.read_text())
@@ -79,7 +81,7 @@ def load(path: str | os.PathLike[str]) -> Dataset:
     for name in metadata["fields"]:
         array = np.load(path / f"{name}.npy", mmap_mode="r")
         if len(array) != expected:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{path / (name + '.npy')}: expected {expected} rows as metadata.json says, got {len(array)}"
             )
         arrays[name] = array

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vecenv.errors import VecEnvError
+from vecenv.errors import MissingDependencyError, VecEnvError
 
 
 class PolicyError(VecEnvError, ValueError):
@@ -17,7 +17,7 @@ class UnsupportedSpaceError(VecEnvError, TypeError):
     MultiBinary and Dict/Tuple of them can)."""
 
 
-class MinariNotInstalledError(VecEnvError, ImportError):
+class MinariNotInstalledError(MissingDependencyError):
     """``format="minari"`` or a Minari export was asked for but Minari (with its HDF5
     backend) is not installed."""
 
@@ -27,6 +27,15 @@ class DatasetWriteError(VecEnvError, OSError):
     quota, a file size limit). Its message names the path and the cause; ``errno`` and
     ``filename`` are the underlying ``OSError``'s. What was committed before it stays a valid
     dataset marked ``"complete": false``."""
+
+
+class OutputExistsError(VecEnvError, FileExistsError):
+    """The output path is taken: an existing file, or a directory that is not to be replaced
+    (``overwrite`` not given) or is not a dataset, so replacing it could destroy other data."""
+
+
+class DatasetNotFoundError(VecEnvError, FileNotFoundError):
+    """The path given to ``load`` is not a rollout dataset directory (no ``metadata.json``)."""
 
 
 @dataclass(frozen=True)

@@ -28,10 +28,11 @@ from gymnasium.envs.registration import EnvSpec
 
 from vecenv.checks import seed_list
 from vecenv.datasets.dataset import Dataset, load
-from vecenv.datasets.errors import KEYWORDS, MinariNotInstalledError, OptionNames
+from vecenv.datasets.errors import KEYWORDS, MinariNotInstalledError, OptionNames, OutputExistsError
 from vecenv.datasets.format import space_from_description
 from vecenv.datasets.sinks import OPEN_EPISODES, EpisodeSummary, with_last
 from vecenv.datasets.writer import chunk_rows, now
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError
 from vecenv.spaces import build_tree, named_leaves, shape_of
 
 INSTALL_HINT = 'Minari output needs the minari extra: pip install "vecenv[minari]"'
@@ -73,11 +74,11 @@ def minari_target(
     from minari.dataset.minari_dataset import parse_dataset_id
 
     if not isinstance(dataset_id, str):
-        raise TypeError(f"{names.dataset_id}: expected a str like 'NAMESPACE/NAME-vN', got {dataset_id!r}")
+        raise ArgumentTypeError(f"{names.dataset_id}: expected a str like 'NAMESPACE/NAME-vN', got {dataset_id!r}")
     try:
         parse_dataset_id(dataset_id)
     except (ValueError, TypeError) as exc:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"{names.dataset_id}: expected 'NAMESPACE/NAME-vN' or 'NAME-vN' (letters, digits, '-', '_'; "
             f"a version is required; Minari says: {exc}), got {dataset_id!r}"
         ) from None
@@ -85,11 +86,13 @@ def minari_target(
     target = root / dataset_id
     if target.exists():
         if not overwrite:
-            raise FileExistsError(
+            raise OutputExistsError(
                 f"Minari dataset {dataset_id!r} already exists in {str(root)!r} (pass {names.overwrite} to replace it)"
             )
         if any(target.iterdir()) and not (target / "data" / "metadata.json").is_file():
-            raise FileExistsError(f"refusing to overwrite {str(target)!r}: it is not empty and is not a Minari dataset")
+            raise OutputExistsError(
+                f"refusing to overwrite {str(target)!r}: it is not empty and is not a Minari dataset"
+            )
         shutil.rmtree(target)
     root.mkdir(parents=True, exist_ok=True)
     return target
@@ -141,7 +144,7 @@ class MinariSink:
         minari = import_minari()
         unknown = sorted(set(minari_metadata) - set(_METADATA_KEYS))
         if unknown:
-            raise ValueError(f"minari_metadata: expected keys among {list(_METADATA_KEYS)}, got {unknown}")
+            raise InvalidArgumentError(f"minari_metadata: expected keys among {list(_METADATA_KEYS)}, got {unknown}")
         self.observation_space, self.action_space = observation_space, action_space
         self.vecenv_metadata = dict(vecenv_metadata)
         self.open_episodes = open_episodes
@@ -316,7 +319,7 @@ def export_minari(
     ``overwrite`` is false.
     """
     if open_episodes not in OPEN_EPISODES:
-        raise ValueError(f"open_episodes: expected one of {list(OPEN_EPISODES)}, got {open_episodes!r}")
+        raise InvalidArgumentError(f"open_episodes: expected one of {list(OPEN_EPISODES)}, got {open_episodes!r}")
     target = minari_target(dataset_id, out, overwrite)
     if not isinstance(dataset, Dataset):
         dataset = load(dataset)

@@ -18,7 +18,7 @@ from typing import IO, Any
 import gymnasium
 import numpy as np
 
-from vecenv.datasets.errors import KEYWORDS, DatasetWriteError, OptionNames
+from vecenv.datasets.errors import KEYWORDS, DatasetWriteError, OptionNames, OutputExistsError
 from vecenv.datasets.format import METADATA_FILE, Leaf
 
 # Rows are buffered in memory up to this many bytes (all fields together) per chunk.
@@ -239,11 +239,11 @@ def check_out(out: Path, overwrite: bool, names: OptionNames = KEYWORDS) -> None
     if not out.exists():
         return
     if not out.is_dir():
-        raise FileExistsError(f"out: expected a directory path, got {str(out)!r}, which is an existing file")
+        raise OutputExistsError(f"out: expected a directory path, got {str(out)!r}, which is an existing file")
     if not overwrite:
-        raise FileExistsError(f"output directory {str(out)!r} already exists (pass {names.overwrite} to replace it)")
+        raise OutputExistsError(f"output directory {str(out)!r} already exists (pass {names.overwrite} to replace it)")
     if any(out.iterdir()) and not (out / METADATA_FILE).is_file():
-        raise FileExistsError(
+        raise OutputExistsError(
             f"refusing to overwrite {str(out)!r}: it is not empty and has no {METADATA_FILE}, "
             "so it is not a rollout dataset"
         )
