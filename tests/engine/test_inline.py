@@ -59,7 +59,7 @@ def test_inline_group_env_errors_surface_as_any_env_error(target: int) -> None:
 def test_every_env_in_the_parent_reports_an_env_error_as_a_worker_does(num_workers: int) -> None:
     """With every env in the parent a step runs the group directly; an env error there is the
     same error, with the same note and the same poisoning, as from a worker process."""
-    from tests.crash_envs import fault_fns
+    from tests.helpers.faults import fault_fns
 
     fns = fault_fns(3, "raise", "step", 1, at=2)
     with SubprocVectorEnv(fns, num_workers) as sub:
