@@ -392,14 +392,14 @@ def test_episodes_memory_stays_bounded_when_episodes_do_not_end(
     # Only the maxima are kept: a list of every count would itself grow with the episode length
     # (tens of KiB over 1,600 more steps), inside the traced peak this test bounds.
     most = {"held": 0, "spilled": 0}
-    original_add = rollout.staging.EpisodeStager.add
+    original_extend = rollout.staging.EpisodeStager.extend
 
-    def counting_add(self: Any, columns: Any, envs: np.ndarray) -> None:
-        original_add(self, columns, envs)
+    def counting_extend(self: Any, env: int, columns: Any) -> None:
+        original_extend(self, env, columns)
         most["held"] = max(most["held"], int(self.filled.sum()))
         most["spilled"] = max(most["spilled"], self._spill_rows)
 
-    monkeypatch.setattr(rollout.staging.EpisodeStager, "add", counting_add)
+    monkeypatch.setattr(rollout.staging.EpisodeStager, "extend", counting_extend)
     # Each flush writes metadata.json; the indenting JSON encoder leaves reference cycles that
     # only the garbage collector frees, at times of its choosing. Collecting the young
     # generations after each flush keeps that garbage out of the peak this test bounds.

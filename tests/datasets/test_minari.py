@@ -7,9 +7,12 @@ Minari keeps as each episode's last observation)."""
 
 from __future__ import annotations
 
+import gc
+import importlib.util
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,14 @@ pytestmark = pytest.mark.timeout(60)
 
 REPO = Path(__file__).resolve().parents[2]
 MODES = list(AutoresetMode)
+#: Minari's two storage backends; Arrow needs pyarrow (``minari[arrow]``), not in the test extra.
+STORAGES = [
+    "hdf5",
+    pytest.param(
+        "arrow",
+        marks=pytest.mark.skipif(importlib.util.find_spec("pyarrow") is None, reason="needs pyarrow (minari[arrow])"),
+    ),
+]
 
 
 @pytest.fixture(autouse=True)
@@ -97,17 +108,27 @@ def assert_same_episodes(
 # ------------------------------------------------------------------------ collect(format="minari")
 
 
+@pytest.mark.parametrize("storage", STORAGES)
 @pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
-def test_minari_episodes_equal_our_transitions(tmp_path: Path, mode: AutoresetMode) -> None:
+def test_minari_episodes_equal_our_transitions(tmp_path: Path, mode: AutoresetMode, storage: str) -> None:
     ours = collect(sync_envs(3, mode), episodes=17, seed=4, out=tmp_path / "ours", progress=False)
     theirs = collect(
-        sync_envs(3, mode), episodes=17, seed=4, format="minari", dataset_id="test/counter-v0", progress=False
+        sync_envs(3, mode),
+        episodes=17,
+        seed=4,
+        format="minari",
+        dataset_id="test/counter-v0",
+        progress=False,
+        minari_storage=storage,
     )
+    assert theirs.storage.metadata["data_format"] == storage
     assert theirs.total_episodes == 17 and theirs.total_steps == ours.transitions
     assert_same_episodes(minari.load_dataset("test/counter-v0"), ours)
+    minari_checks("test/counter-v0")
 
 
-def test_nested_dict_and_tuple_spaces_round_trip(tmp_path: Path) -> None:
+@pytest.mark.parametrize("storage", STORAGES)
+def test_nested_dict_and_tuple_spaces_round_trip(tmp_path: Path, storage: str) -> None:
     envs = sync_envs(2, env_class=DictCounterEnv)
     ours = collect(envs, steps=40, seed=1, out=tmp_path / "ours", progress=False)
     collect(
@@ -117,10 +138,12 @@ def test_nested_dict_and_tuple_spaces_round_trip(tmp_path: Path) -> None:
         format="minari",
         dataset_id="nested-v1",
         progress=False,
+        minari_storage=storage,
     )
     loaded = minari.load_dataset("nested-v1")
     assert loaded.observation_space == DictCounterEnv().observation_space
     assert_same_episodes(loaded, ours)
+    minari_checks("nested-v1")
 
 
 @pytest.mark.parametrize("open_episodes", ["truncate", "drop"])
@@ -170,14 +193,15 @@ def test_env_spec_is_recorded_so_recover_environment_works(tmp_path: Path) -> No
     assert {0, 1} <= {s for s in seeds if s is not None}
 
 
+@pytest.mark.parametrize("storage", STORAGES)
 def test_long_episodes_are_written_in_pieces_with_the_right_counts(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, storage: str
 ) -> None:
     monkeypatch.setattr(rollout.writer, "CHUNK_BYTES", 400)  # a few rows per block and piece
     envs = SyncVectorEnv([lambda: CounterEnv(max_length=40) for _ in range(2)])
     ours = collect(envs, episodes=6, seed=3, out=tmp_path / "ours", progress=False)
     envs = SyncVectorEnv([lambda: CounterEnv(max_length=40) for _ in range(2)])
-    collect(envs, episodes=6, seed=3, format="minari", dataset_id="long-v0", progress=False)
+    collect(envs, episodes=6, seed=3, format="minari", dataset_id="long-v0", progress=False, minari_storage=storage)
     loaded = minari.load_dataset("long-v0")
     lengths = [m["total_steps"] for m in loaded.storage.get_episode_metadata(range(6))]
     assert lengths == [len(g) for g in native_episodes(ours)] and max(lengths) > 10
@@ -224,10 +248,12 @@ def test_minari_arguments_are_checked_before_collecting(kwargs: dict, error: typ
 # ------------------------------------------------------------------------ export
 
 
+@pytest.mark.parametrize("storage", STORAGES)
 @pytest.mark.parametrize("request_", [{"steps": 77}, {"episodes": 9}], ids=["steps", "episodes"])
-def test_export_gives_what_collecting_to_minari_gives(tmp_path: Path, request_: dict) -> None:
+def test_export_gives_what_collecting_to_minari_gives(tmp_path: Path, request_: dict, storage: str) -> None:
     ours = collect(sync_envs(3), seed=5, out=tmp_path / "ours", progress=False, **request_)
-    exported = export_minari(tmp_path / "ours", "exported-v0")
+    exported = export_minari(tmp_path / "ours", "exported-v0", minari_storage=storage)
+    assert exported.storage.metadata["data_format"] == storage
     collected = collect(sync_envs(3), seed=5, format="minari", dataset_id="collected-v0", progress=False, **request_)
     assert exported.total_episodes == collected.total_episodes
     for a, b in zip(exported.iterate_episodes(), collected.iterate_episodes()):
@@ -298,6 +324,7 @@ def test_cli_collect_and_export_to_minari(tmp_path: Path, capsys: pytest.Capture
         (["--format", "minari", "--dataset-id", "bad id"], "--dataset-id: expected 'NAMESPACE/NAME-vN'"),
         (["--dataset-id", "x-v0"], "--dataset-id: only with --format minari"),
         (["--open-episodes", "drop"], "--open-episodes: only with --format minari"),
+        (["--minari-storage", "arrow"], "--minari-storage: only with --format minari"),
         (
             ["--format", "minari", "--dataset-id", "x-v0", "--episodes", "3", "--open-episodes", "drop"],
             "--open-episodes: only with --steps",
@@ -321,6 +348,16 @@ def test_without_minari_collect_raises_at_once(monkeypatch: pytest.MonkeyPatch) 
     envs = sync_envs(2)
     with pytest.raises(MinariNotInstalledError, match=r'pip install "vecenv\[minari\]"'):
         collect(envs, steps=5, format="minari", dataset_id="x-v0", progress=False)
+    assert envs.envs[0]._t == 0  # never stepped
+
+
+def test_arrow_storage_without_pyarrow_raises_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    envs = sync_envs(2)
+    with pytest.raises(MinariNotInstalledError, match=r'pyarrow: pip install "minari\[arrow\]"'):
+        collect(envs, steps=5, format="minari", dataset_id="x-v0", progress=False, minari_storage="arrow")
+    with pytest.raises(ValueError, match=r"minari_storage: expected one of \['hdf5', 'arrow'\], got 'zarr'"):
+        collect(envs, steps=5, format="minari", dataset_id="x-v0", progress=False, minari_storage="zarr")
     assert envs.envs[0]._t == 0  # never stepped
 
 
@@ -400,3 +437,146 @@ def test_export_of_a_dataset_without_a_recorded_spec_uses_the_registered_one(tmp
     exported = export_minari(tmp_path / "old", "old-v0")
     assert exported.env_spec.id == "RolloutCounter-v0"
     assert_same_episodes(exported, load(tmp_path / "old"))
+
+
+# ------------------------------------------------------------------------ Minari's own view
+
+
+def minari_checks(dataset_id: str) -> None:
+    """The checks Minari runs on the datasets its own tests create: the dataset is listed and
+    loads under its id; the episode count and the steps add up to its metadata; every
+    episode has ``total_steps + 1`` observations and ``total_steps`` actions, rewards,
+    terminations and truncations, each observation and action inside its space; and Minari
+    deletes it."""
+    assert dataset_id in minari.list_local_datasets()
+    dataset = minari.load_dataset(dataset_id)
+    assert dataset.spec.dataset_id == dataset_id
+    storage = dataset.storage
+    metadata = list(storage.get_episode_metadata(range(dataset.total_episodes)))
+    episodes = list(storage.get_episodes(range(dataset.total_episodes)))
+    assert len(episodes) == storage.total_episodes == dataset.total_episodes
+    assert sum(m["total_steps"] for m in metadata) == storage.total_steps == dataset.total_steps
+    for episode, meta in zip(episodes, metadata):
+        steps = meta["total_steps"]
+        assert meta["id"] == episode["id"]
+        for name, rows, space in (
+            ("observations", steps + 1, dataset.observation_space),
+            ("actions", steps, dataset.action_space),
+        ):
+            assert all(len(leaf) == rows for leaf in leaves(episode[name])), name
+            for i in range(rows):
+                assert space.contains(_at(episode[name], i)), (name, i)
+        assert len(episode["rewards"]) == len(episode["terminations"]) == len(episode["truncations"]) == steps
+    minari.delete_dataset(dataset_id)
+    assert dataset_id not in minari.list_local_datasets()
+
+
+def _at(value: Any, i: int) -> Any:
+    if isinstance(value, dict):
+        return {k: _at(v, i) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_at(v, i) for v in value)
+    return value[i]
+
+
+def _collector_dataset(env_class: type, seed: int, episodes: list[np.ndarray], actions: Any, dataset_id: str) -> Any:
+    """What Minari's ``DataCollector`` records for one env reset with ``seed`` (later resets
+    unseeded, continuing its generator, as in a vector env) that takes ``actions`` (ours,
+    per leaf) row by row, episode after episode."""
+    pytest.importorskip("jax", reason="Minari's DataCollector needs jax (minari[create])")
+    from minari import DataCollector
+
+    env = DataCollector(env_class())
+    env.reset(seed=seed)
+    for number, rows in enumerate(episodes):
+        if number:
+            env.reset(options={"minari_autoseed": False})
+        for row in rows:
+            env.step(_at(actions, row))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # for each optional field left out
+        # The collector drops or removes its temporary directories, whose finalizers then warn.
+        warnings.simplefilter("ignore", ResourceWarning)
+        dataset = env.create_dataset(dataset_id=dataset_id, algorithm_name="replay")
+        env.close()
+        del env
+        gc.collect()
+    return dataset
+
+
+@pytest.mark.parametrize("storage", STORAGES)
+@pytest.mark.parametrize("env_class", [CounterEnv, DictCounterEnv], ids=["box", "dict"])
+def test_episodes_equal_what_minari_data_collector_records(tmp_path: Path, env_class: type, storage: str) -> None:
+    """Per env, replaying our actions through Minari's own ``DataCollector`` from the same
+    seed records the same episodes, arrays, dtypes and episode metadata; the collector's
+    metadata callback adds only its reward statistics."""
+    ours = collect(sync_envs(3, env_class=env_class), episodes=14, seed=7, out=tmp_path / "ours", progress=False)
+    collect(
+        sync_envs(3, env_class=env_class),
+        episodes=14,
+        seed=7,
+        format="minari",
+        dataset_id="vc/ours-v0",
+        progress=False,
+        minari_storage=storage,
+    )
+    written = minari.load_dataset("vc/ours-v0")
+    groups = native_episodes(ours)
+    env_of = [int(ours["env_ids"][g[0]]) for g in groups]
+    per_env = {env: [g for g, e in zip(groups, env_of) if e == env] for env in set(env_of)}
+    recorded = {
+        env: _collector_dataset(env_class, 7 + env, rows, ours["actions"], f"vc/collector{env}-v0")
+        for env, rows in per_env.items()
+    }
+    position = dict.fromkeys(per_env, 0)
+    ours_metadata = list(written.storage.get_episode_metadata(range(written.total_episodes)))
+    for episode, meta, env in zip(written.iterate_episodes(), ours_metadata, env_of):
+        theirs = recorded[env]
+        index = position[env]
+        position[env] += 1
+        reference = theirs[index]
+        for name in ("observations", "actions", "rewards", "terminations", "truncations"):
+            for mine, expected in zip(leaves(getattr(episode, name)), leaves(getattr(reference, name))):
+                np.testing.assert_array_equal(mine, expected, err_msg=name)
+                assert mine.dtype == expected.dtype, name
+        (their_meta,) = theirs.storage.get_episode_metadata([index])
+        their_meta.pop("options", None)  # the replay's reset(options={"minari_autoseed": False})
+        rewards_stats = {"rewards_sum", "rewards_mean", "rewards_std", "rewards_max", "rewards_min"}
+        assert set(their_meta) - set(meta) == rewards_stats
+        assert {k: v for k, v in their_meta.items() if k not in rewards_stats | {"id"}} == {
+            k: v for k, v in meta.items() if k != "id"
+        }
+        assert meta["id"] == episode.id
+    assert written.total_episodes == 14 and sum(position.values()) == 14
+    minari_checks("vc/ours-v0")
+
+
+def test_an_episode_cut_while_written_leaves_no_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl+C inside an episode's write: the file keeps only the finished episodes, numbered as
+    Minari numbers them, so Minari itself can append to the dataset afterwards."""
+    import h5py
+
+    from vecenv.datasets import minari as minari_output
+
+    original = minari_output._EpisodeFile._fill
+    calls = []
+
+    def cut_fourth(self: Any, group: Any, index: int, seed: Any, length: int, pieces: Any) -> None:
+        calls.append(index)
+        if len(calls) == 4:
+
+            def interrupted() -> Any:
+                raise KeyboardInterrupt
+                yield
+
+            pieces = interrupted()
+        original(self, group, index, seed, length, pieces)
+
+    monkeypatch.setattr(minari_output._EpisodeFile, "_fill", cut_fourth)
+    with pytest.raises(KeyboardInterrupt):
+        collect(sync_envs(2), episodes=10, seed=0, format="minari", dataset_id="cut/mid-v0", progress=False)
+    loaded = minari.load_dataset("cut/mid-v0")
+    assert loaded.total_episodes == 3 and loaded.storage.metadata["vecenv"]["complete"] is False
+    with h5py.File(loaded.storage.data_path / "main_data.hdf5", "r") as file:
+        assert sorted(file) == ["episode_0", "episode_1", "episode_2"]
+    minari_checks("cut/mid-v0")

@@ -14,8 +14,8 @@ directory (also ``RAY_TMPDIR`` for the session, so that nothing lands in Ray's d
 each shutdown the fixtures check that none of the Ray processes they started is still running
 (Ray's processes are not ``multiprocessing`` children, so conftest's leak check cannot see them).
 
-Use: ``from tests.helpers.ray_sessions import ray_local, ray_cluster`` in a test module (import these
-names in one module only: pytest makes one fixture per module that defines it).
+Use: ``from tests.helpers.ray_sessions import _ray_sessions, ray_local, ray_cluster`` in a test
+module (pytest makes one fixture per module that imports it; they share one ``RaySessions``).
 """
 
 from __future__ import annotations
@@ -164,16 +164,25 @@ class RaySessions:
         return survivors
 
 
+#: The one RaySessions of this test process: each module that imports the fixtures gets its own
+#: copy of them from pytest, and they all share this (the first to be torn down closes it).
+_SHARED: list[RaySessions] = []
+
+
 @pytest.fixture(scope="session")
 def _ray_sessions() -> Iterator[RaySessions]:
     """The session's Ray bookkeeping; tears every Ray down at the end and checks for leftovers."""
-    sessions = RaySessions()
+    if not _SHARED:
+        _SHARED.append(RaySessions())
+    sessions = _SHARED[0]
     try:
         yield sessions
     finally:
-        survivors = sessions.close()
-        if survivors:
-            pytest.fail(f"Ray processes left running after shutdown: pids {sorted(survivors)}", pytrace=False)
+        if _SHARED:
+            _SHARED.clear()
+            survivors = sessions.close()
+            if survivors:
+                pytest.fail(f"Ray processes left running after shutdown: pids {sorted(survivors)}", pytrace=False)
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ import os
 import shlex
 import shutil
 import sys
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,6 +113,7 @@ def collect(
     open_episodes: str = "truncate",
     minari_metadata: Mapping[str, Any] | None = None,
     rollout_steps: int | None = None,
+    minari_storage: str = "hdf5",
 ) -> Any:
     """Run ``policy`` in ``envs`` and write the transitions to a dataset.
 
@@ -145,12 +145,14 @@ def collect(
         metadata: extra entries for ``metadata.json`` (``env_id``, ``env_kwargs``, ``policy``:
             the name recorded and used in error messages, ...), overriding the inferred ones.
         format: ``"vecenv"`` (the ``.npy`` directory ``load`` reads) or ``"minari"`` (a
-            Minari dataset written through Minari's API; needs ``pip install "vecenv[minari]"``).
+            Minari dataset in Minari's HDF5 format; needs ``pip install "vecenv[minari]"``).
         dataset_id: Minari only, required: ``NAMESPACE/NAME-vN`` or ``NAME-vN``.
         open_episodes: Minari with ``steps`` only: the episodes still open after the N-th
             transition are kept with their last step ``truncated`` (``"truncate"``, default:
             exactly N steps) or left out (``"drop"``); the counts are in the ``vecenv`` metadata.
         minari_metadata: Minari only: ``author``, ``code_permalink``, ``description``, ...
+        minari_storage: Minari only: its storage backend, ``"hdf5"`` (default) or ``"arrow"``
+            (needs pyarrow; each episode is held whole in memory while it is written).
         rollout_steps: with vecenv's own vector envs under NEXT_STEP or SAME_STEP, the
             policy runs in the workers, in rollouts of this many steps (``None``: adapted to
             ~0.2 s each); ``0``, other vector envs and DISABLED step one vector step at a time
@@ -170,11 +172,11 @@ def collect(
             collected is kept: a valid dataset with ``"complete": false`` (Minari: the finished episodes).
     """
     target = _check_request(envs, policy, steps, episodes, seed)
-    _check_format_options(format, open_episodes, dataset_id, minari_metadata)
+    _check_format_options(format, open_episodes, dataset_id, minari_metadata, minari_storage)
     _check_rollout_steps(rollout_steps)
     plan = _plan(envs, policy, seed, steps, episodes, target, metadata, rollout_steps)
     if format == "minari":
-        output = _minari_output(plan, out, overwrite, dataset_id, open_episodes, minari_metadata)
+        output = _minari_output(plan, out, overwrite, dataset_id, open_episodes, minari_metadata, minari_storage)
     else:
         output = _dataset_output(plan, out, overwrite)
     return _collect(plan, output, progress)
@@ -210,17 +212,18 @@ def _check_rollout_steps(rollout_steps: Any) -> None:
 
 
 def _check_format_options(
-    format: Any, open_episodes: Any, dataset_id: Any, minari_metadata: Mapping[str, Any] | None
+    format: Any, open_episodes: Any, dataset_id: Any, minari_metadata: Mapping[str, Any] | None, storage: Any
 ) -> None:
     """Raise ValueError for ``collect``'s format and the options that only Minari takes."""
     if format not in FORMATS:
         raise InvalidArgumentError(f"format: expected one of {list(FORMATS)}, got {format!r}")
     if open_episodes not in OPEN_EPISODES:
         raise InvalidArgumentError(f"open_episodes: expected one of {list(OPEN_EPISODES)}, got {open_episodes!r}")
-    if format == "vecenv" and (dataset_id is not None or minari_metadata):
+    if format == "vecenv" and (dataset_id is not None or minari_metadata or storage != "hdf5"):
         raise InvalidArgumentError(
-            f"dataset_id, minari_metadata: expected None with format='vecenv' (they are for "
-            f"format='minari'), got dataset_id={dataset_id!r}, minari_metadata={minari_metadata!r}"
+            f"dataset_id, minari_metadata, minari_storage: expected their defaults with format='vecenv' (they "
+            f"are for format='minari'), got dataset_id={dataset_id!r}, minari_metadata={minari_metadata!r}, "
+            f"minari_storage={storage!r}"
         )
 
 
@@ -380,13 +383,14 @@ def _minari_output(
     dataset_id: str | None,
     open_episodes: str,
     minari_metadata: Mapping[str, Any] | None,
+    storage: str,
 ) -> _Output:
     """A new Minari dataset (raises MinariNotInstalledError, ValueError or FileExistsError)."""
     from vecenv.datasets.minari import MinariSink, datasets_root, minari_target
 
     if dataset_id is None:
         raise InvalidArgumentError("dataset_id: expected 'NAMESPACE/NAME-vN' with format='minari', got None")
-    target_dir = minari_target(dataset_id, out, overwrite)
+    target_dir = minari_target(dataset_id, out, overwrite, storage=storage)
     sink = MinariSink(
         dataset_id,
         target_dir,
@@ -396,7 +400,10 @@ def _minari_output(
         plan.metadata,
         dict(minari_metadata or {}),
         open_episodes if plan.collection.steps else None,
+        storage,
     )
+    import uuid
+
     # Open episodes spill next to the datasets (not to /tmp, often in memory).
     return _Output(sink, datasets_root(out) / f".vecenv-spill-{uuid.uuid4().hex}", True, None)
 
@@ -419,16 +426,17 @@ def _dataset_output(plan: _Plan, out: str | os.PathLike[str] | None, overwrite: 
 
 def _collect(plan: _Plan, output: _Output, progress: bool) -> Any:
     """Run the collection loop into ``output`` and finish it, also when the loop raises."""
-    from tqdm import tqdm  # the progress bar: only ``collect`` needs it, not ``import vecenv``
-
     stager = EpisodeStager(plan.fields, plan.envs.num_envs, output.spill_dir) if output.staged else None
-    bar = tqdm(
-        total=plan.target,
-        unit="step" if plan.collection.steps is not None else "episode",
-        disable=not progress,
-        file=sys.stderr,
-        dynamic_ncols=True,
-    )
+    bar: Any = _NoProgress()
+    if progress:
+        from tqdm import tqdm  # the progress bar: imported only when one is shown
+
+        bar = tqdm(
+            total=plan.target,
+            unit="step" if plan.collection.steps is not None else "episode",
+            file=sys.stderr,
+            dynamic_ncols=True,
+        )
     run = CollectionRun(plan.collection, output.sink, stager, bar)
     complete = False
     try:
@@ -442,3 +450,16 @@ def _collect(plan: _Plan, output: _Output, progress: bool) -> Any:
         finally:
             result = output.sink.finalize(complete=complete)
     return result if output.directory is None else load(output.directory)
+
+
+class _NoProgress:
+    """What the collection loop reports progress to when no bar is shown."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_postfix_str(self, text: str = "", refresh: bool = True) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

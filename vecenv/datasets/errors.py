@@ -29,6 +29,10 @@ class DatasetWriteError(VecEnvError, OSError):
     dataset marked ``"complete": false``."""
 
 
+class DatasetClosedError(VecEnvError, ValueError):
+    """A dataset was used after ``Dataset.close()`` (or after its ``with`` block ended)."""
+
+
 class OutputExistsError(VecEnvError, FileExistsError):
     """The output path is taken: an existing file, or a directory that is not to be replaced
     (``overwrite`` not given) or is not a dataset, so replacing it could destroy other data."""
@@ -45,9 +49,10 @@ class OptionNames:
 
     overwrite: str  # how to allow replacing an existing output
     dataset_id: str  # the Minari dataset id
+    storage: str  # Minari's storage backend
 
 
 #: Messages for ``collect`` and ``export_minari`` callers (the default).
-KEYWORDS = OptionNames(overwrite="overwrite=True / --overwrite", dataset_id="dataset_id")
+KEYWORDS = OptionNames(overwrite="overwrite=True / --overwrite", dataset_id="dataset_id", storage="minari_storage")
 #: Messages for the ``vecenv-collect`` command line.
-FLAGS = OptionNames(overwrite="--overwrite", dataset_id="--dataset-id")
+FLAGS = OptionNames(overwrite="--overwrite", dataset_id="--dataset-id", storage="--minari-storage")

@@ -219,14 +219,10 @@ def now() -> str:
 
 
 def versions() -> dict[str, str | None]:
-    import importlib.metadata  # it imports zipfile: loaded when a dataset is written, not at import
-
-    try:
-        vecenv_version: str | None = importlib.metadata.version("vecenv")
-    except importlib.metadata.PackageNotFoundError:
-        vecenv_version = getattr(sys.modules.get("vecenv"), "__version__", None)
+    """The versions a dataset records. vecenv's is its ``__version__``, which the package
+    metadata is built from (``importlib.metadata`` would scan every installed distribution)."""
     return {
-        "vecenv": vecenv_version,
+        "vecenv": getattr(sys.modules.get("vecenv"), "__version__", None),
         "gymnasium": gymnasium.__version__,
         "numpy": np.__version__,
         "python": platform.python_version(),
