@@ -19,6 +19,7 @@ from typing import Any
 
 import cloudpickle
 import gymnasium as gym
+import numpy as np
 from gymnasium import Space
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
@@ -149,7 +150,8 @@ class WorkerCore:
 
         def step(actions: Any) -> StepReply:
             if actions is None:  # in the shared rows, which the next step rewrites: take a copy
-                actions = tree_copy(buffers.actions)
+                shared = buffers.actions
+                actions = shared.copy() if type(shared) is np.ndarray else tree_copy(shared)
             entries = group.step(actions)
             rollouts.step_done()  # episode starts (a recurrent policy's state) follow every step
             return StepReply(entries, buffers.payload())
