@@ -188,7 +188,10 @@ class ProcessTransport(Transport):
         self._owed, self._in_word = [0] * workers, [None] * workers
         self._pipe_sent, self._replies_seen = [0] * workers, [0] * workers
         if fastpath.SUPPORTED and workers:
-            self._control = ControlBlock.create(workers)
+            try:
+                self._control = ControlBlock.create(workers)
+            except OSError as exc:
+                raise _limit_error(exc, self.first_index, self.first_index + workers) from None
         _LIVE.add(self)
         _rebalance()
         for index in range(workers):
