@@ -29,12 +29,14 @@ def make_vector(
     env_fns: Sequence[EnvFn],
     *,
     autoreset_mode: AutoresetMode,
-    num_workers: int | str = "auto",
+    num_workers: int | str | None = "auto",
     batch_size: int | None = None,
+    inline_group: bool = False,
 ) -> Any:
     """The vector env ``kind`` over ``env_fns``. ``num_workers`` and ``batch_size`` are vecenv's
     and Ray's (``batch_size``: the EnvPool-style ``async_reset``/``recv``/``send`` API); the
-    Gymnasium kinds take neither."""
+    Gymnasium kinds take neither; ``num_workers=None`` is vecenv's default plan, and
+    ``inline_group`` has the parent step vecenv's first group)."""
     fns = list(env_fns)
     if kind is VectorKind.SYNC:
         return gym.vector.SyncVectorEnv(fns, autoreset_mode=autoreset_mode)
@@ -44,8 +46,11 @@ def make_vector(
     if kind is VectorKind.VECENV:
         import vecenv
 
-        return vecenv.SubprocVectorEnv(fns, num_workers, autoreset_mode=autoreset_mode, **batch)
+        return vecenv.SubprocVectorEnv(
+            fns, num_workers, autoreset_mode=autoreset_mode, inline_group=inline_group, **batch
+        )
     if kind is VectorKind.RAY:
+        assert num_workers is not None, "Ray needs a number of actors"
         return _ray_vector(fns, num_workers, autoreset_mode, batch)
     raise ValueError(f"make_vector: unknown kind {kind!r}; choose from {', '.join(k.value for k in VectorKind)}")
 
