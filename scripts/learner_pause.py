@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--think-ms", type=float, default=50.0)
     parser.add_argument("--steps", type=int, default=60)
     args = parser.parse_args(argv)
-    print(f"CartPole N={args.num_envs}, {args.workers} groups, think {args.think_ms:.0f} ms, load {os.getloadavg()[0]:.1f}")
+    load = os.getloadavg()[0]
+    print(f"CartPole N={args.num_envs}, {args.workers} groups, think {args.think_ms:.0f} ms, load {load:.1f}")
     print("| spin | worker CPU (cores) | learner round (ms) |")
     print("|---|---:|---:|")
     for spin in (True, False):

@@ -170,9 +170,7 @@ def _selectable() -> Iterable[Runner]:
         yield Runner(f"vecenv-{k}w", build=_vector, vector=VectorKind.VECENV, workers=k)
     yield Runner("vecenv-auto", build=_vector, vector=VectorKind.VECENV, workers="auto")
     yield Runner("vecenv-default", build=_vector, vector=VectorKind.VECENV, default_plan=True, opt_in=True)
-    yield Runner(
-        "vecenv-2w-inline", build=_vector, vector=VectorKind.VECENV, workers=2, inline_group=True, opt_in=True
-    )
+    yield Runner("vecenv-2w-inline", build=_vector, vector=VectorKind.VECENV, workers=2, inline_group=True, opt_in=True)
     half = Runner(
         "vecenv-2w-half", Drive.RECV_SEND, _vector, VectorKind.VECENV, workers=2, half_batch=True, opt_in=True
     )

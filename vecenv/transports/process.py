@@ -20,6 +20,7 @@ import os
 import resource
 import select
 import signal
+import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -72,17 +73,21 @@ _SENTINEL_ROUNDS = 16
 #: Every process transport of this process that has workers running: together with this
 #: process they may spin only where they are no more than the cores (see _rebalance).
 _LIVE: weakref.WeakSet[ProcessTransport] = weakref.WeakSet()
+_LIVE_LOCK = threading.Lock()  # vector envs may be made and closed by several threads
 
 
-def _rebalance() -> None:
+def _rebalance(new: ProcessTransport | None = None) -> None:
     """Allow spinning to every live transport's parent side and workers, or to none: only while
     all their worker processes and this process are no more than the cores this process may
     use. A spinner on a shared core takes the time its peer needs to answer; a vector env made
     or closed later changes the answer for the others too (the workers read it at each wait)."""
-    live = [t for t in _LIVE if not t._stopped]
-    allowed = sum(len(t.processes) for t in live) + 1 <= available_cpus()
-    for transport in live:
-        transport._allow_spin(allowed)
+    with _LIVE_LOCK:
+        if new is not None:
+            _LIVE.add(new)
+        live = [t for t in _LIVE if not t._stopped]
+        allowed = sum(len(t.processes) for t in live) + 1 <= available_cpus()
+        for transport in live:
+            transport._allow_spin(allowed)
 
 
 def _describe_exit(code: int | None) -> str:
@@ -179,9 +184,7 @@ class ProcessTransport(Transport):
             # would unlink the named block, as "leaked", when they exit.
             resource_tracker.ensure_running()
         self._cpus = sorted(os.sched_getaffinity(0)) if self.pin_cpus else []
-        # The workers and this process (which waits, or steps a group of its own) each a core.
         workers = len(group_fns)
-        self._awake = Spin(SPIN_SECONDS if 0 < workers and workers + 1 <= available_cpus() else 0.0)
         self._group_bytes = [cloudpickle.dumps(group_fn) for group_fn in group_fns]
         self.processes = [None] * workers
         self.conns = [None] * workers
@@ -192,8 +195,8 @@ class ProcessTransport(Transport):
                 self._control = ControlBlock.create(workers)
             except OSError as exc:
                 raise _limit_error(exc, self.first_index, self.first_index + workers) from None
-        _LIVE.add(self)
-        _rebalance()
+        # The workers and this process (which waits, or steps a group of its own) each a core.
+        _rebalance(self)
         for index in range(workers):
             self._start(index)
 

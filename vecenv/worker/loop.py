@@ -121,7 +121,8 @@ def _serve(core: WorkerCore, conn: Connection, spin: float = 0.0) -> None:
     the worker has a core of its own (``spin > 0``), it polls for up to ``spin`` seconds after
     each reply before it sleeps on the pipe. A poll that catches nothing (a learner busy between
     steps) makes it sleep at once for the next :data:`~vecenv.wire.pipes.SPIN_BACKOFF` commands, so that a vector
-    env used with pauses between steps spends almost no CPU waiting.
+    env used with pauses between steps spends almost no CPU waiting. (Where the step's fast
+    path runs, :func:`_serve_fast` serves instead: see :mod:`vecenv.wire.fastpath`.)
     """
     poller = select.poll()
     poller.register(conn.fileno(), select.POLLIN)
