@@ -365,7 +365,7 @@ class ProcessTransport(Transport):
             return [Death(i) for i in torn]
         pipes, sentinels, poller = self._poller(workers)
         events: list[Event] = []
-        if self._control is None:
+        if self._control is None or (not self._budget.limit and not any(self._in_word[i] is not None for i in workers)):
             # A reply read while awake spares its writer the wake-up (see vecenv.worker.loop._serve).
             ready = self._awake.poll(poller, timeout)
             if not ready:
