@@ -209,3 +209,19 @@ def test_a_restarted_worker_takes_steps_in_the_words_again(cores: None, tmp_path
         for _ in range(20):
             envs.step(actions)
         assert _words(envs, fastpath.DONE)[1] > before
+
+
+@pytest.mark.timeout(60)
+def test_vector_envs_of_one_process_spin_only_while_their_processes_fit_the_cores(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(process_transport, "available_cpus", lambda: 4)
+    with vecenv.SubprocVectorEnv(quiet(healthy_fns(2)), 2, context="fork") as first:
+        assert first._pool.transport.spin > 0 and min(_words(first, fastpath.SPIN_NS)) > 0
+        with vecenv.SubprocVectorEnv(quiet(healthy_fns(2)), 2, context="fork") as second:
+            # Four workers and this process: more than the four cores, so neither spins now.
+            for envs in (first, second):
+                assert envs._pool.transport.spin == 0 and max(_words(envs, fastpath.SPIN_NS)) == 0
+                envs.reset(seed=0)
+                envs.step(np.zeros((2, 2), np.float32))  # and both still step, on the pipes
+        assert first._pool.transport.spin > 0 and min(_words(first, fastpath.SPIN_NS)) > 0
