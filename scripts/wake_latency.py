@@ -13,6 +13,9 @@ new value:
                    up to --spin-us, then stores SLEEPING, fences, reads the word once more and
                    sleeps on its pipe; the writer stores the word, fences, and writes to the pipe
                    only when the waiter sleeps. The same protocol and fence as the library's.
+  adaptive         spin-then-block with the library's own spin budget (vecenv.wire.fastpath
+                   .SpinBudget, limit --spin-us): about twice the recent waits, and none for a
+                   while after spins that caught nothing or were descheduled
 
 --pause-us makes the parent sleep that long before each ping (a learner busy between steps):
 longer than --spin-us, every round of spin-then-block takes its sleeping path, and pipe pays
@@ -27,23 +30,39 @@ import os
 import statistics
 import time
 
-from vecenv.wire.fastpath import fence
+from vecenv.wire.fastpath import SpinBudget, fence
 
 PING, PONG, CHILD_SLEEPING, PARENT_SLEEPING = 0, 8, 16, 24  # word indices (64 bytes apart)
 
 
-def _wait(words: memoryview, index: int, value: int, sleeping: int, fd: int, spin: float) -> None:
-    """Wait until ``words[index] == value``: spin up to ``spin`` s, then the sleeping protocol."""
+def _wait(words: memoryview, index: int, value: int, sleeping: int, fd: int, budget: SpinBudget) -> None:
+    """Wait until ``words[index] == value``: spin for the budget, then the sleeping protocol."""
     clock = time.perf_counter
-    end = clock() + spin
-    while clock() < end:
+    start = before = clock()
+    spin = budget.seconds()
+    caught = False
+    while spin:
+        now = clock()
+        if now - start >= spin or now - before > SpinBudget.PREEMPTED:
+            break
+        before = now
         if words[index] == value:
-            return
-    words[sleeping] = 1
-    fence()
-    while words[index] != value:
-        os.read(fd, 64)  # a stale wake-up byte only makes this loop once more
-    words[sleeping] = 0
+            caught = True
+            break
+    if not caught:
+        words[sleeping] = 1
+        fence()
+        while words[index] != value:
+            os.read(fd, 64)  # a stale wake-up byte only makes this loop once more
+        words[sleeping] = 0
+    budget.record(clock() - start, bool(spin), caught)
+
+
+class _Fixed(SpinBudget):
+    """Always the same spin (spin-then-block without adapting)."""
+
+    def seconds(self, limit: float | None = None) -> float:
+        return self.limit
 
 
 def _post(words: memoryview, index: int, value: int, sleeping: int, fd: int) -> None:
@@ -53,7 +72,12 @@ def _post(words: memoryview, index: int, value: int, sleeping: int, fd: int) -> 
         os.write(fd, b"w")
 
 
+def _budget(mode: str, spin: float) -> SpinBudget:
+    return SpinBudget(spin) if mode == "adaptive" else _Fixed(spin)
+
+
 def _child(mode: str, rounds: int, spin: float, words: memoryview, to_child: int, to_parent: int) -> None:
+    budget = _budget(mode, spin)
     for i in range(1, rounds + 1):
         if mode == "pipe":
             os.read(to_child, 1)
@@ -63,7 +87,7 @@ def _child(mode: str, rounds: int, spin: float, words: memoryview, to_child: int
                 pass
             words[PONG] = i
         else:
-            _wait(words, PING, i, CHILD_SLEEPING, to_child, spin)
+            _wait(words, PING, i, CHILD_SLEEPING, to_child, budget)
             _post(words, PONG, i, PARENT_SLEEPING, to_parent)
 
 
@@ -81,6 +105,7 @@ def measure(mode: str, rounds: int, spin: float, pause: float) -> list[float]:
             os._exit(0)
     times = []
     clock = time.perf_counter
+    budget = _budget(mode, spin)
     try:
         for i in range(1, rounds + 1):
             if pause:
@@ -95,7 +120,7 @@ def measure(mode: str, rounds: int, spin: float, pause: float) -> list[float]:
                     pass
             else:
                 _post(words, PING, i, CHILD_SLEEPING, child_w)
-                _wait(words, PONG, i, PARENT_SLEEPING, parent_r, spin)
+                _wait(words, PONG, i, PARENT_SLEEPING, parent_r, budget)
             times.append(clock() - start)
     finally:
         os.waitpid(pid, 0)
@@ -111,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=20000)
     parser.add_argument("--spin-us", type=float, default=1000.0, help="spin-then-block: the spin (µs)")
     parser.add_argument("--pause-us", type=float, default=0.0, help="sleep before each ping (µs)")
-    parser.add_argument("--modes", default="pipe,spin,spin-then-block")
+    parser.add_argument("--modes", default="pipe,spin,spin-then-block,adaptive")
     args = parser.parse_args(argv)
     rounds = args.rounds if not args.pause_us else min(args.rounds, int(2e6 / max(args.pause_us, 1)))
     print(f"{rounds} round trips, pause {args.pause_us:.0f} µs, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
