@@ -201,14 +201,17 @@ class ProcessTransport(Transport):
             self._start(index)
 
     def _allow_spin(self, allowed: bool) -> None:
-        """Let this transport's waits (and its workers') spin for up to SPIN_SECONDS, or not."""
-        seconds = SPIN_SECONDS if allowed and self.processes else 0.0
-        self._awake.seconds = seconds
-        self._budget.limit = seconds
+        """Let this transport's waits (and its workers') spin, or not: on the shared words for
+        up to :data:`~vecenv.wire.fastpath.SPIN_LIMIT`, or (without the fast path) polling
+        the pipes for up to :data:`~vecenv.wire.pipes.SPIN_SECONDS`."""
+        allowed = allowed and bool(self.processes)
+        self._awake.seconds = SPIN_SECONDS if allowed else 0.0
+        limit = fastpath.SPIN_LIMIT if allowed else 0.0
+        self._budget.limit = limit
         control = self._control
         if control is not None and control.words is not None:
             for index in range(control.workers):
-                control.words[control.index(index, fastpath.SPIN_NS)] = int(seconds * 1e9)
+                control.words[control.index(index, fastpath.SPIN_NS)] = int(limit * 1e9)
 
     def _start(self, index: int) -> None:
         number = self.first_index + index
@@ -497,7 +500,9 @@ class ProcessTransport(Transport):
 
     @property
     def spin(self) -> float:
-        """Seconds parent and workers poll before sleeping (0: more processes than cores)."""
+        """Seconds parent and workers may poll their pipes before sleeping, where the step's fast
+        path does not run (0: more processes than cores, and then nobody spins on the shared
+        words either)."""
         return self._awake.seconds
 
     def _poller(self, workers: Sequence[int]) -> tuple[dict[int, int], dict[int, int], Any]:

@@ -55,6 +55,7 @@ from vecenv.wire.buffers import HAVE_MEMFD, SharedBlock
 __all__ = [
     "SUPPORTED",
     "RECHECK_SECONDS",
+    "SPIN_LIMIT",
     "ControlBlock",
     "SpinBudget",
     "fence",
@@ -65,6 +66,9 @@ __all__ = [
 SUPPORTED = HAVE_MEMFD and platform.machine().lower() in ("x86_64", "amd64")
 #: A side that sleeps reads the words again after at most this long (see the module docstring).
 RECHECK_SECONDS = 0.1
+#: The longest a wait spins on the words before it sleeps (its budget adapts below it): about a
+#: group's step of cheap envs (64 CartPoles take ~0.6 ms); a longer wait sleeps at once.
+SPIN_LIMIT = 1e-3
 
 SLOT_BYTES = 128
 _WORD = 8

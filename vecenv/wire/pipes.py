@@ -15,7 +15,7 @@ from typing import Any
 __all__ = ["PARENT_ENDS", "SPIN_BACKOFF", "SPIN_SECONDS", "Spin"]
 
 #: Seconds a worker (or the parent) polls for the next message before it sleeps, where it may.
-SPIN_SECONDS = 1e-3
+SPIN_SECONDS = 200e-6
 #: After a poll that caught nothing, this many waits sleep at once.
 SPIN_BACKOFF = 8
 
