@@ -24,12 +24,15 @@ read and dropped later, which costs nothing but that read). Without the fence a 
 in its core's store buffer while the following load runs, both loads miss, and the sleeper
 sleeps on a request nobody will wake it for.
 
-**The fence from Python.** Python has no memory fence, and numpy's stores and loads of an
-aligned int64 are single plain instructions. x86-64 (total store order) reorders only a store
-with a later load, and no such reordering crosses a locked instruction. :func:`fence` takes and
-releases a private ``threading.Lock``: CPython does that with an atomic compare-and-swap
-(``sem_trywait``/``sem_post`` up to 3.12, its own ``PyMutex`` from 3.13), a ``lock``-prefixed
-instruction on x86-64, hence a full barrier. The rest needs no fence on x86-64: the worker's
+**The fence from Python.** Python has no memory fence. The words are read and written as
+items of a ``memoryview`` cast to int64: CPython copies one item with a fixed-size 8-byte
+``memcpy``, one plain move, and an aligned 8-byte move is atomic on x86-64 (no torn value).
+x86-64 (total store order) reorders only a store with a later load, and no such reordering
+crosses a locked instruction. :func:`fence` takes and releases a private ``threading.Lock``:
+CPython does that with atomic compare-and-swaps (glibc's ``sem_trywait``/``sem_wait`` and
+``sem_post`` up to 3.12, its own ``PyMutex`` from 3.13), ``lock``-prefixed instructions on
+x86-64, hence a full barrier; being calls into C, they also keep the C compiler from moving the
+word accesses across them. The rest needs no fence on x86-64: the worker's
 rows are stored before its done word and the parent's actions before its command word, and
 x86-64 keeps stores in order and loads in order, so a side that sees the word sees the rows.
 On other architectures (ARM's loads and stores reorder freely, and a lock there is only an
