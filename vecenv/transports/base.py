@@ -87,6 +87,11 @@ class Transport(abc.ABC):
         """Where the worker runs, for messages (" on node ..."), or ``""``."""
         return ""
 
+    def release_fds(self) -> None:
+        """Every worker is attached and none will be restarted: close the descriptors kept only
+        to attach a restarted worker (a process forked later would inherit them)."""
+        return None
+
     def relaunch(self, worker: int) -> None:
         """Replace a dead worker by a new one built from the same group builder; its Hello is
         owed as call id 0. Transports that cannot do this leave the pool broken instead."""

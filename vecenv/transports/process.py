@@ -281,6 +281,10 @@ class ProcessTransport(Transport):
             self._process(worker).join(1.0)
             raise WorkerGone from None
 
+    def release_fds(self) -> None:
+        if self._control is not None:
+            self._control.release_fd()
+
     def encode(self, command: Command, call_id: int, payload: Any) -> bytes | WithFd:
         return encode_for_pipe(command, call_id, payload)
 

@@ -115,7 +115,7 @@ class ControlBlock:
     @classmethod
     def create(cls, workers: int) -> ControlBlock:
         """The parent's block for ``workers`` slots; its descriptor is kept to send to each
-        worker (and to a restarted one) and closed by :meth:`close`."""
+        worker (and to a restarted one) until :meth:`release_fd` or :meth:`close`."""
         block = SharedBlock.create(cls.size(workers), None)
         assert block.fd is not None
         INHERITED_FDS.add(block.fd)
@@ -140,6 +140,12 @@ class ControlBlock:
         assert words is not None
         for word in (COMMAND, PIPE_SENT, DONE, REPLIES, SLEEPING):
             words[self.index(worker, word)] = 0
+
+    def release_fd(self) -> None:
+        """Close the parent's descriptor once no worker will need it (the mapping stays)."""
+        if self.block.fd is not None:
+            INHERITED_FDS.discard(self.block.fd)
+            self.block.release_fd()
 
     def close(self) -> None:
         """Unmap the block and close the parent's descriptor. Safe to call twice."""
