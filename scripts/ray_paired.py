@@ -7,7 +7,7 @@ Both backends are built once in this process, with 2 workers each: synchronous `
 ``batch_size=N/2`` with ``async_reset``/``recv``/``send``. They are then stepped in turn, one
 window of ``--seconds`` each, ``--windows`` times; the ratio Ray / process is taken per pair of
 adjacent windows, which ran under nearly the same load, and reported as median (min-max). The
-benchmark (``python -m vecenv.benchmark --runners ...,ray-2w``) measures each cell in a fresh
+benchmark (``vecenv-bench --runners ...,ray-2w``) measures each cell in a fresh
 process instead, start-up included, and on a busy host its cells vary more than the backends do.
 
 Ray runs locally with 2 CPUs, its actors at half a CPU each so that both Ray vector envs fit;
@@ -40,8 +40,9 @@ def main() -> None:
     import ray
 
     import vecenv
-    from vecenv.benchmark import BurnEnv, calibrate
-    from vecenv.parent.ray_env import RayVectorEnv
+    from vecenv.bench.calibration import calibrate
+    from vecenv.bench.envs import BurnEnv
+    from vecenv.integrations.ray.vector_env import RayVectorEnv
 
     n = args.num_envs
     if args.workload == "py1ms":

@@ -1,4 +1,4 @@
-"""``vecenv.parent.actions``: actions are taken as SyncVectorEnv takes them and reach each env
+"""``vecenv.parent.action_rows``: actions are taken as SyncVectorEnv takes them and reach each env
 as SyncVectorEnv hands them over (through worker processes, compared with SyncVectorEnv)."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each fault test asserts the exception type and message, a bound on the time the fault takes to
 surface and on ``close()``, and that nothing is left behind: no child process (and the worker
-pids are gone), no open pipe of the coordinator, no new file descriptor, no ``/dev/shm/vecenv_*``
+pids are gone), no open pipe of the parent, no new file descriptor, no ``/dev/shm/vecenv_*``
 block. The measured times are collected in :data:`TIMINGS`, printed at the end of the session and
 printed in the terminal summary.
 

@@ -38,7 +38,7 @@ class _Merger:
 
 
 class LocalVec:
-    """EnvGroups over contiguous row ranges of one Buffers, driven as the coordinator drives them."""
+    """EnvGroups over contiguous row ranges of one Buffers, driven as the parent drives them."""
 
     def __init__(self, env_fns: list, bounds: list[int], mode: AutoresetMode, shared_memory: bool) -> None:
         envs = [fn() for fn in env_fns]

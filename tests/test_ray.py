@@ -40,7 +40,7 @@ from tests.test_differential import (
 from tests.test_envpool_api import follow_sync_trajectories
 from tests.test_rollouts import assert_matches_sync, row_wise_policy, single_env_reference, stack, sync_reference
 from vecenv.errors import NeedsResetError, RemoteTraceback, VecEnvTimeoutError, WorkerDiedError
-from vecenv.parent.ray_env import RayVectorEnv
+from vecenv.integrations.ray.vector_env import RayVectorEnv
 
 NEXT, SAME, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED
 #: Half a CPU per actor lets 4 groups run on the 2-CPU local Ray.
@@ -436,7 +436,7 @@ def test_make_backend_ray(ray_local: RaySessions) -> None:
 
 @pytest.mark.timeout(90)
 def test_rollout_cli_backend_ray_writes_the_same_arrays(ray_local: RaySessions, tmp_path, capsys) -> None:
-    from vecenv.rollout.cli import main
+    from vecenv.datasets.cli import main
 
     common = ["--env", "CartPole-v1", "--num-envs", "5", "--steps", "300", "--seed", "4", "--quiet"]
     assert main([*common, "--num-workers", "2", "--out", str(tmp_path / "process")]) == 0
@@ -454,7 +454,7 @@ def test_rollout_cli_backend_ray_writes_the_same_arrays(ray_local: RaySessions, 
 def test_import_vecenv_does_not_import_ray() -> None:
     code = (
         "import sys, vecenv; from vecenv import *; assert 'ray' not in sys.modules; "
-        "from vecenv.parent.ray_env import RayVectorEnv; assert vecenv.RayVectorEnv is RayVectorEnv"
+        "from vecenv.integrations.ray.vector_env import RayVectorEnv; assert vecenv.RayVectorEnv is RayVectorEnv"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
     assert proc.returncode == 0, proc.stderr
@@ -479,12 +479,13 @@ def test_docs_example_runs_on_the_local_ray(ray_local: RaySessions) -> None:
 def test_benchmark_ray_runners_measure(ray_local: RaySessions, runner: str) -> None:
     """The benchmark's Ray rows, measured in this process on the shared Ray (the benchmark
     itself runs each cell in a fresh process, where the vector env starts its own Ray)."""
-    from vecenv import benchmark
+    from vecenv.bench.measure import measure
+    from vecenv.bench.plan import plan
 
-    cells, notes = benchmark.plan(["cartpole"], [4], ["sync", runner], quick=True)
+    cells, notes = plan(["cartpole"], [4], ["sync", runner], quick=True)
     cell = next(c for c in cells if c["runner"] == runner)
     spec = {**cell, "calib": {"inference_reps": 1}, "warmup": 0.05, "seconds": 0.2}
-    result = benchmark.measure(spec)
+    result = measure(spec)
     assert result["rate"] > 0 and result["env_steps"] > 0
     if runner.endswith("-half"):
         assert cell["batch_size"] == 2 and cell["workers"] == 2
@@ -683,7 +684,7 @@ def test_sb3_backend_ray_passes_the_vector_env_options_on(
     ray_local: RaySessions, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _sb3_or_skip()
-    import vecenv.parent.ray_env
+    import vecenv.integrations.ray.vector_env
     from tests.test_sb3 import info_fns
     from vecenv.sb3 import SubprocVecEnv
 
@@ -694,7 +695,7 @@ def test_sb3_backend_ray_passes_the_vector_env_options_on(
             given.update(kwargs)
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(vecenv.parent.ray_env, "RayVectorEnv", Recording)
+    monkeypatch.setattr(vecenv.integrations.ray.vector_env, "RayVectorEnv", Recording)
     options = {"on_worker_death": "restart", "max_restarts": 5, "restart_window": 9.0, "threads_per_worker": 2}
     ours = SubprocVecEnv(
         info_fns(2), num_workers=1, backend="ray", actor_options=HALF_CPU, seed_policy="spawn", **options

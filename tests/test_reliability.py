@@ -610,7 +610,7 @@ def test_guarded_script_in_a_threaded_parent_keeps_forkserver(python: str, tmp_p
 
 
 def test_main_guard_detection_reads_the_script() -> None:
-    from vecenv.host import guarded_line
+    from vecenv.machine import guarded_line
 
     source = textwrap.dedent(
         """
@@ -672,7 +672,7 @@ def _collect_cli(out: Path, *extra: str, fsize: int | None = None) -> subprocess
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
-    command = [sys.executable, "-m", "vecenv.rollout", "--env", "CartPole-v1", "--num-envs", "4", "--quiet"]
+    command = [sys.executable, "-m", "vecenv.datasets", "--env", "CartPole-v1", "--num-envs", "4", "--quiet"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
         [*command, "--out", str(out), *extra], capture_output=True, text=True, timeout=90, env=env, preexec_fn=limit
@@ -720,7 +720,7 @@ def test_collect_library_raises_a_write_error_naming_the_file(tmp_path: Path) ->
     previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
         resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
-        with pytest.raises(vecenv.rollout.DatasetWriteError) as info:
+        with pytest.raises(vecenv.datasets.DatasetWriteError) as info:
             vecenv.collect(envs, steps=2000, out=target)
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))

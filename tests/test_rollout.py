@@ -1,4 +1,4 @@
-"""Tests of vecenv.rollout: exact counts, real transitions only, determinism, the dataset
+"""Tests of vecenv.datasets: exact counts, real transitions only, determinism, the dataset
 format, interruption, and the vecenv-collect command line."""
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import vecenv
 from tests.rollout_envs import ContinuousCounterEnv, CounterEnv, DictCounterEnv, LongEpisodeEnv, constant_policy
-from vecenv import rollout
+from vecenv import datasets as rollout
 from vecenv.bench import procfs
-from vecenv.rollout import PolicyError, UnsupportedSpaceError, collect, load, main
+from vecenv.datasets import PolicyError, UnsupportedSpaceError, collect, load, main
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -588,8 +588,8 @@ def _outside_at_3(observation: np.ndarray) -> np.ndarray:
 
 
 def test_checked_policy_names_the_env_by_its_global_index() -> None:
+    from vecenv.datasets.action_checks import CheckedPolicy
     from vecenv.policies import FunctionPolicy, PolicyContext
-    from vecenv.rollout.actions import CheckedPolicy
 
     space = gymnasium.spaces.Discrete(3)
     obs_space = gymnasium.spaces.Box(0, 1, (1,))

@@ -1,4 +1,4 @@
-"""Tests of vecenv.rollout.format: reading the recorded space descriptions back, and the
+"""Tests of vecenv.datasets.format: reading the recorded space descriptions back, and the
 Dict keys that cannot become file names."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from vecenv.rollout import UnsupportedSpaceError
-from vecenv.rollout.format import space_from_description, space_leaves, space_nesting
+from vecenv.datasets import UnsupportedSpaceError
+from vecenv.datasets.format import space_from_description, space_leaves, space_nesting
 from vecenv.spaces import describe_space
 
 SPACES = [

@@ -1,4 +1,4 @@
-"""Minari output of vecenv.rollout: ``collect(format="minari")``, ``export_minari``, the
+"""Minari output of vecenv.datasets: ``collect(format="minari")``, ``export_minari``, the
 ``--format minari`` / ``export`` command line, and the error without Minari installed.
 
 Every Minari dataset is compared array for array, episode by episode, with the transitions
@@ -19,8 +19,8 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import vecenv
 from tests.rollout_envs import CounterEnv, DictCounterEnv, constant_policy
-from vecenv import rollout
-from vecenv.rollout import MinariNotInstalledError, collect, export_minari, load, main
+from vecenv import datasets as rollout
+from vecenv.datasets import MinariNotInstalledError, collect, export_minari, load, main
 
 minari = pytest.importorskip("minari")
 pytest.importorskip("h5py")
@@ -327,7 +327,7 @@ def test_without_minari_collect_raises_at_once(monkeypatch: pytest.MonkeyPatch) 
 def test_without_minari_the_command_fails_at_once_with_one_line(tmp_path: Path) -> None:
     code = (
         "import sys; sys.modules['minari'] = None\n"
-        "from vecenv.rollout import main\n"
+        "from vecenv.datasets import main\n"
         "raise SystemExit(main(sys.argv[1:]))"
     )
     result = subprocess.run(

@@ -1,4 +1,4 @@
-"""Tests of vecenv.rollout.recording, the collection loop, on in-process envs and a fake sink:
+"""Tests of vecenv.datasets.recording, the collection loop, on in-process envs and a fake sink:
 which episodes it hands over, in which order, and what it says about each."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from tqdm import tqdm
 
 from tests.rollout_envs import LongEpisodeEnv, constant_policy
-from vecenv.rollout.actions import ActionChecker
-from vecenv.rollout.format import dataset_fields, space_leaves
-from vecenv.rollout.recording import CollectionRun, CollectionSpec, Marks, episode_sums, mark, record_transitions
-from vecenv.rollout.sinks import EpisodeSummary
-from vecenv.rollout.sources import StepSource
-from vecenv.rollout.staging import EpisodeStager
+from vecenv.datasets.action_checks import ActionChecker
+from vecenv.datasets.format import dataset_fields, space_leaves
+from vecenv.datasets.recording import CollectionRun, CollectionSpec, Marks, episode_sums, mark, record_transitions
+from vecenv.datasets.sinks import EpisodeSummary
+from vecenv.datasets.sources import StepSource
+from vecenv.datasets.staging import EpisodeStager
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -325,7 +325,7 @@ def test_async_steps_close_and_errors() -> None:
 @start_methods("forkserver")
 def test_default_start_method_is_sb3s(start_method: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Like SB3, the default is forkserver where available (fork is unsafe with torch threads)."""
-    import vecenv.sb3
+    from vecenv.integrations.sb3 import vec_env
 
     contexts = []
 
@@ -333,8 +333,8 @@ def test_default_start_method_is_sb3s(start_method: str, monkeypatch: pytest.Mon
         contexts.append(kwargs["context"])
         return real(*args, **kwargs)
 
-    real = vecenv.sb3.SubprocVectorEnv
-    monkeypatch.setattr(vecenv.sb3, "SubprocVectorEnv", recording)
+    real = vec_env.SubprocVectorEnv
+    monkeypatch.setattr(vec_env, "SubprocVectorEnv", recording)
     vec = SubprocVecEnv(info_fns(2), num_workers=1)
     try:
         assert contexts == [start_method]

@@ -18,7 +18,8 @@ from gymnasium.vector import SyncVectorEnv
 
 import vecenv
 from tests.test_differential import assert_same
-from vecenv.benchmark import BurnEnv, calibrate
+from vecenv.bench.calibration import calibrate
+from vecenv.bench.envs import BurnEnv
 from vecenv.parent.sizing import PARALLEL_MIN_SECONDS, WorkerChoice, choose_num_workers
 
 
@@ -91,7 +92,7 @@ def test_auto_vector_env_matches_sync_and_says_what_it_chose(caplog: pytest.LogC
 @pytest.mark.timeout(60)
 def test_auto_with_slow_envs_starts_workers(slow_env: functools.partial) -> None:
     with vecenv.SubprocVectorEnv([slow_env] * 4, "auto") as envs:
-        if vecenv.host.available_cpus() >= 2:
+        if vecenv.machine.available_cpus() >= 2:
             assert envs.worker_choice is not None and envs.worker_choice.num_workers >= 2
             # One group in this process, the others in real processes; all of them poll.
             processes = envs._pool.transport.processes

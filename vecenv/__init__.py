@@ -16,7 +16,7 @@ __version__ = "0.2.0"
 # Public name -> the module that defines it.
 _EXPORTS = {
     "AutoresetMode": "gymnasium.vector",
-    "Dataset": "vecenv.rollout.dataset",
+    "Dataset": "vecenv.datasets.dataset",
     "DEFAULT_CLOSE_TIMEOUT": "vecenv.parent.closing",
     "GroupVectorEnv": "vecenv.parent.vector_env",
     "InvalidObservationError": "vecenv.errors",
@@ -31,15 +31,15 @@ _EXPORTS = {
     "VecEnvTimeoutError": "vecenv.errors",
     "WorkerDiedError": "vecenv.errors",
     "WorkerStatus": "vecenv.parent.records",
-    "collect": "vecenv.rollout.collection",
-    "load": "vecenv.rollout.dataset",
+    "collect": "vecenv.datasets.collection",
+    "load": "vecenv.datasets.dataset",
     "make": "vecenv.factory",
     "make_parallel": "vecenv.multiagent.vector_env",
     "spawn_seeds": "vecenv.seeding",
 }
-_LAZY_ONLY = {"RayVectorEnv": "vecenv.parent.ray_env"}
-# Subpackages and modules reachable as attributes (``vecenv.rollout.collect``) without importing them first.
-_SUBPACKAGES = ("rollout", "policies")
+_LAZY_ONLY = {"RayVectorEnv": "vecenv.integrations.ray.vector_env"}
+# Subpackages and modules reachable as attributes (``vecenv.datasets.collect``) without importing them first.
+_SUBPACKAGES = ("datasets", "policies", "rollout")
 
 __all__ = [
     "AutoresetMode",
@@ -69,6 +69,8 @@ __all__ = [
 if TYPE_CHECKING:
     from gymnasium.vector import AutoresetMode
 
+    from vecenv.datasets.collection import collect
+    from vecenv.datasets.dataset import Dataset, load
     from vecenv.errors import (
         InvalidObservationError,
         NeedsResetError,
@@ -79,16 +81,14 @@ if TYPE_CHECKING:
         WorkerDiedError,
     )
     from vecenv.factory import make
+    from vecenv.integrations.ray.vector_env import RayVectorEnv  # noqa: F401 - lazy only: not in __all__
     from vecenv.multiagent.vector_env import MultiAgentVectorEnv, make_parallel
     from vecenv.parent.closing import DEFAULT_CLOSE_TIMEOUT
-    from vecenv.parent.ray_env import RayVectorEnv  # noqa: F401 - lazy only: not in __all__
     from vecenv.parent.records import WorkerStatus
     from vecenv.parent.rollouts import Rollout
     from vecenv.parent.state import State
     from vecenv.parent.subproc import SubprocVectorEnv
     from vecenv.parent.vector_env import GroupVectorEnv
-    from vecenv.rollout.collection import collect
-    from vecenv.rollout.dataset import Dataset, load
     from vecenv.seeding import spawn_seeds
 
 

@@ -3,7 +3,7 @@
 Each returns the normalised value or raises ``TypeError``/``ValueError`` naming the argument, the
 expected and the received value. None of them touches a process, so they are tested directly.
 (What the machine and this process allow, the cores and the default start method, is
-:mod:`vecenv.host`.)
+:mod:`vecenv.machine`.)
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from gymnasium import Space
 from gymnasium.vector import AutoresetMode
 
 from vecenv.errors import describe
-from vecenv.host import available_cpus, default_start_method
+from vecenv.machine import available_cpus, default_start_method
 from vecenv.seeding import SEED_POLICIES, spawn_seeds
 
 __all__ = [

@@ -41,6 +41,7 @@ __all__ = [
     "InvalidObservationError",
     "CallInFlightError",
     "DescriptorLimitError",
+    "PolicySpecError",
     "UnguardedMainError",
     "UnguardedMainWarning",
     "RemoteTraceback",
@@ -130,6 +131,12 @@ class UnguardedMainError(VecEnvError, RuntimeError):
     """The workers' start method would import the running script again while its top-level
     code, outside an ``if __name__ == "__main__":`` block, is what builds the vector env: the
     script would run once more in every worker. Raised before any process starts."""
+
+
+class PolicySpecError(VecEnvError, ValueError):
+    """A policy named by a string (``vecenv-collect --policy``) that cannot be turned into a
+    policy: an unknown form, a module or attribute that does not import, a saved model that
+    does not load or was trained on other spaces. The message names the value and says why."""
 
 
 class UnguardedMainWarning(UserWarning):

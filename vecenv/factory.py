@@ -18,8 +18,8 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 
+from vecenv.backends import BACKENDS, vector_class
 from vecenv.errors import describe
-from vecenv.parent.backends import BACKENDS, vector_class
 
 __all__ = ["make", "check_env_id", "BACKENDS", "VECTORIZATION_MODE"]
 

@@ -14,12 +14,13 @@ reach every copy before the next rollout. The kinds:
 * :class:`TorchPolicy`: a CPU ``torch.nn.Module`` whose forward maps a batch of observations to
   a batch of actions; its ``state_dict`` is the weights.
 * :class:`SB3Policy`: a Stable-Baselines3 model, acting through its ``predict``; its policy
-  network's ``state_dict`` is the weights.
+  network's ``state_dict`` is the weights. It imports nothing of Stable-Baselines3: it uses
+  the model it is given (the rest of vecenv's SB3 code is :mod:`vecenv.integrations.sb3`).
 
 A batched forward is row-wise in exact arithmetic but not always in floating point: matrix
 products may take another kernel, with another summation order, for another batch size, so
 the last bits of a row's output can depend on how many rows share the call (measured in
-``scripts/bench_rollouts.py``). Stochastic sampling inside a module or ``predict`` draws from
+``vecenv-bench --suite rollouts``). Stochastic sampling inside a module or ``predict`` draws from
 that worker's torch generator, so it depends on how the envs are grouped; pass
 ``deterministic=True`` (or sample in your own row-wise code) for data that does not.
 
@@ -29,11 +30,9 @@ callable) into one of these. Torch and Stable-Baselines3 are imported only when 
 
 from __future__ import annotations
 
-import abc
-import dataclasses
 import io
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
@@ -44,6 +43,7 @@ from gymnasium.vector.utils import batch_space
 
 from vecenv.errors import describe
 from vecenv.spaces import build_tree, leaf_layout, tree_leaves
+from vecenv.worker.policy import PolicyContext, PolicyRunner, WorkerPolicy, policy_seed
 
 __all__ = [
     "PolicyContext",
@@ -57,69 +57,6 @@ __all__ = [
     "as_worker_policy",
     "policy_seed",
 ]
-
-#: Mixed into every env's reset seed to seed its random-action generator, so that the actions
-#: are not drawn from the same stream as the env's own ``np_random``.
-_POLICY_STREAM = 0x7665_6365_6E76
-
-
-def policy_seed(seed: int | None) -> int | None:
-    """The seed of an env's random-action generator, from the seed its env was reset with."""
-    if seed is None:
-        return None
-    return int(np.random.SeedSequence([int(seed), _POLICY_STREAM]).generate_state(1, np.uint64)[0])
-
-
-@dataclasses.dataclass(frozen=True)
-class PolicyContext:
-    """What a policy copy is told about the envs it acts for.
-
-    Attributes:
-        env_ids: the global indices of its envs, in row order.
-        observation_space, action_space: one env's spaces.
-        seeds: each env's last reset seed (``None``: never seeded).
-    """
-
-    env_ids: range
-    observation_space: Space
-    action_space: Space
-    seeds: Sequence[int | None]
-
-
-class PolicyRunner(abc.ABC):
-    """One policy copy acting for one group of envs (built in the worker)."""
-
-    @abc.abstractmethod
-    def act(self, observations: Any, active: np.ndarray | None) -> Any:
-        """A batch of actions, one row per env, for the batch of observation rows.
-
-        ``active`` (``DISABLED`` autoreset only) marks the envs that will be stepped; the rows
-        of the others are ignored, and a policy with per-env state leaves theirs alone.
-        """
-
-    def reseed(self, local: int, seed: int | None) -> None:  # noqa: B027 - most policies keep no seeds
-        """Env ``local`` (row index) was reset with ``seed``; ``None`` seeds are never passed."""
-
-    def load_weights(self, weights: Any) -> None:
-        """Replace the weights with ``weights`` (what :meth:`WorkerPolicy.weights` returns)."""
-        raise TypeError(f"{type(self).__name__} has no weights to load")
-
-
-class WorkerPolicy(abc.ABC):
-    """A policy the workers run; pickled once per worker, built there into a runner."""
-
-    #: How the policy is named in messages and in datasets' metadata.
-    name: str = "policy"
-
-    @abc.abstractmethod
-    def build(self, context: PolicyContext) -> PolicyRunner:
-        """A runner for the envs of ``context`` (called in the worker)."""
-
-    def weights(self) -> Any:
-        """The current weights of the original, to send to every copy. Raises ``TypeError``
-        for policies without weights."""
-        raise TypeError(f"policy {self.name} has no weights: pass a new policy to `rollout` instead")
-
 
 # -- random --------------------------------------------------------------------------------
 

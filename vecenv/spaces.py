@@ -366,7 +366,7 @@ def describe_space(space: Space) -> dict[str, Any]:
     rebuilds it (Box bounds, Discrete ``n`` and ``start``, MultiDiscrete ``nvec`` and ``start``);
     a Dict or Tuple describes its subspaces.
 
-    The rollout datasets record it in ``metadata.json`` and ``vecenv.rollout.format`` reads it
+    The rollout datasets record it in ``metadata.json`` and ``vecenv.datasets.format`` reads it
     back, so a change here is a change of their format.
     """
     return _leaf_description(space)

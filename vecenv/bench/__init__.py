@@ -1,14 +1,19 @@
-"""The throughput benchmark (``vecenv-bench``, ``python -m vecenv.bench``), one module per job:
+"""vecenv's benchmarks (``vecenv-bench``, ``python -m vecenv.bench``), one suite per run, one
+module per job:
 
-- :mod:`~vecenv.bench.envs`: the workloads and their busy envs (shared with scripts/train_ppo.py)
-- :mod:`~vecenv.bench.vectors`: a vector env of a named kind (shared with scripts/train_ppo.py)
-- :mod:`~vecenv.bench.runners`: the runners, a registry of named objects
-- :mod:`~vecenv.bench.calibration`, :mod:`~vecenv.bench.measure`: what runs in a measuring process
-- :mod:`~vecenv.bench.child`: the fresh interpreter each measurement runs in
-- :mod:`~vecenv.bench.procfs`: Linux ``/proc`` readings (process trees, CPU time, PSS), also
-  used by the scripts and the tests
-- :mod:`~vecenv.bench.plan`, :mod:`~vecenv.bench.report`, :mod:`~vecenv.bench.cli`: the cells to
-  measure, the tables and chart, the command line
+- :mod:`~vecenv.bench.cli`: the command line (``--suite``), the run's header, the output files
+- :mod:`~vecenv.bench.suite`: what a suite is, and the helpers the suites share
+- the suites: :mod:`~vecenv.bench.step` (vector env throughput; its cells planned in
+  :mod:`~vecenv.bench.plan`, measured in :mod:`~vecenv.bench.measure`, reported in
+  :mod:`~vecenv.bench.report`, its runners in :mod:`~vecenv.bench.runners`),
+  :mod:`~vecenv.bench.rollouts` (``rollout`` against ``step``), :mod:`~vecenv.bench.collection`
+  (writing datasets) and :mod:`~vecenv.bench.multiagent` (PettingZoo envs against SuperSuit)
+- :mod:`~vecenv.bench.child`: the one fresh-process runner every measurement runs in
+- :mod:`~vecenv.bench.procfs`: the one reader of Linux ``/proc`` (process trees, CPU time, PSS),
+  also used by the scripts and the tests
+- :mod:`~vecenv.bench.envs`, :mod:`~vecenv.bench.vectors`, :mod:`~vecenv.bench.calibration`: the
+  workloads and their busy envs, a vector env of a named kind (both shared with
+  scripts/train_ppo.py), and the calibration of the busy envs
 
 Nothing here is imported by ``import vecenv``; this package imports none of its modules either,
 so that ``vecenv.bench.procfs`` stays light.

@@ -1,7 +1,7 @@
 """Linux ``/proc`` readings: process states, parents and trees, CPU time, PSS, command lines.
 
-The one reader of ``/proc/<pid>/stat`` and ``/proc/<pid>/status`` for the benchmark, the scripts
-(soak, threads demo) and the tests, which check that no process is left behind. Processes exit
+The one reader of ``/proc/<pid>/stat`` and ``/proc/<pid>/status`` for every benchmark suite, the
+scripts (soak, threads demo) and the tests, which check that no process is left behind. Processes exit
 while they are read, so a reader skips (or answers ``None`` for) a pid that is gone or
 unreadable, unless its docstring says that it raises. ``import vecenv`` never imports this.
 """
@@ -91,6 +91,12 @@ def cpu_seconds(pid: int) -> float:
     if pid not in ticks:
         raise ProcessLookupError(f"cpu_seconds: no readable /proc/{pid}/stat")
     return ticks[pid] / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(root: int | None = None) -> float:
+    """User + system CPU seconds used so far by ``root`` (default: this process) and every live
+    descendant; a process that exited is no longer counted, so read it while the tree runs."""
+    return sum(cpu_ticks(tree(os.getpid() if root is None else root)).values()) / os.sysconf("SC_CLK_TCK")
 
 
 def idle_cpu(seconds: float, pids: Sequence[int] | None = None) -> tuple[float, float] | None:

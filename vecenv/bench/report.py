@@ -90,22 +90,15 @@ def _label(cell: Cell) -> str:
     return f"{cell['runner']} ({'/'.join(f'{k}w' for k in chosen)})" if chosen else cell["runner"]
 
 
-def _header(meta: dict[str, Any]) -> list[str]:
+def _method(meta: dict[str, Any]) -> list[str]:
     cal = meta["calibration"]
-    load = " / ".join("?" if la is None else ", ".join(f"{x:.1f}" for x in la) for la in meta["load_average"])
     return [
-        "# vecenv benchmark",
-        "",
-        f"{meta['date']} · {meta['machine']} · {meta['cores']} cores · Python {meta['python']} · "
-        f"gymnasium {meta['gymnasium']} · numpy {meta['numpy']} · vecenv {meta['vecenv']}",
-        "",
         f"Calibration: {cal['iterations_per_us']:.1f} loop iterations/µs → py100us = {cal['iters_100us']:,}, "
         f"py1ms = {cal['iters_1ms']:,}, obs84 = {cal['iters_50us']:,} iterations per step; inference = "
         f"{cal['inference_reps']} × (128×128 @ 128×128 float32) ≈ {cal['inference_ms']:.2f} ms. "
         f"{meta['seconds']} s of stepping after {meta['warmup']} s warm-up, {meta['reps']} interleaved reps, "
         "each in a fresh process; median (min–max). Idle CPU: cores that the cell's processes use "
-        f"during {IDLE_S:g} s with the vector env open and nobody stepping it (~0 when workers block). "
-        f"Load average (1, 5, 15 min) at start / end: {load}.",
+        f"during {IDLE_S:g} s with the vector env open and nobody stepping it (~0 when workers block).",
         "",
     ]
 
@@ -134,10 +127,11 @@ def _row(c: Cell, ideal: bool, width: int) -> str:
     return "| " + " | ".join(cols) + " |"
 
 
-def markdown(cells: list[Cell], notes: list[str], meta: dict[str, Any]) -> str:
-    """benchmark.md: the header, one table per group of cells, the notes."""
+def markdown(cells: list[Cell], meta: dict[str, Any]) -> str:
+    """The step suite's markdown: the method, one table per group of cells (the notes are the
+    command line's)."""
     cores = meta["cores"]
-    lines = _header(meta)
+    lines = _method(meta)
     for group, title, ratio_name, ideal in _TABLES:
         rows = [c for c in cells if c["group"] == group]
         if not rows:
@@ -150,8 +144,6 @@ def markdown(cells: list[Cell], notes: list[str], meta: dict[str, Any]) -> str:
         lines += ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * (len(head) - 3)) + "|"]
         lines += [_row(c, ideal, len(head)) for c in rows]
         lines.append("")
-    if notes:
-        lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     return "\n".join(lines)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
-from vecenv.host import available_cpus
+from vecenv.machine import available_cpus
 
 EnvFn = Callable[[], gym.Env]
 

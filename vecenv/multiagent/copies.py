@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from gymnasium import Space
 
 from vecenv.multiagent.errors import AgentSpaceMismatchError
-from vecenv.parent.groups import call_each
 from vecenv.wire.protocol import Hello
+from vecenv.worker.builders import call_each
 
 if TYPE_CHECKING:
     from vecenv.wire.buffers import Buffers
@@ -110,7 +110,7 @@ def build_copies(env_fns: Sequence[Callable[[], Any]], first: int) -> list[Any]:
 
 
 class AgentCopies(abc.ABC):
-    """The copies one worker hosts, as its group builder returns them (the engine's marker).
+    """The copies one worker hosts, as its group builder returns them: a worker-side ``GroupSource``.
 
     Checks at construction that every copy has the same agents and that they all share the
     first agent's spaces.

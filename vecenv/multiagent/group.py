@@ -6,7 +6,7 @@ rendering and closing, and blaming the copy whose code raised. :class:`ParallelG
 native API's semantics: Gymnasium's three autoreset modes applied per copy (a copy is done when
 every one of its rows is terminated or truncated), and agent death (an agent absent from its
 env gets a zero observation, reward 0 and ``terminated`` True, and its row is marked inactive).
-The SuperSuit drop-in's group is in :mod:`vecenv.multiagent.markov`.
+The SuperSuit drop-in's group is in :mod:`vecenv.integrations.supersuit.markov`.
 
 Like the engine's ``EnvGroup`` it runs without any process around it; a worker is this class
 plus a pipe. Methods take and return what ``EnvGroup``'s do: per-row seeds and mask (each row

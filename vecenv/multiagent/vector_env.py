@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from vecenv.backends import BACKENDS, vector_class
 from vecenv.checks import (
     check_autoreset_mode,
     check_env_fns,
@@ -37,7 +38,6 @@ from vecenv.errors import NeedsResetError, describe
 from vecenv.multiagent.copies import COPY_CALL, INACTIVE_KEY, CopyCall, CopyOp, per_row
 from vecenv.multiagent.errors import AgentSpaceMismatchError
 from vecenv.multiagent.group import ParallelCopiesFn
-from vecenv.parent.backends import BACKENDS, vector_class
 from vecenv.parent.groups import contiguous_bounds
 
 __all__ = ["MultiAgentVectorEnv", "make_parallel", "BACKENDS"]

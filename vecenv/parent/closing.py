@@ -8,7 +8,7 @@ dropped vector env (and its workers) alive until the cyclic garbage collector ru
 Bounds: the polite close waits ``timeout`` (default :data:`DEFAULT_CLOSE_TIMEOUT`) for the
 workers to close their envs; stragglers are terminated and, :data:`~vecenv.transports.process.KILL_GRACE`
 later, killed. A call still running in another thread is given the same grace for the call
-lock, then its workers are ended (:mod:`vecenv.parent.serial`).
+lock, then its workers are ended (:mod:`vecenv.parent.call_lock`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any
 
 from gymnasium import logger
 
+from vecenv.parent.call_lock import CallLock
 from vecenv.parent.pool import WorkerPool
-from vecenv.parent.serial import CallLock
 from vecenv.parent.state import CallState, State
 
 __all__ = ["Closer", "DEFAULT_CLOSE_TIMEOUT"]

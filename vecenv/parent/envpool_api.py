@@ -24,7 +24,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from vecenv.checks import check_env_ids, check_options, check_timeout
-from vecenv.parent.actions import ActionPlacer
+from vecenv.parent.action_rows import ActionPlacer
 from vecenv.parent.calls import CallRunner
 from vecenv.parent.records import WorkerRecord, WorkerStatus
 from vecenv.parent.replies import InfoMerger

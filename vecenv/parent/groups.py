@@ -1,37 +1,15 @@
-"""Group builders made in the parent: ``env_fns`` split into one picklable builder per worker."""
+"""How the parent splits ``env_fns`` over workers: contiguous ranges, one group builder each."""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import gymnasium as gym
 
-__all__ = ["GroupOfFns", "call_each", "contiguous_bounds", "split_groups"]
+from vecenv.worker.builders import GroupOfFns
 
-
-class GroupOfFns:
-    """A picklable group builder: calls each env constructor of one worker, in order."""
-
-    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], first: int) -> None:
-        self.env_fns = list(env_fns)
-        self.first = first
-
-    def __call__(self) -> list[gym.Env]:
-        return call_each(self.env_fns, self.first, "env")
-
-
-def call_each(fns: Sequence[Callable[[], Any]], first: int, what: str) -> list[Any]:
-    """Call each constructor in order; an error is noted with its index (``what`` ``i``)."""
-    built = []
-    for i, fn in enumerate(fns, start=first):
-        try:
-            built.append(fn())
-        except Exception as exc:
-            exc.add_note(f"raised by env_fns[{i}] ({what} {i})")
-            raise
-    return built
+__all__ = ["contiguous_bounds", "split_groups"]
 
 
 def contiguous_bounds(n: int, k: int) -> list[tuple[int, int]]:

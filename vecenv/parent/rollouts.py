@@ -29,11 +29,11 @@ from gymnasium.vector import AutoresetMode
 
 from vecenv.checks import check_num_steps, check_timeout
 from vecenv.errors import WorkerDiedError
+from vecenv.parent.call_lock import CallLock, serialised
 from vecenv.parent.calls import CallRunner
 from vecenv.parent.records import WorkerRecord
 from vecenv.parent.replies import InfoMerger, current_observations
 from vecenv.parent.restart import RestartedRollout, mark_restarted
-from vecenv.parent.serial import CallLock, serialised
 from vecenv.parent.state import State
 from vecenv.policies import RandomPolicy, WorkerPolicy, as_worker_policy
 from vecenv.spaces import is_fixed, tree_copy, tree_leaves, tree_map

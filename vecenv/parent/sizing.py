@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from vecenv.host import available_cpus
+from vecenv.machine import available_cpus
 
 __all__ = ["PARALLEL_MIN_SECONDS", "WorkerChoice", "choose_num_workers"]
 

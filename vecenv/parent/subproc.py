@@ -15,7 +15,7 @@ import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
 from vecenv.checks import check_batch_size, check_context, check_env_fns, check_flag, check_group_fns, check_num_workers
-from vecenv.host import guard_main
+from vecenv.machine import guard_main
 from vecenv.options import DEFAULTS, VectorOptions
 from vecenv.parent.groups import split_groups
 from vecenv.parent.sizing import WorkerChoice, choose_num_workers

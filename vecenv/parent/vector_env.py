@@ -14,7 +14,7 @@
          late replies dropped, breakage, restarts (restart.py), shutdown
                                         |  Transport (transports/base.py)
           .-----------------------------+------------------------------.
-          | pipe 0 (transports/process.py)  | pipe 1        ...   Ray actor (transports/ray.py)
+          | pipe 0 (transports/process.py)  | pipe 1        ...   Ray actor (integrations/ray/transport.py)
           v                                 v                           v
     +-----------+                     +-----------+               +-----------+
     | worker 0  |  worker/loop.py     | worker 1  |               | worker k  |
@@ -33,7 +33,7 @@ and the pool gives each worker its starting index and the shared block in an ``A
 that every call is one command per worker and one reply per worker.
 
 :class:`GroupVectorEnv` knows no transport: :class:`~vecenv.SubprocVectorEnv`
-(:mod:`vecenv.parent.subproc`) and :class:`~vecenv.RayVectorEnv` (:mod:`vecenv.parent.ray_env`)
+(:mod:`vecenv.parent.subproc`) and :class:`~vecenv.RayVectorEnv` (:mod:`vecenv.integrations.ray.vector_env`)
 choose one and call :meth:`GroupVectorEnv._open`.
 """
 
@@ -48,7 +48,8 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from vecenv.checks import check_batch_size, check_env_ids, check_options, check_reset_mask, check_timeout
 from vecenv.errors import describe
 from vecenv.options import VectorOptions
-from vecenv.parent.actions import ActionPlacer
+from vecenv.parent.action_rows import ActionPlacer
+from vecenv.parent.call_lock import CallLock, serialised
 from vecenv.parent.calls import CallRunner
 from vecenv.parent.closing import DEFAULT_CLOSE_TIMEOUT, Closer
 from vecenv.parent.envpool_api import AsyncBatches
@@ -58,7 +59,6 @@ from vecenv.parent.render import EnvIds, RenderPlan
 from vecenv.parent.replies import InfoMerger, current_observations
 from vecenv.parent.restart import Restarter, RestartPolicy
 from vecenv.parent.rollouts import RolloutMethods, Rollouts
-from vecenv.parent.serial import CallLock, serialised
 from vecenv.parent.state import CallState, SeedBook, State
 from vecenv.transports.base import Transport
 from vecenv.wire.buffers import Buffers, BufferSpec
@@ -73,7 +73,7 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
     The subclasses choose the transport (:class:`~vecenv.SubprocVectorEnv`: processes;
     :class:`~vecenv.RayVectorEnv`: Ray actors); everything here is the same for both. Results
     are identical to ``SyncVectorEnv`` for the same seeds and actions. Threads may share one:
-    its calls run one at a time (:mod:`vecenv.parent.serial`).
+    its calls run one at a time (:mod:`vecenv.parent.call_lock`).
     """
 
     _pool: WorkerPool

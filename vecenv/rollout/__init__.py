@@ -1,87 +1,82 @@
-"""Collect rollouts from a vector environment into an on-disk dataset, and load them back.
+"""Deprecated: the dataset package is :mod:`vecenv.datasets`; this alias goes in vecenv 0.4.
 
-A *dataset* is a directory holding ``metadata.json`` and one ``.npy`` file per field,
-all of the same length N (the number of transitions) and in collection order:
-
-``observations``, ``next_observations``, ``actions``
-    One file per leaf of the space. A Box/Discrete/MultiDiscrete/MultiBinary space is
-    one file (``observations.npy``); Dict and Tuple spaces give one file per leaf, named
-    with dots (``observations.pos.npy``, ``actions.0.npy``, ``observations.a.1.npy``).
-``rewards`` (float64), ``terminations`` (bool), ``truncations`` (bool)
-    As returned by the environment step.
-``env_ids`` (int64)
-    Index of the sub-environment that produced the transition.
-``episode_ids`` (int64)
-    A global episode counter numbered in the order episodes *start*: the initial reset
-    numbers env ``0..num_envs-1`` as episodes ``0..num_envs-1``; later episodes are
-    numbered when their reset observation is produced, in vector-step order, ascending
-    env index within a step. With ``episodes=N`` only the first N episodes to finish are
-    written, so the ids written can have gaps (episodes that started but lost the race).
-
-Every record is a real environment step: ``next_observations`` of the last step of an
-episode is that episode's final observation, never the reset observation, and the
-NEXT_STEP autoreset "reset step" (where the env resets and ignores the action) is never
-recorded. Records are written with bounded memory (``episodes=N`` keeps open episodes in a
-fixed block per env that spills to disk): each field is streamed to its file in
-chunks and the ``.npy`` headers and ``metadata.json`` are rewritten after every chunk, so
-the directory is a valid (``"complete": false``) dataset while collection is running and
-after an interruption.
-
-``collect`` is the library entry point (``format="minari"`` writes a Minari dataset
-instead), ``load`` reads a dataset back as memory-mapped arrays, ``export_minari`` turns
-one into a Minari dataset, and ``main`` is the ``vecenv-collect`` command line tool.
-Modules: ``collection`` (``collect``: checks, output, finish), ``recording`` (the collection
-loop), ``actions`` (checking the policy's actions), ``sinks`` (where transitions go, and the
-``.npy`` dataset sink), ``writer`` (streaming ``.npy`` files), ``staging`` (open episodes with
-bounded memory), ``format`` (file layout, reading space descriptions), ``dataset`` (``load``),
-``minari`` (Minari output and export), ``policies`` (``--policy`` strings, Stable-Baselines3
-models), ``errors``, and ``cli`` with ``cli_arguments`` and ``cli_summary``
-(``vecenv-collect``). For example::
-
-    envs = vecenv.make("CartPole-v1", 8)
-    try:
-        dataset = collect(envs, "random", steps=10_000, seed=0, out="rollouts/cartpole")
-    finally:
-        envs.close()
-    dataset["observations"].shape         # (10000, 4), a read-only numpy.memmap
-    load("rollouts/cartpole").metadata["counts"]  # {"transitions": 10000, "episodes": ...}
+``import vecenv.rollout`` (and ``vecenv.rollout.<module>``) still works and gives the very
+same objects as :mod:`vecenv.datasets`, with a ``DeprecationWarning``: "rollout" now means
+``envs.rollout()`` alone, worker-side rollouts with the policy in the workers.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+import importlib.abc
+import importlib.machinery
+import sys
+import types
+import warnings
+from collections.abc import Sequence
+from typing import Any
 
-from vecenv.rollout.collection import collect
-from vecenv.rollout.dataset import Dataset, load
-from vecenv.rollout.errors import DatasetWriteError, MinariNotInstalledError, PolicyError, UnsupportedSpaceError
+import vecenv.datasets as _datasets
 
-if TYPE_CHECKING:
-    from vecenv.rollout.cli import main
-    from vecenv.rollout.minari import export_minari
+#: Old module names under ``vecenv.rollout`` -> their modules now.
+MOVED = {
+    "action_checks": "vecenv.datasets.action_checks",
+    "actions": "vecenv.datasets.action_checks",
+    "cli": "vecenv.datasets.cli",
+    "cli_arguments": "vecenv.datasets.cli_arguments",
+    "cli_summary": "vecenv.datasets.cli_summary",
+    "collection": "vecenv.datasets.collection",
+    "dataset": "vecenv.datasets.dataset",
+    "errors": "vecenv.datasets.errors",
+    "format": "vecenv.datasets.format",
+    "minari": "vecenv.datasets.minari",
+    "policies": "vecenv.datasets.policy_specs",
+    "policy_specs": "vecenv.datasets.policy_specs",
+    "recording": "vecenv.datasets.recording",
+    "sinks": "vecenv.datasets.sinks",
+    "sources": "vecenv.datasets.sources",
+    "staging": "vecenv.datasets.staging",
+    "writer": "vecenv.datasets.writer",
+}
 
-__all__ = [
-    "Dataset",
-    "DatasetWriteError",
-    "MinariNotInstalledError",
-    "PolicyError",
-    "UnsupportedSpaceError",
-    "collect",
-    "export_minari",
-    "load",
-    "main",
-]
+__all__ = list(_datasets.__all__)
 
-#: Names in ``__all__`` imported on first use, so that ``import vecenv.rollout`` loads neither
-#: the command line (argparse) nor the Minari exporter (as ``concurrent.futures`` does).
-_LAZY = {"main": "vecenv.rollout.cli", "export_minari": "vecenv.rollout.minari"}
+warnings.warn(
+    "vecenv.rollout is deprecated and will be removed in vecenv 0.4: import vecenv.datasets instead "
+    "(the same names: collect, load, Dataset, export_minari, main)",
+    DeprecationWarning,
+    stacklevel=2,
+)
+
+
+class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds ``vecenv.rollout.<old>`` as the module that now holds it, so both names give one
+    module object (and ``isinstance`` on its classes holds across the two names)."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        prefix, _, leaf = fullname.rpartition(".")
+        if prefix != __name__ or leaf not in MOVED:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        return importlib.import_module(MOVED[spec.name.rpartition(".")[2]])
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        """The module ran when it was first imported under its own name."""
+
+
+if not any(type(finder).__module__ == __name__ for finder in sys.meta_path):  # once, even if re-imported
+    sys.meta_path.insert(0, _Alias())
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'vecenv.rollout' has no attribute {name!r}")
+    if name in MOVED:
+        return importlib.import_module(MOVED[name])
+    return getattr(_datasets, name)
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    return sorted({*globals(), *__all__, *MOVED})

@@ -1,5 +1,5 @@
-"""``python -m vecenv.rollout``: the ``vecenv-collect`` command."""
+"""Deprecated: ``python -m vecenv.datasets`` (or ``vecenv-collect``) is the command now."""
 
-from vecenv.rollout.cli import main
+from vecenv.datasets.cli import main
 
 raise SystemExit(main())

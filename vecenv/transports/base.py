@@ -1,7 +1,7 @@
 """The interface a backend implements to carry commands to workers and replies back.
 
 The pool (:mod:`vecenv.parent.pool`) is written against :class:`Transport` only; the process
-transport (:mod:`vecenv.transports.process`) and the Ray transport (:mod:`vecenv.transports.ray`)
+transport (:mod:`vecenv.transports.process`) and the Ray transport (:mod:`vecenv.integrations.ray.transport`)
 implement it. A transport reports what happened as events: a :class:`Reply` to a call, or the
 :class:`Death` of a worker. It keeps no call state of its own beyond what it needs to deliver.
 """

@@ -32,7 +32,7 @@ from typing import Any
 import cloudpickle
 
 from vecenv.errors import DescriptorLimitError
-from vecenv.host import available_cpus
+from vecenv.machine import available_cpus
 from vecenv.transports.base import Death, Event, Reply, Transport, WorkerGone
 from vecenv.wire import fastpath
 from vecenv.wire.buffers import HAVE_MEMFD, Buffers

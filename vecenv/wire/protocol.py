@@ -1,4 +1,4 @@
-"""The messages that cross between the coordinator and a worker, and their wire format.
+"""The messages that cross between the parent and a worker, and their wire format.
 
 Both sides import this module, so the command set and message shapes are defined once.
 

@@ -5,7 +5,7 @@ attaches the group's rows of the buffers, and answers one command at a time. Eve
 including one raised while unpickling a command's payload, becomes an error reply to that
 command, so a worker only ends when asked to (or when something outside Python kills it). The
 process loop (:mod:`vecenv.worker.loop`), the parent-hosted group
-(:mod:`vecenv.transports.inline`) and the Ray actor (:mod:`vecenv.transports.ray`) all wrap this
+(:mod:`vecenv.transports.inline`) and the Ray actor (:mod:`vecenv.integrations.ray.transport`) all wrap this
 same core; its unit tests feed it messages directly.
 """
 
@@ -15,7 +15,7 @@ import dataclasses
 import os
 import pickle
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import cloudpickle
 import gymnasium as gym
@@ -24,7 +24,6 @@ from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
 
 from vecenv.errors import PackedException
-from vecenv.multiagent.copies import AgentCopies  # hook: multi-agent groups (vecenv.multiagent)
 from vecenv.spaces import tree_copy
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import (
@@ -41,11 +40,8 @@ from vecenv.wire.protocol import (
     SpaceMismatch,
     StepReply,
 )
-from vecenv.worker.group import EnvGroup, VectorGroup
+from vecenv.worker.group import EnvGroup, GroupSource, HostedGroup, VectorGroup
 from vecenv.worker.rollout import GroupRollouts
-
-if TYPE_CHECKING:
-    from vecenv.multiagent.group import CopyGroup
 
 __all__ = ["WorkerCore", "WorkerOptions", "unpicklable_part"]
 
@@ -100,7 +96,7 @@ class WorkerCore:
         self.index = index
         self.options = options
         self.envs: Any = None
-        self.group: EnvGroup | VectorGroup | CopyGroup | None = None
+        self.group: HostedGroup | None = None
         self.rollouts: GroupRollouts | None = None
         self._handlers: dict[Command, Callable[[Any], Any]] = {}
 
@@ -108,7 +104,7 @@ class WorkerCore:
         """Build the envs with the cloudpickled group builder and describe them."""
         group_fn: Callable[[], Any] = cloudpickle.loads(group_fn_bytes)
         built = group_fn()
-        if isinstance(built, AgentCopies):  # hook: copies of a multi-agent env describe themselves
+        if isinstance(built, GroupSource):  # e.g. copies of a multi-agent env: they describe themselves
             self.envs = built
             return built.hello()
         if isinstance(built, gym.vector.VectorEnv):
@@ -143,8 +139,8 @@ class WorkerCore:
 
     def attach(self, attach: Attach, buffers: Buffers) -> None:
         """Wire the group to its rows of the buffers; commands can be handled from now on."""
-        group: EnvGroup | VectorGroup | CopyGroup
-        if isinstance(self.envs, AgentCopies):  # hook: multi-agent copies make their own group
+        group: HostedGroup
+        if isinstance(self.envs, GroupSource):  # it makes its own group
             group = self.envs.make_group(buffers)
         elif isinstance(self.envs, gym.vector.VectorEnv):
             group = VectorGroup(self.envs, buffers)

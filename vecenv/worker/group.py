@@ -9,7 +9,7 @@ tagged with the env's index within the group, in the order ``SyncVectorEnv`` add
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
@@ -18,9 +18,42 @@ from gymnasium.vector.utils import batch_space, iterate
 
 from vecenv.spaces import tree_leaves
 from vecenv.wire.buffers import Buffers
-from vecenv.wire.protocol import InfoEntries
+from vecenv.wire.protocol import Hello, InfoEntries
 
-__all__ = ["EnvGroup", "VectorGroup", "batched_view", "close_each"]
+__all__ = ["EnvGroup", "GroupSource", "HostedGroup", "VectorGroup", "batched_view", "close_each"]
+
+
+class HostedGroup(Protocol):
+    """What a worker asks of its group: :class:`EnvGroup`, :class:`VectorGroup`, or a group that a
+    :class:`GroupSource` made (the copies of a multi-agent env, :mod:`vecenv.multiagent`)."""
+
+    num_envs: int
+    #: the local index of the env whose code raised in the last call, or ``None``
+    blame: int | None
+
+    def reset(self, seeds: Any, options: dict[str, Any] | None, mask: Any) -> InfoEntries: ...
+
+    def step(self, actions: Any) -> InfoEntries: ...
+
+    def call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]: ...
+
+    def set_attr(self, name: str, values: Sequence[Any]) -> None: ...
+
+    def render(self, env_ids: Sequence[int] | None = None) -> list[Any]: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class GroupSource(Protocol):
+    """What a group builder may return instead of envs: an object that describes its rows itself
+    (``hello``) and makes its own group over them (``make_group``). The worker knows no more of
+    it, so an integration can host rows of its own (multi-agent copies: one row per agent)
+    without the worker importing it."""
+
+    def hello(self) -> Hello: ...
+
+    def make_group(self, buffers: Buffers) -> HostedGroup: ...
 
 
 class EnvGroup:

@@ -27,7 +27,6 @@ from typing import Any, Protocol
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from vecenv.policies import PolicyContext, PolicyRunner
 from vecenv.spaces import row_writer, to_batch, tree_leaves, tree_map
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import (
@@ -40,6 +39,7 @@ from vecenv.wire.protocol import (
 )
 from vecenv.wire.rollout_buffers import RolloutBuffers
 from vecenv.worker.group import EnvGroup, batched_view
+from vecenv.worker.policy import PolicyContext, PolicyRunner
 
 __all__ = ["GroupRollouts", "RolloutFailure"]
 

@@ -9,10 +9,10 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
+from vecenv.datasets.errors import PolicyError
 from vecenv.errors import describe
-from vecenv.policies import PolicyContext, PolicyRunner, WorkerPolicy
-from vecenv.rollout.errors import PolicyError
 from vecenv.spaces import build_tree, leaf_values, named_leaves, to_batch
+from vecenv.worker.policy import PolicyContext, PolicyRunner, WorkerPolicy
 
 
 def one_line(value: Any) -> str:

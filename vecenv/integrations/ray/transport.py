@@ -3,7 +3,7 @@
 Each group is one Ray actor hosting the same :class:`~vecenv.worker.core.WorkerCore` as a worker
 process (the same ``worker/group.py`` code, autoreset included); the
 :class:`~vecenv.parent.pool.WorkerPool` and the VectorEnv / EnvPool API layers are the process
-backend's, unchanged (:class:`~vecenv.RayVectorEnv` is :mod:`vecenv.parent.ray_env`). Only the
+backend's, unchanged (:class:`~vecenv.RayVectorEnv` is :mod:`vecenv.integrations.ray.vector_env`). Only the
 transport differs:
 
 * **Commands** go out as the same bytes as on a pipe (:func:`~vecenv.wire.protocol.encode_command`),
@@ -19,7 +19,7 @@ transport differs:
   :class:`~vecenv.errors.WorkerDiedError` naming the group and its node. Ray reports a killed
   process within milliseconds; a lost node, within Ray's health-check period.
 
-Ray is imported by this module (and :mod:`vecenv.parent.ray_env`) only; ``import vecenv`` never
+Ray is imported by this module (and :mod:`vecenv.integrations.ray.vector_env`) only; ``import vecenv`` never
 imports it.
 """
 

@@ -1,4 +1,4 @@
-"""``vecenv.host``: what the machine and this process allow.
+"""``vecenv.machine``: what the machine and this process allow.
 
 The cores: ``available_cpus`` follows the affinity mask (which container CPU sets limit), and the
 default ``num_workers`` follows it.
@@ -28,8 +28,8 @@ import vecenv
 from tests.crash_envs import healthy_fns
 from tests.regression_envs import BUILD_LOCK, locked_cartpole
 from tests.test_differential import assert_same
-from vecenv import SubprocVectorEnv, checks, host
-from vecenv.host import default_start_method
+from vecenv import SubprocVectorEnv, checks, machine
+from vecenv.machine import default_start_method
 
 #: The start-method rule is about platforms that fork by default.
 forks_by_default = pytest.mark.skipif(
@@ -46,7 +46,7 @@ def test_available_cpus_follows_the_affinity_mask(monkeypatch: pytest.MonkeyPatc
         pytest.skip("no sched_getaffinity here")
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 3})
-    assert host.available_cpus() == 2
+    assert machine.available_cpus() == 2
     assert checks.check_num_workers(None, 10) == 2
     assert checks.check_num_workers(None, 1) == 1
 
@@ -55,9 +55,9 @@ def test_available_cpus_follows_the_affinity_mask(monkeypatch: pytest.MonkeyPatc
 def test_available_cpus_without_affinity_uses_cpu_count(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(os, "sched_getaffinity", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 5)
-    assert host.available_cpus() == 5
+    assert machine.available_cpus() == 5
     monkeypatch.setattr(os, "cpu_count", lambda: None)
-    assert host.available_cpus() == 1
+    assert machine.available_cpus() == 1
 
 
 @pytest.mark.timeout(60)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from vecenv.errors import describe
 
 if TYPE_CHECKING:
-    from vecenv.parent.ray_env import RayVectorEnv
+    from vecenv.integrations.ray.vector_env import RayVectorEnv
     from vecenv.parent.subproc import SubprocVectorEnv
 
 __all__ = ["BACKENDS", "vector_class"]
@@ -25,7 +25,7 @@ def vector_class(backend: str) -> type[SubprocVectorEnv] | type[RayVectorEnv]:
 
         return SubprocVectorEnv
     if backend == "ray":
-        from vecenv.parent.ray_env import RayVectorEnv  # imports Ray: only when asked for
+        from vecenv.integrations.ray.vector_env import RayVectorEnv  # imports Ray: only when asked for
 
         return RayVectorEnv
     raise ValueError(f"`backend` must be one of {', '.join(map(repr, BACKENDS))}, got {describe(backend)}")

@@ -2,7 +2,7 @@
 
 It checks its arguments (the shared ones through :class:`~vecenv.options.VectorOptions`, the Ray
 ones here), connects to Ray, sizes the actors to the cluster and builds a
-:class:`~vecenv.transports.ray.RayTransport`; everything after that is
+:class:`~vecenv.integrations.ray.transport.RayTransport`; everything after that is
 :class:`~vecenv.parent.vector_env.GroupVectorEnv`'s, as for worker processes.
 
 Ray is imported by this module only on first use of :class:`~vecenv.RayVectorEnv`.
@@ -19,10 +19,10 @@ from gymnasium.vector import AutoresetMode
 
 from vecenv.checks import check_batch_size, check_env_fns, check_group_fns, check_num_workers
 from vecenv.errors import describe
+from vecenv.integrations.ray.transport import DEFAULT_ACTOR_OPTIONS, RAY_USE, RayTransport
 from vecenv.options import DEFAULTS, VectorOptions
 from vecenv.parent.groups import split_groups
 from vecenv.parent.vector_env import GroupVectorEnv
-from vecenv.transports.ray import DEFAULT_ACTOR_OPTIONS, RAY_USE, RayTransport
 
 __all__ = ["RayVectorEnv"]
 

@@ -24,22 +24,21 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from vecenv.checks import seed_list
-from vecenv.policies import FunctionPolicy, RandomPolicy, WorkerPolicy
-from vecenv.policies import SB3Policy as WorkerSB3Policy
-from vecenv.rollout.actions import ActionChecker, CheckedPolicy
-from vecenv.rollout.dataset import load
-from vecenv.rollout.format import FORMAT_NAME, FORMAT_VERSION, Leaf, dataset_fields, space_leaves
-from vecenv.rollout.policies import SB3Policy
-from vecenv.rollout.recording import CollectionRun, CollectionSpec, record_transitions
-from vecenv.rollout.sinks import OPEN_EPISODES, DatasetSink
-from vecenv.rollout.sources import RolloutSource, StepSource, random_actions, rollout_length
-from vecenv.rollout.staging import EpisodeStager
-from vecenv.rollout.writer import CHUNK_BYTES, DatasetWriter, check_out, now, versions
+from vecenv.datasets.action_checks import ActionChecker, CheckedPolicy
+from vecenv.datasets.dataset import load
+from vecenv.datasets.format import FORMAT_NAME, FORMAT_VERSION, Leaf, dataset_fields, space_leaves
+from vecenv.datasets.recording import CollectionRun, CollectionSpec, record_transitions
+from vecenv.datasets.sinks import OPEN_EPISODES, DatasetSink
+from vecenv.datasets.sources import RolloutSource, StepSource, random_actions, rollout_length
+from vecenv.datasets.staging import EpisodeStager
+from vecenv.datasets.writer import CHUNK_BYTES, DatasetWriter, check_out, now, versions
+from vecenv.integrations.sb3.saved_model import SavedModelPolicy
+from vecenv.policies import FunctionPolicy, RandomPolicy, SB3Policy, WorkerPolicy
 from vecenv.seeding import seed_policy_of
 from vecenv.spaces import describe_space
 
 if TYPE_CHECKING:
-    from vecenv.rollout.minari import MinariSink
+    from vecenv.datasets.minari import MinariSink
 
 #: What ``collect`` takes as a policy besides ``"random"``: batched observations to batched actions.
 Policy = Callable[[Any], Any]
@@ -313,8 +312,8 @@ def _worker_policy(policy: Policy, name: str) -> WorkerPolicy:
     if isinstance(policy, WorkerPolicy):
         return policy
     model = getattr(policy, "model", None)
-    if isinstance(policy, SB3Policy) and model is not None:
-        return WorkerSB3Policy(model, policy.deterministic, name)
+    if isinstance(policy, SavedModelPolicy) and model is not None:
+        return SB3Policy(model, policy.deterministic, name)
     return FunctionPolicy(policy, name)
 
 
@@ -380,7 +379,7 @@ def _minari_output(
     minari_metadata: Mapping[str, Any] | None,
 ) -> _Output:
     """A new Minari dataset (raises MinariNotInstalledError, ValueError or FileExistsError)."""
-    from vecenv.rollout.minari import MinariSink, datasets_root, minari_target
+    from vecenv.datasets.minari import MinariSink, datasets_root, minari_target
 
     if dataset_id is None:
         raise ValueError("dataset_id: expected 'NAMESPACE/NAME-vN' with format='minari', got None")

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from vecenv.rollout.format import METADATA_FILE, SCALAR_FIELDS, space_nesting
+from vecenv.datasets.format import METADATA_FILE, SCALAR_FIELDS, space_nesting
 from vecenv.spaces import build_tree, named_leaves
 
 

@@ -7,7 +7,7 @@ from typing import Any, NoReturn
 
 from gymnasium.vector import AutoresetMode
 
-from vecenv.rollout.sinks import OPEN_EPISODES
+from vecenv.datasets.sinks import OPEN_EPISODES
 
 PROG = "vecenv-collect"
 

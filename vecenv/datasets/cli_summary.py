@@ -7,8 +7,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from vecenv.rollout.dataset import Dataset
-from vecenv.rollout.minari import datasets_root
+from vecenv.datasets.dataset import Dataset
+from vecenv.datasets.minari import datasets_root
 
 
 def minari_summary(dataset: Any, root: Path) -> str:

@@ -15,8 +15,8 @@ from typing import IO
 
 import numpy as np
 
-from vecenv.rollout.format import Leaf
-from vecenv.rollout.writer import chunk_rows
+from vecenv.datasets.format import Leaf
+from vecenv.datasets.writer import chunk_rows
 
 
 class EpisodeStager:

@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from vecenv.rollout.sinks import DatasetSink, EpisodeSummary
+from vecenv.datasets.sinks import DatasetSink, EpisodeSummary
 
 if TYPE_CHECKING:
     from tqdm import tqdm
 
-    from vecenv.rollout.minari import MinariSink
-    from vecenv.rollout.sources import Chunk, RolloutSource, StepSource
-    from vecenv.rollout.staging import EpisodeStager
+    from vecenv.datasets.minari import MinariSink
+    from vecenv.datasets.sources import Chunk, RolloutSource, StepSource
+    from vecenv.datasets.staging import EpisodeStager
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,11 @@ from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec
 
 from vecenv.checks import seed_list
-from vecenv.rollout.dataset import Dataset, load
-from vecenv.rollout.errors import KEYWORDS, MinariNotInstalledError, OptionNames
-from vecenv.rollout.format import space_from_description
-from vecenv.rollout.sinks import OPEN_EPISODES, EpisodeSummary, with_last
-from vecenv.rollout.writer import chunk_rows, now
+from vecenv.datasets.dataset import Dataset, load
+from vecenv.datasets.errors import KEYWORDS, MinariNotInstalledError, OptionNames
+from vecenv.datasets.format import space_from_description
+from vecenv.datasets.sinks import OPEN_EPISODES, EpisodeSummary, with_last
+from vecenv.datasets.writer import chunk_rows, now
 from vecenv.spaces import build_tree, named_leaves, shape_of
 
 INSTALL_HINT = 'Minari output needs the minari extra: pip install "vecenv[minari]"'

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from vecenv.rollout.errors import UnsupportedSpaceError
+from vecenv.datasets.errors import UnsupportedSpaceError
 from vecenv.spaces import leaf_layout, named_dict_keys, named_leaves
 
 FORMAT_NAME = "vecenv-rollouts"

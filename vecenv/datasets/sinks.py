@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from vecenv.rollout.writer import DatasetWriter
+from vecenv.datasets.writer import DatasetWriter
 
 #: What happens to the episodes still open after the last of ``steps=N`` transitions
 #: (Minari stores whole episodes): kept with their last step marked truncated, or left out.
@@ -39,7 +39,7 @@ class EpisodeSummary:
 
     episode_return: float
     length: int  # its rows
-    episode_id: int  # in the order episodes start (see ``vecenv.rollout``)
+    episode_id: int  # in the order episodes start (see ``vecenv.datasets``)
     seed: int | None  # the reset(seed=...) that started it; None when it continued an env's RNG
 
 

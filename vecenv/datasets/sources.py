@@ -25,9 +25,9 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from vecenv.datasets.action_checks import ActionChecker
+from vecenv.datasets.format import Leaf
 from vecenv.policies import PolicyContext, RandomActions, RandomPolicy, WorkerPolicy
-from vecenv.rollout.actions import ActionChecker
-from vecenv.rollout.format import Leaf
 from vecenv.spaces import leaf_values
 
 __all__ = ["Chunk", "StepSource", "RolloutSource", "random_actions", "rollout_length"]

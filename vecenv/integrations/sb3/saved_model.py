@@ -1,5 +1,8 @@
-"""Turning a ``--policy`` string into a callable: ``random``, ``module:attr`` or
-``sb3:PATH.zip`` (a saved Stable-Baselines3 model, used through its ``predict``)."""
+"""A saved Stable-Baselines3 model as a dataset policy: ``vecenv-collect --policy sb3:PATH.zip``.
+
+The model is loaded on the CPU and acts through its ``predict``; the collector hands it to the
+workers as an :class:`~vecenv.integrations.sb3.policy.SB3Policy` when rollouts run there.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +14,10 @@ from typing import Any
 
 from gymnasium import spaces
 
+from vecenv.errors import PolicySpecError
+
+__all__ = ["SB3_INSTALL_HINT", "SavedModelPolicy", "load_sb3"]
+
 #: Stable-Baselines3 algorithms known by the module of the policy class they save.
 _SB3_BY_POLICY_MODULE = {
     "stable_baselines3.dqn.policies": "DQN",
@@ -20,11 +27,7 @@ _SB3_BY_POLICY_MODULE = {
 SB3_INSTALL_HINT = 'pip install stable-baselines3 (or "vecenv[sb3]")'
 
 
-class PolicySpecError(ValueError):
-    """A ``--policy`` value that cannot be turned into a policy (the message says why)."""
-
-
-class SB3Policy:
+class SavedModelPolicy:
     """A saved Stable-Baselines3 model as a batched policy: ``predict(obs, deterministic)``.
 
     SB3's ``predict`` takes a batch of observations and returns actions in the env's action
@@ -90,7 +93,7 @@ def _sb3_class(algorithm: str, spec: str) -> Any:
     raise PolicySpecError(f"--policy {spec!r}: no algorithm {algorithm!r} in stable_baselines3 or sb3_contrib")
 
 
-def load_sb3(spec: str, deterministic: bool = False) -> SB3Policy:
+def load_sb3(spec: str, deterministic: bool = False) -> SavedModelPolicy:
     """Load ``sb3:PATH.zip`` or ``sb3:ALGO:PATH.zip`` on the CPU."""
     rest = spec[len("sb3:") :]
     algorithm, _, maybe_path = rest.partition(":")
@@ -111,37 +114,4 @@ def load_sb3(spec: str, deterministic: bool = False) -> SB3Policy:
         model = cls.load(path, device="cpu")
     except Exception as exc:
         raise PolicySpecError(f"--policy {spec!r}: {algorithm}.load failed: {type(exc).__name__}: {exc}") from None
-    return SB3Policy(model, str(path), algorithm, deterministic)
-
-
-def load_policy(spec: str, deterministic: bool = False) -> Any:
-    """The policy named by ``spec``: ``"random"`` (returned as is), ``sb3:PATH.zip`` or
-    ``module:attr`` (attr may be dotted; must be callable). Raises PolicySpecError."""
-    if spec == "random":
-        if deterministic:
-            raise PolicySpecError("--deterministic: only for sb3: policies, got --policy random")
-        return spec
-    if spec.startswith("sb3:"):
-        return load_sb3(spec, deterministic)
-    if deterministic:
-        raise PolicySpecError(f"--deterministic: only for sb3: policies, got --policy {spec!r}")
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise PolicySpecError(f"--policy: expected 'random', 'sb3:PATH.zip' or 'module:attr', got {spec!r}")
-    try:
-        target: Any = importlib.import_module(module_name)
-    except Exception as exc:
-        raise PolicySpecError(
-            f"--policy {spec!r}: cannot import module {module_name!r}: {type(exc).__name__}: {exc}"
-        ) from None
-    for part in attr.split("."):
-        if not hasattr(target, part):
-            raise PolicySpecError(f"--policy {spec!r}: {module_name!r} has no attribute {attr!r}")
-        target = getattr(target, part)
-    if not callable(target):
-        text = " ".join(repr(target).split())[:300]
-        raise PolicySpecError(f"--policy {spec!r}: expected a callable, got {text}")
-    return target
-
-
-__all__ = ["PolicySpecError", "SB3Policy", "load_policy", "load_sb3"]
+    return SavedModelPolicy(model, str(path), algorithm, deterministic)

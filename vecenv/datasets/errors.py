@@ -1,4 +1,4 @@
-"""Exceptions of the rollout collector, shared by every module of the package, and how their
+"""Exceptions of the dataset collector, shared by every module of the package, and how their
 messages name the options that fix them (``OptionNames``)."""
 
 from __future__ import annotations
@@ -8,16 +8,16 @@ from dataclasses import dataclass
 from vecenv.errors import VecEnvError
 
 
-class PolicyError(ValueError):
+class PolicyError(VecEnvError, ValueError):
     """The policy returned actions that are not in the environments' action space."""
 
 
-class UnsupportedSpaceError(TypeError):
+class UnsupportedSpaceError(VecEnvError, TypeError):
     """A space cannot be stored as fixed-shape arrays (only Box, Discrete, MultiDiscrete,
     MultiBinary and Dict/Tuple of them can)."""
 
 
-class MinariNotInstalledError(ImportError):
+class MinariNotInstalledError(VecEnvError, ImportError):
     """``format="minari"`` or a Minari export was asked for but Minari (with its HDF5
     backend) is not installed."""
 

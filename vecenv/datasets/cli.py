@@ -23,23 +23,23 @@ from typing import Any, NoReturn
 import gymnasium
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from vecenv.factory import check_env_id, make
-from vecenv.host import available_cpus
-from vecenv.rollout.cli_arguments import PROG, build_export_parser, build_parser, minari_metadata
-from vecenv.rollout.cli_summary import dataset_summary, minari_summary
-from vecenv.rollout.collection import collect
-from vecenv.rollout.dataset import load
-from vecenv.rollout.errors import (
+from vecenv.datasets.cli_arguments import PROG, build_export_parser, build_parser, minari_metadata
+from vecenv.datasets.cli_summary import dataset_summary, minari_summary
+from vecenv.datasets.collection import collect
+from vecenv.datasets.dataset import load
+from vecenv.datasets.errors import (
     FLAGS,
     DatasetWriteError,
     MinariNotInstalledError,
     PolicyError,
     UnsupportedSpaceError,
 )
-from vecenv.rollout.format import METADATA_FILE
-from vecenv.rollout.minari import datasets_root, export_minari, minari_target
-from vecenv.rollout.policies import PolicySpecError, load_policy
-from vecenv.rollout.writer import check_out
+from vecenv.datasets.format import METADATA_FILE
+from vecenv.datasets.minari import datasets_root, export_minari, minari_target
+from vecenv.datasets.policy_specs import PolicySpecError, load_policy
+from vecenv.datasets.writer import check_out
+from vecenv.factory import check_env_id, make
+from vecenv.machine import available_cpus
 
 
 class _Terminated(KeyboardInterrupt):

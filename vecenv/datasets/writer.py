@@ -18,8 +18,8 @@ from typing import IO, Any
 import gymnasium
 import numpy as np
 
-from vecenv.rollout.errors import KEYWORDS, DatasetWriteError, OptionNames
-from vecenv.rollout.format import METADATA_FILE, Leaf
+from vecenv.datasets.errors import KEYWORDS, DatasetWriteError, OptionNames
+from vecenv.datasets.format import METADATA_FILE, Leaf
 
 # Rows are buffered in memory up to this many bytes (all fields together) per chunk.
 CHUNK_BYTES = 8 * 1024 * 1024
@@ -68,7 +68,7 @@ class DatasetWriter:
     and in ``metadata.json``.
 
     A write that fails (a full disk, a read-only directory) raises
-    :class:`~vecenv.rollout.errors.DatasetWriteError` naming the file and the cause; the
+    :class:`~vecenv.datasets.errors.DatasetWriteError` naming the file and the cause; the
     dataset keeps the rows committed before it, and ``finalize`` then trims the files to them
     and marks the dataset incomplete without raising again.
     """

@@ -1,0 +1,166 @@
+"""The package layout holds what docs/architecture.md says: the import graph of ``vecenv`` has no
+cycle, between modules or between packages (function-level and ``TYPE_CHECKING`` imports
+counted); the worker side imports nothing of the parent side or of an integration; ``import
+vecenv`` loads no command line, progress bar, Ray or torch; the old ``vecenv.rollout`` path is a
+deprecated alias of ``vecenv.datasets`` that gives the very same objects."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import vecenv
+
+ROOT = Path(vecenv.__file__).parent
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of vecenv by dotted name (a package by its ``__init__``)."""
+    modules = {}
+    for path in ROOT.rglob("*.py"):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+MODULES = _modules()
+
+
+def _owner(name: str) -> str | None:
+    """The vecenv module that ``import name`` loads last (a name inside a module: that module)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _imported(module: str) -> Iterator[str]:
+    """The vecenv modules ``module`` imports anywhere in its source."""
+    path = MODULES[module]
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*parts, base] if base else parts)
+            names = [f"{base}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for name in names:
+            target = _owner(name) if name.startswith("vecenv") else None
+            if target is not None and target != module:
+                yield target
+
+
+# The top-level package re-exports everything lazily (its ``__getattr__``): not an edge of the graph.
+GRAPH = {m: {t for t in _imported(m) if t != "vecenv"} for m in MODULES if m != "vecenv"}
+
+
+def _package(module: str) -> str:
+    """A module's package; a package is its own, and a top-level module of vecenv is its own node."""
+    if MODULES[module].name == "__init__.py":
+        return module
+    parent = module.rpartition(".")[0]
+    return module if parent == "vecenv" else parent
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_between_modules() -> None:
+    assert _cycles(GRAPH) == []
+
+
+def test_no_import_cycle_between_packages() -> None:
+    packages: dict[str, set[str]] = {}
+    for module, targets in GRAPH.items():
+        for target in targets:
+            a, b = _package(module), _package(target)
+            if a != b:
+                packages.setdefault(a, set()).add(b)
+    assert _cycles(packages) == []
+
+
+@pytest.mark.parametrize("side", ["vecenv.worker", "vecenv.wire"])
+def test_the_worker_side_imports_neither_the_parent_nor_an_integration(side: str) -> None:
+    forbidden = ("vecenv.parent", "vecenv.transports", "vecenv.integrations", "vecenv.multiagent", "vecenv.datasets")
+    offending = {
+        (module, target)
+        for module, targets in GRAPH.items()
+        if module.startswith(side)
+        for target in targets
+        if target.startswith(forbidden) or target in ("vecenv.policies", "vecenv.sb3", "vecenv.supersuit")
+    }
+    assert offending == set()
+
+
+@pytest.mark.timeout(60)
+def test_import_vecenv_loads_no_cli_progress_bar_ray_or_torch() -> None:
+    code = (
+        "import sys, vecenv\n"
+        "heavy = {'argparse', 'tqdm', 'ray', 'torch', 'vecenv.datasets', 'vecenv.bench', 'vecenv.integrations'}\n"
+        "print(sorted(heavy & set(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_old_dataset_path_is_a_deprecated_alias_of_the_same_objects() -> None:
+    import vecenv.datasets
+    import vecenv.datasets.cli
+    import vecenv.datasets.policy_specs
+
+    for name in [n for n in list(sys.modules) if n == "vecenv.rollout" or n.startswith("vecenv.rollout.")]:
+        del sys.modules[name]  # so that importing it warns again
+    with pytest.warns(DeprecationWarning, match=r"vecenv\.rollout is deprecated .* vecenv\.datasets"):
+        import vecenv.rollout
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the submodules warn no more than once
+        import vecenv.rollout.cli
+        from vecenv.rollout.policies import load_policy
+
+    assert vecenv.rollout.cli is vecenv.datasets.cli
+    assert load_policy is vecenv.datasets.policy_specs.load_policy
+    assert vecenv.rollout.collect is vecenv.datasets.collect
+    assert vecenv.rollout.PolicyError is vecenv.datasets.PolicyError
+    with pytest.raises(AttributeError, match="no_such_name"):
+        _ = vecenv.rollout.no_such_name

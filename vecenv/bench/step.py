@@ -1,0 +1,199 @@
+"""The ``step`` suite: env-steps/s of vecenv against Gymnasium's vector envs (and others when
+installed), over workloads, sizes and runners; the cells are planned in :mod:`~vecenv.bench.plan`,
+measured in :mod:`~vecenv.bench.measure` and reported in :mod:`~vecenv.bench.report`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from vecenv.bench.child import run_child, run_concurrently
+from vecenv.bench.envs import ALL_WORKLOADS
+from vecenv.bench.plan import Cell, key, plan
+from vecenv.bench.report import chart, markdown, summarize
+from vecenv.bench.runners import RUNNERS, runner_named
+from vecenv.bench.suite import OptionError, Outcome, Suite, SuiteFailed, csv, pick
+from vecenv.machine import available_cpus
+
+ALL_RUNNERS = tuple(RUNNERS)
+#: Measured only when named in --runners: the Ray rows start a Ray in every cell (seconds each),
+#: and the process half-batch row is their counterpart.
+OPT_IN_RUNNERS = tuple(r.name for r in RUNNERS.values() if r.opt_in)
+
+DOC = """\
+Workloads (--workloads):
+  cartpole      gymnasium.make("CartPole-v1") (a few µs per step)
+  py100us       synthetic env burning a fixed number of pure-Python loop iterations per step,
+                calibrated at start-up to ~100 µs on this machine (not a wall-clock spin)
+  py1ms         the same, ~1 ms per step
+  obs84         84x84x4 uint8 observations, ~50 µs of Python work per step
+  atari         gymnasium.make("ALE/Pong-v5", frameskip=1) in AtariPreprocessing (84x84 grayscale,
+                frame_skip=4, no-op starts) and FrameStackObservation(env, 4): a real emulator,
+                ~500 µs per step, (4, 84, 84) uint8 observations. Measured only when ale_py and
+                cv2 are importable (pip install -e ".[bench]"; skipped with a note otherwise)
+  async-batch   a learner: ~0.5 ms of numpy "inference" per batch while heavy-tailed envs
+                (~100 µs per step, 10x with probability 0.1, drawn from the env's seeded RNG)
+                run; vecenv's async API (batch_size=, async_reset/recv/send) with 2 and 4
+                workers and batches of one or two groups, against synchronous vecenv stepping
+                of the same envs with the same inference cost.
+  native-group  2 groups x 1024 CartPole envs, each a native vectorized group
+                (gymnasium.make_vec(..., vectorization_mode="vector_entry_point")) in a worker
+                (vecenv-2w-native), or one of them stepped by the parent (vecenv-2w-native-inline,
+                inline_group=True), against that make_vec with 2048 envs in one process.
+
+Runners (--runners, for cartpole, py100us, py1ms, obs84 and atari):
+  single        one env stepped in a Python loop (N is reported as 1); the "ideal" is
+                cores x this rate
+  single-par    `single` in one process per core at once, rates summed: what the hardware
+                really gives (shared caches, hyperthreads and a busy host make it less than
+                the ideal); the ceiling for any multi-process runner
+  sync, async   gymnasium SyncVectorEnv / AsyncVectorEnv(shared_memory=True)
+  vecenv-Kw     vecenv.SubprocVectorEnv with K = 1, 2, 4 workers; vecenv-0w: num_workers=0, every
+                env stepped in the measuring process (no worker process)
+  vecenv-auto   vecenv.SubprocVectorEnv(fns, "auto"): it times one extra env here (part of its
+                start-up) and picks 0 workers or one per core; the table shows what it chose
+                (e.g. "vecenv-auto (0w)"), the JSON has it per repetition (workers_chosen)
+  vecenv-default   vecenv.SubprocVectorEnv(fns) with no worker count: the plan vecenv.make
+                uses by default; only when named in --runners
+  vecenv-2w-inline   2 groups, the parent stepping the first (inline_group=True) and one worker
+                process the other; only when named in --runners
+  ray-Kw        vecenv.RayVectorEnv with K = 2, 4 actors on a local Ray that it starts itself
+                (start-up includes Ray's, seconds), min(1, cores/K) CPUs per actor; only when
+                named in --runners (each cell starts a Ray), and Ray is importable
+                (pip install -e ".[ray]")
+  vecenv-2w-half, ray-2w-half   the same with 2 workers and batch_size N/2, stepped with
+                async_reset/recv/send (no inference): each recv takes the first group to
+                finish; only when named in --runners
+  supersuit, pufferlib, envpool   when importable (skipped with a note otherwise); envpool
+                runs only CartPole (its other cells fail with a note)
+
+Method: it builds the vector env, resets once with a seed (start-up = constructor + first
+reset), steps with precomputed random actions (identical for all runners) in NEXT_STEP
+autoreset mode for a warm-up, then for --seconds, and reads the PSS of its whole process tree
+(/proc/<pid>/smaps_rollup of itself and every descendant). Then, with the vector env still open
+and idle (as while a learner is busy between steps), it sleeps 0.5 s and sums the CPU time
+(user + system, /proc/<pid>/stat) that it and its descendants used meanwhile: "idle CPU
+(cores)" = CPU seconds / wall seconds, ~0 for workers that block on their pipes, ~1 per worker
+for workers that spin. Repetitions are interleaved (rep 1 of every cell, then rep 2, ...);
+tables give medians with min-max.
+
+Examples:
+  vecenv-bench --quick                              # ~1 min smoke run (2 busy cores: ~80 s)
+  vecenv-bench --sizes 128 --reps 3                 # one size, 3 interleaved repetitions
+Writes step.md (also printed), step.json and step.png (needs matplotlib: pip install -e ".[bench]")."""
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The step suite's options."""
+    p.add_argument(
+        "--workloads",
+        type=csv(str, ALL_WORKLOADS),
+        default=list(ALL_WORKLOADS),
+        help=f"comma-separated workloads (default: all: {','.join(ALL_WORKLOADS)})",
+    )
+    p.add_argument(
+        "--sizes", type=csv(int), default=None, help="comma-separated env counts N (default: 8,32,128; --quick: 8)"
+    )
+    p.add_argument(
+        "--runners",
+        type=csv(str, ALL_RUNNERS),
+        default=None,
+        help="comma-separated runners for the cartpole/py100us/py1ms/obs84/atari workloads "
+        f"(default: all but {', '.join(OPT_IN_RUNNERS)}, which are measured when "
+        f"named; choices: {','.join(ALL_RUNNERS)})",
+    )
+    p.add_argument(
+        "--seconds",
+        type=float,
+        default=None,
+        help="seconds of stepping per measurement, after the warm-up (default: 2; --quick: 0.4)",
+    )
+    p.add_argument("--reps", type=int, default=None, help="interleaved repetitions (default: 3; --quick: 1)")
+
+
+def resolve(args: argparse.Namespace) -> argparse.Namespace:
+    """Fill the defaults that depend on ``--quick``; ``OptionError`` for values out of range."""
+    args.sizes = pick(args.sizes, [8, 32, 128], [8], args)
+    if args.runners is None:  # Ray takes seconds to start, in every cell: named runners only
+        args.runners = [r for r in ALL_RUNNERS if r not in OPT_IN_RUNNERS]
+    args.seconds = pick(args.seconds, 2.0, 0.4, args)
+    args.reps = pick(args.reps, 3, 1, args)
+    args.warmup = min(0.5, max(0.1, args.seconds / 4))
+    if args.seconds <= 0 or args.reps < 1 or min(args.sizes) < 1:
+        raise OptionError("--seconds must be > 0, --reps >= 1 and --sizes >= 1")
+    return args
+
+
+def _measure_all(cells: list[Cell], notes: list[str], args: argparse.Namespace, calib: dict[str, Any]) -> None:
+    """Every repetition of every cell, interleaved, each in a fresh process; a cell that fails
+    once is not measured again (a note says why)."""
+    cores = available_cpus()
+    for c in cells:
+        c["reps"] = []
+    failed: set[tuple[Any, ...]] = set()
+    total = len(cells) * args.reps
+    done = 0
+    for rep in range(args.reps):
+        for c in cells:
+            done += 1
+            if key(c) in failed:
+                continue
+            spec = {k: v for k, v in c.items() if k not in ("reps", "summary")}
+            spec.update(task="step", calib=calib, seconds=args.seconds, warmup=args.warmup)
+            timeout = args.seconds + args.warmup + 180
+            res = (
+                run_concurrently({**spec, "runner": "single"}, cores, timeout)
+                if runner_named(c["runner"], c["n"]).parallel
+                else run_child(spec, timeout)
+            )
+            c["reps"].append(res)
+            shown = f"error: {res['error']}" if "error" in res else f"{res['rate']:,.0f} env-steps/s"
+            print(
+                f"[{done}/{total}] rep {rep + 1} {c['workload']} N={c['n']} {c['runner']}: {shown}",
+                file=sys.stderr,
+                flush=True,
+            )
+            if "error" in res:
+                failed.add(key(c))
+                notes.append(f"{c['workload']} N={c['n']} {c['runner']}: failed, {res['error']}")
+
+
+def run(args: argparse.Namespace) -> Outcome:
+    """Calibrate, measure every cell, summarize; the chart goes to ``--out``/step.png."""
+    args = resolve(args)
+    cores = available_cpus()
+    calib = run_child({"task": "calibrate"}, timeout=120)
+    if "error" in calib:
+        raise SuiteFailed(f"calibration failed: {calib['error']}")
+    cells, notes = plan(args.workloads, args.sizes, args.runners, args.quick)
+    _measure_all(cells, notes, args, calib)
+    summarize(cells, cores)
+    meta = {
+        "cores": cores,
+        "seconds": args.seconds,
+        "warmup": args.warmup,
+        "reps": args.reps,
+        "sizes": args.sizes,
+        "workloads": args.workloads,
+        "runners": args.runners,
+        "calibration": calib,
+    }
+    os.makedirs(args.out, exist_ok=True)
+    png = os.path.join(args.out, "step.png")
+    note = chart(cells, png, cores)
+    if note:
+        notes.append(note)
+    return Outcome(markdown(cells, meta), {"settings": meta, "cells": cells}, notes, [] if note else [png])
+
+
+SUITE = Suite(
+    name="step",
+    summary="env-steps/s of vecenv's vector envs against Gymnasium's Sync and Async (and SuperSuit, "
+    "PufferLib, EnvPool when installed) over workloads, sizes and worker counts; start-up, "
+    "PSS and idle CPU per cell (the default suite)",
+    doc=DOC,
+    add_arguments=add_arguments,
+    run=run,
+)

@@ -1,0 +1,102 @@
+"""What every suite is to the command line: its name, its help, its options and its run; and the
+small helpers the suites share (comma-separated options, medians, markdown tables)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import statistics
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from vecenv.errors import VecEnvError
+
+
+class OptionError(VecEnvError, ValueError):
+    """An option out of range, or options that do not go together: the command line says
+    which, as a usage error."""
+
+
+class SuiteFailed(VecEnvError, RuntimeError):
+    """A suite could not run at all (its calibration failed, for one)."""
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What a suite's run gives: its tables as markdown (``##`` sections; the command line adds
+    the run's header), everything measured as JSON data, and notes (rows skipped or failed)."""
+
+    markdown: str
+    data: dict[str, Any]
+    notes: list[str] = dataclasses.field(default_factory=list)
+    files: list[str] = dataclasses.field(default_factory=list)  # more files written to --out
+
+
+@dataclasses.dataclass(frozen=True)
+class Suite:
+    """One suite of ``vecenv-bench``: ``--suite NAME`` runs it."""
+
+    name: str
+    summary: str  # one line for the list of suites in --help
+    doc: str  # its rows, method and output, for its --help
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], Outcome]
+
+
+def csv(
+    kind: Callable[[str], Any], choices: Sequence[Any] | None = None, empty_ok: bool = False
+) -> Callable[[str], list[Any]]:
+    """An argparse type: a comma-separated list of ``kind``, each one of ``choices`` when given;
+    ``""`` is the empty list only where ``empty_ok``."""
+
+    def parse(text: str) -> list[Any]:
+        items = [kind(x.strip()) for x in text.split(",") if x.strip()]
+        bad = [x for x in items if choices is not None and x not in choices]
+        if bad or not (items or empty_ok):
+            raise argparse.ArgumentTypeError(
+                f"expected a comma-separated subset of {', '.join(map(str, choices or []))}, got {text!r}"
+            )
+        return items
+
+    return parse
+
+
+def pick(value: Any, full: Any, quick: Any, args: argparse.Namespace) -> Any:
+    """An option's value: as given, else its ``--quick`` or its full default."""
+    if value is not None:
+        return value
+    return quick if args.quick else full
+
+
+def missing_modules(modules: Iterable[str]) -> list[str]:
+    """The modules of ``modules`` that are not importable here."""
+    return [m for m in modules if importlib.util.find_spec(m) is None]
+
+
+def spread(name: str, values: Sequence[float]) -> dict[str, float]:
+    """``{name}_median``, ``{name}_min`` and ``{name}_max`` of ``values`` (not empty)."""
+    return {f"{name}_median": statistics.median(values), f"{name}_min": min(values), f"{name}_max": max(values)}
+
+
+def ratio(x: float | None, y: float | None) -> float | None:
+    """``x / y``, or ``None`` when either is missing or ``y`` is 0."""
+    return None if x is None or not y else x / y
+
+
+def rate_text(summary: dict[str, Any], name: str = "rate") -> str:
+    """``**median** (min–max)`` of a :func:`spread`, the median alone when min equals max."""
+    med, lo, hi = summary[f"{name}_median"], summary[f"{name}_min"], summary[f"{name}_max"]
+    return f"**{med:,.0f}**" if lo == hi else f"**{med:,.0f}** ({lo:,.0f}–{hi:,.0f})"
+
+
+def ratio_text(x: float | None) -> str:
+    """``1.23×``, or ``—`` for no ratio."""
+    return "—" if x is None else f"{x:.2f}×"
+
+
+def table(head: Sequence[str], rows: Iterable[Sequence[str]], left: int = 1) -> list[str]:
+    """Markdown table lines: the first ``left`` columns left-aligned, the others right-aligned."""
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * left + ["---:"] * (len(head) - left)) + "|"]
+    lines += ["| " + " | ".join(str(c).replace("|", "/") for c in row) + " |" for row in rows]
+    return lines + [""]

@@ -1,0 +1,352 @@
+"""Stable-Baselines3 drop-in: ``from vecenv.sb3 import SubprocVecEnv``.
+
+SB3's own ``SubprocVecEnv`` starts one process per env. This one is an SB3
+``VecEnv`` with the same constructor (plus ``num_workers`` and vecenv's options) that steps its
+envs in a few :class:`vecenv.SubprocVectorEnv` worker groups with shared memory (or, with
+``backend="ray"``, in :class:`vecenv.RayVectorEnv` actors on one machine or a cluster), and gives what SB3's class
+gives for the same seeds and actions: observation batches, float64 rewards, bool dones, and a
+list of per-env info dicts carrying ``"TimeLimit.truncated"`` and, when an episode ends,
+``"terminal_observation"``, with the env already reset (SB3's autoreset). ``seed()`` and
+``set_options()`` act at the next ``reset()``, as in SB3.
+
+One difference is inherent to hosting several envs per process: envs of the same worker share
+process-global state (e.g. ``np.random``'s global generator), as they do in SB3's
+``DummyVecEnv``.
+
+Importing this module imports Stable-Baselines3 (and so torch); ``import vecenv`` does not.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import operator
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import concatenate, create_empty_array
+
+try:
+    from stable_baselines3.common.vec_env.base_vec_env import (
+        VecEnv,
+        VecEnvIndices,
+        VecEnvObs,
+        VecEnvStepReturn,
+    )
+except ImportError as exc:  # SB3 itself, or torch which it imports, is missing
+    raise ImportError(f"vecenv.sb3 needs Stable-Baselines3: pip install 'vecenv[sb3]' (import failed: {exc})") from exc
+
+from vecenv.checks import check_seed_policy
+from vecenv.errors import describe
+from vecenv.integrations.sb3.env_adapter import DISPATCH, INFO_KEY, AdapterFn, InfoBox
+from vecenv.machine import guard_main
+from vecenv.options import DEFAULTS
+from vecenv.parent.restart import RESTART_INFO_KEY
+from vecenv.parent.subproc import SubprocVectorEnv
+from vecenv.parent.vector_env import GroupVectorEnv
+from vecenv.seeding import spawn_seeds
+
+__all__ = ["SubprocVecEnv"]
+
+
+class SubprocVecEnv(VecEnv):
+    """An SB3 ``VecEnv`` whose envs run in :class:`vecenv.SubprocVectorEnv` worker groups.
+
+    A drop-in for ``stable_baselines3.common.vec_env.SubprocVecEnv``::
+
+        from vecenv.sb3 import SubprocVecEnv
+        model = PPO("MlpPolicy", SubprocVecEnv([lambda: gym.make("CartPole-v1")] * 8, num_workers=2))
+
+    Args:
+        env_fns: callables that each return an env; called in the workers (sent with
+            cloudpickle, so lambdas and closures work with every start method).
+        start_method: ``"fork"``, ``"forkserver"`` or ``"spawn"``; default as in SB3:
+            ``"forkserver"`` where available, else ``"spawn"``. Unknown names raise
+            multiprocessing's ``ValueError`` ("cannot find context for ..."). Built by a script's
+            top-level code outside ``if __name__ == "__main__":``, the default is ``"fork"``
+            (with an ``UnguardedMainWarning``) and a method given that imports the script again
+            raises ``UnguardedMainError``: the script never runs twice.
+        num_workers: worker processes (or Ray actors), each hosting a contiguous group of envs;
+            default ``min(len(env_fns), available cores)`` (the affinity mask, as
+            ``vecenv.SubprocVectorEnv``), or with Ray one per CPU of the cluster.
+        backend: ``"process"`` (worker processes on this machine) or ``"ray"``: the groups are
+            Ray actors (:class:`vecenv.RayVectorEnv`), on this machine or a cluster.
+        address: ``backend="ray"`` only, as :class:`vecenv.RayVectorEnv` takes it: which Ray to
+            use (default: the one running in this process, else a new local one).
+        actor_options: ``backend="ray"`` only: the actors' options (``num_cpus``,
+            ``scheduling_strategy="SPREAD"``, a node affinity to pin groups to nodes, ...).
+        on_worker_death: as :class:`vecenv.SubprocVectorEnv`. With ``"restart"`` a dead worker
+            (or actor) is rebuilt and its envs reset; the step that saw the death reports them
+            done, with ``"TimeLimit.truncated": True`` and ``"worker_restarted": True`` in their
+            info and no ``"terminal_observation"`` (none survived; SB3's algorithms then
+            bootstrap nothing for that step).
+        max_restarts: as :class:`vecenv.SubprocVectorEnv`.
+        restart_window: as :class:`vecenv.SubprocVectorEnv`.
+        threads_per_worker: BLAS/OpenMP threads in each worker or actor (default 1).
+        pin_cpus: ``backend="process"`` only: pin worker ``w`` to the ``w``-th available core
+            (with Ray, place actors with ``actor_options``).
+        seed_policy: ``"sequential"`` (SB3's: :meth:`seed` gives env ``i`` the seed ``seed + i``)
+            or ``"spawn"`` (env ``i`` gets :func:`vecenv.spawn_seeds` ``(seed, n)[i]``, so runs
+            with different seeds share no env seed); see :mod:`vecenv.seeding`.
+
+    Attributes:
+        vector_env: the underlying :class:`vecenv.SubprocVectorEnv` (or :class:`vecenv.RayVectorEnv`;
+            its envs are wrapped in an internal adapter; use this class's methods to reach them).
+        waiting: a step was started with :meth:`step_async` and not yet collected.
+        closed: :meth:`close` has run.
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], gym.Env]],
+        start_method: str | None = None,
+        num_workers: int | None = None,
+        *,
+        backend: str = "process",
+        address: str | None = None,
+        actor_options: Mapping[str, Any] | None = None,
+        on_worker_death: str = DEFAULTS.on_worker_death,
+        max_restarts: int = DEFAULTS.max_restarts,
+        restart_window: float = DEFAULTS.restart_window,
+        threads_per_worker: int | None = DEFAULTS.threads_per_worker,
+        pin_cpus: bool = DEFAULTS.pin_cpus,
+        seed_policy: str = DEFAULTS.seed_policy,
+    ) -> None:
+        if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Iterable):
+            raise TypeError(f"`env_fns` must be a list of env constructors, got {type(env_fns).__name__}")
+        env_fns = list(env_fns)
+        self.waiting = False
+        self.closed = False
+        self._options_staged = False  # envs may hold staged options that a reset has not consumed
+        self.seed_policy = check_seed_policy(seed_policy)
+        adapted = [AdapterFn(fn, i) for i, fn in enumerate(env_fns)]
+        shared: dict[str, Any] = {
+            "autoreset_mode": AutoresetMode.SAME_STEP,
+            "on_worker_death": on_worker_death,
+            "max_restarts": max_restarts,
+            "restart_window": restart_window,
+            "threads_per_worker": threads_per_worker,
+            "seed_policy": seed_policy,
+        }
+        if backend == "process":
+            _only_for("ray", address=address, actor_options=actor_options)
+            chosen = start_method is not None
+            if start_method is None:
+                # SB3's default: fork is not thread-safe (torch threads in the parent).
+                start_method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+            multiprocessing.get_context(start_method)  # SB3's error for an unknown method
+            # Never import a script again that is running its unguarded top-level code (see vecenv.machine).
+            start_method = guard_main(start_method, chosen, type(self).__name__, "start_method")
+            self.vector_env: GroupVectorEnv = SubprocVectorEnv(
+                adapted, num_workers, context=start_method, pin_cpus=pin_cpus, **shared
+            )
+        elif backend == "ray":
+            _only_for("process", start_method=start_method, pin_cpus=pin_cpus or None)
+            from vecenv.integrations.ray.vector_env import RayVectorEnv
+
+            self.vector_env = RayVectorEnv(adapted, num_workers, address=address, actor_options=actor_options, **shared)
+        else:
+            raise ValueError(f"`backend` must be 'process' or 'ray', got {describe(backend)}")
+        try:
+            super().__init__(
+                len(env_fns), self.vector_env.single_observation_space, self.vector_env.single_action_space
+            )
+        except BaseException:
+            self.vector_env.close()
+            raise
+
+    @property
+    def num_workers(self) -> int:
+        """The number of workers (processes, or Ray actors with ``backend="ray"``)."""
+        return self.vector_env.num_workers
+
+    def seed(self, seed: int | None = None) -> Sequence[None | int]:
+        """The seeds of the next :meth:`reset`, as SB3's: env ``i`` gets ``seed + i`` (a random
+        ``seed`` when ``None``), or under ``seed_policy="spawn"`` :func:`vecenv.spawn_seeds` ``(seed, n)``."""
+        seeds = super().seed(seed)
+        base = seeds[0]
+        if self.seed_policy == "spawn" and base is not None:
+            self._seeds = [*spawn_seeds(base, self.num_envs)]
+            return list(self._seeds)
+        return seeds
+
+    # -- reset and step --------------------------------------------------------------------------
+
+    def reset(self) -> VecEnvObs:
+        """Reset every env with the seeds of :meth:`seed` and the options of :meth:`set_options`.
+
+        Both are used once, then forgotten, as in SB3. ``reset_infos`` holds each env's reset info.
+        """
+        if len(self._seeds) != self.num_envs or len(self._options) != self.num_envs:
+            raise ValueError(
+                f"seeds and options must hold one entry per env ({self.num_envs}), "
+                f"got {len(self._seeds)} seeds and {len(self._options)} options"
+            )
+        if self._options_staged or any(self._options):
+            # Options may differ per env: each env takes its own at its next reset.
+            self._options_staged = True
+            self.vector_env.call(DISPATCH, "stage_options", None, list(self._options))
+        obs, infos = self.vector_env.reset(seed=list(self._seeds))
+        self._options_staged = False
+        boxes, mask = _boxes(infos, self.num_envs)
+        self.reset_infos = [boxes[j].info if mask[j] else {} for j in range(self.num_envs)]
+        self._reset_seeds()
+        self._reset_options()
+        return obs
+
+    def step_async(self, actions: np.ndarray) -> None:
+        """Start stepping every env with its action: ``actions[i]`` goes to env ``i``, as in SB3.
+
+        For ``Dict`` and ``Tuple`` action spaces SB3 takes a sequence of per-env actions while
+        the engine takes Gymnasium's batched layout: such a sequence is batched here first
+        (values are kept; leaves reach the envs as the space's numpy types).
+        """
+        if isinstance(self.action_space, (spaces.Dict, spaces.Tuple)) and not isinstance(actions, dict):
+            items = list(actions)
+            if len(items) != self.num_envs:
+                raise ValueError(f"`actions` must hold one action per env ({self.num_envs}), got {len(items)}")
+            batch: Any = create_empty_array(self.action_space, self.num_envs)
+            self.vector_env.step_async(concatenate(self.action_space, items, batch))
+        else:
+            self.vector_env.step_async(actions)
+        self.waiting = True
+
+    def step_wait(self) -> VecEnvStepReturn:
+        """``(obs, rewards, dones, infos)`` of the step started by :meth:`step_async`.
+
+        An env whose episode ended is already reset: its ``obs`` row is the reset observation,
+        its info holds ``"terminal_observation"``, and its reset info is in ``reset_infos``.
+        """
+        try:
+            obs, rewards, terminations, truncations, infos = self.vector_env.step_wait()
+        finally:
+            self.waiting = False
+        dones = terminations | truncations
+        boxes, mask = _boxes(infos, self.num_envs)
+        final_boxes, _ = _boxes(infos.get("final_info", {}), self.num_envs)
+        # Most envs send no info on most steps: give those a fresh dict, fill in the others.
+        out: list[dict[str, Any]] = [{"TimeLimit.truncated": False} for _ in range(self.num_envs)]
+        for j in np.flatnonzero(mask & ~dones).tolist():
+            info = boxes[j].info
+            info["TimeLimit.truncated"] = False  # neither terminated nor truncated
+            out[j] = info
+        restarted = _restarted(infos, self.num_envs)
+        for j in np.flatnonzero(dones).tolist():
+            final: InfoBox | None = final_boxes[j]
+            if final is None:  # its worker was restarted: the episode's end did not survive
+                assert restarted[j], "every other episode end carries its final info"
+                info = {"TimeLimit.truncated": True, RESTART_INFO_KEY: True}
+            else:
+                info = final.info
+                info["TimeLimit.truncated"] = bool(truncations[j] and not terminations[j])
+                info["terminal_observation"] = final.terminal_obs
+            out[j] = info
+            self.reset_infos[j] = boxes[j].info if mask[j] else {}
+        return obs, rewards, dones, out
+
+    # -- per-env calls -------------------------------------------------------------------------
+
+    def _dispatch(self, op: str, indices: VecEnvIndices, *payload: Any) -> list[Any]:
+        """Run ``op`` on the envs ``indices`` selects; one result per selected env, in that order.
+
+        One round trip to every worker (the engine's ``call`` reaches all envs); an env that is
+        not selected does nothing and returns nothing. Negative indices count from the end and
+        repeated indices run the call again, as in SB3.
+        """
+        if indices is None:
+            order = list(range(self.num_envs))
+            counts = None
+        else:
+            order = [self._index(i) for i in ([indices] if isinstance(indices, (int, np.integer)) else indices)]
+            counts = dict(Counter(order))
+            if not order:
+                return []
+        per_env = self.vector_env.call(DISPATCH, op, counts, *payload)
+        cursors = [0] * self.num_envs
+        results = []
+        for j in order:
+            results.append(per_env[j][cursors[j]])
+            cursors[j] += 1
+        return results
+
+    def _index(self, index: Any) -> int:
+        try:
+            i = operator.index(index)
+        except TypeError:
+            raise TypeError(f"env indices must be ints, got {type(index).__name__}") from None
+        if not -self.num_envs <= i < self.num_envs:
+            raise IndexError(f"env index {i} is out of range for {self.num_envs} envs")
+        return i % self.num_envs
+
+    def env_method(
+        self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any
+    ) -> list[Any]:
+        """Call ``method_name`` (found with ``get_wrapper_attr``) on the selected envs."""
+        return self._dispatch("env_method", indices, method_name, method_args, method_kwargs)
+
+    def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
+        """Attribute ``attr_name`` (found with ``get_wrapper_attr``) of the selected envs."""
+        return self._dispatch("get_attr", indices, attr_name)
+
+    def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
+        """Set ``attr_name`` to ``value`` on the selected envs (on the outermost wrapper, as SB3)."""
+        self._dispatch("set_attr", indices, attr_name, value)
+
+    def has_attr(self, attr_name: str) -> bool:
+        """Whether every env has attribute ``attr_name`` (nothing is sent back but a bool)."""
+        return all(self._dispatch("has_attr", None, attr_name))
+
+    def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
+        """For each selected env, whether a ``wrapper_class`` is among its wrappers."""
+        return self._dispatch("is_wrapped", indices, wrapper_class)
+
+    # -- rendering and closing -----------------------------------------------------------------
+
+    def get_images(self) -> Sequence[np.ndarray | None]:
+        """Each env's ``render()`` frame; ``None`` each (with a warning) unless render_mode is rgb_array."""
+        if self.render_mode != "rgb_array":
+            warnings.warn(
+                f"The render mode is {self.render_mode}, but this method assumes it is `rgb_array` to obtain images.",
+                stacklevel=2,
+            )
+            return [None] * self.num_envs
+        return list(self.vector_env.render())
+
+    def close(self) -> None:
+        """Close the envs and release the workers (idempotent; a pending step is discarded)."""
+        if self.closed:
+            return
+        if self.waiting:  # collect the step in flight first, as SB3 does
+            try:
+                self.vector_env.step_wait()
+            except Exception:  # noqa: BLE001 - closing anyway; the env's error is moot now
+                pass
+        self.vector_env.close()
+        self.waiting = False
+        self.closed = True
+
+
+def _only_for(backend: str, **given: Any) -> None:
+    """Refuse the arguments of the other backend, naming them and what was given."""
+    for name, value in given.items():
+        if value is not None:
+            raise ValueError(f"`{name}` is for backend={backend!r} only, got {name}={describe(value)}")
+
+
+def _restarted(infos: dict[str, Any], n: int) -> np.ndarray:
+    """The envs whose worker was restarted on this step (``on_worker_death="restart"``)."""
+    mask = infos.get(f"_{RESTART_INFO_KEY}")
+    return np.zeros(n, dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
+
+
+def _boxes(infos: dict[str, Any], n: int) -> tuple[Any, np.ndarray]:
+    """The per-env :class:`InfoBox` objects of a batched info dict, and the mask of envs that sent one."""
+    boxes = infos.get(INFO_KEY)
+    if boxes is None:
+        return [None] * n, np.zeros(n, dtype=bool)
+    return boxes, infos[f"_{INFO_KEY}"]

@@ -1,0 +1,284 @@
+"""Video of chosen envs of a vector env: :class:`RecordVideo`, a vector wrapper.
+
+It works with any ``gymnasium.vector.VectorEnv`` whose ``render_mode`` is ``"rgb_array"``: a vecenv
+vector env (:class:`~vecenv.SubprocVectorEnv`, :class:`~vecenv.RayVectorEnv`), Gymnasium's
+``SyncVectorEnv``, or any other. After each ``reset`` and ``step`` it renders only the chosen envs
+that are being recorded at that moment, and only those:
+
+* a vecenv vector env is asked for ``render(env_ids=...)``: the workers that host those envs
+  render them and send one frame each; the other workers are not asked;
+* a ``SyncVectorEnv`` renders those envs directly (``envs.envs[i].render()``);
+* any other vector env renders every env, and the chosen frames are kept.
+
+Each chosen env has its own episodes, numbered from 0 in the order they start: an episode starts
+at a ``reset`` that resets the env (all envs, or those in ``options["reset_mask"]``) or at its
+autoreset, and ends on the step where the env terminates or is truncated (or at a ``reset`` that
+cuts it short, or at ``close``). ``episode_trigger(episode)`` decides, when an episode starts,
+whether it is recorded. Where the episode's last frame comes from depends on the autoreset mode:
+with ``NEXT_STEP`` and ``DISABLED`` the env is rendered after its last step, before it resets;
+with ``SAME_STEP`` the env has already reset when ``step`` returns, so the video ends with the
+frame before the last step.
+
+Frames are written as they come (one ``ffmpeg`` process per video being recorded, memory bounded
+whatever the episode's length) to ``{video_folder}/{name_prefix}-env{i}-episode-{episode}.mp4``.
+Writing needs imageio with its ffmpeg plugin: ``pip install 'vecenv[video]'``; it is imported
+when the wrapper is made, never by ``import vecenv``.
+
+Why a wrapper in the parent rather than frames taken in the workers: it needs no change to the
+env constructors and works with every vector env; the videos are written where the training
+runs (with Ray, not on whichever node hosts the env); and what it adds per recorded step, one
+render of each recorded env and one small round trip, is paid only while an episode is being
+recorded. ``scripts/video_cost.py`` measures it against frames taken in the worker.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
+
+from vecenv.checks import check_env_ids
+from vecenv.errors import describe
+
+__all__ = ["RecordVideo", "VideoWriter", "every", "capped_cubic", "imageio_writer"]
+
+
+class VideoWriter(Protocol):
+    """Where one episode's frames go: ``append`` each frame, then ``close`` once."""
+
+    def append(self, frame: np.ndarray) -> None: ...
+
+    def close(self) -> None: ...
+
+
+#: Makes the writer of one video: ``(path, fps) -> VideoWriter``.
+WriterFactory = Callable[[str, float], VideoWriter]
+
+
+def every(k: int) -> Callable[[int], bool]:
+    """An ``episode_trigger`` that records episodes ``0, k, 2k, ...`` (CleanRL's "every K episodes")."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"`k` must be a positive int, got {describe(k)}")
+    return lambda episode: episode % k == 0
+
+
+def capped_cubic(episode: int) -> bool:
+    """The default ``episode_trigger`` (Gymnasium's schedule): episodes 0, 1, 8, 27, ... (the
+    cubes) below 1000, then every 1000th."""
+    if episode < 1000:
+        return round(episode ** (1.0 / 3)) ** 3 == episode
+    return episode % 1000 == 0
+
+
+class _ImageioWriter:
+    """An mp4 file written by imageio's ffmpeg plugin from a thread of its own.
+
+    ``append`` queues the frame (up to :data:`QUEUED_FRAMES`, then it waits) and returns, so the
+    encoder's pipe writes overlap the next steps instead of holding them up; ``close`` waits for
+    the queue to drain and raises what writing raised.
+    """
+
+    def __init__(self, path: str, fps: float) -> None:
+        import imageio.v2 as imageio
+
+        # macro_block_size=2: frames of odd size are padded to even (H.264 needs it), nothing more.
+        self._writer = imageio.get_writer(path, fps=fps, codec="libx264", macro_block_size=2, ffmpeg_log_level="error")
+        self._queue: queue.Queue[np.ndarray | None] = queue.Queue(QUEUED_FRAMES)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._drain, name=f"vecenv-video {os.path.basename(path)}", daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        while (frame := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    self._writer.append_data(frame)
+                except BaseException as exc:  # raised in the caller's thread by close()
+                    self._error = exc
+
+    def append(self, frame: np.ndarray) -> None:
+        if self._error is not None:
+            raise self._error
+        self._queue.put(frame.copy())  # an env may render into the same array every time
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+            self._writer.close()
+        if self._error is not None:
+            raise self._error
+
+
+#: Frames an mp4 writer holds before ``append`` waits for the encoder.
+QUEUED_FRAMES = 32
+
+
+def imageio_writer(path: str, fps: float) -> VideoWriter:
+    """The default writer: an H.264 mp4 at ``path`` (needs ``pip install 'vecenv[video]'``)."""
+    return _ImageioWriter(path, fps)
+
+
+def _check_imageio() -> None:
+    try:
+        import imageio.v2  # noqa: F401
+        import imageio_ffmpeg  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(
+            f"vecenv.video.RecordVideo writes mp4 files with imageio and ffmpeg: pip install 'vecenv[video]' "
+            f"(import failed: {exc})"
+        ) from exc
+
+
+def _renderer(env: VectorEnv) -> Callable[[list[int]], Sequence[Any]]:
+    """How to render only some envs of ``env`` (see the module docstring)."""
+    from vecenv.multiagent.vector_env import MultiAgentVectorEnv
+    from vecenv.parent.vector_env import GroupVectorEnv
+
+    base = env.unwrapped
+    if isinstance(base, GroupVectorEnv):
+        return lambda ids: base.render(env_ids=ids)
+    if isinstance(base, MultiAgentVectorEnv):  # its render() has one frame per copy, not per row
+        return lambda ids: base.rows.render(env_ids=ids)
+    if isinstance(base, SyncVectorEnv):
+        return lambda ids: [base.envs[i].render() for i in ids]
+
+    def every_env(ids: list[int]) -> Sequence[Any]:
+        frames: Any = base.render()
+        return [frames[i] for i in ids]
+
+    return every_env
+
+
+class RecordVideo(VectorWrapper):
+    """Records videos of the episodes of chosen envs of a vector env; see the module docstring.
+
+    Args:
+        env: the vector env, with ``render_mode="rgb_array"``.
+        video_folder: where the videos go (created if missing).
+        env_ids: the envs to record (distinct indices in ``[0, num_envs)``); default env 0.
+        episode_trigger: ``episode -> bool``, asked when each of a chosen env's episodes starts
+            (episodes of each env are numbered from 0); default :func:`capped_cubic`.
+            :func:`every` gives "every K episodes".
+        fps: frames per second of the videos; default ``metadata["render_fps"]``, else 30.
+        name_prefix: the start of each file's name.
+        writer: ``(path, fps) -> VideoWriter`` for each video; default :func:`imageio_writer`
+            (mp4). Give your own to send frames elsewhere (a logger, a test).
+
+    Attributes:
+        videos: the path of every video finished so far, in the order they were finished.
+    """
+
+    def __init__(
+        self,
+        env: VectorEnv,
+        video_folder: str | os.PathLike[str],
+        env_ids: Sequence[int] | np.ndarray = (0,),
+        episode_trigger: Callable[[int], bool] | None = None,
+        fps: float | None = None,
+        name_prefix: str = "rl-video",
+        writer: WriterFactory | None = None,
+    ) -> None:
+        super().__init__(env)
+        if env.render_mode != "rgb_array":
+            raise ValueError(
+                f"RecordVideo needs a vector env with render_mode='rgb_array' (each frame an image), "
+                f"got render_mode={env.render_mode!r}"
+            )
+        if episode_trigger is not None and not callable(episode_trigger):
+            raise TypeError(
+                f"`episode_trigger` must be a callable (episode -> bool) or None, got {describe(episode_trigger)}"
+            )
+        if writer is None:
+            _check_imageio()
+        self.env_ids = check_env_ids(env_ids, env.num_envs).tolist()
+        self.episode_trigger = capped_cubic if episode_trigger is None else episode_trigger
+        self.video_folder = os.path.abspath(os.fspath(video_folder))
+        os.makedirs(self.video_folder, exist_ok=True)
+        self.fps = float(fps if fps is not None else env.metadata.get("render_fps", 30))
+        self.name_prefix = name_prefix
+        self.videos: list[str] = []
+        self._make_writer = imageio_writer if writer is None else writer
+        self._render = _renderer(env)
+        self._mode = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
+        self._episode = {i: -1 for i in self.env_ids}  # the episode each chosen env is in
+        self._open: dict[int, tuple[str, VideoWriter]] = {}  # env -> (path, writer) being recorded
+        self._ended = {i: False for i in self.env_ids}  # ended at the last step (NEXT_STEP: the next resets it)
+
+    @property
+    def recording(self) -> list[int]:
+        """The chosen envs whose current episode is being recorded."""
+        return sorted(self._open)
+
+    def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        """Reset as the env does; every chosen env that it resets starts a new episode."""
+        mask = None if options is None else options.get("reset_mask")  # before SyncVectorEnv pops it
+        obs, info = self.env.reset(seed=seed, options=options)
+        started = [i for i in self.env_ids if mask is None or bool(mask[i])]
+        for i in started:
+            self._start(i)
+        self._capture(started)
+        return obs, info
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """Step as the env does; record each chosen env's frame while its episode is recorded."""
+        obs, rewards, terminations, truncations, infos = self.env.step(actions)
+        ended = [i for i in self.env_ids if terminations[i] or truncations[i]]
+        for i in self.env_ids:
+            if self._mode is AutoresetMode.NEXT_STEP and self._ended[i]:
+                self._start(i)  # this step was its reset: the frame is a new episode's first
+            elif self._mode is AutoresetMode.SAME_STEP and i in ended:
+                self._start(i)  # already reset: the old episode's last frame is gone
+        self._capture(self.env_ids)
+        if self._mode is not AutoresetMode.SAME_STEP:
+            for i in ended:  # the frame just taken was the episode's last
+                self._finish(i)
+                self._ended[i] = True
+        return obs, rewards, terminations, truncations, infos
+
+    def close(self, **kwargs: Any) -> None:
+        """Finish the videos being recorded, then close the env."""
+        try:
+            for i in list(self._open):
+                self._finish(i)
+        finally:
+            self.env.close(**kwargs)
+
+    def __enter__(self) -> RecordVideo:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    # -- episodes and frames -------------------------------------------------------------------
+
+    def _start(self, i: int) -> None:
+        self._finish(i)
+        self._episode[i] += 1
+        self._ended[i] = False
+        episode = self._episode[i]
+        if self.episode_trigger(episode):
+            path = os.path.join(self.video_folder, f"{self.name_prefix}-env{i}-episode-{episode}.mp4")
+            self._open[i] = (path, self._make_writer(path, self.fps))
+
+    def _capture(self, candidates: Sequence[int]) -> None:
+        """Render the envs among ``candidates`` being recorded, in one call, and write their frames."""
+        ids = [i for i in candidates if i in self._open]
+        if not ids:
+            return
+        for i, frame in zip(ids, self._render(ids)):
+            if not isinstance(frame, np.ndarray):
+                raise TypeError(f"RecordVideo: env {i}'s render() must return an image array, got {describe(frame)}")
+            self._open[i][1].append(frame)
+
+    def _finish(self, i: int) -> None:
+        opened = self._open.pop(i, None)
+        if opened is not None:
+            path, writer = opened
+            writer.close()
+            self.videos.append(path)

@@ -1,0 +1,37 @@
+"""Group builders as a worker calls them: each env constructor of one worker, in order.
+
+The parent makes them (:func:`vecenv.parent.groups.split_groups`) and sends them pickled; a
+worker calls one to build its envs. Multi-agent copies are built with :func:`call_each` too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+
+__all__ = ["GroupOfFns", "call_each"]
+
+
+class GroupOfFns:
+    """A picklable group builder: calls each env constructor of one worker, in order."""
+
+    def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], first: int) -> None:
+        self.env_fns = list(env_fns)
+        self.first = first
+
+    def __call__(self) -> list[gym.Env]:
+        return call_each(self.env_fns, self.first, "env")
+
+
+def call_each(fns: Sequence[Callable[[], Any]], first: int, what: str) -> list[Any]:
+    """Call each constructor in order; an error is noted with its index (``what`` ``i``)."""
+    built = []
+    for i, fn in enumerate(fns, start=first):
+        try:
+            built.append(fn())
+        except Exception as exc:
+            exc.add_note(f"raised by env_fns[{i}] ({what} {i})")
+            raise
+    return built

@@ -1,0 +1,81 @@
+"""What a worker knows of a policy: the recipe it is sent (:class:`WorkerPolicy`), what it is
+told when it builds its copy (:class:`PolicyContext`), and the copy it runs (:class:`PolicyRunner`).
+
+The concrete policies (random, a function, a torch module: :mod:`vecenv.policies`; a
+Stable-Baselines3 model: :mod:`vecenv.integrations.sb3.policy`) reach a worker pickled, so the
+worker imports none of them, only these interfaces.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium import Space
+
+__all__ = ["PolicyContext", "PolicyRunner", "WorkerPolicy", "policy_seed"]
+
+#: Mixed into every env's reset seed to seed its random-action generator, so that the actions
+#: are not drawn from the same stream as the env's own ``np_random``.
+_POLICY_STREAM = 0x7665_6365_6E76
+
+
+def policy_seed(seed: int | None) -> int | None:
+    """The seed of an env's random-action generator, from the seed its env was reset with."""
+    if seed is None:
+        return None
+    return int(np.random.SeedSequence([int(seed), _POLICY_STREAM]).generate_state(1, np.uint64)[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyContext:
+    """What a policy copy is told about the envs it acts for.
+
+    Attributes:
+        env_ids: the global indices of its envs, in row order.
+        observation_space, action_space: one env's spaces.
+        seeds: each env's last reset seed (``None``: never seeded).
+    """
+
+    env_ids: range
+    observation_space: Space
+    action_space: Space
+    seeds: Sequence[int | None]
+
+
+class PolicyRunner(abc.ABC):
+    """One policy copy acting for one group of envs (built in the worker)."""
+
+    @abc.abstractmethod
+    def act(self, observations: Any, active: np.ndarray | None) -> Any:
+        """A batch of actions, one row per env, for the batch of observation rows.
+
+        ``active`` (``DISABLED`` autoreset only) marks the envs that will be stepped; the rows
+        of the others are ignored, and a policy with per-env state leaves theirs alone.
+        """
+
+    def reseed(self, local: int, seed: int | None) -> None:  # noqa: B027 - most policies keep no seeds
+        """Env ``local`` (row index) was reset with ``seed``; ``None`` seeds are never passed."""
+
+    def load_weights(self, weights: Any) -> None:
+        """Replace the weights with ``weights`` (what :meth:`WorkerPolicy.weights` returns)."""
+        raise TypeError(f"{type(self).__name__} has no weights to load")
+
+
+class WorkerPolicy(abc.ABC):
+    """A policy the workers run; pickled once per worker, built there into a runner."""
+
+    #: How the policy is named in messages and in datasets' metadata.
+    name: str = "policy"
+
+    @abc.abstractmethod
+    def build(self, context: PolicyContext) -> PolicyRunner:
+        """A runner for the envs of ``context`` (called in the worker)."""
+
+    def weights(self) -> Any:
+        """The current weights of the original, to send to every copy. Raises ``TypeError``
+        for policies without weights."""
+        raise TypeError(f"policy {self.name} has no weights: pass a new policy to `rollout` instead")
