@@ -140,13 +140,21 @@ def test_sb3_policy_loads_the_saved_model_and_samples_reproducibly() -> None:
     model = sb3.PPO("MlpPolicy", gym.make("CartPole-v1"), seed=0, device="cpu")
     obs = np.random.default_rng(0).normal(size=(4, 4)).astype(np.float32)
     deterministic = SB3Policy(model, deterministic=True).build(_context(range(4), spaces.Discrete(2)))
-    np.testing.assert_array_equal(deterministic.act(obs, None), model.predict(obs, deterministic=True)[0])
+    actions, extras = deterministic.act(obs, None)
+    np.testing.assert_array_equal(actions, model.predict(obs, deterministic=True)[0])
+    import torch
+
+    # An actor-critic model also gives the log-probability of each action and the value.
+    with torch.no_grad():
+        values, log_prob, _ = model.policy.evaluate_actions(torch.as_tensor(obs), torch.as_tensor(actions))
+    np.testing.assert_allclose(extras["log_prob"], log_prob.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(extras["value"], values.numpy().reshape(-1), rtol=1e-6)
+    assert extras["log_prob"].dtype == np.float32 and extras["value"].shape == (4,)
     stochastic = pickle.loads(pickle.dumps(SB3Policy(model)))
     runs = [
-        [stochastic.build(_context(range(4), spaces.Discrete(2))).act(obs, None) for _ in range(3)] for _ in range(2)
+        [stochastic.build(_context(range(4), spaces.Discrete(2))).act(obs, None)[0] for _ in range(3)] for _ in range(2)
     ]
     np.testing.assert_array_equal(np.array(runs[0]), np.array(runs[1]))
-    import torch
 
     state = torch.get_rng_state()
     stochastic.build(_context(range(4), spaces.Discrete(2))).act(obs, None)

@@ -577,6 +577,31 @@ def test_rollouts_match_sync_and_the_process_backend(ray_local: RaySessions, mod
     assert_same(got.infos, theirs.infos, "infos")
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", [NEXT, SAME, DISABLED], ids=lambda m: m.value)
+def test_rollout_extras_and_recurrent_state_match_a_row_wise_loop(ray_local: RaySessions, mode: AutoresetMode) -> None:
+    """On Ray the rollout rows travel in the replies: the extras, the episode starts and the
+    state (read, set, carried across rollouts) are still those of a row-wise loop over Sync."""
+    from tests.test_rollout_extras import N, Recurrent, Reference, assert_rollout_matches, assert_state_equal, join_rows
+
+    fns = diff_env_fns(N)
+    policy = Recurrent()
+    ref = Reference(fns, mode, policy)
+    try:
+        with RayVectorEnv(fns, 3, autoreset_mode=mode, actor_options=HALF_CPU) as envs:
+            envs.reset(seed=3)
+            ref.reset(seed=3)
+            for steps in (1, 45):
+                if ref.ended.any():
+                    mask = ref.ended.copy()
+                    envs.reset(options={"reset_mask": mask})
+                    ref.reset(mask=mask)
+                assert_rollout_matches(envs.rollout(steps, policy), ref.rollout(steps), f"T={steps}")
+            assert_state_equal(envs.policy_state(), join_rows(ref.states), "policy_state")
+    finally:
+        ref.close()
+
+
 @pytest.mark.timeout(60)
 def test_rollout_env_error_names_env_step_worker_and_node(ray_local: RaySessions) -> None:
     with RayVectorEnv(fault_fns(4, "raise", "step", target=2, at=3), 2) as envs:

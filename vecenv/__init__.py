@@ -22,6 +22,7 @@ _EXPORTS = {
     "InvalidObservationError": "vecenv.errors",
     "MultiAgentVectorEnv": "vecenv.multiagent.vector_env",
     "NeedsResetError": "vecenv.errors",
+    "PolicyOutputError": "vecenv.errors",
     "RemoteEnvError": "vecenv.errors",
     "Rollout": "vecenv.parent.rollouts",
     "SpaceMismatchError": "vecenv.errors",
@@ -49,6 +50,7 @@ __all__ = [
     "InvalidObservationError",
     "MultiAgentVectorEnv",
     "NeedsResetError",
+    "PolicyOutputError",
     "RemoteEnvError",
     "Rollout",
     "SpaceMismatchError",
@@ -74,6 +76,7 @@ if TYPE_CHECKING:
     from vecenv.errors import (
         InvalidObservationError,
         NeedsResetError,
+        PolicyOutputError,
         RemoteEnvError,
         SpaceMismatchError,
         VecEnvError,

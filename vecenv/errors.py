@@ -40,6 +40,7 @@ __all__ = [
     "SpaceMismatchError",
     "InvalidObservationError",
     "CallInFlightError",
+    "PolicyOutputError",
     "DescriptorLimitError",
     "PolicySpecError",
     "UnguardedMainError",
@@ -115,6 +116,12 @@ class InvalidObservationError(VecEnvError, ValueError, TypeError):
     the env and the call. A ``ValueError`` (wrong shape) and a ``TypeError`` (wrong dtype), the
     two errors ``SyncVectorEnv`` raises for the same observations.
     """
+
+
+class PolicyOutputError(VecEnvError, ValueError):
+    """A policy running in the workers returned an output (its extras, its recurrent state)
+    whose names, shape or dtype differ from what it gave at its first call, or from what the
+    envs it acts for need. The message names the output, the expected and the received shape."""
 
 
 class CallInFlightError(VecEnvError, RuntimeError):

@@ -15,7 +15,13 @@ reach every copy before the next rollout. The kinds:
   a batch of actions; its ``state_dict`` is the weights.
 * :class:`SB3Policy`: a Stable-Baselines3 model, acting through its ``predict``; its policy
   network's ``state_dict`` is the weights. It imports nothing of Stable-Baselines3: it uses
-  the model it is given (the rest of vecenv's SB3 code is :mod:`vecenv.integrations.sb3`).
+  the model it is given (the rest of vecenv's SB3 code is :mod:`vecenv.integrations.sb3`).  Actor-critic models (PPO,
+  A2C) also give the ``log_prob`` of each action and the critic's ``value``.
+
+Callables and modules may return ``(actions, extras)`` (a dict of named per-row arrays, such
+as log-probabilities and values), and may be recurrent: one with an ``initial_state(num_envs)``
+method is called as ``policy(observations, state) -> (actions, extras, state)`` and the worker
+carries each env's state (see :mod:`vecenv.policy_outputs`).
 
 A batched forward is row-wise in exact arithmetic but not always in floating point: matrix
 products may take another kernel, with another summation order, for another batch size, so
@@ -41,7 +47,8 @@ from gymnasium import Space
 from gymnasium.spaces import Dict, Tuple
 from gymnasium.vector.utils import batch_space
 
-from vecenv.errors import describe
+from vecenv.errors import PolicyOutputError, describe
+from vecenv.policy_outputs import PolicyOutputs
 from vecenv.spaces import build_tree, leaf_layout, tree_leaves
 from vecenv.worker.policy import PolicyContext, PolicyRunner, WorkerPolicy, policy_seed
 
@@ -79,6 +86,9 @@ class RandomPolicy(WorkerPolicy):
 
     def build(self, context: PolicyContext) -> RandomActions:
         return RandomActions(context)
+
+    def outputs(self, context: PolicyContext, observations: Any) -> PolicyOutputs:
+        return PolicyOutputs()  # actions only, no state
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RandomPolicy)
@@ -159,28 +169,62 @@ class RandomActions(PolicyRunner):
 
 
 class FunctionPolicy(WorkerPolicy):
-    """A picklable callable ``policy(observations) -> actions`` on a batch of rows.
+    """A picklable callable ``policy(observations) -> actions`` on a batch of rows, or
+    ``-> (actions, extras)`` with ``extras`` a dict of named per-row arrays.
+
+    Recurrent when given ``initial_state`` (``initial_state(num_envs) -> state``), or when the
+    callable has an ``initial_state`` method: it is then called as ``policy(observations,
+    state) -> (actions, extras, state)`` (``extras`` may be ``{}``), the state a tree of arrays
+    with one row per env, carried by the worker and reset at episode starts.
 
     It is sent with cloudpickle, so lambdas and functions defined in ``__main__`` work. Each
     worker gets its own copy: state it keeps (a counter, a generator) is per worker.
     """
 
-    def __init__(self, function: Callable[[Any], Any], name: str | None = None) -> None:
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        name: str | None = None,
+        initial_state: Callable[[int], Any] | None = None,
+    ) -> None:
         if not callable(function):
             raise TypeError(f"`function` must be callable, got {describe(function)}")
+        if initial_state is None:
+            initial_state = getattr(function, "initial_state", None)
+        if initial_state is not None and not callable(initial_state):
+            raise TypeError(f"`initial_state` must be callable (num_envs -> state), got {describe(initial_state)}")
         self.name = name or _qualified_name(function)
-        self._function = cloudpickle.dumps(function)
+        self._function = cloudpickle.dumps((function, initial_state))
 
     def build(self, context: PolicyContext) -> PolicyRunner:
-        return _Calls(cloudpickle.loads(self._function))
+        return _Calls(*cloudpickle.loads(self._function))
 
 
 class _Calls(PolicyRunner):
-    def __init__(self, function: Callable[[Any], Any]) -> None:
+    def __init__(self, function: Callable[..., Any], initial_state: Callable[[int], Any] | None = None) -> None:
         self.function = function
+        self._initial_state = initial_state
+        self.recurrent = initial_state is not None
 
     def act(self, observations: Any, active: np.ndarray | None) -> Any:
         return self.function(observations)
+
+    def initial_state(self, num_envs: int) -> Any:
+        assert self._initial_state is not None
+        return self._initial_state(num_envs)
+
+    def act_with_state(self, observations: Any, state: Any, active: np.ndarray | None) -> tuple[Any, Any, Any]:
+        return recurrent_triple(self.function(observations, state))
+
+
+def recurrent_triple(output: Any) -> tuple[Any, Any, Any]:
+    """A recurrent policy's ``(actions, extras, state)``, checked to be that triple."""
+    if not (isinstance(output, tuple) and len(output) == 3):
+        raise PolicyOutputError(
+            "a recurrent policy (one with initial_state) returns (actions, extras, state): expected a tuple of "
+            f"3, received {describe(output)}"
+        )
+    return output
 
 
 def _qualified_name(value: Any) -> str:
@@ -194,7 +238,10 @@ def _qualified_name(value: Any) -> str:
 
 class TorchPolicy(WorkerPolicy):
     """A CPU ``torch.nn.Module``: ``module(observations)`` maps a batch of observations (a
-    tensor, or a dict/tuple of tensors for Dict/Tuple spaces) to a batch of actions.
+    tensor, or a dict/tuple of tensors for Dict/Tuple spaces) to a batch of actions, or to
+    ``(actions, extras)`` with ``extras`` a dict of per-row tensors. A module with an
+    ``initial_state(num_envs)`` method is recurrent: ``module(observations, state)`` returns
+    ``(actions, extras, state)``, the state a tree of tensors with one row per env.
 
     Each worker runs its copy under ``torch.no_grad()``. The module is copied as it is when
     this object is made; :meth:`weights` reads the original's ``state_dict`` again, so training
@@ -228,11 +275,22 @@ class _TorchForward(PolicyRunner):
 
         self.torch = torch
         self.module = module
+        self.recurrent = callable(getattr(module, "initial_state", None))
 
     def act(self, observations: Any, active: np.ndarray | None) -> Any:
         torch = self.torch
         with torch.no_grad():
             return _to_numpy(self.module(_to_tensor(torch, observations)))
+
+    def initial_state(self, num_envs: int) -> Any:
+        with self.torch.no_grad():
+            return _to_numpy(self.module.initial_state(num_envs))
+
+    def act_with_state(self, observations: Any, state: Any, active: np.ndarray | None) -> tuple[Any, Any, Any]:
+        torch = self.torch
+        with torch.no_grad():
+            output = self.module(_to_tensor(torch, observations), _to_tensor(torch, state))
+        return _to_numpy(recurrent_triple(output))
 
     def load_weights(self, weights: Any) -> None:
         self.module.load_state_dict(weights)
@@ -247,6 +305,8 @@ def _to_tensor(torch: Any, value: Any) -> Any:
 
 
 def _to_numpy(value: Any) -> Any:
+    if value is None:
+        return None
     if isinstance(value, dict):
         return {k: _to_numpy(v) for k, v in value.items()}
     if isinstance(value, (tuple, list)):
@@ -331,17 +391,41 @@ class _Predicts(PolicyRunner):
 
     def act(self, observations: Any, active: np.ndarray | None) -> Any:
         if self.deterministic:
-            return self.model.predict(observations, deterministic=True)[0]
+            return self._predict(observations)
         torch = self.torch
         torch_state, numpy_state = torch.get_rng_state(), np.random.get_state()
         torch.set_rng_state(self.torch_state)
         np.random.set_state(self.numpy_state)
         try:
-            return self.model.predict(observations, deterministic=False)[0]
+            return self._predict(observations)
         finally:
             self.torch_state, self.numpy_state = torch.get_rng_state(), np.random.get_state()
             torch.set_rng_state(torch_state)
             np.random.set_state(numpy_state)
+
+    def _predict(self, observations: Any) -> Any:
+        """``predict``'s actions; for an actor-critic policy also ``{"log_prob", "value"}`` of
+        the same forward (as SB3's own rollouts record them: the log-probability of the action
+        before it is clipped into a Box space)."""
+        policy = self.model.policy
+        if not hasattr(policy, "evaluate_actions"):  # not an ActorCriticPolicy: actions only
+            return self.model.predict(observations, deterministic=self.deterministic)[0]
+        policy.set_training_mode(False)
+        with self.torch.no_grad():
+            obs_tensor, _ = policy.obs_to_tensor(observations)
+            actions, values, log_prob = policy(obs_tensor, deterministic=self.deterministic)
+        space = policy.action_space
+        chosen = actions.cpu().numpy().reshape((-1, *space.shape))
+        if hasattr(space, "low"):  # a Box, as predict: unscale a squashed output, else clip
+            if policy.squash_output:
+                chosen = policy.unscale_action(chosen)
+            else:
+                chosen = np.clip(chosen, space.low, space.high)
+        extras = {
+            "log_prob": log_prob.cpu().numpy().astype(np.float32, copy=False),
+            "value": values.cpu().numpy().reshape(-1).astype(np.float32, copy=False),
+        }
+        return chosen, extras
 
     def load_weights(self, weights: Any) -> None:
         self.model.policy.load_state_dict(weights)

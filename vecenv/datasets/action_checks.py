@@ -11,6 +11,7 @@ from gymnasium.vector.utils import batch_space
 
 from vecenv.datasets.errors import PolicyError
 from vecenv.errors import describe
+from vecenv.policy_outputs import split_output
 from vecenv.spaces import build_tree, leaf_values, named_leaves, to_batch
 from vecenv.worker.policy import PolicyContext, PolicyRunner, WorkerPolicy
 
@@ -89,7 +90,9 @@ class _Checked(PolicyRunner):
         self.runner, self.checker = runner, checker
 
     def act(self, observations: Any, active: np.ndarray | None) -> Any:
-        leaves = self.checker(self.runner.act(observations, active))
+        # A dataset records actions: extras a policy gives beside them (SB3's log-probs) are dropped.
+        actions, _ = split_output(self.runner.act(observations, active), self.checker.single)
+        leaves = self.checker(actions)
         return build_tree(self.checker.single, iter(leaves))
 
     def reseed(self, local: int, seed: int | None) -> None:

@@ -14,6 +14,12 @@ policy (pickled once per worker until another is passed) and the weights
 a rollout and was restarted (``on_worker_death="restart"``) reports the rollout's first step
 as a restarted step does (reward 0, truncated, ``infos["worker_restarted"]``, its action
 lost) and the remaining steps are run again by the replacement from its fresh reset.
+
+Beyond actions (:mod:`vecenv.policy_outputs`): a policy's extras are laid out in the block
+from one call of a copy in the parent when the policy is first passed; a recurrent policy's
+state lives in the workers (read with :meth:`Rollouts.read_state`, set with
+:meth:`Rollouts.set_state`, which rides on the next ``ROLLOUT``); every rollout carries the
+weights version it was sent with.
 """
 
 from __future__ import annotations
@@ -28,14 +34,15 @@ from gymnasium import Space
 from gymnasium.vector import AutoresetMode
 
 from vecenv.checks import check_num_steps, check_timeout
-from vecenv.errors import WorkerDiedError
+from vecenv.errors import PolicyOutputError, WorkerDiedError
 from vecenv.parent.call_lock import CallLock, serialised
 from vecenv.parent.calls import CallRunner
 from vecenv.parent.records import WorkerRecord
 from vecenv.parent.replies import InfoMerger, current_observations
 from vecenv.parent.restart import RestartedRollout, mark_restarted
 from vecenv.parent.state import State
-from vecenv.policies import RandomPolicy, WorkerPolicy, as_worker_policy
+from vecenv.policies import PolicyContext, RandomPolicy, WorkerPolicy, as_worker_policy
+from vecenv.policy_outputs import PolicyOutputs, as_state, check_state, join_states, state_rows
 from vecenv.spaces import is_fixed, tree_copy, tree_leaves, tree_map
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import Command, RolloutArgs, RolloutBlockArgs, RolloutReply
@@ -65,6 +72,19 @@ class Rollout:
         stepped: DISABLED only (else ``None``): whether the env was stepped at step ``t``; an
             env whose episode ended waits, unstepped (reward 0, flags False, its final
             observation repeated), for the rest of the rollout.
+        extras: the policy's extras by name (``"log_prob"``, ``"value"``, ...), each
+            ``(num_steps, num_envs, ...)``: what it returned beside the action of row ``t``
+            (zeros where nothing was chosen: an unstepped env, a restarted group's row 0).
+        episode_starts: ``(num_steps, num_envs)`` bool: ``observations[t]`` is the first of an
+            episode (after ``reset()``, after an autoreset, after a worker restart); a
+            recurrent policy acted on it from its initial state.
+        initial_state: a recurrent policy's state of every env before row 0 (a tree of
+            ``(num_envs, ...)`` arrays, as the policy keeps it), else ``None``. Replaying the
+            policy from it over ``observations``, resetting an env's state where
+            ``episode_starts``, gives the state each action was chosen with.
+        weights_version: the version of the weights that acted (see
+            ``update_policy_weights``): a rollout started before an update was chosen by the
+            weights before it.
 
     Trees (dicts, tuples) of arrays stand for Dict and Tuple spaces. With the vector env's
     ``copy=False`` the arrays are views of the rollout block, overwritten by the next rollout.
@@ -79,6 +99,10 @@ class Rollout:
     last_observations: Any
     final_observations: Any = None
     stepped: np.ndarray | None = None
+    extras: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    episode_starts: np.ndarray | None = None
+    initial_state: Any = None
+    weights_version: int = 0
 
     @property
     def num_steps(self) -> int:
@@ -150,6 +174,10 @@ class Rollouts:
         self._policy_number = 0
         self._weights: Any = None  # newer than the policy's own, or None
         self._version = 0  # bumped by every new policy and every new weights
+        self._sent_version = 0  # the version the rollout in flight was sent with
+        self._outputs = PolicyOutputs()  # the current policy's extras and whether it is recurrent
+        self._state: Any = None  # a state to set before the next rollout (set_state)
+        self._fresh_state = False  # every env's state to the initial one before the next rollout
         self._num_steps = 0
         self._start_obs: Any = None  # row 0 of a restarted group (kept only with restarts)
         self._infos = InfoMerger(self.num_envs)
@@ -161,11 +189,28 @@ class Rollouts:
         if current is not None and (policy is self._given or policy is current or _is_random(policy, current)):
             return current
         adopted = as_worker_policy(policy)
-        self._given, self._policy = policy, adopted
+        outputs = self._probe(adopted)
+        self._given, self._policy, self._outputs = policy, adopted, outputs
         self._policy_number += 1
         self._version += 1
         self._weights = None
+        self._state, self._fresh_state = None, False
         return adopted
+
+    def _probe(self, policy: WorkerPolicy) -> PolicyOutputs:
+        """What ``policy`` gives beyond actions, from one call of a copy on the first worker's
+        rows (so that a bad output is an error here, before anything is sent)."""
+        w = self.pool.workers[0]
+        context = PolicyContext(range(w.start, w.stop), self.observation_space, self.action_space, [None] * w.size)
+        observations = tree_map(lambda a: a[w.start : w.stop].copy(), self.buffers.observations)
+        outputs = policy.outputs(context, observations)
+        if outputs.recurrent and self.native_groups:
+            raise PolicyOutputError(
+                f"policy {policy.name} is recurrent (its state has a row per env, reset at episode starts), "
+                "which needs groups of envs the workers step one by one: this vector env's groups are native "
+                "VectorEnvs"
+            )
+        return outputs
 
     def update_weights(self, weights: Any) -> None:
         """New weights for the policy of the last rollout, sent with the next one."""
@@ -175,26 +220,87 @@ class Rollouts:
         self._weights = self._policy.weights() if weights is None else weights
         self._version += 1
 
+    @property
+    def version(self) -> int:
+        """The weights version the next rollout acts with."""
+        return self._version
+
     def _payload(self, w: WorkerRecord, num_steps: int, first_step: int) -> RolloutArgs:
         held, launches = self._held[w.index], w.launches
         send_policy = held.policy != (launches, self._policy_number)
         send_weights = self._weights is not None and (send_policy or held.weights != (launches, self._version))
+        state = None
+        if first_step == 0 and self._state is not None:
+            state = state_rows(self._state, w.start, w.stop)
         return RolloutArgs(
-            num_steps, first_step, self._policy if send_policy else None, self._weights if send_weights else None
+            num_steps,
+            first_step,
+            self._policy if send_policy else None,
+            self._weights if send_weights else None,
+            state,
+            first_step == 0 and self._fresh_state,
         )
+
+    def _sent(self, workers: Sequence[WorkerRecord]) -> None:
+        """``workers`` hold the current policy, weights and state once they answered."""
+        for w in workers:
+            held = self._held[w.index]
+            held.policy = (w.launches, self._policy_number)
+            held.weights = (w.launches, self._sent_version)
+
+    # -- a recurrent policy's state ----------------------------------------------------------
+
+    def _check_recurrent(self, call: str) -> None:
+        self.calls.check_open(call)
+        if self._policy is None or not self._outputs.recurrent:
+            raise ValueError(f"`{call}` needs a recurrent policy (one with initial_state): pass it to `rollout` first")
+
+    def set_state(self, state: Any) -> None:
+        """Every env's state for the next rollout (``None``: the policy's initial state)."""
+        self._check_recurrent("set_policy_state")
+        if state is None:
+            self._state, self._fresh_state = None, True
+            return
+        state = as_state(state)
+        check_state(state, self.num_envs, self._outputs.initial_state, "given to set_policy_state")
+        self._state, self._fresh_state = state, False
+
+    def read_state(self, timeout: float | None) -> Any:
+        """Every env's state as the next rollout would start from it (one round trip)."""
+        self._check_recurrent("policy_state")
+        self.calls.check_can_start("policy_state")
+        workers = self.pool.workers
+        self._sent_version = self._version
+        payloads = [self._payload(w, 0, 0) for w in workers]
+        self.runner.send(workers, Command.ROLLOUT, payloads, "policy_state", None)
+        replies = self.pool.gather(workers, BLOCK_TIMEOUT if timeout is None else timeout, "policy_state")
+        self._state, self._fresh_state = None, False
+        self._sent(workers)
+        states = [self._reply_state(w, reply) for w, reply in zip(workers, replies)]
+        return join_states(states)
+
+    def _reply_state(self, w: WorkerRecord, reply: Any) -> Any:
+        """A worker's state from its reply; a replaced worker's envs start afresh."""
+        if isinstance(reply, RestartedRollout) or reply.state is None:
+            initial = self._outputs.initial_state
+            return tree_map(lambda a: np.repeat(a[:1], w.size, axis=0), as_state(initial))
+        return reply.state
 
     # -- the block ---------------------------------------------------------------------------
 
     def _ensure_block(self, num_steps: int, workers: Sequence[WorkerRecord]) -> None:
         """Make the block if it is missing or too short, and map it in every worker lacking it."""
-        if self.block is None or self.block.spec.num_steps < num_steps:
+        extras = self._outputs.extras
+        if self.block is None or self.block.spec.num_steps < num_steps or self.block.spec.extras != extras:
+            capacity = num_steps if self.block is None else max(num_steps, self.block.spec.num_steps)
             spec = RolloutSpec.plan(
-                num_steps,
+                capacity,
                 self.num_envs,
                 self.observation_space,
                 self.action_space,
                 self.buffers.spec.shared_flags,
                 self.autoreset_mode,
+                extras,
             )
             old, self.block = self.block, None
             if old is not None:
@@ -247,9 +353,11 @@ class Rollouts:
         self._ensure_block(t, workers)
         if self.pool.restarter is not None:
             self._start_obs = tree_copy(self.buffers.observations)
+        self._sent_version = self._version
         payloads = [self._payload(w, t, 0) for w in workers]
         self._num_steps = t
         self.runner.send(workers, Command.ROLLOUT, payloads, "rollout", State.WAITING_ROLLOUT)
+        self._state, self._fresh_state = None, False
 
     def finish(self, timeout: float | None) -> Rollout:
         """Gather the replies (running restarted groups' steps again) and assemble the rollout."""
@@ -267,10 +375,7 @@ class Rollouts:
             raise
         finally:
             calls.finish()
-        for w in workers:
-            held = self._held[w.index]
-            held.policy = (w.launches, self._policy_number)
-            held.weights = (w.launches, self._version)
+        self._sent(workers)
         return self._assemble(workers, replies)
 
     def _gather(self, workers: Sequence[WorkerRecord], deadline: float | None, timeout: float | None) -> list[Any]:
@@ -294,8 +399,8 @@ class Rollouts:
             reply = replies[index]
             if isinstance(reply, RestartedRollout):
                 replies[index] = first
-            else:
-                replies[index] = RolloutReply(first.infos + reply.infos, reply.rows, reply.block)
+            else:  # the state before row 0 died with the worker: the fresh one (first.state)
+                replies[index] = RolloutReply(first.infos + reply.infos, reply.rows, reply.block, first.state)
         return [replies[w.index] for w in workers]
 
     def _restarted_first_step(self, w: WorkerRecord, restarted: RestartedRollout) -> RolloutReply:
@@ -307,9 +412,9 @@ class Rollouts:
         block = self.block
         assert block is not None and self._start_obs is not None
         span = slice(w.start, w.stop)
+        t = self._num_steps
         if block.stepped is not None:
             self.buffers.receive(w.start, w.stop, restarted.reset.rows)
-            t = self._num_steps
             for dst, src in zip(tree_leaves(block.observations), tree_leaves(self.buffers.observations)):
                 dst[1:t, span] = src[span]
             block.rewards[1:t, span] = 0.0
@@ -325,7 +430,15 @@ class Rollouts:
         block.truncations[0, span] = True
         if block.stepped is not None:
             block.stepped[0, span] = True
-        return RolloutReply([(0, j, info) for j, info in mark_restarted(restarted.reset.infos, w.size)])
+        # Row 0's observation was the dead worker's; its action and outputs were lost.
+        block.episode_starts[0, span] = False
+        if block.stepped is not None:
+            block.episode_starts[1:t, span] = False
+        for array in block.extras.values():
+            array[0 if block.stepped is None else slice(0, t), span] = 0
+        state = self._reply_state(w, restarted) if self._outputs.recurrent else None
+        infos = [(0, j, info) for j, info in mark_restarted(restarted.reset.infos, w.size)]
+        return RolloutReply(infos, state=state)
 
     def _assemble(self, workers: Sequence[WorkerRecord], replies: Sequence[RolloutReply]) -> Rollout:
         block = self.block
@@ -339,6 +452,9 @@ class Rollouts:
                 infos[step] = self._infos.add(infos[step], info, w.start + j)
         ends = block.terminations[:t] | block.truncations[:t]
         self.calls.rollout_done(ends.any(axis=0) if block.stepped is not None else ends[t - 1])
+        initial_state = None
+        if self._outputs.recurrent:
+            initial_state = join_states([reply.state for reply in replies])
 
         def rows(tree: Any) -> Any:
             if tree is None:
@@ -355,6 +471,10 @@ class Rollouts:
             current_observations(self.buffers, self.copy),
             rows(block.final_observations),
             rows(block.stepped),
+            {name: rows(array) for name, array in block.extras.items()},
+            rows(block.episode_starts),
+            initial_state,
+            self._sent_version,
         )
 
 
@@ -379,11 +499,17 @@ class RolloutMethods:
         ``torch.nn.Module``, a Stable-Baselines3 model or any picklable callable
         ``policy(observations) -> actions`` on a batch of rows (see :mod:`vecenv.policies`).
         Each worker gets a copy the first time a policy is passed; passing the same object
-        again reuses the copies (push new weights with :meth:`update_policy_weights`).
+        again reuses the copies (push new weights with :meth:`update_policy_weights`). A policy
+        may return ``(actions, extras)`` (named per-row arrays, in :attr:`Rollout.extras`) and
+        may be recurrent (``initial_state``; see :mod:`vecenv.policy_outputs`): its layout is
+        learned from one call of a copy here, when it is first passed.
 
         Raises:
             ValueError: ``num_steps`` is not a positive int, a space has no fixed shape, or a
                 native vector env group under DISABLED.
+            PolicyOutputError: extras or a state that cannot be laid out (not one row per env),
+                or a recurrent policy on native vector env groups; at a later step (in the
+                worker), extras or a state whose names, shapes or dtypes changed.
             NeedsResetError: as for ``step`` (after a failed call; ended envs under DISABLED).
         """
         self._rollouts.start(num_steps, policy)
@@ -414,3 +540,35 @@ class RolloutMethods:
         rollout (they travel with it). ``weights=None`` reads them from the original: the
         ``state_dict`` of the torch module, or of the SB3 model's policy, as it is now."""
         self._rollouts.update_weights(weights)
+
+    @property
+    def policy_weights_version(self) -> int:
+        """The version of the weights the next rollout acts with: bumped by every new policy
+        and every :meth:`update_policy_weights`. Each :class:`Rollout` says its own
+        (``weights_version``): after ``rollout_async``, ``update_policy_weights``,
+        ``rollout_wait`` the rollout was chosen by the weights before the update, one version
+        behind this."""
+        return self._rollouts.version
+
+    @serialised
+    def policy_state(self, timeout: float | None = None) -> Any:
+        """A recurrent policy's state of every env (a tree of ``(num_envs, ...)`` arrays), as
+        the next rollout starts from it: one round trip to the workers, between calls.
+
+        Raises:
+            ValueError: the last policy passed to ``rollout`` keeps no state.
+        """
+        return self._rollouts.read_state(check_timeout(timeout))
+
+    @serialised
+    def set_policy_state(self, state: Any = None) -> None:
+        """Set every env's state of the recurrent policy for the next rollout (it travels with
+        it); ``None``: the policy's initial state (to evaluate from a fresh state, say). An env
+        whose observation then starts an episode starts from this state too.
+
+        Raises:
+            PolicyOutputError: a leaf without one row per env, or another shape or dtype than
+                the policy's initial state.
+            ValueError: the last policy passed to ``rollout`` keeps no state.
+        """
+        self._rollouts.set_state(state)

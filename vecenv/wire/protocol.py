@@ -210,12 +210,20 @@ class RolloutArgs:
         policy: a :class:`vecenv.policies.WorkerPolicy` to install first (it replaces the one
             held), or ``None``: keep the installed one.
         weights: new weights for the installed policy, loaded before the first step, or ``None``.
+        state: a recurrent policy's state for this worker's envs (rows in env order), set
+            before the first step, or ``None``: keep the state the worker carries.
+        fresh_state: set every env's state to the policy's initial state first.
+
+    ``num_steps=0`` steps nothing: the policy, weights and state are installed and the reply
+    carries the state (how the parent reads it).
     """
 
     num_steps: int
     first_step: int = 0
     policy: Any = None
     weights: Any = None
+    state: Any = None
+    fresh_state: bool = False
 
 
 #: ``(step within the rollout, local env index, info dict)``, in the order each step's
@@ -228,11 +236,13 @@ class RolloutReply:
     """A worker's answer to ``ROLLOUT``: its non-empty infos of every step, and the rows that are
     not in shared memory (``None`` when shared): the rollout block's (``block``, a
     :class:`~vecenv.wire.rollout_buffers.RolloutRows`) and the step buffers' last rows
-    (``rows``, as in a :class:`StepReply`)."""
+    (``rows``, as in a :class:`StepReply`); and a recurrent policy's state before the first
+    step (``state``, a tree of ``(group size, ...)`` arrays, else ``None``)."""
 
     infos: RolloutInfoEntries
     rows: Rows | None = None
     block: Any = None
+    state: Any = None
 
 
 # -- the wire format -------------------------------------------------------------------------

@@ -4,7 +4,10 @@ A rollout of T steps fills, for every env, T rows of observations (the one each 
 chosen from), actions, rewards, terminations and truncations; under ``SAME_STEP`` also the true
 final observation of each episode that ended (the step's own observation is then the reset's),
 and under ``DISABLED`` whether the env was stepped at all (an env whose episode ended waits for
-the rest of the rollout). Worker ``w`` writes columns ``[start_w, stop_w)`` of every array, so a
+the rest of the rollout). Every rollout also records which observations are the first of an
+episode (``episode_starts``), and the policy's extras (:mod:`vecenv.policy_outputs`): one
+``(T, num_envs, ...)`` array per name, laid out from the policy's first call.
+Worker ``w`` writes columns ``[start_w, stop_w)`` of every array, so a
 rollout reply carries only infos and errors.
 
 The layout follows :mod:`vecenv.wire.buffers`: a small picklable :class:`RolloutSpec` that both
@@ -39,6 +42,7 @@ class RolloutSpec:
         shared: the arrays are one shared block; else each side has its own.
         final_observations: keep the true final observation of episodes that ended (SAME_STEP).
         stepped: keep whether each env was stepped at each step (DISABLED).
+        extras: ``(name, row shape, dtype)`` of each of the policy's extras.
     """
 
     num_steps: int
@@ -49,6 +53,7 @@ class RolloutSpec:
     shared: bool
     final_observations: bool
     stepped: bool
+    extras: tuple[tuple[str, tuple[int, ...], np.dtype], ...] = ()
 
     @classmethod
     def plan(
@@ -59,6 +64,7 @@ class RolloutSpec:
         action_space: Space,
         shared_memory: bool,
         autoreset_mode: AutoresetMode,
+        extras: tuple[tuple[str, tuple[int, ...], np.dtype], ...] = (),
     ) -> RolloutSpec:
         """The block for rollouts of up to ``num_steps`` steps (fixed spaces only)."""
         name = block_name(shared_memory)
@@ -71,6 +77,7 @@ class RolloutSpec:
             shared_memory,
             autoreset_mode is AutoresetMode.SAME_STEP,
             autoreset_mode is AutoresetMode.DISABLED,
+            tuple(extras),
         )
 
     def layout(self) -> list[tuple[str, tuple[int, ...], np.dtype]]:
@@ -89,6 +96,8 @@ class RolloutSpec:
             fields += [("final_observations", (t, *s), d) for s, d in obs]
         if self.stepped:
             fields.append(("stepped", (t, n), np.dtype(np.bool_)))
+        fields.append(("episode_starts", (t, n), np.dtype(np.bool_)))
+        fields += [("extras", (t, n, *shape), np.dtype(dtype)) for _, shape, dtype in self.extras]
         return fields
 
 
@@ -108,6 +117,8 @@ class RolloutRows:
     truncations: np.ndarray
     final_observations: Any
     stepped: np.ndarray | None
+    episode_starts: np.ndarray | None = None
+    extras: dict[str, np.ndarray] | None = None
 
 
 #: What a closed RolloutBuffers holds instead of its arrays (their views would pin the block).
@@ -122,6 +133,8 @@ class RolloutBuffers:
         rewards, terminations, truncations: ``(T, n)`` arrays.
         final_observations: a tree like ``observations`` (SAME_STEP), else ``None``.
         stepped: ``(T, n)`` bool (DISABLED), else ``None``.
+        episode_starts: ``(T, n)`` bool: the observation of row ``t`` is an episode's first.
+        extras: name -> ``(T, n, ...)`` array of each of the policy's extras.
     """
 
     def __init__(self, spec: RolloutSpec, start: int, stop: int, *, create: bool, fd: int | None = None) -> None:
@@ -148,6 +161,9 @@ class RolloutBuffers:
         self.final_observations: Any = None if final is None else build_tree(spec.observation_space, iter(final))
         stepped = arrays.get("stepped")
         self.stepped: np.ndarray | None = None if stepped is None else stepped[0]
+        self.episode_starts: np.ndarray = arrays["episode_starts"][0]
+        names = [name for name, _, _ in spec.extras]
+        self.extras: dict[str, np.ndarray] = dict(zip(names, arrays.get("extras", []), strict=True))
 
     @classmethod
     def create(cls, spec: RolloutSpec) -> RolloutBuffers:
@@ -184,6 +200,8 @@ class RolloutBuffers:
             self.truncations[first_step:num_steps],
             rows(self.final_observations),
             rows(self.stepped),
+            self.episode_starts[first_step:num_steps],
+            {name: array[first_step:num_steps] for name, array in self.extras.items()},
         )
 
     def receive(self, start: int, stop: int, rows: RolloutRows | None) -> None:
@@ -199,7 +217,10 @@ class RolloutBuffers:
             (self.truncations, rows.truncations),
             (self.final_observations, rows.final_observations),
             (self.stepped, rows.stepped),
+            (self.episode_starts, rows.episode_starts),
         ]
+        if rows.extras is not None:
+            pairs += [(self.extras[name], array) for name, array in rows.extras.items()]
         for mine, theirs in pairs:
             if mine is None or theirs is None:
                 continue
@@ -210,6 +231,7 @@ class RolloutBuffers:
         """Unmap the block (the parent also unlinks a named one). Safe to call twice."""
         block, self.block = self.block, None
         self.observations = self.actions = self.final_observations = self.stepped = None
-        self.rewards = self.terminations = self.truncations = _RELEASED
+        self.rewards = self.terminations = self.truncations = self.episode_starts = _RELEASED
+        self.extras = {}
         if block is not None:
             block.close(unlink=self._owner)

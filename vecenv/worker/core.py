@@ -157,7 +157,9 @@ class WorkerCore:
         def step(actions: Any) -> StepReply:
             if actions is None:  # in the shared rows, which the next step rewrites: take a copy
                 actions = tree_copy(buffers.actions)
-            return StepReply(group.step(actions), buffers.payload())
+            entries = group.step(actions)
+            rollouts.step_done()  # episode starts (a recurrent policy's state) follow every step
+            return StepReply(entries, buffers.payload())
 
         def call(args: CallArgs) -> Any:
             return group.call(args.name, args.args, args.kwargs)

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 from gymnasium import Space
 
+from vecenv.policy_outputs import PolicyOutputs, probe
+
 __all__ = ["PolicyContext", "PolicyRunner", "WorkerPolicy", "policy_seed"]
 
 #: Mixed into every env's reset seed to seed its random-action generator, so that the actions
@@ -47,7 +49,16 @@ class PolicyContext:
 
 
 class PolicyRunner(abc.ABC):
-    """One policy copy acting for one group of envs (built in the worker)."""
+    """One policy copy acting for one group of envs (built in the worker).
+
+    A recurrent runner (``recurrent = True``) is called through :meth:`act_with_state` with
+    every env's state, which the worker keeps and resets to :meth:`initial_state` at every
+    episode start; others through :meth:`act`, which may return ``actions`` or
+    ``(actions, extras)`` (see :mod:`vecenv.policy_outputs`).
+    """
+
+    #: Whether the runner keeps per-env state (:meth:`initial_state`, :meth:`act_with_state`).
+    recurrent: bool = False
 
     @abc.abstractmethod
     def act(self, observations: Any, active: np.ndarray | None) -> Any:
@@ -59,6 +70,17 @@ class PolicyRunner(abc.ABC):
 
     def reseed(self, local: int, seed: int | None) -> None:  # noqa: B027 - most policies keep no seeds
         """Env ``local`` (row index) was reset with ``seed``; ``None`` seeds are never passed."""
+
+    def initial_state(self, num_envs: int) -> Any:
+        """A recurrent runner's fresh state for ``num_envs`` envs: a tree of arrays (or
+        tensors) whose leading dimension is ``num_envs``."""
+        raise TypeError(f"{type(self).__name__} keeps no state")
+
+    def act_with_state(self, observations: Any, state: Any, active: np.ndarray | None) -> tuple[Any, Any, Any]:
+        """A recurrent runner's ``(actions, extras or None, new state)`` for the observation
+        rows and every env's state (the rows of envs ``active`` leaves out are kept as they
+        were by the worker, whatever is returned for them)."""
+        raise TypeError(f"{type(self).__name__} keeps no state")
 
     def load_weights(self, weights: Any) -> None:
         """Replace the weights with ``weights`` (what :meth:`WorkerPolicy.weights` returns)."""
@@ -79,3 +101,8 @@ class WorkerPolicy(abc.ABC):
         """The current weights of the original, to send to every copy. Raises ``TypeError``
         for policies without weights."""
         raise TypeError(f"policy {self.name} has no weights: pass a new policy to `rollout` instead")
+
+    def outputs(self, context: PolicyContext, observations: Any) -> PolicyOutputs:
+        """What the policy gives beyond actions (extras' layout, whether it is recurrent),
+        learned in the parent from one call of a copy on the rows of ``context``'s envs."""
+        return probe(self, context, observations)

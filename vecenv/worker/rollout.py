@@ -12,7 +12,18 @@ its autoreset, the actions chosen here instead of sent. Each step's rows go into
 * ``final_observations[t]`` (SAME_STEP): the final observation of an episode that ended there
   (its info entry keeps it too, exactly as the env returned it, as a step's does);
 * ``stepped[t]`` (DISABLED): whether the env was stepped; an env whose episode ended waits,
-  unstepped, for the rest of the rollout.
+  unstepped, for the rest of the rollout;
+* ``episode_starts[t]``: whether ``observations[t]`` is the first of an episode;
+* ``extras[name][t]``: the policy's extras (:mod:`vecenv.policy_outputs`), checked against the
+  layout of its first call.
+
+Episode starts are tracked here for every command, as gymnasium's ``SyncVectorEnv`` makes them:
+``reset()`` starts the envs it resets; after a step, under NEXT_STEP the envs that ended at the
+step before (this step reset them), under SAME_STEP the envs that ended at this step (their
+observation is the reset's), under DISABLED none. A recurrent policy's state (one row per env)
+lives here, across steps and rollouts; an env's row is set to the policy's initial state the
+moment its observation becomes an episode's first, so the state beside an observation is
+always the one to act on it with (a replacement worker starts from a fresh reset: all initial).
 
 After the last step the group's rows of the step buffers hold the last observations and flags,
 as after a ``STEP``, so a rollout and a step continue each other.
@@ -27,6 +38,16 @@ from typing import Any, Protocol
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from vecenv.errors import PolicyOutputError
+from vecenv.policy_outputs import (
+    as_state,
+    check_state,
+    copy_state,
+    keep_rows,
+    reset_rows,
+    split_output,
+    store_extras,
+)
 from vecenv.spaces import row_writer, to_batch, tree_leaves, tree_map
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import (
@@ -77,6 +98,11 @@ class GroupRollouts:
         self.block: RolloutBuffers | None = None
         self.policy: PolicyRunner | None = None
         self.failure: RolloutFailure | None = None
+        n = group.num_envs
+        self.starts = np.ones(n, np.bool_)  # the current observation is an episode's first
+        self._ended = np.zeros(n, np.bool_)  # NEXT_STEP: ended at the last step (resets next)
+        self.state: Any = None  # a recurrent policy's state, one row per env
+        self._initial: Any = None  # its initial state for this group
 
     # -- set-up ------------------------------------------------------------------------------
 
@@ -95,9 +121,36 @@ class GroupRollouts:
             self.seeds[j] = seed
             if self.policy is not None:
                 self.policy.reseed(j, seed)
+        mask = np.ones(self.group.num_envs, np.bool_) if args.mask is None else np.asarray(args.mask, np.bool_)
+        self.starts |= mask
+        self._ended &= ~mask
+        self._restart_state(mask)
+
+    def step_done(self) -> None:
+        """A ``STEP`` succeeded: update the episode starts (and the state of envs that start)."""
+        self._after_step(None)
+
+    def _after_step(self, active: np.ndarray | None) -> None:
+        starts, buffers = self.starts, self.buffers
+        mode = self.autoreset_mode
+        if mode is AutoresetMode.NEXT_STEP:
+            self.starts, self._ended = self._ended, starts
+            np.logical_or(buffers.terminations, buffers.truncations, out=self._ended)
+        elif mode is AutoresetMode.SAME_STEP:
+            np.logical_or(buffers.terminations, buffers.truncations, out=starts)
+        else:
+            starts.fill(False)
+        if self.state is not None:
+            self._restart_state(self.starts)
+
+    def _restart_state(self, mask: np.ndarray) -> None:
+        """The envs ``mask`` marks start from the policy's initial state."""
+        if self.state is not None and mask.any():
+            self.state = reset_rows(self.state, self._initial, mask)
 
     def close(self) -> None:
         self.policy = None
+        self.state = self._initial = None
         if self.block is not None:
             self.block.close()
             self.block = None
@@ -108,30 +161,60 @@ class GroupRollouts:
         """Steps ``args.first_step .. args.num_steps - 1``; their rows go into the block."""
         self.failure = None
         block = self.block
-        if block is None:
-            raise RuntimeError("a rollout came before its rollout block (ROLLOUT_BLOCK)")
-        if args.num_steps > block.spec.num_steps:
-            raise RuntimeError(f"a rollout of {args.num_steps} steps in a block of {block.spec.num_steps}")
+        if args.num_steps > 0:
+            if block is None:
+                raise RuntimeError("a rollout came before its rollout block (ROLLOUT_BLOCK)")
+            if args.num_steps > block.spec.num_steps:
+                raise RuntimeError(f"a rollout of {args.num_steps} steps in a block of {block.spec.num_steps}")
         # Building the policy or loading its weights fails "in the policy, at the first step".
         self.failure = RolloutFailure(args.first_step, args.num_steps, True)
         if args.policy is not None:
-            self.policy = None
-            spec = self.buffers.spec
-            context = PolicyContext(
-                range(self.start, self.start + self.group.num_envs),
-                spec.observation_space,
-                spec.action_space,
-                list(self.seeds),
-            )
-            self.policy = args.policy.build(context)
+            self._install(args.policy)
         policy = self.policy
         if policy is None:
             raise RuntimeError("a rollout came before its policy")
         if args.weights is not None:
             policy.load_weights(args.weights)
+        if args.fresh_state:
+            self._restart_state(np.ones(self.group.num_envs, np.bool_))
+        if args.state is not None:
+            self._set_state(args.state)
+        state = copy_state(self.state)
+        if args.num_steps == 0:  # the parent reads (or has just set) the state
+            self.failure = None
+            return RolloutReply([], state=state)
+        assert block is not None
         infos = self._steps(block, policy, args.first_step, args.num_steps)
         self.failure = None
-        return RolloutReply(infos, self.buffers.payload(), block.payload(args.first_step, args.num_steps))
+        return RolloutReply(infos, self.buffers.payload(), block.payload(args.first_step, args.num_steps), state)
+
+    def _install(self, worker_policy: Any) -> None:
+        """Build the policy's copy for this group; a recurrent one starts from its initial state."""
+        self.policy = None
+        self.state = self._initial = None
+        spec = self.buffers.spec
+        n = self.group.num_envs
+        context = PolicyContext(
+            range(self.start, self.start + n), spec.observation_space, spec.action_space, list(self.seeds)
+        )
+        runner = worker_policy.build(context)
+        if runner.recurrent:
+            if not isinstance(self.group, EnvGroup):
+                raise PolicyOutputError(
+                    "a recurrent policy (with initial_state) needs a group of envs the worker steps one by one; "
+                    f"this worker runs a {type(self.group).__name__}"
+                )
+            initial = as_state(runner.initial_state(n))
+            check_state(initial, n, None, "from initial_state")
+            self._initial, self.state = initial, copy_state(initial)
+        self.policy = runner
+
+    def _set_state(self, state: Any) -> None:
+        if self._initial is None:
+            raise PolicyOutputError("the state was set for a policy that keeps none (no initial_state)")
+        state = as_state(state)
+        check_state(state, self.group.num_envs, self._initial, "as set by the parent")
+        self.state = copy_state(state)
 
     def _steps(self, block: RolloutBuffers, policy: PolicyRunner, first: int, num_steps: int) -> RolloutInfoEntries:
         group, buffers = self.group, self.buffers
@@ -144,6 +227,8 @@ class GroupRollouts:
         single_act = len(act_leaves) == 1
         same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
         active = np.ones(n, np.bool_) if block.stepped is not None else None
+        layout = block.spec.extras
+        recurrent = self.state is not None
         infos: RolloutInfoEntries = []
         failure = self.failure
         assert failure is not None
@@ -151,10 +236,23 @@ class GroupRollouts:
             failure.step, failure.in_policy = t, True
             for dst, src in zip(obs_leaves, now):
                 np.copyto(dst[t], src)
+            block.episode_starts[t] = self.starts
             observations = obs_leaves[0][t] if single_obs else tree_map(itemgetter(t), block.observations)
-            chosen = policy.act(observations, active)
+            if recurrent:
+                chosen, extras, state = policy.act_with_state(observations, self.state, active)
+                state = as_state(state)
+                check_state(state, n, self._initial, f"returned at step {t}")
+                self.state = state if active is None or active.all() else keep_rows(state, self.state, ~active)
+            else:
+                chosen, extras = split_output(policy.act(observations, active), space)
             actions = act_leaves[0][t] if single_act else tree_map(itemgetter(t), block.actions)
             _store(space, actions, chosen, n)
+            if layout or extras:
+                rows = {name: array[t] for name, array in block.extras.items()}
+                store_extras(rows, extras, layout)
+                if active is not None and not active.all():
+                    for row in rows.values():
+                        row[~active] = 0  # not stepped: nothing was chosen
             failure.in_policy = False
             if active is None:
                 entries = group.step(actions)
@@ -173,6 +271,7 @@ class GroupRollouts:
                 assert block.stepped is not None
                 block.stepped[t] = active
                 active &= ~(buffers.terminations | buffers.truncations)
+            self._after_step(active)
         return infos
 
     def _final_observations(self, block: RolloutBuffers, t: int, entries: Sequence[tuple[int, dict[str, Any]]]) -> None:

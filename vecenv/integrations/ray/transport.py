@@ -384,7 +384,7 @@ def _owned_result(result: Any) -> Any:
     Fixed-shape observation rows and rollout rows are left alone: the parent copies them into
     its own arrays."""
     if type(result) is RolloutReply:  # the block's rows are copied into the parent's arrays
-        return RolloutReply(_owned(result.infos), _owned_rows(result.rows), result.block)
+        return RolloutReply(_owned(result.infos), _owned_rows(result.rows), result.block, result.state)
     if type(result) is StepReply:
         return StepReply(_owned(result.infos), _owned_rows(result.rows))
     return _owned(result)

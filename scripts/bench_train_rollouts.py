@@ -1,0 +1,88 @@
+"""Benchmark: PPO with the policy in the workers against the same trainer stepping.
+
+Runs ``scripts/train_ppo_rollouts.py`` in fresh processes, the configurations interleaved over
+``--seeds``, with the same hyperparameters and total steps, and prints for each: training
+env-steps/s, the split of the wall time between collecting (env steps and policy forwards)
+and updating, collection seconds per 1,000 env steps, and the steps and seconds to the solve
+threshold when reached. Ratios are taken against ``step-sync`` (the same trainer stepping
+Gymnasium's ``SyncVectorEnv``) within each seed.
+
+    python scripts/bench_train_rollouts.py --total-timesteps 50000 --seeds 1,2,3
+    python scripts/bench_train_rollouts.py --env-step-ms 1 --total-timesteps 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+
+SCRIPT = pathlib.Path(__file__).resolve().with_name("train_ppo_rollouts.py")
+CONFIGS = {
+    "rollout": ["--collect", "rollout"],
+    "rollout-overlap": ["--collect", "rollout", "--overlap"],
+    "step-vecenv": ["--collect", "step", "--vector", "vecenv"],
+    "step-sync": ["--collect", "step", "--vector", "sync"],
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--total-timesteps", type=int, default=50_000)
+    p.add_argument("--num-envs", type=int, default=8)
+    p.add_argument("--env-step-ms", type=float, default=0.0)
+    p.add_argument("--seeds", default="1")
+    p.add_argument("--configs", default=",".join(CONFIGS))
+    p.add_argument("--stop-when-solved", action="store_true")
+    args = p.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    configs = args.configs.split(",")
+    runs: dict[str, list[dict]] = {c: [] for c in configs}
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in seeds:
+            for config in configs:
+                out = pathlib.Path(tmp) / f"{config}-{seed}"
+                cmd = [
+                    sys.executable, str(SCRIPT), "--quiet", "--out", str(out), "--seed", str(seed),
+                    "--total-timesteps", str(args.total_timesteps), "--num-envs", str(args.num_envs),
+                    "--env-step-ms", str(args.env_step_ms), *CONFIGS[config],
+                ]  # fmt: skip
+                if args.stop_when_solved:
+                    cmd.append("--stop-when-solved")
+                subprocess.run(cmd, check=True, capture_output=True, text=True)
+                run = json.loads((out / "summary.json").read_text())["run"]
+                runs[config].append(run)
+                print(
+                    f"seed {seed} {config:16s} {run['sps']:8.0f} SPS  collect {run['collect_s']:7.2f}s  "
+                    f"update {run['update_s']:7.2f}s  solved at {run['solved_at_step']} ({run['solved_at_s']} s)",
+                    flush=True,
+                )
+    print()
+    print("| config | env-steps/s | collect s per 1k steps | collect share | update share | x step-sync SPS "
+          "| x step-sync collection speed | solved (steps, s) |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    base = runs.get("step-sync")
+    for config, rs in runs.items():
+        sps = statistics.median(r["sps"] for r in rs)
+        per_k = statistics.median(1000 * r["collect_s"] / r["env_steps"] for r in rs)
+        share_c = statistics.median(r["collect_s"] / r["wall_time_s"] for r in rs)
+        share_u = statistics.median(r["update_s"] / r["wall_time_s"] for r in rs)
+        if base:
+            x_sps = statistics.median(r["sps"] / b["sps"] for r, b in zip(rs, base))
+            x_col = statistics.median(
+                (b["collect_s"] / b["env_steps"]) / (r["collect_s"] / r["env_steps"]) for r, b in zip(rs, base)
+            )
+            ratios = f"{x_sps:.2f} | {x_col:.2f}"
+        else:
+            ratios = "- | -"
+        solved = ", ".join(f"{r['solved_at_step']}/{r['solved_at_s']}" for r in rs)
+        print(f"| {config} | {sps:,.0f} | {per_k:.3f} | {share_c:.0%} | {share_u:.0%} | {ratios} | {solved} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,638 @@
+"""PPO with the policy in the workers: ``envs.rollout`` collects, the learner only learns.
+
+The recipe and hyperparameters are ``scripts/train_ppo.py``'s (CleanRL's PPO, RL Baselines3
+Zoo's CartPole settings). What changes is who runs the policy while collecting:
+
+- ``--collect rollout`` (the default): every worker runs a copy of the policy on its envs for
+  ``--num-steps`` steps (``envs.rollout``), one message per worker per rollout. The copy is the
+  learner's network in numpy (a few rows a step: numpy's per-call cost is a fraction of
+  torch's), samples the actions, and records each action's log-probability and the value
+  (``rollout.extras``); new weights ride on the next rollout (``update_policy_weights``).
+  ``--overlap`` starts the next rollout before the update (``rollout_async``), so the envs
+  step while the learner learns; that rollout is acted by the weights one update behind, which
+  PPO's ratio corrects for (the log-probs are the behaviour policy's, from the workers), and
+  ``rollout.weights_version`` says so.
+- ``--collect step``: the same policy and sampling in this process, one ``step`` of the vector
+  env (``--vector vecenv`` or Gymnasium's ``sync``) per env step, as ``train_ppo.py`` does.
+
+``--policy lstm`` is a recurrent actor-critic (an LSTM cell, then actor and critic heads). The
+workers carry each env's ``(h, c)`` and reset it where an episode starts; the update replays
+each env's sequence from ``rollout.initial_state``, resetting at ``rollout.episode_starts``, as
+CleanRL's PPO-LSTM does. ``--hide-velocity`` shows CartPole only its cart position and pole
+angle: an MLP cannot balance the pole from that, an LSTM can.
+
+Outputs in ``--out``: ``episodes.csv`` and ``summary.json`` (per run: steps/s, steps and
+seconds to solve, and the split of the wall time between collecting and updating).
+
+    python scripts/train_ppo_rollouts.py --num-envs 8 --stop-when-solved
+    python scripts/train_ppo_rollouts.py --overlap
+    python scripts/train_ppo_rollouts.py --collect step --vector sync
+    python scripts/train_ppo_rollouts.py --policy lstm --hide-velocity --total-timesteps 300000
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import importlib.util
+import json
+import math
+import pathlib
+import sys
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # also runs from a checkout
+import vecenv  # noqa: E402
+from vecenv.bench.envs import costly_env  # noqa: E402
+from vecenv.policies import PolicyContext, PolicyRunner, WorkerPolicy  # noqa: E402
+
+try:
+    import torch
+    from torch import nn
+except ImportError:  # pragma: no cover - the message is the point
+    raise SystemExit('train_ppo_rollouts.py needs torch: pip install -e ".[train]"') from None
+
+
+def _load_sibling(name: str) -> Any:
+    """``scripts/train_ppo.py`` as a module: its agent, GAE, update and outputs are shared."""
+    path = pathlib.Path(__file__).resolve().with_name(f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_vecenv_scripts_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+ppo = _load_sibling("train_ppo")
+SOLVE_WINDOW = ppo.SOLVE_WINDOW
+
+
+# -- command line -------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description="PPO with the policy in the workers (envs.rollout), or stepping for comparison.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    g = p.add_argument_group("run")
+    g.add_argument("--env-id", default="CartPole-v1", help="registered Gymnasium env id (discrete actions)")
+    g.add_argument(
+        "--collect",
+        choices=("rollout", "step"),
+        default="rollout",
+        help="rollout: the policy runs in the workers; step: in this process, one vector step at a time",
+    )
+    g.add_argument(
+        "--vector", choices=("vecenv", "sync"), default="vecenv", help="with --collect step: the vector env stepped"
+    )
+    g.add_argument("--policy", choices=("mlp", "lstm"), default="mlp", help="actor-critic network")
+    g.add_argument("--hide-velocity", action="store_true", help="CartPole: observe position and angle only")
+    g.add_argument("--overlap", action="store_true", help="collect the next rollout while updating")
+    g.add_argument("--num-envs", type=int, default=8, help="envs stepped in parallel")
+    g.add_argument("--num-workers", type=int, default=2, help="vecenv worker processes (0: all in this process)")
+    g.add_argument("--seed", type=int, default=1, help="seeds torch, the samplers and the envs")
+    g.add_argument("--total-timesteps", type=int, default=100_000, help="env steps to train for")
+    g.add_argument("--env-step-ms", type=float, default=0.0, help="extra CPU time burnt in each env step")
+    g.add_argument("--solve-return", type=float, default=475.0, help=f"solved at this mean of the last {SOLVE_WINDOW}")
+    g.add_argument("--stop-when-solved", action="store_true", help="stop training as soon as it is solved")
+    g.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs/ppo_rollouts"), help="output folder")
+    g.add_argument("--quiet", action="store_true", help="print only the summary, not every update")
+    h = p.add_argument_group("PPO hyperparameters (as train_ppo.py)")
+    h.add_argument("--num-steps", type=int, default=32, help="steps per env in each rollout")
+    h.add_argument("--learning-rate", type=float, default=1e-3, help="Adam's initial learning rate")
+    h.add_argument("--anneal-lr", action=argparse.BooleanOptionalAction, default=True, help="linear decay to 0")
+    h.add_argument("--gamma", type=float, default=0.98, help="discount factor")
+    h.add_argument("--gae-lambda", type=float, default=0.8, help="GAE's lambda")
+    h.add_argument("--minibatch-size", type=int, default=256, help="transitions per gradient step (MLP)")
+    h.add_argument("--num-minibatches", type=int, default=1, help="LSTM: minibatches of whole env sequences")
+    h.add_argument("--update-epochs", type=int, default=20, help="passes over each rollout")
+    h.add_argument("--norm-adv", action=argparse.BooleanOptionalAction, default=True, help="normalise advantages")
+    h.add_argument("--clip-coef", type=float, default=0.2, help="clip range of the probability ratio")
+    h.add_argument("--clip-vloss", action=argparse.BooleanOptionalAction, default=True, help="clip the value loss")
+    h.add_argument("--ent-coef", type=float, default=0.0, help="weight of the entropy bonus")
+    h.add_argument("--vf-coef", type=float, default=0.5, help="weight of the value loss")
+    h.add_argument("--max-grad-norm", type=float, default=0.5, help="gradient-norm clip")
+    h.add_argument("--target-kl", type=float, default=None, help="stop an update's epochs beyond this KL")
+    h.add_argument("--hidden", type=int, default=64, help="LSTM: hidden units")
+    args = p.parse_args(argv)
+    for name in ("num_envs", "num_steps", "minibatch_size", "update_epochs", "total_timesteps", "num_minibatches"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.overlap and args.collect != "rollout":
+        p.error("--overlap needs --collect rollout")
+    if args.collect == "rollout" and args.vector != "vecenv":
+        p.error("--collect rollout runs on vecenv only: --vector sync is for --collect step")
+    if args.policy == "lstm" and args.num_envs % args.num_minibatches:
+        p.error(f"--num-envs ({args.num_envs}) must be a multiple of --num-minibatches ({args.num_minibatches})")
+    return args
+
+
+# -- envs ---------------------------------------------------------------------------------------
+
+
+def make_env(env_id: str, iterations: int, hide_velocity: bool) -> gym.Env:
+    """One env, burning ``iterations`` of CPU per step; CartPole without its velocities when asked."""
+    env = costly_env(env_id, iterations)
+    if hide_velocity:
+        low, high = env.observation_space.low[[0, 2]], env.observation_space.high[[0, 2]]
+        space = gym.spaces.Box(low, high, dtype=np.float32)
+        env = gym.wrappers.TransformObservation(env, lambda obs: obs[[0, 2]], space)
+    return env
+
+
+def make_envs(args: argparse.Namespace) -> gym.vector.VectorEnv:
+    cost = round(args.env_step_ms * ppo.iterations_per_ms()) if args.env_step_ms else 0
+    fns = [functools.partial(make_env, args.env_id, cost, args.hide_velocity)] * args.num_envs
+    mode = gym.vector.AutoresetMode.SAME_STEP
+    if args.vector == "sync":
+        return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
+    return vecenv.SubprocVectorEnv(fns, args.num_workers, autoreset_mode=mode)
+
+
+# -- the agents (torch, for learning) -----------------------------------------------------------
+
+
+class LSTMAgent(nn.Module):
+    """An LSTM cell over the observations, then an actor and a critic head (one tanh layer of
+    64 each) on its output: RL Baselines3 Zoo's recurrent CartPole network, one LSTM shared."""
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden: int) -> None:
+        super().__init__()
+        self.hidden = hidden
+        self.cell = nn.LSTMCell(obs_dim, hidden)
+        self.actor = nn.Sequential(ppo.layer(hidden, 64), nn.Tanh(), ppo.layer(64, n_actions, 0.01))
+        self.critic = nn.Sequential(ppo.layer(hidden, 64), nn.Tanh(), ppo.layer(64, 1, 1.0))
+
+    def replay(self, obs: torch.Tensor, starts: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]) -> Any:
+        """The cell's outputs over a ``(T, n, ...)`` sequence from ``state``, resetting each env's
+        state to zeros where ``starts``; returns ``(T, n, hidden)`` and the final state."""
+        h, c = state
+        out = []
+        for t in range(obs.shape[0]):
+            keep = (1.0 - starts[t])[:, None]
+            h, c = self.cell(obs[t], (h * keep, c * keep))
+            out.append(h)
+        return torch.stack(out), (h, c)
+
+
+# -- the policy in the workers (numpy) ----------------------------------------------------------
+
+
+def _linear_layers(weights: dict[str, np.ndarray], prefix: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The ``(weight, bias)`` pairs of a Linear (``prefix.weight``) or a Sequential's Linears."""
+    if f"{prefix}.weight" in weights:
+        return [(weights[f"{prefix}.weight"], weights[f"{prefix}.bias"])]
+    indices = sorted({int(k.split(".")[1]) for k in weights if k.startswith(prefix + ".")})
+    return [(weights[f"{prefix}.{i}.weight"], weights[f"{prefix}.{i}.bias"]) for i in indices]
+
+
+def _mlp(x: np.ndarray, layers: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    for i, (w, b) in enumerate(layers):
+        x = x @ w.T + b
+        if i < len(layers) - 1:
+            np.tanh(x, out=x)
+    return x
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 0.5 * (np.tanh(0.5 * x) + 1.0)
+
+
+class NumpyActorCritic(WorkerPolicy):
+    """The learner's actor-critic as a worker policy: its weights in numpy in every worker.
+
+    Each worker samples its envs' actions from a generator of its own (seeded from its first
+    env's reset seed and index) and returns ``{"log_prob", "value"}`` beside them. The LSTM
+    kind is recurrent: its state is ``(h, c)``, zeros at every episode start.
+    """
+
+    def __init__(self, agent: nn.Module, kind: str) -> None:
+        self.agent, self.kind = agent, kind
+        self.name = f"numpy-{kind}"
+        self.hidden = getattr(agent, "hidden", 0)
+        self._initial = self.weights()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("agent", None)  # the learner stays here; the copies get its weights
+        return state
+
+    def weights(self) -> dict[str, np.ndarray]:
+        return {k: v.detach().numpy().copy() for k, v in self.agent.state_dict().items()}
+
+    def build(self, context: PolicyContext) -> PolicyRunner:
+        seed = context.seeds[0] if context.seeds and context.seeds[0] is not None else 0
+        rng = np.random.default_rng([seed, context.env_ids.start])
+        runner = _NumpyRunner(self.kind, self.hidden, rng)
+        runner.load_weights(self._initial)
+        return runner
+
+
+class _NumpyRunner(PolicyRunner):
+    def __init__(self, kind: str, hidden: int, rng: np.random.Generator) -> None:
+        self.kind, self.hidden, self.rng = kind, hidden, rng
+        self.recurrent = kind == "lstm"
+
+    def load_weights(self, weights: dict[str, np.ndarray]) -> None:
+        if self.kind == "lstm":
+            self.w_ih, self.w_hh = weights["cell.weight_ih"], weights["cell.weight_hh"]
+            self.bias = weights["cell.bias_ih"] + weights["cell.bias_hh"]
+        self.actor, self.critic = _linear_layers(weights, "actor"), _linear_layers(weights, "critic")
+
+    def _sample(self, logits: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        logits = logits - logits.max(axis=1, keepdims=True)
+        log_probs = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+        cumulative = np.cumsum(np.exp(log_probs), axis=1)
+        u = self.rng.random(len(logits))[:, None]
+        actions = np.minimum((cumulative < u).sum(axis=1), logits.shape[1] - 1)
+        chosen = log_probs[np.arange(len(actions)), actions]
+        return actions, {"log_prob": chosen.astype(np.float32), "value": values.reshape(-1).astype(np.float32)}
+
+    def act(self, observations: Any, active: np.ndarray | None) -> Any:
+        x = np.asarray(observations, np.float32)
+        return self._sample(_mlp(x, self.actor), _mlp(x, self.critic))
+
+    def initial_state(self, num_envs: int) -> Any:
+        zeros = np.zeros((num_envs, self.hidden), np.float32)
+        return zeros, zeros.copy()
+
+    def act_with_state(self, observations: Any, state: Any, active: np.ndarray | None) -> tuple[Any, Any, Any]:
+        h, c = state
+        gates = np.asarray(observations, np.float32) @ self.w_ih.T + h @ self.w_hh.T + self.bias
+        i, f, g, o = np.split(gates, 4, axis=1)
+        c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+        h = _sigmoid(o) * np.tanh(c)
+        actions, extras = self._sample(_mlp(h, self.actor), _mlp(h, self.critic))
+        return actions, extras, (h, c)
+
+
+# -- collecting ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Batch:
+    """One rollout as the learner needs it, ``(T, n, ...)`` arrays."""
+
+    observations: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminations: np.ndarray
+    truncations: np.ndarray
+    final_observations: np.ndarray
+    last_observations: np.ndarray
+    log_prob: np.ndarray
+    value: np.ndarray
+    episode_starts: np.ndarray
+    initial_state: Any
+    weights_version: int
+
+
+def from_rollout(r: vecenv.Rollout) -> Batch:
+    return Batch(
+        r.observations,
+        r.actions,
+        r.rewards,
+        r.terminations,
+        r.truncations,
+        r.final_observations,
+        r.last_observations,
+        r.extras["log_prob"],
+        r.extras["value"],
+        r.episode_starts,
+        r.initial_state,
+        r.weights_version,
+    )
+
+
+class StepCollector:
+    """The same policy and sampling in this process, one vector step at a time."""
+
+    def __init__(self, envs: Any, policy: NumpyActorCritic, n: int, seed: int) -> None:
+        self.envs, self.policy, self.n = envs, policy, n
+        space = envs.single_observation_space
+        self.runner = policy.build(PolicyContext(range(n), space, envs.single_action_space, [seed] * n))
+        self.obs, _ = envs.reset(seed=seed)
+        self.starts = np.ones(n, bool)
+        self.state = self.runner.initial_state(n) if self.runner.recurrent else None
+        self.version = 0
+
+    def collect(self, steps: int) -> Batch:
+        self.runner.load_weights(self.policy.weights())
+        self.version += 1
+        runner = self.runner
+        rows: dict[str, list[Any]] = {k: [] for k in ("obs", "act", "rew", "term", "trunc", "lp", "v", "starts")}
+        finals = np.zeros((steps, *self.obs.shape), np.float32)
+        initial = None if self.state is None else tuple(a.copy() for a in self.state)
+        for t in range(steps):
+            rows["obs"].append(self.obs)
+            rows["starts"].append(self.starts.copy())
+            if self.state is not None:
+                actions, extras, self.state = runner.act_with_state(self.obs, self.state, None)
+            else:
+                actions, extras = runner.act(self.obs, None)
+            obs, rewards, terms, truncs, infos = self.envs.step(actions)
+            ended = terms | truncs
+            for i in np.flatnonzero(ended):
+                finals[t, i] = infos["final_obs"][i]
+            if self.state is not None and ended.any():
+                self.state = tuple(np.where(ended[:, None], 0.0, a).astype(np.float32) for a in self.state)
+            self.starts = ended
+            for key, value in zip(
+                ("act", "rew", "term", "trunc", "lp", "v"),
+                (actions, rewards, terms, truncs, extras["log_prob"], extras["value"]),
+            ):
+                rows[key].append(np.asarray(value))
+            self.obs = obs
+        s = {k: np.stack(v) for k, v in rows.items()}
+        return Batch(
+            s["obs"], s["act"], s["rew"], s["term"], s["trunc"], finals, self.obs, s["lp"], s["v"], s["starts"],
+            initial, self.version,
+        )  # fmt: skip
+
+
+# -- learning -----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Timings:
+    collect_s: float = 0.0  # waiting for (or making) rollouts
+    update_s: float = 0.0  # advantages, PPO epochs and the weights push
+
+
+def advantages_of(agent: nn.Module, kind: str, b: Batch, args: argparse.Namespace) -> tuple[torch.Tensor, ...]:
+    """GAE over the rollout, with the behaviour policy's values; a truncated episode's reward
+    gets ``gamma * V(final observation)``, the last step's value is bootstrapped."""
+    tensor = functools.partial(torch.as_tensor, dtype=torch.float32)
+    rewards = tensor(b.rewards).clone()
+    values = tensor(b.value)
+    cut = b.truncations & ~b.terminations
+    with torch.no_grad():
+        if kind == "lstm":
+            state = tuple(tensor(a) for a in b.initial_state)
+            obs = torch.cat([tensor(b.observations), tensor(b.last_observations)[None]])
+            ended = b.terminations | b.truncations
+            starts = torch.cat([tensor(b.episode_starts), tensor(ended[-1])[None]])
+            hs, _ = agent.replay(obs, starts, state)
+            next_value = agent.critic(hs[-1]).squeeze(-1)
+            if cut.any():  # the final observation follows the state before the reset
+                t_idx, e_idx = np.nonzero(cut)
+                h_prev, c_prev = _states_before(agent, obs, starts, state, t_idx, e_idx)
+                h_fin, _ = agent.cell(tensor(b.final_observations[t_idx, e_idx]), (h_prev, c_prev))
+                rewards[t_idx, e_idx] += args.gamma * agent.critic(h_fin).squeeze(-1)
+        else:
+            next_value = agent.value(tensor(b.last_observations))
+            if cut.any():
+                rewards[cut] += args.gamma * agent.value(tensor(b.final_observations[cut]))
+    dones = tensor(b.episode_starts)
+    next_done = tensor(b.terminations[-1] | b.truncations[-1])
+    adv = ppo.gae_advantages(rewards, values, dones, next_value, next_done, args.gamma, args.gae_lambda)
+    return adv, adv + values
+
+
+def _states_before(
+    agent: LSTMAgent, obs: torch.Tensor, starts: torch.Tensor, state: Any, t_idx: Any, e_idx: Any
+) -> Any:
+    """The cell state after step ``t`` (before the reset its end causes) of env ``e``."""
+    h, c = state
+    hs, cs = [], []
+    for t in range(int(t_idx.max()) + 1):
+        keep = (1.0 - starts[t])[:, None]
+        h, c = agent.cell(obs[t], (h * keep, c * keep))
+        hs.append(h)
+        cs.append(c)
+    return torch.stack(hs)[t_idx, e_idx], torch.stack(cs)[t_idx, e_idx]
+
+
+def lstm_update(
+    agent: LSTMAgent, optimizer: torch.optim.Optimizer, b: Batch, adv: torch.Tensor, ret: torch.Tensor, args: Any
+) -> tuple[float, float]:
+    """PPO epochs over minibatches of whole env sequences, replayed from the initial state."""
+    tensor = functools.partial(torch.as_tensor, dtype=torch.float32)
+    obs, starts = tensor(b.observations), tensor(b.episode_starts)
+    actions, old_logp, old_v = torch.as_tensor(b.actions, dtype=torch.long), tensor(b.log_prob), tensor(b.value)
+    h0, c0 = (tensor(a) for a in b.initial_state)
+    n = obs.shape[1]
+    per = n // args.num_minibatches
+    generator = torch.Generator().manual_seed(args.seed + int(b.weights_version))
+    loss = kl = torch.zeros(())
+    for _ in range(args.update_epochs):
+        order = torch.randperm(n, generator=generator)
+        for lo in range(0, n, per):
+            e = order[lo : lo + per]
+            hs, _ = agent.replay(obs[:, e], starts[:, e], (h0[e], c0[e]))
+            logp_all = agent.actor(hs).log_softmax(-1)
+            logp = logp_all.gather(-1, actions[:, e, None]).squeeze(-1)
+            entropy = -(logp_all.exp() * logp_all).sum(-1)
+            value = agent.critic(hs).squeeze(-1)
+            loss, kl = _ppo_loss(logp, old_logp[:, e], adv[:, e], value, old_v[:, e], ret[:, e], entropy, args)
+            optimizer.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+            optimizer.step()
+        if args.target_kl is not None and kl > args.target_kl:
+            break
+    return float(loss), float(kl)
+
+
+def _ppo_loss(logp, old_logp, adv, value, old_v, ret, entropy, args) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[no-untyped-def]
+    log_ratio = logp - old_logp
+    ratio = log_ratio.exp()
+    with torch.no_grad():
+        kl = ((ratio - 1) - log_ratio).mean()
+    if args.norm_adv:
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    pg = torch.max(-adv * ratio, -adv * ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef)).mean()
+    if args.clip_vloss:
+        clipped = old_v + (value - old_v).clamp(-args.clip_coef, args.clip_coef)
+        v_loss = 0.5 * torch.max((value - ret) ** 2, (clipped - ret) ** 2).mean()
+    else:
+        v_loss = 0.5 * ((value - ret) ** 2).mean()
+    return pg - args.ent_coef * entropy.mean() + args.vf_coef * v_loss, kl
+
+
+def mlp_update(
+    agent: Any, optimizer: Any, b: Batch, adv: torch.Tensor, ret: torch.Tensor, args: Any
+) -> tuple[float, float]:
+    """train_ppo.py's update on the flattened rollout, the old log-probs the workers'."""
+    size = b.actions.size
+    obs = torch.as_tensor(b.observations, dtype=torch.float32).reshape(size, -1)
+    rollout = ppo.Rollout(
+        obs,
+        torch.as_tensor(b.actions, dtype=torch.long).reshape(size),
+        torch.as_tensor(b.log_prob).reshape(size),
+        adv.reshape(size),
+        ret.reshape(size),
+        torch.as_tensor(b.value).reshape(size),
+    )
+    generator = torch.Generator().manual_seed(args.seed + int(b.weights_version))
+    kl = ppo.ppo_update(agent, optimizer, rollout, args, generator)
+    with torch.no_grad():  # the loss at the end, for the record
+        logp, entropy, value = agent.evaluate(rollout.obs, rollout.actions)
+        loss, _ = _ppo_loss(
+            logp, rollout.logp, rollout.advantages, value, rollout.values, rollout.returns, entropy, args
+        )
+    return float(loss), float(kl)
+
+
+@dataclasses.dataclass
+class Summary:
+    collect: str
+    policy: str
+    overlap: bool
+    num_envs: int
+    env_steps: int
+    updates: int
+    wall_time_s: float
+    sps: float
+    collect_s: float
+    update_s: float
+    episodes: int
+    final_mean_return: float
+    solved: bool
+    solved_at_step: int | None
+    solved_at_s: float | None
+    weights_versions: list[int]
+    losses: list[float]
+
+
+def train(args: argparse.Namespace) -> Summary:
+    torch.manual_seed(args.seed)
+    start = time.perf_counter()
+    envs = make_envs(args)
+    try:
+        return _train(args, envs, start)
+    finally:
+        envs.close()
+
+
+def _train(args: argparse.Namespace, envs: Any, start: float) -> Summary:
+    n, steps = args.num_envs, args.num_steps
+    obs_dim = int(np.prod(envs.single_observation_space.shape))
+    n_actions = int(envs.single_action_space.n)
+    agent = LSTMAgent(obs_dim, n_actions, args.hidden) if args.policy == "lstm" else ppo.Agent(obs_dim, n_actions)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+    policy = NumpyActorCritic(agent, args.policy)
+    updates = math.ceil(args.total_timesteps / (n * steps))
+    timings = Timings()
+    running, lengths = np.zeros(n), np.zeros(n, np.int64)
+    recent: deque[float] = deque(maxlen=SOLVE_WINDOW)
+    episodes, global_step = 0, 0
+    solved_step: int | None = None
+    solved_s: float | None = None
+    versions: list[int] = []
+    losses: list[float] = []
+    collector = None
+    if args.collect == "step":
+        collector = StepCollector(envs, policy, n, args.seed)
+    else:
+        envs.reset(seed=args.seed)
+
+    def collect() -> Batch:
+        t0 = time.perf_counter()
+        if collector is not None:
+            batch = collector.collect(steps)
+        elif pending[0]:
+            batch = from_rollout(envs.rollout_wait())
+            pending[0] = False
+        else:
+            batch = from_rollout(envs.rollout(steps, policy))
+        timings.collect_s += time.perf_counter() - t0
+        return batch
+
+    pending = [False]
+    for update in range(updates):
+        batch = collect()
+        if args.overlap and update + 1 < updates:
+            envs.rollout_async(steps, policy)  # acted by the weights before this update
+            pending[0] = True
+        t0 = time.perf_counter()
+        versions.append(batch.weights_version)
+        if args.anneal_lr:
+            optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - update / updates)
+        adv, ret = advantages_of(agent, args.policy, batch, args)
+        update_fn = lstm_update if args.policy == "lstm" else mlp_update
+        loss, kl = update_fn(agent, optimizer, batch, adv, ret, args)
+        losses.append(loss)
+        if collector is None:
+            envs.update_policy_weights()
+        timings.update_s += time.perf_counter() - t0
+        # Episode bookkeeping from the rollout's rewards and ends.
+        ended = batch.terminations | batch.truncations
+        now = time.perf_counter() - start
+        for t in range(steps):
+            global_step += n
+            running += batch.rewards[t]
+            lengths += 1
+            for i in np.flatnonzero(ended[t]):
+                episodes += 1
+                recent.append(float(running[i]))
+                running[i], lengths[i] = 0.0, 0
+                if solved_step is None and len(recent) == SOLVE_WINDOW and np.mean(recent) >= args.solve_return:
+                    solved_step, solved_s = global_step, now
+        if not args.quiet:
+            mean = f"{np.mean(recent):7.1f}" if recent else "      -"
+            print(
+                f"[{args.collect}/{args.policy}] step {global_step:>8,}  mean return {mean}  loss {loss:8.4f}  "
+                f"kl {kl:.4f}  weights v{batch.weights_version}  collect {timings.collect_s:6.1f}s  "
+                f"update {timings.update_s:6.1f}s",
+                flush=True,
+            )
+        if solved_step is not None and args.stop_when_solved:
+            break
+    if pending[0]:  # stopped early with one under way: collected and dropped
+        envs.rollout_wait()
+    elapsed = time.perf_counter() - start
+    return Summary(
+        args.collect if args.collect == "rollout" else f"step-{args.vector}",
+        args.policy,
+        args.overlap,
+        n,
+        global_step,
+        len(versions),
+        round(elapsed, 3),
+        round(global_step / elapsed, 1),
+        round(timings.collect_s, 3),
+        round(timings.update_s, 3),
+        episodes,
+        round(float(np.mean(recent)), 2) if recent else float("nan"),
+        solved_step is not None,
+        solved_step,
+        None if solved_s is None else round(solved_s, 3),
+        versions,
+        losses,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(1)
+    summary = train(args)
+    solved = (
+        f"solved at step {summary.solved_at_step:,} after {summary.solved_at_s:.1f}s"
+        if summary.solved
+        else "not solved"
+    )
+    print(
+        f"[{summary.collect}/{summary.policy}{' overlap' if summary.overlap else ''}] {summary.env_steps:,} steps in "
+        f"{summary.wall_time_s:.1f}s ({summary.sps:,.0f} SPS; collect {summary.collect_s:.1f}s, update "
+        f"{summary.update_s:.1f}s); mean return of the last {SOLVE_WINDOW} episodes {summary.final_mean_return}; "
+        f"{solved}",
+        flush=True,
+    )
+    config = {k: (str(v) if isinstance(v, pathlib.Path) else v) for k, v in vars(args).items()}
+    (args.out / "summary.json").write_text(json.dumps({"config": config, "run": dataclasses.asdict(summary)}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,249 @@
+"""What a policy in the workers gives beyond its actions: named extras, and recurrent state.
+
+A learner needs more of its behaviour policy than the actions: PPO the log-probabilities of the
+actions under the weights that chose them (they cannot be recomputed once the learner has
+moved on), and a critic's values; a recurrent policy its state. A policy
+(:mod:`vecenv.policies`) may therefore return
+
+* ``actions``, or ``(actions, extras)`` where ``extras`` is a dict of named per-row arrays
+  (``{"log_prob": (n,), "value": (n,), "logits": (n, k)}``), each of a fixed row shape and
+  dtype: the rollout block (:mod:`vecenv.wire.rollout_buffers`) keeps a ``(T, num_envs, ...)``
+  array per name, written in place at every step like the actions;
+* when recurrent, ``(actions, extras, state)`` from ``policy(observations, state)``, where the
+  state is any tree (tuples, lists, dicts) of arrays or tensors whose leading dimension is the
+  number of rows, e.g. an LSTM's ``(h, c)`` as ``(n, hidden)`` arrays.
+
+The layout of the extras is learned once per policy, in the parent, from one call of a copy of
+the policy on the rows of the first worker (:func:`probe`), so that the block can be made
+before the workers run; every later call must give the same names, shapes and dtypes
+(:func:`store_extras` raises :class:`~vecenv.errors.PolicyOutputError` otherwise).
+
+The state is kept in the worker as a tree of numpy arrays (tuples for lists); the helpers here
+reset the rows of the envs whose observation is the first of an episode to the policy's initial
+state, and keep the rows of envs that were not stepped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+from gymnasium import Space
+from gymnasium.spaces import Tuple
+
+from vecenv.errors import PolicyOutputError, describe
+
+__all__ = [
+    "ExtrasLayout",
+    "PolicyOutputs",
+    "split_output",
+    "extras_layout",
+    "store_extras",
+    "as_state",
+    "check_state",
+    "reset_rows",
+    "keep_rows",
+    "state_rows",
+    "join_states",
+    "copy_state",
+    "probe",
+]
+
+#: ``(name, row shape, dtype)`` of every extra, in the order the policy returned them.
+ExtrasLayout = tuple[tuple[str, tuple[int, ...], np.dtype], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyOutputs:
+    """What one policy gives beyond actions, as learned from its first call.
+
+    Attributes:
+        extras: the layout of its extras (empty: actions only).
+        recurrent: it keeps per-env state (``initial_state`` and ``policy(obs, state)``).
+        initial_state: its initial state for the probed rows, one row per env (recurrent only);
+            every row of a fresh state equals the first (checked when the state is made).
+    """
+
+    extras: ExtrasLayout = ()
+    recurrent: bool = False
+    initial_state: Any = None
+
+
+def split_output(output: Any, action_space: Space) -> tuple[Any, Mapping[str, Any] | None]:
+    """``(actions, extras)`` from what a non-recurrent policy returned: ``actions`` alone or
+    the pair ``(actions, dict)``. For a Tuple action space the actions of a pair are a tuple
+    themselves (a 2-tuple of actions whose second leaf is a Dict batch is actions, not a pair)."""
+    if type(output) is tuple and len(output) == 2 and isinstance(output[1], Mapping):
+        if not isinstance(action_space, Tuple) or isinstance(output[0], tuple):
+            return output[0], output[1]
+    return output, None
+
+
+def _as_array(value: Any) -> np.ndarray:
+    if hasattr(value, "detach") and hasattr(value, "numpy"):  # a torch tensor
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def extras_layout(extras: Mapping[str, Any] | None, n: int) -> ExtrasLayout:
+    """The layout of one call's extras for ``n`` rows; each must be an array of ``n`` rows."""
+    if extras is None:
+        return ()
+    layout = []
+    for name, value in extras.items():
+        if not isinstance(name, str):
+            raise PolicyOutputError(f"the policy's extras must be named by strings, got the key {name!r}")
+        array = _as_array(value)
+        if array.ndim == 0 or array.shape[0] != n or array.dtype == object:
+            raise PolicyOutputError(
+                f"the policy's output extras[{name!r}] must be an array of one row per env: expected shape "
+                f"({n}, ...), received {describe(value, dtype=True)} of shape {array.shape}"
+            )
+        layout.append((name, tuple(int(s) for s in array.shape[1:]), array.dtype))
+    return tuple(layout)
+
+
+def store_extras(rows: Mapping[str, np.ndarray], extras: Mapping[str, Any] | None, layout: ExtrasLayout) -> None:
+    """Write one step's extras into ``rows`` (name -> the ``(n, ...)`` row of its array),
+    checked against ``layout``: the same names, and for each exactly its shape and dtype."""
+    if extras is None:
+        extras = {}
+    if len(extras) != len(layout) or any(name not in extras for name, _, _ in layout):
+        expected = [name for name, _, _ in layout]
+        raise PolicyOutputError(
+            f"the policy's output extras changed: expected the names {expected} (as at its first call), "
+            f"received {list(extras)}"
+        )
+    for name, _, dtype in layout:
+        dst = rows[name]
+        array = _as_array(extras[name])
+        if array.shape != dst.shape or array.dtype != dtype:
+            raise PolicyOutputError(
+                f"the policy's output extras[{name!r}] changed: expected shape {dst.shape} dtype {dtype} "
+                f"(as at its first call), received shape {array.shape} dtype {array.dtype}"
+            )
+        np.copyto(dst, array)
+
+
+# -- recurrent state -------------------------------------------------------------------------
+
+
+def as_state(state: Any) -> Any:
+    """The state as the worker keeps it: tuples, dicts and numpy arrays (tensors and lists
+    converted; the arrays may share memory with the policy's tensors)."""
+    if isinstance(state, Mapping):
+        return {k: as_state(v) for k, v in state.items()}
+    if isinstance(state, (tuple, list)):
+        return tuple(as_state(v) for v in state)
+    return _as_array(state)
+
+
+def _leaves(state: Any, path: str = "state") -> list[tuple[str, np.ndarray]]:
+    if isinstance(state, dict):
+        return [leaf for k, v in state.items() for leaf in _leaves(v, f"{path}[{k!r}]")]
+    if isinstance(state, tuple):
+        return [leaf for i, v in enumerate(state) for leaf in _leaves(v, f"{path}[{i}]")]
+    return [(path, state)]
+
+
+def _map(fn: Callable[..., Any], state: Any, *others: Any) -> Any:
+    if isinstance(state, dict):
+        return {k: _map(fn, v, *(o[k] for o in others)) for k, v in state.items()}
+    if isinstance(state, tuple):
+        return tuple(_map(fn, v, *(o[i] for o in others)) for i, v in enumerate(state))
+    return fn(state, *others)
+
+
+def check_state(state: Any, n: int, reference: Any, where: str) -> None:
+    """Every leaf of ``state`` has ``n`` rows and, given a ``reference`` state (the initial
+    one), the same structure, shapes and dtypes. ``where`` says which output it was."""
+    leaves = _leaves(state)
+    for path, leaf in leaves:
+        if leaf.ndim == 0 or leaf.shape[0] != n:
+            raise PolicyOutputError(
+                f"the policy's {path} ({where}) must have one row per env: expected leading dimension {n}, "
+                f"received shape {leaf.shape}"
+            )
+    if reference is None:
+        return
+    expected = _leaves(reference)
+    if [p for p, _ in leaves] != [p for p, _ in expected]:
+        raise PolicyOutputError(
+            f"the policy's state ({where}) changed its structure: expected the leaves "
+            f"{[p for p, _ in expected]} (as its initial state), received {[p for p, _ in leaves]}"
+        )
+    for (path, leaf), (_, ref) in zip(leaves, expected):
+        if leaf.shape[1:] != ref.shape[1:] or leaf.dtype != ref.dtype:
+            raise PolicyOutputError(
+                f"the policy's {path} ({where}) changed: expected shape {(n, *ref.shape[1:])} dtype {ref.dtype} "
+                f"(as its initial state), received shape {leaf.shape} dtype {leaf.dtype}"
+            )
+
+
+def reset_rows(state: Any, initial: Any, mask: np.ndarray) -> Any:
+    """``state`` with the rows ``mask`` marks replaced by ``initial``'s (new arrays)."""
+
+    def one(s: np.ndarray, i: np.ndarray) -> np.ndarray:
+        out = np.array(s, copy=True)
+        out[mask] = i[mask]
+        return out
+
+    return _map(one, state, initial)
+
+
+def keep_rows(new: Any, old: Any, keep: np.ndarray) -> Any:
+    """``new`` with the rows ``keep`` marks taken from ``old`` (envs that were not stepped)."""
+    return reset_rows(new, old, keep)
+
+
+def state_rows(state: Any, start: int, stop: int) -> Any:
+    """Rows ``[start, stop)`` of every leaf (views)."""
+    return _map(lambda a: a[start:stop], state)
+
+
+def copy_state(state: Any) -> Any:
+    """A deep copy (arrays the caller may keep while the worker goes on)."""
+    return None if state is None else _map(np.array, state)
+
+
+def join_states(states: list[Any]) -> Any:
+    """One state from the states of consecutive groups (each leaf concatenated by rows)."""
+    return _map(lambda *leaves: np.concatenate(leaves, axis=0), states[0], *states[1:])
+
+
+# -- learning the layout ---------------------------------------------------------------------
+
+
+def probe(policy: Any, context: Any, observations: Any) -> PolicyOutputs:
+    """Build a copy of ``policy`` for the envs of ``context`` and call it once on their rows
+    ``observations``: the layout of its extras, and whether it is recurrent. The copy is then
+    dropped (the workers build their own). ``policy`` is a
+    :class:`~vecenv.worker.policy.WorkerPolicy` and ``context`` its
+    :class:`~vecenv.worker.policy.PolicyContext` (typed loosely: that module builds on this one).
+
+    Outputs that cannot be laid out raise :class:`~vecenv.errors.PolicyOutputError` here. An
+    exception of the policy's own code is left for the workers to raise, where it is reported
+    as any failure of the policy (at the rollout's first step): the layout is then taken as
+    what was learned before it (nothing, or the state of a recurrent policy).
+    """
+    n = len(context.env_ids)
+    recurrent, initial = False, None
+    try:
+        runner = policy.build(context)
+        recurrent = runner.recurrent
+        if recurrent:
+            initial = as_state(runner.initial_state(n))
+            check_state(initial, n, None, "from initial_state")
+            actions, extras, state = runner.act_with_state(observations, copy_state(initial), None)
+            state = as_state(state)
+        else:
+            _, extras = split_output(runner.act(observations, None), context.action_space)
+    except PolicyOutputError:
+        raise
+    except Exception:
+        return PolicyOutputs((), recurrent, initial)
+    if recurrent:
+        check_state(state, n, initial, "returned by the policy")
+    return PolicyOutputs(extras_layout(extras, n), recurrent, initial)
