@@ -308,6 +308,7 @@ class ProcessTransport(Transport):
         try:
             self._owed[worker] = 1
             self._in_word[worker] = call_id
+            words[control.index(worker, fastpath.POSTED_AT)] = time.perf_counter_ns()
             words[at] = call_id
             fence()
             asleep = words[control.index(worker, fastpath.SLEEPING)]
@@ -467,7 +468,7 @@ class ProcessTransport(Transport):
             done_at, replies_at = control.index(i, fastpath.DONE), control.index(i, fastpath.REPLIES)
             watched.append((i, done_at, _NOTHING if call_id is None else call_id, replies_at))
         clock = time.perf_counter
-        start = clock()
+        start, start_ns = clock(), time.perf_counter_ns()
         spin = self._budget.seconds(timeout)
         rounds = 0
         caught = False
@@ -500,7 +501,19 @@ class ProcessTransport(Transport):
             finally:
                 words[fastpath.PARENT_SLEEPING] = 0
         finally:
-            self._budget.record(clock() - start, bool(spin), caught)
+            # Up to when a worker posted its reply in the words (see SpinBudget.record).
+            end = self._posted_at(watched) or time.perf_counter_ns()
+            self._budget.record(max(0, end - start_ns) * 1e-9, bool(spin), caught)
+
+    def _posted_at(self, watched: list[tuple[int, int, int, int]]) -> int:
+        """When the first of the replies now in the done words was posted (0: none is)."""
+        control = self._control
+        assert control is not None and control.words is not None
+        words = control.words
+        times = [
+            words[control.index(i, fastpath.DONE_AT)] for i, done_at, call_id, _ in watched if words[done_at] == call_id
+        ]
+        return min(times, default=0)
 
     @property
     def spin(self) -> float:

@@ -42,6 +42,9 @@ before it reads the words again, so even a wake-up lost against this argument wo
 bounded delay, never a hang; it also wakes a sleeping worker ten times a second at most, which
 is no measurable CPU.
 
+Both sides read the same clock, ``time.perf_counter_ns()`` (Linux's ``CLOCK_MONOTONIC``, one
+for the whole machine), to stamp a post beside its word.
+
 Layout of the block (int64 words): line 0 holds the parent's :data:`PARENT_SLEEPING`; worker
 ``w``'s slot starts at ``SLOT_BYTES * (w + 1)`` and holds the words the parent writes in its
 first cache line and those the worker writes in its second (no false sharing between them).
@@ -81,10 +84,12 @@ PARENT_SLEEPING = 0
 COMMAND = 0  # call id of the last payload-free STEP posted in the word
 PIPE_SENT = 1  # messages the parent wrote to the pipe: a hint for a spinning worker
 SPIN_NS = 2  # the longest the worker may spin, in nanoseconds (0: never)
+POSTED_AT = 3  # time.perf_counter_ns() when COMMAND was last stored
 # ... and by the worker (second line).
 DONE = 8  # call id of the last word command answered in the word (an empty reply)
 REPLIES = 9  # replies the worker wrote to the pipe: a hint for the spinning parent
 SLEEPING = 10  # 1 while the worker is blocked on its pipe, or about to be
+DONE_AT = 11  # time.perf_counter_ns() when DONE was last stored
 
 #: Descriptors of control blocks this process holds; a forked worker closes its copies first.
 INHERITED_FDS: set[int] = set()
@@ -138,7 +143,7 @@ class ControlBlock:
         """Zero a slot (before its worker starts, or starts again), keeping its spin limit."""
         words = self.words
         assert words is not None
-        for word in (COMMAND, PIPE_SENT, DONE, REPLIES, SLEEPING):
+        for word in (COMMAND, PIPE_SENT, POSTED_AT, DONE, REPLIES, SLEEPING, DONE_AT):
             words[self.index(worker, word)] = 0
 
     def release_fd(self) -> None:
@@ -200,7 +205,10 @@ class SpinBudget:
 
     def record(self, waited: float, spun: bool = False, caught: bool = False) -> None:
         """A wait ended after ``waited`` seconds; ``spun``: it spun first; ``caught``: what
-        it waited for came during the spin."""
+        it waited for came during the spin. ``waited`` is counted to when the other side
+        posted (the time it stores beside its word), not to when this side woke: a sleeper's
+        own wake-up, slow on a busy machine, would otherwise make every wait look too long to
+        spin for, and the spins would never come back."""
         self.typical += self.WEIGHT * (waited - self.typical)
         if caught:
             self.backoff = 0

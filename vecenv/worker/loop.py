@@ -150,6 +150,7 @@ def _no_payload() -> None:
 
 #: What :meth:`_Waiter.next` returns when the next command is on the pipe.
 _PIPE = -1
+_PREEMPTED_NS = int(SpinBudget.PREEMPTED * 1e9)
 
 
 class _Waiter:
@@ -169,6 +170,8 @@ class _Waiter:
         self.command = control.index(slot, fastpath.COMMAND)
         self.pipe_sent = control.index(slot, fastpath.PIPE_SENT)
         self.spin_ns = control.index(slot, fastpath.SPIN_NS)
+        self.posted_at = control.index(slot, fastpath.POSTED_AT)
+        self.done_at = control.index(slot, fastpath.DONE_AT)
         self.done = control.index(slot, fastpath.DONE)
         self.replies = control.index(slot, fastpath.REPLIES)
         self.sleeping = control.index(slot, fastpath.SLEEPING)
@@ -199,10 +202,10 @@ class _Waiter:
     def next(self) -> int:
         """The next command's call id if it came in the word, else :data:`_PIPE`."""
         words = self.words
-        clock = time.perf_counter
+        clock = time.perf_counter_ns
         start = clock()
         self.budget.limit = words[self.spin_ns] * 1e-9
-        spin = self.budget.seconds()
+        spin = int(self.budget.seconds() * 1e9)
         found = self._check()
         spun = caught = False
         if found is None and spin:
@@ -210,7 +213,7 @@ class _Waiter:
             while True:
                 now = clock()
                 # Out of budget, or descheduled (this core is not ours alone): a miss.
-                if now - start >= spin or now - before > SpinBudget.PREEMPTED:
+                if now - start >= spin or now - before > _PREEMPTED_NS:
                     break
                 before = now
                 found = self._check()
@@ -229,7 +232,9 @@ class _Waiter:
                     found = self._check()
             finally:
                 words[self.sleeping] = 0
-        self.budget.record(clock() - start, spun, caught)
+        # Up to when the parent posted (see SpinBudget.record), for a command in the word.
+        end = words[self.posted_at] if found != _PIPE else clock()
+        self.budget.record(max(0, end - start) * 1e-9, spun, caught)
         if found != _PIPE:
             self.last = found
         return found
@@ -237,6 +242,7 @@ class _Waiter:
     def answer_in_word(self, call_id: int) -> None:
         """Post the empty reply to word command ``call_id``; wake the parent if it sleeps."""
         words = self.words
+        words[self.done_at] = time.perf_counter_ns()
         words[self.done] = call_id
         fence()
         if words[self.parent_sleeping]:
