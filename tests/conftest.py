@@ -6,7 +6,8 @@
   test may be left behind. Blocks are attributed to this test process by recording the names of
   the shared-memory blocks it creates, so a concurrent test run on the same machine cannot make
   the check flaky; blocks that appeared in ``/dev/shm`` during the test are reported too.
-* The Ray tests run after all the others (see ``pytest_collection_modifyitems``).
+* The Ray and RLlib tests run after all the others (see ``pytest_collection_modifyitems``); the
+  RLlib tests (marker ``rllib``) are deselected where the Gymnasium is not the one ray[rllib] pins.
 * ``start_methods(*methods)``: a ``pytest.mark.parametrize`` over multiprocessing start methods
   with readable ids (``ctx=fork``); the ``start_method`` fixture runs a test once per method.
 """
@@ -20,7 +21,7 @@ from multiprocessing import shared_memory
 
 import pytest
 
-from tests.fds import open_fds
+from tests.helpers.faults import open_fds
 
 SHM_GLOB = "/dev/shm/vecenv_*"
 
@@ -51,10 +52,50 @@ def start_method(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Run the Ray tests last: a connected (or shut down) Ray leaves threads in this process, and
-    the tests after it that fork on purpose (``ctx=fork``) would fork a threaded process."""
-    items.sort(key=lambda item: item.path.name == "test_ray.py")
+def rllib_absent() -> str | None:
+    """``None`` when the Gymnasium here is the one ``ray[rllib]`` pins (the RLlib tests run here),
+    else why not. Read from the installed metadata: nothing is imported."""
+    from importlib import metadata
+
+    try:
+        requires = metadata.requires("ray") or []
+        gymnasium = metadata.version("gymnasium")
+    except metadata.PackageNotFoundError:
+        return "no Ray here"
+    pins = [r.split(";")[0].replace(" ", "") for r in requires if r.startswith("gymnasium") and '"rllib"' in r]
+    if pins and pins != [f"gymnasium=={gymnasium}"]:
+        return f"ray[rllib] pins {pins[0]}, this venv has gymnasium {gymnasium}"
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the RLlib tests (marker ``rllib``) where the Gymnasium is not the one ray[rllib]
+    pins: they run in a venv of ``.[test-rllib]`` (docs/rllib.md, "Tests"), and everywhere else
+    RLlib either is not installed or would have downgraded Gymnasium. Deselected, not skipped: a
+    missing dependency in that venv fails them.
+
+    Then run the Ray and RLlib tests last: a connected (or shut down) Ray leaves threads in this
+    process, and the tests after it that fork on purpose (``ctx=fork``) would fork a threaded
+    process."""
+    why = rllib_absent() if any(item.get_closest_marker("rllib") for item in items) else None
+    if why:
+        deselected = [item for item in items if item.get_closest_marker("rllib")]
+        items[:] = [item for item in items if not item.get_closest_marker("rllib")]
+        config.hook.pytest_deselected(items=deselected)
+        config.stash[_RLLIB_DESELECTED] = (len(deselected), why)
+    items.sort(key=lambda item: item.path.name in ("test_ray.py", "test_rllib.py"))
+
+
+_RLLIB_DESELECTED = pytest.StashKey[tuple[int, str]]()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    """Say why RLlib tests were deselected, and where they run."""
+    if _RLLIB_DESELECTED in config.stash:
+        count, why = config.stash[_RLLIB_DESELECTED]
+        terminalreporter.write_line(
+            f"{count} RLlib tests deselected ({why}): they run in a venv of .[test-rllib], see docs/rllib.md, Tests"
+        )
 
 
 def _memfd_descriptors() -> set[int]:

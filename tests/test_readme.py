@@ -47,6 +47,19 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert '-e ".[test]"' in ci and '-m pytest -m "not slow"' in ci
 
 
+def test_ci_runs_the_readme_rllib_command() -> None:
+    """The RLlib tests, deselected in the .[test] venv, run in CI as docs/rllib.md (linked from
+    README's Tests and CI) says."""
+    command = (
+        'pip install -e ".[test-rllib]" && python -m pytest -m "rllib and not slow" tests/integrations/test_rllib.py'
+    )
+    assert "docs/rllib.md#tests" in _section(README.read_text(), "Tests and CI")
+    assert f"    {command}\n" in (REPO / "docs" / "rllib.md").read_text()
+    ci = (REPO / ".ci" / "run").read_text()
+    assert '-e ".[test-rllib]"' in ci and '-m pytest -m "rllib and not slow"' in ci
+    assert "tests/integrations/test_rllib.py" in ci
+
+
 def test_first_example_has_the_main_guard() -> None:
     example = re.search(r"```python\n(.*?)```", _section(README.read_text(), "Quick start"), re.S)
     assert example, "README's quick start has no python example"

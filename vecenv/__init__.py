@@ -1,105 +1,111 @@
 """vecenv: many Gymnasium envs stepped in a few worker processes, identical to SyncVectorEnv.
 
-Every public name is listed in ``__all__`` and imported on first use (a module ``__getattr__``,
-as ``concurrent.futures`` does), so ``import vecenv`` is cheap: every worker started with
-``spawn`` or ``forkserver`` imports it again. ``RayVectorEnv`` imports Ray only when it is
-first used; it is left out of ``__all__`` so that ``from vecenv import *`` does not import Ray.
+``__all__`` is what most users need: the constructors (``make``, ``SubprocVectorEnv``,
+``MultiAgentVectorEnv``, ``make_parallel``), the class that holds the vector env API
+(``GroupVectorEnv``), dataset collection (``collect``, ``load``) and the errors a caller
+catches (``VecEnvError`` and the three that faults raise). Other names stay reachable here
+without being in ``__all__``: the types calls return (``Rollout``, ``Dataset``, ``State``), the
+other errors (their home is :mod:`vecenv.errors`), ``DEFAULT_CLOSE_TIMEOUT``, ``spawn_seeds``,
+Gymnasium's ``AutoresetMode`` and ``RayVectorEnv`` (left out so that ``from vecenv import *``
+does not import Ray).
+
+Every name is imported on first use (a module ``__getattr__``, as ``concurrent.futures`` does),
+so ``import vecenv`` is cheap: every worker started with ``spawn`` or ``forkserver`` imports it
+again.
 """
 
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.2.0"
 
-# Public name -> the module that defines it.
+# Names in ``__all__`` -> the module that defines each.
 _EXPORTS = {
-    "AutoresetMode": "gymnasium.vector",
-    "Dataset": "vecenv.datasets.dataset",
-    "DEFAULT_CLOSE_TIMEOUT": "vecenv.parent.closing",
     "GroupVectorEnv": "vecenv.parent.vector_env",
-    "InvalidObservationError": "vecenv.errors",
     "MultiAgentVectorEnv": "vecenv.multiagent.vector_env",
     "NeedsResetError": "vecenv.errors",
-    "PolicyOutputError": "vecenv.errors",
-    "RemoteEnvError": "vecenv.errors",
-    "Rollout": "vecenv.parent.rollouts",
-    "SpaceMismatchError": "vecenv.errors",
-    "State": "vecenv.parent.state",
     "SubprocVectorEnv": "vecenv.parent.subproc",
     "VecEnvError": "vecenv.errors",
     "VecEnvTimeoutError": "vecenv.errors",
     "WorkerDiedError": "vecenv.errors",
-    "WorkerStatus": "vecenv.parent.records",
     "collect": "vecenv.datasets.collection",
     "load": "vecenv.datasets.dataset",
     "make": "vecenv.factory",
     "make_parallel": "vecenv.multiagent.vector_env",
+}
+# Reachable here, not in ``__all__`` (see the module docstring) -> the module that defines each.
+_REACHABLE = {
+    "AutoresetMode": "gymnasium.vector",
+    "Dataset": "vecenv.datasets.dataset",
+    "DEFAULT_CLOSE_TIMEOUT": "vecenv.parent.closing",
+    "InvalidObservationError": "vecenv.errors",
+    "PolicyOutputError": "vecenv.errors",
+    "RayVectorEnv": "vecenv.integrations.ray.vector_env",
+    "RemoteEnvError": "vecenv.errors",
+    "Rollout": "vecenv.parent.rollouts",
+    "SpaceMismatchError": "vecenv.errors",
+    "State": "vecenv.parent.state",
     "spawn_seeds": "vecenv.seeding",
 }
-_LAZY_ONLY = {"RayVectorEnv": "vecenv.integrations.ray.vector_env"}
+# Top-level names on their way out: name -> (its module, the release that removes it here).
+_DEPRECATED = {"WorkerStatus": ("vecenv.parent.records", "0.4")}
 # Subpackages and modules reachable as attributes (``vecenv.datasets.collect``) without importing them first.
 _SUBPACKAGES = ("datasets", "policies", "rollout")
 
+# A literal list, so that static tools see it; tests/test_public_api.py checks it against _EXPORTS.
 __all__ = [
-    "AutoresetMode",
-    "Dataset",
-    "DEFAULT_CLOSE_TIMEOUT",
     "GroupVectorEnv",
-    "InvalidObservationError",
     "MultiAgentVectorEnv",
     "NeedsResetError",
-    "PolicyOutputError",
-    "RemoteEnvError",
-    "Rollout",
-    "SpaceMismatchError",
-    "State",
     "SubprocVectorEnv",
     "VecEnvError",
     "VecEnvTimeoutError",
     "WorkerDiedError",
-    "WorkerStatus",
     "collect",
     "load",
     "make",
     "make_parallel",
-    "spawn_seeds",
     "__version__",
 ]
 
 if TYPE_CHECKING:
-    from gymnasium.vector import AutoresetMode
+    from gymnasium.vector import AutoresetMode as AutoresetMode
 
     from vecenv.datasets.collection import collect
-    from vecenv.datasets.dataset import Dataset, load
-    from vecenv.errors import (
-        InvalidObservationError,
-        NeedsResetError,
-        PolicyOutputError,
-        RemoteEnvError,
-        SpaceMismatchError,
-        VecEnvError,
-        VecEnvTimeoutError,
-        WorkerDiedError,
-    )
+    from vecenv.datasets.dataset import Dataset as Dataset
+    from vecenv.datasets.dataset import load
+    from vecenv.errors import InvalidObservationError as InvalidObservationError
+    from vecenv.errors import NeedsResetError, VecEnvError, VecEnvTimeoutError, WorkerDiedError
+    from vecenv.errors import PolicyOutputError as PolicyOutputError
+    from vecenv.errors import RemoteEnvError as RemoteEnvError
+    from vecenv.errors import SpaceMismatchError as SpaceMismatchError
     from vecenv.factory import make
-    from vecenv.integrations.ray.vector_env import RayVectorEnv  # noqa: F401 - lazy only: not in __all__
+    from vecenv.integrations.ray.vector_env import RayVectorEnv as RayVectorEnv
     from vecenv.multiagent.vector_env import MultiAgentVectorEnv, make_parallel
-    from vecenv.parent.closing import DEFAULT_CLOSE_TIMEOUT
-    from vecenv.parent.records import WorkerStatus
-    from vecenv.parent.rollouts import Rollout
-    from vecenv.parent.state import State
+    from vecenv.parent.closing import DEFAULT_CLOSE_TIMEOUT as DEFAULT_CLOSE_TIMEOUT
+    from vecenv.parent.rollouts import Rollout as Rollout
+    from vecenv.parent.state import State as State
     from vecenv.parent.subproc import SubprocVectorEnv
     from vecenv.parent.vector_env import GroupVectorEnv
-    from vecenv.seeding import spawn_seeds
+    from vecenv.seeding import spawn_seeds as spawn_seeds
 
 
 def __getattr__(name: str) -> Any:
     """Import a public name's module on first use and keep the name here."""
     if name in _SUBPACKAGES:
         return importlib.import_module(f"vecenv.{name}")
-    module = _EXPORTS.get(name) or _LAZY_ONLY.get(name)
+    if name in _DEPRECATED:
+        home, removal = _DEPRECATED[name]
+        warnings.warn(
+            f"vecenv.{name} is deprecated and will be removed in {removal}; import it from {home}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(home), name)  # not cached: each use warns
+    module = _EXPORTS.get(name) or _REACHABLE.get(name)
     if module is None:
         raise AttributeError(f"module 'vecenv' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
@@ -108,4 +114,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS, *_LAZY_ONLY, *_SUBPACKAGES])
+    return sorted([*globals(), *_EXPORTS, *_REACHABLE, *_SUBPACKAGES])

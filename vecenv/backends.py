@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vecenv.errors import describe
+from vecenv.errors import InvalidArgumentError, describe
 
 if TYPE_CHECKING:
     from vecenv.integrations.ray.vector_env import RayVectorEnv
@@ -28,4 +28,4 @@ def vector_class(backend: str) -> type[SubprocVectorEnv] | type[RayVectorEnv]:
         from vecenv.integrations.ray.vector_env import RayVectorEnv  # imports Ray: only when asked for
 
         return RayVectorEnv
-    raise ValueError(f"`backend` must be one of {', '.join(map(repr, BACKENDS))}, got {describe(backend)}")
+    raise InvalidArgumentError(f"`backend` must be one of {', '.join(map(repr, BACKENDS))}, got {describe(backend)}")

@@ -17,7 +17,7 @@ import numpy as np
 from gymnasium import Space
 from gymnasium.vector import AutoresetMode
 
-from vecenv.errors import describe
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
 from vecenv.machine import available_cpus, default_start_method
 from vecenv.seeding import SEED_POLICIES, spawn_seeds
 
@@ -49,30 +49,30 @@ def _is_int(value: Any) -> bool:
 def check_env_fns(env_fns: Any, name: str = "env_fns") -> list[Callable[[], Any]]:
     """A non-empty list of callables (any iterable is accepted, as ``SyncVectorEnv`` does)."""
     if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Iterable):
-        raise TypeError(f"`{name}` must be an iterable of env constructors, got {describe(env_fns)}")
+        raise ArgumentTypeError(f"`{name}` must be an iterable of env constructors, got {describe(env_fns)}")
     fns = list(env_fns)
     if not fns:
-        raise ValueError(f"`{name}` must hold at least one env constructor, got an empty sequence")
+        raise InvalidArgumentError(f"`{name}` must hold at least one env constructor, got an empty sequence")
     for i, fn in enumerate(fns):
         if not callable(fn):
-            raise TypeError(f"`{name}[{i}]` must be callable (returning a gymnasium.Env), got {describe(fn)}")
+            raise ArgumentTypeError(f"`{name}[{i}]` must be callable (returning a gymnasium.Env), got {describe(fn)}")
     return fns
 
 
 def check_group_fns(group_fns: Any) -> list[Callable[[], Any]]:
     """A non-empty sequence of callables, each building one worker's envs (``from_groups``)."""
     if isinstance(group_fns, (str, bytes)) or not isinstance(group_fns, Sequence) or not group_fns:
-        raise ValueError(f"`group_fns` must be a non-empty sequence of callables, got {describe(group_fns)}")
+        raise InvalidArgumentError(f"`group_fns` must be a non-empty sequence of callables, got {describe(group_fns)}")
     for i, fn in enumerate(group_fns):
         if not callable(fn):
-            raise TypeError(f"`group_fns[{i}]` must be callable (returning a list of envs), got {describe(fn)}")
+            raise ArgumentTypeError(f"`group_fns[{i}]` must be callable (returning a list of envs), got {describe(fn)}")
     return list(group_fns)
 
 
 def check_flag(value: Any, name: str) -> bool:
     """A bool (not merely truthy: ``0`` or ``"no"`` for a switch is a mistake worth naming)."""
     if not isinstance(value, bool):
-        raise TypeError(f"`{name}` must be a bool, got {describe(value)}")
+        raise ArgumentTypeError(f"`{name}` must be a bool, got {describe(value)}")
     return value
 
 
@@ -85,7 +85,7 @@ def check_num_workers(num_workers: Any, num_envs: int, *, in_process: bool = Tru
         return min(num_envs, available_cpus())
     low, offer = (0, "None, 'auto' or") if in_process else (1, "None or")
     if not _is_int(num_workers) or not low <= num_workers <= num_envs:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"`num_workers` must be {offer} an int in [{low}, {num_envs}] ({low} to len(env_fns)), "
             f"got {describe(num_workers)}"
         )
@@ -96,7 +96,7 @@ def check_autoreset_mode(mode: Any) -> AutoresetMode:
     try:
         return AutoresetMode(mode)
     except ValueError:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"`autoreset_mode` must be one of {[m.value for m in AutoresetMode]} or an AutoresetMode, "
             f"got {describe(mode)}"
         ) from None
@@ -107,7 +107,7 @@ def check_context(context: Any) -> multiprocessing.context.BaseContext:
     try:
         return multiprocessing.get_context(default_start_method() if context is None else context)
     except ValueError:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"`context` must be None or one of {multiprocessing.get_all_start_methods()}, got {describe(context)}"
         ) from None
 
@@ -116,13 +116,13 @@ def check_observation_mode(mode: Any) -> str | tuple[Space, Space]:
     """``"same"``, ``"different"``, or ``(batched space, single space)``, as Gymnasium takes it."""
     if isinstance(mode, tuple) and len(mode) == 2:
         if not isinstance(mode[0], Space) or not isinstance(mode[1], Space):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"Expected both elements of observation_mode to be Spaces, got {type(mode[0])} and {type(mode[1])}"
             )
         return mode
     if isinstance(mode, str) and mode in ("same", "different"):
         return mode
-    raise ValueError(
+    raise InvalidArgumentError(
         "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single and batch "
         f"observation space, actual got {mode}"
     )
@@ -138,20 +138,24 @@ def check_timeout(timeout: Any, name: str = "timeout") -> float | None:
         or not math.isfinite(timeout)
         or timeout < 0
     ):
-        raise ValueError(f"`{name}` must be None or a non-negative number of seconds, got {describe(timeout)}")
+        raise InvalidArgumentError(
+            f"`{name}` must be None or a non-negative number of seconds, got {describe(timeout)}"
+        )
     return float(timeout)
 
 
 def check_options(options: Any) -> dict[str, Any] | None:
     if options is not None and not isinstance(options, dict):
-        raise TypeError(f"`options` must be a dict or None, got {describe(options)}")
+        raise ArgumentTypeError(f"`options` must be a dict or None, got {describe(options)}")
     return options
 
 
 def check_seed_policy(policy: Any) -> str:
     """``seed_policy``: one of :data:`vecenv.seeding.SEED_POLICIES`."""
     if policy not in SEED_POLICIES:
-        raise ValueError(f"`seed_policy` must be one of {', '.join(map(repr, SEED_POLICIES))}, got {describe(policy)}")
+        raise InvalidArgumentError(
+            f"`seed_policy` must be one of {', '.join(map(repr, SEED_POLICIES))}, got {describe(policy)}"
+        )
     return str(policy)
 
 
@@ -162,12 +166,12 @@ def seed_list(seed: Any, n: int, policy: str = "sequential") -> list[int | None]
         return [None] * n
     if _is_int(seed):
         if seed < 0:
-            raise ValueError(f"`seed` must be a non-negative int, a list of {n} seeds or None, got {seed}")
+            raise InvalidArgumentError(f"`seed` must be a non-negative int, a list of {n} seeds or None, got {seed}")
         return [*(spawn_seeds(int(seed), n) if policy == "spawn" else range(int(seed), int(seed) + n))]
     if isinstance(seed, (str, bytes)) or not isinstance(seed, (Sequence, np.ndarray)):
-        raise TypeError(f"`seed` must be an int, a list of {n} seeds or None, got {describe(seed)}")
+        raise ArgumentTypeError(f"`seed` must be an int, a list of {n} seeds or None, got {describe(seed)}")
     if len(seed) != n:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"If seeds are passed as a list the length must match num_envs={n} but got length={len(seed)}."
         )
     seeds: list[int | None] = []
@@ -176,23 +180,23 @@ def seed_list(seed: Any, n: int, policy: str = "sequential") -> list[int | None]
             seeds.append(None)
         elif _is_int(s):
             if s < 0:
-                raise ValueError(f"`seed[{i}]` must be a non-negative int or None, got {s}")
+                raise InvalidArgumentError(f"`seed[{i}]` must be a non-negative int or None, got {s}")
             seeds.append(int(s))
         else:
-            raise TypeError(f"`seed[{i}]` must be an int or None, got {describe(s)}")
+            raise ArgumentTypeError(f"`seed[{i}]` must be an int or None, got {describe(s)}")
     return seeds
 
 
 def check_reset_mask(reset_mask: Any, n: int) -> np.ndarray:
     """A copy of a valid ``options["reset_mask"]``; Gymnasium's own checks and messages."""
     if not isinstance(reset_mask, np.ndarray):
-        raise TypeError(f"`options['reset_mask']` must be a numpy array, got {type(reset_mask)}")
+        raise ArgumentTypeError(f"`options['reset_mask']` must be a numpy array, got {type(reset_mask)}")
     if reset_mask.shape != (n,):
-        raise ValueError(f"`options['reset_mask']` must have shape `({n},)`, got {reset_mask.shape}")
+        raise InvalidArgumentError(f"`options['reset_mask']` must have shape `({n},)`, got {reset_mask.shape}")
     if reset_mask.dtype != np.bool_:
-        raise TypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {reset_mask.dtype}")
+        raise ArgumentTypeError(f"`options['reset_mask']` must have `dtype=np.bool_`, got {reset_mask.dtype}")
     if not np.any(reset_mask):
-        raise ValueError(
+        raise InvalidArgumentError(
             "`options['reset_mask']` must contain a boolean array with at least one True value, "
             f"got reset_mask={reset_mask}"
         )
@@ -208,14 +212,14 @@ def check_batch_size(batch_size: Any, group_sizes: Sequence[int]) -> int:
         return n
     sizes = sorted(set(group_sizes))
     if not _is_int(batch_size) or not 0 < batch_size <= n:
-        raise ValueError(f"`batch_size` must be an int in [1, num_envs={n}], got {describe(batch_size)}")
+        raise InvalidArgumentError(f"`batch_size` must be an int in [1, num_envs={n}], got {describe(batch_size)}")
     if batch_size != n and (len(sizes) > 1 or batch_size % sizes[0]):
         rule = (
             f"a multiple of the group size {sizes[0]}"
             if len(sizes) == 1
             else "num_envs, since the groups differ in size"
         )
-        raise ValueError(
+        raise InvalidArgumentError(
             f"`batch_size` must be {rule} (whole groups must add up to it whatever order they "
             f"finish in), got batch_size={batch_size} for group sizes {list(group_sizes)}"
         )
@@ -226,39 +230,41 @@ def check_env_ids(env_ids: Any, n: int) -> np.ndarray:
     """A non-empty 1-d int array of distinct env indices in ``[0, n)``."""
     ids = np.asarray(env_ids)
     if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
-        raise TypeError(f"`env_ids` must be a non-empty 1-d array of int env indices, got {describe(env_ids)}")
+        raise ArgumentTypeError(f"`env_ids` must be a non-empty 1-d array of int env indices, got {describe(env_ids)}")
     unknown = ids[(ids < 0) | (ids >= n)]
     if unknown.size:
-        raise ValueError(f"`env_ids` must lie in [0, {n}), got unknown ids {unknown.tolist()}")
+        raise InvalidArgumentError(f"`env_ids` must lie in [0, {n}), got unknown ids {unknown.tolist()}")
     uniq, counts = np.unique(ids, return_counts=True)
     if (counts > 1).any():
-        raise ValueError(f"`env_ids` must not repeat an env, got duplicated ids {uniq[counts > 1].tolist()}")
+        raise InvalidArgumentError(f"`env_ids` must not repeat an env, got duplicated ids {uniq[counts > 1].tolist()}")
     return ids
 
 
 def check_restarts(on_worker_death: Any, max_restarts: Any, restart_window: Any) -> tuple[int, float] | None:
     """``None`` for ``on_worker_death="raise"``; ``(max_restarts, restart_window)`` for ``"restart"``."""
     if on_worker_death not in ("raise", "restart"):
-        raise ValueError(f"`on_worker_death` must be 'raise' or 'restart', got {describe(on_worker_death)}")
+        raise InvalidArgumentError(f"`on_worker_death` must be 'raise' or 'restart', got {describe(on_worker_death)}")
     if not _is_int(max_restarts) or max_restarts < 1:
-        raise ValueError(f"`max_restarts` must be a positive int, got {describe(max_restarts)}")
+        raise InvalidArgumentError(f"`max_restarts` must be a positive int, got {describe(max_restarts)}")
     window = check_timeout(restart_window, "restart_window")
     if window is None or window <= 0:
-        raise ValueError(f"`restart_window` must be a positive number of seconds, got {describe(restart_window)}")
+        raise InvalidArgumentError(
+            f"`restart_window` must be a positive number of seconds, got {describe(restart_window)}"
+        )
     return None if on_worker_death == "raise" else (int(max_restarts), window)
 
 
 def check_threads(threads: Any) -> int | None:
     """``threads_per_worker``: ``None`` or a positive int."""
     if threads is not None and (not _is_int(threads) or threads < 1):
-        raise ValueError(f"`threads_per_worker` must be None or a positive int, got {describe(threads)}")
+        raise InvalidArgumentError(f"`threads_per_worker` must be None or a positive int, got {describe(threads)}")
     return None if threads is None else int(threads)
 
 
 def check_num_steps(num_steps: Any) -> int:
     """A rollout's length: a positive int."""
     if not _is_int(num_steps) or num_steps < 1:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"`num_steps` must be a positive int (steps per env in the rollout), got {describe(num_steps)}"
         )
     return int(num_steps)

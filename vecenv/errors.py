@@ -17,6 +17,12 @@ Who is at fault decides the type:
   unguarded top-level code (and so run it again); :class:`UnguardedMainWarning` when vecenv
   avoids that by forking instead.
 
+Every other error vecenv raises is a :class:`VecEnvError` that keeps the builtin base code may
+already catch: :class:`InvalidArgumentError` (a ``ValueError``), :class:`ArgumentTypeError` (a
+``TypeError``), :class:`InvalidStateError` (a ``RuntimeError``), :class:`MissingDependencyError`
+(an ``ImportError``) and :class:`EnvIndexError` (an ``IndexError``); ``except ValueError`` and
+``except VecEnvError`` both catch a bad argument.
+
 Gymnasium's own ``AlreadyPendingCallError``, ``NoAsyncCallError`` and ``ClosedEnvironmentError``
 are raised, unchanged, for calls made in the wrong order or after ``close()``.
 """
@@ -43,6 +49,11 @@ __all__ = [
     "PolicyOutputError",
     "DescriptorLimitError",
     "PolicySpecError",
+    "InvalidArgumentError",
+    "ArgumentTypeError",
+    "InvalidStateError",
+    "MissingDependencyError",
+    "EnvIndexError",
     "UnguardedMainError",
     "UnguardedMainWarning",
     "RemoteTraceback",
@@ -144,6 +155,33 @@ class PolicySpecError(VecEnvError, ValueError):
     """A policy named by a string (``vecenv-collect --policy``) that cannot be turned into a
     policy: an unknown form, a module or attribute that does not import, a saved model that
     does not load or was trained on other spaces. The message names the value and says why."""
+
+
+class InvalidArgumentError(VecEnvError, ValueError):
+    """An argument, or a value handed over for the call (an env's spaces, a dataset's files), that
+    the call cannot take: out of range, of the wrong length or shape, an unknown name. A
+    ``ValueError``, as before; the message names the argument, what it expects and what it got."""
+
+
+class ArgumentTypeError(VecEnvError, TypeError):
+    """An argument of a type the call cannot take (a float where an int is needed, a policy that
+    is none of the kinds a worker can run). A ``TypeError``, as before; the message names the
+    argument, what it expects and what it got."""
+
+
+class InvalidStateError(VecEnvError, RuntimeError):
+    """Something the call relies on is missing or came out of order: a rollout before its block
+    or policy reached the worker, an autoreset mode's promised ``final_obs`` that an env did not
+    give, a benchmark run that got other than it asked for. A ``RuntimeError``, as before."""
+
+
+class MissingDependencyError(VecEnvError, ImportError):
+    """An optional package a feature needs is not installed (Stable-Baselines3, imageio, torch,
+    Minari); the message names the package and the extra that installs it. An ``ImportError``."""
+
+
+class EnvIndexError(VecEnvError, IndexError):
+    """An env index outside ``[-num_envs, num_envs)``. An ``IndexError``, as for a sequence."""
 
 
 class UnguardedMainWarning(UserWarning):

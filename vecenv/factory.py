@@ -19,7 +19,7 @@ import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 
 from vecenv.backends import BACKENDS, vector_class
-from vecenv.errors import describe
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
 
 __all__ = ["make", "check_env_id", "BACKENDS", "VECTORIZATION_MODE"]
 
@@ -135,7 +135,7 @@ def make(
     vector_params = _vector_params(cls)
 
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-        raise ValueError(f"`num_envs` must be a positive int, got {describe(num_envs)}")
+        raise InvalidArgumentError(f"`num_envs` must be a positive int, got {describe(num_envs)}")
     vector = _vector_arguments(cls, vector_params, vector_kwargs, kwargs, num_workers)
     env_extra = _merge(
         "env_kwargs", dict(env_kwargs or {}), {k: v for k, v in kwargs.items() if k not in vector_params}
@@ -160,7 +160,7 @@ def _spec_of(env_id: Any) -> EnvSpec:
     if isinstance(env_id, str):
         check_env_id(env_id)
         return copy.deepcopy(gym.spec(env_id.rpartition(":")[2]))
-    raise TypeError(f"`env_id` must be a registered env id (str) or an EnvSpec, got {describe(env_id)}")
+    raise ArgumentTypeError(f"`env_id` must be a registered env id (str) or an EnvSpec, got {describe(env_id)}")
 
 
 def _without(mapping: dict[str, Any], key: str) -> dict[str, Any]:
@@ -169,14 +169,14 @@ def _without(mapping: dict[str, Any], key: str) -> dict[str, Any]:
 
 def _check_argument_kinds(kwargs: dict[str, Any], env_kwargs: Any, vector_kwargs: Any) -> None:
     if "vectorization_mode" in kwargs:
-        raise TypeError(
+        raise ArgumentTypeError(
             "`vectorization_mode` does not apply: vecenv.make always builds a vecenv.SubprocVectorEnv (use "
             "gymnasium.make_vec for Gymnasium's modes), got "
             f"vectorization_mode={describe(kwargs['vectorization_mode'])}"
         )
     for name, value in (("env_kwargs", env_kwargs), ("vector_kwargs", vector_kwargs)):
         if value is not None and not isinstance(value, dict):
-            raise TypeError(f"`{name}` must be a dict or None, got {describe(value)}")
+            raise ArgumentTypeError(f"`{name}` must be a dict or None, got {describe(value)}")
 
 
 def _vector_arguments(
@@ -191,7 +191,7 @@ def _vector_arguments(
     vector = _merge("vector_kwargs", dict(vector_kwargs or {}), {k: v for k, v in kwargs.items() if k in vector_params})
     unknown = sorted(set(vector) - vector_params - {"num_workers"})
     if unknown:
-        raise TypeError(
+        raise ArgumentTypeError(
             f"`vector_kwargs` keys must be {vector_class.__name__} arguments "
             f"({', '.join(sorted(vector_params | {'num_workers'}))}), got unknown {', '.join(map(repr, unknown))}"
         )
@@ -226,7 +226,7 @@ def _merge(name: str, base: dict[str, Any], extra: dict[str, Any]) -> dict[str, 
     both = sorted(set(base) & set(extra))
     if both:
         given = ", ".join(map(repr, both))
-        raise TypeError(f"{given} given twice: in `{name}` and as a keyword argument; give it once")
+        raise ArgumentTypeError(f"{given} given twice: in `{name}` and as a keyword argument; give it once")
     return {**base, **extra}
 
 
@@ -234,8 +234,10 @@ def _check_wrappers(wrappers: Any) -> tuple[Callable[[gym.Env], gym.Env], ...]:
     if wrappers is None:
         return ()
     if isinstance(wrappers, (str, bytes)) or callable(wrappers) or not isinstance(wrappers, Sequence):
-        raise TypeError(f"`wrappers` must be a sequence of callables (env -> env) or None, got {describe(wrappers)}")
+        raise ArgumentTypeError(
+            f"`wrappers` must be a sequence of callables (env -> env) or None, got {describe(wrappers)}"
+        )
     for i, wrapper in enumerate(wrappers):
         if not callable(wrapper):
-            raise TypeError(f"`wrappers[{i}]` must be callable (env -> wrapped env), got {describe(wrapper)}")
+            raise ArgumentTypeError(f"`wrappers[{i}]` must be callable (env -> wrapped env), got {describe(wrapper)}")
     return tuple(wrappers)

@@ -47,7 +47,7 @@ from gymnasium import Space
 from gymnasium.spaces import Dict, Tuple
 from gymnasium.vector.utils import batch_space
 
-from vecenv.errors import PolicyOutputError, describe
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, MissingDependencyError, PolicyOutputError, describe
 from vecenv.policy_outputs import PolicyOutputs
 from vecenv.spaces import build_tree, leaf_layout, tree_leaves
 from vecenv.worker.policy import PolicyContext, PolicyRunner, WorkerPolicy, policy_seed
@@ -188,11 +188,13 @@ class FunctionPolicy(WorkerPolicy):
         initial_state: Callable[[int], Any] | None = None,
     ) -> None:
         if not callable(function):
-            raise TypeError(f"`function` must be callable, got {describe(function)}")
+            raise ArgumentTypeError(f"`function` must be callable, got {describe(function)}")
         if initial_state is None:
             initial_state = getattr(function, "initial_state", None)
         if initial_state is not None and not callable(initial_state):
-            raise TypeError(f"`initial_state` must be callable (num_envs -> state), got {describe(initial_state)}")
+            raise ArgumentTypeError(
+                f"`initial_state` must be callable (num_envs -> state), got {describe(initial_state)}"
+            )
         self.name = name or _qualified_name(function)
         self._function = cloudpickle.dumps((function, initial_state))
 
@@ -251,7 +253,7 @@ class TorchPolicy(WorkerPolicy):
     def __init__(self, module: Any, name: str | None = None) -> None:
         torch = _import("torch", "TorchPolicy")
         if not isinstance(module, torch.nn.Module):
-            raise TypeError(f"`module` must be a torch.nn.Module, got {describe(module)}")
+            raise ArgumentTypeError(f"`module` must be a torch.nn.Module, got {describe(module)}")
         self.name = name or f"torch:{type(module).__qualname__}"
         self._module = module
         self._copy = cloudpickle.dumps(module)
@@ -265,7 +267,9 @@ class TorchPolicy(WorkerPolicy):
     def weights(self) -> Any:
         original = getattr(self, "_module", None)
         if original is None:
-            raise TypeError("the weights are read from the original module, in the process that made this policy")
+            raise ArgumentTypeError(
+                "the weights are read from the original module, in the process that made this policy"
+            )
         return {key: value.detach().clone() for key, value in original.state_dict().items()}
 
 
@@ -332,7 +336,7 @@ class SB3Policy(WorkerPolicy):
 
     def __init__(self, model: Any, deterministic: bool = False, name: str | None = None) -> None:
         if not (hasattr(model, "predict") and hasattr(model, "save") and hasattr(model, "policy")):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"`model` must be a Stable-Baselines3 model (with predict, save, policy), got {describe(model)}"
             )
         self.deterministic = bool(deterministic)
@@ -357,7 +361,9 @@ class SB3Policy(WorkerPolicy):
     def weights(self) -> Any:
         original = getattr(self, "_model", None)
         if original is None:
-            raise TypeError("the weights are read from the original model, in the process that made this policy")
+            raise ArgumentTypeError(
+                "the weights are read from the original model, in the process that made this policy"
+            )
         return {key: value.detach().clone() for key, value in original.policy.state_dict().items()}
 
 
@@ -438,7 +444,7 @@ def _import(module: str, what: str) -> Any:
     try:
         return __import__(module)
     except ImportError:
-        raise ImportError(f"{what} needs {module}, which is not installed") from None
+        raise MissingDependencyError(f"{what} needs {module}, which is not installed") from None
 
 
 def as_worker_policy(policy: Any) -> WorkerPolicy:
@@ -453,7 +459,7 @@ def as_worker_policy(policy: Any) -> WorkerPolicy:
     if isinstance(policy, str):
         if policy == "random":
             return RandomPolicy()
-        raise ValueError(
+        raise InvalidArgumentError(
             f"`policy` must be 'random', a WorkerPolicy, a torch module, an SB3 model or a callable, got {policy!r}"
         )
     torch = sys.modules.get("torch")
@@ -464,6 +470,6 @@ def as_worker_policy(policy: Any) -> WorkerPolicy:
         return SB3Policy(policy)
     if callable(policy):
         return FunctionPolicy(policy)
-    raise TypeError(
+    raise ArgumentTypeError(
         f"`policy` must be 'random', a WorkerPolicy, a torch module, an SB3 model or a callable, got {describe(policy)}"
     )

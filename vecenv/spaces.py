@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from gymnasium.spaces import Box, Dict, Discrete, MultiBinary, MultiDiscrete, Space, Tuple
 
-from vecenv.errors import InvalidObservationError, describe
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, InvalidObservationError, describe
 
 __all__ = [
     "is_fixed",
@@ -59,7 +59,7 @@ def shape_of(space: Space) -> tuple[int, ...]:
     """The shape of a space that has one (every fixed space), for the type checker too."""
     shape = space.shape
     if shape is None:
-        raise TypeError(f"space {space} has no fixed shape")
+        raise ArgumentTypeError(f"space {space} has no fixed shape")
     return tuple(shape)
 
 
@@ -98,7 +98,7 @@ def leaf_layout(space: Space, n: int) -> list[tuple[tuple[int, ...], np.dtype]]:
 
 @singledispatch
 def _leaves(space: Space) -> Iterator[Space]:
-    raise TypeError(f"space {space} has no fixed shape; it cannot live in an array")
+    raise ArgumentTypeError(f"space {space} has no fixed shape; it cannot live in an array")
 
 
 @_leaves.register(Box)
@@ -224,7 +224,7 @@ def row_writer(space: Space, tree: Any) -> Writer:
     broadcast or truncated into the row (``SyncVectorEnv`` raises on these too). The common
     case, an array (or scalar) of exactly the row's shape and dtype, costs one comparison.
     """
-    raise TypeError(f"space {space} has no fixed shape; it cannot live in an array")
+    raise ArgumentTypeError(f"space {space} has no fixed shape; it cannot live in an array")
 
 
 @row_writer.register(Box)
@@ -325,30 +325,34 @@ def to_batch(space: Space, value: Any, n: int, name: str) -> Any:
         ValueError: a batch of the wrong length or shape.
     """
     if value is None or isinstance(value, (str, bytes)):
-        raise TypeError(f"`{name}` must be an array of {n} values of {space}, got {describe(value)}")
+        raise ArgumentTypeError(f"`{name}` must be an array of {n} values of {space}, got {describe(value)}")
     try:
         array = np.asarray(value)
     except Exception as exc:
-        raise TypeError(f"`{name}` must be array-like, got {describe(value)}") from exc
+        raise ArgumentTypeError(f"`{name}` must be array-like, got {describe(value)}") from exc
     expected = (n, *_leaf_shape(space))
     if array.ndim == 0:
-        raise TypeError(f"`{name}` must be a batch of {n} values of {space}, got the single value {describe(value)}")
+        raise ArgumentTypeError(
+            f"`{name}` must be a batch of {n} values of {space}, got the single value {describe(value)}"
+        )
     # SyncVectorEnv hands env i the row ``array[i]``: a batch of (n,) for a space of shape (1,)
     # is iterable that way, and the rows then travel as they are.
     if array.shape != expected and not (array.shape[0] == n and array.size == int(np.prod(expected))):
-        raise ValueError(
+        raise InvalidArgumentError(
             f"`{name}` must have shape {expected} (num_envs={n}, single space {space}), got shape {array.shape}"
         )
     target = np.dtype(space.dtype)
     if not np.can_cast(array.dtype, target, casting="same_kind"):
-        raise TypeError(f"`{name}` must have a dtype that casts to {target} for {space}, got {array.dtype}")
+        raise ArgumentTypeError(f"`{name}` must have a dtype that casts to {target} for {space}, got {array.dtype}")
     return array
 
 
 @to_batch.register(Tuple)
 def _tuple_to_batch(space: Tuple, value: Any, n: int, name: str) -> Any:
     if not isinstance(value, (tuple, list)) or len(value) != len(space.spaces):
-        raise TypeError(f"`{name}` must be a tuple of {len(space.spaces)} batches for {space}, got {describe(value)}")
+        raise ArgumentTypeError(
+            f"`{name}` must be a tuple of {len(space.spaces)} batches for {space}, got {describe(value)}"
+        )
     return tuple(to_batch(s, v, n, f"{name}[{i}]") for i, (s, v) in enumerate(zip(space.spaces, value)))
 
 
@@ -356,7 +360,7 @@ def _tuple_to_batch(space: Tuple, value: Any, n: int, name: str) -> Any:
 def _dict_to_batch(space: Dict, value: Any, n: int, name: str) -> Any:
     if not isinstance(value, dict) or set(value) != set(space.spaces):
         keys = sorted(value) if isinstance(value, dict) else describe(value)
-        raise TypeError(f"`{name}` must be a dict with keys {sorted(space.spaces)}, got {keys}")
+        raise ArgumentTypeError(f"`{name}` must be a dict with keys {sorted(space.spaces)}, got {keys}")
     return {k: to_batch(s, value[k], n, f"{name}[{k!r}]") for k, s in space.spaces.items()}
 
 

@@ -47,7 +47,11 @@ def _emit(result: dict[str, Any]) -> None:
 def task_named(name: str) -> Task:
     """The function of the task ``name``; ``ValueError`` for a name not in :data:`TASKS`."""
     if name not in TASKS:
-        raise ValueError(f"unknown benchmark task {name!r}; expected one of {', '.join(TASKS)}")
+        # Imported only to refuse: a child imports nothing before its task (numpy would be
+        # part of what it measures).
+        from vecenv.errors import InvalidArgumentError
+
+        raise InvalidArgumentError(f"unknown benchmark task {name!r}; expected one of {', '.join(TASKS)}")
     module, _, function = TASKS[name].partition(":")
     fn: Task = getattr(importlib.import_module(module), function)
     return fn

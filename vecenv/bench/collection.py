@@ -67,6 +67,11 @@ ROWS: dict[str, Row] = {
         ("--format", "minari", "--dataset-id", "bench/vecenv-v0"),
         needs="minari",
     ),
+    "collect-minari-arrow": Row(
+        "`vecenv-collect --format minari --minari-storage arrow`",
+        ("--format", "minari", "--dataset-id", "bench/vecenv-arrow-v0", "--minari-storage", "arrow"),
+        needs="pyarrow",
+    ),
 }
 
 DOC = """\
@@ -81,6 +86,7 @@ exit, interpreter start-up and imports included):
   collect-N-step    the same with --rollout-steps 0: one vector step at a time, the policy in
                 the collecting process (a quarter of the steps)
   collect-minari    vecenv-collect --format minari (defaults); needs minari
+  collect-minari-arrow   the same in Minari's Arrow storage; needs pyarrow (minari[arrow])
 
 Columns: transitions/s (wall clock), x the plain loop (the ratio taken within each repetition,
 then the median), and x per CPU-second: transitions per CPU-second of the whole process tree
@@ -251,7 +257,8 @@ def run(args: argparse.Namespace) -> Outcome:
     for name in args.rows:
         needs = ROWS[name].needs
         if needs and missing_modules([needs]):
-            notes.append(f'{name}: {needs} not importable, skipped (pip install -e ".[minari]")')
+            extra = '"minari[arrow]"' if needs == "pyarrow" else '-e ".[minari]"'
+            notes.append(f"{name}: {needs} not importable, skipped (pip install {extra})")
         else:
             rows.append(name)
     results: dict[str, list[dict[str, Any]]] = {}

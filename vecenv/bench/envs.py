@@ -17,6 +17,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from vecenv.errors import InvalidArgumentError
+
 STANDARD_WORKLOADS = ("cartpole", "py100us", "py1ms", "obs84", "atari")
 EXTRA_WORKLOADS = ("async-batch", "native-group")
 ALL_WORKLOADS = STANDARD_WORKLOADS + EXTRA_WORKLOADS
@@ -160,5 +162,5 @@ _ENV_FNS: dict[str, Callable[[dict[str, Any]], Callable[[], gym.Env]]] = {
 def env_fn(workload: str, calib: dict[str, Any]) -> Callable[[], gym.Env]:
     """The env constructor of ``workload``; ``calib`` (from calibration) sizes the busy envs."""
     if workload not in _ENV_FNS:
-        raise ValueError(f"unknown workload {workload!r}")
+        raise InvalidArgumentError(f"unknown workload {workload!r}")
     return _ENV_FNS[workload](calib)

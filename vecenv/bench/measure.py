@@ -20,6 +20,7 @@ from vecenv.bench.calibration import SEED, infer, inference_arrays
 from vecenv.bench.envs import env_fn
 from vecenv.bench.runners import Drive, Runner, runner_named
 from vecenv.bench.vectors import EnvFn
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, InvalidStateError
 
 ACTION_ROWS = 256  # precomputed action rows, cycled
 IDLE_S = 0.5  # the idle-CPU window, after the timed stepping
@@ -51,7 +52,7 @@ class Setup:
 def action_rows(space: gym.Space, n: int) -> np.ndarray:
     """``ACTION_ROWS x n`` actions; env i's column depends only on (SEED, i), not on n."""
     if not isinstance(space, spaces.Discrete):
-        raise TypeError(f"benchmark actions need a Discrete action space, got {space}")
+        raise ArgumentTypeError(f"benchmark actions need a Discrete action space, got {space}")
     cols = [np.random.default_rng([SEED, i]).integers(space.n, size=ACTION_ROWS) for i in range(n)]
     return (np.stack(cols, axis=1) + int(space.start)).astype(space.dtype)
 
@@ -78,7 +79,7 @@ def batch_ids(out: Any) -> np.ndarray:
         for key in ("env_id", "env_ids", "_env_ids"):
             if key in last:
                 return np.asarray(last[key])
-    raise RuntimeError(f"cannot find the env ids in recv()'s result ({type(out).__name__})")
+    raise InvalidStateError(f"cannot find the env ids in recv()'s result ({type(out).__name__})")
 
 
 def _start_single(s: Setup) -> Session:
@@ -103,7 +104,7 @@ def _start_single(s: Setup) -> Session:
 
 def _build(s: Setup) -> Any:
     if s.runner.build is None:
-        raise ValueError(f"runner {s.runner.name!r} builds no vector env")
+        raise InvalidArgumentError(f"runner {s.runner.name!r} builds no vector env")
     return s.runner.build(s.runner, [s.env_fn] * s.n, s.workload)
 
 
@@ -112,7 +113,7 @@ def _start_native(s: Setup) -> Session:
     envs.reset(seed=SEED)
     startup = time.perf_counter() - s.t0
     if envs.num_envs != s.n:
-        raise RuntimeError(f"expected {s.n} envs, got {envs.num_envs}")
+        raise InvalidStateError(f"expected {s.n} envs, got {envs.num_envs}")
     actions = action_rows(envs.single_action_space, s.n)
 
     def step(i: int) -> int:
@@ -166,7 +167,7 @@ def _worker_choice(runner: Runner, envs: Any) -> dict[str, Any]:
         return {}
     choice = getattr(envs, "worker_choice", None)
     if choice is None:
-        raise RuntimeError(f"{runner.name}: the vector env reports no worker_choice")
+        raise InvalidStateError(f"{runner.name}: the vector env reports no worker_choice")
     return {"workers_chosen": int(choice.num_workers), "workers_chosen_reason": str(choice.reason)}
 
 

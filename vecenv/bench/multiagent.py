@@ -27,6 +27,7 @@ from vecenv.bench.suite import (
     spread,
     table,
 )
+from vecenv.errors import InvalidArgumentError
 
 BASELINE = "supersuit-0"
 CEILING = "ceiling"
@@ -185,7 +186,7 @@ def build(runner: str, workload: str, copies: int) -> Any:
         return vecenv.MultiAgentVectorEnv([fn] * copies, 2)
     if runner == "vecenv-inline":
         return vecenv.MultiAgentVectorEnv([fn] * copies, 2, inline_group=True)
-    raise ValueError(f"unknown multiagent runner {runner!r}")
+    raise InvalidArgumentError(f"unknown multiagent runner {runner!r}")
 
 
 def _actions(envs: Any, seed: int) -> list[Any]:

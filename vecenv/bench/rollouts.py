@@ -27,6 +27,7 @@ from vecenv.bench.suite import (
     spread,
     table,
 )
+from vecenv.errors import InvalidArgumentError
 
 #: The backends compared, by row name: their labels.
 BACKENDS = {
@@ -116,7 +117,7 @@ def _make(row: str, n: int) -> Any:
     if row == "native":
         make = functools.partial(gym.make_vec, "CartPole-v1", n // 2, vectorization_mode="vector_entry_point")
         return vecenv.SubprocVectorEnv.from_groups([make, make])
-    raise ValueError(f"unknown rollouts row {row!r}")
+    raise InvalidArgumentError(f"unknown rollouts row {row!r}")
 
 
 def _rate(seconds: float, fn: Callable[[int], int]) -> float:

@@ -19,6 +19,7 @@ import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
 from vecenv.bench.vectors import EnvFn, VectorKind, make_vector
+from vecenv.errors import InvalidArgumentError, InvalidStateError
 
 VECENV_WORKERS = (0, 1, 2, 4)  # 0: every env in the measuring process
 NATIVE_N = 2048  # envs of the native-group rows: 2 groups of 1024
@@ -77,7 +78,7 @@ class Runner:
         if isinstance(self.workers, int):
             return self.workers
         why = "chooses its worker count when built" if self.workers == "auto" else "does not name a worker count"
-        raise ValueError(f"runner {self.name!r} {why}")
+        raise InvalidArgumentError(f"runner {self.name!r} {why}")
 
     def fits(self, n: int) -> bool:
         """Whether it can step ``n`` envs: no more workers than envs (``auto`` picks at most N),
@@ -96,7 +97,7 @@ class Runner:
 
 def _vector(runner: Runner, fns: Sequence[EnvFn], workload: str) -> Any:
     if runner.vector is None:
-        raise ValueError(f"runner {runner.name!r} names no vector kind")
+        raise InvalidArgumentError(f"runner {runner.name!r} names no vector kind")
     workers = None if runner.default_plan else "auto" if runner.workers is None else runner.workers
     return make_vector(
         runner.vector,
@@ -123,7 +124,7 @@ def _envpool(runner: Runner, fns: Sequence[EnvFn], workload: str) -> Any:
     import envpool
 
     if workload != "cartpole":
-        raise RuntimeError("envpool runs only its own C++ envs (CartPole here)")
+        raise InvalidStateError("envpool runs only its own C++ envs (CartPole here)")
     return envpool.make_gymnasium("CartPole-v1", num_envs=len(fns))
 
 
@@ -227,4 +228,4 @@ def runner_named(name: str, n: int) -> Runner:
         for runner in (base, *batches):
             if runner.name == name:
                 return runner
-    raise ValueError(f"unknown runner {name!r} (at N={n})")
+    raise InvalidArgumentError(f"unknown runner {name!r} (at N={n})")

@@ -10,6 +10,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
+from vecenv.errors import InvalidArgumentError
 from vecenv.machine import available_cpus
 
 EnvFn = Callable[[], gym.Env]
@@ -50,15 +51,18 @@ def make_vector(
             fns, num_workers, autoreset_mode=autoreset_mode, inline_group=inline_group, **batch
         )
     if kind is VectorKind.RAY:
-        assert num_workers is not None, "Ray needs a number of actors"
         return _ray_vector(fns, num_workers, autoreset_mode, batch)
-    raise ValueError(f"make_vector: unknown kind {kind!r}; choose from {', '.join(k.value for k in VectorKind)}")
+    raise InvalidArgumentError(
+        f"make_vector: unknown kind {kind!r}; choose from {', '.join(k.value for k in VectorKind)}"
+    )
 
 
-def _ray_vector(fns: list[EnvFn], num_workers: int | str, autoreset_mode: AutoresetMode, batch: dict[str, Any]) -> Any:
+def _ray_vector(
+    fns: list[EnvFn], num_workers: int | str | None, autoreset_mode: AutoresetMode, batch: dict[str, Any]
+) -> Any:
     """A RayVectorEnv on a local Ray it starts itself, its actors sharing this machine's cores."""
     if not isinstance(num_workers, int):
-        raise ValueError(f"make_vector: Ray needs a number of actors as num_workers, got {num_workers!r}")
+        raise InvalidArgumentError(f"make_vector: Ray needs a number of actors as num_workers, got {num_workers!r}")
     import vecenv
 
     cores = available_cpus()

@@ -28,7 +28,8 @@ the directory is a valid (``"complete": false``) dataset while collection is run
 after an interruption.
 
 ``collect`` is the library entry point (``format="minari"`` writes a Minari dataset
-instead), ``load`` reads a dataset back as memory-mapped arrays, ``export_minari`` turns
+instead), ``load`` reads a dataset back as memory-mapped arrays that hold no file descriptor
+(``with load(path) as dataset:`` or ``dataset.close()`` drops them early), ``export_minari`` turns
 one into a Minari dataset, and ``main`` is the ``vecenv-collect`` command line tool.
 Modules: ``collection`` (``collect``: checks, output, finish), ``recording`` (the collection
 loop), ``actions`` (checking the policy's actions), ``sinks`` (where transitions go, and the
@@ -54,7 +55,15 @@ from typing import TYPE_CHECKING, Any
 
 from vecenv.datasets.collection import collect
 from vecenv.datasets.dataset import Dataset, load
-from vecenv.datasets.errors import DatasetWriteError, MinariNotInstalledError, PolicyError, UnsupportedSpaceError
+from vecenv.datasets.errors import (
+    DatasetClosedError,
+    DatasetNotFoundError,
+    DatasetWriteError,
+    MinariNotInstalledError,
+    OutputExistsError,
+    PolicyError,
+    UnsupportedSpaceError,
+)
 
 if TYPE_CHECKING:
     from vecenv.datasets.cli import main
@@ -62,8 +71,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Dataset",
+    "DatasetClosedError",
+    "DatasetNotFoundError",
     "DatasetWriteError",
     "MinariNotInstalledError",
+    "OutputExistsError",
     "PolicyError",
     "UnsupportedSpaceError",
     "collect",

@@ -24,7 +24,6 @@ import gymnasium
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from vecenv.datasets.cli_arguments import PROG, build_export_parser, build_parser, minari_metadata
-from vecenv.datasets.cli_summary import dataset_summary, minari_summary
 from vecenv.datasets.collection import collect
 from vecenv.datasets.dataset import load
 from vecenv.datasets.errors import (
@@ -35,11 +34,13 @@ from vecenv.datasets.errors import (
     UnsupportedSpaceError,
 )
 from vecenv.datasets.format import METADATA_FILE
-from vecenv.datasets.minari import datasets_root, export_minari, minari_target
 from vecenv.datasets.policy_specs import PolicySpecError, load_policy
 from vecenv.datasets.writer import check_out
 from vecenv.factory import check_env_id, make
 from vecenv.machine import available_cpus
+
+# Imported where used, not at start-up: the end-of-run reports (``cli_summary``) and the Minari
+# output (``minari``), which the default collection needs neither of.
 
 
 class _Terminated(KeyboardInterrupt):
@@ -81,6 +82,7 @@ def _check_minari_options(args: argparse.Namespace) -> None:
         for option, value in (
             ("--dataset-id", args.dataset_id),
             ("--open-episodes", args.open_episodes),
+            ("--minari-storage", args.minari_storage),
             *((f"--{k.replace('_', '-')}", v) for k, v in minari_metadata(args).items()),
         ):
             if value is not None:
@@ -100,9 +102,11 @@ def _checked_output(args: argparse.Namespace) -> Path:
     """Where the output goes, checked before any environment is built: our format's dataset
     directory, or the Minari datasets root (which fails at once without Minari)."""
     if args.format == "minari":
+        from vecenv.datasets.minari import datasets_root, minari_target
+
         out = datasets_root(args.out)
         try:
-            minari_target(args.dataset_id, out, args.overwrite, FLAGS)
+            minari_target(args.dataset_id, out, args.overwrite, FLAGS, args.minari_storage or "hdf5")
         except (MinariNotInstalledError, ValueError, FileExistsError) as exc:
             raise _UsageError(str(exc)) from None
         return out
@@ -156,6 +160,8 @@ def _run(args: argparse.Namespace, command_line: str) -> int:
     finally:
         envs.close()
     if not args.quiet:
+        from vecenv.datasets.cli_summary import dataset_summary, minari_summary
+
         print(minari_summary(dataset, out) if args.format == "minari" else dataset_summary(dataset))
     return 0
 
@@ -171,6 +177,7 @@ def _collect(
             "dataset_id": args.dataset_id,
             "open_episodes": args.open_episodes or "truncate",
             "minari_metadata": minari_metadata(args),
+            "minari_storage": args.minari_storage or "hdf5",
         }
     try:
         if hasattr(policy, "check_spaces"):
@@ -205,19 +212,25 @@ def _collect(
         elif (out / METADATA_FILE).is_file():
             print(f'{PROG}: interrupted: kept a partial dataset ("complete": false) in {out}', file=sys.stderr)
             if not args.quiet:
+                from vecenv.datasets.cli_summary import dataset_summary
+
                 print(dataset_summary(load(out)))
         raise
 
 
 def _export(args: argparse.Namespace) -> int:
     """``vecenv-collect export``: an existing dataset to Minari."""
+    from vecenv.datasets.cli_summary import minari_summary
+    from vecenv.datasets.minari import datasets_root, export_minari, minari_target
+
     try:
         dataset = load(args.dataset)
     except (FileNotFoundError, ValueError) as exc:
         raise _UsageError(f"DIR: {exc}") from None
     root = datasets_root(args.out)
     try:
-        minari_target(args.dataset_id, root, args.overwrite, FLAGS)  # the id and the target, in our terms
+        storage = args.minari_storage or "hdf5"
+        minari_target(args.dataset_id, root, args.overwrite, FLAGS, storage)  # the id and the target, in our terms
         result = export_minari(
             dataset,
             args.dataset_id,
@@ -225,6 +238,7 @@ def _export(args: argparse.Namespace) -> int:
             overwrite=args.overwrite,
             open_episodes=args.open_episodes or "truncate",
             minari_metadata=minari_metadata(args),
+            minari_storage=storage,
         )
     except (MinariNotInstalledError, ValueError, FileExistsError) as exc:
         raise _UsageError(str(exc)) from None

@@ -230,7 +230,7 @@ def _add_minari_arguments(parser: argparse.ArgumentParser, collecting: bool) -> 
             choices=["vecenv", "minari"],
             default="vecenv",
             help="'vecenv': a directory of .npy files that vecenv.load reads; 'minari': a Minari "
-            'dataset written with Minari\'s API (needs: pip install "vecenv[minari]") '
+            'dataset in Minari\'s HDF5 format (needs: pip install "vecenv[minari]") '
             "(default: %(default)s; e.g. --format minari --dataset-id cartpole/random-v0)",
         )
     parser.add_argument(
@@ -250,6 +250,13 @@ def _add_minari_arguments(parser: argparse.ArgumentParser, collecting: bool) -> 
         "leaves them out: only finished episodes, fewer steps. The counts are recorded in "
         "the dataset's 'vecenv' metadata either way; --episodes N has no open episodes "
         "(default: truncate; e.g. --open-episodes drop)",
+    )
+    parser.add_argument(
+        "--minari-storage",
+        choices=["hdf5", "arrow"],
+        help="Minari's storage backend: 'hdf5' (one HDF5 file) or 'arrow' (a directory of Arrow "
+        'files per episode; needs pyarrow: pip install "minari[arrow]") (default: hdf5; e.g. '
+        "--minari-storage arrow)",
     )
     parser.add_argument(
         "--author", metavar="NAME", help="Minari metadata: who made the dataset (e.g. --author 'Ada L.')"

@@ -14,7 +14,6 @@ import os
 import shlex
 import shutil
 import sys
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from vecenv.datasets.sinks import OPEN_EPISODES, DatasetSink
 from vecenv.datasets.sources import RolloutSource, StepSource, random_actions, rollout_length
 from vecenv.datasets.staging import EpisodeStager
 from vecenv.datasets.writer import CHUNK_BYTES, DatasetWriter, check_out, now, versions
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError
 from vecenv.integrations.sb3.saved_model import SavedModelPolicy
 from vecenv.policies import FunctionPolicy, RandomPolicy, SB3Policy, WorkerPolicy
 from vecenv.seeding import seed_policy_of
@@ -74,7 +74,7 @@ def autoreset_mode(envs: VectorEnv) -> AutoresetMode:
         if str(mode) in (candidate.value, candidate.name, candidate.name.lower()):
             return candidate
     expected = [m.name for m in AutoresetMode]
-    raise ValueError(f"envs.metadata['autoreset_mode']: expected one of {expected}, got {mode!r}")
+    raise InvalidArgumentError(f"envs.metadata['autoreset_mode']: expected one of {expected}, got {mode!r}")
 
 
 def policy_name(policy: Any) -> str:
@@ -91,9 +91,9 @@ def policy_name(policy: Any) -> str:
 
 def _positive_count(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name}: expected a positive int, got {value!r} of type {type(value).__name__}")
+        raise ArgumentTypeError(f"{name}: expected a positive int, got {value!r} of type {type(value).__name__}")
     if value <= 0:
-        raise ValueError(f"{name}: expected a positive int, got {value!r}")
+        raise InvalidArgumentError(f"{name}: expected a positive int, got {value!r}")
     return int(value)
 
 
@@ -113,6 +113,7 @@ def collect(
     open_episodes: str = "truncate",
     minari_metadata: Mapping[str, Any] | None = None,
     rollout_steps: int | None = None,
+    minari_storage: str = "hdf5",
 ) -> Any:
     """Run ``policy`` in ``envs`` and write the transitions to a dataset.
 
@@ -144,12 +145,14 @@ def collect(
         metadata: extra entries for ``metadata.json`` (``env_id``, ``env_kwargs``, ``policy``:
             the name recorded and used in error messages, ...), overriding the inferred ones.
         format: ``"vecenv"`` (the ``.npy`` directory ``load`` reads) or ``"minari"`` (a
-            Minari dataset written through Minari's API; needs ``pip install "vecenv[minari]"``).
+            Minari dataset in Minari's HDF5 format; needs ``pip install "vecenv[minari]"``).
         dataset_id: Minari only, required: ``NAMESPACE/NAME-vN`` or ``NAME-vN``.
         open_episodes: Minari with ``steps`` only: the episodes still open after the N-th
             transition are kept with their last step ``truncated`` (``"truncate"``, default:
             exactly N steps) or left out (``"drop"``); the counts are in the ``vecenv`` metadata.
         minari_metadata: Minari only: ``author``, ``code_permalink``, ``description``, ...
+        minari_storage: Minari only: its storage backend, ``"hdf5"`` (default) or ``"arrow"``
+            (needs pyarrow; each episode is held whole in memory while it is written).
         rollout_steps: with vecenv's own vector envs under NEXT_STEP or SAME_STEP, the
             policy runs in the workers, in rollouts of this many steps (``None``: adapted to
             ~0.2 s each); ``0``, other vector envs and DISABLED step one vector step at a time
@@ -169,11 +172,11 @@ def collect(
             collected is kept: a valid dataset with ``"complete": false`` (Minari: the finished episodes).
     """
     target = _check_request(envs, policy, steps, episodes, seed)
-    _check_format_options(format, open_episodes, dataset_id, minari_metadata)
+    _check_format_options(format, open_episodes, dataset_id, minari_metadata, minari_storage)
     _check_rollout_steps(rollout_steps)
     plan = _plan(envs, policy, seed, steps, episodes, target, metadata, rollout_steps)
     if format == "minari":
-        output = _minari_output(plan, out, overwrite, dataset_id, open_episodes, minari_metadata)
+        output = _minari_output(plan, out, overwrite, dataset_id, open_episodes, minari_metadata, minari_storage)
     else:
         output = _dataset_output(plan, out, overwrite)
     return _collect(plan, output, progress)
@@ -183,41 +186,44 @@ def _check_request(envs: Any, policy: Any, steps: Any, episodes: Any, seed: Any)
     """Raise TypeError / ValueError for ``collect``'s envs, count, seed or policy; return the
     count asked for (of steps, or of episodes)."""
     if not isinstance(envs, VectorEnv):
-        raise TypeError(f"envs: expected a gymnasium.vector.VectorEnv, got {type(envs).__name__}")
+        raise ArgumentTypeError(f"envs: expected a gymnasium.vector.VectorEnv, got {type(envs).__name__}")
     if (steps is None) == (episodes is None):
-        raise ValueError(f"steps, episodes: expected exactly one of them, got steps={steps!r}, episodes={episodes!r}")
+        raise InvalidArgumentError(
+            f"steps, episodes: expected exactly one of them, got steps={steps!r}, episodes={episodes!r}"
+        )
     target = _positive_count("steps", steps) if steps is not None else _positive_count("episodes", episodes)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed: expected a non-negative int, got {seed!r} of type {type(seed).__name__}")
+        raise ArgumentTypeError(f"seed: expected a non-negative int, got {seed!r} of type {type(seed).__name__}")
     if seed < 0:
-        raise ValueError(f"seed: expected a non-negative int, got {seed!r}")
+        raise InvalidArgumentError(f"seed: expected a non-negative int, got {seed!r}")
     policy_error = f"policy: expected 'random' or a callable taking the batched observation, got {policy!r}"
     if isinstance(policy, str) and policy != "random":
-        raise ValueError(policy_error)
+        raise InvalidArgumentError(policy_error)
     if not isinstance(policy, str) and not callable(policy):
-        raise TypeError(policy_error)
+        raise ArgumentTypeError(policy_error)
     return target
 
 
 def _check_rollout_steps(rollout_steps: Any) -> None:
     if rollout_steps is not None and (isinstance(rollout_steps, bool) or not isinstance(rollout_steps, int)):
-        raise TypeError(f"rollout_steps: expected None or a non-negative int, got {rollout_steps!r}")
+        raise ArgumentTypeError(f"rollout_steps: expected None or a non-negative int, got {rollout_steps!r}")
     if rollout_steps is not None and rollout_steps < 0:
-        raise ValueError(f"rollout_steps: expected None or a non-negative int, got {rollout_steps!r}")
+        raise InvalidArgumentError(f"rollout_steps: expected None or a non-negative int, got {rollout_steps!r}")
 
 
 def _check_format_options(
-    format: Any, open_episodes: Any, dataset_id: Any, minari_metadata: Mapping[str, Any] | None
+    format: Any, open_episodes: Any, dataset_id: Any, minari_metadata: Mapping[str, Any] | None, storage: Any
 ) -> None:
     """Raise ValueError for ``collect``'s format and the options that only Minari takes."""
     if format not in FORMATS:
-        raise ValueError(f"format: expected one of {list(FORMATS)}, got {format!r}")
+        raise InvalidArgumentError(f"format: expected one of {list(FORMATS)}, got {format!r}")
     if open_episodes not in OPEN_EPISODES:
-        raise ValueError(f"open_episodes: expected one of {list(OPEN_EPISODES)}, got {open_episodes!r}")
-    if format == "vecenv" and (dataset_id is not None or minari_metadata):
-        raise ValueError(
-            f"dataset_id, minari_metadata: expected None with format='vecenv' (they are for "
-            f"format='minari'), got dataset_id={dataset_id!r}, minari_metadata={minari_metadata!r}"
+        raise InvalidArgumentError(f"open_episodes: expected one of {list(OPEN_EPISODES)}, got {open_episodes!r}")
+    if format == "vecenv" and (dataset_id is not None or minari_metadata or storage != "hdf5"):
+        raise InvalidArgumentError(
+            f"dataset_id, minari_metadata, minari_storage: expected their defaults with format='vecenv' (they "
+            f"are for format='minari'), got dataset_id={dataset_id!r}, minari_metadata={minari_metadata!r}, "
+            f"minari_storage={storage!r}"
         )
 
 
@@ -377,13 +383,14 @@ def _minari_output(
     dataset_id: str | None,
     open_episodes: str,
     minari_metadata: Mapping[str, Any] | None,
+    storage: str,
 ) -> _Output:
     """A new Minari dataset (raises MinariNotInstalledError, ValueError or FileExistsError)."""
     from vecenv.datasets.minari import MinariSink, datasets_root, minari_target
 
     if dataset_id is None:
-        raise ValueError("dataset_id: expected 'NAMESPACE/NAME-vN' with format='minari', got None")
-    target_dir = minari_target(dataset_id, out, overwrite)
+        raise InvalidArgumentError("dataset_id: expected 'NAMESPACE/NAME-vN' with format='minari', got None")
+    target_dir = minari_target(dataset_id, out, overwrite, storage=storage)
     sink = MinariSink(
         dataset_id,
         target_dir,
@@ -393,7 +400,10 @@ def _minari_output(
         plan.metadata,
         dict(minari_metadata or {}),
         open_episodes if plan.collection.steps else None,
+        storage,
     )
+    import uuid
+
     # Open episodes spill next to the datasets (not to /tmp, often in memory).
     return _Output(sink, datasets_root(out) / f".vecenv-spill-{uuid.uuid4().hex}", True, None)
 
@@ -402,7 +412,7 @@ def _dataset_output(plan: _Plan, out: str | os.PathLike[str] | None, overwrite: 
     """A new dataset directory in our format (raises ValueError or FileExistsError)."""
     if out is None:
         if plan.metadata["env_id"] is None:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "out: expected a directory path (required when envs has no spec and metadata has no 'env_id'), got None"
             )
         out = Path("rollouts") / str(plan.metadata["env_id"]).split(":")[-1]
@@ -416,16 +426,17 @@ def _dataset_output(plan: _Plan, out: str | os.PathLike[str] | None, overwrite: 
 
 def _collect(plan: _Plan, output: _Output, progress: bool) -> Any:
     """Run the collection loop into ``output`` and finish it, also when the loop raises."""
-    from tqdm import tqdm  # the progress bar: only ``collect`` needs it, not ``import vecenv``
-
     stager = EpisodeStager(plan.fields, plan.envs.num_envs, output.spill_dir) if output.staged else None
-    bar = tqdm(
-        total=plan.target,
-        unit="step" if plan.collection.steps is not None else "episode",
-        disable=not progress,
-        file=sys.stderr,
-        dynamic_ncols=True,
-    )
+    bar: Any = _NoProgress()
+    if progress:
+        from tqdm import tqdm  # the progress bar: imported only when one is shown
+
+        bar = tqdm(
+            total=plan.target,
+            unit="step" if plan.collection.steps is not None else "episode",
+            file=sys.stderr,
+            dynamic_ncols=True,
+        )
     run = CollectionRun(plan.collection, output.sink, stager, bar)
     complete = False
     try:
@@ -439,3 +450,16 @@ def _collect(plan: _Plan, output: _Output, progress: bool) -> Any:
         finally:
             result = output.sink.finalize(complete=complete)
     return result if output.directory is None else load(output.directory)
+
+
+class _NoProgress:
+    """What the collection loop reports progress to when no bar is shown."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_postfix_str(self, text: str = "", refresh: bool = True) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

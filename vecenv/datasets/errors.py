@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vecenv.errors import VecEnvError
+from vecenv.errors import MissingDependencyError, VecEnvError
 
 
 class PolicyError(VecEnvError, ValueError):
@@ -17,7 +17,7 @@ class UnsupportedSpaceError(VecEnvError, TypeError):
     MultiBinary and Dict/Tuple of them can)."""
 
 
-class MinariNotInstalledError(VecEnvError, ImportError):
+class MinariNotInstalledError(MissingDependencyError):
     """``format="minari"`` or a Minari export was asked for but Minari (with its HDF5
     backend) is not installed."""
 
@@ -29,6 +29,19 @@ class DatasetWriteError(VecEnvError, OSError):
     dataset marked ``"complete": false``."""
 
 
+class DatasetClosedError(VecEnvError, ValueError):
+    """A dataset was used after ``Dataset.close()`` (or after its ``with`` block ended)."""
+
+
+class OutputExistsError(VecEnvError, FileExistsError):
+    """The output path is taken: an existing file, or a directory that is not to be replaced
+    (``overwrite`` not given) or is not a dataset, so replacing it could destroy other data."""
+
+
+class DatasetNotFoundError(VecEnvError, FileNotFoundError):
+    """The path given to ``load`` is not a rollout dataset directory (no ``metadata.json``)."""
+
+
 @dataclass(frozen=True)
 class OptionNames:
     """How an error message names the options its caller can change, so that the library and
@@ -36,9 +49,10 @@ class OptionNames:
 
     overwrite: str  # how to allow replacing an existing output
     dataset_id: str  # the Minari dataset id
+    storage: str  # Minari's storage backend
 
 
 #: Messages for ``collect`` and ``export_minari`` callers (the default).
-KEYWORDS = OptionNames(overwrite="overwrite=True / --overwrite", dataset_id="dataset_id")
+KEYWORDS = OptionNames(overwrite="overwrite=True / --overwrite", dataset_id="dataset_id", storage="minari_storage")
 #: Messages for the ``vecenv-collect`` command line.
-FLAGS = OptionNames(overwrite="--overwrite", dataset_id="--dataset-id")
+FLAGS = OptionNames(overwrite="--overwrite", dataset_id="--dataset-id", storage="--minari-storage")

@@ -18,6 +18,7 @@ import numpy as np
 from gymnasium import spaces
 
 from vecenv.datasets.errors import UnsupportedSpaceError
+from vecenv.errors import InvalidArgumentError
 from vecenv.spaces import leaf_layout, named_dict_keys, named_leaves
 
 FORMAT_NAME = "vecenv-rollouts"
@@ -115,7 +116,7 @@ def _leaf_space(description: dict[str, Any]) -> spaces.Space:
     dtype = np.dtype(description["dtype"])
     reader = _LEAF_READERS.get(description["type"])
     if reader is None:
-        raise ValueError(
+        raise InvalidArgumentError(
             "description: expected a Box, Discrete, MultiDiscrete, MultiBinary, Dict or Tuple, "
             f"got {description['type']!r}"
         )

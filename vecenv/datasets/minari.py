@@ -2,11 +2,14 @@
 
 Minari (Farama's format for offline RL; D4RL moved there) stores whole episodes: each one
 has ``T`` actions, rewards, terminations and truncations and ``T + 1`` observations, the last
-being the final observation. Everything is written through Minari's own API
-(``minari.create_dataset_from_buffers`` with ``EpisodeBuffer`` objects, HDF5 backend, no
-JPEG re-encoding so arrays come back exactly), and the env spec is recorded so
-``dataset.recover_environment()`` works for registered envs. Minari is optional:
-``pip install "vecenv[minari]"``.
+being the final observation. The dataset is created through Minari's own API
+(``minari.create_dataset_from_buffers``: its metadata, namespace and directory; HDF5 backend,
+no JPEG re-encoding so arrays come back exactly), then the episodes are written straight into
+its HDF5 file in Minari's layout (``_EpisodeFile``), which is what makes the output fast:
+Minari's per-episode path reopens the file and recounts the episodes for every call. The
+episodes equal what Minari's ``DataCollector`` records for the same seeds and actions, and the
+env spec is recorded so ``dataset.recover_environment()`` works for registered envs. Minari is
+optional: ``pip install "vecenv[minari]"``.
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import json
 import os
 import shutil
+import time
 import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -28,27 +33,34 @@ from gymnasium.envs.registration import EnvSpec
 
 from vecenv.checks import seed_list
 from vecenv.datasets.dataset import Dataset, load
-from vecenv.datasets.errors import KEYWORDS, MinariNotInstalledError, OptionNames
+from vecenv.datasets.errors import KEYWORDS, MinariNotInstalledError, OptionNames, OutputExistsError
 from vecenv.datasets.format import space_from_description
 from vecenv.datasets.sinks import OPEN_EPISODES, EpisodeSummary, with_last
-from vecenv.datasets.writer import chunk_rows, now
-from vecenv.spaces import build_tree, named_leaves, shape_of
+from vecenv.datasets.writer import FLUSH_INTERVAL_S, chunk_rows, now
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError
+from vecenv.spaces import leaf_layout, named_leaves
 
 INSTALL_HINT = 'Minari output needs the minari extra: pip install "vecenv[minari]"'
+#: Minari's storage backends that vecenv writes (``data_format`` in Minari's terms).
+STORAGES = ("hdf5", "arrow")
+_STORAGE_MODULES = {"hdf5": ("h5py", "PIL"), "arrow": ("pyarrow", "PIL")}
 # Minari warns about every optional field left empty; we fill what we know and stay quiet.
 _QUIET = r"`(code_permalink|author|author_email|algorithm_name|description|eval_env)` is set to None"
+_HDF5_FILE = "main_data.hdf5"  # where Minari's HDF5 storage keeps the episodes
 _METADATA_KEYS = ("author", "author_email", "code_permalink", "description", "algorithm_name")
 
 
-def import_minari() -> Any:
-    """The ``minari`` module with its HDF5 backend, or MinariNotInstalledError (one line
-    saying how to install it). Checked before any collection starts."""
+def import_minari(storage: str = "hdf5") -> Any:
+    """The ``minari`` module with what its ``storage`` backend needs (h5py for HDF5, pyarrow for
+    Arrow), or MinariNotInstalledError (one line saying how to install it). Checked before any
+    collection starts."""
     try:
         module = importlib.import_module("minari")
-        importlib.import_module("h5py")  # Minari's HDF5 storage needs both
-        importlib.import_module("PIL")
+        for name in _STORAGE_MODULES[storage]:
+            importlib.import_module(name)
     except ImportError as exc:
-        raise MinariNotInstalledError(f"{INSTALL_HINT} ({exc})") from None
+        hint = INSTALL_HINT if storage == "hdf5" else f'{INSTALL_HINT} and pyarrow: pip install "minari[arrow]"'
+        raise MinariNotInstalledError(f"{hint} ({exc})") from None
     return module
 
 
@@ -60,24 +72,30 @@ def datasets_root(out: str | os.PathLike[str] | None) -> Path:
 
 
 def minari_target(
-    dataset_id: str, out: str | os.PathLike[str] | None, overwrite: bool, names: OptionNames = KEYWORDS
+    dataset_id: str,
+    out: str | os.PathLike[str] | None,
+    overwrite: bool,
+    names: OptionNames = KEYWORDS,
+    storage: str = "hdf5",
 ) -> Path:
     """Check that Minari is installed, that ``dataset_id`` is valid and that it may be written
     under ``out`` (see ``datasets_root``); return the dataset's directory, having removed an
     existing dataset there when ``overwrite`` is true. ``names`` is how the messages name the
     options (``FLAGS`` for the command line).
 
-    Raises MinariNotInstalledError, ValueError (a malformed id) or FileExistsError.
+    Raises MinariNotInstalledError, ValueError (a malformed id or storage) or FileExistsError.
     """
-    import_minari()
+    if storage not in STORAGES:
+        raise InvalidArgumentError(f"{names.storage}: expected one of {list(STORAGES)}, got {storage!r}")
+    import_minari(storage)
     from minari.dataset.minari_dataset import parse_dataset_id
 
     if not isinstance(dataset_id, str):
-        raise TypeError(f"{names.dataset_id}: expected a str like 'NAMESPACE/NAME-vN', got {dataset_id!r}")
+        raise ArgumentTypeError(f"{names.dataset_id}: expected a str like 'NAMESPACE/NAME-vN', got {dataset_id!r}")
     try:
         parse_dataset_id(dataset_id)
     except (ValueError, TypeError) as exc:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"{names.dataset_id}: expected 'NAMESPACE/NAME-vN' or 'NAME-vN' (letters, digits, '-', '_'; "
             f"a version is required; Minari says: {exc}), got {dataset_id!r}"
         ) from None
@@ -85,11 +103,13 @@ def minari_target(
     target = root / dataset_id
     if target.exists():
         if not overwrite:
-            raise FileExistsError(
+            raise OutputExistsError(
                 f"Minari dataset {dataset_id!r} already exists in {str(root)!r} (pass {names.overwrite} to replace it)"
             )
         if any(target.iterdir()) and not (target / "data" / "metadata.json").is_file():
-            raise FileExistsError(f"refusing to overwrite {str(target)!r}: it is not empty and is not a Minari dataset")
+            raise OutputExistsError(
+                f"refusing to overwrite {str(target)!r}: it is not empty and is not a Minari dataset"
+            )
         shutil.rmtree(target)
     root.mkdir(parents=True, exist_ok=True)
     return target
@@ -119,12 +139,223 @@ class _RecordedEnv(gymnasium.Env):
         self.action_space = action_space
 
 
+class _EpisodeFile:
+    """Minari's HDF5 layout (``data/main_data.hdf5``), written straight through h5py's low-level
+    API into one file kept open for the whole run.
+
+    Each episode is the group ``episode_<id>`` with the attributes ``id``, ``total_steps`` and
+    (when known) ``seed``, and one dataset per leaf: ``observations`` (``T + 1`` rows),
+    ``actions``, ``rewards`` (float64), ``terminations`` and ``truncations`` (bool), with Dict
+    keys as subgroups and Tuple items as ``_index_<i>`` subgroups, the dtypes of the spaces:
+    what Minari's ``HDF5Storage.update_episodes`` writes for the same episode. Minari opens the
+    file per call, recounts the episodes, lets h5py guess a chunk shape for every dataset and
+    recomputes the dataset size; here the types, dataspaces and property lists are made once,
+    and datasets are contiguous (Minari reads them alike; only appending steps to an existing
+    episode, which Minari's collectors never do to a finished dataset, needs chunked ones).
+    """
+
+    def __init__(self, path: Path, observation_space: spaces.Space, action_space: spaces.Space) -> None:
+        import h5py
+        from h5py import h5a, h5d, h5g, h5p, h5s, h5t
+
+        self._h5a, self._h5d, self._h5g, self._h5s = h5a, h5d, h5g, h5s
+        self.file = h5py.File(path, "w", track_order=True)  # as Minari opens it
+        self._dcpl = h5p.create(h5p.DATASET_CREATE)
+        self._dcpl.set_layout(h5d.CONTIGUOUS)
+        self._scalar = h5s.create(h5s.SCALAR)
+        self._int64 = h5t.py_create(np.dtype(np.int64))
+        # Per leaf: (subgroup path, dataset name, HDF5 type, row shape); subgroups in creation order.
+        self.groups: list[tuple[str, ...]] = []
+        self.observations = self._leaves(observation_space, ("observations",))
+        self.actions = self._leaves(action_space, ("actions",))
+        self.scalars = [
+            ((), name.encode(), h5t.py_create(np.dtype(dtype), logical=True), ())
+            for name, dtype in (("rewards", np.float64), ("terminations", np.bool_), ("truncations", np.bool_))
+        ]
+
+    def _leaves(self, space: spaces.Space, path: tuple[str, ...]) -> list[tuple[tuple[str, ...], bytes, Any, tuple]]:
+        from h5py import h5t
+
+        if isinstance(space, spaces.Dict):
+            self.groups.append(path)
+            return [leaf for key, sub in space.spaces.items() for leaf in self._leaves(sub, (*path, key))]
+        if isinstance(space, spaces.Tuple):
+            self.groups.append(path)
+            return [leaf for i, sub in enumerate(space.spaces) for leaf in self._leaves(sub, (*path, f"_index_{i}"))]
+        ((_, *shape), dtype) = leaf_layout(space, 0)[0]
+        return [(path[:-1], path[-1].encode(), h5t.py_create(np.dtype(dtype), logical=True), tuple(shape))]
+
+    def write(
+        self,
+        index: int,
+        seed: int | None,
+        length: int,
+        pieces: Iterator[tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]],
+    ) -> None:
+        """Write episode ``index`` of ``length`` steps from pieces of (observation leaves, action
+        leaves, [rewards, terminations, truncations]) rows; the observation leaves of the last
+        piece carry one more row, the final observation."""
+        name = f"episode_{index}".encode()
+        group = self._h5g.create(self.file.id, name)
+        try:
+            self._fill(group, index, seed, length, pieces)
+        except BaseException:  # Ctrl+C or a failed write: no half-written episode stays behind
+            del group
+            self.file.id.unlink(name)
+            raise
+
+    def _fill(
+        self,
+        group: Any,
+        index: int,
+        seed: int | None,
+        length: int,
+        pieces: Iterator[tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]],
+    ) -> None:
+        h5s = self._h5s
+        self._attribute(group, b"id", index)
+        if seed is not None:
+            self._attribute(group, b"seed", seed)
+        self._attribute(group, b"total_steps", length)
+        groups: dict[tuple[str, ...], Any] = {(): group}
+        for path in self.groups:
+            groups[path] = self._h5g.create(groups[path[:-1]], path[-1].encode())
+        targets = []
+        for leaves, rows in ((self.observations, length + 1), (self.actions, length), (self.scalars, length)):
+            for parent, name, kind, shape in leaves:
+                space = h5s.create_simple((rows, *shape))
+                targets.append((self._h5d.create(groups[parent], name, kind, space, dcpl=self._dcpl), space, shape))
+        at = 0
+        for piece in pieces:
+            columns = [*piece[0], *piece[1], *piece[2]]
+            count = len(columns[-1])
+            for (dataset, space, shape), column in zip(targets, columns):
+                column = np.ascontiguousarray(column)
+                if at == 0 and len(column) == space.shape[0]:
+                    dataset.write(h5s.ALL, h5s.ALL, column)
+                else:
+                    space.select_hyperslab((at, *(0 for _ in shape)), column.shape)
+                    dataset.write(h5s.create_simple(column.shape), space, column)
+            at += count
+
+    def _attribute(self, group: Any, name: bytes, value: int) -> None:
+        """A scalar integer attribute, typed as h5py's ``attrs[name] = value`` types it (int64,
+        or uint64 past its range)."""
+        from h5py import h5t
+
+        array = np.asarray(value)
+        kind = self._int64 if array.dtype == np.int64 else h5t.py_create(array.dtype)
+        self._h5a.create(group, name, kind, self._scalar).write(array)
+
+    def flush(self) -> None:
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+    def bytes_written(self) -> int:
+        """The file's size (after ``flush``)."""
+        return os.path.getsize(self.file.filename)
+
+
+class _ArrowEpisodes:
+    """Minari's Arrow layout: episode ``i`` is the directory ``data/<i>/`` holding
+    ``part-0.arrow`` (one Arrow IPC record batch of ``T + 1`` rows: ``observations``, then
+    ``actions``, ``rewards``, ``terminations`` and ``truncations`` padded with one zero row)
+    and ``metadata.json`` (``id``, ``total_steps``, ``seed`` when known). Box, MultiDiscrete
+    and MultiBinary leaves are fixed-size lists, Discrete ones plain columns, Dict and Tuple
+    spaces structs (Tuple fields named ``"0"``, ``"1"``, ...): what Minari's
+    ``ArrowStorage.update_episodes`` writes, built here from whole columns at once instead of
+    through ``pyarrow.dataset.write_dataset`` and Minari's metadata rewrites per episode.
+
+    Minari reads an episode as one record batch, so an episode is held whole in memory while
+    it is written (the HDF5 storage writes long episodes piece by piece).
+    """
+
+    def __init__(self, path: Path, observation_space: spaces.Space, action_space: spaces.Space) -> None:
+        import pyarrow
+
+        self.pa = pyarrow
+        self.path = path
+        self._bytes = 0  # of every episode's files
+        self.observation_space, self.action_space = observation_space, action_space
+
+    def write(
+        self,
+        index: int,
+        seed: int | None,
+        length: int,
+        pieces: Iterator[tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]],
+    ) -> None:
+        """Write episode ``index`` (as ``_EpisodeFile.write``)."""
+        parts = list(pieces)
+        columns = [
+            np.concatenate(leaf) if len(parts) > 1 else leaf[0] for leaf in zip(*(p[0] + p[1] + p[2] for p in parts))
+        ]
+        k = len(parts[0][0])
+        a = len(parts[0][1])
+        pa = self.pa
+        observations = self._encode(self.observation_space, iter(columns[:k]), 0)
+        actions = self._encode(self.action_space, iter(columns[k : k + a]), 1)
+        scalars = [pa.array(np.concatenate([column, np.zeros(1, column.dtype)])) for column in columns[k + a :]]
+        batch = pa.RecordBatch.from_arrays(
+            [observations, actions, *scalars],
+            names=["observations", "actions", "rewards", "terminations", "truncations"],
+        )
+        directory = self.path / str(index)
+        try:
+            directory.mkdir()
+            part = directory / "part-0.arrow"
+            with pa.OSFile(str(part), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as out:
+                out.write_batch(batch)
+            metadata: dict[str, Any] = {"id": index, "total_steps": length}
+            if seed is not None:
+                metadata["seed"] = seed
+            text = json.dumps(metadata)
+            (directory / "metadata.json").write_text(text)
+            self._bytes += part.stat().st_size + len(text)
+        except BaseException:  # Ctrl+C or a failed write: no half-written episode stays behind
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+
+    def _encode(self, space: spaces.Space, columns: Iterator[np.ndarray], pad: int) -> Any:
+        pa = self.pa
+        if isinstance(space, (spaces.Dict, spaces.Tuple)):
+            items = space.spaces.items() if isinstance(space, spaces.Dict) else enumerate(space.spaces)
+            names, arrays = [], []
+            for key, sub in items:
+                names.append(str(key))
+                arrays.append(self._encode(sub, columns, pad))
+            return pa.StructArray.from_arrays(arrays, names=names)
+        column = next(columns)
+        rows = len(column) + pad
+        if isinstance(space, spaces.Discrete):
+            return pa.array(np.concatenate([column.reshape(-1), np.zeros(pad, column.dtype)]))
+        flat = np.zeros((rows, int(np.prod(column.shape[1:], dtype=np.int64))), column.dtype)
+        flat[: len(column)] = column.reshape(len(column), -1)
+        kind = pa.list_(pa.from_numpy_dtype(column.dtype), list_size=flat.shape[1])
+        return pa.FixedSizeListArray.from_arrays(flat.reshape(-1), type=kind)
+
+    def flush(self) -> None:
+        """Nothing is buffered: each episode's files are complete when ``write`` returns."""
+
+    def close(self) -> None:
+        """Nothing stays open."""
+
+    def bytes_written(self) -> int:
+        """The size of the episodes' files, counted as they were written (Minari's ``get_size``
+        walks every file of the dataset: thousands of episode directories, each time)."""
+        return self._bytes
+
+
 class MinariSink:
     """Writes whole episodes into a new Minari dataset (the ``collect`` sink for Minari).
 
-    Short episodes are batched into one ``update_episodes`` call per chunk; an episode
-    longer than a chunk is written piece by piece under one episode id (Minari appends to
-    an existing id), so memory stays bounded whatever the episode lengths.
+    The dataset is created through Minari (``create_dataset_from_buffers`` with no episodes:
+    its metadata, namespace and directory), then every episode goes straight into its HDF5
+    file (``_EpisodeFile``), piece by piece for a long one, so memory stays bounded whatever
+    the episode lengths. Minari's counts in ``metadata.json`` follow at most every
+    ``FLUSH_INTERVAL_S`` seconds, and at ``finalize``.
     """
 
     def __init__(
@@ -137,11 +368,12 @@ class MinariSink:
         vecenv_metadata: Mapping[str, Any],
         minari_metadata: Mapping[str, Any],
         open_episodes: str | None,
+        storage: str = "hdf5",
     ) -> None:
-        minari = import_minari()
+        minari = import_minari(storage)
         unknown = sorted(set(minari_metadata) - set(_METADATA_KEYS))
         if unknown:
-            raise ValueError(f"minari_metadata: expected keys among {list(_METADATA_KEYS)}, got {unknown}")
+            raise InvalidArgumentError(f"minari_metadata: expected keys among {list(_METADATA_KEYS)}, got {unknown}")
         self.observation_space, self.action_space = observation_space, action_space
         self.vecenv_metadata = dict(vecenv_metadata)
         self.open_episodes = open_episodes
@@ -164,68 +396,49 @@ class MinariSink:
                 env=env,
                 observation_space=observation_space,
                 action_space=action_space,
-                data_format="hdf5",
+                data_format=storage,
                 jpeg_encoding=False,
                 **options,
             )
         self._minari = minari
         self.storage = dataset.storage
+        data = self.storage.data_path
+        self._file: _EpisodeFile | _ArrowEpisodes = (
+            _EpisodeFile(data / _HDF5_FILE, observation_space, action_space)
+            if storage == "hdf5"
+            else _ArrowEpisodes(data, observation_space, action_space)
+        )
         self.transitions = 0
         self.episodes = 0
         self.truncated_episodes = 0  # open episodes kept with their last step marked truncated
         self.dropped_episodes = 0
         self.dropped_transitions = 0
-        self._pending: list[Any] = []
-        self._pending_rows = 0
-        self._chunk_rows = chunk_rows(
-            sum(
-                np.dtype(leaf.dtype).itemsize * int(np.prod(shape_of(leaf)))
-                for _, leaf in named_leaves(observation_space) + named_leaves(action_space)
-            )
-            + 10
-        )
+        self._last_flush = time.monotonic()
 
     def episode(self, pieces: Iterator[list[np.ndarray]], summary: EpisodeSummary, truncate_last: bool) -> None:
         """Write one episode given as pieces of columns (dataset field order), the last
         piece's final ``next_observations`` row becoming Minari's final observation."""
-        from minari.data_collector import EpisodeBuffer
+        k, a = self._obs, self._act
 
-        index = self.episodes
-        multi = False
-        for number, (piece, last) in enumerate(with_last(pieces)):
-            k, a = self._obs, self._act
-            observations = [np.array(leaf) for leaf in piece[:k]]
-            if last:
-                observations = [
-                    np.concatenate([leaf, final[-1:]]) for leaf, final in zip(observations, piece[k : 2 * k])
-                ]
-            truncations = np.array(piece[2 * k + a + 2])
-            if last and truncate_last:
-                truncations[-1] = True
-            buffer = EpisodeBuffer(
-                id=index,
-                seed=summary.seed if number == 0 else None,
-                observations=build_tree(self.observation_space, iter(observations)),
-                actions=build_tree(self.action_space, iter([np.array(leaf) for leaf in piece[2 * k : 2 * k + a]])),
-                rewards=np.array(piece[2 * k + a]),
-                terminations=np.array(piece[2 * k + a + 1]),
-                truncations=truncations,
-            )
-            count = len(buffer.rewards)
-            self.transitions += count
-            if last and number == 0 and count < self._chunk_rows:
-                self._pending.append(buffer)
-                self._pending_rows += count
-                if self._pending_rows >= self._chunk_rows:
-                    self._flush()
-            else:
-                multi = True
-                self._flush()
-                self.storage.update_episodes([buffer])
-        if multi:  # each piece set the episode's total_steps to its own length
-            self.storage.update_episode_metadata([{"total_steps": summary.length}], [index])
+        def minari_pieces() -> Iterator[tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]]:
+            for piece, last in with_last(pieces):
+                observations = piece[:k]
+                if last:
+                    observations = [
+                        np.concatenate([leaf, final[-1:]]) for leaf, final in zip(observations, piece[k : 2 * k])
+                    ]
+                truncations = piece[2 * k + a + 2]
+                if last and truncate_last:
+                    truncations = np.array(truncations)
+                    truncations[-1] = True
+                yield observations, piece[2 * k : 2 * k + a], [piece[2 * k + a], piece[2 * k + a + 1], truncations]
+
+        self._file.write(self.episodes, summary.seed, summary.length, minari_pieces())
+        self.transitions += summary.length
         self.episodes += 1
         self.truncated_episodes += bool(truncate_last)
+        if time.monotonic() - self._last_flush >= FLUSH_INTERVAL_S:
+            self._flush()
 
     def open_episode(self, pieces: Iterator[list[np.ndarray]], summary: EpisodeSummary) -> None:
         """An episode still open after the last of ``steps=N`` transitions: written with its
@@ -238,14 +451,21 @@ class MinariSink:
             self.dropped_transitions += summary.length
 
     def _flush(self) -> None:
-        if self._pending:
-            self.storage.update_episodes(self._pending)
-            self._pending = []
-            self._pending_rows = 0
+        """Make the file and Minari's counts agree with the episodes written so far (the size in
+        MB as Minari's ``get_size`` gives it, from the bytes written: finalize walks the files)."""
+        self._file.flush()
+        size = self._file.bytes_written() + (self.storage.data_path / "metadata.json").stat().st_size
+        self.storage.update_metadata(
+            {"total_steps": self.transitions, "total_episodes": self.episodes, "dataset_size": round(size / 1e6, 1)}
+        )
+        self._last_flush = time.monotonic()
 
     def finalize(self, complete: bool) -> Any:
-        """Write what is pending and the ``vecenv`` metadata entry; return the dataset."""
-        self._flush()
+        """Close the file, write the counts and the ``vecenv`` metadata entry; return the dataset."""
+        self._file.close()
+        self.storage.update_metadata(
+            {"total_steps": self.transitions, "total_episodes": self.episodes, "dataset_size": self.storage.get_size()}
+        )
         keep = (
             "env_id",
             "env_kwargs",
@@ -298,6 +518,7 @@ def export_minari(
     open_episodes: str = "truncate",
     env_spec: EnvSpec | None = None,
     minari_metadata: Mapping[str, Any] | None = None,
+    minari_storage: str = "hdf5",
 ) -> Any:
     """Write a vecenv dataset (a ``Dataset`` or its directory) as the Minari dataset ``dataset_id``.
 
@@ -308,6 +529,7 @@ def export_minari(
     ``format="minari"``. ``out`` is the datasets root (default Minari's). The env spec is
     the one recorded at collection, else the registered spec of ``env_id`` with
     ``env_kwargs``, else none (then ``recover_environment`` is unavailable).
+    ``minari_storage``: Minari's storage backend, ``"hdf5"`` (default) or ``"arrow"`` (needs pyarrow).
 
     Memory: one chunk of rows plus an index of 16 bytes per transition.
 
@@ -316,8 +538,8 @@ def export_minari(
     ``overwrite`` is false.
     """
     if open_episodes not in OPEN_EPISODES:
-        raise ValueError(f"open_episodes: expected one of {list(OPEN_EPISODES)}, got {open_episodes!r}")
-    target = minari_target(dataset_id, out, overwrite)
+        raise InvalidArgumentError(f"open_episodes: expected one of {list(OPEN_EPISODES)}, got {open_episodes!r}")
+    target = minari_target(dataset_id, out, overwrite, storage=minari_storage)
     if not isinstance(dataset, Dataset):
         dataset = load(dataset)
     metadata = dataset.metadata
@@ -326,7 +548,15 @@ def export_minari(
     spec = env_spec if env_spec is not None else _env_spec(metadata)
     source = {**metadata, "source": str(dataset.path)}
     sink = MinariSink(
-        dataset_id, target, observation_space, action_space, spec, source, dict(minari_metadata or {}), open_episodes
+        dataset_id,
+        target,
+        observation_space,
+        action_space,
+        spec,
+        source,
+        dict(minari_metadata or {}),
+        open_episodes,
+        minari_storage,
     )
     episodes = _StoredEpisodes(dataset)
     try:

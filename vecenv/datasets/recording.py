@@ -12,6 +12,7 @@ chunk left, so the records do not depend on how the steps were cut into chunks.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -196,32 +197,70 @@ class _Collector:
         return sink.transitions == self.spec.steps
 
     def write_episodes(self, chunk: Chunk, marks: Marks, stager: EpisodeStager) -> bool:
-        """Whole episodes: each step's real rows are staged, and the episodes they end are written."""
+        """Whole episodes: the episodes the chunk ends go to the sink in the order they end
+        (step, then env index), each as its staged rows plus its rows in this chunk; what is
+        left of each env's rows is staged. Per env and per episode, never per step.
+
+        Which rows count is decided first, as one step at a time would: with ``steps=N`` the
+        real rows up to the N-th (the last step's lowest env indices first); with
+        ``episodes=N`` the rows up to the step where the N-th episode ends, the episodes ending
+        there after the N-th (higher env indices) left open.
+        """
         spec, sink = self.spec, self.sink
-        for t in range(chunk.num_steps):
-            self.episode_ids = marks.episode_ids[t]
-            rows = np.flatnonzero(marks.valid[t])
-            if spec.steps is not None:  # the last step may record only the lowest env indices
-                rows = rows[: spec.steps - self.taken]
-                self.taken += len(rows)
-                self.bar.update(len(rows))
-            self.episode_return[rows] += chunk.rewards[t, rows]
-            self.episode_length[rows] += 1
-            stager.add(self.columns(chunk, marks, t), rows)
-            for index in rows[marks.done[t, rows]].tolist():
-                self.hand_over(stager, index, finished=True)
-                if spec.episodes is not None:
-                    self.bar.update(1)
-                    if sink.episodes == spec.episodes:
-                        break
-            finished = sink.episodes == spec.episodes if spec.episodes is not None else self.taken == spec.steps
-            if finished:
-                for open_env in [i for i in range(spec.num_envs) if stager.length(i)]:  # by env index
-                    self.hand_over(stager, open_env, finished=False)
-                return True
-            self.episode_return[marks.done[t]] = 0.0
-            self.episode_length[marks.done[t]] = 0
-        return False
+        recorded = marks.valid.copy()
+        if spec.steps is not None:
+            taken_before = np.cumsum(recorded.ravel()).reshape(recorded.shape)
+            recorded &= taken_before <= spec.steps - self.taken
+        end_steps, end_envs = np.nonzero(recorded & marks.done)  # in the order episodes end
+        last_step = chunk.num_steps - 1
+        finished = False
+        if spec.episodes is not None and len(end_steps) >= spec.episodes - sink.episodes:
+            room = spec.episodes - sink.episodes
+            last_step = int(end_steps[room - 1])
+            end_steps, end_envs = end_steps[:room], end_envs[:room]
+            recorded[last_step + 1 :] = False
+            finished = True
+        if spec.steps is not None:
+            count = int(recorded.sum())
+            self.taken += count
+            self.bar.update(count)
+            finished = self.taken == spec.steps
+        begin = np.zeros(spec.num_envs, dtype=np.int64)  # each env's first step not yet written
+        for step, env in zip(end_steps.tolist(), end_envs.tolist()):
+            steps = begin[env] + np.flatnonzero(recorded[begin[env] : step + 1, env])
+            begin[env] = step + 1
+            self.hand_over_ending(chunk, marks, stager, env, steps, int(marks.episode_ids[step, env]))
+            if spec.episodes is not None:
+                self.bar.update(1)
+        for env in range(spec.num_envs):  # the rest of each env's rows wait for their episode's end
+            steps = begin[env] + np.flatnonzero(recorded[begin[env] : last_step + 1, env])
+            if len(steps):
+                stager.extend(env, self.columns(chunk, marks, (steps, env)))
+                self.episode_return[env] = _running_sum(self.episode_return[env], chunk.rewards[steps, env])
+                self.episode_length[env] += len(steps)
+        self.episode_ids = marks.episode_ids[last_step]
+        if finished:
+            for open_env in [i for i in range(spec.num_envs) if stager.length(i)]:  # by env index
+                self.hand_over(stager, open_env, finished=False)
+        return finished
+
+    def hand_over_ending(
+        self, chunk: Chunk, marks: Marks, stager: EpisodeStager, env: int, steps: np.ndarray, episode_id: int
+    ) -> None:
+        """Give the sink ``env``'s episode that ends at the last of ``steps``: its staged rows
+        then the chunk's rows at ``steps``."""
+        length = int(self.episode_length[env]) + len(steps)
+        episode_return = _running_sum(self.episode_return[env], chunk.rewards[steps, env])
+        summary = EpisodeSummary(episode_return, length, episode_id, self.seed_of(episode_id))
+
+        def pieces() -> Iterator[list[np.ndarray]]:
+            yield from stager.pieces(env)
+            yield self.columns(chunk, marks, (steps, env))
+
+        self.sink.episode(pieces(), summary, truncate_last=False)
+        stager.discard(env)
+        self.episode_return[env] = 0.0
+        self.episode_length[env] = 0
 
     def hand_over(self, stager: EpisodeStager, env: int, finished: bool) -> None:
         """Give ``env``'s staged episode to the sink: a finished one to ``episode``, one still
@@ -243,3 +282,11 @@ class _Collector:
                 f"episodes={self.shown_episodes}" if self.spec.steps is not None else f"transitions={sink.transitions}",
                 refresh=False,
             )
+
+
+def _running_sum(start: float, values: np.ndarray) -> float:
+    """``start`` plus ``values`` one at a time, in order (so a return is the same float however
+    the episode's steps were cut into chunks)."""
+    if not len(values):
+        return float(start)
+    return float(np.cumsum(np.concatenate(([start], values)))[-1])

@@ -27,6 +27,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from vecenv.datasets.action_checks import ActionChecker
 from vecenv.datasets.format import Leaf
+from vecenv.errors import InvalidStateError
 from vecenv.policies import PolicyContext, RandomActions, RandomPolicy, WorkerPolicy
 from vecenv.spaces import leaf_values
 
@@ -129,7 +130,7 @@ class StepSource:
         if self.mode is not AutoresetMode.SAME_STEP or not ended.any():
             return next_columns
         if "final_obs" not in infos:
-            raise RuntimeError("SAME_STEP autoreset: an episode ended but infos has no 'final_obs'")
+            raise InvalidStateError("SAME_STEP autoreset: an episode ended but infos has no 'final_obs'")
         recorded = [column.copy() for column in next_columns]
         for index in np.flatnonzero(ended):
             for column, value in zip(recorded, leaf_values(self.space, infos["final_obs"][index])):

@@ -43,16 +43,18 @@ class EpisodeStager:
         #: Bytes of rows held in memory: fixed here, whatever the episodes do.
         self.buffered_bytes = sum(block.nbytes for block in self._blocks)
 
-    def add(self, columns: Sequence[np.ndarray], envs: np.ndarray) -> None:
-        """Append row ``env`` of every column to env ``env``'s open episode, for each of ``envs``."""
-        if not len(envs):
-            return
-        at = self.filled[envs]
-        for block, column in zip(self._blocks, columns):
-            block[envs, at] = column[envs]
-        self.filled[envs] += 1
-        for env in envs[self.filled[envs] == self.block_rows]:
-            self._spill(int(env))
+    def extend(self, env: int, columns: Sequence[np.ndarray]) -> None:
+        """Append all rows of ``columns`` (one array per field) to env ``env``'s open episode."""
+        count, at = len(columns[0]), 0
+        while at < count:
+            filled = int(self.filled[env])
+            take = min(self.block_rows - filled, count - at)
+            for block, column in zip(self._blocks, columns):
+                block[env, filled : filled + take] = column[at : at + take]
+            self.filled[env] = filled + take
+            at += take
+            if self.filled[env] == self.block_rows:
+                self._spill(env)
 
     def length(self, env: int) -> int:
         """Rows of ``env``'s open episode."""
@@ -61,7 +63,7 @@ class EpisodeStager:
     def pieces(self, env: int) -> Iterator[list[np.ndarray]]:
         """The rows of ``env``'s open episode, in order, as non-empty lists of columns.
 
-        The last piece is a view of the memory block: use it before calling ``add`` again.
+        The last piece is a view of the memory block: use it before calling ``extend`` again.
         """
         for offset in self._spilled[env]:
             yield [self._read(file, field, offset) for file, field in zip(self._files or [], self.fields)]

@@ -18,7 +18,7 @@ from typing import IO, Any
 import gymnasium
 import numpy as np
 
-from vecenv.datasets.errors import KEYWORDS, DatasetWriteError, OptionNames
+from vecenv.datasets.errors import KEYWORDS, DatasetWriteError, OptionNames, OutputExistsError
 from vecenv.datasets.format import METADATA_FILE, Leaf
 
 # Rows are buffered in memory up to this many bytes (all fields together) per chunk.
@@ -219,14 +219,10 @@ def now() -> str:
 
 
 def versions() -> dict[str, str | None]:
-    import importlib.metadata  # it imports zipfile: loaded when a dataset is written, not at import
-
-    try:
-        vecenv_version: str | None = importlib.metadata.version("vecenv")
-    except importlib.metadata.PackageNotFoundError:
-        vecenv_version = getattr(sys.modules.get("vecenv"), "__version__", None)
+    """The versions a dataset records. vecenv's is its ``__version__``, which the package
+    metadata is built from (``importlib.metadata`` would scan every installed distribution)."""
     return {
-        "vecenv": vecenv_version,
+        "vecenv": getattr(sys.modules.get("vecenv"), "__version__", None),
         "gymnasium": gymnasium.__version__,
         "numpy": np.__version__,
         "python": platform.python_version(),
@@ -239,11 +235,11 @@ def check_out(out: Path, overwrite: bool, names: OptionNames = KEYWORDS) -> None
     if not out.exists():
         return
     if not out.is_dir():
-        raise FileExistsError(f"out: expected a directory path, got {str(out)!r}, which is an existing file")
+        raise OutputExistsError(f"out: expected a directory path, got {str(out)!r}, which is an existing file")
     if not overwrite:
-        raise FileExistsError(f"output directory {str(out)!r} already exists (pass {names.overwrite} to replace it)")
+        raise OutputExistsError(f"output directory {str(out)!r} already exists (pass {names.overwrite} to replace it)")
     if any(out.iterdir()) and not (out / METADATA_FILE).is_file():
-        raise FileExistsError(
+        raise OutputExistsError(
             f"refusing to overwrite {str(out)!r}: it is not empty and has no {METADATA_FILE}, "
             "so it is not a rollout dataset"
         )

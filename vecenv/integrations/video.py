@@ -43,7 +43,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
 
 from vecenv.checks import check_env_ids
-from vecenv.errors import describe
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, MissingDependencyError, describe
 
 __all__ = ["RecordVideo", "VideoWriter", "every", "capped_cubic", "imageio_writer"]
 
@@ -63,7 +63,7 @@ WriterFactory = Callable[[str, float], VideoWriter]
 def every(k: int) -> Callable[[int], bool]:
     """An ``episode_trigger`` that records episodes ``0, k, 2k, ...`` (CleanRL's "every K episodes")."""
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"`k` must be a positive int, got {describe(k)}")
+        raise InvalidArgumentError(f"`k` must be a positive int, got {describe(k)}")
     return lambda episode: episode % k == 0
 
 
@@ -129,7 +129,7 @@ def _check_imageio() -> None:
         import imageio.v2  # noqa: F401
         import imageio_ffmpeg  # noqa: F401
     except ImportError as exc:
-        raise ImportError(
+        raise MissingDependencyError(
             f"vecenv.video.RecordVideo writes mp4 files with imageio and ffmpeg: pip install 'vecenv[video]' "
             f"(import failed: {exc})"
         ) from exc
@@ -186,12 +186,12 @@ class RecordVideo(VectorWrapper):
     ) -> None:
         super().__init__(env)
         if env.render_mode != "rgb_array":
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"RecordVideo needs a vector env with render_mode='rgb_array' (each frame an image), "
                 f"got render_mode={env.render_mode!r}"
             )
         if episode_trigger is not None and not callable(episode_trigger):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"`episode_trigger` must be a callable (episode -> bool) or None, got {describe(episode_trigger)}"
             )
         if writer is None:
@@ -273,7 +273,9 @@ class RecordVideo(VectorWrapper):
             return
         for i, frame in zip(ids, self._render(ids)):
             if not isinstance(frame, np.ndarray):
-                raise TypeError(f"RecordVideo: env {i}'s render() must return an image array, got {describe(frame)}")
+                raise ArgumentTypeError(
+                    f"RecordVideo: env {i}'s render() must return an image array, got {describe(frame)}"
+                )
             self._open[i][1].append(frame)
 
     def _finish(self, i: int) -> None:

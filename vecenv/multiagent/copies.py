@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from gymnasium import Space
 
+from vecenv.errors import InvalidArgumentError
 from vecenv.multiagent.errors import AgentSpaceMismatchError
 from vecenv.wire.protocol import Hello
 from vecenv.worker.builders import call_each
@@ -87,7 +88,9 @@ def agent_spaces(env: Any) -> tuple[tuple[str, ...], Space, Space]:
     """
     agents = tuple(env.possible_agents)
     if not agents:
-        raise ValueError(f"the parallel env {env} has no `possible_agents`; a vector env needs one agent or more")
+        raise InvalidArgumentError(
+            f"the parallel env {env} has no `possible_agents`; a vector env needs one agent or more"
+        )
     first = agents[0]
     obs_space, act_space = env.observation_space(first), env.action_space(first)
     for agent in agents[1:]:
@@ -123,7 +126,7 @@ class AgentCopies(abc.ABC):
     def __init__(self, envs: Sequence[Any], first: int = 0) -> None:
         self.envs = list(envs)
         if not self.envs:
-            raise ValueError("a multi-agent env group is empty; each needs one copy or more")
+            raise InvalidArgumentError("a multi-agent env group is empty; each needs one copy or more")
         self.agents, self.observation_space, self.action_space = agent_spaces(self.envs[0])
         for c, env in enumerate(self.envs[1:], start=first + 1):
             agents, obs_space, act_space = agent_spaces(env)

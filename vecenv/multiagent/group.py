@@ -22,6 +22,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space, create_empty_array, iterate
 
+from vecenv.errors import InvalidArgumentError
 from vecenv.multiagent.copies import (
     COPY_CALL,
     COPY_INFO_KEY,
@@ -137,7 +138,7 @@ class CopyGroup:
             return [
                 flag for flags in self._each_copy(lambda c: self._is_wrapped(c, request.argument)) for flag in flags
             ]
-        raise ValueError(f"unknown copy operation {request.op!r}")
+        raise InvalidArgumentError(f"unknown copy operation {request.op!r}")
 
     def _is_wrapped(self, c: int, wrapper_class: type) -> list[bool]:
         return [False] * self.num_agents

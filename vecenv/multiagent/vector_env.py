@@ -34,7 +34,7 @@ from vecenv.checks import (
     check_reset_mask,
     seed_list,
 )
-from vecenv.errors import NeedsResetError, describe
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, NeedsResetError, describe
 from vecenv.multiagent.copies import COPY_CALL, INACTIVE_KEY, CopyCall, CopyOp, per_row
 from vecenv.multiagent.errors import AgentSpaceMismatchError
 from vecenv.multiagent.group import ParallelCopiesFn
@@ -51,7 +51,9 @@ def split_copies(env_fns: Sequence[Callable[[], Any]], k: int, autoreset_mode: A
 def open_rows(groups: Sequence[Callable[[], Any]], backend: str, inline: bool, kwargs: dict[str, Any]) -> Any:
     """The engine's vector env over the rows of ``groups`` (one group per worker)."""
     if "observation_mode" in kwargs:
-        raise TypeError("`observation_mode` does not apply: every agent of every copy shares one observation space")
+        raise ArgumentTypeError(
+            "`observation_mode` does not apply: every agent of every copy shares one observation space"
+        )
     cls = vector_class(backend)
     if backend == "process":
         kwargs = {**kwargs, "inline_group": inline}
@@ -179,17 +181,17 @@ class MultiAgentVectorEnv(VectorEnv):
 
     def _check_copies(self, copies: Any) -> list[int]:
         if isinstance(copies, (str, bytes)) or not isinstance(copies, Iterable):
-            raise TypeError(f"`copies` must be a sequence of copy indices or None, got {describe(copies)}")
+            raise ArgumentTypeError(f"`copies` must be a sequence of copy indices or None, got {describe(copies)}")
         chosen = []
         for c in copies:
             try:
                 i = operator.index(c)
             except TypeError:
-                raise TypeError(f"`copies` must hold int copy indices, got {describe(c)}") from None
+                raise ArgumentTypeError(f"`copies` must hold int copy indices, got {describe(c)}") from None
             if not 0 <= i < self.num_copies:
-                raise ValueError(f"`copies` must lie in [0, {self.num_copies}), got {i}")
+                raise InvalidArgumentError(f"`copies` must lie in [0, {self.num_copies}), got {i}")
             if i in chosen:
-                raise ValueError(f"`copies` must not repeat a copy, got copy {i} twice")
+                raise InvalidArgumentError(f"`copies` must not repeat a copy, got copy {i} twice")
             chosen.append(i)
         return chosen
 
@@ -247,7 +249,7 @@ class MultiAgentVectorEnv(VectorEnv):
     ) -> None:
         """Reset every copy and put them all in flight; :meth:`recv` returns them as groups finish."""
         if self.autoreset_mode is AutoresetMode.DISABLED:
-            raise ValueError("async_reset/recv/send need autoreset_mode NEXT_STEP or SAME_STEP, got DISABLED")
+            raise InvalidArgumentError("async_reset/recv/send need autoreset_mode NEXT_STEP or SAME_STEP, got DISABLED")
         self.rows.async_reset(self._row_seeds(seed), check_options(options))
 
     def recv(
@@ -283,7 +285,7 @@ class MultiAgentVectorEnv(VectorEnv):
         if not isinstance(values, (list, tuple)):
             values = [values] * self.num_copies
         if len(values) != self.num_copies:
-            raise ValueError(f"`values` must hold one value per copy ({self.num_copies}), got {len(values)}")
+            raise InvalidArgumentError(f"`values` must hold one value per copy ({self.num_copies}), got {len(values)}")
         self.rows.set_attr(name, per_row(values, self.num_agents))
 
     def render(self, copies: Iterable[int] | None = None) -> tuple[Any, ...]:
@@ -299,6 +301,17 @@ class MultiAgentVectorEnv(VectorEnv):
     def num_workers(self) -> int:
         """Worker processes (or actors), one group of copies each."""
         return int(self.rows.num_workers)
+
+    @property
+    def worker_pids(self) -> list[int | None]:
+        """The process id of each worker (or actor), in worker order; ``None`` for a group this
+        process hosts. As the engine's ``GroupVectorEnv.worker_pids``."""
+        return list(self.rows.worker_pids)
+
+    @property
+    def restart_count(self) -> int:
+        """How many workers ``on_worker_death="restart"`` has replaced so far (0 without it)."""
+        return int(self.rows.restart_count)
 
     def close(self, **kwargs: Any) -> None:
         """Close every copy and release the workers (idempotent); ``kwargs`` as the engine's
@@ -338,14 +351,14 @@ def make_parallel(
     """
     constructor = getattr(env, "parallel_env", env)
     if not callable(constructor):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"`env` must be a PettingZoo env module (with `parallel_env`) or a callable returning a "
             f"ParallelEnv, got {describe(env)}"
         )
     if isinstance(num_copies, bool) or not isinstance(num_copies, int) or num_copies < 1:
-        raise ValueError(f"`num_copies` must be a positive int, got {describe(num_copies)}")
+        raise InvalidArgumentError(f"`num_copies` must be a positive int, got {describe(num_copies)}")
     if env_kwargs is not None and not isinstance(env_kwargs, dict):
-        raise TypeError(f"`env_kwargs` must be a dict or None, got {describe(env_kwargs)}")
+        raise ArgumentTypeError(f"`env_kwargs` must be a dict or None, got {describe(env_kwargs)}")
     env_fn = _Constructor(constructor, dict(env_kwargs or {}))
     return MultiAgentVectorEnv([env_fn] * num_copies, num_workers, **kwargs)
 

@@ -16,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import batch_space, iterate
 
-from vecenv.errors import describe
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
 from vecenv.parent.records import WorkerRecord
 from vecenv.spaces import is_array_batch, is_fixed, to_batch, tree_assign, tree_leaves, tree_map, tree_slice
 from vecenv.wire.buffers import Buffers
@@ -45,7 +45,7 @@ class ActionPlacer:
         offsets = list(itertools.accumulate((w.size for w in workers), initial=0))
         if not self.fixed:
             if actions is None or isinstance(actions, (str, bytes)):
-                raise TypeError(f"`actions` must be a batch of {n} actions, got {describe(actions)}")
+                raise ArgumentTypeError(f"`actions` must be a batch of {n} actions, got {describe(actions)}")
             return self._items(actions, n, order, offsets)
         buffers = self.buffers
         batch = to_batch(self.space, actions, n, "actions")
@@ -84,7 +84,7 @@ class ActionPlacer:
         """One action object per env, sliced per worker (sent through the pipes)."""
         items = list(iterate(batch_space(self.space, n), actions))
         if len(items) != n:
-            raise ValueError(f"`actions` must hold {n} actions (one per env), got {len(items)}")
+            raise InvalidArgumentError(f"`actions` must hold {n} actions (one per env), got {len(items)}")
         if order is not None:
             items = [items[k] for k in order]
         return [items[a:b] for a, b in itertools.pairwise(offsets)]

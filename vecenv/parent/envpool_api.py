@@ -24,6 +24,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from vecenv.checks import check_env_ids, check_options, check_timeout
+from vecenv.errors import InvalidArgumentError
 from vecenv.parent.action_rows import ActionPlacer
 from vecenv.parent.calls import CallRunner
 from vecenv.parent.records import WorkerRecord, WorkerStatus
@@ -68,10 +69,10 @@ class AsyncBatches:
         if calls.waiting not in (State.DEFAULT, State.WAITING_RECV):
             raise already_pending("async_reset", calls.waiting)
         if self.autoreset_mode is AutoresetMode.DISABLED:
-            raise ValueError("async_reset/recv/send need autoreset_mode NEXT_STEP or SAME_STEP, got DISABLED")
+            raise InvalidArgumentError("async_reset/recv/send need autoreset_mode NEXT_STEP or SAME_STEP, got DISABLED")
         options = check_options(options)
         if options is not None and "reset_mask" in options:
-            raise ValueError("`options['reset_mask']` is not supported by `async_reset`: it resets every env")
+            raise InvalidArgumentError("`options['reset_mask']` is not supported by `async_reset`: it resets every env")
         seeds = self.seeds.expand(seed, self.num_envs)
         # Every check has passed: only now drop what is in flight.
         self.seeds.remember(seeds, None)
@@ -139,12 +140,14 @@ class AsyncBatches:
         ids = check_env_ids(env_ids, self.num_envs)
         busy = [int(i) for i in ids if pool.workers[self._owner[i]].status is not WorkerStatus.IDLE]
         if busy:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"`env_ids` must be envs returned by `recv` and not sent since, got envs {busy} "
                 "that are still in flight"
             )
         workers = [pool.workers[i] for i in np.unique(self._owner[ids])]
         missing = sorted(set(i for w in workers for i in w.envs) - set(ids.tolist()))
         if missing:
-            raise ValueError(f"`env_ids` must cover whole groups (one group per worker), envs {missing} are missing")
+            raise InvalidArgumentError(
+                f"`env_ids` must cover whole groups (one group per worker), envs {missing} are missing"
+            )
         self.runner.send(workers, Command.STEP, self.actions.payloads(actions, workers, ids), "send", None)

@@ -16,7 +16,7 @@ import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
-from vecenv.errors import SpaceMismatchError
+from vecenv.errors import InvalidArgumentError, SpaceMismatchError
 from vecenv.wire.protocol import Hello, SpaceMismatch
 
 __all__ = ["VectorSpaces", "configure"]
@@ -52,7 +52,7 @@ def configure(
     start = 0
     for index, hello in enumerate(hellos):
         if hello.native_autoreset is not None and AutoresetMode(hello.native_autoreset) is not autoreset_mode:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"worker {index} hosts a native vector env with autoreset mode "
                 f"{AutoresetMode(hello.native_autoreset)}, but `autoreset_mode` is {autoreset_mode}; "
                 "they must match"

@@ -34,7 +34,7 @@ from gymnasium import Space
 from gymnasium.vector import AutoresetMode
 
 from vecenv.checks import check_num_steps, check_timeout
-from vecenv.errors import PolicyOutputError, WorkerDiedError
+from vecenv.errors import InvalidArgumentError, PolicyOutputError, WorkerDiedError
 from vecenv.parent.call_lock import CallLock, serialised
 from vecenv.parent.calls import CallRunner
 from vecenv.parent.records import WorkerRecord
@@ -216,7 +216,9 @@ class Rollouts:
         """New weights for the policy of the last rollout, sent with the next one."""
         self.calls.check_open("update_policy_weights")
         if self._policy is None:
-            raise ValueError("`update_policy_weights` needs a policy: call `rollout(num_steps, policy)` first")
+            raise InvalidArgumentError(
+                "`update_policy_weights` needs a policy: call `rollout(num_steps, policy)` first"
+            )
         self._weights = self._policy.weights() if weights is None else weights
         self._version += 1
 
@@ -253,7 +255,9 @@ class Rollouts:
     def _check_recurrent(self, call: str) -> None:
         self.calls.check_open(call)
         if self._policy is None or not self._outputs.recurrent:
-            raise ValueError(f"`{call}` needs a recurrent policy (one with initial_state): pass it to `rollout` first")
+            raise InvalidArgumentError(
+                f"`{call}` needs a recurrent policy (one with initial_state): pass it to `rollout` first"
+            )
 
     def set_state(self, state: Any) -> None:
         """Every env's state for the next rollout (``None``: the policy's initial state)."""
@@ -338,14 +342,14 @@ class Rollouts:
         if self.autoreset_mode is AutoresetMode.DISABLED:
             calls.check_none_ended("rollout_async")
             if self.native_groups:
-                raise ValueError(
+                raise InvalidArgumentError(
                     "`rollout` under autoreset_mode=DISABLED leaves ended envs unstepped, which a native "
                     "VectorEnv group cannot do: use NEXT_STEP or SAME_STEP"
                 )
         t = check_num_steps(num_steps)
         for name, space in (("observation", self.observation_space), ("action", self.action_space)):
             if not is_fixed(space):
-                raise ValueError(
+                raise InvalidArgumentError(
                     f"`rollout` needs fixed-shape spaces (Box, Discrete, ...); the {name} space is {space}"
                 )
         self._adopt(policy)

@@ -46,7 +46,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from vecenv.checks import check_batch_size, check_env_ids, check_options, check_reset_mask, check_timeout
-from vecenv.errors import describe
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
 from vecenv.options import VectorOptions
 from vecenv.parent.action_rows import ActionPlacer
 from vecenv.parent.call_lock import CallLock, serialised
@@ -307,7 +307,7 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
         """Start calling method ``name`` (or reading attribute ``name``) on every env."""
         self._calls.check_can_start("call_async")
         if not isinstance(name, str):
-            raise TypeError(f"`name` must be a str, got {describe(name)}")
+            raise ArgumentTypeError(f"`name` must be a str, got {describe(name)}")
         workers = self._pool.workers
         payloads = [CallArgs(name, args, kwargs)] * len(workers)
         self._runner.send(workers, Command.CALL, payloads, "call_async", State.WAITING_CALL)
@@ -344,7 +344,7 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
         if not isinstance(values, (list, tuple)):
             values = [values for _ in range(self.num_envs)]
         if len(values) != self.num_envs:
-            raise ValueError(
+            raise InvalidArgumentError(
                 "Values must be a list or tuple with length equal to the number of environments. "
                 f"Got `{len(values)}` values for {self.num_envs} environments."
             )
@@ -370,6 +370,21 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
     def num_workers(self) -> int:
         """The number of workers (one env group each)."""
         return len(self._pool.workers)
+
+    @property
+    def worker_pids(self) -> list[int | None]:
+        """The process id of each worker, in worker order (worker ``w`` hosts a contiguous range
+        of envs). ``None`` for a group the parent hosts itself (``num_workers=0`` or
+        ``inline_group=True``: it runs in this process) and for a worker not started. A worker
+        restarted by ``on_worker_death="restart"`` has a new id; on Ray, an id on the actor's node.
+        For monitoring (CPU, memory per worker) and for tests that end a worker on purpose."""
+        return list(self._pool.transport.pids)
+
+    @property
+    def restart_count(self) -> int:
+        """How many workers ``on_worker_death="restart"`` has replaced since the vector env was
+        built (always 0 without it). Each restart is also reported by the call that saw it."""
+        return self._pool.restarts
 
     # Per env, as SyncVectorEnv's (Gymnasium's base class types them as single values).
     @property

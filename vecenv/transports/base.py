@@ -92,6 +92,12 @@ class Transport(abc.ABC):
         to attach a restarted worker (a process forked later would inherit them)."""
         return None
 
+    @property
+    def pids(self) -> list[int | None]:
+        """Each worker's process id, in worker order; ``None`` for a worker that is not a process
+        of its own or not started. A transport without processes to name returns ``[]``."""
+        return []
+
     def relaunch(self, worker: int) -> None:
         """Replace a dead worker by a new one built from the same group builder; its Hello is
         owed as call id 0. Transports that cannot do this leave the pool broken instead."""

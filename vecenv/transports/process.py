@@ -159,6 +159,7 @@ class ProcessTransport(Transport):
         # Indexed by worker; None until the worker is started.
         self.processes: list[BaseProcess | None] = []
         self.conns: list[Connection | None] = []
+        self._pids: list[int | None] = []  # kept after stop(), when a closed process has none
         self._causes: dict[int, str] = {}
         self._group_bytes: list[bytes] = []
         self._cpus: list[int] = []
@@ -188,6 +189,7 @@ class ProcessTransport(Transport):
         self._group_bytes = [cloudpickle.dumps(group_fn) for group_fn in group_fns]
         self.processes = [None] * workers
         self.conns = [None] * workers
+        self._pids = [None] * workers
         self._owed, self._in_word = [0] * workers, [None] * workers
         self._pipe_sent, self._replies_seen = [0] * workers, [0] * workers
         if fastpath.SUPPORTED and workers:
@@ -254,6 +256,7 @@ class ProcessTransport(Transport):
                 # which would turn off check_context's threaded-parent rule for later vector envs.
                 multiprocessing.set_start_method(None, force=True)
         self.processes[index] = process
+        self._pids[index] = process.pid
 
     def relaunch(self, worker: int) -> None:
         old, conn = self._process(worker), self._conn(worker)
@@ -594,5 +597,5 @@ class ProcessTransport(Transport):
 
     @property
     def pids(self) -> list[int | None]:
-        """Each worker's process id."""
-        return [None if p is None else p.pid for p in self.processes]
+        """Each worker's process id (``None`` before it is started), also after :meth:`stop`."""
+        return list(self._pids)

@@ -23,7 +23,7 @@ from gymnasium import Space
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
 
-from vecenv.errors import PackedException
+from vecenv.errors import InvalidArgumentError, PackedException
 from vecenv.spaces import tree_copy
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import (
@@ -121,7 +121,7 @@ class WorkerCore:
             )
         envs = list(built)
         if not envs:
-            raise ValueError(f"the env group of worker {self.index} is empty; each needs one env or more")
+            raise InvalidArgumentError(f"the env group of worker {self.index} is empty; each needs one env or more")
         self.envs = envs
         mismatch, spaces = _check_group(envs, self.options.observation_mode)
         first = envs[0]

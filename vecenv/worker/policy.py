@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from gymnasium import Space
 
+from vecenv.errors import ArgumentTypeError
 from vecenv.policy_outputs import PolicyOutputs, probe
 
 __all__ = ["PolicyContext", "PolicyRunner", "WorkerPolicy", "policy_seed"]
@@ -74,17 +75,17 @@ class PolicyRunner(abc.ABC):
     def initial_state(self, num_envs: int) -> Any:
         """A recurrent runner's fresh state for ``num_envs`` envs: a tree of arrays (or
         tensors) whose leading dimension is ``num_envs``."""
-        raise TypeError(f"{type(self).__name__} keeps no state")
+        raise ArgumentTypeError(f"{type(self).__name__} keeps no state")
 
     def act_with_state(self, observations: Any, state: Any, active: np.ndarray | None) -> tuple[Any, Any, Any]:
         """A recurrent runner's ``(actions, extras or None, new state)`` for the observation
         rows and every env's state (the rows of envs ``active`` leaves out are kept as they
         were by the worker, whatever is returned for them)."""
-        raise TypeError(f"{type(self).__name__} keeps no state")
+        raise ArgumentTypeError(f"{type(self).__name__} keeps no state")
 
     def load_weights(self, weights: Any) -> None:
         """Replace the weights with ``weights`` (what :meth:`WorkerPolicy.weights` returns)."""
-        raise TypeError(f"{type(self).__name__} has no weights to load")
+        raise ArgumentTypeError(f"{type(self).__name__} has no weights to load")
 
 
 class WorkerPolicy(abc.ABC):
@@ -100,7 +101,7 @@ class WorkerPolicy(abc.ABC):
     def weights(self) -> Any:
         """The current weights of the original, to send to every copy. Raises ``TypeError``
         for policies without weights."""
-        raise TypeError(f"policy {self.name} has no weights: pass a new policy to `rollout` instead")
+        raise ArgumentTypeError(f"policy {self.name} has no weights: pass a new policy to `rollout` instead")
 
     def outputs(self, context: PolicyContext, observations: Any) -> PolicyOutputs:
         """What the policy gives beyond actions (extras' layout, whether it is recurrent),

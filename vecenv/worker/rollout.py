@@ -38,7 +38,7 @@ from typing import Any, Protocol
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from vecenv.errors import PolicyOutputError
+from vecenv.errors import InvalidStateError, PolicyOutputError
 from vecenv.policy_outputs import (
     as_state,
     check_state,
@@ -163,16 +163,16 @@ class GroupRollouts:
         block = self.block
         if args.num_steps > 0:
             if block is None:
-                raise RuntimeError("a rollout came before its rollout block (ROLLOUT_BLOCK)")
+                raise InvalidStateError("a rollout came before its rollout block (ROLLOUT_BLOCK)")
             if args.num_steps > block.spec.num_steps:
-                raise RuntimeError(f"a rollout of {args.num_steps} steps in a block of {block.spec.num_steps}")
+                raise InvalidStateError(f"a rollout of {args.num_steps} steps in a block of {block.spec.num_steps}")
         # Building the policy or loading its weights fails "in the policy, at the first step".
         self.failure = RolloutFailure(args.first_step, args.num_steps, True)
         if args.policy is not None:
             self._install(args.policy)
         policy = self.policy
         if policy is None:
-            raise RuntimeError("a rollout came before its policy")
+            raise InvalidStateError("a rollout came before its policy")
         if args.weights is not None:
             policy.load_weights(args.weights)
         if args.fresh_state:

@@ -66,10 +66,15 @@ def limit_threads(n: int | None) -> None:
     """
     if n is None:
         return
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"`n` (threads per worker) must be a positive int or None, got {type(n).__name__} {n!r}")
-    if n < 1:
-        raise ValueError(f"`n` (threads per worker) must be a positive int or None, got {n}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        # Imported only to refuse: this module imports nothing else of vecenv (see the module doc).
+        from vecenv.errors import ArgumentTypeError, InvalidArgumentError
+
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise ArgumentTypeError(
+                f"`n` (threads per worker) must be a positive int or None, got {type(n).__name__} {n!r}"
+            )
+        raise InvalidArgumentError(f"`n` (threads per worker) must be a positive int or None, got {n}")
     user_set = {name for name in _all_vars() if os.environ.get(name, "").strip()}
     for name in THREAD_ENV_VARS:
         if name not in user_set:

@@ -18,7 +18,7 @@ import ray
 from gymnasium.vector import AutoresetMode
 
 from vecenv.checks import check_batch_size, check_env_fns, check_group_fns, check_num_workers
-from vecenv.errors import describe
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
 from vecenv.integrations.ray.transport import DEFAULT_ACTOR_OPTIONS, RAY_USE, RayTransport
 from vecenv.options import DEFAULTS, VectorOptions
 from vecenv.parent.groups import split_groups
@@ -31,15 +31,19 @@ def _check_actor_options(actor_options: Any) -> dict[str, Any]:
     if actor_options is None:
         return {}
     if not isinstance(actor_options, Mapping):
-        raise TypeError(f"`actor_options` must be a dict of Ray actor options or None, got {describe(actor_options)}")
+        raise ArgumentTypeError(
+            f"`actor_options` must be a dict of Ray actor options or None, got {describe(actor_options)}"
+        )
     bad = sorted(k for k in actor_options if not isinstance(k, str))
     if bad:
-        raise TypeError(f"`actor_options` keys must be str (Ray option names), got {describe(bad)}")
+        raise ArgumentTypeError(f"`actor_options` keys must be str (Ray option names), got {describe(bad)}")
     if "name" in actor_options:
-        raise ValueError("`actor_options` cannot hold 'name': every group is its own actor, and names are unique")
+        raise InvalidArgumentError(
+            "`actor_options` cannot hold 'name': every group is its own actor, and names are unique"
+        )
     resources = actor_options.get("resources")
     if resources is not None and not isinstance(resources, Mapping):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"`actor_options['resources']` must be a dict of resource name to amount, got {describe(resources)}"
         )
     amounts = {key: actor_options.get(key) for key in _RESOURCE_OPTIONS} | {
@@ -47,7 +51,7 @@ def _check_actor_options(actor_options: Any) -> dict[str, Any]:
     }
     for key, amount in amounts.items():
         if amount is not None and (isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount < 0):
-            raise TypeError(f"`actor_options` {key} must be a non-negative number, got {describe(amount)}")
+            raise ArgumentTypeError(f"`actor_options` {key} must be a non-negative number, got {describe(amount)}")
     return dict(actor_options)
 
 
@@ -64,7 +68,7 @@ def _resources_per_actor(options: Mapping[str, Any]) -> dict[str, float]:
 
 def _check_address(address: Any) -> str | None:
     if address is not None and (not isinstance(address, str) or not address):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"`address` must be a Ray address (str, e.g. '10.0.0.1:6379' or 'auto') or None, got {describe(address)}"
         )
     return address
@@ -134,7 +138,7 @@ class RayVectorEnv(GroupVectorEnv):
     ) -> None:
         fns = check_env_fns(env_fns)
         if num_workers == "auto":
-            raise ValueError(
+            raise InvalidArgumentError(
                 "`num_workers` of RayVectorEnv must be None (one actor per CPU of the cluster) or an int, "
                 "got 'auto' (which chooses between this process and local workers: SubprocVectorEnv only)"
             )
@@ -222,7 +226,7 @@ def _fit_cluster(need: Mapping[str, float], max_workers: int, num_workers: int |
         num_workers = max(1, min([max_workers, *fits]))
     for resource, amount in need.items():
         if amount * num_workers > total.get(resource, 0.0):
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"{num_workers} actors of {amount:g} {resource} each need {amount * num_workers:g} {resource}, "
                 f"but the Ray cluster has {total.get(resource, 0.0):g}: they could not all start. Use "
                 "fewer workers, ask less per actor (actor_options), or add nodes"

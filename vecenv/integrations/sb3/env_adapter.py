@@ -21,6 +21,8 @@ from typing import Any
 
 import gymnasium as gym
 
+from vecenv.errors import InvalidArgumentError
+
 __all__ = ["INFO_KEY", "DISPATCH", "InfoBox", "SB3EnvAdapter", "AdapterFn"]
 
 #: The info key under which an :class:`InfoBox` travels (the adapter's infos have no other key).
@@ -124,7 +126,7 @@ class SB3EnvAdapter(gym.Wrapper):
             options = payload[0][self.sb3_index]
             self._staged_options = deepcopy(options) if options else None
             return None
-        raise ValueError(f"unknown SB3 adapter operation {op!r}")
+        raise InvalidArgumentError(f"unknown SB3 adapter operation {op!r}")
 
 
 def is_wrapped(env: gym.Env, wrapper_class: type) -> bool:

@@ -31,6 +31,8 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array
 
+from vecenv.errors import MissingDependencyError
+
 try:
     from stable_baselines3.common.vec_env.base_vec_env import (
         VecEnv,
@@ -39,10 +41,12 @@ try:
         VecEnvStepReturn,
     )
 except ImportError as exc:  # SB3 itself, or torch which it imports, is missing
-    raise ImportError(f"vecenv.sb3 needs Stable-Baselines3: pip install 'vecenv[sb3]' (import failed: {exc})") from exc
+    raise MissingDependencyError(
+        f"vecenv.sb3 needs Stable-Baselines3: pip install 'vecenv[sb3]' (import failed: {exc})"
+    ) from exc
 
 from vecenv.checks import check_seed_policy
-from vecenv.errors import describe
+from vecenv.errors import ArgumentTypeError, EnvIndexError, InvalidArgumentError, describe
 from vecenv.integrations.sb3.env_adapter import DISPATCH, INFO_KEY, AdapterFn, InfoBox
 from vecenv.machine import guard_main
 from vecenv.options import DEFAULTS
@@ -118,7 +122,7 @@ class SubprocVecEnv(VecEnv):
         seed_policy: str = DEFAULTS.seed_policy,
     ) -> None:
         if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Iterable):
-            raise TypeError(f"`env_fns` must be a list of env constructors, got {type(env_fns).__name__}")
+            raise ArgumentTypeError(f"`env_fns` must be a list of env constructors, got {type(env_fns).__name__}")
         env_fns = list(env_fns)
         self.waiting = False
         self.closed = False
@@ -151,7 +155,7 @@ class SubprocVecEnv(VecEnv):
 
             self.vector_env = RayVectorEnv(adapted, num_workers, address=address, actor_options=actor_options, **shared)
         else:
-            raise ValueError(f"`backend` must be 'process' or 'ray', got {describe(backend)}")
+            raise InvalidArgumentError(f"`backend` must be 'process' or 'ray', got {describe(backend)}")
         try:
             super().__init__(
                 len(env_fns), self.vector_env.single_observation_space, self.vector_env.single_action_space
@@ -183,7 +187,7 @@ class SubprocVecEnv(VecEnv):
         Both are used once, then forgotten, as in SB3. ``reset_infos`` holds each env's reset info.
         """
         if len(self._seeds) != self.num_envs or len(self._options) != self.num_envs:
-            raise ValueError(
+            raise InvalidArgumentError(
                 f"seeds and options must hold one entry per env ({self.num_envs}), "
                 f"got {len(self._seeds)} seeds and {len(self._options)} options"
             )
@@ -209,7 +213,9 @@ class SubprocVecEnv(VecEnv):
         if isinstance(self.action_space, (spaces.Dict, spaces.Tuple)) and not isinstance(actions, dict):
             items = list(actions)
             if len(items) != self.num_envs:
-                raise ValueError(f"`actions` must hold one action per env ({self.num_envs}), got {len(items)}")
+                raise InvalidArgumentError(
+                    f"`actions` must hold one action per env ({self.num_envs}), got {len(items)}"
+                )
             batch: Any = create_empty_array(self.action_space, self.num_envs)
             self.vector_env.step_async(concatenate(self.action_space, items, batch))
         else:
@@ -278,9 +284,9 @@ class SubprocVecEnv(VecEnv):
         try:
             i = operator.index(index)
         except TypeError:
-            raise TypeError(f"env indices must be ints, got {type(index).__name__}") from None
+            raise ArgumentTypeError(f"env indices must be ints, got {type(index).__name__}") from None
         if not -self.num_envs <= i < self.num_envs:
-            raise IndexError(f"env index {i} is out of range for {self.num_envs} envs")
+            raise EnvIndexError(f"env index {i} is out of range for {self.num_envs} envs")
         return i % self.num_envs
 
     def env_method(
@@ -335,7 +341,7 @@ def _only_for(backend: str, **given: Any) -> None:
     """Refuse the arguments of the other backend, naming them and what was given."""
     for name, value in given.items():
         if value is not None:
-            raise ValueError(f"`{name}` is for backend={backend!r} only, got {name}={describe(value)}")
+            raise InvalidArgumentError(f"`{name}` is for backend={backend!r} only, got {name}={describe(value)}")
 
 
 def _restarted(infos: dict[str, Any], n: int) -> np.ndarray:

@@ -36,7 +36,7 @@ from gymnasium.vector import VectorEnv
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
 from vecenv.checks import seed_list
-from vecenv.errors import describe
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
 from vecenv.integrations.supersuit.markov import ROW_INFO_KEY, MarkovCopies, MarkovCopiesFn
 from vecenv.multiagent.copies import COPY_CALL, CopyCall, CopyOp, RowInfo, per_row
 from vecenv.parent.groups import contiguous_bounds
@@ -86,7 +86,7 @@ class ParallelVecEnv(VectorEnv):
 
     def __init__(self, par_env: Any, black_death: bool = False) -> None:
         if not (hasattr(par_env, "possible_agents") and callable(getattr(par_env, "observation_space", None))):
-            raise TypeError(
+            raise ArgumentTypeError(
                 "pettingzoo_env_to_vec_env_v1 takes a PettingZoo ParallelEnv (e.g. pistonball_v6.parallel_env(), or "
                 f"pettingzoo.utils.conversions.aec_to_parallel(env)), got {describe(par_env)}"
             )
@@ -240,18 +240,18 @@ def concat_vec_envs_v1(
             ``vecenv.SubprocVectorEnv``'s).
     """
     if base_class not in BASE_CLASSES:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"`base_class` must be one of {', '.join(map(repr, BASE_CLASSES))}, got {describe(base_class)}"
         )
     for name, value, low in (("num_vec_envs", num_vec_envs, 1), ("num_cpus", num_cpus, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"`{name}` must be an int >= {low}, got {describe(value)}")
+            raise InvalidArgumentError(f"`{name}` must be an int >= {low}, got {describe(value)}")
     if isinstance(vec_env, gym.Env):
         env, black_death = vec_env, False
     elif hasattr(vec_env, "par_env"):  # this module's ParallelVecEnv, or SuperSuit's MarkovVectorEnv
         env, black_death = vec_env.par_env, bool(getattr(vec_env, "black_death", False))
     else:
-        raise TypeError(
+        raise ArgumentTypeError(
             f"`vec_env` must be what pettingzoo_env_to_vec_env_v1 returned or a gymnasium.Env, got {describe(vec_env)}"
         )
     venv = ConcatVecEnv(env, num_vec_envs, num_cpus, black_death, context)

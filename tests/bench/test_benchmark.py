@@ -1,0 +1,319 @@
+"""The mechanics of ``vecenv-bench`` (``python -m vecenv.bench``): a tiny run of every suite (few
+steps, small sizes) that checks its rows exist and its ratios are finite and positive; the
+fresh-process runner, the options and the help. Speed is what the suites measure, not what these
+tests check."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from vecenv.bench import child, cli, step
+from vecenv.bench.envs import ATARI_MISSING, BurnEnv, FrameEnv, atari_missing, burn, make_atari
+from vecenv.bench.plan import plan
+from vecenv.bench.procfs import tree_pss_kib
+from vecenv.bench.runners import RUNNERS
+
+ROOT = Path(__file__).resolve().parents[2]
+ATARI_DEPS = ("ale_py", "cv2")
+
+
+def bench(tmp_path: Path, suite: str, *args: str, timeout: float = 100) -> tuple[dict, str, str]:
+    """``python -m vecenv.bench --suite SUITE --quick ARGS --out TMP``: its JSON, markdown and stdout."""
+    out = tmp_path / "bench"
+    cmd = [sys.executable, "-m", "vecenv.bench", "--suite", suite, "--quick", *args, "--out", str(out)]
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env={**os.environ, "MPLBACKEND": "Agg"}
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    md = (out / f"{suite}.md").read_text()
+    assert md.strip() in proc.stdout
+    data = json.loads((out / f"{suite}.json").read_text())
+    assert data["meta"]["command"].startswith(f"vecenv-bench --suite {suite} --quick")
+    assert f"# vecenv benchmark: {suite}" in md and data["meta"]["date"] in md
+    return data, md, proc.stdout
+
+
+def positive(x: float | None) -> bool:
+    return x is not None and math.isfinite(x) and x > 0
+
+
+# -- the step suite -----------------------------------------------------------------------------
+
+
+def test_benchmark_envs_pass_gymnasium_checks():
+    check_env(BurnEnv(100, tail_prob=0.1), skip_render_check=True)
+    check_env(FrameEnv(100), skip_render_check=True)
+    assert burn(10) == 45
+
+
+def test_heavy_tail_comes_from_the_env_seed():
+    def costs(seed):
+        env = BurnEnv(1, tail_prob=0.5, tail_factor=10)
+        env.reset(seed=seed)
+        return [env.step(0)[0][2] for _ in range(20)]
+
+    assert costs(3) == costs(3)
+    assert set(costs(3)) == {1.0, 10.0}
+
+
+def test_tree_pss_counts_this_process():
+    pss = tree_pss_kib()
+    assert pss is None or pss > 1000
+
+
+def test_step_suite_writes_markdown_json_and_chart(tmp_path):
+    data, md, _ = bench(
+        tmp_path,
+        "step",
+        "--workloads",
+        "cartpole",
+        "--sizes",
+        "4",
+        "--runners",
+        "single,sync,vecenv-1w,envpool",
+        "--seconds",
+        "0.2",
+    )
+    assert "| cartpole | 4 | vecenv-1w |" in md
+    cells = {c["runner"]: c for c in data["cells"]}
+    assert {"single", "sync", "vecenv-1w"} <= set(cells)
+    assert "envpool" in cells or any(n.startswith("envpool: not importable") for n in data["notes"])
+    for c in cells.values():
+        s = c["summary"]
+        assert s is not None and s["rate_median"] > 0 and s["startup_s_median"] >= 0
+        assert np.isfinite(s["rate_min"]) and s["rate_min"] <= s["rate_median"] <= s["rate_max"]
+        assert c["reps"][0]["process_wall_s"] > 0 and c["reps"][0]["process_cpu_s"] > 0  # the whole process
+    assert cells["sync"]["summary"]["ratio_to_baseline"] == 1.0
+    assert positive(cells["vecenv-1w"]["summary"]["ratio_to_baseline"])
+    assert positive(cells["vecenv-1w"]["summary"]["ideal_fraction"])
+    if cells["vecenv-1w"]["summary"]["pss_mib_median"] is not None:  # /proc available
+        assert cells["vecenv-1w"]["reps"][0]["processes"] >= 2
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert any(n.startswith("chart: matplotlib not installed") for n in data["notes"])
+    else:
+        assert (tmp_path / "bench" / "step.png").stat().st_size > 0
+
+
+def test_plan_keeps_zero_workers_and_auto_at_every_size():
+    cells, _ = plan(["cartpole"], [1, 2], ["vecenv-0w", "vecenv-2w", "vecenv-auto"], quick=True)
+    assert sorted((c["n"], c["runner"]) for c in cells) == [
+        (1, "vecenv-0w"),
+        (1, "vecenv-auto"),
+        (2, "vecenv-0w"),
+        (2, "vecenv-2w"),
+        (2, "vecenv-auto"),
+    ]  # vecenv-2w needs N >= 2; 0w and auto (which picks at most N) fit every N
+    assert RUNNERS["vecenv-0w"].fixed_workers() == 0 and RUNNERS["vecenv-auto"].workers == "auto"
+    with pytest.raises(ValueError, match="chooses its worker count"):
+        RUNNERS["vecenv-auto"].fixed_workers()
+    args = step.resolve(cli.parse_args([]))
+    assert args.suite == "step" and {"vecenv-0w", "vecenv-auto"} <= set(args.runners)
+    assert not set(step.OPT_IN_RUNNERS) & set(args.runners)  # Ray rows only when named
+
+
+@pytest.mark.timeout(90)
+def test_zero_workers_and_auto_run_and_idle_workers_use_no_cpu(tmp_path):
+    data, md, _ = bench(
+        tmp_path, "step", "--workloads", "cartpole", "--sizes", "2", "--runners", "vecenv-0w,vecenv-2w,vecenv-auto"
+    )
+    cells = {c["runner"]: c for c in data["cells"]}
+    assert set(cells) == {"vecenv-0w", "vecenv-2w", "vecenv-auto"}
+    for c in cells.values():
+        s, rep = c["summary"], c["reps"][0]
+        assert s is not None and s["rate_median"] > 0
+        assert rep["obs_shape"] == [2, 4] and rep["obs_dtype"] == "float32"
+        idle = s["idle_cpu_cores_median"]
+        assert idle is not None and math.isfinite(idle) and idle >= 0
+        assert rep["idle_wall_s"] >= 0.45 and rep["idle_cpu_s"] >= 0
+    assert cells["vecenv-0w"]["reps"][0]["processes"] == 1  # every env in the measuring process
+    assert cells["vecenv-2w"]["reps"][0]["processes"] == 3
+    assert cells["vecenv-2w"]["summary"]["idle_cpu_cores_median"] < 0.5  # workers block, they do not spin
+    chosen = cells["vecenv-auto"]["reps"][0]["workers_chosen"]
+    assert chosen in (0, 2) and cells["vecenv-auto"]["summary"]["workers_chosen"] == [chosen]
+    assert cells["vecenv-auto"]["reps"][0]["processes"] == 1 + chosen
+    assert cells["vecenv-auto"]["reps"][0]["workers_chosen_reason"]
+    assert f"| cartpole | 2 | vecenv-auto ({chosen}w) |" in md and "| cartpole | 2 | vecenv-0w |" in md
+    assert "idle CPU (cores) |" in md
+
+
+def test_atari_is_planned_only_when_importable(monkeypatch):
+    installed = all(importlib.util.find_spec(m) is not None for m in ATARI_DEPS)
+    assert (atari_missing() is None) == installed
+    assert "atari" in cli.parse_args([]).workloads  # filtered by plan(), with a note
+    runners = ["single", "vecenv-2w"]
+    if installed:
+        cells, notes = plan(["cartpole", "atari"], [2], runners, quick=True)
+        assert {(c["workload"], c["runner"]) for c in cells if c["workload"] == "atari"} == {
+            ("atari", "single"),
+            ("atari", "vecenv-2w"),
+        }
+        assert ATARI_MISSING not in notes
+    monkeypatch.setitem(sys.modules, "cv2", None)  # import cv2 now raises ImportError
+    assert atari_missing() == ATARI_MISSING
+    cells, notes = plan(["cartpole", "atari"], [2], runners, quick=True)
+    assert cells and all(c["workload"] == "cartpole" for c in cells)
+    assert notes == [ATARI_MISSING]
+    assert "opencv-python-headless" in notes[0] and "ale-py" in notes[0]
+
+
+@pytest.mark.timeout(60)
+def test_atari_envs_build_in_a_spawned_worker():
+    for m in ATARI_DEPS:
+        pytest.importorskip(m)
+    import vecenv
+
+    envs = vecenv.SubprocVectorEnv([make_atari], 1, context="spawn")  # a fresh interpreter builds it
+    try:
+        obs, _ = envs.reset(seed=0)
+        assert obs.shape == (1, 4, 84, 84) and obs.dtype == np.uint8
+        obs, *_ = envs.step(np.array([1]))
+        assert obs.shape == (1, 4, 84, 84)
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_atari_workload_runs(tmp_path):
+    for m in ATARI_DEPS:
+        pytest.importorskip(m)
+    data, md, _ = bench(
+        tmp_path, "step", "--workloads", "atari", "--sizes", "2", "--runners", "single,vecenv-2w", "--seconds", "0.1"
+    )
+    cells = {c["runner"]: c for c in data["cells"]}
+    assert set(cells) == {"single", "vecenv-2w"} and ATARI_MISSING not in data["notes"]
+    assert cells["single"]["reps"][0]["obs_shape"] == [4, 84, 84]
+    assert cells["vecenv-2w"]["reps"][0]["obs_shape"] == [2, 4, 84, 84]
+    for c in cells.values():
+        assert c["reps"][0]["obs_dtype"] == "uint8" and c["summary"]["rate_median"] > 0
+    assert "| atari | 2 | vecenv-2w |" in md
+
+
+# -- the other suites ---------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_rollouts_suite_rows_and_ratios(tmp_path):
+    args = ["--rows", "process,parent,native", "--num-envs", "4", "--native-envs", "8", "--rollout-steps", "4"]
+    data, md, _ = bench(tmp_path, "rollouts", *args, "--seconds", "0.1")
+    backends = {s["row"]: s for s in data["summary"]["backends"]}
+    assert set(backends) == {"process", "parent"}
+    for s in backends.values():
+        assert positive(s["rollout_median"]) and positive(s["step_median"])
+        assert positive(s["rollout_x_step"]) and positive(s["rollout_x_process_step"])
+        assert s["idle_cpu_cores"] is None or s["idle_cpu_cores"] >= 0
+    assert backends["process"]["processes"] == 3 and backends["parent"]["processes"] == 1
+    assert backends["process"]["rollout_x_process_step"] == pytest.approx(backends["process"]["rollout_x_step"])
+    native = data["summary"]["native"]
+    assert [s["label"] for s in native] == [
+        "make_vec(8), precomputed actions",
+        "make_vec(8), action_space.sample()",
+        "2 workers × make_vec(4): step",
+        "2 workers × make_vec(4): rollout(4)",
+    ]
+    assert native[0]["x_make_vec"] == 1.0 and all(positive(s["x_make_vec"]) for s in native)
+    assert "## Rollouts against steps (CartPole, N=4, T=4, env-steps/s)" in md and "| every env in the parent" in md
+    assert not data["summary"]["exact"] and not data["notes"]
+
+
+def test_rollouts_exact_row_compares_batches():
+    pytest.importorskip("torch")
+    from vecenv.bench.rollouts import measure_row
+
+    rows = measure_row({"row": "exact", "rows": 128})["rows"]
+    assert {r["batch"] for r in rows} == {1, 2, 3, 4, 5, 8, 64} and {r["mlp"] for r in rows} == {
+        "4x64x64x2",
+        "84x256x256x18",
+    }
+    for r in rows:
+        assert (
+            r["whole_batch"] == 128
+            and 0 <= r["rows_differing"] <= 1
+            and r["argmax_flips"] >= 0
+            and r["max_abs_diff"] >= 0
+        )
+        assert (r["rows_differing"] == 0) == (r["max_abs_diff"] == 0)
+
+
+@pytest.mark.timeout(120)
+def test_collection_suite_rows_and_ratios(tmp_path):
+    data, md, _ = bench(tmp_path, "collection", "--rows", "plain,collect-8,collect-8-step", "--steps", "2000")
+    rows = {s["row"]: s for s in data["summary"]}
+    assert set(rows) == {"plain", "collect-8", "collect-8-step"}
+    assert rows["plain"]["x_plain"] == 1.0 and rows["plain"]["x_plain_per_cpu_s"] == 1.0
+    assert rows["plain"]["transitions"] == rows["collect-8"]["transitions"] == 2000
+    assert rows["collect-8-step"]["transitions"] == 1000  # a quarter of --steps, at least 1,000
+    for s in rows.values():
+        assert positive(s["rate_median"]) and positive(s["x_plain"]) and positive(s["x_plain_per_cpu_s"])
+    assert "| `vecenv-collect` defaults (8 envs, rollouts) | 2,000 |" in md
+
+
+def test_collection_suite_needs_the_plain_row():
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--suite", "collection", "--rows", "collect-8"])
+    assert e.value.code == 2
+
+
+@pytest.mark.timeout(120)
+def test_multiagent_suite_rows_and_ratios(tmp_path):
+    for m in ("pettingzoo", "supersuit", "mpe2", "pymunk"):
+        pytest.importorskip(m)
+    args = ["--workloads", "simple_spread", "--runners", "supersuit-0,vecenv-2w,ceiling", "--kaz-steps", "40"]
+    data, md, _ = bench(tmp_path, "multiagent", *args, "--copies", "2", "--seconds", "0.3")
+    rows = {s["runner"]: s for s in data["summary"]["simple_spread"]}
+    assert set(rows) == {"supersuit-0", "vecenv-2w", "ceiling"}
+    assert rows["supersuit-0"]["x_baseline"] == 1.0 and rows["ceiling"]["x_ceiling"] == 1.0
+    for s in rows.values():
+        assert positive(s["rate_median"]) and positive(s["x_baseline"]) and positive(s["x_ceiling"])
+        assert s["cpu_x_baseline"] is None or math.isfinite(s["cpu_x_baseline"])  # None: no clock tick counted
+    kaz = data["kaz_deaths"]
+    assert kaz["agent_steps"] >= 40 and kaz["agents_left_early"] >= 0 and kaz["rate"] > 0
+    assert "## simple_spread_v3 (MPE2, 3 agents), 2 copies" in md and "## Agent death" in md
+
+
+# -- the runner, the options and the help ---------------------------------------------------------
+
+
+def test_run_child_reports_a_task_it_does_not_know():
+    res = child.run_child({"task": "no-such-task"}, timeout=60)
+    assert "unknown benchmark task 'no-such-task'" in res["error"] and "rollouts" in res["error"]
+
+
+def test_run_process_kills_at_the_limit_and_times_the_process():
+    done = child.run_process([sys.executable, "-c", "import sys; print('out'); sys.exit(3)"], timeout=60)
+    assert (done.returncode, done.stdout.strip(), done.timed_out) == (3, "out", False)
+    assert done.wall_s > 0 and done.cpu_s > 0
+    hung = child.run_process([sys.executable, "-c", "import threading; threading.Event().wait()"], timeout=0.5)
+    assert hung.timed_out and hung.returncode != 0
+
+
+def test_help_lists_every_suite_and_explains_the_chosen_one(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    text = capsys.readouterr().out
+    for name in cli.SUITES:
+        assert f"\n  {name} " in text
+    assert "The step suite (the default)" in text and "--workloads" in text
+    with pytest.raises(SystemExit):
+        cli.main(["--suite", "rollouts", "--help"])
+    text = capsys.readouterr().out
+    assert "The rollouts suite:" in text and "--rollout-steps" in text and "--workloads" not in text
+
+
+def test_import_vecenv_loads_no_bench_cli_or_heavy_module():
+    heavy = "('tqdm', 'ray', 'torch')"
+    code = f"import sys, vecenv; print(sorted(m for m in sys.modules if m.split('.')[0] in {heavy} or 'bench' in m))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

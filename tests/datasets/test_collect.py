@@ -1,0 +1,822 @@
+"""Tests of vecenv.datasets: exact counts, real transitions only, determinism, the dataset
+format, interruption, and the vecenv-collect command line."""
+
+from __future__ import annotations
+
+import functools
+import gc
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import gymnasium
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+import vecenv
+from tests.helpers.envs import ContinuousCounterEnv, CounterEnv, DictCounterEnv, LongEpisodeEnv, constant_policy
+from vecenv import datasets as rollout
+from vecenv.bench import procfs
+from vecenv.datasets import PolicyError, UnsupportedSpaceError, collect, load, main
+
+pytestmark = pytest.mark.timeout(60)
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "collect_rollouts.py"
+MODES = list(AutoresetMode)
+FIELDS = [
+    "observations",
+    "next_observations",
+    "actions",
+    "rewards",
+    "terminations",
+    "truncations",
+    "env_ids",
+    "episode_ids",
+]
+
+
+def counter_envs(num_envs: int, mode: AutoresetMode, env_class: type = CounterEnv, **kwargs: Any) -> SyncVectorEnv:
+    return SyncVectorEnv([lambda: env_class(**kwargs) for _ in range(num_envs)], autoreset_mode=mode)
+
+
+def collect_sync(
+    out: Path, num_envs: int, mode: AutoresetMode, policy: Any = "random", max_length: int = 7, **kwargs: Any
+) -> rollout.Dataset:
+    envs = counter_envs(num_envs, mode, max_length=max_length)
+    try:
+        return collect(envs, policy, out=out, progress=False, **kwargs)
+    finally:
+        envs.close()
+
+
+def npy_bytes(path: Path) -> dict[str, bytes]:
+    """Every .npy file of a dataset, by name, as raw bytes."""
+    return {p.name: p.read_bytes() for p in sorted(path.glob("*.npy"))}
+
+
+def column(dataset: rollout.Dataset, name: str) -> np.ndarray:
+    return np.asarray(dataset[name])
+
+
+def check_real_transitions(dataset: rollout.Dataset) -> None:
+    """Every record of a CounterEnv dataset is a real step: next_obs == obs + 1, the reward is
+    the action, per env the records run 0, 1, ... within an episode, observation 0 (a reset)
+    appears exactly at episode starts, and episode ids change exactly there."""
+    obs, next_obs = column(dataset, "observations")[:, 0], column(dataset, "next_observations")[:, 0]
+    terminations, truncations = column(dataset, "terminations"), column(dataset, "truncations")
+    np.testing.assert_array_equal(next_obs, obs + 1)
+    np.testing.assert_array_equal(column(dataset, "rewards"), column(dataset, "actions").astype(np.float64))
+    assert not (terminations & truncations).any()
+    done = terminations | truncations
+    env_ids, episode_ids = column(dataset, "env_ids"), column(dataset, "episode_ids")
+    for env in np.unique(env_ids):
+        rows = env_ids == env
+        starts = np.r_[True, done[rows][:-1]]
+        np.testing.assert_array_equal(obs[rows] == 0, starts)
+        episodes = episode_ids[rows]
+        np.testing.assert_array_equal(np.r_[True, episodes[1:] != episodes[:-1]], starts)
+        assert np.all(np.diff(episodes) >= 0)
+
+
+# ------------------------------------------------------------------------ counts and order
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
+@pytest.mark.parametrize(("num_envs", "steps"), [(3, 1), (3, 37), (5, 101)])
+def test_steps_writes_exactly_n_in_vector_step_order(
+    tmp_path: Path, mode: AutoresetMode, num_envs: int, steps: int
+) -> None:
+    short = collect_sync(tmp_path / "short", num_envs, mode, steps=steps, seed=3)
+    long = collect_sync(tmp_path / "long", num_envs, mode, steps=steps + 2 * num_envs + 1, seed=3)
+    assert short.transitions == steps == short.metadata["counts"]["transitions"]
+    assert short.complete
+    for name in ["rewards", "terminations", "truncations", "env_ids", "episode_ids"]:
+        assert len(short[name]) == steps
+    # The last vector step contributes the lowest env indices it needs: the short dataset is
+    # exactly the start of a longer one.
+    for name, data in npy_bytes(short.path).items():
+        longer = np.load(long.path / name)
+        np.testing.assert_array_equal(np.load(short.path / name), longer[:steps], err_msg=name)
+        assert len(data) > 0
+    done = column(short, "terminations") | column(short, "truncations")
+    assert short.metadata["counts"]["episodes"] == int(done.sum())
+    check_real_transitions(short)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
+def test_episodes_writes_the_first_n_to_finish_and_nothing_else(tmp_path: Path, mode: AutoresetMode) -> None:
+    episodes = 13
+    dataset = collect_sync(tmp_path / "episodes", 5, mode, episodes=episodes, seed=7)
+    reference = collect_sync(tmp_path / "steps", 5, mode, steps=401, seed=7)
+    done = column(dataset, "terminations") | column(dataset, "truncations")
+    assert int(done.sum()) == episodes == dataset.metadata["counts"]["episodes"]
+    assert done[-1]
+    check_real_transitions(dataset)
+    # Expected: the same run's episodes in completion order (vector step, then env index),
+    # each written whole and contiguously.
+    ref_done = column(reference, "terminations") | column(reference, "truncations")
+    ref_episode_ids = column(reference, "episode_ids")
+    finished = ref_episode_ids[ref_done][:episodes]
+    rows = np.concatenate([np.flatnonzero(ref_episode_ids == e) for e in finished])
+    assert dataset.transitions == len(rows)
+    for name in FIELDS[3:]:
+        np.testing.assert_array_equal(column(dataset, name), column(reference, name)[rows], err_msg=name)
+    np.testing.assert_array_equal(column(dataset, "observations"), column(reference, "observations")[rows])
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
+def test_episodes_finishing_together_are_taken_by_env_index(tmp_path: Path, mode: AutoresetMode) -> None:
+    """One-step episodes: all 5 envs finish at every step, so the 13th episode comes from
+    the middle of a step and only envs 0, 1, 2 of that step may be written."""
+    dataset = collect_sync(tmp_path / "d", 5, mode, episodes=13, max_length=1, seed=0)
+    assert dataset.transitions == 13 == dataset.metadata["counts"]["episodes"]
+    np.testing.assert_array_equal(dataset["env_ids"], [0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2])
+    assert np.all(column(dataset, "terminations") | column(dataset, "truncations"))
+    assert len(np.unique(dataset["episode_ids"])) == 13
+    check_real_transitions(dataset)
+
+
+def test_all_autoreset_modes_record_the_same_per_env_trajectories(tmp_path: Path) -> None:
+    """With a fixed policy the env steps are the same in every mode, so each env's records
+    must be too (the interleaving across envs differs: NEXT_STEP spends a step on resets)."""
+    datasets = [collect_sync(tmp_path / m.name, 3, m, constant_policy, steps=301, seed=1) for m in MODES]
+    for env in range(3):
+        trajectories = []
+        for dataset in datasets:
+            rows = column(dataset, "env_ids") == env
+            trajectories.append(
+                np.stack(
+                    [
+                        column(dataset, "observations")[rows, 0],
+                        column(dataset, "next_observations")[rows, 0],
+                        column(dataset, "rewards")[rows],
+                        column(dataset, "terminations")[rows],
+                    ]
+                )
+            )
+        shortest = min(t.shape[1] for t in trajectories)
+        assert shortest > 50
+        for trajectory in trajectories[1:]:
+            np.testing.assert_array_equal(trajectory[:, :shortest], trajectories[0][:, :shortest])
+        assert np.all(trajectories[0][2] == 2.0)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
+def test_vecenv_records_only_real_transitions(tmp_path: Path, mode: AutoresetMode) -> None:
+    envs = vecenv.make("RolloutCounter-v0", 3, 2, autoreset_mode=mode)
+    try:
+        dataset = collect(envs, steps=501, seed=5, out=tmp_path / "d", progress=False)
+    finally:
+        envs.close()
+    assert dataset.transitions == 501
+    check_real_transitions(dataset)
+    assert (column(dataset, "terminations") | column(dataset, "truncations")).sum() > 50
+    # The engine gives SyncVectorEnv's results, so the datasets are identical.
+    reference = collect_sync(tmp_path / "sync", 3, mode, steps=501, seed=5)
+    assert npy_bytes(dataset.path) == npy_bytes(reference.path)
+
+
+def test_chunked_writing_gives_the_same_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tiny chunks (episodes longer than a chunk go straight to disk) change nothing."""
+    expected_steps = collect_sync(tmp_path / "a", 3, AutoresetMode.SAME_STEP, steps=333, seed=2)
+    expected_episodes = collect_sync(tmp_path / "b", 3, AutoresetMode.SAME_STEP, episodes=41, seed=2)
+    monkeypatch.setattr(rollout.writer, "CHUNK_BYTES", 100)  # 2 rows of CounterEnv per chunk
+    steps = collect_sync(tmp_path / "c", 3, AutoresetMode.SAME_STEP, steps=333, seed=2)
+    episodes = collect_sync(tmp_path / "d", 3, AutoresetMode.SAME_STEP, episodes=41, seed=2)
+    assert npy_bytes(steps.path) == npy_bytes(expected_steps.path)
+    assert npy_bytes(episodes.path) == npy_bytes(expected_episodes.path)
+    assert episodes.metadata["counts"] == expected_episodes.metadata["counts"]
+
+
+# ------------------------------------------------------------------------ dataset format
+
+
+def test_dict_and_tuple_spaces_have_one_file_per_leaf_and_load_nested(tmp_path: Path) -> None:
+    envs = counter_envs(3, AutoresetMode.NEXT_STEP, DictCounterEnv)
+    try:
+        dataset = collect(envs, steps=61, seed=0, out=tmp_path / "d", progress=False)
+    finally:
+        envs.close()
+    leaves = ["t", "parity", "pair.0", "pair.1"]
+    expected = {f"{p}.{leaf}.npy" for p in ("observations", "next_observations") for leaf in leaves}
+    expected |= {"actions.0.npy", "actions.1.npy"} | {f"{name}.npy" for name in FIELDS[3:]}
+    assert {p.name for p in dataset.path.glob("*.npy")} == expected
+    observations = dataset["observations"]
+    assert set(observations) == {"t", "parity", "pair"} and isinstance(observations["pair"], tuple)
+    t = np.asarray(observations["t"])[:, 0].astype(np.int64)
+    assert t.shape == (61,) and isinstance(observations["t"], np.memmap)
+    np.testing.assert_array_equal(observations["parity"], t % 2)
+    np.testing.assert_array_equal(observations["pair"][0], np.stack([t % 2, t // 2 % 2], axis=1))
+    np.testing.assert_array_equal(observations["pair"][1], np.stack([t % 3, t % 4], axis=1))
+    np.testing.assert_array_equal(dataset["next_observations"]["t"][:, 0], t + 1)
+    discrete, box = dataset["actions"]
+    assert box.shape == (61, 2) and box.dtype == np.float32
+    np.testing.assert_array_equal(dataset["rewards"], discrete.astype(np.float64))
+    description = dataset.metadata["observation_space"]["description"]
+    assert description["spaces"]["pair"]["spaces"][1] == {
+        "type": "MultiDiscrete",
+        "shape": [2],
+        "dtype": "int64",
+        "nvec": [3, 4],
+        "start": [0, 0],
+    }
+
+
+def test_metadata_records_the_run(tmp_path: Path) -> None:
+    dataset = collect_sync(
+        tmp_path / "d",
+        3,
+        AutoresetMode.NEXT_STEP,
+        steps=20,
+        seed=4,
+        metadata={"env_id": "RolloutCounter-v0", "command_line": "x --y"},
+    )
+    metadata = json.loads((dataset.path / "metadata.json").read_text())
+    assert metadata == dataset.metadata
+    assert metadata["complete"] is True and metadata["seed"] == 4 and metadata["num_envs"] == 3
+    assert metadata["env_id"] == "RolloutCounter-v0" and metadata["command_line"] == "x --y"
+    assert metadata["policy"] == "random" and metadata["counts"]["transitions"] == 20
+    assert metadata["observation_space"]["str"] == str(CounterEnv().observation_space)
+    assert metadata["action_space"]["description"] == {
+        "type": "Discrete",
+        "shape": [],
+        "dtype": "int64",
+        "n": 3,
+        "start": 0,
+    }
+    assert metadata["versions"]["gymnasium"] == gymnasium.__version__
+    assert metadata["start_time"] <= metadata["end_time"]
+    length = metadata["stats"]["episode_length"]
+    assert 1 <= length["min"] <= length["mean"] <= length["max"] <= 7
+
+
+# ------------------------------------------------------------------------ library errors
+
+
+class TextEnv(gymnasium.Env):
+    observation_space = gymnasium.spaces.Text(5)
+    action_space = gymnasium.spaces.Discrete(2)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"steps": 5, "episodes": 5}, ValueError, r"steps, episodes: expected exactly one.*steps=5, episodes=5"),
+        ({}, ValueError, r"expected exactly one of them, got steps=None, episodes=None"),
+        ({"steps": 0}, ValueError, r"steps: expected a positive int, got 0"),
+        ({"episodes": 2.5}, TypeError, r"episodes: expected a positive int, got 2.5 of type float"),
+        ({"steps": 5, "seed": -1}, ValueError, r"seed: expected a non-negative int, got -1"),
+        ({"steps": 5, "seed": "1"}, TypeError, r"seed: expected a non-negative int, got '1' of type str"),
+        ({"steps": 5, "policy": "greedy"}, ValueError, r"policy: expected 'random' or a callable.*got 'greedy'"),
+        ({"steps": 5, "policy": 3}, TypeError, r"policy: expected 'random' or a callable.*got 3"),
+    ],
+)
+def test_collect_rejects_bad_arguments(tmp_path: Path, kwargs: dict, error: type, match: str) -> None:
+    envs = counter_envs(2, AutoresetMode.NEXT_STEP)
+    with pytest.raises(error, match=match):
+        collect(envs, out=tmp_path / "d", progress=False, **kwargs)
+    assert not (tmp_path / "d").exists()
+
+
+def test_collect_rejects_non_vector_envs_unsupported_spaces_and_existing_out(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match=r"envs: expected a gymnasium.vector.VectorEnv, got CounterEnv"):
+        collect(CounterEnv(), steps=3, out=tmp_path / "a")
+    with pytest.raises(UnsupportedSpaceError, match=r"observations: expected a fixed-shape space .*got Text"):
+        collect(SyncVectorEnv([TextEnv]), steps=3, out=tmp_path / "b")
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "notes.txt").write_text("keep me")
+    with pytest.raises(FileExistsError, match=r"already exists"):
+        collect(counter_envs(2, AutoresetMode.NEXT_STEP), steps=3, out=tmp_path / "c")
+    with pytest.raises(FileExistsError, match=r"not empty and has no metadata.json"):
+        collect(counter_envs(2, AutoresetMode.NEXT_STEP), steps=3, out=tmp_path / "c", overwrite=True)
+    assert (tmp_path / "c" / "notes.txt").read_text() == "keep me"
+
+
+def test_bad_policy_actions_raise_and_leave_an_incomplete_dataset(tmp_path: Path) -> None:
+    calls = []
+
+    def policy(observation: np.ndarray) -> np.ndarray:
+        calls.append(1)
+        return np.array([1, 9 if len(calls) == 4 else 0])
+
+    with pytest.raises(PolicyError, match=r"returned an action outside the action space: env 1 got np.int64\(9\)"):
+        collect_sync(tmp_path / "d", 2, AutoresetMode.SAME_STEP, policy, steps=100)
+    dataset = load(tmp_path / "d")
+    assert not dataset.complete and dataset.transitions == 6
+    assert "test_bad_policy_actions" in dataset.metadata["policy"]
+
+
+# ------------------------------------------------------------------------ actions the vector env accepts
+
+
+def float64_policy(observation: np.ndarray) -> np.ndarray:
+    """Actions for ContinuousCounterEnv as numpy makes them: float64, inside [-1, 1]."""
+    return np.tile(np.array([0.25, -0.5]), (len(observation), 1))
+
+
+@pytest.mark.timeout(60)
+def test_float64_actions_for_a_float32_box_are_accepted_and_recorded_as_float32(tmp_path: Path) -> None:
+    envs = vecenv.make("RolloutContinuous-v0", 3, 2)
+    try:
+        dataset = collect(envs, float64_policy, steps=40, seed=0, out=tmp_path / "d", progress=False)
+    finally:
+        envs.close()
+    assert dataset["actions"].dtype == np.float32
+    np.testing.assert_array_equal(dataset["actions"], np.tile(np.float32([0.25, -0.5]), (40, 1)))
+    np.testing.assert_allclose(dataset["rewards"], -0.25)
+    # Nested: a Tuple action whose Box part comes as float64 and Discrete part as Python ints.
+    envs = counter_envs(2, AutoresetMode.NEXT_STEP, DictCounterEnv)
+    policy = lambda obs: ([1, 2], np.zeros((2, 2)))  # noqa: E731
+    dataset = collect(envs, policy, steps=10, seed=0, out=tmp_path / "n", progress=False)
+    assert dataset["actions"][1].dtype == np.float32 and np.all(np.asarray(dataset["actions"][0])[:2] == [1, 2])
+
+
+@pytest.mark.parametrize(
+    ("action", "match"),
+    [
+        (
+            np.array([[0.5, 2.0], [0.0, 0.0]]),
+            r"outside the action space: env 0 got array\(\[0.5, 2. \], dtype=float32\)",
+        ),
+        (np.array([[0.5, np.nan], [0.0, 0.0]]), r"outside the action space: env 0 got"),
+        (np.zeros((2, 3)), r"does not accept: `actions` must have shape \(2, 2\).*got shape \(2, 3\)"),
+        (np.zeros(2, dtype=np.complex128), r"does not accept: `actions` must have shape|must have a dtype"),
+        ("left", r"does not accept: `actions` must be an array"),
+    ],
+)
+def test_actions_outside_what_the_vector_env_accepts_are_named(tmp_path: Path, action: Any, match: str) -> None:
+    envs = counter_envs(2, AutoresetMode.NEXT_STEP, ContinuousCounterEnv)
+    with pytest.raises(PolicyError, match=match):
+        collect(envs, lambda obs: action, steps=5, out=tmp_path / "d", progress=False)
+
+
+def test_floats_for_a_discrete_space_are_refused_as_the_vector_env_refuses_them(tmp_path: Path) -> None:
+    with pytest.raises(PolicyError, match=r"must have a dtype that casts to int64.*got float64"):
+        collect_sync(tmp_path / "d", 2, AutoresetMode.NEXT_STEP, lambda obs: np.array([1.0, 0.0]), steps=5)
+
+
+# ------------------------------------------------------------------------ bounded memory
+
+
+def long_envs(num_envs: int, length: int) -> SyncVectorEnv:
+    return SyncVectorEnv([lambda: LongEpisodeEnv(length) for _ in range(num_envs)])
+
+
+def peak_traced_bytes(fn: Any) -> int:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_episodes_memory_stays_bounded_when_episodes_do_not_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With episodes=1, every row of every open episode must wait until its episode ends. The
+    rows held in memory must not grow with the episode length (open rows spill to disk in
+    blocks), nor must the traced memory (numpy reports its buffers to tracemalloc); the
+    result is byte-identical to a run whose chunks hold everything."""
+    monkeypatch.setattr(rollout.writer, "CHUNK_BYTES", 4 * 1024)
+    row_bytes = 4 + 4 + 8 + 8 + 1 + 1 + 8 + 8
+    # Only the maxima are kept: a list of every count would itself grow with the episode length
+    # (tens of KiB over 1,600 more steps), inside the traced peak this test bounds.
+    most = {"held": 0, "spilled": 0}
+    original_extend = rollout.staging.EpisodeStager.extend
+
+    def counting_extend(self: Any, env: int, columns: Any) -> None:
+        original_extend(self, env, columns)
+        most["held"] = max(most["held"], int(self.filled.sum()))
+        most["spilled"] = max(most["spilled"], self._spill_rows)
+
+    monkeypatch.setattr(rollout.staging.EpisodeStager, "extend", counting_extend)
+    # Each flush writes metadata.json; the indenting JSON encoder leaves reference cycles that
+    # only the garbage collector frees, at times of its choosing. Collecting the young
+    # generations after each flush keeps that garbage out of the peak this test bounds.
+    original_flush = rollout.writer.DatasetWriter.flush
+
+    def collected_flush(self: Any) -> None:
+        original_flush(self)
+        gc.collect(1)
+
+    monkeypatch.setattr(rollout.writer.DatasetWriter, "flush", collected_flush)
+    # A first run imports and caches what any run needs, so that neither measured peak holds it.
+    collect(long_envs(2, 50), constant_policy, episodes=1, out=tmp_path / "warm-up", progress=False)
+    peaks = {}
+    for length in (400, 2_000):
+        most.update(held=0, spilled=0)
+        out = tmp_path / f"d{length}"
+        peaks[length] = peak_traced_bytes(
+            functools.partial(collect, long_envs(2, length), constant_policy, episodes=1, out=out, progress=False)
+        )
+        dataset = load(out)
+        assert dataset.transitions == length and dataset.metadata["counts"]["episodes"] == 1
+        np.testing.assert_array_equal(np.asarray(dataset["observations"])[:, 0], np.arange(length))
+        assert not (out / ".spill").exists()
+        block_rows = 4 * 1024 // (2 * row_bytes)
+        assert most["held"] <= 2 * block_rows  # rows in memory: one block per env at most
+        assert most["spilled"] >= 2 * (length - block_rows)  # the rest went to disk
+    assert peaks[2_000] < peaks[400] + 2 * 1_600 * row_bytes / 4, peaks  # not the 1,600 extra rows per env
+    monkeypatch.setattr(rollout.writer, "CHUNK_BYTES", 8 * 1024 * 1024)
+    reference = collect(long_envs(2, 2_000), constant_policy, episodes=1, out=tmp_path / "ref", progress=False)
+    assert npy_bytes(reference.path) == npy_bytes(tmp_path / "d2000")
+
+
+# ------------------------------------------------------------------------ command line
+
+
+def cli(*args: str, cwd: Path = REPO, timeout: float = 60) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], cwd=cwd, env=environment, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_no_arguments_collects_10000_cartpole_steps(tmp_path: Path) -> None:
+    result = cli(cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    dataset = load(tmp_path / "rollouts" / "CartPole-v1")
+    assert dataset.complete and dataset.transitions == 10000 and len(dataset["observations"]) == 10000
+    assert dataset.metadata["env_id"] == "CartPole-v1" and dataset.metadata["num_envs"] == 8
+    assert "transitions: 10000" in result.stdout and "steps/s" in result.stdout
+    assert "rollouts/CartPole-v1" in result.stdout
+
+
+def test_cli_is_deterministic_across_worker_counts(tmp_path: Path) -> None:
+    common = [
+        "--env",
+        "CartPole-v1",
+        "--num-envs",
+        "3",
+        "--steps",
+        "777",
+        "--seed",
+        "11",
+        "--quiet",
+        "--autoreset-mode",
+        "same_step",
+    ]
+    assert main([*common, "--num-workers", "1", "--out", str(tmp_path / "one")]) == 0
+    assert main([*common, "--num-workers", "2", "--out", str(tmp_path / "two")]) == 0
+    one, two = npy_bytes(tmp_path / "one"), npy_bytes(tmp_path / "two")
+    assert len(one) == len(FIELDS) and one == two
+    assert load(tmp_path / "two").metadata["num_workers"] == 2
+
+
+# ------------------------------------------------------------------------ rollouts in the workers
+
+
+def _collect_with(envs: Any, out: Path, **kwargs: Any) -> rollout.Dataset:
+    try:
+        return collect(envs, out=out, progress=False, **kwargs)
+    finally:
+        envs.close()
+
+
+def _vecenv_counters(num_envs: int, workers: int | str, mode: AutoresetMode, env_class: type = CounterEnv) -> Any:
+    inline = workers == "inline"
+    return vecenv.SubprocVectorEnv(
+        [env_class] * num_envs, 2 if inline else workers, autoreset_mode=mode, context="fork", inline_group=inline
+    )
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.name)
+@pytest.mark.parametrize("count", [{"steps": 1001}, {"episodes": 90}], ids=["steps", "episodes"])
+@pytest.mark.parametrize("policy", ["random", constant_policy], ids=["random", "module:attr"])
+def test_rollouts_in_the_workers_write_what_stepping_writes(
+    tmp_path: Path, mode: AutoresetMode, count: dict, policy: Any
+) -> None:
+    """SyncVectorEnv (stepped, the policy here) is the reference; vecenv's rollouts, whatever
+    the workers and the rollout length, write the same bytes."""
+    reference = collect_sync(tmp_path / "sync", 5, mode, policy, seed=4, **count)
+    assert reference.metadata["collection"]["method"] == "envs.step"
+    want = npy_bytes(tmp_path / "sync")
+    layouts = [(1, None), (2, 1), (3, 7), ("inline", None), (0, 64), (2, 0)]
+    for workers, steps_per_rollout in layouts:
+        out = tmp_path / f"w{workers}-t{steps_per_rollout}"
+        dataset = _collect_with(
+            _vecenv_counters(5, workers, mode), out, policy=policy, seed=4, rollout_steps=steps_per_rollout, **count
+        )
+        method = "envs.step" if steps_per_rollout == 0 else "rollouts in the workers"
+        assert dataset.metadata["collection"]["method"] == method
+        assert npy_bytes(out) == want, f"num_workers={workers}, rollout_steps={steps_per_rollout}"
+        check_real_transitions(dataset)
+
+
+@pytest.mark.timeout(60)
+def test_rollouts_follow_the_spawn_seed_policy_as_stepping_does(tmp_path: Path) -> None:
+    def envs() -> Any:
+        return vecenv.SubprocVectorEnv([CounterEnv] * 4, 2, context="fork", seed_policy="spawn")
+
+    stepped = _collect_with(envs(), tmp_path / "stepped", steps=700, seed=3, rollout_steps=0)
+    rolled = _collect_with(envs(), tmp_path / "rolled", steps=700, seed=3)
+    assert stepped.metadata["collection"]["method"] == "envs.step"
+    assert rolled.metadata["seed_policy"] == "spawn" and rolled.metadata["collection"]["method"] != "envs.step"
+    assert npy_bytes(tmp_path / "rolled") == npy_bytes(tmp_path / "stepped")
+
+
+@pytest.mark.timeout(120)
+def test_rollouts_write_the_minari_dataset_stepping_writes(tmp_path: Path) -> None:
+    pytest.importorskip("minari")
+    kwargs = {"steps": 500, "seed": 2, "format": "minari"}
+    _collect_with(counter_envs(4, AutoresetMode.NEXT_STEP), tmp_path / "m", dataset_id="counter/sync-v0", **kwargs)
+    envs = _vecenv_counters(4, 2, AutoresetMode.NEXT_STEP)
+    _collect_with(envs, tmp_path / "m", dataset_id="counter/rollouts-v0", **kwargs)
+    import minari
+
+    os.environ["MINARI_DATASETS_PATH"] = str(tmp_path / "m")
+    try:
+        sync, rolled = minari.load_dataset("counter/sync-v0"), minari.load_dataset("counter/rollouts-v0")
+        assert sync.total_steps == rolled.total_steps == 500
+        for a, b in zip(sync.iterate_episodes(), rolled.iterate_episodes(), strict=True):
+            for field in ("observations", "actions", "rewards", "terminations", "truncations"):
+                np.testing.assert_array_equal(getattr(a, field), getattr(b, field))
+    finally:
+        del os.environ["MINARI_DATASETS_PATH"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("fails_at", [1, 2], ids=["first block", "when it grows"])
+def test_a_rollout_block_that_cannot_be_made_falls_back_to_stepping(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fails_at: int
+) -> None:
+    """A file size limit (RLIMIT_FSIZE applies to shared memory too) or no memory for the block:
+    the collection steps instead, from where it was, and writes the same bytes."""
+    from vecenv.wire.rollout_buffers import RolloutBuffers
+
+    made = []
+    original = RolloutBuffers.create
+
+    def create(spec: Any) -> RolloutBuffers:
+        made.append(spec.num_steps)
+        if len(made) == fails_at:
+            raise OSError(27, "File too large")
+        return original(spec)
+
+    monkeypatch.setattr(RolloutBuffers, "create", staticmethod(create))
+    reference = collect_sync(tmp_path / "sync", 4, AutoresetMode.NEXT_STEP, steps=3000, seed=1)
+    dataset = _collect_with(_vecenv_counters(4, 2, AutoresetMode.NEXT_STEP), tmp_path / "v", steps=3000, seed=1)
+    assert npy_bytes(tmp_path / "v") == npy_bytes(reference.path)
+    how = dataset.metadata["collection"]
+    assert how["method"] == "envs.step" and "File too large" in how["fell_back"], how
+    assert len(made) == fails_at
+
+
+@pytest.mark.timeout(60)
+def test_policy_errors_in_the_workers_are_policy_errors(tmp_path: Path) -> None:
+    envs = _vecenv_counters(4, 2, AutoresetMode.NEXT_STEP)
+    with pytest.raises(PolicyError, match=r"returned an action outside the action space: env [0-3] got") as info:
+        _collect_with(envs, tmp_path / "d", policy=_outside_at_3, steps=200)
+    assert "in the worker's policy, at step" in " ".join(info.value.__notes__)
+    assert not load(tmp_path / "d").complete
+
+
+def _outside_at_3(observation: np.ndarray) -> np.ndarray:
+    """Action 2, and 7 (outside Discrete(3)) in an env whose episode reached step 3."""
+    return np.where(observation[:, 0] >= 3, 7, 2).astype(np.int64)
+
+
+def test_checked_policy_names_the_env_by_its_global_index() -> None:
+    from vecenv.datasets.action_checks import CheckedPolicy
+    from vecenv.policies import FunctionPolicy, PolicyContext
+
+    space = gymnasium.spaces.Discrete(3)
+    obs_space = gymnasium.spaces.Box(0, 1, (1,))
+    runner = CheckedPolicy(FunctionPolicy(lambda obs: np.array([2, 7]), "p")).build(
+        PolicyContext(range(2, 4), obs_space, space, [None, None])
+    )
+    with pytest.raises(PolicyError, match=r"policy 'p' returned an action outside the action space: env 3 got"):
+        runner.act(np.zeros((2, 1), np.float32), None)
+    np.testing.assert_array_equal(
+        CheckedPolicy(FunctionPolicy(lambda obs: [1, 2], "q"))
+        .build(PolicyContext(range(2), obs_space, space, [None, None]))
+        .act(np.zeros((2, 1)), None),
+        [1, 2],
+    )
+
+
+def test_cli_policy_module_attr_and_overwrite(tmp_path: Path) -> None:
+    args = [
+        "--env",
+        "tests.helpers.envs:RolloutCounter-v0",
+        "--num-envs",
+        "3",
+        "--num-workers",
+        "2",
+        "--episodes",
+        "9",
+        "--policy",
+        "tests.helpers.envs:constant_policy",
+        "--quiet",
+        "--out",
+        str(tmp_path / "d"),
+    ]
+    assert main(args) == 0
+    assert main([*args, "--overwrite"]) == 0
+    dataset = load(tmp_path / "d")
+    assert (
+        dataset.metadata["counts"]["episodes"] == 9
+        and dataset.metadata["policy"] == "tests.helpers.envs:constant_policy"
+    )
+    assert np.all(np.asarray(dataset["rewards"]) == 2.0)
+    check_real_transitions(dataset)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--env", "CartPole-v9"], "--env: unknown environment id 'CartPole-v9'; did you mean 'CartPole-v1'"),
+        (["--env", "no_such_module_xyz:Foo-v0"], "cannot import module 'no_such_module_xyz'"),
+        (["--env-kwargs", "{bad"], "--env-kwargs: expected a JSON object, got '{bad'"),
+        (["--env-kwargs", "[1, 2]"], "--env-kwargs: expected a JSON object, got '[1, 2]'"),
+        (["--policy", "no_such_module_xyz:act"], "--policy 'no_such_module_xyz:act': cannot import module"),
+        (["--policy", "tests.helpers.envs:missing"], "'tests.helpers.envs' has no attribute 'missing'"),
+        (["--policy", "greedy"], "--policy: expected 'random', 'sb3:PATH.zip' or 'module:attr', got 'greedy'"),
+        (["--steps", "0"], "argument --steps: expected a positive integer, got 0"),
+        (["--episodes", "-3"], "argument --episodes: expected a positive integer, got -3"),
+        (["--num-envs", "two"], "argument --num-envs: expected a positive integer, got 'two'"),
+        (["--steps", "5", "--episodes", "5"], "argument --episodes: not allowed with argument --steps"),
+        (
+            ["--env", "CartPole-v1", "--env-kwargs", '{"bogus": 1}'],
+            "could not create 8 x 'CartPole-v1' with --env-kwargs {\"bogus\": 1}",
+        ),
+        (
+            [
+                "--env",
+                "tests.helpers.envs:RolloutCounter-v0",
+                "--num-envs",
+                "2",
+                "--policy",
+                "tests.helpers.envs:out_of_space_policy",
+            ],
+            "policy 'tests.helpers.envs:out_of_space_policy' returned an action outside the action space: "
+            "env 0 got np.int64(7)",
+        ),
+    ],
+)
+def test_cli_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture, args: list[str], message: str
+) -> None:
+    assert main([*args, "--quiet", "--out", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vecenv-collect: error: ") and err.count("\n") == 1, err
+    assert message in err
+
+
+def test_cli_refuses_existing_out_without_overwrite_in_a_real_process(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    result = cli("--steps", "10", "--out", str(tmp_path / "d"))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("vecenv-collect: error: output directory") and "--overwrite" in result.stderr
+    assert result.stdout == ""
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process tree from /proc")
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupt_keeps_a_loadable_partial_dataset_and_no_workers(tmp_path: Path, signum: int, status: int) -> None:
+    out = tmp_path / "d"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--env",
+            "tests.helpers.envs:RolloutCounter-v0",
+            "--env-kwargs",
+            '{"delay": 0.002}',
+            "--num-envs",
+            "2",
+            "--num-workers",
+            "2",
+            "--steps",
+            "100000000",
+            "--quiet",
+            "--out",
+            str(out),
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while process.poll() is None and time.monotonic() < deadline:  # poll until rows are on disk
+            try:
+                if json.loads((out / "metadata.json").read_text())["counts"]["transitions"] > 0:
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.01)  # polling interval, not synchronisation
+        assert process.poll() is None, process.communicate()
+        workers = procfs.descendants(process.pid)
+        assert workers
+        process.send_signal(signum)
+        _, err = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == status, err
+    assert "Traceback" not in err and "interrupted" in err
+    dataset = load(out)
+    assert not dataset.complete and 0 < dataset.transitions < 100000000
+    assert all(len(np.asarray(dataset[name])) == dataset.transitions for name in FIELDS)
+    check_real_transitions(dataset)
+    deadline = time.monotonic() + 10
+    while any(procfs.alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.01)  # polling interval: the resource tracker exits once it sees EOF
+    assert not [pid for pid in workers if procfs.alive(pid)]
+
+
+# ------------------------------------------------------------------------ Stable-Baselines3 policies
+
+
+@pytest.mark.timeout(120)
+def test_sb3_policy_collects_with_the_models_predict(tmp_path: Path) -> None:
+    sb3 = pytest.importorskip("stable_baselines3")
+    model = sb3.PPO("MlpPolicy", CounterEnv(), n_steps=16, batch_size=16, seed=0, device="cpu")  # untrained is enough
+    model.save(tmp_path / "ppo.zip")
+    out = tmp_path / "d"
+    args = [
+        "--env",
+        "tests.helpers.envs:RolloutCounter-v0",
+        "--num-envs",
+        "3",
+        "--num-workers",
+        "2",
+        "--steps",
+        "60",
+        "--policy",
+        f"sb3:{tmp_path / 'ppo.zip'}",
+        "--deterministic",
+        "--quiet",
+        "--out",
+        str(out),
+    ]
+    assert main(args) == 0
+    dataset = load(out)
+    assert dataset.metadata["policy"] == f"sb3:{tmp_path / 'ppo.zip'} (PPO, deterministic)"
+    expected, _ = model.predict(np.asarray(dataset["observations"]), deterministic=True)
+    np.testing.assert_array_equal(dataset["actions"], expected)
+    check_real_transitions(dataset)
+    # Naming the algorithm works too; a file that is not a model, or a model for other spaces, is one line.
+    assert main([*args[:-1], str(tmp_path / "e"), "--policy", f"sb3:PPO:{tmp_path / 'ppo.zip'}"]) == 0
+    (tmp_path / "bad.zip").write_text("not a zip")
+    assert main([*args[:-3], "--policy", f"sb3:{tmp_path / 'bad.zip'}", "--out", str(tmp_path / "f")]) == 2
+    assert (
+        main(
+            ["--env", "CartPole-v1", "--policy", f"sb3:{tmp_path / 'ppo.zip'}", "--quiet", "--out", str(tmp_path / "g")]
+        )
+        == 2
+    )
+
+
+def test_sb3_policy_errors_name_the_problem(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["--policy", f"sb3:{tmp_path / 'missing.zip'}", "--quiet", "--out", str(tmp_path / "d")]) == 2
+    assert "expected sb3:PATH.zip naming a saved model file" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "--policy",
+                "tests.helpers.envs:constant_policy",
+                "--deterministic",
+                "--quiet",
+                "--out",
+                str(tmp_path / "d"),
+            ]
+        )
+        == 2
+    )
+    assert "--deterministic: only for sb3: policies" in capsys.readouterr().err
+
+
+def test_interrupted_episodes_collection_keeps_finished_episodes_and_no_spill(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(rollout.writer, "CHUNK_BYTES", 1024)  # open episodes spill early
+    calls = []
+
+    def policy(observation: np.ndarray) -> np.ndarray:
+        calls.append(1)
+        if len(calls) == 400:
+            raise KeyboardInterrupt
+        return np.zeros(len(observation), dtype=np.int64)
+
+    envs = SyncVectorEnv([lambda: LongEpisodeEnv(150), lambda: LongEpisodeEnv(1_000)])
+    with pytest.raises(KeyboardInterrupt):
+        collect(envs, policy, episodes=5, out=tmp_path / "d", progress=False)
+    dataset = load(tmp_path / "d")
+    assert not dataset.complete and dataset.metadata["counts"]["episodes"] == 2 and dataset.transitions == 300
+    assert np.all(np.asarray(dataset["env_ids"]) == 0)
+    assert not (tmp_path / "d" / ".spill").exists()

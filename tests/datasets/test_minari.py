@@ -1,0 +1,582 @@
+"""Minari output of vecenv.datasets: ``collect(format="minari")``, ``export_minari``, the
+``--format minari`` / ``export`` command line, and the error without Minari installed.
+
+Every Minari dataset is compared array for array, episode by episode, with the transitions
+that our own format records for the same arguments (including the final observation that
+Minari keeps as each episode's last observation)."""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+import vecenv
+from tests.helpers.envs import CounterEnv, DictCounterEnv, constant_policy
+from vecenv import datasets as rollout
+from vecenv.datasets import MinariNotInstalledError, collect, export_minari, load, main
+
+minari = pytest.importorskip("minari")
+pytest.importorskip("h5py")
+
+pytestmark = pytest.mark.timeout(60)
+
+REPO = Path(__file__).resolve().parents[2]
+MODES = list(AutoresetMode)
+#: Minari's two storage backends; Arrow needs pyarrow (``minari[arrow]``), not in the test extra.
+STORAGES = [
+    "hdf5",
+    pytest.param(
+        "arrow",
+        marks=pytest.mark.skipif(importlib.util.find_spec("pyarrow") is None, reason="needs pyarrow (minari[arrow])"),
+    ),
+]
+
+
+@pytest.fixture(autouse=True)
+def _minari_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Minari's default dataset root, inside the test's tmp_path (never ~/.minari)."""
+    root = tmp_path / "minari-root"
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
+    return root
+
+
+def sync_envs(
+    num_envs: int, mode: AutoresetMode = AutoresetMode.NEXT_STEP, env_class: type = CounterEnv
+) -> SyncVectorEnv:
+    return SyncVectorEnv([lambda: env_class() for _ in range(num_envs)], autoreset_mode=mode)
+
+
+def native_episodes(dataset: rollout.Dataset) -> list[np.ndarray]:
+    """Row indices of each episode of a vecenv dataset, in the order Minari output uses:
+    finished episodes in the order they end, then open ones by env index."""
+    episode_ids = np.asarray(dataset["episode_ids"])
+    done = np.asarray(dataset["terminations"]) | np.asarray(dataset["truncations"])
+    groups = [np.flatnonzero(episode_ids == e) for e in np.unique(episode_ids)]
+    closed = sorted((g for g in groups if done[g[-1]]), key=lambda g: g[-1])
+    still_open = sorted((g for g in groups if not done[g[-1]]), key=lambda g: int(dataset["env_ids"][g[0]]))
+    return closed + still_open
+
+
+def leaves(value: Any) -> list[np.ndarray]:
+    """Arrays of a nested value in a fixed order (dict keys sorted: Minari reads HDF5 groups in
+    its own order)."""
+    if isinstance(value, dict):
+        return [a for key in sorted(value) for a in leaves(value[key])]
+    if isinstance(value, tuple):
+        return [a for item in value for a in leaves(item)]
+    return [np.asarray(value)]
+
+
+def assert_same_episodes(
+    minari_dataset: Any, dataset: rollout.Dataset, truncate_open: bool = True, drop_open: bool = False
+) -> None:
+    """Each Minari episode equals our transitions of the same episode, arrays and dtypes."""
+    groups = native_episodes(dataset)
+    done = np.asarray(dataset["terminations"]) | np.asarray(dataset["truncations"])
+    if drop_open:
+        groups = [g for g in groups if done[g[-1]]]
+    assert minari_dataset.total_episodes == len(groups)
+    assert minari_dataset.total_steps == sum(len(g) for g in groups)
+    for episode, rows in zip(minari_dataset.iterate_episodes(), groups):
+        observations = leaves(dataset["observations"])
+        next_observations = leaves(dataset["next_observations"])
+        for ours, final, theirs in zip(observations, next_observations, leaves(episode.observations)):
+            expected = np.concatenate([ours[rows], final[rows[-1:]]])  # T + 1 observations
+            np.testing.assert_array_equal(theirs, expected)
+            assert theirs.dtype == expected.dtype
+        for ours, theirs in zip(leaves(dataset["actions"]), leaves(episode.actions)):
+            np.testing.assert_array_equal(theirs, ours[rows])
+            assert theirs.dtype == ours.dtype
+        np.testing.assert_array_equal(episode.rewards, dataset["rewards"][rows])
+        np.testing.assert_array_equal(episode.terminations, dataset["terminations"][rows])
+        truncations = np.array(dataset["truncations"][rows])
+        if truncate_open and not done[rows[-1]]:
+            truncations[-1] = True
+        np.testing.assert_array_equal(episode.truncations, truncations)
+
+
+# ------------------------------------------------------------------------ collect(format="minari")
+
+
+@pytest.mark.parametrize("storage", STORAGES)
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.name)
+def test_minari_episodes_equal_our_transitions(tmp_path: Path, mode: AutoresetMode, storage: str) -> None:
+    ours = collect(sync_envs(3, mode), episodes=17, seed=4, out=tmp_path / "ours", progress=False)
+    theirs = collect(
+        sync_envs(3, mode),
+        episodes=17,
+        seed=4,
+        format="minari",
+        dataset_id="test/counter-v0",
+        progress=False,
+        minari_storage=storage,
+    )
+    assert theirs.storage.metadata["data_format"] == storage
+    assert theirs.total_episodes == 17 and theirs.total_steps == ours.transitions
+    assert_same_episodes(minari.load_dataset("test/counter-v0"), ours)
+    minari_checks("test/counter-v0")
+
+
+@pytest.mark.parametrize("storage", STORAGES)
+def test_nested_dict_and_tuple_spaces_round_trip(tmp_path: Path, storage: str) -> None:
+    envs = sync_envs(2, env_class=DictCounterEnv)
+    ours = collect(envs, steps=40, seed=1, out=tmp_path / "ours", progress=False)
+    collect(
+        sync_envs(2, env_class=DictCounterEnv),
+        steps=40,
+        seed=1,
+        format="minari",
+        dataset_id="nested-v1",
+        progress=False,
+        minari_storage=storage,
+    )
+    loaded = minari.load_dataset("nested-v1")
+    assert loaded.observation_space == DictCounterEnv().observation_space
+    assert_same_episodes(loaded, ours)
+    minari_checks("nested-v1")
+
+
+@pytest.mark.parametrize("open_episodes", ["truncate", "drop"])
+def test_steps_open_episodes_are_truncated_or_dropped_as_asked(tmp_path: Path, open_episodes: str) -> None:
+    ours = collect(sync_envs(4), steps=101, seed=2, out=tmp_path / "ours", progress=False)
+    done = np.asarray(ours["terminations"]) | np.asarray(ours["truncations"])
+    theirs = collect(
+        sync_envs(4),
+        steps=101,
+        seed=2,
+        format="minari",
+        dataset_id="steps-v0",
+        open_episodes=open_episodes,
+        progress=False,
+    )
+    record = theirs.storage.metadata["vecenv"]
+    still_open = [g for g in native_episodes(ours) if not done[g[-1]]]
+    open_rows = sum(len(g) for g in still_open)
+    assert open_rows > 0
+    if open_episodes == "truncate":
+        assert theirs.total_steps == 101 and record["truncated_open_episodes"] == len(still_open)
+    else:
+        assert theirs.total_steps == 101 - open_rows
+        assert record["dropped_open_episodes"] == {"episodes": len(still_open), "transitions": open_rows}
+    assert record["open_episodes"] == open_episodes and record["complete"] is True
+    assert_same_episodes(minari.load_dataset("steps-v0"), ours, drop_open=open_episodes == "drop")
+
+
+def test_env_spec_is_recorded_so_recover_environment_works(tmp_path: Path) -> None:
+    envs = vecenv.make("RolloutCounter-v0", 2, 2, env_kwargs={"max_length": 3})
+    try:
+        dataset = collect(
+            envs, constant_policy, episodes=5, seed=0, format="minari", dataset_id="ns/recover-v2", progress=False
+        )
+    finally:
+        envs.close()
+    loaded = minari.load_dataset("ns/recover-v2")
+    assert loaded.env_spec.id == "RolloutCounter-v0" and loaded.env_spec.kwargs == {"max_length": 3}
+    env = loaded.recover_environment()
+    try:
+        assert isinstance(env.unwrapped, CounterEnv) and env.unwrapped.max_length == 3
+    finally:
+        env.close()
+    assert dataset.storage.metadata["vecenv"]["env_id"] == "RolloutCounter-v0"
+    # The first episode of each env starts from reset(seed=seed + env): Minari records it.
+    seeds = [m.get("seed") for m in loaded.storage.get_episode_metadata(range(loaded.total_episodes))]
+    assert {0, 1} <= {s for s in seeds if s is not None}
+
+
+@pytest.mark.parametrize("storage", STORAGES)
+def test_long_episodes_are_written_in_pieces_with_the_right_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, storage: str
+) -> None:
+    monkeypatch.setattr(rollout.writer, "CHUNK_BYTES", 400)  # a few rows per block and piece
+    envs = SyncVectorEnv([lambda: CounterEnv(max_length=40) for _ in range(2)])
+    ours = collect(envs, episodes=6, seed=3, out=tmp_path / "ours", progress=False)
+    envs = SyncVectorEnv([lambda: CounterEnv(max_length=40) for _ in range(2)])
+    collect(envs, episodes=6, seed=3, format="minari", dataset_id="long-v0", progress=False, minari_storage=storage)
+    loaded = minari.load_dataset("long-v0")
+    lengths = [m["total_steps"] for m in loaded.storage.get_episode_metadata(range(6))]
+    assert lengths == [len(g) for g in native_episodes(ours)] and max(lengths) > 10
+    assert_same_episodes(loaded, ours)
+
+
+def test_out_is_the_datasets_root_and_existing_datasets_are_kept(tmp_path: Path) -> None:
+    root = tmp_path / "elsewhere"
+    collect(sync_envs(2), steps=10, format="minari", dataset_id="ab/cd-v0", out=root, progress=False)
+    assert (root / "ab" / "cd-v0" / "data" / "metadata.json").is_file()
+    assert not list(root.glob(".vecenv-spill-*"))
+    with pytest.raises(FileExistsError, match=r"Minari dataset 'ab/cd-v0' already exists.*overwrite"):
+        collect(sync_envs(2), steps=10, format="minari", dataset_id="ab/cd-v0", out=root, progress=False)
+    collect(sync_envs(2), steps=12, format="minari", dataset_id="ab/cd-v0", out=root, overwrite=True, progress=False)
+    assert minari.MinariDataset(root / "ab" / "cd-v0" / "data").total_steps == 12
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        (
+            {"dataset_id": "no version"},
+            ValueError,
+            r"dataset_id: expected 'NAMESPACE/NAME-vN'.*Minari says.*got 'no version'",
+        ),
+        ({}, ValueError, r"dataset_id: expected 'NAMESPACE/NAME-vN' with format='minari', got None"),
+        (
+            {"dataset_id": "x-v0", "open_episodes": "keep"},
+            ValueError,
+            r"open_episodes: expected one of \['truncate', 'drop'\], got 'keep'",
+        ),
+        (
+            {"dataset_id": "x-v0", "format": "hdf5"},
+            ValueError,
+            r"format: expected one of \['vecenv', 'minari'\], got 'hdf5'",
+        ),
+    ],
+)
+def test_minari_arguments_are_checked_before_collecting(kwargs: dict, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        collect(sync_envs(2), steps=5, progress=False, **{"format": "minari", **kwargs})
+
+
+# ------------------------------------------------------------------------ export
+
+
+@pytest.mark.parametrize("storage", STORAGES)
+@pytest.mark.parametrize("request_", [{"steps": 77}, {"episodes": 9}], ids=["steps", "episodes"])
+def test_export_gives_what_collecting_to_minari_gives(tmp_path: Path, request_: dict, storage: str) -> None:
+    ours = collect(sync_envs(3), seed=5, out=tmp_path / "ours", progress=False, **request_)
+    exported = export_minari(tmp_path / "ours", "exported-v0", minari_storage=storage)
+    assert exported.storage.metadata["data_format"] == storage
+    collected = collect(sync_envs(3), seed=5, format="minari", dataset_id="collected-v0", progress=False, **request_)
+    assert exported.total_episodes == collected.total_episodes
+    for a, b in zip(exported.iterate_episodes(), collected.iterate_episodes()):
+        for name in ("observations", "actions", "rewards", "terminations", "truncations"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+    assert_same_episodes(minari.load_dataset("exported-v0"), ours)
+    assert exported.storage.metadata["vecenv"]["source"] == str(tmp_path / "ours")
+
+
+def test_export_of_dict_and_tuple_spaces_gives_what_collecting_gives(tmp_path: Path) -> None:
+    """Nested observation and action spaces: each leaf's file is found by its field name."""
+    ours = collect(sync_envs(2, env_class=DictCounterEnv), seed=3, out=tmp_path / "ours", steps=30, progress=False)
+    exported = export_minari(tmp_path / "ours", "nested-exported-v0")
+    collected = collect(
+        sync_envs(2, env_class=DictCounterEnv),
+        seed=3,
+        format="minari",
+        dataset_id="nested-collected-v0",
+        steps=30,
+        progress=False,
+    )
+    assert exported.total_episodes == collected.total_episodes > 0
+    for a, b in zip(exported.iterate_episodes(), collected.iterate_episodes()):
+        for name in ("observations", "actions", "rewards", "terminations", "truncations"):
+            for x, y in zip(leaves(getattr(a, name)), leaves(getattr(b, name))):
+                np.testing.assert_array_equal(x, y, err_msg=name)
+    assert_same_episodes(minari.load_dataset("nested-exported-v0"), ours)
+
+
+def test_cli_collect_and_export_to_minari(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    common = ["--env", "tests.helpers.envs:RolloutCounter-v0", "--num-envs", "3", "--num-workers", "2", "--seed", "1"]
+    assert (
+        main(
+            [
+                *common,
+                "--episodes",
+                "8",
+                "--format",
+                "minari",
+                "--dataset-id",
+                "cli/counter-v0",
+                "--author",
+                "Ada",
+                "--description",
+                "a test",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "episodes:    8" in out and 'minari.load_dataset("cli/counter-v0")' in out
+    loaded = minari.load_dataset("cli/counter-v0")
+    assert loaded.total_episodes == 8 and loaded.storage.metadata["author"] == {"Ada"}
+    assert loaded.env_spec.id == "RolloutCounter-v0"
+    assert main([*common, "--episodes", "8", "--quiet", "--out", str(tmp_path / "ours")]) == 0
+    assert_same_episodes(loaded, load(tmp_path / "ours"))
+    assert main(["export", str(tmp_path / "ours"), "--dataset-id", "cli/exported-v0", "--quiet"]) == 0
+    exported = minari.load_dataset("cli/exported-v0")
+    assert_same_episodes(exported, load(tmp_path / "ours"))
+    env = exported.recover_environment()
+    env.close()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--format", "minari"], "--dataset-id: required with --format minari"),
+        (["--format", "minari", "--dataset-id", "bad id"], "--dataset-id: expected 'NAMESPACE/NAME-vN'"),
+        (["--dataset-id", "x-v0"], "--dataset-id: only with --format minari"),
+        (["--open-episodes", "drop"], "--open-episodes: only with --format minari"),
+        (["--minari-storage", "arrow"], "--minari-storage: only with --format minari"),
+        (
+            ["--format", "minari", "--dataset-id", "x-v0", "--episodes", "3", "--open-episodes", "drop"],
+            "--open-episodes: only with --steps",
+        ),
+        (["export", "/no/such/dir", "--dataset-id", "x-v0"], "DIR: path: expected a rollout dataset directory"),
+    ],
+)
+def test_cli_minari_bad_input_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture, args: list[str], message: str
+) -> None:
+    assert main([*args, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vecenv-collect") and err.count("\n") == 1 and message in err, err
+
+
+# ------------------------------------------------------------------------ without Minari
+
+
+def test_without_minari_collect_raises_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "minari", None)  # import minari raises ImportError
+    envs = sync_envs(2)
+    with pytest.raises(MinariNotInstalledError, match=r'pip install "vecenv\[minari\]"'):
+        collect(envs, steps=5, format="minari", dataset_id="x-v0", progress=False)
+    assert envs.envs[0]._t == 0  # never stepped
+
+
+def test_arrow_storage_without_pyarrow_raises_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    envs = sync_envs(2)
+    with pytest.raises(MinariNotInstalledError, match=r'pyarrow: pip install "minari\[arrow\]"'):
+        collect(envs, steps=5, format="minari", dataset_id="x-v0", progress=False, minari_storage="arrow")
+    with pytest.raises(ValueError, match=r"minari_storage: expected one of \['hdf5', 'arrow'\], got 'zarr'"):
+        collect(envs, steps=5, format="minari", dataset_id="x-v0", progress=False, minari_storage="zarr")
+    assert envs.envs[0]._t == 0  # never stepped
+
+
+def test_without_minari_the_command_fails_at_once_with_one_line(tmp_path: Path) -> None:
+    code = (
+        "import sys; sys.modules['minari'] = None\n"
+        "from vecenv.datasets import main\n"
+        "raise SystemExit(main(sys.argv[1:]))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, "--format", "minari", "--dataset-id", "cartpole/random-v0", "--episodes", "100"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith(
+        'vecenv-collect: error: Minari output needs the minari extra: pip install "vecenv[minari]"'
+    )
+    assert result.stdout == "" and not (tmp_path / "rollouts").exists()
+
+
+@pytest.mark.timeout(120)
+def test_docs_minari_example_runs(tmp_path: Path) -> None:
+    """docs/datasets.md's Minari example, as written (tests/test_docs.py leaves it to this
+    test, which also checks what it wrote)."""
+    text = (REPO / "docs" / "datasets.md").read_text()
+    example = text.split("tested-by tests/datasets/test_minari.py -->\n```python\n", 1)[1].split("```", 1)[0]
+    script = tmp_path / "example.py"
+    script.write_text(example + "    print('EXAMPLE-OK')\n")
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=100,
+        env={**os.environ, "PYTHONPATH": str(REPO), "MINARI_DATASETS_PATH": str(tmp_path / "root")},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[0] == "100" and result.stdout.strip().endswith("EXAMPLE-OK")
+    assert minari.MinariDataset(tmp_path / "root" / "cartpole" / "random-v0" / "data").total_episodes == 100
+
+
+def test_interrupted_collection_keeps_the_finished_episodes(tmp_path: Path) -> None:
+    calls = []
+
+    def policy(observation: np.ndarray) -> np.ndarray:
+        calls.append(1)
+        if len(calls) == 30:
+            raise KeyboardInterrupt
+        return np.zeros(len(observation), dtype=np.int64)
+
+    with pytest.raises(KeyboardInterrupt):
+        collect(sync_envs(3), policy, episodes=1000, format="minari", dataset_id="cut-v0", progress=False)
+    loaded = minari.load_dataset("cut-v0")
+    record = loaded.storage.metadata["vecenv"]
+    assert record["complete"] is False and 0 < loaded.total_episodes == record["counts"]["episodes"] < 1000
+    assert all(e.terminations[-1] or e.truncations[-1] for e in loaded.iterate_episodes())
+    assert not list((tmp_path / "minari-root").glob(".vecenv-spill-*"))
+
+
+def test_export_of_a_dataset_without_a_recorded_spec_uses_the_registered_one(tmp_path: Path) -> None:
+    import json
+
+    envs = vecenv.make("RolloutCounter-v0", 2, 1)
+    try:
+        collect(envs, episodes=4, out=tmp_path / "old", progress=False)
+    finally:
+        envs.close()
+    metadata_file = tmp_path / "old" / "metadata.json"
+    metadata = json.loads(metadata_file.read_text())
+    del metadata["env_spec"]  # as datasets written before the spec was recorded
+    metadata_file.write_text(json.dumps(metadata))
+    exported = export_minari(tmp_path / "old", "old-v0")
+    assert exported.env_spec.id == "RolloutCounter-v0"
+    assert_same_episodes(exported, load(tmp_path / "old"))
+
+
+# ------------------------------------------------------------------------ Minari's own view
+
+
+def minari_checks(dataset_id: str) -> None:
+    """The checks Minari runs on the datasets its own tests create: the dataset is listed and
+    loads under its id; the episode count and the steps add up to its metadata; every
+    episode has ``total_steps + 1`` observations and ``total_steps`` actions, rewards,
+    terminations and truncations, each observation and action inside its space; and Minari
+    deletes it."""
+    assert dataset_id in minari.list_local_datasets()
+    dataset = minari.load_dataset(dataset_id)
+    assert dataset.spec.dataset_id == dataset_id
+    storage = dataset.storage
+    metadata = list(storage.get_episode_metadata(range(dataset.total_episodes)))
+    episodes = list(storage.get_episodes(range(dataset.total_episodes)))
+    assert len(episodes) == storage.total_episodes == dataset.total_episodes
+    assert sum(m["total_steps"] for m in metadata) == storage.total_steps == dataset.total_steps
+    for episode, meta in zip(episodes, metadata):
+        steps = meta["total_steps"]
+        assert meta["id"] == episode["id"]
+        for name, rows, space in (
+            ("observations", steps + 1, dataset.observation_space),
+            ("actions", steps, dataset.action_space),
+        ):
+            assert all(len(leaf) == rows for leaf in leaves(episode[name])), name
+            for i in range(rows):
+                assert space.contains(_at(episode[name], i)), (name, i)
+        assert len(episode["rewards"]) == len(episode["terminations"]) == len(episode["truncations"]) == steps
+    minari.delete_dataset(dataset_id)
+    assert dataset_id not in minari.list_local_datasets()
+
+
+def _at(value: Any, i: int) -> Any:
+    if isinstance(value, dict):
+        return {k: _at(v, i) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_at(v, i) for v in value)
+    return value[i]
+
+
+def _collector_dataset(env_class: type, seed: int, episodes: list[np.ndarray], actions: Any, dataset_id: str) -> Any:
+    """What Minari's ``DataCollector`` records for one env reset with ``seed`` (later resets
+    unseeded, continuing its generator, as in a vector env) that takes ``actions`` (ours,
+    per leaf) row by row, episode after episode."""
+    pytest.importorskip("jax", reason="Minari's DataCollector needs jax (minari[create])")
+    from minari import DataCollector
+
+    env = DataCollector(env_class())
+    env.reset(seed=seed)
+    for number, rows in enumerate(episodes):
+        if number:
+            env.reset(options={"minari_autoseed": False})
+        for row in rows:
+            env.step(_at(actions, row))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # for each optional field left out
+        # The collector drops or removes its temporary directories, whose finalizers then warn.
+        warnings.simplefilter("ignore", ResourceWarning)
+        dataset = env.create_dataset(dataset_id=dataset_id, algorithm_name="replay")
+        env.close()
+        del env
+        gc.collect()
+    return dataset
+
+
+@pytest.mark.parametrize("storage", STORAGES)
+@pytest.mark.parametrize("env_class", [CounterEnv, DictCounterEnv], ids=["box", "dict"])
+def test_episodes_equal_what_minari_data_collector_records(tmp_path: Path, env_class: type, storage: str) -> None:
+    """Per env, replaying our actions through Minari's own ``DataCollector`` from the same
+    seed records the same episodes, arrays, dtypes and episode metadata; the collector's
+    metadata callback adds only its reward statistics."""
+    ours = collect(sync_envs(3, env_class=env_class), episodes=14, seed=7, out=tmp_path / "ours", progress=False)
+    collect(
+        sync_envs(3, env_class=env_class),
+        episodes=14,
+        seed=7,
+        format="minari",
+        dataset_id="vc/ours-v0",
+        progress=False,
+        minari_storage=storage,
+    )
+    written = minari.load_dataset("vc/ours-v0")
+    groups = native_episodes(ours)
+    env_of = [int(ours["env_ids"][g[0]]) for g in groups]
+    per_env = {env: [g for g, e in zip(groups, env_of) if e == env] for env in set(env_of)}
+    recorded = {
+        env: _collector_dataset(env_class, 7 + env, rows, ours["actions"], f"vc/collector{env}-v0")
+        for env, rows in per_env.items()
+    }
+    position = dict.fromkeys(per_env, 0)
+    ours_metadata = list(written.storage.get_episode_metadata(range(written.total_episodes)))
+    for episode, meta, env in zip(written.iterate_episodes(), ours_metadata, env_of):
+        theirs = recorded[env]
+        index = position[env]
+        position[env] += 1
+        reference = theirs[index]
+        for name in ("observations", "actions", "rewards", "terminations", "truncations"):
+            for mine, expected in zip(leaves(getattr(episode, name)), leaves(getattr(reference, name))):
+                np.testing.assert_array_equal(mine, expected, err_msg=name)
+                assert mine.dtype == expected.dtype, name
+        (their_meta,) = theirs.storage.get_episode_metadata([index])
+        their_meta.pop("options", None)  # the replay's reset(options={"minari_autoseed": False})
+        rewards_stats = {"rewards_sum", "rewards_mean", "rewards_std", "rewards_max", "rewards_min"}
+        assert set(their_meta) - set(meta) == rewards_stats
+        assert {k: v for k, v in their_meta.items() if k not in rewards_stats | {"id"}} == {
+            k: v for k, v in meta.items() if k != "id"
+        }
+        assert meta["id"] == episode.id
+    assert written.total_episodes == 14 and sum(position.values()) == 14
+    minari_checks("vc/ours-v0")
+
+
+def test_an_episode_cut_while_written_leaves_no_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl+C inside an episode's write: the file keeps only the finished episodes, numbered as
+    Minari numbers them, so Minari itself can append to the dataset afterwards."""
+    import h5py
+
+    from vecenv.datasets import minari as minari_output
+
+    original = minari_output._EpisodeFile._fill
+    calls = []
+
+    def cut_fourth(self: Any, group: Any, index: int, seed: Any, length: int, pieces: Any) -> None:
+        calls.append(index)
+        if len(calls) == 4:
+
+            def interrupted() -> Any:
+                raise KeyboardInterrupt
+                yield
+
+            pieces = interrupted()
+        original(self, group, index, seed, length, pieces)
+
+    monkeypatch.setattr(minari_output._EpisodeFile, "_fill", cut_fourth)
+    with pytest.raises(KeyboardInterrupt):
+        collect(sync_envs(2), episodes=10, seed=0, format="minari", dataset_id="cut/mid-v0", progress=False)
+    loaded = minari.load_dataset("cut/mid-v0")
+    assert loaded.total_episodes == 3 and loaded.storage.metadata["vecenv"]["complete"] is False
+    with h5py.File(loaded.storage.data_path / "main_data.hdf5", "r") as file:
+        assert sorted(file) == ["episode_0", "episode_1", "episode_2"]
+    minari_checks("cut/mid-v0")

@@ -1,0 +1,271 @@
+"""Unit tests of ``vecenv.checks``: the input checks as pure functions, without any process.
+
+Each check returns the normalised value or raises ``TypeError``/``ValueError`` naming the argument
+and what it received. (``available_cpus``, which reads the platform: ``tests/engine/test_machine.py``.)
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing
+from typing import Any
+
+import numpy as np
+import pytest
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+
+from tests.helpers.faults import FaultEnv
+from vecenv import checks
+
+pytestmark = pytest.mark.timeout(30)
+
+
+# -- check_num_workers ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [1, 3, 4, np.int64(2)])
+def test_num_workers_accepts_ints_in_range(value: Any) -> None:
+    out = checks.check_num_workers(value, 4)
+    assert out == int(value) and type(out) is int
+
+
+@pytest.mark.parametrize("value", [5, -1, 1.0, True, "2", np.float64(2.0)])
+def test_num_workers_refuses_the_rest(value: Any) -> None:
+    # The lower bound is left to the range the message names (0 may mean "in the parent").
+    with pytest.raises(ValueError, match=r"`num_workers` must be .*, 4\]") as info:
+        checks.check_num_workers(value, 4)
+    assert repr(value) in str(info.value) or str(value) in str(info.value)
+
+
+@pytest.mark.parametrize("value", [0, 5, "auto"])
+def test_num_workers_for_a_backend_without_in_process_envs_starts_at_one(value: Any) -> None:
+    """Ray's actors always host the envs: 0 (or 'auto') is not on offer, and the message says so."""
+    assert checks.check_num_workers(1, 4, in_process=False) == 1
+    with pytest.raises(ValueError, match=r"`num_workers` must be None or an int in \[1, 4\] \(1 to len\(env_fns\)\)"):
+        checks.check_num_workers(value, 4, in_process=False)
+
+
+# -- env_fns ------------------------------------------------------------------------------------
+
+
+def test_env_fns_any_iterable_of_callables() -> None:
+    fns = [functools.partial(FaultEnv, index=i) for i in range(3)]
+    assert checks.check_env_fns(fns) == fns
+    assert checks.check_env_fns(iter(fns)) == fns
+    assert checks.check_env_fns(tuple(fns)) == fns
+
+
+@pytest.mark.parametrize(
+    "value, exc, match",
+    [
+        ("CartPole-v1", TypeError, "iterable"),
+        (b"x", TypeError, "iterable"),
+        (3, TypeError, "iterable"),
+        ([], ValueError, "at least one"),
+        ([FaultEnv, 3], TypeError, r"`env_fns\[1\]` must be callable"),
+    ],
+)
+def test_env_fns_refused(value: Any, exc: type, match: str) -> None:
+    with pytest.raises(exc, match=match):
+        checks.check_env_fns(value)
+
+
+# -- autoreset_mode, context, observation_mode ---------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", list(AutoresetMode) + [m.value for m in AutoresetMode])
+def test_autoreset_mode_accepted(mode: Any) -> None:
+    assert checks.check_autoreset_mode(mode) is AutoresetMode(mode)
+
+
+@pytest.mark.parametrize("mode", ["next", "NEXT_STEP", 1, None])
+def test_autoreset_mode_refused(mode: Any) -> None:
+    with pytest.raises(ValueError, match="`autoreset_mode` must be one of"):
+        checks.check_autoreset_mode(mode)
+
+
+def test_context() -> None:
+    for method in multiprocessing.get_all_start_methods():
+        assert checks.check_context(method).get_start_method() == method
+    assert checks.check_context(None) is not None
+    with pytest.raises(ValueError, match="`context` must be None or one of"):
+        checks.check_context("threads")
+
+
+def test_observation_mode() -> None:
+    single = spaces.Box(0, 1, (2,))
+    batched = spaces.Box(0, 1, (3, 2))
+    assert checks.check_observation_mode("same") == "same"
+    assert checks.check_observation_mode("different") == "different"
+    assert checks.check_observation_mode((batched, single)) == (batched, single)
+    with pytest.raises(TypeError, match="Expected both elements of observation_mode to be Spaces"):
+        checks.check_observation_mode((batched, "single"))
+    for bad in ("Same", None, (batched,), [batched, single]):
+        with pytest.raises(ValueError, match="Invalid `observation_mode`"):
+            checks.check_observation_mode(bad)
+
+
+# -- timeout -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (None, None),
+        (0, 0.0),
+        (0.25, 0.25),
+        (3, 3.0),
+        (np.float32(0.5), 0.5),
+        (np.int64(2), 2.0),
+    ],
+)
+def test_timeout_accepted(value: Any, expected: float | None) -> None:
+    out = checks.check_timeout(value)
+    assert out == expected
+    assert out is None or type(out) is float
+
+
+@pytest.mark.parametrize("value", [-1, -0.001, "x", True, float("nan"), float("inf"), [1.0]])
+def test_timeout_refused_naming_the_argument(value: Any) -> None:
+    with pytest.raises(ValueError, match="`timeout` must be None or a non-negative number"):
+        checks.check_timeout(value)
+    with pytest.raises(ValueError, match="`start_timeout`"):
+        checks.check_timeout(value, "start_timeout")
+
+
+# -- options, seeds, reset_mask -------------------------------------------------------------------
+
+
+def test_options() -> None:
+    assert checks.check_options(None) is None
+    d = {"a": 1}
+    assert checks.check_options(d) is d
+    with pytest.raises(TypeError, match="`options` must be a dict or None"):
+        checks.check_options([("a", 1)])
+
+
+def test_seed_list_accepted() -> None:
+    assert checks.seed_list(None, 3) == [None, None, None]
+    assert checks.seed_list(5, 3) == [5, 6, 7]
+    assert checks.seed_list(np.int32(0), 2) == [0, 1]
+    assert checks.seed_list([1, None, 3], 3) == [1, None, 3]
+    assert checks.seed_list(np.array([4, 5]), 2) == [4, 5]
+    assert all(type(s) is int for s in checks.seed_list(np.array([4, 5]), 2))
+
+
+@pytest.mark.parametrize(
+    "seed, exc, match",
+    [
+        (-1, ValueError, "non-negative"),
+        ([0, 1], ValueError, "length must match num_envs=3"),
+        ([0, -1, 2], ValueError, r"`seed\[1\]`"),
+        ([0, 1.5, 2], TypeError, r"`seed\[1\]` must be an int"),
+        ([0, True, 2], TypeError, r"`seed\[1\]` must be an int"),
+        ("123", TypeError, "`seed` must be"),
+        (1.0, TypeError, "`seed` must be"),
+        (True, TypeError, "`seed` must be"),
+    ],
+)
+def test_seed_list_refused(seed: Any, exc: type, match: str) -> None:
+    with pytest.raises(exc, match=match):
+        checks.seed_list(seed, 3)
+
+
+def test_reset_mask() -> None:
+    mask = np.array([True, False, True])
+    out = checks.check_reset_mask(mask, 3)
+    np.testing.assert_array_equal(out, mask)
+    assert out is not mask  # a copy: the caller's array may change afterwards
+    with pytest.raises(TypeError, match="numpy array"):
+        checks.check_reset_mask([True, False, True], 3)
+    with pytest.raises(ValueError, match=r"shape `\(3,\)`"):
+        checks.check_reset_mask(np.array([True, False]), 3)
+    with pytest.raises(TypeError, match="dtype=np.bool_"):
+        checks.check_reset_mask(np.array([1, 0, 1]), 3)
+    with pytest.raises(ValueError, match="at least one True"):
+        checks.check_reset_mask(np.zeros(3, np.bool_), 3)
+
+
+# -- batch_size ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "batch_size, sizes, expected",
+    [
+        (None, [4, 3, 3], 10),
+        (10, [4, 3, 3], 10),
+        (None, [2, 2], 4),
+        (2, [2, 2, 2], 2),
+        (4, [2, 2, 2], 4),
+        (np.int64(6), [2, 2, 2], 6),
+    ],
+)
+def test_batch_size_accepted(batch_size: Any, sizes: list[int], expected: int) -> None:
+    out = checks.check_batch_size(batch_size, sizes)
+    assert out == expected and type(out) is int
+
+
+@pytest.mark.parametrize(
+    "batch_size, sizes, match",
+    [
+        (7, [4, 3, 3], r"group sizes \[4, 3, 3\]"),
+        (4, [4, 3, 3], r"group sizes \[4, 3, 3\]"),
+        (3, [2, 2, 2], r"multiple of the group size 2"),
+        (0, [2, 2], r"\[1, num_envs=4\]"),
+        (5, [2, 2], r"\[1, num_envs=4\]"),
+        (2.0, [2, 2], r"\[1, num_envs=4\]"),
+        (True, [2, 2], r"\[1, num_envs=4\]"),
+    ],
+)
+def test_batch_size_refused(batch_size: Any, sizes: list[int], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        checks.check_batch_size(batch_size, sizes)
+
+
+# -- env_ids ------------------------------------------------------------------------------------
+
+
+def test_env_ids() -> None:
+    np.testing.assert_array_equal(checks.check_env_ids([2, 0], 4), [2, 0])
+    np.testing.assert_array_equal(checks.check_env_ids(np.arange(4), 4), np.arange(4))
+    for bad in ([], [[0, 1]], [0.0, 1.0], "01", 3):
+        with pytest.raises(TypeError, match="`env_ids` must be a non-empty 1-d array"):
+            checks.check_env_ids(bad, 4)
+    with pytest.raises(ValueError, match=r"unknown ids \[4, -1\]"):
+        checks.check_env_ids([0, 4, -1], 4)
+    with pytest.raises(ValueError, match=r"duplicated ids \[1\]"):
+        checks.check_env_ids([1, 2, 1], 4)
+
+
+def test_checks_touch_no_process() -> None:
+    """Pure functions: none of them starts a process."""
+    before = multiprocessing.active_children()
+    checks.check_num_workers(None, 3)
+    checks.check_batch_size(None, [1, 2])
+    checks.seed_list(1, 3)
+    assert multiprocessing.active_children() == before
+
+
+@pytest.mark.parametrize(
+    ("group_fns", "error", "message"),
+    [
+        ([], ValueError, r"`group_fns` must be a non-empty sequence of callables, got"),
+        ("abc", ValueError, r"`group_fns` must be a non-empty sequence of callables, got"),
+        ([list, 3], TypeError, r"`group_fns\[1\]` must be callable \(returning a list of envs\), got 3$"),
+    ],
+)
+def test_check_group_fns_names_what_is_wrong(group_fns: object, error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        checks.check_group_fns(group_fns)
+
+
+def test_check_group_fns_gives_a_list() -> None:
+    assert checks.check_group_fns((list, dict)) == [list, dict]
+
+
+@pytest.mark.parametrize("value", [0, 1, "yes", None])
+def test_check_flag_takes_only_bools(value: object) -> None:
+    with pytest.raises(TypeError, match=r"`inline_group` must be a bool, got"):
+        checks.check_flag(value, "inline_group")
+    assert checks.check_flag(True, "inline_group") is True

@@ -1,0 +1,284 @@
+"""The EnvPool-style API (``vecenv.parent.envpool_api``: async_reset / recv / send): exact per-env
+trajectories, whole groups per batch, what a reset reports, misuse, faults."""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import os
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+import vecenv
+from tests.helpers.envs import GateEnv, JitterEnv, PayEnv, fns
+from tests.helpers.faults import healthy_fns
+from vecenv import SubprocVectorEnv
+
+START_METHODS = [pytest.param(m, id=m) for m in ("fork", "forkserver", "spawn")]
+
+
+def _row_info(infos: dict, row: int) -> dict:
+    """The info of one row of Gymnasium's batched info dict."""
+    out = {}
+    for key, value in infos.items():
+        if key.startswith("_"):
+            continue
+        if not infos[f"_{key}"][row]:
+            continue
+        out[key] = _row_info(value, row) if isinstance(value, dict) else value[row]
+    return out
+
+
+def _assert_same(a, b):
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), (a, b)
+        for k in a:
+            _assert_same(a[k], b[k])
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and np.array_equal(a, b), (a, b)
+    else:
+        assert type(a) is type(b) and a == b, (a, b)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=["next", "same"])
+@pytest.mark.parametrize("context", START_METHODS)
+def test_each_env_follows_its_sync_trajectory(context, mode):
+    _follow_sync_trajectories(mode, context=context)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=["next", "same"])
+def test_inline_group_follows_sync_trajectories(mode):
+    """The parent's own group (inline_group) takes part in async batches like any worker's."""
+    _follow_sync_trajectories(mode, context="fork", inline_group=True)
+
+
+def _follow_sync_trajectories(mode, **kwargs):
+    with vecenv.SubprocVectorEnv([JitterEnv] * 8, 4, batch_size=4, autoreset_mode=mode, **kwargs) as envs:
+        follow_sync_trajectories(envs, mode, rounds=120)
+
+
+def follow_sync_trajectories(envs: Any, mode: AutoresetMode, rounds: int, seed: int = 123) -> None:
+    """Drive ``envs`` (8 JitterEnvs, batches of 4) through ``rounds`` of recv/send: every env's
+    rows follow the trajectory of its own SyncVectorEnv, whichever groups finish first."""
+    refs = [gym.vector.SyncVectorEnv([JitterEnv], autoreset_mode=mode) for _ in range(envs.num_envs)]
+    expected = [ref.reset(seed=seed + i) for i, ref in enumerate(refs)]
+    rng = np.random.default_rng(0)
+    orders = set()
+    try:
+        envs.async_reset(seed=seed)
+        first = True
+        for _ in range(rounds):
+            obs, rewards, terms, truncs, infos, env_ids = envs.recv(timeout=30)
+            assert env_ids.dtype.kind == "i" and len(env_ids) == 4
+            orders.add(tuple(env_ids))
+            for row, i in enumerate(env_ids):
+                if first or len(expected[i]) == 2:
+                    ref_obs, ref_info = expected[i]
+                    _assert_same(obs[row], ref_obs[0])
+                else:
+                    ref_obs, ref_rew, ref_term, ref_trunc, ref_info = expected[i]
+                    _assert_same(obs[row], ref_obs[0])
+                    assert rewards[row] == ref_rew[0] and terms[row] == ref_term[0] and truncs[row] == ref_trunc[0]
+                _assert_same(_row_info(infos, row), _row_info(ref_info, 0))
+            actions = rng.integers(0, 3, size=len(env_ids))
+            for row, i in enumerate(env_ids):
+                expected[i] = refs[i].step(actions[row : row + 1])
+            envs.send(actions, env_ids)
+            first = False
+        assert len(orders) > 1, "the random step times should change which groups finish first"
+    finally:
+        for ref in refs:
+            ref.close()
+
+
+@pytest.mark.timeout(60)
+def test_send_misuse_is_refused_and_changes_nothing():
+    with vecenv.SubprocVectorEnv([JitterEnv] * 4, 2, batch_size=2, context="fork") as envs:
+        envs.async_reset(seed=0)
+        _, _, _, _, _, ids = envs.recv()
+        other = np.setdiff1d(np.arange(4), ids)
+        cases = [
+            (other, ValueError, "still in flight"),
+            (np.array([ids[0], ids[0]]), ValueError, "duplicated"),
+            (np.array([ids[0], 9]), ValueError, "unknown ids [9]"),
+            (ids[:1], ValueError, "whole groups"),
+            (np.array([0.5, 1.5]), TypeError, "env_ids"),
+        ]
+        for bad_ids, error, text in cases:
+            with pytest.raises(error, match=text.replace("[", r"\[").replace("]", r"\]")):
+                envs.send(np.zeros(len(bad_ids), dtype=np.int64), bad_ids)
+        with pytest.raises(ValueError, match="shape"):
+            envs.send(np.zeros(3, dtype=np.int64), ids)
+        envs.send(np.zeros(2, dtype=np.int64), ids)  # the correct call still works
+        _, _, _, _, _, ids2 = envs.recv()
+        assert len(ids2) == 2
+
+
+@pytest.mark.timeout(60)
+def test_recv_without_envs_in_flight_raises_instead_of_hanging():
+    with vecenv.SubprocVectorEnv([JitterEnv] * 4, 2, batch_size=2, context="fork") as envs:
+        with pytest.raises(gym.error.NoAsyncCallError, match="async_reset"):
+            envs.recv()
+        envs.async_reset(seed=0)
+        envs.recv()
+        envs.recv()
+        with pytest.raises(gym.error.NoAsyncCallError, match="send"):
+            envs.recv()
+
+
+@pytest.mark.timeout(60)
+def test_recv_timeout_keeps_envs_in_flight(tmp_path):
+    """A recv that times out while an env is in flight leaves it there: the next recv returns it,
+    with the data SyncVectorEnv gives for that env."""
+    gate = str(tmp_path / "gate")
+    os.mkfifo(gate)
+    fns = [functools.partial(JitterEnv, max_delay=0.0), functools.partial(GateEnv, gate)]
+    sync = gym.vector.SyncVectorEnv([functools.partial(JitterEnv, max_delay=0.0)] * 2)
+    with vecenv.SubprocVectorEnv(fns, 2, batch_size=1, context="fork") as envs:
+        envs.async_reset(seed=0)
+        sync.reset(seed=0)
+        ids = sorted(int(envs.recv()[5][0]) for _ in range(2))
+        assert ids == [0, 1]
+        actions = np.array([1, 0])
+        envs.send(actions[:1], [0])
+        envs.send(actions[1:], [1])  # env 1 now waits at the gate
+        assert envs.recv(timeout=10)[5].tolist() == [0]
+        with pytest.raises(vecenv.VecEnvTimeoutError):
+            envs.recv(timeout=0.2)  # env 1 is in flight and cannot finish
+        with open(gate, "wb") as fifo:
+            fifo.write(b"x")
+        obs, rewards, terms, truncs, infos, env_ids = envs.recv(timeout=10)
+        want = sync.step(actions)
+        assert env_ids.tolist() == [1]
+        np.testing.assert_array_equal(obs[0], want[0][1])
+        assert rewards[0] == want[1][1] and terms[0] == want[2][1] and truncs[0] == want[3][1]
+        with pytest.raises(gym.error.NoAsyncCallError):
+            envs.recv(timeout=0.05)  # both envs are back: nothing is in flight
+        envs.call("unwrapped")  # ... so synchronous calls are allowed again
+    sync.close()
+
+
+class _StepRaises(JitterEnv):
+    def step(self, action):
+        raise RuntimeError("boom in step")
+
+
+@pytest.mark.timeout(60)
+def test_env_error_and_close_with_envs_in_flight():
+    fns = [JitterEnv, _StepRaises]
+    with vecenv.SubprocVectorEnv(fns, 2, batch_size=1, context="fork") as envs:
+        envs.async_reset(seed=0)
+        with pytest.raises(RuntimeError, match="boom in step") as info:
+            for _ in range(1000):  # env 1's first step raises; env 0 may come back first, often on a loaded machine
+                _, _, _, _, _, ids = envs.recv()
+                envs.send(np.zeros(1, dtype=np.int64), ids)
+        assert any("env 1" in note for note in info.value.__notes__)
+        with pytest.raises(vecenv.NeedsResetError):
+            envs.recv()
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.timeout(60)
+def test_batch_size_must_be_a_multiple_of_the_group_size():
+    with pytest.raises(ValueError, match="batch_size"):
+        vecenv.SubprocVectorEnv([JitterEnv] * 4, 2, batch_size=3, context="fork")
+    assert multiprocessing.active_children() == []
+
+
+# -- batches of whole groups; what async_reset reports; bad input --------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_default_batch_is_every_env_with_uneven_groups() -> None:
+    envs = vecenv.make("CartPole-v1", num_envs=10, num_workers=3)  # groups 4/3/3
+    sync = SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 10)
+    try:
+        envs.async_reset(seed=0)
+        obs, rewards, terms, truncs, infos, ids = envs.recv(timeout=30)
+        assert obs.shape == (10, 4) and rewards.shape == (10,) and len(ids) == 10
+        assert sorted(ids.tolist()) == list(range(10))
+        sync_obs, _ = sync.reset(seed=0)
+        np.testing.assert_array_equal(obs, sync_obs[ids])
+        actions = np.ones(10, np.int64)
+        envs.send(actions[ids], ids)
+        obs, rewards, terms, truncs, infos, ids = envs.recv(timeout=30)
+        assert len(ids) == 10
+        sync_obs, sync_rewards, *_ = sync.step(actions)
+        np.testing.assert_array_equal(obs, sync_obs[ids])
+        np.testing.assert_array_equal(rewards, sync_rewards[ids])
+    finally:
+        envs.close()
+        sync.close()
+
+
+@pytest.mark.timeout(60)
+def test_batch_size_that_groups_cannot_add_up_to_is_refused(tmp_path: Any) -> None:
+    with pytest.raises(ValueError, match=r"batch_size.*\[4, 3, 3\]") as info:
+        vecenv.make("CartPole-v1", num_envs=10, num_workers=3, batch_size=7)
+    assert "7" in str(info.value)
+    # At construction, before any env is built (each FaultEnv writes its pid file when built).
+    with pytest.raises(ValueError, match=r"\[4, 3, 3\]"):
+        SubprocVectorEnv(healthy_fns(10, pid_dir=str(tmp_path)), num_workers=3, batch_size=7)
+    assert os.listdir(tmp_path) == []
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.value)
+def test_async_reset_reports_zero_rewards_and_clear_flags(mode: AutoresetMode) -> None:
+    envs = SubprocVectorEnv(fns(PayEnv, 4, horizon=2), num_workers=2, autoreset_mode=mode)
+    try:
+        envs.async_reset(seed=0)
+        *_, ids = envs.recv(timeout=30)
+        for _ in range(2):
+            envs.send(np.zeros(len(ids), np.int64), ids)
+            _, rewards, terms, truncs, _, ids = envs.recv(timeout=30)
+            assert (rewards == 7.0).all()
+        assert truncs.all()  # the episodes ended on that step
+        envs.async_reset(seed=1)
+        _, rewards, terms, truncs, _, ids = envs.recv(timeout=30)
+        assert sorted(ids.tolist()) == [0, 1, 2, 3]
+        np.testing.assert_array_equal(rewards, np.zeros(4))
+        assert not terms.any() and not truncs.any()
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"seed": -1},
+        {"seed": [0, 1]},  # not one seed per env
+        {"options": "x"},
+        {"options": {"reset_mask": np.ones(4, np.bool_)}},  # async_reset resets every env
+    ],
+    ids=["seed=-1", "seed-count", "options-str", "reset_mask"],
+)
+def test_bad_async_reset_keeps_the_envs_in_flight(bad: dict[str, Any]) -> None:
+    envs = SubprocVectorEnv(healthy_fns(4), num_workers=2)
+    sync = SyncVectorEnv(healthy_fns(4))
+    try:
+        envs.async_reset(seed=0)
+        obs, *_, ids = envs.recv(timeout=30)
+        sync_obs, _ = sync.reset(seed=0)
+        np.testing.assert_array_equal(obs, sync_obs[ids])
+        actions = np.full((4, 2), 0.5, np.float32)
+        envs.send(actions[ids], ids)
+        with pytest.raises((ValueError, TypeError)):
+            envs.async_reset(**bad)
+        obs, rewards, terms, truncs, _, ids = envs.recv(timeout=30)
+        sync_obs, sync_rewards, sync_terms, sync_truncs, _ = sync.step(actions)
+        assert sorted(ids.tolist()) == [0, 1, 2, 3]
+        np.testing.assert_array_equal(obs, sync_obs[ids])
+        np.testing.assert_array_equal(rewards, sync_rewards[ids])
+        np.testing.assert_array_equal(terms, sync_terms[ids])
+    finally:
+        envs.close()
+        sync.close()

@@ -1,0 +1,133 @@
+"""``vecenv.make`` (``vecenv.factory``): ids, ``"module:ID"``, ``make_vec``'s arguments
+(``wrappers``, ``vector_kwargs``, env kwargs) and the spec it sets, checked against
+``gymnasium.make_vec``; bad arguments are refused naming themselves."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode
+from gymnasium.wrappers import TransformObservation, TransformReward
+
+import vecenv
+from tests.engine.test_differential import assert_same, same_steps
+
+SAME = AutoresetMode.SAME_STEP
+
+
+@pytest.mark.timeout(60)
+def test_make_module_id_imports_the_module_in_spawned_workers() -> None:
+    """'module:ID' must reach the workers whole: a spawned worker imports the module itself."""
+    with vecenv.make("tests.helpers.envs:RolloutCounter-v0", 2, 2, context="spawn") as envs:
+        obs, _ = envs.reset(seed=0)
+        assert envs.spec is not None and envs.spec.id == "RolloutCounter-v0"
+        assert obs.shape[0] == 2
+
+
+@pytest.mark.timeout(30)
+def test_make_unknown_id_suggests_close_matches() -> None:
+    with pytest.raises(gym.error.NameNotFound, match="CartPole-v1"):
+        vecenv.make("CartPole-v2", 2)
+
+
+@pytest.mark.timeout(60)
+def test_make_with_lambda_wrappers_sets_spec() -> None:
+    def wrappers() -> list[Any]:
+        return [
+            lambda env: TransformReward(env, lambda r: 2.0 * r),
+            lambda env: TransformObservation(env, lambda o: o + 1.0, env.observation_space),
+        ]
+
+    envs = vecenv.make("CartPole-v1", num_envs=3, num_workers=2, wrappers=wrappers())
+    sync = gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="sync", wrappers=wrappers())
+    try:
+        assert envs.spec is not None and envs.spec.id == "CartPole-v1"
+        assert len(envs.spec.kwargs["wrappers"]) == 2
+        same_steps(envs, sync, 4, [np.array([1, 0, 1])] * 5)
+    finally:
+        envs.close()
+        sync.close()
+
+
+# -- make_vec's arguments --------------------------------------------------------------------------
+
+
+def _clip_half(env: gym.Env) -> gym.Env:
+    return gym.wrappers.ClipReward(env, 0.0, 0.5)
+
+
+@pytest.mark.timeout(60)
+def test_make_takes_make_vec_arguments_and_sets_its_spec() -> None:
+    args: dict[str, Any] = dict(vector_kwargs={"autoreset_mode": SAME}, wrappers=[_clip_half], sutton_barto_reward=True)
+    want = gym.make_vec("CartPole-v1", 3, vectorization_mode="sync", **args)
+    with vecenv.make("CartPole-v1", 3, 2, **args) as envs:
+        assert_same(envs.reset(seed=0), want.reset(seed=0))
+        for _ in range(40):
+            assert_same(envs.step(np.ones(3, dtype=np.int64)), want.step(np.ones(3, dtype=np.int64)))
+        assert envs.metadata["autoreset_mode"] == SAME
+        # The spec is make_vec's, but for the vectorization mode and our num_workers.
+        expected = dict(
+            want.spec.kwargs, vectorization_mode="vecenv", vector_kwargs={"autoreset_mode": SAME, "num_workers": 2}
+        )
+        assert envs.spec.kwargs == expected
+        assert dataclasses.replace(envs.spec, kwargs={}) == dataclasses.replace(want.spec, kwargs={})
+        # The spec rebuilds the same vector env, as gymnasium.make_vec(spec) does for its own.
+        with vecenv.make(envs.spec) as again:
+            assert again.num_envs == 3 and again.spec == envs.spec
+            assert_same(again.reset(seed=0), want.reset(seed=0))
+    want.close()
+
+
+@pytest.mark.timeout(60)
+def test_make_accepts_a_make_vec_spec() -> None:
+    want = gym.make_vec("CartPole-v1", 2, vectorization_mode="sync", vector_kwargs={"copy": False}, max_episode_steps=7)
+    with vecenv.make(want.spec) as envs:
+        assert envs.num_envs == 2
+        assert envs.spec.kwargs == dict(want.spec.kwargs, vectorization_mode="vecenv")
+        assert envs.spec.max_episode_steps == 7
+        assert_same(envs.reset(seed=5), want.reset(seed=5))
+        for _ in range(8):
+            assert_same(envs.step(np.zeros(2, dtype=np.int64)), want.step(np.zeros(2, dtype=np.int64)))
+    want.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"vector_kwargs": {"bogus": 1}}, "`vector_kwargs` keys must be SubprocVectorEnv arguments .* unknown 'bogus'"),
+        ({"vector_kwargs": {"copy": True}, "copy": False}, "'copy' given twice: in `vector_kwargs` and as a keyword"),
+        (
+            {"env_kwargs": {"sutton_barto_reward": True}, "sutton_barto_reward": False},
+            "'sutton_barto_reward' given twice",
+        ),
+        ({"vector_kwargs": {"num_workers": 1}, "num_workers": 2}, "'num_workers' given twice"),
+        ({"vector_kwargs": [1]}, r"`vector_kwargs` must be a dict or None, got \[1\]"),
+        ({"wrappers": "ClipReward"}, "`wrappers` must be a sequence of callables .* got 'ClipReward'"),
+        ({"wrappers": _clip_half}, "`wrappers` must be a sequence of callables"),
+        ({"wrappers": [_clip_half, 3]}, r"`wrappers\[1\]` must be callable .* got 3"),
+        ({"vectorization_mode": "sync"}, "`vectorization_mode` does not apply.* got vectorization_mode='sync'"),
+    ],
+    ids=[
+        "unknown-vector-kwarg",
+        "vector-twice",
+        "env-twice",
+        "workers-twice",
+        "vector-not-dict",
+        "wrappers-str",
+        "wrappers-callable",
+        "wrapper-not-callable",
+        "vectorization-mode",
+    ],
+)
+def test_make_rejects_bad_arguments(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        vecenv.make("CartPole-v1", 2, **kwargs)
+
+
+def test_make_rejects_an_unknown_backend() -> None:
+    with pytest.raises(ValueError, match="`backend` must be one of 'process', 'ray', got 'threads'"):
+        vecenv.make("CartPole-v1", 2, backend="threads")

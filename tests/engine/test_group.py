@@ -1,0 +1,265 @@
+"""``vecenv.worker.group``: EnvGroup (the one place autoreset lives) driven in this process, and
+native vector env groups (VectorGroup) through worker processes.
+
+``LocalVec`` wires EnvGroups to Buffers exactly as the parent and the workers do, but in one
+process, and is compared with ``SyncVectorEnv`` step by step.
+"""
+
+from __future__ import annotations
+
+import copy as copylib
+import functools
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
+
+from tests.engine.test_buffers import attach
+from tests.engine.test_differential import assert_same, sample_actions
+from tests.helpers.envs import DiffEnv, NoDeepcopyInfoEnv, ReusedInfoEnv, diff_env_fns, fns, sync_group
+from vecenv import SubprocVectorEnv
+from vecenv.spaces import tree_assign, tree_slice
+from vecenv.wire.buffers import Buffers, BufferSpec
+from vecenv.worker.group import EnvGroup
+
+NEXT, SAME, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED
+
+
+class _Merger:
+    """Gymnasium's own info batching, over ``num_envs`` rows."""
+
+    _add_info = VectorEnv._add_info
+
+    def __init__(self, num_envs: int) -> None:
+        self.num_envs = num_envs
+
+
+class LocalVec:
+    """EnvGroups over contiguous row ranges of one Buffers, driven as the parent drives them."""
+
+    def __init__(self, env_fns: list, bounds: list[int], mode: AutoresetMode, shared_memory: bool) -> None:
+        envs = [fn() for fn in env_fns]
+        self.n = len(envs)
+        first = envs[0]
+        self.spec = BufferSpec.plan(self.n, first.observation_space, first.action_space, shared_memory)
+        self.parent = Buffers.create(self.spec)
+        self.ranges = list(zip(bounds[:-1], bounds[1:]))
+        self.groups = [EnvGroup(envs[a:b], mode, attach(self.parent, a, b)) for a, b in self.ranges]
+
+    def reset(self, seeds: list, options: dict | None, mask: np.ndarray | None) -> tuple[Any, dict]:
+        infos: dict = {}
+        merger = _Merger(self.n)
+        for (a, b), g in zip(self.ranges, self.groups):
+            if mask is not None and not mask[a:b].any():
+                continue
+            entries = g.reset(seeds[a:b], options, None if mask is None else mask[a:b])
+            self.parent.receive(a, b, g.buffers.payload())
+            for j, info in entries:
+                infos = merger._add_info(infos, info, a + j)
+        return copylib.deepcopy(self.parent.batched_observations()), infos
+
+    def step(self, actions: np.ndarray) -> tuple:
+        infos: dict = {}
+        merger = _Merger(self.n)
+        if self.spec.shared_actions:
+            tree_assign(self.parent.actions, actions)
+        for (a, b), g in zip(self.ranges, self.groups):
+            rows = g.buffers.actions if self.spec.shared_actions else tree_slice(actions, a, b)
+            entries = g.step(rows)
+            self.parent.receive(a, b, g.buffers.payload())
+            for j, info in entries:
+                infos = merger._add_info(infos, info, a + j)
+        p = self.parent
+        obs = copylib.deepcopy(p.batched_observations())
+        return obs, p.rewards.copy(), p.terminations.copy(), p.truncations.copy(), infos
+
+    def close(self) -> None:
+        for g in self.groups:
+            g.close()
+        buffers = [g.buffers for g in self.groups]
+        self.groups = []
+        for b in buffers:
+            b.close()
+        self.parent.close()
+
+
+def _drive(local: LocalVec, sync: SyncVectorEnv, mode: AutoresetMode, steps: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    n = sync.num_envs
+    seen = {"terms": 0, "truncs": 0, "final": 0}
+    assert_same(local.reset([seed + i for i in range(n)], None, None), sync.reset(seed=seed))
+    for t in range(steps):
+        if t in (60, 130):
+            mask = rng.uniform(size=n) < 0.5
+            mask[rng.integers(n)] = True
+            seeds = [int(s) if m and t == 60 else None for s, m in zip(rng.integers(0, 2**31, size=n), mask)]
+            assert_same(
+                local.reset(seeds, {"opt": t}, mask),
+                sync.reset(seed=seeds, options={"reset_mask": mask.copy(), "opt": t}),
+                f"reset at {t}",
+            )
+        actions = sample_actions(sync.single_action_space, n, rng)
+        out = local.step(actions)
+        assert_same(out, sync.step(actions), f"step {t}")
+        seen["terms"] += int(out[2].sum())
+        seen["truncs"] += int(out[3].sum())
+        seen["final"] += int("final_obs" in out[4])
+        if mode is DISABLED and (out[2] | out[3]).any():
+            ended = out[2] | out[3]
+            seeds = [None] * n
+            assert_same(
+                local.reset(seeds, {}, ended),  # the options left once "reset_mask" is taken out
+                sync.reset(seed=seeds, options={"reset_mask": ended.copy()}),
+                f"disabled reset at {t}",
+            )
+    return seen
+
+
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["shm", "noshm"])
+@pytest.mark.parametrize("mode", [NEXT, SAME, DISABLED], ids=lambda m: m.value)
+@pytest.mark.parametrize("obs_kind, act_kind", [("dict", "box"), ("tuple_text", "multidiscrete")])
+def test_groups_match_sync(obs_kind: str, act_kind: str, mode: AutoresetMode, shared_memory: bool) -> None:
+    fns = diff_env_fns(5, obs_kind=obs_kind, act_kind=act_kind)
+    sync = SyncVectorEnv(fns, autoreset_mode=mode)
+    local = LocalVec(fns, [0, 2, 5], mode, shared_memory)
+    try:
+        seen = _drive(local, sync, mode, 200, seed=len(obs_kind) + 3 * shared_memory)
+    finally:
+        local.close()
+        sync.close()
+    assert seen["terms"] > 0 and seen["truncs"] > 0
+    assert (seen["final"] > 0) == (mode is SAME)
+
+
+def test_group_same_step_final_info_is_a_snapshot() -> None:
+    """An env that refills one info dict in place: final_info must hold the step's values."""
+    fns = diff_env_fns(3, ReusedInfoEnv)
+    sync = SyncVectorEnv(fns, autoreset_mode=SAME)
+    local = LocalVec(fns, [0, 3], SAME, False)
+    try:
+        seen = _drive(local, sync, SAME, 100, seed=1)
+    finally:
+        local.close()
+        sync.close()
+    assert seen["final"] > 0
+
+
+def test_group_blame_on_step_error() -> None:
+    envs = [DiffEnv(index=0), DiffEnv(index=1), DiffEnv(index=2, fail_step=3)]
+    spec = BufferSpec.plan(3, envs[0].observation_space, envs[0].action_space, False)
+    group = EnvGroup(envs, NEXT, Buffers.create(spec))
+    group.reset([0, 1, 2], None, None)
+    assert group.blame is None
+    group.step(np.zeros(3, np.int64))
+    group.step(np.zeros(3, np.int64))
+    with pytest.raises(RuntimeError, match="env 2 fails at step 3"):
+        group.step(np.zeros(3, np.int64))
+    assert group.blame == 2
+    group.blame = None  # as the worker does before each command
+    with pytest.raises(TypeError):
+        group.call("double", (), {})  # missing argument: raised by env 0
+    assert group.blame == 0
+    assert group.call("double", (1.0,), {"plus": 1.0}) == [3.0, 4.0, 5.0]
+    group.blame = None
+    assert group.call("index", (), {}) == [0, 1, 2]
+    assert group.blame is None
+    with pytest.raises(ValueError):
+        group.set_attr("scale", [1.0, 2.0])  # one value short
+    group.set_attr("scale", [1.0, 2.0, 3.0])
+    assert [e.scale for e in envs] == [1.0, 2.0, 3.0]
+
+
+def test_group_close_closes_every_env_and_reraises_first_error() -> None:
+    envs = [DiffEnv(index=0), DiffEnv(index=1, fail_close=True), DiffEnv(index=2, fail_close=True)]
+    spec = BufferSpec.plan(3, envs[0].observation_space, envs[0].action_space, False)
+    group = EnvGroup(envs, NEXT, Buffers.create(spec))
+    with pytest.raises(RuntimeError, match="env 1 fails to close"):
+        group.close()
+    assert group.blame == 1
+    assert all(e.closed for e in envs)
+
+
+def test_group_next_step_autoreset_and_render() -> None:
+    envs = [DiffEnv(index=i, p_term=1.0, render_mode="rgb_array") for i in range(2)]
+    spec = BufferSpec.plan(2, envs[0].observation_space, envs[0].action_space, False)
+    buffers = Buffers.create(spec)
+    group = EnvGroup(envs, NEXT, buffers)
+    group.reset([0, 1], None, None)
+    group.step(np.zeros(2, np.int64))
+    assert buffers.terminations.tolist() == [True, True]
+    entries = group.step(np.zeros(2, np.int64))  # the autoreset step: a reset, no step
+    assert buffers.terminations.tolist() == [False, False]
+    assert buffers.rewards.tolist() == [0.0, 0.0]
+    assert [info["episode"] for _, info in entries] == [2, 2]
+    frames = group.render()
+    assert len(frames) == 2 and frames[0].dtype == np.uint8
+
+
+# -- through worker processes: SAME_STEP final infos, native vector env groups ------------------
+
+
+@pytest.mark.timeout(60)
+def test_same_step_final_info_without_deepcopy() -> None:
+    make = fns(NoDeepcopyInfoEnv, 3)
+    envs = SubprocVectorEnv(make, num_workers=2, autoreset_mode=AutoresetMode.SAME_STEP)
+    sync = SyncVectorEnv(make, autoreset_mode=AutoresetMode.SAME_STEP)
+    try:
+        assert_same(envs.reset(seed=0), sync.reset(seed=0))
+        seen = 0
+        for t in range(7):
+            a = np.zeros(3, np.int64)
+            got, want = envs.step(a), sync.step(a)
+            assert_same(got, want, f"step {t}")
+            seen += int("final_info" in want[4])
+        assert seen >= 3  # final infos holding the value were compared
+    finally:
+        envs.close()
+        sync.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=["next", "same"])
+def test_native_groups_match_one_sync_vector_env(mode: AutoresetMode) -> None:
+    """Groups that are VectorEnvs give what one SyncVectorEnv over all envs gives, infos included."""
+    groups = [functools.partial(sync_group, [0, 1, 2], mode), functools.partial(sync_group, [3, 4], mode)]
+    sync = SyncVectorEnv(diff_env_fns(5), autoreset_mode=mode)
+    rng = np.random.default_rng(7)
+    try:
+        with SubprocVectorEnv.from_groups(groups, autoreset_mode=mode, context="fork") as sub:
+            assert sub.num_envs == 5 and sub.num_workers == 2
+            assert_same(sub.reset(seed=11), sync.reset(seed=11))
+            ended = 0
+            for t in range(150):
+                actions = rng.integers(0, sub.single_action_space.n, size=5)
+                got, want = sub.step(actions), sync.step(actions)
+                assert_same(got, want, f"step {t}")
+                ended += int(np.sum(want[2] | want[3]))
+            assert ended > 5, "episodes should end (and autoreset) during the run"
+    finally:
+        sync.close()
+
+
+@pytest.mark.timeout(60)
+def test_native_cartpole_groups_match_their_standalone_twins() -> None:
+    make = functools.partial(gym.make_vec, "CartPole-v1", vectorization_mode="vector_entry_point")
+    twins = [make(3), make(2)]
+    try:
+        with SubprocVectorEnv.from_groups([functools.partial(make, 3), functools.partial(make, 2)]) as sub:
+            obs, _ = sub.reset(seed=5)
+            # A native group is seeded with its first env's seed (the int form).
+            expected = np.concatenate([twins[0].reset(seed=5)[0], twins[1].reset(seed=8)[0]])
+            np.testing.assert_array_equal(obs, expected)
+            for t in range(300):
+                actions = np.full(5, t % 2, dtype=np.int64)
+                got = sub.step(actions)
+                parts = [twins[0].step(actions[:3]), twins[1].step(actions[3:])]
+                for k in range(4):
+                    want = np.concatenate([parts[0][k], parts[1][k]])
+                    assert np.array_equal(got[k], want), (t, k)
+                    # Rewards are float64 in every vecenv (CartPoleVectorEnv's are float32).
+                    assert got[k].dtype == (np.float64 if k == 1 else want.dtype), (t, k)
+    finally:
+        for twin in twins:
+            twin.close()

@@ -1,0 +1,105 @@
+"""``vecenv.parent.handshake``: every worker's Hello checked and the vector env's spaces decided.
+
+``configure`` is tested on Hellos made here (no process); ``observation_mode`` and a native
+group's autoreset mode end to end, against SyncVectorEnv's own checks and results.
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector.utils import batch_differing_spaces, batch_space
+
+from tests.engine.test_differential import same_steps
+from tests.helpers.envs import BoundsEnv, fns, sync_group
+from tests.helpers.fakes import ACT_SPACE, OBS_SPACE, hello
+from vecenv import SpaceMismatchError, SubprocVectorEnv
+from vecenv.parent.handshake import configure
+from vecenv.wire.protocol import SpaceMismatch
+
+NEXT, SAME = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP
+
+# -- configure, on Hellos made here --------------------------------------------------------------
+
+
+def test_configure_sums_the_groups_and_batches_the_first_envs_spaces() -> None:
+    spaces_ = configure([hello(2, metadata={"render_fps": 7}), hello(3)], "same", SAME, "SubprocVectorEnv")
+    assert spaces_.num_envs == 5
+    assert spaces_.single_observation_space == OBS_SPACE and spaces_.observation_space == batch_space(OBS_SPACE, 5)
+    assert spaces_.single_action_space == ACT_SPACE and spaces_.action_space == batch_space(ACT_SPACE, 5)
+    assert spaces_.metadata == {"render_fps": 7, "autoreset_mode": SAME}
+
+
+def test_configure_names_a_mismatch_by_its_global_index() -> None:
+    wide = spaces.Box(-1.0, 1.0, (3,), np.float32)
+    second = hello(3, mismatch=SpaceMismatch(1, "observation_space", OBS_SPACE, wide))
+    with pytest.raises(
+        SpaceMismatchError, match=r"env 3 has observation_space Box.*\(3,\).*use `observation_mode='different'`"
+    ):
+        configure([hello(2), second], "same", NEXT, "SubprocVectorEnv")
+    with pytest.raises(
+        SpaceMismatchError, match=r"^Some environments have an action space different from `Discrete\(3\)`.*env 2 has"
+    ):
+        configure([hello(2), hello(1, action_space=spaces.Discrete(4))], "same", NEXT, "SubprocVectorEnv")
+
+
+def test_configure_different_batches_every_envs_space() -> None:
+    a, b = spaces.Box(-1.0, 1.0, (2,), np.float32), spaces.Box(-2.0, 2.0, (2,), np.float32)
+    hellos = [
+        hello(2, observation_space=a, observation_spaces=[a, b]),
+        hello(1, observation_space=b, observation_spaces=[b]),
+    ]
+    spaces_ = configure(hellos, "different", NEXT, "SubprocVectorEnv")
+    assert spaces_.observation_space == batch_differing_spaces([a, b, b]) and spaces_.single_observation_space == a
+
+
+def test_configure_refuses_a_native_group_with_another_autoreset_mode() -> None:
+    with pytest.raises(
+        ValueError, match=r"^worker 1 hosts a native vector env with autoreset mode .*SAME_STEP.*must match$"
+    ):
+        configure([hello(2), hello(2, native_autoreset=SAME)], "same", NEXT, "SubprocVectorEnv")
+
+
+# -- end to end ----------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_native_group_with_another_autoreset_mode_is_refused() -> None:
+    group = functools.partial(sync_group, [0, 1], AutoresetMode.SAME_STEP)
+    with pytest.raises(ValueError, match="autoreset_mode"):
+        SubprocVectorEnv.from_groups([group], autoreset_mode=AutoresetMode.NEXT_STEP, context="fork")
+
+
+@pytest.mark.timeout(60)
+def test_observation_mode_different_and_custom_match_sync() -> None:
+    make = fns(BoundsEnv, 4)
+    single = gym.spaces.Box(-5e6, 5e6, (2,), np.float32)
+    custom = (gym.vector.utils.batch_space(single, 4), single)
+    for mode in ("different", custom):
+        envs = SubprocVectorEnv(make, num_workers=2, observation_mode=mode)
+        sync = SyncVectorEnv(make, observation_mode=mode)
+        try:
+            assert envs.observation_space == sync.observation_space
+            assert envs.single_observation_space == sync.single_observation_space
+            same_steps(envs, sync, 0, [np.ones(4, np.int64)] * 3)
+        finally:
+            envs.close()
+            sync.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("explicit", [True, False], ids=["same", "default"])
+def test_same_mode_mismatch_points_to_different(explicit: bool) -> None:
+    kwargs = {"observation_mode": "same"} if explicit else {}
+    with pytest.raises(RuntimeError) as info:
+        SubprocVectorEnv(fns(BoundsEnv, 4), num_workers=2, **kwargs)
+    assert "observation_mode='different'" in str(info.value)
+    with pytest.raises(RuntimeError, match="observation_mode='different'"):
+        SyncVectorEnv(fns(BoundsEnv, 4), **kwargs)
+    assert multiprocessing.active_children() == []

@@ -1,0 +1,53 @@
+"""``vecenv.transports.inline``: the group the parent hosts itself (``inline_group``, and every
+env with ``num_workers=0``), against SyncVectorEnv; its env errors surface as any env's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gymnasium.vector import SyncVectorEnv
+
+import vecenv
+from tests.engine.test_differential import assert_same
+from tests.helpers.envs import diff_env_fns
+from vecenv import SubprocVectorEnv
+
+
+@pytest.mark.timeout(60)
+def test_num_workers_zero_starts_no_process() -> None:
+    import multiprocessing
+
+    fns = diff_env_fns(4)
+    sync = SyncVectorEnv(fns)
+    try:
+        with SubprocVectorEnv(fns, 0) as sub:
+            assert multiprocessing.active_children() == []
+            assert sub.num_workers == 1 and sub.worker_pids == [None]
+            assert_same(sub.reset(seed=3), sync.reset(seed=3))
+            actions = np.zeros(4, dtype=np.int64)
+            assert_same(sub.step(actions), sync.step(actions))
+    finally:
+        sync.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("target", [0, 3], ids=["inline-env", "worker-env"])
+def test_inline_group_env_errors_surface_as_any_env_error(target: int) -> None:
+    """An env of the parent's group raising in step: its own type, the remote-style traceback as
+    cause, a note naming the env; the vector env stays usable after a reset."""
+    from tests.helpers.faults import fault_fns
+
+    fns = fault_fns(4, "raise", "step", target, at=2)
+    with SubprocVectorEnv(fns, 2, inline_group=True) as sub:
+        assert sub.worker_pids[0] is None and sub.worker_pids[1] is not None
+        sub.reset(seed=0)
+        actions = np.zeros((4, 2), dtype=np.float32)
+        sub.step(actions)
+        with pytest.raises(ValueError, match=f"env {target}") as excinfo:
+            sub.step(actions)
+        assert isinstance(excinfo.value.__cause__, vecenv.errors.RemoteTraceback)
+        assert any(f"env {target} (worker {target // 2})" in note for note in excinfo.value.__notes__)
+        with pytest.raises(vecenv.NeedsResetError):
+            sub.step(actions)
+        sub.reset(seed=1)
+        sub.step(actions)  # usable again (the fault fires once)

@@ -1,0 +1,192 @@
+"""``vecenv.machine``: what the machine and this process allow.
+
+The cores: ``available_cpus`` follows the affinity mask (which container CPU sets limit), and the
+default ``num_workers`` follows it.
+
+The start method for ``context=None``: a parent running other Python threads is not forked.
+A fork copies the locks that other threads hold at that instant, and a worker that needs one waits
+forever (CI hung so once, in the handshake, after the Ray tests had left their threads in the test
+process). With the start method unset, vecenv uses the platform default in a single-threaded
+parent and ``forkserver`` in a threaded one; a method the user chose is always used as given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import sys
+import threading
+from collections.abc import Iterator
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import SyncVectorEnv
+
+import vecenv
+from tests.engine.test_differential import assert_same
+from tests.helpers.envs import BUILD_LOCK, locked_cartpole
+from tests.helpers.faults import healthy_fns
+from vecenv import SubprocVectorEnv, checks, machine
+from vecenv.machine import default_start_method
+
+#: The start-method rule is about platforms that fork by default.
+forks_by_default = pytest.mark.skipif(
+    multiprocessing.get_all_start_methods()[0] != "fork", reason="the rule is about platforms that fork by default"
+)
+
+
+# -- the cores ----------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_available_cpus_follows_the_affinity_mask(monkeypatch: pytest.MonkeyPatch) -> None:
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("no sched_getaffinity here")
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 3})
+    assert machine.available_cpus() == 2
+    assert checks.check_num_workers(None, 10) == 2
+    assert checks.check_num_workers(None, 1) == 1
+
+
+@pytest.mark.timeout(30)
+def test_available_cpus_without_affinity_uses_cpu_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 5)
+    assert machine.available_cpus() == 5
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert machine.available_cpus() == 1
+
+
+@pytest.mark.timeout(60)
+def test_default_num_workers_follows_affinity(monkeypatch: pytest.MonkeyPatch) -> None:
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("no sched_getaffinity here")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    envs = SubprocVectorEnv(healthy_fns(4))
+    try:
+        assert envs.num_workers == 1
+    finally:
+        envs.close()
+
+
+# -- the start method ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def unset_start_method() -> Iterator[None]:
+    """The global start method unset for the test (as in a fresh program), restored after it."""
+    before = multiprocessing.get_start_method(allow_none=True)
+    multiprocessing.set_start_method(None, force=True)
+    try:
+        yield
+    finally:
+        multiprocessing.set_start_method(before, force=True)
+
+
+@pytest.fixture
+def other_thread() -> Iterator[threading.Event]:
+    """A second Python thread, alive for the test; set the event to let it end."""
+    done = threading.Event()
+    thread = threading.Thread(target=done.wait, name="test-other-thread", daemon=True)
+    thread.start()
+    try:
+        yield done
+    finally:
+        done.set()
+        thread.join(10)
+
+
+@contextlib.contextmanager
+def _lock_held_by_a_thread() -> Iterator[None]:
+    """:data:`BUILD_LOCK` held by another thread of this process for the duration."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with BUILD_LOCK:
+            held.set()
+            release.wait()
+
+    holder = threading.Thread(target=hold, name="test-lock-holder", daemon=True)
+    holder.start()
+    assert held.wait(10)
+    try:
+        yield
+    finally:
+        release.set()
+        holder.join(10)
+
+
+def _only_thread() -> bool:
+    return threading.active_count() == 1
+
+
+@forks_by_default
+def test_single_threaded_parent_keeps_the_platform_default(unset_start_method: None) -> None:
+    if not _only_thread():  # an earlier test's library thread (tqdm's monitor) may still run
+        assert default_start_method() == "forkserver"
+        return
+    assert default_start_method() == "fork"
+
+
+@forks_by_default
+def test_threaded_parent_gets_forkserver(unset_start_method: None, other_thread: threading.Event) -> None:
+    assert default_start_method() == "forkserver"
+
+
+@forks_by_default
+def test_user_choice_wins(unset_start_method: None, other_thread: threading.Event) -> None:
+    multiprocessing.set_start_method("fork", force=True)
+    assert default_start_method() == "fork"
+    with vecenv.make("CartPole-v1", 2, 1) as envs:
+        assert envs.start_method == "fork"
+
+
+@forks_by_default
+def test_script_from_stdin_keeps_fork(
+    unset_start_method: None, other_thread: threading.Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # forkserver and spawn load __main__ again by path: a script read from stdin has none.
+    monkeypatch.setattr(sys.modules["__main__"], "__file__", "<stdin>", raising=False)
+    assert default_start_method() == "fork"
+
+
+@forks_by_default
+@pytest.mark.timeout(120)
+def test_worker_never_inherits_a_held_lock(unset_start_method: None, other_thread: threading.Event) -> None:
+    """A thread of the parent holds a lock that env construction takes: the workers still start,
+    step as Sync does, and the start method stays unset for the program's next vector env."""
+    sync = SyncVectorEnv([locked_cartpole] * 4)
+    want = [sync.reset(seed=5)]
+    actions = [np.array([0, 1, 1, 0]), np.array([1, 1, 0, 0])]
+    want += [sync.step(a) for a in actions]
+    sync.close()
+    with _lock_held_by_a_thread():
+        envs = vecenv.SubprocVectorEnv([locked_cartpole] * 4, num_workers=2, start_timeout=60)
+        with envs:
+            assert envs.start_method == "forkserver"
+            got = [envs.reset(seed=5)] + [envs.step(a) for a in actions]
+    for g, w in zip(got, want):
+        assert_same(g, w, "forkserver workers")
+    assert multiprocessing.get_start_method(allow_none=True) is None
+
+
+@forks_by_default
+def test_make_with_gym_id_in_threaded_parent(unset_start_method: None, other_thread: threading.Event) -> None:
+    with vecenv.make("CartPole-v1", 4, 2) as envs:
+        assert envs.start_method == "forkserver"
+        obs, _ = envs.reset(seed=1)
+    sync_obs, _ = SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4).reset(seed=1)
+    np.testing.assert_array_equal(obs, sync_obs)
+
+
+@forks_by_default
+@pytest.mark.timeout(60)
+def test_forking_anyway_inherits_the_held_lock(other_thread: threading.Event) -> None:
+    """What the rule avoids: with ``context="fork"`` the workers wait for the lock forever, and
+    only ``start_timeout`` ends the wait (with an error that names the call)."""
+    with _lock_held_by_a_thread(), pytest.raises(vecenv.VecEnvTimeoutError, match="__init__"):
+        vecenv.SubprocVectorEnv([locked_cartpole] * 2, num_workers=2, context="fork", start_timeout=2)

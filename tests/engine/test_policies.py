@@ -1,0 +1,183 @@
+"""``vecenv.policies`` without a process: what each policy kind gives a group of envs, and why
+the random policy's data cannot depend on how the envs are grouped or on the rollout length."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import cloudpickle
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from vecenv.policies import (
+    FunctionPolicy,
+    PolicyContext,
+    RandomPolicy,
+    SB3Policy,
+    TorchPolicy,
+    WorkerPolicy,
+    as_worker_policy,
+    policy_seed,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+OBS = spaces.Box(-1.0, 1.0, (3,), np.float32)
+ACTION_SPACES = {
+    "discrete": spaces.Discrete(5, start=2),
+    "box": spaces.Box(-2.0, 3.0, (2,), np.float32),
+    "dict": spaces.Dict(
+        {"a": spaces.MultiDiscrete([3, 4]), "b": spaces.Tuple((spaces.Discrete(2), spaces.MultiBinary(3)))}
+    ),
+}
+
+
+def _context(envs: range, action_space: spaces.Space, seed: int | None = 7) -> PolicyContext:
+    return PolicyContext(envs, OBS, action_space, [None if seed is None else seed + i for i in envs])
+
+
+def _leaves(tree: Any) -> list[np.ndarray]:
+    if isinstance(tree, dict):
+        return [leaf for value in tree.values() for leaf in _leaves(value)]
+    if isinstance(tree, tuple):
+        return [leaf for value in tree for leaf in _leaves(value)]
+    return [np.asarray(tree)]
+
+
+def _stream(groups: list[range], space: spaces.Space, steps: int) -> list[np.ndarray]:
+    """Each leaf of the actions of every env over ``steps`` steps, ``(steps, envs, ...)``."""
+    runners = [RandomPolicy().build(_context(g, space)) for g in groups]
+    per_step = []
+    for _ in range(steps):
+        rows = [_leaves(r.act(None, None)) for r in runners]
+        per_step.append([np.concatenate(parts) for parts in zip(*rows)])
+    return [np.stack(leaf) for leaf in zip(*per_step)]
+
+
+@pytest.mark.parametrize("kind", list(ACTION_SPACES))
+def test_random_actions_do_not_depend_on_the_grouping_and_lie_in_the_space(kind: str) -> None:
+    space = ACTION_SPACES[kind]
+    steps = 2100  # past two refills of every block
+    one = _stream([range(6)], space, steps)
+    for groups in ([range(3), range(3, 6)], [range(1), range(1, 2), range(2, 6)]):
+        for a, b in zip(one, _stream(groups, space, steps), strict=True):
+            np.testing.assert_array_equal(a, b)
+    runner = RandomPolicy().build(_context(range(6), space))
+    batched = gym.vector.utils.batch_space(space, 6)
+    for _ in range(50):
+        assert batched.contains(runner.act(None, None))
+    assert all(len(np.unique(leaf)) > 1 for leaf in one), "actions must vary"
+
+
+def test_random_actions_of_an_env_follow_its_seed_only() -> None:
+    space = ACTION_SPACES["box"]
+    alone = RandomPolicy().build(PolicyContext(range(1), OBS, space, [9]))
+    among = RandomPolicy().build(PolicyContext(range(3), OBS, space, [4, 9, 11]))
+    for _ in range(100):
+        np.testing.assert_array_equal(alone.act(None, None)[0], among.act(None, None)[1])
+    unseeded = [RandomPolicy().build(_context(range(2), space, seed=None)).act(None, None) for _ in range(2)]
+    assert not np.array_equal(unseeded[0], unseeded[1])
+    assert policy_seed(None) is None and policy_seed(3) != policy_seed(4) and policy_seed(3) == policy_seed(3)
+
+
+def test_reseed_restarts_one_env_and_inactive_envs_keep_their_place() -> None:
+    space = ACTION_SPACES["discrete"]
+    runner = RandomPolicy().build(_context(range(3), space))
+    fresh = RandomPolicy().build(_context(range(3), space))
+    first = [runner.act(None, None) for _ in range(5)]
+    runner.reseed(1, 8)  # env 1 was reset with seed 8, as it was at first
+    again = [runner.act(None, None) for _ in range(5)]
+    np.testing.assert_array_equal(np.array(again)[:, 1], np.array(first)[:, 1])
+    assert not np.array_equal(np.array(again)[:, 0], np.array(first)[:, 0])
+    # Envs left out (active False) draw nothing: their next action is the one they would have had.
+    expected = [fresh.act(None, None) for _ in range(3)]
+    other = RandomPolicy().build(_context(range(3), space))
+    other.act(None, None)
+    other.act(None, np.array([True, False, True]))
+    third = other.act(None, None)
+    assert third[1] == expected[1][1] and third[0] == expected[2][0]
+
+
+def _double(observations: np.ndarray) -> np.ndarray:
+    return (observations[:, 0] > 0).astype(np.int64)
+
+
+def test_function_policy_travels_with_cloudpickle_and_calls_on_the_rows() -> None:
+    policy = FunctionPolicy(lambda obs: obs.sum(axis=1) > 0, name="sign")
+    copy = pickle.loads(pickle.dumps(policy))
+    runner = copy.build(_context(range(2), spaces.Discrete(2)))
+    assert runner.act(np.array([[1.0, 0, 0], [-1.0, 0, 0]]), None).tolist() == [True, False]
+    assert copy.name == "sign" and FunctionPolicy(_double).name == "tests.engine.test_policies:_double"
+    with pytest.raises(TypeError, match="has no weights"):
+        copy.weights()
+    with pytest.raises(TypeError, match="must be callable"):
+        FunctionPolicy(3)  # type: ignore[arg-type]
+
+
+def test_torch_policy_copies_the_module_and_reads_weights_from_the_original() -> None:
+    torch = pytest.importorskip("torch")
+    module = torch.nn.Linear(3, 2)
+    policy = TorchPolicy(module)
+    runner = cloudpickle.loads(cloudpickle.dumps(policy)).build(_context(range(2), spaces.Box(-9, 9, (2,))))
+    obs = np.ones((2, 3), np.float32)
+    with torch.no_grad():
+        want = module(torch.as_tensor(obs)).numpy()
+        module.weight.add_(1.0)
+    np.testing.assert_array_equal(runner.act(obs, None), want)  # the copy kept the old weights
+    runner.load_weights(policy.weights())
+    with torch.no_grad():
+        np.testing.assert_array_equal(runner.act(obs, None), module(torch.as_tensor(obs)).numpy())
+    with pytest.raises(TypeError, match="original module"):
+        pickle.loads(pickle.dumps(policy)).weights()
+    assert isinstance(as_worker_policy(module), TorchPolicy)
+
+
+def test_sb3_policy_loads_the_saved_model_and_samples_reproducibly() -> None:
+    sb3 = pytest.importorskip("stable_baselines3")
+    model = sb3.PPO("MlpPolicy", gym.make("CartPole-v1"), seed=0, device="cpu")
+    obs = np.random.default_rng(0).normal(size=(4, 4)).astype(np.float32)
+    deterministic = SB3Policy(model, deterministic=True).build(_context(range(4), spaces.Discrete(2)))
+    actions, extras = deterministic.act(obs, None)
+    np.testing.assert_array_equal(actions, model.predict(obs, deterministic=True)[0])
+    import torch
+
+    # An actor-critic model also gives the log-probability of each action and the value.
+    with torch.no_grad():
+        values, log_prob, _ = model.policy.evaluate_actions(torch.as_tensor(obs), torch.as_tensor(actions))
+    np.testing.assert_allclose(extras["log_prob"], log_prob.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(extras["value"], values.numpy().reshape(-1), rtol=1e-6)
+    assert extras["log_prob"].dtype == np.float32 and extras["value"].shape == (4,)
+    stochastic = pickle.loads(pickle.dumps(SB3Policy(model)))
+    runs = [
+        [stochastic.build(_context(range(4), spaces.Discrete(2))).act(obs, None)[0] for _ in range(3)] for _ in range(2)
+    ]
+    np.testing.assert_array_equal(np.array(runs[0]), np.array(runs[1]))
+
+    state = torch.get_rng_state()
+    stochastic.build(_context(range(4), spaces.Discrete(2))).act(obs, None)
+    assert torch.equal(torch.get_rng_state(), state), "the process's generator is left as it was"
+    assert isinstance(as_worker_policy(model), SB3Policy)
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "match"),
+    [("greedy", ValueError, "got 'greedy'"), (3, TypeError, "got 3"), (None, TypeError, "got None")],
+)
+def test_as_worker_policy_refuses_what_it_cannot_run(value: Any, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        as_worker_policy(value)
+    assert isinstance(as_worker_policy("random"), RandomPolicy)
+    assert RandomPolicy() == RandomPolicy() and isinstance(as_worker_policy(RandomPolicy()), WorkerPolicy)
+
+
+def test_skip_leaves_the_streams_where_as_many_steps_would() -> None:
+    space = ACTION_SPACES["box"]
+    stepped, skipped = (RandomPolicy().build(_context(range(3), space)) for _ in range(2))
+    for steps in (1, 700, 1500):
+        for _ in range(steps):
+            stepped.act(None, None)
+        skipped.skip(steps)
+        np.testing.assert_array_equal(stepped.act(None, None), skipped.act(None, None))

@@ -1,0 +1,149 @@
+"""``vecenv.transports.process``: worker processes behind pipes, through real processes.
+
+Ctrl+C in the middle of a pipe read: the worker is ended and reported dead, never waited on.
+A KeyboardInterrupt can arrive between the two reads of one message (its length, then its
+body). The half left in the pipe would make the next read take the body's tail for a length and
+wait forever. The process transport ends such a worker at once and reports it dead, with a cause
+that says why, so the call after the interrupt raises and close() returns promptly.
+
+Also: a pipe that hangs up while its process lingers is a death reported at once, never a busy
+wait; ``pin_cpus`` pins each worker to one core.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import SyncVectorEnv
+
+import vecenv
+from tests.conftest import start_methods
+from tests.engine.test_differential import assert_same
+from tests.helpers.envs import DiffEnv, HangupEnv, fns
+from tests.helpers.faults import transport_of
+from vecenv import SubprocVectorEnv, WorkerDiedError
+
+
+def _cut_next_read(conn: Any) -> None:
+    """Make ``conn``'s next read take 2 bytes of the message's length prefix, then be
+    interrupted, as a signal between two reads would leave it."""
+
+    def torn_read(*args: Any) -> bytes:
+        del conn.recv_bytes  # one cut only
+        os.read(conn.fileno(), 2)
+        raise KeyboardInterrupt
+
+    conn.recv_bytes = torn_read
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_interrupt_mid_read_ends_the_worker_and_close_is_prompt(context: str) -> None:
+    envs = vecenv.make("CartPole-v1", 4, 2, context=context)
+    try:
+        envs.reset(seed=0)
+        process = transport_of(envs).processes[1]
+        _cut_next_read(transport_of(envs).conns[1])
+        with pytest.raises(KeyboardInterrupt):
+            envs.step(np.zeros(4, np.int64))
+        process.join(10)
+        assert process.exitcode is not None  # ended, not left to answer into a torn pipe
+        # The interrupted step needs a reset, which finds worker 1 gone, and says why.
+        with pytest.raises(WorkerDiedError, match=r"worker 1 .*an interrupt \(Ctrl\+C\) cut a message on its pipe"):
+            envs.reset(seed=1)
+    finally:
+        start = time.monotonic()
+        envs.close()
+        assert time.monotonic() - start < 5
+
+
+@pytest.mark.timeout(60)
+def test_interrupt_mid_read_with_restarts_rebuilds_the_worker() -> None:
+    envs = vecenv.make("CartPole-v1", 4, 2, on_worker_death="restart")
+    try:
+        envs.reset(seed=0)
+        _cut_next_read(transport_of(envs).conns[1])
+        with pytest.raises(KeyboardInterrupt):
+            envs.step(np.zeros(4, np.int64))
+        obs, infos = envs.reset(seed=1)
+        assert obs.shape == (4, 4) and infos["worker_restarted"][2:].all()
+        obs, *_ = envs.step(np.zeros(4, np.int64))  # and it steps on
+        assert obs.shape == (4, 4)
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("inline", [False, True])
+def test_interrupt_while_waiting_leaves_a_usable_vector_env(inline: bool) -> None:
+    """Ctrl+C while the parent waits (the usual case, as in a notebook cell): the step is lost,
+    a reset gives what Sync gives, and stepping goes on."""
+    envs = vecenv.make("CartPole-v1", 4, 2, inline_group=inline)
+    transport = transport_of(envs)
+    try:
+        envs.reset(seed=0)
+
+        def interrupted(*args: Any) -> Any:
+            del transport.poll  # once
+            raise KeyboardInterrupt
+
+        transport.poll = interrupted
+        with pytest.raises(KeyboardInterrupt):
+            envs.step(np.ones(4, np.int64))
+        with pytest.raises(vecenv.NeedsResetError):
+            envs.step(np.ones(4, np.int64))
+        sync = SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4)
+        assert_same(envs.reset(seed=7), sync.reset(seed=7), "reset after the interrupt")
+        for t in range(5):
+            actions = np.array([t % 2, 1, 0, 1])
+            assert_same(envs.step(actions), sync.step(actions), f"step {t}")
+        sync.close()
+    finally:
+        envs.close()
+
+
+# -- a pipe that hangs up; pinning ---------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+@start_methods("fork", "spawn")
+def test_hung_up_pipe_does_not_spin_or_overrun(start_method: str) -> None:
+    envs = SubprocVectorEnv(fns(HangupEnv, 1), num_workers=1, context=start_method)
+    try:
+        envs.reset(seed=0)
+        envs.call_async("hangup", 6.0)  # the process lingers 6 s after closing its pipe
+        conn = transport_of(envs).conns[0]
+        assert conn.poll(20), "the worker never hung up"  # EOF is readable: the hang-up happened
+        wall, cpu = time.monotonic(), time.process_time()
+        with pytest.raises(WorkerDiedError):
+            envs.call_wait(timeout=0.3)
+        wall, cpu = time.monotonic() - wall, time.process_time() - cpu
+        # The worker can never answer: a death, reported quickly (a short grace to exit, then
+        # killed), never a busy loop until the lingering thread ends.
+        assert wall < 3.0, f"call_wait(timeout=0.3) took {wall:.2f} s"
+        assert cpu < 0.5, f"the wait burned {cpu:.2f} s of CPU"
+    finally:
+        envs.close()
+
+
+class _AffinityEnv(DiffEnv):
+    def cpus(self) -> list[int]:
+        return sorted(os.sched_getaffinity(0))
+
+
+@pytest.mark.timeout(60)
+def test_pin_cpus_pins_each_worker_to_one_core() -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    fns = [functools.partial(_AffinityEnv, index=i) for i in range(4)]
+    with SubprocVectorEnv(fns, 2, pin_cpus=True, context="fork") as sub:
+        got = sub.call("cpus")
+    expected = [[cpus[0]], [cpus[0]], [cpus[1 % len(cpus)]], [cpus[1 % len(cpus)]]]
+    assert list(got) == expected
+    with SubprocVectorEnv(fns, 2, context="fork") as sub:
+        assert all(c == cpus for c in sub.call("cpus"))  # not pinned by default

@@ -1,0 +1,729 @@
+"""Reliability as a demanding user or an operator meets it: threads, interrupts, dropped vector
+envs, stuck closes, a parent killed with replies unread, errors that must name the env, a low
+descriptor limit, and scripts without a ``__main__`` guard.
+
+Every test bounds its time (pytest-timeout, and explicit bounds on what is promised), and the
+autouse leak check of ``conftest.py`` fails it when a child process or a shared block is left.
+The reference for "the data is right" is ``gymnasium.vector.SyncVectorEnv``.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import weakref
+from multiprocessing import resource_tracker
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import SyncVectorEnv
+
+import vecenv
+from tests.engine.test_differential import assert_same
+from tests.helpers.faults import counter_fns, fault_fns, healthy_fns, odd_fns, open_fds, transport_of
+from vecenv import VecEnvError, WorkerDiedError
+from vecenv.transports import process as process_transport
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def _worker_pids(envs: Any) -> list[int]:
+    return [p for p in envs.worker_pids if p is not None]
+
+
+# -- threads -----------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("inline", [False, True], ids=["workers", "inline-group"])
+def test_threads_sharing_a_vector_env_take_turns(inline: bool) -> None:
+    """Two threads stepping one vector env (and a third reading an attribute) never collide:
+    each step reaches every env, and the steps of both threads are one sequence."""
+    envs = vecenv.SubprocVectorEnv(counter_fns(4), 2, context="fork", inline_group=inline)
+    steps = 150
+    try:
+        envs.reset(seed=3)
+        seen: list[np.ndarray] = []
+        counts: list[tuple[int, ...]] = []
+        errors: list[BaseException] = []
+        start = threading.Barrier(3)
+
+        def stepper(action: int) -> None:
+            start.wait()
+            try:
+                for _ in range(steps):
+                    obs, rewards, *_ = envs.step(np.full(4, action))
+                    assert (rewards == action).all()
+                    seen.append(obs)
+            except BaseException as exc:
+                errors.append(exc)
+
+        def reader() -> None:
+            start.wait()
+            try:
+                for _ in range(steps):
+                    counts.append(envs.get_attr("count"))
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=stepper, args=(a,)) for a in (0, 1)] + [threading.Thread(target=reader)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads), "a thread is still stepping after 60 s"
+        assert not errors, f"{len(errors)} calls failed, the first: {errors[0]!r}"
+        for obs in seen:  # one step reached every env: they agree on their step count
+            assert (obs[:, 0] == obs[0, 0]).all(), f"envs at different step counts {obs[:, 0]}"
+            assert (obs[:, 1] == [3, 4, 5, 6]).all()
+        assert sorted(int(obs[0, 0]) for obs in seen) == list(range(1, 2 * steps + 1))
+        assert all(len(set(c)) == 1 for c in counts), "an attribute read saw envs at different steps"
+        sync = SyncVectorEnv(counter_fns(4))
+        assert_same(envs.reset(seed=9), sync.reset(seed=9))
+        assert_same(envs.step(np.ones(4, np.int64)), sync.step(np.ones(4, np.int64)))
+        sync.close()
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_close_from_another_thread_ends_a_stuck_step() -> None:
+    """A thread stuck in ``step`` (an env that hangs, no timeout) and ``close()`` from another
+    thread: close waits its grace, ends the workers, and both threads return promptly."""
+    envs = vecenv.SubprocVectorEnv(fault_fns(4, "hang", "step", 3), 2, context="fork")
+    envs.reset(seed=0)
+    outcome: list[BaseException | None] = []
+
+    def stepper() -> None:
+        try:
+            envs.step(np.zeros((4, 2), np.float32))
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=stepper)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while envs.state is not vecenv.State.WAITING_STEP and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert envs.state is vecenv.State.WAITING_STEP
+    t0 = time.monotonic()
+    envs.close(timeout=0.5)
+    took = time.monotonic() - t0
+    thread.join(10)
+    assert not thread.is_alive(), "the stepping thread is still waiting after close()"
+    assert took < 0.5 + 3.0, f"close() from another thread took {took:.1f} s"
+    assert len(outcome) == 1 and isinstance(outcome[0], WorkerDiedError), outcome
+    assert "close()" in str(outcome[0]) and "another thread" in str(outcome[0]), str(outcome[0])
+    assert envs.closed
+    assert all(c is None or c.closed for c in transport_of(envs).conns)
+
+
+# -- interrupts --------------------------------------------------------------------------------
+
+N = 4
+SYNC_FNS = [lambda: gym.make("CartPole-v1")] * N
+
+
+def _interrupt_send(envs: Any, worker: int, after: bool) -> None:
+    """Make the next command sent to ``worker`` raise KeyboardInterrupt, before any byte is
+    written (``after=False``) or just after the whole message went out (``after=True``): a
+    Ctrl+C landing between two statements of the send."""
+    transport = transport_of(envs)
+    real = transport.send
+
+    def send(index: int, message: Any) -> None:
+        if index != worker:
+            return real(index, message)
+        del transport.send  # once
+        if after:
+            real(index, message)
+        raise KeyboardInterrupt
+
+    transport.send = send
+
+
+def _tear_write(envs: Any, worker: int) -> None:
+    """Make the next write on ``worker``'s pipe put half a message in it, then be interrupted."""
+    conn = transport_of(envs).conns[worker]
+
+    def torn(data: bytes) -> None:
+        del conn.send_bytes
+        os.write(conn.fileno(), len(data).to_bytes(4, "big", signed=True) + bytes(data)[: len(data) // 2])
+        raise KeyboardInterrupt
+
+    conn.send_bytes = torn
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("worker", "after"),
+    [(0, False), (1, False), (1, True)],
+    ids=["before-the-first-write", "between-two-workers", "after-the-last-write"],
+)
+@pytest.mark.parametrize("call", ["step_async", "reset_async", "call_async"])
+def test_interrupt_while_sending_then_reset_matches_sync(call: str, worker: int, after: bool) -> None:
+    envs = vecenv.make("CartPole-v1", N, 2, context="fork")
+    sync = SyncVectorEnv(SYNC_FNS)
+    try:
+        envs.reset(seed=0)
+        _interrupt_send(envs, worker, after)
+        with pytest.raises(KeyboardInterrupt):
+            if call == "step_async":
+                envs.step_async(np.ones(N, np.int64))
+            elif call == "reset_async":
+                envs.reset_async(seed=5)
+            else:
+                envs.call_async("render")
+        if call == "step_async":
+            with pytest.raises(vecenv.NeedsResetError, match="interrupted"):
+                envs.step(np.ones(N, np.int64))
+        assert_same(envs.reset(seed=7), sync.reset(seed=7), "reset after the interrupt")
+        for t in range(5):
+            actions = np.array([t % 2, 1, 0, 1])
+            assert_same(envs.step(actions), sync.step(actions), f"step {t}")
+    finally:
+        sync.close()
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_interrupt_while_sending_batches_then_async_reset_recovers() -> None:
+    envs = vecenv.make("CartPole-v1", N, 2, context="fork", batch_size=2)
+    sync = SyncVectorEnv(SYNC_FNS)
+    try:
+        envs.async_reset(seed=0)
+        *_, ids = envs.recv()
+        *_, other = envs.recv()
+        _interrupt_send(envs, 1, after=False)
+        with pytest.raises(KeyboardInterrupt):
+            envs.send(np.ones(N, np.int64), np.arange(N))
+        with pytest.raises(vecenv.NeedsResetError, match="interrupted"):
+            envs.recv()
+        envs.async_reset(seed=7)
+        obs0, *_ = sync.reset(seed=7)
+        got = {}
+        for _ in range(2):
+            obs, rewards, terms, truncs, infos, ids = envs.recv()
+            for row, i in enumerate(ids):
+                got[int(i)] = obs[row]
+        assert_same(np.stack([got[i] for i in range(N)]), obs0)
+    finally:
+        sync.close()
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("restart", [False, True], ids=["raise", "restart"])
+def test_interrupt_tearing_a_write_breaks_clearly_or_restarts(restart: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Half a command left in a pipe: that worker cannot be talked to again. Without restarts
+    the vector env says so and closes cleanly; with them the reset rebuilds it. (The step's
+    command must go through the pipe to be torn there: with fewer cores than processes it
+    always does, never through the shared words of the fast path.)"""
+    monkeypatch.setattr(process_transport, "available_cpus", lambda: 1)
+    kwargs: dict[str, Any] = {"on_worker_death": "restart"} if restart else {}
+    envs = vecenv.make("CartPole-v1", N, 2, context="fork", **kwargs)
+    sync = SyncVectorEnv(SYNC_FNS)
+    try:
+        envs.reset(seed=0)
+        _tear_write(envs, 1)
+        with pytest.raises(KeyboardInterrupt):
+            envs.step(np.ones(N, np.int64))
+        if restart:
+            obs, infos = envs.reset(seed=7)
+            assert_same(obs, sync.reset(seed=7)[0])
+            assert infos["worker_restarted"][2:].all()
+            assert_same(envs.step(np.ones(N, np.int64))[0], sync.step(np.ones(N, np.int64))[0])
+        else:
+            with pytest.raises(WorkerDiedError, match=r"worker 1 .*interrupt \(Ctrl\+C\) cut a message"):
+                envs.reset(seed=7)
+    finally:
+        sync.close()
+        t0 = time.monotonic()
+        envs.close()
+        assert time.monotonic() - t0 < 5
+
+
+# -- dropped without close() -----------------------------------------------------------------
+
+
+def _use_plain(envs: Any) -> None:
+    envs.reset(seed=0)
+    envs.step(np.zeros(N, np.int64))
+    envs.get_attr("spec")
+
+
+def _use_batches(envs: Any) -> None:
+    envs.async_reset(seed=0)
+    *_, ids = envs.recv()
+    envs.send(np.zeros(len(ids), np.int64), ids)
+
+
+def _use_timeout(envs: Any) -> None:
+    envs.reset(seed=0)
+    with pytest.raises(vecenv.VecEnvTimeoutError):  # env 3 sleeps 2 s in its first step
+        envs.step(np.zeros((N, 2), np.float32), timeout=0.05)
+
+
+def _use_env_error(envs: Any) -> None:
+    with pytest.raises(AttributeError):
+        envs.call("no_such_method")
+
+
+def _use_broken(envs: Any) -> None:
+    envs.reset(seed=0)
+    os.kill(_worker_pids(envs)[-1], signal.SIGKILL)
+    with pytest.raises(WorkerDiedError):
+        envs.step(np.zeros(N, np.int64))
+    with pytest.raises(WorkerDiedError):
+        envs.reset(seed=0)
+
+
+def _use_restarted(envs: Any) -> None:
+    envs.reset(seed=0)
+    os.kill(_worker_pids(envs)[-1], signal.SIGKILL)
+    envs.step(np.zeros(N, np.int64))
+
+
+USES = {
+    "step": (_use_plain, {}),
+    "batches": (_use_batches, {"batch_size": 2}),
+    "timeout": (_use_timeout, {"fns": fault_fns(N, "sleep", "step", 3, duration=2.0)}),
+    "env-error": (_use_env_error, {}),
+    "worker-died": (_use_broken, {}),
+    "worker-restarted": (_use_restarted, {"on_worker_death": "restart"}),
+    "inline-group": (_use_plain, {"inline_group": True}),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("use", list(USES))
+def test_dropped_vector_env_goes_at_once_without_the_cyclic_gc(use: str) -> None:
+    """``del envs`` with the cyclic GC off: no reference cycle keeps the vector env, so its
+    workers, pipes and shared block go at once, as ``AsyncVectorEnv``'s do."""
+    run, kwargs = USES[use]
+    before = open_fds()
+    gc.collect()
+    gc.disable()
+    try:
+        kwargs = dict(kwargs)
+        fns = kwargs.pop("fns", None)
+        if fns is None:
+            envs = vecenv.make("CartPole-v1", N, 2, context="fork", **kwargs)
+        else:
+            envs = vecenv.SubprocVectorEnv(fns, 2, context="fork", **kwargs)
+        run(envs)
+        pids = _worker_pids(envs)
+        ref = weakref.ref(envs)
+        del envs
+        assert ref() is None, "the vector env is still alive: a reference cycle holds it"
+        # Reaped by close(): gone now, not after a wait (a zombie counts as gone).
+        assert [p for p in pids if _alive(p)] == []
+        left = {fd: target for fd, target in open_fds().items() if before.get(fd) != target}
+        assert not left, f"descriptors left open: {left}"
+    finally:
+        gc.enable()
+
+
+# -- close(): an env that hangs, another that raises -----------------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("timeout", [None, 0.5])
+def test_close_raises_an_env_close_error_even_while_another_env_hangs(timeout: float | None) -> None:
+    envs = vecenv.SubprocVectorEnv(odd_fns(N, {0: "close-hang", 3: "close-raise"}), 2, context="fork")
+    envs.reset(seed=0)
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match="injected close error of env 3") as info:
+        envs.close(timeout=timeout)
+    took = time.monotonic() - t0
+    grace = vecenv.DEFAULT_CLOSE_TIMEOUT if timeout is None else timeout
+    assert took < grace + 2.5, f"close took {took:.1f} s"
+    assert any("env 3" in note for note in info.value.__notes__), info.value.__notes__
+    assert envs.closed
+
+
+# -- a parent killed with replies unread -----------------------------------------------------
+
+KILLED_PARENT = textwrap.dedent(
+    """
+    import json, os, signal, sys
+    sys.path.insert(0, {root!r})
+    from multiprocessing.connection import wait
+    import numpy as np
+    import vecenv
+    from tests.helpers.faults import healthy_fns, transport_of
+
+    if __name__ == "__main__":
+        envs = vecenv.SubprocVectorEnv(healthy_fns(8), 4, context={ctx!r})
+        envs.reset(seed=0)
+        envs.step_async(np.zeros((8, 2), np.float32))
+        pending = list(transport_of(envs).conns)
+        while pending:  # every reply has arrived, and none is read
+            pending = [c for c in pending if c not in wait(pending, 5)]
+        print(json.dumps(envs.worker_pids), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("ctx", ["fork", "spawn"])
+def test_parent_killed_with_replies_unread_leaves_workers_quiet(ctx: str, tmp_path: Path) -> None:
+    """SIGKILL to a parent whose pipes hold replies it never read: each worker's next read
+    fails with ECONNRESET; the workers exit without a word on stderr."""
+    script = tmp_path / "parent.py"
+    script.write_text(KILLED_PARENT.format(root=str(ROOT), ctx=ctx))
+    for attempt in range(3):
+        proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == -signal.SIGKILL, proc.stderr
+        pids = json.loads(proc.stdout.splitlines()[-1])
+        # stderr reached EOF: every worker (they share it) has closed its files, which a process
+        # does on its way out, a moment before it is a zombie; give that moment a bound.
+        deadline = time.monotonic() + 10.0
+        while [p for p in pids if _alive(p)] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not [p for p in pids if _alive(p)]
+        assert "Traceback" not in proc.stderr and "Error" not in proc.stderr, (
+            f"attempt {attempt}: a worker wrote to stderr:\n{proc.stderr}"
+        )
+
+
+# -- errors name the env -----------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("odd", "error"),
+    [("lock-info", TypeError), ("huge-reward", OverflowError)],
+)
+@pytest.mark.parametrize("inline", [False, True], ids=["workers", "inline-group"])
+def test_value_errors_name_the_env_not_the_worker(odd: str, error: type, inline: bool) -> None:
+    envs = vecenv.SubprocVectorEnv(odd_fns(N, {3: odd}), 2, context="fork", inline_group=inline)
+    try:
+        envs.reset(seed=0)
+        with pytest.raises(error) as info:
+            envs.step(np.zeros(N, np.int64))
+        notes = " ".join(getattr(info.value, "__notes__", []))
+        assert "raised in env 3 (worker 1" in notes, notes
+        assert "envs 2..3" not in notes
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_unpicklable_call_result_names_the_env() -> None:
+    envs = vecenv.SubprocVectorEnv(odd_fns(N, {3: "lock-call"}), 2, context="fork")
+    try:
+        with pytest.raises(TypeError, match="pickle") as info:
+            envs.call("handle")
+        assert "raised in env 3 (worker 1" in " ".join(info.value.__notes__), info.value.__notes__
+        assert envs.get_attr("index") == (0, 1, 2, 3)  # the worker answers on
+    finally:
+        envs.close()
+
+
+# -- a low descriptor limit ------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("ctx", ["fork", "spawn"])
+def test_low_descriptor_limit_leaves_nothing_open(ctx: str) -> None:
+    """With ``RLIMIT_NOFILE`` too low for 8 workers, at every limit around what they need: the
+    constructor either works or raises one clear error, and leaves no descriptor open."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource_tracker.ensure_running()  # spawn starts it once per process: not a leak
+    before = open_fds()
+    # A new descriptor takes the lowest free number, and the limit bounds the numbers.
+    base = len(before)
+    outcomes: dict[int, str] = {}
+    limits = range(base, base + 40) if ctx == "fork" else range(base, base + 40, 3)
+    try:
+        for limit in limits:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+            try:
+                envs = vecenv.SubprocVectorEnv(healthy_fns(8), 8, context=ctx)
+            except VecEnvError as exc:
+                assert "RLIMIT_NOFILE" in str(exc) and "descriptors" in str(exc), str(exc)
+                outcomes[limit] = "refused"
+            else:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+                envs.reset(seed=0)
+                envs.close()
+                outcomes[limit] = "ran"
+            finally:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+            left = {fd: t for fd, t in open_fds().items() if before.get(fd) != t}
+            assert not left, f"limit {limit}: descriptors left open: {left} (outcomes so far {outcomes})"
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert {"refused", "ran"} <= set(outcomes.values()), outcomes  # the limits bit, and let it run
+
+
+# -- scripts without a __main__ guard ----------------------------------------------------------
+
+SCRIPT_HEAD = """\
+import os, sys, threading
+sys.path.insert(0, {root!r})
+with open({marker!r}, "a") as f:  # one line each time this script's top level runs
+    f.write(f"{{os.getpid()}}\\n")
+stop = threading.Event()
+threading.Thread(target=stop.wait, daemon=True).start()  # a logger, a progress monitor
+import numpy as np
+import gymnasium as gym
+import vecenv
+"""
+#: What builds the vector env (one line), and what uses it; ``{ctx}``: the start method.
+BUILDS = {
+    "make": "envs = vecenv.make('CartPole-v1', 4, 2{ctx})",
+    "subproc": "envs = vecenv.SubprocVectorEnv([lambda: gym.make('CartPole-v1')] * 4, 2{ctx})",
+    "sb3": "from vecenv.sb3 import SubprocVecEnv; "
+    "envs = SubprocVecEnv([lambda: gym.make('CartPole-v1')] * 4, {sb3ctx}num_workers=2)",
+}
+USE = {
+    "make": "envs.reset(seed=0); envs.step(np.zeros(4, np.int64)); envs.close(); method = envs.start_method",
+    "subproc": "envs.reset(seed=0); envs.step(np.zeros(4, np.int64)); envs.close(); method = envs.start_method",
+    "sb3": "envs.reset(); envs.step(np.zeros(4, np.int64)); envs.close(); method = envs.vector_env.start_method",
+}
+
+
+def _pythons() -> list[Any]:
+    """This interpreter, and others named in ``VECENV_TEST_PYTHONS`` (``:``-separated paths to
+    interpreters with numpy, gymnasium and cloudpickle installed): 3.12 and 3.13 warn when a
+    threaded process forks, which 3.11 does not."""
+    found = [pytest.param(sys.executable, id=f"py{sys.version_info.major}.{sys.version_info.minor}")]
+    for path in filter(None, os.environ.get("VECENV_TEST_PYTHONS", "").split(":")):
+        exe = shutil.which(path) or path
+        version = subprocess.run(
+            [exe, "-c", "import sys, gymnasium, cloudpickle; print(*sys.version_info[:2], sep='.')"],
+            capture_output=True,
+            text=True,
+        )
+        if version.returncode == 0:
+            found.append(pytest.param(exe, id=f"py{version.stdout.strip()}"))
+    return found
+
+
+class Script:
+    """A script file that builds a vector env, run in a fresh interpreter."""
+
+    def __init__(self, tmp_path: Path, kind: str, ctx: str | None, guarded: bool = False) -> None:
+        self.marker = tmp_path / "runs.txt"
+        self.path = tmp_path / "train.py"
+        build = BUILDS[kind].format(
+            ctx="" if ctx is None else f", context={ctx!r}", sb3ctx="" if ctx is None else f"start_method={ctx!r}, "
+        )
+        body = [build, USE[kind], "stop.set()", 'print("ok", method, flush=True)']
+        if guarded:
+            body = ['if __name__ == "__main__":'] + ["    " + line for line in body]
+        head = SCRIPT_HEAD.format(root=str(ROOT), marker=str(self.marker))
+        #: The line that builds the vector env.
+        self.build_line = head.count("\n") + 1 + int(guarded)
+        self.path.write_text(head + "\n".join(body) + "\n")
+
+    def run(self, python: str) -> tuple[subprocess.CompletedProcess, int]:
+        """The finished process, and how many times the script's top level ran."""
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+        proc = subprocess.run(
+            [python, str(self.path)], capture_output=True, text=True, timeout=90, env=env, cwd=self.path.parent
+        )
+        runs = len(self.marker.read_text().splitlines()) if self.marker.exists() else 0
+        return proc, runs
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("python", _pythons())
+@pytest.mark.parametrize("kind", ["make", "subproc", "sb3"])
+def test_unguarded_script_runs_once_with_one_warning(kind: str, python: str, tmp_path: Path) -> None:
+    """No start method given, a helper thread running, no guard: the workers are forked (the
+    one method that does not import the script again), with one warning that says why."""
+    if kind == "sb3" and python != sys.executable:
+        pytest.skip("SB3 (and torch) are installed for this interpreter only")
+    script = Script(tmp_path, kind, None)
+    proc, runs = script.run(python)
+    assert proc.returncode == 0, proc.stderr
+    assert runs == 1, f"the script's top level ran {runs} times:\n{proc.stdout}\n{proc.stderr}"
+    assert proc.stdout.splitlines() == ["ok fork"], proc.stdout
+    warnings = [line for line in proc.stderr.splitlines() if "UnguardedMainWarning" in line]
+    assert len(warnings) == 1, proc.stderr
+    assert f"train.py:{script.build_line}: " in warnings[0], warnings[0]
+    assert "if __name__ == " in warnings[0] and "'fork'" in warnings[0], warnings[0]
+    assert "Traceback" not in proc.stderr and "DeprecationWarning" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("python", _pythons())
+@pytest.mark.parametrize("ctx", ["forkserver", "spawn"])
+@pytest.mark.parametrize("kind", ["subproc", "sb3"])
+def test_unguarded_script_with_a_start_method_that_imports_it_again_is_refused(
+    kind: str, ctx: str, python: str, tmp_path: Path
+) -> None:
+    """A start method the user chose that would import the script again (forkserver, the
+    default from Python 3.14 on, or spawn): one clear error before any process starts, naming
+    the script's line and both ways out; the script ran once."""
+    if kind == "sb3" and python != sys.executable:
+        pytest.skip("SB3 (and torch) are installed for this interpreter only")
+    script = Script(tmp_path, kind, ctx)
+    proc, runs = script.run(python)
+    assert proc.returncode == 1, proc.stderr
+    assert runs == 1, f"the script's top level ran {runs} times:\n{proc.stderr}"
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("vecenv.errors.UnguardedMainError: "), proc.stderr
+    assert f"{script.path}, line {script.build_line}" in last, last
+    assert 'if __name__ == "__main__":' in last and "'fork'" in last, last
+    assert proc.stderr.count("Traceback") == 1, proc.stderr  # the parent's, no worker's
+    assert "bootstrapping phase" not in proc.stderr
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("python", _pythons())
+def test_guarded_script_in_a_threaded_parent_keeps_forkserver(python: str, tmp_path: Path) -> None:
+    proc, runs = Script(tmp_path, "make", None, guarded=True).run(python)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["ok forkserver"]
+    assert "UnguardedMainWarning" not in proc.stderr, proc.stderr
+    # Each worker imports the script as __mp_main__: its top level runs, the guarded part not.
+    assert runs >= 1, runs
+
+
+def test_main_guard_detection_reads_the_script() -> None:
+    from vecenv.machine import guarded_line
+
+    source = textwrap.dedent(
+        """
+        import os
+        x = 1
+        if __name__ == "__main__":
+            y = 2
+            with open(os.devnull) as f:
+                z = 3
+        else:
+            w = 4
+        if "__main__" == __name__ and x:
+            v = 5
+        def main():
+            return 6
+        """
+    )
+    lines = source.splitlines()
+    expect = {"x = 1": False, "y = 2": True, "z = 3": True, "w = 4": False, "v = 5": True, "main()": False}
+    for text, guarded in expect.items():
+        number = next(i for i, line in enumerate(lines, 1) if text in line or (text == "main()" and "def" in line))
+        assert guarded_line(source, number) is guarded, text
+
+
+# -- vecenv-collect on a full disk or a read-only --out ---------------------------------------
+
+
+def _mount_tmpfs(where: Path, options: str) -> bool:
+    """Mount a tmpfs at ``where`` (root only); whether it worked."""
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True)
+    return mounted.returncode == 0
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path):
+    """``mount(options)`` mounts a small tmpfs under ``tmp_path`` and returns its path, or skips
+    where mounting is not allowed; every mount is undone after the test."""
+    mounts: list[Path] = []
+
+    def mount(options: str) -> Path:
+        where = tmp_path / f"fs{len(mounts)}"
+        if not _mount_tmpfs(where, options):
+            pytest.skip("cannot mount a tmpfs here (needs root)")
+        mounts.append(where)
+        return where
+
+    yield mount
+    for where in mounts:
+        subprocess.run(["umount", str(where)], check=True)
+
+
+def _collect_cli(out: Path, *extra: str, fsize: int | None = None) -> subprocess.CompletedProcess:
+    """``vecenv-collect`` in a real process; ``fsize``: its RLIMIT_FSIZE (SIGXFSZ ignored, so a
+    write past the limit fails with EFBIG instead of killing it)."""
+
+    def limit() -> None:
+        if fsize is not None:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+
+    command = [sys.executable, "-m", "vecenv.datasets", "--env", "CartPole-v1", "--num-envs", "4", "--quiet"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [*command, "--out", str(out), *extra], capture_output=True, text=True, timeout=90, env=env, preexec_fn=limit
+    )
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("full", ["tmpfs", "fsize"], ids=["full-tmpfs", "file-size-limit"])
+def test_collect_on_a_full_disk_is_one_line_and_keeps_a_valid_partial_dataset(full: str, tmp_path: Path, tmpfs) -> None:
+    """A full disk (a 256 KiB tmpfs) or, where nothing can be mounted, a file size limit
+    (RLIMIT_FSIZE): one line naming the file and the cause, exit status 1, no traceback, and
+    the rows written before it a loadable dataset marked incomplete."""
+    disk = tmpfs("size=256k") if full == "tmpfs" else tmp_path
+    out = disk / "cartpole"
+    proc = _collect_cli(out, "--steps", "20000", fsize=256 * 1024 if full == "fsize" else None)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    cause = "No space left on device" if full == "tmpfs" else "File too large"
+    assert lines[0].startswith(f"vecenv-collect: error: cannot write {out}/"), lines[0]
+    assert cause in lines[0] and 'kept a partial dataset ("complete": false)' in lines[0], lines[0]
+    dataset = vecenv.load(out)
+    assert dataset.metadata["complete"] is False
+    kept = dataset.metadata["counts"]["transitions"]
+    assert all(len(a) == kept for a in dataset.arrays.values())
+    assert f"of {kept} transitions in {out}" in lines[0]
+    debug = _collect_cli(disk / "again", "--steps", "20000", "--debug", fsize=256 * 1024 if full == "fsize" else None)
+    assert debug.returncode != 0 and "Traceback" in debug.stderr and "DatasetWriteError" in debug.stderr
+
+
+@pytest.mark.timeout(120)
+def test_collect_into_a_read_only_out_is_one_line(tmpfs) -> None:
+    out = tmpfs("size=64k,ro") / "cartpole"
+    proc = _collect_cli(out, "--steps", "200")
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip() == f"vecenv-collect: error: cannot write {out}: Read-only file system", proc.stderr
+
+
+@pytest.mark.timeout(60)
+def test_collect_library_raises_a_write_error_naming_the_file(tmp_path: Path) -> None:
+    """The library's error: a ``VecEnvError`` and an ``OSError`` with the errno and the file."""
+    target = tmp_path / "data"
+    envs = vecenv.make("CartPole-v1", 2, 1, context="fork")
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    try:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
+        with pytest.raises(vecenv.datasets.DatasetWriteError) as info:
+            vecenv.collect(envs, steps=2000, out=target)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+        envs.close()
+    assert isinstance(info.value, VecEnvError) and isinstance(info.value, OSError)
+    assert info.value.errno == 27 and str(target) in info.value.filename  # EFBIG
+    assert vecenv.load(target).metadata["complete"] is False

@@ -1,0 +1,616 @@
+"""Restarting dead workers (``on_worker_death="restart"``, ``vecenv.parent.restart``): the envs
+that did not fail stay exact against SyncVectorEnv, the restarted ones come back truncated with
+fresh, reproducibly seeded episodes, and no restart loop can spin.
+
+The first part kills real worker processes; the last part tests the units without any process:
+the budget's sliding window, a :class:`~vecenv.parent.restart.Restarter` on a fake pool, and the
+pool and restarter together on :class:`~tests.helpers.fakes.FakeTransport`.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import signal
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+import vecenv
+import vecenv.parent.pool
+import vecenv.parent.restart
+from tests.conftest import start_methods
+from tests.engine.test_differential import assert_same, sample_actions
+from tests.helpers.envs import diff_env_fns, make_group
+from tests.helpers.fakes import ACT_SPACE, OBS_SPACE, FakeClock, FakeTransport, Sent, hello, use_clock
+from tests.helpers.faults import fault_fns, transport_of
+from vecenv import VecEnvTimeoutError, WorkerDiedError
+from vecenv.parent.pool import WorkerPool
+from vecenv.parent.records import WorkerRecord, WorkerStatus
+from vecenv.parent.restart import (
+    RESTART_INFO_KEY,
+    LostAgain,
+    RestartBudget,
+    Restarter,
+    RestartPolicy,
+    mark_restarted,
+    truncated_reply,
+)
+from vecenv.parent.state import SeedBook
+from vecenv.transports.base import WorkerGone
+from vecenv.wire.buffers import Buffers, BufferSpec
+from vecenv.wire.protocol import Attach, CallArgs, Command, Flags, ResetArgs, Rows, StepReply
+
+N, W = 6, 3  # groups of 2: worker 1 hosts envs 2 and 3
+VICTIM, VICTIM_ENVS = 1, [2, 3]
+KEEP = [0, 1, 4, 5]
+
+
+def _rows(out: tuple, rows: list[int]) -> tuple:
+    obs, rewards, terms, truncs, _ = out
+    return obs[rows], rewards[rows], terms[rows], truncs[rows]
+
+
+def _kill(envs: vecenv.SubprocVectorEnv, worker: int) -> None:
+    """SIGKILL a worker and wait until it is gone (a loaded machine may run it a while first)."""
+    process = transport_of(envs).processes[worker]
+    assert process is not None and process.pid is not None
+    os.kill(process.pid, signal.SIGKILL)
+    process.join(30)
+    assert process.exitcode == -signal.SIGKILL
+
+
+@pytest.mark.timeout(90)
+@start_methods("fork", "spawn")
+@pytest.mark.parametrize("mode", list(AutoresetMode), ids=lambda m: m.value)
+def test_other_envs_stay_exact_and_restarted_envs_are_truncated(start_method: str, mode: AutoresetMode) -> None:
+    fns = diff_env_fns(N, obs_kind="box", act_kind="discrete")
+    seed = 17
+    sync = SyncVectorEnv(fns, autoreset_mode=mode)
+    rng = np.random.default_rng(3)
+    try:
+        with vecenv.SubprocVectorEnv(
+            fns, W, autoreset_mode=mode, context=start_method, on_worker_death="restart"
+        ) as envs:
+            assert_same(envs.reset(seed=seed), sync.reset(seed=seed))
+            restarted_at = 25
+            ended = np.zeros(N, dtype=np.bool_)  # under DISABLED: envs to reset before the next step
+            for t in range(60):
+                if mode is AutoresetMode.DISABLED:
+                    if ended.any():
+                        mask = ended.copy()
+                        envs.reset(options={"reset_mask": mask})
+                        sync.reset(options={"reset_mask": mask.copy()})
+                actions = sample_actions(sync.single_action_space, N, rng)
+                if t == restarted_at:
+                    _kill(envs, VICTIM)
+                got, want = envs.step(actions), sync.step(actions)
+                ended = got[2] | got[3] | want[2] | want[3]  # the restarted envs differ from Sync's
+                if t < restarted_at:
+                    assert_same(got, want, f"step {t}")
+                    continue
+                assert_same(_rows(got, KEEP), _rows(want, KEEP), f"step {t}, envs that did not fail")
+                if t == restarted_at:
+                    obs, rewards, terms, truncs, infos = got
+                    assert truncs[VICTIM_ENVS].all() and not terms[VICTIM_ENVS].any()
+                    assert (rewards[VICTIM_ENVS] == 0).all()
+                    assert infos["worker_restarted"][VICTIM_ENVS].all()
+                    assert infos["_worker_restarted"].tolist() == [i in VICTIM_ENVS for i in range(N)]
+                    # Fresh episodes, reseeded with seed + i + restarts * num_envs.
+                    for i in VICTIM_ENVS:
+                        fresh = fns[i]()
+                        expected, _ = fresh.reset(seed=seed + i + 1 * N)
+                        np.testing.assert_array_equal(obs[i], expected)
+                        fresh.close()
+            assert envs.restart_count == 1
+    finally:
+        sync.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_call_that_saw_the_death_is_answered_by_the_new_envs() -> None:
+    fns = diff_env_fns(4)
+    with vecenv.SubprocVectorEnv(fns, 2, on_worker_death="restart", context="fork") as envs:
+        envs.reset(seed=0)
+        _kill(envs, 1)
+        assert envs.get_attr("index") == (0, 1, 2, 3)
+        _kill(envs, 0)
+        obs, infos = envs.reset(seed=5)  # the reset it owed is sent again: the user's seeds
+        sync = SyncVectorEnv(fns)
+        assert_same(obs, sync.reset(seed=5)[0])
+        sync.close()
+        assert infos["worker_restarted"].tolist() == [True, True, False, False]
+        assert envs.restart_count == 2
+
+
+@pytest.mark.timeout(60)
+def test_async_batches_restart_the_same_way() -> None:
+    fns = [functools.partial(gym.make, "CartPole-v1")] * 4
+    with vecenv.SubprocVectorEnv(fns, 2, batch_size=2, on_worker_death="restart", context="fork") as envs:
+        envs.async_reset(seed=0)
+        seen_restart = False
+        stepped: set[int] = set()  # groups recv has returned: what they owe since is a step
+        t = 0
+        # Until the restarted group is back: the other group may win many rounds in a row.
+        while (not seen_restart or t < 30) and t < 2000:
+            obs, rewards, terms, truncs, infos, ids = envs.recv(timeout=30)
+            group = int(ids[0]) // 2
+            if t == 10:
+                _kill(envs, 1 - group)  # a group in flight, or whose reply is waiting to be read
+            if "worker_restarted" in infos:
+                seen_restart = True
+                assert not terms.any()
+                # What it owed when it died decides the reply, which only the batches seen so
+                # far tell: on a busy machine it may not have answered async_reset yet.
+                if group in stepped:  # the step it owed: truncated, reward 0, a fresh episode
+                    assert truncs.all() and (rewards == 0).all()
+                else:  # the reset it owed, sent again: a reset's rewards and flags
+                    assert not truncs.any() and (rewards == 0).all()
+            stepped.add(group)
+            envs.send(np.zeros(len(ids), dtype=np.int64), ids)
+            t += 1
+        assert seen_restart, "no recv reported the restarted group"
+        assert envs.restart_count == 1
+
+
+@pytest.mark.timeout(60)
+def test_restarts_beyond_the_budget_break_the_vector_env() -> None:
+    """Every rebuilt worker dies at its third step: the third death within the window is one
+    too many for max_restarts=2, and nothing spins."""
+    fns = fault_fns(4, "exit", "step", target=3, at=3)
+    envs = vecenv.SubprocVectorEnv(fns, 2, on_worker_death="restart", max_restarts=2, context="fork")
+    try:
+        envs.reset(seed=0)
+        actions = np.zeros((4, 2), dtype=np.float32)
+        with pytest.raises(vecenv.WorkerDiedError, match="max_restarts=2") as excinfo:
+            for _ in range(20):
+                envs.step(actions)
+        assert excinfo.value.worker == 1
+        assert envs.restart_count == 2
+        with pytest.raises(vecenv.WorkerDiedError):
+            envs.step(actions)
+    finally:
+        envs.close()
+
+
+class _DiesWhenRebuilt(gym.Env):
+    """Builds fine once; any later build (in a restarted worker) exits at once."""
+
+    observation_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, marker: str) -> None:
+        if os.path.exists(marker):
+            os._exit(5)
+        with open(marker, "a"):
+            pass
+
+    def reset(self, *, seed: Any = None, options: Any = None):
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_that_dies_while_rebuilt_counts_as_a_restart(tmp_path) -> None:
+    fns = [functools.partial(_DiesWhenRebuilt, str(tmp_path / f"built-{i}")) for i in range(3)]
+    envs = vecenv.SubprocVectorEnv(fns, 3, on_worker_death="restart", max_restarts=3, context="fork")
+    try:
+        envs.reset(seed=0)
+        _kill(envs, 2)
+        with pytest.raises(vecenv.WorkerDiedError, match="max_restarts=3"):
+            envs.step(np.zeros(3, dtype=np.int64))
+        assert envs.restart_count == 3
+    finally:
+        envs.close()
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"on_worker_death": "retry"}, "on_worker_death"),
+        ({"on_worker_death": "restart", "max_restarts": 0}, "max_restarts"),
+        ({"on_worker_death": "restart", "restart_window": -1}, "restart_window"),
+    ],
+    ids=["policy", "max_restarts", "window"],
+)
+def test_bad_restart_arguments_are_refused(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        vecenv.SubprocVectorEnv(diff_env_fns(2), 1, **kwargs)
+
+
+@pytest.mark.timeout(60)
+def test_from_groups_takes_the_restart_option() -> None:
+    group_fns = [functools.partial(make_group, g) for g in ([0, 1], [2, 3])]
+    with vecenv.SubprocVectorEnv.from_groups(group_fns, on_worker_death="restart", context="fork") as envs:
+        envs.reset(seed=0)
+        _kill(envs, 1)
+        assert envs.get_attr("index") == (0, 1, 2, 3)
+        assert envs.restart_count == 1
+    with pytest.raises(ValueError, match="on_worker_death"):
+        vecenv.SubprocVectorEnv.from_groups(group_fns, on_worker_death="retry")
+
+
+# -- units, without a process: RestartBudget, Restarter on a fake pool, mark_restarted -------------
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """The budget's and the pool's time on one fake clock."""
+    fake = FakeClock()
+    use_clock(monkeypatch, fake, vecenv.parent.restart, vecenv.parent.pool)
+    return fake
+
+
+def test_budget_counts_restarts_in_a_sliding_window() -> None:
+    budget = RestartBudget(max_restarts=2, window=10.0)
+    assert budget.spend(0.0) is None
+    assert budget.spend(1.0) is None
+    assert budget.spend(5.0) == "2 restarts within 10 s already (max_restarts=2)"
+    assert budget.spend(10.0) is not None  # the restart at 0.0 is exactly 10 s old: still inside
+    assert budget.spend(10.5) is None  # 0.0 has left the window; the refusals counted nothing
+    assert budget.spend(11.0) == "2 restarts within 10 s already (max_restarts=2)"  # 1.0 and 10.5
+    assert budget.spend(30.0) is None
+
+
+def test_mark_restarted_merges_the_key_into_every_envs_info() -> None:
+    infos = [(1, {"seed": 5})]
+    marked = mark_restarted(infos, 3)
+    assert marked == [
+        (0, {RESTART_INFO_KEY: True}),
+        (1, {"seed": 5, RESTART_INFO_KEY: True}),
+        (2, {RESTART_INFO_KEY: True}),
+    ]
+    assert infos == [(1, {"seed": 5})]  # the reply's own dicts are left alone
+    assert RESTART_INFO_KEY == "worker_restarted"
+
+
+class FakeHost:
+    """What a :class:`Restarter` needs of a pool (``RestartHost``), scripted and recorded.
+
+    ``replies``: what each ``gather`` returns, in order (an exception instance is raised).
+    """
+
+    def __init__(self, transport: FakeTransport, spec: BufferSpec, replies: list[Any]) -> None:
+        self.transport = transport
+        self.spec = spec
+        self.buffers: Buffers | None = Buffers.create(spec)
+        self.replies = list(replies)
+        self.restarter: Restarter | None = None
+        self.sent: list[tuple[int, Command, Any, str]] = []
+        self.gathers: list[tuple[list[int], float | None, str, bool, bool]] = []
+        self.answers: list[tuple[int, int, bool, Any]] = []
+        self.deaths: list[tuple[int, str]] = []
+        self._ids = itertools.count(1000)
+        self._owed: dict[int, int] = {}
+
+    def attach_message(self, w: WorkerRecord) -> Attach:
+        return Attach(w.start, w.size, AutoresetMode.NEXT_STEP, self.spec)
+
+    def send(self, workers: Sequence[WorkerRecord], command: Command, payloads: Sequence[Any], call: str) -> None:
+        for w, payload in zip(workers, payloads, strict=True):
+            call_id = next(self._ids)
+            w.sent(call_id, call, command, Sent(command, call_id, payload))
+            self._owed[w.index] = call_id
+            self.sent.append((w.index, command, payload, call))
+
+    def gather(
+        self, workers: Sequence[WorkerRecord], timeout: float | None, call: str, fail_fast: bool = False
+    ) -> list[Any]:
+        active = self.restarter is not None and self.restarter.active
+        self.gathers.append(([w.index for w in workers], timeout, call, fail_fast, active))
+        reply = self.replies.pop(0)
+        if isinstance(reply, BaseException):
+            raise reply
+        (w,) = workers
+        w.answered(0 if w.status is WorkerStatus.STARTING else self._owed[w.index], True, reply, 0)
+        w.take()
+        return [reply]
+
+    def answer(self, w: WorkerRecord, call_id: int, ok: bool, result: Any) -> None:
+        self.answers.append((w.index, call_id, ok, result))
+        w.answered(call_id, ok, result, 0)
+
+    def died(self, w: WorkerRecord, call: str) -> None:
+        self.deaths.append((w.index, call))
+
+    def close(self) -> None:
+        assert self.buffers is not None
+        self.buffers.close()
+
+
+def _seeds(*seeds: int | None) -> SeedBook:
+    book = SeedBook(len(seeds))
+    book.remember(list(seeds), None)
+    return book
+
+
+def _worker_owing(command: Command | None, payload: Any = None, call: str = "step") -> WorkerRecord:
+    """Worker 1 of three groups of 2 (envs 2 and 3), idle after its handshake, then sent call 7."""
+    w = WorkerRecord(1)
+    w.start, w.stop = 2, 4
+    w.answered(0, True, hello(2), 0)
+    w.take()
+    if command is not None:
+        w.sent(7, call, command, Sent(command, 7, payload))
+    return w
+
+
+def _restarter(host: FakeHost, max_restarts: int = 2, seeds: SeedBook | None = None) -> Restarter:
+    seeds = seeds or _seeds(10, 11, 12, 13, 14, 15)
+    restarter = Restarter(RestartPolicy(max_restarts, 60.0, seeds, timeout=5.0))
+    host.restarter = restarter
+    return restarter
+
+
+def _host(clock: FakeClock, replies: list[Any], **transport_kwargs: Any) -> FakeHost:
+    transport = FakeTransport(clock, **transport_kwargs)
+    transport.launch([lambda: 2] * 3)
+    transport.queue.clear()  # the first Hellos: the fake host does not poll
+    return FakeHost(transport, BufferSpec.plan(6, OBS_SPACE, ACT_SPACE, False), replies)
+
+
+def test_a_step_owed_is_answered_as_the_reseeded_reset_truncated_with_reward_0(clock: FakeClock) -> None:
+    host = _host(clock, [hello(2), StepReply([(1, {"seed": 19})])])  # flags in shared memory
+    restarter = _restarter(host)
+    buffers = host.buffers
+    assert buffers is not None
+    buffers.rewards[:] = 5.0
+    buffers.terminations[:] = True
+    w = _worker_owing(Command.STEP)
+    try:
+        assert restarter.replace(host, w) is None
+        assert host.transport.launches == [0, 1, 2, 1]  # worker 1 relaunched
+        assert host.transport.attached == [(1, Attach(2, 2, AutoresetMode.NEXT_STEP, host.spec))]
+        # Its envs reset with seed + i + 1 * num_envs: the 1st restart of a vector env of 6.
+        assert host.sent == [(1, Command.RESET, ResetArgs([18, 19], None, None), "restart")]
+        assert host.gathers == [([1], 5.0, "restart", True, True)] * 2  # a death now is LostAgain
+        assert restarter.active is False and restarter.restarts == 1
+        infos = [(0, {RESTART_INFO_KEY: True}), (1, {"seed": 19, RESTART_INFO_KEY: True})]
+        assert host.answers == [(1, 7, True, StepReply(infos, None))]
+        assert w.status is WorkerStatus.READY  # the waiting call takes it
+        assert buffers.rewards.tolist() == [5.0, 5.0, 0.0, 0.0, 5.0, 5.0]
+        assert buffers.terminations.tolist() == [True, True, False, False, True, True]
+        assert buffers.truncations.tolist() == [False, False, True, True, False, False]
+    finally:
+        host.close()
+
+
+def test_a_truncated_reply_with_its_flags_in_the_reply_gets_new_arrays(clock: FakeClock) -> None:
+    host = _host(clock, [])
+    w = _worker_owing(None)
+    obs = np.zeros((2, 2), np.float32)
+    sent_flags = Flags(np.array([3.0, 4.0]), np.array([True, False]), np.array([False, False]))
+    sent_flags.rewards.flags.writeable = False  # as a transport's arrays may be
+    try:
+        reply = truncated_reply(host, w, StepReply([], Rows(obs, sent_flags)))
+        assert reply.rows is not None and reply.rows.observations is obs and reply.rows.flags is not None
+        flags = reply.rows.flags
+        assert flags.rewards.tolist() == [0.0, 0.0] and flags.rewards.dtype == np.float64
+        assert flags.terminations.tolist() == [False, False] and flags.truncations.tolist() == [True, True]
+        assert reply.infos == [(0, {RESTART_INFO_KEY: True}), (1, {RESTART_INFO_KEY: True})]
+        assert sent_flags.rewards.tolist() == [3.0, 4.0]  # the reply's arrays are not written
+    finally:
+        host.close()
+
+
+def test_a_reset_owed_is_sent_again_and_not_reseeded(clock: FakeClock) -> None:
+    host = _host(clock, [hello(2)])
+    restarter = _restarter(host)
+    args = ResetArgs([1, 2], {"x": 1}, None)
+    w = _worker_owing(Command.RESET, args, "reset")
+    try:
+        assert restarter.replace(host, w) is None
+        assert host.sent == [] and host.answers == []  # the user's own reset does it
+        assert host.transport.sent == [(1, Sent(Command.RESET, 7, args))]  # with its call id
+        assert w.restarted_reset == 7 and w.status is WorkerStatus.BUSY
+    finally:
+        host.close()
+
+
+def test_another_call_owed_is_sent_again_after_the_reseeded_reset(clock: FakeClock) -> None:
+    host = _host(clock, [hello(2), StepReply([])])
+    restarter = _restarter(host, seeds=_seeds(10, 11, 12, None, 14, 15))
+    args = CallArgs("get_index", (), {})
+    w = _worker_owing(Command.CALL, args, "call")
+    try:
+        assert restarter.replace(host, w) is None
+        assert host.sent == [(1, Command.RESET, ResetArgs([18, None], None, None), "restart")]  # unseeded stays so
+        assert host.transport.sent == [(1, Sent(Command.CALL, 7, args))]
+        assert w.restarted_reset is None and w.status is WorkerStatus.BUSY and host.answers == []
+    finally:
+        host.close()
+
+
+def test_a_worker_that_owed_nothing_is_rebuilt_and_left_idle(clock: FakeClock) -> None:
+    host = _host(clock, [hello(2), StepReply([])])
+    restarter = _restarter(host)
+    w = _worker_owing(None)
+    try:
+        assert restarter.replace(host, w) is None
+        assert [c for _, c, _, _ in host.sent] == [Command.RESET] and host.transport.sent == []
+        assert w.status is WorkerStatus.IDLE and host.answers == []
+    finally:
+        host.close()
+
+
+def test_a_transport_that_cannot_relaunch_gives_its_refusal(clock: FakeClock) -> None:
+    host = _host(clock, [], can_relaunch=False)
+    restarter = _restarter(host)
+    w = _worker_owing(Command.STEP)
+    try:
+        assert restarter.replace(host, w) == "FakeTransport cannot restart workers"
+        assert host.sent == [] and host.gathers == [] and host.transport.launches == [0, 1, 2]
+    finally:
+        host.close()
+
+
+def test_the_budget_refuses_restarts_past_max_restarts_until_the_window_moves(clock: FakeClock) -> None:
+    host = _host(clock, [hello(2), StepReply([])] * 2)
+    restarter = _restarter(host, max_restarts=1)
+    try:
+        assert restarter.replace(host, _worker_owing(None)) is None
+        clock.advance(59.0)
+        assert restarter.replace(host, _worker_owing(None)) == "1 restarts within 60 s already (max_restarts=1)"
+        clock.advance(2.0)
+        assert restarter.replace(host, _worker_owing(None)) is None
+        assert restarter.restarts == 2
+    finally:
+        host.close()
+
+
+@pytest.mark.parametrize("lost", [LostAgain(), WorkerGone(1)], ids=["died-again", "gone"])
+def test_a_worker_lost_while_rebuilt_is_rebuilt_again_and_counts(clock: FakeClock, lost: Exception) -> None:
+    host = _host(clock, [lost, hello(2), StepReply([])])
+    restarter = _restarter(host, max_restarts=2)
+    w = _worker_owing(Command.STEP)
+    try:
+        assert restarter.replace(host, w) is None
+        assert host.transport.launches == [0, 1, 2, 1, 1] and restarter.restarts == 2
+        assert [call_id for _, call_id, _, _ in host.answers] == [7]  # the step owed before the first death
+    finally:
+        host.close()
+
+
+def test_lost_again_past_the_budget_is_refused(clock: FakeClock) -> None:
+    host = _host(clock, [LostAgain(), LostAgain()])
+    restarter = _restarter(host, max_restarts=2)
+    try:
+        assert restarter.replace(host, _worker_owing(Command.STEP)) == "2 restarts within 60 s already (max_restarts=2)"
+        assert restarter.restarts == 2 and restarter.active is False
+    finally:
+        host.close()
+
+
+@pytest.mark.parametrize(
+    "replies, refusal",
+    [
+        ([hello(3)], "its rebuilt group has 3 envs instead of 2"),
+        ([VecEnvTimeoutError("late")], "its replacement took longer than 5.0 s to start"),
+        ([hello(2), ValueError("reset broke")], "rebuilding its envs raised ValueError: reset broke"),
+    ],
+    ids=["wrong-size", "timeout", "raises"],
+)
+def test_a_rebuild_that_fails_gives_why(clock: FakeClock, replies: list[Any], refusal: str) -> None:
+    host = _host(clock, replies)
+    restarter = _restarter(host)
+    try:
+        assert restarter.replace(host, _worker_owing(Command.STEP)) == refusal
+        assert host.transport.killed == (1 if "longer" in refusal else 0)  # a stuck start is ended
+        assert restarter.active is False
+    finally:
+        host.close()
+
+
+def test_a_worker_gone_before_its_call_is_sent_again_is_reported_dead(clock: FakeClock) -> None:
+    host = _host(clock, [hello(2), StepReply([])])
+    restarter = _restarter(host)
+
+    def gone(worker: int, message: Any) -> None:
+        raise WorkerGone(worker)
+
+    host.transport.send = gone  # type: ignore[method-assign]
+    try:
+        assert restarter.replace(host, _worker_owing(Command.CALL, CallArgs("x", (), {}), "call")) is None
+        assert host.deaths == [(1, "call")]
+    finally:
+        host.close()
+
+
+# -- the pool and the restarter together, on the fake transport -----------------------------------
+
+
+def _restarting_pool(clock: FakeClock, max_restarts: int = 2, **kwargs: Any) -> tuple[WorkerPool, FakeTransport]:
+    transport = FakeTransport(clock, **kwargs)
+    restarter = Restarter(RestartPolicy(max_restarts, 60.0, _seeds(10, 11, 12, 13), timeout=5.0))
+    pool = WorkerPool(transport, [lambda: 2, lambda: 2], restarter)
+    pool.attach(
+        [h.num_envs for h in pool.hellos(None)],
+        BufferSpec.plan(4, OBS_SPACE, ACT_SPACE, False),
+        AutoresetMode.NEXT_STEP,
+    )
+    return pool, transport
+
+
+def test_pool_answers_a_step_that_saw_the_death_with_the_restarted_envs(clock: FakeClock) -> None:
+    pool, transport = _restarting_pool(clock)
+    try:
+        transport.hold(1)
+        pool.send(pool.workers, Command.STEP, [None, None], "step")
+        transport.die(1)
+        replies = pool.gather(pool.workers, None, "step")
+        assert replies == [StepReply([]), StepReply([(0, {RESTART_INFO_KEY: True}), (1, {RESTART_INFO_KEY: True})])]
+        assert pool.broken is None and pool.restarts == 1 and transport.launches == [0, 1, 1]
+        assert transport.commands(1) == [Command.STEP, Command.RESET]
+        assert transport.sent[-1] == (1, Sent(Command.RESET, 3, ResetArgs([16, 17], None, None)))
+        assert pool.buffers is not None and pool.buffers.truncations.tolist() == [False, False, True, True]
+        assert [w.status for w in pool.workers] == [WorkerStatus.IDLE] * 2
+    finally:
+        pool.shutdown(0.0, wait_late=False)
+
+
+def test_pool_marks_the_reply_to_a_reset_sent_again(clock: FakeClock) -> None:
+    pool, transport = _restarting_pool(clock)
+    try:
+        transport.respond = lambda w, s: (True, StepReply([(1, {"seed": s.payload.seeds[1]})]))
+        transport.hold(1)
+        args = [ResetArgs([5, 6], None, None), ResetArgs([7, 8], None, None)]
+        pool.send(pool.workers, Command.RESET, args, "reset")
+        transport.die(1)
+        replies = pool.gather(pool.workers, None, "reset")
+        assert replies[0] == StepReply([(1, {"seed": 6})])  # not restarted: not marked
+        assert replies[1] == StepReply([(0, {RESTART_INFO_KEY: True}), (1, {"seed": 8, RESTART_INFO_KEY: True})])
+        assert transport.sent[-1] == (1, Sent(Command.RESET, 2, args[1]))  # the same call, sent again
+        assert pool.workers[1].restarted_reset is None
+    finally:
+        pool.shutdown(0.0, wait_late=False)
+
+
+def test_pool_breaks_once_the_budget_is_spent(clock: FakeClock) -> None:
+    pool, transport = _restarting_pool(clock, max_restarts=1)
+    try:
+        for attempt in range(2):
+            transport.hold(1)
+            pool.send(pool.workers, Command.STEP, [None, None], "step")
+            transport.die(1)
+            if attempt == 0:
+                pool.gather(pool.workers, None, "step")
+        with pytest.raises(WorkerDiedError) as excinfo:
+            pool.gather(pool.workers, None, "step")
+        assert str(excinfo.value) == (
+            "worker 1 (envs 2..3 on the fake node) was killed by signal SIGKILL during `step`; "
+            "1 restarts within 60 s already (max_restarts=1); the vector env is unusable, close it and make a new one"
+        )
+        assert pool.restarts == 1 and transport.killed == 1
+    finally:
+        pool.shutdown(0.0, wait_late=False)
+
+
+def test_pool_breaks_with_the_transports_refusal(clock: FakeClock) -> None:
+    pool, transport = _restarting_pool(clock, can_relaunch=False)
+    try:
+        transport.hold(0)
+        pool.send(pool.workers, Command.STEP, [None, None], "step")
+        transport.die(0)
+        with pytest.raises(WorkerDiedError, match="during `step`; FakeTransport cannot restart workers; the vector"):
+            pool.gather(pool.workers, None, "step")
+    finally:
+        pool.shutdown(0.0, wait_late=False)
+
+
+def test_pool_never_restarts_a_worker_that_dies_starting(clock: FakeClock) -> None:
+    transport = FakeTransport(clock)
+    restarter = Restarter(RestartPolicy(2, 60.0, _seeds(1, 2), timeout=5.0))
+    pool = WorkerPool(transport, [lambda: 1, lambda: 1], restarter)
+    transport.queue.clear()
+    transport.die(1)
+    with pytest.raises(WorkerDiedError, match="during `__init__`; the vector env is unusable"):
+        pool.hellos(None)
+    assert transport.launches == [0, 1] and pool.restarts == 0

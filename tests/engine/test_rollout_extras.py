@@ -1,0 +1,472 @@
+"""What a policy in the workers gives beyond actions: extras, recurrent state, weights versions.
+
+The reference is a plain loop over ``gymnasium.vector.SyncVectorEnv`` (under DISABLED, each env
+on its own, left alone once its episode ended, as a rollout leaves it) that calls the same
+policy row by row with each env's own state, and resets an env's state to the initial one at
+the steps where Gymnasium makes its observation the first of an episode: after ``reset()``,
+after the autoreset step (NEXT_STEP: ``SyncVectorEnv._autoreset_envs`` before the step;
+SAME_STEP: where the step reports ``final_obs``), and never after a step under DISABLED.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+import vecenv
+from tests.helpers.envs import diff_env_fns, sync_group
+from tests.helpers.faults import fault_fns
+from vecenv.errors import PolicyOutputError
+from vecenv.policies import FunctionPolicy
+
+MODES = [pytest.param(m, id=m.value) for m in AutoresetMode]
+N = 6
+SEED = 11
+
+
+class Recurrent:
+    """A row-wise recurrent numpy policy: each row's output depends only on its row and its
+    state (elementwise operations and row sums only, so any batching gives the same bits)."""
+
+    def __init__(self, kind: str = "discrete", extras: bool = True) -> None:
+        self.kind, self.extras = kind, extras
+
+    def initial_state(self, n: int) -> Any:
+        return (np.full((n, 2), 0.25), {"count": np.zeros(n, np.int64)})
+
+    def __call__(self, observations: Any, state: Any) -> Any:
+        h, d = state
+        x = np.asarray(observations, np.float64).sum(axis=1)
+        h = np.tanh(0.5 * h + x[:, None] * np.array([1.0, -0.5]))
+        count = d["count"] + 1
+        if self.kind == "discrete":
+            actions = ((h[:, 0] > 0).astype(np.int64) + count) % 4
+        else:
+            actions = np.stack([h[:, 0], np.cos(count)], axis=1).astype(np.float32)
+        extras = {"value": h[:, 1].astype(np.float32), "logits": np.stack([h[:, 0], -h[:, 0]], axis=1)}
+        return actions, (extras if self.extras else {}), (h, {"count": count})
+
+
+def with_extras(observations: Any) -> Any:
+    """Row-wise, not recurrent: actions and two extras."""
+    x = np.asarray(observations, np.float64).sum(axis=1)
+    return (np.abs(x * 4).astype(np.int64) % 4), {"log_prob": (-np.abs(x)).astype(np.float32), "value": x}
+
+
+def state_row(state: Any, i: int) -> Any:
+    h, d = state
+    return (h[i : i + 1], {"count": d["count"][i : i + 1]})
+
+
+def join_rows(rows: list[Any]) -> Any:
+    return (np.concatenate([r[0] for r in rows]), {"count": np.concatenate([r[1]["count"] for r in rows])})
+
+
+class Reference:
+    """SyncVectorEnv (or single envs under DISABLED) driven by the same calls as the vector env,
+    with the policy called row-wise and each env's state kept and reset here."""
+
+    def __init__(self, fns: list[Callable[[], gym.Env]], mode: AutoresetMode, policy: Recurrent) -> None:
+        self.mode, self.policy, self.n = mode, policy, len(fns)
+        self.disabled = mode is AutoresetMode.DISABLED
+        self.sync = None if self.disabled else SyncVectorEnv(fns, autoreset_mode=mode)
+        self.envs = [fn() for fn in fns] if self.disabled else []
+        self.states = [policy.initial_state(1) for _ in range(self.n)]
+        self.starts = np.ones(self.n, bool)
+        self.ended = np.zeros(self.n, bool)
+        self.obs: np.ndarray = np.zeros(0)
+
+    def close(self) -> None:
+        if self.sync is not None:
+            self.sync.close()
+        for env in self.envs:
+            env.close()
+
+    def _restart(self, mask: np.ndarray) -> None:
+        for i in np.flatnonzero(mask):
+            self.states[i] = self.policy.initial_state(1)
+
+    def reset(self, seed: int | None = None, mask: np.ndarray | None = None) -> None:
+        mask = np.ones(self.n, bool) if mask is None else mask
+        if self.sync is not None:
+            options = None if mask.all() else {"reset_mask": mask}
+            self.obs, _ = self.sync.reset(seed=seed, options=options)
+        else:
+            obs = list(self.obs) if len(self.obs) else [None] * self.n
+            for i in np.flatnonzero(mask):
+                obs[i] = self.envs[i].reset(seed=None if seed is None else seed + int(i))[0]
+            self.obs = np.stack(obs)
+            self.ended[mask] = False
+        self.starts[mask] = True
+        self._restart(mask)
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.sync is not None:
+            autoreset = self.sync._autoreset_envs.copy()
+            self.obs, rewards, terms, truncs, infos = self.sync.step(actions)
+            if self.mode is AutoresetMode.NEXT_STEP:
+                self.starts = autoreset
+            else:
+                self.starts = infos.get("_final_obs", np.zeros(self.n, bool)).copy()
+        else:  # DISABLED: an ended env is left alone (a rollout leaves it unstepped)
+            rewards, terms, truncs = np.zeros(self.n), np.zeros(self.n, bool), np.zeros(self.n, bool)
+            obs = list(self.obs)
+            for i, env in enumerate(self.envs):
+                if not self.ended[i]:
+                    obs[i], rewards[i], terms[i], truncs[i], _ = env.step(actions[i])
+            self.obs = np.stack(obs)
+            self.ended |= terms | truncs
+            self.starts[:] = False
+        self._restart(self.starts)
+        return terms, truncs
+
+    def rollout(self, steps: int) -> dict[str, Any]:
+        seen: dict[str, list] = {"actions": [], "value": [], "logits": [], "episode_starts": [], "stepped": []}
+        initial = join_rows(self.states)
+        for _ in range(steps):
+            seen["episode_starts"].append(self.starts.copy())
+            active = ~self.ended if self.disabled else np.ones(self.n, bool)
+            outs = [self.policy(self.obs[i : i + 1], self.states[i]) for i in range(self.n)]
+            actions = np.concatenate([o[0] for o in outs])
+            for key in ("value", "logits"):
+                values = np.concatenate([o[1][key] for o in outs])
+                values[~active] = 0
+                seen[key].append(values)
+            for i, o in enumerate(outs):
+                if active[i]:
+                    self.states[i] = o[2]
+            seen["actions"].append(actions)
+            seen["stepped"].append(active)
+            self.step(actions)
+        out = {k: np.stack(v) for k, v in seen.items()}
+        out["initial_state"] = initial
+        return out
+
+
+def make(fns: list, workers: int | str, mode: AutoresetMode = AutoresetMode.NEXT_STEP, **kwargs: Any) -> Any:
+    inline = workers == "inline"
+    return vecenv.SubprocVectorEnv(
+        fns, 2 if inline else workers, autoreset_mode=mode, context="fork", inline_group=inline, **kwargs
+    )
+
+
+def assert_state_equal(got: Any, want: Any, where: str) -> None:
+    np.testing.assert_array_equal(got[0], want[0], err_msg=f"{where}: h")
+    np.testing.assert_array_equal(got[1]["count"], want[1]["count"], err_msg=f"{where}: count")
+
+
+def assert_rollout_matches(got: vecenv.Rollout, want: dict[str, Any], where: str) -> None:
+    stepped = want["stepped"]
+    np.testing.assert_array_equal(got.episode_starts, want["episode_starts"], err_msg=f"{where}: episode_starts")
+    np.testing.assert_array_equal(got.actions[stepped], want["actions"][stepped], err_msg=f"{where}: actions")
+    for key in ("value", "logits"):
+        np.testing.assert_array_equal(got.extras[key], want[key], err_msg=f"{where}: extras[{key}]")
+    assert got.extras["value"].dtype == np.float32 and got.extras["logits"].shape == (got.num_steps, N, 2)
+    assert_state_equal(got.initial_state, want["initial_state"], f"{where}: initial_state")
+
+
+# -- differential: every mode, every worker count, mixed with step and reset ---------------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("workers", [0, 1, 2, 3, "inline"], ids=lambda w: f"w={w}")
+def test_extras_and_state_match_a_row_wise_loop_over_sync(workers: int | str, mode: AutoresetMode) -> None:
+    if workers == "inline" and mode is not AutoresetMode.SAME_STEP:
+        pytest.skip("the parent-hosted group is the same engine: one mode suffices")
+    fns = diff_env_fns(N)
+    policy = Recurrent()
+    ref = Reference(fns, mode, policy)
+    try:
+        with make(fns, workers, mode) as envs:
+            envs.reset(seed=SEED)
+            ref.reset(seed=SEED)
+            # T from 1 to longer than an episode (DiffEnv episodes last at most 40 steps).
+            for i, steps in enumerate((1, 3, 45)):
+                if mode is AutoresetMode.DISABLED and ref.ended.any():  # as before a step
+                    mask = ref.ended.copy()
+                    envs.reset(options={"reset_mask": mask})
+                    ref.reset(mask=mask)
+                got = envs.rollout(steps, policy)
+                assert_rollout_matches(got, ref.rollout(steps), f"rollout {i} (T={steps})")
+            crossed = (~got.stepped).any() if mode is AutoresetMode.DISABLED else got.episode_starts[1:].any()
+            assert crossed, "the rollout crossed episode boundaries"
+            # Steps between rollouts move the envs (and reset the state at episode starts).
+            if mode is not AutoresetMode.DISABLED:
+                for t in range(7):
+                    actions = np.full(N, t % 4)
+                    envs.step(actions)
+                    ref.step(actions)
+            mask = np.array([True, False, True, False, False, True]) | ref.ended
+            envs.reset(options={"reset_mask": mask})
+            ref.reset(mask=mask)
+            assert_state_equal(envs.policy_state(), join_rows(ref.states), "policy_state after a masked reset")
+            got = envs.rollout(30, policy)
+            assert_rollout_matches(got, ref.rollout(30), "after steps and a masked reset")
+    finally:
+        ref.close()
+
+
+@pytest.mark.timeout(60)
+def test_extras_of_a_plain_callable_are_recorded_without_state() -> None:
+    with make(diff_env_fns(N), 2) as envs:
+        envs.reset(seed=SEED)
+        got = envs.rollout(20, with_extras)
+        assert got.initial_state is None and set(got.extras) == {"log_prob", "value"}
+        x = got.observations.astype(np.float64).sum(axis=2)
+        np.testing.assert_array_equal(got.extras["value"], x)
+        np.testing.assert_array_equal(got.extras["log_prob"], (-np.abs(x)).astype(np.float32))
+        assert got.extras["log_prob"].dtype == np.float32 and got.extras["value"].dtype == np.float64
+        # A policy without extras after one with them: the block follows the policy.
+        assert envs.rollout(5, "random").extras == {}
+        with pytest.raises(ValueError, match="needs a recurrent policy"):
+            envs.policy_state()
+
+
+# -- the state: read, set, across restarts -------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_the_parent_reads_and_sets_the_state() -> None:
+    policy = Recurrent()
+    with make(diff_env_fns(N), 2) as envs:
+        envs.reset(seed=SEED)
+        first = envs.rollout(5, policy)
+        np.testing.assert_array_equal(first.initial_state[0], np.full((N, 2), 0.25))
+        carried = envs.policy_state()
+        assert carried[1]["count"].tolist() != [0] * N, "the state goes on across rollouts"
+        second = envs.rollout(4, policy)
+        assert_state_equal(second.initial_state, carried, "the next rollout starts from the state read")
+        envs.set_policy_state(None)  # a fresh state for every env
+        assert_state_equal(envs.policy_state(), policy.initial_state(N), "after set_policy_state(None)")
+        chosen = (np.arange(2 * N, dtype=np.float64).reshape(N, 2), {"count": np.arange(N, dtype=np.int64)})
+        envs.set_policy_state(chosen)
+        third = envs.rollout(3, policy)
+        assert_state_equal(third.initial_state, chosen, "set_policy_state")
+        with pytest.raises(
+            PolicyOutputError, match=r"state\[0\].*expected leading dimension 6, received shape \(5, 2\)"
+        ):
+            envs.set_policy_state((np.zeros((5, 2)), {"count": np.zeros(N, np.int64)}))
+        with pytest.raises(PolicyOutputError, match=r"state\[1\]\['count'\].*dtype int64.*received.*dtype float64"):
+            envs.set_policy_state((np.zeros((N, 2)), {"count": np.zeros(N)}))
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("mode", [pytest.param(m, id=m.value) for m in AutoresetMode if m.value != "Disabled"])
+def test_a_worker_restarted_mid_rollout_starts_its_envs_afresh(mode: AutoresetMode, tmp_path: Any) -> None:
+    once = str(tmp_path / "died")
+    fns = fault_fns(4, "exit", "step", 3, at=4, once=once)
+    policy = Recurrent("box")
+    steps, victims, others = 10, [2, 3], [0, 1]
+    with make(fns, 2, mode, on_worker_death="restart") as envs:
+        envs.reset(seed=SEED)
+        warm = envs.rollout(2, policy)  # the state moves on before the death
+        assert warm.episode_starts[0].all()
+        got = envs.rollout(steps, policy)
+        assert envs.restart_count == 1
+        # Row 0 of the restarted group was lost; row 1 is its fresh reset: an episode start.
+        assert not got.episode_starts[0, victims].any() and got.episode_starts[1, victims].all()
+        assert (got.extras["value"][0, victims] == 0).all()
+        np.testing.assert_array_equal(got.initial_state[0][victims], np.full((2, 2), 0.25))
+        # From row 1 on, a row-wise loop from the initial state on the replacement's observations.
+        state = policy.initial_state(2)
+        for t in range(1, steps):
+            starts = got.episode_starts[t, victims]
+            h, d = state
+            state = (np.where(starts[:, None], 0.25, h), {"count": np.where(starts, 0, d["count"])})
+            actions, extras, state = policy(got.observations[t, victims], state)
+            np.testing.assert_array_equal(got.actions[t, victims], actions, err_msg=f"step {t}")
+            np.testing.assert_array_equal(got.extras["value"][t, victims], extras["value"], err_msg=f"step {t}")
+        # The other group went on from the state it had.
+        assert (got.initial_state[1]["count"][others] == 2).all()
+        # The replacement carries its envs' state on: read back, it is the replayed one.
+        read = envs.policy_state()
+        assert_state_equal((read[0][victims], {"count": read[1]["count"][victims]}), state, "after the restart")
+
+
+@pytest.mark.timeout(90)
+def test_a_restart_under_disabled_leaves_the_group_waiting_with_nothing_chosen(tmp_path: Any) -> None:
+    fns = fault_fns(4, "exit", "step", 3, at=4, once=str(tmp_path / "died"))
+    policy = Recurrent("box")
+    with make(fns, 2, AutoresetMode.DISABLED, on_worker_death="restart") as envs:
+        envs.reset(seed=SEED)
+        envs.rollout(2, policy)
+        got = envs.rollout(6, policy)
+        victims = [2, 3]
+        assert envs.restart_count == 1 and not got.stepped[1:, victims].any()
+        assert not got.episode_starts[:, victims].any()  # the restarted step ended their episodes
+        assert (got.extras["value"][:, victims] == 0).all() and (got.extras["logits"][:, victims] == 0).all()
+        np.testing.assert_array_equal(got.initial_state[0][victims], np.full((2, 2), 0.25))
+        assert (got.initial_state[1]["count"][[0, 1]] == 2).all()
+
+
+def test_an_sb3_actor_critic_gives_its_log_prob_and_value() -> None:
+    sb3 = pytest.importorskip("stable_baselines3")
+    torch = pytest.importorskip("torch")
+    model = sb3.PPO("MlpPolicy", gym.make("CartPole-v1"), seed=0, device="cpu")
+    with vecenv.make("CartPole-v1", 4, 2) as envs:
+        envs.reset(seed=SEED)
+        got = envs.rollout(8, vecenv.policies.SB3Policy(model, deterministic=True))
+    assert set(got.extras) == {"log_prob", "value"} and got.extras["value"].shape == (8, 4)
+    obs = torch.as_tensor(got.observations.reshape(32, 4))
+    with torch.no_grad():
+        values, log_prob, _ = model.policy.evaluate_actions(obs, torch.as_tensor(got.actions.reshape(32)))
+    np.testing.assert_allclose(got.extras["log_prob"].reshape(32), log_prob.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got.extras["value"].reshape(32), values.numpy().reshape(32), rtol=1e-5, atol=1e-6)
+
+
+# -- which weights acted ------------------------------------------------------------------------
+
+
+def test_weights_version_says_which_weights_acted() -> None:
+    torch = pytest.importorskip("torch")
+
+    class Module(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(()))
+
+        def forward(self, obs: Any) -> Any:
+            n = obs.shape[0]
+            return torch.zeros(n, dtype=torch.int64), {"w": self.w.expand(n).clone()}
+
+    module = Module()
+    with make(diff_env_fns(4), 2) as envs:
+        envs.reset(seed=SEED)
+        first = envs.rollout(3, module)
+        v = first.weights_version
+        assert (first.extras["w"] == 0).all() and envs.policy_weights_version == v
+        # A rollout in flight while the learner updates: chosen by the weights it was sent with.
+        envs.rollout_async(3, module)
+        with torch.no_grad():
+            module.w.fill_(1.0)
+        envs.update_policy_weights()
+        behind = envs.rollout_wait()
+        assert behind.weights_version == v and (behind.extras["w"] == 0).all()
+        assert envs.policy_weights_version == v + 1
+        current = envs.rollout(3, module)
+        assert current.weights_version == v + 1 and (current.extras["w"] == 1).all()
+        with torch.no_grad():
+            module.w.fill_(2.0)
+        envs.update_policy_weights()
+        envs.update_policy_weights()  # twice: the newest weights, two versions on
+        latest = envs.rollout(3, module)
+        assert latest.weights_version == v + 3 and (latest.extras["w"] == 2).all()
+
+
+def test_torch_modules_give_extras_and_carry_an_lstm_state() -> None:
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+
+    class LSTMPolicy(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.cell = torch.nn.LSTMCell(3, 8)
+            self.head = torch.nn.Linear(8, 4)
+
+        def initial_state(self, n: int) -> Any:
+            return torch.zeros(n, 8), torch.zeros(n, 8)
+
+        def forward(self, obs: Any, state: Any) -> Any:
+            h, c = self.cell(obs.float(), state)
+            logits = self.head(h)
+            actions = logits.argmax(dim=1)
+            log_prob = torch.log_softmax(logits, dim=1).gather(1, actions[:, None])[:, 0]
+            return actions, {"log_prob": log_prob}, (h, c)
+
+    module = LSTMPolicy()
+    with make(diff_env_fns(4), 2) as envs:
+        envs.reset(seed=SEED)
+        got = envs.rollout(50, module)
+        assert got.extras["log_prob"].shape == (50, 4) and got.extras["log_prob"].dtype == np.float32
+        assert got.initial_state[0].shape == (4, 8) and got.episode_starts[1:].any()
+        # Replaying the sequence from the initial state, resetting at episode starts, gives the
+        # same actions and log-probs (up to the last bits of a batched forward).
+        h, c = (torch.as_tensor(a) for a in got.initial_state)
+        with torch.no_grad():
+            for t in range(50):
+                keep = torch.as_tensor(~got.episode_starts[t], dtype=torch.float32)[:, None]
+                actions, extras, (h, c) = module(torch.as_tensor(got.observations[t]), (h * keep, c * keep))
+                np.testing.assert_array_equal(actions.numpy(), got.actions[t])
+                np.testing.assert_allclose(extras["log_prob"].numpy(), got.extras["log_prob"][t], rtol=1e-5)
+
+
+# -- bad input -------------------------------------------------------------------------------
+
+
+class ChangesShape:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, observations: Any) -> Any:
+        self.calls += 1
+        n = len(observations)
+        value = np.zeros((n,) if self.calls == 1 else (n, 2), np.float32)
+        return np.zeros(n, np.int64), {"value": value}
+
+
+def changes_dtype(observations: Any) -> Any:
+    n = len(observations)
+    return np.zeros(n, np.int64), {"value": np.zeros(n, np.float32 if n == 3 else np.float64)}
+
+
+class WrongRows(Recurrent):
+    def initial_state(self, n: int) -> Any:
+        return (np.zeros((n + 1, 2)), {"count": np.zeros(n, np.int64)})
+
+
+class DropsRows(Recurrent):
+    def __call__(self, observations: Any, state: Any) -> Any:
+        actions, extras, (h, d) = super().__call__(observations, state)
+        return actions, extras, (h[:1], d)
+
+
+@pytest.mark.timeout(60)
+def test_bad_outputs_are_named_with_the_expected_and_received_shape() -> None:
+    with make(diff_env_fns(6), 2) as envs:  # groups of 3
+        envs.reset(seed=SEED)
+        # Each copy's first call gives (3,), its next (3, 2): raised at the call that changed.
+        with pytest.raises(
+            PolicyOutputError, match=r"extras\['value'\] changed: expected shape \(3,\).*received shape \(3, 2\)"
+        ) as info:
+            envs.rollout(4, ChangesShape())
+        assert "in the worker's policy, at step 1" in " ".join(info.value.__notes__)
+        envs.reset(seed=SEED)
+        # The probe's rows are the first group's (3): float32; a group of another size: float64.
+        with make(diff_env_fns(5), 2) as uneven:  # groups of 3 and 2
+            uneven.reset(seed=SEED)
+            with pytest.raises(
+                PolicyOutputError, match=r"expected shape \(2,\) dtype float32.*received shape \(2,\) dtype float64"
+            ):
+                uneven.rollout(4, changes_dtype)
+        # A wrong leading dimension: refused in the parent, before anything is sent.
+        with pytest.raises(
+            PolicyOutputError,
+            match=r"state\[0\] \(from initial_state\).*expected leading dimension 3, received shape \(4, 2\)",
+        ):
+            envs.rollout(4, WrongRows())
+        with pytest.raises(
+            PolicyOutputError,
+            match=r"state\[0\] \(returned by the policy\).*expected leading dimension 3, received shape \(1, 2\)",
+        ):
+            envs.rollout(4, DropsRows())
+        assert envs.rollout(2, Recurrent()).num_steps == 2  # refused calls sent nothing
+
+
+@pytest.mark.timeout(60)
+def test_a_recurrent_policy_on_native_vector_groups_is_refused() -> None:
+    groups = [
+        functools.partial(sync_group, [0, 1], AutoresetMode.NEXT_STEP),
+        functools.partial(sync_group, [2, 3], AutoresetMode.NEXT_STEP),
+    ]
+    with vecenv.SubprocVectorEnv.from_groups(groups, context="fork") as envs:
+        envs.reset(seed=SEED)
+        with pytest.raises(PolicyOutputError, match="is recurrent.*native VectorEnvs"):
+            envs.rollout(3, FunctionPolicy(Recurrent()))
+        assert envs.rollout(3, with_extras).extras["value"].shape == (3, 4)

@@ -1,0 +1,572 @@
+"""Rollouts in the workers (``envs.rollout``): every env's trajectory is the one SyncVectorEnv
+gives with the same actions, the data does not depend on the number of workers or on the
+rollout length, and every fault behaves as it does in ``step``.
+
+The reference is always ``gymnasium.vector.SyncVectorEnv`` (or, under DISABLED, where a
+rollout leaves ended envs unstepped, each env on its own) stepped with the actions the rollout
+recorded.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+import vecenv
+from tests.engine.test_differential import assert_same
+from tests.helpers.envs import diff_env_fns
+from tests.helpers.faults import FaultEnv, fault_fns, healthy_fns, transport_of
+from vecenv.errors import RemoteTraceback, WorkerDiedError
+from vecenv.parent.replies import InfoMerger
+from vecenv.policies import FunctionPolicy, RandomPolicy
+from vecenv.spaces import tree_leaves, tree_map
+
+MODES = [pytest.param(m, id=m.value) for m in AutoresetMode]
+N = 6
+SEED = 23
+
+
+def stack(trees: Sequence[Any], join: Callable[[list], np.ndarray] = np.stack) -> Any:
+    """Trees of arrays (one per step) as one tree of arrays with a leading step axis (or, with
+    ``join=np.concatenate``, joined along their own first axis)."""
+    first = trees[0]
+    if isinstance(first, dict):
+        return {k: stack([t[k] for t in trees], join) for k in first}
+    if isinstance(first, tuple):
+        return tuple(stack([t[i] for t in trees], join) for i in range(len(first)))
+    return join(list(trees))
+
+
+def row(tree: Any, t: int) -> Any:
+    return tree_map(lambda a: a[t], tree)
+
+
+def sync_reference(fns: list[Callable[[], gym.Env]], mode: AutoresetMode, seed: int, actions: Any, steps: int) -> dict:
+    """SyncVectorEnv reset with ``seed`` and stepped with each row of ``actions``."""
+    sync = SyncVectorEnv(fns, autoreset_mode=mode)
+    try:
+        obs, _ = sync.reset(seed=seed)
+        seen: dict[str, list] = {"observations": [], "rewards": [], "terminations": [], "truncations": [], "infos": []}
+        for t in range(steps):
+            seen["observations"].append(obs)
+            obs, rewards, terms, truncs, infos = sync.step(row(actions, t))
+            for key, value in zip(("rewards", "terminations", "truncations", "infos"), (rewards, terms, truncs, infos)):
+                seen[key].append(value)
+        out = {k: stack(v) for k, v in seen.items() if k != "infos"}
+        out["infos"], out["last_observations"] = seen["infos"], obs
+        return out
+    finally:
+        sync.close()
+
+
+def assert_matches_sync(got: vecenv.Rollout, want: dict, where: str = "") -> None:
+    for key in ("observations", "rewards", "terminations", "truncations", "last_observations"):
+        assert_same(getattr(got, key), want[key], f"{where}{key}")
+    assert len(got.infos) == len(want["infos"])
+    for t, (a, b) in enumerate(zip(got.infos, want["infos"])):
+        assert_same(a, b, f"{where}infos[{t}]")
+
+
+def single_env_reference(fns: list[Callable[[], gym.Env]], seed: int, actions: Any, steps: int) -> dict:
+    """DISABLED: each env on its own, stepped until its episode ends and left alone after."""
+    envs = [fn() for fn in fns]
+    merger = InfoMerger(len(envs))
+    obs = [env.reset(seed=seed + i)[0] for i, env in enumerate(envs)]
+    ended = [False] * len(envs)
+    seen: dict[str, list] = {k: [] for k in ("observations", "rewards", "terminations", "truncations", "stepped")}
+    infos_per_step = []
+    for t in range(steps):
+        seen["observations"].append(list(obs))
+        rewards, terms, truncs, infos = [], [], [], {}
+        seen["stepped"].append([not e for e in ended])
+        for i, env in enumerate(envs):
+            if ended[i]:
+                rewards.append(0.0), terms.append(False), truncs.append(False)
+                continue
+            obs[i], reward, term, trunc, info = env.step(row(actions, t)[i])
+            rewards.append(reward), terms.append(term), truncs.append(trunc)
+            infos = merger.add(infos, info, i) if info else infos
+            ended[i] = term or trunc
+        for key, value in zip(("rewards", "terminations", "truncations"), (rewards, terms, truncs)):
+            seen[key].append(value)
+        infos_per_step.append(infos)
+    return {
+        "observations": np.array(seen["observations"], dtype=np.float32),
+        "rewards": np.array(seen["rewards"], dtype=np.float64),
+        "terminations": np.array(seen["terminations"]),
+        "truncations": np.array(seen["truncations"]),
+        "stepped": np.array(seen["stepped"]),
+        "infos": infos_per_step,
+        "last_observations": np.array(obs, dtype=np.float32),
+    }
+
+
+def row_wise_policy(observations: Any) -> np.ndarray:
+    """A deterministic row-wise policy for DiffEnv's box observations and Discrete(4) actions."""
+    return (np.abs(np.asarray(observations)[:, 1]) * 4).astype(np.int64) % 4
+
+
+def make(fns: list, workers: int | str, mode: AutoresetMode = AutoresetMode.NEXT_STEP, **kwargs: Any) -> Any:
+    inline = workers == "inline"
+    return vecenv.SubprocVectorEnv(
+        fns, 2 if inline else workers, autoreset_mode=mode, context="fork", inline_group=inline, **kwargs
+    )
+
+
+# -- the trajectories are SyncVectorEnv's ----------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", [m for m in MODES if m.values[0] is not AutoresetMode.DISABLED])
+@pytest.mark.parametrize(
+    ("policy", "obs_kind"),
+    # (the row-wise test policy reads box observations)
+    [("random", "box"), ("random", "dict"), ("random", "tuple"), ("random", "discrete"), ("function", "box")],
+    ids=lambda value: value,
+)
+def test_rollout_matches_sync_stepped_with_its_actions(mode: AutoresetMode, obs_kind: str, policy: str) -> None:
+    act_kind = "discrete" if policy == "function" else "multidiscrete"
+    fns = diff_env_fns(N, obs_kind=obs_kind, act_kind=act_kind, p_term=0.08, p_trunc=0.05)
+    chosen = FunctionPolicy(row_wise_policy) if policy == "function" else "random"
+    with make(fns, 3, mode) as envs:
+        envs.reset(seed=SEED)
+        got = envs.rollout(40, chosen)
+        assert got.num_steps == 40 and got.rewards.shape == (40, N)
+        ends = int((got.terminations | got.truncations).sum())
+        assert ends >= 5, "episodes must end (and autoreset) during the rollout"
+        want = sync_reference(fns, mode, SEED, got.actions, 40)
+        assert_matches_sync(got, want)
+        if mode is AutoresetMode.SAME_STEP and obs_kind == "box":
+            ended = got.terminations | got.truncations
+            following = got.next_observations()
+            for t in np.flatnonzero(ended.any(axis=1)):
+                finals = np.stack(want["infos"][t]["final_obs"][ended[t]])  # an object array in Sync
+                np.testing.assert_array_equal(got.final_observations[t][ended[t]], finals)
+                np.testing.assert_array_equal(following[t][ended[t]], finals)
+        if policy == "function":
+            np.testing.assert_array_equal(got.actions, np.stack([row_wise_policy(o) for o in got.observations]))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("workers", [1, 2, 3, "inline"], ids=lambda w: f"w={w}")
+def test_disabled_leaves_ended_envs_unstepped_and_matches_each_env(workers: int | str) -> None:
+    fns = diff_env_fns(N, obs_kind="box", act_kind="discrete", p_term=0.06, p_trunc=0.04)
+    with make(fns, workers, AutoresetMode.DISABLED) as envs:
+        envs.reset(seed=SEED)
+        got = envs.rollout(30, FunctionPolicy(row_wise_policy))
+        want = single_env_reference(fns, SEED, got.actions, 30)
+        assert_matches_sync(got, want)
+        assert_same(got.stepped, want["stepped"])
+        ended = (got.terminations | got.truncations).any(axis=0)
+        assert ended.any() and not got.stepped.all()
+        with pytest.raises(vecenv.NeedsResetError, match=r"rollout_async.*DISABLED"):
+            envs.rollout(5)
+        envs.reset(options={"reset_mask": ended})
+        assert envs.rollout(5).num_steps == 5
+
+
+@pytest.mark.timeout(60)
+def test_rollouts_and_steps_continue_each_other() -> None:
+    fns = diff_env_fns(N, act_kind="multidiscrete")
+    sync = SyncVectorEnv(fns)
+    rng = np.random.default_rng(1)
+    try:
+        with make(fns, 2) as envs:
+            assert_same(envs.reset(seed=SEED), sync.reset(seed=SEED))
+            for round_ in range(3):
+                got = envs.rollout(9)
+                for t in range(9):
+                    obs, *rest = sync.step(row(got.actions, t))
+                    assert_same(got.infos[t], rest[-1], f"round {round_} infos[{t}]")
+                assert_same(got.last_observations, obs)
+                actions = rng.integers(0, [3, 5], size=(N, 2))
+                assert_same(envs.step(actions), sync.step(actions), f"the step after round {round_}")
+    finally:
+        sync.close()
+
+
+# -- the data does not depend on the layout or on T -------------------------------------------
+
+
+def _random_run(workers: int | str, lengths: Sequence[int], mode: AutoresetMode = AutoresetMode.NEXT_STEP) -> dict:
+    fns = diff_env_fns(N, act_kind="box", p_term=0.05)
+    with make(fns, workers, mode) as envs:
+        envs.reset(seed=SEED)
+        parts = [envs.rollout(t) for t in lengths]
+    return {
+        "actions": np.concatenate([p.actions for p in parts]),
+        "observations": np.concatenate([p.observations for p in parts]),
+        "rewards": np.concatenate([p.rewards for p in parts]),
+        "infos": [i for p in parts for i in p.infos],
+        "last": parts[-1].last_observations,
+    }
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", MODES)
+def test_random_policy_data_is_independent_of_workers_and_of_rollout_length(mode: AutoresetMode) -> None:
+    reference = _random_run(1, [36], mode)
+    assert len(np.unique(reference["actions"])) > 100, "actions must vary"
+    layouts = [(2, [36]), (3, [12, 12, 12]), ("inline", [5, 31]), (2, [1] * 3 + [33])]
+    if mode is AutoresetMode.DISABLED:  # an env that ends waits for the rollout's end: T matters there
+        layouts = [(w, [36]) for w in (2, 3, "inline")]
+    for workers, lengths in layouts:
+        got = _random_run(workers, lengths, mode)
+        for key in reference:
+            assert_same(got[key], reference[key], f"workers={workers}, lengths={lengths}: {key}")
+
+
+@pytest.mark.timeout(60)
+def test_random_policy_is_reseeded_by_a_seeded_reset() -> None:
+    with make(diff_env_fns(4, act_kind="box"), 2) as envs:
+        envs.reset(seed=5)
+        first = envs.rollout(10).actions
+        assert not np.array_equal(envs.rollout(10).actions, first)  # the streams go on
+        envs.reset(seed=5)
+        np.testing.assert_array_equal(envs.rollout(10).actions, first)
+        envs.reset(seed=6)
+        assert not np.array_equal(envs.rollout(10).actions, first)
+        envs.reset(seed=5)
+        np.testing.assert_array_equal(envs.rollout(10, RandomPolicy()).actions, first)  # the same policy
+
+
+# -- policies --------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_torch_module_runs_in_workers_and_takes_new_weights() -> None:
+    torch = pytest.importorskip("torch")
+
+    class Greedy(torch.nn.Module):
+        """Discrete(4) actions: the argmax of a linear map of the observation."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(3, 4)
+
+        def forward(self, obs: Any) -> Any:
+            return self.linear(obs).argmax(dim=1)
+
+    module = Greedy()
+    with torch.no_grad():
+        module.linear.weight.zero_()
+        module.linear.bias.copy_(torch.tensor([0.0, 0.0, 5.0, 0.0]))
+    fns = diff_env_fns(N, obs_kind="box", act_kind="discrete")
+    with make(fns, 3) as envs:
+        envs.reset(seed=SEED)
+        got = envs.rollout(12, module)
+        assert (got.actions == 2).all()
+        assert_matches_sync(got, sync_reference(fns, AutoresetMode.NEXT_STEP, SEED, got.actions, 12))
+        with torch.no_grad():
+            module.linear.bias.copy_(torch.tensor([0.0, 7.0, 0.0, 0.0]))
+        assert (envs.rollout(3, module).actions == 2).all(), "copies keep their weights until told"
+        envs.update_policy_weights()
+        assert (envs.rollout(3, module).actions == 1).all()
+        envs.update_policy_weights({"linear.weight": torch.zeros(4, 3), "linear.bias": torch.tensor([0.0, 0, 0, 9])})
+        assert (envs.rollout(3, module).actions == 3).all()
+
+
+@pytest.mark.timeout(180)
+def test_sb3_model_runs_in_workers_deterministically() -> None:
+    sb3 = pytest.importorskip("stable_baselines3")
+    model = sb3.PPO("MlpPolicy", gym.make("CartPole-v1"), seed=0, device="cpu")
+    fns = [functools.partial(gym.make, "CartPole-v1")] * 4
+    with make(fns, 2) as envs:
+        envs.reset(seed=3)
+        got = envs.rollout(50, vecenv.policies.SB3Policy(model, deterministic=True))
+        want_actions = np.stack([model.predict(o, deterministic=True)[0] for o in got.observations])
+        np.testing.assert_array_equal(got.actions, want_actions)
+        assert_matches_sync(got, sync_reference(fns, AutoresetMode.NEXT_STEP, 3, got.actions, 50))
+        envs.reset(seed=3)
+        stochastic = [envs.rollout(20, model).actions for _ in range(2)]
+        envs.reset(seed=3)
+        again = [envs.rollout(20, model).actions for _ in range(2)]
+        np.testing.assert_array_equal(np.concatenate(stochastic), np.concatenate(again))
+
+
+@pytest.mark.timeout(60)
+def test_native_vector_groups_roll_out_like_one_make_vec() -> None:
+    make_vec = functools.partial(gym.make_vec, "CartPole-v1", vectorization_mode="vector_entry_point")
+    with vecenv.SubprocVectorEnv.from_groups([functools.partial(make_vec, 3), functools.partial(make_vec, 2)]) as sub:
+        sub.reset(seed=5)
+        got = sub.rollout(300)
+        twins = [make_vec(3), make_vec(2)]
+        try:
+            twins[0].reset(seed=5), twins[1].reset(seed=8)
+            for t in range(300):
+                parts = [twins[0].step(got.actions[t, :3]), twins[1].step(got.actions[t, 3:])]
+                np.testing.assert_array_equal(got.rewards[t], np.concatenate([parts[0][1], parts[1][1]]))
+                np.testing.assert_array_equal(got.terminations[t], np.concatenate([parts[0][2], parts[1][2]]))
+                obs = np.concatenate([parts[0][0], parts[1][0]])
+                np.testing.assert_array_equal(got.observations[t + 1] if t < 299 else got.last_observations, obs)
+            assert got.terminations.sum() > 5
+        finally:
+            for twin in twins:
+                twin.close()
+
+
+# -- input and policy errors -----------------------------------------------------------------
+
+
+def _raises_in_policy(observations: Any) -> Any:
+    raise KeyError("no action for you")
+
+
+def _wrong_shape(observations: Any) -> Any:
+    return np.zeros((len(observations), 3), np.int64)
+
+
+@pytest.mark.timeout(60)
+def test_bad_input_and_policy_errors_are_named() -> None:
+    with make(diff_env_fns(4), 2) as envs:
+        envs.reset(seed=0)
+        for bad in (0, -3, 2.5, "7"):
+            with pytest.raises(ValueError, match=r"`num_steps` must be a positive int"):
+                envs.rollout(bad)
+        with pytest.raises(ValueError, match=r"`policy` must be 'random'"):
+            envs.rollout(3, "greedy")
+        with pytest.raises(TypeError, match=r"`policy` must be 'random'"):
+            envs.rollout(3, 42)
+        assert envs.rollout(3).num_steps == 3  # nothing was sent by the refused calls
+        with pytest.raises(KeyError, match="no action for you") as info:
+            envs.rollout(3, _raises_in_policy)
+        assert "in the worker's policy, at step 0 of the rollout (steps 0..2)" in str(info.value.__notes__)
+        with pytest.raises(vecenv.NeedsResetError):
+            envs.rollout(3)
+        envs.reset(seed=0)
+        with pytest.raises(ValueError, match=r"the policy's actions` must have shape \(2,\)"):
+            envs.rollout(3, _wrong_shape)
+        envs.reset(seed=0)
+        envs.rollout(2, "random")
+        with pytest.raises(TypeError, match="policy random has no weights"):
+            envs.update_policy_weights()
+    with make(diff_env_fns(2), 1) as envs:
+        with pytest.raises(ValueError, match="`update_policy_weights` needs a policy"):
+            envs.update_policy_weights()
+
+
+@pytest.mark.timeout(60)
+def test_spaces_without_a_fixed_shape_are_refused() -> None:
+    with make(diff_env_fns(2, obs_kind="text"), 1) as envs:
+        envs.reset(seed=0)
+        with pytest.raises(ValueError, match="fixed-shape spaces"):
+            envs.rollout(3)
+        envs.step(np.zeros(2, np.int64))  # and the vector env goes on
+
+
+@pytest.mark.timeout(60)
+def test_calls_in_the_wrong_order_raise_as_gymnasium_does() -> None:
+    from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
+
+    envs = make(diff_env_fns(2), 1)
+    envs.reset(seed=0)
+    with pytest.raises(NoAsyncCallError, match="Calling `rollout_wait` without any prior call to `rollout_async`"):
+        envs.rollout_wait()
+    envs.rollout_async(4)
+    with pytest.raises(AlreadyPendingCallError, match="while waiting for a pending call to `rollout`"):
+        envs.step(np.zeros(2, np.int64))
+    assert envs.rollout_wait().num_steps == 4
+    with pytest.warns(UserWarning, match="pending call to `rollout`"):
+        envs.rollout_async(2)
+        envs.close()
+    with pytest.raises(ClosedEnvironmentError):
+        envs.rollout(2)
+
+
+@pytest.mark.timeout(60)
+def test_copy_false_returns_views_of_the_block() -> None:
+    with make(diff_env_fns(2), 1, copy=False) as envs:
+        envs.reset(seed=0)
+        first = envs.rollout(5)
+        kept = first.observations.copy()
+        second = envs.rollout(5)
+        assert np.shares_memory(first.observations, second.observations)
+        assert not np.array_equal(first.observations, kept)  # overwritten, as documented
+    with make(diff_env_fns(2), 1) as envs:
+        envs.reset(seed=0)
+        first = envs.rollout(5)
+        kept = first.observations.copy()
+        envs.rollout(5)
+        np.testing.assert_array_equal(first.observations, kept)
+
+
+@pytest.mark.timeout(60)
+def test_longer_rollouts_grow_the_block_and_shorter_ones_reuse_it() -> None:
+    fns = diff_env_fns(4, act_kind="box")
+    with make(fns, 2) as envs:
+        envs.reset(seed=SEED)
+        parts = [envs.rollout(t) for t in (3, 10, 2, 10)]
+        assert [p.num_steps for p in parts] == [3, 10, 2, 10]
+        assert envs._rollouts.block is not None and envs._rollouts.block.spec.num_steps == 10
+        actions = np.concatenate([p.actions for p in parts])
+        want = sync_reference(fns, AutoresetMode.NEXT_STEP, SEED, actions, 25)
+        for key in ("observations", "rewards", "terminations", "truncations"):
+            assert_same(np.concatenate([getattr(p, key) for p in parts]), want[key], key)
+
+
+def test_next_observations_hold_the_true_final_observations() -> None:
+    obs = np.arange(4 * 2, dtype=np.float32).reshape(4, 2)
+    ended = np.zeros((4, 2), bool)
+    ended[1, 0] = True
+    finals = np.full((4, 2), -1.0, np.float32)
+    rollout = vecenv.Rollout(obs, obs, obs, ended, ~ended & False, [{}] * 4, np.array([9.0, 9.0], np.float32), finals)
+    nxt = rollout.next_observations()
+    np.testing.assert_array_equal(nxt[:3], np.where(ended[:3], -1.0, obs[1:]))
+    np.testing.assert_array_equal(nxt[3], [9.0, 9.0])
+    assert tree_leaves(nxt)[0] is not obs
+
+
+# -- faults: as in step ----------------------------------------------------------------------
+
+FAULT_N, FAULT_TARGET = 4, 3  # worker 1 (of 2) hosts envs 2 and 3
+RAISE_S = 3.0  # a fault surfaces within this on a loaded 2-core machine
+
+
+def _healthy_reference(
+    actions: np.ndarray, envs: Sequence[int], reset_seeds: Sequence[int], mode: AutoresetMode = AutoresetMode.NEXT_STEP
+) -> dict:
+    """Healthy FaultEnvs ``envs`` reset with ``reset_seeds`` and stepped with the rows of ``actions``."""
+    sync = SyncVectorEnv([functools.partial(FaultEnv, index=i) for i in envs], autoreset_mode=mode)
+    try:
+        obs, _ = sync.reset(seed=list(reset_seeds))
+        seen: dict[str, list] = {"observations": [], "rewards": [], "terminations": []}
+        for t in range(len(actions)):
+            seen["observations"].append(obs)
+            obs, rewards, terms, _, _ = sync.step(actions[t])
+            seen["rewards"].append(rewards)
+            seen["terminations"].append(terms)
+        return {k: np.stack(v) for k, v in seen.items()}
+    finally:
+        sync.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("workers", [2, "inline"], ids=lambda w: f"w={w}")
+def test_env_error_at_step_k_names_the_env_and_the_step(workers: int | str) -> None:
+    fns = fault_fns(FAULT_N, "raise", "step", FAULT_TARGET, at=5)
+    with make(fns, workers) as envs:
+        envs.reset(seed=SEED)
+        start = time.monotonic()
+        with pytest.raises(ValueError, match=f"injected fault in step of env {FAULT_TARGET}") as info:
+            envs.rollout(8)
+        assert time.monotonic() - start < RAISE_S
+        notes = " ".join(info.value.__notes__)
+        assert (
+            f"raised in env {FAULT_TARGET} (worker 1) during `rollout`, at step 4 of the rollout (steps 0..7)" in notes
+        )
+        assert isinstance(info.value.__cause__, RemoteTraceback) and "fire" in str(info.value.__cause__)
+        with pytest.raises(vecenv.NeedsResetError, match="rollout_async"):
+            envs.rollout(8)
+        envs.reset(seed=SEED)  # the env raised once; it carries on
+        got = envs.rollout(8)
+        want = _healthy_reference(got.actions, range(FAULT_N), [SEED + i for i in range(FAULT_N)])
+        for key, value in want.items():
+            np.testing.assert_array_equal(getattr(got, key), value, err_msg=key)
+
+
+@pytest.mark.timeout(60)
+def test_worker_killed_mid_rollout_is_worker_died() -> None:
+    envs = make(fault_fns(FAULT_N, "exit", "step", FAULT_TARGET, at=4), 2)
+    try:
+        envs.reset(seed=SEED)
+        start = time.monotonic()
+        with pytest.raises(WorkerDiedError, match=r"worker 1 \(envs 2\.\.3\) exited with code 3 during `rollout`"):
+            envs.rollout(10)
+        assert time.monotonic() - start < RAISE_S
+        with pytest.raises(WorkerDiedError):
+            envs.rollout(10)
+    finally:
+        start = time.monotonic()
+        envs.close()
+        assert time.monotonic() - start < 5
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("mode", MODES)
+def test_worker_killed_mid_rollout_with_restart_runs_the_rest_again(mode: AutoresetMode, tmp_path: Any) -> None:
+    once = str(tmp_path / "died")
+    fns = fault_fns(FAULT_N, "exit", "step", FAULT_TARGET, at=4, once=once)
+    steps, victims, others = 10, [2, 3], [0, 1]
+    with make(fns, 2, mode, on_worker_death="restart") as envs:
+        envs.reset(seed=SEED)
+        got = envs.rollout(steps, FunctionPolicy(_half_actions))
+        assert envs.restart_count == 1
+        # The restarted group: its first step is the restarted step, as `step` reports it.
+        assert got.truncations[0, victims].all() and not got.terminations[0, victims].any()
+        assert (got.rewards[0, victims] == 0).all()
+        assert got.infos[0]["worker_restarted"][victims].all()
+        assert got.infos[0]["_worker_restarted"].tolist() == [False, False, True, True]
+        reseeded = [SEED + i + FAULT_N for i in victims]
+        fresh_obs = np.stack([FaultEnv(index=i).reset(seed=s)[0] for i, s in zip(victims, reseeded)])
+        if mode is AutoresetMode.DISABLED:
+            # That step ended their episodes: they wait, unstepped, at the fresh reset's observation.
+            assert not got.stepped[1:, victims].any() and (got.rewards[1:, victims] == 0).all()
+            np.testing.assert_array_equal(got.last_observations[victims], fresh_obs)
+            np.testing.assert_array_equal(got.observations[1:, victims], np.broadcast_to(fresh_obs, (steps - 1, 2, 3)))
+            with pytest.raises(vecenv.NeedsResetError, match=r"envs \[(0, 1, )?2, 3\]"):
+                envs.rollout(3)
+            return
+        # The other group's envs: untouched, exactly Sync's.
+        want = _healthy_reference(got.actions[:, others], others, [SEED + i for i in others], mode)
+        for key, value in want.items():
+            np.testing.assert_array_equal(getattr(got, key)[:, others], value, err_msg=key)
+        # The rest: a rollout of the restarted envs' fresh reset.
+        np.testing.assert_array_equal(got.observations[1, victims], fresh_obs)
+        fresh = _healthy_reference(got.actions[1:, victims], victims, reseeded, mode)
+        for key, value in fresh.items():
+            np.testing.assert_array_equal(getattr(got, key)[1:, victims], value, err_msg=key)
+        assert envs.rollout(3).num_steps == 3  # and it goes on
+
+
+def _half_actions(observations: Any) -> np.ndarray:
+    return np.full((len(observations), 2), 0.5, np.float32)
+
+
+@pytest.mark.timeout(60)
+def test_timeout_then_the_late_reply_is_dropped() -> None:
+    fns = fault_fns(FAULT_N, "sleep", "step", FAULT_TARGET, at=3, duration=1.5)
+    with make(fns, 2) as envs:
+        envs.reset(seed=SEED)
+        start = time.monotonic()
+        with pytest.raises(vecenv.VecEnvTimeoutError, match=r"`rollout` has timed out after 0.3 second"):
+            envs.rollout(6, timeout=0.3)
+        assert 0.3 <= time.monotonic() - start < 0.3 + RAISE_S
+        with pytest.raises(vecenv.NeedsResetError):
+            envs.rollout(6)
+        envs.reset(seed=SEED)  # waits for worker 1's late rollout; its reply is dropped
+        got = envs.rollout(6)
+        want = _healthy_reference(got.actions, range(FAULT_N), [SEED + i for i in range(FAULT_N)])
+        for key, value in want.items():
+            np.testing.assert_array_equal(getattr(got, key), value, err_msg=key)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("workers", [2, "inline"], ids=lambda w: f"w={w}")
+def test_interrupt_while_waiting_leaves_a_usable_vector_env(workers: int | str) -> None:
+    fns = healthy_fns(FAULT_N)
+    with make(fns, workers) as envs:
+        transport = transport_of(envs)
+        envs.reset(seed=SEED)
+        envs.rollout(5)  # the block is mapped: the interrupt comes while the envs step
+
+        def interrupted(*args: Any) -> Any:
+            del transport.poll  # once
+            raise KeyboardInterrupt
+
+        transport.poll = interrupted
+        with pytest.raises(KeyboardInterrupt):
+            envs.rollout(5)
+        with pytest.raises(vecenv.NeedsResetError):
+            envs.rollout(5)
+        envs.reset(seed=SEED)
+        got = envs.rollout(5)
+        want = _healthy_reference(got.actions, range(FAULT_N), [SEED + i for i in range(FAULT_N)])
+        for key, value in want.items():
+            np.testing.assert_array_equal(getattr(got, key), value, err_msg=key)

@@ -1,0 +1,115 @@
+"""``num_workers="auto"``: one probe env timed in the parent decides between the parent and workers.
+
+The probe's time is real, so the envs here are far from the threshold on either side: CartPole
+(about 10 µs a step, x4 = 40 µs against the 150 µs threshold) and an env that burns about 1 ms a
+step in a Python loop (x8 = 8 ms). The probe takes the median step, so a busy machine's
+interruptions do not move it; a machine 3x slower than this one keeps both on their side.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import SyncVectorEnv
+
+import vecenv
+from tests.engine.test_differential import assert_same
+from tests.helpers.faults import transport_of
+from vecenv.bench.calibration import calibrate
+from vecenv.bench.envs import BurnEnv
+from vecenv.parent.sizing import PARALLEL_MIN_SECONDS, WorkerChoice, choose_num_workers
+
+
+def cartpole() -> gym.Env:
+    return gym.make("CartPole-v1")
+
+
+@pytest.fixture(scope="module")
+def slow_env() -> functools.partial:
+    """An env of about 1 ms a step on this machine."""
+    return functools.partial(BurnEnv, calibrate()["iters_1ms"])
+
+
+class ProbeFails(gym.Env):
+    observation_space = gym.spaces.Box(-1, 1, (2,))
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        raise RuntimeError("step is broken")
+
+
+def test_few_cheap_envs_stay_in_the_parent() -> None:
+    choice = choose_num_workers(cartpole, 4, cpus=2)
+    assert choice.num_workers == 0 and not choice.inline_group
+    assert 0 < choice.step_seconds * 4 < PARALLEL_MIN_SECONDS
+    assert "in this process" in choice.reason and "4 envs" in choice.reason
+
+
+def test_slow_envs_get_one_worker_per_core(slow_env: functools.partial) -> None:
+    choice = choose_num_workers(slow_env, 8, cpus=2)
+    assert choice.num_workers == 2 and choice.inline_group
+    assert choice.step_seconds > 2e-4
+    assert "2 groups on 2 cores, one stepped by this process and 1 by workers" in choice.reason
+    assert choose_num_workers(slow_env, 3, cpus=16).num_workers == 3  # never more workers than envs
+
+
+def test_one_core_never_starts_workers(slow_env: functools.partial) -> None:
+    choice = choose_num_workers(slow_env, 8, cpus=1)
+    assert choice.num_workers == 0 and "one core" in choice.reason
+
+
+def test_a_probe_that_raises_picks_workers_so_the_error_surfaces_from_them() -> None:
+    choice = choose_num_workers(ProbeFails, 4, cpus=2)
+    assert choice.num_workers == 2 and not choice.inline_group and np.isnan(choice.step_seconds)
+    assert "RuntimeError" in choice.reason
+
+
+@pytest.mark.timeout(60)
+def test_auto_vector_env_matches_sync_and_says_what_it_chose(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="vecenv"):
+        envs = vecenv.make("CartPole-v1", 8, "auto")
+    sync = SyncVectorEnv([cartpole] * 8)
+    with envs:
+        assert isinstance(envs.worker_choice, WorkerChoice)
+        chosen = envs.worker_choice.num_workers
+        processes = [p for p in transport_of(envs).processes if p is not None]
+        assert len(processes) == chosen  # 0: one group, stepped by the parent
+        assert f"num_workers='auto' chose {chosen}" in caplog.text
+        assert_same(envs.reset(seed=3), sync.reset(seed=3), "reset")
+        for t in range(30):
+            actions = np.array([(t + i) % 2 for i in range(8)])
+            assert_same(envs.step(actions), sync.step(actions), f"step {t}")
+    sync.close()
+
+
+@pytest.mark.timeout(60)
+def test_auto_with_slow_envs_starts_workers(slow_env: functools.partial) -> None:
+    with vecenv.SubprocVectorEnv([slow_env] * 4, "auto") as envs:
+        if vecenv.machine.available_cpus() >= 2:
+            assert envs.worker_choice is not None and envs.worker_choice.num_workers >= 2
+            # One group in this process, the others in real processes; all of them poll.
+            processes = transport_of(envs).processes
+            assert processes[0] is None and all(p is not None for p in processes[1:])
+            assert transport_of(envs).spin > 0
+        envs.reset(seed=0)
+        obs, *_ = envs.step(np.zeros(4, np.int64))
+        assert obs.shape == (4, 4)
+
+
+def test_explicit_counts_have_no_choice() -> None:
+    with vecenv.make("CartPole-v1", 2, 1) as envs:
+        assert envs.worker_choice is None
+
+
+@pytest.mark.parametrize("bad", ["Auto", "all", 2.5, -1])
+def test_bad_num_workers_names_auto(bad: object) -> None:
+    with pytest.raises(ValueError, match=r"`num_workers` must be None, 'auto' or an int in \[0, 4\]"):
+        vecenv.SubprocVectorEnv([cartpole] * 4, bad)  # type: ignore[arg-type]

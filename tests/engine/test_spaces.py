@@ -1,0 +1,211 @@
+"""``vecenv.spaces``: which spaces have a fixed layout, the leaf layout of shared arrays, the row
+writers, the batch checks and the per-space walks the rollout datasets use, all in this process;
+and an observation that does not fit its space, caught in a worker and named in the parent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+from gymnasium.vector import SyncVectorEnv
+from gymnasium.vector.utils import concatenate, create_empty_array
+
+import vecenv
+from tests.engine.test_differential import assert_same
+from tests.helpers.envs import BadObsEnv, fns, make_obs_space
+from vecenv import SubprocVectorEnv
+from vecenv.spaces import (
+    build_tree,
+    describe_space,
+    is_fixed,
+    leaf_layout,
+    named_dict_keys,
+    row_writer,
+    to_batch,
+    tree_leaves,
+)
+
+NESTED = spaces.Dict(
+    {
+        "a": spaces.Tuple((spaces.Discrete(3), spaces.Box(0, 1, (2, 3), np.float32))),
+        "b": spaces.MultiBinary([2, 2]),
+        "c": spaces.Dict({"d": spaces.MultiDiscrete([[2, 3], [4, 5]]), "e": spaces.Box(-1, 1, (), np.float64)}),
+        "f": spaces.Discrete(5, start=-2),
+    }
+)
+
+
+@pytest.mark.parametrize(
+    "space, fixed",
+    [
+        (spaces.Box(0, 1, (3,)), True),
+        (spaces.Discrete(4), True),
+        (spaces.MultiDiscrete([2, 3]), True),
+        (spaces.MultiBinary(4), True),
+        (NESTED, True),
+        (make_obs_space("dict"), True),
+        (make_obs_space("tuple"), True),
+        (spaces.Text(5), False),
+        (make_obs_space("tuple_text"), False),
+        (spaces.Dict({"x": spaces.Discrete(2), "y": spaces.Sequence(spaces.Discrete(2))}), False),
+        (spaces.Graph(spaces.Box(0, 1, (2,)), None), False),
+        (spaces.OneOf([spaces.Discrete(2), spaces.Box(0, 1, (2,))]), False),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, gym.Space) else str(v),
+)
+def test_is_fixed(space: gym.Space, fixed: bool) -> None:
+    assert is_fixed(space) is fixed
+
+
+@pytest.mark.parametrize(
+    "space",
+    [
+        NESTED,
+        make_obs_space("dict"),
+        make_obs_space("tuple"),
+        spaces.Box(0, 255, (2, 2), np.uint8),
+        spaces.MultiBinary(3),
+    ],
+    ids=["nested", "dict", "tuple", "box-uint8", "multibinary"],
+)
+def test_leaf_layout_matches_gymnasium_batches(space: gym.Space) -> None:
+    n = 4
+    expected = tree_leaves(create_empty_array(space, n, np.zeros))
+    layout = leaf_layout(space, n)
+    assert [(shape, dtype) for shape, dtype in layout] == [(a.shape, a.dtype) for a in expected]
+    tree = build_tree(space, (np.zeros(s, d) for s, d in layout))
+    assert_same(tree, create_empty_array(space, n, np.zeros))
+    # row_writer places one sample per row, as gymnasium's concatenate does.
+    space.seed(0)
+    items = [space.sample() for _ in range(n)]
+    write = row_writer(space, tree)
+    for i, item in enumerate(items):
+        write(i, item)
+    assert_same(tree, concatenate(space, items, create_empty_array(space, n, np.zeros)))
+
+
+def test_leaf_layout_rejects_unfixed_space() -> None:
+    with pytest.raises(TypeError, match="no fixed shape"):
+        leaf_layout(spaces.Text(4), 2)
+    with pytest.raises(TypeError):
+        leaf_layout(make_obs_space("tuple_text"), 2)
+
+
+def test_to_batch_accepts_and_keeps_dtype() -> None:
+    box = spaces.Box(-1, 1, (2,), np.float32)
+    for dtype in (np.float32, np.float64):
+        out = to_batch(box, np.zeros((3, 2), dtype), 3, "actions")
+        assert out.dtype == dtype and out.shape == (3, 2)
+    out = to_batch(spaces.Discrete(3), [0, 1, 2], 3, "actions")
+    assert isinstance(out, np.ndarray) and out.shape == (3,)
+    tup = spaces.Tuple((spaces.Discrete(2), spaces.Dict({"x": box})))
+    out = to_batch(tup, (np.zeros(3, np.int64), {"x": np.zeros((3, 2), np.float32)}), 3, "actions")
+    assert isinstance(out, tuple) and out[1]["x"].shape == (3, 2)
+
+
+@pytest.mark.parametrize(
+    "space, value, error, match",
+    [
+        (spaces.Box(-1, 1, (2,), np.float32), np.zeros((3, 3), np.float32), ValueError, r"shape \(3, 2\)"),
+        (spaces.Box(-1, 1, (2,), np.float32), np.zeros((2, 2), np.float32), ValueError, "num_envs=3"),
+        (spaces.Discrete(3), np.zeros(3, np.float64), TypeError, "dtype"),
+        (spaces.Discrete(3), None, TypeError, "actions"),
+        (spaces.Discrete(3), "012", TypeError, "actions"),
+        (spaces.Box(-1, 1, (2,), np.float32), np.zeros((3, 2), np.complex64), TypeError, "dtype"),
+        (spaces.Tuple((spaces.Discrete(2), spaces.Discrete(2))), (np.zeros(3, np.int64),), TypeError, "tuple of 2"),
+        (spaces.Tuple((spaces.Discrete(2), spaces.Discrete(2))), np.zeros((2, 3), np.int64), TypeError, "tuple"),
+        (spaces.Dict({"a": spaces.Discrete(2)}), {"b": np.zeros(3, np.int64)}, TypeError, "keys"),
+        (spaces.Dict({"a": spaces.Discrete(2)}), {"a": np.zeros(4, np.int64)}, ValueError, r"actions\['a'\]"),
+    ],
+    ids=[
+        "bad-shape",
+        "bad-count",
+        "float-to-int",
+        "none",
+        "str",
+        "complex-to-float",
+        "tuple-len",
+        "tuple-not-tuple",
+        "dict-keys",
+        "dict-leaf-shape",
+    ],
+)
+def test_to_batch_errors(space: gym.Space, value: Any, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        to_batch(space, value, 3, "actions")
+
+
+# -- an observation that does not fit, from a worker ---------------------------------------------
+
+
+def _full_message(exc: BaseException) -> str:
+    """The message and notes of an exception (the env index travels in a note)."""
+    return "\n".join([str(exc), *getattr(exc, "__notes__", [])])
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("when", ["reset", "step"])
+@pytest.mark.parametrize("kind", ["box", "discrete"])
+def test_observation_that_does_not_fit_the_space_raises(kind: str, when: str) -> None:
+    make = fns(BadObsEnv, 4, bad=3, kind=kind, when=when)
+    envs = SubprocVectorEnv(make, num_workers=2)
+    sync = SyncVectorEnv(make)
+    try:
+
+        def run(v: Any) -> None:
+            v.reset(seed=0)
+            v.step(np.zeros(4, np.int64))
+
+        with pytest.raises(vecenv.InvalidObservationError) as info:
+            run(envs)
+        assert isinstance(info.value, ValueError) and isinstance(info.value, TypeError)
+        message = _full_message(info.value)
+        assert "env 3" in message
+        assert str(envs.single_observation_space) in message
+        assert ("0.5" if kind == "box" else "1.5") in message
+        with pytest.raises((ValueError, TypeError)):  # SyncVectorEnv refuses it too
+            run(sync)
+    finally:
+        envs.close()
+        sync.close()
+
+
+def test_describe_space_records_each_type_and_what_rebuilds_it() -> None:
+    space = spaces.Tuple(
+        [
+            spaces.Box(np.array([0.0, -np.inf], np.float32), np.array([1.0, np.inf], np.float32)),
+            spaces.Dict({"d": spaces.Discrete(3, start=1), "m": spaces.MultiDiscrete([2, 4], start=[0, 1])}),
+            spaces.MultiBinary(5),
+            spaces.Box(-2, 2, (2, 2), np.int64),
+        ]
+    )
+    assert describe_space(space) == {
+        "type": "Tuple",
+        "spaces": [
+            {"type": "Box", "shape": [2], "dtype": "float32", "low": [0.0, "-inf"], "high": [1.0, "inf"]},
+            {
+                "type": "Dict",
+                "spaces": {
+                    "d": {"type": "Discrete", "shape": [], "dtype": "int64", "n": 3, "start": 1},
+                    "m": {"type": "MultiDiscrete", "shape": [2], "dtype": "int64", "nvec": [2, 4], "start": [0, 1]},
+                },
+            },
+            {"type": "MultiBinary", "shape": [5], "dtype": "int8"},
+            {"type": "Box", "shape": [2, 2], "dtype": "int64", "low": -2, "high": 2},
+        ],
+    }
+
+
+def test_named_dict_keys_lists_each_key_before_the_keys_below_it() -> None:
+    space = spaces.Dict(
+        {
+            "a": spaces.Tuple([spaces.Discrete(2), spaces.Dict({"x": spaces.Discrete(2)})]),
+            "b": spaces.Dict({"y": spaces.Discrete(2)}),
+        }
+    )
+    assert named_dict_keys(space, "obs") == [("obs", "a"), ("obs.a.1", "x"), ("obs", "b"), ("obs.b", "y")]
+    assert named_dict_keys(spaces.Box(0, 1, (2,)), "obs") == []

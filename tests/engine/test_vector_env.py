@@ -1,0 +1,197 @@
+"""The ``VectorEnv`` API of ``vecenv.parent.vector_env`` (``GroupVectorEnv``, through
+``SubprocVectorEnv``): arguments checked at construction, input refused without a change of
+state, a bound on every blocking call, the ended envs of ``AutoresetMode.DISABLED``, and
+``close()`` with a call pending."""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import re
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+import vecenv
+from tests.conftest import start_methods
+from tests.engine.test_differential import assert_same
+from tests.helpers.envs import DiffEnv, PayEnv, diff_env_fns, fns
+from tests.helpers.faults import fault_fns, healthy_fns
+from vecenv import SubprocVectorEnv, VecEnvTimeoutError
+
+# -- construction --------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_env_fns_may_be_any_iterable() -> None:
+    with SubprocVectorEnv((fn for fn in diff_env_fns(3)), 2, context="fork") as sub:
+        assert sub.num_envs == 3
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "argument"),
+    [
+        ({"autoreset_mode": "Sometimes"}, "autoreset_mode"),
+        ({"context": "teleport"}, "context"),
+        ({"batch_size": 3}, "batch_size"),
+    ],
+    ids=["autoreset_mode", "context", "batch_size"],
+)
+@pytest.mark.timeout(60)
+def test_bad_constructor_arguments_name_themselves(kwargs: dict, argument: str) -> None:
+    with pytest.raises(ValueError, match=f"`{argument}`") as excinfo:
+        SubprocVectorEnv(diff_env_fns(4), 2, **kwargs)
+    assert repr(list(kwargs.values())[0]) in str(excinfo.value)  # the received value
+
+
+@pytest.mark.timeout(60)
+@start_methods("fork", "spawn")
+def test_start_timeout_on_a_hanging_constructor(start_method: str) -> None:
+    # Worker 0 hangs in its constructor; worker 1 is healthy.
+    make = fault_fns(2, "hang", "init", target=0)
+    start = time.monotonic()
+    with pytest.raises(VecEnvTimeoutError):
+        SubprocVectorEnv(make, num_workers=2, context=start_method, start_timeout=0.5)
+    elapsed = time.monotonic() - start
+    assert elapsed < 0.5 + 4.0, f"start_timeout=0.5 took {elapsed:.2f} s"
+    assert multiprocessing.active_children() == []
+
+
+# -- input refused, state kept ------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("misuse", ["send_unknown_ids", "step_wrong_count", "reset_bad_mask"])
+def test_refused_input_leaves_state_as_it_was(misuse: str) -> None:
+    """Refused input (unknown env ids, a wrong action count, a bad mask) changes nothing: the calls
+    after it give what SyncVectorEnv gives."""
+    envs = SubprocVectorEnv(healthy_fns(4), num_workers=2)
+    sync = SyncVectorEnv(healthy_fns(4))
+    actions = np.full((4, 2), 0.25, np.float32)
+    try:
+        if misuse == "send_unknown_ids":
+            envs.async_reset(seed=2)
+            *_, ids = envs.recv(timeout=30)
+            with pytest.raises(ValueError):
+                envs.send(actions[:2], [0, 99])
+            envs.send(actions[ids], ids)
+            obs, rewards, *_, ids = envs.recv(timeout=30)
+            sync.reset(seed=2)
+            sync_obs, sync_rewards, *_ = sync.step(actions)
+            np.testing.assert_array_equal(obs, sync_obs[ids])
+            np.testing.assert_array_equal(rewards, sync_rewards[ids])
+        elif misuse == "step_wrong_count":
+            assert_same(envs.reset(seed=2), sync.reset(seed=2))
+            with pytest.raises((ValueError, TypeError)):
+                envs.step_async(actions[:3])
+            assert_same(envs.step(actions), sync.step(actions))
+        else:
+            assert_same(envs.reset(seed=2), sync.reset(seed=2))
+            with pytest.raises((ValueError, TypeError)):
+                envs.reset(options={"reset_mask": np.array([True, False])})
+            assert_same(envs.step(actions), sync.step(actions))
+            mask = np.array([True, False, True, False])
+            assert_same(
+                envs.reset(seed=[3, None, 4, None], options={"reset_mask": mask}),
+                sync.reset(seed=[3, None, 4, None], options={"reset_mask": mask}),
+            )
+    finally:
+        envs.close()
+        sync.close()
+
+
+@pytest.mark.timeout(60)
+def test_disabled_autoreset_refuses_to_step_ended_envs_and_names_them() -> None:
+    fns = [functools.partial(DiffEnv, index=i, p_term=1.0 if i else 0.0, p_trunc=0.0) for i in range(3)]
+    sync = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.DISABLED)
+    actions = np.zeros(3, dtype=np.int64)
+    try:
+        with SubprocVectorEnv(fns, 2, autoreset_mode=AutoresetMode.DISABLED, context="fork") as sub:
+            assert_same(sub.reset(seed=3), sync.reset(seed=3))
+            first = sub.step(actions)
+            assert_same(first, sync.step(actions))
+            assert first[2].tolist() == [False, True, True]
+            with pytest.raises(vecenv.NeedsResetError, match=r"envs \[1, 2\]"):
+                sub.step(actions)
+            mask = np.array([False, True, False])
+            options = {"reset_mask": mask}
+            assert_same(sub.reset(seed=9, options=dict(options)), sync.reset(seed=9, options=dict(options)))
+            with pytest.raises(vecenv.NeedsResetError, match=r"envs \[2\]"):
+                sub.step(actions)
+            options = {"reset_mask": np.array([False, False, True])}
+            assert_same(sub.reset(options=dict(options)), sync.reset(options=dict(options)))
+            assert_same(sub.step(actions), sync.step(actions))  # nothing was lost on the way
+    finally:
+        sync.close()
+
+
+# -- every blocking call has a bound -------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("method", ["get_attr", "set_attr", "render", "step", "reset"])
+def test_blocking_calls_take_a_timeout(method: str) -> None:
+    envs = SubprocVectorEnv(fault_fns(2, "hang", "call", target=0), num_workers=2)
+    try:
+        envs.reset(seed=0)
+        if method != "get_attr":  # worker 0 is then stuck in `boom` for good
+            envs.call_async("boom")
+            with pytest.raises(VecEnvTimeoutError):
+                envs.call_wait(timeout=0.1)
+        calls = {
+            "get_attr": lambda: envs.get_attr("boom", timeout=0.3),  # hangs in env 0
+            "set_attr": lambda: envs.set_attr("scale", 2.0, timeout=0.3),
+            "render": lambda: envs.render(timeout=0.3),
+            "step": lambda: envs.step(np.zeros((2, 2), np.float32), timeout=0.3),
+            "reset": lambda: envs.reset(seed=1, timeout=0.3),
+        }
+        start = time.monotonic()
+        with pytest.raises(VecEnvTimeoutError):
+            calls[method]()
+        elapsed = time.monotonic() - start
+        assert elapsed < 0.3 + 3.0, f"{method}(timeout=0.3) took {elapsed:.2f} s"
+    finally:
+        envs.close(terminate=True)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("bad", [-1, "x"], ids=["negative", "str"])
+def test_bad_timeout_is_a_value_error_naming_it(bad: Any) -> None:
+    with pytest.raises(ValueError, match="start_timeout"):
+        SubprocVectorEnv(healthy_fns(2), num_workers=1, start_timeout=bad)
+    envs = SubprocVectorEnv(healthy_fns(2), num_workers=2)
+    try:
+        envs.reset(seed=0)
+        calls = [
+            lambda: envs.get_attr("index", timeout=bad),
+            lambda: envs.set_attr("index", 5, timeout=bad),
+            lambda: envs.render(timeout=bad),
+            lambda: envs.step(np.zeros((2, 2), np.float32), timeout=bad),
+            lambda: envs.reset(seed=0, timeout=bad),
+            lambda: envs.call_wait(timeout=bad),
+            lambda: envs.step_wait(timeout=bad),
+            lambda: envs.reset_wait(timeout=bad),
+        ]
+        for call in calls:
+            with pytest.raises(ValueError, match="`timeout`"):
+                call()
+        assert envs.get_attr("index") == (0, 1)  # nothing was sent or changed
+    finally:
+        envs.close()
+
+
+# -- close ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_close_with_step_pending_warns() -> None:
+    envs = SubprocVectorEnv(fns(PayEnv, 2), num_workers=2)
+    envs.reset(seed=0)
+    envs.step_async(np.zeros(2, np.int64))
+    message = "Calling `close` while waiting for a pending call to `step` to complete."
+    with pytest.warns(UserWarning, match=re.escape(message)):
+        envs.close()
+    assert envs.closed

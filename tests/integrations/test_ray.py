@@ -1,0 +1,890 @@
+"""The Ray backend, on real Ray: RayVectorEnv must match SyncVectorEnv exactly, and fail as the
+process backend does.
+
+One local Ray (2 CPUs) is shared by the whole session; the 2-node cluster tests come last, since
+connecting to the cluster ends the local Ray (see ``tests/helpers/ray_sessions.py``). The differential
+runs reuse ``tests/engine/test_differential.py``'s driver and comparison.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.error import ClosedEnvironmentError
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+import vecenv
+from tests.engine.test_differential import (
+    DIFF_INFO_KEYS,
+    SCENARIOS,
+    STEPS,
+    Scenario,
+    assert_same,
+    run_differential,
+    sample_actions,
+)
+from tests.engine.test_envpool_api import follow_sync_trajectories
+from tests.engine.test_rollouts import assert_matches_sync, row_wise_policy, single_env_reference, stack, sync_reference
+from tests.helpers.envs import JitterEnv, diff_env_fns, make_group
+from tests.helpers.faults import fault_fns, healthy_fns
+from tests.helpers.ray_sessions import RaySessions, _ray_sessions, ray, ray_cluster, ray_local  # noqa: F401
+from vecenv.errors import NeedsResetError, RemoteTraceback, VecEnvTimeoutError, WorkerDiedError
+from vecenv.integrations.ray.vector_env import RayVectorEnv
+
+NEXT, SAME, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED
+#: Half a CPU per actor lets 4 groups run on the 2-CPU local Ray.
+HALF_CPU = {"num_cpus": 0.5}
+
+
+def _ray_scenarios() -> list[Scenario]:
+    """The differential scenarios that apply to Ray (no start method, no shared memory), one of
+    each kind: every autoreset mode (NEXT_STEP also on the cluster), uneven groups, nested and
+    Text spaces, copy=False, float64 actions for a float32 Box, an env that reuses its info
+    dict, and the async call pairs. The engine under them is the process backend's, which the
+    full matrix covers; these check what only the transport could break."""
+    wanted = {
+        "cartpole-n7w3-SameStep",
+        "cartpole-n3w1-Disabled",
+        "box-discrete-n4wNone-NextStep-async",
+        "dict-box-n7w3-SameStep-actfloat64",
+        "tuple_text-multidiscrete-n7w3-SameStep",
+        "dict-discrete-n7w3-SameStep-nocopy",
+        "ReusedInfoEnv-box-discrete-n4w2-SameStep",
+    }
+    chosen = [sc for sc in SCENARIOS if sc.id in wanted]
+    assert len(chosen) == len(wanted), wanted - {sc.id for sc in chosen}
+    return chosen
+
+
+RAY_SCENARIOS = _ray_scenarios()
+
+
+def _check_stats(sc: Scenario, stats) -> None:
+    assert stats.steps == STEPS
+    assert stats.masked_resets >= 2
+    assert stats.terminations > 0
+    if sc.mode is SAME:
+        assert {"final_obs", "final_info"} <= stats.info_keys
+    if sc.env != "cartpole":
+        assert stats.truncations > 0
+        assert DIFF_INFO_KEYS <= stats.info_keys, DIFF_INFO_KEYS - stats.info_keys
+
+
+def _actor_options(num_workers: int | None) -> dict:
+    return HALF_CPU if num_workers is None or num_workers > 2 else {}
+
+
+# -- the differential suite on the local Ray ------------------------------------------------------
+
+
+def test_auto_worker_count_is_refused_with_what_ray_takes() -> None:
+    """'auto' chooses between this process and local workers; Ray always runs actors."""
+    with pytest.raises(ValueError, match=r"`num_workers` of RayVectorEnv must be None .* or an int, got 'auto'"):
+        RayVectorEnv(healthy_fns(2), "auto")  # type: ignore[arg-type]
+
+
+def test_zero_workers_is_refused_naming_the_range() -> None:
+    """No env runs in this process with Ray: 0 actors is a ValueError, not a ZeroDivisionError."""
+    with pytest.raises(
+        ValueError, match=r"`num_workers` must be None or an int in \[1, 2\] \(1 to len\(env_fns\)\), got 0"
+    ):
+        RayVectorEnv(healthy_fns(2), 0)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("sc", RAY_SCENARIOS, ids=[sc.id for sc in RAY_SCENARIOS])
+def test_matches_sync(ray_local: RaySessions, sc: Scenario) -> None:
+    fns = sc.env_fns()
+    stats = run_differential(
+        fns,
+        lambda: RayVectorEnv(
+            fns, sc.num_workers, autoreset_mode=sc.mode, copy=sc.copy, actor_options=_actor_options(sc.num_workers)
+        ),
+        mode=sc.mode,
+        copy=sc.copy,
+        seed=sum(map(ord, sc.id)),
+        action_dtype=sc.action_dtype,
+        use_async=sc.use_async,
+    )
+    _check_stats(sc, stats)
+
+
+@pytest.mark.timeout(90)
+def test_from_groups_uneven_matches_sync(ray_local: RaySessions) -> None:
+    groups = [[0], [1, 2, 3], [4, 5]]
+    kwargs = {"obs_kind": "dict", "act_kind": "multidiscrete"}
+    fns = diff_env_fns(6, **kwargs)
+    group_fns = [functools.partial(make_group, g, **kwargs) for g in groups]
+    made: list[RayVectorEnv] = []
+
+    def make() -> RayVectorEnv:
+        made.append(RayVectorEnv.from_groups(group_fns, autoreset_mode=SAME, actor_options=HALF_CPU))
+        return made[-1]
+
+    stats = run_differential(fns, make, mode=SAME, seed=7, steps=120)
+    assert stats.terminations > 0
+    assert made[0].num_workers == 3 and made[0].num_envs == 6
+
+
+@pytest.mark.timeout(60)
+def test_call_get_set_attr_render(ray_local: RaySessions) -> None:
+    fns = diff_env_fns(5, obs_kind="box", act_kind="discrete", render_mode="rgb_array")
+    sync = SyncVectorEnv(fns)
+    rng = np.random.default_rng(0)
+    try:
+        with RayVectorEnv(fns, 2) as sub:
+            assert sub.render_mode == "rgb_array" and sub.num_workers == 2
+            assert_same(sub.reset(seed=11), sync.reset(seed=11))
+            assert_same(sub.call("double", 3.0, plus=1.5), sync.call("double", 3.0, plus=1.5))
+            for name in ("t", "index", "np_random_seed", "metadata"):
+                assert_same(sub.get_attr(name), sync.get_attr(name), name)
+            sub.set_attr("scale", [1.0, -1.0, 3.0, 0.5, 7.0])
+            sync.set_attr("scale", [1.0, -1.0, 3.0, 0.5, 7.0])
+            assert sub.get_attr("scale") == (1.0, -1.0, 3.0, 0.5, 7.0)
+            with pytest.raises(AttributeError):
+                sub.get_attr("no_such_attribute")
+            for _ in range(20):
+                a = sample_actions(sync.single_action_space, 5, rng)
+                assert_same(sub.step(a), sync.step(a))
+            assert_same(sub.render(), sync.render())
+            sub.call_async("double", 2.0)
+            assert_same(sub.call_wait(timeout=30), sync.call("double", 2.0))
+            # A result Ray cannot serialise is that call's error; the actors live on.
+            with pytest.raises(Exception) as excinfo:
+                sub.call("unpicklable")
+            assert not isinstance(excinfo.value, WorkerDiedError), excinfo.value
+            assert sub.get_attr("index") == (0, 1, 2, 3, 4)
+    finally:
+        sync.close()
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("mode", [NEXT, SAME], ids=lambda m: m.value)
+def test_async_batches_follow_sync_trajectories(ray_local: RaySessions, mode: AutoresetMode) -> None:
+    """async_reset/recv/send: ray.wait hands back the first groups to finish; every env's
+    trajectory is still the one SyncVectorEnv gives for its seed and actions."""
+    with RayVectorEnv([JitterEnv] * 8, 4, batch_size=4, autoreset_mode=mode, actor_options=HALF_CPU) as envs:
+        follow_sync_trajectories(envs, mode, rounds=60)
+
+
+# -- faults ------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_env_error_keeps_type_remote_traceback_and_names_env_worker_node(ray_local: RaySessions) -> None:
+    fns = fault_fns(4, "raise", "step", target=2)
+    with RayVectorEnv(fns, 2) as envs:
+        envs.reset(seed=0)
+        with pytest.raises(ValueError, match="injected fault in step of env 2") as excinfo:
+            envs.step(np.zeros((4, 2), np.float32))
+        cause = excinfo.value.__cause__
+        assert isinstance(cause, RemoteTraceback) and "injected fault" in cause.tb
+        note = " ".join(getattr(excinfo.value, "__notes__", []))
+        node_ip = envs._transport.locations[1][1]
+        assert "env 2" in note and "worker 1" in note and f"node {node_ip}" in note, note
+        with pytest.raises(NeedsResetError):
+            envs.step(np.zeros((4, 2), np.float32))
+        envs.reset(seed=1)  # usable again
+        envs.step(np.zeros((4, 2), np.float32))
+
+
+@pytest.mark.timeout(60)
+def test_env_error_at_start_names_the_env(ray_local: RaySessions) -> None:
+    with pytest.raises(ValueError, match="injected fault in init of env 3") as excinfo:
+        RayVectorEnv(fault_fns(4, "raise", "init", target=3), 2)
+    assert "env 3" in " ".join(excinfo.value.__notes__)
+
+
+@pytest.mark.timeout(60)
+def test_actor_that_exits_while_building_is_worker_died(ray_local: RaySessions) -> None:
+    start = time.monotonic()
+    with pytest.raises(WorkerDiedError, match=r"worker 1 .*during `__init__`") as excinfo:
+        RayVectorEnv(fault_fns(4, "exit", "init", target=3), 2)
+    assert excinfo.value.worker == 1 and time.monotonic() - start < 30.0
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "fault, where, expected",
+    [
+        ("raise", "reset", ValueError),
+        ("raise", "call", ValueError),
+        ("unpicklable", "step", vecenv.RemoteEnvError),
+        ("unloadable", "step", vecenv.RemoteEnvError),
+    ],
+)
+def test_env_errors_of_every_kind_keep_the_actors(
+    ray_local: RaySessions, fault: str, where: str, expected: type
+) -> None:
+    """As on the process backend: the error (or a RemoteEnvError when it cannot be rebuilt),
+    naming env 1, and the vector env stays usable."""
+    with RayVectorEnv(fault_fns(3, fault, where, target=1), 2) as envs:
+        with pytest.raises(expected) as excinfo:
+            envs.reset(seed=0)
+            if where == "call":
+                envs.call("boom")
+            else:
+                envs.step(np.zeros((3, 2), np.float32))
+        assert isinstance(excinfo.value.__cause__, RemoteTraceback)
+        assert "env 1 (worker 0 on node" in " ".join(excinfo.value.__notes__)
+        envs.reset(seed=1)  # the fault fired once; the envs carry on
+        assert envs.call("ping") == ("pong 0", "pong 1", "pong 2")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("when", ["mid-step", "idle"])
+def test_killed_actor_is_worker_died_within_seconds(ray_local: RaySessions, when: str) -> None:
+    fns = fault_fns(4, "sleep", "step", target=2, duration=60.0)
+    envs = RayVectorEnv(fns, 2)
+    try:
+        envs.reset(seed=0)
+        pid = envs.actor_pids[1]
+        if when == "mid-step":
+            envs.step_async(np.zeros((4, 2), np.float32))
+            time.sleep(0.3)  # worker 1 is now sleeping inside env 2's step
+        os.kill(pid, signal.SIGKILL)
+        start = time.monotonic()
+        with pytest.raises(WorkerDiedError) as excinfo:
+            if when == "mid-step":
+                envs.step_wait()
+            else:
+                time.sleep(0.5)
+                envs.step(np.zeros((4, 2), np.float32))
+        assert time.monotonic() - start < 10.0
+        message = str(excinfo.value)
+        assert excinfo.value.worker == 1 and excinfo.value.envs == range(2, 4)
+        assert "worker 1" in message and "envs 2..3" in message and "node" in message, message
+        assert envs.state is vecenv.State.BROKEN
+        with pytest.raises(WorkerDiedError):
+            envs.reset(seed=0)
+    finally:
+        start = time.monotonic()
+        envs.close()
+        assert time.monotonic() - start < 5.0
+    envs.close()
+
+
+@pytest.mark.timeout(90)
+def test_on_worker_death_restart_replaces_the_actor(ray_local: RaySessions) -> None:
+    """on_worker_death="restart": a new actor rebuilds the dead one's envs on the same rows; the
+    step that saw the death reports them truncated and reseeded; the other envs stay exact."""
+    n, seed, victim_envs, keep = 5, 17, [3, 4], [0, 1, 2]
+    fns = diff_env_fns(n, obs_kind="box", act_kind="discrete")
+    sync = SyncVectorEnv(fns)
+    rng = np.random.default_rng(3)
+    try:
+        # Half a CPU each: the replacement need not wait for Ray to free the dead actor's CPU.
+        with RayVectorEnv(fns, 2, on_worker_death="restart", actor_options=HALF_CPU) as envs:
+            assert_same(envs.reset(seed=seed), sync.reset(seed=seed))
+            for t in range(12):
+                actions = sample_actions(sync.single_action_space, n, rng)
+                if t == 6:
+                    old_pid = envs.actor_pids[1]
+                    os.kill(old_pid, signal.SIGKILL)
+                got, want = envs.step(actions), sync.step(actions)
+                assert_same([x[keep] for x in got[:4]], [x[keep] for x in want[:4]], f"step {t}")
+                if t == 6:
+                    obs, rewards, terms, truncs, infos = got
+                    assert truncs[victim_envs].all() and (rewards[victim_envs] == 0).all()
+                    assert infos["_worker_restarted"].tolist() == [i in victim_envs for i in range(n)]
+                    for i in victim_envs:  # reseeded with seed + i + restarts * num_envs
+                        expected, _ = fns[i]().reset(seed=seed + i + n)
+                        np.testing.assert_array_equal(obs[i], expected)
+            assert envs.restart_count == 1 and envs.actor_pids[1] != old_pid
+    finally:
+        sync.close()
+
+
+@pytest.mark.timeout(60)
+def test_timeout_then_late_result_is_dropped(ray_local: RaySessions) -> None:
+    fns = fault_fns(4, "sleep", "step", target=0, duration=3.0)
+    sync = SyncVectorEnv(healthy_fns(4))
+    try:
+        with RayVectorEnv(fns, 2) as envs:
+            envs.reset(seed=0)
+            envs.step_async(np.zeros((4, 2), np.float32))
+            start = time.monotonic()
+            with pytest.raises(VecEnvTimeoutError):
+                envs.step_wait(timeout=0.2)
+            assert time.monotonic() - start < 2.5  # it did not wait for the 3 s step
+            with pytest.raises(NeedsResetError):
+                envs.step(np.zeros((4, 2), np.float32))
+            # The reset waits behind the late step; the late step's rows are never returned.
+            assert_same(envs.reset(seed=5), sync.reset(seed=5))
+            rng = np.random.default_rng(3)
+            for _ in range(10):
+                a = sample_actions(sync.single_action_space, 4, rng)
+                assert_same(envs.step(a), sync.step(a))
+    finally:
+        sync.close()
+
+
+@pytest.mark.timeout(60)
+def test_close_with_calls_in_flight_returns_and_ends_the_actors(ray_local: RaySessions) -> None:
+    envs = RayVectorEnv(fault_fns(4, "hang", "step", target=1), 2)
+    envs.reset(seed=0)
+    actors = list(envs._transport.actors)
+    envs.step_async(np.zeros((4, 2), np.float32))
+    start = time.monotonic()
+    with pytest.warns(UserWarning, match="pending call to `step`"):
+        envs.close(timeout=0.5)
+    assert time.monotonic() - start < 5.0
+    assert envs.closed
+    for actor in actors:
+        with pytest.raises(ray.exceptions.RayActorError):
+            ray.get(actor.__ray_ready__.remote(), timeout=10)
+    envs.close()  # idempotent
+    with pytest.raises(ClosedEnvironmentError):
+        envs.step(np.zeros((4, 2), np.float32))
+    assert ray.is_initialized(), "a Ray we did not start must stay up"
+
+
+@pytest.mark.timeout(60)
+def test_bad_arguments_are_refused_before_anything_starts(ray_local: RaySessions) -> None:
+    fns = healthy_fns(4)
+    with pytest.raises(ValueError, match="num_workers"):
+        RayVectorEnv(fns, 5)
+    with pytest.raises(TypeError, match="actor_options"):
+        RayVectorEnv(fns, 2, actor_options=[("num_cpus", 1)])
+    with pytest.raises(ValueError, match="name"):
+        RayVectorEnv(fns, 2, actor_options={"name": "x"})
+    with pytest.raises(TypeError, match="address"):
+        RayVectorEnv(fns, 2, address=6379)
+    with pytest.raises(ValueError, match="batch_size"):
+        RayVectorEnv(fns, 2, batch_size=3)
+    with pytest.raises(TypeError, match="num_cpus must be a non-negative number"):
+        RayVectorEnv(fns, 2, actor_options={"num_cpus": "1"})
+    with pytest.raises(ValueError, match="need 4 CPU, but the Ray cluster has 2"):
+        RayVectorEnv(fns, 4)  # 4 actors of 1 CPU on a 2-CPU Ray could never all start
+    with pytest.raises(ValueError, match="need 2 simulator_license, but the Ray cluster has 0"):
+        RayVectorEnv(fns, 2, actor_options={"resources": {"simulator_license": 1}})
+    with RayVectorEnv(fns) as envs:  # default: as many actors as the CPUs hold
+        assert envs.num_workers == 2
+
+
+@pytest.mark.timeout(60)
+def test_start_timeout_bounds_a_start_that_waits_for_cpus(ray_local: RaySessions) -> None:
+    """Actors that wait for CPUs another job holds: start_timeout turns the wait into an error."""
+
+    @ray.remote(num_cpus=2)
+    class Hog:
+        def ready(self) -> bool:
+            return True
+
+    hog = Hog.remote()
+    ray.get(hog.ready.remote(), timeout=30)
+    try:
+        start = time.monotonic()
+        with pytest.raises(VecEnvTimeoutError):
+            RayVectorEnv(healthy_fns(2), 1, start_timeout=1.0)
+        assert time.monotonic() - start < 10.0
+    finally:
+        ray.kill(hog)
+
+
+@pytest.mark.timeout(60)
+def test_infos_and_call_results_are_writable_arrays(ray_local: RaySessions) -> None:
+    """Ray hands numpy arrays out read-only; what the user gets is writable, as from a pipe."""
+    fns = diff_env_fns(3, obs_kind="box", act_kind="discrete", render_mode="rgb_array")
+    with RayVectorEnv(fns, 2, autoreset_mode=SAME) as envs:
+        _, infos = envs.reset(seed=0)
+        rng = np.random.default_rng(0)
+        seen_final = False
+        for _ in range(60):
+            _, _, _, _, infos = envs.step(sample_actions(envs.single_action_space, 3, rng))
+            for key, value in infos.items():
+                if isinstance(value, np.ndarray) and value.dtype != object:
+                    assert value.flags.writeable, key
+            if "final_obs" in infos:
+                seen_final = True
+                for i in np.flatnonzero(infos["_final_obs"]):
+                    infos["final_obs"][i][...] = 0  # writable
+        assert seen_final
+        frames = envs.render()  # a call result: one frame per env
+        assert all(f.flags.writeable for f in frames)
+        frames[0][...] = 0
+
+
+@pytest.mark.timeout(60)
+def test_make_backend_ray(ray_local: RaySessions) -> None:
+    fns = [functools.partial(gym.make, "CartPole-v1")] * 4
+    sync = SyncVectorEnv(fns)
+    try:
+        with vecenv.make("CartPole-v1", 4, 2, backend="ray") as envs:
+            assert isinstance(envs, RayVectorEnv)
+            assert envs.spec is not None and envs.spec.id == "CartPole-v1"
+            assert_same(envs.reset(seed=2), sync.reset(seed=2))
+            for t in range(30):
+                a = np.array([t % 2, 1, 0, (t // 2) % 2])
+                assert_same(envs.step(a), sync.step(a))
+    finally:
+        sync.close()
+    with pytest.raises(ValueError, match="backend"):
+        vecenv.make("CartPole-v1", 4, 2, backend="threads")
+
+
+@pytest.mark.timeout(90)
+def test_rollout_cli_backend_ray_writes_the_same_arrays(ray_local: RaySessions, tmp_path, capsys) -> None:
+    from vecenv.datasets.cli import main
+
+    common = ["--env", "CartPole-v1", "--num-envs", "5", "--steps", "300", "--seed", "4", "--quiet"]
+    assert main([*common, "--num-workers", "2", "--out", str(tmp_path / "process")]) == 0
+    assert main([*common, "--backend", "ray", "--num-workers", "2", "--out", str(tmp_path / "ray")]) == 0
+    process, on_ray = vecenv.load(tmp_path / "process"), vecenv.load(tmp_path / "ray")
+    assert sorted(process) == sorted(on_ray)
+    for name in process:
+        np.testing.assert_array_equal(np.asarray(on_ray[name]), np.asarray(process[name]), err_msg=name)
+    assert ray.is_initialized(), "the collector used the Ray it found and left it running"
+    assert main([*common, "--ray-address", "auto", "--out", str(tmp_path / "x")]) == 2
+    assert "--ray-address: only with --backend ray" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(60)
+def test_import_vecenv_does_not_import_ray() -> None:
+    code = (
+        "import sys, vecenv; from vecenv import *; assert 'ray' not in sys.modules; "
+        "from vecenv.integrations.ray.vector_env import RayVectorEnv; assert vecenv.RayVectorEnv is RayVectorEnv"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.timeout(60)
+def test_docs_example_runs_on_the_local_ray(ray_local: RaySessions) -> None:
+    """docs/ray.md's cluster example (tests/test_docs.py leaves it to this test): its Python
+    lines, on the shared local Ray (which an initialised Ray takes precedence over ``address``),
+    at a size that fits 2 CPUs."""
+    page = Path(__file__).resolve().parents[2] / "docs" / "ray.md"
+    example = re.search(
+        r"tested-by tests/integrations/test_ray.py -->\n```python\n(.*?)```", page.read_text(), re.S
+    ).group(1)
+    assert 'address="auto"' in example and "num_workers=16" in example and "num_envs=256" in example
+    example = example.replace("num_workers=16", "num_workers=2").replace("num_envs=256", "num_envs=8")
+    example = example.replace("range(1000)", "range(50)")
+    exec(compile(example, str(page), "exec"), {"__name__": "__main__"})
+    assert ray.is_initialized()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("runner", ["ray-2w", "ray-2w-half"])
+def test_benchmark_ray_runners_measure(ray_local: RaySessions, runner: str) -> None:
+    """The benchmark's Ray rows, measured in this process on the shared Ray (the benchmark
+    itself runs each cell in a fresh process, where the vector env starts its own Ray)."""
+    from vecenv.bench.measure import measure
+    from vecenv.bench.plan import plan
+
+    cells, notes = plan(["cartpole"], [4], ["sync", runner], quick=True)
+    cell = next(c for c in cells if c["runner"] == runner)
+    spec = {**cell, "calib": {"inference_reps": 1}, "warmup": 0.05, "seconds": 0.2}
+    result = measure(spec)
+    assert result["rate"] > 0 and result["env_steps"] > 0
+    if runner.endswith("-half"):
+        assert cell["batch_size"] == 2 and cell["workers"] == 2
+
+
+# -- multi-agent copies on Ray (vecenv.MultiAgentVectorEnv, backend="ray") --------------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", [NEXT, SAME], ids=lambda m: m.value)
+def test_multiagent_matches_plain_loop(ray_local: RaySessions, mode: AutoresetMode) -> None:
+    """The multi-agent groups in actors give the plain loop's results (agent death included)."""
+    from tests.multiagent.test_vector_env import run_native, toy_fns
+
+    seen = run_native(toy_fns(5), mode, steps=16, num_workers=2, backend="ray", actor_options=HALF_CPU)
+    assert seen["inactive_rows"] > 0 and seen["copy_ends"] >= 5
+
+
+@pytest.mark.timeout(120)
+def test_multiagent_kaz_matches_plain_loop(ray_local: RaySessions) -> None:
+    pytest.importorskip("pymunk", reason="knights_archers_zombies needs pymunk")
+    from tests.helpers.multiagent import kaz
+    from tests.multiagent.test_vector_env import run_native
+
+    seen = run_native([kaz] * 2, SAME, steps=140, num_workers=2, backend="ray", actor_options=HALF_CPU)
+    assert seen["inactive_rows"] > 0
+
+
+@pytest.mark.timeout(90)
+def test_multiagent_restart_replaces_the_actor(ray_local: RaySessions) -> None:
+    from tests.multiagent.test_vector_env import toy_fns
+
+    envs = vecenv.MultiAgentVectorEnv(toy_fns(4), 2, backend="ray", actor_options=HALF_CPU, on_worker_death="restart")
+    with envs:
+        envs.reset(seed=1)
+        os.kill(envs.rows.actor_pids[1], signal.SIGKILL)
+        _, rewards, _, truncs, infos = envs.step(envs.action_space.sample())
+        assert truncs[8:].all() and (rewards[8:] == 0).all() and not truncs[:8].any()
+        assert infos["_worker_restarted"].tolist() == [False] * 8 + [True] * 8
+        for _ in range(6):
+            envs.step(envs.action_space.sample())
+
+
+# -- a Ray that the vector env starts itself ---------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_starts_a_local_ray_when_none_is_running_and_stops_it(_ray_sessions: RaySessions) -> None:
+    _ray_sessions.disconnect()
+    assert os.environ["RAY_TMPDIR"] == _ray_sessions.temp_dir  # its session files go with ours
+    assert not ray.is_initialized()
+    first = RayVectorEnv(healthy_fns(2), 1)
+    second = RayVectorEnv(healthy_fns(2), 1)  # shares the Ray the first one started
+    try:
+        assert ray.is_initialized()
+        first.close()
+        assert ray.is_initialized(), "still used by the second vector env"
+        second.reset(seed=0)
+    finally:
+        first.close()
+        second.close()
+        _ray_sessions.note_pids()
+    assert not ray.is_initialized(), "the last vector env to close stops the Ray they started"
+
+
+# -- rollouts in the actors --------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", [NEXT, SAME, DISABLED], ids=lambda m: m.value)
+def test_rollouts_match_sync_and_the_process_backend(ray_local: RaySessions, mode: AutoresetMode) -> None:
+    """A rollout on Ray actors: Sync's trajectories with the recorded actions, and the process
+    backend's data for the same seed (random policy: per-env streams, whatever the layout)."""
+    fns = diff_env_fns(6, obs_kind="box", act_kind="discrete", p_term=0.06, p_trunc=0.04)
+    policy = vecenv.policies.FunctionPolicy(row_wise_policy) if mode is DISABLED else "random"
+    with RayVectorEnv(fns, 3, autoreset_mode=mode, actor_options=HALF_CPU) as envs:
+        envs.reset(seed=7)
+        got = envs.rollout(30, policy)
+    if mode is DISABLED:
+        assert_matches_sync(got, single_env_reference(fns, 7, got.actions, 30))
+    else:
+        assert_matches_sync(got, sync_reference(fns, mode, 7, got.actions, 30))
+    assert (got.terminations | got.truncations).sum() >= 5
+    with vecenv.SubprocVectorEnv(fns, 2, autoreset_mode=mode) as local:
+        local.reset(seed=7)
+        theirs = local.rollout(30, policy)
+    for key in ("observations", "actions", "rewards", "terminations", "truncations", "last_observations"):
+        assert_same(getattr(got, key), getattr(theirs, key), key)
+    assert_same(got.infos, theirs.infos, "infos")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", [NEXT, SAME, DISABLED], ids=lambda m: m.value)
+def test_rollout_extras_and_recurrent_state_match_a_row_wise_loop(ray_local: RaySessions, mode: AutoresetMode) -> None:
+    """On Ray the rollout rows travel in the replies: the extras, the episode starts and the
+    state (read, set, carried across rollouts) are still those of a row-wise loop over Sync."""
+    from tests.engine.test_rollout_extras import (
+        N,
+        Recurrent,
+        Reference,
+        assert_rollout_matches,
+        assert_state_equal,
+        join_rows,
+    )
+
+    fns = diff_env_fns(N)
+    policy = Recurrent()
+    ref = Reference(fns, mode, policy)
+    try:
+        with RayVectorEnv(fns, 3, autoreset_mode=mode, actor_options=HALF_CPU) as envs:
+            envs.reset(seed=3)
+            ref.reset(seed=3)
+            for steps in (1, 45):
+                if ref.ended.any():
+                    mask = ref.ended.copy()
+                    envs.reset(options={"reset_mask": mask})
+                    ref.reset(mask=mask)
+                assert_rollout_matches(envs.rollout(steps, policy), ref.rollout(steps), f"T={steps}")
+            assert_state_equal(envs.policy_state(), join_rows(ref.states), "policy_state")
+    finally:
+        ref.close()
+
+
+@pytest.mark.timeout(60)
+def test_rollout_env_error_names_env_step_worker_and_node(ray_local: RaySessions) -> None:
+    with RayVectorEnv(fault_fns(4, "raise", "step", target=2, at=3), 2) as envs:
+        envs.reset(seed=0)
+        with pytest.raises(ValueError, match="injected fault in step of env 2") as excinfo:
+            envs.rollout(6)
+        note = " ".join(excinfo.value.__notes__)
+        node_ip = envs._transport.locations[1][1]
+        assert f"env 2 (worker 1 on node {node_ip}" in note and "at step 2 of the rollout (steps 0..5)" in note
+        with pytest.raises(NeedsResetError):
+            envs.rollout(6)
+        envs.reset(seed=0)
+        assert envs.rollout(6).num_steps == 6
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("restart", [False, True], ids=["raise", "restart"])
+def test_actor_killed_mid_rollout(ray_local: RaySessions, restart: bool, tmp_path: Path) -> None:
+    fns = fault_fns(4, "exit", "step", target=3, at=4, once=str(tmp_path / "died"))
+    options = {"on_worker_death": "restart"} if restart else {}
+    envs = RayVectorEnv(fns, 2, actor_options=HALF_CPU, **options)
+    try:
+        envs.reset(seed=0)
+        if not restart:
+            with pytest.raises(WorkerDiedError, match=r"worker 1 \(envs 2\.\.3 on node .*during `rollout`"):
+                envs.rollout(8)
+            return
+        got = envs.rollout(8)
+        assert envs.restart_count == 1
+        assert got.truncations[0, 2:].all() and got.infos[0]["_worker_restarted"].tolist() == [False, False, True, True]
+        with vecenv.SubprocVectorEnv(healthy_fns(2), 0) as twin:  # the other group, untouched (here)
+            twin.reset(seed=0)
+            theirs = twin.rollout(8)
+        np.testing.assert_array_equal(got.observations[:, :2], theirs.observations)
+        np.testing.assert_array_equal(got.rewards[:, :2], theirs.rewards)
+    finally:
+        envs.close()
+
+
+# -- render(env_ids), seed policies and SB3 on the local Ray ----------------------------------
+
+
+@pytest.mark.timeout(90)
+def test_render_env_ids_asks_only_the_hosting_actors(ray_local: RaySessions) -> None:
+    from tests.helpers.envs import frame_fns
+
+    sync = SyncVectorEnv(frame_fns(5))
+    try:
+        with RayVectorEnv(frame_fns(5), 2) as envs:
+            envs.reset(seed=2)
+            sync.reset(seed=2)
+            for _ in range(3):
+                envs.step(np.ones(5, np.int64))
+                sync.step(np.ones(5, np.int64))
+            frames = envs.render(env_ids=[4, 0])
+            assert_same(frames, (sync.envs[4].render(), sync.envs[0].render()))
+            assert envs.get_attr("renders") == (1, 0, 0, 0, 1)
+            with pytest.raises(ValueError, match=r"`env_ids` must lie in \[0, 5\), got unknown ids \[7\]"):
+                envs.render(env_ids=[7])
+    finally:
+        sync.close()
+
+
+@pytest.mark.timeout(90)
+def test_seed_policy_spawn_gives_the_process_backends_seeds(ray_local: RaySessions) -> None:
+    fns = diff_env_fns(5, obs_kind="box", act_kind="discrete")
+    sync = SyncVectorEnv(fns)
+    try:
+        with RayVectorEnv(fns, 2, seed_policy="spawn") as envs:
+            assert_same(envs.reset(seed=9), sync.reset(seed=vecenv.spawn_seeds(9, 5)))
+            assert envs.np_random_seed == tuple(vecenv.spawn_seeds(9, 5))
+            envs.async_reset(seed=10)
+            obs, *_, env_ids = envs.recv()
+            np.testing.assert_array_equal(obs, sync.reset(seed=vecenv.spawn_seeds(10, 5))[0][env_ids])
+            assert envs.np_random_seed == tuple(vecenv.spawn_seeds(10, 5))
+    finally:
+        sync.close()
+
+
+def _sb3_or_skip() -> None:
+    pytest.importorskip("stable_baselines3", reason="needs the sb3 extra: pip install -e '.[sb3]'")
+
+
+@pytest.mark.timeout(120)
+def test_sb3_backend_ray_matches_dummy_vec_env(ray_local: RaySessions) -> None:
+    _sb3_or_skip()
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from tests.integrations.test_sb3 import info_fns, run_differential
+    from vecenv.sb3 import SubprocVecEnv
+
+    ours = SubprocVecEnv(info_fns(dict_obs=True), num_workers=2, backend="ray")
+    ref = DummyVecEnv(info_fns(dict_obs=True))
+    try:
+        assert isinstance(ours.vector_env, RayVectorEnv) and ours.num_workers == 2
+        assert len({pid for pid, _, _ in ours.env_method("process_info")}) == 2, "two actors"
+        assert run_differential(ours, ref, steps=30, seed=7, rewards_dtype_exact=False) >= 10
+    finally:
+        ours.close()
+        ref.close()
+
+
+@pytest.mark.timeout(60)
+def test_sb3_backend_ray_passes_the_vector_env_options_on(
+    ray_local: RaySessions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _sb3_or_skip()
+    import vecenv.integrations.ray.vector_env
+    from tests.integrations.test_sb3 import info_fns
+    from vecenv.sb3 import SubprocVecEnv
+
+    given: dict = {}
+
+    class Recording(RayVectorEnv):
+        def __init__(self, *args, **kwargs) -> None:
+            given.update(kwargs)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(vecenv.integrations.ray.vector_env, "RayVectorEnv", Recording)
+    options = {"on_worker_death": "restart", "max_restarts": 5, "restart_window": 9.0, "threads_per_worker": 2}
+    ours = SubprocVecEnv(
+        info_fns(2), num_workers=1, backend="ray", actor_options=HALF_CPU, seed_policy="spawn", **options
+    )
+    try:
+        assert {k: given[k] for k in options} == options and given["actor_options"] == HALF_CPU
+        assert given["address"] is None and given["autoreset_mode"] is AutoresetMode.SAME_STEP
+        assert ours.vector_env.seed_policy == "spawn" and ours.seed(1) == vecenv.spawn_seeds(1, 2)
+    finally:
+        ours.close()
+
+
+@pytest.mark.timeout(120)
+def test_sb3_backend_ray_restarts_a_dead_actor(ray_local: RaySessions) -> None:
+    _sb3_or_skip()
+    from tests.integrations.test_sb3 import info_fns, restart_differential
+    from vecenv.sb3 import SubprocVecEnv
+
+    ours = SubprocVecEnv(
+        info_fns(),
+        num_workers=2,
+        backend="ray",
+        actor_options=HALF_CPU,
+        on_worker_death="restart",
+    )
+    try:
+        restart_differential(ours, 16, victim_env=0, group=[0, 1, 2])  # actor 0 hosts envs 0..2
+    finally:
+        ours.close()
+
+
+# -- the 2-node cluster (last: connecting to it ends the local Ray) ---------------------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", [NEXT, SAME], ids=lambda m: m.value)
+def test_cluster_groups_on_both_nodes_match_sync(ray_cluster, mode: AutoresetMode) -> None:
+    fns = diff_env_fns(5, obs_kind="dict", act_kind="box")
+    made: list[RayVectorEnv] = []
+
+    def make() -> RayVectorEnv:
+        made.append(RayVectorEnv(fns, 2, autoreset_mode=mode, actor_options={"scheduling_strategy": "SPREAD"}))
+        return made[-1]
+
+    stats = run_differential(fns, make, mode=mode, seed=11, action_dtype=np.float32)
+    assert stats.steps == STEPS and stats.terminations > 0
+    cluster_nodes = {node["NodeID"] for node in ray.nodes() if node["Alive"]}
+    assert len(cluster_nodes) == 2
+    assert set(made[0].node_ids) == cluster_nodes, "one group on each node"
+
+
+@pytest.mark.timeout(120)
+def test_cluster_rollouts_on_both_nodes_give_the_process_backends_data(ray_cluster) -> None:
+    fns = diff_env_fns(5, obs_kind="dict", act_kind="box")
+    with RayVectorEnv(fns, 2, actor_options={"scheduling_strategy": "SPREAD"}) as envs:
+        assert len(set(envs.node_ids)) == 2, "one group on each node"
+        envs.reset(seed=3)
+        got = [envs.rollout(t) for t in (9, 21)]
+    with vecenv.SubprocVectorEnv(fns, 3) as local:
+        local.reset(seed=3)
+        theirs = local.rollout(30)
+    for key in ("observations", "actions", "rewards", "terminations", "truncations"):
+        joined = stack([getattr(r, key) for r in got], np.concatenate)
+        assert_same(joined, getattr(theirs, key), key)
+    assert_same(got[0].infos + got[1].infos, theirs.infos, "infos")
+
+
+@pytest.mark.timeout(120)
+def test_cluster_env_error_names_the_node(ray_cluster) -> None:
+    with RayVectorEnv(
+        fault_fns(4, "raise", "step", target=3), 2, actor_options={"scheduling_strategy": "SPREAD"}
+    ) as envs:
+        envs.reset(seed=0)
+        with pytest.raises(ValueError) as excinfo:
+            envs.step(np.zeros((4, 2), np.float32))
+        node_id = envs.node_ids[1]
+        assert node_id[:8] in " ".join(excinfo.value.__notes__)
+
+
+@pytest.mark.timeout(120)
+def test_address_connects_and_never_shuts_down_the_cluster(ray_cluster, _ray_sessions: RaySessions) -> None:
+    ray.shutdown()  # leave the cluster running; the vector env connects by address
+    try:
+        with RayVectorEnv(healthy_fns(2), 2, address=ray_cluster.address) as envs:
+            assert ray.is_initialized()
+            envs.reset(seed=0)
+        assert not ray.is_initialized(), "the connection it opened is closed with it"
+    finally:
+        ray.init(address=ray_cluster.address, log_to_driver=False)
+    assert len([n for n in ray.nodes() if n["Alive"]]) == 2, "the cluster itself is untouched"
+
+
+@pytest.mark.timeout(120)
+def test_cluster_lost_node_is_worker_died_naming_the_node(ray_cluster) -> None:
+    """A node that goes away with its actor: WorkerDiedError naming the group and the node.
+
+    A third node is added for the occasion, so the cluster keeps its two nodes afterwards.
+    """
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    node = ray_cluster.add_node(num_cpus=1, object_store_memory=100 * 1024 * 1024)
+    ray_cluster.wait_for_nodes()
+    pinned = {"scheduling_strategy": NodeAffinitySchedulingStrategy(node.node_id, soft=False)}
+    envs = RayVectorEnv(fault_fns(2, "sleep", "step", target=1, duration=60.0), 1, actor_options=pinned)
+    try:
+        envs.reset(seed=0)
+        assert envs.node_ids == [node.node_id]
+        envs.step_async(np.zeros((2, 2), np.float32))
+        time.sleep(0.3)
+        start = time.monotonic()
+        ray_cluster.remove_node(node, allow_graceful=False)
+        with pytest.raises(WorkerDiedError) as excinfo:
+            envs.step_wait(timeout=60)
+        assert time.monotonic() - start < 30.0
+        assert f"({node.node_id[:8]})" in str(excinfo.value) and "worker 0 (envs 0..1" in str(excinfo.value)
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(120)
+def test_cluster_restart_moves_a_lost_group_to_another_node(ray_cluster) -> None:
+    """on_worker_death="restart" on a cluster: the group of a node that goes away is rebuilt by a
+    new actor on a node that is still there, and the vector env carries on."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    node = ray_cluster.add_node(num_cpus=1, object_store_memory=100 * 1024 * 1024)
+    ray_cluster.wait_for_nodes()
+    prefer = {"scheduling_strategy": NodeAffinitySchedulingStrategy(node.node_id, soft=True), "num_cpus": 0.5}
+    fns = fault_fns(2, "sleep", "step", target=1, duration=60.0)  # a step in flight when the node goes
+    with RayVectorEnv(fns, 1, actor_options=prefer, on_worker_death="restart") as envs:
+        envs.reset(seed=0)
+        assert envs.node_ids == [node.node_id]
+        envs.step_async(np.zeros((2, 2), np.float32))
+        time.sleep(0.3)
+        ray_cluster.remove_node(node, allow_graceful=False)
+        _, rewards, _, truncs, infos = envs.step_wait(timeout=60)
+        assert truncs.all() and (rewards == 0).all() and infos["_worker_restarted"].all()
+        assert envs.node_ids[0] != node.node_id and envs.node_ids[0] in {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        assert envs.call("ping") == ("pong 0", "pong 1")
+
+
+@pytest.mark.timeout(120)
+def test_sb3_backend_ray_on_both_nodes_matches_dummy_vec_env(ray_cluster) -> None:
+    _sb3_or_skip()
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from tests.integrations.test_sb3 import info_fns, run_differential
+    from vecenv.sb3 import SubprocVecEnv
+
+    spread = {"scheduling_strategy": "SPREAD"}
+    ours = SubprocVecEnv(info_fns(), num_workers=2, backend="ray", actor_options=spread, on_worker_death="restart")
+    ref = DummyVecEnv(info_fns())
+    try:
+        cluster_nodes = {node["NodeID"] for node in ray.nodes() if node["Alive"]}
+        assert len(cluster_nodes) == 2 and set(ours.vector_env.node_ids) == cluster_nodes, "one group per node"
+        assert run_differential(ours, ref, steps=30, seed=5, rewards_dtype_exact=False) >= 10
+    finally:
+        ours.close()
+        ref.close()

@@ -1,0 +1,548 @@
+"""vecenv.sb3.SubprocVecEnv against Stable-Baselines3's own vector envs, array for array.
+
+The references are SB3's ``DummyVecEnv`` (in-process, the definition of SB3's semantics) and,
+where dtypes matter, SB3's own ``SubprocVecEnv``: same seeds and actions must give the same
+observations, rewards, dones, infos (``terminal_observation``, ``TimeLimit.truncated`` and every
+key the env sets, with the same Python types) and reset infos.
+
+Skipped as a whole when SB3 (or torch) is not installed: install the ``sb3`` extra.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from functools import partial
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+pytest.importorskip("stable_baselines3", reason="needs the sb3 extra: pip install -e '.[sb3]'")
+
+from stable_baselines3.common.monitor import Monitor  # noqa: E402
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv  # noqa: E402
+from stable_baselines3.common.vec_env import SubprocVecEnv as SB3SubprocVecEnv  # noqa: E402
+
+import vecenv  # noqa: E402
+from tests.conftest import start_methods  # noqa: E402
+from tests.helpers.envs import InfoEnv, Mark  # noqa: E402
+from vecenv.sb3 import SubprocVecEnv  # noqa: E402
+
+N_ENVS = 5
+
+
+def info_fns(n: int = N_ENVS, **kwargs: Any) -> list:
+    """Env constructors with different episode lengths, so envs end on different steps."""
+    return [partial(InfoEnv, max_steps=4 + i % 3, **kwargs) for i in range(n)]
+
+
+def assert_same(ours: Any, ref: Any, where: str, exact_types: bool = True) -> None:
+    """Equal values, recursively; with ``exact_types`` the same types and dtypes too."""
+    if exact_types:
+        assert type(ours) is type(ref), f"{where}: type {type(ours)} != {type(ref)}"
+    if isinstance(ref, dict):
+        assert list(ours.keys()) == list(ref.keys()), f"{where}: keys {list(ours)} != {list(ref)}"
+        for k in ref:
+            assert_same(ours[k], ref[k], f"{where}[{k!r}]", exact_types)
+    elif isinstance(ref, (list, tuple)):
+        assert len(ours) == len(ref), f"{where}: length {len(ours)} != {len(ref)}"
+        for i, (a, b) in enumerate(zip(ours, ref)):
+            assert_same(a, b, f"{where}[{i}]", exact_types)
+    elif isinstance(ref, np.ndarray):
+        if exact_types:
+            assert ours.dtype == ref.dtype, f"{where}: dtype {ours.dtype} != {ref.dtype}"
+        assert np.array_equal(ours, ref), f"{where}: {ours} != {ref}"
+    else:
+        assert ours == ref, f"{where}: {ours!r} != {ref!r}"
+
+
+def assert_obs(ours: Any, ref: Any, where: str) -> None:
+    """Observation batches: an array, or a dict of arrays (SB3's DummyVecEnv gives an OrderedDict)."""
+    if isinstance(ref, dict):
+        assert isinstance(ours, dict) and list(ours) == list(ref), where
+        for k in ref:
+            assert_same(ours[k], ref[k], f"{where}[{k!r}]")
+    else:
+        assert_same(ours, ref, where)
+
+
+def run_differential(ours: VecEnv, ref: VecEnv, steps: int, seed: int | None, rewards_dtype_exact: bool) -> int:
+    """Reset and step both with the same seeds and actions; returns the number of episode ends."""
+    rng = np.random.default_rng(123)
+    if seed is not None:
+        assert ours.seed(seed) == ref.seed(seed)
+    assert_obs(ours.reset(), ref.reset(), "reset obs")
+    assert_same(list(ours.reset_infos), list(ref.reset_infos), "reset_infos")
+    ends = 0
+    for t in range(steps):
+        actions = rng.integers(0, 3, size=ours.num_envs)
+        obs, rewards, dones, infos = ours.step(actions)
+        r_obs, r_rewards, r_dones, r_infos = ref.step(actions)
+        where = f"step {t}"
+        assert_obs(obs, r_obs, f"{where} obs")
+        if rewards_dtype_exact:
+            assert_same(rewards, r_rewards, f"{where} rewards")
+        else:  # DummyVecEnv keeps rewards in float32, SB3's SubprocVecEnv (and we) in float64
+            assert rewards.dtype == np.float64 and r_rewards.dtype == np.float32
+            assert np.array_equal(rewards.astype(np.float32), r_rewards), f"{where} rewards"
+        assert_same(dones, r_dones, f"{where} dones")
+        assert isinstance(infos, list) and len(infos) == ours.num_envs
+        assert_same(list(infos), list(r_infos), f"{where} infos")
+        assert_same(list(ours.reset_infos), list(ref.reset_infos), f"{where} reset_infos")
+        ends += int(dones.sum())
+    return ends
+
+
+@pytest.mark.timeout(120)
+@start_methods("fork", "spawn")
+@pytest.mark.parametrize("num_workers", [1, 2])
+@pytest.mark.parametrize("dict_obs", [False, True], ids=["box", "dict"])
+def test_matches_dummy_vec_env(start_method: str, num_workers: int, dict_obs: bool) -> None:
+    ours = SubprocVecEnv(info_fns(dict_obs=dict_obs), start_method=start_method, num_workers=num_workers)
+    ref = DummyVecEnv(info_fns(dict_obs=dict_obs))
+    try:
+        assert ours.num_workers == num_workers
+        assert ours.observation_space == ref.observation_space and ours.action_space == ref.action_space
+        ends = run_differential(ours, ref, steps=40, seed=7, rewards_dtype_exact=False)
+        assert ends >= 20  # both terminations and truncations happened many times
+        # A second run without seeding continues both trajectories identically.
+        ends = run_differential(ours, ref, steps=10, seed=None, rewards_dtype_exact=False)
+    finally:
+        ours.close()
+        ref.close()
+
+
+@pytest.mark.timeout(120)
+def test_matches_sb3_subproc_vec_env_dtypes() -> None:
+    """Against SB3's own SubprocVecEnv: float64 rewards, same infos, same terminal observations."""
+    ours = SubprocVecEnv(info_fns(dict_obs=True), start_method="fork", num_workers=2)
+    ref = SB3SubprocVecEnv(info_fns(dict_obs=True), start_method="fork")
+    try:
+        run_differential(ours, ref, steps=25, seed=11, rewards_dtype_exact=True)
+    finally:
+        ours.close()
+        ref.close()
+
+
+@pytest.mark.timeout(60)
+def test_terminal_observation_and_time_limit_truncated() -> None:
+    """CartPole under a TimeLimit: truncation sets TimeLimit.truncated, termination does not."""
+    fns = [lambda: gym.make("CartPole-v1", max_episode_steps=12) for _ in range(4)]
+    ours = SubprocVecEnv(fns, start_method="fork", num_workers=2)
+    ref = DummyVecEnv(fns)
+    try:
+        ours.seed(0)
+        ref.seed(0)
+        assert_obs(ours.reset(), ref.reset(), "reset")
+        seen = set()
+        for t in range(60):
+            actions = np.full(4, t % 2 if t < 30 else 1)  # balance a while, then fall
+            obs, rewards, dones, infos = ours.step(actions)
+            r_obs, r_rewards, r_dones, r_infos = ref.step(actions)
+            assert_obs(obs, r_obs, f"step {t}")
+            assert_same(dones, r_dones, f"step {t} dones")
+            assert_same(infos, r_infos, f"step {t} infos")
+            for done, info in zip(dones, infos):
+                assert ("terminal_observation" in info) == done
+                if done:
+                    seen.add(info["TimeLimit.truncated"])
+        assert seen == {True, False}
+    finally:
+        ours.close()
+        ref.close()
+
+
+@pytest.fixture
+def pair():
+    """Our vec env (3 envs, 2 workers) and a DummyVecEnv over the same constructors."""
+    fns = [lambda: Monitor(InfoEnv()), lambda: InfoEnv(), lambda: Mark(InfoEnv())]
+    ours = SubprocVecEnv(fns, start_method="fork", num_workers=2)
+    ref = DummyVecEnv(fns)
+    try:
+        yield ours, ref
+    finally:
+        ours.close()
+        ref.close()
+
+
+INDICES = [None, 0, 2, -1, [0, 2], [2, 0], [-1, 0], [1, 1, 1], [2, 1, 2], [], range(3), (1, 2)]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("indices", INDICES, ids=repr)
+def test_indices_select_like_sb3(pair, indices: Any) -> None:
+    ours, ref = pair
+    ours.seed(3)
+    ref.seed(3)
+    ours.reset()
+    ref.reset()
+    actions = np.array([0, 1, 2])
+    for _ in range(2):
+        ours.step(actions)
+        ref.step(actions)
+    assert ours.env_method("scaled", 1.5, indices=indices, factor=2.0) == ref.env_method(
+        "scaled", 1.5, indices=indices, factor=2.0
+    )
+    assert ours.get_attr("steps", indices=indices) == ref.get_attr("steps", indices=indices)
+    assert ours.set_attr("label", "set", indices=indices) is None
+    ref.set_attr("label", "set", indices=indices)
+    assert ours.has_attr("label") == ref.has_attr("label")
+    for i in range(3):  # set on the selected envs only, readable through get_wrapper_attr
+        labels = []
+        for vec in (ours, ref):
+            try:
+                labels.append(vec.get_attr("label", indices=i))
+            except AttributeError:
+                labels.append(None)
+        assert labels[0] == labels[1], i
+    assert ours.env_is_wrapped(Monitor, indices=indices) == ref.env_is_wrapped(Monitor, indices=indices)
+    assert ours.env_is_wrapped(Mark, indices=indices) == ref.env_is_wrapped(Mark, indices=indices)
+
+
+@pytest.mark.timeout(60)
+def test_attributes_and_methods(pair) -> None:
+    ours, ref = pair
+    assert ours.env_is_wrapped(Monitor) == [True, False, False]
+    assert ours.env_is_wrapped(Mark) == [False, False, True]
+    assert not ours.has_attr("nope")
+    ours.set_attr("nope", [1, 2], indices=[0, 1])
+    assert not ours.has_attr("nope")
+    ours.set_attr("nope", [1, 2], indices=2)
+    assert ours.has_attr("nope")
+    values = ours.get_attr("nope")
+    assert values == [[1, 2]] * 3
+    # Each env got its own copy, as with SB3's one-process-per-env pickling.
+    ours.env_method("get_wrapper_attr", "nope", indices=0)[0].append(3)
+    assert ours.get_attr("nope") == [[1, 2]] * 3
+    # get_attr returns attributes, it does not call them (SB3 semantics)
+    scaled = ours.get_attr("scaled", indices=1)[0]
+    assert callable(scaled) and scaled(1.0) == 1.0
+    # Unknown attributes raise AttributeError; bad indices raise like a list would
+    with pytest.raises(AttributeError):
+        ours.get_attr("missing")
+    with pytest.raises(IndexError, match="out of range"):
+        ours.get_attr("steps", indices=3)
+    with pytest.raises(IndexError, match="out of range"):
+        ours.env_method("scaled", 1.0, indices=[-4])
+    with pytest.raises(TypeError, match="must be ints"):
+        ours.get_attr("steps", indices=["0"])
+    # The vec env still works after those errors.
+    ours.reset()
+    assert len(ours.step(np.zeros(3, dtype=np.int64))[3]) == 3
+
+
+@pytest.mark.timeout(60)
+def test_seed_and_options_apply_at_next_reset_once() -> None:
+    ours = SubprocVecEnv(info_fns(3), start_method="fork", num_workers=2)
+    ref = DummyVecEnv(info_fns(3))
+    try:
+        for vec in (ours, ref):
+            assert vec.seed(5) == [5, 6, 7]
+            vec.set_options({"level": 1})
+        first = ours.reset()
+        assert_obs(first, ref.reset(), "seeded reset")
+        assert_same(ours.reset_infos, ref.reset_infos, "reset_infos with options")
+        assert ours.get_attr("last_options") == [{"level": 1}] * 3
+        # Used once: the next reset has neither seed nor options.
+        second = ours.reset()
+        ref.reset()
+        assert not np.array_equal(first, second)
+        assert ours.get_attr("last_options") == [None] * 3
+        assert_same(ours.reset_infos, ref.reset_infos, "reset_infos without options")
+        # Per-env options, one of them empty (SB3 then passes no options at all).
+        options = [{"level": 2}, {}, {"level": 3, "mode": "hard"}]
+        ours.set_options(options)
+        ref.set_options(options)
+        ours.seed(5)
+        ref.seed(5)
+        assert_obs(ours.reset(), ref.reset(), "reset with per-env options")
+        assert ours.get_attr("last_options") == [{"level": 2}, None, {"level": 3, "mode": "hard"}]
+        assert_same(ours.reset_infos, ref.reset_infos, "reset_infos per-env options")
+        # Autoresets during steps never see options.
+        run_differential(ours, ref, steps=12, seed=None, rewards_dtype_exact=False)
+        assert ours.get_attr("last_options") == [None] * 3
+        with pytest.raises(ValueError, match="one entry per env"):
+            ours.set_options([{}])
+            ours.reset()
+    finally:
+        ours.close()
+        ref.close()
+
+
+@pytest.mark.timeout(60)
+def test_render_and_get_images() -> None:
+    fns = info_fns(4, render_mode="rgb_array")
+    ours = SubprocVecEnv(fns, start_method="fork", num_workers=2)
+    ref = DummyVecEnv(fns)
+    try:
+        assert ours.render_mode == "rgb_array"
+        ours.seed(1)
+        ref.seed(1)
+        ours.reset()
+        ref.reset()
+        for vec in (ours, ref):
+            vec.step(np.ones(4, dtype=np.int64))
+        assert_same(list(ours.get_images()), list(ref.get_images()), "images")
+        assert_same(ours.render(), ref.render(), "tiled image")
+        assert_same(ours.render(mode="rgb_array"), ref.render(mode="rgb_array"), "tiled image")
+        with pytest.warns(UserWarning):
+            assert ours.render(mode="something_else") is None
+    finally:
+        ours.close()
+        ref.close()
+    no_render = SubprocVecEnv(info_fns(2), start_method="fork", num_workers=1)
+    try:
+        with pytest.warns(UserWarning, match="render mode is None"):
+            assert no_render.get_images() == [None, None]
+    finally:
+        no_render.close()
+
+
+@pytest.mark.timeout(60)
+def test_async_steps_close_and_errors() -> None:
+    with pytest.raises(ValueError, match="cannot find context for 'illegal_method'"):
+        SubprocVecEnv(info_fns(2), start_method="illegal_method")
+    vec = SubprocVecEnv(info_fns(4), start_method="fork", num_workers=2)
+    try:
+        vec.reset()
+        vec.step_async(np.zeros(4, dtype=np.int64))
+        assert vec.waiting
+        obs, rewards, dones, infos = vec.step_wait()
+        assert not vec.waiting and obs.shape == (4, 3) and rewards.dtype == np.float64 and dones.dtype == bool
+        vec.step_async(np.zeros(4, dtype=np.int64))  # closing with a step in flight is fine
+    finally:
+        vec.close()
+    assert vec.closed
+    vec.close()  # idempotent
+
+
+@pytest.mark.timeout(60)
+@start_methods("forkserver")
+def test_default_start_method_is_sb3s(start_method: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Like SB3, the default is forkserver where available (fork is unsafe with torch threads)."""
+    from vecenv.integrations.sb3 import vec_env
+
+    contexts = []
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        contexts.append(kwargs["context"])
+        return real(*args, **kwargs)
+
+    real = vec_env.SubprocVectorEnv
+    monkeypatch.setattr(vec_env, "SubprocVectorEnv", recording)
+    vec = SubprocVecEnv(info_fns(2), num_workers=1)
+    try:
+        assert contexts == [start_method]
+        assert vec.reset().shape == (2, 3)
+    finally:
+        vec.close()
+
+
+def test_import_vecenv_does_not_import_sb3() -> None:
+    code = "import sys, vecenv; bad = {'stable_baselines3', 'torch'} & set(sys.modules); assert not bad, bad"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_missing_sb3_gives_one_line_install_hint() -> None:
+    code = (
+        "import sys; sys.modules['stable_baselines3'] = None\n"
+        "try:\n    import vecenv.sb3\nexcept ImportError as e:\n    print(e)\nelse:\n    raise SystemExit('imported')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, timeout=60, capture_output=True, text=True).stdout
+    assert out.count("\n") == 1 and "pip install 'vecenv[sb3]'" in out
+
+
+@pytest.mark.timeout(120)
+def test_ppo_smoke() -> None:
+    """PPO takes our class as its env and runs a few updates."""
+    from stable_baselines3 import PPO
+
+    vec = SubprocVecEnv([lambda: gym.make("CartPole-v1") for _ in range(4)], start_method="fork", num_workers=2)
+    try:
+        model = PPO("MlpPolicy", vec, n_steps=32, batch_size=64, n_epochs=1, seed=0, device="cpu")
+        model.learn(total_timesteps=256)
+        assert model.num_timesteps == 256
+    finally:
+        vec.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_ppo_learns_cartpole() -> None:
+    """PPO (RL Zoo's CartPole-v1 hyperparameters) solves CartPole-v1 through our class.
+
+    Learns in chunks of 10,240 steps and stops once a deterministic evaluation over 16 episodes
+    averages 475 or more (the solved threshold); fails if that takes more than 150k steps.
+    One torch thread: on a small, busy machine more threads only contend with the workers.
+    """
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    def make() -> gym.Env:
+        return Monitor(gym.make("CartPole-v1"))
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    vec = SubprocVecEnv([make] * 8, start_method="fork", num_workers=2)
+    eval_vec = SubprocVecEnv([make] * 4, start_method="fork", num_workers=1)
+    try:
+        model = PPO(
+            "MlpPolicy",
+            vec,
+            n_steps=32,
+            batch_size=256,
+            gae_lambda=0.8,
+            gamma=0.98,
+            n_epochs=20,
+            ent_coef=0.0,
+            learning_rate=1e-3,
+            clip_range=0.2,
+            seed=0,
+            device="cpu",
+        )
+        means = []
+        while model.num_timesteps < 150_000:
+            model.learn(total_timesteps=10_240, reset_num_timesteps=False)
+            mean, _ = evaluate_policy(model, eval_vec, n_eval_episodes=16, deterministic=True)
+            means.append(round(float(mean), 1))
+            if mean >= 475:
+                break
+        assert means[-1] >= 475, f"not solved after {model.num_timesteps} steps; evaluations: {means}"
+    finally:
+        vec.close()
+        eval_vec.close()
+        torch.set_num_threads(threads)
+
+
+FAKE_SB3_TEST = """
+import gymnasium as gym
+from stable_baselines3.common.vec_env import SubprocVecEnv
+
+import vecenv.sb3
+
+
+def test_the_name_sb3_tests_import_is_ours():
+    assert issubclass(SubprocVecEnv, vecenv.sb3.SubprocVecEnv)
+    vec = SubprocVecEnv([lambda: gym.make("CartPole-v1")] * 3, start_method="fork")  # SB3's signature
+    try:
+        assert vec.num_workers == 1  # from --workers 1
+        assert vec.reset().shape == (3, 4)
+    finally:
+        vec.close()
+"""
+
+
+@pytest.mark.timeout(180)
+def test_sb3_suite_script_swaps_the_class_sb3_tests_import(tmp_path) -> None:
+    """scripts/sb3_suite.py (which runs SB3's own tests against our class) on a stand-in suite."""
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "sb3_suite.py"
+    (tmp_path / "pyproject.toml").write_text("[tool.pytest.ini_options]\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "__init__.py").write_text("")
+    (tmp_path / "tests" / "test_vec_envs.py").write_text(FAKE_SB3_TEST)
+    cmd = [sys.executable, str(script), str(tmp_path), "--workers", "1", "--", "tests", "-q", "-p", "no:cacheprovider"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=170, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 passed" in proc.stdout
+
+    (tmp_path / "stable_baselines3").mkdir()  # a source copy of SB3 would shadow the installed one
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 2 and "would shadow the installed SB3" in proc.stderr
+
+
+# -- vecenv's options: restarts, pinning, threads, seeds, and the backend -----------------------
+
+
+def restart_differential(ours: VecEnv, steps: int, victim_env: int, group: list[int]) -> None:
+    """Step ``ours`` and a DummyVecEnv in lockstep; kill the process hosting ``victim_env``
+    halfway: the envs of ``group`` (its worker's) are reported done with ``worker_restarted``,
+    the others stay exact, and stepping carries on."""
+    ref = DummyVecEnv(info_fns())
+    rng = np.random.default_rng(5)
+    keep = [i for i in range(ours.num_envs) if i not in group]
+    try:
+        assert ours.seed(3) == ref.seed(3)
+        assert_obs(ours.reset(), ref.reset(), "reset obs")
+        for t in range(steps):
+            if t == steps // 2:
+                pid = ours.env_method("process_info", indices=[victim_env])[0][0]
+                os.kill(pid, signal.SIGKILL)
+            actions = rng.integers(0, 3, size=ours.num_envs)
+            obs, rewards, dones, infos = ours.step(actions)
+            r_obs, r_rewards, r_dones, r_infos = ref.step(actions)
+            assert_same(obs[keep], r_obs[keep], f"step {t} obs")
+            assert_same(dones[keep], r_dones[keep], f"step {t} dones")
+            assert_same([infos[i] for i in keep], [r_infos[i] for i in keep], f"step {t} infos")
+            if t == steps // 2:
+                assert dones[group].all() and (rewards[group] == 0).all()
+                for i in group:
+                    assert infos[i] == {"TimeLimit.truncated": True, "worker_restarted": True}
+                    assert ours.reset_infos[i]["seeded"] is True, "the rebuilt env was reseeded"
+        assert ours.env_method("process_info", indices=[victim_env])[0][0] != pid, "a new worker"
+        assert ours.vector_env.state is vecenv.State.DEFAULT
+    finally:
+        ref.close()
+
+
+@pytest.mark.timeout(90)
+def test_restart_reports_the_restarted_envs_done_and_the_others_stay_exact() -> None:
+    ours = SubprocVecEnv(info_fns(), start_method="fork", num_workers=2, on_worker_death="restart", max_restarts=2)
+    try:
+        restart_differential(ours, 20, victim_env=4, group=[3, 4])  # worker 1 hosts envs 3 and 4
+    finally:
+        ours.close()
+
+
+@pytest.mark.timeout(60)
+def test_pinning_and_threads_reach_the_workers() -> None:
+    cores = sorted(os.sched_getaffinity(0))
+    ours = SubprocVecEnv(info_fns(4), start_method="fork", num_workers=2, pin_cpus=True, threads_per_worker=2)
+    try:
+        info = ours.env_method("process_info")
+        assert [threads for _, threads, _ in info] == ["2"] * 4
+        assert [affinity for _, _, affinity in info] == [[cores[0]]] * 2 + [[cores[1 % len(cores)]]] * 2
+        assert len({pid for pid, _, _ in info}) == 2
+    finally:
+        ours.close()
+
+
+def test_options_of_the_other_backend_are_refused_before_anything_starts() -> None:
+    cases = [
+        ({"backend": "dask"}, "`backend` must be 'process' or 'ray', got 'dask'"),
+        ({"address": "auto"}, "`address` is for backend='ray' only, got address='auto'"),
+        ({"actor_options": {"num_cpus": 1}}, "`actor_options` is for backend='ray' only"),
+        ({"backend": "ray", "start_method": "fork"}, "`start_method` is for backend='process' only"),
+        ({"backend": "ray", "pin_cpus": True}, "`pin_cpus` is for backend='process' only, got pin_cpus=True"),
+        ({"seed_policy": "random"}, "`seed_policy` must be one of 'sequential', 'spawn', got 'random'"),
+        ({"on_worker_death": "retry"}, "`on_worker_death` must be 'raise' or 'restart', got 'retry'"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            SubprocVecEnv(info_fns(2), **kwargs)
+
+
+@pytest.mark.timeout(60)
+def test_seed_policy_spawn_seeds_each_env_from_a_seed_sequence() -> None:
+    from vecenv import spawn_seeds
+
+    ours = SubprocVecEnv(info_fns(), start_method="fork", num_workers=2, seed_policy="spawn")
+    try:
+        assert ours.seed(3) == spawn_seeds(3, N_ENVS)
+        obs = ours.reset()
+        for i, fn in enumerate(info_fns()):
+            env = fn()
+            assert_same(obs[i], env.reset(seed=spawn_seeds(3, N_ENVS)[i])[0], f"env {i}")
+            env.close()
+        assert ours.vector_env.seed_policy == "spawn"
+        seeds = ours.seed(None)  # a random base, spawned as well: not consecutive
+        assert len(set(seeds)) == N_ENVS and [b - a for a, b in zip(seeds, seeds[1:])] != [1] * (N_ENVS - 1)
+    finally:
+        ours.close()

@@ -1,0 +1,217 @@
+"""The SuperSuit drop-in against SuperSuit itself: for the same seed and actions,
+``vecenv.supersuit.concat_vec_envs_v1`` must return what SuperSuit's in-process path
+(``num_cpus=0``) returns, value for value and dtype for dtype, for any ``num_cpus``."""
+
+from __future__ import annotations
+
+import functools
+import pickle
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+ss = pytest.importorskip("supersuit", reason="the drop-in's tests need supersuit: pip install -e '.[test]'")
+pytest.importorskip("mpe2", reason="simple_spread_v3 needs mpe2: pip install -e '.[test]'")
+pytest.importorskip("pymunk", reason="the butterfly envs need pymunk: pip install -e '.[test]'")
+
+import vecenv.supersuit as vs  # noqa: E402
+from tests.helpers.multiagent import ToyParallelEnv, assert_tree_equal, pistonball, simple_spread  # noqa: E402
+from tests.helpers.multiagent import kaz as kaz_line_death  # noqa: E402
+from vecenv.multiagent import AgentDeathError, AgentSpaceMismatchError  # noqa: E402
+
+
+def kaz_black_death() -> Any:
+    """KAZ whose agents die, wrapped in SuperSuit's black_death_v3 (SuperSuit needs it)."""
+    return ss.black_death_v3(kaz_line_death(max_cycles=80))
+
+
+#: (parallel env constructor, copies, steps): runs that end episodes on every copy.
+ENVS = {
+    "simple_spread": (functools.partial(simple_spread, max_cycles=20), 3, 45),
+    "pistonball": (functools.partial(pistonball, max_cycles=10), 2, 25),
+    "kaz": (kaz_black_death, 2, 100),
+}
+
+
+def run_both(make: Any, copies: int, steps: int, seed: int = 21, **ours: Any) -> int:
+    """SuperSuit in-process and the drop-in, same seed and actions; returns the slots that ended."""
+    reference = ss.concat_vec_envs_v1(ss.pettingzoo_env_to_vec_env_v1(make()), copies, num_cpus=0)
+    drop_in = vs.concat_vec_envs_v1(vs.pettingzoo_env_to_vec_env_v1(make()), copies, **ours)
+    ended = 0
+    try:
+        assert drop_in.observation_space == reference.observation_space and drop_in.num_envs == reference.num_envs
+        assert_tree_equal(drop_in.reset(seed=seed), reference.reset(seed=seed), "reset")
+        space = reference.action_space
+        space.seed(seed)
+        for t in range(steps):
+            actions = [space.sample() for _ in range(reference.num_envs)]
+            want = reference.step(actions)
+            assert_tree_equal(drop_in.step(actions), want, f"step {t}")
+            ended += int((want[2] | want[3]).sum())
+    finally:
+        drop_in.close()
+        reference.close()
+    return ended
+
+
+def case(env: str, num_cpus: int, context: str = "fork", slow: bool = False) -> Any:
+    return pytest.param(
+        env, num_cpus, context, id=f"{env}-cpus{num_cpus}-{context}", marks=[pytest.mark.slow] if slow else []
+    )
+
+
+CASES = [
+    case("simple_spread", 0),
+    case("simple_spread", 2),
+    case("simple_spread", 3, "spawn"),
+    case("pistonball", 1),
+    case("pistonball", 2),
+    case("pistonball", 2, "spawn", slow=True),
+    case("kaz", 0),
+    case("kaz", 2),
+    case("kaz", 3, slow=True),
+    case("kaz", 2, "spawn"),
+]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(("env", "num_cpus", "context"), CASES)
+def test_matches_supersuit_in_process(env: str, num_cpus: int, context: str) -> None:
+    make, copies, steps = ENVS[env]
+    if env == "kaz" and copies < num_cpus:
+        copies = num_cpus
+    assert run_both(make, copies, steps, num_cpus=num_cpus, context=context) >= copies
+
+
+def test_standalone_vec_env_matches_supersuit() -> None:
+    """pettingzoo_env_to_vec_env_v1 on its own (one copy, in this process), as SuperSuit's."""
+    reference = ss.pettingzoo_env_to_vec_env_v1(kaz_black_death())
+    drop_in = vs.pettingzoo_env_to_vec_env_v1(kaz_black_death())
+    assert_tree_equal(drop_in.reset(seed=4), reference.reset(seed=4))
+    space = reference.action_space
+    space.seed(4)
+    for t in range(90):
+        actions = [space.sample() for _ in range(reference.num_envs)]
+        assert_tree_equal(drop_in.step(actions), reference.step(actions), f"step {t}")
+    assert drop_in.par_env.possible_agents == reference.par_env.possible_agents
+    assert drop_in.env_is_wrapped(gym.Wrapper) == [False] * 4
+
+
+@pytest.mark.parametrize("num_cpus", [0, 2], ids=lambda n: f"cpus{n}")
+def test_agent_death_without_black_death_raises_as_supersuit(num_cpus: int) -> None:
+    """SuperSuit raises AssertionError on agent death without black_death_v3; so does the drop-in,
+    at the same step, naming the way out."""
+    reference = ss.concat_vec_envs_v1(ss.pettingzoo_env_to_vec_env_v1(kaz_line_death()), 2)
+    drop_in = vs.concat_vec_envs_v1(vs.pettingzoo_env_to_vec_env_v1(kaz_line_death()), 2, num_cpus=num_cpus)
+    try:
+        reference.reset(seed=3)
+        drop_in.reset(seed=3)
+        space = reference.action_space
+        space.seed(3)
+        for _ in range(200):
+            actions = [space.sample() for _ in range(reference.num_envs)]
+            try:
+                reference.step(actions)
+            except AssertionError:
+                with pytest.raises(AgentDeathError, match="black_death_v3") as info:
+                    drop_in.step(actions)
+                assert isinstance(info.value, AssertionError)
+                break
+            drop_in.step(actions)
+        else:
+            pytest.fail("no agent died: the run does not test agent death")
+    finally:
+        drop_in.close()
+        reference.close()
+
+
+def test_mismatched_agent_spaces_are_an_assertion_error() -> None:
+    with pytest.raises(AgentSpaceMismatchError, match="agent 'a2' has observation space") as info:
+        vs.pettingzoo_env_to_vec_env_v1(ToyParallelEnv(obs_shapes={"a2": 4}))
+    assert isinstance(info.value, AssertionError)
+
+
+@pytest.mark.parametrize("num_cpus", [0, 2], ids=lambda n: f"cpus{n}")
+def test_gymnasium_env_copies(num_cpus: int) -> None:
+    """A plain gymnasium env: one slot per copy, seeded seed + c, reset at the end of an episode
+    with the last observation in "terminal_observation"; env_is_wrapped sees its wrappers."""
+    env = gym.wrappers.TimeLimit(gym.make("CartPole-v1"), 8)
+    venv = vs.concat_vec_envs_v1(env, 3, num_cpus=num_cpus)
+    try:
+        assert venv.env_is_wrapped(gym.wrappers.TimeLimit) == [True] * 3
+        assert venv.env_is_wrapped(gym.wrappers.RecordVideo) == [False] * 3
+        obs, infos = venv.reset(seed=5)
+        for c in range(3):
+            assert np.array_equal(obs[c], gym.make("CartPole-v1").reset(seed=5 + c)[0])
+        assert infos == [{}, {}, {}]
+        for _ in range(8):
+            obs, rewards, terms, truncs, infos = venv.step([0, 1, 0])
+        assert rewards.dtype == np.float32 and truncs.dtype == np.uint8 and (terms | truncs).all()
+        assert all("terminal_observation" in info for info in infos)
+    finally:
+        venv.close()
+
+
+def test_stable_baselines3_base_class_matches_supersuit() -> None:
+    pytest.importorskip("stable_baselines3")
+    make, copies, _ = ENVS["simple_spread"]
+    reference = ss.concat_vec_envs_v1(ss.pettingzoo_env_to_vec_env_v1(make()), copies, base_class="stable_baselines3")
+    drop_in = vs.concat_vec_envs_v1(
+        vs.pettingzoo_env_to_vec_env_v1(make()), copies, num_cpus=2, base_class="stable_baselines3"
+    )
+    try:
+        # SuperSuit's SB3 wrapper drops reset seeds: seed both underneath, then reset through SB3.
+        reference.venv.reset(seed=8)
+        drop_in.venv.reset(seed=8)
+        assert_tree_equal(drop_in.reset(), reference.reset())
+        assert_tree_equal(drop_in.reset_infos, reference.reset_infos)
+        space = reference.action_space
+        space.seed(8)
+        for t in range(30):
+            actions = np.stack([space.sample() for _ in range(reference.num_envs)])
+            drop_in.step_async(actions)
+            reference.step_async(actions)
+            assert_tree_equal(drop_in.step_wait(), reference.step_wait(), f"step {t}")
+        assert drop_in.get_attr("render_mode") == [None] * drop_in.num_envs
+        drop_in.seed(8)  # the drop-in's wrapper seeds its next reset, as SB3's own VecEnvs do
+        assert_tree_equal(drop_in.reset(), drop_in.venv.reset(seed=8)[0])
+    finally:
+        drop_in.close()
+        reference.close()
+
+
+def test_bad_arguments_are_named() -> None:
+    venv = vs.pettingzoo_env_to_vec_env_v1(ToyParallelEnv())
+    with pytest.raises(ValueError, match="`base_class` must be one of 'gymnasium', 'stable_baselines3'"):
+        vs.concat_vec_envs_v1(venv, 2, base_class="stable_baselines")
+    with pytest.raises(ValueError, match="`num_cpus` must be an int >= 0, got -1"):
+        vs.concat_vec_envs_v1(venv, 2, num_cpus=-1)
+    with pytest.raises(TypeError, match="`vec_env` must be what pettingzoo_env_to_vec_env_v1 returned"):
+        vs.concat_vec_envs_v1(object(), 2)
+    with pytest.raises(TypeError, match="takes a PettingZoo ParallelEnv"):
+        vs.pettingzoo_env_to_vec_env_v1(gym.make("CartPole-v1"))
+
+
+def test_supersuit_own_vec_env_is_accepted_and_copies_are_independent() -> None:
+    """SuperSuit's MarkovVectorEnv goes in too; each copy is a pickled copy, as in SuperSuit."""
+    from supersuit.vector import MarkovVectorEnv
+
+    theirs = MarkovVectorEnv(ToyParallelEnv(agents=("a0", "a1", "a2")))  # what SuperSuit's function returns
+    venv = vs.concat_vec_envs_v1(theirs, 2, num_cpus=2)
+    try:
+        obs, infos = venv.reset(seed=1)
+        assert obs.shape == (6, 3) and infos[1] == infos[4] == {"reset_note": 1}
+        assert not np.array_equal(obs[0], obs[3])  # copy 1 is seeded 2
+        assert pickle.loads(pickle.dumps(infos)) == infos
+    finally:
+        venv.close()
+
+
+def test_other_names_are_supersuit_own() -> None:
+    """Only the import changes: SuperSuit's wrappers are reachable through vecenv.supersuit."""
+    assert vs.color_reduction_v0 is ss.color_reduction_v0 and vs.black_death_v3 is ss.black_death_v3
+    assert vs.concat_vec_envs_v1 is not ss.concat_vec_envs_v1
+    with pytest.raises(AttributeError):
+        vs.no_such_wrapper_v0  # noqa: B018 - the lookup is the test

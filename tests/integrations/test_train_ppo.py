@@ -1,0 +1,139 @@
+"""scripts/train_ppo.py: exact across vector envs (fast) and learning CartPole (slow).
+
+Both need torch (the ``train`` extra) and are skipped without it. The script runs in a fresh
+interpreter, as a user runs it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch", reason="train_ppo.py needs torch (pip install -e '.[train]')")
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "train_ppo.py"
+
+
+def _train(out: Path, *args: str, timeout: float) -> dict[str, list[dict[str, str]]]:
+    """Run the script; returns the episodes.csv rows of each vector kind."""
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(out), "--quiet", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with (out / "episodes.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    by_kind: dict[str, list[dict[str, str]]] = {}
+    for row in rows:
+        by_kind.setdefault(row.pop("vector"), []).append(row)
+    return by_kind
+
+
+@pytest.mark.timeout(300)
+def test_same_seed_same_returns_with_vecenv_sync_and_async(tmp_path: Path) -> None:
+    by_kind = _train(
+        tmp_path,
+        "--compare",
+        "vecenv,sync,async",
+        "--num-envs",
+        "4",
+        "--num-workers",
+        "2",
+        "--num-steps",
+        "32",
+        "--total-timesteps",
+        "768",
+        "--update-epochs",
+        "4",
+        "--seed",
+        "3",
+        timeout=280,
+    )
+    assert list(by_kind) == ["vecenv", "sync", "async"]
+    # Every finished episode: when (env step), which env, its return and length; not wall time.
+    trace = {
+        kind: [(r["env_step"], r["env_index"], r["episode_return"], r["episode_length"]) for r in rows]
+        for kind, rows in by_kind.items()
+    }
+    assert len(trace["sync"]) > 15  # a random CartPole policy ends an episode every ~20 steps
+    assert trace["vecenv"] == trace["sync"]
+    assert trace["async"] == trace["sync"]
+    runs = json.loads((tmp_path / "summary.json").read_text())["runs"]
+    assert [r["vector"] for r in runs] == ["vecenv", "sync", "async"]
+    assert all(r["env_steps"] == 768 and r["sps"] > 0 for r in runs)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return
+    assert (tmp_path / "learning_curve.png").stat().st_size > 1000
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_ppo_learns_cartpole(tmp_path: Path) -> None:
+    rows = _train(tmp_path, "--vector", "vecenv", "--num-envs", "8", "--total-timesteps", "40000", timeout=580)[
+        "vecenv"
+    ]
+    returns = [float(r["episode_return"]) for r in rows]
+    early, late = sum(returns[:20]) / 20, sum(returns[-20:]) / 20
+    assert late > early + 100, f"mean return of the first 20 episodes {early:.1f}, of the last 20 {late:.1f}"
+
+
+@pytest.mark.timeout(120)
+def test_auto_workers_say_what_they_chose_and_stay_exact(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(tmp_path), "--compare", "vecenv,sync", "--num-envs", "4"]
+        + ["--num-steps", "16", "--total-timesteps", "128", "--update-epochs", "1", "--seed", "2"],
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "vecenv: num_workers='auto' chose " in proc.stdout  # auto is the default
+    with (tmp_path / "episodes.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    trace = {
+        k: [(r["env_step"], r["env_index"], r["episode_return"]) for r in rows if r["vector"] == k]
+        for k in ("vecenv", "sync")
+    }
+    assert trace["vecenv"] and trace["vecenv"] == trace["sync"]
+
+
+@pytest.mark.parametrize("bad", ["all", "-1", "5"])
+def test_bad_num_workers_is_a_usage_error(tmp_path: Path, bad: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(tmp_path), "--num-envs", "4", "--num-workers", bad],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "--num-workers" in proc.stderr and bad in proc.stderr
+
+
+@pytest.mark.timeout(200)
+def test_capture_video_records_env_0_every_k_episodes_and_keeps_the_returns(tmp_path: Path) -> None:
+    imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg", reason="needs the video extra: pip install -e '.[video]'")
+    common = ["--compare", "vecenv,sync", "--num-envs", "2", "--num-workers", "2", "--num-steps", "32"]
+    common += ["--total-timesteps", "256", "--update-epochs", "1", "--minibatch-size", "64", "--seed", "4"]
+    plain = _train(tmp_path / "plain", *common, timeout=90)
+    recorded = _train(tmp_path / "video", *common, "--capture-video", "--video-every", "3", timeout=90)
+    for kind in ("vecenv", "sync"):
+        strip = [(r["env_step"], r["env_index"], r["episode_return"]) for r in plain[kind]]
+        assert [(r["env_step"], r["env_index"], r["episode_return"]) for r in recorded[kind]] == strip
+    episodes_of_env0 = sum(1 for r in plain["sync"] if r["env_index"] == "0")
+    folder = {kind: tmp_path / "video" / "videos" / kind for kind in ("vecenv", "sync")}
+    names = sorted(p.name for p in folder["sync"].iterdir())
+    assert names == sorted(p.name for p in folder["vecenv"].iterdir())
+    expected = [f"CartPole-v1-env0-episode-{e}.mp4" for e in range(0, episodes_of_env0 + 1, 3)]
+    assert names == sorted(expected), "episodes 0, 3, 6... of env 0 (the last one open at the end)"
+    for name in names:
+        counts = [imageio_ffmpeg.count_frames_and_secs(str(folder[k] / name))[0] for k in ("vecenv", "sync")]
+        assert counts[0] == counts[1] > 0

@@ -1,0 +1,301 @@
+"""``render(env_ids=...)`` and :class:`vecenv.video.RecordVideo`, against SyncVectorEnv.
+
+``render(env_ids)`` must give the frames SyncVectorEnv's envs give, in the order asked, and make
+only those envs render. The video wrapper must record the same frames over vecenv as over
+SyncVectorEnv, with each video holding exactly one episode of one env (the frames of
+:class:`~tests.helpers.envs.FrameEnv` say which env, episode and step drew them), in every
+autoreset mode.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+
+import vecenv
+from tests.helpers.envs import frame_fns
+from vecenv.video import RecordVideo, capped_cubic, every
+
+NEXT, SAME, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED
+
+#: (num_workers, inline_group): worker processes, uneven groups, a single worker, the parent's own group.
+BACKENDS = [(2, False), (3, False), (1, False), (0, False), (2, True)]
+
+
+def _make(num_envs: int, workers: int, inline: bool, mode: AutoresetMode = NEXT) -> vecenv.SubprocVectorEnv:
+    return vecenv.SubprocVectorEnv(frame_fns(num_envs), workers, inline_group=inline, autoreset_mode=mode)
+
+
+def _same_frames(ours: tuple, ref: tuple) -> None:
+    assert len(ours) == len(ref)
+    for a, b in zip(ours, ref):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+# -- render(env_ids) -------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("workers", "inline"), BACKENDS, ids=lambda v: str(v))
+def test_render_env_ids_matches_sync_and_renders_only_those(workers: int, inline: bool) -> None:
+    sync = SyncVectorEnv(frame_fns(7))
+    try:
+        with _make(7, workers, inline) as envs:
+            envs.reset(seed=3)
+            sync.reset(seed=3)
+            for _ in range(4):
+                actions = np.arange(7) % 2
+                envs.step(actions)
+                sync.step(actions)
+            _same_frames(envs.render(), sync.render())
+            ids = [6, 0, 3]
+            frames = envs.render(env_ids=ids)
+            _same_frames(frames, tuple(sync.envs[i].render() for i in ids))
+            assert [int(f[0, 0, 0]) for f in frames] == ids, "in the order asked"
+            # Every env rendered once by render(); then only 6, 0 and 3 once more.
+            assert envs.get_attr("renders") == (2, 1, 1, 2, 1, 1, 2)
+            _same_frames(envs.render(env_ids=np.array([5])), (sync.envs[5].render(),))
+            assert envs.get_attr("renders")[5] == 2
+    finally:
+        sync.close()
+
+
+@pytest.mark.timeout(60)
+def test_render_bad_env_ids_raise_before_anything_is_sent() -> None:
+    with _make(5, 2, False) as envs:
+        envs.reset(seed=0)
+        cases = [
+            ([5], ValueError, r"`env_ids` must lie in \[0, 5\), got unknown ids \[5\]"),
+            ([-1], ValueError, r"unknown ids \[-1\]"),
+            ([1, 1], ValueError, r"must not repeat an env, got duplicated ids \[1\]"),
+            ([], TypeError, "non-empty 1-d array of int env indices"),
+            (2, TypeError, "non-empty 1-d array of int env indices, got 2"),
+            ([0.5], TypeError, "non-empty 1-d array of int env indices"),
+            ([[0, 1]], TypeError, "non-empty 1-d array"),
+        ]
+        for bad, error, message in cases:
+            with pytest.raises(error, match=message):
+                envs.render(env_ids=bad)
+        assert envs.state is vecenv.State.DEFAULT
+        assert envs.get_attr("renders") == (0,) * 5, "nothing was rendered"
+        assert len(envs.render(env_ids=[4, 1])) == 2
+
+
+@pytest.mark.timeout(60)
+def test_render_env_ids_of_a_native_vector_group() -> None:
+    def group() -> Any:
+        return SyncVectorEnv(frame_fns(3))
+
+    with vecenv.SubprocVectorEnv.from_groups([group, group]) as envs:
+        envs.reset(seed=0)
+        frames = envs.render(env_ids=[4, 1])
+        assert [tuple(f[0, 0]) for f in frames] == [(1, 0, 0), (1, 0, 0)]  # env 1 of each group
+
+
+# -- RecordVideo -------------------------------------------------------------------------------------
+
+
+class MemoryVideos:
+    """A writer factory that keeps each video's frames in memory, by file name."""
+
+    def __init__(self, fps: float = 25.0) -> None:
+        self.fps = fps  # what the env's metadata asks for
+        self.videos: dict[str, list[np.ndarray]] = {}
+        self.closed: list[str] = []
+
+    def __call__(self, path: str, fps: float) -> Any:
+        name = os.path.basename(path)
+        assert fps == self.fps, "the env's render_fps"
+        frames = self.videos.setdefault(name, [])
+        store = self
+
+        class Writer:
+            def append(self, frame: np.ndarray) -> None:
+                frames.append(frame.copy())
+
+            def close(self) -> None:
+                store.closed.append(name)
+
+        return Writer()
+
+
+def _record(
+    envs: Any, mode: AutoresetMode, steps: int, env_ids: list[int], folder: Any
+) -> tuple[RecordVideo, MemoryVideos, dict]:
+    """Step a recorded vector env with fixed actions; returns the wrapper, its videos and, per
+    recorded env, the last step ``t`` of each episode that ended."""
+    videos = MemoryVideos()
+    wrapped = RecordVideo(envs, folder, env_ids=env_ids, episode_trigger=every(2), writer=videos)
+    ends: dict[int, list[int]] = {i: [] for i in env_ids}
+    rng = np.random.default_rng(0)
+    wrapped.reset(seed=5)
+    for _ in range(steps):
+        obs, _, terms, truncs, infos = wrapped.step(rng.integers(0, 2, envs.num_envs))
+        done = terms | truncs
+        for i in env_ids:
+            if done[i]:
+                last = infos["final_obs"][i] if mode is SAME else obs[i]
+                ends[i].append(int(last[0]))
+        if mode is DISABLED and done.any():
+            wrapped.reset(options={"reset_mask": done})
+    wrapped.close()
+    return wrapped, videos, ends
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("mode", [NEXT, SAME, DISABLED], ids=lambda m: m.value)
+@pytest.mark.parametrize(("workers", "inline"), [(2, False), (0, False), (3, True)], ids=str)
+def test_record_video_matches_sync_one_episode_per_video(
+    tmp_path, mode: AutoresetMode, workers: int, inline: bool
+) -> None:
+    env_ids = [4, 0]
+    folder = tmp_path / "videos"
+    ours, our_videos, ends = _record(_make(6, workers, inline, mode), mode, 60, env_ids, folder)
+    ref, ref_videos, ref_ends = _record(SyncVectorEnv(frame_fns(6), autoreset_mode=mode), mode, 60, env_ids, folder)
+    assert ends == ref_ends
+    assert list(our_videos.videos) == list(ref_videos.videos)
+    for name, frames in our_videos.videos.items():
+        _same_frames(tuple(frames), tuple(ref_videos.videos[name]))
+    assert our_videos.closed == list(our_videos.videos), "every video closed once, in order"
+    assert [os.path.basename(p) for p in ours.videos] == our_videos.closed
+    assert ours.recording == [] and ours.video_folder == str(folder)
+    for i in env_ids:
+        recorded = sorted(int(n.split("episode-")[1][:-4]) for n in our_videos.videos if f"-env{i}-" in n)
+        assert recorded == list(range(0, len(ends[i]) + 1, 2)), "episodes 0, 2, 4... of each env"
+        for episode in recorded:
+            pixels = np.array([f[0, 0] for f in our_videos.videos[f"rl-video-env{i}-episode-{episode}.mp4"]])
+            assert (pixels[:, 0] == i).all() and (pixels[:, 2] == episode).all(), "one env, one episode"
+            assert pixels[:, 1].tolist() == list(range(len(pixels))), "every step from the reset on"
+            if episode < len(ends[i]):  # finished before close: it ends where the env's episode ended
+                last = ends[i][episode] - (1 if mode is SAME else 0)
+                assert pixels[-1, 1] == last
+    assert os.listdir(folder) == [], "the writer given wrote nothing there"
+
+
+@pytest.mark.timeout(60)
+def test_record_video_renders_only_the_recorded_envs_while_recording(tmp_path) -> None:
+    videos = MemoryVideos()
+    with _make(4, 2, False) as envs:
+        wrapped = RecordVideo(envs, tmp_path, env_ids=[2], episode_trigger=lambda e: e == 1, writer=videos)
+        wrapped.reset(seed=0)
+        for _ in range(40):
+            wrapped.step(np.zeros(4, np.int64))
+        renders = envs.get_attr("renders")
+        wrapped.close()
+    assert list(videos.videos) == ["rl-video-env2-episode-1.mp4"]
+    assert renders == (0, 0, len(videos.videos["rl-video-env2-episode-1.mp4"]), 0)
+
+
+@pytest.mark.timeout(60)
+def test_record_video_over_another_vector_env_renders_all_and_keeps_the_chosen(tmp_path) -> None:
+    videos, ref = MemoryVideos(), MemoryVideos()
+    for envs, store in ((AsyncVectorEnv(frame_fns(2), context="spawn"), videos), (SyncVectorEnv(frame_fns(2)), ref)):
+        wrapped = RecordVideo(envs, tmp_path, env_ids=[1], episode_trigger=every(1), writer=store)
+        wrapped.reset(seed=1)
+        for _ in range(10):
+            wrapped.step(np.ones(2, np.int64))
+        wrapped.close()
+    assert list(videos.videos) == list(ref.videos) and len(videos.videos) >= 2
+    for name in ref.videos:
+        _same_frames(tuple(videos.videos[name]), tuple(ref.videos[name]))
+
+
+@pytest.mark.timeout(60)
+def test_record_video_writes_mp4_files(tmp_path) -> None:
+    imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg", reason="needs the video extra: pip install -e '.[video]'")
+    with RecordVideo(_make(3, 1, False), tmp_path / "videos", env_ids=[0, 2], episode_trigger=every(1)) as envs:
+        envs.reset(seed=0)
+        for _ in range(12):
+            envs.step(np.zeros(3, np.int64))
+        renders = envs.env.get_attr("renders")
+    assert len(envs.videos) >= 4
+    counts = {}
+    for path in envs.videos:
+        assert os.path.dirname(path) == str(tmp_path / "videos")
+        counts[os.path.basename(path)], _ = imageio_ffmpeg.count_frames_and_secs(path)
+    assert sorted(os.listdir(tmp_path / "videos")) == sorted(counts)
+    for i in (0, 2):
+        assert sum(n for name, n in counts.items() if f"-env{i}-" in name) == renders[i], "every frame is in a file"
+
+
+def test_record_video_refuses_what_it_cannot_record(tmp_path) -> None:
+    no_frames = SyncVectorEnv(frame_fns(2, render_mode=None))
+    with pytest.raises(ValueError, match="render_mode='rgb_array'.*got render_mode=None"):
+        RecordVideo(no_frames, tmp_path, writer=MemoryVideos())
+    envs = SyncVectorEnv(frame_fns(2))
+    with pytest.raises(ValueError, match=r"`env_ids` must lie in \[0, 2\), got unknown ids \[2\]"):
+        RecordVideo(envs, tmp_path, env_ids=[2], writer=MemoryVideos())
+    with pytest.raises(TypeError, match="`episode_trigger` must be a callable"):
+        RecordVideo(envs, tmp_path, episode_trigger=3, writer=MemoryVideos())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="`k` must be a positive int, got 0"):
+        every(0)
+    no_frames.close()
+    envs.close()
+
+
+def test_missing_imageio_names_the_extra(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "imageio", None)
+    monkeypatch.setitem(sys.modules, "imageio.v2", None)
+    envs = SyncVectorEnv(frame_fns(1))
+    with pytest.raises(ImportError, match=r"pip install 'vecenv\[video\]'"):
+        RecordVideo(envs, tmp_path)
+    envs.close()
+
+
+def test_default_trigger_is_the_capped_cubic_schedule() -> None:
+    assert [e for e in range(2001) if capped_cubic(e)] == [0, 1, 8, 27, 64, 125, 216, 343, 512, 729, 1000, 2000]
+    assert [e for e in range(10) if every(3)(e)] == [0, 3, 6, 9]
+
+
+def test_import_vecenv_does_not_import_imageio() -> None:
+    import subprocess
+
+    code = "import sys, vecenv, vecenv.video; print('imageio' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "False"
+
+
+def test_mp4_writer_raises_what_encoding_raised(tmp_path) -> None:
+    pytest.importorskip("imageio_ffmpeg", reason="needs the video extra: pip install -e '.[video]'")
+    from vecenv.video import imageio_writer
+
+    writer = imageio_writer(str(tmp_path / "bad.mp4"), 25.0)
+    writer.append(np.zeros((6, 8, 3), np.uint8))
+    writer.append(np.zeros((10, 10, 3), np.uint8))  # a frame of another size: imageio refuses it
+    with pytest.raises(ValueError, match="same size"):
+        try:
+            for _ in range(3):  # raised by the next append or by close, in the caller's thread
+                writer.append(np.zeros((6, 8, 3), np.uint8))
+        finally:
+            writer.close()
+    with pytest.raises(ValueError, match="same size"):
+        writer.close()  # closed: the error is still reported, nothing is left running
+
+
+@pytest.mark.timeout(60)
+def test_record_video_of_a_multi_agent_row_records_its_copy(tmp_path) -> None:
+    """Rows are agents: a recorded row's frames are its copy's, whatever the agents per copy."""
+    import functools
+
+    from tests.helpers.multiagent import ToyParallelEnv
+
+    fns = [functools.partial(ToyParallelEnv, length=3), functools.partial(ToyParallelEnv, length=7)]
+    videos = MemoryVideos(fps=30.0)  # the toy env names no render_fps: RecordVideo's default
+    with vecenv.MultiAgentVectorEnv(fns, 0) as envs:
+        row = envs.num_agents + 1  # the second agent of copy 1
+        wrapped = RecordVideo(envs, tmp_path, env_ids=[row], episode_trigger=every(1), writer=videos)
+        wrapped.reset(seed=0)
+        expected = [envs.render(copies=[1])[0]]
+        for _ in range(5):
+            wrapped.step(np.zeros(envs.num_envs, np.int64))
+            expected.append(envs.render(copies=[1])[0])
+        copy0 = envs.render(copies=[0])[0]
+        wrapped.close()
+    frames = videos.videos[f"rl-video-env{row}-episode-0.mp4"]
+    _same_frames(tuple(frames), tuple(expected))
+    assert not np.array_equal(frames[-1], copy0), "copy 0 restarted after 3 steps: its frame differs by now"

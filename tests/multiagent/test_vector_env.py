@@ -1,0 +1,227 @@
+"""The native multi-agent API on a toy parallel env (no PettingZoo needed): MultiAgentVectorEnv
+must match a plain loop over the parallel envs (tests/helpers/multiagent.py) in every autoreset mode,
+and keep the engine's guarantees (errors, restarts, async batches, closing)."""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode
+
+import vecenv
+from tests.conftest import start_methods
+from tests.helpers.multiagent import PlainLoop, ToyParallelEnv, assert_tree_equal
+from vecenv.errors import NeedsResetError, SpaceMismatchError
+from vecenv.multiagent import AgentSpaceMismatchError, MultiAgentVectorEnv
+from vecenv.multiagent.copies import INACTIVE_KEY
+from vecenv.multiagent.group import ParallelCopies
+from vecenv.wire.buffers import Buffers, BufferSpec
+
+NEXT, SAME, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED
+MODES = [pytest.param(m, id=m.value) for m in (NEXT, SAME, DISABLED)]
+
+
+def run_native(env_fns: list[Any], mode: AutoresetMode, steps: int, seed: int = 7, **kwargs: Any) -> dict[str, int]:
+    """Step MultiAgentVectorEnv and the plain loop with the same seeds and actions; compare every
+    output. Under DISABLED, done copies are reset with a per-copy mask. Returns what happened."""
+    ref = PlainLoop(env_fns, mode)
+    seen = {"inactive_rows": 0, "copy_ends": 0, "masked_resets": 0}
+    with MultiAgentVectorEnv(env_fns, autoreset_mode=mode, **kwargs) as envs:
+        assert_tree_equal(envs.reset(seed=seed), ref.reset(seed=seed), "reset")
+        space = envs.action_space
+        space.seed(seed)
+        for t in range(steps):
+            actions = space.sample()
+            out = envs.step(actions)
+            expected = ref.step(actions)
+            assert_tree_equal(out, expected, f"step {t}")
+            assert np.array_equal(envs.active, expected[4]["active"])
+            seen["inactive_rows"] += int((~envs.active).sum())
+            done = (out[2] | out[3]).reshape(envs.num_copies, envs.num_agents).all(axis=1)
+            seen["copy_ends"] += int(done.sum())
+            if mode is DISABLED and done.any():
+                got = envs.reset(options={"reset_mask": done})
+                assert_tree_equal(got, ref.reset(mask=done), f"masked reset after step {t}")
+                seen["masked_resets"] += 1
+    ref.close()
+    return seen
+
+
+def toy_fns(n: int, **kwargs: Any) -> list[Any]:
+    return [functools.partial(ToyParallelEnv, **kwargs)] * n
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("num_workers", [0, 1, 2, 3], ids=lambda w: f"w{w}")
+def test_matches_plain_loop(mode: AutoresetMode, num_workers: int) -> None:
+    seen = run_native(toy_fns(5), mode, steps=20, num_workers=num_workers, context="fork")
+    assert seen["inactive_rows"] > 0 and seen["copy_ends"] >= 5
+    assert (seen["masked_resets"] > 0) == (mode is DISABLED)
+
+
+@start_methods("spawn", "forkserver")
+def test_matches_plain_loop_other_start_methods(start_method: str) -> None:
+    seen = run_native(toy_fns(4), SAME, steps=14, num_workers=2, context=start_method)
+    assert seen["copy_ends"] >= 4
+
+
+def test_rows_of_one_group_without_processes() -> None:
+    """The group on its own: row layout, agent death, late joining, copy-level infos."""
+    copies = ParallelCopies([ToyParallelEnv(), ToyParallelEnv()], NEXT)
+    spec = BufferSpec.plan(copies.num_rows, copies.observation_space, copies.action_space, shared_memory=False)
+    buffers = Buffers.create(spec)
+    group = copies.make_group(buffers)
+    entries = dict(group.reset([5] * 4 + [6] * 4, None, None))
+    # Rows: copy * 4 + agent; "late" (agent 3) is absent at reset: zeros, terminated, inactive.
+    assert buffers.observations[[0, 1, 2], 2].tolist() == [0, 1, 2]
+    assert not buffers.observations[3].any() and not buffers.observations[7].any()
+    assert buffers.terminations.tolist() == [False, False, False, True] * 2
+    assert entries[3] == {"copy_info": {"episode_id": entries[0]["copy_info"]["episode_id"]}, INACTIVE_KEY: True}
+    assert entries[1]["reset_note"] == 1
+    for _ in range(3):  # a2 dies at step 3; late has joined at step 2
+        entries = dict(group.step(np.ones(8, np.int64)))
+    assert buffers.terminations.tolist() == [False, False, True, False] * 2
+    assert buffers.rewards.tolist() == [1.0, 1.5, 2.0, 2.5] * 2
+    assert entries[0]["copy_info"] == {"round": 1} and entries[0]["t"] == 3
+    entries = dict(group.step(np.ones(8, np.int64)))
+    assert not buffers.observations[2].any() and buffers.rewards[2] == 0.0 and buffers.terminations[2]
+    assert entries[2] == {INACTIVE_KEY: True} and 3 not in entries
+    buffers.close()
+
+
+def test_seeds_per_copy_and_reset_mask() -> None:
+    with MultiAgentVectorEnv(toy_fns(3), num_workers=2, context="fork") as envs:
+        obs, infos = envs.reset(seed=40)
+        for c in range(3):
+            expected = ToyParallelEnv().reset(seed=40 + c)[0]["a0"]
+            assert np.array_equal(obs[c * 4], expected), f"copy {c} is seeded {40 + c}"
+        envs.step(envs.action_space.sample())
+        before = envs.step(envs.action_space.sample())[0]
+        mask = np.array([False, True, False])
+        obs, infos = envs.reset(seed=[None, 9, None], options={"reset_mask": mask})
+        assert np.array_equal(obs[4], ToyParallelEnv().reset(seed=9)[0]["a0"])
+        assert np.array_equal(obs[:4], before[:4]) and np.array_equal(obs[8:], before[8:])
+        assert infos["_copy_info"].tolist() == [False] * 4 + [True] * 4 + [False] * 4
+        assert infos["active"].tolist() == [True, True, True, False] * 3  # "late" joins after step 2
+        with pytest.raises(ValueError, match=r"shape `\(3,\)`"):
+            envs.reset(options={"reset_mask": np.ones(12, dtype=bool)})
+
+
+def test_disabled_refuses_to_step_a_done_copy() -> None:
+    with MultiAgentVectorEnv(toy_fns(2, length=2), num_workers=1, autoreset_mode=DISABLED) as envs:
+        envs.reset(seed=0)
+        envs.step(envs.action_space.sample())
+        _, _, terms, truncs, _ = envs.step(envs.action_space.sample())
+        assert (terms | truncs).all()
+        with pytest.raises(NeedsResetError, match=r"copies \[0, 1\] are done"):
+            envs.step(envs.action_space.sample())
+        envs.reset(options={"reset_mask": np.array([True, True])})
+        envs.step(envs.action_space.sample())
+
+
+def test_render_call_get_set_attr_per_copy() -> None:
+    with MultiAgentVectorEnv(toy_fns(3), num_workers=2, context="fork") as envs:
+        envs.reset(seed=0)
+        envs.step(envs.action_space.sample())
+        frames = envs.render()
+        assert len(frames) == 3 and all(f.shape == (2, 2, 3) and f[0, 0, 0] == 1 for f in frames)
+        chosen = envs.render(copies=[2, 0])
+        assert len(chosen) == 2 and all(np.array_equal(f, frames[0]) for f in chosen)
+        with pytest.raises(ValueError, match=r"`copies` must lie in \[0, 3\), got 3"):
+            envs.render(copies=[3])
+        assert envs.get_attr("label") == ("toy",) * 3
+        envs.set_attr("label", ["x", "y", "z"])
+        assert envs.get_attr("label") == ("x", "y", "z")
+        assert envs.call("observation_space", "a0") == (ToyParallelEnv().observation_space("a0"),) * 3
+        assert vecenv.MultiAgentVectorEnv is MultiAgentVectorEnv
+
+
+def test_agents_with_different_spaces_are_refused_by_name() -> None:
+    fn = functools.partial(ToyParallelEnv, obs_shapes={"a2": 4})
+    with pytest.raises(AgentSpaceMismatchError) as info:
+        MultiAgentVectorEnv([fn, fn], num_workers=1)
+    message = str(info.value)
+    assert "agent 'a2' has observation space Box(-1e+06, 1e+06, (4,), float32)" in message
+    assert "agent 'a0' has Box(-1e+06, 1e+06, (3,), float32)" in message
+    assert "pad_observations_v0" in message
+    assert isinstance(info.value, AssertionError)
+
+
+def test_copies_with_different_agents_are_refused() -> None:
+    other = functools.partial(ToyParallelEnv, agents=("a0", "a1", "a2", "other"))
+    with pytest.raises(AgentSpaceMismatchError, match="copy 1 has agents"):
+        MultiAgentVectorEnv([ToyParallelEnv, other], num_workers=1)
+    with pytest.raises((AgentSpaceMismatchError, SpaceMismatchError)):
+        MultiAgentVectorEnv([ToyParallelEnv, functools.partial(ToyParallelEnv, obs_shapes={"a0": 5, "a1": 5})], 2)
+
+
+def test_env_error_names_the_copy_and_keeps_its_type() -> None:
+    fns = [ToyParallelEnv, functools.partial(ToyParallelEnv, raise_at=2), ToyParallelEnv]
+    with MultiAgentVectorEnv(fns, num_workers=2, context="fork") as envs:
+        envs.reset(seed=0)
+        envs.step(envs.action_space.sample())
+        with pytest.raises(KeyError, match="toy env failure") as info:
+            envs.step(envs.action_space.sample())
+        assert any("in copy 1 (agents a0, a1, a2, late)" in note for note in info.value.__notes__)
+        with pytest.raises(NeedsResetError):
+            envs.step(envs.action_space.sample())
+
+
+def test_restart_rebuilds_the_copies_of_a_dead_worker(tmp_path: Any) -> None:
+    marker = str(tmp_path / "crashed")
+    fns = [ToyParallelEnv, functools.partial(ToyParallelEnv, crash_once=marker, crash_at=2)]
+    with MultiAgentVectorEnv(fns, num_workers=2, context="fork", on_worker_death="restart") as envs:
+        envs.reset(seed=3)
+        envs.step(envs.action_space.sample())
+        obs, rewards, terms, truncs, infos = envs.step(envs.action_space.sample())
+        assert os.path.exists(marker)
+        assert truncs[4:].all() and not truncs[:4].any() and (rewards[4:] == 0).all()
+        assert infos["_worker_restarted"].tolist() == [False] * 4 + [True] * 4
+        assert infos["active"].tolist() == [True, True, True, False, True, True, True, False]
+        for _ in range(8):  # the rebuilt copy runs on
+            envs.step(envs.action_space.sample())
+
+
+def test_async_batches_are_whole_copies() -> None:
+    with MultiAgentVectorEnv(toy_fns(4), num_workers=2, context="fork", batch_size=8) as envs:
+        envs.async_reset(seed=1)
+        seen: set[int] = set()
+        rounds = 0
+        # Which group answers first depends on scheduling: a loaded host may run one worker
+        # for many rounds before the other's first reply lands, so wait until both came back.
+        while seen != {0, 8} and rounds < 2000:
+            obs, rewards, terms, truncs, infos, env_ids = envs.recv(timeout=30)
+            assert len(env_ids) == 8 and sorted(env_ids.tolist()) in ([*range(8)], [*range(8, 16)])
+            assert infos["active"].shape == (8,)
+            seen.add(int(env_ids[0]))
+            envs.send(np.ones(8, np.int64), env_ids)
+            rounds += 1
+        assert seen == {0, 8}, f"only the groups starting at {sorted(seen)} came back in {rounds} rounds"
+
+
+def test_close_closes_every_copy(tmp_path: Any) -> None:
+    envs = MultiAgentVectorEnv(toy_fns(5, closed_dir=str(tmp_path)), num_workers=2, context="fork")
+    envs.reset(seed=0)
+    envs.close()
+    assert len(os.listdir(tmp_path)) == 5
+    envs.close()  # idempotent
+
+
+def test_make_parallel_takes_a_module_or_a_callable() -> None:
+    class Module:
+        parallel_env = ToyParallelEnv
+
+    with vecenv.make_parallel(Module, 2, 1, env_kwargs={"length": 3}) as envs:
+        assert envs.num_envs == 8 and envs.agents == ("a0", "a1", "a2", "late")
+        envs.reset(seed=0)
+        for _ in range(3):
+            _, _, _, truncs, _ = envs.step(envs.action_space.sample())
+        assert truncs[[0, 1, 4, 5]].all()
+    with pytest.raises(ValueError, match="`num_copies` must be a positive int, got 0"):
+        vecenv.make_parallel(ToyParallelEnv, 0)
+    with pytest.raises(TypeError, match="`env` must be a PettingZoo env module"):
+        vecenv.make_parallel(42, 2)

@@ -1,0 +1,107 @@
+"""Every error vecenv raises is a :class:`vecenv.errors.VecEnvError`, with the builtin base it had.
+
+An AST walk over ``vecenv/`` lists every ``raise <builtin exception>(...)``; only the cases below
+may remain, each for a reason a ``VecEnvError`` cannot serve. Exceptions that env code raised
+are re-raised as they are (``raise exc``), as Gymnasium's ``SyncVectorEnv`` does: the walk does
+not see those, nor Gymnasium's own errors (``AlreadyPendingCallError``, ...).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+from pathlib import Path
+
+import pytest
+
+import vecenv.errors
+from vecenv.datasets import errors as dataset_errors
+from vecenv.errors import VecEnvError
+
+PACKAGE = Path(vecenv.errors.__file__).resolve().parent
+
+#: (exception, where) pairs allowed to stay builtin; ``where`` is a function name or a file.
+ALLOWED = {
+    # The attribute protocol: a module's or a wrapper's __getattr__ says "no such attribute"
+    # with AttributeError (hasattr, getattr with a default and copy rely on it).
+    ("AttributeError", "__getattr__"),
+    # SB3's VecEnvWrapper.__getattr__ asks getattr_recursive, which follows the same protocol.
+    ("AttributeError", "getattr_recursive"),
+    # "This transport cannot restart workers" / an abstract method: caught by the restart code
+    # (vecenv.parent.restart), never seen by a user.
+    ("NotImplementedError", "*"),
+    # `python -m vecenv.datasets`: the exit status of the command, not an error.
+    ("SystemExit", "__main__.py"),
+    # The /proc reader of the benchmark imports nothing of vecenv (it measures processes whose
+    # memory an import would change); callers catch ProcessLookupError.
+    ("ProcessLookupError", "procfs.py"),
+}
+
+
+def _builtin_raises() -> list[tuple[str, str, str]]:
+    """``(exception, enclosing function or "<module>", "file:line")`` for each builtin raise."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for function, node in _walk(tree, "<module>"):
+            exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+            name = exc.id if isinstance(exc, ast.Name) else None
+            if name is not None and isinstance(getattr(builtins, name, None), type):
+                if issubclass(getattr(builtins, name), BaseException):
+                    found.append((name, function, f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"))
+    return found
+
+
+def _walk(node: ast.AST, function: str):
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield from _walk(child, child.name)
+        else:
+            if isinstance(child, ast.Raise) and child.exc is not None:
+                yield function, child
+            yield from _walk(child, function)
+
+
+def _allowed(name: str, function: str, where: str) -> bool:
+    file = Path(where.split(":")[0]).name
+    return any(n == name and w in ("*", function, file) for n, w in ALLOWED)
+
+
+def test_every_error_raised_is_a_vecenv_error() -> None:
+    raises = _builtin_raises()
+    assert len(raises) > 5, "the walk found too few raises: it no longer sees the package"
+    bare = [
+        f"{where}: raise {name}(...) in {function}"
+        for name, function, where in raises
+        if not _allowed(name, function, where)
+    ]
+    assert bare == [], "raise a VecEnvError subclass with the same builtin base instead:\n" + "\n".join(bare)
+
+
+@pytest.mark.parametrize(
+    ("error", "base"),
+    [
+        (vecenv.errors.InvalidArgumentError, ValueError),
+        (vecenv.errors.ArgumentTypeError, TypeError),
+        (vecenv.errors.InvalidStateError, RuntimeError),
+        (vecenv.errors.MissingDependencyError, ImportError),
+        (vecenv.errors.EnvIndexError, IndexError),
+        (dataset_errors.OutputExistsError, FileExistsError),
+        (dataset_errors.DatasetNotFoundError, FileNotFoundError),
+        (dataset_errors.MinariNotInstalledError, ImportError),
+    ],
+)
+def test_each_error_keeps_its_builtin_base(error: type, base: type) -> None:
+    """``except ValueError`` (what callers wrote before) and ``except VecEnvError`` both catch it."""
+    assert issubclass(error, VecEnvError) and issubclass(error, base)
+    with pytest.raises(base, match="the message"):
+        raise error("the message")
+
+
+def test_a_bad_argument_is_both_a_value_error_and_a_vecenv_error() -> None:
+    """End to end: a refused argument is caught by either ``except``, with the same message."""
+    from vecenv.checks import check_timeout
+
+    with pytest.raises(ValueError, match="`timeout` must be None or a non-negative number") as info:
+        check_timeout(-1.0)
+    assert isinstance(info.value, VecEnvError)

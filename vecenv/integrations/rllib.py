@@ -1,0 +1,115 @@
+"""RLlib's EnvRunners over vecenv: each EnvRunner steps its envs in vecenv's worker groups.
+
+RLlib's new API stack builds the envs of every EnvRunner with ``gymnasium.make_vec(...,
+vectorization_mode=config.gym_env_vectorize_mode)``. For an env registered with
+``ray.tune.registry.register_env``, the mode ``"vector_entry_point"`` makes RLlib call the
+registered creator once per EnvRunner, with ``num_envs`` added to the env config. A creator that
+then returns ``vecenv.make(...)`` puts vecenv's worker processes under the EnvRunner in place of
+RLlib's ``SYNC`` (all envs in the EnvRunner's process) or ``ASYNC`` (one process per env)
+vectorization. :func:`register_env` registers such a creator::
+
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from vecenv.integrations import rllib
+
+    rllib.register_env("vecenv-CartPole", "CartPole-v1", num_workers=2)
+    config = (
+        PPOConfig()
+        .environment("vecenv-CartPole")
+        .env_runners(num_envs_per_env_runner=64, gym_env_vectorize_mode="vector_entry_point")
+    )
+
+Ray and RLlib are imported only by :func:`register_env`; :class:`EnvCreator` needs neither.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError
+from vecenv.factory import make
+
+__all__ = ["EnvCreator", "RLlibConfigError", "register_env"]
+
+
+class RLlibConfigError(InvalidArgumentError):
+    """RLlib asked a vecenv env creator for something it cannot give: a single env.
+
+    That is what RLlib does under ``gym_env_vectorize_mode="sync"`` or ``"async"`` (it wraps one
+    env per creator call itself); vecenv is used only under ``"vector_entry_point"``.
+    """
+
+
+class EnvCreator:
+    """An RLlib env creator that returns ``vecenv.make(env_id, num_envs, num_workers, ...)``.
+
+    RLlib calls it with the EnvRunner's env config (``config.environment(env_config=...)``) plus
+    ``num_envs``; the env config's entries become the env's keyword arguments (as
+    ``gymnasium.make(env_id, **env_config)``). It is picklable (Ray ships it to every EnvRunner).
+
+    Args:
+        env_id: a Gymnasium id (``"ID"`` or ``"module:ID"``) or ``EnvSpec``, as ``vecenv.make``
+            takes it.
+        num_workers: vecenv worker processes per EnvRunner (``None``: one per core). Every
+            EnvRunner starts its own, so ``num_env_runners`` (or 1) times this many processes
+            step envs: keep that product at or below the cores RLlib may use.
+        **make_kwargs: any other keyword argument of ``vecenv.make`` (``vector_kwargs``,
+            ``wrappers``, ``backend``, ``context``, ...); not ``num_envs``, which RLlib gives.
+
+    Raises:
+        ArgumentTypeError: ``num_envs`` among ``make_kwargs``.
+    """
+
+    def __init__(
+        self, env_id: str | gym.envs.registration.EnvSpec, num_workers: int | str | None = None, **make_kwargs: Any
+    ) -> None:
+        if "num_envs" in make_kwargs:
+            raise ArgumentTypeError(
+                "EnvCreator(num_envs=...): RLlib gives each EnvRunner's number of envs; set it with "
+                f"config.env_runners(num_envs_per_env_runner=...), got num_envs={make_kwargs['num_envs']!r}"
+            )
+        self.env_id = env_id
+        self.num_workers = num_workers
+        self.make_kwargs = make_kwargs
+
+    def __call__(self, env_config: Mapping[str, Any]) -> gym.vector.VectorEnv:
+        """The EnvRunner's vector env: ``env_config["num_envs"]`` envs in vecenv's workers.
+
+        Raises:
+            RLlibConfigError: ``env_config`` has no ``num_envs`` (RLlib asked for one env, as it
+                does unless ``gym_env_vectorize_mode="vector_entry_point"``).
+        """
+        if "num_envs" not in env_config:
+            raise RLlibConfigError(
+                f"RLlib asked the vecenv creator of {self.env_id!r} for a single env (its env config "
+                f"has no 'num_envs': {sorted(env_config)}); vecenv makes vector envs only: set "
+                "config.env_runners(gym_env_vectorize_mode='vector_entry_point')"
+            )
+        env_kwargs = {key: value for key, value in env_config.items() if key != "num_envs"}
+        make_kwargs = dict(self.make_kwargs)
+        if env_kwargs:
+            make_kwargs["env_kwargs"] = {**make_kwargs.get("env_kwargs", {}), **env_kwargs}
+        return make(self.env_id, int(env_config["num_envs"]), self.num_workers, **make_kwargs)
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {key}={value!r}" for key, value in self.make_kwargs.items())
+        return f"EnvCreator({self.env_id!r}, num_workers={self.num_workers!r}{extra})"
+
+
+def register_env(
+    name: str, env_id: str | gym.envs.registration.EnvSpec, num_workers: int | str | None = None, **make_kwargs: Any
+) -> EnvCreator:
+    """Register ``name`` with RLlib (``ray.tune.registry.register_env``) as vecenv's ``env_id``.
+
+    Then ``config.environment(name).env_runners(num_envs_per_env_runner=N,
+    gym_env_vectorize_mode="vector_entry_point")`` gives each EnvRunner one vecenv vector env of
+    ``N`` envs in ``num_workers`` worker processes. Returns the registered :class:`EnvCreator`;
+    its arguments are :class:`EnvCreator`'s.
+    """
+    from ray.tune.registry import register_env as ray_register_env
+
+    creator = EnvCreator(env_id, num_workers, **make_kwargs)
+    ray_register_env(name, creator)
+    return creator
