@@ -79,6 +79,7 @@ class WorkerPool:
         if self.restarter is None:
             # A restarted worker needs the block's descriptor; without restarts nothing does.
             self.buffers.release_fd()
+            self.transport.release_fds()
         return self.buffers
 
     def attach_message(self, w: WorkerRecord) -> Attach:

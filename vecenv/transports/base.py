@@ -93,6 +93,11 @@ class Transport(abc.ABC):
         """Where the worker runs, for messages (" on node ..."), or ``""``."""
         return ""
 
+    def release_fds(self) -> None:
+        """Every worker is attached and none will be restarted: close the descriptors kept only
+        to attach a restarted worker (a process forked later would inherit them)."""
+        return None
+
     @property
     def pids(self) -> list[int | None]:
         """Each worker's process id, in worker order; ``None`` for a worker that is not a process

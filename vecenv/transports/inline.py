@@ -133,6 +133,9 @@ class ParentHostedFirst(Transport):
     def cause_of_death(self, worker: int) -> tuple[str, int | None]:
         return self.processes_transport.cause_of_death(worker - 1)
 
+    def release_fds(self) -> None:
+        self.processes_transport.release_fds()
+
     def relaunch(self, worker: int) -> None:
         if worker == 0:
             raise NotImplementedError("the group hosted by the parent cannot be restarted")
