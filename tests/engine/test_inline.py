@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from gymnasium import error as gym_error
 from gymnasium.vector import SyncVectorEnv
 
 import vecenv
@@ -51,3 +52,30 @@ def test_inline_group_env_errors_surface_as_any_env_error(target: int) -> None:
             sub.step(actions)
         sub.reset(seed=1)
         sub.step(actions)  # usable again (the fault fires once)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 1], ids=["every-env-in-parent", "one-worker"])
+def test_every_env_in_the_parent_reports_an_env_error_as_a_worker_does(num_workers: int) -> None:
+    """With every env in the parent a step runs the group directly; an env error there is the
+    same error, with the same note and the same poisoning, as from a worker process."""
+    from tests.helpers.faults import fault_fns
+
+    fns = fault_fns(3, "raise", "step", 1, at=2)
+    with SubprocVectorEnv(fns, num_workers) as sub:
+        assert (sub._pool.transport.sole_core() is not None) == (num_workers == 0)
+        sub.reset(seed=0)
+        actions = np.zeros((3, 2), dtype=np.float32)
+        sub.step(actions)
+        with pytest.raises(ValueError, match="env 1") as excinfo:
+            sub.step(actions)
+        assert isinstance(excinfo.value.__cause__, vecenv.errors.RemoteTraceback)
+        assert any("env 1 (worker 0)" in note and "`step_wait`" in note for note in excinfo.value.__notes__)
+        with pytest.raises(vecenv.NeedsResetError, match="`step_wait` failed \\(ValueError\\)"):
+            sub.step(actions)
+        sub.reset(seed=1)
+        sub.step(actions)
+        sub.step_async(actions)  # the two halves still go through the pending call
+        with pytest.raises(gym_error.AlreadyPendingCallError):
+            sub.step(actions)
+        assert len(sub.step_wait()) == 5

@@ -22,7 +22,7 @@ from tests.helpers.faults import transport_of
 from vecenv import SubprocVectorEnv, VecEnvTimeoutError, WorkerDiedError
 from vecenv.errors import PackedException, RemoteTraceback
 from vecenv.parent.pool import WorkerPool
-from vecenv.parent.records import StatusError, WorkerRecord, WorkerStatus
+from vecenv.parent.records import OwedCall, StatusError, WorkerRecord, WorkerStatus
 from vecenv.wire.buffers import BufferSpec
 from vecenv.wire.protocol import Attach, CallArgs, Command, StepReply
 
@@ -350,18 +350,18 @@ def test_record_transitions() -> None:
     w = WorkerRecord(3)
     assert w.status is STARTING and w.owes
     with pytest.raises(StatusError, match="`step` sent to worker 3 while it is starting"):
-        w.sent(1, "step")
+        w.check_sendable("step")  # the pool checks every worker before it sends anything
     w.answered(0, True, "hello", order=0)
     assert w.status is READY and w.in_flight
     assert w.take() == (True, "hello") and w.status is IDLE and not w.owes
     with pytest.raises(StatusError, match="worker 3 has no reply to take: it is idle"):
         w.take()
-    w.sent(1, "step", Command.STEP, "message 1")
+    w.sent(OwedCall(1, "step", True, Command.STEP, "message 1"))
     w.answered(99, True, "not ours", order=1)  # an id it does not owe changes nothing
     assert w.status is BUSY
     w.abandon()
     assert w.status is LATE and w.owes and not w.in_flight
-    w.sent(2, "reset", Command.RESET, "message 2")  # a late worker takes a new call
+    w.sent(OwedCall(2, "reset", True, Command.RESET, "message 2"))  # a late worker takes a new call
     w.answered(1, True, "late", order=2)  # the late reply: dropped
     assert w.status is BUSY and w.reply is None
     w.answered(2, True, "fresh", order=3)
@@ -372,13 +372,13 @@ def test_abandon_drops_a_reply_not_taken_and_relaunch_gives_back_the_wanted_call
     w = WorkerRecord(0)
     w.answered(0, True, "hello", order=0)
     w.take()
-    w.sent(1, "step", Command.STEP, "m1")
+    w.sent(OwedCall(1, "step", True, Command.STEP, "m1"))
     w.answered(1, True, "r1", order=1)
     w.abandon()  # a new async reset: the held reply is dropped
     assert w.status is IDLE and w.reply is None
-    w.sent(2, "step", Command.STEP, "m2")
+    w.sent(OwedCall(2, "step", True, Command.STEP, "m2"))
     w.abandon()
-    w.sent(3, "call", Command.CALL, "m3")
+    w.sent(OwedCall(3, "call", True, Command.CALL, "m3"))
     owed = w.relaunched()
     assert owed is not None and (owed.call_id, owed.command, owed.message) == (3, Command.CALL, "m3")
     assert w.status is STARTING

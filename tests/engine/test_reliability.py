@@ -239,9 +239,12 @@ def test_interrupt_while_sending_batches_then_async_reset_recovers() -> None:
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("restart", [False, True], ids=["raise", "restart"])
-def test_interrupt_tearing_a_write_breaks_clearly_or_restarts(restart: bool) -> None:
+def test_interrupt_tearing_a_write_breaks_clearly_or_restarts(restart: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """Half a command left in a pipe: that worker cannot be talked to again. Without restarts
-    the vector env says so and closes cleanly; with them the reset rebuilds it."""
+    the vector env says so and closes cleanly; with them the reset rebuilds it. (The step's
+    command must go through the pipe to be torn there: with fewer cores than processes it
+    always does, never through the shared words of the fast path.)"""
+    monkeypatch.setattr(process_transport, "available_cpus", lambda: 1)
     kwargs: dict[str, Any] = {"on_worker_death": "restart"} if restart else {}
     envs = vecenv.make("CartPole-v1", N, 2, context="fork", **kwargs)
     sync = SyncVectorEnv(SYNC_FNS)

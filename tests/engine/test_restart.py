@@ -31,7 +31,7 @@ from tests.helpers.fakes import ACT_SPACE, OBS_SPACE, FakeClock, FakeTransport, 
 from tests.helpers.faults import fault_fns, transport_of
 from vecenv import VecEnvTimeoutError, WorkerDiedError
 from vecenv.parent.pool import WorkerPool
-from vecenv.parent.records import WorkerRecord, WorkerStatus
+from vecenv.parent.records import OwedCall, WorkerRecord, WorkerStatus
 from vecenv.parent.restart import (
     RESTART_INFO_KEY,
     LostAgain,
@@ -297,7 +297,7 @@ class FakeHost:
     def send(self, workers: Sequence[WorkerRecord], command: Command, payloads: Sequence[Any], call: str) -> None:
         for w, payload in zip(workers, payloads, strict=True):
             call_id = next(self._ids)
-            w.sent(call_id, call, command, Sent(command, call_id, payload))
+            w.sent(OwedCall(call_id, call, True, command, Sent(command, call_id, payload)))
             self._owed[w.index] = call_id
             self.sent.append((w.index, command, payload, call))
 
@@ -339,7 +339,7 @@ def _worker_owing(command: Command | None, payload: Any = None, call: str = "ste
     w.answered(0, True, hello(2), 0)
     w.take()
     if command is not None:
-        w.sent(7, call, command, Sent(command, 7, payload))
+        w.sent(OwedCall(7, call, True, command, Sent(command, 7, payload)))
     return w
 
 

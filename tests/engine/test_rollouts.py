@@ -411,6 +411,25 @@ def test_longer_rollouts_grow_the_block_and_shorter_ones_reuse_it() -> None:
             assert_same(np.concatenate([getattr(p, key) for p in parts]), want[key], key)
 
 
+@pytest.mark.timeout(60)
+def test_rollout_async_sends_the_block_without_waiting_for_it() -> None:
+    """A new or larger block travels just before the ROLLOUT, with no round trip of its own:
+    with every env in the parent, nothing runs until the parent waits, so both are still queued
+    when rollout_async returns; a block long enough is not sent again."""
+    from vecenv.wire.protocol import Command, decode_command
+
+    fns = diff_env_fns(3, act_kind="box")
+    with vecenv.SubprocVectorEnv(fns, 0) as envs:
+        inline = envs._pool.transport.inline
+        envs.reset(seed=SEED)
+        for t, expected in ((4, [Command.ROLLOUT_BLOCK, Command.ROLLOUT]), (2, [Command.ROLLOUT])):
+            envs.rollout_async(t)
+            assert [decode_command(data)[0] for data, _ in inline.pending] == expected
+            assert envs.rollout_wait().num_steps == t
+        assert envs.rollout(6).actions.shape[0] == 6  # a longer one: a new block, then the rollout
+        assert envs._rollouts.block is not None and envs._rollouts.block.spec.num_steps == 6
+
+
 def test_next_observations_hold_the_true_final_observations() -> None:
     obs = np.arange(4 * 2, dtype=np.float32).reshape(4, 2)
     ended = np.zeros((4, 2), bool)

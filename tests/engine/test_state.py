@@ -194,3 +194,52 @@ def test_seed_book_reseeds_a_restarted_range_reproducibly() -> None:
     assert book.reseeded(3, 6, 2) == [115, 116, 117]
     assert book.reseeded(3, 6, 2) == book.reseeded(3, 6, 2)  # the same crash, the same seeds
     assert book.seeds == [100, 101, None, 103, 104, 105]  # reading changes nothing
+
+
+def _raised(check) -> tuple[type, str] | None:
+    try:
+        check()
+    except Exception as exc:
+        return type(exc), str(exc)
+    return None
+
+
+@pytest.mark.parametrize("disabled", [False, True], ids=["next-step", "disabled"])
+def test_check_step_is_the_three_checks_of_a_step_in_order(disabled: bool) -> None:
+    """The step's one check raises what check_can_start, check_steppable and (DISABLED)
+    check_none_ended raise, in that order, in every state that can refuse a step."""
+
+    def sequence(calls: CallState) -> None:
+        calls.check_can_start("step_async")
+        calls.check_steppable("step_async", "reset()")
+        if disabled:
+            calls.check_none_ended("step_async")
+
+    def fresh() -> tuple[CallState, FakePool]:
+        return _calls()
+
+    cases = []
+    calls, _ = fresh()
+    cases.append(calls)  # nothing to refuse
+    calls, _ = fresh()
+    calls.ended[2] = True
+    cases.append(calls)
+    calls, _ = fresh()
+    calls.poison("`step_wait` failed (ValueError)")
+    cases.append(calls)
+    calls, _ = fresh()
+    calls.begin(State.WAITING_RESET, [])
+    cases.append(calls)
+    calls, pool = fresh()
+    calls.batches_started()
+    pool.busy = True
+    cases.append(calls)
+    calls, pool = fresh()
+    pool.broken = WorkerDiedError("worker 0 died", worker=0, envs=range(2), exitcode=-9)
+    cases.append(calls)
+    calls, _ = fresh()
+    calls.mark_closed()
+    cases.append(calls)
+    outcomes = [_raised(lambda c=c: c.check_step("step_async", disabled)) for c in cases]
+    assert outcomes == [_raised(lambda c=c: sequence(c)) for c in cases]
+    assert outcomes[0] is None and sum(o is not None for o in outcomes) == 5 + disabled

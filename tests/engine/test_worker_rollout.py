@@ -142,3 +142,22 @@ def test_an_unreadable_block_command_closes_the_descriptor_it_came_with(cores: A
     assert not ok and "cannot rebuild" in packed.message
     with pytest.raises(OSError):
         os.fstat(read)
+
+
+def test_a_block_that_cannot_be_mapped_drops_the_old_one_and_fails_the_next_rollout_with_why(cores: Any) -> None:
+    """Nobody waits for ROLLOUT_BLOCK's reply: its error comes back with the next rollout, and the
+    old block is gone (rows written into it would land where the parent no longer reads)."""
+    worker = cores(lambda: [DiffEnv(index=i) for i in range(N)], True, AutoresetMode.NEXT_STEP)
+    old = _block(worker, 10, True, AutoresetMode.NEXT_STEP)
+    spec = RolloutSpec.plan(
+        20, N, worker.hello.observation_space, worker.hello.action_space, True, AutoresetMode.NEXT_STEP
+    )
+    read, write = os.pipe()  # not a memory block: mapping it fails
+    os.close(write)
+    ok, packed = worker.core.handle(Command.ROLLOUT_BLOCK, lambda: RolloutBlockArgs(spec, None), read)
+    assert not ok
+    assert worker.core.rollouts is not None and worker.core.rollouts.block is None
+    ok, packed = worker.feed(Command.ROLLOUT, RolloutArgs(5, 0, RandomPolicy()))
+    assert not ok and isinstance(packed, PackedException)
+    assert "could not map the rollout block" in packed.message
+    old.close()

@@ -61,7 +61,8 @@ class Runner:
     workers: int | Literal["auto"] | None = None  # None: names no worker count
     half_batch: bool = False  # batch_size N/2
     batch_size: int | None = None  # a fixed batch_size (the async-batch rows)
-    inline_group: bool = False  # one group stepped by the parent (native-group)
+    inline_group: bool = False  # one group stepped by the parent (native-group, vecenv-2w-inline)
+    default_plan: bool = False  # vecenv's own choice for num_workers=None (what vecenv.make does)
     parallel: bool = False  # single-par: `single` in one process per core at once, rates summed
     infer: bool = False  # ~0.5 ms of numpy "inference" per step or batch, as a learner would
     opt_in: bool = False  # measured only when named in --runners
@@ -97,9 +98,14 @@ class Runner:
 def _vector(runner: Runner, fns: Sequence[EnvFn], workload: str) -> Any:
     if runner.vector is None:
         raise InvalidArgumentError(f"runner {runner.name!r} names no vector kind")
-    workers = "auto" if runner.workers is None else runner.workers
+    workers = None if runner.default_plan else "auto" if runner.workers is None else runner.workers
     return make_vector(
-        runner.vector, fns, autoreset_mode=MODE, num_workers=workers, batch_size=runner.batch_at(len(fns))
+        runner.vector,
+        fns,
+        autoreset_mode=MODE,
+        num_workers=workers,
+        batch_size=runner.batch_at(len(fns)),
+        inline_group=runner.inline_group,
     )
 
 
@@ -164,6 +170,8 @@ def _selectable() -> Iterable[Runner]:
     for k in VECENV_WORKERS:
         yield Runner(f"vecenv-{k}w", build=_vector, vector=VectorKind.VECENV, workers=k)
     yield Runner("vecenv-auto", build=_vector, vector=VectorKind.VECENV, workers="auto")
+    yield Runner("vecenv-default", build=_vector, vector=VectorKind.VECENV, default_plan=True, opt_in=True)
+    yield Runner("vecenv-2w-inline", build=_vector, vector=VectorKind.VECENV, workers=2, inline_group=True, opt_in=True)
     half = Runner(
         "vecenv-2w-half", Drive.RECV_SEND, _vector, VectorKind.VECENV, workers=2, half_batch=True, opt_in=True
     )

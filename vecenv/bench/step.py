@@ -55,6 +55,10 @@ Runners (--runners, for cartpole, py100us, py1ms, obs84 and atari):
   vecenv-auto   vecenv.SubprocVectorEnv(fns, "auto"): it times one extra env here (part of its
                 start-up) and picks 0 workers or one per core; the table shows what it chose
                 (e.g. "vecenv-auto (0w)"), the JSON has it per repetition (workers_chosen)
+  vecenv-default   vecenv.SubprocVectorEnv(fns) with no worker count: the plan vecenv.make
+                uses by default; only when named in --runners
+  vecenv-2w-inline   2 groups, the parent stepping the first (inline_group=True) and one worker
+                process the other; only when named in --runners
   ray-Kw        vecenv.RayVectorEnv with K = 2, 4 actors on a local Ray that it starts itself
                 (start-up includes Ray's, seconds), min(1, cores/K) CPUs per actor; only when
                 named in --runners (each cell starts a Ray), and Ray is importable

@@ -30,12 +30,14 @@ def make_vector(
     env_fns: Sequence[EnvFn],
     *,
     autoreset_mode: AutoresetMode,
-    num_workers: int | str = "auto",
+    num_workers: int | str | None = "auto",
     batch_size: int | None = None,
+    inline_group: bool = False,
 ) -> Any:
     """The vector env ``kind`` over ``env_fns``. ``num_workers`` and ``batch_size`` are vecenv's
     and Ray's (``batch_size``: the EnvPool-style ``async_reset``/``recv``/``send`` API); the
-    Gymnasium kinds take neither."""
+    Gymnasium kinds take neither; ``num_workers=None`` is vecenv's default plan, and
+    ``inline_group`` has the parent step vecenv's first group)."""
     fns = list(env_fns)
     if kind is VectorKind.SYNC:
         return gym.vector.SyncVectorEnv(fns, autoreset_mode=autoreset_mode)
@@ -45,7 +47,9 @@ def make_vector(
     if kind is VectorKind.VECENV:
         import vecenv
 
-        return vecenv.SubprocVectorEnv(fns, num_workers, autoreset_mode=autoreset_mode, **batch)
+        return vecenv.SubprocVectorEnv(
+            fns, num_workers, autoreset_mode=autoreset_mode, inline_group=inline_group, **batch
+        )
     if kind is VectorKind.RAY:
         return _ray_vector(fns, num_workers, autoreset_mode, batch)
     raise InvalidArgumentError(
@@ -53,7 +57,9 @@ def make_vector(
     )
 
 
-def _ray_vector(fns: list[EnvFn], num_workers: int | str, autoreset_mode: AutoresetMode, batch: dict[str, Any]) -> Any:
+def _ray_vector(
+    fns: list[EnvFn], num_workers: int | str | None, autoreset_mode: AutoresetMode, batch: dict[str, Any]
+) -> Any:
     """A RayVectorEnv on a local Ray it starts itself, its actors sharing this machine's cores."""
     if not isinstance(num_workers, int):
         raise InvalidArgumentError(f"make_vector: Ray needs a number of actors as num_workers, got {num_workers!r}")

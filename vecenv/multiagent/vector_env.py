@@ -135,6 +135,10 @@ class MultiAgentVectorEnv(VectorEnv):
         AgentSpaceMismatchError: agents (or copies) whose spaces differ, or copies whose agents do.
     """
 
+    #: The engine's vector env over the rows; ``None`` until it started (a constructor that
+    #: raised before leaves nothing to close).
+    rows: Any = None
+
     def __init__(
         self,
         env_fns: Iterable[Callable[[], Any]],
@@ -316,7 +320,7 @@ class MultiAgentVectorEnv(VectorEnv):
     def close(self, **kwargs: Any) -> None:
         """Close every copy and release the workers (idempotent); ``kwargs`` as the engine's
         ``close`` (``timeout``, ``terminate``)."""
-        if getattr(self, "rows", None) is not None:
+        if self.rows is not None:
             self.rows.close(**kwargs)
         self.closed = True
 

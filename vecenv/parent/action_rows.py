@@ -69,13 +69,11 @@ class ActionPlacer:
         A method of its own so that no frame which may raise holds a view of the block (a
         traceback kept by the caller would keep the block mapped after ``close()``).
         """
-        shared = self.buffers.actions if self.buffers.spec.shared_actions else None
-        if (
-            type(actions) is np.ndarray
-            and type(shared) is np.ndarray
-            and actions.shape == shared.shape
-            and actions.dtype == shared.dtype
-        ):
+        if type(actions) is not np.ndarray:
+            return False
+        buffers = self.buffers
+        shared = buffers.actions if buffers.spec.shared_actions else None
+        if type(shared) is np.ndarray and actions.shape == shared.shape and actions.dtype == shared.dtype:
             np.copyto(shared, actions)
             return True
         return False

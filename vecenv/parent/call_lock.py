@@ -98,6 +98,16 @@ def serialised(method: F) -> F:
 
     @functools.wraps(method)
     def run(self: _Serialised, *args: Any, **kwargs: Any) -> Any:
-        return self.call_lock.run(name, method, self, *args, **kwargs)
+        # CallLock.run, written out: this wraps every step, where one frame more shows.
+        lock = self.call_lock
+        ident = threading.get_ident()
+        if lock._thread == ident:  # nested in a call of this thread: it holds the lock
+            return method(self, *args, **kwargs)
+        with lock._lock:
+            lock._call, lock._thread = name, ident
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                lock._call = lock._thread = None
 
     return run  # type: ignore[return-value]

@@ -1,8 +1,16 @@
-"""How one call starts and ends over the pool, with the call state right whatever interrupts it.
+"""The one door to the pool: how every call starts and ends, with the call state right whatever
+interrupts it.
 
-:class:`CallRunner` is what both API layers (:mod:`vecenv.parent.vector_env`,
-:mod:`vecenv.parent.envpool_api`) use to send a call and to gather its replies. A
-``KeyboardInterrupt`` (Ctrl+C) may land between any two statements; at every point the outcome
+:class:`CallRunner` is the only object the API layers reach the pool through:
+``reset``/``step``/``call``/``render`` (:mod:`vecenv.parent.vector_env`), the asynchronous
+batches (:mod:`vecenv.parent.envpool_api`), the rollouts (:mod:`vecenv.parent.rollouts`) and
+closing (:mod:`vecenv.parent.closing`). It owns sending, waiting, the failure bookkeeping (what
+a timeout, an env error or an interrupt leaves: ``NeedsResetError`` until a reset) and the
+late-reply rules (a reply nobody waits for any more is dropped on arrival); the pool
+(:mod:`vecenv.parent.pool`) keeps each worker's record, the call state
+(:class:`~vecenv.parent.state.CallState`) what is pending.
+
+A ``KeyboardInterrupt`` (Ctrl+C) may land between any two statements; at every point the outcome
 is one of two: the call is pending and its replies will be gathered, or nothing is pending and
 every reply already on its way is dropped when it arrives. When envs may have acted on an
 interrupted call, steps are refused until a reset, whose data is then exactly ``SyncVectorEnv``'s.
@@ -13,18 +21,24 @@ A pipe that the interrupt cut in the middle of a message ends that worker
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from vecenv.errors import WorkerDiedError
 from vecenv.parent.pool import WorkerPool
-from vecenv.parent.records import WorkerRecord
+from vecenv.parent.records import WorkerRecord, WorkerStatus
 from vecenv.parent.state import CallState, State
 from vecenv.wire.protocol import Command
 
-__all__ = ["CallRunner"]
+__all__ = ["CallRunner", "Collect"]
+
+#: Gathers the replies of a pending call: ``collect(workers, timeout)``, in worker order.
+Collect = Callable[[list[WorkerRecord], "float | None"], list[Any]]
+
+#: Commands whose envs may have acted when the call was cut short: steps are refused until a reset.
+_ACTING = (Command.RESET, Command.STEP, Command.ROLLOUT)
 
 
 class CallRunner:
@@ -33,6 +47,11 @@ class CallRunner:
     def __init__(self, pool: WorkerPool, calls: CallState) -> None:
         self.pool = pool
         self.calls = calls
+        #: The workers, in worker order (their env ranges and statuses are read, never written).
+        self.workers = pool.workers
+        #: Every env in this process (``num_workers=0``): the group's core, which :meth:`step`
+        #: runs directly.
+        self._sole_core = pool.transport.sole_core()
         #: The running call's ``timeout=``, which bounds its sends too (``None``: the default
         #: bound, :data:`~vecenv.transports.sending.SEND_TIMEOUT`).
         self.timeout: float | None = None
@@ -51,6 +70,13 @@ class CallRunner:
         finally:
             self.timeout = None
 
+    @property
+    def restarts_workers(self) -> bool:
+        """Whether a dead worker is replaced (``on_worker_death="restart"``)."""
+        return self.pool.restarter is not None
+
+    # -- sending -----------------------------------------------------------------------------
+
     def send(
         self,
         workers: Sequence[WorkerRecord],
@@ -59,9 +85,12 @@ class CallRunner:
         call: str,
         state: State | None,
         mask: np.ndarray | None = None,
+        wanted: bool = True,
     ) -> None:
-        """Send ``command`` to ``workers`` and, unless ``state`` is ``None`` (a batch sent by
-        ``send``), record the call as pending in that state.
+        """Send ``command`` to ``workers`` and, unless ``state`` is ``None`` (sent outside a
+        pending call: a batch of ``send``, a restarted rollout group), record the call as
+        pending in that state. ``wanted=False``: nobody waits for the replies, which are
+        dropped on arrival (a failure shows in the call that follows).
 
         A worker that takes none of its message for :attr:`timeout` (see :meth:`within`) raises
         ``VecEnvTimeoutError`` (or is a dead worker, when its pipe holds part of it).
@@ -70,7 +99,7 @@ class CallRunner:
         step or a rollout (whose envs may have acted on it), steps are refused until a reset.
         """
         pool = self.pool
-        outgoing = pool.prepare(workers, command, payloads, call)
+        outgoing = pool.prepare(workers, command, payloads, call, wanted)
         try:
             pool.deliver(workers, outgoing, self.timeout)
             if state is not None:
@@ -79,18 +108,31 @@ class CallRunner:
             raise
         except BaseException as exc:
             pool.abandon(workers)
-            self.calls.interrupted(call, exc, poisons=command in (Command.RESET, Command.STEP, Command.ROLLOUT))
+            self.calls.interrupted(call, exc, poisons=command in _ACTING)
             raise
 
-    def finish(self, call: str, timeout: float | None, poisons: bool) -> list[Any]:
-        """Gather the pending call's replies and return to ``DEFAULT`` whatever happens.
+    def abandon(self, workers: Sequence[WorkerRecord]) -> None:
+        """Stop waiting for what ``workers`` owe: their replies are dropped on arrival."""
+        self.pool.abandon(workers)
+
+    # -- waiting -----------------------------------------------------------------------------
+
+    def finish(
+        self, call: str, timeout: float | None, poisons: bool, collect: Collect | None = None
+    ) -> tuple[list[WorkerRecord], list[Any]]:
+        """Gather the pending call's replies and return to ``DEFAULT`` whatever happens;
+        returns the workers that answered, in worker order, and their replies.
 
         ``poisons``: a timeout, env error or interrupt leaves some envs stepped and others
-        not, so the next step must be refused until a full reset.
+        not, so the next step must be refused until a full reset. ``collect`` gathers the
+        replies when a call needs more than one exchange (a rollout with restarted groups).
         """
         calls = self.calls
+        workers = calls.pending
         try:
-            return self.pool.gather(calls.pending, timeout, call)
+            if collect is None:
+                return workers, self.pool.gather(workers, timeout, call)
+            return workers, collect(workers, timeout)
         except WorkerDiedError:
             raise
         except BaseException as exc:
@@ -99,3 +141,77 @@ class CallRunner:
             raise
         finally:
             calls.finish()
+
+    def step(
+        self, workers: list[WorkerRecord], payloads: list[Any], timeout: float | None
+    ) -> tuple[list[WorkerRecord], list[Any]]:
+        """``step``: :meth:`send` then :meth:`finish`, the same call state after it.
+
+        With every env in this process and the actions in the shared rows (no payload), the
+        group steps right here: the call completes within this frame, so there is no message
+        to encode or queue, no status to move and no reply to wait for; an env error is raised
+        and poisons the envs exactly as :meth:`finish` does.
+        """
+        core = self._sole_core
+        if core is None or payloads[0] is not None or workers[0].owes:
+            with self.within(timeout):
+                self.send(workers, Command.STEP, payloads, "step_async", State.WAITING_STEP)
+            return self.finish("step_wait", timeout, poisons=True)
+        try:
+            ok, result = core.handle(Command.STEP, _no_payload)
+            if not ok:
+                raise self.pool.remote_error(workers[0], result, "step_wait")
+        except BaseException as exc:
+            self.calls.poison(f"`step_wait` failed ({type(exc).__name__})")
+            raise
+        return workers, [result]
+
+    def gather(self, workers: Sequence[WorkerRecord], timeout: float | None, call: str) -> list[Any]:
+        """The replies of a call sent outside a pending one, in worker order (late ones are
+        abandoned on a timeout or an interrupt)."""
+        return self.pool.gather(workers, timeout, call)
+
+    def wait(
+        self, workers: Sequence[WorkerRecord], deadline: float | None, call: str, timeout: float | None
+    ) -> list[WorkerRecord]:
+        """Block until one or more of ``workers`` holds its reply; nothing is abandoned on a
+        timeout (``recv``: the envs stay in flight)."""
+        return self.pool.wait(workers, deadline, call, timeout)
+
+    def take(self, workers: Sequence[WorkerRecord], call: str) -> list[Any]:
+        """The replies ``workers`` hold (each is READY); an env error among them (the first,
+        by worker order) is raised once all are taken, and steps are refused until a reset."""
+        replies = [w.take() for w in workers]
+        for w, (ok, result) in zip(workers, replies):
+            if not ok:
+                self.calls.poison(f"an env raised during `{call}`")
+                self.pool.raise_remote(w, result, call)
+        return [result for _, result in replies]
+
+    def ready(self) -> list[WorkerRecord]:
+        """The workers holding a reply not yet taken, earliest arrival first."""
+        return sorted((w for w in self.workers if w.status is WorkerStatus.READY), key=lambda w: w.ready_at)
+
+    # -- blocks and closing ------------------------------------------------------------------
+
+    def keep_block(self, block: Any) -> None:
+        """Another block the workers map (the rollout block): released at shutdown."""
+        self.pool.blocks.append(block)
+
+    def drop_block(self, block: Any) -> None:
+        """Release a block kept by :meth:`keep_block` now."""
+        self.pool.blocks.remove(block)
+        block.close()
+
+    def abort(self, reason: str) -> None:
+        """End the workers from another thread (see :meth:`WorkerPool.abort`)."""
+        self.pool.abort(reason)
+
+    def shutdown(self, timeout: float, wait_late: bool) -> BaseException | None:
+        """Close the envs politely, end every worker (see :meth:`WorkerPool.shutdown`)."""
+        return self.pool.shutdown(timeout, wait_late)
+
+
+def _no_payload() -> None:
+    """A STEP's payload when the actions are in the shared rows."""
+    return None

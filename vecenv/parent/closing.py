@@ -1,7 +1,7 @@
 """Closing a vector env: :class:`Closer`, which the vector env owns and which never refers back.
 
 ``close()``, the interpreter's exit and a vector env dropped without ``close()`` all end here.
-The closer holds the pool, the call state and the call lock, never the vector env itself: the
+The closer holds the call runner (the pool and the call state) and the call lock, never the vector env itself: the
 exit hook (``multiprocessing.util.Finalize``) holds the closer, so no reference cycle keeps a
 dropped vector env (and its workers) alive until the cyclic garbage collector runs.
 
@@ -19,8 +19,8 @@ from typing import Any
 from gymnasium import logger
 
 from vecenv.parent.call_lock import CallLock
-from vecenv.parent.pool import WorkerPool
-from vecenv.parent.state import CallState, State
+from vecenv.parent.calls import CallRunner
+from vecenv.parent.state import State
 
 __all__ = ["Closer", "DEFAULT_CLOSE_TIMEOUT"]
 
@@ -32,13 +32,13 @@ class Closer:
     """Closes one vector env's pool, once, from ``close()``, the exit hook or ``__del__``.
 
     Args:
-        pool, calls, lock: the vector env's.
+        runner, lock: the vector env's call runner and call lock.
         owner: the vector env; only a weak reference is kept (by the exit hook).
     """
 
-    def __init__(self, pool: WorkerPool, calls: CallState, lock: CallLock, owner: Any) -> None:
-        self.pool = pool
-        self.calls = calls
+    def __init__(self, runner: CallRunner, lock: CallLock, owner: Any) -> None:
+        self.runner = runner
+        self.calls = runner.calls
         self.lock = lock
         # Closes the envs at interpreter exit, before multiprocessing joins its children
         # (non-daemon workers of an env never closed would otherwise block the exit), and when
@@ -55,8 +55,8 @@ class Closer:
         """Close under the call lock; a call running in another thread is given the grace,
         then ended (its workers killed: it raises ``WorkerDiedError`` there)."""
         grace = 0.0 if terminate else (DEFAULT_CLOSE_TIMEOUT if timeout is None else timeout)
-        pool = self.pool
-        with self.lock.closing(grace, lambda: pool.abort("was ended by close() from another thread")):
+        runner = self.runner
+        with self.lock.closing(grace, lambda: runner.abort("was ended by close() from another thread")):
             self._close(grace, wait_late=timeout is not None, warn=warn)
 
     def _close(self, grace: float, wait_late: bool, warn: bool) -> None:
@@ -66,7 +66,7 @@ class Closer:
         if warn and calls.state in (State.WAITING_RESET, State.WAITING_STEP, State.WAITING_CALL, State.WAITING_ROLLOUT):
             logger.warn(f"Calling `close` while waiting for a pending call to `{calls.waiting.value}` to complete.")
         try:
-            error = self.pool.shutdown(grace, wait_late=wait_late)
+            error = self.runner.shutdown(grace, wait_late=wait_late)
         finally:
             calls.mark_closed()
             self.finalizer.cancel()

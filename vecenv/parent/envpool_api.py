@@ -7,8 +7,8 @@ Every env's trajectory is the one ``SyncVectorEnv`` gives for its seed and actio
 whatever order the groups finish in.
 
 This class holds no reference to the vector env that owns it: it is given the call runner (the
-pool and the call state), the buffers and the action placer, and changes the call state only
-through its methods.
+one door to the pool, and the call state), the buffers and the action placer, and changes the
+call state only through their methods.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class AsyncBatches:
         batch_size: int,
     ) -> None:
         self.runner = runner
-        self.pool = pool = runner.pool
+        self.workers = workers = runner.workers
         self.buffers = buffers
         self.calls = runner.calls
         self.actions = actions
@@ -59,9 +59,9 @@ class AsyncBatches:
         self.single_observation_space = single_observation_space
         self.autoreset_mode = autoreset_mode
         self.batch_size = batch_size
-        self.num_envs = sum(w.size for w in pool.workers)
+        self.num_envs = sum(w.size for w in workers)
         self._infos = InfoMerger(batch_size)
-        self._owner = np.repeat(np.arange(len(pool.workers)), [w.size for w in pool.workers])
+        self._owner = np.repeat(np.arange(len(workers)), [w.size for w in workers])
 
     def async_reset(self, seed: Any, options: dict[str, Any] | None) -> None:
         calls = self.calls
@@ -76,23 +76,23 @@ class AsyncBatches:
         seeds = self.seeds.expand(seed, self.num_envs)
         # Every check has passed: only now drop what is in flight.
         self.seeds.remember(seeds, None)
-        workers = self.pool.workers
-        self.pool.abandon(workers)
+        workers = self.workers
+        self.runner.abandon(workers)
         payloads = [ResetArgs(seeds[w.start : w.stop], options, None) for w in workers]
         self.runner.send(workers, Command.RESET, payloads, "async_reset", None)
         calls.batches_started()
 
     def recv(self, timeout: float | None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
         timeout = check_timeout(timeout)
-        pool, calls = self.pool, self.calls
+        runner, calls = self.runner, self.calls
         calls.check_waiting(State.WAITING_RECV, "recv", "async_reset")
         calls.check_steppable("recv", "async_reset()")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            ready = sorted((w for w in pool.workers if w.status is WorkerStatus.READY), key=lambda w: w.ready_at)
+            ready = runner.ready()
             if sum(w.size for w in ready) >= self.batch_size:
                 break
-            busy = [w for w in pool.workers if w.status is WorkerStatus.BUSY]
+            busy = [w for w in self.workers if w.status is WorkerStatus.BUSY]
             in_flight = sum(w.size for w in ready) + sum(w.size for w in busy)
             if in_flight < self.batch_size:
                 raise NoAsyncCallError(
@@ -100,7 +100,7 @@ class AsyncBatches:
                     "`send` actions for the envs the last `recv` returned first.",
                     State.WAITING_RECV.value,
                 )
-            pool.wait(busy, deadline, "recv", timeout)
+            runner.wait(busy, deadline, "recv", timeout)
         groups, total = [], 0
         for w in ready:
             if total == self.batch_size:
@@ -108,22 +108,18 @@ class AsyncBatches:
             groups.append(w)
             total += w.size
         try:  # an interrupt from here on loses the taken groups: none of them can be sent
-            return self._batch(groups, [w.take() for w in groups])
+            return self._batch(groups, runner.take(groups, "recv"))
         except KeyboardInterrupt as exc:
             calls.interrupted("recv", exc, poisons=True)
             raise
 
     def _batch(
-        self, groups: list[WorkerRecord], replies: list[tuple[bool, Any]]
+        self, groups: list[WorkerRecord], replies: list[Any]
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
-        """The batch of the taken ``groups``, from their replies (an env error is raised)."""
-        for w, (ok, result) in zip(groups, replies):
-            if not ok:
-                self.calls.poison("an env raised during `recv`")
-                self.pool.raise_remote(w, result, "recv")
+        """The batch of the taken ``groups``, from their replies."""
         b = self.buffers
         offsets = np.cumsum([0] + [w.size for w in groups[:-1]]).tolist()
-        infos = self._infos.merge(b, groups, [result for _, result in replies], offsets)
+        infos = self._infos.merge(b, groups, replies, offsets)
         env_ids = np.concatenate([np.arange(w.start, w.stop) for w in groups])
         if b.fixed_observations:
             obs = tree_map(lambda a: a[env_ids], b.observations)
@@ -134,20 +130,20 @@ class AsyncBatches:
         return obs, b.rewards[env_ids], b.terminations[env_ids], b.truncations[env_ids], infos, env_ids
 
     def send(self, actions: Any, env_ids: Sequence[int] | np.ndarray) -> None:
-        pool, calls = self.pool, self.calls
+        workers, calls = self.workers, self.calls
         calls.check_waiting(State.WAITING_RECV, "send", "async_reset")
         calls.check_steppable("send", "async_reset()")
         ids = check_env_ids(env_ids, self.num_envs)
-        busy = [int(i) for i in ids if pool.workers[self._owner[i]].status is not WorkerStatus.IDLE]
+        busy = [int(i) for i in ids if workers[self._owner[i]].status is not WorkerStatus.IDLE]
         if busy:
             raise InvalidArgumentError(
                 f"`env_ids` must be envs returned by `recv` and not sent since, got envs {busy} "
                 "that are still in flight"
             )
-        workers = [pool.workers[i] for i in np.unique(self._owner[ids])]
-        missing = sorted(set(i for w in workers for i in w.envs) - set(ids.tolist()))
+        sent = [workers[i] for i in np.unique(self._owner[ids])]
+        missing = sorted(set(i for w in sent for i in w.envs) - set(ids.tolist()))
         if missing:
             raise InvalidArgumentError(
                 f"`env_ids` must cover whole groups (one group per worker), envs {missing} are missing"
             )
-        self.runner.send(workers, Command.STEP, self.actions.payloads(actions, workers, ids), "send", None)
+        self.runner.send(sent, Command.STEP, self.actions.payloads(actions, sent, ids), "send", None)

@@ -6,8 +6,7 @@ processes, or Ray actors); the pool does everything else, the same way for every
 call ids, the status of each worker, waiting with deadlines, dropping the late replies of calls
 that timed out, raising env errors with their remote traceback, breaking (a dead worker),
 restarting (through a :class:`~vecenv.parent.restart.Restarter`) and shutting down. The API
-layers (:mod:`vecenv.parent.vector_env`, :mod:`vecenv.parent.envpool_api`) are written against
-this class only.
+layers reach it through one door, :class:`~vecenv.parent.calls.CallRunner`, never directly.
 """
 
 from __future__ import annotations
@@ -26,6 +25,8 @@ from vecenv.wire.buffers import Buffers, BufferSpec
 from vecenv.wire.protocol import Attach, Command, StepReply
 
 __all__ = ["WorkerPool"]
+
+READY, IDLE = WorkerStatus.READY, WorkerStatus.IDLE
 
 
 class WorkerPool:
@@ -79,6 +80,7 @@ class WorkerPool:
         if self.restarter is None:
             # A restarted worker needs the block's descriptor; without restarts nothing does.
             self.buffers.release_fd()
+            self.transport.release_fds()
         return self.buffers
 
     def attach_message(self, w: WorkerRecord) -> Attach:
@@ -107,17 +109,26 @@ class WorkerPool:
         self.deliver(workers, self.prepare(workers, command, payloads, call), timeout)
 
     def prepare(
-        self, workers: Sequence[WorkerRecord], command: Command, payloads: Sequence[Any], call: str
+        self,
+        workers: Sequence[WorkerRecord],
+        command: Command,
+        payloads: Sequence[Any],
+        call: str,
+        wanted: bool = True,
     ) -> list[OwedCall]:
-        """Check that every worker may be sent a command and encode each; sends nothing."""
+        """Check that every worker may be sent a command and encode each; sends nothing.
+
+        Each call's record is made here, once: the worker's record keeps it when it is sent.
+        ``wanted=False``: nobody will wait for the replies (they are dropped on arrival).
+        """
         for w in workers:
             w.check_sendable(call)
         encode = self.transport.encode
-        outgoing = []
-        for payload in payloads:
-            call_id = next(self._call_ids)
-            outgoing.append(OwedCall(call_id, call, True, command, encode(command, call_id, payload)))
-        return outgoing
+        call_ids = self._call_ids
+        return [
+            OwedCall(call_id, call, wanted, command, encode(command, call_id, payload))
+            for payload, call_id in zip(payloads, call_ids)
+        ]
 
     def deliver(
         self, workers: Sequence[WorkerRecord], outgoing: Sequence[OwedCall], timeout: float | None = None
@@ -129,20 +140,21 @@ class WorkerPool:
         ``VecEnvTimeoutError`` is raised (the workers sent to before it are BUSY: the caller
         abandons them); if it took a part, the transport ended it and it is a dead worker.
         """
+        send = self.transport.send
         timeout = send_timeout(timeout)
-        for w, out in zip(workers, outgoing, strict=True):
+        for w, owed in zip(workers, outgoing, strict=True):
             try:
-                self.transport.send(w.index, out.message, timeout)
+                send(w.index, owed.message, timeout)
             except SendTimeout as exc:
                 raise VecEnvTimeoutError(
-                    f"`{out.call}` could not send its command: worker {w.index} (envs {w.start}..{w.stop - 1}) "
+                    f"`{owed.call}` could not send its command: worker {w.index} (envs {w.start}..{w.stop - 1}) "
                     f"{exc}; it is busy with an earlier call (stuck in env code?). Nothing was sent to it"
                 ) from None
             except WorkerGone:
-                w.sent(out.call_id, out.call, out.command, out.message)  # what a restart sends again
-                self.died(w, out.call)
+                w.sent(owed)  # what a restart sends again
+                self.died(w, owed.call)
                 continue
-            w.sent(out.call_id, out.call, out.command, out.message)
+            w.sent(owed)
 
     def abandon(self, workers: Sequence[WorkerRecord]) -> None:
         """Stop waiting for what ``workers`` owe (a call interrupted while it was being sent):
@@ -166,11 +178,17 @@ class WorkerPool:
             VecEnvTimeoutError: ``deadline`` passed first. Nothing is abandoned: the caller
                 decides whether the calls still count.
         """
+        # Plain loops, not comprehensions: this runs on every step, where each frame counts.
         while True:
-            ready = [w for w in workers if w.status is WorkerStatus.READY]
+            ready = []
+            listening = []
+            for w in workers:
+                if w.status is READY:
+                    ready.append(w)
+                elif w.owes:
+                    listening.append(w.index)
             if ready:
                 return ready
-            listening = [w.index for w in workers if w.owes]
             assert listening, f"`{call}` waits on workers that owe nothing"
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             events = self.transport.poll(listening, remaining)
@@ -179,6 +197,7 @@ class WorkerPool:
             self._apply(events, call)
 
     def _apply(self, events: list[Event], call: str) -> None:
+        deaths = False
         for event in events:
             if isinstance(event, Reply):
                 w = self.workers[event.worker]
@@ -188,10 +207,13 @@ class WorkerPool:
                     if event.ok:
                         reply: StepReply = result
                         result = StepReply(mark_restarted(reply.infos, w.size), reply.rows)
-                self.answer(w, event.call_id, event.ok, result)
-        for event in events:
-            if not isinstance(event, Reply) and self.workers[event.worker].status is not WorkerStatus.DEAD:
-                self.died(self.workers[event.worker], call)
+                w.answered(event.call_id, event.ok, result, next(self._arrivals))
+            else:
+                deaths = True
+        if deaths:  # after every reply: a reply that came before its worker's death still counts
+            for event in events:
+                if not isinstance(event, Reply) and self.workers[event.worker].status is not WorkerStatus.DEAD:
+                    self.died(self.workers[event.worker], call)
 
     def gather(
         self, workers: Sequence[WorkerRecord], timeout: float | None, call: str, fail_fast: bool = False
@@ -207,7 +229,7 @@ class WorkerPool:
         deadline = None if timeout is None else time.monotonic() + timeout
         results: dict[int, Any] = {}
         failures: list[tuple[WorkerRecord, PackedException]] = []
-        waiting = list(workers)
+        waiting: Sequence[WorkerRecord] = workers
         while waiting:
             try:
                 ready = self.wait(waiting, deadline, call, timeout)
@@ -223,10 +245,12 @@ class WorkerPool:
                     self.raise_remote(w, result, call)
                 else:
                     failures.append((w, result))
-            waiting = [w for w in waiting if w.status is not WorkerStatus.IDLE]
+            waiting = [w for w in waiting if w.status is not IDLE] if len(ready) < len(waiting) else ()
         if failures:
             # By worker order, not arrival: which error is raised must not depend on timing.
             self.raise_remote(*min(failures, key=lambda f: f[0].index), call)
+        if len(results) == 1:
+            return list(results.values())
         return [results[w.index] for w in workers]
 
     def drain(self) -> None:

@@ -36,9 +36,10 @@ class WorkerStatus(Enum):
     DEAD = "dead"
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class OwedCall:
-    """A call whose reply a worker still owes."""
+    """A call whose reply a worker still owes: made once, when the call is prepared, and kept
+    by the worker's record until the reply arrives (``wanted=False``: dropped on arrival)."""
 
     call_id: int
     call: str
@@ -88,19 +89,27 @@ class WorkerRecord:
         if self.status not in (WorkerStatus.IDLE, WorkerStatus.LATE):
             raise StatusError(f"`{call}` sent to worker {self.index} while it is {self.status.value}")
 
-    def sent(self, call_id: int, call: str, command: Command | None = None, message: Any = None) -> None:
-        self.check_sendable(call)
-        self._owed.append(OwedCall(call_id, call, True, command, message))
-        self.status = WorkerStatus.BUSY
+    def sent(self, owed: OwedCall) -> None:
+        """``owed`` is out (its status was checked when it was prepared): the worker owes its
+        reply and is BUSY, or, for a reply nobody waits for, LATE until it arrives."""
+        self._owed.append(owed)
+        if owed.wanted:
+            self.status = WorkerStatus.BUSY
+        elif self.status is not WorkerStatus.BUSY:
+            self.status = WorkerStatus.LATE
 
     def answered(self, call_id: int, ok: bool, result: Any, order: int) -> None:
         """A reply arrived: keep it if its call is still wanted, else drop it."""
-        for owed in self._owed:
-            if owed.call_id == call_id:
-                self._owed.remove(owed)
-                break
+        owed_calls = self._owed
+        if owed_calls and owed_calls[0].call_id == call_id:  # replies come in order
+            owed = owed_calls.popleft()
         else:
-            return  # not a call of ours (cannot happen with an ordered transport)
+            for owed in owed_calls:
+                if owed.call_id == call_id:
+                    owed_calls.remove(owed)
+                    break
+            else:
+                return  # not a call of ours (cannot happen with an ordered transport)
         if owed.wanted:
             self.reply, self.ready_at = (ok, result), order
             self.status = WorkerStatus.READY

@@ -34,15 +34,22 @@ class InfoMerger:
         return self._add_info(infos, info, row)
 
     def merge(
-        self, buffers: Buffers, workers: Sequence[WorkerRecord], replies: Sequence[StepReply], rows: Sequence[int]
+        self,
+        buffers: Buffers,
+        workers: Sequence[WorkerRecord],
+        replies: Sequence[StepReply],
+        rows: Sequence[int] | None = None,
     ) -> dict[str, Any]:
         """Store each worker's non-shared rows and merge its infos, in worker and env order;
-        ``rows[k]`` is the batch row of worker ``k``'s first env."""
+        ``rows[k]`` is the batch row of worker ``k``'s first env (``None``: its env index)."""
         infos: dict[str, Any] = {}
-        for w, reply, row in zip(workers, replies, rows):
-            buffers.receive(w.start, w.stop, reply.rows)
-            for j, info in reply.infos:
-                infos = self._add_info(infos, info, row + j)
+        for k, (w, reply) in enumerate(zip(workers, replies)):
+            if reply.rows is not None:
+                buffers.receive(w.start, w.stop, reply.rows)
+            if reply.infos:
+                row = w.start if rows is None else rows[k]
+                for j, info in reply.infos:
+                    infos = self._add_info(infos, info, row + j)
         return infos
 
 

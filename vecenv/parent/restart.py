@@ -158,7 +158,7 @@ class Restarter:
                 self.active = False
         if lost is None:
             return None
-        w.sent(lost.call_id, lost.call, lost.command, lost.message)
+        w.sent(lost)
         if lost.command is Command.STEP:
             assert reply is not None
             pool.answer(w, lost.call_id, True, truncated_reply(pool, w, reply))

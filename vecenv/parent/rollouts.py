@@ -8,12 +8,14 @@ replies (non-empty infos, errors) and returns a :class:`Rollout`. A rollout is, 
 it (a step or a rollout may follow).
 
 What each worker holds is tracked here, so each message carries only what it lacks: the block
-(a ``ROLLOUT_BLOCK`` round trip when it is made or grows, or for a replacement worker), the
-policy (pickled once per worker until another is passed) and the weights
-(:meth:`Rollouts.update_weights`; they ride on the next ``ROLLOUT``). A worker that died during
-a rollout and was restarted (``on_worker_death="restart"``) reports the rollout's first step
-as a restarted step does (reward 0, truncated, ``infos["worker_restarted"]``, its action
-lost) and the remaining steps are run again by the replacement from its fresh reset.
+(a ``ROLLOUT_BLOCK`` sent just before the ``ROLLOUT`` when it is made or grows, or for a
+replacement worker; nobody waits for its reply, and a block a worker could not map fails the
+rollout that follows, after which it is sent again), the policy (pickled once per worker until
+another is passed) and the weights (:meth:`Rollouts.update_weights`; they ride on the next
+``ROLLOUT``). A worker that died during a rollout and was restarted
+(``on_worker_death="restart"``) reports the rollout's first step as a restarted step does
+(reward 0, truncated, ``infos["worker_restarted"]``, its action lost) and the remaining steps
+are run again by the replacement from its fresh reset.
 
 Beyond actions (:mod:`vecenv.policy_outputs`): a policy's extras are laid out in the block
 from one call of a copy in the parent when the policy is first passed; a recurrent policy's
@@ -35,7 +37,7 @@ from gymnasium import Space
 from gymnasium.vector import AutoresetMode
 
 from vecenv.checks import check_num_steps, check_timeout
-from vecenv.errors import InvalidArgumentError, PolicyOutputError, VecEnvTimeoutError, WorkerDiedError
+from vecenv.errors import InvalidArgumentError, PolicyOutputError, VecEnvTimeoutError
 from vecenv.parent.call_lock import CallLock, serialised
 from vecenv.parent.calls import CallRunner
 from vecenv.parent.records import WorkerRecord
@@ -148,10 +150,13 @@ class _Held:
 CHECKED_FROM = 64 * 2**20
 #: What one step's dict of infos takes in the parent, at least (an empty dict and its slot).
 INFO_BYTES = 72
+#: Seconds a new policy's one call in the parent (learning its outputs) may take when the
+#: rollout has no ``timeout=``, before :class:`~vecenv.errors.VecEnvTimeoutError`.
+PROBE_TIMEOUT = 60.0
 
-#: Seconds the workers have to map a new rollout block before the rollout raises
-#: :class:`~vecenv.errors.VecEnvTimeoutError` (they are idle then: it takes milliseconds).
-BLOCK_TIMEOUT = 60.0
+#: Seconds :meth:`Rollouts.read_state` waits for the workers' states by default before it
+#: raises :class:`~vecenv.errors.VecEnvTimeoutError` (they are idle then: it takes milliseconds).
+STATE_TIMEOUT = 60.0
 
 
 class Rollouts:
@@ -167,7 +172,7 @@ class Rollouts:
         native_groups: bool,
     ) -> None:
         self.runner, self.buffers = runner, buffers
-        self.pool, self.calls = runner.pool, runner.calls
+        self.calls, self.workers = runner.calls, runner.workers
         self.observation_space, self.action_space = spaces
         self.autoreset_mode = autoreset_mode
         self.copy = copy
@@ -175,7 +180,7 @@ class Rollouts:
         self.num_envs = buffers.spec.num_envs
         self.block: RolloutBuffers | None = None
         self._block_number = 0
-        self._held = [_Held() for _ in self.pool.workers]
+        self._held = [_Held() for _ in self.workers]
         self._given: Any = None  # what the caller passed, for "the same policy again"
         self._policy: WorkerPolicy | None = None
         self._policy_number = 0
@@ -207,10 +212,10 @@ class Rollouts:
     def _probe(self, policy: WorkerPolicy) -> PolicyOutputs:
         """What ``policy`` gives beyond actions, from one call of a copy on the first worker's
         rows (so that a bad output is an error here, before anything is sent)."""
-        w = self.pool.workers[0]
+        w = self.workers[0]
         context = PolicyContext(range(w.start, w.stop), self.observation_space, self.action_space, [None] * w.size)
         observations = tree_map(lambda a: a[w.start : w.stop].copy(), self.buffers.observations)
-        bound = BLOCK_TIMEOUT if self.runner.timeout is None else self.runner.timeout
+        bound = PROBE_TIMEOUT if self.runner.timeout is None else self.runner.timeout
         outputs = bounded_call(
             lambda: policy.outputs(context, observations),
             bound,
@@ -288,11 +293,11 @@ class Rollouts:
         """Every env's state as the next rollout would start from it (one round trip)."""
         self._check_recurrent("policy_state")
         self.calls.check_can_start("policy_state")
-        workers = self.pool.workers
+        workers = self.workers
         self._sent_version = self._version
         payloads = [self._payload(w, 0, 0) for w in workers]
         self.runner.send(workers, Command.ROLLOUT, payloads, "policy_state", None)
-        replies = self.pool.gather(workers, BLOCK_TIMEOUT if timeout is None else timeout, "policy_state")
+        replies = self.runner.gather(workers, STATE_TIMEOUT if timeout is None else timeout, "policy_state")
         self._state, self._fresh_state = None, False
         self._sent(workers)
         states = [self._reply_state(w, reply) for w, reply in zip(workers, replies)]
@@ -346,41 +351,46 @@ class Rollouts:
         check_block(needed, what, shared=False)
 
     def _ensure_block(self, num_steps: int, workers: Sequence[WorkerRecord]) -> None:
-        """Make the block if it is missing or too short, and map it in every worker lacking it."""
+        """Make the block if it is missing, too short or laid out for other extras, and send it
+        to every worker lacking it.
+
+        Nobody waits for the workers to map it: the ``ROLLOUT`` that follows on the same pipe
+        finds it mapped, or fails (and then :meth:`finish` forgets what the workers hold).
+        """
         capacity = self._block_capacity(num_steps)
         if capacity is not None:
             # Made before the old one is let go: a block refused (MemoryLimitError) changes nothing.
             new = RolloutBuffers.create(self._spec(capacity))
             old, self.block = self.block, new
             if old is not None:
-                self.pool.blocks.remove(old)
-                old.close()
-            self.pool.blocks.append(new)  # the pool releases it at shutdown
+                self.runner.drop_block(old)
+            self.runner.keep_block(new)  # released at shutdown
             self._block_number += 1
         block, number = self.block, self._block_number
         assert block is not None, "made above when missing"
-        lacking = [w for w in workers if self._held[w.index].block != (w.launches, number)]
-        if not lacking:
-            return
         fd = block.block.fd if block.block is not None else None
         message = RolloutBlockArgs(block.spec, fd)
-        # Sent outside a pending call: an interrupt part-way abandons what was sent, so no
-        # reply is left to be taken for another's.
-        self.runner.send(lacking, Command.ROLLOUT_BLOCK, [message] * len(lacking), "rollout", None)
-        # Idle workers map a block in milliseconds: a bound, so that one that never answers
-        # is a VecEnvTimeoutError here, not a wait forever (rollout_async takes no timeout).
-        self.pool.gather(lacking, BLOCK_TIMEOUT, "rollout")
-        for w in lacking:
-            self._held[w.index].block = (w.launches, number)
-        if self.pool.restarter is None and all(
-            h.block == (w.launches, number) for h, w in zip(self._held, self.pool.workers)
+        while True:
+            lacking = [w for w in workers if self._held[w.index].block != (w.launches, number)]
+            if not lacking:
+                break
+            # A worker found dead while sending is replaced at once: its replacement (another
+            # launch) still lacks the block, and is sent it on the next turn.
+            launches = [w.launches for w in lacking]
+            self.runner.send(lacking, Command.ROLLOUT_BLOCK, [message] * len(lacking), "rollout", None, wanted=False)
+            for w, launch in zip(lacking, launches):
+                self._held[w.index].block = (launch, number)
+        if not self.runner.restarts_workers and all(
+            h.block == (w.launches, number) for h, w in zip(self._held, self.workers)
         ):
-            block.release_fd()  # a replacement worker would need it; without restarts nobody does
+            # The descriptor travelled with each message; a replacement worker would need it
+            # again, and without restarts there is none.
+            block.release_fd()
 
     # -- a rollout ---------------------------------------------------------------------------
 
     def start(self, num_steps: Any, policy: Any) -> None:
-        """Check, make sure every worker has the block, and send every worker its ``ROLLOUT``."""
+        """Check, send the block to the workers lacking it and every worker its ``ROLLOUT``."""
         calls = self.calls
         calls.check_can_start("rollout_async")
         calls.check_steppable("rollout_async", "reset()")
@@ -399,9 +409,9 @@ class Rollouts:
                 )
         self._adopt(policy)  # (its extras decide the block's layout)
         self._check_memory(t)
-        workers = self.pool.workers
+        workers = self.workers
         self._ensure_block(t, workers)
-        if self.pool.restarter is not None:
+        if self.runner.restarts_workers:
             self._start_obs = tree_copy(self.buffers.observations)
         self._sent_version = self._version
         payloads = [self._payload(w, t, 0) for w in workers]
@@ -411,28 +421,28 @@ class Rollouts:
 
     def finish(self, timeout: float | None) -> Rollout:
         """Gather the replies (running restarted groups' steps again) and assemble the rollout."""
-        calls = self.calls
-        calls.check_waiting(State.WAITING_ROLLOUT, "rollout_wait", "rollout_async")
-        workers = calls.pending
-        try:
-            replies = self._gather(workers, None if timeout is None else time.monotonic() + timeout, timeout)
-        except WorkerDiedError:
-            raise
-        except BaseException as exc:
-            calls.poison(f"`rollout` failed ({type(exc).__name__})")
-            for held in self._held:  # a copy may have failed to build: send the policy again
-                held.policy = held.weights = None
-            raise
-        finally:
-            calls.finish()
+        self.calls.check_waiting(State.WAITING_ROLLOUT, "rollout_wait", "rollout_async")
+        workers, replies = self.runner.finish("rollout", timeout, poisons=True, collect=self._gather)
         self._sent(workers)
         return self._assemble(workers, replies)
 
-    def _gather(self, workers: Sequence[WorkerRecord], deadline: float | None, timeout: float | None) -> list[Any]:
+    def _gather(self, workers: list[WorkerRecord], timeout: float | None) -> list[Any]:
+        """Every worker's reply; a restarted group's steps are run again by its replacement.
+        On a failure the workers are sent the block and the policy again next time (a worker
+        may have failed to map the one or to build the other)."""
+        try:
+            return self._gather_all(workers, None if timeout is None else time.monotonic() + timeout, timeout)
+        except BaseException:
+            for held in self._held:
+                held.block = held.policy = held.weights = None
+            raise
+
+    def _gather_all(self, workers: Sequence[WorkerRecord], deadline: float | None, timeout: float | None) -> list[Any]:
         def remaining() -> float | None:
             return None if deadline is None else max(0.0, deadline - time.monotonic())
 
-        replies = dict(zip((w.index for w in workers), self.pool.gather(workers, timeout, "rollout")))
+        runner = self.runner
+        replies = dict(zip((w.index for w in workers), runner.gather(workers, timeout, "rollout")))
         first_rows: dict[int, RolloutReply] = {}
         again = [w for w in workers if isinstance(replies[w.index], RestartedRollout)]
         while again:
@@ -442,8 +452,8 @@ class Rollouts:
                 break  # DISABLED: the restarted step ended the episode; the envs wait unstepped
             self._ensure_block(self._num_steps, again)
             payloads = [self._payload(w, self._num_steps, 1) for w in again]
-            self.runner.send(again, Command.ROLLOUT, payloads, "rollout", None)
-            replies.update(zip((w.index for w in again), self.pool.gather(again, remaining(), "rollout")))
+            runner.send(again, Command.ROLLOUT, payloads, "rollout", None)
+            replies.update(zip((w.index for w in again), runner.gather(again, remaining(), "rollout")))
             again = [w for w in again if isinstance(replies[w.index], RestartedRollout)]
         for index, first in first_rows.items():
             reply = replies[index]

@@ -11,8 +11,8 @@ random actions for a few milliseconds, closes it, and decides from the time one 
     otherwise   ->  min(num_envs, cores) groups, the parent stepping one of them (``inline_group``)
 
 With the parent stepping a group, the processes of the vector env are no more than the cores,
-so parent and workers may poll briefly for each other's messages instead of sleeping (see
-:func:`vecenv.worker.loop._serve`): on 2 cores that is the fastest layout from about 16 CartPole
+so parent and workers may spin briefly on each other's step words instead of sleeping (the
+step's fast path, :mod:`vecenv.wire.fastpath`): on 2 cores that is the fastest layout from about 16 CartPole
 envs up (measured: N=128 1.67x Sync against 1.27x for two worker processes).
 
 Envs stepped in the parent are the same envs with the same results, but a crash or a hang in

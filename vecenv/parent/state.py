@@ -2,9 +2,10 @@
 
 What the vector env is waiting for (a :class:`State`), which workers owe the pending call, why
 the next step would give wrong data (``needs_reset``), which envs have ended, and whether the
-vector env is closed: all of it is written here and only here. The two API layers
-(:mod:`vecenv.parent.vector_env` and :mod:`vecenv.parent.envpool_api`) ask it to check a call
-and to move from one state to the next; neither writes a field of it.
+vector env is closed: all of it is written here and only here. The API layers
+(:mod:`vecenv.parent.vector_env`, :mod:`vecenv.parent.envpool_api`, :mod:`vecenv.parent.rollouts`)
+ask it to check a call; the call runner (:mod:`vecenv.parent.calls`) and they move it from one
+state to the next through its methods; none writes a field of it.
 
 The checks are pure: they raise or return, never change anything. Their messages are
 Gymnasium's (``AsyncVectorEnv``'s), since user code matches on them.
@@ -136,6 +137,17 @@ class CallState:
         if self._needs_reset is not None:
             raise NeedsResetError(f"Calling `{call}` after {self._needs_reset}: call `{how}` first.")
 
+    def check_step(self, call: str, disabled: bool) -> None:
+        """A step may start (:meth:`check_can_start`, :meth:`check_steppable` and, under
+        ``autoreset_mode=DISABLED``, :meth:`check_none_ended`), checked in that order."""
+        if self.closed or self._waiting is not State.DEFAULT or self._needs_reset is not None or disabled:
+            self.check_can_start(call)
+            self.check_steppable(call, "reset()")
+            if disabled:
+                self.check_none_ended(call)
+        elif self._pool is not None and self._pool.broken is not None:
+            self.check_open(call)
+
     def check_none_ended(self, call: str) -> None:
         """``autoreset_mode=DISABLED``: no env may be stepped past its episode's end."""
         if self.ended.any():
@@ -150,7 +162,7 @@ class CallState:
     def begin(self, state: State, pending: Sequence[WorkerRecord], reset_mask: np.ndarray | None = None) -> None:
         """A call was sent to ``pending``; ``state`` names what is now waited for."""
         self._waiting = state
-        self._pending = list(pending)
+        self._pending = pending if type(pending) is list else list(pending)  # the caller's, never changed
         self._reset_mask = reset_mask
 
     def finish(self) -> None:

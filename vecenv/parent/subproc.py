@@ -1,8 +1,9 @@
 """The process backend's vector env: :class:`SubprocVectorEnv`, env groups in worker processes.
 
-It checks its arguments, splits the env constructors into groups, chooses the start method and
-builds a :class:`~vecenv.transports.process.ProcessTransport`; everything after that is
-:class:`~vecenv.parent.vector_env.GroupVectorEnv`'s.
+It checks its arguments, splits the env constructors into groups (or takes the groups
+``from_groups`` was given), chooses the start method and builds a
+:class:`~vecenv.transports.process.ProcessTransport`; everything after that is
+:class:`~vecenv.parent.vector_env.GroupVectorEnv`'s constructor.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from gymnasium.vector import AutoresetMode
 from vecenv.checks import check_batch_size, check_context, check_env_fns, check_flag, check_group_fns, check_num_workers
 from vecenv.machine import guard_main
 from vecenv.options import DEFAULTS, VectorOptions
-from vecenv.parent.groups import split_groups
+from vecenv.parent.groups import WorkerGroups, split_groups
 from vecenv.parent.sizing import WorkerChoice, choose_num_workers
 from vecenv.parent.vector_env import GroupVectorEnv
 from vecenv.transports.base import Transport
@@ -50,8 +51,9 @@ class SubprocVectorEnv(GroupVectorEnv):
         inline_group: the parent hosts the first group itself and steps it while the workers
             step theirs: one process fewer and no wake-up for that group. Where the vector
             env's processes are no more than the cores (as with ``inline_group`` and one group
-            per core), parent and workers poll for each other's messages for up to 0.2 ms
-            before sleeping, which saves the wake-up of a sleeping process on every step. That
+            per core), a step's command and each worker's completion are also published in
+            shared memory and parent and workers spin on them briefly before sleeping, which
+            saves the wake-up of a sleeping process on every step (see the guide). That
             group runs in the parent: its env errors surface as any env's, but a hang there
             cannot be timed out and a crash there is the parent's.
         on_worker_death: ``"raise"`` (a dead worker breaks the vector env: ``WorkerDiedError``)
@@ -114,7 +116,7 @@ class SubprocVectorEnv(GroupVectorEnv):
 
     def __init__(
         self,
-        env_fns: Sequence[Callable[[], gym.Env]],
+        env_fns: Sequence[Callable[[], gym.Env]] | WorkerGroups,
         num_workers: int | str | None = None,
         *,
         autoreset_mode: AutoresetMode | str = DEFAULTS.autoreset_mode,
@@ -133,17 +135,25 @@ class SubprocVectorEnv(GroupVectorEnv):
         threads_per_worker: int | None = DEFAULTS.threads_per_worker,
         seed_policy: str = DEFAULTS.seed_policy,
     ) -> None:
-        fns = check_env_fns(env_fns)
-        check_flag(inline_group, "inline_group")  # before auto may set it
-        if num_workers == "auto":
-            self.worker_choice = choose_num_workers(fns[0], len(fns))
-            num_workers = self.worker_choice.num_workers
-            inline_group = inline_group or self.worker_choice.inline_group
-        workers = check_num_workers(num_workers, len(fns))
-        groups = split_groups(fns, max(1, workers))
-        check_batch_size(batch_size, [len(g.env_fns) for g in groups])
-        options = VectorOptions.pick(locals())
-        self._start(groups, options, context, daemon, shared_memory, pin_cpus, inline=inline_group or workers == 0)
+        groups: Sequence[Callable[[], Any]]
+        if isinstance(env_fns, WorkerGroups):  # from_groups: one builder per worker, as given
+            groups = env_fns.group_fns
+            options = VectorOptions.pick(locals())
+            inline = check_flag(inline_group, "inline_group")
+        else:
+            fns = check_env_fns(env_fns)
+            check_flag(inline_group, "inline_group")  # before auto may set it
+            if num_workers == "auto":
+                self.worker_choice = choose_num_workers(fns[0], len(fns))
+                num_workers = self.worker_choice.num_workers
+                inline_group = inline_group or self.worker_choice.inline_group
+            workers = check_num_workers(num_workers, len(fns))
+            groups = split_groups(fns, max(1, workers))
+            check_batch_size(batch_size, [len(g.env_fns) for g in groups])
+            options = VectorOptions.pick(locals())
+            inline = inline_group or workers == 0
+        transport = self._connect(groups, options, context, daemon, pin_cpus, inline)
+        super().__init__(transport, groups, options, shared_memory)
 
     @classmethod
     def from_groups(
@@ -173,23 +183,35 @@ class SubprocVectorEnv(GroupVectorEnv):
         ``group_fns`` and, within a group, the order of the returned list. The other
         arguments are the constructor's (``inline_group``: the parent hosts the first group).
         """
-        fns = check_group_fns(group_fns)
-        options = VectorOptions.pick(locals())
-        inline = check_flag(inline_group, "inline_group")
-        self = cls.__new__(cls)
-        self._start(fns, options, context, daemon, shared_memory, pin_cpus, inline=inline)
-        return self
+        return cls(
+            WorkerGroups(check_group_fns(group_fns)),
+            autoreset_mode=autoreset_mode,
+            copy=copy,
+            context=context,
+            daemon=daemon,
+            shared_memory=shared_memory,
+            observation_mode=observation_mode,
+            batch_size=batch_size,
+            pin_cpus=pin_cpus,
+            start_timeout=start_timeout,
+            on_worker_death=on_worker_death,
+            max_restarts=max_restarts,
+            restart_window=restart_window,
+            threads_per_worker=threads_per_worker,
+            seed_policy=seed_policy,
+            inline_group=inline_group,
+        )
 
-    def _start(
+    def _connect(
         self,
         groups: Sequence[Callable[[], Any]],
         options: VectorOptions,
         context: Any,
         daemon: bool,
-        shared_memory: bool,
         pin_cpus: bool,
         inline: bool,
-    ) -> None:
+    ) -> Transport:
+        """The process transport (with the first group in this process when ``inline``)."""
         ctx = check_context(context)
         if not (inline and len(groups) == 1):  # worker processes will start
             chosen = context is not None or multiprocessing.get_start_method(allow_none=True) is not None
@@ -206,5 +228,4 @@ class SubprocVectorEnv(GroupVectorEnv):
             threads=options.threads,
             first_index=int(inline),
         )
-        transport: Transport = ParentHostedFirst(processes, WorkerOptions(mode)) if inline else processes
-        self._open(transport, groups, options, shared_memory)
+        return ParentHostedFirst(processes, WorkerOptions(mode)) if inline else processes

@@ -2,19 +2,23 @@
 
 ::
 
-          caller: reset / step / call / render          async_reset / recv / send
-                 |                                             |
-      GroupVectorEnv (this module)                  AsyncBatches (envpool_api.py)
-         input checks (checks.py); call state in one owner, CallState (state.py);
-         actions placed by ActionPlacer (actions.py); replies merged by InfoMerger (replies.py)
-                 |                                             |
-                 '----------------------.----------------------'
-                                        v
+          caller: reset / step / call / render / rollout       async_reset / recv / send
+                 |                                                    |
+      GroupVectorEnv (this module)                         AsyncBatches (envpool_api.py)
+      Rollouts (rollouts.py)                                          |
+         call lock (call_lock.py); input checks (checks.py); actions placed by ActionPlacer
+         (action_rows.py); replies merged by InfoMerger (replies.py)  |
+                 '--------------------------.-------------------------'
+                                            v
+      CallRunner (calls.py): the one door to the pool: sending, waiting, failure bookkeeping,
+         late-reply rules; call state in one owner, CallState (state.py). With every env in
+         this process (num_workers=0) a step runs the group's WorkerCore here, directly.
+                                            v
       WorkerPool (pool.py): one WorkerRecord per worker (records.py), call ids, deadlines,
          late replies dropped, breakage, restarts (restart.py), shutdown
-                                        |  Transport (transports/base.py)
-          .-----------------------------+------------------------------.
-          | pipe 0 (transports/process.py)  | pipe 1        ...   Ray actor (integrations/ray/transport.py)
+                                            |  Transport (transports/base.py)
+          .---------------------------------+------------------------------.
+          | pipe 0 (transports/process.py)  | pipe 1   ...   Ray actor (integrations/ray/transport.py)
           v                                 v                           v
     +-----------+                     +-----------+               +-----------+
     | worker 0  |  worker/loop.py     | worker 1  |               | worker k  |
@@ -34,7 +38,7 @@ that every call is one command per worker and one reply per worker.
 
 :class:`GroupVectorEnv` knows no transport: :class:`~vecenv.SubprocVectorEnv`
 (:mod:`vecenv.parent.subproc`) and :class:`~vecenv.RayVectorEnv` (:mod:`vecenv.integrations.ray.vector_env`)
-choose one and call :meth:`GroupVectorEnv._open`.
+choose one and call this class's constructor (their ``from_groups`` calls their own).
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from vecenv.parent.closing import DEFAULT_CLOSE_TIMEOUT, Closer
 from vecenv.parent.envpool_api import AsyncBatches
 from vecenv.parent.handshake import configure
 from vecenv.parent.pool import WorkerPool
+from vecenv.parent.records import WorkerRecord
 from vecenv.parent.render import EnvIds, RenderPlan
 from vecenv.parent.replies import InfoMerger, current_observations
 from vecenv.parent.restart import Restarter, RestartPolicy
@@ -71,16 +76,27 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
     """A ``gymnasium.vector.VectorEnv`` over a :class:`~vecenv.parent.pool.WorkerPool` of env groups.
 
     The subclasses choose the transport (:class:`~vecenv.SubprocVectorEnv`: processes;
-    :class:`~vecenv.RayVectorEnv`: Ray actors); everything here is the same for both. Results
-    are identical to ``SyncVectorEnv`` for the same seeds and actions. Threads may share one:
-    its calls run one at a time (:mod:`vecenv.parent.call_lock`).
+    :class:`~vecenv.RayVectorEnv`: Ray actors) and call this constructor; everything here is the
+    same for both. Results are identical to ``SyncVectorEnv`` for the same seeds and actions.
+    Threads may share one: its calls run one at a time (:mod:`vecenv.parent.call_lock`).
+
+    Args:
+        transport: how commands reach the workers (it is stopped here if the start fails).
+        group_fns: one group builder per worker.
+        options: the checked keywords every vector env takes.
+        shared_memory: whether the buffers may be one shared block (if the transport can).
     """
 
     _pool: WorkerPool
     _buffers: Buffers
     _calls: CallState
+    _runner: CallRunner
+    #: Until the pool has started there is nothing to close; a constructor that raised before
+    #: leaves ``None`` here, which ``close()``, ``__del__`` and ``repr`` read.
+    _closer: Closer | None = None
+    num_envs: int = 0
 
-    def _open(
+    def __init__(
         self,
         transport: Transport,
         group_fns: Sequence[Callable[[], Any]],
@@ -107,8 +123,8 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
             self._calls.mark_closed()
             raise
         self._runner = CallRunner(self._pool, self._calls)
-        # Holds the pool, never this vector env: dropping it closes the workers at once.
-        self._closer = Closer(self._pool, self._calls, self.call_lock, self)
+        # Holds the runner, never this vector env: dropping it closes the workers at once.
+        self._closer = Closer(self._runner, self.call_lock, self)
         try:
             self._handshake(options, shared_memory and transport.shares_memory)
         except BaseException:
@@ -132,6 +148,7 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
         self._seeds.seeds = [None] * self.num_envs
         self._actions = ActionPlacer(self.single_action_space, self._buffers)
         self._infos = InfoMerger(self.num_envs)
+        self._disabled = self.autoreset_mode is AutoresetMode.DISABLED
         batch_size = check_batch_size(options.batch_size, [w.size for w in self._pool.workers])
         self._batches = AsyncBatches(
             self._runner,
@@ -155,15 +172,14 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
 
     @property
     def closed(self) -> bool:
-        """Whether ``close()`` ran."""
-        calls = getattr(self, "_calls", None)
-        return True if calls is None else calls.closed
+        """Whether ``close()`` ran (or the vector env never started)."""
+        closer = self._closer
+        return closer is None or closer.calls.closed
 
     @closed.setter
     def closed(self, value: bool) -> None:
-        calls = getattr(self, "_calls", None)
-        if value and calls is not None:
-            calls.mark_closed()
+        if value and self._closer is not None:
+            self._closer.calls.mark_closed()
 
     @property
     def state(self) -> State:
@@ -172,10 +188,6 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
 
     def _observations(self) -> Any:
         return current_observations(self._buffers, self.copy)
-
-    def _merge(self, replies: list[Any]) -> dict[str, Any]:
-        pending = self._calls.pending
-        return self._infos.merge(self._buffers, pending, replies, [w.start for w in pending])
 
     # -- reset ---------------------------------------------------------------------------------
 
@@ -196,7 +208,7 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
         if options is not None and "reset_mask" in options:
             options = dict(options)  # unlike SyncVectorEnv, leave the caller's dict as it was
             mask = check_reset_mask(options.pop("reset_mask"), self.num_envs)
-        pending = [w for w in self._pool.workers if mask is None or mask[w.start : w.stop].any()]
+        pending = [w for w in self._runner.workers if mask is None or mask[w.start : w.stop].any()]
         self._seeds.remember(seeds, mask)
         payloads = [
             ResetArgs(seeds[w.start : w.stop], options, None if mask is None else mask[w.start : w.stop])
@@ -209,7 +221,8 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
         """Wait for the reset sent by :meth:`reset_async`; raises the timeout error after ``timeout`` s."""
         timeout = check_timeout(timeout)
         self._calls.check_waiting(State.WAITING_RESET, "reset_wait", "reset_async")
-        infos = self._merge(self._runner.finish("reset_wait", timeout, poisons=True))
+        workers, replies = self._runner.finish("reset_wait", timeout, poisons=True)
+        infos = self._infos.merge(self._buffers, workers, replies)
         self._calls.reset_done()
         return self._observations(), infos
 
@@ -235,13 +248,8 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
     @serialised
     def step_async(self, actions: Any) -> None:
         """Write ``actions`` (an element of :attr:`action_space`) and start every worker stepping."""
-        calls = self._calls
-        calls.check_can_start("step_async")
-        calls.check_steppable("step_async", "reset()")
-        if self.autoreset_mode is AutoresetMode.DISABLED:
-            calls.check_none_ended("step_async")
-        workers = self._pool.workers
-        payloads = self._actions.payloads(actions, workers)
+        workers = self._runner.workers
+        payloads = self._step_payloads(actions, workers)
         self._runner.send(workers, Command.STEP, payloads, "step_async", State.WAITING_STEP)
 
     @serialised
@@ -249,10 +257,7 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
         """Wait for the step sent by :meth:`step_async`; raises the timeout error after ``timeout`` s."""
         timeout = check_timeout(timeout)
         self._calls.check_waiting(State.WAITING_STEP, "step_wait", "step_async")
-        infos = self._merge(self._runner.finish("step_wait", timeout, poisons=True))
-        b = self._buffers
-        self._calls.step_done(b.terminations, b.truncations)
-        return self._observations(), b.rewards.copy(), b.terminations.copy(), b.truncations.copy(), infos
+        return self._step_result(*self._runner.finish("step_wait", timeout, poisons=True))
 
     @serialised
     def step(
@@ -260,9 +265,34 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every env with its action, as ``SyncVectorEnv.step``; ``timeout`` as in :meth:`step_wait`."""
         timeout = check_timeout(timeout)
-        with self._runner.within(timeout):
-            self.step_async(actions)
-        return self.step_wait(timeout)
+        workers = self._runner.workers
+        return self._step_result(*self._runner.step(workers, self._step_payloads(actions, workers), timeout))
+
+    # The two halves of every step, under the call lock already.
+
+    def _step_payloads(self, actions: Any, workers: list[WorkerRecord]) -> list[Any]:
+        """Check that a step may start, and place ``actions`` (shared rows, or payloads)."""
+        self._calls.check_step("step_async", self._disabled)
+        return self._actions.payloads(actions, workers)
+
+    def _step_result(
+        self, workers: list[WorkerRecord], replies: list[Any]
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """What a step returns, from the workers' replies."""
+        b = self._buffers
+        first = replies[0]
+        if len(replies) == 1 and not first.infos and first.rows is None:
+            infos: dict[str, Any] = {}  # the common step: nothing to merge
+        else:
+            infos = self._infos.merge(b, workers, replies)
+        if self._disabled:  # only DISABLED refuses to step an env whose episode ended
+            self._calls.step_done(b.terminations, b.truncations)
+        obs = b.observations
+        if type(obs) is np.ndarray and b.fixed_observations:  # a Box space: one array to copy
+            obs = obs.copy() if self.copy else obs
+        else:
+            obs = self._observations()
+        return obs, b.rewards.copy(), b.terminations.copy(), b.truncations.copy(), infos
 
     # -- asynchronous batches (EnvPool-style; see vecenv.parent.envpool_api) ------------------
 
@@ -310,7 +340,7 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
         self._calls.check_can_start("call_async")
         if not isinstance(name, str):
             raise ArgumentTypeError(f"`name` must be a str, got {describe(name)}")
-        workers = self._pool.workers
+        workers = self._runner.workers
         payloads = [CallArgs(name, args, kwargs)] * len(workers)
         self._runner.send(workers, Command.CALL, payloads, "call_async", State.WAITING_CALL)
 
@@ -319,7 +349,7 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
         """The results of :meth:`call_async`, one per env."""
         timeout = check_timeout(timeout)
         self._calls.check_waiting(State.WAITING_CALL, "call_wait", "call_async")
-        replies = self._runner.finish("call_wait", timeout, poisons=False)
+        _, replies = self._runner.finish("call_wait", timeout, poisons=False)
         return tuple(r for reply in replies for r in reply)
 
     @serialised
@@ -351,7 +381,7 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
                 "Values must be a list or tuple with length equal to the number of environments. "
                 f"Got `{len(values)}` values for {self.num_envs} environments."
             )
-        workers = self._pool.workers
+        workers = self._runner.workers
         payloads = [SetAttrArgs(name, list(values[w.start : w.stop])) for w in workers]
         self._run(Command.SET_ATTR, workers, payloads, "set_attr", timeout)
 
@@ -362,18 +392,18 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
         timeout = check_timeout(timeout)
         self._calls.check_can_start("render")
         ids = None if env_ids is None else check_env_ids(env_ids, self.num_envs)
-        plan = RenderPlan.of(self._pool.workers, ids)
+        plan = RenderPlan.of(self._runner.workers, ids)
         return plan.frames(self._run(Command.RENDER, plan.workers, plan.payloads, "render", timeout))
 
     def _run(self, command: Command, workers: list[Any], payloads: list[Any], call: str, timeout: float | None) -> Any:
         with self._runner.within(timeout):
             self._runner.send(workers, command, payloads, call, State.WAITING_CALL)
-        return self._runner.finish(call, timeout, poisons=False)
+        return self._runner.finish(call, timeout, poisons=False)[1]
 
     @property
     def num_workers(self) -> int:
-        """The number of workers (one env group each)."""
-        return len(self._pool.workers)
+        """The number of workers (one env group each; 0 before the workers started)."""
+        return 0 if self._closer is None else len(self._closer.runner.workers)
 
     @property
     def worker_pids(self) -> list[int | None]:
@@ -416,9 +446,8 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
         thread is given the same grace, then its workers are ended (it raises there).
         """
         timeout = check_timeout(timeout)
-        closer = getattr(self, "_closer", None)
-        if closer is not None:
-            closer.close(timeout, terminate, warn=True)
+        if self._closer is not None:
+            self._closer.close(timeout, terminate, warn=True)
 
     def __enter__(self) -> GroupVectorEnv:
         return self
@@ -427,7 +456,7 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
         self.close()
 
     def __del__(self) -> None:
-        closer = getattr(self, "_closer", None)
+        closer = self._closer
         if closer is not None and not closer.calls.closed:
             try:
                 closer.close(None, terminate=True, warn=False)
@@ -435,8 +464,5 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
                 pass
 
     def __repr__(self) -> str:
-        spec = getattr(self, "spec", None)
-        n = getattr(self, "num_envs", "?")
-        pool = getattr(self, "_pool", None)
-        name = f"{spec.id}, " if spec is not None else ""
-        return f"{type(self).__name__}({name}num_envs={n}, num_workers={len(pool.workers) if pool else 0})"
+        name = f"{self.spec.id}, " if self.spec is not None else ""
+        return f"{type(self).__name__}({name}num_envs={self.num_envs}, num_workers={self.num_workers})"

@@ -92,9 +92,20 @@ class Transport(abc.ABC):
     def cause_of_death(self, worker: int) -> tuple[str, int | None]:
         """How a dead worker ended, in words ("was killed by signal SIGKILL"), and its exit code."""
 
+    def sole_core(self) -> Any:
+        """The :class:`~vecenv.worker.core.WorkerCore` of the only worker, when it runs in this
+        process (every env in the parent): a call can then run it directly, with nothing to
+        encode, queue or wait for. ``None`` for every other layout."""
+        return None
+
     def where(self, worker: int) -> str:
         """Where the worker runs, for messages (" on node ..."), or ``""``."""
         return ""
+
+    def release_fds(self) -> None:
+        """Every worker is attached and none will be restarted: close the descriptors kept only
+        to attach a restarted worker (a process forked later would inherit them)."""
+        return None
 
     @property
     def pids(self) -> list[int | None]:

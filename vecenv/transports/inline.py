@@ -113,6 +113,8 @@ class ParentHostedFirst(Transport):
             self.processes_transport.send(worker - 1, message, timeout)
 
     def poll(self, workers: Sequence[int], timeout: float | None) -> list[Event]:
+        if len(workers) == 1 and workers[0] == 0:  # every env in this process (num_workers=0)
+            return self.inline.run()
         events: list[Event] = []
         if 0 in workers:
             # The parent's own group runs now: the other workers already have their commands.
@@ -125,8 +127,14 @@ class ParentHostedFirst(Transport):
         # The process transport waits until it has an event or the timeout has passed.
         return events + [_shifted(e) for e in self.processes_transport.poll(others, timeout)]
 
+    def sole_core(self) -> WorkerCore | None:
+        return self.inline.core if not self.processes_transport.processes else None
+
     def cause_of_death(self, worker: int) -> tuple[str, int | None]:
         return self.processes_transport.cause_of_death(worker - 1)
+
+    def release_fds(self) -> None:
+        self.processes_transport.release_fds()
 
     def relaunch(self, worker: int) -> None:
         if worker == 0:

@@ -11,6 +11,7 @@ block reaches each worker as a file descriptor passed over its pipe (Linux memfd
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import math
@@ -19,7 +20,9 @@ import os
 import resource
 import select
 import signal
+import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from multiprocessing import reduction, resource_tracker
 from multiprocessing.connection import Connection
@@ -31,10 +34,23 @@ import cloudpickle
 from vecenv.errors import DescriptorLimitError
 from vecenv.machine import available_cpus
 from vecenv.transports.base import Death, Event, Reply, Transport, WorkerGone
-from vecenv.transports.sending import SendTimeout, bound_writes, send_within
+from vecenv.transports.sending import SendTimeout, bound_writes, send_handle_within, send_timeout, send_within
+from vecenv.wire import fastpath
 from vecenv.wire.buffers import HAVE_MEMFD, Buffers
+from vecenv.wire.fastpath import ControlBlock, SpinBudget, fence
 from vecenv.wire.pipes import PARENT_ENDS, SPIN_SECONDS, Spin
-from vecenv.wire.protocol import Attach, Command, WithFd, decode_reply, encode_for_pipe
+from vecenv.wire.protocol import (
+    WAKE_COMMAND,
+    WAKE_REPLY,
+    Attach,
+    Command,
+    StepReply,
+    WithFd,
+    call_id_of,
+    decode_reply,
+    encode_for_pipe,
+    is_bare_step,
+)
 from vecenv.worker.core import WorkerOptions
 from vecenv.worker.loop import worker_main
 
@@ -50,6 +66,30 @@ START_DESCRIPTORS = 10
 _INTERRUPTED = "was ended: an interrupt (Ctrl+C) cut a message on its pipe in two"
 # A worker whose pipe hung up gets this long to exit on its own before it is killed.
 _HANGUP_GRACE = 0.5
+# The call id watched in the done word of a worker that owes nothing there (no call has it).
+_NOTHING = -1
+# A spinning parent checks the pipes and the process sentinels (a dead worker) every this many
+# rounds of reading the words (a round reads a few words: well under a microsecond each).
+_SENTINEL_ROUNDS = 16
+
+#: Every process transport of this process that has workers running: together with this
+#: process they may spin only where they are no more than the cores (see _rebalance).
+_LIVE: weakref.WeakSet[ProcessTransport] = weakref.WeakSet()
+_LIVE_LOCK = threading.Lock()  # vector envs may be made and closed by several threads
+
+
+def _rebalance(new: ProcessTransport | None = None) -> None:
+    """Allow spinning to every live transport's parent side and workers, or to none: only while
+    all their worker processes and this process are no more than the cores this process may
+    use. A spinner on a shared core takes the time its peer needs to answer; a vector env made
+    or closed later changes the answer for the others too (the workers read it at each wait)."""
+    with _LIVE_LOCK:
+        if new is not None:
+            _LIVE.add(new)
+        live = [t for t in _LIVE if not t._stopped]
+        allowed = sum(len(t.processes) for t in live) + 1 <= available_cpus()
+        for transport in live:
+            transport._allow_spin(allowed)
 
 
 def _describe_exit(code: int | None) -> str:
@@ -130,6 +170,16 @@ class ProcessTransport(Transport):
         # Poll before sleeping (parent and workers) only where every process has a core.
         self._awake = Spin(0.0)
         self._torn: set[int] = set()  # workers whose pipe an interrupt may have cut mid-message
+        # The step's fast path (vecenv.wire.fastpath): the shared words, and per worker: the
+        # replies it owes (a command goes in the word only when it owes none, so nothing on the
+        # pipe can be overtaken), the call id of the command posted in its word and not yet
+        # answered, the messages written to its pipe and the pipe replies seen so far.
+        self._control: ControlBlock | None = None
+        self._budget = SpinBudget(0.0)
+        self._owed: list[int] = []
+        self._in_word: list[int | None] = []
+        self._pipe_sent: list[int] = []
+        self._replies_seen: list[int] = []
 
     def launch(self, group_fns: Sequence[Callable[[], Any]]) -> None:
         if not HAVE_MEMFD:
@@ -137,15 +187,35 @@ class ProcessTransport(Transport):
             # would unlink the named block, as "leaked", when they exit.
             resource_tracker.ensure_running()
         self._cpus = sorted(os.sched_getaffinity(0)) if self.pin_cpus else []
-        # The workers and this process (which waits, or steps a group of its own) each a core.
         workers = len(group_fns)
-        self._awake = Spin(SPIN_SECONDS if 0 < workers and workers + 1 <= available_cpus() else 0.0)
         self._group_bytes = [cloudpickle.dumps(group_fn) for group_fn in group_fns]
         self.processes = [None] * workers
         self.conns = [None] * workers
         self._pids = [None] * workers
+        self._owed, self._in_word = [0] * workers, [None] * workers
+        self._pipe_sent, self._replies_seen = [0] * workers, [0] * workers
+        if fastpath.SUPPORTED and workers:
+            try:
+                self._control = ControlBlock.create(workers)
+            except OSError as exc:
+                raise _limit_error(exc, self.first_index, self.first_index + workers) from None
+        # The workers and this process (which waits, or steps a group of its own) each a core.
+        _rebalance(self)
         for index in range(workers):
             self._start(index)
+
+    def _allow_spin(self, allowed: bool) -> None:
+        """Let this transport's waits (and its workers') spin, or not: on the shared words for
+        up to :data:`~vecenv.wire.fastpath.SPIN_LIMIT`, or (without the fast path) polling
+        the pipes for up to :data:`~vecenv.wire.pipes.SPIN_SECONDS`."""
+        allowed = allowed and bool(self.processes)
+        self._awake.seconds = SPIN_SECONDS if allowed else 0.0
+        limit = fastpath.SPIN_LIMIT if allowed else 0.0
+        self._budget.limit = limit
+        control = self._control
+        if control is not None and control.words is not None:
+            for index in range(control.workers):
+                control.words[control.index(index, fastpath.SPIN_NS)] = int(limit * 1e9)
 
     def _start(self, index: int) -> None:
         number = self.first_index + index
@@ -157,8 +227,18 @@ class ProcessTransport(Transport):
         PARENT_ENDS.add(parent_conn)
         bound_writes(parent_conn)
         cpus = self._cpus
+        control = self._control
+        if control is not None:
+            control.reset(index)
+        self._owed[index], self._in_word[index] = 1, None  # its Hello is owed
+        self._pipe_sent[index] = self._replies_seen[index] = 0
         options = WorkerOptions(
-            self.observation_mode, cpus[number % len(cpus)] if cpus else None, self.threads, self.spin
+            self.observation_mode,
+            cpus[number % len(cpus)] if cpus else None,
+            self.threads,
+            self.spin,
+            slot=None if control is None else index,
+            slots=0 if control is None else control.workers,
         )
         process = self.context.Process(
             target=worker_main,
@@ -194,20 +274,75 @@ class ProcessTransport(Transport):
         self._start(worker)
 
     def attach(self, worker: int, attach: Attach, buffers: Buffers, timeout: float | None = None) -> None:
-        fd = None
+        conn = self._conn(worker)
+        block_fd = None
         if Buffers.needs_fd(attach.buffers):
             assert buffers.block is not None and buffers.block.fd is not None
-            fd = buffers.block.fd
-        data = bytes(reduction.ForkingPickler.dumps(attach))  # what Connection.send writes
-        self.send(worker, data if fd is None else WithFd(data, fd), timeout)
+            block_fd = buffers.block.fd
+        try:
+            # What Connection.send writes, then the descriptors, each bounded by ``timeout``.
+            send_within(conn, bytes(reduction.ForkingPickler.dumps(attach)), block_fd, timeout)
+            if self._control is not None:
+                assert self._control.fd is not None
+                send_handle_within(conn, self._control.fd, timeout)
+        except SendTimeout as exc:  # a new worker that reads nothing cannot be attached
+            self._tear(worker, f"was ended: it {exc} while being attached")
+            raise WorkerGone from None
+        except OSError:  # it died after its Hello
+            self._process(worker).join(1.0)
+            raise WorkerGone from None
+
+    def release_fds(self) -> None:
+        if self._control is not None:
+            self._control.release_fd()
 
     def encode(self, command: Command, call_id: int, payload: Any) -> bytes | WithFd:
         return encode_for_pipe(command, call_id, payload)
 
     def send(self, worker: int, message: bytes | WithFd, timeout: float | None = None) -> None:
-        conn = self._conn(worker)
         if worker in self._torn:
             raise WorkerGone
+        if self._control is not None and not self._owed[worker] and self._budget.limit and is_bare_step(message):
+            assert isinstance(message, bytes)
+            self._post(worker, call_id_of(message))
+            return
+        self._owed[worker] += 1  # before it is out: an interrupt after it ends the worker
+        try:
+            self._write(worker, message, timeout)
+        except SendTimeout:
+            self._owed[worker] -= 1  # none of it went: the worker owes nothing for it
+            raise
+
+    def _post(self, worker: int, call_id: int) -> None:
+        """Post a payload-free STEP in ``worker``'s command word; wake the worker if it sleeps
+        (the waker's side of the protocol in :mod:`vecenv.wire.fastpath`)."""
+        control = self._control
+        assert control is not None and control.words is not None
+        words = control.words
+        at = control.index(worker, fastpath.COMMAND)
+        try:
+            self._owed[worker] = 1
+            self._in_word[worker] = call_id
+            words[control.index(worker, fastpath.POSTED_AT)] = time.perf_counter_ns()
+            words[at] = call_id
+            fence()
+            asleep = words[control.index(worker, fastpath.SLEEPING)]
+        except BaseException:
+            # An interrupt between these lines: finish the post (storing it twice is harmless:
+            # the worker takes a call id once) and wake the worker whatever it is doing.
+            self._owed[worker], self._in_word[worker] = 1, call_id
+            words[at] = call_id
+            with contextlib.suppress(WorkerGone):
+                self._write(worker, WAKE_COMMAND, send_timeout())
+            raise
+        if asleep:
+            self._write(worker, WAKE_COMMAND, send_timeout())
+
+    def _write(self, worker: int, message: bytes | WithFd, timeout: float | None = None) -> None:
+        """Write one message to ``worker``'s pipe (and count it in the hint its spin reads); a
+        worker that takes none of it for ``timeout`` seconds is stuck (see
+        :mod:`vecenv.transports.sending`)."""
+        conn = self._conn(worker)
         data, fd = (message.data, message.fd) if isinstance(message, WithFd) else (message, None)
         try:
             send_within(conn, data, fd, timeout)
@@ -223,6 +358,10 @@ class ProcessTransport(Transport):
         except BaseException:
             self._tear(worker)  # KeyboardInterrupt may have left half the message in the pipe
             raise
+        control = self._control
+        if control is not None and control.words is not None:
+            self._pipe_sent[worker] += 1
+            control.words[control.index(worker, fastpath.PIPE_SENT)] = self._pipe_sent[worker]
 
     def _tear(
         self, worker: int, cause: str = "was ended: an interrupt (Ctrl+C) cut a message on its pipe in two"
@@ -256,11 +395,19 @@ class ProcessTransport(Transport):
                 self._process(i).join()
             return [Death(i) for i in torn]
         pipes, sentinels, poller = self._poller(workers)
-        # A reply read while awake spares its writer the wake-up (see vecenv.worker.loop._serve).
-        ready = self._awake.poll(poller, timeout)
-        if not ready:
-            ready = poller.poll(None if timeout is None else max(0, math.ceil(timeout * 1000)))
         events: list[Event] = []
+        if self._control is None or (not self._budget.limit and not any(self._in_word[i] is not None for i in workers)):
+            # A reply read while awake spares its writer the wake-up (see vecenv.worker.loop._serve).
+            ready = self._awake.poll(poller, timeout)
+            if not ready:
+                ready = poller.poll(None if timeout is None else max(0, math.ceil(timeout * 1000)))
+        else:
+            events = self._word_replies(workers)
+            if events:
+                return events
+            ready = self._wait_fast(workers, poller, timeout)
+            # Read after the wait: a worker seen dead has made all its stores by then.
+            events = self._word_replies(workers)
         hung_up: set[int] = set()
         # Pipes first: a reply may precede an exit. One message per readable pipe; the next
         # poll reports the pipe again while more is waiting.
@@ -269,7 +416,12 @@ class ProcessTransport(Transport):
             if index is None:
                 continue
             try:
-                events.append(Reply(index, *decode_reply(self._conn(index).recv_bytes())))
+                data = self._conn(index).recv_bytes()
+                if data == WAKE_REPLY:  # it only ended a sleep; its reply is in the words
+                    continue
+                call_id, ok, result = decode_reply(data)
+                self._answered(index, call_id)
+                events.append(Reply(index, call_id, ok, result))
             except (EOFError, OSError):
                 hung_up.add(index)
             except BaseException:
@@ -291,9 +443,106 @@ class ProcessTransport(Transport):
             events.append(Death(index))
         return events
 
+    def _answered(self, worker: int, call_id: int) -> None:
+        self._owed[worker] = max(0, self._owed[worker] - 1)
+        if self._in_word[worker] == call_id:
+            self._in_word[worker] = None
+
+    def _word_replies(self, workers: Sequence[int]) -> list[Event]:
+        """The empty replies posted in the done words of ``workers`` (no system call)."""
+        control = self._control
+        assert control is not None and control.words is not None
+        words = control.words
+        events: list[Event] = []
+        for index in workers:
+            call_id = self._in_word[index]
+            if call_id is not None and words[control.index(index, fastpath.DONE)] == call_id:
+                self._answered(index, call_id)
+                events.append(Reply(index, call_id, True, StepReply([])))
+        return events
+
+    def _news(self, watched: list[tuple[int, int, int, int]]) -> int:
+        """What the words of the watched workers say: 1 a reply in a done word, 2 a reply
+        written to a pipe, 0 nothing yet. ``watched``: (worker, done word, call id, replies word)."""
+        assert self._control is not None and self._control.words is not None
+        words = self._control.words
+        for index, done_at, call_id, replies_at in watched:
+            if words[done_at] == call_id:
+                return 1
+            replies = words[replies_at]
+            if replies != self._replies_seen[index]:
+                self._replies_seen[index] = replies
+                return 2
+        return 0
+
+    def _wait_fast(self, workers: Sequence[int], poller: Any, timeout: float | None) -> list[tuple[int, int]]:
+        """Spin on the words of ``workers`` for the budget, checking the pipes and sentinels
+        every few rounds, then sleep on them (the sleeper's side of the protocol in
+        :mod:`vecenv.wire.fastpath`). Returns what the pipes and sentinels report ready; the
+        caller reads the done words after it."""
+        control = self._control
+        assert control is not None and control.words is not None
+        words = control.words
+        if timeout == 0:
+            return poller.poll(0)
+        watched: list[tuple[int, int, int, int]] = []
+        for i in workers:
+            call_id = self._in_word[i]
+            done_at, replies_at = control.index(i, fastpath.DONE), control.index(i, fastpath.REPLIES)
+            watched.append((i, done_at, _NOTHING if call_id is None else call_id, replies_at))
+        clock = time.perf_counter
+        start, start_ns = clock(), time.perf_counter_ns()
+        spin = self._budget.seconds(timeout)
+        rounds = 0
+        caught = False
+        ready: list[tuple[int, int]] = []
+        try:
+            before = start
+            while spin:
+                now = clock()
+                # Out of budget, or descheduled (this core is not ours alone): a miss.
+                if now - start >= spin or now - before > SpinBudget.PREEMPTED:
+                    break
+                before = now
+                news = self._news(watched)
+                if news:
+                    caught = True
+                    return poller.poll(0) if news == 2 else []
+                rounds += 1
+                if rounds % _SENTINEL_ROUNDS == 0:
+                    ready = poller.poll(0)
+                    if ready:
+                        caught = True
+                        return ready
+            words[fastpath.PARENT_SLEEPING] = 1
+            fence()
+            try:
+                if self._news(watched):
+                    return poller.poll(0)
+                limit = fastpath.RECHECK_SECONDS if timeout is None else min(timeout, fastpath.RECHECK_SECONDS)
+                return poller.poll(max(0, math.ceil(limit * 1000)))
+            finally:
+                words[fastpath.PARENT_SLEEPING] = 0
+        finally:
+            # Up to when a worker posted its reply in the words (see SpinBudget.record).
+            end = self._posted_at(watched) or time.perf_counter_ns()
+            self._budget.record(max(0, end - start_ns) * 1e-9, bool(spin), caught)
+
+    def _posted_at(self, watched: list[tuple[int, int, int, int]]) -> int:
+        """When the first of the replies now in the done words was posted (0: none is)."""
+        control = self._control
+        assert control is not None and control.words is not None
+        words = control.words
+        times = [
+            words[control.index(i, fastpath.DONE_AT)] for i, done_at, call_id, _ in watched if words[done_at] == call_id
+        ]
+        return min(times, default=0)
+
     @property
     def spin(self) -> float:
-        """Seconds parent and workers poll before sleeping (0: more processes than cores)."""
+        """Seconds parent and workers may poll their pipes before sleeping, where the step's fast
+        path does not run (0: more processes than cores, and then nobody spins on the shared
+        words either)."""
         return self._awake.seconds
 
     def _poller(self, workers: Sequence[int]) -> tuple[dict[int, int], dict[int, int], Any]:
@@ -362,6 +611,9 @@ class ProcessTransport(Transport):
             if conn is not None:
                 conn.close()
         self._pollers.clear()
+        if self._control is not None:
+            self._control.close()
+        _rebalance()
 
     @property
     def pids(self) -> list[int | None]:

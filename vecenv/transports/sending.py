@@ -26,7 +26,15 @@ from multiprocessing.connection import Connection
 
 from vecenv.errors import VecEnvTimeoutError
 
-__all__ = ["SEND_SLICE", "SEND_TIMEOUT", "SendTimeout", "bound_writes", "send_timeout", "send_within"]
+__all__ = [
+    "SEND_SLICE",
+    "SEND_TIMEOUT",
+    "SendTimeout",
+    "bound_writes",
+    "send_handle_within",
+    "send_timeout",
+    "send_within",
+]
 
 #: Seconds a worker may take none of a command when its call has no ``timeout=`` of its own (the
 #: ``*_async`` calls, ``send``, ``async_reset``, ``timeout=None``): one that took none of it by
@@ -118,6 +126,13 @@ def send_within(conn: Connection, data: bytes, fd: int | None, timeout: float | 
                 raise SendTimeout(_late(written, len(data), timeout), written=written > 0)
     if fd is not None:
         _send_handle(handle, fd, timeout)
+
+
+def send_handle_within(conn: Connection, fd: int, timeout: float | None) -> None:
+    """Send the descriptor ``fd`` alone, as ``reduction.send_handle`` would, giving up once the
+    reader has taken nothing for ``timeout`` seconds (:class:`SendTimeout`, ``written=True``:
+    the reader expects it)."""
+    _send_handle(conn.fileno(), fd, timeout)
 
 
 def _send_handle(handle: int, fd: int, timeout: float | None) -> None:

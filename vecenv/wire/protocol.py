@@ -56,6 +56,10 @@ __all__ = [
     "decode_command",
     "encode_reply",
     "decode_reply",
+    "WAKE_COMMAND",
+    "WAKE_REPLY",
+    "is_bare_step",
+    "call_id_of",
 ]
 
 
@@ -70,6 +74,7 @@ class Command(IntEnum):
     CLOSE = 6
     ROLLOUT = 7  # step the group T times with the worker's own policy (RolloutArgs)
     ROLLOUT_BLOCK = 8  # map the block rollouts write into (RolloutBlockArgs; a memfd follows on a pipe)
+    WAKE = 9  # nothing to do, no reply: a STEP waits in the shared words (vecenv.wire.fastpath)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,7 +255,7 @@ _HEADER = struct.Struct("<BBQ")
 # Kinds: no payload; a pickled payload; a pickled payload and a descriptor passed after it.
 _BARE, _PICKLED, _PICKLED_FD = 0, 1, 2
 # Reply flags.
-_NONE, _EMPTY, _OK, _ERROR = 1, 2, 3, 4
+_NONE, _EMPTY, _OK, _ERROR, _WAKE = 1, 2, 3, 4, 5
 
 Dumps = Callable[[Any], bytes]
 
@@ -343,3 +348,24 @@ def decode_reply(data: bytes) -> tuple[int, bool, Any]:
         exc.add_note("the worker's reply could not be unpickled in the parent")
         return call_id, False, PackedException(exc, None)
     return call_id, flag == _OK, result
+
+
+# -- the fast path's wake-ups (vecenv.wire.fastpath) -----------------------------------------
+
+#: A command that asks nothing: the worker was asleep when a STEP was posted in the shared words.
+WAKE_COMMAND = _HEADER.pack(_BARE, Command.WAKE, 0)
+#: A reply that answers nothing: the parent was asleep when a worker posted its reply in the
+#: shared words. It is read and dropped, never decoded.
+WAKE_REPLY = _HEADER.pack(_BARE, _WAKE, 0)
+_BARE_STEP = bytes((_BARE, Command.STEP))
+
+
+def is_bare_step(message: object) -> bool:
+    """Whether ``message`` is a payload-free STEP (its actions are in the shared rows), the one
+    command the shared words can carry."""
+    return type(message) is bytes and len(message) == _HEADER.size and message[:2] == _BARE_STEP
+
+
+def call_id_of(data: bytes) -> int:
+    """The call id in a message's header."""
+    return int(_HEADER.unpack_from(data)[2])

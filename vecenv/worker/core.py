@@ -19,6 +19,7 @@ from typing import Any
 
 import cloudpickle
 import gymnasium as gym
+import numpy as np
 from gymnasium import Space
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
@@ -56,15 +57,22 @@ class WorkerOptions:
             single observation space every env's must match in shape and dtype.
         cpu: pin the process to this core.
         threads: limit BLAS/OpenMP threads in the worker to this many (``None``: leave alone).
-        spin: seconds the worker may poll for its next command before it sleeps on the pipe
-            (0: never). Only given where every process of the vector env has a core of its
-            own; see :func:`_serve`.
+        spin: seconds the worker may poll its pipe for its next command before it sleeps on it
+            (0: never), where the step's fast path does not run (its spin limit is in the shared
+            words instead). Only given where every process of the vector env has a core of its
+            own; see :func:`vecenv.worker.loop._serve`.
+        slot: the worker's slot in the control block of the step's fast path, whose descriptor
+            follows the ``Attach`` on the pipe (``None``: no fast path; see
+            :mod:`vecenv.wire.fastpath`).
+        slots: the slots in that block.
     """
 
     observation_mode: str | Space = "same"
     cpu: int | None = None
     threads: int | None = None
     spin: float = 0.0
+    slot: int | None = None
+    slots: int = 0
 
 
 def _check_group(envs: list[gym.Env], mode: str | Space) -> tuple[SpaceMismatch | None, list[Space]]:
@@ -149,7 +157,8 @@ class WorkerCore:
 
         def step(actions: Any) -> StepReply:
             if actions is None:  # in the shared rows, which the next step rewrites: take a copy
-                actions = tree_copy(buffers.actions)
+                shared = buffers.actions
+                actions = shared.copy() if type(shared) is np.ndarray else tree_copy(shared)
             entries = group.step(actions)
             rollouts.step_done()  # episode starts (a recurrent policy's state) follow every step
             return StepReply(entries, buffers.payload())

@@ -12,15 +12,26 @@ import os
 import select
 import signal
 import threading
+import time
 from multiprocessing import parent_process, reduction
 from multiprocessing.connection import Connection, wait
 
 import cloudpickle
 
 from vecenv.errors import PackedException
+from vecenv.wire import fastpath
 from vecenv.wire.buffers import Buffers, drop_inherited_mappings
+from vecenv.wire.fastpath import ControlBlock, SpinBudget, fence
 from vecenv.wire.pipes import PARENT_ENDS, Spin
-from vecenv.wire.protocol import Attach, Command, decode_command, encode_reply, fd_follows
+from vecenv.wire.protocol import (
+    WAKE_REPLY,
+    Attach,
+    Command,
+    StepReply,
+    decode_command,
+    encode_reply,
+    fd_follows,
+)
 from vecenv.worker.core import WorkerCore, WorkerOptions, unpicklable_part
 
 __all__ = ["worker_main"]
@@ -49,6 +60,7 @@ def _setup_process(options: WorkerOptions) -> None:
     drop_inherited_mappings()
     for conn in list(PARENT_ENDS):
         conn.close()
+    fastpath.close_inherited()
     if options.cpu is not None:
         os.sched_setaffinity(0, {options.cpu})
     if options.threads is not None:
@@ -78,12 +90,21 @@ def worker_main(index: int, conn: Connection, group_fn_bytes: bytes, options: Wo
         attach: Attach = conn.recv()
         fd = reduction.recv_handle(conn) if Buffers.needs_fd(attach.buffers) else None
         buffers = Buffers.attach(attach.buffers, attach.start, attach.start + attach.num_envs, fd)
+        control = None
         try:
+            if options.slot is not None:
+                control = ControlBlock.attach(reduction.recv_handle(conn), options.slots)
             core.attach(attach, buffers)
-            _serve(core, conn, options.spin)
+            if control is None:
+                _serve(core, conn, options.spin)
+            else:
+                assert options.slot is not None
+                _serve_fast(core, conn, control, options.slot)
         finally:
             core.detach()
             buffers.close()  # the group and its views are gone by now
+            if control is not None:
+                control.close()
     except (EOFError, ConnectionError, KeyboardInterrupt):
         # The parent went away: EOF, EPIPE on a write, or ECONNRESET on a read when it died with
         # replies unread in its end. Nothing is left to answer, and nobody to tell.
@@ -100,7 +121,8 @@ def _serve(core: WorkerCore, conn: Connection, spin: float = 0.0) -> None:
     the worker has a core of its own (``spin > 0``), it polls for up to ``spin`` seconds after
     each reply before it sleeps on the pipe. A poll that catches nothing (a learner busy between
     steps) makes it sleep at once for the next :data:`~vecenv.wire.pipes.SPIN_BACKOFF` commands, so that a vector
-    env used with pauses between steps spends almost no CPU waiting.
+    env used with pauses between steps spends almost no CPU waiting. (Where the step's fast
+    path runs, :func:`_serve_fast` serves instead: see :mod:`vecenv.wire.fastpath`.)
     """
     poller = select.poll()
     poller.register(conn.fileno(), select.POLLIN)
@@ -118,5 +140,147 @@ def _serve(core: WorkerCore, conn: Connection, spin: float = 0.0) -> None:
             # it names the env whose part of the result failed.
             reply = encode_reply(call_id, False, PackedException(exc, unpicklable_part(result)))
         conn.send_bytes(reply)
+        if command is Command.CLOSE:
+            return
+
+
+def _no_payload() -> None:
+    return None
+
+
+#: What :meth:`_Waiter.next` returns when the next command is on the pipe.
+_PIPE = -1
+_PREEMPTED_NS = int(SpinBudget.PREEMPTED * 1e9)
+
+
+class _Waiter:
+    """The worker's side of the fast path: waits for the next command, in its slot's command
+    word or on the pipe; spins (no system call) for the budget, then sleeps on the pipe.
+
+    The sleep follows the protocol of :mod:`vecenv.wire.fastpath`: SLEEPING is stored and
+    fenced before the command word is read a last time, so a STEP posted meanwhile either is
+    seen here or makes the parent send a ``WAKE``.
+    """
+
+    def __init__(self, conn: Connection, control: ControlBlock, slot: int) -> None:
+        self.conn = conn
+        words = control.words
+        assert words is not None
+        self.words = words
+        self.command = control.index(slot, fastpath.COMMAND)
+        self.pipe_sent = control.index(slot, fastpath.PIPE_SENT)
+        self.spin_ns = control.index(slot, fastpath.SPIN_NS)
+        self.posted_at = control.index(slot, fastpath.POSTED_AT)
+        self.done_at = control.index(slot, fastpath.DONE_AT)
+        self.done = control.index(slot, fastpath.DONE)
+        self.replies = control.index(slot, fastpath.REPLIES)
+        self.sleeping = control.index(slot, fastpath.SLEEPING)
+        self.parent_sleeping = fastpath.PARENT_SLEEPING
+        self.last = words[self.command]  # the last command taken from the word
+        self.pipe_seen = words[self.pipe_sent]
+        self.pipe_maybe = True  # the pipe may hold a message the hint has not announced
+        self.replied = 0
+        self.budget = SpinBudget(0.0)
+        self.poller = select.poll()
+        self.poller.register(conn.fileno(), select.POLLIN)
+
+    def _check(self) -> int | None:
+        """A command ready now: its call id (from the word), :data:`_PIPE`, or ``None``."""
+        words = self.words
+        posted = words[self.command]
+        if posted != self.last:
+            return posted
+        sent = words[self.pipe_sent]
+        if self.pipe_maybe or sent != self.pipe_seen:
+            self.pipe_seen = sent
+            if self.conn.poll(0):
+                self.pipe_maybe = True  # more may follow the one about to be read
+                return _PIPE
+            self.pipe_maybe = False
+        return None
+
+    def next(self) -> int:
+        """The next command's call id if it came in the word, else :data:`_PIPE`."""
+        words = self.words
+        clock = time.perf_counter_ns
+        start = clock()
+        self.budget.limit = words[self.spin_ns] * 1e-9
+        spin = int(self.budget.seconds() * 1e9)
+        found = self._check()
+        spun = caught = False
+        if found is None and spin:
+            spun, before = True, start
+            while True:
+                now = clock()
+                # Out of budget, or descheduled (this core is not ours alone): a miss.
+                if now - start >= spin or now - before > _PREEMPTED_NS:
+                    break
+                before = now
+                found = self._check()
+                if found is not None:
+                    caught = True
+                    break
+        if found is None:
+            words[self.sleeping] = 1
+            fence()
+            try:
+                found = self._check()
+                while found is None:
+                    # Bounded: see RECHECK_SECONDS. The parent's end is watched by a thread.
+                    if self.poller.poll(int(fastpath.RECHECK_SECONDS * 1000)):
+                        self.pipe_maybe = True
+                    found = self._check()
+            finally:
+                words[self.sleeping] = 0
+        # Up to when the parent posted (see SpinBudget.record), for a command in the word.
+        end = words[self.posted_at] if found != _PIPE else clock()
+        self.budget.record(max(0, end - start) * 1e-9, spun, caught)
+        if found != _PIPE:
+            self.last = found
+        return found
+
+    def answer_in_word(self, call_id: int) -> None:
+        """Post the empty reply to word command ``call_id``; wake the parent if it sleeps."""
+        words = self.words
+        words[self.done_at] = time.perf_counter_ns()
+        words[self.done] = call_id
+        fence()
+        if words[self.parent_sleeping]:
+            self.conn.send_bytes(WAKE_REPLY)
+
+    def answered_on_pipe(self) -> None:
+        """A reply went through the pipe: tell a spinning parent so without a system call."""
+        self.replied += 1
+        self.words[self.replies] = self.replied
+
+
+def _serve_fast(core: WorkerCore, conn: Connection, control: ControlBlock, slot: int) -> None:
+    """:func:`_serve` with the step's fast path (see :mod:`vecenv.wire.fastpath`): a STEP
+    posted in the slot's command word is answered in its done word when the reply is empty
+    (no infos, every row shared), else on the pipe; everything else is as in :func:`_serve`.
+    A ``WAKE`` on the pipe only ended a sleep: it is dropped unanswered."""
+    waiter = _Waiter(conn, control, slot)
+    while True:
+        found = waiter.next()
+        fd = None
+        if found == _PIPE:
+            data = conn.recv_bytes()
+            command, call_id, load = decode_command(data)
+            if command is Command.WAKE:
+                continue
+            fd = reduction.recv_handle(conn) if fd_follows(data) else None
+            in_word = False
+        else:
+            command, call_id, load, in_word = Command.STEP, found, _no_payload, True
+        ok, result = core.handle(command, load, fd)
+        if in_word and ok and type(result) is StepReply and result.empty:
+            waiter.answer_in_word(call_id)
+            continue
+        try:
+            reply = encode_reply(call_id, ok, result)
+        except BaseException as exc:
+            reply = encode_reply(call_id, False, PackedException(exc, unpicklable_part(result)))
+        conn.send_bytes(reply)
+        waiter.answered_on_pipe()
         if command is Command.CLOSE:
             return

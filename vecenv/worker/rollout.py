@@ -96,6 +96,7 @@ class GroupRollouts:
         self.autoreset_mode = autoreset_mode
         self.seeds: list[int | None] = [None] * group.num_envs
         self.block: RolloutBuffers | None = None
+        self.block_error: BaseException | None = None  # why the last block could not be mapped
         self.policy: PolicyRunner | None = None
         self.failure: RolloutFailure | None = None
         n = group.num_envs
@@ -107,11 +108,21 @@ class GroupRollouts:
     # -- set-up ------------------------------------------------------------------------------
 
     def map_block(self, args: RolloutBlockArgs) -> None:
-        """Map (or make) this group's columns of a new rollout block; the old one is released."""
-        block = RolloutBuffers.attach(args.spec, self.start, self.start + self.group.num_envs, args.fd)
+        """Map (or make) this group's columns of a new rollout block; the old one is released.
+
+        The old one goes first, whatever happens: a worker that kept it would write its rows
+        where the parent no longer reads them. Nobody waits for this command's reply, so an
+        error is kept and reported by the next rollout, which then fails.
+        """
         if self.block is not None:
             self.block.close()
-        self.block = block
+            self.block = None
+        try:
+            self.block = RolloutBuffers.attach(args.spec, self.start, self.start + self.group.num_envs, args.fd)
+            self.block_error = None
+        except Exception as exc:
+            self.block_error = exc
+            raise
 
     def reset_done(self, args: ResetArgs) -> None:
         """A reset succeeded: remember each reset env's seed, and reseed the policy's streams."""
@@ -162,6 +173,11 @@ class GroupRollouts:
         self.failure = None
         block = self.block
         if args.num_steps > 0:
+            if block is None and self.block_error is not None:
+                raise InvalidStateError(
+                    f"this worker could not map the rollout block: {type(self.block_error).__name__}: "
+                    f"{self.block_error}"
+                ) from self.block_error
             if block is None:
                 raise InvalidStateError("a rollout came before its rollout block (ROLLOUT_BLOCK)")
             if args.num_steps > block.spec.num_steps:

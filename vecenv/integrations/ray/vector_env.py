@@ -21,7 +21,7 @@ from vecenv.checks import check_batch_size, check_env_fns, check_group_fns, chec
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
 from vecenv.integrations.ray.transport import DEFAULT_ACTOR_OPTIONS, RAY_USE, RayTransport
 from vecenv.options import DEFAULTS, VectorOptions
-from vecenv.parent.groups import split_groups
+from vecenv.parent.groups import WorkerGroups, split_groups
 from vecenv.parent.vector_env import GroupVectorEnv
 
 __all__ = ["RayVectorEnv"]
@@ -120,7 +120,7 @@ class RayVectorEnv(GroupVectorEnv):
 
     def __init__(
         self,
-        env_fns: Sequence[Callable[[], gym.Env]],
+        env_fns: Sequence[Callable[[], gym.Env]] | WorkerGroups,
         num_workers: int | None = None,
         *,
         address: str | None = None,
@@ -136,21 +136,29 @@ class RayVectorEnv(GroupVectorEnv):
         threads_per_worker: int | None = DEFAULTS.threads_per_worker,
         seed_policy: str = DEFAULTS.seed_policy,
     ) -> None:
-        fns = check_env_fns(env_fns)
-        if num_workers == "auto":
-            raise InvalidArgumentError(
-                "`num_workers` of RayVectorEnv must be None (one actor per CPU of the cluster) or an int, "
-                "got 'auto' (which chooses between this process and local workers: SubprocVectorEnv only)"
-            )
-        if num_workers is not None:
-            check_num_workers(num_workers, len(fns), in_process=False)
+        make_groups: Callable[[int], Sequence[Callable[[], Any]]]
+        if isinstance(env_fns, WorkerGroups):  # from_groups: one actor per builder, as given
+            given = env_fns.group_fns
+            make_groups, max_workers, num_workers = (lambda k: given), len(given), len(given)
+        else:
+            fns = check_env_fns(env_fns)
+            if num_workers == "auto":
+                raise InvalidArgumentError(
+                    "`num_workers` of RayVectorEnv must be None (one actor per CPU of the cluster) or an int, "
+                    "got 'auto' (which chooses between this process and local workers: SubprocVectorEnv only)"
+                )
+            if num_workers is not None:
+                check_num_workers(num_workers, len(fns), in_process=False)
 
-        def groups(k: int) -> Sequence[Callable[[], Any]]:
-            chosen = split_groups(fns, k)
-            check_batch_size(batch_size, [len(g.env_fns) for g in chosen])
-            return chosen
+            def make_groups(k: int) -> Sequence[Callable[[], Any]]:
+                chosen = split_groups(fns, k)
+                check_batch_size(batch_size, [len(g.env_fns) for g in chosen])
+                return chosen
 
-        self._start(groups, len(fns), num_workers, address, actor_options, VectorOptions.pick(locals()))
+            max_workers = len(fns)
+        options = VectorOptions.pick(locals())
+        transport, groups = self._connect(make_groups, max_workers, num_workers, address, actor_options, options)
+        super().__init__(transport, groups, options, shared_memory=False)
 
     @classmethod
     def from_groups(
@@ -172,13 +180,23 @@ class RayVectorEnv(GroupVectorEnv):
     ) -> RayVectorEnv:
         """One actor per callable; each returns the list of envs it hosts (or a native
         ``gymnasium.vector.VectorEnv``), as :meth:`SubprocVectorEnv.from_groups`."""
-        fns = check_group_fns(group_fns)
-        options = VectorOptions.pick(locals())
-        self = cls.__new__(cls)
-        self._start(lambda k: fns, len(fns), len(fns), address, actor_options, options)
-        return self
+        return cls(
+            WorkerGroups(check_group_fns(group_fns)),
+            address=address,
+            actor_options=actor_options,
+            autoreset_mode=autoreset_mode,
+            copy=copy,
+            observation_mode=observation_mode,
+            batch_size=batch_size,
+            start_timeout=start_timeout,
+            on_worker_death=on_worker_death,
+            max_restarts=max_restarts,
+            restart_window=restart_window,
+            threads_per_worker=threads_per_worker,
+            seed_policy=seed_policy,
+        )
 
-    def _start(
+    def _connect(
         self,
         make_groups: Callable[[int], Sequence[Callable[[], Any]]],
         max_workers: int,
@@ -186,8 +204,10 @@ class RayVectorEnv(GroupVectorEnv):
         address: Any,
         actor_options: Any,
         options: VectorOptions,
-    ) -> None:
-        # Every argument is checked before Ray is touched.
+    ) -> tuple[RayTransport, Sequence[Callable[[], Any]]]:
+        """Connect to Ray and size the actors; every argument is checked before Ray is touched.
+        ``make_groups(k)`` splits the env constructors over ``k`` actors; returns the
+        transport and the groups."""
         ray_options = _check_actor_options(actor_options)
         address = _check_address(address)
         # A given count is split now, so that batch_size is checked against the group sizes.
@@ -203,8 +223,8 @@ class RayVectorEnv(GroupVectorEnv):
                 RAY_USE.release()
             raise
         self._transport = transport
-        # From here on the transport releases Ray (in stop(), which _open's failure path calls).
-        self._open(transport, groups, options, shared_memory=False)
+        # From here on the transport releases Ray (in stop(), which a failed start calls).
+        return transport, groups
 
     @property
     def node_ids(self) -> list[str | None]:

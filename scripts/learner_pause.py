@@ -1,0 +1,73 @@
+"""What spinning workers cost a learner that thinks between steps.
+
+    python scripts/learner_pause.py                     # ~30 s
+    python scripts/learner_pause.py --think-ms 50 --steps 60 --num-envs 8
+
+Steps a ``vecenv.make`` CartPole vector env (``--workers`` groups, the parent stepping the
+first, so that the step's fast path may spin: see vecenv.wire.fastpath) with a learner that
+computes for ``--think-ms`` between steps (numpy matrix products, timed), and reports the CPU the
+worker processes used per second of the run (``/proc/<pid>/stat``), the learner's time per
+round (think + step) and, for comparison, the same with spinning off (``--spin off`` forces the
+vector env's transport to a spin limit of 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+import vecenv
+from vecenv.bench.procfs import cpu_seconds
+
+
+def think(seconds: float, a: np.ndarray) -> None:
+    """Busy numpy work for about ``seconds`` (a learner's forward and backward passes)."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        a = np.tanh(a @ a.T * 1e-3)
+
+
+def run(num_envs: int, workers: int, think_s: float, steps: int, spin: bool) -> tuple[float, float]:
+    """(worker CPU cores used during the run, seconds per learner round)."""
+    with vecenv.make("CartPole-v1", num_envs, workers, inline_group=workers > 1) as envs:
+        transport = envs._pool.transport
+        processes = getattr(transport, "processes_transport", transport)
+        if not spin:
+            processes._allow_spin(False)
+        pids = [p.pid for p in processes.processes if p is not None]
+        envs.reset(seed=0)
+        actions = np.zeros(num_envs, np.int64)
+        a = np.random.default_rng(0).standard_normal((64, 64))
+        for _ in range(20):
+            envs.step(actions)
+        cpu0 = sum(cpu_seconds(pid) for pid in pids)
+        start = time.perf_counter()
+        for _ in range(steps):
+            think(think_s, a)
+            envs.step(actions)
+        wall = time.perf_counter() - start
+        cpu = sum(cpu_seconds(pid) for pid in pids) - cpu0
+    return cpu / wall, wall / steps
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--num-envs", type=int, default=8)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--think-ms", type=float, default=50.0)
+    parser.add_argument("--steps", type=int, default=60)
+    args = parser.parse_args(argv)
+    load = os.getloadavg()[0]
+    print(f"CartPole N={args.num_envs}, {args.workers} groups, think {args.think_ms:.0f} ms, load {load:.1f}")
+    print("| spin | worker CPU (cores) | learner round (ms) |")
+    print("|---|---:|---:|")
+    for spin in (True, False):
+        cores, round_s = run(args.num_envs, args.workers, args.think_ms * 1e-3, args.steps, spin)
+        print(f"| {'on' if spin else 'off'} | {cores:.3f} | {round_s * 1e3:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

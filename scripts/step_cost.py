@@ -1,0 +1,101 @@
+"""Wall time and CPU time per vector step: what the step path costs, with and without its fast path.
+
+    python scripts/step_cost.py                        # CartPole N=8, ~1 min
+    python scripts/step_cost.py --num-envs 128 --steps 1000 --reps 3
+
+Each layout steps CartPole (NEXT_STEP autoreset) with the same actions; the rows give the wall
+time per step and the CPU time per step of the whole vector env (this process and its workers,
+``/proc/<pid>/stat``), medians over interleaved repetitions. CPU per step is what the layout
+costs the machine whatever else runs on it; on a machine busy with other work, wall time
+mostly says how the scheduler shared the cores out. Layouts: Gymnasium's ``SyncVectorEnv``;
+vecenv with 2 workers (the default on 2 cores: more processes than cores, so nobody spins);
+2 groups with the parent stepping one (``inline_group``: the processes fit the cores and the
+step's fast path may run), and the same with the fast path off (pipes only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+import vecenv
+from vecenv.bench.procfs import cpu_seconds
+from vecenv.wire import fastpath
+
+
+def _pids(envs: Any) -> list[int]:
+    pids = [os.getpid()]
+    pool = getattr(envs, "_pool", None)
+    if pool is not None:
+        transport = getattr(pool.transport, "processes_transport", pool.transport)
+        pids += [p.pid for p in transport.processes if p is not None]
+    return pids
+
+
+def measure(make: Callable[[], Any], num_envs: int, steps: int) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) per step."""
+    envs = make()
+    try:
+        envs.reset(seed=0)
+        actions = np.random.default_rng(0).integers(0, 2, (steps, num_envs))
+        for row in actions[:100]:
+            envs.step(row)
+        pids = _pids(envs)
+        cpu = sum(cpu_seconds(pid) for pid in pids)
+        start = time.perf_counter()
+        for row in actions:
+            envs.step(row)
+        wall = time.perf_counter() - start
+        cpu = sum(cpu_seconds(pid) for pid in pids) - cpu
+    finally:
+        envs.close()
+    return wall / steps, cpu / steps
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--num-envs", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--reps", type=int, default=3)
+    args = parser.parse_args(argv)
+    n = args.num_envs
+    fns = [lambda: gym.make("CartPole-v1")] * n
+
+    def subproc(workers: int, inline: bool, fast: bool) -> Callable[[], Any]:
+        def make() -> Any:
+            fastpath.SUPPORTED, supported = fast and fastpath.SUPPORTED, fastpath.SUPPORTED
+            try:
+                return vecenv.SubprocVectorEnv(fns, workers, inline_group=inline, autoreset_mode="NextStep")
+            finally:
+                fastpath.SUPPORTED = supported
+
+        return make
+
+    layouts: dict[str, Callable[[], Any]] = {
+        "sync": lambda: gym.vector.SyncVectorEnv(fns, autoreset_mode="NextStep"),
+        "vecenv 2 workers": subproc(2, False, True),
+        "vecenv 2 groups, parent steps one": subproc(2, True, True),
+        "the same, pipes only": subproc(2, True, False),
+    }
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in layouts}
+    for _ in range(args.reps):
+        for name, make in layouts.items():
+            results[name].append(measure(make, n, args.steps))
+    print(f"CartPole N={n}, {args.steps} steps x {args.reps} reps, load {os.getloadavg()[0]:.1f}")
+    print("| layout | wall µs/step | CPU µs/step |")
+    print("|---|---:|---:|")
+    for name, rows in results.items():
+        wall = statistics.median(r[0] for r in rows) * 1e6
+        cpu = statistics.median(r[1] for r in rows) * 1e6
+        print(f"| {name} | {wall:.0f} | {cpu:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
