@@ -13,6 +13,10 @@ Who is at fault decides the type:
 * :class:`SpaceMismatchError` -- the handshake found envs whose spaces differ.
 * :class:`CallInFlightError` -- ``close()`` from another thread could not end the call in flight.
 * :class:`DescriptorLimitError` -- a worker could not be started within ``RLIMIT_NOFILE``.
+* :class:`MemoryLimitError` -- a shared block (step buffers, a rollout block) would need more
+  memory than the machine can give it; refused before anything is made.
+* :class:`WeightsMismatchError` -- ``update_policy_weights`` got weights that do not fit the
+  policy (keys, shapes, dtypes); refused before anything is sent.
 * :class:`UnguardedMainError` -- workers would import a script that is still running its
   unguarded top-level code (and so run it again); :class:`UnguardedMainWarning` when vecenv
   avoids that by forking instead.
@@ -48,6 +52,8 @@ __all__ = [
     "CallInFlightError",
     "PolicyOutputError",
     "DescriptorLimitError",
+    "MemoryLimitError",
+    "WeightsMismatchError",
     "PolicySpecError",
     "InvalidArgumentError",
     "ArgumentTypeError",
@@ -143,6 +149,25 @@ class CallInFlightError(VecEnvError, RuntimeError):
 class DescriptorLimitError(VecEnvError, OSError):
     """A worker could not be started: this process may open no more file descriptors
     (``RLIMIT_NOFILE``). Nothing of the workers started so far is left open."""
+
+
+class MemoryLimitError(VecEnvError, MemoryError):
+    """A block of memory (the step buffers, a rollout block) would need more than the machine
+    can give it: ``needed`` and ``available`` bytes, ``limit`` naming the tightest limit
+    (available memory, a cgroup, ``/dev/shm``, ``RLIMIT_FSIZE``, ``RLIMIT_AS``). Raised before
+    anything is allocated, so the vector env is as it was."""
+
+    def __init__(self, message: str, *, needed: int, available: int, limit: str) -> None:
+        super().__init__(message)
+        self.needed = needed
+        self.available = available
+        self.limit = limit
+
+
+class WeightsMismatchError(VecEnvError, ValueError, TypeError):
+    """``update_policy_weights`` got weights that do not fit the policy's module: keys missing or
+    unexpected, a shape or dtype that differs, or not a state dict at all. Raised before anything
+    is sent: every copy keeps the weights it had. A ``ValueError`` and a ``TypeError``."""
 
 
 class UnguardedMainError(VecEnvError, RuntimeError):

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import io
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import cloudpickle
@@ -47,7 +47,14 @@ from gymnasium import Space
 from gymnasium.spaces import Dict, Tuple
 from gymnasium.vector.utils import batch_space
 
-from vecenv.errors import ArgumentTypeError, InvalidArgumentError, MissingDependencyError, PolicyOutputError, describe
+from vecenv.errors import (
+    ArgumentTypeError,
+    InvalidArgumentError,
+    MissingDependencyError,
+    PolicyOutputError,
+    WeightsMismatchError,
+    describe,
+)
 from vecenv.policy_outputs import PolicyOutputs
 from vecenv.spaces import build_tree, leaf_layout, tree_leaves
 from vecenv.worker.policy import PolicyContext, PolicyRunner, WorkerPolicy, policy_seed
@@ -62,6 +69,7 @@ __all__ = [
     "TorchPolicy",
     "SB3Policy",
     "as_worker_policy",
+    "check_state_dict",
     "policy_seed",
 ]
 
@@ -86,6 +94,9 @@ class RandomPolicy(WorkerPolicy):
 
     def build(self, context: PolicyContext) -> RandomActions:
         return RandomActions(context)
+
+    def check_weights(self, weights: Any) -> Any:
+        return self.weights()  # none: TypeError
 
     def outputs(self, context: PolicyContext, observations: Any) -> PolicyOutputs:
         return PolicyOutputs()  # actions only, no state
@@ -201,6 +212,9 @@ class FunctionPolicy(WorkerPolicy):
     def build(self, context: PolicyContext) -> PolicyRunner:
         return _Calls(*cloudpickle.loads(self._function))
 
+    def check_weights(self, weights: Any) -> Any:
+        return self.weights()  # none: TypeError
+
 
 class _Calls(PolicyRunner):
     def __init__(self, function: Callable[..., Any], initial_state: Callable[[int], Any] | None = None) -> None:
@@ -257,12 +271,16 @@ class TorchPolicy(WorkerPolicy):
         self.name = name or f"torch:{type(module).__qualname__}"
         self._module = module
         self._copy = cloudpickle.dumps(module)
+        self._layout = state_layout(module.state_dict())  # what the copies' modules hold
 
     def __getstate__(self) -> dict[str, Any]:
         return {"name": self.name, "_copy": self._copy}  # the original stays with the caller
 
     def build(self, context: PolicyContext) -> PolicyRunner:
         return _TorchForward(cloudpickle.loads(self._copy))
+
+    def check_weights(self, weights: Any) -> Any:
+        return check_state_dict(weights, getattr(self, "_layout", None), self.name)
 
     def weights(self) -> Any:
         original = getattr(self, "_module", None)
@@ -271,6 +289,68 @@ class TorchPolicy(WorkerPolicy):
                 "the weights are read from the original module, in the process that made this policy"
             )
         return {key: value.detach().clone() for key, value in original.state_dict().items()}
+
+
+def state_layout(state: Any) -> dict[str, tuple[tuple[int, ...], Any]]:
+    """Each entry of a torch ``state_dict``: its shape and dtype (``None`` for a non-tensor)."""
+    return {
+        key: (tuple(value.shape), value.dtype) if hasattr(value, "shape") and hasattr(value, "dtype") else ((), None)
+        for key, value in state.items()
+    }
+
+
+def check_state_dict(weights: Any, layout: dict[str, tuple[tuple[int, ...], Any]] | None, name: str) -> Any:
+    """``weights`` checked against ``layout`` (:func:`state_layout` of the copies' module): the
+    same keys, and for each tensor the same shape and dtype. Returns them detached and on the CPU
+    (the copies are CPU modules; a state dict of a module trained on a GPU is moved here).
+
+    Raises:
+        WeightsMismatchError: naming every missing and unexpected key (a few of each) or the
+            first entry whose shape or dtype differs, with what was expected and received.
+    """
+    if layout is None:
+        raise ArgumentTypeError("the weights are checked against the original, in the process that made this policy")
+    if not isinstance(weights, Mapping):
+        raise WeightsMismatchError(
+            f"`weights` for policy {name} must be a state dict (a mapping of names to tensors), got {describe(weights)}"
+        )
+    keys = list(weights.keys())
+    missing = [k for k in layout if k not in weights]
+    unexpected = [k for k in keys if k not in layout]
+    if missing or unexpected:
+
+        def few(items: list[Any]) -> str:
+            shown = ", ".join(repr(k) for k in items[:5])
+            return shown + (f" and {len(items) - 5} more" if len(items) > 5 else "")
+
+        parts = []
+        if missing:
+            parts.append(f"missing {few(missing)}")
+        if unexpected:
+            parts.append(f"unexpected {few(unexpected)}")
+        raise WeightsMismatchError(
+            f"`weights` do not fit policy {name}: {'; '.join(parts)} (it holds {len(layout)} entries: "
+            f"{few(list(layout))}). Nothing was sent; the copies keep their weights"
+        )
+    torch = sys.modules.get("torch")
+    checked = {}
+    for key, (shape, dtype) in layout.items():
+        value = weights[key]
+        if dtype is None:  # an entry that is not a tensor (extra state): passed as it is
+            checked[key] = value
+            continue
+        if torch is None or not isinstance(value, torch.Tensor):
+            raise WeightsMismatchError(
+                f"`weights[{key!r}]` for policy {name} must be a torch.Tensor of shape {shape} and dtype {dtype}, "
+                f"got {describe(value)}. Nothing was sent; the copies keep their weights"
+            )
+        if tuple(value.shape) != shape or value.dtype != dtype:
+            raise WeightsMismatchError(
+                f"`weights[{key!r}]` for policy {name} must have shape {shape} and dtype {dtype}, got shape "
+                f"{tuple(value.shape)} and dtype {value.dtype}. Nothing was sent; the copies keep their weights"
+            )
+        checked[key] = value.detach().to("cpu", copy=True)  # as they are now, whatever trains on
+    return checked
 
 
 class _TorchForward(PolicyRunner):
@@ -347,11 +427,16 @@ class SB3Policy(WorkerPolicy):
         data = io.BytesIO()
         model.save(data)
         self._saved = data.getvalue()
+        self._layout = state_layout(model.policy.state_dict())
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state.pop("_model", None)
+        state.pop("_layout", None)  # checked in the parent only
         return state
+
+    def check_weights(self, weights: Any) -> Any:
+        return check_state_dict(weights, getattr(self, "_layout", None), self.name)
 
     def build(self, context: PolicyContext) -> PolicyRunner:
         model = cloudpickle.loads(self._class).load(io.BytesIO(self._saved), device="cpu")

@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError
+
 __all__ = ["SEED_POLICIES", "spawn_seeds", "derive_seed", "restart_seed", "seed_policy_of"]
 
 #: The names ``seed_policy`` takes.
@@ -51,7 +53,18 @@ def derive_seed(seed: int, key: int) -> int:
 
 def spawn_seeds(seed: int, num_envs: int) -> list[int]:
     """The per-env seeds of ``reset(seed=seed)`` under ``seed_policy="spawn"``: env ``i`` gets
-    :func:`derive_seed` ``(seed, i)``, the first word of ``SeedSequence(seed).spawn(num_envs)[i]``."""
+    :func:`derive_seed` ``(seed, i)``, the first word of ``SeedSequence(seed).spawn(num_envs)[i]``.
+
+    Raises:
+        TypeError, ValueError: ``seed`` or ``num_envs`` is not a non-negative int.
+    """
+    for name, value in (("seed", seed), ("num_envs", num_envs)):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+            raise ArgumentTypeError(
+                f"`{name}` must be a non-negative int, got {value!r} of type {type(value).__name__}"
+            )
+        if value < 0:
+            raise InvalidArgumentError(f"`{name}` must be a non-negative int, got {value!r}")
     return [derive_seed(seed, i) for i in range(num_envs)]
 
 

@@ -547,12 +547,15 @@ def test_rollouts_write_the_minari_dataset_stepping_writes(tmp_path: Path) -> No
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("refusal", ["memory-limit", "os-error"])
 @pytest.mark.parametrize("fails_at", [1, 2], ids=["first block", "when it grows"])
 def test_a_rollout_block_that_cannot_be_made_falls_back_to_stepping(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fails_at: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fails_at: int, refusal: str
 ) -> None:
-    """A file size limit (RLIMIT_FSIZE applies to shared memory too) or no memory for the block:
-    the collection steps instead, from where it was, and writes the same bytes."""
+    """A block refused by the memory budget (``MemoryLimitError``: memory, ``/dev/shm``, the
+    file size limit), or an ``OSError`` making it: the collection steps instead, from where it
+    was, and writes the same bytes."""
+    from vecenv.errors import MemoryLimitError
     from vecenv.wire.rollout_buffers import RolloutBuffers
 
     made = []
@@ -561,7 +564,9 @@ def test_a_rollout_block_that_cannot_be_made_falls_back_to_stepping(
     def create(spec: Any) -> RolloutBuffers:
         made.append(spec.num_steps)
         if len(made) == fails_at:
-            raise OSError(27, "File too large")
+            if refusal == "os-error":
+                raise OSError(27, "File too large")
+            raise MemoryLimitError("File too large for RLIMIT_FSIZE", needed=2, available=1, limit="RLIMIT_FSIZE")
         return original(spec)
 
     monkeypatch.setattr(RolloutBuffers, "create", staticmethod(create))

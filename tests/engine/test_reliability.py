@@ -153,12 +153,12 @@ def _interrupt_send(envs: Any, worker: int, after: bool) -> None:
     transport = transport_of(envs)
     real = transport.send
 
-    def send(index: int, message: Any) -> None:
+    def send(index: int, message: Any, timeout: float | None = None) -> None:
         if index != worker:
-            return real(index, message)
+            return real(index, message, timeout)
         del transport.send  # once
         if after:
-            real(index, message)
+            real(index, message, timeout)
         raise KeyboardInterrupt
 
     transport.send = send
@@ -167,13 +167,16 @@ def _interrupt_send(envs: Any, worker: int, after: bool) -> None:
 def _tear_write(envs: Any, worker: int) -> None:
     """Make the next write on ``worker``'s pipe put half a message in it, then be interrupted."""
     conn = transport_of(envs).conns[worker]
+    real = process_transport.send_within
 
-    def torn(data: bytes) -> None:
-        del conn.send_bytes
+    def torn(to: Any, data: bytes, fd: int | None, timeout: float | None) -> None:
+        if to is not conn:
+            return real(to, data, fd, timeout)
+        process_transport.send_within = real  # once
         os.write(conn.fileno(), len(data).to_bytes(4, "big", signed=True) + bytes(data)[: len(data) // 2])
         raise KeyboardInterrupt
 
-    conn.send_bytes = torn
+    process_transport.send_within = torn
 
 
 @pytest.mark.timeout(60)

@@ -513,7 +513,7 @@ def test_a_worker_gone_before_its_call_is_sent_again_is_reported_dead(clock: Fak
     host = _host(clock, [hello(2), StepReply([])])
     restarter = _restarter(host)
 
-    def gone(worker: int, message: Any) -> None:
+    def gone(worker: int, message: Any, timeout: float | None = None) -> None:
         raise WorkerGone(worker)
 
     host.transport.send = gone  # type: ignore[method-assign]

@@ -24,6 +24,7 @@ from gymnasium import spaces
 
 from vecenv.errors import PackedException
 from vecenv.transports.base import Death, Event, Reply, Transport, WorkerGone
+from vecenv.transports.sending import SendTimeout
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import Attach, Command, Hello, StepReply
 
@@ -95,6 +96,8 @@ class FakeTransport(Transport):
         self.held: dict[int, list[Event]] = {}  # held workers: their replies, kept back
         self.dead: set[int] = set()
         self.sent: list[tuple[int, Sent]] = []  # every send, in order
+        self.send_timeouts: list[float | None] = []  # the bound each send was given
+        self.full: set[int] = set()  # workers whose pipe takes nothing (stuck, pipe full)
         self.attached: list[tuple[int, Attach]] = []
         self.launches: list[int] = []  # the worker of every (re)launch
         self.polls: list[tuple[list[int], float | None]] = []
@@ -147,7 +150,7 @@ class FakeTransport(Transport):
             self.launches.append(worker)
             self._hello(worker)
 
-    def attach(self, worker: int, attach: Attach, buffers: Buffers) -> None:
+    def attach(self, worker: int, attach: Attach, buffers: Buffers, timeout: float | None = None) -> None:
         if worker in self.dead:
             raise WorkerGone(worker)
         self.attached.append((worker, attach))
@@ -156,9 +159,12 @@ class FakeTransport(Transport):
         pickle.dumps(payload)  # what cannot be serialised raises here, as on a real transport
         return Sent(command, call_id, payload)
 
-    def send(self, worker: int, message: Any) -> None:
+    def send(self, worker: int, message: Any, timeout: float | None = None) -> None:
+        self.send_timeouts.append(timeout)
         if worker in self.dead:
             raise WorkerGone(worker)
+        if worker in self.full:
+            raise SendTimeout(f"took none of a command for {timeout:g} s", written=False)
         self.sent.append((worker, message))
         ok, result = self.respond(worker, message)
         self._emit(worker, Reply(worker, message.call_id, ok, result))

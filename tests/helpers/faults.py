@@ -158,6 +158,10 @@ class FaultEnv(gym.Env):
     def ping(self) -> str:
         return f"pong {self.index}"
 
+    def size_of(self, value: Any) -> int:
+        """The bytes of ``value`` (a method that takes a large argument)."""
+        return int(np.asarray(value).nbytes)
+
     def close(self) -> None:
         self._maybe_fault("close")
 
@@ -261,6 +265,21 @@ class _Maker:
 
 # -- leak checks -------------------------------------------------------------------------------
 # This process's open file descriptors, for the tests' leak checks.
+
+
+class FrameEnv(gym.Env):
+    """Atari-sized frames (84x84x4 uint8), all zeros: cheap to step, large to store."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Box(0, 255, (84, 84, 4), np.uint8)
+        self.action_space = spaces.Discrete(4)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        return np.zeros((84, 84, 4), np.uint8), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        return np.zeros((84, 84, 4), np.uint8), 0.0, False, False, {}
 
 
 def open_fds() -> dict[int, str]:

@@ -172,6 +172,10 @@ def collect(
             collected is kept: a valid dataset with ``"complete": false`` (Minari: the finished episodes).
     """
     target = _check_request(envs, policy, steps, episodes, seed)
+    if out is not None and not isinstance(out, (str, os.PathLike)):
+        raise ArgumentTypeError(
+            f"out: expected None or a path (str or os.PathLike), got {out!r} of type {type(out).__name__}"
+        )
     _check_format_options(format, open_episodes, dataset_id, minari_metadata, minari_storage)
     _check_rollout_steps(rollout_steps)
     plan = _plan(envs, policy, seed, steps, episodes, target, metadata, rollout_steps)

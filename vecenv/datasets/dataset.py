@@ -24,7 +24,7 @@ import numpy as np
 
 from vecenv.datasets.errors import DatasetClosedError, DatasetNotFoundError
 from vecenv.datasets.format import METADATA_FILE, SCALAR_FIELDS, space_nesting
-from vecenv.errors import InvalidArgumentError
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError
 from vecenv.spaces import build_tree, named_leaves
 
 
@@ -131,19 +131,32 @@ def load(path: str | os.PathLike[str]) -> Dataset:
 
     Arrays are memory-mapped read-only, so loading is cheap whatever the size, and they hold
     no open file descriptor (use the dataset in a ``with`` block, or ``close()`` it, to drop
-    its references early). Raises FileNotFoundError if ``path`` has no ``metadata.json`` and
-    ValueError if the files disagree on the number of transitions.
+    its references early). Raises ArgumentTypeError (a TypeError) if ``path`` is not a path,
+    FileNotFoundError if it has no ``metadata.json``, and ValueError if ``metadata.json`` is
+    not a dataset's or the files disagree on the number of transitions.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise ArgumentTypeError(
+            f"path: expected a dataset directory (str or os.PathLike), got {path!r} of type {type(path).__name__}"
+        )
     path = Path(path)
     metadata_file = path / METADATA_FILE
     if not metadata_file.is_file():
         raise DatasetNotFoundError(
             f"path: expected a rollout dataset directory containing {METADATA_FILE}, got {str(path)!r}"
         )
-    metadata = json.loads(metadata_file.read_text())
-    expected = metadata["counts"]["transitions"]
+    try:
+        metadata = json.loads(metadata_file.read_text())
+        expected = metadata["counts"]["transitions"]
+        listed = list(metadata["fields"])
+        observation_nesting = metadata["observation_space"]["description"]
+        action_nesting = metadata["action_space"]["description"]
+    except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError is a ValueError
+        raise InvalidArgumentError(
+            f"{metadata_file}: expected a dataset's metadata (JSON with counts, fields and spaces): {exc!r}"
+        ) from None
     arrays: dict[str, np.ndarray] = {}
-    for name in metadata["fields"]:
+    for name in listed:
         array = map_npy(path / f"{name}.npy")
         if len(array) != expected:
             raise InvalidArgumentError(
@@ -151,9 +164,9 @@ def load(path: str | os.PathLike[str]) -> Dataset:
             )
         arrays[name] = array
     fields = {
-        "observations": _nest(metadata["observation_space"]["description"], "observations", arrays),
-        "next_observations": _nest(metadata["observation_space"]["description"], "next_observations", arrays),
-        "actions": _nest(metadata["action_space"]["description"], "actions", arrays),
+        "observations": _nest(observation_nesting, "observations", arrays),
+        "next_observations": _nest(observation_nesting, "next_observations", arrays),
+        "actions": _nest(action_nesting, "actions", arrays),
     }
     for name in SCALAR_FIELDS:
         fields[name] = arrays[name]

@@ -27,7 +27,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from vecenv.datasets.action_checks import ActionChecker
 from vecenv.datasets.format import Leaf
-from vecenv.errors import InvalidStateError
+from vecenv.errors import InvalidStateError, MemoryLimitError
 from vecenv.policies import PolicyContext, RandomActions, RandomPolicy, WorkerPolicy
 from vecenv.spaces import leaf_values
 
@@ -216,12 +216,13 @@ class RolloutSource:
 
     def begin(self, steps: int, obs: Any) -> bool:
         """Start a rollout of ``steps`` steps from ``obs``. False when its block could not be
-        made (an ``OSError``: a file size limit applies to shared memory too, or memory ran
-        out): the steps then come from ``envs.step``, from ``obs`` on, which gives the same data."""
+        made (``MemoryLimitError``: more than the machine's memory, ``/dev/shm`` or the file
+        size limit allow; an ``OSError``: memory ran out all the same): the steps then come from
+        ``envs.step``, from ``obs`` on, which gives the same data."""
         self.started_at = time.monotonic()
         try:
             self.envs.rollout_async(steps, self.policy)
-        except OSError as exc:
+        except (OSError, MemoryLimitError) as exc:
             if isinstance(exc, TimeoutError):
                 raise
             self.stepping = True

@@ -33,6 +33,7 @@ recorded. ``scripts/video_cost.py`` measures it against frames taken in the work
 
 from __future__ import annotations
 
+import math
 import os
 import queue
 import threading
@@ -196,6 +197,23 @@ class RecordVideo(VectorWrapper):
             )
         if writer is None:
             _check_imageio()
+        elif not callable(writer):
+            raise ArgumentTypeError(
+                f"`writer` must be a callable (path, fps) -> VideoWriter or None, got {describe(writer)}"
+            )
+        if not isinstance(name_prefix, str) or not name_prefix or os.sep in name_prefix or "\0" in name_prefix:
+            raise InvalidArgumentError(
+                f"`name_prefix` must be a non-empty file name without {os.sep!r} (the start of each video's name), "
+                f"got {describe(name_prefix)}"
+            )
+        if fps is not None and (
+            isinstance(fps, bool)
+            or not isinstance(fps, (int, float, np.integer, np.floating))
+            or not 0 < fps < math.inf
+        ):
+            raise InvalidArgumentError(
+                f"`fps` must be None or a positive number of frames per second, got {describe(fps)}"
+            )
         self.env_ids = check_env_ids(env_ids, env.num_envs).tolist()
         self.episode_trigger = capped_cubic if episode_trigger is None else episode_trigger
         self.video_folder = os.path.abspath(os.fspath(video_folder))

@@ -20,7 +20,8 @@ A pipe that the interrupt cut in the middle of a message ends that worker
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -51,6 +52,23 @@ class CallRunner:
         #: Every env in this process (``num_workers=0``): the group's core, which :meth:`step`
         #: runs directly.
         self._sole_core = pool.transport.sole_core()
+        #: The running call's ``timeout=``, which bounds its sends too (``None``: the default
+        #: bound, :data:`~vecenv.transports.sending.SEND_TIMEOUT`).
+        self.timeout: float | None = None
+
+    @contextlib.contextmanager
+    def within(self, timeout: float | None) -> Iterator[None]:
+        """The sends made inside give up on a worker that takes none of its command for
+        ``timeout`` seconds (a call with a ``timeout=`` of its own, such as ``step``, bounds
+        its send by it too). Nested: the outermost call's timeout holds."""
+        if timeout is None or self.timeout is not None:
+            yield
+            return
+        self.timeout = timeout
+        try:
+            yield
+        finally:
+            self.timeout = None
 
     @property
     def restarts_workers(self) -> bool:
@@ -74,6 +92,8 @@ class CallRunner:
         pending in that state. ``wanted=False``: nobody waits for the replies, which are
         dropped on arrival (a failure shows in the call that follows).
 
+        A worker that takes none of its message for :attr:`timeout` (see :meth:`within`) raises
+        ``VecEnvTimeoutError`` (or is a dead worker, when its pipe holds part of it).
         Nothing is sent when a payload cannot be encoded. An interrupt after that leaves
         nothing pending: what was sent is abandoned (its replies dropped) and, for a reset, a
         step or a rollout (whose envs may have acted on it), steps are refused until a reset.
@@ -81,7 +101,7 @@ class CallRunner:
         pool = self.pool
         outgoing = pool.prepare(workers, command, payloads, call, wanted)
         try:
-            pool.deliver(workers, outgoing)
+            pool.deliver(workers, outgoing, self.timeout)
             if state is not None:
                 self.calls.begin(state, workers, mask)
         except WorkerDiedError:
@@ -134,7 +154,8 @@ class CallRunner:
         """
         core = self._sole_core
         if core is None or payloads[0] is not None or workers[0].owes:
-            self.send(workers, Command.STEP, payloads, "step_async", State.WAITING_STEP)
+            with self.within(timeout):
+                self.send(workers, Command.STEP, payloads, "step_async", State.WAITING_STEP)
             return self.finish("step_wait", timeout, poisons=True)
         try:
             ok, result = core.handle(Command.STEP, _no_payload)

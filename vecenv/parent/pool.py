@@ -20,6 +20,7 @@ from vecenv.errors import PackedException, VecEnvTimeoutError, WorkerDiedError
 from vecenv.parent.records import OwedCall, WorkerRecord, WorkerStatus
 from vecenv.parent.restart import LostAgain, Restarter, mark_restarted
 from vecenv.transports.base import Event, Reply, Transport, WorkerGone
+from vecenv.transports.sending import SendTimeout, send_timeout
 from vecenv.wire.buffers import Buffers, BufferSpec
 from vecenv.wire.protocol import Attach, Command, StepReply
 
@@ -73,7 +74,7 @@ class WorkerPool:
         self._spec, self._autoreset_mode = spec, autoreset_mode
         for w in self.workers:
             try:
-                self.transport.attach(w.index, self.attach_message(w), self.buffers)
+                self.transport.attach(w.index, self.attach_message(w), self.buffers, send_timeout())
             except WorkerGone:
                 self.died(w, "__init__")
         if self.restarter is None:
@@ -89,8 +90,15 @@ class WorkerPool:
 
     # -- calls -------------------------------------------------------------------------------
 
-    def send(self, workers: Sequence[WorkerRecord], command: Command, payloads: Sequence[Any], call: str) -> None:
-        """Send each worker its command; they become BUSY.
+    def send(
+        self,
+        workers: Sequence[WorkerRecord],
+        command: Command,
+        payloads: Sequence[Any],
+        call: str,
+        timeout: float | None = None,
+    ) -> None:
+        """Send each worker its command (``timeout``: see :meth:`deliver`); they become BUSY.
 
         Every message is encoded and every status checked first: a payload that cannot be
         serialised raises before any worker is sent anything or changes status. A worker is
@@ -98,7 +106,7 @@ class WorkerPool:
         leaves at worst a reply to a call the record never knew, which is dropped on arrival;
         the caller abandons what was sent (:meth:`abandon`).
         """
-        self.deliver(workers, self.prepare(workers, command, payloads, call))
+        self.deliver(workers, self.prepare(workers, command, payloads, call), timeout)
 
     def prepare(
         self,
@@ -122,12 +130,26 @@ class WorkerPool:
             for payload, call_id in zip(payloads, call_ids)
         ]
 
-    def deliver(self, workers: Sequence[WorkerRecord], outgoing: Sequence[OwedCall]) -> None:
-        """Send what :meth:`prepare` made, one message per worker; each becomes BUSY once sent."""
+    def deliver(
+        self, workers: Sequence[WorkerRecord], outgoing: Sequence[OwedCall], timeout: float | None = None
+    ) -> None:
+        """Send what :meth:`prepare` made, one message per worker; each becomes BUSY once sent.
+
+        A worker that takes none of its message for ``timeout`` seconds (default:
+        :data:`~vecenv.transports.sending.SEND_TIMEOUT`) is stuck: if it took none of it,
+        ``VecEnvTimeoutError`` is raised (the workers sent to before it are BUSY: the caller
+        abandons them); if it took a part, the transport ended it and it is a dead worker.
+        """
         send = self.transport.send
+        timeout = send_timeout(timeout)
         for w, owed in zip(workers, outgoing, strict=True):
             try:
-                send(w.index, owed.message)
+                send(w.index, owed.message, timeout)
+            except SendTimeout as exc:
+                raise VecEnvTimeoutError(
+                    f"`{owed.call}` could not send its command: worker {w.index} (envs {w.start}..{w.stop - 1}) "
+                    f"{exc}; it is busy with an earlier call (stuck in env code?). Nothing was sent to it"
+                ) from None
             except WorkerGone:
                 w.sent(owed)  # what a restart sends again
                 self.died(w, owed.call)
@@ -321,9 +343,9 @@ class WorkerPool:
                     or (w.status is WorkerStatus.LATE and wait_late)
                 ]
                 self.abandon(closing)
-                self.send(closing, Command.CLOSE, [None] * len(closing), "close")
+                self.send(closing, Command.CLOSE, [None] * len(closing), "close", max(0.0, deadline - time.monotonic()))
                 error = self._close_errors(closing, deadline)
-            except WorkerDiedError:
+            except (WorkerDiedError, VecEnvTimeoutError):  # the workers are ended below
                 pass
             except Exception as exc:
                 error = exc

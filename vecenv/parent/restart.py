@@ -25,6 +25,7 @@ from vecenv.errors import VecEnvTimeoutError
 from vecenv.parent.records import WorkerRecord
 from vecenv.parent.state import SeedBook
 from vecenv.transports.base import Transport, WorkerGone
+from vecenv.transports.sending import send_timeout
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import Attach, Command, Flags, InfoEntries, ResetArgs, Rows, StepReply
 
@@ -171,7 +172,7 @@ class Restarter:
         if lost.command is Command.RESET:
             w.restarted_reset = lost.call_id
         try:
-            pool.transport.send(w.index, lost.message)
+            pool.transport.send(w.index, lost.message, send_timeout())
         except WorkerGone:
             pool.died(w, lost.call)
         return None
@@ -183,7 +184,7 @@ class Restarter:
         hello = pool.gather([w], timeout, "restart", fail_fast=True)[0]
         if hello.num_envs != w.size:
             raise _WrongSize(f"its rebuilt group has {hello.num_envs} envs instead of {w.size}")
-        pool.transport.attach(w.index, pool.attach_message(w), _buffers(pool))
+        pool.transport.attach(w.index, pool.attach_message(w), _buffers(pool), send_timeout())
         if resets_itself:
             return None
         pool.send([w], Command.RESET, [self.policy.reseed(w, self.restarts)], "restart")

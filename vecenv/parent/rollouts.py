@@ -27,8 +27,9 @@ weights version it was sent with.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,7 +37,7 @@ from gymnasium import Space
 from gymnasium.vector import AutoresetMode
 
 from vecenv.checks import check_num_steps, check_timeout
-from vecenv.errors import InvalidArgumentError, PolicyOutputError
+from vecenv.errors import InvalidArgumentError, PolicyOutputError, VecEnvTimeoutError
 from vecenv.parent.call_lock import CallLock, serialised
 from vecenv.parent.calls import CallRunner
 from vecenv.parent.records import WorkerRecord
@@ -46,7 +47,8 @@ from vecenv.parent.state import State
 from vecenv.policies import PolicyContext, RandomPolicy, WorkerPolicy, as_worker_policy
 from vecenv.policy_outputs import PolicyOutputs, as_state, check_state, join_states, state_rows
 from vecenv.spaces import is_fixed, tree_copy, tree_leaves, tree_map
-from vecenv.wire.buffers import Buffers
+from vecenv.wire.buffers import Buffers, layout_nbytes
+from vecenv.wire.memory import check_block
 from vecenv.wire.protocol import Command, RolloutArgs, RolloutBlockArgs, RolloutReply
 from vecenv.wire.rollout_buffers import RolloutBuffers, RolloutSpec
 
@@ -144,6 +146,14 @@ class _Held:
     weights: tuple[int, int] | None = None  # (launches, weights version)
 
 
+#: Rollouts that need at least this many bytes in the parent are checked against the memory first.
+CHECKED_FROM = 64 * 2**20
+#: What one step's dict of infos takes in the parent, at least (an empty dict and its slot).
+INFO_BYTES = 72
+#: Seconds a new policy's one call in the parent (learning its outputs) may take when the
+#: rollout has no ``timeout=``, before :class:`~vecenv.errors.VecEnvTimeoutError`.
+PROBE_TIMEOUT = 60.0
+
 #: Seconds :meth:`Rollouts.read_state` waits for the workers' states by default before it
 #: raises :class:`~vecenv.errors.VecEnvTimeoutError` (they are idle then: it takes milliseconds).
 STATE_TIMEOUT = 60.0
@@ -205,7 +215,13 @@ class Rollouts:
         w = self.workers[0]
         context = PolicyContext(range(w.start, w.stop), self.observation_space, self.action_space, [None] * w.size)
         observations = tree_map(lambda a: a[w.start : w.stop].copy(), self.buffers.observations)
-        outputs = policy.outputs(context, observations)
+        bound = PROBE_TIMEOUT if self.runner.timeout is None else self.runner.timeout
+        outputs = bounded_call(
+            lambda: policy.outputs(context, observations),
+            bound,
+            f"`rollout` could not learn what policy {policy.name} gives: called once in this process on "
+            f"worker 0's rows, it did not return within {bound:g} s (it hangs?). Nothing was sent",
+        )
         if outputs.recurrent and self.native_groups:
             raise PolicyOutputError(
                 f"policy {policy.name} is recurrent (its state has a row per env, reset at episode starts), "
@@ -221,7 +237,9 @@ class Rollouts:
             raise InvalidArgumentError(
                 "`update_policy_weights` needs a policy: call `rollout(num_steps, policy)` first"
             )
-        self._weights = self._policy.weights() if weights is None else weights
+        # Checked before anything changes: weights the copies cannot load are refused here, and
+        # the copies keep the weights they had (WeightsMismatchError, TypeError).
+        self._weights = self._policy.weights() if weights is None else self._policy.check_weights(weights)
         self._version += 1
 
     @property
@@ -294,6 +312,44 @@ class Rollouts:
 
     # -- the block ---------------------------------------------------------------------------
 
+    def _spec(self, num_steps: int) -> RolloutSpec:
+        return RolloutSpec.plan(
+            num_steps,
+            self.num_envs,
+            self.observation_space,
+            self.action_space,
+            self.buffers.spec.shared_flags,
+            self.autoreset_mode,
+            self._outputs.extras,
+        )
+
+    def _block_capacity(self, num_steps: int) -> int | None:
+        """The steps of the block to make for a rollout of ``num_steps``, or ``None`` when the
+        block there is fits (long enough, with the policy's extras)."""
+        block = self.block
+        if block is None:
+            return num_steps
+        if block.spec.num_steps < num_steps or block.spec.extras != self._outputs.extras:
+            return max(num_steps, block.spec.num_steps)
+        return None
+
+    def _check_memory(self, num_steps: int) -> None:
+        """Refuse a rollout whose memory in the parent exceeds what the machine can give
+        (``MemoryLimitError``) rather than run it and fail at the end: the block when it must be
+        made, the new arrays ``rollout_wait`` returns with ``copy=True`` (as large as the block's
+        rows) and its ``infos``, a dict per step (:data:`INFO_BYTES`). Checked from
+        :data:`CHECKED_FROM` bytes up: smaller rollouts are not worth the reads."""
+        rows = layout_nbytes(self._spec(num_steps).layout())
+        capacity = self._block_capacity(num_steps)
+        made = 0 if capacity is None else layout_nbytes(self._spec(capacity).layout())
+        needed = made + (rows if self.copy else 0) + num_steps * INFO_BYTES
+        if needed < CHECKED_FROM:
+            return
+        parts = ["its block" if made else "", "the arrays rollout_wait returns with copy=True" if self.copy else ""]
+        parts.append("a dict of infos per step")
+        what = f"a rollout of {num_steps} steps of {self.num_envs} envs ({', '.join(p for p in parts if p)})"
+        check_block(needed, what, shared=False)
+
     def _ensure_block(self, num_steps: int, workers: Sequence[WorkerRecord]) -> None:
         """Make the block if it is missing, too short or laid out for other extras, and send it
         to every worker lacking it.
@@ -301,25 +357,17 @@ class Rollouts:
         Nobody waits for the workers to map it: the ``ROLLOUT`` that follows on the same pipe
         finds it mapped, or fails (and then :meth:`finish` forgets what the workers hold).
         """
-        extras = self._outputs.extras
-        if self.block is None or self.block.spec.num_steps < num_steps or self.block.spec.extras != extras:
-            capacity = num_steps if self.block is None else max(num_steps, self.block.spec.num_steps)
-            spec = RolloutSpec.plan(
-                capacity,
-                self.num_envs,
-                self.observation_space,
-                self.action_space,
-                self.buffers.spec.shared_flags,
-                self.autoreset_mode,
-                extras,
-            )
-            old, self.block = self.block, None
+        capacity = self._block_capacity(num_steps)
+        if capacity is not None:
+            # Made before the old one is let go: a block refused (MemoryLimitError) changes nothing.
+            new = RolloutBuffers.create(self._spec(capacity))
+            old, self.block = self.block, new
             if old is not None:
                 self.runner.drop_block(old)
-            self.block = RolloutBuffers.create(spec)
-            self.runner.keep_block(self.block)  # released at shutdown
+            self.runner.keep_block(new)  # released at shutdown
             self._block_number += 1
         block, number = self.block, self._block_number
+        assert block is not None, "made above when missing"
         fd = block.block.fd if block.block is not None else None
         message = RolloutBlockArgs(block.spec, fd)
         while True:
@@ -359,7 +407,8 @@ class Rollouts:
                 raise InvalidArgumentError(
                     f"`rollout` needs fixed-shape spaces (Box, Discrete, ...); the {name} space is {space}"
                 )
-        self._adopt(policy)
+        self._adopt(policy)  # (its extras decide the block's layout)
+        self._check_memory(t)
         workers = self.workers
         self._ensure_block(t, workers)
         if self.runner.restarts_workers:
@@ -489,6 +538,31 @@ class Rollouts:
         )
 
 
+def bounded_call(function: Callable[[], Any], timeout: float, message: str) -> Any:
+    """``function()`` run in a daemon thread, waited for at most ``timeout`` seconds: its result,
+    or its exception raised here; ``VecEnvTimeoutError(message)`` when it has not returned by
+    then (the thread is left to finish, or not, on its own). For user code the parent must call
+    (a policy's probe) without waiting forever on it."""
+    done = threading.Event()
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, function()))
+        except BaseException as exc:  # handed to the waiting thread
+            outcome.append((False, exc))
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="vecenv-policy-probe", daemon=True).start()
+    if not done.wait(timeout):
+        raise VecEnvTimeoutError(message)
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
+
+
 def _is_random(policy: Any, current: WorkerPolicy) -> bool:
     """Both are the random policy (``"random"`` names it; every RandomPolicy is the same)."""
     return isinstance(current, RandomPolicy) and (policy == "random" or isinstance(policy, RandomPolicy))
@@ -542,7 +616,8 @@ class RolloutMethods:
         ``num_steps`` calls of ``step`` give with the same actions; the vector env continues
         from ``rollout.last_observations``. See :meth:`rollout_async` and :class:`Rollout`."""
         timeout = check_timeout(timeout)
-        self.rollout_async(num_steps, policy)
+        with self._rollouts.runner.within(timeout):
+            self.rollout_async(num_steps, policy)
         return self.rollout_wait(timeout)
 
     @serialised

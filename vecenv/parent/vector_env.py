@@ -239,7 +239,8 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
         ``timeout``: seconds to wait at most (default: no limit).
         """
         timeout = check_timeout(timeout)
-        self.reset_async(seed=seed, options=options)
+        with self._runner.within(timeout):
+            self.reset_async(seed=seed, options=options)
         return self.reset_wait(timeout)
 
     # -- step ----------------------------------------------------------------------------------
@@ -364,7 +365,8 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
     def get_attr(self, name: str, timeout: float | None = None) -> tuple[Any, ...]:
         """Attribute ``name`` of every env (a callable attribute is called, as ``SyncVectorEnv`` does)."""
         timeout = check_timeout(timeout)
-        self.call_async(name)
+        with self._runner.within(timeout):
+            self.call_async(name)
         return self.call_wait(timeout)
 
     @serialised
@@ -394,7 +396,8 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
         return plan.frames(self._run(Command.RENDER, plan.workers, plan.payloads, "render", timeout))
 
     def _run(self, command: Command, workers: list[Any], payloads: list[Any], call: str, timeout: float | None) -> Any:
-        self._runner.send(workers, command, payloads, call, State.WAITING_CALL)
+        with self._runner.within(timeout):
+            self._runner.send(workers, command, payloads, call, State.WAITING_CALL)
         return self._runner.finish(call, timeout, poisons=False)[1]
 
     @property

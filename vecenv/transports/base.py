@@ -58,8 +58,9 @@ class Transport(abc.ABC):
         """Start one worker per group builder (which each calls in the worker)."""
 
     @abc.abstractmethod
-    def attach(self, worker: int, attach: Attach, buffers: Buffers) -> None:
-        """Send a worker its place (after its Hello): start index, autoreset mode, buffer spec.
+    def attach(self, worker: int, attach: Attach, buffers: Buffers, timeout: float | None = None) -> None:
+        """Send a worker its place (after its Hello): start index, autoreset mode, buffer spec;
+        ``timeout`` as for :meth:`send`.
 
         Raises:
             WorkerGone: the worker cannot be reached.
@@ -71,8 +72,16 @@ class Transport(abc.ABC):
         be serialised raises here, while no worker has been told anything."""
 
     @abc.abstractmethod
-    def send(self, worker: int, message: Any) -> None:
-        """Send one encoded command. Raises :class:`WorkerGone` when the worker cannot be reached."""
+    def send(self, worker: int, message: Any, timeout: float | None = None) -> None:
+        """Send one encoded command; a worker that takes none of it for ``timeout`` seconds
+        (``None``: no limit) is stuck.
+
+        Raises:
+            WorkerGone: the worker cannot be reached (or was ended because a part of the
+                command is stuck in its pipe).
+            vecenv.transports.sending.SendTimeout: the worker took none of the command (it is
+                busy); nothing was sent.
+        """
 
     @abc.abstractmethod
     def poll(self, workers: Sequence[int], timeout: float | None) -> list[Event]:

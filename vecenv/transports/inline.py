@@ -97,20 +97,20 @@ class ParentHostedFirst(Transport):
         self.processes_transport.launch(group_fns[1:])
         self.inline.build(group_fns[0])
 
-    def attach(self, worker: int, attach: Attach, buffers: Buffers) -> None:
+    def attach(self, worker: int, attach: Attach, buffers: Buffers, timeout: float | None = None) -> None:
         if worker == 0:
             self.inline.attach(attach, buffers)
         else:
-            self.processes_transport.attach(worker - 1, attach, buffers)
+            self.processes_transport.attach(worker - 1, attach, buffers, timeout)
 
     def encode(self, command: Command, call_id: int, payload: Any) -> bytes | WithFd:
         return encode_for_pipe(command, call_id, payload)
 
-    def send(self, worker: int, message: bytes | WithFd) -> None:
+    def send(self, worker: int, message: bytes | WithFd, timeout: float | None = None) -> None:
         if worker == 0:
             self.inline.send(message)
         else:
-            self.processes_transport.send(worker - 1, message)
+            self.processes_transport.send(worker - 1, message, timeout)
 
     def poll(self, workers: Sequence[int], timeout: float | None) -> list[Event]:
         if len(workers) == 1 and workers[0] == 0:  # every env in this process (num_workers=0)

@@ -34,6 +34,7 @@ import cloudpickle
 from vecenv.errors import DescriptorLimitError
 from vecenv.machine import available_cpus
 from vecenv.transports.base import Death, Event, Reply, Transport, WorkerGone
+from vecenv.transports.sending import SendTimeout, bound_writes, send_handle_within, send_timeout, send_within
 from vecenv.wire import fastpath
 from vecenv.wire.buffers import HAVE_MEMFD, Buffers
 from vecenv.wire.fastpath import ControlBlock, SpinBudget, fence
@@ -62,6 +63,7 @@ KILL_GRACE = 1.0
 #: resource tracker's pipe the first time). They are checked free before each start, so that
 #: the limit is never met half-way through one (CPython would leave a pipe open).
 START_DESCRIPTORS = 10
+_INTERRUPTED = "was ended: an interrupt (Ctrl+C) cut a message on its pipe in two"
 # A worker whose pipe hung up gets this long to exit on its own before it is killed.
 _HANGUP_GRACE = 0.5
 # The call id watched in the done word of a worker that owes nothing there (no call has it).
@@ -223,6 +225,7 @@ class ProcessTransport(Transport):
         except OSError as exc:
             raise _limit_error(exc, number, self.first_index + len(self.processes)) from None
         PARENT_ENDS.add(parent_conn)
+        bound_writes(parent_conn)
         cpus = self._cpus
         control = self._control
         if control is not None:
@@ -270,16 +273,21 @@ class ProcessTransport(Transport):
         self._pollers.clear()
         self._start(worker)
 
-    def attach(self, worker: int, attach: Attach, buffers: Buffers) -> None:
+    def attach(self, worker: int, attach: Attach, buffers: Buffers, timeout: float | None = None) -> None:
         conn = self._conn(worker)
+        block_fd = None
+        if Buffers.needs_fd(attach.buffers):
+            assert buffers.block is not None and buffers.block.fd is not None
+            block_fd = buffers.block.fd
         try:
-            conn.send(attach)
-            if Buffers.needs_fd(attach.buffers):
-                assert buffers.block is not None and buffers.block.fd is not None
-                reduction.send_handle(conn, buffers.block.fd, self._process(worker).pid)
+            # What Connection.send writes, then the descriptors, each bounded by ``timeout``.
+            send_within(conn, bytes(reduction.ForkingPickler.dumps(attach)), block_fd, timeout)
             if self._control is not None:
                 assert self._control.fd is not None
-                reduction.send_handle(conn, self._control.fd, self._process(worker).pid)
+                send_handle_within(conn, self._control.fd, timeout)
+        except SendTimeout as exc:  # a new worker that reads nothing cannot be attached
+            self._tear(worker, f"was ended: it {exc} while being attached")
+            raise WorkerGone from None
         except OSError:  # it died after its Hello
             self._process(worker).join(1.0)
             raise WorkerGone from None
@@ -291,7 +299,7 @@ class ProcessTransport(Transport):
     def encode(self, command: Command, call_id: int, payload: Any) -> bytes | WithFd:
         return encode_for_pipe(command, call_id, payload)
 
-    def send(self, worker: int, message: bytes | WithFd) -> None:
+    def send(self, worker: int, message: bytes | WithFd, timeout: float | None = None) -> None:
         if worker in self._torn:
             raise WorkerGone
         if self._control is not None and not self._owed[worker] and self._budget.limit and is_bare_step(message):
@@ -299,7 +307,11 @@ class ProcessTransport(Transport):
             self._post(worker, call_id_of(message))
             return
         self._owed[worker] += 1  # before it is out: an interrupt after it ends the worker
-        self._write(worker, message)
+        try:
+            self._write(worker, message, timeout)
+        except SendTimeout:
+            self._owed[worker] -= 1  # none of it went: the worker owes nothing for it
+            raise
 
     def _post(self, worker: int, call_id: int) -> None:
         """Post a payload-free STEP in ``worker``'s command word; wake the worker if it sleeps
@@ -321,20 +333,25 @@ class ProcessTransport(Transport):
             self._owed[worker], self._in_word[worker] = 1, call_id
             words[at] = call_id
             with contextlib.suppress(WorkerGone):
-                self._write(worker, WAKE_COMMAND)
+                self._write(worker, WAKE_COMMAND, send_timeout())
             raise
         if asleep:
-            self._write(worker, WAKE_COMMAND)
+            self._write(worker, WAKE_COMMAND, send_timeout())
 
-    def _write(self, worker: int, message: bytes | WithFd) -> None:
-        """Write one message to ``worker``'s pipe (and count it in the hint its spin reads)."""
+    def _write(self, worker: int, message: bytes | WithFd, timeout: float | None = None) -> None:
+        """Write one message to ``worker``'s pipe (and count it in the hint its spin reads); a
+        worker that takes none of it for ``timeout`` seconds is stuck (see
+        :mod:`vecenv.transports.sending`)."""
         conn = self._conn(worker)
+        data, fd = (message.data, message.fd) if isinstance(message, WithFd) else (message, None)
         try:
-            if isinstance(message, WithFd):
-                conn.send_bytes(message.data)
-                reduction.send_handle(conn, message.fd, self._process(worker).pid)
-            else:
-                conn.send_bytes(message)
+            send_within(conn, data, fd, timeout)
+        except SendTimeout as exc:
+            if not exc.written:
+                raise  # nothing of it is in the pipe: the worker is as it was
+            # Half a command in its pipe: it can never be talked to again.
+            self._tear(worker, f"was ended: it {exc} (busy with an earlier call: stuck in env code?)")
+            raise WorkerGone from None
         except (OSError, EOFError):  # a broken or reset pipe: the worker is gone
             self._process(worker).join(1.0)
             raise WorkerGone from None
@@ -346,12 +363,15 @@ class ProcessTransport(Transport):
             self._pipe_sent[worker] += 1
             control.words[control.index(worker, fastpath.PIPE_SENT)] = self._pipe_sent[worker]
 
-    def _tear(self, worker: int) -> None:
-        """A signal (Ctrl+C) cut a read or write on ``worker``'s pipe short: half a message may be
-        left in it, and the next read would take its tail for a header and wait forever. The
-        worker can no longer be talked to, so it is ended now and reported dead at the next poll."""
+    def _tear(
+        self, worker: int, cause: str = "was ended: an interrupt (Ctrl+C) cut a message on its pipe in two"
+    ) -> None:
+        """A signal (Ctrl+C) or a stalled send cut a read or write on ``worker``'s pipe short:
+        half a message may be left in it, and the next read would take its tail for a header and
+        wait forever. The worker can no longer be talked to, so it is ended now and reported dead
+        at the next poll."""
         self._torn.add(worker)
-        self._causes[worker] = "was ended: an interrupt (Ctrl+C) cut a message on its pipe in two"
+        self._causes[worker] = cause
         process = self._process(worker)
         if process.is_alive():
             process.kill()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import math
 import mmap
 import os
 import secrets
@@ -30,9 +31,19 @@ from gymnasium import Space
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from vecenv.spaces import build_tree, is_fixed, leaf_layout, row_writer, tree_assign, tree_slice
+from vecenv.wire.memory import check_block
 from vecenv.wire.protocol import Flags, Rows
 
-__all__ = ["BufferSpec", "Buffers", "SharedBlock", "SHM_PREFIX", "HAVE_MEMFD", "block_name", "map_fields"]
+__all__ = [
+    "BufferSpec",
+    "Buffers",
+    "SharedBlock",
+    "SHM_PREFIX",
+    "HAVE_MEMFD",
+    "block_name",
+    "layout_nbytes",
+    "map_fields",
+]
 
 #: Names of vecenv's shared-memory blocks start with this, so leaks are easy to find.
 SHM_PREFIX = "vecenv_"
@@ -231,20 +242,34 @@ _RELEASED = np.zeros(0)
 
 
 def _aligned_nbytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
-    """Bytes an array of ``shape`` and ``dtype`` takes in a block, rounded up to the alignment."""
-    size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    """Bytes an array of ``shape`` and ``dtype`` takes in a block, rounded up to the alignment
+    (Python ints: a huge rollout's size must not wrap around)."""
+    size = math.prod(shape) * dtype.itemsize
     return -(-size // _ALIGN) * _ALIGN
 
 
+def layout_nbytes(layout: list[tuple[str, tuple[int, ...], np.dtype]]) -> int:
+    """Bytes a block holding ``layout``'s arrays takes."""
+    return sum(_aligned_nbytes(shape, dtype) for _, shape, dtype in layout)
+
+
 def map_fields(
-    layout: list[tuple[str, tuple[int, ...], np.dtype]], shm_name: str | None, create: bool, fd: int | None
+    layout: list[tuple[str, tuple[int, ...], np.dtype]],
+    shm_name: str | None,
+    create: bool,
+    fd: int | None,
+    what: str = "the shared block",
 ) -> tuple[SharedBlock, list[tuple[str, np.ndarray]]]:
     """Create (``create``) or attach the block that holds ``layout``'s arrays, in order and
     aligned, and view each whole array in it: ``(field, array)`` per entry of ``layout``.
 
+    A new block is first checked against the memory the machine can give it
+    (:func:`~vecenv.wire.memory.check_block`: ``MemoryLimitError`` naming ``what``).
     The views are ``np.frombuffer`` exports, so the block cannot be unmapped under one.
     """
-    total = sum(_aligned_nbytes(shape, dtype) for _, shape, dtype in layout)
+    total = layout_nbytes(layout)
+    if create:
+        check_block(total, what, shared=True, named=shm_name is not None)
     block = SharedBlock.create(total, shm_name) if create else SharedBlock.attach(total, shm_name, fd)
     views, offset = [], 0
     for field, shape, dtype in layout:
@@ -272,7 +297,8 @@ class Buffers:
         shared: dict[str, list[np.ndarray]] = {}
         layout = spec.layout()
         if layout:
-            self.block, views = map_fields(layout, spec.shm_name, create, fd)
+            what = f"the step buffers of {spec.num_envs} envs"
+            self.block, views = map_fields(layout, spec.shm_name, create, fd, what)
             for field, array in views:
                 shared.setdefault(field, []).append(array[start:stop])
 

@@ -28,7 +28,8 @@ from gymnasium import Space
 from gymnasium.vector import AutoresetMode
 
 from vecenv.spaces import build_tree, leaf_layout, tree_leaves, tree_map
-from vecenv.wire.buffers import SharedBlock, block_name, map_fields
+from vecenv.wire.buffers import SharedBlock, block_name, layout_nbytes, map_fields
+from vecenv.wire.memory import check_block
 
 __all__ = ["RolloutSpec", "RolloutRows", "RolloutBuffers"]
 
@@ -144,12 +145,15 @@ class RolloutBuffers:
         self._owner = create
         layout = spec.layout()
         arrays: dict[str, list[np.ndarray]] = {}
+        what = f"a rollout block of {spec.num_steps} steps of {spec.num_envs} envs"
         if spec.shared:
-            self.block, views = map_fields(layout, spec.shm_name, create, fd)
+            self.block, views = map_fields(layout, spec.shm_name, create, fd, what)
             for field, array in views:
                 arrays.setdefault(field, []).append(array[:, start:stop])
         else:
             n = stop - start
+            if create:  # the parent's arrays of every env (each worker makes its own columns)
+                check_block(layout_nbytes(layout), what, shared=False)
             for field, shape, dtype in layout:
                 arrays.setdefault(field, []).append(np.zeros((shape[0], n, *shape[2:]), dtype))
         self.observations: Any = build_tree(spec.observation_space, iter(arrays["observations"]))

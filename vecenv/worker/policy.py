@@ -103,6 +103,12 @@ class WorkerPolicy(abc.ABC):
         for policies without weights."""
         raise ArgumentTypeError(f"policy {self.name} has no weights: pass a new policy to `rollout` instead")
 
+    def check_weights(self, weights: Any) -> Any:
+        """``weights`` as the copies will load them, checked in the parent before they are sent
+        (raise :class:`~vecenv.errors.WeightsMismatchError` for weights the copies cannot load).
+        The default accepts anything: a policy of one's own checks what it can."""
+        return weights
+
     def outputs(self, context: PolicyContext, observations: Any) -> PolicyOutputs:
         """What the policy gives beyond actions (extras' layout, whether it is recurrent),
         learned in the parent from one call of a copy on the rows of ``context``'s envs."""

@@ -204,7 +204,7 @@ class RayTransport(Transport):
         self._causes.pop(worker, None)
         self._start(worker)
 
-    def attach(self, worker: int, attach: Attach, buffers: Buffers) -> None:
+    def attach(self, worker: int, attach: Attach, buffers: Buffers, timeout: float | None = None) -> None:
         # Actor calls from one caller run in the order sent, so the next command finds the group
         # attached; an actor that died in between is reported by that command's result.
         if not ray.is_initialized():
@@ -216,7 +216,7 @@ class RayTransport(Transport):
     def encode(self, command: Command, call_id: int, payload: Any) -> tuple[int, Command, bytes]:
         return call_id, command, encode_command(command, call_id, payload)
 
-    def send(self, worker: int, message: tuple[int, Command, bytes]) -> None:
+    def send(self, worker: int, message: tuple[int, Command, bytes], timeout: float | None = None) -> None:
         if not ray.is_initialized():
             self._causes.setdefault(worker, "is unreachable: Ray was shut down in this process")
             raise WorkerGone

@@ -1,0 +1,162 @@
+"""Bounded writes to a worker's pipe: a command that the worker stops taking raises instead of
+blocking the parent forever.
+
+A write to a pipe blocks while the pipe's buffer is full, which is what happens when a command
+larger than the buffer (hundreds of KiB: actions that are not in shared memory, ``call``
+arguments, options) goes to a worker stuck in env code, which reads nothing. The parent's end of
+every pipe gets a kernel send timeout of :data:`SEND_SLICE` (``SO_SNDTIMEO``), so each write
+returns within a slice, having written what fitted; :func:`send_within` writes the message a
+slice at a time until it is whole, or until the worker has taken none of it for the send's
+timeout. A worker that reads, however slowly, is never cut off; a write that fits (every
+command to a worker that is reading) is one system call, as before.
+
+The bytes on the wire are ``multiprocessing.connection.Connection.send_bytes``'s, and a
+descriptor follows as ``multiprocessing.reduction.send_handle`` sends it, so the worker reads
+them with the usual ``recv_bytes`` and ``recv_handle``.
+"""
+
+from __future__ import annotations
+
+import array
+import os
+import socket
+import struct
+import time
+from multiprocessing.connection import Connection
+
+from vecenv.errors import VecEnvTimeoutError
+
+__all__ = [
+    "SEND_SLICE",
+    "SEND_TIMEOUT",
+    "SendTimeout",
+    "bound_writes",
+    "send_handle_within",
+    "send_timeout",
+    "send_within",
+]
+
+#: Seconds a worker may take none of a command when its call has no ``timeout=`` of its own (the
+#: ``*_async`` calls, ``send``, ``async_reset``, ``timeout=None``): one that took none of it by
+#: then is busy with an earlier call (``VecEnvTimeoutError``); one that took part of it and then
+#: nothing is ended (a dead worker, or a restart).
+SEND_TIMEOUT = 60.0
+#: Seconds one write to a worker's pipe may block before it returns what it wrote (how far past
+#: a send's timeout the parent may notice it).
+SEND_SLICE = 0.01
+# Connection.send_bytes sends the header apart from messages larger than this.
+_SPLIT = 16384
+
+
+class SendTimeout(VecEnvTimeoutError):
+    """A worker took none of a command (or none of its rest) for the send's timeout.
+
+    ``written``: part of it is in the pipe, so the worker can no longer be talked to (its next
+    read would take the rest for a header); ``False``: nothing of it was sent.
+    """
+
+    def __init__(self, message: str, *, written: bool) -> None:
+        super().__init__(message)
+        self.written = written
+
+
+def send_timeout(timeout: float | None = None) -> float:
+    """``timeout``, or :data:`SEND_TIMEOUT` when the call gives none."""
+    return SEND_TIMEOUT if timeout is None else timeout
+
+
+def bound_writes(conn: Connection) -> None:
+    """Give the parent's end of a worker pipe (a socket) the send timeout :data:`SEND_SLICE`.
+
+    The descriptor stays blocking: a write waits at most a slice and returns what it wrote.
+    """
+    fd = conn.fileno()
+    seconds = int(SEND_SLICE)
+    micros = int(round((SEND_SLICE - seconds) * 1e6))
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=fd)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("@ll", seconds, micros))
+    finally:
+        sock.detach()
+        os.set_blocking(fd, True)  # a default timeout (socket.setdefaulttimeout) would have cleared it
+
+
+def send_within(conn: Connection, data: bytes, fd: int | None, timeout: float | None) -> None:
+    """Send ``data`` as ``conn.send_bytes`` would, then the descriptor ``fd`` (if any) as
+    ``reduction.send_handle`` would, giving up once the reader has taken nothing for ``timeout``
+    seconds (``None``: never).
+
+    Raises:
+        SendTimeout: the reader stalled for ``timeout`` (``written`` says whether part of the
+            message was sent).
+        OSError: the pipe is broken (the worker is gone).
+    """
+    handle = conn.fileno()
+    n = len(data)
+    written = 0
+    if n > 0x7FFFFFFF:
+        parts = [struct.pack("!i", -1) + struct.pack("!Q", n), data]
+    elif n > _SPLIT:
+        parts = [struct.pack("!i", n), data]
+    else:
+        whole = struct.pack("!i", n) + data
+        try:
+            first = os.write(handle, whole)  # the common case: one write that fits
+        except BlockingIOError:
+            first = 0
+        if first == len(whole):
+            if fd is not None:
+                _send_handle(handle, fd, timeout)
+            return
+        parts, written = [whole[first:]], first
+    moved = time.monotonic()  # when the reader last took something
+    for part in parts:
+        view = memoryview(part)
+        while view:
+            try:
+                count = os.write(handle, view)
+            except BlockingIOError:  # nothing fitted within the slice
+                count = 0
+            now = time.monotonic()
+            if count:
+                written += count
+                view = view[count:]
+                moved = now
+            elif timeout is not None and now - moved >= timeout:
+                raise SendTimeout(_late(written, len(data), timeout), written=written > 0)
+    if fd is not None:
+        _send_handle(handle, fd, timeout)
+
+
+def send_handle_within(conn: Connection, fd: int, timeout: float | None) -> None:
+    """Send the descriptor ``fd`` alone, as ``reduction.send_handle`` would, giving up once the
+    reader has taken nothing for ``timeout`` seconds (:class:`SendTimeout`, ``written=True``:
+    the reader expects it)."""
+    _send_handle(conn.fileno(), fd, timeout)
+
+
+def _send_handle(handle: int, fd: int, timeout: float | None) -> None:
+    """``reduction.sendfds`` of one descriptor, a slice at a time (Linux: no acknowledgement)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=handle)
+    try:
+        sock.settimeout(None)  # blocking in Python's sense: the kernel's slice bounds each try
+        start = time.monotonic()
+        while True:
+            try:
+                sock.sendmsg([b"\x01"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+                return
+            except BlockingIOError:
+                if timeout is not None and time.monotonic() - start >= timeout:
+                    raise SendTimeout(
+                        f"took a command but not the descriptor after it for {timeout:g} s", written=True
+                    ) from None
+    finally:
+        sock.detach()
+        os.set_blocking(handle, True)
+
+
+def _late(written: int, size: int, timeout: float) -> str:
+    """What the worker did, for messages that name it first ("worker 0 took ...")."""
+    if written:
+        return f"took {written} bytes of a {size}-byte command and then nothing for {timeout:g} s"
+    return f"took none of a {size}-byte command for {timeout:g} s"

@@ -1,0 +1,172 @@
+"""What memory the machine can give a new block, checked before the block is made.
+
+A shared block is sparse when it is made: ``ftruncate`` of a memfd (or of a file in
+``/dev/shm``) succeeds for any size, and the pages arrive only as the workers write rows. A
+block larger than the machine's memory is then found late and badly: the shared memory grows
+until the OOM killer ends a worker (or, on a full ``/dev/shm``, a write kills it with SIGBUS).
+So :func:`check_block` compares a block's size with every limit that applies before anything
+is made, and raises :class:`~vecenv.errors.MemoryLimitError` naming the size and the tightest
+limit. The step buffers (:mod:`vecenv.wire.buffers`) and the rollout block
+(:mod:`vecenv.wire.rollout_buffers`) both call it.
+
+The limits, each where the platform has it: the memory available (``MemAvailable`` plus
+``SwapFree`` in ``/proc/meminfo``), the headroom of this process's memory cgroup
+(``memory.max`` less ``memory.current``, with its swap), the free space of ``/dev/shm`` for a
+named block, ``RLIMIT_FSIZE`` for a shared block (a larger ``ftruncate`` fails), and
+``RLIMIT_AS`` less what this process maps already.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from collections.abc import Callable
+
+from vecenv.errors import MemoryLimitError
+
+__all__ = ["Limit", "memory_limits", "check_block", "format_bytes"]
+
+#: (what the limit is, in words; bytes left under it)
+Limit = tuple[str, int]
+
+
+def format_bytes(size: int) -> str:
+    """``size`` in binary units, for messages (``"2.1 TiB"``)."""
+    if size < 1024:
+        return f"{size} B"
+    value, unit = size / 1024, "KiB"
+    for larger in ("MiB", "GiB", "TiB", "PiB", "EiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, larger
+    return f"{value:.1f} {unit}"
+
+
+def _meminfo() -> dict[str, int]:
+    """``/proc/meminfo`` in bytes (empty where there is none)."""
+    fields: dict[str, int] = {}
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                name, _, rest = line.partition(":")
+                parts = rest.split()
+                if parts and parts[0].isdigit():
+                    fields[name] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
+    except OSError:
+        pass
+    return fields
+
+
+def _available_memory() -> Limit | None:
+    info = _meminfo()
+    if "MemAvailable" not in info:
+        return None
+    return "available memory (MemAvailable + SwapFree in /proc/meminfo)", info["MemAvailable"] + info.get("SwapFree", 0)
+
+
+def _read_number(path: str) -> int | None:
+    """A cgroup file's number (``None``: missing, unreadable, or ``max``)."""
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _cgroup_headroom() -> Limit | None:
+    """The least headroom of this process's memory cgroup and its ancestors (cgroup v2), or of
+    its v1 memory cgroup."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    best: Limit | None = None
+    for line in lines:
+        hierarchy, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if hierarchy == "0" and controllers == "":  # v2: walk up to the root
+            directory = "/sys/fs/cgroup" + path.rstrip("/")
+            while directory.startswith("/sys/fs/cgroup"):  # (a container's own root included)
+                limit = _read_number(f"{directory}/memory.max")
+                used = _read_number(f"{directory}/memory.current")
+                if limit is not None and used is not None:
+                    swap = (_read_number(f"{directory}/memory.swap.max") or 0) - (
+                        _read_number(f"{directory}/memory.swap.current") or 0
+                    )
+                    room = max(0, limit - used) + max(0, swap)
+                    if best is None or room < best[1]:
+                        best = (f"the memory cgroup's headroom (memory.max - memory.current in {directory})", room)
+                if directory == "/sys/fs/cgroup":
+                    break
+                directory = os.path.dirname(directory)
+        elif "memory" in controllers.split(","):  # v1
+            directory = "/sys/fs/cgroup/memory" + path.rstrip("/")
+            limit = _read_number(f"{directory}/memory.limit_in_bytes")
+            used = _read_number(f"{directory}/memory.usage_in_bytes")
+            if limit is not None and used is not None and limit < 2**62:
+                room = max(0, limit - used)
+                if best is None or room < best[1]:
+                    best = (f"the memory cgroup's headroom (memory.limit_in_bytes - usage in {directory})", room)
+    return best
+
+
+def _shm_free() -> Limit | None:
+    try:
+        stats = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return "free space in /dev/shm", stats.f_bavail * stats.f_frsize
+
+
+def _rlimit(which: int, name: str, used: Callable[[], int] | None = None) -> Limit | None:
+    soft, _ = resource.getrlimit(which)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    taken = used() if used is not None else 0
+    return (f"{name} ({soft} bytes) less what this process maps ({taken})" if used else name), max(0, soft - taken)
+
+
+def _mapped() -> int:
+    """This process's address space in use (``VmSize``), 0 where unknown."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def memory_limits(shared: bool, named: bool) -> list[Limit]:
+    """Every limit on a new block here: ``shared`` (a memfd or a named block, else private
+    arrays); ``named`` (in ``/dev/shm``)."""
+    found = [
+        _available_memory(),
+        _cgroup_headroom(),
+        _rlimit(resource.RLIMIT_AS, "RLIMIT_AS", _mapped) if hasattr(resource, "RLIMIT_AS") else None,
+    ]
+    if shared:
+        found.append(_rlimit(resource.RLIMIT_FSIZE, "RLIMIT_FSIZE (the largest file this process may make)"))
+        if named:
+            found.append(_shm_free())
+    return [limit for limit in found if limit is not None]
+
+
+def check_block(size: int, what: str, *, shared: bool, named: bool = False) -> None:
+    """Raise :class:`~vecenv.errors.MemoryLimitError` when ``size`` bytes for ``what`` exceed
+    a limit of :func:`memory_limits`; nothing is made either way."""
+    limits = memory_limits(shared, named)
+    if not limits:
+        return
+    name, room = min(limits, key=lambda limit: limit[1])
+    if size > room:
+        kind = "shared memory" if shared else "memory"
+        raise MemoryLimitError(
+            f"{what} needs {format_bytes(size)} ({size} bytes) of {kind}, more than this machine can give it: "
+            f"{format_bytes(room)} ({room} bytes; {name}). Nothing was allocated",
+            needed=size,
+            available=room,
+            limit=name,
+        )
