@@ -331,6 +331,9 @@ class Rollouts:
             return num_steps
         if block.spec.num_steps < num_steps or block.spec.extras != self._outputs.extras:
             return max(num_steps, block.spec.num_steps)
+        if not block.sendable and any(held.block is None for held in self._held):
+            # A worker may lack it (after a failed rollout) and its descriptor is gone: a new one.
+            return block.spec.num_steps
         return None
 
     def _check_memory(self, num_steps: int) -> None:

@@ -185,6 +185,12 @@ class RolloutBuffers:
         if self.block is not None:
             self.block.release_fd()
 
+    @property
+    def sendable(self) -> bool:
+        """Parent: whether a worker can still be sent this block (a named block, a memfd whose
+        descriptor the parent still holds, or nothing shared)."""
+        return self.block is None or self.block.fd is not None or self.spec.shm_name is not None
+
     # -- what crosses the pipe where nothing is shared -----------------------------------------
 
     def payload(self, first_step: int, num_steps: int) -> RolloutRows | None:
