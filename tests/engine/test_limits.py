@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import vecenv
-from tests.helpers.envs import diff_env_fns
+from tests.helpers.envs import diff_env_fns, greedy_module
 from tests.helpers.faults import FrameEnv, fault_fns
 from vecenv import VecEnvTimeoutError, WorkerDiedError
 from vecenv.errors import MemoryLimitError, WeightsMismatchError
@@ -215,20 +215,7 @@ def test_a_weight_push_that_does_not_fit_is_refused_and_the_copies_keep_theirs()
     next rollouts, and those after a reset, act as before), and a good push still works."""
     torch = pytest.importorskip("torch")
 
-    class Greedy(torch.nn.Module):
-        """Discrete(4) actions: the argmax of a linear map of the observation."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.linear = torch.nn.Linear(3, 4)
-
-        def forward(self, obs: Any) -> Any:
-            return self.linear(obs).argmax(dim=1)
-
-    module = Greedy()
-    with torch.no_grad():
-        module.linear.weight.zero_()
-        module.linear.bias.copy_(torch.tensor([0.0, 0.0, 5.0, 0.0]))
+    module = greedy_module()
     weight, bias = torch.zeros(4, 3), torch.tensor([0.0, 0, 0, 9])
     bad = [
         ({"linear.weight": weight}, r"missing 'linear.bias'"),
@@ -268,18 +255,7 @@ def test_weights_pushed_while_a_rollout_is_in_flight_reach_the_next_rollout() ->
     the two): the rollout in flight acts with the old weights, the next one with the new."""
     torch = pytest.importorskip("torch")
 
-    class Greedy(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.linear = torch.nn.Linear(3, 4)
-
-        def forward(self, obs: Any) -> Any:
-            return self.linear(obs).argmax(dim=1)
-
-    module = Greedy()
-    with torch.no_grad():
-        module.linear.weight.zero_()
-        module.linear.bias.copy_(torch.tensor([0.0, 0.0, 5.0, 0.0]))
+    module = greedy_module()
     with vecenv.SubprocVectorEnv(diff_env_fns(4, obs_kind="box", act_kind="discrete"), 2, context="fork") as envs:
         envs.reset(seed=0)
         envs.rollout_async(3, module)

@@ -21,7 +21,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import vecenv
 from tests.engine.test_differential import assert_same
-from tests.helpers.envs import diff_env_fns
+from tests.helpers.envs import diff_env_fns, greedy_module
 from tests.helpers.faults import FaultEnv, fault_fns, healthy_fns, transport_of
 from vecenv.errors import RemoteTraceback, WorkerDiedError
 from vecenv.parent.replies import InfoMerger
@@ -244,20 +244,7 @@ def test_random_policy_is_reseeded_by_a_seeded_reset() -> None:
 def test_torch_module_runs_in_workers_and_takes_new_weights() -> None:
     torch = pytest.importorskip("torch")
 
-    class Greedy(torch.nn.Module):
-        """Discrete(4) actions: the argmax of a linear map of the observation."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.linear = torch.nn.Linear(3, 4)
-
-        def forward(self, obs: Any) -> Any:
-            return self.linear(obs).argmax(dim=1)
-
-    module = Greedy()
-    with torch.no_grad():
-        module.linear.weight.zero_()
-        module.linear.bias.copy_(torch.tensor([0.0, 0.0, 5.0, 0.0]))
+    module = greedy_module()
     fns = diff_env_fns(N, obs_kind="box", act_kind="discrete")
     with make(fns, 3) as envs:
         envs.reset(seed=SEED)

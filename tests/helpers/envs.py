@@ -864,3 +864,24 @@ class InfoEnv(gym.Env):
 
 class Mark(gym.Wrapper):
     """A wrapper for env_is_wrapped tests."""
+
+
+def greedy_module() -> Any:
+    """A CPU torch module for Box(3) observations and Discrete(4) actions: the argmax of a linear
+    map, its weights zero and its bias picking action 2 (so a weight push is seen in the actions).
+    The class is made here, so that it travels to the workers by value, as a user's would."""
+    import torch
+
+    class Greedy(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(3, 4)
+
+        def forward(self, obs: Any) -> Any:
+            return self.linear(obs).argmax(dim=1)
+
+    module = Greedy()
+    with torch.no_grad():
+        module.linear.weight.zero_()
+        module.linear.bias.copy_(torch.tensor([0.0, 0.0, 5.0, 0.0]))
+    return module
