@@ -41,6 +41,10 @@ from vecenv.errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = ["SEED_POLICIES", "spawn_seeds", "derive_seed", "restart_seed", "seed_policy_of"]
 
+#: What one seed of :func:`spawn_seeds` takes in memory (a 63-bit int and its place in the list),
+#: and the count from which the list is checked against the memory the machine can give.
+_SEED_BYTES, _CHECKED_FROM = 48, 1 << 20
+
 #: The names ``seed_policy`` takes.
 SEED_POLICIES = ("sequential", "spawn")
 
@@ -57,6 +61,7 @@ def spawn_seeds(seed: int, num_envs: int) -> list[int]:
 
     Raises:
         TypeError, ValueError: ``seed`` or ``num_envs`` is not a non-negative int.
+        MemoryLimitError: the list of ``num_envs`` seeds would not fit in memory.
     """
     for name, value in (("seed", seed), ("num_envs", num_envs)):
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
@@ -65,6 +70,10 @@ def spawn_seeds(seed: int, num_envs: int) -> list[int]:
             )
         if value < 0:
             raise InvalidArgumentError(f"`{name}` must be a non-negative int, got {value!r}")
+    if num_envs >= _CHECKED_FROM:  # a list too long for memory would fill it slowly, then fail
+        from vecenv.wire.memory import check_block
+
+        check_block(int(num_envs) * _SEED_BYTES, f"a list of {num_envs} seeds (spawn_seeds)", shared=False)
     return [derive_seed(seed, i) for i in range(num_envs)]
 
 

@@ -144,3 +144,12 @@ def test_the_collector_records_the_seed_policy(tmp_path: Path, monkeypatch: pyte
     seeds = [m.get("seed") for m in loaded.storage.get_episode_metadata(range(loaded.total_episodes))]
     assert {int(s) for s in seeds if s is not None} <= set(spawn_seeds(6, 3))
     assert any(s is not None for s in seeds)
+
+
+@pytest.mark.timeout(10)
+def test_spawn_seeds_refuses_a_list_that_memory_cannot_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At once, naming the size, instead of filling memory for hours."""
+    with pytest.raises(vecenv.errors.MemoryLimitError, match=r"a list of 1180591620717411303424 seeds"):
+        spawn_seeds(3, 2**70)
+    monkeypatch.setattr(vecenv.seeding, "_CHECKED_FROM", 1)  # every list checked: one that fits is made
+    assert spawn_seeds(3, 5) == [derive_seed(3, i) for i in range(5)]
