@@ -23,7 +23,7 @@ from tests.helpers.faults import fault_fns, healthy_fns
 from vecenv.errors import VecEnvTimeoutError, WorkerDiedError
 from vecenv.transports import process as process_transport
 from vecenv.wire import fastpath
-from vecenv.wire.fastpath import ControlBlock, SpinBudget
+from vecenv.wire.fastpath import ControlBlock, SpinBudget, SpinMode
 from vecenv.wire.protocol import WAKE_COMMAND, WAKE_REPLY, Command, decode_command, encode_command, is_bare_step
 
 pytestmark = pytest.mark.skipif(not fastpath.SUPPORTED, reason="the fast path runs on x86-64 Linux only")
@@ -212,16 +212,37 @@ def test_a_restarted_worker_takes_steps_in_the_words_again(cores: None, tmp_path
 
 
 @pytest.mark.timeout(60)
-def test_vector_envs_of_one_process_spin_only_while_their_processes_fit_the_cores(
+def test_vector_envs_of_one_process_spin_flat_out_only_while_their_processes_fit_the_cores(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(process_transport, "available_cpus", lambda: 4)
     with vecenv.SubprocVectorEnv(quiet(healthy_fns(2)), 2, context="fork") as first:
-        assert first._pool.transport.spin > 0 and min(_words(first, fastpath.SPIN_NS)) > 0
+        assert first._pool.transport.spin_mode is SpinMode.FULL
+        assert min(_words(first, fastpath.SPIN_NS)) > 0 and max(_words(first, fastpath.SPIN_YIELDS)) == 0
         with vecenv.SubprocVectorEnv(quiet(healthy_fns(2)), 2, context="fork") as second:
-            # Four workers and this process: more than the four cores, so neither spins now.
+            # Four workers and this process: more than the four cores, so both yield as they spin.
             for envs in (first, second):
-                assert envs._pool.transport.spin == 0 and max(_words(envs, fastpath.SPIN_NS)) == 0
-                envs.reset(seed=0)
-                envs.step(np.zeros((2, 2), np.float32))  # and both still step, on the pipes
-        assert first._pool.transport.spin > 0 and min(_words(first, fastpath.SPIN_NS)) > 0
+                assert envs._pool.transport.spin_mode is SpinMode.YIELDING
+                assert envs._pool.transport.spin == 0  # no polling of the pipes
+                assert min(_words(envs, fastpath.SPIN_NS)) > 0 and min(_words(envs, fastpath.SPIN_YIELDS)) == 1
+            for envs in (first, second):
+                _same_as_sync(envs, quiet(healthy_fns(2)), 50)
+        assert first._pool.transport.spin_mode is SpinMode.FULL
+        assert min(_words(first, fastpath.SPIN_NS)) > 0 and max(_words(first, fastpath.SPIN_YIELDS)) == 0
+
+
+@pytest.mark.timeout(60)
+def test_nobody_spins_past_three_processes_a_core(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(process_transport, "available_cpus", lambda: 1)
+    with vecenv.SubprocVectorEnv(quiet(healthy_fns(3)), 3, context="fork") as envs:
+        # Three workers and this process on one core.
+        assert envs._pool.transport.spin_mode is SpinMode.OFF and max(_words(envs, fastpath.SPIN_NS)) == 0
+        _same_as_sync(envs, quiet(healthy_fns(3)), 50)
+
+
+def test_the_spin_mode_follows_processes_per_core() -> None:
+    assert SpinMode.for_processes(1, 2) is SpinMode.OFF  # nobody to wait for
+    assert SpinMode.for_processes(2, 2) is SpinMode.FULL
+    assert SpinMode.for_processes(3, 2) is SpinMode.YIELDING  # the default on 2 cores
+    assert SpinMode.for_processes(6, 2) is SpinMode.YIELDING
+    assert SpinMode.for_processes(7, 2) is SpinMode.OFF

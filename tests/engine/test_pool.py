@@ -18,7 +18,7 @@ from gymnasium.vector import AutoresetMode
 import vecenv.parent.pool
 from tests.helpers.envs import MarkerEnv, fns
 from tests.helpers.fakes import ACT_SPACE, OBS_SPACE, FakeClock, FakeTransport, Sent, use_clock
-from tests.helpers.faults import transport_of
+from tests.helpers.faults import late_replies_arrived
 from vecenv import SubprocVectorEnv, VecEnvTimeoutError, WorkerDiedError
 from vecenv.errors import PackedException, RemoteTraceback
 from vecenv.parent.pool import WorkerPool
@@ -397,8 +397,7 @@ def test_close_after_a_late_reply_arrived_closes_the_envs(tmp_path: Any) -> None
         envs.step_async(np.zeros(4, np.int64))
         with pytest.raises(VecEnvTimeoutError):
             envs.step_wait(timeout=0.1)  # every step sleeps 0.5 s
-        for conn in transport_of(envs).conns:
-            assert conn.poll(20), "the late reply never arrived"
+        assert late_replies_arrived(envs, 20), "the late reply never arrived"
     finally:
         envs.close()
     assert sorted(os.listdir(tmp_path)) == [f"closed-{i}" for i in range(4)]

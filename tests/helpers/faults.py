@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import multiprocessing.connection
 import os
 import threading
 import time
@@ -39,6 +40,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+
+from vecenv.wire import fastpath
 
 OBS_SHAPE = (3,)
 ACT_SHAPE = (2,)
@@ -307,3 +310,32 @@ def transport_of(envs: Any) -> Any:
     """
     envs = getattr(envs, "rows", envs)  # MultiAgentVectorEnv: the engine vector env it drives
     return envs._pool.transport
+
+
+def late_replies_arrived(envs: Any, timeout: float) -> bool:
+    """Whether every worker's reply to the call in flight has arrived within ``timeout``
+    seconds, unread: on its pipe, or (a step answered on the fast path) in its done word."""
+    transport = transport_of(envs)
+    control = transport._control
+    deadline = time.monotonic() + timeout
+    pending = list(range(len(transport.conns)))
+    while pending:
+        still = []
+        for i in pending:
+            posted = transport._in_word[i]
+            in_word = (
+                posted is not None
+                and control is not None
+                and control.words is not None
+                and control.words[control.index(i, fastpath.DONE)] == posted
+            )
+            if not in_word and not transport.conns[i].poll(0):
+                still.append(i)
+        pending = still
+        if pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            # Wakes as soon as a pipe has data; a done word is read again every 10 ms.
+            multiprocessing.connection.wait([transport.conns[i] for i in pending], min(left, 0.01))
+    return True

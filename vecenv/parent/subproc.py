@@ -49,11 +49,12 @@ class SubprocVectorEnv(GroupVectorEnv):
             (``inline_group``); :attr:`worker_choice` says what it chose and why (see
             :mod:`vecenv.parent.sizing`).
         inline_group: the parent hosts the first group itself and steps it while the workers
-            step theirs: one process fewer and no wake-up for that group. Where the vector
-            env's processes are no more than the cores (as with ``inline_group`` and one group
-            per core), a step's command and each worker's completion are also published in
-            shared memory and parent and workers spin on them briefly before sleeping, which
-            saves the wake-up of a sleeping process on every step (see the guide). That
+            step theirs: one process fewer and no wake-up for that group. (A step's command
+            and each worker's completion are also published in shared memory, and parent and
+            workers spin on them briefly before sleeping, which saves the wake-up of a
+            sleeping process on every step; where the vector env's processes are no more than
+            the cores, as with ``inline_group`` and one group per core, the spin keeps its
+            core, else it yields it each round: see the guide.) That
             group runs in the parent: its env errors surface as any env's, but a hang there
             cannot be timed out and a crash there is the parent's.
         on_worker_death: ``"raise"`` (a dead worker breaks the vector env: ``WorkerDiedError``)

@@ -37,7 +37,7 @@ from vecenv.transports.base import Death, Event, Reply, Transport, WorkerGone
 from vecenv.transports.sending import SendTimeout, bound_writes, send_handle_within, send_timeout, send_within
 from vecenv.wire import fastpath
 from vecenv.wire.buffers import HAVE_MEMFD, Buffers
-from vecenv.wire.fastpath import ControlBlock, SpinBudget, fence
+from vecenv.wire.fastpath import ControlBlock, SpinBudget, SpinMode, fence
 from vecenv.wire.pipes import PARENT_ENDS, SPIN_SECONDS, Spin
 from vecenv.wire.protocol import (
     WAKE_COMMAND,
@@ -73,23 +73,29 @@ _NOTHING = -1
 _SENTINEL_ROUNDS = 16
 
 #: Every process transport of this process that has workers running: together with this
-#: process they may spin only where they are no more than the cores (see _rebalance).
+#: process set how they spin, from how many processes there are per core (see _rebalance).
 _LIVE: weakref.WeakSet[ProcessTransport] = weakref.WeakSet()
 _LIVE_LOCK = threading.Lock()  # vector envs may be made and closed by several threads
 
 
 def _rebalance(new: ProcessTransport | None = None) -> None:
-    """Allow spinning to every live transport's parent side and workers, or to none: only while
-    all their worker processes and this process are no more than the cores this process may
-    use. A spinner on a shared core takes the time its peer needs to answer; a vector env made
-    or closed later changes the answer for the others too (the workers read it at each wait)."""
+    """Set how every live transport's parent side and workers may spin, from all their worker
+    processes and this process against the cores this process may use
+    (:meth:`SpinMode.for_processes <vecenv.wire.fastpath.SpinMode.for_processes>`): a spinner
+    on a core of its own reads the words flat out; one on a shared core yields it each round,
+    so that it does not take the time its peer needs to answer; a vector env made or closed
+    later changes the answer for the others too (the workers read it at each wait)."""
     with _LIVE_LOCK:
         if new is not None:
             _LIVE.add(new)
         live = [t for t in _LIVE if not t._stopped]
-        allowed = sum(len(t.processes) for t in live) + 1 <= available_cpus()
+        mode = SpinMode.for_processes(sum(len(t.processes) for t in live) + 1, available_cpus())
         for transport in live:
-            transport._allow_spin(allowed)
+            transport._allow_spin(mode)
+
+
+def _stay() -> None:
+    """A spin round on a core of its own gives nothing away."""
 
 
 def _describe_exit(code: int | None) -> str:
@@ -176,6 +182,8 @@ class ProcessTransport(Transport):
         # answered, the messages written to its pipe and the pipe replies seen so far.
         self._control: ControlBlock | None = None
         self._budget = SpinBudget(0.0)
+        #: How this transport's waits spin now (set by _rebalance for every live transport).
+        self.spin_mode = SpinMode.OFF
         self._owed: list[int] = []
         self._in_word: list[int | None] = []
         self._pipe_sent: list[int] = []
@@ -204,17 +212,22 @@ class ProcessTransport(Transport):
         for index in range(workers):
             self._start(index)
 
-    def _allow_spin(self, allowed: bool) -> None:
-        """Let this transport's waits (and its workers') spin, or not: on the shared words for
-        up to :data:`~vecenv.wire.fastpath.SPIN_LIMIT`, or (without the fast path) polling
-        the pipes for up to :data:`~vecenv.wire.pipes.SPIN_SECONDS`."""
-        allowed = allowed and bool(self.processes)
-        self._awake.seconds = SPIN_SECONDS if allowed else 0.0
-        limit = fastpath.SPIN_LIMIT if allowed else 0.0
+    def _allow_spin(self, mode: SpinMode) -> None:
+        """Let this transport's waits (and its workers') spin on the shared words for up to
+        :data:`~vecenv.wire.fastpath.SPIN_LIMIT`, yielding the core each round in
+        ``YIELDING`` mode, or not at all; without the fast path, waits poll the pipes for up
+        to :data:`~vecenv.wire.pipes.SPIN_SECONDS` only where every process has a core."""
+        if not self.processes:
+            mode = SpinMode.OFF
+        self.spin_mode = mode
+        self._awake.seconds = SPIN_SECONDS if mode is SpinMode.FULL else 0.0
+        limit = fastpath.SPIN_LIMIT if mode is not SpinMode.OFF else 0.0
         self._budget.limit = limit
         control = self._control
         if control is not None and control.words is not None:
+            yields = int(mode is SpinMode.YIELDING)
             for index in range(control.workers):
+                control.words[control.index(index, fastpath.SPIN_YIELDS)] = yields
                 control.words[control.index(index, fastpath.SPIN_NS)] = int(limit * 1e9)
 
     def _start(self, index: int) -> None:
@@ -493,6 +506,9 @@ class ProcessTransport(Transport):
         clock = time.perf_counter
         start, start_ns = clock(), time.perf_counter_ns()
         spin = self._budget.seconds(timeout)
+        # Yielding, being descheduled is the point; else it says this core is not ours alone.
+        preempted = math.inf if self.spin_mode is SpinMode.YIELDING else SpinBudget.PREEMPTED
+        give_way = os.sched_yield if self.spin_mode is SpinMode.YIELDING else _stay
         rounds = 0
         caught = False
         ready: list[tuple[int, int]] = []
@@ -500,10 +516,11 @@ class ProcessTransport(Transport):
             before = start
             while spin:
                 now = clock()
-                # Out of budget, or descheduled (this core is not ours alone): a miss.
-                if now - start >= spin or now - before > SpinBudget.PREEMPTED:
+                # Out of budget, or descheduled where nothing asked for it: a miss.
+                if now - start >= spin or now - before > preempted:
                     break
                 before = now
+                give_way()
                 news = self._news(watched)
                 if news:
                     caught = True

@@ -151,6 +151,7 @@ def _no_payload() -> None:
 #: What :meth:`_Waiter.next` returns when the next command is on the pipe.
 _PIPE = -1
 _PREEMPTED_NS = int(SpinBudget.PREEMPTED * 1e9)
+_NEVER = 1 << 62
 
 
 class _Waiter:
@@ -170,6 +171,7 @@ class _Waiter:
         self.command = control.index(slot, fastpath.COMMAND)
         self.pipe_sent = control.index(slot, fastpath.PIPE_SENT)
         self.spin_ns = control.index(slot, fastpath.SPIN_NS)
+        self.spin_yields = control.index(slot, fastpath.SPIN_YIELDS)
         self.posted_at = control.index(slot, fastpath.POSTED_AT)
         self.done_at = control.index(slot, fastpath.DONE_AT)
         self.done = control.index(slot, fastpath.DONE)
@@ -210,12 +212,17 @@ class _Waiter:
         spun = caught = False
         if found is None and spin:
             spun, before = True, start
+            # Yielding (more processes than cores), being descheduled is the point, no miss.
+            yields = words[self.spin_yields]
+            preempted = _NEVER if yields else _PREEMPTED_NS
             while True:
                 now = clock()
-                # Out of budget, or descheduled (this core is not ours alone): a miss.
-                if now - start >= spin or now - before > _PREEMPTED_NS:
+                # Out of budget, or descheduled where nothing asked for it: a miss.
+                if now - start >= spin or now - before > preempted:
                     break
                 before = now
+                if yields:
+                    os.sched_yield()  # the core goes to a process with work, if there is one
                 found = self._check()
                 if found is not None:
                     caught = True
