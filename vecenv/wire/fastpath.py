@@ -83,7 +83,7 @@ SPIN_LIMIT = 1e-3
 #: Where a vector env's processes outnumber the cores, they still spin, but each round of a
 #: spin gives the core away (``sched_yield``) to a peer that has work, up to this many processes
 #: per core; past that nobody spins. On 2 cores, 2 workers and the parent stepping CartPole at
-#: N=8 went from 0.3x to 0.8x Sync; 4 workers (5 processes) from 21,000 to 68,000 env-steps/s.
+#: N=8 went from 0.3x to 0.7-0.8x Sync; 4 workers (5 processes) from 21,000 to 68,000 env-steps/s.
 YIELD_PROCESSES_PER_CORE = 3
 
 SLOT_BYTES = 128
