@@ -209,12 +209,14 @@ class SpinBudget:
     or not, so the budget comes back when waits become short again. ``limit`` 0 never spins.
 
     The cores actually free: a spin that catches nothing in its budget, or finds itself
-    descheduled (two reads of the clock :data:`PREEMPTED` apart), is a miss, and the next 1, 2,
-    4, ... up to :data:`MAX_SKIP` waits (doubling while misses go on) sleep at once; a catch
-    ends that. On a machine whose cores are busy with other work, the peer a spinner waits for
-    often cannot run until the spinner gives its core up, so the spins miss and stop, and the
-    vector env then costs nobody else their time; where its own processes outnumber the cores
-    ``limit`` is 0 from the start.
+    descheduled (two reads of the clock :data:`PREEMPTED` apart) while it meant to keep its
+    core, is a miss, and the next 1, 2, 4, ... up to :data:`MAX_SKIP` waits (doubling while
+    misses go on) sleep at once; a catch ends that. On a machine whose cores are busy with other
+    work, the peer a spinner waits for often cannot run until the spinner gives its core up, so
+    the spins miss and stop, and the vector env then costs nobody else their time. Where its own
+    processes outnumber the cores the spin yields its core every round (:class:`SpinMode`), so
+    being descheduled is expected and only a spin that catches nothing is a miss; past
+    :data:`YIELD_PROCESSES_PER_CORE` processes a core ``limit`` is 0 from the start.
     """
 
     FLOOR = 20e-6
