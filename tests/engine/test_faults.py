@@ -32,7 +32,7 @@ import pytest
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 
 import vecenv
-from tests.helpers.faults import fault_fns, healthy_fns, open_fds, transport_of
+from tests.helpers.faults import fault_fns, healthy_fns, late_replies_arrived, open_fds, transport_of
 from vecenv import NeedsResetError, RemoteEnvError, VecEnvTimeoutError, WorkerDiedError
 from vecenv.bench import procfs
 from vecenv.errors import RemoteTraceback
@@ -519,8 +519,8 @@ def scenario_step_timeout_stale_queued(ctx: str, leaks: LeakCheck) -> None:
     exc, t = raises_timed(VecEnvTimeoutError, envs.step_wait, timeout=0.1)
     record("step-timeout-stale-queued", ctx, **{"raise": t})
     assert 0.1 <= t < RAISE_S
-    # Wait until the late reply (sent after its writes to the shared rows) is in the pipe.
-    assert transport_of(envs).conns[TARGET_WORKER].poll(5), "the late reply never arrived"
+    # Wait until the late reply (posted after its writes to the shared rows) has arrived.
+    assert late_replies_arrived(envs, 5), "the late reply never arrived"
     assert_matches_reference(envs, SEED + 2)
     tc = close_timed(envs)
     record("step-timeout-stale-queued", ctx, close=tc)

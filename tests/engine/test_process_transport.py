@@ -26,8 +26,9 @@ import vecenv
 from tests.conftest import start_methods
 from tests.engine.test_differential import assert_same
 from tests.helpers.envs import DiffEnv, HangupEnv, fns
-from tests.helpers.faults import transport_of
+from tests.helpers.faults import no_spinning, transport_of
 from vecenv import SubprocVectorEnv, WorkerDiedError
+from vecenv.wire.fastpath import SpinMode
 
 
 def _cut_next_read(conn: Any) -> None:
@@ -44,8 +45,10 @@ def _cut_next_read(conn: Any) -> None:
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("context", ["fork", "spawn"])
-def test_interrupt_mid_read_ends_the_worker_and_close_is_prompt(context: str) -> None:
+def test_interrupt_mid_read_ends_the_worker_and_close_is_prompt(context: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    no_spinning(monkeypatch)  # the step's reply must come through the pipe to be cut there
     envs = vecenv.make("CartPole-v1", 4, 2, context=context)
+    assert transport_of(envs).spin_mode is SpinMode.OFF
     try:
         envs.reset(seed=0)
         process = transport_of(envs).processes[1]
@@ -64,8 +67,10 @@ def test_interrupt_mid_read_ends_the_worker_and_close_is_prompt(context: str) ->
 
 
 @pytest.mark.timeout(60)
-def test_interrupt_mid_read_with_restarts_rebuilds_the_worker() -> None:
+def test_interrupt_mid_read_with_restarts_rebuilds_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    no_spinning(monkeypatch)  # the step's reply must come through the pipe to be cut there
     envs = vecenv.make("CartPole-v1", 4, 2, on_worker_death="restart")
+    assert transport_of(envs).spin_mode is SpinMode.OFF
     try:
         envs.reset(seed=0)
         _cut_next_read(transport_of(envs).conns[1])

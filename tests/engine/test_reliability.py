@@ -32,7 +32,7 @@ from gymnasium.vector import SyncVectorEnv
 
 import vecenv
 from tests.engine.test_differential import assert_same
-from tests.helpers.faults import counter_fns, fault_fns, healthy_fns, odd_fns, open_fds, transport_of
+from tests.helpers.faults import counter_fns, fault_fns, healthy_fns, no_spinning, odd_fns, open_fds, transport_of
 from vecenv import VecEnvError, WorkerDiedError
 from vecenv.transports import process as process_transport
 from vecenv.wire import fastpath
@@ -245,8 +245,7 @@ def test_interrupt_tearing_a_write_breaks_clearly_or_restarts(restart: bool, mon
     the vector env says so and closes cleanly; with them the reset rebuilds it. (The step's
     command must go through the pipe to be torn there: where nobody spins it always does,
     never through the shared words of the fast path.)"""
-    monkeypatch.setattr(process_transport, "available_cpus", lambda: 1)
-    monkeypatch.setattr(fastpath, "YIELD_PROCESSES_PER_CORE", 1)  # 3 processes on 1 core: no spinning
+    no_spinning(monkeypatch)
     kwargs: dict[str, Any] = {"on_worker_death": "restart"} if restart else {}
     envs = vecenv.make("CartPole-v1", N, 2, context="fork", **kwargs)
     assert transport_of(envs).spin_mode is fastpath.SpinMode.OFF
