@@ -3,8 +3,10 @@
     python scripts/learner_pause.py                     # ~30 s
     python scripts/learner_pause.py --think-ms 50 --steps 60 --num-envs 8
 
-Steps a ``vecenv.make`` CartPole vector env (``--workers`` groups, the parent stepping the
-first, so that the step's fast path may spin: see vecenv.wire.fastpath) with a learner that
+Steps a ``vecenv.make`` CartPole vector env (``--workers`` groups; ``--layout inline``: the
+parent steps the first, so that the processes fit the cores and spins keep their core;
+``workers``: every group in a worker, the default, where spins yield their core each round: see
+vecenv.wire.fastpath) with a learner that
 computes for ``--think-ms`` between steps (numpy matrix products, timed), and reports the CPU the
 worker processes used per second of the run (``/proc/<pid>/stat``), the learner's time per
 round (think + step) and, for comparison, the same with spinning off (``--spin off`` forces the
@@ -21,6 +23,7 @@ import numpy as np
 
 import vecenv
 from vecenv.bench.procfs import cpu_seconds
+from vecenv.wire.fastpath import SpinMode
 
 
 def think(seconds: float, a: np.ndarray) -> None:
@@ -30,13 +33,13 @@ def think(seconds: float, a: np.ndarray) -> None:
         a = np.tanh(a @ a.T * 1e-3)
 
 
-def run(num_envs: int, workers: int, think_s: float, steps: int, spin: bool) -> tuple[float, float]:
+def run(num_envs: int, workers: int, inline: bool, think_s: float, steps: int, spin: bool) -> tuple[float, float]:
     """(worker CPU cores used during the run, seconds per learner round)."""
-    with vecenv.make("CartPole-v1", num_envs, workers, inline_group=workers > 1) as envs:
+    with vecenv.make("CartPole-v1", num_envs, workers, inline_group=inline and workers > 1) as envs:
         transport = envs._pool.transport
         processes = getattr(transport, "processes_transport", transport)
         if not spin:
-            processes._allow_spin(False)
+            processes._allow_spin(SpinMode.OFF)
         pids = [p.pid for p in processes.processes if p is not None]
         envs.reset(seed=0)
         actions = np.zeros(num_envs, np.int64)
@@ -59,14 +62,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--think-ms", type=float, default=50.0)
     parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument(
+        "--layout",
+        choices=("inline", "workers", "both"),
+        default="both",
+        help="inline: the parent steps the first group (spins keep their core); workers: every "
+        "group in a worker, the default (spins yield their core); both (default)",
+    )
     args = parser.parse_args(argv)
     load = os.getloadavg()[0]
     print(f"CartPole N={args.num_envs}, {args.workers} groups, think {args.think_ms:.0f} ms, load {load:.1f}")
-    print("| spin | worker CPU (cores) | learner round (ms) |")
-    print("|---|---:|---:|")
-    for spin in (True, False):
-        cores, round_s = run(args.num_envs, args.workers, args.think_ms * 1e-3, args.steps, spin)
-        print(f"| {'on' if spin else 'off'} | {cores:.3f} | {round_s * 1e3:.2f} |")
+    print("| layout | spin | worker CPU (cores) | learner round (ms) |")
+    print("|---|---|---:|---:|")
+    layouts = ("inline", "workers") if args.layout == "both" else (args.layout,)
+    for layout in layouts:
+        for spin in (True, False):
+            cores, round_s = run(
+                args.num_envs, args.workers, layout == "inline", args.think_ms * 1e-3, args.steps, spin
+            )
+            print(f"| {layout} | {'on' if spin else 'off'} | {cores:.3f} | {round_s * 1e3:.2f} |")
 
 
 if __name__ == "__main__":
