@@ -329,15 +329,7 @@ class RayTransport(Transport):
         try:
             if ray.is_initialized() and self.actors:
                 self.kill()
-                probes = []
-                for actor in self.actors:
-                    try:
-                        probes.append(actor.__ray_ready__.remote())
-                    except Exception:
-                        pass
-                remaining = max(0.0, deadline - time.monotonic()) + 1.0
-                if probes:
-                    ray.wait(probes, num_returns=len(probes), timeout=remaining)
+                _wait_dead(self.actors, max(deadline, time.monotonic()) + 1.0)
         finally:
             self.actors = []
             for queue in self.outstanding:
@@ -355,6 +347,38 @@ class RayTransport(Transport):
     def node_ids(self) -> list[str | None]:
         """The Ray node id each group runs on (``None`` before its group is built)."""
         return [loc[0] if loc else None for loc in self.locations]
+
+
+def _wait_dead(actors: Sequence[Any], end: float) -> None:
+    """Wait until Ray reports each of ``actors`` dead (a call to it fails), or until ``end``.
+
+    ``ray.kill`` only asks: a call made right after it may still be answered by the actor, so
+    an answered probe means "not dead yet" and is sent again (every 10 ms), not "gone"."""
+    alive = list(actors)
+    while alive:
+        probes = []
+        for actor in alive:
+            try:
+                probes.append((actor.__ray_ready__.remote(), actor))
+            except Exception:  # noqa: BLE001 - a handle Ray no longer knows: gone
+                pass
+        left = end - time.monotonic()
+        if not probes or left <= 0:
+            return
+        refs = [ref for ref, _ in probes]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=left)
+        answered = set(ready)
+        alive = []
+        for ref, actor in probes:
+            if ref not in answered:
+                return  # still busy past the deadline: the pool reports it as it is
+            try:
+                ray.get(ref, timeout=0)
+            except Exception:  # noqa: BLE001 - RayActorError and the like: it is dead
+                continue
+            alive.append(actor)  # answered: the kill has not landed yet
+        if alive:
+            time.sleep(min(0.01, max(0.0, end - time.monotonic())))
 
 
 def _owned(value: Any) -> Any:
