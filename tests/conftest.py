@@ -8,6 +8,8 @@
   the check flaky; blocks that appeared in ``/dev/shm`` during the test are reported too.
 * The Ray and RLlib tests run after all the others (see ``pytest_collection_modifyitems``); the
   RLlib tests (marker ``rllib``) are deselected where the Gymnasium is not the one ray[rllib] pins.
+* A watchdog (``tests/helpers/watchdog.py``) ends the session, with every thread's stack, when a
+  test overruns its timeout by a minute: pytest-timeout cannot interrupt a test stuck in C code.
 * ``start_methods(*methods)``: a ``pytest.mark.parametrize`` over multiprocessing start methods
   with readable ids (``ctx=fork``); the ``start_method`` fixture runs a test once per method.
 """
@@ -22,6 +24,7 @@ from multiprocessing import shared_memory
 import pytest
 
 from tests.helpers.faults import open_fds
+from tests.helpers.watchdog import Watchdog
 
 SHM_GLOB = "/dev/shm/vecenv_*"
 
@@ -96,6 +99,38 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
         terminalreporter.write_line(
             f"{count} RLlib tests deselected ({why}): they run in a venv of .[test-rllib], see docs/rllib.md, Tests"
         )
+
+
+_WATCHDOG = pytest.StashKey[Watchdog]()
+
+
+def _timeout_of(item: pytest.Item) -> float:
+    """The test's pytest-timeout limit: its ``timeout`` marker, else the ini's (0: none)."""
+    marker = item.get_closest_marker("timeout")
+    if marker is not None:
+        value = marker.args[0] if marker.args else marker.kwargs.get("timeout", 0)
+    else:
+        value = item.config.getini("timeout") or 0
+    return float(value or 0)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Arm the watchdog for the whole of one test (setup, call, teardown)."""
+    timeout = _timeout_of(item)
+    if timeout <= 0:
+        yield
+        return
+    if _WATCHDOG not in item.config.stash:
+        capture = item.config.pluginmanager.getplugin("capturemanager")
+        release = (lambda: capture.suspend_global_capture(in_=True)) if capture is not None else (lambda: None)
+        item.config.stash[_WATCHDOG] = Watchdog(release)
+    watchdog = item.config.stash[_WATCHDOG]
+    watchdog.arm(item.nodeid, timeout)
+    try:
+        yield
+    finally:
+        watchdog.disarm()
 
 
 def _memfd_descriptors() -> set[int]:
