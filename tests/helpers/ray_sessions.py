@@ -5,8 +5,10 @@ on first use and shut down when the session ends. ``ray_cluster`` starts a
 ``ray.cluster_utils.Cluster`` of two nodes of one CPU each on this machine (its nodes listen on
 the machine's own address: Ray 2.60's cluster helper cannot be bound to loopback); a
 driver is connected to one Ray at a time, so using it disconnects the local Ray, and the next
-``ray_local`` user starts a fresh one: keep the tests that need the cluster together, after the
-others.
+``ray_local`` user starts a fresh one. Do not mix them in one process: a driver that connects to
+a second Ray after shutting the first down has been seen waiting forever inside Ray's native GCS
+client (the session's main Ray tests use ``ray_local`` only; the cluster cases run in a pytest
+process of their own, ``tests/integrations/ray_cluster_cases.py``).
 
 Nothing is left behind: every Ray started here writes its session files under one temporary
 directory (also ``RAY_TMPDIR`` for the session, so that nothing lands in Ray's default

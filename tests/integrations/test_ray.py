@@ -1,9 +1,11 @@
 """The Ray backend, on real Ray: RayVectorEnv must match SyncVectorEnv exactly, and fail as the
 process backend does.
 
-One local Ray (2 CPUs) is shared by the whole session; the 2-node cluster tests come last, since
-connecting to the cluster ends the local Ray (see ``tests/helpers/ray_sessions.py``). The differential
-runs reuse ``tests/engine/test_differential.py``'s driver and comparison.
+One local Ray (2 CPUs) is shared by the whole session, and this process connects to no other:
+the tests where a vector env starts its own Ray, and the 2-node cluster cases
+(``tests/integrations/ray_cluster_cases.py``), run in interpreters of their own (see
+``test_the_two_node_cluster_cases_pass_in_a_fresh_interpreter``). The differential runs reuse
+``tests/engine/test_differential.py``'s driver and comparison.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -34,7 +37,7 @@ from tests.engine.test_differential import (
     sample_actions,
 )
 from tests.engine.test_envpool_api import follow_sync_trajectories
-from tests.engine.test_rollouts import assert_matches_sync, row_wise_policy, single_env_reference, stack, sync_reference
+from tests.engine.test_rollouts import assert_matches_sync, row_wise_policy, single_env_reference, sync_reference
 from tests.helpers.envs import JitterEnv, diff_env_fns, make_group
 from tests.helpers.faults import fault_fns, healthy_fns
 from tests.helpers.ray_sessions import RaySessions, _ray_sessions, ray, ray_cluster, ray_local  # noqa: F401
@@ -393,6 +396,31 @@ def test_start_timeout_bounds_a_start_that_waits_for_cpus(ray_local: RaySessions
 
 
 @pytest.mark.timeout(60)
+def test_a_cluster_that_does_not_answer_fails_the_start_within_start_timeout(
+    ray_local: RaySessions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ray's ray.cluster_resources() has no deadline (a stalled connection to the GCS waits in
+    native code forever): the start waits for it at most start_timeout, then raises."""
+    release = threading.Event()
+
+    def stalled() -> dict[str, float]:
+        release.wait(30)
+        return {"CPU": 2.0}
+
+    monkeypatch.setattr(ray, "cluster_resources", stalled)
+    try:
+        start = time.monotonic()
+        with pytest.raises(VecEnvTimeoutError, match=r"ray\.cluster_resources\(\) within 0\.5 s"):
+            RayVectorEnv(healthy_fns(2), 1, start_timeout=0.5)
+        assert time.monotonic() - start < 5.0
+    finally:
+        release.set()
+    monkeypatch.undo()
+    with RayVectorEnv(healthy_fns(2), 1, start_timeout=30) as envs:  # Ray itself was never touched
+        assert envs.reset(seed=0)[0].shape[0] == 2
+
+
+@pytest.mark.timeout(60)
 def test_infos_and_call_results_are_writable_arrays(ray_local: RaySessions) -> None:
     """Ray hands numpy arrays out read-only; what the user gets is writable, as from a pipe."""
     fns = diff_env_fns(3, obs_kind="box", act_kind="discrete", render_mode="rgb_array")
@@ -533,23 +561,43 @@ def test_multiagent_restart_replaces_the_actor(ray_local: RaySessions) -> None:
 # -- a Ray that the vector env starts itself ---------------------------------------------------
 
 
+STARTS_ITS_OWN_RAY = """
+import os, sys
+import ray
+from vecenv import RayVectorEnv
+from tests.helpers.faults import healthy_fns
+
+assert not ray.is_initialized()
+first = RayVectorEnv(healthy_fns(2), 1)
+second = RayVectorEnv(healthy_fns(2), 1)  # shares the Ray the first one started
+try:
+    assert ray.is_initialized()
+    first.close()
+    assert ray.is_initialized(), "still used by the second vector env"
+    second.reset(seed=0)
+finally:
+    first.close()
+    second.close()
+assert not ray.is_initialized(), "the last vector env to close stops the Ray they started"
+print("ok")
+"""
+
+
 @pytest.mark.timeout(120)
 def test_starts_a_local_ray_when_none_is_running_and_stops_it(_ray_sessions: RaySessions) -> None:
-    _ray_sessions.disconnect()
+    """In a fresh interpreter, as a script would: the vector env starts a Ray, a second one
+    shares it, and the last to close stops it. (Not in this process: stopping and starting Ray
+    again in one driver, with the shared local Ray around it, has left the next Ray's driver
+    connection stalled inside Ray's native client.)"""
     assert os.environ["RAY_TMPDIR"] == _ray_sessions.temp_dir  # its session files go with ours
-    assert not ray.is_initialized()
-    first = RayVectorEnv(healthy_fns(2), 1)
-    second = RayVectorEnv(healthy_fns(2), 1)  # shares the Ray the first one started
-    try:
-        assert ray.is_initialized()
-        first.close()
-        assert ray.is_initialized(), "still used by the second vector env"
-        second.reset(seed=0)
-    finally:
-        first.close()
-        second.close()
-        _ray_sessions.note_pids()
-    assert not ray.is_initialized(), "the last vector env to close stops the Ray they started"
+    root = Path(__file__).resolve().parents[2]
+    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}  # no cluster to join
+    env["PYTHONPATH"] = str(root)
+    done = subprocess.run(
+        [sys.executable, "-c", STARTS_ITS_OWN_RAY], cwd=root, env=env, capture_output=True, text=True, timeout=100
+    )
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr
+    _ray_sessions.note_pids()  # any of its Ray processes still running fails the session's check
 
 
 # -- rollouts in the actors --------------------------------------------------------------------
@@ -760,131 +808,36 @@ def test_sb3_backend_ray_restarts_a_dead_actor(ray_local: RaySessions) -> None:
         ours.close()
 
 
-# -- the 2-node cluster (last: connecting to it ends the local Ray) ---------------------------
+# -- the 2-node cluster, in an interpreter of its own ---------------------------------------------
 
 
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("mode", [NEXT, SAME], ids=lambda m: m.value)
-def test_cluster_groups_on_both_nodes_match_sync(ray_cluster, mode: AutoresetMode) -> None:
-    fns = diff_env_fns(5, obs_kind="dict", act_kind="box")
-    made: list[RayVectorEnv] = []
-
-    def make() -> RayVectorEnv:
-        made.append(RayVectorEnv(fns, 2, autoreset_mode=mode, actor_options={"scheduling_strategy": "SPREAD"}))
-        return made[-1]
-
-    stats = run_differential(fns, make, mode=mode, seed=11, action_dtype=np.float32)
-    assert stats.steps == STEPS and stats.terminations > 0
-    cluster_nodes = {node["NodeID"] for node in ray.nodes() if node["Alive"]}
-    assert len(cluster_nodes) == 2
-    assert set(made[0].node_ids) == cluster_nodes, "one group on each node"
-
-
-@pytest.mark.timeout(120)
-def test_cluster_rollouts_on_both_nodes_give_the_process_backends_data(ray_cluster) -> None:
-    fns = diff_env_fns(5, obs_kind="dict", act_kind="box")
-    with RayVectorEnv(fns, 2, actor_options={"scheduling_strategy": "SPREAD"}) as envs:
-        assert len(set(envs.node_ids)) == 2, "one group on each node"
-        envs.reset(seed=3)
-        got = [envs.rollout(t) for t in (9, 21)]
-    with vecenv.SubprocVectorEnv(fns, 3) as local:
-        local.reset(seed=3)
-        theirs = local.rollout(30)
-    for key in ("observations", "actions", "rewards", "terminations", "truncations"):
-        joined = stack([getattr(r, key) for r in got], np.concatenate)
-        assert_same(joined, getattr(theirs, key), key)
-    assert_same(got[0].infos + got[1].infos, theirs.infos, "infos")
-
-
-@pytest.mark.timeout(120)
-def test_cluster_env_error_names_the_node(ray_cluster) -> None:
-    with RayVectorEnv(
-        fault_fns(4, "raise", "step", target=3), 2, actor_options={"scheduling_strategy": "SPREAD"}
-    ) as envs:
-        envs.reset(seed=0)
-        with pytest.raises(ValueError) as excinfo:
-            envs.step(np.zeros((4, 2), np.float32))
-        node_id = envs.node_ids[1]
-        assert node_id[:8] in " ".join(excinfo.value.__notes__)
-
-
-@pytest.mark.timeout(120)
-def test_address_connects_and_never_shuts_down_the_cluster(ray_cluster, _ray_sessions: RaySessions) -> None:
-    ray.shutdown()  # leave the cluster running; the vector env connects by address
-    try:
-        with RayVectorEnv(healthy_fns(2), 2, address=ray_cluster.address) as envs:
-            assert ray.is_initialized()
-            envs.reset(seed=0)
-        assert not ray.is_initialized(), "the connection it opened is closed with it"
-    finally:
-        ray.init(address=ray_cluster.address, log_to_driver=False)
-    assert len([n for n in ray.nodes() if n["Alive"]]) == 2, "the cluster itself is untouched"
-
-
-@pytest.mark.timeout(120)
-def test_cluster_lost_node_is_worker_died_naming_the_node(ray_cluster) -> None:
-    """A node that goes away with its actor: WorkerDiedError naming the group and the node.
-
-    A third node is added for the occasion, so the cluster keeps its two nodes afterwards.
-    """
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    node = ray_cluster.add_node(num_cpus=1, object_store_memory=100 * 1024 * 1024)
-    ray_cluster.wait_for_nodes()
-    pinned = {"scheduling_strategy": NodeAffinitySchedulingStrategy(node.node_id, soft=False)}
-    envs = RayVectorEnv(fault_fns(2, "sleep", "step", target=1, duration=60.0), 1, actor_options=pinned)
-    try:
-        envs.reset(seed=0)
-        assert envs.node_ids == [node.node_id]
-        envs.step_async(np.zeros((2, 2), np.float32))
-        time.sleep(0.3)
-        start = time.monotonic()
-        ray_cluster.remove_node(node, allow_graceful=False)
-        with pytest.raises(WorkerDiedError) as excinfo:
-            envs.step_wait(timeout=60)
-        assert time.monotonic() - start < 30.0
-        assert f"({node.node_id[:8]})" in str(excinfo.value) and "worker 0 (envs 0..1" in str(excinfo.value)
-    finally:
-        envs.close()
-
-
-@pytest.mark.timeout(120)
-def test_cluster_restart_moves_a_lost_group_to_another_node(ray_cluster) -> None:
-    """on_worker_death="restart" on a cluster: the group of a node that goes away is rebuilt by a
-    new actor on a node that is still there, and the vector env carries on."""
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    node = ray_cluster.add_node(num_cpus=1, object_store_memory=100 * 1024 * 1024)
-    ray_cluster.wait_for_nodes()
-    prefer = {"scheduling_strategy": NodeAffinitySchedulingStrategy(node.node_id, soft=True), "num_cpus": 0.5}
-    fns = fault_fns(2, "sleep", "step", target=1, duration=60.0)  # a step in flight when the node goes
-    with RayVectorEnv(fns, 1, actor_options=prefer, on_worker_death="restart") as envs:
-        envs.reset(seed=0)
-        assert envs.node_ids == [node.node_id]
-        envs.step_async(np.zeros((2, 2), np.float32))
-        time.sleep(0.3)
-        ray_cluster.remove_node(node, allow_graceful=False)
-        _, rewards, _, truncs, infos = envs.step_wait(timeout=60)
-        assert truncs.all() and (rewards == 0).all() and infos["_worker_restarted"].all()
-        assert envs.node_ids[0] != node.node_id and envs.node_ids[0] in {n["NodeID"] for n in ray.nodes() if n["Alive"]}
-        assert envs.call("ping") == ("pong 0", "pong 1")
-
-
-@pytest.mark.timeout(120)
-def test_sb3_backend_ray_on_both_nodes_matches_dummy_vec_env(ray_cluster) -> None:
-    _sb3_or_skip()
-    from stable_baselines3.common.vec_env import DummyVecEnv
-
-    from tests.integrations.test_sb3 import info_fns, run_differential
-    from vecenv.sb3 import SubprocVecEnv
-
-    spread = {"scheduling_strategy": "SPREAD"}
-    ours = SubprocVecEnv(info_fns(), num_workers=2, backend="ray", actor_options=spread, on_worker_death="restart")
-    ref = DummyVecEnv(info_fns())
-    try:
-        cluster_nodes = {node["NodeID"] for node in ray.nodes() if node["Alive"]}
-        assert len(cluster_nodes) == 2 and set(ours.vector_env.node_ids) == cluster_nodes, "one group per node"
-        assert run_differential(ours, ref, steps=30, seed=5, rewards_dtype_exact=False) >= 10
-    finally:
-        ours.close()
-        ref.close()
+@pytest.mark.timeout(600)
+def test_the_two_node_cluster_cases_pass_in_a_fresh_interpreter() -> None:
+    """``tests/integrations/ray_cluster_cases.py`` (groups spread over both nodes, rollouts, env
+    errors naming the node, a lost node, a restart that moves a group, SB3 on the cluster), run
+    by pytest in a process whose driver connects to that cluster only: one Ray per driver."""
+    root = Path(__file__).resolve().parents[2]
+    env = {key: value for key, value in os.environ.items() if key not in ("RAY_ADDRESS", "RAY_TMPDIR")}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "not slow",
+            "-rfEs",
+            "tests/integrations/ray_cluster_cases.py",
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=560,
+    )
+    output = done.stdout[-8000:] + done.stderr[-4000:]
+    assert done.returncode == 0, output
+    summary = done.stdout.strip().splitlines()[-1]
+    assert " passed" in summary and "skipped" not in summary and "deselected" not in summary, output

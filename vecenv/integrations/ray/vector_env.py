@@ -10,6 +10,7 @@ Ray is imported by this module only on first use of :class:`~vecenv.RayVectorEnv
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -18,7 +19,7 @@ import ray
 from gymnasium.vector import AutoresetMode
 
 from vecenv.checks import check_batch_size, check_env_fns, check_group_fns, check_num_workers
-from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, VecEnvTimeoutError, describe
 from vecenv.integrations.ray.transport import DEFAULT_ACTOR_OPTIONS, RAY_USE, RayTransport
 from vecenv.options import DEFAULTS, VectorOptions
 from vecenv.parent.groups import WorkerGroups, split_groups
@@ -54,6 +55,10 @@ def _check_actor_options(actor_options: Any) -> dict[str, Any]:
             raise ArgumentTypeError(f"`actor_options` {key} must be a non-negative number, got {describe(amount)}")
     return dict(actor_options)
 
+
+#: How long the start waits for Ray to say what the cluster holds, when no start_timeout is
+#: given: a GCS that is up answers in milliseconds.
+CLUSTER_QUERY_TIMEOUT_S = 60.0
 
 _RESOURCE_OPTIONS = {"num_cpus": "CPU", "num_gpus": "GPU", "memory": "memory"}
 
@@ -214,7 +219,8 @@ class RayVectorEnv(GroupVectorEnv):
         groups = None if num_workers is None else make_groups(num_workers)
         holds_ray = RAY_USE.acquire(address)
         try:
-            num_workers = _fit_cluster(_resources_per_actor(ray_options), max_workers, num_workers)
+            total = _cluster_resources(options.start_timeout)
+            num_workers = _fit_cluster(total, _resources_per_actor(ray_options), max_workers, num_workers)
             if groups is None:
                 groups = make_groups(num_workers)
             transport = RayTransport(ray_options, options.worker_observation_mode, holds_ray, options.threads)
@@ -237,10 +243,43 @@ class RayVectorEnv(GroupVectorEnv):
         return self._transport.pids
 
 
-def _fit_cluster(need: Mapping[str, float], max_workers: int, num_workers: int | None) -> int:
-    """The actor count: ``num_workers``, or as many as the cluster holds at once (at most one
-    per group); raises when they could not all start."""
-    total = ray.cluster_resources()
+def _cluster_resources(start_timeout: float | None) -> dict[str, float]:
+    """``ray.cluster_resources()``, waited for at most ``start_timeout`` (else
+    :data:`CLUSTER_QUERY_TIMEOUT_S`) seconds.
+
+    Ray's call has no deadline of its own: a driver whose connection to the cluster's GCS
+    stalls waits in it forever, inside native code that no signal interrupts. The call runs in
+    a daemon thread instead, and a start that gets no answer in time raises.
+    """
+    limit = CLUSTER_QUERY_TIMEOUT_S if start_timeout is None else start_timeout
+    answer: list[dict[str, float]] = []
+    failure: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            answer.append(dict(ray.cluster_resources()))
+        except BaseException as exc:  # handed to the caller
+            failure.append(exc)
+
+    asking = threading.Thread(target=ask, name="vecenv-ray-cluster-resources", daemon=True)
+    asking.start()
+    asking.join(limit)
+    if failure:
+        raise failure[0]
+    if not answer:
+        raise VecEnvTimeoutError(
+            f"RayVectorEnv start: Ray did not answer ray.cluster_resources() within {limit:g} s (start_timeout="
+            f"{start_timeout!r}), so no actor was started: this process's connection to the cluster's GCS "
+            "is stalled or the GCS is overloaded. Check the cluster (ray status), then try again"
+        )
+    return answer[0]
+
+
+def _fit_cluster(
+    total: Mapping[str, float], need: Mapping[str, float], max_workers: int, num_workers: int | None
+) -> int:
+    """The actor count: ``num_workers``, or as many as the cluster's ``total`` resources hold at
+    once (at most one per group); raises when they could not all start."""
     if num_workers is None:
         fits = [int(total.get(r, 0.0) // amount) for r, amount in need.items() if amount > 0]
         num_workers = max(1, min([max_workers, *fits]))

@@ -1,0 +1,185 @@
+"""The Ray backend on a 2-node Ray cluster on this machine (one CPU per node).
+
+Not collected by the main session (the name does not start with ``test_``):
+``tests/integrations/test_ray.py::test_the_two_node_cluster_cases_pass_in_a_fresh_interpreter``
+runs this module with pytest in an interpreter of its own, so that each process connects its
+driver to one Ray only. (Connecting one driver to a second Ray after the first, local, one was
+shut down has left it waiting forever inside Ray's native GCS client, in this suite.) Run it
+alone with ``python -m pytest tests/integrations/ray_cluster_cases.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode
+
+import vecenv
+from tests.engine.test_differential import STEPS, assert_same, run_differential
+from tests.engine.test_rollouts import stack
+from tests.helpers.envs import diff_env_fns
+from tests.helpers.faults import fault_fns
+from tests.helpers.ray_sessions import _ray_sessions, ray, ray_cluster  # noqa: F401
+from vecenv.errors import WorkerDiedError
+from vecenv.integrations.ray.vector_env import RayVectorEnv
+
+ROOT = Path(__file__).resolve().parents[2]
+NEXT, SAME = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP
+
+
+def _sb3_or_skip() -> None:
+    pytest.importorskip("stable_baselines3", reason="needs the sb3 extra: pip install -e '.[sb3]'")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", [NEXT, SAME], ids=lambda m: m.value)
+def test_cluster_groups_on_both_nodes_match_sync(ray_cluster, mode: AutoresetMode) -> None:
+    fns = diff_env_fns(5, obs_kind="dict", act_kind="box")
+    made: list[RayVectorEnv] = []
+
+    def make() -> RayVectorEnv:
+        made.append(RayVectorEnv(fns, 2, autoreset_mode=mode, actor_options={"scheduling_strategy": "SPREAD"}))
+        return made[-1]
+
+    stats = run_differential(fns, make, mode=mode, seed=11, action_dtype=np.float32)
+    assert stats.steps == STEPS and stats.terminations > 0
+    cluster_nodes = {node["NodeID"] for node in ray.nodes() if node["Alive"]}
+    assert len(cluster_nodes) == 2
+    assert set(made[0].node_ids) == cluster_nodes, "one group on each node"
+
+
+@pytest.mark.timeout(120)
+def test_cluster_rollouts_on_both_nodes_give_the_process_backends_data(ray_cluster) -> None:
+    fns = diff_env_fns(5, obs_kind="dict", act_kind="box")
+    with RayVectorEnv(fns, 2, actor_options={"scheduling_strategy": "SPREAD"}) as envs:
+        assert len(set(envs.node_ids)) == 2, "one group on each node"
+        envs.reset(seed=3)
+        got = [envs.rollout(t) for t in (9, 21)]
+    with vecenv.SubprocVectorEnv(fns, 3) as local:
+        local.reset(seed=3)
+        theirs = local.rollout(30)
+    for key in ("observations", "actions", "rewards", "terminations", "truncations"):
+        joined = stack([getattr(r, key) for r in got], np.concatenate)
+        assert_same(joined, getattr(theirs, key), key)
+    assert_same(got[0].infos + got[1].infos, theirs.infos, "infos")
+
+
+@pytest.mark.timeout(120)
+def test_cluster_env_error_names_the_node(ray_cluster) -> None:
+    with RayVectorEnv(
+        fault_fns(4, "raise", "step", target=3), 2, actor_options={"scheduling_strategy": "SPREAD"}
+    ) as envs:
+        envs.reset(seed=0)
+        with pytest.raises(ValueError) as excinfo:
+            envs.step(np.zeros((4, 2), np.float32))
+        node_id = envs.node_ids[1]
+        assert node_id[:8] in " ".join(excinfo.value.__notes__)
+
+
+CONNECTS_BY_ADDRESS = """
+import sys
+import ray
+from vecenv import RayVectorEnv
+from tests.helpers.faults import healthy_fns
+
+assert not ray.is_initialized()
+with RayVectorEnv(healthy_fns(2), 2, address=sys.argv[1]) as envs:
+    assert ray.is_initialized()
+    envs.reset(seed=0)
+    assert len(set(envs.node_ids)) >= 1
+assert not ray.is_initialized(), "the connection it opened is closed with it"
+print("ok")
+"""
+
+
+@pytest.mark.timeout(120)
+def test_address_connects_and_never_shuts_down_the_cluster(ray_cluster) -> None:
+    """A script (a driver of its own, as users run one) connects by address; closing the vector
+    env closes that connection and leaves the cluster running."""
+    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", CONNECTS_BY_ADDRESS, ray_cluster.address],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr
+    assert len([n for n in ray.nodes() if n["Alive"]]) == 2, "the cluster itself is untouched"
+
+
+@pytest.mark.timeout(120)
+def test_cluster_lost_node_is_worker_died_naming_the_node(ray_cluster) -> None:
+    """A node that goes away with its actor: WorkerDiedError naming the group and the node.
+
+    A third node is added for the occasion, so the cluster keeps its two nodes afterwards.
+    """
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    node = ray_cluster.add_node(num_cpus=1, object_store_memory=100 * 1024 * 1024)
+    ray_cluster.wait_for_nodes()
+    pinned = {"scheduling_strategy": NodeAffinitySchedulingStrategy(node.node_id, soft=False)}
+    envs = RayVectorEnv(fault_fns(2, "sleep", "step", target=1, duration=60.0), 1, actor_options=pinned)
+    try:
+        envs.reset(seed=0)
+        assert envs.node_ids == [node.node_id]
+        envs.step_async(np.zeros((2, 2), np.float32))
+        time.sleep(0.3)
+        start = time.monotonic()
+        ray_cluster.remove_node(node, allow_graceful=False)
+        with pytest.raises(WorkerDiedError) as excinfo:
+            envs.step_wait(timeout=60)
+        assert time.monotonic() - start < 30.0
+        assert f"({node.node_id[:8]})" in str(excinfo.value) and "worker 0 (envs 0..1" in str(excinfo.value)
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(120)
+def test_cluster_restart_moves_a_lost_group_to_another_node(ray_cluster) -> None:
+    """on_worker_death="restart" on a cluster: the group of a node that goes away is rebuilt by a
+    new actor on a node that is still there, and the vector env carries on."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    node = ray_cluster.add_node(num_cpus=1, object_store_memory=100 * 1024 * 1024)
+    ray_cluster.wait_for_nodes()
+    prefer = {"scheduling_strategy": NodeAffinitySchedulingStrategy(node.node_id, soft=True), "num_cpus": 0.5}
+    fns = fault_fns(2, "sleep", "step", target=1, duration=60.0)  # a step in flight when the node goes
+    with RayVectorEnv(fns, 1, actor_options=prefer, on_worker_death="restart") as envs:
+        envs.reset(seed=0)
+        assert envs.node_ids == [node.node_id]
+        envs.step_async(np.zeros((2, 2), np.float32))
+        time.sleep(0.3)
+        ray_cluster.remove_node(node, allow_graceful=False)
+        _, rewards, _, truncs, infos = envs.step_wait(timeout=60)
+        assert truncs.all() and (rewards == 0).all() and infos["_worker_restarted"].all()
+        assert envs.node_ids[0] != node.node_id and envs.node_ids[0] in {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        assert envs.call("ping") == ("pong 0", "pong 1")
+
+
+@pytest.mark.timeout(120)
+def test_sb3_backend_ray_on_both_nodes_matches_dummy_vec_env(ray_cluster) -> None:
+    _sb3_or_skip()
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from tests.integrations.test_sb3 import info_fns, run_differential
+    from vecenv.sb3 import SubprocVecEnv
+
+    spread = {"scheduling_strategy": "SPREAD"}
+    ours = SubprocVecEnv(info_fns(), num_workers=2, backend="ray", actor_options=spread, on_worker_death="restart")
+    ref = DummyVecEnv(info_fns())
+    try:
+        cluster_nodes = {node["NodeID"] for node in ray.nodes() if node["Alive"]}
+        assert len(cluster_nodes) == 2 and set(ours.vector_env.node_ids) == cluster_nodes, "one group per node"
+        assert run_differential(ours, ref, steps=30, seed=5, rewards_dtype_exact=False) >= 10
+    finally:
+        ours.close()
+        ref.close()
