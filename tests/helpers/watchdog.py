@@ -10,10 +10,13 @@ test's timeout plus a grace period. If the test is still running when that expir
 test's id and every thread's stack, kills this process's descendants (workers, Ray's processes)
 so that nothing is left running, and ends the session with exit status 3. The rest of the session
 is lost, but the run ends, says why, and the CI goes on to its next step.
+
+The watchdog runs in a thread that ``threading`` does not list (see :meth:`Watchdog.__init__`).
 """
 
 from __future__ import annotations
 
+import _thread
 import faulthandler
 import os
 import signal
@@ -44,8 +47,10 @@ class Watchdog:
         self._test: str | None = None
         self._deadline = 0.0
         self._limit = 0.0
-        self._thread = threading.Thread(target=self._watch, name="test-watchdog", daemon=True)
-        self._thread.start()
+        # A low-level thread, which `threading` does not list: a Python thread would count in
+        # threading.active_count(), and vecenv chooses forkserver over fork in a threaded parent,
+        # so its mere presence would change the start method of every test that takes the default.
+        _thread.start_new_thread(self._watch, ())
 
     def arm(self, test: str, timeout_s: float) -> None:
         """Watch ``test`` from now on, with ``timeout_s`` (its own timeout) plus the grace."""
