@@ -818,25 +818,24 @@ def test_the_two_node_cluster_cases_pass_in_a_fresh_interpreter() -> None:
     by pytest in a process whose driver connects to that cluster only: one Ray per driver."""
     root = Path(__file__).resolve().parents[2]
     env = {key: value for key, value in os.environ.items() if key not in ("RAY_ADDRESS", "RAY_TMPDIR")}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-m",
-            "not slow",
-            "-rfEs",
-            "tests/integrations/ray_cluster_cases.py",
-        ],
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow", "-rfEs"]
+    # A session of its own: if it overruns, the whole group goes (its Ray's processes too).
+    child = subprocess.Popen(
+        [*command, "tests/integrations/ray_cluster_cases.py"],
         cwd=root,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=560,
+        start_new_session=True,
     )
+    try:
+        stdout, stderr = child.communicate(timeout=560)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        stdout, stderr = child.communicate()
+        pytest.fail(f"the cluster cases ran past 560 s:\n{stdout[-8000:]}{stderr[-4000:]}", pytrace=False)
+    done = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
     output = done.stdout[-8000:] + done.stderr[-4000:]
     assert done.returncode == 0, output
     summary = done.stdout.strip().splitlines()[-1]
