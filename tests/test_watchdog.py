@@ -40,21 +40,27 @@ STUCK = textwrap.dedent(
 )
 
 
-@pytest.mark.timeout(60)
-def test_a_test_stuck_past_its_timeout_ends_the_session_and_its_processes(tmp_path: Path) -> None:
-    pid_file = tmp_path / "child.pid"
-    (tmp_path / "test_stuck.py").write_text(STUCK.format(pid_file=str(pid_file)))
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    env = {**os.environ, "VECENV_TEST_WATCHDOG_GRACE_S": "2", "PYTHONPATH": str(ROOT)}
-    start = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest", str(tmp_path)],
-        cwd=tmp_path,
+def run_session(folder: Path, grace_s: str) -> subprocess.CompletedProcess[str]:
+    """pytest on ``folder`` (its own empty ini) with this project's conftest as a plugin and
+    the watchdog's grace set to ``grace_s`` seconds."""
+    (folder / "pytest.ini").write_text("[pytest]\n")
+    env = {**os.environ, "VECENV_TEST_WATCHDOG_GRACE_S": grace_s, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest", str(folder)],
+        cwd=folder,
         env=env,
         capture_output=True,
         text=True,
         timeout=50,
     )
+
+
+@pytest.mark.timeout(60)
+def test_a_test_stuck_past_its_timeout_ends_the_session_and_its_processes(tmp_path: Path) -> None:
+    pid_file = tmp_path / "child.pid"
+    (tmp_path / "test_stuck.py").write_text(STUCK.format(pid_file=str(pid_file)))
+    start = time.monotonic()
+    done = run_session(tmp_path, "2")
     elapsed = time.monotonic() - start
     output = done.stdout + done.stderr
     assert done.returncode == 3, output
@@ -74,15 +80,6 @@ def test_the_watchdog_stays_quiet_for_tests_that_end_in_time(tmp_path: Path) -> 
     (tmp_path / "test_quick.py").write_text(
         "import pytest, time\n\n@pytest.mark.timeout(1)\ndef test_quick():\n    time.sleep(0.1)\n"
     )
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    env = {**os.environ, "VECENV_TEST_WATCHDOG_GRACE_S": "0.5", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest", str(tmp_path)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=50,
-    )
+    done = run_session(tmp_path, "0.5")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "[watchdog]" not in done.stdout + done.stderr

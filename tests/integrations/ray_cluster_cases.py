@@ -21,20 +21,16 @@ import pytest
 from gymnasium.vector import AutoresetMode
 
 import vecenv
-from tests.engine.test_differential import STEPS, assert_same, run_differential
+from tests.engine.test_differential import NEXT, SAME, STEPS, assert_same, run_differential
 from tests.engine.test_rollouts import stack
 from tests.helpers.envs import diff_env_fns
 from tests.helpers.faults import fault_fns
 from tests.helpers.ray_sessions import _ray_sessions, ray, ray_cluster  # noqa: F401
+from tests.integrations.test_ray import _sb3_or_skip
 from vecenv.errors import WorkerDiedError
 from vecenv.integrations.ray.vector_env import RayVectorEnv
 
 ROOT = Path(__file__).resolve().parents[2]
-NEXT, SAME = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP
-
-
-def _sb3_or_skip() -> None:
-    pytest.importorskip("stable_baselines3", reason="needs the sb3 extra: pip install -e '.[sb3]'")
 
 
 @pytest.mark.timeout(120)
