@@ -452,6 +452,30 @@ def test_no_arguments_collects_10000_cartpole_steps(tmp_path: Path) -> None:
     assert "rollouts/CartPole-v1" in result.stdout
 
 
+@pytest.mark.parametrize(
+    ("steps", "num_envs"),
+    [(None, 8), (1, 8), (10_000, 8), (249_999, 8), (250_000, 16), (499_999, 16), (500_000, 32), (10**6, 64)]
+    + [(10**9, 64)],
+)
+def test_the_default_env_count_grows_with_long_runs_and_each_env_runs_long(steps: int | None, num_envs: int) -> None:
+    from vecenv.datasets.cli_arguments import STEPS_PER_DEFAULT_ENV, default_num_envs
+
+    assert default_num_envs(steps) == num_envs
+    assert steps is None or num_envs == 8 or steps // num_envs >= STEPS_PER_DEFAULT_ENV
+
+
+@pytest.mark.timeout(120)
+def test_a_long_run_without_num_envs_uses_the_grown_default_and_an_explicit_one_wins(tmp_path: Path) -> None:
+    result = cli("--steps", "250000", "--quiet", "--out", "grown", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    with load(tmp_path / "grown") as dataset:
+        assert dataset.transitions == 250_000 and dataset.metadata["num_envs"] == 16
+    result = cli("--episodes", "3", "--num-envs", "5", "--quiet", "--out", "explicit", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    with load(tmp_path / "explicit") as dataset:
+        assert dataset.metadata["num_envs"] == 5
+
+
 def test_cli_is_deterministic_across_worker_counts(tmp_path: Path) -> None:
     common = [
         "--env",

@@ -50,10 +50,15 @@ class Row:
 ROWS: dict[str, Row] = {
     PLAIN: Row("a plain single-env Python loop into numpy arrays, `np.save` at the end"),
     MINARI_COLLECTOR: Row("Minari's own `DataCollector` on one env, then `create_dataset`", share=0.2, needs="minari"),
-    "collect-8": Row("`vecenv-collect` defaults (8 envs, rollouts)", ()),
+    "collect": Row("`vecenv-collect` defaults (rollouts; 8 envs, more for long runs)", ()),
+    "collect-8": Row("`vecenv-collect --num-envs 8`", ("--num-envs", "8")),
     "collect-8-step": Row(
-        "`vecenv-collect --rollout-steps 0` (8 envs, one round trip per step)", ("--rollout-steps", "0"), 0.25
+        "`vecenv-collect --num-envs 8 --rollout-steps 0` (one round trip per step)",
+        ("--num-envs", "8", "--rollout-steps", "0"),
+        0.25,
     ),
+    "collect-16": Row("`vecenv-collect --num-envs 16`", ("--num-envs", "16")),
+    "collect-32": Row("`vecenv-collect --num-envs 32`", ("--num-envs", "32")),
     "collect-64": Row("`vecenv-collect --num-envs 64`", ("--num-envs", "64")),
     "collect-64-step": Row(
         "`vecenv-collect --num-envs 64 --rollout-steps 0`", ("--num-envs", "64", "--rollout-steps", "0"), 0.25
@@ -81,8 +86,9 @@ exit, interpreter start-up and imports included):
                 end: the 1.00x
   minari-collector   Minari's DataCollector on one env, then create_dataset (a fifth of the
                 steps: it is far slower); needs minari
-  collect-N     vecenv-collect --num-envs N (8, 64, 256) with its defaults: the random policy
-                in the workers (rollouts)
+  collect       vecenv-collect with its defaults: the random policy in the workers (rollouts),
+                8 envs, more for long runs (see vecenv-collect --help)
+  collect-N     the same with --num-envs N (8, 16, 32, 64, 256)
   collect-N-step    the same with --rollout-steps 0: one vector step at a time, the policy in
                 the collecting process (a quarter of the steps)
   collect-minari    vecenv-collect --format minari (defaults); needs minari
@@ -95,7 +101,7 @@ medians (min-max). Writes collection.md and collection.json.
 
 Examples:
   vecenv-bench --suite collection --steps 1000000 --reps 3
-  vecenv-bench --suite collection --rows plain,collect-8,collect-64 --steps 300000"""
+  vecenv-bench --suite collection --rows plain,collect,collect-8,collect-64 --steps 300000"""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 import gymnasium
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from vecenv.datasets.cli_arguments import PROG, build_export_parser, build_parser, minari_metadata
+from vecenv.datasets.cli_arguments import PROG, build_export_parser, build_parser, default_num_envs, minari_metadata
 from vecenv.datasets.collection import collect
 from vecenv.datasets.dataset import load
 from vecenv.datasets.errors import (
@@ -154,6 +154,8 @@ def _run(args: argparse.Namespace, command_line: str) -> int:
     out = _checked_output(args)
     if args.steps is None and args.episodes is None:
         args.steps = 10000
+    if args.num_envs is None:
+        args.num_envs = default_num_envs(args.steps)
     envs = _make_envs(args, env_kwargs)
     try:
         dataset = _collect(args, envs, policy, out, env_kwargs, command_line)
