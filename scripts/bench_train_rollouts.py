@@ -31,13 +31,21 @@ CONFIGS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--total-timesteps", type=int, default=50_000)
-    p.add_argument("--num-envs", type=int, default=8)
-    p.add_argument("--env-step-ms", type=float, default=0.0)
-    p.add_argument("--seeds", default="1")
-    p.add_argument("--configs", default=",".join(CONFIGS))
-    p.add_argument("--stop-when-solved", action="store_true")
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--total-timesteps", type=int, default=50_000, help="env steps per run (default: %(default)s)")
+    p.add_argument("--num-envs", type=int, default=8, help="envs per run (default: %(default)s)")
+    p.add_argument(
+        "--env-step-ms", type=float, default=0.0, help="extra pure-Python CPU per env step, in ms (default: 0)"
+    )
+    p.add_argument("--seeds", default="1", help="comma-separated seeds; each runs every config (default: 1)")
+    p.add_argument(
+        "--configs",
+        default=",".join(CONFIGS),
+        help=f"comma-separated, in order, of {', '.join(CONFIGS)} (default: all)",
+    )
+    p.add_argument(
+        "--stop-when-solved", action="store_true", help="end a run at the solve threshold (mean return >= 475 over 20)"
+    )
     args = p.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     configs = args.configs.split(",")

@@ -97,10 +97,10 @@ def main() -> None:
         default="sync,vecenv",
         help=f"comma-separated runs, in order, each one of {', '.join(VECTORS)} (default: sync,vecenv)",
     )
-    parser.add_argument("--env-id", default="CartPole-v1")
-    parser.add_argument("--num-envs", type=int, default=8)
-    parser.add_argument("--total-timesteps", type=int, default=150_000)
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--env-id", default="CartPole-v1", help="passed to ppo.py (default: %(default)s)")
+    parser.add_argument("--num-envs", type=int, default=8, help="passed to ppo.py (default: %(default)s)")
+    parser.add_argument("--total-timesteps", type=int, default=150_000, help="passed to ppo.py (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=1, help="passed to ppo.py (default: %(default)s)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args()

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runners", default=",".join(RUNNERS), help=f"comma-separated, of {', '.join(RUNNERS)}")
     parser.add_argument("--duration", type=int, default=3, help="seconds per cell, an int (default: 3)")
     parser.add_argument("--reps", type=int, default=3, help="interleaved repetitions (default: 3)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="reset seed (default: %(default)s)")
     args = parser.parse_args(argv)
     try:
         sizes = _list(args.sizes, "--sizes", int)

@@ -32,7 +32,7 @@ import numpy as np
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("workload", choices=["py1ms", "cartpole"])
-    parser.add_argument("--num-envs", type=int, default=128)
+    parser.add_argument("--num-envs", type=int, default=128, help="envs (default: %(default)s)")
     parser.add_argument("--seconds", type=float, default=1.5, help="one window (default: %(default)s)")
     parser.add_argument("--windows", type=int, default=8, help="windows per runner (default: %(default)s)")
     args = parser.parse_args()

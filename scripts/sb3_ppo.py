@@ -121,12 +121,17 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vec", default="dummy,subproc,vecenv", help=f"comma-separated runs, in order, of {VECS}")
-    parser.add_argument("--env-id", default="CartPole-v1")
-    parser.add_argument("--num-envs", type=int, default=8)
-    parser.add_argument("--total-timesteps", type=int, default=30_000)
+    parser.add_argument("--env-id", default="CartPole-v1", help="registered env id (default: %(default)s)")
+    parser.add_argument("--num-envs", type=int, default=8, help="envs per run (default: %(default)s)")
+    parser.add_argument("--total-timesteps", type=int, default=30_000, help="env steps per run (default: %(default)s)")
     parser.add_argument("--env-step-ms", type=float, default=0.0, help="extra pure-Python CPU time per env step")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--solve-return", type=float, default=475.0)
+    parser.add_argument("--seed", type=int, default=1, help="seed of every run (default: %(default)s)")
+    parser.add_argument(
+        "--solve-return",
+        type=float,
+        default=475.0,
+        help="mean return over 20 episodes that counts as solved (default: 475)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -61,9 +61,9 @@ def measure(make: Callable[[], Any], num_envs: int, steps: int) -> tuple[float, 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--num-envs", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=3000)
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--num-envs", type=int, default=8, help="CartPole envs (default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=3000, help="steps per measurement (default: %(default)s)")
+    parser.add_argument("--reps", type=int, default=3, help="interleaved repetitions (default: %(default)s)")
     args = parser.parse_args(argv)
     n = args.num_envs
     fns = [lambda: gym.make("CartPole-v1")] * n

@@ -21,8 +21,11 @@ each env's sequence from ``rollout.initial_state``, resetting at ``rollout.episo
 CleanRL's PPO-LSTM does. ``--hide-velocity`` shows CartPole only its cart position and pole
 angle: an MLP cannot balance the pole from that, an LSTM can.
 
-Outputs in ``--out``: ``episodes.csv`` and ``summary.json`` (per run: steps/s, steps and
-seconds to solve, and the split of the wall time between collecting and updating).
+Outputs in ``--out``: ``episodes.csv`` (every episode's env step, wall time, env and return)
+and ``summary.json`` (per run: steps/s, steps and seconds to solve, and the split of the wall
+time between collecting and updating). With the same seed, ``--collect rollout`` and
+``--collect step`` (either ``--vector``) take the same actions and give the same episodes:
+only the time differs (``--overlap`` acts with weights one update behind, so it differs).
 
     python scripts/train_ppo_rollouts.py --num-envs 8 --stop-when-solved
     python scripts/train_ppo_rollouts.py --overlap
@@ -33,6 +36,7 @@ seconds to solve, and the split of the wall time between collecting and updating
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
 import functools
 import importlib.util
@@ -233,13 +237,15 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 class NumpyActorCritic(WorkerPolicy):
     """The learner's actor-critic as a worker policy: its weights in numpy in every worker.
 
-    Each worker samples its envs' actions from a generator of its own (seeded from its first
-    env's reset seed and index) and returns ``{"log_prob", "value"}`` beside them. The LSTM
-    kind is recurrent: its state is ``(h, c)``, zeros at every episode start.
+    Each env's actions are sampled from a generator of its own, seeded from ``seed`` and the
+    env's index, whoever runs the copy: so the workers' rollouts and ``--collect step`` (one
+    copy for every env) draw the same random numbers, and with the same seed take the same
+    actions and train the same weights. Returns ``{"log_prob", "value"}`` beside the actions.
+    The LSTM kind is recurrent: its state is ``(h, c)``, zeros at every episode start.
     """
 
-    def __init__(self, agent: nn.Module, kind: str) -> None:
-        self.agent, self.kind = agent, kind
+    def __init__(self, agent: nn.Module, kind: str, seed: int) -> None:
+        self.agent, self.kind, self.seed = agent, kind, seed
         self.name = f"numpy-{kind}"
         self.hidden = getattr(agent, "hidden", 0)
         self._initial = self.weights()
@@ -253,16 +259,15 @@ class NumpyActorCritic(WorkerPolicy):
         return {k: v.detach().numpy().copy() for k, v in self.agent.state_dict().items()}
 
     def build(self, context: PolicyContext) -> PolicyRunner:
-        seed = context.seeds[0] if context.seeds and context.seeds[0] is not None else 0
-        rng = np.random.default_rng([seed, context.env_ids.start])
-        runner = _NumpyRunner(self.kind, self.hidden, rng)
+        rngs = [np.random.default_rng([self.seed, env]) for env in context.env_ids]
+        runner = _NumpyRunner(self.kind, self.hidden, rngs)
         runner.load_weights(self._initial)
         return runner
 
 
 class _NumpyRunner(PolicyRunner):
-    def __init__(self, kind: str, hidden: int, rng: np.random.Generator) -> None:
-        self.kind, self.hidden, self.rng = kind, hidden, rng
+    def __init__(self, kind: str, hidden: int, rngs: list[np.random.Generator]) -> None:
+        self.kind, self.hidden, self.rngs = kind, hidden, rngs
         self.rows = np.arange(0)
         self.recurrent = kind == "lstm"
 
@@ -283,8 +288,9 @@ class _NumpyRunner(PolicyRunner):
         shifted = logits - logits.max(axis=1, keepdims=True)
         exp = np.exp(shifted)
         total = exp.sum(axis=1)
-        # Inverse CDF on the unnormalised weights: u * total against their running sum.
-        u = self.rng.random(n, np.float32) * total
+        # Inverse CDF on the unnormalised weights: u * total against their running sum; one
+        # uniform per env from its own generator (see NumpyActorCritic).
+        u = np.fromiter([rng.random() for rng in self.rngs], np.float64, n) * total
         if k == 2:
             actions = (exp[:, 0] < u).astype(np.int64)
         else:
@@ -476,7 +482,7 @@ def lstm_update(
             optimizer.step()
         if args.target_kl is not None and kl > args.target_kl:
             break
-    return float(loss), float(kl)
+    return float(loss.detach()), float(kl.detach())
 
 
 def _ppo_loss(logp, old_logp, adv, value, old_v, ret, entropy, args) -> tuple[torch.Tensor, torch.Tensor]:  # type: ignore[no-untyped-def]
@@ -540,7 +546,11 @@ class Summary:
     losses: list[float]
 
 
-def train(args: argparse.Namespace) -> Summary:
+#: One row of episodes.csv: (env step at its end, wall seconds, env index, return).
+Episode = tuple[int, float, int, float]
+
+
+def train(args: argparse.Namespace) -> tuple[Summary, list[Episode]]:
     torch.manual_seed(args.seed)
     start = time.perf_counter()
     envs = make_envs(args)
@@ -550,13 +560,13 @@ def train(args: argparse.Namespace) -> Summary:
         envs.close()
 
 
-def _train(args: argparse.Namespace, envs: Any, start: float) -> Summary:
+def _train(args: argparse.Namespace, envs: Any, start: float) -> tuple[Summary, list[Episode]]:
     n, steps = args.num_envs, args.num_steps
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     n_actions = int(envs.single_action_space.n)
     agent = LSTMAgent(obs_dim, n_actions, args.hidden) if args.policy == "lstm" else ppo.Agent(obs_dim, n_actions)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
-    policy = NumpyActorCritic(agent, args.policy)
+    policy = NumpyActorCritic(agent, args.policy, args.seed)
     updates = math.ceil(args.total_timesteps / (n * steps))
     timings = Timings()
     running, lengths = np.zeros(n), np.zeros(n, np.int64)
@@ -564,6 +574,7 @@ def _train(args: argparse.Namespace, envs: Any, start: float) -> Summary:
     episodes, global_step = 0, 0
     solved_step: int | None = None
     solved_s: float | None = None
+    finished: list[Episode] = []
     versions: list[int] = []
     losses: list[float] = []
     collector = None
@@ -611,6 +622,7 @@ def _train(args: argparse.Namespace, envs: Any, start: float) -> Summary:
             for i in np.flatnonzero(ended[t]):
                 episodes += 1
                 recent.append(float(running[i]))
+                finished.append((global_step, round(now, 3), int(i), float(running[i])))
                 running[i], lengths[i] = 0.0, 0
                 if solved_step is None and len(recent) == SOLVE_WINDOW and np.mean(recent) >= args.solve_return:
                     solved_step, solved_s = global_step, now
@@ -627,7 +639,7 @@ def _train(args: argparse.Namespace, envs: Any, start: float) -> Summary:
     if pending[0]:  # stopped early with one under way: collected and dropped
         envs.rollout_wait()
     elapsed = time.perf_counter() - start
-    return Summary(
+    summary = Summary(
         args.collect if args.collect == "rollout" else f"step-{args.vector}",
         args.policy,
         args.overlap,
@@ -646,13 +658,14 @@ def _train(args: argparse.Namespace, envs: Any, start: float) -> Summary:
         versions,
         losses,
     )
+    return summary, finished
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
-    summary = train(args)
+    summary, finished = train(args)
     solved = (
         f"solved at step {summary.solved_at_step:,} after {summary.solved_at_s:.1f}s"
         if summary.solved
@@ -666,6 +679,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
     config = {k: (str(v) if isinstance(v, pathlib.Path) else v) for k, v in vars(args).items()}
+    with open(args.out / "episodes.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["collect", "env_step", "wall_time_s", "env", "return"])
+        writer.writerows((summary.collect, *row) for row in finished)
     (args.out / "summary.json").write_text(json.dumps({"config": config, "run": dataclasses.asdict(summary)}, indent=2))
     return 0
 

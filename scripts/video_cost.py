@@ -114,11 +114,13 @@ def _time_steps(envs: gym.vector.VectorEnv, steps: int, rng: np.random.Generator
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--num-envs", type=int, default=8)
-    p.add_argument("--num-workers", type=int, default=2)
+    p.add_argument("--num-envs", type=int, default=8, help="envs (default: %(default)s)")
+    p.add_argument("--num-workers", type=int, default=2, help="worker processes (default: %(default)s)")
     p.add_argument("--steps", type=int, default=300, help="steps per measurement")
     p.add_argument("--rounds", type=int, default=5, help="interleaved measurements of each design")
-    p.add_argument("--writer", choices=("none", "mp4"), default="none")
+    p.add_argument(
+        "--writer", choices=("none", "mp4"), default="none", help="none: frames only; mp4: encode them (default: none)"
+    )
     args = p.parse_args(argv)
     designs = ("plain", "wrapper", "worker")
     times: dict[str, list[float]] = {d: [] for d in designs}

@@ -133,10 +133,14 @@ def measure(mode: str, rounds: int, spin: float, pause: float) -> list[float]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=20000, help="round trips per mode (default: %(default)s)")
     parser.add_argument("--spin-us", type=float, default=1000.0, help="spin-then-block: the spin (µs)")
     parser.add_argument("--pause-us", type=float, default=0.0, help="sleep before each ping (µs)")
-    parser.add_argument("--modes", default="pipe,spin,spin-then-block,adaptive")
+    parser.add_argument(
+        "--modes",
+        default="pipe,spin,spin-then-block,adaptive",
+        help="comma-separated modes, in order (default: all four)",
+    )
     args = parser.parse_args(argv)
     rounds = args.rounds if not args.pause_us else min(args.rounds, int(2e6 / max(args.pause_us, 1)))
     print(f"{rounds} round trips, pause {args.pause_us:.0f} µs, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")

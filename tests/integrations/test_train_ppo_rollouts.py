@@ -7,6 +7,7 @@ Both need torch and run the script in a fresh interpreter, as a user runs it.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import subprocess
@@ -59,6 +60,35 @@ def test_a_few_updates_run_with_finite_losses_and_advancing_weights(tmp_path: Pa
         assert versions == [1, 1, 2, 3], versions
     else:
         assert versions == [1, 2, 3, 4], versions
+
+
+def _episodes(out: Path) -> list[tuple[str, str, str]]:
+    with open(out / "episodes.csv", newline="") as f:
+        return [(row["env_step"], row["env"], row["return"]) for row in csv.DictReader(f)]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    ("policy", "stepping"),
+    [
+        pytest.param([], ["--vector", "sync"], id="mlp-sync"),
+        pytest.param(["--policy", "lstm"], ["--vector", "vecenv"], id="lstm-vecenv"),
+    ],
+)
+def test_the_workers_rollouts_and_stepping_take_the_same_actions(
+    tmp_path: Path, policy: list[str], stepping: list[str]
+) -> None:
+    """Each env samples from its own stream, so where the policy runs does not change what it
+    does: the same episodes, and losses equal up to the float rounding of a forward over 2 rows
+    (in a worker) against 4 (stepping)."""
+    common = ["--num-envs", "4", "--num-workers", "2", "--num-steps", "16", "--minibatch-size", "32", "--seed", "3"]
+    common += ["--total-timesteps", "1024", "--update-epochs", "2", "--hide-velocity", *policy]
+    rollout = _run(tmp_path / "rollout", *common, timeout=220)
+    step = _run(tmp_path / "step", *common, "--collect", "step", *stepping, timeout=220)
+    episodes = _episodes(tmp_path / "rollout")
+    assert len(episodes) > 10 and episodes == _episodes(tmp_path / "step")
+    assert rollout["losses"] == pytest.approx(step["losses"], rel=1e-4)
+    assert rollout["collect"] == "rollout" and step["collect"] == f"step-{stepping[1]}"
 
 
 @pytest.mark.slow
