@@ -281,7 +281,7 @@ class _NumpyRunner(PolicyRunner):
 
     def _sample(self, out: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Actions sampled from the logits in ``out[:, :-1]``, their log-probabilities and the
-        values in ``out[:, -1]`` (float32 throughout). A handful of numpy calls on a few rows
+        values in ``out[:, -1]`` (float32). A handful of numpy calls on a few rows
         cost more than their arithmetic, so this makes as few as it can."""
         n, k = len(out), self.n_actions
         logits = out[:, :k]
