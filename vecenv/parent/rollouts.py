@@ -27,9 +27,8 @@ weights version it was sent with.
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -37,7 +36,8 @@ from gymnasium import Space
 from gymnasium.vector import AutoresetMode
 
 from vecenv.checks import check_num_steps, check_timeout
-from vecenv.errors import InvalidArgumentError, PolicyOutputError, VecEnvTimeoutError
+from vecenv.errors import InvalidArgumentError, PolicyOutputError
+from vecenv.parent.bounded import bounded_call
 from vecenv.parent.call_lock import CallLock, serialised
 from vecenv.parent.calls import CallRunner
 from vecenv.parent.records import WorkerRecord
@@ -221,6 +221,7 @@ class Rollouts:
             bound,
             f"`rollout` could not learn what policy {policy.name} gives: called once in this process on "
             f"worker 0's rows, it did not return within {bound:g} s (it hangs?). Nothing was sent",
+            "vecenv-policy-probe",
         )
         if outputs.recurrent and self.native_groups:
             raise PolicyOutputError(
@@ -539,31 +540,6 @@ class Rollouts:
             initial_state,
             self._sent_version,
         )
-
-
-def bounded_call(function: Callable[[], Any], timeout: float, message: str) -> Any:
-    """``function()`` run in a daemon thread, waited for at most ``timeout`` seconds: its result,
-    or its exception raised here; ``VecEnvTimeoutError(message)`` when it has not returned by
-    then (the thread is left to finish, or not, on its own). For user code the parent must call
-    (a policy's probe) without waiting forever on it."""
-    done = threading.Event()
-    outcome: list[Any] = []
-
-    def run() -> None:
-        try:
-            outcome.append((True, function()))
-        except BaseException as exc:  # handed to the waiting thread
-            outcome.append((False, exc))
-        finally:
-            done.set()
-
-    threading.Thread(target=run, name="vecenv-policy-probe", daemon=True).start()
-    if not done.wait(timeout):
-        raise VecEnvTimeoutError(message)
-    ok, value = outcome[0]
-    if not ok:
-        raise value
-    return value
 
 
 def _is_random(policy: Any, current: WorkerPolicy) -> bool:

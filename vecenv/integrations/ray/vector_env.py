@@ -10,7 +10,6 @@ Ray is imported by this module only on first use of :class:`~vecenv.RayVectorEnv
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -19,9 +18,10 @@ import ray
 from gymnasium.vector import AutoresetMode
 
 from vecenv.checks import check_batch_size, check_env_fns, check_group_fns, check_num_workers
-from vecenv.errors import ArgumentTypeError, InvalidArgumentError, VecEnvTimeoutError, describe
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
 from vecenv.integrations.ray.transport import DEFAULT_ACTOR_OPTIONS, RAY_USE, RayTransport
 from vecenv.options import DEFAULTS, VectorOptions
+from vecenv.parent.bounded import bounded_call
 from vecenv.parent.groups import WorkerGroups, split_groups
 from vecenv.parent.vector_env import GroupVectorEnv
 
@@ -249,30 +249,19 @@ def _cluster_resources(start_timeout: float | None) -> dict[str, float]:
 
     Ray's call has no deadline of its own: a driver whose connection to the cluster's GCS
     stalls waits in it forever, inside native code that no signal interrupts. The call runs in
-    a daemon thread instead, and a start that gets no answer in time raises.
+    a daemon thread instead (:func:`~vecenv.parent.bounded.bounded_call`), and a start that
+    gets no answer in time raises ``VecEnvTimeoutError``.
     """
     limit = CLUSTER_QUERY_TIMEOUT_S if start_timeout is None else start_timeout
-    answer: list[dict[str, float]] = []
-    failure: list[BaseException] = []
-
-    def ask() -> None:
-        try:
-            answer.append(dict(ray.cluster_resources()))
-        except BaseException as exc:  # handed to the caller
-            failure.append(exc)
-
-    asking = threading.Thread(target=ask, name="vecenv-ray-cluster-resources", daemon=True)
-    asking.start()
-    asking.join(limit)
-    if failure:
-        raise failure[0]
-    if not answer:
-        raise VecEnvTimeoutError(
-            f"RayVectorEnv start: Ray did not answer ray.cluster_resources() within {limit:g} s (start_timeout="
-            f"{start_timeout!r}), so no actor was started: this process's connection to the cluster's GCS "
-            "is stalled or the GCS is overloaded. Check the cluster (ray status), then try again"
-        )
-    return answer[0]
+    total: dict[str, float] = bounded_call(
+        lambda: dict(ray.cluster_resources()),
+        limit,
+        f"RayVectorEnv start: Ray did not answer ray.cluster_resources() within {limit:g} s (start_timeout="
+        f"{start_timeout!r}), so no actor was started: this process's connection to the cluster's GCS "
+        "is stalled or the GCS is overloaded. Check the cluster (ray status), then try again",
+        "vecenv-ray-cluster-resources",
+    )
+    return total
 
 
 def _fit_cluster(

@@ -1,0 +1,37 @@
+"""A call the parent makes without waiting forever on it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from vecenv.errors import VecEnvTimeoutError
+
+__all__ = ["bounded_call"]
+
+
+def bounded_call(function: Callable[[], Any], timeout: float, message: str, name: str) -> Any:
+    """``function()`` run in a daemon thread named ``name``, waited for at most ``timeout``
+    seconds: its result, or its exception raised here; ``VecEnvTimeoutError(message)`` when it
+    has not returned by then (the thread is left to finish, or not, on its own). For calls that
+    have no deadline of their own and may never return: user code (a policy's probe), or a
+    library's native call (Ray's ``cluster_resources`` on a stalled connection)."""
+    done = threading.Event()
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, function()))
+        except BaseException as exc:  # handed to the waiting thread
+            outcome.append((False, exc))
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    if not done.wait(timeout):
+        raise VecEnvTimeoutError(message)
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
