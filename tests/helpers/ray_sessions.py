@@ -25,9 +25,12 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,6 +44,21 @@ from ray.cluster_utils import Cluster  # noqa: E402
 OBJECT_STORE_BYTES = 100 * 1024 * 1024
 #: The local Ray listens on loopback only.
 LOOPBACK = "127.0.0.1"
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_driver(script: str, *args: str) -> None:
+    """Run ``script`` (Python source) as a Ray driver of its own, in a fresh interpreter from the
+    project root, as a user's script runs (no ``RAY_ADDRESS`` to join); it must print ``ok`` last.
+    One Ray per driver: this process never connects to the Ray that script starts or joins."""
+    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=100
+    )
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr
 
 
 def _ray_pids(temp_dir: str) -> set[int]:

@@ -10,11 +10,7 @@ alone with ``python -m pytest tests/integrations/ray_cluster_cases.py``.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,12 +21,10 @@ from tests.engine.test_differential import NEXT, SAME, STEPS, assert_same, run_d
 from tests.engine.test_rollouts import stack
 from tests.helpers.envs import diff_env_fns
 from tests.helpers.faults import fault_fns
-from tests.helpers.ray_sessions import _ray_sessions, ray, ray_cluster  # noqa: F401
+from tests.helpers.ray_sessions import _ray_sessions, ray, ray_cluster, run_driver  # noqa: F401
 from tests.integrations.test_ray import _sb3_or_skip
 from vecenv.errors import WorkerDiedError
 from vecenv.integrations.ray.vector_env import RayVectorEnv
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(120)
@@ -98,17 +92,7 @@ print("ok")
 def test_address_connects_and_never_shuts_down_the_cluster(ray_cluster) -> None:
     """A script (a driver of its own, as users run one) connects by address; closing the vector
     env closes that connection and leaves the cluster running."""
-    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
-    env["PYTHONPATH"] = str(ROOT)
-    done = subprocess.run(
-        [sys.executable, "-c", CONNECTS_BY_ADDRESS, ray_cluster.address],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=100,
-    )
-    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr
+    run_driver(CONNECTS_BY_ADDRESS, ray_cluster.address)
     assert len([n for n in ray.nodes() if n["Alive"]]) == 2, "the cluster itself is untouched"
 
 

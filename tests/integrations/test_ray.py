@@ -40,7 +40,7 @@ from tests.engine.test_envpool_api import follow_sync_trajectories
 from tests.engine.test_rollouts import assert_matches_sync, row_wise_policy, single_env_reference, sync_reference
 from tests.helpers.envs import JitterEnv, diff_env_fns, make_group
 from tests.helpers.faults import fault_fns, healthy_fns
-from tests.helpers.ray_sessions import RaySessions, _ray_sessions, ray, ray_cluster, ray_local  # noqa: F401
+from tests.helpers.ray_sessions import RaySessions, _ray_sessions, ray, ray_cluster, ray_local, run_driver  # noqa: F401
 from vecenv.errors import NeedsResetError, RemoteTraceback, VecEnvTimeoutError, WorkerDiedError
 from vecenv.integrations.ray.vector_env import RayVectorEnv
 
@@ -590,13 +590,7 @@ def test_starts_a_local_ray_when_none_is_running_and_stops_it(_ray_sessions: Ray
     again in one driver, with the shared local Ray around it, has left the next Ray's driver
     connection stalled inside Ray's native client.)"""
     assert os.environ["RAY_TMPDIR"] == _ray_sessions.temp_dir  # its session files go with ours
-    root = Path(__file__).resolve().parents[2]
-    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}  # no cluster to join
-    env["PYTHONPATH"] = str(root)
-    done = subprocess.run(
-        [sys.executable, "-c", STARTS_ITS_OWN_RAY], cwd=root, env=env, capture_output=True, text=True, timeout=100
-    )
-    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr
+    run_driver(STARTS_ITS_OWN_RAY)
     _ray_sessions.note_pids()  # any of its Ray processes still running fails the session's check
 
 
