@@ -21,11 +21,11 @@ each env's sequence from ``rollout.initial_state``, resetting at ``rollout.episo
 CleanRL's PPO-LSTM does. ``--hide-velocity`` shows CartPole only its cart position and pole
 angle: an MLP cannot balance the pole from that, an LSTM can.
 
-Outputs in ``--out``: ``episodes.csv`` (every episode's env step, wall time, env and return)
-and ``summary.json`` (per run: steps/s, steps and seconds to solve, and the split of the wall
-time between collecting and updating). With the same seed, ``--collect rollout`` and
-``--collect step`` (either ``--vector``) take the same actions and give the same episodes:
-only the time differs (``--overlap`` acts with weights one update behind, so it differs).
+Outputs in ``--out``: ``episodes.csv`` (every episode, as ``train_ppo.py`` writes it) and
+``summary.json`` (per run: steps/s, steps and seconds to solve, and the split of the wall time
+between collecting and updating). With the same seed, ``--collect rollout`` and ``--collect
+step`` (either ``--vector``) take the same actions and give the same episodes: only the time
+differs (``--overlap`` acts with weights one update behind, so it differs).
 
     python scripts/train_ppo_rollouts.py --num-envs 8 --stop-when-solved
     python scripts/train_ppo_rollouts.py --overlap
@@ -36,7 +36,6 @@ only the time differs (``--overlap`` acts with weights one update behind, so it 
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import functools
 import importlib.util
@@ -546,11 +545,7 @@ class Summary:
     losses: list[float]
 
 
-#: One row of episodes.csv: (env step at its end, wall seconds, env index, return).
-Episode = tuple[int, float, int, float]
-
-
-def train(args: argparse.Namespace) -> tuple[Summary, list[Episode]]:
+def train(args: argparse.Namespace) -> tuple[Summary, list[Any]]:
     torch.manual_seed(args.seed)
     start = time.perf_counter()
     envs = make_envs(args)
@@ -560,7 +555,8 @@ def train(args: argparse.Namespace) -> tuple[Summary, list[Episode]]:
         envs.close()
 
 
-def _train(args: argparse.Namespace, envs: Any, start: float) -> tuple[Summary, list[Episode]]:
+def _train(args: argparse.Namespace, envs: Any, start: float) -> tuple[Summary, list[Any]]:
+    """The training run, and its finished episodes (``train_ppo.Episode``, in finishing order)."""
     n, steps = args.num_envs, args.num_steps
     obs_dim = int(np.prod(envs.single_observation_space.shape))
     n_actions = int(envs.single_action_space.n)
@@ -574,7 +570,8 @@ def _train(args: argparse.Namespace, envs: Any, start: float) -> tuple[Summary, 
     episodes, global_step = 0, 0
     solved_step: int | None = None
     solved_s: float | None = None
-    finished: list[Episode] = []
+    kind = args.collect if args.collect == "rollout" else f"step-{args.vector}"
+    finished: list[Any] = []
     versions: list[int] = []
     losses: list[float] = []
     collector = None
@@ -622,7 +619,9 @@ def _train(args: argparse.Namespace, envs: Any, start: float) -> tuple[Summary, 
             for i in np.flatnonzero(ended[t]):
                 episodes += 1
                 recent.append(float(running[i]))
-                finished.append((global_step, round(now, 3), int(i), float(running[i])))
+                finished.append(
+                    ppo.Episode(kind, global_step, round(now, 3), float(running[i]), int(lengths[i]), int(i))
+                )
                 running[i], lengths[i] = 0.0, 0
                 if solved_step is None and len(recent) == SOLVE_WINDOW and np.mean(recent) >= args.solve_return:
                     solved_step, solved_s = global_step, now
@@ -640,7 +639,7 @@ def _train(args: argparse.Namespace, envs: Any, start: float) -> tuple[Summary, 
         envs.rollout_wait()
     elapsed = time.perf_counter() - start
     summary = Summary(
-        args.collect if args.collect == "rollout" else f"step-{args.vector}",
+        kind,
         args.policy,
         args.overlap,
         n,
@@ -679,10 +678,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
     config = {k: (str(v) if isinstance(v, pathlib.Path) else v) for k, v in vars(args).items()}
-    with open(args.out / "episodes.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["collect", "env_step", "wall_time_s", "env", "return"])
-        writer.writerows((summary.collect, *row) for row in finished)
+    ppo.write_csv(args.out / "episodes.csv", finished)
     (args.out / "summary.json").write_text(json.dumps({"config": config, "run": dataclasses.asdict(summary)}, indent=2))
     return 0
 

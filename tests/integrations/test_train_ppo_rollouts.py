@@ -64,7 +64,7 @@ def test_a_few_updates_run_with_finite_losses_and_advancing_weights(tmp_path: Pa
 
 def _episodes(out: Path) -> list[tuple[str, str, str]]:
     with open(out / "episodes.csv", newline="") as f:
-        return [(row["env_step"], row["env"], row["return"]) for row in csv.DictReader(f)]
+        return [(row["env_step"], row["env_index"], row["episode_return"]) for row in csv.DictReader(f)]
 
 
 @pytest.mark.timeout(240)
