@@ -556,23 +556,23 @@ def test_an_episode_cut_while_written_leaves_no_trace(tmp_path: Path, monkeypatc
     Minari numbers them, so Minari itself can append to the dataset afterwards."""
     import h5py
 
-    from vecenv.datasets import minari as minari_output
+    from vecenv.datasets.hdf5_episodes import Hdf5EpisodeFile
 
-    original = minari_output._EpisodeFile._fill
+    original = Hdf5EpisodeFile._write_rows
     calls = []
 
-    def cut_fourth(self: Any, group: Any, index: int, seed: Any, length: int, pieces: Any) -> None:
-        calls.append(index)
+    def cut_fourth(self: Any, header: Any, base: int, extents: Any, pieces: Any) -> None:
+        calls.append(base)
         if len(calls) == 4:
 
-            def interrupted() -> Any:
+            def interrupted(source: Any) -> Any:
+                yield next(source)  # the header and the first rows are on disk when it is cut
                 raise KeyboardInterrupt
-                yield
 
-            pieces = interrupted()
-        original(self, group, index, seed, length, pieces)
+            pieces = interrupted(pieces)
+        original(self, header, base, extents, pieces)
 
-    monkeypatch.setattr(minari_output._EpisodeFile, "_fill", cut_fourth)
+    monkeypatch.setattr(Hdf5EpisodeFile, "_write_rows", cut_fourth)
     with pytest.raises(KeyboardInterrupt):
         collect(sync_envs(2), episodes=10, seed=0, format="minari", dataset_id="cut/mid-v0", progress=False)
     loaded = minari.load_dataset("cut/mid-v0")
@@ -580,3 +580,30 @@ def test_an_episode_cut_while_written_leaves_no_trace(tmp_path: Path, monkeypatc
     with h5py.File(loaded.storage.data_path / "main_data.hdf5", "r") as file:
         assert sorted(file) == ["episode_0", "episode_1", "episode_2"]
     minari_checks("cut/mid-v0")
+
+
+def test_minari_appends_its_own_episodes_to_a_collected_dataset() -> None:
+    """The file vecenv writes is one libhdf5 extends: Minari's ``update_dataset_from_buffer``
+    adds an episode, and every episode reads back."""
+    from minari.data_collector.episode_buffer import EpisodeBuffer
+
+    dataset = collect(sync_envs(2), episodes=5, seed=1, format="minari", dataset_id="append/counter-v0", progress=False)
+    before = [episode.observations.copy() for episode in dataset.iterate_episodes()]
+    observations = np.arange(4, dtype=dataset.observation_space.dtype).reshape(4, *dataset.observation_space.shape)
+    terminations = [False, False, True]
+    buffer = EpisodeBuffer(
+        observations=list(observations),
+        actions=[dataset.action_space.sample() for _ in range(3)],
+        rewards=[1.0] * 3,
+        terminations=terminations,
+        truncations=[False] * 3,
+    )
+    dataset.update_dataset_from_buffer([buffer])
+    loaded = minari.load_dataset("append/counter-v0")
+    episodes = list(loaded.iterate_episodes())
+    assert loaded.total_episodes == len(episodes) == 6
+    for episode, observations_before in zip(episodes, before):
+        np.testing.assert_array_equal(episode.observations, observations_before)
+    np.testing.assert_array_equal(episodes[5].observations, observations)
+    assert list(episodes[5].terminations) == terminations
+    minari_checks("append/counter-v0")

@@ -5,8 +5,9 @@ has ``T`` actions, rewards, terminations and truncations and ``T + 1`` observati
 being the final observation. The dataset is created through Minari's own API
 (``minari.create_dataset_from_buffers``: its metadata, namespace and directory; HDF5 backend,
 no JPEG re-encoding so arrays come back exactly), then the episodes are written straight into
-its HDF5 file in Minari's layout (``_EpisodeFile``), which is what makes the output fast:
-Minari's per-episode path reopens the file and recounts the episodes for every call. The
+its HDF5 file in Minari's layout by vecenv's own writer (``hdf5_episodes``), which is what makes
+the output fast: through libhdf5 the objects of one short episode cost more CPU than its env
+steps, and Minari's per-episode path also reopens the file and recounts the episodes per call. The
 episodes equal what Minari's ``DataCollector`` records for the same seeds and actions, and the
 env spec is recorded so ``dataset.recover_environment()`` works for registered envs. Minari is
 optional: ``pip install "vecenv[minari]"``.
@@ -35,10 +36,11 @@ from vecenv.checks import seed_list
 from vecenv.datasets.dataset import Dataset, load
 from vecenv.datasets.errors import KEYWORDS, MinariNotInstalledError, OptionNames, OutputExistsError
 from vecenv.datasets.format import space_from_description
+from vecenv.datasets.hdf5_episodes import Hdf5EpisodeFile
 from vecenv.datasets.sinks import OPEN_EPISODES, EpisodeSummary, with_last
 from vecenv.datasets.writer import FLUSH_INTERVAL_S, chunk_rows, now
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError
-from vecenv.spaces import leaf_layout, named_leaves
+from vecenv.spaces import named_leaves
 
 INSTALL_HINT = 'Minari output needs the minari extra: pip install "vecenv[minari]"'
 #: Minari's storage backends that vecenv writes (``data_format`` in Minari's terms).
@@ -139,125 +141,6 @@ class _RecordedEnv(gymnasium.Env):
         self.action_space = action_space
 
 
-class _EpisodeFile:
-    """Minari's HDF5 layout (``data/main_data.hdf5``), written straight through h5py's low-level
-    API into one file kept open for the whole run.
-
-    Each episode is the group ``episode_<id>`` with the attributes ``id``, ``total_steps`` and
-    (when known) ``seed``, and one dataset per leaf: ``observations`` (``T + 1`` rows),
-    ``actions``, ``rewards`` (float64), ``terminations`` and ``truncations`` (bool), with Dict
-    keys as subgroups and Tuple items as ``_index_<i>`` subgroups, the dtypes of the spaces:
-    what Minari's ``HDF5Storage.update_episodes`` writes for the same episode. Minari opens the
-    file per call, recounts the episodes, lets h5py guess a chunk shape for every dataset and
-    recomputes the dataset size; here the types, dataspaces and property lists are made once,
-    and datasets are contiguous (Minari reads them alike; only appending steps to an existing
-    episode, which Minari's collectors never do to a finished dataset, needs chunked ones).
-    """
-
-    def __init__(self, path: Path, observation_space: spaces.Space, action_space: spaces.Space) -> None:
-        import h5py
-        from h5py import h5a, h5d, h5g, h5p, h5s, h5t
-
-        self._h5a, self._h5d, self._h5g, self._h5s = h5a, h5d, h5g, h5s
-        self.file = h5py.File(path, "w", track_order=True)  # as Minari opens it
-        self._dcpl = h5p.create(h5p.DATASET_CREATE)
-        self._dcpl.set_layout(h5d.CONTIGUOUS)
-        self._scalar = h5s.create(h5s.SCALAR)
-        self._int64 = h5t.py_create(np.dtype(np.int64))
-        # Per leaf: (subgroup path, dataset name, HDF5 type, row shape); subgroups in creation order.
-        self.groups: list[tuple[str, ...]] = []
-        self.observations = self._leaves(observation_space, ("observations",))
-        self.actions = self._leaves(action_space, ("actions",))
-        self.scalars = [
-            ((), name.encode(), h5t.py_create(np.dtype(dtype), logical=True), ())
-            for name, dtype in (("rewards", np.float64), ("terminations", np.bool_), ("truncations", np.bool_))
-        ]
-
-    def _leaves(self, space: spaces.Space, path: tuple[str, ...]) -> list[tuple[tuple[str, ...], bytes, Any, tuple]]:
-        from h5py import h5t
-
-        if isinstance(space, spaces.Dict):
-            self.groups.append(path)
-            return [leaf for key, sub in space.spaces.items() for leaf in self._leaves(sub, (*path, key))]
-        if isinstance(space, spaces.Tuple):
-            self.groups.append(path)
-            return [leaf for i, sub in enumerate(space.spaces) for leaf in self._leaves(sub, (*path, f"_index_{i}"))]
-        ((_, *shape), dtype) = leaf_layout(space, 0)[0]
-        return [(path[:-1], path[-1].encode(), h5t.py_create(np.dtype(dtype), logical=True), tuple(shape))]
-
-    def write(
-        self,
-        index: int,
-        seed: int | None,
-        length: int,
-        pieces: Iterator[tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]],
-    ) -> None:
-        """Write episode ``index`` of ``length`` steps from pieces of (observation leaves, action
-        leaves, [rewards, terminations, truncations]) rows; the observation leaves of the last
-        piece carry one more row, the final observation."""
-        name = f"episode_{index}".encode()
-        group = self._h5g.create(self.file.id, name)
-        try:
-            self._fill(group, index, seed, length, pieces)
-        except BaseException:  # Ctrl+C or a failed write: no half-written episode stays behind
-            del group
-            self.file.id.unlink(name)
-            raise
-
-    def _fill(
-        self,
-        group: Any,
-        index: int,
-        seed: int | None,
-        length: int,
-        pieces: Iterator[tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]],
-    ) -> None:
-        h5s = self._h5s
-        self._attribute(group, b"id", index)
-        if seed is not None:
-            self._attribute(group, b"seed", seed)
-        self._attribute(group, b"total_steps", length)
-        groups: dict[tuple[str, ...], Any] = {(): group}
-        for path in self.groups:
-            groups[path] = self._h5g.create(groups[path[:-1]], path[-1].encode())
-        targets = []
-        for leaves, rows in ((self.observations, length + 1), (self.actions, length), (self.scalars, length)):
-            for parent, name, kind, shape in leaves:
-                space = h5s.create_simple((rows, *shape))
-                targets.append((self._h5d.create(groups[parent], name, kind, space, dcpl=self._dcpl), space, shape))
-        at = 0
-        for piece in pieces:
-            columns = [*piece[0], *piece[1], *piece[2]]
-            count = len(columns[-1])
-            for (dataset, space, shape), column in zip(targets, columns):
-                column = np.ascontiguousarray(column)
-                if at == 0 and len(column) == space.shape[0]:
-                    dataset.write(h5s.ALL, h5s.ALL, column)
-                else:
-                    space.select_hyperslab((at, *(0 for _ in shape)), column.shape)
-                    dataset.write(h5s.create_simple(column.shape), space, column)
-            at += count
-
-    def _attribute(self, group: Any, name: bytes, value: int) -> None:
-        """A scalar integer attribute, typed as h5py's ``attrs[name] = value`` types it (int64,
-        or uint64 past its range)."""
-        from h5py import h5t
-
-        array = np.asarray(value)
-        kind = self._int64 if array.dtype == np.int64 else h5t.py_create(array.dtype)
-        self._h5a.create(group, name, kind, self._scalar).write(array)
-
-    def flush(self) -> None:
-        self.file.flush()
-
-    def close(self) -> None:
-        self.file.close()
-
-    def bytes_written(self) -> int:
-        """The file's size (after ``flush``)."""
-        return os.path.getsize(self.file.filename)
-
-
 class _ArrowEpisodes:
     """Minari's Arrow layout: episode ``i`` is the directory ``data/<i>/`` holding
     ``part-0.arrow`` (one Arrow IPC record batch of ``T + 1`` rows: ``observations``, then
@@ -287,7 +170,7 @@ class _ArrowEpisodes:
         length: int,
         pieces: Iterator[tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]],
     ) -> None:
-        """Write episode ``index`` (as ``_EpisodeFile.write``)."""
+        """Write episode ``index`` (as ``Hdf5EpisodeFile.write``)."""
         parts = list(pieces)
         columns = [
             np.concatenate(leaf) if len(parts) > 1 else leaf[0] for leaf in zip(*(p[0] + p[1] + p[2] for p in parts))
@@ -353,7 +236,7 @@ class MinariSink:
 
     The dataset is created through Minari (``create_dataset_from_buffers`` with no episodes:
     its metadata, namespace and directory), then every episode goes straight into its HDF5
-    file (``_EpisodeFile``), piece by piece for a long one, so memory stays bounded whatever
+    file (``Hdf5EpisodeFile``), piece by piece for a long one, so memory stays bounded whatever
     the episode lengths. Minari's counts in ``metadata.json`` follow at most every
     ``FLUSH_INTERVAL_S`` seconds, and at ``finalize``.
     """
@@ -403,8 +286,8 @@ class MinariSink:
         self._minari = minari
         self.storage = dataset.storage
         data = self.storage.data_path
-        self._file: _EpisodeFile | _ArrowEpisodes = (
-            _EpisodeFile(data / _HDF5_FILE, observation_space, action_space)
+        self._file: Hdf5EpisodeFile | _ArrowEpisodes = (
+            Hdf5EpisodeFile(data / _HDF5_FILE, observation_space, action_space)
             if storage == "hdf5"
             else _ArrowEpisodes(data, observation_space, action_space)
         )
