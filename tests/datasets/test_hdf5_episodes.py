@@ -154,7 +154,7 @@ def test_a_writer_that_never_closes_leaves_a_file_with_the_indexed_episodes(tmp_
             iter([([np.zeros((2, 1), np.float32)], [np.zeros(1, np.int64)], [np.ones(1), [False], [True]])]),
         )
         writer.flush()
-    # Indexed when the count doubled: after 1, 2, 4 and 8 episodes; the 3 since are not yet.
+    # Indexed when the count doubled: after 2, 4 and 8 episodes; the 3 since are not yet.
     with h5py.File(path, "r") as file:
         assert sorted(file, key=lambda n: int(n.split("_")[1])) == [f"episode_{i}" for i in range(8)]
         assert file["episode_7/truncations"][0]

@@ -16,9 +16,12 @@ are HDF5's own (``H5Tencode`` through h5py), so each dataset has exactly the typ
 ``create_dataset`` gives the same array (bools included, an enum). Nothing else changes for a
 reader: ``h5py`` and Minari open it, and libhdf5 can append to it afterwards.
 
-    offset 0                                                             end
-    | superblock | episode 0 | episode 1 | ... | root index | episode k | ... | root index |
-                  \\_ headers, names, B-tree, symbol table | rows of each dataset (8-aligned)
+    offset 0                                                                       end
+    | superblock | root index | episode 0 | episode 1 | ... | root index | ... | root index |
+                                \\_ the template's bytes, patched | each dataset's rows, 8-aligned
+
+    the template: each dataset's object header; each group's names (local heap), symbol-table
+    nodes and B-tree; the group's object header (with the attributes for the episode's group)
 
 The root group's index (its names, symbol-table nodes, B-tree and header) can only be written
 once its names are known, sorted as HDF5 sorts them; it is written at ``close`` and also by
