@@ -162,3 +162,19 @@ def test_a_writer_that_never_closes_leaves_a_file_with_the_indexed_episodes(tmp_
     with h5py.File(path, "r") as file:
         assert len(file) == 11
     assert writer.bytes_written() == path.stat().st_size
+
+
+def test_pieces_that_do_not_add_up_to_the_length_raise_and_leave_no_trace(tmp_path: Path) -> None:
+    from vecenv.errors import InvalidStateError
+
+    path = tmp_path / "short.hdf5"
+    writer = Hdf5EpisodeFile(path, spaces.Box(-1, 1, (1,), np.float32), spaces.Discrete(2))
+    one = ([np.zeros((2, 1), np.float32)], [np.zeros(1, np.int64)], [np.ones(1), [False], [True]])
+    writer.write(0, None, 1, iter([one]))
+    size = writer.bytes_written()
+    with pytest.raises(InvalidStateError, match=r"held \[2, 1, 1, 1, 1\] rows per dataset, expected \[4, 3, 3, 3, 3\]"):
+        writer.write(1, None, 3, iter([one]))
+    assert path.stat().st_size == size == writer.bytes_written()
+    writer.close()
+    with h5py.File(path, "r") as file:
+        assert list(file) == ["episode_0"]

@@ -42,6 +42,7 @@ from typing import TypeAlias
 import numpy as np
 from gymnasium import spaces
 
+from vecenv.errors import InvalidStateError
 from vecenv.spaces import leaf_layout
 
 UNDEFINED = 0xFFFF_FFFF_FFFF_FFFF  # HDF5's undefined address
@@ -89,7 +90,7 @@ def hdf5_type(dtype: np.dtype) -> bytes:
 
     encoded = h5t.py_create(np.dtype(dtype), logical=True).encode()
     if encoded[0] != _DATATYPE:
-        raise RuntimeError(f"h5py encoded {dtype} as an unexpected message {encoded[:2].hex()}")
+        raise InvalidStateError(f"h5py encoded {dtype} as an unexpected message {encoded[:2].hex()}")
     return bytes(encoded[2:])
 
 
@@ -361,7 +362,12 @@ class Hdf5EpisodeFile:
             writes = []
         _write_runs(self._fd, writes)
         if cursors != [start + size for start, size in extents]:
-            raise RuntimeError(f"an episode's pieces ended at {cursors}, expected {[s + n for s, n in extents]}")
+            got = [
+                (cursor - start) // max(leaf.row_bytes, 1)
+                for cursor, (start, _), leaf in zip(cursors, extents, self.leaves)
+            ]
+            want = [size // max(leaf.row_bytes, 1) for (_, size), leaf in zip(extents, self.leaves)]
+            raise InvalidStateError(f"Minari output: an episode's pieces held {got} rows per dataset, expected {want}")
 
     def _write_index(self) -> None:
         """The root group's index after the episodes, then the superblock pointing to it."""
