@@ -77,6 +77,9 @@ class _Slot:
 
 _Part: TypeAlias = bytes | _Address | _Slot
 _Buffer: TypeAlias = bytes | bytearray | memoryview  # what is written at an offset
+#: An episode's rows as pieces of (observation leaves, action leaves, [rewards, terminations,
+#: truncations]); the observation leaves of the last piece carry one more row, the final observation.
+EpisodePieces: TypeAlias = Iterator[tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]]
 
 
 def _padding(size: int) -> bytes:
@@ -309,7 +312,7 @@ class Hdf5EpisodeFile:
         index: int,
         seed: int | None,
         length: int,
-        pieces: Iterator[tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]],
+        pieces: EpisodePieces,
     ) -> None:
         """Write episode ``index`` of ``length`` steps from pieces of (observation leaves, action
         leaves, [rewards, terminations, truncations]) rows; the observation leaves of the last
@@ -346,7 +349,7 @@ class Hdf5EpisodeFile:
         header: bytearray,
         base: int,
         extents: list[tuple[int, int]],
-        pieces: Iterator[tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]],
+        pieces: EpisodePieces,
     ) -> None:
         """The header, the padding after each dataset, then each piece's rows at their datasets'
         places: one ``pwritev`` for an episode that comes in one piece (the usual case)."""

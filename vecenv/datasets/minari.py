@@ -36,7 +36,7 @@ from vecenv.checks import seed_list
 from vecenv.datasets.dataset import Dataset, load
 from vecenv.datasets.errors import KEYWORDS, MinariNotInstalledError, OptionNames, OutputExistsError
 from vecenv.datasets.format import space_from_description
-from vecenv.datasets.hdf5_episodes import Hdf5EpisodeFile
+from vecenv.datasets.hdf5_episodes import EpisodePieces, Hdf5EpisodeFile
 from vecenv.datasets.sinks import OPEN_EPISODES, EpisodeSummary, with_last
 from vecenv.datasets.writer import FLUSH_INTERVAL_S, chunk_rows, now
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError
@@ -168,7 +168,7 @@ class _ArrowEpisodes:
         index: int,
         seed: int | None,
         length: int,
-        pieces: Iterator[tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]],
+        pieces: EpisodePieces,
     ) -> None:
         """Write episode ``index`` (as ``Hdf5EpisodeFile.write``)."""
         parts = list(pieces)
@@ -303,7 +303,7 @@ class MinariSink:
         piece's final ``next_observations`` row becoming Minari's final observation."""
         k, a = self._obs, self._act
 
-        def minari_pieces() -> Iterator[tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]]:
+        def minari_pieces() -> EpisodePieces:
             for piece, last in with_last(pieces):
                 observations = piece[:k]
                 if last:
