@@ -158,7 +158,9 @@ def test_a_writer_that_never_closes_leaves_a_file_with_the_indexed_episodes(tmp_
     with h5py.File(path, "r") as file:
         assert sorted(file, key=lambda n: int(n.split("_")[1])) == [f"episode_{i}" for i in range(8)]
         assert file["episode_7/truncations"][0]
+    assert writer.readable_counts() == (8, 8)  # what Minari's counts say meanwhile
     writer.close()
+    assert writer.readable_counts() == (11, 11)
     with h5py.File(path, "r") as file:
         assert len(file) == 11
     assert writer.bytes_written() == path.stat().st_size

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -607,3 +610,42 @@ def test_minari_appends_its_own_episodes_to_a_collected_dataset() -> None:
     np.testing.assert_array_equal(episodes[5].observations, observations)
     assert list(episodes[5].terminations) == terminations
     minari_checks("append/counter-v0")
+
+
+@pytest.mark.timeout(120)
+def test_a_collection_killed_outright_leaves_a_dataset_minari_loads_whole(tmp_path: Path) -> None:
+    """SIGKILL to the whole command mid-run: no finalize, no close. Minari's counts follow what
+    the HDF5 file's last index holds, so the dataset loads and every episode it counts reads."""
+    root = tmp_path / "minari-root"
+    command = [sys.executable, "-m", "vecenv.datasets", "--env", "CartPole-v1", "--steps", "50000000"]
+    command += ["--format", "minari", "--dataset-id", "killed/cart-v0", "--quiet"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MINARI_DATASETS_PATH": str(root)}
+    process = subprocess.Popen(command, cwd=tmp_path, env=env, start_new_session=True, stderr=subprocess.PIPE)
+    metadata = root / "killed" / "cart-v0" / "data" / "metadata.json"
+    counted, updates = 0, set()
+    try:
+        deadline = time.monotonic() + 90
+        # Killed after its counts were written a third time: by then episodes are written that
+        # the file's last index (made when the count doubled) does not hold yet.
+        while len(updates) < 3 and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # polling the file the run updates about once a second
+            try:
+                stamp = metadata.stat().st_mtime_ns
+                counted = json.loads(metadata.read_text()).get("total_episodes") or 0
+            except (FileNotFoundError, json.JSONDecodeError):
+                continue
+            if counted:
+                updates.add(stamp)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        _, stderr = process.communicate(timeout=30)
+    assert process.returncode == -signal.SIGKILL, stderr.decode()
+    assert len(updates) == 3 and counted > 0, "the run did not report its episodes three times"
+    loaded = minari.load_dataset("killed/cart-v0")
+    assert "vecenv" not in loaded.storage.metadata  # written by finalize alone, which never ran
+    episodes = list(loaded.iterate_episodes())
+    assert len(episodes) == loaded.total_episodes >= counted
+    assert sum(len(e.actions) for e in episodes) == loaded.total_steps
+    assert all(e.terminations[-1] or e.truncations[-1] for e in episodes)
+    assert all(len(e.observations) == len(e.actions) + 1 for e in episodes)

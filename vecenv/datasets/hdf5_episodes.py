@@ -291,7 +291,9 @@ class Hdf5EpisodeFile:
         self._end = _SUPERBLOCK_SIZE
         # Per episode, its root symbol-table entry: (name, header, B-tree, heap) addresses.
         self._entries: list[tuple[bytes, int, int, int]] = []
+        self._steps = 0  # of every episode written
         self._indexed = -1  # episodes in the index the superblock points to (-1: none yet)
+        self._indexed_steps = 0
         self._write_index()  # an empty file is a valid, empty HDF5 file
 
     def _template(self, seed: int | None) -> _EpisodeTemplate:
@@ -340,6 +342,7 @@ class Hdf5EpisodeFile:
             os.ftruncate(self._fd, base)
             raise
         self._end = at
+        self._steps += length
         self._entries.append(
             (f"episode_{index}".encode(), base + template.header, base + template.btree, base + template.heap)
         )
@@ -388,7 +391,7 @@ class Hdf5EpisodeFile:
         superblock += struct.pack("<QQQQ", 0, UNDEFINED, self._end, UNDEFINED)
         superblock += struct.pack("<QQII", 0, base + header, 1, 0) + struct.pack("<QQ", base + btree, base + heap)
         _write_runs(self._fd, [(0, superblock)])
-        self._indexed = len(self._entries)
+        self._indexed, self._indexed_steps = len(self._entries), self._steps
 
     def flush(self) -> None:
         """Index the episodes written so far if their count has doubled since the last index."""
@@ -409,6 +412,10 @@ class Hdf5EpisodeFile:
     def bytes_written(self) -> int:
         """The file's size."""
         return self._end
+
+    def readable_counts(self) -> tuple[int, int]:
+        """The episodes and steps a reader finds in the file now: those of its last index."""
+        return max(self._indexed, 0), self._indexed_steps
 
 
 def _write_runs(fd: int, writes: list[tuple[int, _Buffer]]) -> None:

@@ -161,6 +161,7 @@ class _ArrowEpisodes:
         self.pa = pyarrow
         self.path = path
         self._bytes = 0  # of every episode's files
+        self._episodes = self._steps = 0
         self.observation_space, self.action_space = observation_space, action_space
 
     def write(
@@ -197,6 +198,8 @@ class _ArrowEpisodes:
             text = json.dumps(metadata)
             (directory / "metadata.json").write_text(text)
             self._bytes += part.stat().st_size + len(text)
+            self._episodes += 1
+            self._steps += length
         except BaseException:  # Ctrl+C or a failed write: no half-written episode stays behind
             shutil.rmtree(directory, ignore_errors=True)
             raise
@@ -229,6 +232,10 @@ class _ArrowEpisodes:
         """The size of the episodes' files, counted as they were written (Minari's ``get_size``
         walks every file of the dataset: thousands of episode directories, each time)."""
         return self._bytes
+
+    def readable_counts(self) -> tuple[int, int]:
+        """The episodes and steps written: each is complete when ``write`` returns."""
+        return self._episodes, self._steps
 
 
 class MinariSink:
@@ -334,12 +341,15 @@ class MinariSink:
             self.dropped_transitions += summary.length
 
     def _flush(self) -> None:
-        """Make the file and Minari's counts agree with the episodes written so far (the size in
-        MB as Minari's ``get_size`` gives it, from the bytes written: finalize walks the files)."""
+        """Make Minari's counts say what a reader finds in the files now (the HDF5 file indexes
+        its episodes now and then: see ``Hdf5EpisodeFile.flush``), so a run killed outright
+        leaves a dataset that Minari loads whole; the size in MB as Minari's ``get_size`` gives
+        it, from the bytes written (finalize walks the files)."""
         self._file.flush()
+        episodes, steps = self._file.readable_counts()
         size = self._file.bytes_written() + (self.storage.data_path / "metadata.json").stat().st_size
         self.storage.update_metadata(
-            {"total_steps": self.transitions, "total_episodes": self.episodes, "dataset_size": round(size / 1e6, 1)}
+            {"total_steps": steps, "total_episodes": episodes, "dataset_size": round(size / 1e6, 1)}
         )
         self._last_flush = time.monotonic()
 
