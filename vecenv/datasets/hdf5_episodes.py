@@ -320,6 +320,7 @@ class Hdf5EpisodeFile:
         leaves, [rewards, terminations, truncations]) rows; the observation leaves of the last
         piece carry one more row, the final observation. A write cut short (Ctrl+C, an error)
         leaves nothing of the episode behind."""
+        seed = None if seed is None else int(seed)  # stored as h5py stores a Python int
         template = self._template(seed)
         base = self._end
         header = template.layout.placed(base)
