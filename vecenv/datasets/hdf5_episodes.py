@@ -199,13 +199,19 @@ class _Leaf:
 _Tree: TypeAlias = dict[bytes, "_Tree"] | int  # a group's children by name, or a leaf's index
 
 
+def _add_leaf(leaves: list[_Leaf], shape: tuple[int, ...], dtype: np.dtype, observation: bool) -> int:
+    """Append a dataset of rows of ``shape`` and ``dtype`` to ``leaves``; its index."""
+    row_bytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    leaves.append(_Leaf(shape, dtype, observation, row_bytes))
+    return len(leaves) - 1
+
+
 class _EpisodeTemplate:
     """The bytes of one episode's objects, laid out once: its group with the attributes ``id``,
     (``seed``) and ``total_steps``, subgroups for Dict and Tuple spaces, and a header per
     dataset; what differs per episode sits in slots."""
 
     def __init__(self, tree: dict[bytes, _Tree], leaves: list[_Leaf], attributes: list[tuple[bytes, np.dtype]]) -> None:
-        self.leaves = leaves
         self.layout = _Layout()
         header, cache = self._emit(tree, leaves, attributes)
         self.size = self.layout.here()
@@ -260,10 +266,7 @@ def _space_tree(space: spaces.Space, leaves: list[_Leaf], observation: bool) -> 
     if isinstance(space, spaces.Tuple):
         return {f"_index_{i}".encode(): _space_tree(sub, leaves, observation) for i, sub in enumerate(space.spaces)}
     ((_, *shape), dtype) = leaf_layout(space, 0)[0]
-    leaves.append(
-        _Leaf(tuple(shape), np.dtype(dtype), observation, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
-    )
-    return len(leaves) - 1
+    return _add_leaf(leaves, tuple(shape), np.dtype(dtype), observation)
 
 
 class Hdf5EpisodeFile:
@@ -277,24 +280,23 @@ class Hdf5EpisodeFile:
     """
 
     def __init__(self, path: Path, observation_space: spaces.Space, action_space: spaces.Space) -> None:
-        self.path = path
         self.leaves: list[_Leaf] = []
         self.tree: dict[bytes, _Tree] = {
             b"observations": _space_tree(observation_space, self.leaves, observation=True),
             b"actions": _space_tree(action_space, self.leaves, observation=False),
         }
         for name, dtype in ((b"rewards", np.float64), (b"terminations", np.bool_), (b"truncations", np.bool_)):
-            self.leaves.append(_Leaf((), np.dtype(dtype), observation=False, row_bytes=np.dtype(dtype).itemsize))
-            self.tree[name] = len(self.leaves) - 1
+            self.tree[name] = _add_leaf(self.leaves, (), np.dtype(dtype), observation=False)
         self._templates: dict[np.dtype | None, _EpisodeTemplate] = {}
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o644)
         self._end = _SUPERBLOCK_SIZE
         # Per episode, its root symbol-table entry: (name, header, B-tree, heap) addresses.
         self._entries: list[tuple[bytes, int, int, int]] = []
         self._steps = 0  # of every episode written
-        self._indexed = -1  # episodes in the index the superblock points to (-1: none yet)
-        self._indexed_steps = 0
-        self._write_index()  # an empty file is a valid, empty HDF5 file
+        # The episodes and steps in the index the superblock points to: none, in an empty file
+        # that is a valid HDF5 file from the start.
+        self._indexed = self._indexed_steps = 0
+        self._write_index()
 
     def _template(self, seed: int | None) -> _EpisodeTemplate:
         """The template for an episode with no seed, or with a seed of the dtype h5py gives it
@@ -416,7 +418,7 @@ class Hdf5EpisodeFile:
 
     def readable_counts(self) -> tuple[int, int]:
         """The episodes and steps a reader finds in the file now: those of its last index."""
-        return max(self._indexed, 0), self._indexed_steps
+        return self._indexed, self._indexed_steps
 
 
 def _write_runs(fd: int, writes: list[tuple[int, _Buffer]]) -> None:
