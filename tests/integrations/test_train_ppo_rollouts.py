@@ -62,6 +62,43 @@ def test_a_few_updates_run_with_finite_losses_and_advancing_weights(tmp_path: Pa
         assert versions == [1, 2, 3, 4], versions
 
 
+TIMELINE = SCRIPT.with_name("rollout_timeline.py")
+
+
+@pytest.mark.timeout(240)
+def test_the_rollout_timeline_times_every_setting_and_the_sync_trainer() -> None:
+    """scripts/rollout_timeline.py: a row for each setting, with the step counts it ran and
+    finite, positive times; the slope and the SyncVectorEnv trainer's collection below it."""
+    proc = subprocess.run(
+        [sys.executable, str(TIMELINE), "--total-timesteps", "512", "--long-steps", "64", "--idle-ms", "5"],
+        capture_output=True,
+        text=True,
+        timeout=220,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line.strip("|").split("|") for line in proc.stdout.splitlines() if line.startswith("| ")][1:]
+    assert [(r[0].strip(), int(r[1])) for r in rows] == [
+        ("in the trainer (a PPO update between)", 32),
+        ("idle 5 ms between", 32),
+        ("back to back", 32),
+        ("back to back", 64),
+    ], proc.stdout
+    for row in rows:
+        per_rollout, per_step, cpu = (float(row[i].replace(",", "")) for i in (2, 3, 5))
+        assert per_rollout > 0 and per_step > 0 and cpu >= 0 and math.isfinite(float(row[4])), row
+    assert "Per vector step (the slope between 32 and 64 steps)" in proc.stdout
+    assert "The trainer stepping SyncVectorEnv:" in proc.stdout
+
+
+@pytest.mark.timeout(150)
+def test_the_rollout_timeline_refuses_long_rollouts_no_longer_than_the_trainers() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(TIMELINE), "--long-steps", "32"], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2
+    assert "--long-steps must be more than the trainer's 32 steps per rollout, got 32" in proc.stderr
+
+
 def _episodes(out: Path) -> list[tuple[str, str, str]]:
     with open(out / "episodes.csv", newline="") as f:
         return [(row["env_step"], row["env_index"], row["episode_return"]) for row in csv.DictReader(f)]
