@@ -24,6 +24,7 @@ import tempfile
 SCRIPT = pathlib.Path(__file__).resolve().with_name("train_ppo_rollouts.py")
 CONFIGS = {
     "rollout": ["--collect", "rollout"],
+    "rollout-pinned": ["--collect", "rollout", "--pin-cpus"],
     "rollout-overlap": ["--collect", "rollout", "--overlap"],
     "step-vecenv": ["--collect", "step", "--vector", "vecenv"],
     "step-sync": ["--collect", "step", "--vector", "sync"],

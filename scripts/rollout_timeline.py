@@ -4,7 +4,8 @@
     python scripts/rollout_timeline.py --total-timesteps 30000 --long-steps 512
 
 Times every ``envs.rollout`` call of ``scripts/train_ppo_rollouts.py``'s MLP policy (its numpy
-copy in 2 workers, 8 CartPole envs, the trainer's defaults), in four settings:
+copy in 2 workers, 8 CartPole envs, the trainer's defaults; ``--pin-cpus`` pins each worker to a
+core of its own), in four settings:
 
 - ``trainer``: inside the trainer itself (``train_ppo_rollouts.train``, rollouts of its 32
   steps), a PPO update between one rollout and the next;
@@ -87,6 +88,8 @@ def _trainer_args(args: argparse.Namespace, out: pathlib.Path | None, collect: s
     argv = ["--collect", collect, "--quiet", "--seed", str(args.seed), "--total-timesteps", str(args.total_timesteps)]
     if collect == "step":
         argv += ["--vector", "sync"]
+    elif args.pin_cpus:
+        argv += ["--pin-cpus"]
     if out is not None:
         argv += ["--out", str(out)]
     return trainer.parse_args(argv)
@@ -136,6 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--long-steps", type=int, default=512, help="steps of the long rollouts (default: %(default)s)")
     p.add_argument("--idle-ms", type=float, default=20.0, help="sleep between the idle rollouts (default: %(default)s)")
     p.add_argument("--seed", type=int, default=1, help="seed of the trainer and the envs (default: %(default)s)")
+    p.add_argument("--pin-cpus", action="store_true", help="pin the workers to a core each (the trainer's --pin-cpus)")
     p.add_argument("--no-sync", action="store_true", help="skip the SyncVectorEnv comparison")
     args = p.parse_args(argv)
     steps = trainer.parse_args([]).num_steps

@@ -102,6 +102,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     g.add_argument("--overlap", action="store_true", help="collect the next rollout while updating")
     g.add_argument("--num-envs", type=int, default=8, help="envs stepped in parallel")
     g.add_argument("--num-workers", type=int, default=2, help="vecenv worker processes (0: all in this process)")
+    g.add_argument(
+        "--pin-cpus",
+        action="store_true",
+        help="vecenv: pin worker w to the w-th core this process may use (SubprocVectorEnv's pin_cpus)",
+    )
     g.add_argument("--seed", type=int, default=1, help="seeds torch, the samplers and the envs")
     g.add_argument("--total-timesteps", type=int, default=100_000, help="env steps to train for")
     g.add_argument("--env-step-ms", type=float, default=0.0, help="extra CPU time burnt in each env step")
@@ -158,7 +163,7 @@ def make_envs(args: argparse.Namespace) -> gym.vector.VectorEnv:
     mode = gym.vector.AutoresetMode.SAME_STEP
     if args.vector == "sync":
         return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
-    return vecenv.SubprocVectorEnv(fns, args.num_workers, autoreset_mode=mode)
+    return vecenv.SubprocVectorEnv(fns, args.num_workers, autoreset_mode=mode, pin_cpus=args.pin_cpus)
 
 
 # -- the agents (torch, for learning) -----------------------------------------------------------
@@ -241,6 +246,10 @@ class NumpyActorCritic(WorkerPolicy):
     copy for every env) draw the same random numbers, and with the same seed take the same
     actions and train the same weights. Returns ``{"log_prob", "value"}`` beside the actions.
     The LSTM kind is recurrent: its state is ``(h, c)``, zeros at every episode start.
+
+    The weights travel as the copies use them: the actor and the critic fused into one MLP
+    (:func:`_fused_heads`), the LSTM's matrices transposed and its biases summed, made once
+    here per update rather than in every worker before every rollout.
     """
 
     def __init__(self, agent: nn.Module, kind: str, seed: int) -> None:
@@ -255,7 +264,19 @@ class NumpyActorCritic(WorkerPolicy):
         return state
 
     def weights(self) -> dict[str, np.ndarray]:
-        return {k: v.detach().numpy().copy() for k, v in self.agent.state_dict().items()}
+        """The learner's weights as the copies use them: ``layer{i}.weight`` and
+        ``layer{i}.bias`` of the fused MLP (weights transposed), and for the LSTM
+        ``cell.input``, ``cell.hidden`` (transposed) and ``cell.bias`` (both biases)."""
+        learned = {k: v.detach().numpy() for k, v in self.agent.state_dict().items()}
+        heads = _fused_heads(_linear_layers(learned, "actor"), _linear_layers(learned, "critic"))
+        out = {}
+        for i, (w, b) in enumerate(heads):
+            out[f"layer{i}.weight"], out[f"layer{i}.bias"] = w, b
+        if self.kind == "lstm":
+            out["cell.input"] = np.ascontiguousarray(learned["cell.weight_ih"].T)
+            out["cell.hidden"] = np.ascontiguousarray(learned["cell.weight_hh"].T)
+            out["cell.bias"] = learned["cell.bias_ih"] + learned["cell.bias_hh"]
+        return out
 
     def build(self, context: PolicyContext) -> PolicyRunner:
         rngs = [np.random.default_rng([self.seed, env]) for env in context.env_ids]
@@ -271,12 +292,13 @@ class _NumpyRunner(PolicyRunner):
         self.recurrent = kind == "lstm"
 
     def load_weights(self, weights: dict[str, np.ndarray]) -> None:
+        """Weights as :meth:`NumpyActorCritic.weights` gives them: nothing left to convert."""
+        layers = sum(1 for k in weights if k.startswith("layer") and k.endswith(".weight"))
+        self.heads = [(weights[f"layer{i}.weight"], weights[f"layer{i}.bias"]) for i in range(layers)]
+        self.n_actions = self.heads[-1][0].shape[1] - 1  # the last column is the value
         if self.kind == "lstm":
-            self.w_ih, self.w_hh = weights["cell.weight_ih"], weights["cell.weight_hh"]
-            self.bias = weights["cell.bias_ih"] + weights["cell.bias_hh"]
-        actor, critic = _linear_layers(weights, "actor"), _linear_layers(weights, "critic")
-        self.heads = _fused_heads(actor, critic)
-        self.n_actions = actor[-1][0].shape[0]
+            self.w_input, self.w_hidden = weights["cell.input"], weights["cell.hidden"]
+            self.bias = weights["cell.bias"]
 
     def _sample(self, out: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Actions sampled from the logits in ``out[:, :-1]``, their log-probabilities and the
@@ -308,7 +330,7 @@ class _NumpyRunner(PolicyRunner):
 
     def act_with_state(self, observations: Any, state: Any, active: np.ndarray | None) -> tuple[Any, Any, Any]:
         h, c = state
-        gates = np.asarray(observations, np.float32) @ self.w_ih.T + h @ self.w_hh.T + self.bias
+        gates = np.asarray(observations, np.float32) @ self.w_input + h @ self.w_hidden + self.bias
         i, f, g, o = np.split(gates, 4, axis=1)
         c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
         h = _sigmoid(o) * np.tanh(c)
