@@ -10,6 +10,8 @@ recorded.
 from __future__ import annotations
 
 import functools
+import os
+import signal
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -25,7 +27,7 @@ from tests.helpers.envs import diff_env_fns, greedy_module
 from tests.helpers.faults import FaultEnv, fault_fns, healthy_fns, transport_of
 from vecenv.errors import RemoteTraceback, WorkerDiedError
 from vecenv.parent.replies import InfoMerger
-from vecenv.policies import FunctionPolicy, RandomPolicy
+from vecenv.policies import FunctionPolicy, PolicyContext, PolicyRunner, RandomPolicy, WorkerPolicy
 from vecenv.spaces import tree_leaves, tree_map
 
 MODES = [pytest.param(m, id=m.value) for m in AutoresetMode]
@@ -258,6 +260,68 @@ def test_torch_module_runs_in_workers_and_takes_new_weights() -> None:
         assert (envs.rollout(3, module).actions == 1).all()
         envs.update_policy_weights({"linear.weight": torch.zeros(4, 3), "linear.bias": torch.tensor([0.0, 0, 0, 9])})
         assert (envs.rollout(3, module).actions == 3).all()
+
+
+class CountedWeights:
+    """Weights that count how often this process pickles them."""
+
+    pickled = 0
+
+    def __init__(self, action: int) -> None:
+        self.action = action
+
+    def __reduce__(self) -> tuple[type, tuple[int]]:
+        CountedWeights.pickled += 1
+        return CountedWeights, (self.action,)
+
+
+class ConstantPolicy(WorkerPolicy):
+    """Every env takes ``action``; its weights are the action."""
+
+    name = "constant"
+
+    def __init__(self) -> None:
+        self.action = 0
+
+    def build(self, context: PolicyContext) -> PolicyRunner:
+        return _Constant()
+
+    def weights(self) -> CountedWeights:
+        return CountedWeights(self.action)
+
+
+class _Constant(PolicyRunner):
+    def __init__(self) -> None:
+        self.action = 0
+
+    def load_weights(self, weights: CountedWeights) -> None:
+        self.action = weights.action
+
+    def act(self, observations: Any, active: np.ndarray | None) -> np.ndarray:
+        return np.full(len(observations), self.action, np.int64)
+
+
+@pytest.mark.timeout(120)
+def test_new_weights_are_pickled_once_for_every_worker_and_reach_each() -> None:
+    """A rollout's command is pickled per worker; the weights in it once per update, however
+    many workers take them, and a worker restarted later gets the same bytes."""
+    policy = ConstantPolicy()
+    with make(diff_env_fns(6, act_kind="discrete"), 3, on_worker_death="restart") as envs:
+        envs.reset(seed=0)
+        assert (envs.rollout(2, policy).actions == 0).all()
+        for action in (1, 0, 1):
+            policy.action = action
+            envs.update_policy_weights()
+            before = CountedWeights.pickled
+            assert (envs.rollout(3, policy).actions == action).all()
+            assert CountedWeights.pickled == before + 1
+        process = transport_of(envs).processes[1]  # its replacement gets the policy and the same weights
+        os.kill(process.pid, signal.SIGKILL)
+        process.join(30)
+        before = CountedWeights.pickled
+        got = envs.rollout(4, policy)
+        assert envs.restart_count == 1 and (got.actions == 1).all()
+        assert CountedWeights.pickled == before
 
 
 @pytest.mark.timeout(180)

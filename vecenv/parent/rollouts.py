@@ -49,7 +49,7 @@ from vecenv.policy_outputs import PolicyOutputs, as_state, check_state, join_sta
 from vecenv.spaces import is_fixed, tree_copy, tree_leaves, tree_map
 from vecenv.wire.buffers import Buffers, layout_nbytes
 from vecenv.wire.memory import check_block
-from vecenv.wire.protocol import Command, RolloutArgs, RolloutBlockArgs, RolloutReply
+from vecenv.wire.protocol import Command, PickledWeights, RolloutArgs, RolloutBlockArgs, RolloutReply
 from vecenv.wire.rollout_buffers import RolloutBuffers, RolloutSpec
 
 __all__ = ["Rollout", "Rollouts", "RolloutMethods"]
@@ -185,6 +185,7 @@ class Rollouts:
         self._policy: WorkerPolicy | None = None
         self._policy_number = 0
         self._weights: Any = None  # newer than the policy's own, or None
+        self._pickled: PickledWeights | None = None  # _weights, pickled once for every worker
         self._version = 0  # bumped by every new policy and every new weights
         self._sent_version = 0  # the version the rollout in flight was sent with
         self._outputs = PolicyOutputs()  # the current policy's extras and whether it is recurrent
@@ -205,7 +206,7 @@ class Rollouts:
         self._given, self._policy, self._outputs = policy, adopted, outputs
         self._policy_number += 1
         self._version += 1
-        self._weights = None
+        self._weights = self._pickled = None
         self._state, self._fresh_state = None, False
         return adopted
 
@@ -241,6 +242,7 @@ class Rollouts:
         # Checked before anything changes: weights the copies cannot load are refused here, and
         # the copies keep the weights they had (WeightsMismatchError, TypeError).
         self._weights = self._policy.weights() if weights is None else self._policy.check_weights(weights)
+        self._pickled = None
         self._version += 1
 
     @property
@@ -259,10 +261,17 @@ class Rollouts:
             num_steps,
             first_step,
             self._policy if send_policy else None,
-            self._weights if send_weights else None,
+            self._pickled_weights() if send_weights else None,
             state,
             first_step == 0 and self._fresh_state,
         )
+
+    def _pickled_weights(self) -> PickledWeights:
+        """The new weights as the workers get them, pickled at their first send and reused for
+        every other worker and any later send of the same version (a replacement worker)."""
+        if self._pickled is None:
+            self._pickled = PickledWeights.of(self._weights)
+        return self._pickled
 
     def _sent(self, workers: Sequence[WorkerRecord]) -> None:
         """``workers`` hold the current policy, weights and state once they answered."""

@@ -47,6 +47,7 @@ __all__ = [
     "StepReply",
     "RolloutBlockArgs",
     "RolloutArgs",
+    "PickledWeights",
     "RolloutInfoEntries",
     "RolloutReply",
     "WithFd",
@@ -209,7 +210,8 @@ class RolloutArgs:
         first_step: rows before it are written by the parent (a restarted group's row 0).
         policy: a :class:`vecenv.policies.WorkerPolicy` to install first (it replaces the one
             held), or ``None``: keep the installed one.
-        weights: new weights for the installed policy, loaded before the first step, or ``None``.
+        weights: new weights for the installed policy (:class:`PickledWeights`), loaded before
+            the first step, or ``None``.
         state: a recurrent policy's state for this worker's envs (rows in env order), set
             before the first step, or ``None``: keep the state the worker carries.
         fresh_state: set every env's state to the policy's initial state first.
@@ -221,9 +223,34 @@ class RolloutArgs:
     num_steps: int
     first_step: int = 0
     policy: Any = None
-    weights: Any = None
+    weights: PickledWeights | None = None
     state: Any = None
     fresh_state: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class PickledWeights:
+    """A policy's new weights, pickled once in the parent for every worker they go to.
+
+    A rollout's command is pickled once per worker; weights inside it as they are (a torch
+    ``state_dict`` of a few MiB takes milliseconds to pickle) would be pickled again for each.
+    As bytes, each worker's command copies them instead, and the worker unpickles them when it
+    loads them (:meth:`load`).
+    """
+
+    data: bytes
+
+    @classmethod
+    def of(cls, weights: Any) -> PickledWeights:
+        """``weights`` pickled, or cloudpickled when plain pickle cannot; raises what cloudpickle
+        raises (before anything is sent)."""
+        try:
+            return cls(_dumps(weights))
+        except Exception:
+            return cls(cloudpickle.dumps(weights, pickle.HIGHEST_PROTOCOL))
+
+    def load(self) -> Any:
+        return pickle.loads(self.data)
 
 
 #: ``(step within the rollout, local env index, info dict)``, in the order each step's

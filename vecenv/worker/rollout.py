@@ -190,7 +190,7 @@ class GroupRollouts:
         if policy is None:
             raise InvalidStateError("a rollout came before its policy")
         if args.weights is not None:
-            policy.load_weights(args.weights)
+            policy.load_weights(args.weights.load())
         if args.fresh_state:
             self._restart_state(np.ones(self.group.num_envs, np.bool_))
         if args.state is not None:
