@@ -1,0 +1,106 @@
+"""What pushing new weights to the workers costs the training process, per rollout.
+
+    python scripts/weights_push.py                                  # ~1 minute
+    python scripts/weights_push.py --workers 2,8 --hidden 64,1024 --rounds 30
+
+A learner that trains with the policy in the workers calls ``update_policy_weights()`` after
+each update and then ``rollout_async`` (or ``rollout``): the new weights travel with the
+rollout's command to every worker. For each worker count (``--workers``, CartPole, 2 envs per
+worker) and each size of a torch MLP policy (``--hidden`` units in its two hidden layers; 64 is
+~4,600 parameters, 1,024 ~1.05 million, 4.2 MB), this times, in the training process:
+
+- ``update``: ``update_policy_weights()`` (reading the module's ``state_dict``);
+- ``send``: ``rollout_async(2, policy)`` right after it: the weights encoded and written to
+  every worker;
+
+and, for comparison, the same ``rollout_async`` when no new weights go out. Medians over
+``--rounds`` rollouts (each collected with ``rollout_wait`` before the next round).
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # also runs from a checkout
+import vecenv  # noqa: E402
+
+try:
+    import torch
+    from torch import nn
+except ImportError:  # pragma: no cover - the message is the point
+    raise SystemExit('weights_push.py needs torch: pip install -e ".[train]"') from None
+
+
+class MLP(nn.Module):
+    """CartPole's observations to the argmax of two logits, through two hidden layers."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh())
+        self.head = nn.Linear(hidden, 2)
+
+    def forward(self, observations: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(observations)).argmax(-1)
+
+
+def measure(workers: int, hidden: int, rounds: int) -> tuple[float, float, float, float]:
+    """(MB of weights, update ms, send ms with new weights, send ms without), medians."""
+    module = MLP(hidden)
+    megabytes = sum(p.numel() * p.element_size() for p in module.parameters()) / 1e6
+    updates, sends, plain = [], [], []
+    with vecenv.make("CartPole-v1", 2 * workers, workers) as envs:
+        envs.reset(seed=0)
+        envs.rollout(2, module)  # installs the policy in every worker
+        for _ in range(rounds):
+            start = time.perf_counter()
+            envs.update_policy_weights()
+            sent = time.perf_counter()
+            envs.rollout_async(2, module)
+            done = time.perf_counter()
+            envs.rollout_wait()
+            updates.append(sent - start)
+            sends.append(done - sent)
+            start = time.perf_counter()
+            envs.rollout_async(2, module)
+            plain.append(time.perf_counter() - start)
+            envs.rollout_wait()
+    return megabytes, *(statistics.median(t) * 1e3 for t in (updates, sends, plain))
+
+
+def _ints(text: str, name: str, parser: argparse.ArgumentParser) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v]
+    except ValueError:
+        parser.error(f"{name} takes comma-separated integers, got {text!r}")
+    if not values or min(values) < 1:
+        parser.error(f"{name} takes integers >= 1, got {text!r}")
+    return values
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workers", default="2,8,16", help="comma-separated worker counts (default: %(default)s)")
+    p.add_argument("--hidden", default="64,1024", help="comma-separated hidden sizes (default: %(default)s)")
+    p.add_argument("--rounds", type=int, default=20, help="rollouts per cell (default: %(default)s)")
+    args = p.parse_args(argv)
+    workers = _ints(args.workers, "--workers", p)
+    hidden = _ints(args.hidden, "--hidden", p)
+    if args.rounds < 1:
+        p.error(f"--rounds must be >= 1, got {args.rounds}")
+    torch.set_num_threads(1)
+    print("| workers | weights MB | update_policy_weights ms | rollout_async with them ms | without ms |")
+    print("|---:|---:|---:|---:|---:|")
+    for size in hidden:
+        for count in workers:
+            megabytes, update, send, plain = measure(count, size, args.rounds)
+            print(f"| {count} | {megabytes:.2f} | {update:.2f} | {send:.2f} | {plain:.2f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
