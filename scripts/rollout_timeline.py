@@ -9,7 +9,7 @@ core of its own), in four settings:
 
 - ``trainer``: inside the trainer itself (``train_ppo_rollouts.train``, rollouts of its 32
   steps), a PPO update between one rollout and the next;
-- ``idle``: the same rollouts with the process asleep for ``--idle-ms`` between them;
+- ``idle`` ("asleep"): the same rollouts with the process asleep for ``--idle-ms`` between them;
 - ``back-to-back``: the same rollouts one after the other;
 - ``long``: rollouts of ``--long-steps`` back to back.
 
@@ -40,8 +40,6 @@ from typing import Any
 import cloudpickle
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # also runs from a checkout
-
-SETTINGS = ("trainer", "idle", "back-to-back", "long")
 
 
 def _load_trainer() -> Any:
@@ -153,20 +151,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)  # as train_ppo_rollouts.py runs
+
+    def note(what: str) -> None:
+        print(f"timing {what} ...", file=sys.stderr, flush=True)
+
     with tempfile.TemporaryDirectory() as tmp:
-        runs = {
-            "trainer": (steps, in_trainer(args, pathlib.Path(tmp) / "rollout")),
-            "idle": (steps, in_a_loop(args, steps, args.idle_ms / 1e3)),
-            "back-to-back": (steps, in_a_loop(args, steps, 0.0)),
-            "long": (args.long_steps, in_a_loop(args, args.long_steps, 0.0)),
-        }
-        sync = None if args.no_sync else sync_collection_us(args, pathlib.Path(tmp) / "sync")
+        runs: dict[str, tuple[int, Timings]] = {}
+        note("the trainer's rollouts")
+        runs["trainer"] = (steps, in_trainer(args, pathlib.Path(tmp) / "rollout"))
+        note(f"rollouts {args.idle_ms:g} ms apart")
+        runs["idle"] = (steps, in_a_loop(args, steps, args.idle_ms / 1e3))
+        note(f"rollouts of {steps} steps back to back")
+        runs["back-to-back"] = (steps, in_a_loop(args, steps, 0.0))
+        note(f"rollouts of {args.long_steps} steps back to back")
+        runs["long"] = (args.long_steps, in_a_loop(args, args.long_steps, 0.0))
+        sync = None
+        if not args.no_sync:
+            note("the trainer stepping SyncVectorEnv")
+            sync = sync_collection_us(args, pathlib.Path(tmp) / "sync")
     medians = {name: (t, *timings.medians()) for name, (t, timings) in runs.items()}
     short, long_ = medians["back-to-back"], medians["long"]
     per_step = (long_[1] - short[1]) / (long_[0] - short[0])
     labels = {
         "trainer": "in the trainer (a PPO update between)",
-        "idle": f"idle {args.idle_ms:g} ms between",
+        "idle": f"asleep {args.idle_ms:g} ms between",
         "back-to-back": "back to back",
         "long": "back to back",
     }

@@ -79,7 +79,7 @@ def test_the_rollout_timeline_times_every_setting_and_the_sync_trainer() -> None
     rows = [line.strip("|").split("|") for line in proc.stdout.splitlines() if line.startswith("| ")][1:]
     assert [(r[0].strip(), int(r[1])) for r in rows] == [
         ("in the trainer (a PPO update between)", 32),
-        ("idle 5 ms between", 32),
+        ("asleep 5 ms between", 32),
         ("back to back", 32),
         ("back to back", 64),
     ], proc.stdout
