@@ -99,6 +99,23 @@ def test_the_rollout_timeline_refuses_long_rollouts_no_longer_than_the_trainers(
     assert "--long-steps must be more than the trainer's 32 steps per rollout, got 32" in proc.stderr
 
 
+@pytest.mark.timeout(150)
+def test_weights_push_times_each_cell() -> None:
+    """scripts/weights_push.py: a row per hidden size and worker count, the weights' size right."""
+    script = str(SCRIPT.with_name("weights_push.py"))
+    proc = subprocess.run(
+        [sys.executable, script, "--workers", "1,2", "--hidden", "64", "--rounds", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line.strip("|").split("|") for line in proc.stdout.splitlines() if line.startswith("| ")][1:]
+    megabytes = ((4 * 64 + 64) + (64 * 64 + 64) + (64 * 2 + 2)) * 4 / 1e6  # two hidden layers of 64, two logits
+    assert [(int(r[0]), float(r[1])) for r in rows] == [(1, round(megabytes, 2)), (2, round(megabytes, 2))], proc.stdout
+    assert all(float(v) >= 0 for r in rows for v in r[2:]), proc.stdout
+
+
 def _episodes(out: Path) -> list[tuple[str, str, str]]:
     with open(out / "episodes.csv", newline="") as f:
         return [(row["env_step"], row["env_index"], row["episode_return"]) for row in csv.DictReader(f)]
