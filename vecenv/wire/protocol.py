@@ -244,10 +244,7 @@ class PickledWeights:
     def of(cls, weights: Any) -> PickledWeights:
         """``weights`` pickled, or cloudpickled when plain pickle cannot; raises what cloudpickle
         raises (before anything is sent)."""
-        try:
-            return cls(_dumps(weights))
-        except Exception:
-            return cls(cloudpickle.dumps(weights, pickle.HIGHEST_PROTOCOL))
+        return cls(_dumps_any(weights))
 
     def load(self) -> Any:
         return pickle.loads(self.data)
@@ -291,6 +288,15 @@ def _dumps(value: Any) -> bytes:
     return pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
 
 
+def _dumps_any(value: Any) -> bytes:
+    """``value`` pickled, or cloudpickled when plain pickle cannot (a lambda); raises what
+    cloudpickle raises."""
+    try:
+        return _dumps(value)
+    except Exception:
+        return cloudpickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+
+
 def encode_command(command: Command, call_id: int, payload: Any, fd_follows: bool = False) -> bytes:
     """Bytes for one command; a payload-free command is the 10-byte header alone.
 
@@ -301,10 +307,7 @@ def encode_command(command: Command, call_id: int, payload: Any, fd_follows: boo
     """
     if payload is None:
         return _HEADER.pack(_BARE, command, call_id)
-    try:
-        data = _dumps(payload)
-    except Exception:
-        data = cloudpickle.dumps(payload, pickle.HIGHEST_PROTOCOL)
+    data = _dumps_any(payload)
     return _HEADER.pack(_PICKLED_FD if fd_follows else _PICKLED, command, call_id) + data
 
 
