@@ -10,10 +10,12 @@ worker) and each size of a torch MLP policy (``--hidden`` units in its two hidde
 ~4,600 parameters, 1,024 ~1.05 million, 4.2 MB), this times, in the training process:
 
 - ``update``: ``update_policy_weights()`` (reading the module's ``state_dict``);
-- ``send``: ``rollout_async(2, policy)`` right after it: the weights encoded and written to
+- ``send``: ``rollout_async(2, policy)`` right after it: the weights encoded and sent to
   every worker;
+- the whole rollout: that ``rollout_async`` and its ``rollout_wait`` (each worker loads the
+  weights before its first step);
 
-and, for comparison, the same ``rollout_async`` when no new weights go out. Medians over
+and, for comparison, the same calls when no new weights go out. Medians over
 ``--rounds`` rollouts (each collected with ``rollout_wait`` before the next round).
 """
 
@@ -48,11 +50,16 @@ class MLP(nn.Module):
         return self.head(self.body(observations)).argmax(-1)
 
 
-def measure(workers: int, hidden: int, rounds: int) -> tuple[float, float, float, float]:
-    """(MB of weights, update ms, send ms with new weights, send ms without), medians."""
+def measure(workers: int, hidden: int, rounds: int) -> tuple[float, float, float, float, float, float]:
+    """(MB of weights, then medians in ms: update, send with new weights, send without, whole
+    rollout with new weights, whole rollout without)."""
     module = MLP(hidden)
     megabytes = sum(p.numel() * p.element_size() for p in module.parameters()) / 1e6
-    updates, sends, plain = [], [], []
+    updates: list[float] = []
+    sends: list[float] = []
+    plain: list[float] = []
+    whole: list[float] = []
+    plain_whole: list[float] = []
     with vecenv.make("CartPole-v1", 2 * workers, workers) as envs:
         envs.reset(seed=0)
         envs.rollout(2, module)  # installs the policy in every worker
@@ -65,11 +72,13 @@ def measure(workers: int, hidden: int, rounds: int) -> tuple[float, float, float
             envs.rollout_wait()
             updates.append(sent - start)
             sends.append(done - sent)
+            whole.append(time.perf_counter() - sent)
             start = time.perf_counter()
             envs.rollout_async(2, module)
             plain.append(time.perf_counter() - start)
             envs.rollout_wait()
-    return megabytes, *(statistics.median(t) * 1e3 for t in (updates, sends, plain))
+            plain_whole.append(time.perf_counter() - start)
+    return megabytes, *(statistics.median(t) * 1e3 for t in (updates, sends, plain, whole, plain_whole))
 
 
 def _ints(text: str, name: str, parser: argparse.ArgumentParser) -> list[int]:
@@ -93,12 +102,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.rounds < 1:
         p.error(f"--rounds must be >= 1, got {args.rounds}")
     torch.set_num_threads(1)
-    print("| workers | weights MB | update_policy_weights ms | rollout_async with them ms | without ms |")
-    print("|---:|---:|---:|---:|---:|")
+    print(
+        "| workers | weights MB | update_policy_weights ms | rollout_async with them ms | without ms "
+        "| rollout_async + rollout_wait with them ms | without ms |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for size in hidden:
         for count in workers:
-            megabytes, update, send, plain = measure(count, size, args.rounds)
-            print(f"| {count} | {megabytes:.2f} | {update:.2f} | {send:.2f} | {plain:.2f} |", flush=True)
+            megabytes, *times = measure(count, size, args.rounds)
+            print(f"| {count} | {megabytes:.2f} | " + " | ".join(f"{t:.2f}" for t in times) + " |", flush=True)
     return 0
 
 

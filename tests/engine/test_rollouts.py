@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import pickle
 import signal
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +30,16 @@ from vecenv.errors import RemoteTraceback, WorkerDiedError
 from vecenv.parent.replies import InfoMerger
 from vecenv.policies import FunctionPolicy, PolicyContext, PolicyRunner, RandomPolicy, WorkerPolicy
 from vecenv.spaces import tree_leaves, tree_map
+from vecenv.wire.protocol import (
+    SHARED_WEIGHTS_BYTES,
+    Command,
+    PickledWeights,
+    RolloutArgs,
+    WithFd,
+    decode_command,
+    encode_for_pipe,
+    fd_follows,
+)
 
 MODES = [pytest.param(m, id=m.value) for m in AutoresetMode]
 N = 6
@@ -322,6 +333,98 @@ def test_new_weights_are_pickled_once_for_every_worker_and_reach_each() -> None:
         got = envs.rollout(4, policy)
         assert envs.restart_count == 1 and (got.actions == 1).all()
         assert CountedWeights.pickled == before
+
+
+class PaddedWeights(CountedWeights):
+    """Weights that pickle to more than ``SHARED_WEIGHTS_BYTES``: the action and padding."""
+
+    def __init__(self, action: int, padding: bytes = bytes(SHARED_WEIGHTS_BYTES)) -> None:
+        super().__init__(action)
+        self.padding = padding
+
+    def __reduce__(self) -> tuple[type, tuple[int, bytes]]:  # type: ignore[override]
+        CountedWeights.pickled += 1
+        return PaddedWeights, (self.action, self.padding)
+
+
+class PaddedPolicy(ConstantPolicy):
+    def weights(self) -> PaddedWeights:
+        return PaddedWeights(self.action)
+
+
+def shared_weights_fds() -> list[int]:
+    """This process's descriptors of weights' shared copies (memfds)."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}").startswith("/memfd:vecenv-weights"):
+                found.append(int(name))
+        except OSError:  # the listing's own descriptor, closed by now
+            pass
+    return found
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="the shared copy is a memfd (Linux)")
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("workers", [3, "inline", 0])
+def test_large_weights_travel_as_one_shared_copy_beside_each_command(
+    workers: int | str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Weights of more than ``SHARED_WEIGHTS_BYTES`` are written once into a sealed memfd whose
+    descriptor goes beside each worker's command, never inside it; every worker (a replacement
+    too) acts with them, and the parent keeps no copy of an older version, nor any after close."""
+    policy = PaddedPolicy()
+    commands: list[Any] = []
+    with make(diff_env_fns(6, act_kind="discrete"), workers, on_worker_death="restart") as envs:
+        transport = transport_of(envs)
+        send = transport.send
+        monkeypatch.setattr(transport, "send", lambda w, m, t=None: (commands.append(m), send(w, m, t))[1])
+        envs.reset(seed=0)
+        assert (envs.rollout(2, policy).actions == 0).all()
+        for action in (1, 2, 3, 1):
+            policy.action = action
+            envs.update_policy_weights()
+            before, commands[:] = CountedWeights.pickled, []
+            assert (envs.rollout(3, policy).actions == action).all()
+            assert CountedWeights.pickled == before + 1
+            rollouts = [
+                m for m in commands if decode_command(m.data if isinstance(m, WithFd) else m)[0] is Command.ROLLOUT
+            ]
+            assert len(rollouts) == len(envs.worker_pids)  # one per worker, the parent-hosted one too
+            assert all(isinstance(m, WithFd) and len(m.data) < 1024 for m in rollouts), [
+                len(getattr(m, "data", m)) for m in rollouts
+            ]
+            assert len(shared_weights_fds()) == 1, "the newest version's copy only"
+        if workers == 3:
+            process = transport.processes[1]  # its replacement gets the same copy
+            os.kill(process.pid, signal.SIGKILL)
+            process.join(30)
+            got = envs.rollout(4, policy)
+            assert envs.restart_count == 1 and (got.actions == 1).all()
+    assert shared_weights_fds() == []
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="the shared copy is a memfd (Linux)")
+def test_shared_weights_are_sealed_and_small_weights_stay_inside_the_command() -> None:
+    small, large = PickledWeights.of(PaddedWeights(1, b"")), PickledWeights.of(PaddedWeights(2))
+    try:
+        assert small.shared_fd() is None
+        message = encode_for_pipe(Command.ROLLOUT, 7, RolloutArgs(3, weights=small))
+        assert isinstance(message, bytes) and not fd_follows(message)
+        message = encode_for_pipe(Command.ROLLOUT, 7, RolloutArgs(3, weights=large))
+        assert isinstance(message, WithFd) and fd_follows(message.data) and len(message.data) < 1024
+        assert message.fd == large.shared_fd(), "made once, at the first send"
+        with pytest.raises(PermissionError):
+            os.pwrite(message.fd, b"x", 0)
+        with pytest.raises(PermissionError):
+            os.ftruncate(message.fd, 1)
+        command, call_id, load = decode_command(message.data)
+        received = load().with_fd(os.dup(message.fd))
+        assert (command, call_id) == (Command.ROLLOUT, 7) and received.weights.load().action == 2
+        assert pickle.loads(pickle.dumps(large)).data == large.data, "pickled (Ray): the bytes travel"
+    finally:
+        large.close()
+    assert shared_weights_fds() == []
 
 
 @pytest.mark.timeout(180)

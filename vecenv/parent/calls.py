@@ -195,7 +195,8 @@ class CallRunner:
     # -- blocks and closing ------------------------------------------------------------------
 
     def keep_block(self, block: Any) -> None:
-        """Another block the workers map (the rollout block): released at shutdown."""
+        """Another block the workers map (the rollout block, large weights' shared copy): closed
+        at shutdown."""
         self.pool.blocks.append(block)
 
     def drop_block(self, block: Any) -> None:

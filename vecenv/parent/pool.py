@@ -38,7 +38,7 @@ class WorkerPool:
         self.transport = transport
         self.workers = [WorkerRecord(i) for i in range(len(group_fns))]
         self.buffers: Buffers | None = None
-        #: Other blocks the workers map (the rollout block): released at shutdown, as ``buffers``.
+        #: Other blocks the workers map (the rollout block, weights): released at shutdown, as ``buffers``.
         self.blocks: list[Any] = []
         self.broken: WorkerDiedError | None = None
         self.restarter = restarter

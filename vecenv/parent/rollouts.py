@@ -206,7 +206,8 @@ class Rollouts:
         self._given, self._policy, self._outputs = policy, adopted, outputs
         self._policy_number += 1
         self._version += 1
-        self._weights = self._pickled = None
+        self._weights = None
+        self._forget_pickled()
         self._state, self._fresh_state = None, False
         return adopted
 
@@ -242,7 +243,7 @@ class Rollouts:
         # Checked before anything changes: weights the copies cannot load are refused here, and
         # the copies keep the weights they had (WeightsMismatchError, TypeError).
         self._weights = self._policy.weights() if weights is None else self._policy.check_weights(weights)
-        self._pickled = None
+        self._forget_pickled()
         self._version += 1
 
     @property
@@ -271,7 +272,15 @@ class Rollouts:
         every other worker and any later send of the same version (a replacement worker)."""
         if self._pickled is None:
             self._pickled = PickledWeights.of(self._weights)
+            self.runner.keep_block(self._pickled)  # its shared copy, if made, is closed at shutdown
         return self._pickled
+
+    def _forget_pickled(self) -> None:
+        """Drop the pickled weights (and close their shared copy): no command still to be sent
+        carries them (a rollout's command is never sent again; a replacement gets a new one)."""
+        if self._pickled is not None:
+            self.runner.drop_block(self._pickled)
+            self._pickled = None
 
     def _sent(self, workers: Sequence[WorkerRecord]) -> None:
         """``workers`` hold the current policy, weights and state once they answered."""

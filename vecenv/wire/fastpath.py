@@ -55,11 +55,11 @@ first cache line and those the worker writes in its second (no false sharing bet
 from __future__ import annotations
 
 import enum
-import os
 import platform
 import threading
 
 from vecenv.wire.buffers import HAVE_MEMFD, SharedBlock
+from vecenv.wire.memory import INHERITED_FDS
 
 __all__ = [
     "SUPPORTED",
@@ -70,7 +70,6 @@ __all__ = [
     "ControlBlock",
     "SpinBudget",
     "fence",
-    "INHERITED_FDS",
 ]
 
 #: Whether the fast path may run here: x86-64 (where :func:`fence` is a full barrier) and memfds.
@@ -102,8 +101,6 @@ REPLIES = 9  # replies the worker wrote to the pipe: a hint for the spinning par
 SLEEPING = 10  # 1 while the worker is blocked on its pipe, or about to be
 DONE_AT = 11  # time.perf_counter_ns() when DONE was last stored
 
-#: Descriptors of control blocks this process holds; a forked worker closes its copies first.
-INHERITED_FDS: set[int] = set()
 
 _FENCE = threading.Lock()
 
@@ -252,13 +249,3 @@ class SpinBudget:
         elif spun:
             self.backoff = min(self.MAX_SKIP, 2 * self.backoff or 1)
             self.skip = self.backoff
-
-
-def close_inherited() -> None:
-    """In a worker just forked: close the parent's control-block descriptors it inherited."""
-    for fd in list(INHERITED_FDS):
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-    INHERITED_FDS.clear()

@@ -14,6 +14,10 @@ The limits, each where the platform has it: the memory available (``MemAvailable
 (``memory.max`` less ``memory.current``, with its swap), the free space of ``/dev/shm`` for a
 named block, ``RLIMIT_FSIZE`` for a shared block (a larger ``ftruncate`` fails), and
 ``RLIMIT_AS`` less what this process maps already.
+
+It also keeps the descriptors this process holds to pass to workers (:data:`INHERITED_FDS`),
+which a worker started by ``fork`` closes first (:func:`close_inherited`): its copies would pin
+the blocks' memory for as long as it lives.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from collections.abc import Callable
 
 from vecenv.errors import MemoryLimitError
 
-__all__ = ["Limit", "memory_limits", "check_block", "format_bytes"]
+__all__ = ["Limit", "memory_limits", "check_block", "format_bytes", "INHERITED_FDS", "close_inherited"]
 
 #: (what the limit is, in words; bytes left under it)
 Limit = tuple[str, int]
@@ -170,3 +174,19 @@ def check_block(size: int, what: str, *, shared: bool, named: bool = False) -> N
             available=room,
             limit=name,
         )
+
+
+#: Descriptors this process holds to pass to workers: the fast path's control blocks
+#: (:mod:`vecenv.wire.fastpath`) and new weights' shared copies
+#: (:class:`~vecenv.wire.protocol.PickledWeights`).
+INHERITED_FDS: set[int] = set()
+
+
+def close_inherited() -> None:
+    """In a worker just forked: close the parent's descriptors of :data:`INHERITED_FDS`."""
+    for fd in list(INHERITED_FDS):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    INHERITED_FDS.clear()

@@ -20,6 +20,7 @@ lost reply.
 from __future__ import annotations
 
 import dataclasses
+import os
 import pickle
 import struct
 from collections.abc import Callable
@@ -31,6 +32,7 @@ import numpy as np
 from gymnasium import Space
 
 from vecenv.errors import PackedException
+from vecenv.wire.memory import INHERITED_FDS, check_block
 
 __all__ = [
     "Command",
@@ -48,6 +50,7 @@ __all__ = [
     "RolloutBlockArgs",
     "RolloutArgs",
     "PickledWeights",
+    "SHARED_WEIGHTS_BYTES",
     "RolloutInfoEntries",
     "RolloutReply",
     "WithFd",
@@ -200,6 +203,14 @@ class RolloutBlockArgs:
     spec: Any  # a vecenv.wire.rollout_buffers.RolloutSpec
     fd: int | None = None
 
+    def split_fd(self) -> tuple[RolloutBlockArgs, int | None]:
+        """Sender: the message to pickle and the descriptor to pass beside it (the block's)."""
+        return dataclasses.replace(self, fd=None), self.fd
+
+    def with_fd(self, fd: int) -> RolloutBlockArgs:
+        """Receiver: the message with the descriptor that came beside it (now its owner's)."""
+        return dataclasses.replace(self, fd=fd)
+
 
 @dataclasses.dataclass(frozen=True)
 class RolloutArgs:
@@ -227,18 +238,44 @@ class RolloutArgs:
     state: Any = None
     fresh_state: bool = False
 
+    def split_fd(self) -> tuple[RolloutArgs, int | None]:
+        """Sender: the message to pickle and the descriptor to pass beside it: large weights'
+        shared copy (:meth:`PickledWeights.shared_fd`), whose bytes then stay out of the message."""
+        fd = None if self.weights is None else self.weights.shared_fd()
+        if fd is None:
+            return self, None
+        return dataclasses.replace(self, weights=PickledWeights(b"")), fd
 
-@dataclasses.dataclass(frozen=True)
+    def with_fd(self, fd: int) -> RolloutArgs:
+        """Receiver: the weights read from the descriptor that came beside the message (closed)."""
+        return dataclasses.replace(self, weights=PickledWeights.read(fd))
+
+
+#: Weights that pickle to at least this many bytes reach worker processes as one shared copy
+#: (a sealed memfd each worker reads) instead of inside every worker's command: a command's
+#: bytes go down its worker's pipe a buffer at a time, each a wake-up of both sides.
+SHARED_WEIGHTS_BYTES = 64 * 1024
+
+
 class PickledWeights:
     """A policy's new weights, pickled once in the parent for every worker they go to.
 
     A rollout's command is pickled once per worker; weights inside it as they are (a torch
     ``state_dict`` of a few MiB takes milliseconds to pickle) would be pickled again for each.
     As bytes, each worker's command copies them instead, and the worker unpickles them when it
-    loads them (:meth:`load`).
+    loads them (:meth:`load`). Large weights going to worker processes travel once more cheaply:
+    the parent writes them once into a sealed memfd (:meth:`shared_fd`), whose descriptor is
+    passed beside each command, and each worker reads them from there (:meth:`read`).
     """
 
-    data: bytes
+    __slots__ = ("data", "_fd")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self._fd: int | None = None  # the parent's shared copy of data, made at its first use
+
+    def __reduce__(self) -> tuple[type[PickledWeights], tuple[bytes]]:
+        return PickledWeights, (self.data,)  # the bytes, never the parent's descriptor
 
     @classmethod
     def of(cls, weights: Any) -> PickledWeights:
@@ -248,6 +285,63 @@ class PickledWeights:
 
     def load(self) -> Any:
         return pickle.loads(self.data)
+
+    def shared_fd(self) -> int | None:
+        """Parent: a sealed memfd holding the bytes, made at the first call and kept until
+        :meth:`release`, for weights of at least :data:`SHARED_WEIGHTS_BYTES` where memfds
+        exist (Linux); ``None`` otherwise (the bytes go inside each command)."""
+        if self._fd is None and len(self.data) >= SHARED_WEIGHTS_BYTES and hasattr(os, "memfd_create"):
+            check_block(len(self.data), "the new weights' shared copy", shared=True)
+            self._fd = _sealed_memfd(self.data)
+            INHERITED_FDS.add(self._fd)  # a worker forked later closes its copy
+        return self._fd
+
+    def close(self) -> None:
+        """Parent: close the shared copy's descriptor (each worker sent it got its own)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            INHERITED_FDS.discard(fd)
+            os.close(fd)
+
+    @classmethod
+    def read(cls, fd: int) -> PickledWeights:
+        """Receiver: the weights in the memfd ``fd`` passed beside a command (closed here)."""
+        try:
+            size = os.fstat(fd).st_size
+            parts: list[bytes] = []
+            done = 0
+            while done < size:  # at offsets: every process sent it shares the file's position
+                part = os.pread(fd, size - done, done)
+                if not part:  # cannot happen to a sealed copy; unpickling the rest then fails
+                    break
+                parts.append(part)
+                done += len(part)
+            return cls(parts[0] if len(parts) == 1 else b"".join(parts))
+        finally:
+            os.close(fd)
+
+
+def _sealed_memfd(data: bytes) -> int:
+    """A new memfd holding ``data``, sealed: no process it is passed to can change or resize it."""
+    import fcntl  # memfds exist only on Linux, where fcntl does too
+
+    fd = os.memfd_create("vecenv-weights", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        view, written = memoryview(data), 0
+        while written < len(data):  # at offsets, leaving the file's shared position at 0
+            written += os.pwrite(fd, view[written:], written)
+        # The numbers are Linux's own, for a Python whose fcntl lacks the names.
+        seals = (
+            getattr(fcntl, "F_SEAL_SEAL", 1)
+            | getattr(fcntl, "F_SEAL_SHRINK", 2)
+            | getattr(fcntl, "F_SEAL_GROW", 4)
+            | getattr(fcntl, "F_SEAL_WRITE", 8)
+        )
+        fcntl.fcntl(fd, getattr(fcntl, "F_ADD_SEALS", 1033), seals)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 #: ``(step within the rollout, local env index, info dict)``, in the order each step's
@@ -313,18 +407,20 @@ def encode_command(command: Command, call_id: int, payload: Any, fd_follows: boo
 
 @dataclasses.dataclass(frozen=True)
 class WithFd:
-    """An encoded command and the descriptor to pass right after it (a memfd block)."""
+    """An encoded command and the descriptor to pass right after it (a memfd)."""
 
     data: bytes
     fd: int
 
 
 def encode_for_pipe(command: Command, call_id: int, payload: Any) -> bytes | WithFd:
-    """:func:`encode_command` for a transport that can pass descriptors: a
-    :class:`RolloutBlockArgs` holding the parent's descriptor of the block is sent without it,
-    and the descriptor is passed beside the message."""
-    if command is Command.ROLLOUT_BLOCK and isinstance(payload, RolloutBlockArgs) and payload.fd is not None:
-        return WithFd(encode_command(command, call_id, dataclasses.replace(payload, fd=None), True), payload.fd)
+    """:func:`encode_command` for a transport that can pass descriptors: a payload that holds
+    one for the worker (a :class:`RolloutBlockArgs`'s block, a :class:`RolloutArgs`'s large
+    weights) is sent without it, and the descriptor is passed beside the message."""
+    if isinstance(payload, RolloutBlockArgs | RolloutArgs):
+        message, fd = payload.split_fd()
+        if fd is not None:
+            return WithFd(encode_command(command, call_id, message, True), fd)
     return encode_command(command, call_id, payload)
 
 

@@ -202,8 +202,8 @@ class WorkerCore:
 
         The payload is loaded inside the guard: an argument that cannot be unpickled here is
         that call's error, with its traceback, and the worker carries on. ``fd``: a descriptor
-        that came with the command (a ``ROLLOUT_BLOCK``'s memfd); the payload receives it, and
-        it is closed if the command fails before taking it.
+        that came with the command (a ``ROLLOUT_BLOCK``'s memfd, a ``ROLLOUT``'s large weights):
+        the payload takes it (``with_fd``), and it is closed if the payload cannot be loaded.
         """
         group, rollouts = self.group, self.rollouts
         assert group is not None and rollouts is not None, "attach() comes before any command"
@@ -211,7 +211,8 @@ class WorkerCore:
         try:
             payload = load()
             if fd is not None:
-                payload, fd = dataclasses.replace(payload, fd=fd), None
+                taken, fd = fd, None  # the payload owns it now, even if taking it fails
+                payload = payload.with_fd(taken)
             return True, self._handlers[command](payload)
         except BaseException as exc:
             failure = rollouts.failure if command is Command.ROLLOUT else None

@@ -22,6 +22,7 @@ from vecenv.errors import PackedException
 from vecenv.wire import fastpath
 from vecenv.wire.buffers import Buffers, drop_inherited_mappings
 from vecenv.wire.fastpath import ControlBlock, SpinBudget, fence
+from vecenv.wire.memory import close_inherited
 from vecenv.wire.pipes import PARENT_ENDS, Spin
 from vecenv.wire.protocol import (
     WAKE_REPLY,
@@ -60,7 +61,7 @@ def _setup_process(options: WorkerOptions) -> None:
     drop_inherited_mappings()
     for conn in list(PARENT_ENDS):
         conn.close()
-    fastpath.close_inherited()
+    close_inherited()
     if options.cpu is not None:
         os.sched_setaffinity(0, {options.cpu})
     if options.threads is not None:
