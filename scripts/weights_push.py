@@ -2,6 +2,7 @@
 
     python scripts/weights_push.py                                  # ~1 minute
     python scripts/weights_push.py --workers 2,8 --hidden 64,1024 --rounds 30
+    python scripts/weights_push.py --backend ray --workers 2,8      # Ray actors on a local Ray
 
 A learner that trains with the policy in the workers calls ``update_policy_weights()`` after
 each update and then ``rollout_async`` (or ``rollout``): the new weights travel with the
@@ -50,7 +51,7 @@ class MLP(nn.Module):
         return self.head(self.body(observations)).argmax(-1)
 
 
-def measure(workers: int, hidden: int, rounds: int) -> tuple[float, float, float, float, float, float]:
+def measure(workers: int, hidden: int, rounds: int, backend: str) -> tuple[float, float, float, float, float, float]:
     """(MB of weights, then medians in ms: update, send with new weights, send without, whole
     rollout with new weights, whole rollout without)."""
     module = MLP(hidden)
@@ -60,7 +61,9 @@ def measure(workers: int, hidden: int, rounds: int) -> tuple[float, float, float
     plain: list[float] = []
     whole: list[float] = []
     plain_whole: list[float] = []
-    with vecenv.make("CartPole-v1", 2 * workers, workers) as envs:
+    # Ray actors take a fraction of a CPU each here, so that more of them than cores can start.
+    extra = {"actor_options": {"num_cpus": 0.1}} if backend == "ray" else {}
+    with vecenv.make("CartPole-v1", 2 * workers, workers, backend=backend, **extra) as envs:
         envs.reset(seed=0)
         envs.rollout(2, module)  # installs the policy in every worker
         for _ in range(rounds):
@@ -96,6 +99,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--workers", default="2,8,16", help="comma-separated worker counts (default: %(default)s)")
     p.add_argument("--hidden", default="64,1024", help="comma-separated hidden sizes (default: %(default)s)")
     p.add_argument("--rounds", type=int, default=20, help="rollouts per cell (default: %(default)s)")
+    p.add_argument(
+        "--backend",
+        choices=("process", "ray"),
+        default="process",
+        help="worker processes, or Ray actors on a local Ray (pip install -e '.[ray]') (default: %(default)s)",
+    )
     args = p.parse_args(argv)
     workers = _ints(args.workers, "--workers", p)
     hidden = _ints(args.hidden, "--hidden", p)
@@ -109,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for size in hidden:
         for count in workers:
-            megabytes, *times = measure(count, size, args.rounds)
+            megabytes, *times = measure(count, size, args.rounds, args.backend)
             print(f"| {count} | {megabytes:.2f} | " + " | ".join(f"{t:.2f}" for t in times) + " |", flush=True)
     return 0
 

@@ -43,6 +43,7 @@ from tests.helpers.faults import fault_fns, healthy_fns
 from tests.helpers.ray_sessions import RaySessions, _ray_sessions, ray, ray_cluster, ray_local, run_driver  # noqa: F401
 from vecenv.errors import NeedsResetError, RemoteTraceback, VecEnvTimeoutError, WorkerDiedError
 from vecenv.integrations.ray.vector_env import RayVectorEnv
+from vecenv.wire.protocol import SHARED_WEIGHTS_BYTES
 
 NEXT, SAME, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED
 #: Half a CPU per actor lets 4 groups run on the 2-CPU local Ray.
@@ -650,6 +651,37 @@ def test_rollout_extras_and_recurrent_state_match_a_row_wise_loop(ray_local: Ray
             assert_state_equal(envs.policy_state(), join_rows(ref.states), "policy_state")
     finally:
         ref.close()
+
+
+@pytest.mark.timeout(120)
+def test_new_weights_reach_every_actor_large_ones_put_once_per_version(
+    ray_local: RaySessions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small weights ride inside each actor's command; large ones are put into the object store
+    once per version and passed beside every command (a replacement actor's too)."""
+    from tests.engine.test_rollouts import ConstantPolicy, PaddedPolicy
+    from vecenv.integrations.ray import transport as ray_transport
+
+    puts: list[int] = []
+    put = ray_transport.ray.put
+    monkeypatch.setattr(ray_transport.ray, "put", lambda value, **kw: (puts.append(len(value)), put(value, **kw))[1])
+    fns = diff_env_fns(6, act_kind="discrete")
+    with RayVectorEnv(fns, 3, on_worker_death="restart", actor_options=HALF_CPU) as envs:
+        envs.reset(seed=0)
+        for policy, large in ((ConstantPolicy(), False), (PaddedPolicy(), True)):
+            assert (envs.rollout(2, policy).actions == 0).all()
+            for action in (1, 2):
+                policy.action = action
+                envs.update_policy_weights()
+                assert (envs.rollout(3, policy).actions == action).all(), (large, action)
+        assert len(puts) == 2 and min(puts) >= SHARED_WEIGHTS_BYTES, puts
+        os.kill(envs.actor_pids[1], signal.SIGKILL)
+        got = envs.rollout(4, policy)  # its first step is the restarted one where the death is seen
+        assert envs.restart_count == 1 and (got.actions[1:] == 2).all() and (got.actions[:, [0, 1, 4, 5]] == 2).all()
+        assert len(puts) == 2, "the replacement gets the object already put"
+        policy.action = 1
+        envs.update_policy_weights()
+        assert (envs.rollout(3, policy).actions == 1).all() and len(puts) == 3
 
 
 @pytest.mark.timeout(60)

@@ -238,22 +238,37 @@ class RolloutArgs:
     state: Any = None
     fresh_state: bool = False
 
+    @property
+    def large_weights(self) -> PickledWeights | None:
+        """New weights of at least :data:`SHARED_WEIGHTS_BYTES`, which a transport sends beside
+        the message (:meth:`without_weights`), or ``None``."""
+        weights = self.weights
+        return weights if weights is not None and len(weights.data) >= SHARED_WEIGHTS_BYTES else None
+
+    def without_weights(self) -> RolloutArgs:
+        """Sender: the message with its weights' bytes left out (they travel beside it)."""
+        return dataclasses.replace(self, weights=PickledWeights(b""))
+
+    def with_weights(self, data: bytes) -> RolloutArgs:
+        """Receiver: the message with the weights' bytes that travelled beside it."""
+        return dataclasses.replace(self, weights=PickledWeights(data))
+
     def split_fd(self) -> tuple[RolloutArgs, int | None]:
         """Sender: the message to pickle and the descriptor to pass beside it: large weights'
         shared copy (:meth:`PickledWeights.shared_fd`), whose bytes then stay out of the message."""
-        fd = None if self.weights is None else self.weights.shared_fd()
-        if fd is None:
-            return self, None
-        return dataclasses.replace(self, weights=PickledWeights(b"")), fd
+        weights = self.large_weights
+        fd = None if weights is None else weights.shared_fd()
+        return (self, None) if fd is None else (self.without_weights(), fd)
 
     def with_fd(self, fd: int) -> RolloutArgs:
         """Receiver: the weights read from the descriptor that came beside the message (closed)."""
-        return dataclasses.replace(self, weights=PickledWeights.read(fd))
+        return self.with_weights(PickledWeights.read(fd))
 
 
-#: Weights that pickle to at least this many bytes reach worker processes as one shared copy
-#: (a sealed memfd each worker reads) instead of inside every worker's command: a command's
-#: bytes go down its worker's pipe a buffer at a time, each a wake-up of both sides.
+#: Weights that pickle to at least this many bytes travel beside each worker's command, not
+#: inside it: to worker processes as one shared copy (a sealed memfd each worker reads; a
+#: command's bytes go down its pipe a buffer at a time, each a wake-up of both sides), to Ray
+#: actors as one object in Ray's object store.
 SHARED_WEIGHTS_BYTES = 64 * 1024
 
 
@@ -288,9 +303,9 @@ class PickledWeights:
 
     def shared_fd(self) -> int | None:
         """Parent: a sealed memfd holding the bytes, made at the first call and kept until
-        :meth:`release`, for weights of at least :data:`SHARED_WEIGHTS_BYTES` where memfds
-        exist (Linux); ``None`` otherwise (the bytes go inside each command)."""
-        if self._fd is None and len(self.data) >= SHARED_WEIGHTS_BYTES and hasattr(os, "memfd_create"):
+        :meth:`close`, where memfds exist (Linux); ``None`` otherwise (the bytes then go inside
+        each command). Asked of weights of at least :data:`SHARED_WEIGHTS_BYTES` only."""
+        if self._fd is None and hasattr(os, "memfd_create"):
             check_block(len(self.data), "the new weights' shared copy", shared=True)
             self._fd = _sealed_memfd(self.data)
             INHERITED_FDS.add(self._fd)  # a worker forked later closes its copy
@@ -303,9 +318,9 @@ class PickledWeights:
             INHERITED_FDS.discard(fd)
             os.close(fd)
 
-    @classmethod
-    def read(cls, fd: int) -> PickledWeights:
-        """Receiver: the weights in the memfd ``fd`` passed beside a command (closed here)."""
+    @staticmethod
+    def read(fd: int) -> bytes:
+        """Receiver: the bytes in the memfd ``fd`` passed beside a command (closed here)."""
         try:
             size = os.fstat(fd).st_size
             parts: list[bytes] = []
@@ -316,7 +331,7 @@ class PickledWeights:
                     break
                 parts.append(part)
                 done += len(part)
-            return cls(parts[0] if len(parts) == 1 else b"".join(parts))
+            return parts[0] if len(parts) == 1 else b"".join(parts)
         finally:
             os.close(fd)
 

@@ -8,7 +8,10 @@ transport differs:
 
 * **Commands** go out as the same bytes as on a pipe (:func:`~vecenv.wire.protocol.encode_command`),
   as the argument of one actor method call. The actor unpickles the payload inside the worker
-  core's guard, so an argument it cannot rebuild is that call's error, never a dead actor.
+  core's guard, so an argument it cannot rebuild is that call's error, never a dead actor. Large
+  new weights (a rollout's, :attr:`~vecenv.wire.protocol.RolloutArgs.large_weights`) are put into
+  Ray's object store once per version and passed beside each command as that object, so each
+  node fetches them once instead of every actor's call carrying them.
 * **Replies** come back as the method's return value through Ray's object store: observation
   rows, rewards and flags as numpy arrays (zero-copy on the same node) plus non-empty infos.
   Nothing is shared in place (``Transport.shares_memory`` is false): every call's rows travel.
@@ -25,6 +28,7 @@ imports it.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import threading
@@ -41,7 +45,18 @@ from ray.exceptions import ObjectLostError, OwnerDiedError, RayActorError
 from vecenv.errors import PackedException
 from vecenv.transports.base import Death, Event, Reply, Transport, WorkerGone
 from vecenv.wire.buffers import Buffers
-from vecenv.wire.protocol import Attach, Command, Flags, RolloutReply, Rows, StepReply, decode_command, encode_command
+from vecenv.wire.protocol import (
+    Attach,
+    Command,
+    Flags,
+    PickledWeights,
+    RolloutArgs,
+    RolloutReply,
+    Rows,
+    StepReply,
+    decode_command,
+    encode_command,
+)
 from vecenv.worker.core import WorkerCore, WorkerOptions
 
 __all__ = ["RayTransport", "RAY_USE", "DEFAULT_ACTOR_OPTIONS"]
@@ -91,12 +106,30 @@ class _GroupActor:
         except BaseException as exc:
             self.attach_error = PackedException(exc, None)
 
-    def handle(self, message: bytes) -> tuple[bool, Any]:
-        """Run one encoded command; ``(ok, result or PackedException)``."""
+    def handle(self, message: bytes, weights: bytes | None = None) -> tuple[bool, Any]:
+        """Run one encoded command; ``(ok, result or PackedException)``. ``weights``: a
+        rollout's new weights, which travelled beside it (Ray resolved the object)."""
         if self.attach_error is not None:
             return False, self.attach_error
         command, _, load = decode_command(message)
+        if weights is not None:
+            load = _with_weights(load, weights)
         return self.core.handle(command, load)
+
+
+def _with_weights(load: Callable[[], Any], weights: bytes) -> Callable[[], Any]:
+    """``load``, whose ``RolloutArgs`` then gets back the weights sent beside it."""
+    return lambda: load().with_weights(weights)
+
+
+@dataclasses.dataclass(frozen=True)
+class RayCommand:
+    """One encoded command for an actor, and the object of the new weights sent beside it."""
+
+    call_id: int
+    command: Command
+    data: bytes
+    weights: ray.ObjectRef | None = None
 
 
 _ACTOR_CLASS = ray.remote(_GroupActor)
@@ -174,6 +207,8 @@ class RayTransport(Transport):
         self._causes: dict[int, str] = {}
         self._holds_ray = holds_ray
         self._stopped = False
+        # The last large weights put into the object store, and their object (see encode).
+        self._weights: tuple[PickledWeights, ray.ObjectRef] | None = None
 
     # -- start-up ----------------------------------------------------------------------------
 
@@ -213,15 +248,24 @@ class RayTransport(Transport):
 
     # -- calls -------------------------------------------------------------------------------
 
-    def encode(self, command: Command, call_id: int, payload: Any) -> tuple[int, Command, bytes]:
-        return call_id, command, encode_command(command, call_id, payload)
+    def encode(self, command: Command, call_id: int, payload: Any) -> RayCommand:
+        weights = payload.large_weights if isinstance(payload, RolloutArgs) else None
+        if weights is None:
+            return RayCommand(call_id, command, encode_command(command, call_id, payload))
+        assert isinstance(payload, RolloutArgs)
+        if self._weights is None or self._weights[0] is not weights:
+            self._weights = (weights, ray.put(weights.data))  # the older object goes with its last call
+        return RayCommand(
+            call_id, command, encode_command(command, call_id, payload.without_weights()), self._weights[1]
+        )
 
-    def send(self, worker: int, message: tuple[int, Command, bytes], timeout: float | None = None) -> None:
+    def send(self, worker: int, message: RayCommand, timeout: float | None = None) -> None:
         if not ray.is_initialized():
             self._causes.setdefault(worker, "is unreachable: Ray was shut down in this process")
             raise WorkerGone
-        call_id, command, data = message
-        self.outstanding[worker].append((self.actors[worker].handle.remote(data), call_id, command))
+        handle = self.actors[worker].handle
+        ref = handle.remote(message.data) if message.weights is None else handle.remote(message.data, message.weights)
+        self.outstanding[worker].append((ref, message.call_id, message.command))
 
     def poll(self, workers: Sequence[int], timeout: float | None) -> list[Event]:
         if not ray.is_initialized():  # e.g. Ray's own exit handler ran before our close
@@ -332,6 +376,7 @@ class RayTransport(Transport):
                 _wait_dead(self.actors, max(deadline, time.monotonic()) + 1.0)
         finally:
             self.actors = []
+            self._weights = None
             for queue in self.outstanding:
                 queue.clear()
             if self._holds_ray:
