@@ -33,7 +33,7 @@ from vecenv.spaces import tree_leaves, tree_map
 from vecenv.wire.protocol import (
     SHARED_WEIGHTS_BYTES,
     Command,
-    PickledWeights,
+    Pickled,
     RolloutArgs,
     WithFd,
     decode_command,
@@ -335,6 +335,71 @@ def test_new_weights_are_pickled_once_for_every_worker_and_reach_each() -> None:
         assert CountedWeights.pickled == before
 
 
+class CountedPolicy(ConstantPolicy):
+    """A constant policy that counts how often this process pickles it."""
+
+    pickled = 0
+
+    def __reduce__(self) -> tuple[type, tuple[()]]:
+        CountedPolicy.pickled += 1
+        return CountedPolicy, ()
+
+
+@pytest.mark.timeout(120)
+def test_a_policy_is_pickled_once_for_every_worker_and_a_replacement() -> None:
+    policy = CountedPolicy()
+    with make(diff_env_fns(6, act_kind="discrete"), 3, on_worker_death="restart") as envs:
+        envs.reset(seed=0)
+        before = CountedPolicy.pickled
+        assert (envs.rollout(2, policy).actions == 0).all()
+        assert CountedPolicy.pickled == before + 1, "once, not once per worker"
+        process = transport_of(envs).processes[2]
+        os.kill(process.pid, signal.SIGKILL)
+        process.join(30)
+        assert (envs.rollout(3, policy).actions == 0).all() and envs.restart_count == 1
+        assert CountedPolicy.pickled == before + 1, "the replacement gets the same bytes"
+
+
+class BoxConstantPolicy(ConstantPolicy):
+    """Every env takes ``action`` in each dimension of a Box action space."""
+
+    def build(self, context: PolicyContext) -> PolicyRunner:
+        return _BoxConstant(context.action_space)
+
+
+class _BoxConstant(_Constant):
+    def __init__(self, space: Any) -> None:
+        super().__init__()
+        self.space = space
+
+    def act(self, observations: Any, active: np.ndarray | None) -> np.ndarray:
+        return np.full((len(observations), *self.space.shape), self.action, self.space.dtype)
+
+
+@pytest.mark.timeout(90)
+def test_a_group_restarted_mid_rollout_acts_with_the_weights_the_rollout_was_sent_with(tmp_path: Any) -> None:
+    """``rollout_async``, new weights, ``rollout_wait`` with a worker dying in between: its
+    replacement runs the rest of the rollout with the weights the rollout was sent with (the
+    version the rollout reports), and the next rollout acts with the new ones everywhere."""
+    fns = fault_fns(FAULT_N, "exit", "step", FAULT_TARGET, at=4, once=str(tmp_path / "died"))
+    policy = BoxConstantPolicy()
+    with make(fns, 2, on_worker_death="restart") as envs:
+        envs.reset(seed=SEED)
+        assert (envs.rollout(1, policy).actions == 0).all()
+        policy.action = 0.25
+        envs.update_policy_weights()
+        sent_version = envs.policy_weights_version
+        envs.rollout_async(10, policy)  # env 3 exits at its 4th step, in this rollout
+        policy.action = 0.5
+        envs.update_policy_weights()
+        got = envs.rollout_wait()
+        assert envs.restart_count == 1 and got.weights_version == sent_version
+        assert got.infos[0]["_worker_restarted"].tolist() == [False, False, True, True]
+        assert (got.actions[:, :2] == 0.25).all() and (got.actions[1:, 2:] == 0.25).all(), got.actions[:, :, 0]
+        after = envs.rollout(3, policy)
+        assert (after.actions == 0.5).all() and after.weights_version == envs.policy_weights_version
+
+
 class PaddedWeights(CountedWeights):
     """Weights that pickle to more than ``SHARED_WEIGHTS_BYTES``: the action and padding."""
 
@@ -406,7 +471,7 @@ def test_large_weights_travel_as_one_shared_copy_beside_each_command(
 
 @pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="the shared copy is a memfd (Linux)")
 def test_shared_weights_are_sealed_and_small_weights_stay_inside_the_command() -> None:
-    small, large = PickledWeights.of(PaddedWeights(1, b"")), PickledWeights.of(PaddedWeights(2))
+    small, large = Pickled.of(PaddedWeights(1, b"")), Pickled.of(PaddedWeights(2))
     try:
         assert RolloutArgs(3, weights=small).large_weights is None
         message = encode_for_pipe(Command.ROLLOUT, 7, RolloutArgs(3, weights=small))

@@ -20,6 +20,7 @@ from vecenv.errors import PackedException
 from vecenv.policies import FunctionPolicy, RandomPolicy
 from vecenv.wire.protocol import (
     Command,
+    Pickled,
     ResetArgs,
     RolloutArgs,
     RolloutBlockArgs,
@@ -70,7 +71,7 @@ def test_a_rollout_is_the_group_stepped_with_its_actions(cores: Any, shared: boo
     parent = _block(worker, T, shared, mode)
     ok, _ = worker.feed(Command.RESET, ResetArgs([SEED + i for i in range(N)], None, None))
     assert ok
-    ok, reply = worker.feed(Command.ROLLOUT, RolloutArgs(T, 0, RandomPolicy()))
+    ok, reply = worker.feed(Command.ROLLOUT, RolloutArgs(T, 0, Pickled.of(RandomPolicy())))
     assert ok and isinstance(reply, RolloutReply)
     assert (reply.block is None) is shared
     parent.receive(0, N, reply.block)
@@ -118,11 +119,11 @@ def test_env_error_names_the_step_and_policy_error_says_it_is_the_policy(cores: 
     parent = _block(worker, 10, True, AutoresetMode.NEXT_STEP)
     worker.feed(Command.RESET, ResetArgs([0, 1, 2], None, None))
     ok, packed = worker.feed(
-        Command.ROLLOUT, RolloutArgs(10, 0, FunctionPolicy(lambda obs: np.zeros(len(obs), np.int64)))
+        Command.ROLLOUT, RolloutArgs(10, 0, Pickled.of(FunctionPolicy(lambda obs: np.zeros(len(obs), np.int64))))
     )
     assert not ok and isinstance(packed, PackedException)
     assert packed.env_index == 1 and re.fullmatch(r"at step [5-9] of the rollout \(steps 0\.\.9\)", packed.detail)
-    ok, packed = worker.feed(Command.ROLLOUT, RolloutArgs(10, 0, FunctionPolicy(lambda obs: 1 / 0)))
+    ok, packed = worker.feed(Command.ROLLOUT, RolloutArgs(10, 0, Pickled.of(FunctionPolicy(lambda obs: 1 / 0))))
     assert not ok and packed.env_index is None
     assert packed.detail == "in the worker's policy, at step 0 of the rollout (steps 0..9)"
     ok, packed = worker.feed(Command.ROLLOUT, RolloutArgs(11))
@@ -157,7 +158,7 @@ def test_a_block_that_cannot_be_mapped_drops_the_old_one_and_fails_the_next_roll
     ok, packed = worker.core.handle(Command.ROLLOUT_BLOCK, lambda: RolloutBlockArgs(spec, None), read)
     assert not ok
     assert worker.core.rollouts is not None and worker.core.rollouts.block is None
-    ok, packed = worker.feed(Command.ROLLOUT, RolloutArgs(5, 0, RandomPolicy()))
+    ok, packed = worker.feed(Command.ROLLOUT, RolloutArgs(5, 0, Pickled.of(RandomPolicy())))
     assert not ok and isinstance(packed, PackedException)
     assert "could not map the rollout block" in packed.message
     old.close()

@@ -49,7 +49,7 @@ from vecenv.policy_outputs import PolicyOutputs, as_state, check_state, join_sta
 from vecenv.spaces import is_fixed, tree_copy, tree_leaves, tree_map
 from vecenv.wire.buffers import Buffers, layout_nbytes
 from vecenv.wire.memory import check_block
-from vecenv.wire.protocol import Command, PickledWeights, RolloutArgs, RolloutBlockArgs, RolloutReply
+from vecenv.wire.protocol import Command, Pickled, RolloutArgs, RolloutBlockArgs, RolloutReply
 from vecenv.wire.rollout_buffers import RolloutBuffers, RolloutSpec
 
 __all__ = ["Rollout", "Rollouts", "RolloutMethods"]
@@ -183,11 +183,15 @@ class Rollouts:
         self._held = [_Held() for _ in self.workers]
         self._given: Any = None  # what the caller passed, for "the same policy again"
         self._policy: WorkerPolicy | None = None
+        self._pickled_policy: Pickled | None = None  # _policy as adopted, pickled once for every worker
         self._policy_number = 0
         self._weights: Any = None  # newer than the policy's own, or None
-        self._pickled: PickledWeights | None = None  # _weights, pickled once for every worker
+        self._pickled: Pickled | None = None  # _weights, pickled once for every worker
         self._version = 0  # bumped by every new policy and every new weights
-        self._sent_version = 0  # the version the rollout in flight was sent with
+        # The version and pickled weights (None: the policy's own) the rollout in flight was
+        # sent with; a group restarted during it runs the rest with them too.
+        self._sent_version = 0
+        self._sent_weights: Pickled | None = None
         self._outputs = PolicyOutputs()  # the current policy's extras and whether it is recurrent
         self._state: Any = None  # a state to set before the next rollout (set_state)
         self._fresh_state = False  # every env's state to the initial one before the next rollout
@@ -203,7 +207,10 @@ class Rollouts:
             return current
         adopted = as_worker_policy(policy)
         outputs = self._probe(adopted)
+        # Pickled now, as it is: every worker gets these bytes, a replacement later too.
+        pickled = Pickled.of(adopted)
         self._given, self._policy, self._outputs = policy, adopted, outputs
+        self._pickled_policy = pickled
         self._policy_number += 1
         self._version += 1
         self._weights = None
@@ -251,36 +258,51 @@ class Rollouts:
         """The weights version the next rollout acts with."""
         return self._version
 
+    def _sending(self) -> None:
+        """What the commands about to go out carry: the current version and its weights."""
+        old = self._sent_weights
+        self._sent_version = self._version
+        self._sent_weights = None if self._weights is None else self._pickled_weights()
+        self._release(old)
+
     def _payload(self, w: WorkerRecord, num_steps: int, first_step: int) -> RolloutArgs:
+        """Worker ``w``'s command for the call in flight (:meth:`_sending` came first), with
+        what it lacks of the version sent."""
         held, launches = self._held[w.index], w.launches
         send_policy = held.policy != (launches, self._policy_number)
-        send_weights = self._weights is not None and (send_policy or held.weights != (launches, self._version))
+        weights = self._sent_weights
+        send_weights = weights is not None and (send_policy or held.weights != (launches, self._sent_version))
         state = None
         if first_step == 0 and self._state is not None:
             state = state_rows(self._state, w.start, w.stop)
         return RolloutArgs(
             num_steps,
             first_step,
-            self._policy if send_policy else None,
-            self._pickled_weights() if send_weights else None,
+            self._pickled_policy if send_policy else None,
+            weights if send_weights else None,
             state,
             first_step == 0 and self._fresh_state,
         )
 
-    def _pickled_weights(self) -> PickledWeights:
+    def _pickled_weights(self) -> Pickled:
         """The new weights as the workers get them, pickled at their first send and reused for
         every other worker and any later send of the same version (a replacement worker)."""
         if self._pickled is None:
-            self._pickled = PickledWeights.of(self._weights)
+            self._pickled = Pickled.of(self._weights)
             self.runner.keep_block(self._pickled)  # its shared copy, if made, is closed at shutdown
         return self._pickled
 
     def _forget_pickled(self) -> None:
-        """Drop the pickled weights (and close their shared copy): no command still to be sent
-        carries them (a rollout's command is never sent again; a replacement gets a new one)."""
-        if self._pickled is not None:
-            self.runner.drop_block(self._pickled)
-            self._pickled = None
+        """Newer weights, or none: the pickled ones are dropped once the call in flight (if it
+        was sent with them) no longer needs them either."""
+        old, self._pickled = self._pickled, None
+        self._release(old)
+
+    def _release(self, pickled: Pickled | None) -> None:
+        """Close the shared copy of weights that neither the next call nor the one in flight
+        sends (a rollout's command is never sent again; a replacement gets a new one)."""
+        if pickled is not None and pickled is not self._pickled and pickled is not self._sent_weights:
+            self.runner.drop_block(pickled)
 
     def _sent(self, workers: Sequence[WorkerRecord]) -> None:
         """``workers`` hold the current policy, weights and state once they answered."""
@@ -313,7 +335,7 @@ class Rollouts:
         self._check_recurrent("policy_state")
         self.calls.check_can_start("policy_state")
         workers = self.workers
-        self._sent_version = self._version
+        self._sending()
         payloads = [self._payload(w, 0, 0) for w in workers]
         self.runner.send(workers, Command.ROLLOUT, payloads, "policy_state", None)
         replies = self.runner.gather(workers, STATE_TIMEOUT if timeout is None else timeout, "policy_state")
@@ -435,7 +457,7 @@ class Rollouts:
         self._ensure_block(t, workers)
         if self.runner.restarts_workers:
             self._start_obs = tree_copy(self.buffers.observations)
-        self._sent_version = self._version
+        self._sending()
         payloads = [self._payload(w, t, 0) for w in workers]
         self._num_steps = t
         self.runner.send(workers, Command.ROLLOUT, payloads, "rollout", State.WAITING_ROLLOUT)

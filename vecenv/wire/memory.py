@@ -178,7 +178,7 @@ def check_block(size: int, what: str, *, shared: bool, named: bool = False) -> N
 
 #: Descriptors this process holds to pass to workers: the fast path's control blocks
 #: (:mod:`vecenv.wire.fastpath`) and new weights' shared copies
-#: (:class:`~vecenv.wire.protocol.PickledWeights`).
+#: (:class:`~vecenv.wire.protocol.Pickled`).
 INHERITED_FDS: set[int] = set()
 
 

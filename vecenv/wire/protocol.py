@@ -49,7 +49,7 @@ __all__ = [
     "StepReply",
     "RolloutBlockArgs",
     "RolloutArgs",
-    "PickledWeights",
+    "Pickled",
     "SHARED_WEIGHTS_BYTES",
     "RolloutInfoEntries",
     "RolloutReply",
@@ -219,9 +219,9 @@ class RolloutArgs:
     Attributes:
         num_steps: the rollout's length T (rows ``[0, T)`` of the block).
         first_step: rows before it are written by the parent (a restarted group's row 0).
-        policy: a :class:`vecenv.policies.WorkerPolicy` to install first (it replaces the one
-            held), or ``None``: keep the installed one.
-        weights: new weights for the installed policy (:class:`PickledWeights`), loaded before
+        policy: a :class:`vecenv.policies.WorkerPolicy`, pickled (:class:`Pickled`), to install
+            first (it replaces the one held), or ``None``: keep the installed one.
+        weights: new weights for the installed policy (:class:`Pickled`), loaded before
             the first step, or ``None``.
         state: a recurrent policy's state for this worker's envs (rows in env order), set
             before the first step, or ``None``: keep the state the worker carries.
@@ -233,13 +233,13 @@ class RolloutArgs:
 
     num_steps: int
     first_step: int = 0
-    policy: Any = None
-    weights: PickledWeights | None = None
+    policy: Pickled | None = None
+    weights: Pickled | None = None
     state: Any = None
     fresh_state: bool = False
 
     @property
-    def large_weights(self) -> PickledWeights | None:
+    def large_weights(self) -> Pickled | None:
         """New weights of at least :data:`SHARED_WEIGHTS_BYTES`, which a transport sends beside
         the message (:meth:`without_weights`), or ``None``."""
         weights = self.weights
@@ -247,22 +247,22 @@ class RolloutArgs:
 
     def without_weights(self) -> RolloutArgs:
         """Sender: the message with its weights' bytes left out (they travel beside it)."""
-        return dataclasses.replace(self, weights=PickledWeights(b""))
+        return dataclasses.replace(self, weights=Pickled(b""))
 
     def with_weights(self, data: bytes) -> RolloutArgs:
         """Receiver: the message with the weights' bytes that travelled beside it."""
-        return dataclasses.replace(self, weights=PickledWeights(data))
+        return dataclasses.replace(self, weights=Pickled(data))
 
     def split_fd(self) -> tuple[RolloutArgs, int | None]:
         """Sender: the message to pickle and the descriptor to pass beside it: large weights'
-        shared copy (:meth:`PickledWeights.shared_fd`), whose bytes then stay out of the message."""
+        shared copy (:meth:`Pickled.shared_fd`), whose bytes then stay out of the message."""
         weights = self.large_weights
         fd = None if weights is None else weights.shared_fd()
         return (self, None) if fd is None else (self.without_weights(), fd)
 
     def with_fd(self, fd: int) -> RolloutArgs:
         """Receiver: the weights read from the descriptor that came beside the message (closed)."""
-        return self.with_weights(PickledWeights.read(fd))
+        return self.with_weights(Pickled.read(fd))
 
 
 #: Weights that pickle to at least this many bytes travel beside each worker's command, not
@@ -272,15 +272,18 @@ class RolloutArgs:
 SHARED_WEIGHTS_BYTES = 64 * 1024
 
 
-class PickledWeights:
-    """A policy's new weights, pickled once in the parent for every worker they go to.
+class Pickled:
+    """A rollout's policy, or its new weights, pickled once in the parent for every worker they
+    go to (a replacement worker too).
 
-    A rollout's command is pickled once per worker; weights inside it as they are (a torch
-    ``state_dict`` of a few MiB takes milliseconds to pickle) would be pickled again for each.
-    As bytes, each worker's command copies them instead, and the worker unpickles them when it
-    loads them (:meth:`load`). Large weights going to worker processes travel once more cheaply:
-    the parent writes them once into a sealed memfd (:meth:`shared_fd`), whose descriptor is
-    passed beside each command, and each worker reads them from there (:meth:`read`).
+    A rollout's command is pickled once per worker; a policy or weights inside it as they are (a
+    torch ``state_dict`` of a few MiB takes milliseconds to pickle) would be pickled again for
+    each, and a worker sent them later (a replacement) would get them as they are by then. As
+    bytes, each worker's command copies them instead, and the worker unpickles them when it
+    installs or loads them (:meth:`load`). Large weights going to worker processes travel once
+    more cheaply: the parent writes them once into a sealed memfd (:meth:`shared_fd`), whose
+    descriptor is passed beside each command, and each worker reads them from there
+    (:meth:`read`).
     """
 
     __slots__ = ("data", "_fd")
@@ -289,14 +292,14 @@ class PickledWeights:
         self.data = data
         self._fd: int | None = None  # the parent's shared copy of data, made at its first use
 
-    def __reduce__(self) -> tuple[type[PickledWeights], tuple[bytes]]:
-        return PickledWeights, (self.data,)  # the bytes, never the parent's descriptor
+    def __reduce__(self) -> tuple[type[Pickled], tuple[bytes]]:
+        return Pickled, (self.data,)  # the bytes, never the parent's descriptor
 
     @classmethod
-    def of(cls, weights: Any) -> PickledWeights:
-        """``weights`` pickled, or cloudpickled when plain pickle cannot; raises what cloudpickle
+    def of(cls, value: Any) -> Pickled:
+        """``value`` pickled, or cloudpickled when plain pickle cannot; raises what cloudpickle
         raises (before anything is sent)."""
-        return cls(_dumps_any(weights))
+        return cls(_dumps_any(value))
 
     def load(self) -> Any:
         return pickle.loads(self.data)

@@ -185,7 +185,7 @@ class GroupRollouts:
         # Building the policy or loading its weights fails "in the policy, at the first step".
         self.failure = RolloutFailure(args.first_step, args.num_steps, True)
         if args.policy is not None:
-            self._install(args.policy)
+            self._install(args.policy.load())
         policy = self.policy
         if policy is None:
             raise InvalidStateError("a rollout came before its policy")

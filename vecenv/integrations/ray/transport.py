@@ -49,7 +49,7 @@ from vecenv.wire.protocol import (
     Attach,
     Command,
     Flags,
-    PickledWeights,
+    Pickled,
     RolloutArgs,
     RolloutReply,
     Rows,
@@ -208,7 +208,7 @@ class RayTransport(Transport):
         self._holds_ray = holds_ray
         self._stopped = False
         # The last large weights put into the object store, and their object (see encode).
-        self._weights: tuple[PickledWeights, ray.ObjectRef] | None = None
+        self._weights: tuple[Pickled, ray.ObjectRef] | None = None
 
     # -- start-up ----------------------------------------------------------------------------
 
