@@ -31,7 +31,7 @@ from gymnasium import Space
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from vecenv.spaces import build_tree, is_fixed, leaf_layout, row_writer, tree_assign, tree_slice
-from vecenv.wire.memory import check_block
+from vecenv.wire.memory import check_block, seal_memfd
 from vecenv.wire.protocol import Flags, Rows
 
 __all__ = [
@@ -147,14 +147,10 @@ class SharedBlock:
         the end of the file, whose next access would kill the process with SIGBUS.
         """
         if name is None:
-            import fcntl  # memfds exist only on Linux, where fcntl does too
-
             fd = os.memfd_create("vecenv", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
             try:
                 os.ftruncate(fd, size)
-                # Python's fcntl has these on Linux since 3.8; the numbers are Linux's own.
-                seals = getattr(fcntl, "F_SEAL_SHRINK", 2) | getattr(fcntl, "F_SEAL_GROW", 4)
-                fcntl.fcntl(fd, getattr(fcntl, "F_ADD_SEALS", 1033), seals)
+                seal_memfd(fd)
                 mm = _map(fd, size)
                 _remember_mapping(mm)  # a worker forked later gives it up (drop_inherited_mappings)
                 return cls(mm, fd, None)

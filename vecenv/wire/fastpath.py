@@ -101,7 +101,6 @@ REPLIES = 9  # replies the worker wrote to the pipe: a hint for the spinning par
 SLEEPING = 10  # 1 while the worker is blocked on its pipe, or about to be
 DONE_AT = 11  # time.perf_counter_ns() when DONE was last stored
 
-
 _FENCE = threading.Lock()
 
 

@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from vecenv.errors import MemoryLimitError
 
-__all__ = ["Limit", "memory_limits", "check_block", "format_bytes", "INHERITED_FDS", "close_inherited"]
+__all__ = ["Limit", "memory_limits", "check_block", "format_bytes", "INHERITED_FDS", "close_inherited", "seal_memfd"]
 
 #: (what the limit is, in words; bytes left under it)
 Limit = tuple[str, int]
@@ -174,6 +174,19 @@ def check_block(size: int, what: str, *, shared: bool, named: bool = False) -> N
             available=room,
             limit=name,
         )
+
+
+def seal_memfd(fd: int, *, contents: bool = False) -> None:
+    """Seal a memfd against shrinking and growing (and, with ``contents``, against any write
+    and any further seal): every process it is passed to gets the same file, and a stray
+    ``ftruncate`` or write there then fails with ``PermissionError``."""
+    import fcntl  # memfds exist only on Linux, where fcntl does too
+
+    # Python's fcntl has these on Linux since 3.8; the numbers are Linux's own.
+    seals = getattr(fcntl, "F_SEAL_SHRINK", 2) | getattr(fcntl, "F_SEAL_GROW", 4)
+    if contents:
+        seals |= getattr(fcntl, "F_SEAL_WRITE", 8) | getattr(fcntl, "F_SEAL_SEAL", 1)
+    fcntl.fcntl(fd, getattr(fcntl, "F_ADD_SEALS", 1033), seals)
 
 
 #: Descriptors this process holds to pass to workers: the fast path's control blocks

@@ -32,7 +32,7 @@ import numpy as np
 from gymnasium import Space
 
 from vecenv.errors import PackedException
-from vecenv.wire.memory import INHERITED_FDS, check_block
+from vecenv.wire.memory import INHERITED_FDS, check_block, seal_memfd
 
 __all__ = [
     "Command",
@@ -341,21 +341,12 @@ class Pickled:
 
 def _sealed_memfd(data: bytes) -> int:
     """A new memfd holding ``data``, sealed: no process it is passed to can change or resize it."""
-    import fcntl  # memfds exist only on Linux, where fcntl does too
-
     fd = os.memfd_create("vecenv-weights", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         view, written = memoryview(data), 0
         while written < len(data):  # at offsets, leaving the file's shared position at 0
             written += os.pwrite(fd, view[written:], written)
-        # The numbers are Linux's own, for a Python whose fcntl lacks the names.
-        seals = (
-            getattr(fcntl, "F_SEAL_SEAL", 1)
-            | getattr(fcntl, "F_SEAL_SHRINK", 2)
-            | getattr(fcntl, "F_SEAL_GROW", 4)
-            | getattr(fcntl, "F_SEAL_WRITE", 8)
-        )
-        fcntl.fcntl(fd, getattr(fcntl, "F_ADD_SEALS", 1033), seals)
+        seal_memfd(fd, contents=True)
         return fd
     except BaseException:
         os.close(fd)

@@ -249,15 +249,12 @@ class RayTransport(Transport):
     # -- calls -------------------------------------------------------------------------------
 
     def encode(self, command: Command, call_id: int, payload: Any) -> RayCommand:
-        weights = payload.large_weights if isinstance(payload, RolloutArgs) else None
-        if weights is None:
-            return RayCommand(call_id, command, encode_command(command, call_id, payload))
-        assert isinstance(payload, RolloutArgs)
-        if self._weights is None or self._weights[0] is not weights:
-            self._weights = (weights, ray.put(weights.data))  # the older object goes with its last call
-        return RayCommand(
-            call_id, command, encode_command(command, call_id, payload.without_weights()), self._weights[1]
-        )
+        if isinstance(payload, RolloutArgs) and (weights := payload.large_weights) is not None:
+            if self._weights is None or self._weights[0] is not weights:
+                self._weights = (weights, ray.put(weights.data))  # the older object goes with its last call
+            data = encode_command(command, call_id, payload.without_weights())
+            return RayCommand(call_id, command, data, self._weights[1])
+        return RayCommand(call_id, command, encode_command(command, call_id, payload))
 
     def send(self, worker: int, message: RayCommand, timeout: float | None = None) -> None:
         if not ray.is_initialized():
