@@ -8,6 +8,7 @@ Both need torch and run the script in a fresh interpreter, as a user runs it.
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import math
 import subprocess
@@ -145,6 +146,67 @@ def test_the_workers_rollouts_and_stepping_take_the_same_actions(
     assert rollout["collect"] == "rollout" and step["collect"] == f"step-{stepping[1]}"
 
 
+def _script() -> Any:
+    """The trainer as a module, for its parts that need no vector env."""
+    spec = importlib.util.spec_from_file_location("_train_ppo_rollouts_under_test", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.timeout(60)
+def test_the_lstm_replays_every_segment_in_one_call_as_a_step_by_step_loop_does() -> None:
+    """The update's batched replay gives the outputs, gradients and end-of-episode states of
+    the loop it replaces: one step at a time, the state zeroed where an episode starts."""
+    import numpy as np
+    import torch
+
+    m = _script()
+    torch.manual_seed(0)
+    agent = m.LSTMAgent(3, 2, 16)
+    steps, n = 12, 5
+    starts = (np.random.default_rng(0).random((steps, n)) < 0.25).astype(np.float32)
+    starts[0, 1] = 1.0  # an episode starts at the first step: no state carried in
+    starts[:, 2] = 0.0  # one segment the whole rollout long
+    starts[:, 3] = 1.0  # one-step episodes only
+    obs = torch.randn(steps, n, 3)
+    h0, c0 = torch.randn(n, 16), torch.randn(n, 16)
+
+    segments = m.Segments.of(starts)
+    assert len(segments.env) == n + int(starts[1:].sum())
+    assert (segments.start[segments.index] + segments.offset == np.arange(steps)[:, None]).all()
+    assert (segments.env[segments.index] == np.arange(n)[None, :]).all()
+
+    weights = torch.randn(steps, n, 16)
+    batched = agent.replay(obs, segments, (h0, c0))
+    (batched * weights).sum().backward()
+    batched_grads = [p.grad.clone() for p in agent.lstm.parameters()]
+    agent.zero_grad()
+
+    h, c = h0, c0
+    outs, after = [], []
+    for t in range(steps):
+        keep = torch.as_tensor(1.0 - starts[t])[:, None]
+        out, (h, c) = agent.lstm(obs[t][None], ((h * keep)[None], (c * keep)[None]))
+        h, c = h[0], c[0]
+        outs.append(out[0])
+        after.append((h, c))
+    looped = torch.stack(outs)
+    (looped * weights).sum().backward()
+
+    assert torch.allclose(batched, looped, atol=1e-6)
+    for mine, theirs in zip(batched_grads, (p.grad for p in agent.lstm.parameters())):
+        assert theirs is not None and torch.allclose(mine, theirs, atol=1e-5)
+    with torch.no_grad():
+        for k in range(len(segments.env)):
+            last, e = int(segments.start[k] + segments.length[k] - 1), int(segments.env[k])
+            h_end, c_end = agent.state_after(obs, segments, (h0, c0), k)
+            assert torch.allclose(h_end[0], after[last][0][e], atol=1e-6)
+            assert torch.allclose(c_end[0], after[last][1][e], atol=1e-6)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_mlp_in_the_workers_solves_cartpole(tmp_path: Path) -> None:
@@ -161,7 +223,7 @@ def test_only_the_lstm_balances_cartpole_without_velocities(tmp_path: Path) -> N
         "lstm",
         "--hide-velocity",
         "--total-timesteps",
-        "300000",
+        "500000",
         "--stop-when-solved",
         timeout=1700,
     )
