@@ -207,6 +207,76 @@ def test_the_lstm_replays_every_segment_in_one_call_as_a_step_by_step_loop_does(
             assert torch.allclose(c_end[0], after[last][1][e], atol=1e-6)
 
 
+@pytest.mark.timeout(60)
+def test_the_lstm_advantages_bootstrap_truncated_episodes_from_the_state_after_their_last_step() -> None:
+    """A truncated episode's reward gets ``gamma * V(final observation)``, the value taken from
+    the state after its last step, and the rollout's last step is bootstrapped from the state
+    after it: the batched replay gives the advantages a step-by-step loop gives."""
+    import argparse
+
+    import numpy as np
+    import torch
+
+    m = _script()
+    torch.manual_seed(1)
+    agent = m.LSTMAgent(2, 2, 8)
+    steps, n = 10, 4
+    rng = np.random.default_rng(1)
+    terminations = np.zeros((steps, n), bool)
+    truncations = np.zeros((steps, n), bool)
+    truncations[3, 0] = truncations[9, 1] = truncations[6, 3] = True  # one at the last step
+    terminations[2, 1] = terminations[5, 2] = truncations[1, 3] = True  # some in an env's second episode
+    ended = terminations | truncations
+    starts = np.zeros((steps, n), np.float32)
+    starts[0, 2] = 1.0
+    starts[1:] = ended[:-1]  # SAME_STEP: the step after an end is an episode's first
+    batch = m.Batch(
+        observations=rng.normal(size=(steps, n, 2)).astype(np.float32),
+        actions=rng.integers(0, 2, (steps, n)),
+        rewards=np.ones((steps, n), np.float32),
+        terminations=terminations,
+        truncations=truncations,
+        final_observations=rng.normal(size=(steps, n, 2)).astype(np.float32),
+        last_observations=rng.normal(size=(n, 2)).astype(np.float32),
+        log_prob=np.zeros((steps, n), np.float32),
+        value=rng.normal(size=(steps, n)).astype(np.float32),
+        episode_starts=starts,
+        initial_state=(rng.normal(size=(n, 8)).astype(np.float32), rng.normal(size=(n, 8)).astype(np.float32)),
+        weights_version=0,
+    )
+    args = argparse.Namespace(gamma=0.98, gae_lambda=0.8)
+    adv, ret = m.advantages_of(agent, "lstm", batch, args)
+
+    with torch.no_grad():
+        h, c = (torch.as_tensor(a) for a in batch.initial_state)
+        after = []
+        for t in range(steps + 1):
+            x = torch.as_tensor(batch.observations[t] if t < steps else batch.last_observations)
+            keep = torch.as_tensor(1.0 - (starts[t] if t < steps else ended[-1]), dtype=torch.float32)[:, None]
+            _, (h1, c1) = agent.lstm(x[None], ((h * keep)[None], (c * keep)[None]))
+            h, c = h1[0], c1[0]
+            after.append((h, c))
+        rewards = torch.as_tensor(batch.rewards).clone()
+        for t, e in zip(*np.nonzero(truncations)):
+            h_t, c_t = after[t][0][e : e + 1], after[t][1][e : e + 1]
+            _, (h_fin, _) = agent.lstm(
+                torch.as_tensor(batch.final_observations[t, e])[None, None], (h_t[None], c_t[None])
+            )
+            rewards[t, e] += args.gamma * agent.critic(h_fin[0]).squeeze()
+        values = torch.as_tensor(batch.value)
+        expected = m.ppo.gae_advantages(
+            rewards,
+            values,
+            torch.as_tensor(starts),
+            agent.critic(after[steps][0]).squeeze(-1),
+            torch.as_tensor(ended[-1], dtype=torch.float32),
+            args.gamma,
+            args.gae_lambda,
+        )
+    assert not torch.allclose(rewards, torch.as_tensor(batch.rewards)), "the truncations were bootstrapped"
+    assert torch.allclose(adv, expected, atol=1e-5) and torch.allclose(ret, expected + values, atol=1e-5)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_mlp_in_the_workers_solves_cartpole(tmp_path: Path) -> None:
