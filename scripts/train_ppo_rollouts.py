@@ -229,7 +229,7 @@ class LSTMAgent(nn.Module):
         env = torch.as_tensor(segments.env)
         steps = torch.as_tensor(segments.start)[None, :] + torch.arange(int(segments.length.max()))[:, None]
         x = obs[steps.clamp(max=obs.shape[0] - 1), env]
-        out, _ = self.lstm(x, self._initial(segments, state, env))
+        out, _ = self.lstm(x, _initial_state(state, env, segments.carried))
         return out[torch.as_tensor(segments.offset), torch.as_tensor(segments.index)]
 
     def state_after(
@@ -238,7 +238,7 @@ class LSTMAgent(nn.Module):
         """``(h, c)`` (``(1, hidden)`` each) after the last step of segment ``k``."""
         env = torch.as_tensor(segments.env[k : k + 1])
         start, length = int(segments.start[k]), int(segments.length[k])
-        _, (h, c) = self.lstm(obs[start : start + length, env], self._initial(segments, state, env, k))
+        _, (h, c) = self.lstm(obs[start : start + length, env], _initial_state(state, env, segments.carried[k : k + 1]))
         return h[0], c[0]
 
     def step(self, x: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
@@ -246,13 +246,14 @@ class LSTMAgent(nn.Module):
         out, _ = self.lstm(x[None], (state[0][None], state[1][None]))
         return out[0]
 
-    @staticmethod
-    def _initial(
-        segments: Segments, state: tuple[torch.Tensor, torch.Tensor], env: torch.Tensor, k: int | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        carried = segments.carried if k is None else segments.carried[k : k + 1]
-        keep = torch.as_tensor(carried, dtype=state[0].dtype)[:, None]
-        return (state[0][env] * keep)[None], (state[1][env] * keep)[None]
+
+def _initial_state(
+    state: tuple[torch.Tensor, torch.Tensor], env: torch.Tensor, carried: np.ndarray
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The LSTM's ``(h0, c0)`` for pieces of envs ``env``: their env's row of ``state`` where
+    ``carried``, zeros where the piece starts an episode."""
+    keep = torch.as_tensor(carried, dtype=state[0].dtype)[:, None]
+    return (state[0][env] * keep)[None], (state[1][env] * keep)[None]
 
 
 # -- the policy in the workers (numpy) ----------------------------------------------------------

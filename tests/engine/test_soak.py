@@ -8,28 +8,15 @@ leaves no descriptor, child process, ``/dev/shm`` entry or memory map behind.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import pathlib
-import sys
 
 import pytest
 
+from tests.helpers.scripts import load_script
 from vecenv.bench import procfs
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "soak.py"
-
-
-def _load_soak():
-    spec = importlib.util.spec_from_file_location("vecenv_soak_script", SCRIPT)
-    assert spec is not None and spec.loader is not None, f"cannot load {SCRIPT}"
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-soak = _load_soak()
+soak = load_script("soak")
 
 pytestmark = pytest.mark.skipif(not pathlib.Path("/proc/self/fd").is_dir(), reason="reads Linux /proc")
 

@@ -8,7 +8,6 @@ Both need torch and run the script in a fresh interpreter, as a user runs it.
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import math
 import subprocess
@@ -17,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.helpers.scripts import load_script
 
 pytest.importorskip("torch", reason="train_ppo_rollouts.py needs torch (pip install -e '.[train]')")
 
@@ -146,16 +147,6 @@ def test_the_workers_rollouts_and_stepping_take_the_same_actions(
     assert rollout["collect"] == "rollout" and step["collect"] == f"step-{stepping[1]}"
 
 
-def _script() -> Any:
-    """The trainer as a module, for its parts that need no vector env."""
-    spec = importlib.util.spec_from_file_location("_train_ppo_rollouts_under_test", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.timeout(60)
 def test_the_lstm_replays_every_segment_in_one_call_as_a_step_by_step_loop_does() -> None:
     """The update's batched replay gives the outputs, gradients and end-of-episode states of
@@ -163,7 +154,7 @@ def test_the_lstm_replays_every_segment_in_one_call_as_a_step_by_step_loop_does(
     import numpy as np
     import torch
 
-    m = _script()
+    m = load_script("train_ppo_rollouts")
     torch.manual_seed(0)
     agent = m.LSTMAgent(3, 2, 16)
     steps, n = 12, 5
@@ -217,7 +208,7 @@ def test_the_lstm_advantages_bootstrap_truncated_episodes_from_the_state_after_t
     import numpy as np
     import torch
 
-    m = _script()
+    m = load_script("train_ppo_rollouts")
     torch.manual_seed(1)
     agent = m.LSTMAgent(2, 2, 8)
     steps, n = 10, 4
