@@ -12,7 +12,7 @@ as in ``gymnasium.vector.utils``; composite spaces recurse.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import singledispatch
 from typing import Any
 
@@ -221,8 +221,10 @@ def row_writer(space: Space, tree: Any) -> Writer:
 
     A value that does not fit the space's shape, or whose dtype does not cast to the space's
     within its kind, raises :class:`~vecenv.errors.InvalidObservationError` instead of being
-    broadcast or truncated into the row (``SyncVectorEnv`` raises on these too). The common
-    case, an array (or scalar) of exactly the row's shape and dtype, costs one comparison.
+    broadcast or truncated into the row (``SyncVectorEnv`` raises on these too). A Tuple's value
+    may be any sequence and a Dict's any mapping; items and keys beyond the space's are not
+    read, as ``SyncVectorEnv`` batches them. The common case, an array (or scalar) of exactly
+    the row's shape and dtype, costs one comparison.
     """
     raise ArgumentTypeError(f"space {space} has no fixed shape; it cannot live in an array")
 
@@ -271,10 +273,14 @@ def _tuple_writer(space: Tuple, tree: tuple) -> Writer:
     parts = [row_writer(s, t) for s, t in zip(space.spaces, tree, strict=True)]
 
     def write(row: int, value: Any) -> None:
-        if not isinstance(value, tuple) or len(value) != len(parts):
-            raise InvalidObservationError(
-                f"the observation does not fit {space}: expected a tuple of {len(parts)} values, got {describe(value)}"
-            )
+        # As SyncVectorEnv batches it: item ``i`` of any sequence (a list too), extra items unread.
+        if type(value) is not tuple or len(value) != len(parts):
+            indexable = isinstance(value, (Sequence, np.ndarray)) and not isinstance(value, (str, bytes))
+            if not indexable or len(value) < len(parts):
+                raise InvalidObservationError(
+                    f"the observation does not fit {space}: expected a tuple of {len(parts)} values, "
+                    f"got {describe(value)}"
+                )
         for part, item in zip(parts, value):
             part(row, item)
 
@@ -286,10 +292,11 @@ def _dict_writer(space: Dict, tree: dict) -> Writer:
     keyed = {k: row_writer(s, tree[k]) for k, s in space.spaces.items()}
 
     def write(row: int, value: Any) -> None:
-        if not isinstance(value, Mapping) or value.keys() != keyed.keys():
-            keys = sorted(value) if isinstance(value, Mapping) else describe(value)
+        # As SyncVectorEnv batches it: the space's keys of any mapping, other keys unread.
+        if not isinstance(value, Mapping) or not keyed.keys() <= value.keys():
+            got = f"keys {sorted(value, key=str)}" if isinstance(value, Mapping) else describe(value)
             raise InvalidObservationError(
-                f"the observation does not fit {space}: expected a dict with keys {sorted(keyed)}, got {keys}"
+                f"the observation does not fit {space}: expected a dict with keys {sorted(keyed)}, got {got}"
             )
         for key, part in keyed.items():
             part(row, value[key])
@@ -314,11 +321,13 @@ def _dict_is_array_batch(space: Dict, value: Any) -> bool:
 
 
 @singledispatch
-def to_batch(space: Space, value: Any, n: int, name: str) -> Any:
+def to_batch(space: Space, value: Any, n: int, name: str, *, same_kind: bool = True) -> Any:
     """Check a batch of ``n`` values of a fixed ``space`` and return it as a tree of arrays.
 
     The arrays keep the caller's dtype (so an env receives exactly what ``SyncVectorEnv``
-    would hand it) once it is known to cast safely-in-kind to the space's dtype.
+    would hand it) once it is known to cast safely-in-kind to the space's dtype; with
+    ``same_kind=False`` any dtype is kept (a step hands float actions for a ``Discrete`` space
+    to the envs as ``SyncVectorEnv`` does, through the pipes).
 
     Raises:
         TypeError: a value that is not array-like, or whose dtype cannot be cast.
@@ -342,26 +351,28 @@ def to_batch(space: Space, value: Any, n: int, name: str) -> Any:
             f"`{name}` must have shape {expected} (num_envs={n}, single space {space}), got shape {array.shape}"
         )
     target = np.dtype(space.dtype)
-    if not np.can_cast(array.dtype, target, casting="same_kind"):
+    if same_kind and not np.can_cast(array.dtype, target, casting="same_kind"):
         raise ArgumentTypeError(f"`{name}` must have a dtype that casts to {target} for {space}, got {array.dtype}")
     return array
 
 
 @to_batch.register(Tuple)
-def _tuple_to_batch(space: Tuple, value: Any, n: int, name: str) -> Any:
+def _tuple_to_batch(space: Tuple, value: Any, n: int, name: str, *, same_kind: bool = True) -> Any:
     if not isinstance(value, (tuple, list)) or len(value) != len(space.spaces):
         raise ArgumentTypeError(
             f"`{name}` must be a tuple of {len(space.spaces)} batches for {space}, got {describe(value)}"
         )
-    return tuple(to_batch(s, v, n, f"{name}[{i}]") for i, (s, v) in enumerate(zip(space.spaces, value)))
+    return tuple(
+        to_batch(s, v, n, f"{name}[{i}]", same_kind=same_kind) for i, (s, v) in enumerate(zip(space.spaces, value))
+    )
 
 
 @to_batch.register(Dict)
-def _dict_to_batch(space: Dict, value: Any, n: int, name: str) -> Any:
+def _dict_to_batch(space: Dict, value: Any, n: int, name: str, *, same_kind: bool = True) -> Any:
     if not isinstance(value, dict) or set(value) != set(space.spaces):
         keys = sorted(value) if isinstance(value, dict) else describe(value)
         raise ArgumentTypeError(f"`{name}` must be a dict with keys {sorted(space.spaces)}, got {keys}")
-    return {k: to_batch(s, value[k], n, f"{name}[{k!r}]") for k, s in space.spaces.items()}
+    return {k: to_batch(s, value[k], n, f"{name}[{k!r}]", same_kind=same_kind) for k, s in space.spaces.items()}
 
 
 @singledispatch

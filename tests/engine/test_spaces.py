@@ -16,7 +16,7 @@ from gymnasium.vector.utils import concatenate, create_empty_array
 
 import vecenv
 from tests.engine.test_differential import assert_same
-from tests.helpers.envs import BadObsEnv, fns, make_obs_space
+from tests.helpers.envs import BadObsEnv, LooseStructEnv, fns, make_obs_space
 from vecenv import SubprocVectorEnv
 from vecenv.spaces import (
     build_tree,
@@ -145,6 +145,39 @@ def test_to_batch_errors(space: gym.Space, value: Any, error: type, match: str) 
 def _full_message(exc: BaseException) -> str:
     """The message and notes of an exception (the env index travels in a note)."""
     return "\n".join([str(exc), *getattr(exc, "__notes__", [])])
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("kind", ["tuple-list", "tuple-extra", "dict-extra"])
+def test_loose_structured_observations_batch_as_in_sync(kind: str, num_workers: int) -> None:
+    """A Tuple observation given as a list, or with items (keys) beyond the space's: batched as
+    SyncVectorEnv batches them, through episodes that end and autoreset."""
+    make = fns(LooseStructEnv, 3, kind=kind)
+    envs = SubprocVectorEnv(make, num_workers=num_workers)
+    sync = SyncVectorEnv(make)
+    try:
+        assert_same(envs.reset(seed=0), sync.reset(seed=0), "reset")
+        for t, actions in enumerate(np.random.default_rng(0).integers(0, 2, (12, 3))):
+            assert_same(envs.step(actions), sync.step(actions), f"step {t}")
+    finally:
+        envs.close()
+        sync.close()
+
+
+@pytest.mark.timeout(60)
+def test_structured_observation_missing_a_part_raises() -> None:
+    """Fewer Tuple items, or a missing Dict key, than the space has: an error naming the space."""
+    space = spaces.Dict({"a": spaces.Discrete(3), "b": spaces.Discrete(3)})
+    write = row_writer(space, create_empty_array(space, 2))
+    with pytest.raises(vecenv.InvalidObservationError, match=r"keys \['a', 'b'\], got keys \['a', 'c'\]"):
+        write(0, {"a": 1, "c": 2})
+    pair = spaces.Tuple((spaces.Discrete(3), spaces.Discrete(3)))
+    write = row_writer(pair, create_empty_array(pair, 2))
+    with pytest.raises(vecenv.InvalidObservationError, match="a tuple of 2 values"):
+        write(0, [1])
+    with pytest.raises(vecenv.InvalidObservationError, match="a tuple of 2 values"):
+        write(0, "ab")
 
 
 @pytest.mark.timeout(60)

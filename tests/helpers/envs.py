@@ -442,6 +442,47 @@ class BadObsEnv(gym.Env):
         return self._obs("step"), 0.0, False, False, {}
 
 
+class LooseStructEnv(gym.Env):
+    """Structured observations in the loose forms ``SyncVectorEnv`` batches: a ``Tuple`` value as
+    a list (``kind="tuple-list"``), a ``Tuple`` value with an extra item (``"tuple-extra"``), a
+    ``Dict`` value with an extra key (``"dict-extra"``). Values count the steps."""
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, index: int = 0, kind: str = "tuple-list") -> None:
+        self.index, self.kind, self.t = index, kind, 0
+        parts = (spaces.Discrete(50), spaces.Box(-1e3, 1e3, (2,), np.float32))
+        self.observation_space = spaces.Dict(dict(zip("ab", parts))) if kind == "dict-extra" else spaces.Tuple(parts)
+        self.action_space = spaces.Discrete(2)
+
+    def _obs(self) -> Any:
+        a, b = self.t + self.index, np.array([self.index, self.t], np.float32)
+        if self.kind == "dict-extra":
+            return {"b": b, "debug": "not in the space", "a": a}
+        return [a, b] if self.kind == "tuple-list" else (a, b, "not in the space")
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action: Any):
+        self.t += 1 + int(action)
+        return self._obs(), 1.0, False, self.t >= 6, {}
+
+
+class ActionReprEnv(PayEnv):
+    """A ``Discrete(3)`` action space; the env takes ``int(action)`` and reports what it got."""
+
+    def __init__(self, index: int = 0) -> None:
+        super().__init__(index)
+        self.action_space = spaces.Discrete(3)
+
+    def step(self, action: Any):
+        obs, reward, terminated, truncated, _ = super().step(0)
+        return obs, reward + int(action), terminated, truncated, {"action": repr(action)}
+
+
 # -- close() after a timed-out step --------------------------------------------------
 
 

@@ -48,7 +48,7 @@ class ActionPlacer:
                 raise ArgumentTypeError(f"`actions` must be a batch of {n} actions, got {describe(actions)}")
             return self._items(actions, n, order, offsets)
         buffers = self.buffers
-        batch = to_batch(self.space, actions, n, "actions")
+        batch = to_batch(self.space, actions, n, "actions", same_kind=False)
         exact = [a.shape[1:] for a in tree_leaves(batch)] == [a.shape[1:] for a in tree_leaves(buffers.actions)]
         if not (exact and is_array_batch(self.space, actions)):
             # Lists reach the envs as lists and Python ints as ints, as in SyncVectorEnv.
