@@ -326,8 +326,9 @@ def to_batch(space: Space, value: Any, n: int, name: str, *, same_kind: bool = T
 
     The arrays keep the caller's dtype (so an env receives exactly what ``SyncVectorEnv``
     would hand it) once it is known to cast safely-in-kind to the space's dtype; with
-    ``same_kind=False`` any dtype is kept (a step hands float actions for a ``Discrete`` space
-    to the envs as ``SyncVectorEnv`` does, through the pipes).
+    ``same_kind=False`` any bool, int or float dtype is kept (a step hands float actions for a
+    ``Discrete`` space to the envs as ``SyncVectorEnv`` does, through the pipes), and complex
+    numbers, strings and objects are refused.
 
     Raises:
         TypeError: a value that is not array-like, or whose dtype cannot be cast.
@@ -351,6 +352,11 @@ def to_batch(space: Space, value: Any, n: int, name: str, *, same_kind: bool = T
             f"`{name}` must have shape {expected} (num_envs={n}, single space {space}), got shape {array.shape}"
         )
     target = np.dtype(space.dtype)
+    if not same_kind and array.dtype.kind not in "biuf":
+        raise ArgumentTypeError(
+            f"`{name}` must hold real numbers for {space} (dtype {target}, or any int, float or bool), "
+            f"got {array.dtype}"
+        )
     if same_kind and not np.can_cast(array.dtype, target, casting="same_kind"):
         raise ArgumentTypeError(f"`{name}` must have a dtype that casts to {target} for {space}, got {array.dtype}")
     return array
