@@ -36,6 +36,7 @@ from vecenv.parent.restart import (
     RESTART_INFO_KEY,
     LostAgain,
     RestartBudget,
+    RestartedRollout,
     Restarter,
     RestartPolicy,
     mark_restarted,
@@ -437,6 +438,38 @@ def test_a_worker_that_owed_nothing_is_rebuilt_and_left_idle(clock: FakeClock) -
         assert restarter.replace(host, w) is None
         assert [c for _, c, _, _ in host.sent] == [Command.RESET] and host.transport.sent == []
         assert w.status is WorkerStatus.IDLE and host.answers == []
+        assert w.unreported_restart == StepReply([])  # for the next step or rollout to report
+    finally:
+        host.close()
+
+
+@pytest.mark.parametrize(
+    ("command", "answered"),
+    [(Command.STEP, StepReply), (Command.ROLLOUT, RestartedRollout), (Command.RESET, None), (Command.CALL, None)],
+)
+def test_an_unreported_restart_answers_the_next_step_or_rollout(
+    clock: FakeClock, command: Command, answered: type | None
+) -> None:
+    host = _host(clock, [hello(2), StepReply([(0, {"seed": 18})])])
+    restarter = _restarter(host)
+    w = _worker_owing(None)
+    try:
+        assert restarter.replace(host, w) is None
+        reset = w.unreported_restart
+        owed = OwedCall(9, "call", True, command, Sent(command, 9, None))
+        assert restarter.report(host, w, owed) is (answered is not None)
+        if answered is None:  # sent as usual; a reset makes the restart moot, a call leaves it
+            assert host.answers == [] and w.status is WorkerStatus.IDLE
+            assert w.unreported_restart is (None if command is Command.RESET else reset)
+            return
+        ((index, call_id, ok, result),) = host.answers
+        assert (index, call_id, ok, type(result)) == (1, 9, True, answered)
+        assert w.status is WorkerStatus.READY and w.unreported_restart is None
+        if command is Command.ROLLOUT:
+            assert result.reset is reset
+        else:
+            assert result.infos == [(0, {"seed": 18, RESTART_INFO_KEY: True}), (1, {RESTART_INFO_KEY: True})]
+            assert host.buffers is not None and host.buffers.truncations[2:4].all()
     finally:
         host.close()
 

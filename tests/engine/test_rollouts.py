@@ -330,8 +330,10 @@ def test_new_weights_are_pickled_once_for_every_worker_and_reach_each() -> None:
         os.kill(process.pid, signal.SIGKILL)
         process.join(30)
         before = CountedWeights.pickled
-        got = envs.rollout(4, policy)
-        assert envs.restart_count == 1 and (got.actions == 1).all()
+        got = envs.rollout(4, policy)  # a longer block: the death is found sending it
+        assert envs.restart_count == 1 and (got.actions[1:] == 1).all()
+        # Row 0 of worker 1's envs is the restarted step (its action lost); the others acted.
+        assert got.actions[0].tolist() == [1, 1, 0, 0, 1, 1] and got.truncations[0].tolist() == [0, 0, 1, 1, 0, 0]
         assert CountedWeights.pickled == before
 
 
@@ -761,6 +763,35 @@ def test_worker_killed_mid_rollout_with_restart_runs_the_rest_again(mode: Autore
         for key, value in fresh.items():
             np.testing.assert_array_equal(getattr(got, key)[1:, victims], value, err_msg=key)
         assert envs.rollout(3).num_steps == 3  # and it goes on
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("mode", MODES)
+def test_worker_killed_while_idle_before_the_first_rollout_is_reported_as_restarted(mode: AutoresetMode) -> None:
+    """Found dead while it is sent its first rollout block (a message nobody waits for): the
+    rollout still reports the restarted step in row 0, as when the block already exists."""
+    steps, victims = 6, [2, 3]
+    with make(healthy_fns(FAULT_N), 2, mode, on_worker_death="restart") as envs:
+        envs.reset(seed=SEED)
+        before, *_ = envs.step(np.full((FAULT_N, 2), 0.5, np.float32))
+        victim = transport_of(envs).processes[1]
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.join(5.0)  # dead before the rollout: the worker was idle
+        assert victim.exitcode == -signal.SIGKILL
+        got = envs.rollout(steps, FunctionPolicy(_half_actions))
+        assert envs.restart_count == 1
+        np.testing.assert_array_equal(got.observations[0], before)  # the old episode's, for every env
+        assert got.truncations[0, victims].all() and (got.rewards[0, victims] == 0).all()
+        assert got.infos[0]["_worker_restarted"].tolist() == [False, False, True, True]
+        reseeded = [SEED + i + FAULT_N for i in victims]
+        fresh_obs = np.stack([FaultEnv(index=i).reset(seed=s)[0] for i, s in zip(victims, reseeded)])
+        if mode is AutoresetMode.DISABLED:
+            assert not got.stepped[1:, victims].any()
+            np.testing.assert_array_equal(got.last_observations[victims], fresh_obs)
+        else:
+            np.testing.assert_array_equal(got.observations[1, victims], fresh_obs)
+            assert not got.truncations[1:, victims].any()
+            assert envs.rollout(3).num_steps == 3  # and it goes on
 
 
 def _half_actions(observations: Any) -> np.ndarray:

@@ -142,7 +142,10 @@ class WorkerPool:
         """
         send = self.transport.send
         timeout = send_timeout(timeout)
+        restarter = self.restarter
         for w, owed in zip(workers, outgoing, strict=True):
+            if w.unreported_restart is not None and restarter is not None and restarter.report(self, w, owed):
+                continue
             try:
                 send(w.index, owed.message, timeout)
             except SendTimeout as exc:

@@ -51,7 +51,18 @@ class OwedCall:
 class WorkerRecord:
     """The pool's record of one worker: its env range ``[start, stop)`` and its status."""
 
-    __slots__ = ("index", "start", "stop", "status", "reply", "ready_at", "restarted_reset", "launches", "_owed")
+    __slots__ = (
+        "index",
+        "start",
+        "stop",
+        "status",
+        "reply",
+        "ready_at",
+        "restarted_reset",
+        "unreported_restart",
+        "launches",
+        "_owed",
+    )
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -61,6 +72,9 @@ class WorkerRecord:
         self.reply: tuple[bool, Any] | None = None
         self.ready_at = 0  # arrival order of the held reply: recv hands out the earliest first
         self.restarted_reset: int | None = None  # a reset sent again after a restart: mark its infos
+        #: The reset of a replacement that no call has reported yet (the death was found by a
+        #: message nobody waits for): the next step or rollout sent to it reports it instead.
+        self.unreported_restart: Any = None
         self.launches = 1  # processes (or actors) started for it so far: what a new one lacks
         self._owed: deque[OwedCall] = deque([OwedCall(0, "__init__")])
 
@@ -143,6 +157,7 @@ class WorkerRecord:
         wanted from the old one, if any (everything else it owed is gone with it)."""
         wanted = next((owed for owed in self._owed if owed.wanted), None)
         self.launches += 1
+        self.unreported_restart = None
         self._owed = deque([OwedCall(0, "__init__")])
         self.reply = None
         self.status = WorkerStatus.STARTING

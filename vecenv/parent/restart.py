@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from vecenv.errors import VecEnvTimeoutError
-from vecenv.parent.records import WorkerRecord
+from vecenv.parent.records import OwedCall, WorkerRecord
 from vecenv.parent.state import SeedBook
 from vecenv.transports.base import Transport, WorkerGone
 from vecenv.transports.sending import send_timeout
@@ -126,7 +126,9 @@ class Restarter:
         policy's seeds. A step it owed is answered as that reset, with every env truncated,
         reward 0 and ``info["worker_restarted"] = True``; a rollout it owed is answered with a
         :class:`RestartedRollout` (the rollout layer runs the rest again); a reset, call,
-        attribute, render or rollout block is sent again and answered by the new envs.
+        attribute or render is sent again and answered by the new envs. With no call owed
+        (the death was found by a message nobody waits for: a rollout block), the reset is
+        kept on the record until :meth:`report` gives it to the next step or rollout.
         """
         lost, first = None, True
         while True:
@@ -157,6 +159,7 @@ class Restarter:
             finally:
                 self.active = False
         if lost is None:
+            w.unreported_restart = reply
             return None
         w.sent(lost)
         if lost.command is Command.STEP:
@@ -176,6 +179,25 @@ class Restarter:
         except WorkerGone:
             pool.died(w, lost.call)
         return None
+
+    def report(self, pool: RestartHost, w: WorkerRecord, owed: OwedCall) -> bool:
+        """Answer ``owed`` (about to be sent to ``w``) as the restart nobody has reported yet,
+        instead of sending it: a step as the restarted step, a rollout as a restarted one.
+        ``False``: send it (a reset makes the restart moot; other calls leave it pending)."""
+        reset = w.unreported_restart
+        if owed.command is Command.RESET:
+            w.unreported_restart = None
+            return False
+        if owed.command is Command.STEP:
+            result: Any = truncated_reply(pool, w, reset)
+        elif owed.command is Command.ROLLOUT:
+            result = RestartedRollout(reset)
+        else:
+            return False
+        w.unreported_restart = None
+        w.sent(owed)
+        pool.answer(w, owed.call_id, True, result)
+        return True
 
     def _rebuild(self, pool: RestartHost, w: WorkerRecord, resets_itself: bool) -> StepReply | None:
         """Handshake with the relaunched worker and reset its envs (unless the call it owed

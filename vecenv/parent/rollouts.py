@@ -454,9 +454,9 @@ class Rollouts:
         self._adopt(policy)  # (its extras decide the block's layout)
         self._check_memory(t)
         workers = self.workers
-        self._ensure_block(t, workers)
-        if self.runner.restarts_workers:
+        if self.runner.restarts_workers:  # before the block: a worker replaced there resets its rows
             self._start_obs = tree_copy(self.buffers.observations)
+        self._ensure_block(t, workers)
         self._sending()
         payloads = [self._payload(w, t, 0) for w in workers]
         self._num_steps = t
