@@ -278,9 +278,9 @@ def _init_death(ctx: str, leaks: LeakCheck, fault: str, how: str, exitcode: int)
     record(f"init-{fault}", ctx, **{"raise": t})
     assert t < INIT_RAISE_S
     leaks.check()
-    assert exc.worker == TARGET_WORKER
+    assert exc.worker == TARGET_WORKER and exc.envs == range(2, 4)
     assert exc.exitcode == exitcode
-    assert re.search(rf"\bworker {TARGET_WORKER}\b", str(exc)), str(exc)
+    assert re.search(rf"\bworker {TARGET_WORKER} \(envs 2\.\.3\)", str(exc)), str(exc)
     assert how in str(exc) and "__init__" in str(exc), str(exc)
 
 

@@ -21,6 +21,7 @@ from tests.helpers.fakes import ACT_SPACE, OBS_SPACE, FakeClock, FakeTransport, 
 from tests.helpers.faults import late_replies_arrived
 from vecenv import SubprocVectorEnv, VecEnvTimeoutError, WorkerDiedError
 from vecenv.errors import PackedException, RemoteTraceback
+from vecenv.parent.groups import split_groups
 from vecenv.parent.pool import WorkerPool
 from vecenv.parent.records import OwedCall, StatusError, WorkerRecord, WorkerStatus
 from vecenv.wire.buffers import BufferSpec
@@ -270,6 +271,16 @@ def test_a_death_during_start_up_names_no_envs(clock: FakeClock) -> None:
     transport.die(0)
     with pytest.raises(WorkerDiedError, match=r"^worker 0 \(envs not yet assigned on the fake node\) .* `__init__`"):
         pool.hellos(None)
+
+
+def test_a_death_during_start_up_names_the_envs_its_builder_was_to_build(clock: FakeClock) -> None:
+    transport = FakeTransport(clock)
+    pool = WorkerPool(transport, split_groups([lambda: 1] * 5, 2))  # envs 0..2 and 3..4
+    transport.queue.clear()
+    transport.die(1)
+    with pytest.raises(WorkerDiedError, match=r"^worker 1 \(envs 3..4 on the fake node\) .* `__init__`") as info:
+        pool.hellos(None)
+    assert info.value.envs == range(3, 5)
 
 
 # -- shutdown ----------------------------------------------------------------------------------

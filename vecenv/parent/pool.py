@@ -23,6 +23,7 @@ from vecenv.transports.base import Event, Reply, Transport, WorkerGone
 from vecenv.transports.sending import SendTimeout, send_timeout
 from vecenv.wire.buffers import Buffers, BufferSpec
 from vecenv.wire.protocol import Attach, Command, StepReply
+from vecenv.worker.builders import GroupOfFns
 
 __all__ = ["WorkerPool"]
 
@@ -37,6 +38,8 @@ class WorkerPool:
     ) -> None:
         self.transport = transport
         self.workers = [WorkerRecord(i) for i in range(len(group_fns))]
+        #: The envs each worker is to build, where its builder says (named if it dies starting).
+        self._planned = [fn.envs if isinstance(fn, GroupOfFns) else None for fn in group_fns]
         self.buffers: Buffers | None = None
         #: Other blocks the workers map (the rollout block, weights): released at shutdown, as ``buffers``.
         self.blocks: list[Any] = []
@@ -296,7 +299,8 @@ class WorkerPool:
         if restarter is not None and restarter.active:
             raise LostAgain
         how, exitcode = self.transport.cause_of_death(w.index)
-        span = f"envs {w.start}..{w.stop - 1}" if w.size else "envs not yet assigned"
+        envs = w.envs if w.size else self._planned[w.index]
+        span = f"envs {envs.start}..{envs.stop - 1}" if envs else "envs not yet assigned"
         what = f"worker {w.index} ({span}{self.transport.where(w.index)}) {how} during `{call}`"
         if restarter is not None and call not in ("__init__", "close") and not self.ending:
             refusal = restarter.replace(self, w)
@@ -309,7 +313,7 @@ class WorkerPool:
         self.broken = WorkerDiedError(
             f"{what}; the vector env is unusable, close it and make a new one",
             worker=w.index,
-            envs=w.envs,
+            envs=envs or w.envs,
             exitcode=exitcode,
         )
         self.transport.kill()

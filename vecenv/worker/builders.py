@@ -24,6 +24,11 @@ class GroupOfFns:
     def __call__(self) -> list[gym.Env]:
         return call_each(self.env_fns, self.first, "env")
 
+    @property
+    def envs(self) -> range:
+        """The envs it builds: env ``i`` is ``env_fns[i]`` (before the handshake assigns rows)."""
+        return range(self.first, self.first + len(self.env_fns))
+
 
 def call_each(fns: Sequence[Callable[[], Any]], first: int, what: str) -> list[Any]:
     """Call each constructor in order; an error is noted with its index (``what`` ``i``)."""
