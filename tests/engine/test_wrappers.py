@@ -159,6 +159,37 @@ def test_vector_wrapper_matches_sync(case: Case, mode: AutoresetMode) -> None:
         sync.close()
 
 
+@pytest.mark.timeout(60)
+def test_record_episode_statistics_keeps_running_envs_statistics_over_partial_resets() -> None:
+    """DISABLED with ``reset_mask`` resets: vecenv leaves the mask in the caller's options, so
+    the wrapper clears only the reset envs' statistics and each episode reports its own return
+    and length (over SyncVectorEnv, which removes the mask first, every env's are cleared)."""
+    kwargs = {"max_episode_steps": 30}
+    base = vecenv.make("CartPole-v1", NUM_ENVS, 2, env_kwargs=kwargs, autoreset_mode=AutoresetMode.DISABLED)
+    envs = vw.RecordEpisodeStatistics(base)
+    try:
+        envs.reset(seed=SEED)
+        returns, lengths = np.zeros(NUM_ENVS), np.zeros(NUM_ENVS, np.int64)
+        reported, partial = 0, 0
+        for actions in _actions(envs.single_action_space, 150):
+            _, rewards, terminations, truncations, infos = envs.step(actions)
+            returns += rewards
+            lengths += 1
+            done = terminations | truncations
+            if "episode" in infos:
+                np.testing.assert_array_equal(infos["_episode"], done)
+                np.testing.assert_array_equal(infos["episode"]["r"][done], returns[done])
+                np.testing.assert_array_equal(infos["episode"]["l"][done], lengths[done])
+                reported += int(done.sum())
+            if done.any():
+                envs.reset(options={"reset_mask": done})
+                partial += int(not done.all())
+                returns[done], lengths[done] = 0.0, 0
+        assert reported >= 2 * NUM_ENVS and partial > 0
+    finally:
+        envs.close()
+
+
 # -- the EnvPool-style API through wrappers ------------------------------------------------------
 
 

@@ -206,7 +206,7 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
         options = check_options(options)
         mask = None
         if options is not None and "reset_mask" in options:
-            options = dict(options)  # unlike SyncVectorEnv, leave the caller's dict as it was
+            options = dict(options)  # unlike SyncVectorEnv, leave the caller's dict as it was (docs/semantics.md)
             mask = check_reset_mask(options.pop("reset_mask"), self.num_envs)
         pending = [w for w in self._runner.workers if mask is None or mask[w.start : w.stop].any()]
         self._seeds.remember(seeds, mask)
