@@ -176,7 +176,8 @@ def test_steps_open_episodes_are_truncated_or_dropped_as_asked(tmp_path: Path, o
 
 
 def test_env_spec_is_recorded_so_recover_environment_works(tmp_path: Path) -> None:
-    envs = vecenv.make("RolloutCounter-v0", 2, 2, env_kwargs={"max_length": 3})
+    # max_episode_steps is gymnasium.make's, not the env's: the spec holds it as its field.
+    envs = vecenv.make("RolloutCounter-v0", 2, 2, env_kwargs={"max_length": 3, "max_episode_steps": 50})
     try:
         dataset = collect(
             envs, constant_policy, episodes=5, seed=0, format="minari", dataset_id="ns/recover-v2", progress=False
@@ -185,9 +186,11 @@ def test_env_spec_is_recorded_so_recover_environment_works(tmp_path: Path) -> No
         envs.close()
     loaded = minari.load_dataset("ns/recover-v2")
     assert loaded.env_spec.id == "RolloutCounter-v0" and loaded.env_spec.kwargs == {"max_length": 3}
+    assert loaded.env_spec.max_episode_steps == 50
     env = loaded.recover_environment()
     try:
         assert isinstance(env.unwrapped, CounterEnv) and env.unwrapped.max_length == 3
+        assert env.spec is not None and env.spec.max_episode_steps == 50
     finally:
         env.close()
     assert dataset.storage.metadata["vecenv"]["env_id"] == "RolloutCounter-v0"

@@ -47,6 +47,9 @@ FORMATS = ("vecenv", "minari")
 
 # Keys that gymnasium.make_vec (and vecenv.make) put in a vector env's spec.kwargs.
 _VECTOR_SPEC_KEYS = ("num_envs", "vectorization_mode", "vector_kwargs", "wrappers")
+# Arguments of gymnasium.make that make_vec leaves in spec.kwargs: one env's spec has them as
+# fields (in its kwargs, the env's constructor would receive them).
+_MAKE_SPEC_FIELDS = ("max_episode_steps", "disable_env_checker")
 
 
 def single_env_spec(envs: VectorEnv) -> Any:
@@ -61,7 +64,8 @@ def single_env_spec(envs: VectorEnv) -> Any:
         return spec
     if kwargs.get("wrappers"):
         return None
-    return dataclasses.replace(spec, kwargs={k: v for k, v in kwargs.items() if k not in _VECTOR_SPEC_KEYS})
+    fields = {key: kwargs.pop(key) for key in _MAKE_SPEC_FIELDS if key in kwargs}
+    return dataclasses.replace(spec, kwargs={k: v for k, v in kwargs.items() if k not in _VECTOR_SPEC_KEYS}, **fields)
 
 
 def autoreset_mode(envs: VectorEnv) -> AutoresetMode:
