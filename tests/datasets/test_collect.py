@@ -20,7 +20,14 @@ import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import vecenv
-from tests.helpers.envs import ContinuousCounterEnv, CounterEnv, DictCounterEnv, LongEpisodeEnv, constant_policy
+from tests.helpers.envs import (
+    ContinuousCounterEnv,
+    CounterEnv,
+    DictCounterEnv,
+    LongEpisodeEnv,
+    constant_policy,
+    constant_policy_with_extras,
+)
 from vecenv import datasets as rollout
 from vecenv.bench import procfs
 from vecenv.datasets import PolicyError, UnsupportedSpaceError, collect, load, main
@@ -357,7 +364,7 @@ def test_actions_outside_what_the_vector_env_accepts_are_named(tmp_path: Path, a
         collect(envs, lambda obs: action, steps=5, out=tmp_path / "d", progress=False)
 
 
-def test_floats_for_a_discrete_space_are_refused_as_the_vector_env_refuses_them(tmp_path: Path) -> None:
+def test_floats_for_a_discrete_space_are_refused_as_the_dataset_records_them_as_ints(tmp_path: Path) -> None:
     with pytest.raises(PolicyError, match=r"must have a dtype that casts to int64.*got float64"):
         collect_sync(tmp_path / "d", 2, AutoresetMode.NEXT_STEP, lambda obs: np.array([1.0, 0.0]), steps=5)
 
@@ -536,6 +543,20 @@ def test_rollouts_in_the_workers_write_what_stepping_writes(
         assert dataset.metadata["collection"]["method"] == method
         assert npy_bytes(out) == want, f"num_workers={workers}, rollout_steps={steps_per_rollout}"
         check_real_transitions(dataset)
+
+
+@pytest.mark.timeout(60)
+def test_a_policy_returning_extras_records_its_actions_on_every_path(tmp_path: Path) -> None:
+    """``(actions, extras)``: the extras are dropped whether the policy runs here or in the workers."""
+    collect_sync(tmp_path / "plain", 4, AutoresetMode.NEXT_STEP, constant_policy, steps=300, seed=1)
+    want = npy_bytes(tmp_path / "plain")
+    collect_sync(tmp_path / "sync", 4, AutoresetMode.NEXT_STEP, constant_policy_with_extras, steps=300, seed=1)
+    assert npy_bytes(tmp_path / "sync") == want
+    for steps_per_rollout in (None, 0):
+        out = tmp_path / f"vecenv-{steps_per_rollout}"
+        envs = _vecenv_counters(4, 2, AutoresetMode.NEXT_STEP)
+        _collect_with(envs, out, policy=constant_policy_with_extras, steps=300, seed=1, rollout_steps=steps_per_rollout)
+        assert npy_bytes(out) == want, f"rollout_steps={steps_per_rollout}"
 
 
 @pytest.mark.timeout(60)

@@ -756,6 +756,13 @@ def constant_policy(observation: np.ndarray) -> np.ndarray:
     return np.full(len(observation), 2, dtype=np.int64)
 
 
+def constant_policy_with_extras(observation: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """:func:`constant_policy`'s actions, with a value per row beside them (as a learner's
+    policy returns them)."""
+    actions = constant_policy(observation)
+    return actions, {"value": np.zeros(len(actions), np.float32)}
+
+
 def out_of_space_policy(observation: np.ndarray) -> np.ndarray:
     """Returns action 7 for every env: outside Discrete(3)."""
     return np.full(len(observation), 7, dtype=np.int64)

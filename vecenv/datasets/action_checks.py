@@ -26,8 +26,8 @@ class ActionChecker:
 
     A batch must have the right structure and shape and a dtype that casts ``same_kind`` to
     the space's (float64 for a float32 Box, as numpy policies produce, is fine; floats for a
-    Discrete space are not), the rule ``vecenv.spaces.to_batch`` applies for the vector env.
-    Its values, cast to the space's dtype, must then lie in the space.
+    Discrete space are not, though a step hands them on to the envs): the dataset records
+    actions in the space's dtype. Its values, cast to it, must then lie in the space.
     """
 
     def __init__(self, single: spaces.Space, num_envs: int, policy: str, first_env: int = 0) -> None:

@@ -29,6 +29,7 @@ from vecenv.datasets.action_checks import ActionChecker
 from vecenv.datasets.format import Leaf
 from vecenv.errors import InvalidStateError, MemoryLimitError
 from vecenv.policies import PolicyContext, RandomActions, RandomPolicy, WorkerPolicy
+from vecenv.policy_outputs import split_output
 from vecenv.spaces import leaf_values
 
 __all__ = ["Chunk", "StepSource", "RolloutSource", "random_actions", "rollout_length"]
@@ -107,7 +108,8 @@ class StepSource:
 
     def next(self, wanted: int | None) -> Chunk:
         """The next vector step (``wanted``, the transitions still to record, is not needed)."""
-        actions = self.act(self.obs)
+        # Extras a policy gives beside its actions are dropped, as in the workers (CheckedPolicy).
+        actions, _ = split_output(self.act(self.obs), self.envs.single_action_space)
         action_columns = self.check_actions(actions)  # recorded in the space's dtypes
         next_obs, rewards, terminations, truncations, infos = self.envs.step(actions)
         next_columns = _leaves(self.space, next_obs, self.obs_leaves)
