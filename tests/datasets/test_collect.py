@@ -789,6 +789,46 @@ def test_interrupt_keeps_a_loadable_partial_dataset_and_no_workers(tmp_path: Pat
     assert not [pid for pid in workers if procfs.alive(pid)]
 
 
+def test_a_signal_whose_exception_was_lost_while_the_workers_started_still_stops_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Python drops an exception raised in os.fork's after-fork hooks: the handler's record
+    stops the run before it collects."""
+    from vecenv.datasets import cli as collect_cli
+
+    make_envs = collect_cli._make_envs
+
+    def interrupted_while_forking(*args: Any) -> Any:
+        envs = make_envs(*args)
+        collect_cli._received.append(signal.SIGINT)  # as the handler records it; its raise was lost
+        return envs
+
+    monkeypatch.setattr(collect_cli, "_make_envs", interrupted_while_forking)
+    out = tmp_path / "d"
+    args = ["--env", "tests.helpers.envs:RolloutCounter-v0", "--num-envs", "2", "--num-workers", "2"]
+    assert main([*args, "--steps", "1000", "--quiet", "--out", str(out)]) == 130
+    assert not (out / "metadata.json").exists()
+    monkeypatch.setattr(collect_cli, "_make_envs", make_envs)
+    assert main([*args, "--steps", "10", "--quiet", "--out", str(tmp_path / "e")]) == 0  # the next run starts clean
+
+
+def _terminate_as_a_forked_worker() -> None:
+    from vecenv.datasets import cli as collect_cli
+
+    collect_cli._raise_terminated(signal.SIGTERM, None)
+    os._exit(3)  # not reached: the handler ends the process as SIGTERM does
+
+
+@pytest.mark.timeout(30)
+def test_the_sigterm_handler_in_a_forked_child_ends_it_as_sigterm_does() -> None:
+    import multiprocessing
+
+    child = multiprocessing.get_context("fork").Process(target=_terminate_as_a_forked_worker)
+    child.start()
+    child.join(20)
+    assert child.exitcode == -signal.SIGTERM
+
+
 # ------------------------------------------------------------------------ Stable-Baselines3 policies
 
 

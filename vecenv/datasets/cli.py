@@ -18,7 +18,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import gymnasium
 from gymnasium.vector import AutoresetMode, VectorEnv
@@ -158,6 +158,7 @@ def _run(args: argparse.Namespace, command_line: str) -> int:
         args.num_envs = default_num_envs(args.steps)
     envs = _make_envs(args, env_kwargs)
     try:
+        _check_signals()  # one that came while the workers were forked may have been lost
         dataset = _collect(args, envs, policy, out, env_kwargs, command_line)
     finally:
         envs.close()
@@ -271,8 +272,36 @@ def _default_out(args: argparse.Namespace) -> Path:
     return Path(args.out) if args.out else Path("rollouts") / args.env.rpartition(":")[2]
 
 
-def _raise_terminated(signum: int, frame: Any) -> NoReturn:
+_MAIN_PID = os.getpid()
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    if os.getpid() != _MAIN_PID:
+        # A worker forked before it reset its handlers: end as SIGTERM ends it, in silence.
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    _received.append(signum)
     raise _Terminated(f"terminated by signal {signum}")
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    if os.getpid() != _MAIN_PID:  # a worker forked before it ignored Ctrl+C: the parent's to handle
+        return
+    _received.append(signum)
+    raise KeyboardInterrupt
+
+
+#: Signals received by this run. A handler's exception can be lost where Python ignores
+#: exceptions (os.fork's after-fork hooks, finalizers); the run checks this list too.
+_received: list[int] = []
+
+
+def _check_signals() -> None:
+    """Raise for a signal whose exception was lost on its way (see ``_received``)."""
+    if _received:
+        signum = _received[-1]
+        raise _Terminated(f"terminated by signal {signum}") if signum == signal.SIGTERM else KeyboardInterrupt
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -293,10 +322,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, or a usage error the parser already reported
         return int(exc.code or 0)
     command_line = shlex.join(sys.argv if argv is None else [PROG, *argv])
+    _received.clear()
     in_main_thread = threading.current_thread() is threading.main_thread()
     if in_main_thread:  # signal handlers can only be set from the main thread
         previous = {
-            signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
+            signal.SIGINT: signal.signal(signal.SIGINT, _raise_interrupt),
             signal.SIGTERM: signal.signal(signal.SIGTERM, _raise_terminated),
         }
     try:

@@ -56,7 +56,10 @@ def _exit_with_parent() -> None:
 
 
 def _setup_process(options: WorkerOptions) -> None:
+    # Ctrl+C belongs to the parent; SIGTERM (how the parent ends a worker) ends it at once, not
+    # through a handler a forked worker inherited from its parent (vecenv-collect's, say).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     # fork: give up what belongs to the parent (other vector envs' blocks, parent pipe ends).
     drop_inherited_mappings()
     for conn in list(PARENT_ENDS):
