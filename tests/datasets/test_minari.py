@@ -428,6 +428,66 @@ def test_interrupted_collection_keeps_the_finished_episodes(tmp_path: Path) -> N
     assert not list((tmp_path / "minari-root").glob(".vecenv-spill-*"))
 
 
+def test_a_spec_minari_cannot_record_is_left_out_with_a_warning(tmp_path: Path) -> None:
+    import gymnasium
+
+    gymnasium.register("ClassEntryCounter-v0", entry_point=CounterEnv)  # a callable: no JSON for it
+    try:
+        envs = gymnasium.make_vec("ClassEntryCounter-v0", 2, vectorization_mode="sync")
+        with pytest.warns(UserWarning, match="records no env spec.*Callable found"):
+            dataset = collect(envs, episodes=3, format="minari", dataset_id="ns/class-v0", progress=False)
+        envs.close()
+    finally:
+        gymnasium.registry.pop("ClassEntryCounter-v0")
+    assert dataset.total_episodes == 3 and dataset.env_spec is None
+
+
+def test_a_relative_out_holds_a_minari_dataset_that_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    dataset = collect(sync_envs(2), episodes=3, format="minari", dataset_id="ns/rel-v0", out="rel", progress=False)
+    assert dataset.total_episodes == 3
+    assert minari.MinariDataset(tmp_path / "rel" / "ns" / "rel-v0" / "data").total_episodes == 3
+
+
+def test_a_collection_interrupted_before_its_first_episode_leaves_no_dataset(tmp_path: Path) -> None:
+    def policy(observation: np.ndarray) -> np.ndarray:
+        raise KeyboardInterrupt  # at the first step: no episode has finished
+
+    with pytest.raises(KeyboardInterrupt):
+        collect(sync_envs(2), policy, episodes=10, format="minari", dataset_id="ns/early-v0", progress=False)
+    assert not (tmp_path / "minari-root" / "ns" / "early-v0").exists()  # nothing Minari cannot load
+    dataset = collect(sync_envs(2), episodes=3, format="minari", dataset_id="ns/early-v0", progress=False)
+    assert dataset.total_episodes == 3  # and the id is free
+
+
+@pytest.mark.parametrize("storage", STORAGES)
+def test_minaris_counts_follow_each_doubling_so_a_killed_run_keeps_half(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, storage: str
+) -> None:
+    """Checked after every episode written, as a run killed then would leave it (no finalize):
+    Minari loads the dataset and counts at least half of the episodes written, from the first."""
+    from vecenv.datasets import minari as minari_output
+
+    monkeypatch.setattr(minari_output, "FLUSH_INTERVAL_S", 1e9)  # only the doubling rule
+    write = minari_output.MinariSink.episode
+    seen: list[tuple[int, int]] = []
+
+    def checked(sink: Any, *args: Any, **kwargs: Any) -> None:
+        write(sink, *args, **kwargs)
+        metadata = json.loads((sink.storage.data_path / "metadata.json").read_text())
+        readable = minari.MinariDataset(sink.storage.data_path)
+        assert readable.total_episodes == metadata["total_episodes"]
+        if readable.total_episodes:
+            (last,) = list(readable.storage.get_episodes([readable.total_episodes - 1]))
+            assert len(last["actions"]) > 0
+        seen.append((sink.episodes, metadata["total_episodes"]))
+
+    monkeypatch.setattr(minari_output.MinariSink, "episode", checked)
+    collect(sync_envs(2), episodes=9, format="minari", dataset_id="ns/half-v0", progress=False, minari_storage=storage)
+    assert [written for written, _ in seen] == list(range(1, 10))
+    assert all(2 * counted >= written and counted >= 1 for written, counted in seen), seen
+
+
 def test_export_of_a_dataset_without_a_recorded_spec_uses_the_registered_one(tmp_path: Path) -> None:
     import json
 

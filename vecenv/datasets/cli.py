@@ -208,10 +208,13 @@ def _collect(
         raise _UsageError(str(exc)) from None
     except KeyboardInterrupt:
         if args.format == "minari":
-            print(
-                f"{PROG}: interrupted: kept the finished episodes in Minari dataset {args.dataset_id!r} under {out}",
-                file=sys.stderr,
+            kept = (out / args.dataset_id / "data" / "metadata.json").is_file()
+            what = (
+                f"kept the finished episodes in Minari dataset {args.dataset_id!r} under {out}"
+                if kept
+                else f"no episode had finished, so no Minari dataset {args.dataset_id!r} was written"
             )
+            print(f"{PROG}: interrupted: {what}", file=sys.stderr)
         elif (out / METADATA_FILE).is_file():
             print(f'{PROG}: interrupted: kept a partial dataset ("complete": false) in {out}', file=sys.stderr)
             if not args.quiet:

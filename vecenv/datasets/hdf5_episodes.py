@@ -25,7 +25,8 @@ reader: ``h5py`` and Minari open it, and libhdf5 can append to it afterwards.
 
 The root group's index (its names, symbol-table nodes, B-tree and header) can only be written
 once its names are known, sorted as HDF5 sorts them; it is written at ``close`` and also by
-``flush`` whenever the episode count has doubled since the last index, so a run killed outright
+``flush`` at the first episode and whenever the episode count has doubled since the last index,
+so a run killed outright
 still leaves a readable file holding at least half of its episodes (an index left behind by a
 later one is dead space, at most about one index's size).
 """
@@ -397,8 +398,9 @@ class Hdf5EpisodeFile:
         self._indexed, self._indexed_steps = len(self._entries), self._steps
 
     def flush(self) -> None:
-        """Index the episodes written so far if their count has doubled since the last index."""
-        if len(self._entries) >= 2 * max(self._indexed, 1):
+        """Index the episodes written so far if their count has doubled since the last index
+        (the first episode included)."""
+        if self._entries and len(self._entries) >= 2 * self._indexed:
             self._write_index()
 
     def close(self) -> None:

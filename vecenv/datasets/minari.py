@@ -67,10 +67,11 @@ def import_minari(storage: str = "hdf5") -> Any:
 
 
 def datasets_root(out: str | os.PathLike[str] | None) -> Path:
-    """``out``, or Minari's datasets root: ``$MINARI_DATASETS_PATH`` or ``~/.minari/datasets``."""
+    """``out``, or Minari's datasets root: ``$MINARI_DATASETS_PATH`` or ``~/.minari/datasets``;
+    absolute (Minari's size count joins a relative root twice)."""
     if out is not None:
-        return Path(out)
-    return Path(os.environ.get("MINARI_DATASETS_PATH") or Path.home() / ".minari" / "datasets")
+        return Path(out).absolute()
+    return Path(os.environ.get("MINARI_DATASETS_PATH") or Path.home() / ".minari" / "datasets").absolute()
 
 
 def minari_target(
@@ -276,33 +277,40 @@ class MinariSink:
             f"(policy {self.vecenv_metadata.get('policy')}, seed {self.vecenv_metadata.get('seed')}).",
             **minari_metadata,
         }
+        spec = _recordable(spec)
         env = _RecordedEnv(spec, observation_space, action_space) if spec is not None else None
-        with _minari_root(target.parents[len(Path(dataset_id).parts) - 1]), warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=_QUIET, category=UserWarning)
-            warnings.filterwarnings("ignore", message="env_spec is None", category=UserWarning)
-            dataset = minari.create_dataset_from_buffers(
-                dataset_id,
-                [],
-                env=env,
-                observation_space=observation_space,
-                action_space=action_space,
-                data_format=storage,
-                jpeg_encoding=False,
-                **options,
+        self.target = target
+        try:  # the target is this run's (minari_target checked it): nothing half-made stays there
+            with _minari_root(target.parents[len(Path(dataset_id).parts) - 1]), warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=_QUIET, category=UserWarning)
+                warnings.filterwarnings("ignore", message="env_spec is None", category=UserWarning)
+                dataset = minari.create_dataset_from_buffers(
+                    dataset_id,
+                    [],
+                    env=env,
+                    observation_space=observation_space,
+                    action_space=action_space,
+                    data_format=storage,
+                    jpeg_encoding=False,
+                    **options,
+                )
+            self.storage = dataset.storage
+            data = self.storage.data_path
+            self._file: Hdf5EpisodeFile | _ArrowEpisodes = (
+                Hdf5EpisodeFile(data / _HDF5_FILE, observation_space, action_space)
+                if storage == "hdf5"
+                else _ArrowEpisodes(data, observation_space, action_space)
             )
+        except BaseException:
+            shutil.rmtree(target, ignore_errors=True)
+            raise
         self._minari = minari
-        self.storage = dataset.storage
-        data = self.storage.data_path
-        self._file: Hdf5EpisodeFile | _ArrowEpisodes = (
-            Hdf5EpisodeFile(data / _HDF5_FILE, observation_space, action_space)
-            if storage == "hdf5"
-            else _ArrowEpisodes(data, observation_space, action_space)
-        )
         self.transitions = 0
         self.episodes = 0
         self.truncated_episodes = 0  # open episodes kept with their last step marked truncated
         self.dropped_episodes = 0
         self.dropped_transitions = 0
+        self._recorded = 0  # the episodes Minari's counts give now
         self._last_flush = time.monotonic()
 
     def episode(self, pieces: Iterator[list[np.ndarray]], summary: EpisodeSummary, truncate_last: bool) -> None:
@@ -327,7 +335,9 @@ class MinariSink:
         self.transitions += summary.length
         self.episodes += 1
         self.truncated_episodes += bool(truncate_last)
-        if time.monotonic() - self._last_flush >= FLUSH_INTERVAL_S:
+        # Each time the count doubles (from the first episode on), and at least every second:
+        # a run killed outright leaves at least half of its episodes readable.
+        if self.episodes >= 2 * self._recorded or time.monotonic() - self._last_flush >= FLUSH_INTERVAL_S:
             self._flush()
 
     def open_episode(self, pieces: Iterator[list[np.ndarray]], summary: EpisodeSummary) -> None:
@@ -348,17 +358,25 @@ class MinariSink:
         self._file.flush()
         episodes, steps = self._file.readable_counts()
         size = self._file.bytes_written() + (self.storage.data_path / "metadata.json").stat().st_size
-        self.storage.update_metadata(
-            {"total_steps": steps, "total_episodes": episodes, "dataset_size": round(size / 1e6, 1)}
+        _update_metadata(
+            self.storage.data_path,
+            {"total_steps": steps, "total_episodes": episodes, "dataset_size": round(size / 1e6, 1)},
         )
+        self._recorded = episodes
         self._last_flush = time.monotonic()
 
     def finalize(self, complete: bool) -> Any:
-        """Close the file, write the counts and the ``vecenv`` metadata entry; return the dataset."""
+        """Close the file, write the counts and the ``vecenv`` metadata entry; return the dataset.
+
+        A run that ends early (Ctrl+C, an error) before its first episode leaves no dataset, as
+        Minari cannot load one without episodes: the directory is removed and None returned.
+        """
         self._file.close()
-        self.storage.update_metadata(
-            {"total_steps": self.transitions, "total_episodes": self.episodes, "dataset_size": self.storage.get_size()}
-        )
+        if not complete and self.episodes == 0:
+            shutil.rmtree(self.target, ignore_errors=True)
+            return None
+        counts = {"total_steps": self.transitions, "total_episodes": self.episodes}
+        _update_metadata(self.storage.data_path, {**counts, "dataset_size": self.storage.get_size()})
         keep = (
             "env_id",
             "env_kwargs",
@@ -381,8 +399,46 @@ class MinariSink:
             truncated_open_episodes=self.truncated_episodes,
             dropped_open_episodes={"episodes": self.dropped_episodes, "transitions": self.dropped_transitions},
         )
-        self.storage.update_metadata({"vecenv": record})
+        _update_metadata(self.storage.data_path, {"vecenv": record})
         return self._minari.MinariDataset(self.storage.data_path)
+
+
+def _update_metadata(data_path: Path, changes: Mapping[str, Any]) -> None:
+    """Minari's ``metadata.json`` with ``changes``, replaced whole: a run interrupted or killed
+    while it is written leaves the old file, never a truncated one (Minari's own
+    ``update_metadata`` rewrites the file in place)."""
+    path = data_path / "metadata.json"
+    metadata = json.loads(path.read_text())
+    metadata.update(changes)
+    staged = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    staged.write_text(json.dumps(metadata, default=_json_default))
+    os.replace(staged, path)
+
+
+def _json_default(value: Any) -> Any:
+    """What ``json`` cannot write itself: NumPy scalars and arrays, sets."""
+    if isinstance(value, (np.generic, np.ndarray)):
+        return value.tolist()
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _recordable(spec: EnvSpec | None) -> EnvSpec | None:
+    """``spec`` if Minari can record it (as JSON), else None with a warning: an env registered
+    with a callable entry point, or with kwargs JSON cannot hold."""
+    if spec is None:
+        return None
+    try:
+        spec.to_json()
+    except (ValueError, TypeError) as exc:
+        warnings.warn(
+            f"the Minari dataset records no env spec, so recover_environment() will not work: {exc}",
+            UserWarning,
+            stacklevel=4,
+        )
+        return None
+    return spec
 
 
 def _env_spec(metadata: Mapping[str, Any]) -> EnvSpec | None:
