@@ -35,6 +35,10 @@ ALLOWED = {
     # The /proc reader of the benchmark imports nothing of vecenv (it measures processes whose
     # memory an import would change); callers catch ProcessLookupError.
     ("ProcessLookupError", "procfs.py"),
+    # vecenv-collect's SIGINT handler raises what Python's own raises for Ctrl+C.
+    ("KeyboardInterrupt", "_raise_interrupt"),
+    # json's `default=` protocol: TypeError for a value it cannot write.
+    ("TypeError", "_json_default"),
 }
 
 

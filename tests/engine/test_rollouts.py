@@ -466,8 +466,9 @@ def test_large_weights_travel_as_one_shared_copy_beside_each_command(
             process = transport.processes[1]  # its replacement gets the same copy
             os.kill(process.pid, signal.SIGKILL)
             process.join(30)
-            got = envs.rollout(4, policy)
-            assert envs.restart_count == 1 and (got.actions == 1).all()
+            got = envs.rollout(4, policy)  # a longer block: the death is found sending it
+            assert envs.restart_count == 1 and (got.actions[1:] == 1).all()
+            assert got.actions[0].tolist() == [1, 1, 0, 0, 1, 1]  # row 0 of worker 1's: the restarted step
     assert shared_weights_fds() == []
 
 
