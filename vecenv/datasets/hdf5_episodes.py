@@ -26,9 +26,8 @@ reader: ``h5py`` and Minari open it, and libhdf5 can append to it afterwards.
 The root group's index (its names, symbol-table nodes, B-tree and header) can only be written
 once its names are known, sorted as HDF5 sorts them; it is written at ``close`` and also by
 ``flush`` at the first episode and whenever the episode count has doubled since the last index,
-so a run killed outright
-still leaves a readable file holding at least half of its episodes (an index left behind by a
-later one is dead space, at most about one index's size).
+so a run killed outright still leaves a readable file holding at least half of its episodes (an
+index left behind by a later one is dead space, at most about one index's size).
 """
 
 from __future__ import annotations
