@@ -589,6 +589,38 @@ def test_pool_answers_a_step_that_saw_the_death_with_the_restarted_envs(clock: F
         pool.shutdown(0.0, wait_late=False)
 
 
+@pytest.mark.parametrize("workers", [2, 3])
+def test_pool_answers_a_step_whose_reply_came_with_the_death_as_the_restarted_step(
+    clock: FakeClock, workers: int
+) -> None:
+    """The last worker answers its step, then dies, and one wait finds both: its envs are gone
+    and the replacement's reset rewrote their rows, so the step reports them restarted (the
+    reply was lost in the restart: one reply too few, or an internal KeyError)."""
+    transport = FakeTransport(clock)
+    transport.batches = True
+    restarter = Restarter(RestartPolicy(2, 60.0, _seeds(*range(10, 10 + 2 * workers)), timeout=5.0))
+    pool = WorkerPool(transport, [lambda: 2] * workers, restarter)
+    try:
+        pool.attach(
+            [h.num_envs for h in pool.hellos(None)],
+            BufferSpec.plan(2 * workers, OBS_SPACE, ACT_SPACE, False),
+            AutoresetMode.NEXT_STEP,
+        )
+        pool.send(pool.workers, Command.STEP, [None] * workers, "step")
+        last = workers - 1
+        transport.die(last)  # after its reply, in the same poll
+        replies = pool.gather(pool.workers, None, "step")
+        restarted = StepReply([(0, {RESTART_INFO_KEY: True}), (1, {RESTART_INFO_KEY: True})])
+        assert replies == [StepReply([])] * last + [restarted]
+        assert pool.broken is None and pool.restarts == 1
+        assert pool.buffers is not None
+        assert pool.buffers.truncations.tolist() == [False] * 2 * last + [True, True]
+        assert [w.status for w in pool.workers] == [WorkerStatus.IDLE] * workers
+        assert pool.workers[last].unreported_restart is None  # reported now, not at the next step
+    finally:
+        pool.shutdown(0.0, wait_late=False)
+
+
 def test_pool_marks_the_reply_to_a_reset_sent_again(clock: FakeClock) -> None:
     pool, transport = _restarting_pool(clock)
     try:

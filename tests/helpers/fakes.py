@@ -105,6 +105,9 @@ class FakeTransport(Transport):
         self.stopped: list[tuple[float, list[int]]] = []
         #: What a worker answers: ``(ok, result)`` for one command; replace to script a test.
         self.respond: Callable[[int, Sent], tuple[bool, Any]] = self.default_respond
+        #: ``poll`` hands over every queued event of the workers polled at once, as one wait
+        #: that finds a reply and its worker's death together does (else one event a poll).
+        self.batches = False
 
     # -- scripting ---------------------------------------------------------------------------
 
@@ -171,6 +174,11 @@ class FakeTransport(Transport):
 
     def poll(self, workers: Sequence[int], timeout: float | None) -> list[Event]:
         self.polls.append((list(workers), timeout))
+        if self.batches:
+            found = [event for event in self.queue if event.worker in workers]
+            if found:
+                self.queue = [event for event in self.queue if event.worker not in workers]
+                return found
         for event in self.queue:
             if event.worker in workers:
                 self.queue.remove(event)

@@ -216,7 +216,9 @@ class WorkerPool:
                 w.answered(event.call_id, event.ok, result, next(self._arrivals))
             else:
                 deaths = True
-        if deaths:  # after every reply: a reply that came before its worker's death still counts
+        # Deaths after every reply: a reply that came before its worker's death is recorded
+        # first; a restart then answers that call again (see WorkerRecord.relaunched).
+        if deaths:
             for event in events:
                 if not isinstance(event, Reply) and self.workers[event.worker].status is not WorkerStatus.DEAD:
                     self.died(self.workers[event.worker], call)
@@ -255,8 +257,8 @@ class WorkerPool:
         if failures:
             # By worker order, not arrival: which error is raised must not depend on timing.
             self.raise_remote(*min(failures, key=lambda f: f[0].index), call)
-        if len(results) == 1:
-            return list(results.values())
+        if len(workers) == 1:
+            return [results[workers[0].index]]
         return [results[w.index] for w in workers]
 
     def drain(self) -> None:

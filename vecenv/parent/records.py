@@ -61,6 +61,7 @@ class WorkerRecord:
         "restarted_reset",
         "unreported_restart",
         "launches",
+        "held_call",
         "_owed",
     )
 
@@ -76,6 +77,7 @@ class WorkerRecord:
         #: message nobody waits for): the next step or rollout sent to it reports it instead.
         self.unreported_restart: Any = None
         self.launches = 1  # processes (or actors) started for it so far: what a new one lacks
+        self.held_call: OwedCall | None = None  # the call whose reply is held (READY)
         self._owed: deque[OwedCall] = deque([OwedCall(0, "__init__")])
 
     @property
@@ -125,7 +127,7 @@ class WorkerRecord:
             else:
                 return  # not a call of ours (cannot happen with an ordered transport)
         if owed.wanted:
-            self.reply, self.ready_at = (ok, result), order
+            self.reply, self.ready_at, self.held_call = (ok, result), order, owed
             self.status = WorkerStatus.READY
         elif self.status is WorkerStatus.LATE and not self._owed:
             self.status = WorkerStatus.IDLE
@@ -133,7 +135,7 @@ class WorkerRecord:
     def take(self) -> tuple[bool, Any]:
         if self.status is not WorkerStatus.READY or self.reply is None:
             raise StatusError(f"worker {self.index} has no reply to take: it is {self.status.value}")
-        reply, self.reply = self.reply, None
+        reply, self.reply, self.held_call = self.reply, None, None
         self.status = WorkerStatus.IDLE
         return reply
 
@@ -142,24 +144,32 @@ class WorkerRecord:
         for owed in self._owed:
             owed.wanted = False
         if self.status is WorkerStatus.READY:
-            self.reply = None
+            self.reply = self.held_call = None
             self.status = WorkerStatus.IDLE
         elif self.status is WorkerStatus.BUSY or self.status is WorkerStatus.STARTING:
             self.status = WorkerStatus.LATE
 
     def died(self) -> None:
         self._owed.clear()
-        self.reply = None
+        self.reply = self.held_call = None
         self.status = WorkerStatus.DEAD
 
     def relaunched(self) -> OwedCall | None:
         """A new process replaces this one: its Hello is owed. Returns the call that was still
-        wanted from the old one, if any (everything else it owed is gone with it)."""
-        wanted = next((owed for owed in self._owed if owed.wanted), None)
+        wanted from the old one, if any (everything else it owed is gone with it).
+
+        A reply held but not yet taken (it arrived in the same wait that found the death)
+        counts as not answered: the envs it speaks of are gone, and the replacement's reset
+        rewrites their rows before anybody reads them.
+        """
+        if self.status is WorkerStatus.READY:
+            wanted = self.held_call
+        else:
+            wanted = next((owed for owed in self._owed if owed.wanted), None)
         self.launches += 1
         self.unreported_restart = None
         self._owed = deque([OwedCall(0, "__init__")])
-        self.reply = None
+        self.reply = self.held_call = None
         self.status = WorkerStatus.STARTING
         return wanted
 
