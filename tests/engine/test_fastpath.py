@@ -159,6 +159,44 @@ def test_every_wake_up_arrives_when_both_sides_always_sleep(cores: None, monkeyp
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("written", [False, True], ids=["before-the-write", "after-the-write"])
+def test_an_interrupt_while_waking_a_worker_leaves_it_running(
+    cores: None, monkeypatch: pytest.MonkeyPatch, written: bool
+) -> None:
+    """Ctrl+C while the parent writes a ``WAKE`` (a few bytes, sent whole or not at all, with
+    no content) cuts no message: the step is interrupted, but the worker is not ended, so the
+    reset after it is answered by the same process and the steps after it match Sync. Nobody
+    spins and the safety recheck is pushed past the test's timeout: a wake-up lost to the
+    interrupt would hang the test."""
+    monkeypatch.setattr(SpinBudget, "seconds", lambda self, limit=None: 0.0)
+    monkeypatch.setattr(fastpath, "RECHECK_SECONDS", 600.0)
+    real = process_transport.send_within
+    fired = []
+
+    def interrupted(conn: Any, data: bytes, fd: int | None, timeout: float | None) -> None:
+        if data == WAKE_COMMAND and not fired:
+            fired.append(conn)
+            if written:
+                real(conn, data, fd, timeout)
+            raise KeyboardInterrupt
+        real(conn, data, fd, timeout)
+
+    fns = healthy_fns(4)
+    with vecenv.SubprocVectorEnv(fns, 2, context="fork") as envs:
+        pids = envs.worker_pids
+        envs.reset(seed=0)
+        monkeypatch.setattr(process_transport, "send_within", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            for _ in range(1000):  # a worker asleep when its step is posted gets a WAKE
+                envs.step(np.zeros((4, 2), np.float32))
+        assert fired, "no WAKE was written"
+        with pytest.raises(vecenv.NeedsResetError):
+            envs.step(np.zeros((4, 2), np.float32))
+        _same_as_sync(envs, fns, 50)
+        assert envs.worker_pids == pids and envs.restart_count == 0
+
+
+@pytest.mark.timeout(120)
 def test_the_parent_hosted_group_and_one_spinning_worker_match_sync(cores: None) -> None:
     fns = quiet(diff_env_fns(N), every=7)
     with vecenv.SubprocVectorEnv(fns, 2, context="fork", inline_group=True) as envs:

@@ -346,15 +346,33 @@ class ProcessTransport(Transport):
             self._owed[worker], self._in_word[worker] = 1, call_id
             words[at] = call_id
             with contextlib.suppress(WorkerGone):
-                self._write(worker, WAKE_COMMAND, send_timeout())
+                self._wake(worker)
             raise
         if asleep:
-            self._write(worker, WAKE_COMMAND, send_timeout())
+            self._wake(worker)
 
-    def _write(self, worker: int, message: bytes | WithFd, timeout: float | None = None) -> None:
+    def _wake(self, worker: int) -> None:
+        """Write a ``WAKE`` to ``worker``'s pipe. It carries nothing, and its few bytes go in
+        one write, whole or not at all; the worker drops every ``WAKE`` it reads. So an
+        interrupt (Ctrl+C) during this write cuts no message and must not end the worker: the
+        ``WAKE`` is written once more (it may not have gone), and the interrupt goes on."""
+        try:
+            self._write(worker, WAKE_COMMAND, send_timeout(), cuttable=False)
+        except (WorkerGone, SendTimeout):
+            raise
+        except BaseException:
+            with contextlib.suppress(WorkerGone, SendTimeout):
+                self._write(worker, WAKE_COMMAND, send_timeout(), cuttable=False)
+            raise
+
+    def _write(
+        self, worker: int, message: bytes | WithFd, timeout: float | None = None, cuttable: bool = True
+    ) -> None:
         """Write one message to ``worker``'s pipe (and count it in the hint its spin reads); a
         worker that takes none of it for ``timeout`` seconds is stuck (see
-        :mod:`vecenv.transports.sending`)."""
+        :mod:`vecenv.transports.sending`). An interrupt during the write ends the worker
+        (half the message may be in its pipe), unless ``cuttable`` is false: a message that one
+        write sends whole or not at all."""
         conn = self._conn(worker)
         data, fd = (message.data, message.fd) if isinstance(message, WithFd) else (message, None)
         try:
@@ -369,7 +387,8 @@ class ProcessTransport(Transport):
             self._process(worker).join(1.0)
             raise WorkerGone from None
         except BaseException:
-            self._tear(worker)  # KeyboardInterrupt may have left half the message in the pipe
+            if cuttable:
+                self._tear(worker)  # KeyboardInterrupt may have left half the message in the pipe
             raise
         control = self._control
         if control is not None and control.words is not None:
