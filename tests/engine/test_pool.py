@@ -116,7 +116,7 @@ def test_a_failed_hello_raises_at_once_naming_the_group(clock: FakeClock) -> Non
         pool.hellos(None)
     assert excinfo.value.__notes__ == ["raised in its env group (worker 1 on the fake node) during `__init__`"]
     assert isinstance(excinfo.value.__cause__, RemoteTraceback)
-    assert _statuses(pool) == [IDLE, IDLE, STARTING]
+    assert _statuses(pool) == [IDLE, IDLE, LATE]  # not waited for: its Hello is dropped on arrival
 
 
 # -- calls -------------------------------------------------------------------------------------
@@ -204,6 +204,33 @@ def test_a_timeout_makes_the_unanswered_late_and_their_replies_are_dropped(clock
     assert _statuses(pool) == [BUSY] * 3
     assert pool.gather(pool.workers, None, "step") == [(4, 0), (5, 1), (6, 2)]
     assert _statuses(pool) == [IDLE] * 3 and transport.queue == []
+
+
+def test_an_interrupt_while_replies_are_taken_drops_those_not_taken(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl+C between two replies taken from the workers: the others are dropped (a reply left
+    READY made the next command refuse that worker)."""
+    pool, transport = _started(clock, 1, 1, 1)
+    transport.respond = _answer_with_call_id
+    transport.batches = True  # every reply found in one wait
+    real = WorkerRecord.take
+    taken: list[int] = []
+
+    def take(self: WorkerRecord) -> Any:
+        if len(taken) == 1:
+            raise KeyboardInterrupt
+        taken.append(self.index)
+        return real(self)
+
+    monkeypatch.setattr(WorkerRecord, "take", take)
+    _step(pool)
+    with pytest.raises(KeyboardInterrupt):
+        pool.gather(pool.workers, None, "step")
+    monkeypatch.setattr(WorkerRecord, "take", real)
+    assert taken == [0] and _statuses(pool) == [IDLE] * 3 and not pool.in_flight()
+    _step(pool)
+    assert pool.gather(pool.workers, None, "step") == [(4, 0), (5, 1), (6, 2)]
 
 
 def test_a_deadline_already_past_raises_without_waiting(clock: FakeClock) -> None:

@@ -34,6 +34,9 @@ import vecenv
 from tests.engine.test_differential import assert_same
 from tests.helpers.faults import counter_fns, fault_fns, healthy_fns, no_spinning, odd_fns, open_fds, transport_of
 from vecenv import VecEnvError, WorkerDiedError
+from vecenv.parent.calls import CallRunner
+from vecenv.parent.pool import WorkerPool
+from vecenv.parent.state import State
 from vecenv.transports import process as process_transport
 from vecenv.wire import fastpath
 
@@ -210,6 +213,84 @@ def test_interrupt_while_sending_then_reset_matches_sync(call: str, worker: int,
     finally:
         sync.close()
         envs.close()
+
+
+_WHOLE_CALLS = {
+    "step": lambda envs: envs.step(np.ones(N, np.int64)),
+    "reset": lambda envs: envs.reset(seed=5),
+    "call": lambda envs: envs.call("reset", seed=3),
+    "get_attr": lambda envs: envs.get_attr("np_random_seed"),
+    "set_attr": lambda envs: envs.set_attr("tag", 1),
+    "rollout": lambda envs: envs.rollout(3),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "where", [(CallRunner, "finish"), (WorkerPool, "gather")], ids=["before-the-wait", "as-it-begins"]
+)
+@pytest.mark.parametrize("call", list(_WHOLE_CALLS))
+def test_interrupt_between_a_calls_send_and_its_wait_leaves_nothing_pending(
+    call: str, where: tuple[type, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl+C after a call's commands are out, before its wait has begun or as it begins: the
+    call is abandoned as an interrupted send is, never left pending with nobody to wait for it
+    (the next call raised AlreadyPendingCallError) nor with its workers still owing replies
+    that are wanted (a reset then found them busy)."""
+    envs = vecenv.make("CartPole-v1", N, 2, context="fork")
+    sync = SyncVectorEnv(SYNC_FNS)
+    owner, name = where
+    real = getattr(owner, name)
+
+    def interrupted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(owner, name, real)  # once
+        raise KeyboardInterrupt
+
+    try:
+        envs.reset(seed=0)
+        monkeypatch.setattr(owner, name, interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            _WHOLE_CALLS[call](envs)
+        assert getattr(owner, name) is real, "the call never reached its wait"
+        assert envs.state is State.DEFAULT
+        if call in ("step", "reset", "rollout"):  # its envs may have acted on it
+            with pytest.raises(vecenv.NeedsResetError, match=r"\(KeyboardInterrupt\): call `reset\(\)` first"):
+                envs.step(np.ones(N, np.int64))
+        assert_same(envs.reset(seed=7), sync.reset(seed=7), "reset after the interrupt")
+        for t in range(5):
+            actions = np.array([t % 2, 1, 0, 1])
+            assert_same(envs.step(actions), sync.step(actions), f"step {t}")
+    finally:
+        sync.close()
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_never_leaves_the_fence_lock_held() -> None:
+    """The fast path's memory barrier takes and releases a lock; a signal handled between the
+    two (here a profiling timer's, every 0.2 ms of CPU, raising as Ctrl+C would) must not leave
+    it held, or the next barrier of the process waits forever."""
+
+    class Interrupt(Exception):
+        pass
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise Interrupt
+
+    previous = signal.signal(signal.SIGPROF, interrupt)
+    interrupts = 0
+    try:
+        signal.setitimer(signal.ITIMER_PROF, 0.0002, 0.0002)
+        while interrupts < 300:
+            try:
+                while True:
+                    fastpath.fence()
+            except Interrupt:
+                interrupts += 1
+                assert not fastpath._FENCE.locked(), f"the lock was left held by interrupt {interrupts}"
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
 
 
 @pytest.mark.timeout(60)

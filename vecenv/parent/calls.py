@@ -39,6 +39,7 @@ Collect = Callable[[list[WorkerRecord], "float | None"], list[Any]]
 
 #: Commands whose envs may have acted when the call was cut short: steps are refused until a reset.
 _ACTING = (Command.RESET, Command.STEP, Command.ROLLOUT)
+_ACTING_STATES = (State.WAITING_RESET, State.WAITING_STEP, State.WAITING_ROLLOUT)
 
 
 class CallRunner:
@@ -136,6 +137,7 @@ class CallRunner:
         except WorkerDiedError:
             raise
         except BaseException as exc:
+            self.pool.abandon(workers)  # what is not taken yet is dropped on arrival
             if poisons:
                 calls.poison(f"`{call}` failed ({type(exc).__name__})")
             raise
@@ -154,9 +156,13 @@ class CallRunner:
         """
         core = self._sole_core
         if core is None or payloads[0] is not None or workers[0].owes:
-            with self.within(timeout):
-                self.send(workers, Command.STEP, payloads, "step_async", State.WAITING_STEP)
-            return self.finish("step_wait", timeout, poisons=True)
+            try:
+                with self.within(timeout):
+                    self.send(workers, Command.STEP, payloads, "step_async", State.WAITING_STEP)
+                return self.finish("step_wait", timeout, poisons=True)
+            except BaseException as exc:
+                self.settle(State.DEFAULT, "step", exc)
+                raise
         try:
             ok, result = core.handle(Command.STEP, _no_payload)
             if not ok:
@@ -165,6 +171,19 @@ class CallRunner:
             self.calls.poison(f"`step_wait` failed ({type(exc).__name__})")
             raise
         return workers, [result]
+
+    def settle(self, before: State, call: str, exc: BaseException) -> None:
+        """``call``, a send and its wait in one method (``step``, ``reset``, ``call``, ...),
+        raised ``exc`` while the call state was ``before`` when it began. Each half leaves the
+        state right when it fails itself; an interrupt between them (after the send, before the
+        wait took over) would leave the call pending, with nobody to wait for it: it is
+        abandoned here as an interrupted send is (its replies dropped on arrival, and steps
+        refused until a reset when its envs may have acted)."""
+        waiting = self.calls.waiting
+        if waiting is before or waiting is State.DEFAULT or waiting is State.CLOSED:
+            return
+        self.pool.abandon(self.calls.pending)
+        self.calls.interrupted(call, exc, poisons=waiting in _ACTING_STATES)
 
     def gather(self, workers: Sequence[WorkerRecord], timeout: float | None, call: str) -> list[Any]:
         """The replies of a call sent outside a pending one, in worker order (late ones are

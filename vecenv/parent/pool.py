@@ -238,22 +238,22 @@ class WorkerPool:
         results: dict[int, Any] = {}
         failures: list[tuple[WorkerRecord, PackedException]] = []
         waiting: Sequence[WorkerRecord] = workers
-        while waiting:
-            try:
+        try:
+            while waiting:
                 ready = self.wait(waiting, deadline, call, timeout)
-            except BaseException:  # a timeout, or Ctrl+C: the next call must not wait for these
-                for w in waiting:
-                    w.abandon()
-                raise
-            for w in ready:
-                ok, result = w.take()
-                if ok:
-                    results[w.index] = result
-                elif fail_fast:
-                    self.raise_remote(w, result, call)
-                else:
-                    failures.append((w, result))
-            waiting = [w for w in waiting if w.status is not IDLE] if len(ready) < len(waiting) else ()
+                for w in ready:
+                    ok, result = w.take()
+                    if ok:
+                        results[w.index] = result
+                    elif fail_fast:
+                        self.raise_remote(w, result, call)
+                    else:
+                        failures.append((w, result))
+                waiting = [w for w in waiting if w.status is not IDLE] if len(ready) < len(waiting) else ()
+        except BaseException:  # a timeout, or Ctrl+C anywhere in here: the next call must not wait for these
+            for w in workers:
+                w.abandon()  # (nothing to drop for those already taken)
+            raise
         if failures:
             # By worker order, not arrival: which error is raised must not depend on timing.
             self.raise_remote(*min(failures, key=lambda f: f[0].index), call)

@@ -635,9 +635,15 @@ class RolloutMethods:
         ``num_steps`` calls of ``step`` give with the same actions; the vector env continues
         from ``rollout.last_observations``. See :meth:`rollout_async` and :class:`Rollout`."""
         timeout = check_timeout(timeout)
-        with self._rollouts.runner.within(timeout):
-            self.rollout_async(num_steps, policy)
-        return self.rollout_wait(timeout)
+        runner = self._rollouts.runner
+        before = runner.calls.waiting
+        try:
+            with runner.within(timeout):
+                self.rollout_async(num_steps, policy)
+            return self.rollout_wait(timeout)
+        except BaseException as exc:
+            runner.settle(before, "rollout", exc)
+            raise
 
     @serialised
     def update_policy_weights(self, weights: Any = None) -> None:

@@ -106,9 +106,14 @@ _FENCE = threading.Lock()
 
 def fence() -> None:
     """A full memory barrier on x86-64: a lock taken and released (a locked compare-and-swap).
-    See the module docstring for why that is one, and where it is not."""
-    _FENCE.acquire()
-    _FENCE.release()
+    See the module docstring for why that is one, and where it is not.
+
+    Taken with ``with``, never ``acquire()`` then ``release()``: Ctrl+C raised between those two
+    calls would leave the lock held, and the next fence of the process would wait forever. The
+    ``with`` releases it whatever is raised once it is taken (no signal is handled in between).
+    """
+    with _FENCE:
+        pass
 
 
 class ControlBlock:
