@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -25,6 +26,7 @@ from vecenv.transports import process as process_transport
 from vecenv.wire import fastpath
 from vecenv.wire.fastpath import ControlBlock, SpinBudget, SpinMode
 from vecenv.wire.protocol import WAKE_COMMAND, WAKE_REPLY, Command, decode_command, encode_command, is_bare_step
+from vecenv.worker import loop as worker_loop
 
 pytestmark = pytest.mark.skipif(not fastpath.SUPPORTED, reason="the fast path runs on x86-64 Linux only")
 
@@ -194,6 +196,25 @@ def test_an_interrupt_while_waking_a_worker_leaves_it_running(
             envs.step(np.zeros((4, 2), np.float32))
         _same_as_sync(envs, fns, 50)
         assert envs.worker_pids == pids and envs.restart_count == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_step_posted_before_the_worker_waits_is_taken(cores: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step right after the constructor (before any reset) is posted in the word while the
+    workers may still be setting up their wait: each must take it, not mistake it for one it
+    has done (the step then never ran, and the parent waited forever). Gymnasium's envs refuse
+    a step before reset, and that error comes back."""
+    real = worker_loop._Waiter.__init__
+
+    def late(self: Any, *args: Any) -> None:
+        time.sleep(0.3)  # the parent posts meanwhile (the patch holds in the forked workers)
+        real(self, *args)
+
+    monkeypatch.setattr(worker_loop._Waiter, "__init__", late)
+    with vecenv.make("CartPole-v1", 4, 2, context="fork") as envs:
+        assert envs._pool.transport.spin_mode is SpinMode.FULL
+        with pytest.raises(gym.error.ResetNeeded):
+            envs.step(np.zeros(4, np.int64), timeout=20)
 
 
 @pytest.mark.timeout(120)

@@ -365,9 +365,7 @@ class ProcessTransport(Transport):
                 self._write(worker, WAKE_COMMAND, send_timeout(), cuttable=False)
             raise
 
-    def _write(
-        self, worker: int, message: bytes | WithFd, timeout: float | None = None, cuttable: bool = True
-    ) -> None:
+    def _write(self, worker: int, message: bytes | WithFd, timeout: float | None = None, cuttable: bool = True) -> None:
         """Write one message to ``worker``'s pipe (and count it in the hint its spin reads); a
         worker that takes none of it for ``timeout`` seconds is stuck (see
         :mod:`vecenv.transports.sending`). An interrupt during the write ends the worker

@@ -182,8 +182,11 @@ class _Waiter:
         self.replies = control.index(slot, fastpath.REPLIES)
         self.sleeping = control.index(slot, fastpath.SLEEPING)
         self.parent_sleeping = fastpath.PARENT_SLEEPING
-        self.last = words[self.command]  # the last command taken from the word
-        self.pipe_seen = words[self.pipe_sent]
+        # The last command taken from the word, and the pipe's count last seen: none yet. The
+        # parent zeroed the slot before this process started, so a nonzero word is a command
+        # posted to this process, possibly before it got here (a step right after start-up).
+        self.last = 0
+        self.pipe_seen = 0
         self.pipe_maybe = True  # the pipe may hold a message the hint has not announced
         self.replied = 0
         self.budget = SpinBudget(0.0)
