@@ -366,6 +366,8 @@ def test_bad_arguments_are_refused_before_anything_starts(ray_local: RaySessions
         RayVectorEnv(fns, 2, address=6379)
     with pytest.raises(ValueError, match="batch_size"):
         RayVectorEnv(fns, 2, batch_size=3)
+    with pytest.raises(ValueError, match="cannot hold 'max_restarts' .*on_worker_death='restart'"):
+        RayVectorEnv(fns, 2, actor_options={"max_restarts": 2})
     with pytest.raises(TypeError, match="num_cpus must be a non-negative number"):
         RayVectorEnv(fns, 2, actor_options={"num_cpus": "1"})
     with pytest.raises(ValueError, match="need 4 CPU, but the Ray cluster has 2"):
@@ -442,6 +444,10 @@ def test_infos_and_call_results_are_writable_arrays(ray_local: RaySessions) -> N
         frames = envs.render()  # a call result: one frame per env
         assert all(f.flags.writeable for f in frames)
         frames[0][...] = 0
+        # Arrays inside other objects too (a Space here; namedtuples, OrderedDicts, ...).
+        spaces = envs.get_attr("observation_space")
+        assert all(space.low.flags.writeable for space in spaces)
+        spaces[0].low[...] = 0
 
 
 @pytest.mark.timeout(60)

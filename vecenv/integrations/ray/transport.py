@@ -28,6 +28,7 @@ imports it.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import re
@@ -426,7 +427,8 @@ def _wait_dead(actors: Sequence[Any], end: float) -> None:
 def _owned(value: Any) -> Any:
     """``value`` with every read-only numpy array in it (Ray hands arrays out as read-only
     views of the received bytes) replaced by a writable copy, through dicts, lists, tuples and
-    object arrays, as a pipe's unpickling would give them."""
+    object arrays, and in any other object by copying it, as a pipe's unpickling would give
+    them."""
     kind = type(value)
     if kind is np.ndarray:
         if value.dtype == object:
@@ -441,7 +443,18 @@ def _owned(value: Any) -> Any:
         return [_owned(v) for v in value]
     if kind is tuple:
         return tuple(_owned(v) for v in value)
-    return value
+    if value is None or isinstance(value, _PLAIN):
+        return value
+    # Anything else (a namedtuple, an OrderedDict, a Space, a user's object) may hold arrays
+    # too: a fresh copy, as unpickling from a pipe gives (deepcopy copies arrays writable).
+    try:
+        return copy.deepcopy(value)
+    except Exception:  # not copyable: as Ray gave it
+        return value
+
+
+#: Values with no array inside, left as they are.
+_PLAIN = (bool, int, float, complex, str, bytes, np.generic)
 
 
 def _owned_result(result: Any) -> Any:

@@ -42,6 +42,12 @@ def _check_actor_options(actor_options: Any) -> dict[str, Any]:
         raise InvalidArgumentError(
             "`actor_options` cannot hold 'name': every group is its own actor, and names are unique"
         )
+    for key in ("max_restarts", "max_task_retries"):
+        if actor_options.get(key):
+            raise InvalidArgumentError(
+                f"`actor_options` cannot hold {key!r} ({actor_options[key]!r}): an actor that Ray restarts "
+                "comes back without its envs or its rows; use on_worker_death='restart', which rebuilds them"
+            )
     resources = actor_options.get("resources")
     if resources is not None and not isinstance(resources, Mapping):
         raise ArgumentTypeError(
