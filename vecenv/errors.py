@@ -123,7 +123,11 @@ class SpaceMismatchError(VecEnvError, RuntimeError, ValueError):
     """Two envs of one vector env have different observation or action spaces.
 
     A ``RuntimeError``, as ``SyncVectorEnv`` raises for the same case, and a ``ValueError``.
+    ``mismatch``: where the handshake found it (the env's index, which space, both spaces),
+    for a layer above that names its own units (the multi-agent copies).
     """
+
+    mismatch: Any = None
 
 
 class InvalidObservationError(VecEnvError, ValueError, TypeError):

@@ -159,6 +159,19 @@ def test_copies_with_different_agents_are_refused() -> None:
         MultiAgentVectorEnv([ToyParallelEnv, functools.partial(ToyParallelEnv, obs_shapes={"a0": 5, "a1": 5})], 2)
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_copies_with_different_spaces_are_refused_whichever_worker_hosts_them(num_workers: int) -> None:
+    """Copy 1's agents share a space, but not copy 0's: the same error (an ``AssertionError``,
+    as SuperSuit's) whether each worker checks it among its copies or the handshake across them."""
+    other = functools.partial(ToyParallelEnv, obs_shapes={"a0": 5, "a1": 5, "a2": 5, "late": 5})
+    with pytest.raises(AgentSpaceMismatchError) as info:
+        MultiAgentVectorEnv([ToyParallelEnv, other], num_workers, context="fork")
+    message = str(info.value)
+    assert isinstance(info.value, AssertionError) and "copy 0" in message and "observation_mode" not in message
+    assert "Box(-1e+06, 1e+06, (5,), float32)" in message and "Box(-1e+06, 1e+06, (3,), float32)" in message
+
+
 def test_env_error_names_the_copy_and_keeps_its_type() -> None:
     fns = [ToyParallelEnv, functools.partial(ToyParallelEnv, raise_at=2), ToyParallelEnv]
     with MultiAgentVectorEnv(fns, num_workers=2, context="fork") as envs:

@@ -34,7 +34,7 @@ from vecenv.checks import (
     check_reset_mask,
     seed_list,
 )
-from vecenv.errors import ArgumentTypeError, InvalidArgumentError, NeedsResetError, describe
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, NeedsResetError, SpaceMismatchError, describe
 from vecenv.multiagent.copies import COPY_CALL, INACTIVE_KEY, CopyCall, CopyOp, per_row
 from vecenv.multiagent.errors import AgentSpaceMismatchError
 from vecenv.multiagent.group import ParallelCopiesFn
@@ -57,7 +57,18 @@ def open_rows(groups: Sequence[Callable[[], Any]], backend: str, inline: bool, k
     cls = vector_class(backend)
     if backend == "process":
         kwargs = {**kwargs, "inline_group": inline}
-    return cls.from_groups(groups, autoreset_mode=AutoresetMode.NEXT_STEP, **kwargs)
+    try:
+        return cls.from_groups(groups, autoreset_mode=AutoresetMode.NEXT_STEP, **kwargs)
+    except SpaceMismatchError as exc:
+        m = exc.mismatch
+        if isinstance(exc, AgentSpaceMismatchError) or m is None:
+            raise
+        # Copies in different workers (each worker checks its own): said in rows and copies.
+        raise AgentSpaceMismatchError(
+            f"row {m.local_index} (an agent of a copy in another worker than copy 0's) has "
+            f"{m.which.replace('_', ' ')} {m.received}, but copy 0's agents have {m.expected}: every agent "
+            "of every copy must share them"
+        ) from None
 
 
 def describe_agents(rows: Any) -> tuple[str, ...]:

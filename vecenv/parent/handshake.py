@@ -59,7 +59,9 @@ def configure(
             )
         mismatch = _first_mismatch(first, hello, observation_mode, start)
         if mismatch is not None:
-            raise _mismatch_error(mismatch, observation_mode, class_name)
+            error = _mismatch_error(mismatch, observation_mode, class_name)
+            error.mismatch = mismatch
+            raise error
         start += hello.num_envs
     if isinstance(observation_mode, tuple):
         observation_space, single_observation_space = observation_mode
