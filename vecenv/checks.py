@@ -159,9 +159,10 @@ def check_seed_policy(policy: Any) -> str:
     return str(policy)
 
 
-def seed_list(seed: Any, n: int, policy: str = "sequential") -> list[int | None]:
+def seed_list(seed: Any, n: int, policy: str = "sequential", count: str = "num_envs") -> list[int | None]:
     """One seed (or ``None``) per env: ``None``, an int (env ``i`` gets ``seed + i``, or under
-    ``policy="spawn"`` its :func:`~vecenv.seeding.spawn_seeds` seed), or a list (used as given)."""
+    ``policy="spawn"`` its :func:`~vecenv.seeding.spawn_seeds` seed), or a list (used as given).
+    ``count`` names ``n`` in the messages (``num_copies`` for the multi-agent copies)."""
     if seed is None:
         return [None] * n
     if _is_int(seed):
@@ -172,7 +173,7 @@ def seed_list(seed: Any, n: int, policy: str = "sequential") -> list[int | None]
         raise ArgumentTypeError(f"`seed` must be an int, a list of {n} seeds or None, got {describe(seed)}")
     if len(seed) != n:
         raise InvalidArgumentError(
-            f"If seeds are passed as a list the length must match num_envs={n} but got length={len(seed)}."
+            f"If seeds are passed as a list the length must match {count}={n} but got length={len(seed)}."
         )
     seeds: list[int | None] = []
     for i, s in enumerate(seed):

@@ -175,7 +175,9 @@ def test_stable_baselines3_base_class_matches_supersuit() -> None:
             reference.step_async(actions)
             assert_tree_equal(drop_in.step_wait(), reference.step_wait(), f"step {t}")
         assert drop_in.get_attr("render_mode") == [None] * drop_in.num_envs
-        drop_in.seed(8)  # the drop-in's wrapper seeds its next reset, as SB3's own VecEnvs do
+        seeds = drop_in.seed(8)  # the drop-in's wrapper seeds its next reset, as SB3's own VecEnvs do
+        per_copy = drop_in.num_envs // copies  # one seed per env (SB3's VecEnv.seed), its copy's
+        assert seeds == [8 + c for c in range(copies) for _ in range(per_copy)] and len(seeds) == drop_in.num_envs
         assert_tree_equal(drop_in.reset(), drop_in.venv.reset(seed=8)[0])
     finally:
         drop_in.close()

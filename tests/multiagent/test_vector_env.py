@@ -8,6 +8,7 @@ import functools
 import os
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
@@ -157,6 +158,15 @@ def test_copies_with_different_agents_are_refused() -> None:
         MultiAgentVectorEnv([ToyParallelEnv, other], num_workers=1)
     with pytest.raises((AgentSpaceMismatchError, SpaceMismatchError)):
         MultiAgentVectorEnv([ToyParallelEnv, functools.partial(ToyParallelEnv, obs_shapes={"a0": 5, "a1": 5})], 2)
+
+
+def test_bad_copies_and_seeds_are_named_in_copies() -> None:
+    with pytest.raises(TypeError, match="must return a PettingZoo ParallelEnv .*got <TimeLimit"):
+        MultiAgentVectorEnv([lambda: gym.make("CartPole-v1")], num_workers=0)
+    with MultiAgentVectorEnv([ToyParallelEnv] * 3, num_workers=0) as envs:
+        assert envs.num_envs > 3
+        with pytest.raises(ValueError, match="must match num_copies=3 but got length=2"):
+            envs.reset(seed=[1, 2])
 
 
 @pytest.mark.timeout(60)

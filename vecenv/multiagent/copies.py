@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from gymnasium import Space
 
-from vecenv.errors import InvalidArgumentError
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
 from vecenv.multiagent.errors import AgentSpaceMismatchError
 from vecenv.wire.protocol import Hello
 from vecenv.worker.builders import call_each
@@ -86,6 +86,12 @@ def agent_spaces(env: Any) -> tuple[tuple[str, ...], Space, Space]:
         AgentSpaceMismatchError: an agent's space differs from the first agent's; the message
             names the agent, both spaces, and SuperSuit's padding wrappers.
     """
+    if not (hasattr(env, "possible_agents") and callable(getattr(env, "observation_space", None))):
+        raise ArgumentTypeError(
+            "a multi-agent env constructor must return a PettingZoo ParallelEnv (e.g. "
+            f"pistonball_v6.parallel_env()), got {describe(env)}; for single-agent envs use vecenv.make "
+            "or SubprocVectorEnv"
+        )
     agents = tuple(env.possible_agents)
     if not agents:
         raise InvalidArgumentError(

@@ -184,7 +184,7 @@ class MultiAgentVectorEnv(VectorEnv):
     # -- copies and rows -----------------------------------------------------------------------
 
     def _row_seeds(self, seed: Any) -> list[int | None]:
-        return per_row(seed_list(seed, self.num_copies), self.num_agents)
+        return per_row(seed_list(seed, self.num_copies, count="num_copies"), self.num_agents)
 
     def _row_options(self, options: Any) -> tuple[dict[str, Any] | None, np.ndarray | None]:
         """Options for the rows, with a per-copy ``reset_mask`` spread over each copy's rows."""

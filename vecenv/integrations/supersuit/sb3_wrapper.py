@@ -42,9 +42,12 @@ class SB3VecEnvWrapper(VecEnvWrapper):
         self._next_seed: int | None = None
 
     def seed(self, seed: int | None = None) -> list[int | None]:
-        """Seed the next :meth:`reset`: copy ``c`` gets ``seed + c``."""
+        """Seed the next :meth:`reset`: copy ``c`` gets ``seed + c``. Returns one seed per env
+        (SB3's ``VecEnv.seed``), each slot its copy's."""
         self._next_seed = seed
-        return [None if seed is None else seed + c for c in range(self._drop_in.num_copies)]
+        copies = self._drop_in.num_copies
+        per_copy = self.num_envs // copies
+        return [None if seed is None else seed + c for c in range(copies) for _ in range(per_copy)]
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> VecEnvObs:
         """Reset every copy; their infos go to ``reset_infos``."""
