@@ -183,6 +183,14 @@ def _tear_write(envs: Any, worker: int) -> None:
     process_transport.send_within = torn
 
 
+def _recovers_as_sync(envs: Any, sync: SyncVectorEnv) -> None:
+    """After an interrupt: a reset and the steps after it give exactly Sync's data."""
+    assert_same(envs.reset(seed=7), sync.reset(seed=7), "reset after the interrupt")
+    for t in range(5):
+        actions = np.array([t % 2, 1, 0, 1])
+        assert_same(envs.step(actions), sync.step(actions), f"step {t}")
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(
     ("worker", "after"),
@@ -206,10 +214,7 @@ def test_interrupt_while_sending_then_reset_matches_sync(call: str, worker: int,
         if call == "step_async":
             with pytest.raises(vecenv.NeedsResetError, match="interrupted"):
                 envs.step(np.ones(N, np.int64))
-        assert_same(envs.reset(seed=7), sync.reset(seed=7), "reset after the interrupt")
-        for t in range(5):
-            actions = np.array([t % 2, 1, 0, 1])
-            assert_same(envs.step(actions), sync.step(actions), f"step {t}")
+        _recovers_as_sync(envs, sync)
     finally:
         sync.close()
         envs.close()
@@ -256,10 +261,7 @@ def test_interrupt_between_a_calls_send_and_its_wait_leaves_nothing_pending(
         if call in ("step", "reset", "rollout"):  # its envs may have acted on it
             with pytest.raises(vecenv.NeedsResetError, match=r"\(KeyboardInterrupt\): call `reset\(\)` first"):
                 envs.step(np.ones(N, np.int64))
-        assert_same(envs.reset(seed=7), sync.reset(seed=7), "reset after the interrupt")
-        for t in range(5):
-            actions = np.array([t % 2, 1, 0, 1])
-            assert_same(envs.step(actions), sync.step(actions), f"step {t}")
+        _recovers_as_sync(envs, sync)
     finally:
         sync.close()
         envs.close()
