@@ -172,8 +172,20 @@ class CallRunner:
             raise
         return workers, [result]
 
+    @contextlib.contextmanager
+    def whole(self, call: str) -> Iterator[None]:
+        """Around a call made of a send and its wait in one method (``reset``, ``call``,
+        ``get_attr``, ``set_attr``, ``render``, ``rollout``): whatever it raises, it leaves
+        no call of its own pending (see :meth:`settle`)."""
+        before = self.calls.waiting
+        try:
+            yield
+        except BaseException as exc:
+            self.settle(before, call, exc)
+            raise
+
     def settle(self, before: State, call: str, exc: BaseException) -> None:
-        """``call``, a send and its wait in one method (``step``, ``reset``, ``call``, ...),
+        """``call``, a send and its wait in one method (``step``, or one under :meth:`whole`),
         raised ``exc`` while the call state was ``before`` when it began. Each half leaves the
         state right when it fails itself; an interrupt between them (after the send, before the
         wait took over) would leave the call pending, with nobody to wait for it: it is

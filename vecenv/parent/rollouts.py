@@ -636,14 +636,10 @@ class RolloutMethods:
         from ``rollout.last_observations``. See :meth:`rollout_async` and :class:`Rollout`."""
         timeout = check_timeout(timeout)
         runner = self._rollouts.runner
-        before = runner.calls.waiting
-        try:
+        with runner.whole("rollout"):
             with runner.within(timeout):
                 self.rollout_async(num_steps, policy)
             return self.rollout_wait(timeout)
-        except BaseException as exc:
-            runner.settle(before, "rollout", exc)
-            raise
 
     @serialised
     def update_policy_weights(self, weights: Any = None) -> None:

@@ -239,14 +239,10 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
         ``timeout``: seconds to wait at most (default: no limit).
         """
         timeout = check_timeout(timeout)
-        before = self._calls.waiting
-        try:
+        with self._runner.whole("reset"):
             with self._runner.within(timeout):
                 self.reset_async(seed=seed, options=options)
             return self.reset_wait(timeout)
-        except BaseException as exc:
-            self._runner.settle(before, "reset", exc)
-            raise
 
     # -- step ----------------------------------------------------------------------------------
 
@@ -363,26 +359,18 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
 
         For a time limit use :meth:`call_async` and ``call_wait(timeout=...)``.
         """
-        before = self._calls.waiting
-        try:
+        with self._runner.whole("call"):
             self.call_async(name, *args, **kwargs)
             return self.call_wait()
-        except BaseException as exc:
-            self._runner.settle(before, "call", exc)
-            raise
 
     @serialised
     def get_attr(self, name: str, timeout: float | None = None) -> tuple[Any, ...]:
         """Attribute ``name`` of every env (a callable attribute is called, as ``SyncVectorEnv`` does)."""
         timeout = check_timeout(timeout)
-        before = self._calls.waiting
-        try:
+        with self._runner.whole("get_attr"):
             with self._runner.within(timeout):
                 self.call_async(name)
             return self.call_wait(timeout)
-        except BaseException as exc:
-            self._runner.settle(before, "get_attr", exc)
-            raise
 
     @serialised
     def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any, timeout: float | None = None) -> None:
@@ -411,14 +399,10 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
         return plan.frames(self._run(Command.RENDER, plan.workers, plan.payloads, "render", timeout))
 
     def _run(self, command: Command, workers: list[Any], payloads: list[Any], call: str, timeout: float | None) -> Any:
-        before = self._calls.waiting
-        try:
+        with self._runner.whole(call):
             with self._runner.within(timeout):
                 self._runner.send(workers, command, payloads, call, State.WAITING_CALL)
             return self._runner.finish(call, timeout, poisons=False)[1]
-        except BaseException as exc:
-            self._runner.settle(before, call, exc)
-            raise
 
     @property
     def num_workers(self) -> int:
