@@ -194,6 +194,27 @@ def test_env_error_names_the_copy_and_keeps_its_type() -> None:
             envs.step(envs.action_space.sample())
 
 
+class _BadObservationOfOneAgent(ToyParallelEnv):
+    """Agent ``a1``'s observation at step 1 has the wrong shape."""
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        obs, *rest = super().step(actions)
+        obs["a1"] = np.zeros(5, np.float32)
+        return (obs, *rest)
+
+
+def test_an_agents_observation_that_cannot_be_stored_names_that_agents_row() -> None:
+    """Copy 1's agent ``a1`` is row 4 + 1 = 5 (4 agents a copy): the error names row 5, not the
+    copy's first row, and the copy."""
+    fns = [ToyParallelEnv, _BadObservationOfOneAgent, ToyParallelEnv]
+    with MultiAgentVectorEnv(fns, num_workers=2, context="fork") as envs:
+        envs.reset(seed=0)
+        with pytest.raises(Exception) as info:
+            envs.step(envs.action_space.sample())
+        notes = "\n".join(info.value.__notes__)
+        assert "raised in env 5 (worker 0)" in notes and "in copy 1 (agents a0, a1, a2, late)" in notes, notes
+
+
 def test_restart_rebuilds_the_copies_of_a_dead_worker(tmp_path: Any) -> None:
     marker = str(tmp_path / "crashed")
     fns = [ToyParallelEnv, functools.partial(ToyParallelEnv, crash_once=marker, crash_at=2)]

@@ -47,8 +47,9 @@ class CopyGroup:
     """The copies of one worker and their rows; subclasses say how a copy resets and steps.
 
     Attributes:
-        blame: set when a method raises: the local row of the first agent of the copy whose
-            code raised (the worker clears it before each command).
+        blame: set when a method raises: the local row of the agent whose observation could not
+            be stored, else of the first agent of the copy whose code raised (the worker clears
+            it before each command).
     """
 
     def __init__(self, copies: AgentCopies, buffers: Buffers) -> None:
@@ -93,11 +94,21 @@ class CopyGroup:
             try:
                 results.append(run(c))
             except BaseException as exc:
-                self.blame = c * self.num_agents
+                if self.blame is None:  # an agent's row, when one is to blame (_write_row)
+                    self.blame = c * self.num_agents
                 first = self._first_copy + c
                 exc.add_note(f"in copy {first} (agents {', '.join(self.agents)})")
                 raise
         return results
+
+    def _write_row(self, row: int, observation: Any) -> None:
+        """Store one agent's observation in local row ``row``; a value that cannot be stored is
+        blamed on that agent's row."""
+        try:
+            self._write(row, observation)
+        except BaseException:
+            self.blame = row
+            raise
 
     def _reset_copy(self, c: int, seed: int | None, options: dict[str, Any] | None, entries: InfoEntries) -> None:
         raise NotImplementedError
@@ -228,7 +239,7 @@ class ParallelGroup(CopyGroup):
 
     def _write_copy(self, c: int, obs: dict[str, Any]) -> list[bool]:
         """Write copy ``c``'s observations, zeros for absent agents; returns the absent rows."""
-        write, zero, base = self._write, self._zero, c * self.num_agents
+        write, zero, base = self._write_row, self._zero, c * self.num_agents
         inactive = []
         for a, agent in enumerate(self.agents):
             value = obs.get(agent, _MISSING)

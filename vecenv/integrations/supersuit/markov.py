@@ -66,7 +66,7 @@ class MarkovGroup(CopyGroup):
         return [infos.get(agent, {}) for agent in self.agents]
 
     def _concat(self, c: int, obs: dict[str, Any]) -> None:
-        write, base = self._write, c * self.num_agents
+        write, base = self._write_row, c * self.num_agents
         for a, agent in enumerate(self.agents):
             if agent not in obs:
                 raise AgentDeathError(f"agent {agent!r} is missing from its env's observations. {_DEATH_HINT}")
