@@ -185,6 +185,65 @@ def test_env_error_and_close_with_envs_in_flight():
 
 
 @pytest.mark.timeout(60)
+def test_a_full_reset_recovers_from_an_env_error_with_other_envs_in_flight(tmp_path):
+    """Env 1 raises in a batch while env 0 is still in flight (at a gate): ``reset()`` drops
+    env 0's step and resets every env, as errors.md promises; a partial reset is still refused."""
+    gate = str(tmp_path / "gate")
+    os.mkfifo(gate)
+    with vecenv.SubprocVectorEnv([functools.partial(GateEnv, gate), _StepRaises], 2, batch_size=1) as envs:
+        envs.async_reset(seed=0)
+        for _ in range(2):
+            envs.send(np.zeros(1, dtype=np.int64), envs.recv(timeout=10)[5])  # env 0 now waits at the gate
+        with pytest.raises(RuntimeError, match="boom in step"):
+            envs.recv(timeout=10)
+        with pytest.raises(vecenv.NeedsResetError, match="async_reset"):
+            envs.recv()
+        with pytest.raises(gym.error.AlreadyPendingCallError, match="recv"):
+            envs.reset(options={"reset_mask": np.array([True, False])})
+        with open(gate, "wb") as fifo:  # env 0's step may finish before or after the reset is sent
+            fifo.write(b"x")
+        obs, _ = envs.reset(seed=5)
+        sync = gym.vector.SyncVectorEnv([functools.partial(JitterEnv, max_delay=0.0)] * 2)
+        np.testing.assert_array_equal(obs, sync.reset(seed=5)[0])
+        sync.close()
+        assert envs.state is vecenv.State.DEFAULT
+        envs.async_reset(seed=0)  # and the batches start again
+        assert len(envs.recv(timeout=10)[5]) == 1
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("batch_size", [2, 4], ids=lambda b: f"batch={b}")
+def test_calls_that_step_nothing_between_recv_and_send_keep_the_batches(batch_size: int) -> None:
+    """With no env in flight, get_attr, call and set_attr may run between a ``recv`` and its
+    ``send``; the batches go on after them, each env exactly as without them."""
+
+    def rows(batches: list[tuple]) -> dict[int, np.ndarray]:
+        return {int(i): obs[k] for obs, *_, ids in batches for k, i in enumerate(ids)}
+
+    jitter_free = functools.partial(JitterEnv, max_delay=0.0)
+    with (
+        vecenv.SubprocVectorEnv([jitter_free] * 4, 2, batch_size=batch_size) as envs,
+        vecenv.SubprocVectorEnv([jitter_free] * 4, 2, batch_size=batch_size) as plain,
+    ):
+        envs.async_reset(seed=3)
+        plain.async_reset(seed=3)
+        for round_ in range(6):
+            got = [envs.recv(timeout=10) for _ in range(4 // batch_size)]
+            want = [plain.recv(timeout=10) for _ in range(4 // batch_size)]
+            assert envs.get_attr("max_delay") == (0.0,) * 4
+            assert envs.call("max_delay") == (0.0,) * 4
+            envs.set_attr("max_delay", [0.0] * 4)
+            assert envs.state is vecenv.State.WAITING_RECV
+            got_rows, want_rows = rows(got), rows(want)
+            assert sorted(got_rows) == sorted(want_rows) == [0, 1, 2, 3]
+            for i in range(4):
+                np.testing.assert_array_equal(got_rows[i], want_rows[i], err_msg=f"env {i}, round {round_}")
+            for batches, vector in ((got, envs), (want, plain)):
+                for *_, ids in batches:
+                    vector.send((ids + round_) % 3, ids)
+
+
+@pytest.mark.timeout(60)
 def test_batch_size_must_be_a_multiple_of_the_group_size():
     with pytest.raises(ValueError, match="batch_size"):
         vecenv.SubprocVectorEnv([JitterEnv] * 4, 2, batch_size=3, context="fork")

@@ -68,6 +68,7 @@ class CallState:
         self.class_name = class_name
         self.closed = False
         self._waiting = State.DEFAULT
+        self._after = State.DEFAULT  # what the pending call returns to (see begin)
         self._pending: list[WorkerRecord] = []
         self._needs_reset: str | None = None  # why the next step would give wrong data
         self._reset_mask: np.ndarray | None = None
@@ -126,6 +127,17 @@ class CallState:
         if state is not State.DEFAULT:
             raise already_pending(call, state)
 
+    def check_can_reset(self, call: str, full: bool) -> bool:
+        """:meth:`check_can_start` for a reset (``full``: of every env). After an env raised in
+        an async batch (steps refused until a reset), a full reset may start while other envs are
+        still in flight, as ``async_reset`` may: ``True`` then, and the caller drops what is in
+        flight once its own checks have passed."""
+        if full and self._waiting is State.WAITING_RECV and self._needs_reset is not None:
+            self.check_open(call)
+            return True
+        self.check_can_start(call)
+        return False
+
     def check_waiting(self, expected: State, call: str, starter: str) -> None:
         """Raise unless the pending call is ``expected`` (started by ``starter``)."""
         self.check_open(call)
@@ -160,20 +172,28 @@ class CallState:
     # -- transitions -------------------------------------------------------------------------
 
     def begin(self, state: State, pending: Sequence[WorkerRecord], reset_mask: np.ndarray | None = None) -> None:
-        """A call was sent to ``pending``; ``state`` names what is now waited for."""
+        """A call was sent to ``pending``; ``state`` names what is now waited for.
+
+        A call that steps nothing (``call``, ``get_attr``, ``set_attr``, ``render``), made
+        between a ``recv`` and its ``send`` with no env in flight, returns to the async batches
+        when it is over; a reset, step or rollout ends them (``async_reset`` starts them again).
+        """
+        keeps_batches = self._waiting is State.WAITING_RECV and state is State.WAITING_CALL
+        self._after = State.WAITING_RECV if keeps_batches else State.DEFAULT
         self._waiting = state
         self._pending = pending if type(pending) is list else list(pending)  # the caller's, never changed
         self._reset_mask = reset_mask
 
     def finish(self) -> None:
         """The pending call is over (answered, failed or timed out)."""
-        self._waiting = State.DEFAULT
+        self._waiting, self._after = self._after, State.DEFAULT
 
     def interrupted(self, call: str, exc: BaseException, poisons: bool) -> None:
         """Sending ``call`` was cut short (Ctrl+C, or a failure part-way): nothing is pending,
         and when some envs may have acted on it (``poisons``) steps are refused until a reset."""
         if self._waiting is not State.WAITING_RECV:
-            self._waiting = State.DEFAULT
+            self._waiting = self._after
+        self._after = State.DEFAULT
         if poisons:
             self._needs_reset = f"`{call}` was interrupted ({type(exc).__name__})"
 

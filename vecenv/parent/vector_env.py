@@ -201,7 +201,8 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
         ``options`` goes to every env; ``options["reset_mask"]`` (a bool array, one per env)
         resets only the masked envs.
         """
-        self._calls.check_can_start("reset_async")
+        full = not (isinstance(options, dict) and "reset_mask" in options)
+        drop_batches = self._calls.check_can_reset("reset_async", full)
         seeds = self._seeds.expand(seed, self.num_envs)
         options = check_options(options)
         mask = None
@@ -214,6 +215,8 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
             ResetArgs(seeds[w.start : w.stop], options, None if mask is None else mask[w.start : w.stop])
             for w in pending
         ]
+        if drop_batches:  # every check has passed: the failed batches' envs in flight are dropped
+            self._runner.abandon(self._runner.workers)
         self._runner.send(pending, Command.RESET, payloads, "reset_async", State.WAITING_RESET, mask)
 
     @serialised
