@@ -125,7 +125,8 @@ class Restarter:
         The new worker builds the same envs, attaches to the same rows and resets them with the
         policy's seeds. A step it owed is answered as that reset, with every env truncated,
         reward 0 and ``info["worker_restarted"] = True``; a rollout it owed is answered with a
-        :class:`RestartedRollout` (the rollout layer runs the rest again); a reset, call,
+        :class:`RestartedRollout` (the rollout layer runs the rest again), and so is a read of
+        the policy's state (its envs start afresh; the restart stays for :meth:`report`); a reset, call,
         attribute or render is sent again and answered by the new envs. A reply that arrived
         with the death and was not taken yet counts as owed. With no call owed
         (the death was found by a message nobody waits for: a rollout block), the reset is
@@ -172,6 +173,13 @@ class Restarter:
             assert reply is not None
             pool.answer(w, lost.call_id, True, RestartedRollout(reply))
             return None
+        if lost.command is Command.POLICY_STATE:
+            # A state read steps nothing, so it cannot report the restart: the envs start afresh
+            # (their state is the initial one), and the next step or rollout reports it.
+            assert reply is not None
+            w.unreported_restart = reply
+            pool.answer(w, lost.call_id, True, RestartedRollout(reply))
+            return None
         # Sent again, with its call id: the new worker's reply answers the waiting call.
         if lost.command is Command.RESET:
             w.restarted_reset = lost.call_id
@@ -183,19 +191,22 @@ class Restarter:
 
     def report(self, pool: RestartHost, w: WorkerRecord, owed: OwedCall) -> bool:
         """Answer ``owed`` (about to be sent to ``w``) as the restart nobody has reported yet,
-        instead of sending it: a step as the restarted step, a rollout as a restarted one.
-        ``False``: send it (a reset makes the restart moot; other calls leave it pending)."""
+        instead of sending it: a step as the restarted step, a rollout as a restarted one, a
+        read of the policy's state as a fresh state (the restart stays unreported: nothing
+        stepped). ``False``: send it (a reset makes the restart moot; other calls leave it
+        pending)."""
         reset = w.unreported_restart
         if owed.command is Command.RESET:
             w.unreported_restart = None
             return False
         if owed.command is Command.STEP:
             result: Any = truncated_reply(pool, w, reset)
-        elif owed.command is Command.ROLLOUT:
+        elif owed.command is Command.ROLLOUT or owed.command is Command.POLICY_STATE:
             result = RestartedRollout(reset)
         else:
             return False
-        w.unreported_restart = None
+        if owed.command is not Command.POLICY_STATE:
+            w.unreported_restart = None
         w.sent(owed)
         pool.answer(w, owed.call_id, True, result)
         return True
@@ -217,10 +228,11 @@ class Restarter:
 
 @dataclasses.dataclass(frozen=True)
 class RestartedRollout:
-    """The answer to a rollout whose worker died and was replaced: none of its rows were made;
-    ``reset`` is the replacement's reset of the group's envs (see
-    :mod:`vecenv.parent.rollouts`, which reports the rollout's first step as the restarted
-    step and runs the rest again)."""
+    """The answer to a rollout (or a read of the policy's state) whose worker died and was
+    replaced: none of its rows were made, and the replacement holds no policy yet; ``reset`` is
+    the replacement's reset of the group's envs (see :mod:`vecenv.parent.rollouts`, which
+    reports the rollout's first step as the restarted step and runs the rest again, and gives
+    a state read the initial state)."""
 
     reset: StepReply
 

@@ -305,7 +305,8 @@ class Rollouts:
             self.runner.drop_block(pickled)
 
     def _sent(self, workers: Sequence[WorkerRecord]) -> None:
-        """``workers`` hold the current policy, weights and state once they answered."""
+        """``workers`` ran the command just answered: they hold the current policy, weights and
+        state. (Not a replaced worker whose reply was made here: it was never sent one.)"""
         for w in workers:
             held = self._held[w.index]
             held.policy = (w.launches, self._policy_number)
@@ -337,10 +338,10 @@ class Rollouts:
         workers = self.workers
         self._sending()
         payloads = [self._payload(w, 0, 0) for w in workers]
-        self.runner.send(workers, Command.ROLLOUT, payloads, "policy_state", None)
+        self.runner.send(workers, Command.POLICY_STATE, payloads, "policy_state", None)
         replies = self.runner.gather(workers, STATE_TIMEOUT if timeout is None else timeout, "policy_state")
         self._state, self._fresh_state = None, False
-        self._sent(workers)
+        self._sent([w for w, reply in zip(workers, replies) if not isinstance(reply, RestartedRollout)])
         states = [self._reply_state(w, reply) for w, reply in zip(workers, replies)]
         return join_states(states)
 
@@ -467,7 +468,6 @@ class Rollouts:
         """Gather the replies (running restarted groups' steps again) and assemble the rollout."""
         self.calls.check_waiting(State.WAITING_ROLLOUT, "rollout_wait", "rollout_async")
         workers, replies = self.runner.finish("rollout", timeout, poisons=True, collect=self._gather)
-        self._sent(workers)
         return self._assemble(workers, replies)
 
     def _gather(self, workers: list[WorkerRecord], timeout: float | None) -> list[Any]:
@@ -499,12 +499,15 @@ class Rollouts:
             runner.send(again, Command.ROLLOUT, payloads, "rollout", None)
             replies.update(zip((w.index for w in again), runner.gather(again, remaining(), "rollout")))
             again = [w for w in again if isinstance(replies[w.index], RestartedRollout)]
+        made_here = set()  # replacements never sent the rollout (DISABLED): they hold no policy yet
         for index, first in first_rows.items():
             reply = replies[index]
             if isinstance(reply, RestartedRollout):
                 replies[index] = first
+                made_here.add(index)
             else:  # the state before row 0 died with the worker: the fresh one (first.state)
                 replies[index] = RolloutReply(first.infos + reply.infos, reply.rows, reply.block, first.state)
+        self._sent([w for w in workers if w.index not in made_here])
         return [replies[w.index] for w in workers]
 
     def _restarted_first_step(self, w: WorkerRecord, restarted: RestartedRollout) -> RolloutReply:
@@ -512,13 +515,20 @@ class Rollouts:
 
         Under DISABLED that step ends the envs' episodes, so the other rows are filled here too:
         unstepped, at the fresh reset's observation (the step buffers hold it once received).
+        Under SAME_STEP its final observation (the episode's true one died with the worker) is
+        that fresh observation, which ``step`` returns for it and which the next row holds
+        under NEXT_STEP.
         """
         block = self.block
         assert block is not None and self._start_obs is not None
         span = slice(w.start, w.stop)
         t = self._num_steps
-        if block.stepped is not None:
+        if block.stepped is not None or block.final_observations is not None:
             self.buffers.receive(w.start, w.stop, restarted.reset.rows)
+        if block.final_observations is not None:
+            for dst, src in zip(tree_leaves(block.final_observations), tree_leaves(self.buffers.observations)):
+                dst[0, span] = src[span]
+        if block.stepped is not None:
             for dst, src in zip(tree_leaves(block.observations), tree_leaves(self.buffers.observations)):
                 dst[1:t, span] = src[span]
             block.rewards[1:t, span] = 0.0

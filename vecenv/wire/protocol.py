@@ -79,6 +79,7 @@ class Command(IntEnum):
     ROLLOUT = 7  # step the group T times with the worker's own policy (RolloutArgs)
     ROLLOUT_BLOCK = 8  # map the block rollouts write into (RolloutBlockArgs; a memfd follows on a pipe)
     WAKE = 9  # nothing to do, no reply: a STEP waits in the shared words (vecenv.wire.fastpath)
+    POLICY_STATE = 10  # a ROLLOUT of no steps: the policy's state, set first if given (RolloutArgs)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -186,6 +186,7 @@ class WorkerCore:
             Command.RENDER: render,
             Command.CLOSE: lambda _: group.close(),
             Command.ROLLOUT: rollout,
+            Command.POLICY_STATE: rollout,
             Command.ROLLOUT_BLOCK: rollout_block,
         }
 
