@@ -81,10 +81,17 @@ def split_output(output: Any, action_space: Space) -> tuple[Any, Mapping[str, An
     return output, None
 
 
-def _as_array(value: Any) -> np.ndarray:
-    if hasattr(value, "detach") and hasattr(value, "numpy"):  # a torch tensor
-        value = value.detach().cpu().numpy()
-    return np.asarray(value)
+def _as_array(value: Any, what: str) -> np.ndarray:
+    """``value`` (an array, a torch tensor, a list) as a numpy array; ``what`` names the output
+    in the error for one that numpy cannot hold (a bfloat16 tensor, a ragged list)."""
+    try:
+        if hasattr(value, "detach") and hasattr(value, "numpy"):  # a torch tensor
+            value = value.detach().cpu().numpy()
+        return np.asarray(value)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise PolicyOutputError(
+            f"the policy's {what} cannot be made a numpy array: {type(exc).__name__}: {exc}"
+        ) from None
 
 
 def extras_layout(extras: Mapping[str, Any] | None, n: int) -> ExtrasLayout:
@@ -95,7 +102,7 @@ def extras_layout(extras: Mapping[str, Any] | None, n: int) -> ExtrasLayout:
     for name, value in extras.items():
         if not isinstance(name, str):
             raise PolicyOutputError(f"the policy's extras must be named by strings, got the key {name!r}")
-        array = _as_array(value)
+        array = _as_array(value, f"output extras[{name!r}]")
         if array.ndim == 0 or array.shape[0] != n or array.dtype == object:
             raise PolicyOutputError(
                 f"the policy's output extras[{name!r}] must be an array of one row per env: expected shape "
@@ -118,7 +125,7 @@ def store_extras(rows: Mapping[str, np.ndarray], extras: Mapping[str, Any] | Non
         )
     for name, _, dtype in layout:
         dst = rows[name]
-        array = _as_array(extras[name])
+        array = _as_array(extras[name], f"output extras[{name!r}]")
         if array.shape != dst.shape or array.dtype != dtype:
             raise PolicyOutputError(
                 f"the policy's output extras[{name!r}] changed: expected shape {dst.shape} dtype {dtype} "
@@ -137,12 +144,15 @@ def as_state(state: Any) -> Any:
         return {k: as_state(v) for k, v in state.items()}
     if isinstance(state, (tuple, list)):
         return tuple(as_state(v) for v in state)
-    return _as_array(state)
+    return _as_array(state, "state")
 
 
 def _leaves(state: Any, path: str = "state") -> list[tuple[str, np.ndarray]]:
+    """``(path, leaf)`` of every leaf; a dict's keys in a fixed order, whatever order the policy
+    built it in (its entries are found by key)."""
     if isinstance(state, dict):
-        return [leaf for k, v in state.items() for leaf in _leaves(v, f"{path}[{k!r}]")]
+        items = sorted(state.items(), key=lambda item: repr(item[0]))
+        return [leaf for k, v in items for leaf in _leaves(v, f"{path}[{k!r}]")]
     if isinstance(state, tuple):
         return [leaf for i, v in enumerate(state) for leaf in _leaves(v, f"{path}[{i}]")]
     return [(path, state)]

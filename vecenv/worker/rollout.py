@@ -255,10 +255,13 @@ class GroupRollouts:
             block.episode_starts[t] = self.starts
             observations = obs_leaves[0][t] if single_obs else tree_map(itemgetter(t), block.observations)
             if recurrent:
+                # Unstepped envs keep their rows whatever the policy does, in place included.
+                idle = None if active is None or active.all() else ~active
+                kept = None if idle is None else copy_state(self.state)
                 chosen, extras, state = policy.act_with_state(observations, self.state, active)
                 state = as_state(state)
                 check_state(state, n, self._initial, f"returned at step {t}")
-                self.state = state if active is None or active.all() else keep_rows(state, self.state, ~active)
+                self.state = state if idle is None else keep_rows(state, kept, idle)
             else:
                 chosen, extras = split_output(policy.act(observations, active), space)
             actions = act_leaves[0][t] if single_act else tree_map(itemgetter(t), block.actions)
