@@ -349,7 +349,8 @@ def to_batch(space: Space, value: Any, n: int, name: str, *, same_kind: bool = T
     # is iterable that way, and the rows then travel as they are.
     if array.shape != expected and not (array.shape[0] == n and array.size == int(np.prod(expected))):
         raise InvalidArgumentError(
-            f"`{name}` must have shape {expected} (num_envs={n}, single space {space}), got shape {array.shape}"
+            f"`{name}` must have shape {expected} (a row for each of the {n} envs, single space {space}), "
+            f"got shape {array.shape}"
         )
     target = np.dtype(space.dtype)
     if not same_kind and array.dtype.kind not in "biuf":

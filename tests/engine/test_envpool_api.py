@@ -113,8 +113,8 @@ def test_send_misuse_is_refused_and_changes_nothing():
         for bad_ids, error, text in cases:
             with pytest.raises(error, match=text.replace("[", r"\[").replace("]", r"\]")):
                 envs.send(np.zeros(len(bad_ids), dtype=np.int64), bad_ids)
-        with pytest.raises(ValueError, match="shape"):
-            envs.send(np.zeros(3, dtype=np.int64), ids)
+        with pytest.raises(ValueError, match=r"shape \(2,\) \(a row for each of the 2 envs, .*got shape \(3,\)"):
+            envs.send(np.zeros(3, dtype=np.int64), ids)  # the 2 envs sent, not the vector env's 4
         envs.send(np.zeros(2, dtype=np.int64), ids)  # the correct call still works
         _, _, _, _, _, ids2 = envs.recv()
         assert len(ids2) == 2

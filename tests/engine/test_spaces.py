@@ -111,7 +111,7 @@ def test_to_batch_accepts_and_keeps_dtype() -> None:
     "space, value, error, match",
     [
         (spaces.Box(-1, 1, (2,), np.float32), np.zeros((3, 3), np.float32), ValueError, r"shape \(3, 2\)"),
-        (spaces.Box(-1, 1, (2,), np.float32), np.zeros((2, 2), np.float32), ValueError, "num_envs=3"),
+        (spaces.Box(-1, 1, (2,), np.float32), np.zeros((2, 2), np.float32), ValueError, "a row for each of the 3 envs"),
         (spaces.Discrete(3), np.zeros(3, np.float64), TypeError, "dtype"),
         (spaces.Discrete(3), None, TypeError, "actions"),
         (spaces.Discrete(3), "012", TypeError, "actions"),
