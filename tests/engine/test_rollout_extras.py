@@ -306,6 +306,7 @@ def test_a_restart_under_disabled_leaves_the_group_waiting_with_nothing_chosen(t
         assert envs.restart_count == 1 and not got.stepped[1:, victims].any()
         assert not got.episode_starts[:, victims].any()  # the restarted step ended their episodes
         assert (got.extras["value"][:, victims] == 0).all() and (got.extras["logits"][:, victims] == 0).all()
+        assert (got.actions[:, victims] == 0).all()  # nothing chosen: not the last rollout's actions
         np.testing.assert_array_equal(got.initial_state[0][victims], np.full((2, 2), 0.25))
         assert (got.initial_state[1]["count"][[0, 1]] == 2).all()
 

@@ -537,8 +537,8 @@ class Rollouts:
             block.stepped[1:t, span] = False
         for dst, src in zip(tree_leaves(block.observations), tree_leaves(self._start_obs)):
             dst[0, span] = src[span]
-        for dst in tree_leaves(block.actions):
-            dst[0, span] = 0
+        for dst in tree_leaves(block.actions):  # lost (row 0), or never chosen (DISABLED's waiting rows)
+            dst[0 if block.stepped is None else slice(0, t), span] = 0
         block.rewards[0, span] = 0.0
         block.terminations[0, span] = False
         block.truncations[0, span] = True
