@@ -716,7 +716,7 @@ def test_closed_env(ctx: str, leaks: LeakCheck) -> None:
 
 CHILD_SCRIPT = textwrap.dedent(
     """
-    import json, signal, sys
+    import json, os, signal, sys, time
     # A program started from an interactive shell gets KeyboardInterrupt on SIGINT; one started
     # in the background of a non-interactive shell inherits SIGINT ignored. Be the former.
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -729,6 +729,12 @@ CHILD_SCRIPT = textwrap.dedent(
     def main():
         envs = vecenv.SubprocVectorEnv(healthy_fns(4), 2, context={ctx!r})
         envs.reset(seed=0)
+        helper = None
+        if {helper!r}:  # a process of its own, forked later: it inherits the parent's pipe ends
+            helper = os.fork()
+            if helper == 0:
+                time.sleep(60)
+                os._exit(0)
         tracker = getattr(resource_tracker._resource_tracker, "_pid", None)
         pids = envs.worker_pids
         with open("/proc/self/maps") as f:
@@ -741,7 +747,8 @@ CHILD_SCRIPT = textwrap.dedent(
             for _ in range(20):
                 envs.step(actions)
             # Printed once the loop is running, so the signal lands mid-stepping.
-            print(json.dumps({{"workers": pids, "tracker": tracker, "shm": shm, "mapped": mapped}}), flush=True)
+            report = {{"workers": pids, "tracker": tracker, "shm": shm, "mapped": mapped, "helper": helper}}
+            print(json.dumps(report), flush=True)
             while True:
                 envs.step(actions)
 
@@ -751,9 +758,13 @@ CHILD_SCRIPT = textwrap.dedent(
 )
 
 
-def _start_child(tmp_path: Path, ctx: str) -> tuple[subprocess.Popen, list[int], int | None, list[str]]:
+def _start_child(
+    tmp_path: Path, ctx: str, helper: bool = False
+) -> tuple[subprocess.Popen, list[int], int | None, list[str]]:
+    """The child script, stepping; ``helper``: it forks a process of its own first, whose pid
+    joins the workers' (so that :func:`_reap` ends it too)."""
     script = tmp_path / "child.py"
-    script.write_text(CHILD_SCRIPT.format(root=str(ROOT), ctx=ctx))
+    script.write_text(CHILD_SCRIPT.format(root=str(ROOT), ctx=ctx, helper=helper))
     proc = subprocess.Popen(
         [sys.executable, str(script)],
         stdout=subprocess.PIPE,
@@ -768,7 +779,9 @@ def _start_child(tmp_path: Path, ctx: str) -> tuple[subprocess.Popen, list[int],
         pytest.fail(f"the child script failed to start:\n{err}")
     info = json.loads(line)
     assert info["mapped"], "the child maps no shared-memory block"
-    return proc, info["workers"], info["tracker"], info["shm"]
+    assert (info["helper"] is not None) == helper
+    workers = info["workers"] + ([info["helper"]] if helper else [])
+    return proc, workers, info["tracker"], info["shm"]
 
 
 def _reap(proc: subprocess.Popen, workers: list[int]) -> None:
@@ -780,6 +793,24 @@ def _reap(proc: subprocess.Popen, workers: list[int]) -> None:
         proc.kill()
     if proc.stdout is not None and not proc.stdout.closed:
         proc.communicate(timeout=10)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("ctx", CONTEXTS)
+def test_workers_leave_with_a_killed_parent_whatever_it_forked(ctx: str, tmp_path: Path) -> None:
+    """The parent forked a process of its own after starting its workers (a logger, a data
+    loader), which holds copies of every pipe end the parent had: the workers still leave as
+    soon as the parent is killed, not when that process ends."""
+    proc, pids, _, _ = _start_child(tmp_path, ctx, helper=True)
+    workers, helper = pids[:-1], pids[-1]
+    try:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(5)
+        alive, _ = _wait_gone(workers, GONE_S)
+        assert not alive, f"workers {alive} still running {GONE_S}s after the parent was killed"
+        assert procfs.alive(helper), "the parent's own process must outlive it for this test to mean anything"
+    finally:
+        _reap(proc, pids)
 
 
 @pytest.mark.timeout(30)

@@ -41,15 +41,27 @@ __all__ = ["worker_main"]
 def _exit_with_parent() -> None:
     """Leave at once when the parent process ends, however it ended (no orphans).
 
-    A thread blocked on the parent's sentinel costs nothing while the parent lives; pipe EOF alone
-    is not enough because other processes may hold copies of our pipe's ends.
+    A thread blocked on the parent's end costs nothing while the parent lives. Pipe EOF alone
+    is not enough: other processes may hold copies of a pipe's ends, the sentinel's included
+    (a process the parent forks later inherits the end whose closing the sentinel reports).
+    So the thread also waits on a pidfd of the parent (Linux), readable when it has exited,
+    whoever holds what.
     """
     parent = parent_process()
     if parent is None:
         return
+    ends: list[int] = [parent.sentinel]
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is not None and parent.pid is not None:
+        try:
+            ends.append(pidfd_open(parent.pid))
+        except ProcessLookupError:  # gone already
+            os._exit(1)
+        except OSError:  # a kernel without pidfds: the sentinel alone
+            pass
 
     def watch() -> None:
-        wait([parent.sentinel])
+        wait(ends)
         os._exit(1)
 
     threading.Thread(target=watch, name="vecenv-parent-watch", daemon=True).start()
