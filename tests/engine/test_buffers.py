@@ -316,3 +316,22 @@ def test_parent_holds_no_memfd_after_construction() -> None:
         assert memfd_fds("self") == before
     finally:
         envs.close()
+
+
+@linux_only
+@pytest.mark.timeout(60)
+def test_blocks_kept_for_restarts_are_not_held_by_workers_forked_later() -> None:
+    """With ``on_worker_death="restart"`` the parent keeps its blocks' descriptors (step buffers,
+    rollout block, control block) for a replacement; workers of another vector env forked later
+    must not keep copies, which would hold the memory after the first one's ``close()``."""
+    first = SubprocVectorEnv(healthy_fns(2), num_workers=2, context="fork", on_worker_death="restart")
+    try:
+        first.reset(seed=0)
+        first.rollout(2)
+        assert len(memfd_fds("self")) >= 2, "the parent keeps its blocks' descriptors under restarts"
+        with SubprocVectorEnv(healthy_fns(2), num_workers=2, context="fork") as later:
+            later.reset(seed=0)
+            held = {pid: memfd_fds(pid) for pid in later.worker_pids}
+            assert held == {pid: [] for pid in later.worker_pids}
+    finally:
+        first.close()

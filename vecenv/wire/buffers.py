@@ -31,7 +31,7 @@ from gymnasium import Space
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from vecenv.spaces import build_tree, is_fixed, leaf_layout, row_writer, tree_assign, tree_slice
-from vecenv.wire.memory import check_block, seal_memfd
+from vecenv.wire.memory import INHERITED_FDS, check_block, seal_memfd
 from vecenv.wire.protocol import Flags, Rows
 
 __all__ = [
@@ -144,7 +144,10 @@ class SharedBlock:
         The memfd is sealed against shrinking and growing once it has its size: a stray
         ``ftruncate`` on the descriptor (in the parent or in a worker, which receives the same
         file) then fails with ``PermissionError`` instead of leaving mappings that point past
-        the end of the file, whose next access would kill the process with SIGBUS.
+        the end of the file, whose next access would kill the process with SIGBUS. While the
+        parent keeps the descriptor (for a restarted worker), a worker forked later closes its
+        copy (:data:`~vecenv.wire.memory.INHERITED_FDS`): it would pin the memory after
+        :meth:`close`.
         """
         if name is None:
             fd = os.memfd_create("vecenv", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
@@ -153,6 +156,7 @@ class SharedBlock:
                 seal_memfd(fd)
                 mm = _map(fd, size)
                 _remember_mapping(mm)  # a worker forked later gives it up (drop_inherited_mappings)
+                INHERITED_FDS.add(fd)
                 return cls(mm, fd, None)
             except BaseException:
                 os.close(fd)
@@ -163,6 +167,7 @@ class SharedBlock:
     def release_fd(self) -> None:
         """Close the parent's descriptor of a memfd block (the mapping keeps the memory)."""
         if self.fd is not None:
+            INHERITED_FDS.discard(self.fd)
             os.close(self.fd)
             self.fd = None
 
@@ -190,9 +195,7 @@ class SharedBlock:
             # object would try again, noisily, when collected: keep it for the process's life.
             if self._shm is not None:
                 _STILL_VIEWED.append(target)
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        self.release_fd()
         if unlink and self._shm is not None:
             try:
                 self._shm.unlink()

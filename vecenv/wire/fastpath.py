@@ -59,7 +59,6 @@ import platform
 import threading
 
 from vecenv.wire.buffers import HAVE_MEMFD, SharedBlock
-from vecenv.wire.memory import INHERITED_FDS
 
 __all__ = [
     "SUPPORTED",
@@ -133,10 +132,7 @@ class ControlBlock:
     def create(cls, workers: int) -> ControlBlock:
         """The parent's block for ``workers`` slots; its descriptor is kept to send to each
         worker (and to a restarted one) until :meth:`release_fd` or :meth:`close`."""
-        block = SharedBlock.create(cls.size(workers), None)
-        assert block.fd is not None
-        INHERITED_FDS.add(block.fd)
-        return cls(block, workers)
+        return cls(SharedBlock.create(cls.size(workers), None), workers)
 
     @classmethod
     def attach(cls, fd: int, workers: int) -> ControlBlock:
@@ -160,17 +156,13 @@ class ControlBlock:
 
     def release_fd(self) -> None:
         """Close the parent's descriptor once no worker will need it (the mapping stays)."""
-        if self.block.fd is not None:
-            INHERITED_FDS.discard(self.block.fd)
-            self.block.release_fd()
+        self.block.release_fd()
 
     def close(self) -> None:
         """Unmap the block and close the parent's descriptor. Safe to call twice."""
         if self.words is not None:
             self.words.release()
             self.words = None
-        if self.block.fd is not None:
-            INHERITED_FDS.discard(self.block.fd)
         if self.block.buf is not None:
             self.block.close(unlink=False)
 

@@ -189,9 +189,9 @@ def seal_memfd(fd: int, *, contents: bool = False) -> None:
     fcntl.fcntl(fd, getattr(fcntl, "F_ADD_SEALS", 1033), seals)
 
 
-#: Descriptors this process holds to pass to workers: the fast path's control blocks
-#: (:mod:`vecenv.wire.fastpath`) and new weights' shared copies
-#: (:class:`~vecenv.wire.protocol.Pickled`).
+#: Descriptors this process holds to pass to workers: its memfd blocks
+#: (:class:`~vecenv.wire.buffers.SharedBlock`: step buffers, rollout blocks, the fast path's
+#: control blocks) and new weights' shared copies (:class:`~vecenv.wire.protocol.Pickled`).
 INHERITED_FDS: set[int] = set()
 
 
