@@ -10,11 +10,13 @@ Skipped as a whole when SB3 (or torch) is not installed: install the ``sb3`` ext
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import re
 import signal
 import subprocess
 import sys
+import time
 from functools import partial
 from typing import Any
 
@@ -31,6 +33,7 @@ from stable_baselines3.common.vec_env import SubprocVecEnv as SB3SubprocVecEnv  
 import vecenv  # noqa: E402
 from tests.conftest import start_methods  # noqa: E402
 from tests.helpers.envs import InfoEnv, Mark  # noqa: E402
+from tests.helpers.faults import fault_fns  # noqa: E402
 from vecenv.sb3 import SubprocVecEnv  # noqa: E402
 
 N_ENVS = 5
@@ -319,6 +322,19 @@ def test_async_steps_close_and_errors() -> None:
         vec.close()
     assert vec.closed
     vec.close()  # idempotent
+
+
+@pytest.mark.timeout(60)
+def test_close_with_a_step_in_flight_on_a_hung_env_returns() -> None:
+    """SB3 collects the step in flight before closing, and waits forever for a hung env; the
+    drop-in waits DEFAULT_CLOSE_TIMEOUT at most, then ends the worker stuck in it."""
+    vec = SubprocVecEnv(fault_fns(4, "sleep", "step", 3, at=1, duration=120), start_method="fork", num_workers=2)
+    vec.reset()
+    vec.step_async(np.zeros((4, 2), dtype=np.float32))
+    start = time.monotonic()
+    vec.close()
+    assert time.monotonic() - start < vecenv.DEFAULT_CLOSE_TIMEOUT + 5.0
+    assert vec.closed and multiprocessing.active_children() == []
 
 
 @pytest.mark.timeout(60)

@@ -52,7 +52,7 @@ from vecenv.machine import guard_main
 from vecenv.options import DEFAULTS
 from vecenv.parent.restart import RESTART_INFO_KEY
 from vecenv.parent.subproc import SubprocVectorEnv
-from vecenv.parent.vector_env import GroupVectorEnv
+from vecenv.parent.vector_env import DEFAULT_CLOSE_TIMEOUT, GroupVectorEnv
 from vecenv.seeding import spawn_seeds
 
 __all__ = ["SubprocVecEnv"]
@@ -324,12 +324,17 @@ class SubprocVecEnv(VecEnv):
         return list(self.vector_env.render())
 
     def close(self) -> None:
-        """Close the envs and release the workers (idempotent; a pending step is discarded)."""
+        """Close the envs and release the workers (idempotent; a pending step is discarded).
+
+        A step in flight is collected first, as SB3 does, but for
+        :data:`~vecenv.parent.closing.DEFAULT_CLOSE_TIMEOUT` seconds at most (SB3 waits forever
+        for a hung env); the workers still busy with it are then ended without more grace.
+        """
         if self.closed:
             return
-        if self.waiting:  # collect the step in flight first, as SB3 does
+        if self.waiting:
             try:
-                self.vector_env.step_wait()
+                self.vector_env.step_wait(timeout=DEFAULT_CLOSE_TIMEOUT)
             except Exception:  # noqa: BLE001 - closing anyway; the env's error is moot now
                 pass
         self.vector_env.close()
