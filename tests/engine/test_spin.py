@@ -93,3 +93,26 @@ def test_spin_returns_what_is_ready_and_backs_off_after_a_miss() -> None:
     assert idle.calls > 0  # then it tries again
     idle.calls = 0
     assert Spin(0.0).poll(idle) == [] and Spin(SPIN_SECONDS).poll(idle, limit=0) == [] and idle.calls == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_vector_env_finalised_while_the_spin_modes_are_set_does_not_deadlock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The garbage collector may finalise an unclosed vector env (its close sets every live
+    vector env's spin mode again) in the middle of setting them, in the same thread."""
+    first = vecenv.make("CartPole-v1", 2, num_workers=1)
+    first.reset(seed=0)
+    real = process_transport.SpinMode.for_processes
+    collected: list[bool] = []
+
+    def finalise_one(*args: object) -> object:
+        if not collected:
+            collected.append(True)
+            first.close()  # as a finaliser run by the garbage collector here would
+        return real(*args)
+
+    monkeypatch.setattr(process_transport.SpinMode, "for_processes", staticmethod(finalise_one))
+    with vecenv.make("CartPole-v1", 2, num_workers=1) as second:
+        second.reset(seed=0)
+    assert collected and first.closed

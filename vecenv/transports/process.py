@@ -75,7 +75,9 @@ _SENTINEL_ROUNDS = 16
 #: Every process transport of this process that has workers running: together with this
 #: process set how they spin, from how many processes there are per core (see _rebalance).
 _LIVE: weakref.WeakSet[ProcessTransport] = weakref.WeakSet()
-_LIVE_LOCK = threading.Lock()  # vector envs may be made and closed by several threads
+# Vector envs may be made and closed by several threads. Re-entrant: the garbage collector
+# may finalise an unclosed vector env (whose close rebalances) while this thread holds it.
+_LIVE_LOCK = threading.RLock()
 
 
 def _rebalance(new: ProcessTransport | None = None) -> None:
