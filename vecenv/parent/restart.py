@@ -126,8 +126,8 @@ class Restarter:
         policy's seeds. A step it owed is answered as that reset, with every env truncated,
         reward 0 and ``info["worker_restarted"] = True``; a rollout it owed is answered with a
         :class:`RestartedRollout` (the rollout layer runs the rest again), and so is a read of
-        the policy's state (its envs start afresh; the restart stays for :meth:`report`); a reset, call,
-        attribute or render is sent again and answered by the new envs. A reply that arrived
+        the policy's state (its envs start afresh; the restart stays for :meth:`report`); a
+        reset, call, attribute or render is sent again and answered by the new envs. A reply that arrived
         with the death and was not taken yet counts as owed. With no call owed
         (the death was found by a message nobody waits for: a rollout block), the reset is
         kept on the record until :meth:`report` gives it to the next step or rollout.
