@@ -317,3 +317,28 @@ def test_import_vecenv_loads_no_bench_cli_or_heavy_module():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.timeout(60)
+def test_the_supersuit_runner_steps_supersuits_processes_over_gymnasium_envs():
+    """SuperSuit's own path for a Gymnasium env fails with Gymnasium 1.x (its single-env
+    adapter takes ``reset()`` for the observation alone); the runner's adapter lets SuperSuit's
+    processes step CartPoles through whole episodes, resetting each at its end."""
+    pytest.importorskip("supersuit")
+    import gymnasium as gym
+
+    runner = RUNNERS["supersuit"]
+    envs = runner.build(runner, [lambda: gym.make("CartPole-v1")] * 4, "cartpole")
+    try:
+        assert envs.num_envs == 4 and envs.single_action_space == gym.spaces.Discrete(2)
+        obs, _ = envs.reset(seed=3)
+        assert obs.shape == (4, 4)
+        ends = 0
+        for actions in np.random.default_rng(0).integers(0, 2, (200, 4)):
+            obs, rewards, terms, truncs, infos = envs.step(actions)
+            assert obs.shape == (4, 4) and rewards.tolist() == [1.0] * 4 and len(infos) == 4
+            ends += int(terms.sum())
+            assert (np.abs(obs[terms.astype(bool), 2]) < 0.05).all(), "an ended CartPole starts again upright"
+        assert ends > 4
+    finally:
+        envs.close()

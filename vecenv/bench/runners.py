@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
 import gymnasium as gym
+import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from vecenv.bench.vectors import EnvFn, VectorKind, make_vector
@@ -140,12 +141,43 @@ def _pufferlib(runner: Runner, fns: Sequence[EnvFn], workload: str) -> Any:
 
 
 def _supersuit(runner: Runner, fns: Sequence[EnvFn], workload: str) -> Any:
-    """Best effort."""
+    """SuperSuit's processes (``concat_vec_envs_v1``, 2 CPUs) over copies of one env, each held
+    as SuperSuit holds a single Gymnasium env (:class:`_SuperSuitSingle`)."""
     import supersuit
 
-    return supersuit.concat_vec_envs_v1(
-        gym.vector.SyncVectorEnv(list(fns[:1]), autoreset_mode=MODE), len(fns), num_cpus=2, base_class="gymnasium"
-    )
+    envs = supersuit.concat_vec_envs_v1(_SuperSuitSingle(fns[0]()), len(fns), num_cpus=2, base_class="gymnasium")
+    # SuperSuit's spaces are the single env's, under Gymnasium 0.x's names.
+    envs.single_observation_space, envs.single_action_space = envs.observation_space, envs.action_space
+    return envs
+
+
+class _SuperSuitSingle:
+    """One Gymnasium env as a SuperSuit vector env of one (its ``SingleVecEnv``: reset at an
+    episode's end, float32 rewards, uint8 flags, a list of infos). SuperSuit's own
+    ``SingleVecEnv`` still takes ``reset()`` for the observation alone, so
+    ``concat_vec_envs_v1`` of a Gymnasium env fails with Gymnasium 1.x; this is it with the
+    ``(obs, info)`` pair. SuperSuit copies it (cloudpickle) once per env."""
+
+    num_envs = 1
+
+    def __init__(self, env: gym.Env) -> None:
+        self.env = env
+        self.observation_space, self.action_space = env.observation_space, env.action_space
+        self.metadata, self.render_mode = env.metadata, env.render_mode
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, list[Any]]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        return np.expand_dims(obs, 0), [info]
+
+    def step(self, actions: Any) -> tuple[Any, ...]:
+        obs, reward, term, trunc, info = self.env.step(actions[0])
+        if term or trunc:
+            obs, _ = self.env.reset()
+        flags = (np.array([term], np.uint8), np.array([trunc], np.uint8))
+        return np.expand_dims(obs, 0), np.array([reward], np.float32), *flags, [info]
+
+    def close(self) -> None:
+        self.env.close()
 
 
 # -- the registries ----------------------------------------------------------------------------

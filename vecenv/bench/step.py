@@ -67,7 +67,9 @@ Runners (--runners, for cartpole, py100us, py1ms, obs84 and atari):
                 async_reset/recv/send (no inference): each recv takes the first group to
                 finish; only when named in --runners
   supersuit, pufferlib, envpool   when importable (skipped with a note otherwise); envpool
-                runs only CartPole (its other cells fail with a note)
+                runs only CartPole (its other cells fail with a note); supersuit is its
+                processes (concat_vec_envs_v1, num_cpus=2), one env per copy, reset at the
+                step that ends its episode
 
 Method: it builds the vector env, resets once with a seed (start-up = constructor + first
 reset), steps with precomputed random actions (identical for all runners) in NEXT_STEP
