@@ -88,7 +88,8 @@ def guard_main(method: str, chosen: bool, what: str, option: str) -> str:
             path,
             line,
             module="__main__",
-            module_globals=vars(sys.modules["__main__"]),
+            # No module_globals: a script's have no __spec__.loader, which Python 3.12+ reports
+            # with a DeprecationWarning of its own; the line is read from the file instead.
         )
         return "fork"
     raise UnguardedMainError(
