@@ -456,3 +456,21 @@ def test_a_policy_that_hangs_when_first_called_in_the_parent_is_a_timeout() -> N
     finally:
         _RELEASE.set()
         envs.close()
+
+
+class _SlowToExit(threading.Thread):
+    """A thread that lingers after its target returned (as one may while it shuts down)."""
+
+    def run(self) -> None:
+        super().run()
+        time.sleep(0.3)
+
+
+def test_a_bounded_call_that_returned_leaves_no_thread_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The policy's probe runs in a thread; once it returned, that thread must be gone before
+    the rollout goes on, since a worker restarted next is forked from this process."""
+    from vecenv.parent import bounded
+
+    monkeypatch.setattr(bounded.threading, "Thread", _SlowToExit)
+    assert bounded.bounded_call(lambda: 7, 5.0, "unused", "vecenv-test-probe") == 7
+    assert not [t for t in threading.enumerate() if t.name == "vecenv-test-probe"]

@@ -10,13 +10,20 @@ from vecenv.errors import VecEnvTimeoutError
 
 __all__ = ["bounded_call"]
 
+#: A thread whose call returned only has to exit; it is waited for this long at most.
+_JOIN_S = 1.0
+
 
 def bounded_call(function: Callable[[], Any], timeout: float, message: str, name: str) -> Any:
     """``function()`` run in a daemon thread named ``name``, waited for at most ``timeout``
     seconds: its result, or its exception raised here; ``VecEnvTimeoutError(message)`` when it
     has not returned by then (the thread is left to finish, or not, on its own). For calls that
     have no deadline of their own and may never return: user code (a policy's probe), or a
-    library's native call (Ray's ``cluster_resources`` on a stalled connection)."""
+    library's native call (Ray's ``cluster_resources`` on a stalled connection).
+
+    A call that returned is joined: its thread is gone when this returns, so a worker forked
+    right after (a restart) is not forked from a process that has another thread (which Python
+    3.12+ warns about, and which a child may deadlock on)."""
     done = threading.Event()
     outcome: list[Any] = []
 
@@ -28,9 +35,11 @@ def bounded_call(function: Callable[[], Any], timeout: float, message: str, name
         finally:
             done.set()
 
-    threading.Thread(target=run, name=name, daemon=True).start()
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
     if not done.wait(timeout):
         raise VecEnvTimeoutError(message)
+    thread.join(_JOIN_S)
     ok, value = outcome[0]
     if not ok:
         raise value
