@@ -697,6 +697,7 @@ def test_cli_policy_module_attr_and_overwrite(tmp_path: Path) -> None:
         (["--episodes", "-3"], "argument --episodes: expected a positive integer, got -3"),
         (["--num-envs", "two"], "argument --num-envs: expected a positive integer, got 'two'"),
         (["--steps", "5", "--episodes", "5"], "argument --episodes: not allowed with argument --steps"),
+        (["--num-envs", "2", "--num-workers", "5"], "--num-workers: expected at most --num-envs (2), got 5"),
         (
             ["--env", "CartPole-v1", "--env-kwargs", '{"bogus": 1}'],
             "could not create 8 x 'CartPole-v1' with --env-kwargs {\"bogus\": 1}",
@@ -722,6 +723,66 @@ def test_cli_bad_input_is_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert err.startswith("vecenv-collect: error: ") and err.count("\n") == 1, err
     assert message in err
+    # Nothing is left behind (a policy refused at the first step leaves no empty dataset): the
+    # corrected command runs without --overwrite.
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize("rollout_steps", ["0", "16"], ids=["stepping", "rollouts"])
+def test_cli_a_policy_that_raises_mid_run_is_one_line_with_what_was_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture, rollout_steps: str
+) -> None:
+    args = ["--env", "tests.helpers.envs:RolloutCounter-v0", "--num-envs", "4", "--num-workers", "2", "--steps"]
+    args += ["4000", "--policy", "tests.helpers.envs:raising_policy", "--rollout-steps", rollout_steps, "--quiet"]
+    out = tmp_path / "d"
+    assert main([*args, "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("vecenv-collect: error: RuntimeError: the policy refuses step 5") and err.count("\n") == 1
+    assert f'kept a partial dataset ("complete": false) in {out}' in err and "--debug" in err
+    assert not load(out).complete
+    with pytest.raises(RuntimeError, match="the policy refuses step 5"):
+        main([*args, "--debug", "--overwrite", "--out", str(out)])
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process tree from /proc")
+def test_interrupt_while_the_environments_start_writes_nothing_and_says_so(tmp_path: Path) -> None:
+    """Ctrl+C before the collection began (the workers are starting): exit 130, one line,
+    and no output directory, in either format."""
+    out = tmp_path / "d"
+    ready = tmp_path / "ready"
+    script = (
+        "import os, sys, time\n"
+        "from vecenv.datasets import cli\n"
+        "real = cli._make_envs\n"
+        "def slow(*a, **k):\n"
+        f"    open({str(ready)!r}, 'w').close()\n"
+        "    time.sleep(30)\n"
+        "    return real(*a, **k)\n"
+        "cli._make_envs = slow\n"
+        "sys.exit(cli.main(sys.argv[1:]))\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", script, "--steps", "100", "--quiet", "--out", str(out)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ready.exists(), "the run did not reach the environments' start"
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 130, err
+    assert err == "vecenv-collect: interrupted while starting the environments: nothing was written\n", err
+    assert not out.exists()
 
 
 def test_cli_refuses_existing_out_without_overwrite_in_a_real_process(tmp_path: Path) -> None:

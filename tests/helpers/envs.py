@@ -768,6 +768,13 @@ def out_of_space_policy(observation: np.ndarray) -> np.ndarray:
     return np.full(len(observation), 7, dtype=np.int64)
 
 
+def raising_policy(observation: np.ndarray) -> np.ndarray:
+    """:func:`constant_policy`, until an episode of CounterEnv reaches step 5: it raises there."""
+    if (np.asarray(observation) >= 5).any():
+        raise RuntimeError("the policy refuses step 5")
+    return constant_policy(observation)
+
+
 gym.register(id="RolloutCounter-v0", entry_point="tests.helpers.envs:CounterEnv")
 gym.register(id="RolloutDictCounter-v0", entry_point="tests.helpers.envs:DictCounterEnv")
 gym.register(id="RolloutLong-v0", entry_point="tests.helpers.envs:LongEpisodeEnv")

@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import signal
 import sys
 import threading
@@ -50,6 +51,11 @@ class _Terminated(KeyboardInterrupt):
 
 class _UsageError(Exception):
     """Bad command line input: reported as one ``vecenv-collect: error: ...`` line."""
+
+
+class _RunError(Exception):
+    """An env or the policy raised during the run: reported as one ``vecenv-collect: error:
+    ...`` line (``--debug`` shows the traceback instead), with what was kept."""
 
 
 def _parse_env_kwargs(text: str) -> dict[str, Any]:
@@ -151,15 +157,23 @@ def _run(args: argparse.Namespace, command_line: str) -> int:
     _check_env_id(args.env)
     _check_minari_options(args)
     policy = _load_policy(args)
-    out = _checked_output(args)
     if args.steps is None and args.episodes is None:
         args.steps = 10000
     if args.num_envs is None:
         args.num_envs = default_num_envs(args.steps)
-    envs = _make_envs(args, env_kwargs)
+    if args.num_workers is not None and args.num_workers > args.num_envs:
+        raise _UsageError(f"--num-workers: expected at most --num-envs ({args.num_envs}), got {args.num_workers}")
+    existed = args.out is not None and Path(args.out).exists()
+    out = _checked_output(args)
     try:
+        envs = _make_envs(args, env_kwargs)
         _check_signals()  # one that came while the workers were forked may have been lost
-        dataset = _collect(args, envs, policy, out, env_kwargs, command_line)
+    except KeyboardInterrupt:
+        _drop_empty_directories(out, existed)
+        print(f"{PROG}: interrupted while starting the environments: nothing was written", file=sys.stderr)
+        raise
+    try:
+        dataset = _collect(args, envs, policy, out, env_kwargs, command_line, existed)
     finally:
         envs.close()
     if not args.quiet:
@@ -170,9 +184,20 @@ def _run(args: argparse.Namespace, command_line: str) -> int:
 
 
 def _collect(
-    args: argparse.Namespace, envs: VectorEnv, policy: Any, out: Path, env_kwargs: dict[str, Any], command_line: str
+    args: argparse.Namespace,
+    envs: VectorEnv,
+    policy: Any,
+    out: Path,
+    env_kwargs: dict[str, Any],
+    command_line: str,
+    existed: bool,
 ) -> Any:
-    """``collect`` as the arguments say; after Ctrl+C, say what was kept and re-raise."""
+    """``collect`` as the arguments say; after Ctrl+C or an error, say what was kept.
+
+    A dataset of our format that holds no transition when the policy's output is refused
+    (bad input, found at the first step) is removed, so that the same command, corrected,
+    runs without ``--overwrite``; ``existed``: the output path was there before the run.
+    """
     minari_options: dict[str, Any] = {}
     if args.format == "minari":
         minari_options = {
@@ -205,23 +230,56 @@ def _collect(
             **minari_options,
         )
     except (PolicyError, UnsupportedSpaceError, PolicySpecError) as exc:
+        if args.format != "minari" and (out / METADATA_FILE).is_file():
+            with load(out) as empty:
+                transitions = empty.transitions
+            if transitions == 0:
+                shutil.rmtree(out)
+        _drop_empty_directories(out, existed)
         raise _UsageError(str(exc)) from None
     except KeyboardInterrupt:
-        if args.format == "minari":
-            kept = (out / args.dataset_id / "data" / "metadata.json").is_file()
-            what = (
-                f"kept the finished episodes in Minari dataset {args.dataset_id!r} under {out}"
-                if kept
-                else f"no episode had finished, so no Minari dataset {args.dataset_id!r} was written"
-            )
-            print(f"{PROG}: interrupted: {what}", file=sys.stderr)
-        elif (out / METADATA_FILE).is_file():
-            print(f'{PROG}: interrupted: kept a partial dataset ("complete": false) in {out}', file=sys.stderr)
-            if not args.quiet:
-                from vecenv.datasets.cli_summary import dataset_summary
+        print(f"{PROG}: interrupted: {_what_was_kept(args, out, existed)}", file=sys.stderr)
+        if args.format != "minari" and (out / METADATA_FILE).is_file() and not args.quiet:
+            from vecenv.datasets.cli_summary import dataset_summary
 
-                print(dataset_summary(load(out)))
+            print(dataset_summary(load(out)))
         raise
+    except OSError:
+        raise  # the output could not be written: main says which file and why
+    except Exception as exc:
+        if args.debug:
+            raise
+        notes = " ".join(getattr(exc, "__notes__", ()))
+        raise _RunError(
+            f"{type(exc).__name__}: {exc}{' (' + notes + ')' if notes else ''}; {_what_was_kept(args, out, existed)} "
+            "(--debug shows the traceback)"
+        ) from None
+
+
+def _what_was_kept(args: argparse.Namespace, out: Path, existed: bool) -> str:
+    """What a run that stopped early left, for its last line (empty directories it made are removed)."""
+    if args.format == "minari":
+        if (out / args.dataset_id / "data" / "metadata.json").is_file():
+            return f"kept the finished episodes in Minari dataset {args.dataset_id!r} under {out}"
+        _drop_empty_directories(out, existed)
+        return f"no episode had finished, so no Minari dataset {args.dataset_id!r} was written"
+    if (out / METADATA_FILE).is_file():
+        return f'kept a partial dataset ("complete": false) in {out}'
+    return "nothing was written"
+
+
+def _drop_empty_directories(out: Path, existed: bool) -> None:
+    """Remove ``out`` and the directories under it when the run made it and left it without
+    a file (a Minari root that never got its dataset); never anything that holds a file."""
+    if existed or not out.is_dir():
+        return
+    for directory, _, files in sorted(os.walk(out), key=lambda entry: -len(entry[0])):
+        if files:
+            return
+        try:
+            os.rmdir(directory)
+        except OSError:
+            return
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -312,7 +370,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     0 on success, 2 for bad input (one ``vecenv-collect: error: ...`` line on stderr), 1
     when the output cannot be written (one line naming the path and the cause; what was
-    written stays a dataset marked ``"complete": false``), 130 after Ctrl+C (SIGINT) and 143
+    written stays a dataset marked ``"complete": false``) or an env or the policy raised
+    (one line with the exception and what was kept), 130 after Ctrl+C (SIGINT) and 143
     after SIGTERM, both of which keep what was collected as a dataset marked
     ``"complete": false`` and close the environments' workers. ``--debug`` shows the
     traceback of an error that is not bad input.
@@ -337,6 +396,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _UsageError as exc:
         print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
+    except _RunError as exc:
+        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
     except OSError as exc:
         if args.debug:
             raise

@@ -31,10 +31,12 @@ The dataset is a directory with metadata.json and one .npy file per field (Dict/
 spaces: one per leaf, e.g. observations.pos.npy); read it with vecenv.load(DIR).
 The arrays depend only on the arguments other than --num-workers, --backend,
 --ray-address, --rollout-steps, --quiet and --out (for --policy module:attr and sb3:, as
-long as the policy maps each observation to its action alone: see README).
+long as the policy maps each observation to its action alone: see docs/datasets.md).
 Ctrl+C or SIGTERM stops early and keeps what was collected as a valid dataset with
 "complete": false in metadata.json (exit status 130 / 143); a Minari dataset keeps the
 episodes finished so far. Bad arguments, or --format minari without Minari: exit status 2.
+An env or the policy that raises, or an output that cannot be written: one line saying
+what was kept, exit status 1 (--debug shows the traceback).
 """
 
 
