@@ -76,14 +76,16 @@ def check_flag(value: Any, name: str) -> bool:
     return value
 
 
-def check_num_workers(num_workers: Any, num_envs: int, *, in_process: bool = True) -> int:
+def check_num_workers(num_workers: Any, num_envs: int, *, in_process: bool = True, auto: bool = True) -> int:
     """``None`` gives ``min(num_envs, available_cpus())``; else an int in ``[0, num_envs]``
     (0: every env in the parent process). ``in_process=False`` is for a backend whose envs always
     run in workers (Ray's actors): neither 0 nor ``"auto"`` is on offer, and the range is
-    ``[1, num_envs]``."""
+    ``[1, num_envs]``. ``auto=False``: the caller has no ``"auto"`` to offer (``"auto"`` itself
+    is then refused here, so the caller resolves it before)."""
     if num_workers is None:
         return min(num_envs, available_cpus())
-    low, offer = (0, "None, 'auto' or") if in_process else (1, "None or")
+    low = 0 if in_process else 1
+    offer = "None, 'auto' or" if in_process and auto else "None or"
     if not _is_int(num_workers) or not low <= num_workers <= num_envs:
         raise InvalidArgumentError(
             f"`num_workers` must be {offer} an int in [{low}, {num_envs}] ({low} to len(env_fns)), "
@@ -247,12 +249,16 @@ def check_restarts(on_worker_death: Any, max_restarts: Any, restart_window: Any)
         raise InvalidArgumentError(f"`on_worker_death` must be 'raise' or 'restart', got {describe(on_worker_death)}")
     if not _is_int(max_restarts) or max_restarts < 1:
         raise InvalidArgumentError(f"`max_restarts` must be a positive int, got {describe(max_restarts)}")
-    window = check_timeout(restart_window, "restart_window")
-    if window is None or window <= 0:
+    if (
+        isinstance(restart_window, bool)
+        or not isinstance(restart_window, (int, float, np.integer, np.floating))
+        or not math.isfinite(restart_window)
+        or restart_window <= 0
+    ):
         raise InvalidArgumentError(
             f"`restart_window` must be a positive number of seconds, got {describe(restart_window)}"
         )
-    return None if on_worker_death == "raise" else (int(max_restarts), window)
+    return None if on_worker_death == "raise" else (int(max_restarts), float(restart_window))
 
 
 def check_threads(threads: Any) -> int | None:

@@ -18,6 +18,7 @@ from gymnasium.vector import AutoresetMode
 
 from vecenv.checks import (
     check_autoreset_mode,
+    check_flag,
     check_observation_mode,
     check_restarts,
     check_seed_policy,
@@ -107,7 +108,7 @@ class VectorOptions:
         """Check every shared keyword (each error names its argument) before anything starts."""
         return cls(
             autoreset_mode=check_autoreset_mode(autoreset_mode),
-            copy=copy,
+            copy=check_flag(copy, "copy"),
             observation_mode=check_observation_mode(observation_mode),
             batch_size=batch_size,
             start_timeout=check_timeout(start_timeout, "start_timeout"),

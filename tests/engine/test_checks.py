@@ -10,11 +10,13 @@ import functools
 import multiprocessing
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
+import vecenv
 from tests.helpers.faults import FaultEnv
 from vecenv import checks
 
@@ -269,3 +271,21 @@ def test_check_flag_takes_only_bools(value: object) -> None:
     with pytest.raises(TypeError, match=r"`inline_group` must be a bool, got"):
         checks.check_flag(value, "inline_group")
     assert checks.check_flag(True, "inline_group") is True
+
+
+@pytest.mark.parametrize("name", ["copy", "daemon", "shared_memory", "pin_cpus", "inline_group"])
+@pytest.mark.parametrize("value", [None, "no", 0], ids=["None", "str", "int"])
+def test_every_switch_of_the_vector_env_takes_only_bools(name: str, value: object) -> None:
+    """``copy=None`` used to give views silently: each switch is refused by name before any
+    process starts."""
+    before = multiprocessing.active_children()
+    with pytest.raises(TypeError, match=rf"`{name}` must be a bool, got {value!r}"):
+        vecenv.SubprocVectorEnv([lambda: gym.make("CartPole-v1")] * 2, 1, **{name: value})
+    assert multiprocessing.active_children() == before
+
+
+def test_the_multi_agent_vector_env_offers_no_auto_worker_count() -> None:
+    from vecenv.multiagent import MultiAgentVectorEnv
+
+    with pytest.raises(ValueError, match=r"`num_workers` must be None or an int in \[0, 2\] .*got 'auto'"):
+        MultiAgentVectorEnv([object] * 2, "auto")

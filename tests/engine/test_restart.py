@@ -219,8 +219,11 @@ def test_a_worker_that_dies_while_rebuilt_counts_as_a_restart(tmp_path) -> None:
         ({"on_worker_death": "retry"}, "on_worker_death"),
         ({"on_worker_death": "restart", "max_restarts": 0}, "max_restarts"),
         ({"on_worker_death": "restart", "restart_window": -1}, "restart_window"),
+        ({"restart_window": None}, r"`restart_window` must be a positive number of seconds, got None"),
+        ({"restart_window": 0}, r"`restart_window` must be a positive number of seconds, got 0"),
+        ({"restart_window": "60"}, r"`restart_window` must be a positive number of seconds, got '60'"),
     ],
-    ids=["policy", "max_restarts", "window"],
+    ids=["policy", "max_restarts", "window", "window-none", "window-zero", "window-str"],
 )
 def test_bad_restart_arguments_are_refused(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):

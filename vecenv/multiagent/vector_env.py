@@ -29,6 +29,7 @@ from vecenv.backends import BACKENDS, vector_class
 from vecenv.checks import (
     check_autoreset_mode,
     check_env_fns,
+    check_flag,
     check_num_workers,
     check_options,
     check_reset_mask,
@@ -161,9 +162,9 @@ class MultiAgentVectorEnv(VectorEnv):
     ) -> None:
         fns = check_env_fns(env_fns)
         self.autoreset_mode = check_autoreset_mode(autoreset_mode)
-        workers = check_num_workers(num_workers, len(fns), in_process=backend != "ray")
+        workers = check_num_workers(num_workers, len(fns), in_process=backend != "ray", auto=False)
         self.num_copies = len(fns)
-        inline = bool(kwargs.pop("inline_group", False)) or workers == 0
+        inline = check_flag(kwargs.pop("inline_group", False), "inline_group") or workers == 0
         self.rows = open_rows(split_copies(fns, max(1, workers), self.autoreset_mode), backend, inline, kwargs)
         try:
             self.agents = describe_agents(self.rows)

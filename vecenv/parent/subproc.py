@@ -153,7 +153,10 @@ class SubprocVectorEnv(GroupVectorEnv):
             check_batch_size(batch_size, [len(g.env_fns) for g in groups])
             options = VectorOptions.pick(locals())
             inline = inline_group or workers == 0
-        transport = self._connect(groups, options, context, daemon, pin_cpus, inline)
+        check_flag(shared_memory, "shared_memory")
+        transport = self._connect(
+            groups, options, context, check_flag(daemon, "daemon"), check_flag(pin_cpus, "pin_cpus"), inline
+        )
         super().__init__(transport, groups, options, shared_memory)
 
     @classmethod
