@@ -289,3 +289,26 @@ def test_the_multi_agent_vector_env_offers_no_auto_worker_count() -> None:
 
     with pytest.raises(ValueError, match=r"`num_workers` must be None or an int in \[0, 2\] .*got 'auto'"):
         MultiAgentVectorEnv([object] * 2, "auto")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: vecenv.SubprocVectorEnv([lambda: 5] * 2, 1), r"`env_fns\[0\]` must return a gymnasium.Env .*got 5"),
+        (
+            lambda: vecenv.SubprocVectorEnv.from_groups([lambda: gym.make("CartPole-v1")]),
+            r"worker 0's group builder \(`group_fns`\) must return a list of envs or a gymnasium.vector.VectorEnv, "
+            r"got <TimeLimit",
+        ),
+        (
+            lambda: vecenv.SubprocVectorEnv.from_groups([lambda: [gym.make("CartPole-v1"), 3]]),
+            r"item 1 of the list worker 0's group builder \(`group_fns`\) returned must be a gymnasium.Env .*got 3",
+        ),
+    ],
+    ids=["env-fn", "group-of-one-env", "group-item"],
+)
+def test_a_constructor_that_returns_no_env_is_named(build: Any, message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        build()
+    assert multiprocessing.active_children() == []

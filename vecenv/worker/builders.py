@@ -11,7 +11,20 @@ from typing import Any
 
 import gymnasium as gym
 
-__all__ = ["GroupOfFns", "call_each"]
+from vecenv.errors import ArgumentTypeError, describe
+
+__all__ = ["GroupOfFns", "call_each", "check_env"]
+
+#: What a vector env uses of each env (a gymnasium.Env has them; duck-typed envs may too).
+_ENV_API = ("reset", "step", "observation_space", "action_space")
+
+
+def check_env(env: Any, rule: str) -> Any:
+    """``env`` when it has a Gymnasium env's API; else ``ArgumentTypeError`` saying ``rule``
+    (what must be a gymnasium.Env) and what it got."""
+    if not all(hasattr(env, name) for name in _ENV_API):
+        raise ArgumentTypeError(f"{rule} (with reset, step, observation_space and action_space), got {describe(env)}")
+    return env
 
 
 class GroupOfFns:
@@ -22,7 +35,10 @@ class GroupOfFns:
         self.first = first
 
     def __call__(self) -> list[gym.Env]:
-        return call_each(self.env_fns, self.first, "env")
+        envs = call_each(self.env_fns, self.first, "env")
+        for i, env in enumerate(envs, start=self.first):
+            check_env(env, f"`env_fns[{i}]` must return a gymnasium.Env")
+        return envs
 
     @property
     def envs(self) -> range:

@@ -24,7 +24,7 @@ from gymnasium import Space
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
 
-from vecenv.errors import InvalidArgumentError, PackedException
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, PackedException, describe
 from vecenv.spaces import tree_copy
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import (
@@ -41,6 +41,7 @@ from vecenv.wire.protocol import (
     SpaceMismatch,
     StepReply,
 )
+from vecenv.worker.builders import check_env
 from vecenv.worker.group import EnvGroup, GroupSource, HostedGroup, VectorGroup
 from vecenv.worker.rollout import GroupRollouts
 
@@ -120,7 +121,15 @@ class WorkerCore:
                 mismatch=None,
                 native_autoreset=built.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP),
             )
-        envs = list(built)
+        builder = f"worker {self.index}'s group builder (`group_fns`)"
+        if isinstance(built, (str, bytes, dict)) or not hasattr(built, "__iter__"):
+            raise ArgumentTypeError(
+                f"{builder} must return a list of envs or a gymnasium.vector.VectorEnv, got {describe(built)}"
+            )
+        envs = [
+            check_env(env, f"item {j} of the list {builder} returned must be a gymnasium.Env")
+            for j, env in enumerate(built)
+        ]
         if not envs:
             raise InvalidArgumentError(f"the env group of worker {self.index} is empty; each needs one env or more")
         self.envs = envs
