@@ -342,3 +342,25 @@ def test_the_supersuit_runner_steps_supersuits_processes_over_gymnasium_envs():
         assert ends > 4
     finally:
         envs.close()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--sizes", "0"], "--sizes: expected env counts >= 1, got 0"),
+        (["--reps", "0"], "--reps: expected an int >= 1, got 0"),
+        (["--seconds", "-1"], "--seconds: expected a number > 0, got -1.0"),
+        (["--sizes", "abc"], "argument --sizes: expected a comma-separated list of ints, got 'abc'"),
+        (["--suite", "rollouts", "--native-envs", "3"], "--native-envs: expected an even int >= 2"),
+        (["--suite", "multiagent", "--copies", "1"], "--copies: expected an int >= 2, got 1"),
+        (["--out", "/proc/no-such-dir/x"], "--out: cannot write the results to /proc/no-such-dir/x"),
+    ],
+)
+def test_a_bad_option_is_named_with_its_value_before_anything_runs(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"vecenv-bench: error: {message}" in err, err

@@ -15,7 +15,6 @@ from typing import Any
 
 from vecenv.bench.child import run_child, run_many
 from vecenv.bench.suite import (
-    OptionError,
     Outcome,
     Suite,
     csv,
@@ -24,6 +23,7 @@ from vecenv.bench.suite import (
     rate_text,
     ratio,
     ratio_text,
+    require,
     spread,
     table,
 )
@@ -124,8 +124,10 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     args.seconds = pick(args.seconds, 3.0, 0.3, args)
     args.reps = pick(args.reps, 3, 1, args)
     args.copies = pick(args.copies, None, 2, args)
-    if args.seconds <= 0 or args.reps < 1 or args.kaz_steps < 0 or (args.copies is not None and args.copies < 2):
-        raise OptionError("--seconds must be > 0, --reps >= 1, --copies >= 2 and --kaz-steps >= 0")
+    require(args.seconds > 0, "--seconds", "a number > 0", args.seconds)
+    require(args.reps >= 1, "--reps", "an int >= 1", args.reps)
+    require(args.copies is None or args.copies >= 2, "--copies", "an int >= 2", args.copies)
+    require(args.kaz_steps >= 0, "--kaz-steps", "an int >= 0", args.kaz_steps)
     return args
 
 

@@ -15,7 +15,6 @@ from typing import Any
 
 from vecenv.bench.child import run_child
 from vecenv.bench.suite import (
-    OptionError,
     Outcome,
     Suite,
     csv,
@@ -24,6 +23,7 @@ from vecenv.bench.suite import (
     rate_text,
     ratio,
     ratio_text,
+    require,
     spread,
     table,
 )
@@ -91,10 +91,16 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     args.rollout_steps = pick(args.rollout_steps, 128, 16, args)
     args.seconds = pick(args.seconds, 1.5, 0.3, args)
     args.reps = pick(args.reps, 3, 1, args)
-    if args.seconds <= 0 or args.reps < 1 or args.rollout_steps < 1:
-        raise OptionError("--seconds must be > 0, --reps >= 1 and --rollout-steps >= 1")
-    if args.num_envs < 2 or args.native_envs < 2 or args.native_envs % 2:
-        raise OptionError("--num-envs must be >= 2 and --native-envs even and >= 2 (2 groups of N/2)")
+    require(args.seconds > 0, "--seconds", "a number > 0", args.seconds)
+    require(args.reps >= 1, "--reps", "an int >= 1", args.reps)
+    require(args.rollout_steps >= 1, "--rollout-steps", "an int >= 1", args.rollout_steps)
+    require(args.num_envs >= 2, "--num-envs", "an int >= 2", args.num_envs)
+    require(
+        args.native_envs >= 2 and args.native_envs % 2 == 0,
+        "--native-envs",
+        "an even int >= 2 (2 groups of N/2)",
+        args.native_envs,
+    )
     return args
 
 

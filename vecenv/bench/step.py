@@ -14,7 +14,7 @@ from vecenv.bench.envs import ALL_WORKLOADS
 from vecenv.bench.plan import Cell, key, plan
 from vecenv.bench.report import chart, markdown, summarize
 from vecenv.bench.runners import RUNNERS, runner_named
-from vecenv.bench.suite import OptionError, Outcome, Suite, SuiteFailed, csv, pick
+from vecenv.bench.suite import Outcome, Suite, SuiteFailed, csv, pick, require
 from vecenv.machine import available_cpus
 
 ALL_RUNNERS = tuple(RUNNERS)
@@ -123,8 +123,9 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     args.seconds = pick(args.seconds, 2.0, 0.4, args)
     args.reps = pick(args.reps, 3, 1, args)
     args.warmup = min(0.5, max(0.1, args.seconds / 4))
-    if args.seconds <= 0 or args.reps < 1 or min(args.sizes) < 1:
-        raise OptionError("--seconds must be > 0, --reps >= 1 and --sizes >= 1")
+    require(args.seconds > 0, "--seconds", "a number > 0", args.seconds)
+    require(args.reps >= 1, "--reps", "an int >= 1", args.reps)
+    require(min(args.sizes) >= 1, "--sizes", "env counts >= 1", ",".join(map(str, args.sizes)))
     return args
 
 

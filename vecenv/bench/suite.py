@@ -51,7 +51,11 @@ def csv(
     ``""`` is the empty list only where ``empty_ok``."""
 
     def parse(text: str) -> list[Any]:
-        items = [kind(x.strip()) for x in text.split(",") if x.strip()]
+        try:
+            items = [kind(x.strip()) for x in text.split(",") if x.strip()]
+        except ValueError:
+            name = getattr(kind, "__name__", "value")
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list of {name}s, got {text!r}") from None
         bad = [x for x in items if choices is not None and x not in choices]
         if bad or not (items or empty_ok):
             raise argparse.ArgumentTypeError(
@@ -60,6 +64,12 @@ def csv(
         return items
 
     return parse
+
+
+def require(ok: bool, option: str, rule: str, value: Any) -> None:
+    """``OptionError`` naming ``option``, the ``rule`` it breaks and its ``value``, unless ``ok``."""
+    if not ok:
+        raise OptionError(f"{option}: expected {rule}, got {value}")
 
 
 def pick(value: Any, full: Any, quick: Any, args: argparse.Namespace) -> Any:
