@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vecenv.argtypes import positive_int
+
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("sync", "vecenv-w0", "vecenv-w2")
 
@@ -76,9 +78,11 @@ def measure(code: Path, kind: str, n: int, steps: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--num-envs", type=int, default=8, help="envs per vector env (default 8)")
-    parser.add_argument("--steps", type=int, default=20000, help="timed steps per measurement (default 20000)")
-    parser.add_argument("--reps", type=int, default=3, help="repetitions, interleaved; medians reported (default 3)")
+    parser.add_argument("--num-envs", type=positive_int, default=8, help="envs per vector env (default 8)")
+    parser.add_argument("--steps", type=positive_int, default=20000, help="timed steps per measurement (default 20000)")
+    parser.add_argument(
+        "--reps", type=positive_int, default=3, help="repetitions, interleaved; medians reported (default 3)"
+    )
     parser.add_argument("--baseline", type=Path, help="a checkout of an earlier commit to measure beside this one")
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"rows to measure (default {','.join(KINDS)})")
     parser.add_argument("--json", type=Path, help="also write the medians here")

@@ -21,6 +21,8 @@ import subprocess
 import sys
 import tempfile
 
+from vecenv.argtypes import int_list, positive_int
+
 SCRIPT = pathlib.Path(__file__).resolve().with_name("train_ppo_rollouts.py")
 CONFIGS = {
     "rollout": ["--collect", "rollout"],
@@ -33,12 +35,16 @@ CONFIGS = {
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--total-timesteps", type=int, default=50_000, help="env steps per run (default: %(default)s)")
-    p.add_argument("--num-envs", type=int, default=8, help="envs per run (default: %(default)s)")
+    p.add_argument(
+        "--total-timesteps", type=positive_int, default=50_000, help="env steps per run (default: %(default)s)"
+    )
+    p.add_argument("--num-envs", type=positive_int, default=8, help="envs per run (default: %(default)s)")
     p.add_argument(
         "--env-step-ms", type=float, default=0.0, help="extra pure-Python CPU per env step, in ms (default: 0)"
     )
-    p.add_argument("--seeds", default="1", help="comma-separated seeds; each runs every config (default: 1)")
+    p.add_argument(
+        "--seeds", type=int_list, default="1", help="comma-separated seeds; each runs every config (default: 1)"
+    )
     p.add_argument(
         "--configs",
         default=",".join(CONFIGS),
@@ -48,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         "--stop-when-solved", action="store_true", help="end a run at the solve threshold (mean return >= 475 over 20)"
     )
     args = p.parse_args(argv)
-    seeds = [int(s) for s in args.seeds.split(",")]
+    seeds = args.seeds
     configs = args.configs.split(",")
     runs: dict[str, list[dict]] = {c: [] for c in configs}
     with tempfile.TemporaryDirectory() as tmp:

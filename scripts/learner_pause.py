@@ -22,6 +22,7 @@ import time
 import numpy as np
 
 import vecenv
+from vecenv.argtypes import positive_int
 from vecenv.bench.procfs import cpu_seconds
 from vecenv.wire.fastpath import SpinMode
 
@@ -58,12 +59,12 @@ def run(num_envs: int, workers: int, inline: bool, think_s: float, steps: int, s
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--num-envs", type=int, default=8, help="CartPole envs (default: %(default)s)")
-    parser.add_argument("--workers", type=int, default=2, help="groups of envs (default: %(default)s)")
+    parser.add_argument("--num-envs", type=positive_int, default=8, help="CartPole envs (default: %(default)s)")
+    parser.add_argument("--workers", type=positive_int, default=2, help="groups of envs (default: %(default)s)")
     parser.add_argument(
         "--think-ms", type=float, default=50.0, help="learner work between steps (default: %(default)s)"
     )
-    parser.add_argument("--steps", type=int, default=60, help="steps per measurement (default: %(default)s)")
+    parser.add_argument("--steps", type=positive_int, default=60, help="steps per measurement (default: %(default)s)")
     parser.add_argument(
         "--layout",
         choices=("inline", "workers", "both"),

@@ -80,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(ours)
     if args.workers not in ("default", "per-env") and not args.workers.isdigit():
         parser.error(f"--workers must be default, per-env or a number, got {args.workers!r}")
+    if not (args.suite / "tests").is_dir():
+        parser.error(f"suite: expected a folder holding SB3's tests/ and pyproject.toml, got {str(args.suite)!r}")
 
     suite = args.suite.resolve()
     if (suite / "stable_baselines3").is_dir():

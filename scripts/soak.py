@@ -586,13 +586,14 @@ def run(args: argparse.Namespace) -> tuple[SoakResult, Verdict]:
 
 
 def main(argv: Iterable[str] | None = None) -> int:
-    args = build_parser().parse_args(None if argv is None else list(argv))
+    parser = build_parser()
+    args = parser.parse_args(None if argv is None else list(argv))
     for name in ("steps", "num_envs", "num_workers", "cycles", "samples", "batch_size", "steps_per_cycle"):
         value = getattr(args, name)
         if value is not None and value < 1:
-            raise SystemExit(f"soak.py: --{name.replace('_', '-')} must be a positive int, got {value}")
+            parser.error(f"argument --{name.replace('_', '-')}: expected a positive integer, got {value}")
     if not 0 <= args.warmup < 1:
-        raise SystemExit(f"soak.py: --warmup must be in [0, 1), got {args.warmup}")
+        parser.error(f"argument --warmup: expected a number in [0, 1), got {args.warmup}")
     if not os.path.isdir("/proc/self/fd"):
         raise SystemExit("soak.py: needs Linux /proc to read process resources")
     result, verdict = run(args)

@@ -26,6 +26,7 @@ import gymnasium as gym
 import numpy as np
 
 import vecenv
+from vecenv.argtypes import positive_int
 from vecenv.bench.procfs import cpu_seconds
 from vecenv.wire import fastpath
 
@@ -61,9 +62,9 @@ def measure(make: Callable[[], Any], num_envs: int, steps: int) -> tuple[float, 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--num-envs", type=int, default=8, help="CartPole envs (default: %(default)s)")
-    parser.add_argument("--steps", type=int, default=3000, help="steps per measurement (default: %(default)s)")
-    parser.add_argument("--reps", type=int, default=3, help="interleaved repetitions (default: %(default)s)")
+    parser.add_argument("--num-envs", type=positive_int, default=8, help="CartPole envs (default: %(default)s)")
+    parser.add_argument("--steps", type=positive_int, default=3000, help="steps per measurement (default: %(default)s)")
+    parser.add_argument("--reps", type=positive_int, default=3, help="interleaved repetitions (default: %(default)s)")
     args = parser.parse_args(argv)
     n = args.num_envs
     fns = [lambda: gym.make("CartPole-v1")] * n

@@ -29,6 +29,7 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # also runs from a checkout
 import vecenv  # noqa: E402
+from vecenv.argtypes import int_list, positive_float, positive_int
 from vecenv.bench import procfs  # noqa: E402
 from vecenv.worker.threads import THREAD_ENV_VARS  # noqa: E402
 
@@ -93,14 +94,20 @@ def measure(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="64,128", help="matrix sizes, comma-separated (default 64,128)")
-    parser.add_argument("--num-workers", type=int, default=2, help="worker processes (default 2)")
-    parser.add_argument("--envs-per-worker", type=int, default=8, help="envs in each worker (default 8)")
-    parser.add_argument("--threads", type=int, default=1, help="threads_per_worker in the limited run (default 1)")
-    parser.add_argument("--seconds", type=float, default=3.0, help="stepping time per measurement (default 3)")
-    parser.add_argument("--reps", type=int, default=3, help="repetitions, interleaved (default 3)")
+    parser.add_argument(
+        "--sizes", type=int_list, default="64,128", help="matrix sizes, comma-separated (default 64,128)"
+    )
+    parser.add_argument("--num-workers", type=positive_int, default=2, help="worker processes (default 2)")
+    parser.add_argument("--envs-per-worker", type=positive_int, default=8, help="envs in each worker (default 8)")
+    parser.add_argument(
+        "--threads", type=positive_int, default=1, help="threads_per_worker in the limited run (default 1)"
+    )
+    parser.add_argument("--seconds", type=positive_float, default=3.0, help="stepping time per measurement (default 3)")
+    parser.add_argument("--reps", type=positive_int, default=3, help="repetitions, interleaved (default 3)")
     parser.add_argument("--context", default=None, help="start method (default: the platform's)")
     args = parser.parse_args(argv)
+    if min(args.sizes) < 1:
+        parser.error(f"argument --sizes: expected matrix sizes >= 1, got {','.join(map(str, args.sizes))}")
     preset = [v for v in THREAD_ENV_VARS if os.environ.get(v)]
     if preset:
         print(f"note: {', '.join(preset)} set in this shell: the 'default' run is not unlimited")
@@ -109,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         f"context={args.context or 'default'}, {args.seconds:g} s x {args.reps} reps"
     )
     print(f"{'size':>5} {'threads_per_worker, threads':<30}{'env-steps/s (median, min-max)':<34}{'speed-up':>9}")
-    for size in (int(s) for s in args.sizes.split(",")):
+    for size in args.sizes:
         rates: dict[str, list[float]] = {"default": [], "limited": []}
         counts: dict[str, list[int]] = {}
         for _ in range(args.reps):

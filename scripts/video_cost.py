@@ -36,6 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # also runs from a checkout
 import vecenv  # noqa: E402
+from vecenv.argtypes import non_negative_int, positive_int
 from vecenv.video import RecordVideo, imageio_writer  # noqa: E402
 
 
@@ -114,10 +115,10 @@ def _time_steps(envs: gym.vector.VectorEnv, steps: int, rng: np.random.Generator
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--num-envs", type=int, default=8, help="envs (default: %(default)s)")
-    p.add_argument("--num-workers", type=int, default=2, help="worker processes (default: %(default)s)")
-    p.add_argument("--steps", type=int, default=300, help="steps per measurement")
-    p.add_argument("--rounds", type=int, default=5, help="interleaved measurements of each design")
+    p.add_argument("--num-envs", type=positive_int, default=8, help="envs (default: %(default)s)")
+    p.add_argument("--num-workers", type=non_negative_int, default=2, help="worker processes (default: %(default)s)")
+    p.add_argument("--steps", type=positive_int, default=300, help="steps per measurement")
+    p.add_argument("--rounds", type=positive_int, default=5, help="interleaved measurements of each design")
     p.add_argument(
         "--writer", choices=("none", "mp4"), default="none", help="none: frames only; mp4: encode them (default: none)"
     )

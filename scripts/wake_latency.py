@@ -30,6 +30,7 @@ import os
 import statistics
 import time
 
+from vecenv.argtypes import non_negative_float, positive_int
 from vecenv.wire.fastpath import SpinBudget, fence
 
 PING, PONG, CHILD_SLEEPING, PARENT_SLEEPING = 0, 8, 16, 24  # word indices (64 bytes apart)
@@ -133,9 +134,11 @@ def measure(mode: str, rounds: int, spin: float, pause: float) -> list[float]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=20000, help="round trips per mode (default: %(default)s)")
-    parser.add_argument("--spin-us", type=float, default=1000.0, help="spin-then-block: the spin (µs)")
-    parser.add_argument("--pause-us", type=float, default=0.0, help="sleep before each ping (µs)")
+    parser.add_argument(
+        "--rounds", type=positive_int, default=20000, help="round trips per mode (default: %(default)s)"
+    )
+    parser.add_argument("--spin-us", type=non_negative_float, default=1000.0, help="spin-then-block: the spin (µs)")
+    parser.add_argument("--pause-us", type=non_negative_float, default=0.0, help="sleep before each ping (µs)")
     parser.add_argument(
         "--modes",
         default="pipe,spin,spin-then-block,adaptive",

@@ -364,3 +364,29 @@ def test_a_bad_option_is_named_with_its_value_before_anything_runs(
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert f"vecenv-bench: error: {message}" in err, err
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("script", "args", "message"),
+    [
+        ("video_cost.py", ["--steps", "-1"], "argument --steps: expected a positive integer, got -1"),
+        ("step_cost.py", ["--reps", "0"], "argument --reps: expected a positive integer, got 0"),
+        ("bench_step_overhead.py", ["--num-envs", "0"], "argument --num-envs: expected a positive integer, got 0"),
+        ("learner_pause.py", ["--steps", "0"], "argument --steps: expected a positive integer, got 0"),
+        ("threads_demo.py", ["--sizes", "0"], "argument --sizes: expected matrix sizes >= 1, got 0"),
+        ("bench_train_rollouts.py", ["--seeds", "x"], "argument --seeds: expected comma-separated non-negative"),
+        ("wake_latency.py", ["--pause-us", "-5"], "argument --pause-us: expected a non-negative number, got -5"),
+        ("tutorial_equivalence.py", ["--rollouts", "0"], "argument --rollouts: expected a positive integer, got 0"),
+        ("soak.py", ["--steps", "-1"], "argument --steps: expected a positive integer, got -1"),
+        ("sb3_suite.py", ["/no/such/folder"], "suite: expected a folder holding SB3's tests/"),
+    ],
+)
+def test_scripts_refuse_bad_values_in_one_line(script: str, args: list[str], message: str) -> None:
+    """A value out of range is a usage error (exit status 2, one line naming the option),
+    not a traceback from wherever it would have failed later."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / script), *args], capture_output=True, text=True, timeout=100
+    )
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr, result.stderr

@@ -7,6 +7,7 @@ from typing import Any, NoReturn
 
 from gymnasium.vector import AutoresetMode
 
+from vecenv.argtypes import non_negative_int, positive_int
 from vecenv.datasets.sinks import OPEN_EPISODES
 
 PROG = "vecenv-collect"
@@ -45,26 +46,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
-    return value
 
 
 #: Without --num-envs, ``default_num_envs`` gives each env at least this many of the run's steps.
@@ -136,7 +117,7 @@ def _add_environment_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--num-envs",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="number of environments stepped together (default: 8, doubled up to 64 while each "
         f"env still runs at least {STEPS_PER_DEFAULT_ENV:,} of --steps: 16 at 250000, 32 at 500000, "
@@ -144,7 +125,7 @@ def _add_environment_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--num-workers",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="number of worker processes; the data does not depend on it "
         "(default: the number of CPU cores, at most --num-envs; e.g. --num-workers 4)",
@@ -156,13 +137,13 @@ def _add_policy_arguments(parser: argparse.ArgumentParser) -> None:
     count = parser.add_mutually_exclusive_group()
     count.add_argument(
         "--steps",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="write exactly N transitions (default: 10000 unless --episodes is given; e.g. --steps 1000000)",
     )
     count.add_argument(
         "--episodes",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="write exactly N complete episodes instead, the first N to finish (e.g. --episodes 100)",
     )
@@ -185,7 +166,7 @@ def _add_policy_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--seed",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=0,
         metavar="N",
         help="seed of the environments (env i gets N+i) and of the random policy "
@@ -229,7 +210,7 @@ def _add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--rollout-steps",
-        type=_non_negative_int,
+        type=non_negative_int,
         metavar="T",
         help="steps per rollout in the workers, where the policy runs beside the environments "
         "(one message per worker per T steps); 0 steps the environments one vector step at a "
