@@ -42,14 +42,18 @@ def default_start_method() -> str:
     default and that default is fork, a parent running more than one Python thread starts its
     workers with ``forkserver``. Native thread pools (OpenBLAS, OpenMP) handle fork themselves
     and do not count. A method the user set (here or with ``multiprocessing.set_start_method``)
-    is always used as given.
+    is always used as given. A script read from stdin cannot be imported again: where the
+    platform's default would import it (``forkserver``, Python 3.14's default on Linux), its
+    workers are forked, as ``fork`` is the only method that can start them.
     """
     chosen = multiprocessing.get_start_method(allow_none=True)
     if chosen is not None:
         return chosen
     # The platform default comes first. (get_context(None) would fix it as if the user had.)
     methods = multiprocessing.get_all_start_methods()
-    if methods[0] != "fork" or threading.active_count() <= 1 or not _main_reloadable():
+    if not _main_reloadable():
+        return "fork" if methods[0] in REIMPORTING and "fork" in methods and sys.platform != "darwin" else methods[0]
+    if methods[0] != "fork" or threading.active_count() <= 1:
         return methods[0]
     return "forkserver" if "forkserver" in methods else "spawn"
 

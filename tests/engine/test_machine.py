@@ -154,6 +154,19 @@ def test_script_from_stdin_keeps_fork(
     assert default_start_method() == "fork"
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="Linux's start methods")
+def test_script_from_stdin_is_forked_where_the_default_would_import_it(
+    unset_start_method: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Python 3.14 makes forkserver the default on Linux: a script read from stdin has no file
+    that forkserver's workers could import, so vecenv forks them (unless the user chose)."""
+    monkeypatch.setattr(sys.modules["__main__"], "__file__", "<stdin>", raising=False)
+    monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["forkserver", "fork", "spawn"])
+    assert default_start_method() == "fork"
+    monkeypatch.setattr(sys.modules["__main__"], "__file__", __file__)
+    assert default_start_method() == "forkserver"
+
+
 @forks_by_default
 @pytest.mark.timeout(120)
 def test_worker_never_inherits_a_held_lock(unset_start_method: None, other_thread: threading.Event) -> None:
