@@ -11,11 +11,20 @@ if TYPE_CHECKING:
     from vecenv.integrations.ray.vector_env import RayVectorEnv
     from vecenv.parent.subproc import SubprocVectorEnv
 
-__all__ = ["BACKENDS", "vector_class"]
+__all__ = ["BACKENDS", "OWN_KEYWORDS", "vector_class"]
 
 BACKENDS = ("process", "ray")
 """Worker processes (:class:`vecenv.SubprocVectorEnv`) or Ray actors (:class:`vecenv.RayVectorEnv`,
 imported only when asked for)."""
+
+
+#: The keywords of each backend's vector env that the other's lacks (the test of this module
+#: checks them against both signatures): ``make`` refuses one given to the other backend
+#: instead of passing it to the envs, without importing Ray to find out.
+OWN_KEYWORDS: dict[str, frozenset[str]] = {
+    "process": frozenset({"context", "daemon", "shared_memory", "pin_cpus", "inline_group"}),
+    "ray": frozenset({"address", "actor_options"}),
+}
 
 
 def vector_class(backend: str) -> type[SubprocVectorEnv] | type[RayVectorEnv]:

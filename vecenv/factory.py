@@ -18,7 +18,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 
-from vecenv.backends import BACKENDS, vector_class
+from vecenv.backends import BACKENDS, OWN_KEYWORDS, vector_class
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
 
 __all__ = ["make", "check_env_id", "BACKENDS", "VECTORIZATION_MODE"]
@@ -136,6 +136,7 @@ def make(
 
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise InvalidArgumentError(f"`num_envs` must be a positive int, got {describe(num_envs)}")
+    _refuse_other_backends_keywords(backend, kwargs, env_kwargs)
     vector = _vector_arguments(cls, vector_params, vector_kwargs, kwargs, num_workers)
     env_extra = _merge(
         "env_kwargs", dict(env_kwargs or {}), {k: v for k, v in kwargs.items() if k not in vector_params}
@@ -151,6 +152,19 @@ def make(
         vector["backend"] = backend
     envs.spec = _vector_spec(spec, {**spec_kwargs, **env_extra}, num_envs, vector, wrappers)
     return envs
+
+
+def _refuse_other_backends_keywords(backend: str, kwargs: dict[str, Any], env_kwargs: Any) -> None:
+    """A keyword of another backend's vector env (``context=`` with ``backend="ray"``) would
+    otherwise reach every env as an env argument and fail there, in the workers."""
+    for other, names in OWN_KEYWORDS.items():
+        if other == backend:
+            continue
+        for name in sorted(names & kwargs.keys()):
+            raise InvalidArgumentError(
+                f"`{name}` is a keyword of backend={other!r}, not of backend={backend!r}, got {name}="
+                f"{describe(kwargs[name])}; to pass it to the envs, use env_kwargs={{{name!r}: ...}}"
+            )
 
 
 def _spec_of(env_id: Any) -> EnvSpec:

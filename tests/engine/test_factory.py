@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import re
 from typing import Any
 
 import gymnasium as gym
@@ -131,3 +133,31 @@ def test_make_rejects_bad_arguments(kwargs: dict[str, Any], message: str) -> Non
 def test_make_rejects_an_unknown_backend() -> None:
     with pytest.raises(ValueError, match="`backend` must be one of 'process', 'ray', got 'threads'"):
         vecenv.make("CartPole-v1", 2, backend="threads")
+
+
+def test_each_backends_own_keywords_are_what_the_other_lacks() -> None:
+    """OWN_KEYWORDS (kept by hand, so that make need not import Ray) against the signatures."""
+    pytest.importorskip("ray")
+    import inspect
+
+    from vecenv.backends import OWN_KEYWORDS, vector_class
+
+    def keywords(backend: str) -> set[str]:
+        parameters = inspect.signature(vector_class(backend)).parameters.values()
+        return {p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+    assert OWN_KEYWORDS["process"] == keywords("process") - keywords("ray")
+    assert OWN_KEYWORDS["ray"] == keywords("ray") - keywords("process")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"backend": "ray", "context": "fork"}, "`context` is a keyword of backend='process', not of backend='ray'"),
+        ({"address": "auto"}, "`address` is a keyword of backend='ray', not of backend='process', got address='auto'"),
+    ],
+)
+def test_a_keyword_of_the_other_backend_is_refused_not_passed_to_the_envs(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        vecenv.make("CartPole-v1", 2, 1, **kwargs)
+    assert multiprocessing.active_children() == []

@@ -366,6 +366,8 @@ def test_bad_arguments_are_refused_before_anything_starts(ray_local: RaySessions
         RayVectorEnv(fns, 2, address=6379)
     with pytest.raises(ValueError, match="batch_size"):
         RayVectorEnv(fns, 2, batch_size=3)
+    with pytest.raises(ValueError, match=r"`batch_size` must be an int in \[1, num_envs=4\], got 5"):
+        RayVectorEnv(fns, batch_size=5)  # no worker count given: checked before the cluster is asked
     with pytest.raises(ValueError, match="cannot hold 'max_restarts' .*on_worker_death='restart'"):
         RayVectorEnv(fns, 2, actor_options={"max_restarts": 2})
     with pytest.raises(TypeError, match="num_cpus must be a non-negative number"):

@@ -160,6 +160,8 @@ class RayVectorEnv(GroupVectorEnv):
                 )
             if num_workers is not None:
                 check_num_workers(num_workers, len(fns), in_process=False)
+            else:  # its type and range now; whole groups once the cluster gives the actor count
+                check_batch_size(batch_size, [1] * len(fns))
 
             def make_groups(k: int) -> Sequence[Callable[[], Any]]:
                 chosen = split_groups(fns, k)
