@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ from tests.helpers.envs import BUILD_LOCK, locked_cartpole
 from tests.helpers.faults import healthy_fns
 from vecenv import SubprocVectorEnv, checks, machine
 from vecenv.machine import default_start_method
+from vecenv.transports import process as process_transport
 
 #: The start-method rule is about platforms that fork by default.
 forks_by_default = pytest.mark.skipif(
@@ -203,3 +205,33 @@ def test_forking_anyway_inherits_the_held_lock(other_thread: threading.Event) ->
     only ``start_timeout`` ends the wait (with an error that names the call)."""
     with _lock_held_by_a_thread(), pytest.raises(vecenv.VecEnvTimeoutError, match="__init__"):
         vecenv.SubprocVectorEnv([locked_cartpole] * 2, num_workers=2, context="fork", start_timeout=2)
+
+
+def _parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+@forks_by_default
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("chosen", [False, True], ids=["vecenv-chose-fork", "user-chose-fork"])
+def test_a_replacement_worker_of_a_parent_that_started_threads_is_not_forked(
+    unset_start_method: None, monkeypatch: pytest.MonkeyPatch, chosen: bool
+) -> None:
+    """The workers were forked (a single-threaded parent, vecenv's choice); the parent then
+    started threads (a TensorBoard writer): a restarted worker starts as a threaded parent's
+    would, from the fork server, not forked from this process. A method the user chose stays."""
+    monkeypatch.setattr(checks, "default_start_method", lambda: "fork")  # a single-threaded parent's
+    envs = SubprocVectorEnv(healthy_fns(4), 2, context="fork" if chosen else None, on_worker_death="restart")
+    with envs:
+        assert envs.start_method == "fork"
+        envs.reset(seed=0)
+        monkeypatch.setattr(process_transport, "default_start_method", lambda: "forkserver")  # threads now
+        victim = envs.worker_pids[1]
+        os.kill(victim, signal.SIGKILL)
+        _, _, _, truncations, _ = envs.step(np.zeros((4, 2), np.float32))
+        assert envs.restart_count == 1 and truncations[2:].all()
+        replacement = envs.worker_pids[1]
+        assert replacement != victim
+        assert (_parent_of(replacement) == os.getpid()) is chosen
+        envs.step(np.zeros((4, 2), np.float32))  # and it steps

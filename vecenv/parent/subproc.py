@@ -217,8 +217,8 @@ class SubprocVectorEnv(GroupVectorEnv):
     ) -> Transport:
         """The process transport (with the first group in this process when ``inline``)."""
         ctx = check_context(context)
+        chosen = context is not None or multiprocessing.get_start_method(allow_none=True) is not None
         if not (inline and len(groups) == 1):  # worker processes will start
-            chosen = context is not None or multiprocessing.get_start_method(allow_none=True) is not None
             method = guard_main(ctx.get_start_method(), chosen, type(self).__name__, "context")
             ctx = multiprocessing.get_context(method)
         #: The multiprocessing start method the workers were started with.
@@ -231,5 +231,6 @@ class SubprocVectorEnv(GroupVectorEnv):
             observation_mode=mode,
             threads=options.threads,
             first_index=int(inline),
+            method_chosen=chosen,
         )
         return ParentHostedFirst(processes, WorkerOptions(mode)) if inline else processes

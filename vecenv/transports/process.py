@@ -32,7 +32,7 @@ from typing import Any
 import cloudpickle
 
 from vecenv.errors import DescriptorLimitError
-from vecenv.machine import available_cpus
+from vecenv.machine import available_cpus, default_start_method, guard_main
 from vecenv.transports.base import Death, Event, Reply, Transport, WorkerGone
 from vecenv.transports.sending import SendTimeout, bound_writes, send_handle_within, send_timeout, send_within
 from vecenv.wire import fastpath
@@ -157,8 +157,12 @@ class ProcessTransport(Transport):
         observation_mode: Any = "same",
         threads: int | None = None,
         first_index: int = 0,
+        method_chosen: bool = True,
     ) -> None:
         self.context = context  # a multiprocessing context (their Process types differ)
+        # Whether the user chose the start method; where vecenv chose fork, a replacement
+        # worker of a process that has started threads since is not forked (see relaunch).
+        self.method_chosen = method_chosen
         self.daemon = daemon
         self.pin_cpus = pin_cpus
         self.observation_mode = observation_mode
@@ -232,11 +236,12 @@ class ProcessTransport(Transport):
                 control.words[control.index(index, fastpath.SPIN_YIELDS)] = yields
                 control.words[control.index(index, fastpath.SPIN_NS)] = int(limit * 1e9)
 
-    def _start(self, index: int) -> None:
+    def _start(self, index: int, context: Any = None) -> None:
+        context = self.context if context is None else context
         number = self.first_index + index
         _check_descriptors(number, self.first_index + len(self.processes))
         try:
-            parent_conn, child_conn = self.context.Pipe(duplex=True)
+            parent_conn, child_conn = context.Pipe(duplex=True)
         except OSError as exc:
             raise _limit_error(exc, number, self.first_index + len(self.processes)) from None
         PARENT_ENDS.add(parent_conn)
@@ -255,7 +260,7 @@ class ProcessTransport(Transport):
             slot=None if control is None else index,
             slots=0 if control is None else control.workers,
         )
-        process = self.context.Process(
+        process = context.Process(
             target=worker_main,
             args=(number, child_conn, self._group_bytes[index], options),
             name=f"vecenv-worker-{number}",
@@ -286,7 +291,19 @@ class ProcessTransport(Transport):
         self._causes.pop(worker, None)
         self._torn.discard(worker)
         self._pollers.clear()
-        self._start(worker)
+        self._start(worker, self._replacement_context())
+
+    def _replacement_context(self) -> Any:
+        """The context a replacement worker starts from: the workers', unless vecenv chose fork
+        and this process has started other threads since, as a training script does (a
+        TensorBoard writer): forking it now could copy a lock one of them holds, so the
+        replacement starts as a threaded parent's workers would (``forkserver``)."""
+        if self.method_chosen or self.context.get_start_method() != "fork":
+            return self.context
+        method = default_start_method()
+        if method == "fork":
+            return self.context
+        return multiprocessing.get_context(guard_main(method, False, "a replacement worker", "context"))
 
     def attach(self, worker: int, attach: Attach, buffers: Buffers, timeout: float | None = None) -> None:
         conn = self._conn(worker)
