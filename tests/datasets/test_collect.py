@@ -449,6 +449,14 @@ def cli(*args: str, cwd: Path = REPO, timeout: float = 60) -> subprocess.Complet
     )
 
 
+def start_cli(args: list[str]) -> subprocess.Popen:
+    """This Python on ``args`` from the repository's root, its output captured (as text)."""
+    environment = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, *args], cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
 def test_no_arguments_collects_10000_cartpole_steps(tmp_path: Path) -> None:
     result = cli(cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -761,14 +769,7 @@ def test_interrupt_while_the_environments_start_writes_nothing_and_says_so(tmp_p
         "cli._make_envs = slow\n"
         "sys.exit(cli.main(sys.argv[1:]))\n"
     )
-    process = subprocess.Popen(
-        [sys.executable, "-c", script, "--steps", "100", "--quiet", "--out", str(out)],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = start_cli(["-c", script, "--steps", "100", "--quiet", "--out", str(out)])
     try:
         deadline = time.monotonic() + 30
         while not ready.exists() and process.poll() is None and time.monotonic() < deadline:
@@ -798,9 +799,8 @@ def test_cli_refuses_existing_out_without_overwrite_in_a_real_process(tmp_path: 
 @pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupt_keeps_a_loadable_partial_dataset_and_no_workers(tmp_path: Path, signum: int, status: int) -> None:
     out = tmp_path / "d"
-    process = subprocess.Popen(
+    process = start_cli(
         [
-            sys.executable,
             str(SCRIPT),
             "--env",
             "tests.helpers.envs:RolloutCounter-v0",
@@ -815,12 +815,7 @@ def test_interrupt_keeps_a_loadable_partial_dataset_and_no_workers(tmp_path: Pat
             "--quiet",
             "--out",
             str(out),
-        ],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        ]
     )
     try:
         deadline = time.monotonic() + 30
