@@ -753,7 +753,10 @@ def test_cli_a_policy_that_raises_mid_run_is_one_line_with_what_was_kept(
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process tree from /proc")
-def test_interrupt_while_the_environments_start_writes_nothing_and_says_so(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "output", [[], ["--format", "minari", "--dataset-id", "test/early-v0"]], ids=["ours", "minari"]
+)
+def test_interrupt_while_the_environments_start_writes_nothing_and_says_so(tmp_path: Path, output: list[str]) -> None:
     """Ctrl+C before the collection began (the workers are starting): exit 130, one line,
     and no output directory, in either format."""
     out = tmp_path / "d"
@@ -769,7 +772,9 @@ def test_interrupt_while_the_environments_start_writes_nothing_and_says_so(tmp_p
         "cli._make_envs = slow\n"
         "sys.exit(cli.main(sys.argv[1:]))\n"
     )
-    process = start_cli(["-c", script, "--steps", "100", "--quiet", "--out", str(out)])
+    if output:
+        pytest.importorskip("minari")
+    process = start_cli(["-c", script, "--steps", "100", "--quiet", "--out", str(out), *output])
     try:
         deadline = time.monotonic() + 30
         while not ready.exists() and process.poll() is None and time.monotonic() < deadline:

@@ -163,7 +163,7 @@ def _run(args: argparse.Namespace, command_line: str) -> int:
         args.num_envs = default_num_envs(args.steps)
     if args.num_workers is not None and args.num_workers > args.num_envs:
         raise _UsageError(f"--num-workers: expected at most --num-envs ({args.num_envs}), got {args.num_workers}")
-    existed = args.out is not None and Path(args.out).exists()
+    existed = _output_path(args).exists()
     out = _checked_output(args)
     try:
         envs = _make_envs(args, env_kwargs)
@@ -327,6 +327,16 @@ def _write_failure(exc: OSError, args: argparse.Namespace, exporting: bool) -> s
         except (OSError, ValueError, KeyError, TypeError):
             pass
     return " ".join(what.split())
+
+
+def _output_path(args: argparse.Namespace) -> Path:
+    """Where the output goes, as :func:`_checked_output` finds it, without checking or making
+    anything (to know, after a run that wrote nothing, whether the run made that folder)."""
+    if args.format == "minari":
+        from vecenv.datasets.minari import datasets_root
+
+        return datasets_root(args.out)
+    return _default_out(args)
 
 
 def _default_out(args: argparse.Namespace) -> Path:
