@@ -134,12 +134,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``vecenv-bench``: run the suite, write SUITE.md and SUITE.json to --out, print the markdown."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    try:  # before the run: a run of minutes must not end in a folder that cannot be written
+    # Before the run: a run of minutes must not end in a folder that cannot be written.
+    try:
         os.makedirs(args.out, exist_ok=True)
-        if not os.access(args.out, os.W_OK | os.X_OK):
-            raise PermissionError(f"Permission denied: {args.out!r}")
     except OSError as exc:
         build_parser(args.suite).error(f"--out: cannot write the results to {args.out}: {exc.strerror or exc}")
+    if not os.access(args.out, os.W_OK | os.X_OK):
+        build_parser(args.suite).error(f"--out: cannot write the results to {args.out}: Permission denied")
     t_start = time.perf_counter()
     load_start = _load()
     try:
