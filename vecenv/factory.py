@@ -131,12 +131,12 @@ def make(
     if isinstance(vector_kwargs, dict) and "backend" in vector_kwargs:  # our spec records a non-default backend
         vector_kwargs = dict(vector_kwargs)
         backend = vector_kwargs.pop("backend")
+    _refuse_other_backends_keywords(backend, kwargs, env_kwargs)  # before Ray is imported
     cls = vector_class(backend)
     vector_params = _vector_params(cls)
 
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
         raise InvalidArgumentError(f"`num_envs` must be a positive int, got {describe(num_envs)}")
-    _refuse_other_backends_keywords(backend, kwargs, env_kwargs)
     vector = _vector_arguments(cls, vector_params, vector_kwargs, kwargs, num_workers)
     env_extra = _merge(
         "env_kwargs", dict(env_kwargs or {}), {k: v for k, v in kwargs.items() if k not in vector_params}
@@ -156,7 +156,11 @@ def make(
 
 def _refuse_other_backends_keywords(backend: str, kwargs: dict[str, Any], env_kwargs: Any) -> None:
     """A keyword of another backend's vector env (``context=`` with ``backend="ray"``) would
-    otherwise reach every env as an env argument and fail there, in the workers."""
+    otherwise reach every env as an env argument and fail there, in the workers. Checked
+    before the backend's class is imported (Ray may not be installed); an unknown backend is
+    left for :func:`~vecenv.backends.vector_class` to name."""
+    if backend not in OWN_KEYWORDS:
+        return
     for other, names in OWN_KEYWORDS.items():
         if other == backend:
             continue
