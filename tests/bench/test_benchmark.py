@@ -21,7 +21,7 @@ from vecenv.bench import child, cli, step
 from vecenv.bench.envs import ATARI_MISSING, BurnEnv, FrameEnv, atari_missing, burn, make_atari
 from vecenv.bench.plan import plan
 from vecenv.bench.procfs import tree_pss_kib
-from vecenv.bench.runners import RUNNERS
+from vecenv.bench.runners import RUNNERS, Requirement
 
 ROOT = Path(__file__).resolve().parents[2]
 ATARI_DEPS = ("ale_py", "cv2")
@@ -146,6 +146,18 @@ def test_zero_workers_and_auto_run_and_idle_workers_use_no_cpu(tmp_path):
     assert cells["vecenv-auto"]["reps"][0]["workers_chosen_reason"]
     assert f"| cartpole | 2 | vecenv-auto ({chosen}w) |" in md and "| cartpole | 2 | vecenv-0w |" in md
     assert "idle CPU (cores) |" in md
+
+
+def test_a_runner_is_planned_only_for_the_workloads_it_steps(monkeypatch):
+    monkeypatch.setattr(Requirement, "missing", lambda self: False)  # as if every library were installed
+    cells, notes = plan(["cartpole", "py100us"], [2], ["sync", "envpool"], quick=True)
+    assert sorted((c["workload"], c["runner"]) for c in cells) == [
+        ("cartpole", "envpool"),
+        ("cartpole", "sync"),
+        ("py100us", "sync"),
+    ]
+    assert notes == ["envpool: skipped for py100us (it steps only cartpole)"]
+    assert RUNNERS["sync"].steps("py100us") and not RUNNERS["envpool"].steps("py100us")
 
 
 def test_atari_is_planned_only_when_importable(monkeypatch):

@@ -22,7 +22,8 @@ def plan(
         if missing:
             notes.append(missing)
             workloads = [w for w in workloads if w != "atari"]
-    cells = _standard_cells(workloads, sizes, available)
+    cells, skipped = _standard_cells(workloads, sizes, available)
+    notes += skipped
     if "async-batch" in workloads:
         cells += _async_batch_cells(sizes, quick)
     if "native-group" in workloads:
@@ -40,12 +41,19 @@ def _importable(selected: list[Runner]) -> tuple[list[Runner], list[str]]:
     return [r for r in selected if r.needs not in missing], [q.note for q in missing]
 
 
-def _standard_cells(workloads: Sequence[str], sizes: Sequence[int], runners: list[Runner]) -> list[Cell]:
-    cells = []
+def _standard_cells(
+    workloads: Sequence[str], sizes: Sequence[int], runners: list[Runner]
+) -> tuple[list[Cell], list[str]]:
+    """The standard workloads' cells, and a note for each runner left out of a workload it
+    cannot step."""
+    cells, notes = [], []
     for w in workloads:
         if w not in STANDARD_WORKLOADS:
             continue
         for r in runners:
+            if not r.steps(w):
+                notes.append(f"{r.name}: skipped for {w} (it steps only {', '.join(sorted(r.workloads or ()))})")
+                continue
             for n in [1] if r.drive is Drive.SINGLE else sizes:
                 if not r.fits(n):
                     continue
@@ -53,7 +61,7 @@ def _standard_cells(workloads: Sequence[str], sizes: Sequence[int], runners: lis
                 if r.half_batch:
                     cell.update(workers=r.fixed_workers(), batch_size=r.batch_at(n))
                 cells.append(cell)
-    return cells
+    return cells, notes
 
 
 def _async_batch_cells(sizes: Sequence[int], quick: bool) -> list[Cell]:

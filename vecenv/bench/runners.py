@@ -68,6 +68,12 @@ class Runner:
     infer: bool = False  # ~0.5 ms of numpy "inference" per step or batch, as a learner would
     opt_in: bool = False  # measured only when named in --runners
     needs: Requirement | None = None
+    #: the workloads it can step (``None``: every one); envpool steps only its own C++ CartPole
+    workloads: frozenset[str] | None = None
+
+    def steps(self, workload: str) -> bool:
+        """Whether it can step ``workload``."""
+        return self.workloads is None or workload in self.workloads
 
     @property
     def ours(self) -> bool:
@@ -213,7 +219,7 @@ def _selectable() -> Iterable[Runner]:
     yield dataclasses.replace(half, name="ray-2w-half", vector=VectorKind.RAY, needs=RAY)
     yield Runner("supersuit", build=_supersuit, needs=SUPERSUIT)
     yield Runner("pufferlib", build=_pufferlib, needs=PUFFERLIB)
-    yield Runner("envpool", build=_envpool, needs=ENVPOOL)
+    yield Runner("envpool", build=_envpool, needs=ENVPOOL, workloads=frozenset({"cartpole"}))
 
 
 #: The runners of --runners (standard workloads), by name.

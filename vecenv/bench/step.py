@@ -66,10 +66,12 @@ Runners (--runners, for cartpole, py100us, py1ms, obs84 and atari):
   vecenv-2w-half, ray-2w-half   the same with 2 workers and batch_size N/2, stepped with
                 async_reset/recv/send (no inference): each recv takes the first group to
                 finish; only when named in --runners
-  supersuit, pufferlib, envpool   when importable (skipped with a note otherwise); envpool
-                runs only CartPole (its other cells fail with a note); supersuit is its
-                processes (concat_vec_envs_v1, num_cpus=2), one env per copy, reset at the
-                step that ends its episode
+  supersuit, pufferlib, envpool   when importable (skipped with a note otherwise;
+                pip install -e ".[anchors]" brings SuperSuit and EnvPool); envpool steps its
+                own C++ CartPole (num_threads: its default, one per core) and is skipped with
+                a note on the other workloads; supersuit is its processes
+                (concat_vec_envs_v1, num_cpus=2), one env per copy, reset at the step that
+                ends its episode
 
 Method: it builds the vector env, resets once with a seed (start-up = constructor + first
 reset), steps with precomputed random actions (identical for all runners) in NEXT_STEP
