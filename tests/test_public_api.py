@@ -16,6 +16,7 @@ REACHABLE = (
     "AutoresetMode",
     "Dataset",
     "DEFAULT_CLOSE_TIMEOUT",
+    "InvalidInfoError",
     "InvalidObservationError",
     "PolicyOutputError",
     "RemoteEnvError",

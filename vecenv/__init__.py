@@ -41,6 +41,7 @@ _REACHABLE = {
     "AutoresetMode": "gymnasium.vector",
     "Dataset": "vecenv.datasets.dataset",
     "DEFAULT_CLOSE_TIMEOUT": "vecenv.parent.closing",
+    "InvalidInfoError": "vecenv.errors",
     "InvalidObservationError": "vecenv.errors",
     "PolicyOutputError": "vecenv.errors",
     "RayVectorEnv": "vecenv.integrations.ray.vector_env",
@@ -77,6 +78,7 @@ if TYPE_CHECKING:
     from vecenv.datasets.collection import collect
     from vecenv.datasets.dataset import Dataset as Dataset
     from vecenv.datasets.dataset import load
+    from vecenv.errors import InvalidInfoError as InvalidInfoError
     from vecenv.errors import InvalidObservationError as InvalidObservationError
     from vecenv.errors import NeedsResetError, VecEnvError, VecEnvTimeoutError, WorkerDiedError
     from vecenv.errors import PolicyOutputError as PolicyOutputError

@@ -139,6 +139,14 @@ class InvalidObservationError(VecEnvError, ValueError, TypeError):
     """
 
 
+class InvalidInfoError(VecEnvError, TypeError):
+    """An env's ``reset`` or ``step`` returned an info that is not a dict (``None``, say).
+
+    ``SyncVectorEnv`` fails on it too (an ``AttributeError`` when it batches the info); this one
+    reaches the parent as any env error does, with a note naming the env and the call.
+    """
+
+
 class PolicyOutputError(VecEnvError, ValueError):
     """A policy running in the workers returned an output (its extras, its recurrent state)
     whose names, shape or dtype differ from what it gave at its first call, or from what the

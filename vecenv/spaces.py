@@ -250,13 +250,21 @@ def _leaf_writer(space: Space, array: np.ndarray) -> Writer:
         return item
 
     if shape == ():
-        # Scalars (Discrete, or a shape-() Box) arrive as Python or numpy scalars.
-        fast = {dtype.type, int} if dtype.kind in "iu" else {dtype.type, float, int}
+        # Scalars (Discrete, or a shape-() Box) arrive as Python or numpy scalars. The Python
+        # types stored without a check are those that cast to the dtype within its kind, as
+        # SyncVectorEnv's np.stack casts them (a Python int or float is no bool).
+        kind = dtype.kind
+        fast = {dtype.type, bool} if kind == "b" else {dtype.type, int} if kind in "iu" else {dtype.type, float, int}
 
         def write_scalar(row: int, value: Any) -> None:
             if type(value) not in fast:
                 value = check(value)
-            array[row] = value
+            try:
+                array[row] = value
+            except OverflowError:
+                # A Python int out of the dtype's range: SyncVectorEnv makes it an array first
+                # and casts that (wrapping, as C does), or fails on one that no dtype holds.
+                array[row] = check(value)
 
         return write_scalar
 
@@ -376,9 +384,10 @@ def _tuple_to_batch(space: Tuple, value: Any, n: int, name: str, *, same_kind: b
 
 @to_batch.register(Dict)
 def _dict_to_batch(space: Dict, value: Any, n: int, name: str, *, same_kind: bool = True) -> Any:
-    if not isinstance(value, dict) or set(value) != set(space.spaces):
-        keys = sorted(value) if isinstance(value, dict) else describe(value)
-        raise ArgumentTypeError(f"`{name}` must be a dict with keys {sorted(space.spaces)}, got {keys}")
+    # As SyncVectorEnv iterates it: the space's keys are read, any others are left unread.
+    if not isinstance(value, Mapping) or not set(space.spaces) <= set(value):
+        got = f"keys {sorted(value, key=str)}" if isinstance(value, Mapping) else describe(value)
+        raise ArgumentTypeError(f"`{name}` must be a dict with the keys {sorted(space.spaces, key=str)}, got {got}")
     return {k: to_batch(s, value[k], n, f"{name}[{k!r}]", same_kind=same_kind) for k, s in space.spaces.items()}
 
 

@@ -23,8 +23,19 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import vecenv
 from tests.conftest import start_methods
-from tests.helpers.envs import DiffEnv, ReusedInfoEnv, diff_env_fns, make_group
+from tests.helpers.envs import (
+    DictActionEnv,
+    DiffEnv,
+    NotADictInfoEnv,
+    ReusedInfoEnv,
+    ScalarObsEnv,
+    SharedInfoEnv,
+    diff_env_fns,
+    fns,
+    make_group,
+)
 from vecenv import SpaceMismatchError, SubprocVectorEnv
+from vecenv.errors import ArgumentTypeError, InvalidInfoError, InvalidObservationError
 
 NEXT, SAME, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED
 STEPS = 220
@@ -344,6 +355,10 @@ SCENARIOS = [
     # An env that refills one info dict in place (reset right after step under SAME_STEP).
     Scenario("box/discrete", 4, 2, NEXT, cls=ReusedInfoEnv),
     Scenario("box/discrete", 4, 2, SAME, cls=ReusedInfoEnv),
+    # One info dict shared by every env of a process: each env's values are those of its call.
+    Scenario("box/discrete", 5, 2, NEXT, cls=SharedInfoEnv),
+    Scenario("box/discrete", 4, 0, SAME, cls=SharedInfoEnv),
+    Scenario("box/discrete", 4, 2, SAME, cls=SharedInfoEnv, context="forkserver"),
 ]
 
 DIFF_INFO_KEYS = {
@@ -627,6 +642,77 @@ def test_python_list_actions_reach_envs_as_in_sync(act_kind: str, actions: list)
             assert_same(sub_out, sync_out)
     finally:
         sync.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_dict_action_batch_may_hold_keys_beyond_the_space(num_workers: int) -> None:
+    """As SyncVectorEnv iterates a Dict batch: the space's keys are read, others are not; a
+    missing key is refused with the keys the space needs."""
+    env_fns = fns(DictActionEnv, 4)
+    actions = {"move": np.array([0, 1, 2, 1]), "force": np.full((4, 2), 0.25, np.float32), "tag": np.zeros(4)}
+    sync = SyncVectorEnv(env_fns)
+    try:
+        with SubprocVectorEnv(env_fns, num_workers) as sub:
+            assert_same(sub.reset(seed=1), sync.reset(seed=1))
+            out = sub.step(dict(actions))
+            assert_same(out, sync.step(dict(actions)))
+            assert list(out[4]["keys"]) == ["force,move"] * 4  # the envs got the space's keys only
+            with pytest.raises(ArgumentTypeError, match=r"must be a dict with the keys \['force', 'move'\], got keys"):
+                sub.step({"move": actions["move"], "tag": actions["tag"]})
+            assert_same(sub.step(dict(actions)), sync.step(dict(actions)))  # nothing was sent
+    finally:
+        sync.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("when", ["reset", "step"])
+@pytest.mark.parametrize("info", [None, []], ids=["None", "list"])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_an_info_that_is_not_a_dict_raises_naming_the_env(num_workers: int, info: Any, when: str) -> None:
+    """SyncVectorEnv fails on it when it batches the info; so does vecenv, with an error that
+    names the env (and is a TypeError), instead of taking it for an empty info."""
+    env_fns = fns(NotADictInfoEnv, 4, when=when, info=info)
+    sync = SyncVectorEnv(env_fns)
+    try:
+        with pytest.raises(AttributeError):
+            sync.reset(seed=0)
+            sync.step(np.zeros(4, np.int64))
+    finally:
+        sync.close()
+    with SubprocVectorEnv(env_fns, num_workers) as sub:
+        with pytest.raises(InvalidInfoError, match=r"an env's info must be a dict, got") as raised:
+            sub.reset(seed=0)
+            sub.step(np.zeros(4, np.int64))
+        assert isinstance(raised.value, TypeError)
+        assert "env 0" in " ".join(getattr(raised.value, "__notes__", [])), raised.value
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_scalar_observations_cast_as_in_sync(num_workers: int) -> None:
+    """A shape-() Box takes a Python scalar as SyncVectorEnv's np.stack casts it: an int out of
+    an int8's range wraps; an int or a float is no bool (refused)."""
+    wraps = fns(ScalarObsEnv, 2, dtype=np.int8, value=1000)
+    sync = SyncVectorEnv(wraps)
+    try:
+        with SubprocVectorEnv(wraps, num_workers) as sub:
+            obs, infos = sub.reset(seed=0)
+            assert_same((obs, infos), sync.reset(seed=0))
+            assert obs.tolist() == [-24, -24]
+            assert_same(sub.step(np.zeros(2, np.int64)), sync.step(np.zeros(2, np.int64)))
+    finally:
+        sync.close()
+    for value in (1, 0.7):
+        refused = fns(ScalarObsEnv, 2, dtype=np.bool_, value=value)
+        sync = SyncVectorEnv(refused)
+        try:
+            with pytest.raises(TypeError):
+                sync.reset(seed=0)
+        finally:
+            sync.close()
+        with SubprocVectorEnv(refused, num_workers) as sub, pytest.raises(InvalidObservationError, match="bool"):
+            sub.reset(seed=0)
 
 
 @pytest.mark.timeout(60)

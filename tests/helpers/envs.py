@@ -299,6 +299,59 @@ class ReusedInfoEnv(DiffEnv):
         return obs, reward, terminated, truncated, self._refill(info)
 
 
+class SharedInfoEnv(ReusedInfoEnv):
+    """A ReusedInfoEnv whose one info dict is shared by every instance in the process (a class
+    attribute, a common slip). ``SyncVectorEnv`` batches each env's info as soon as that env
+    returns it, so every env still reports its own values."""
+
+    _shared: dict[str, Any] = {}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._info = SharedInfoEnv._shared
+
+
+class ScalarObsEnv(gym.Env):
+    """A shape-() ``Box`` of ``dtype`` whose observation is always ``value`` (a Python scalar),
+    for how such values are cast into the batch."""
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, index: int = 0, dtype: Any = np.int8, value: Any = 1000) -> None:
+        self.index = index
+        low = 0 if np.dtype(dtype).kind == "b" else -5
+        self.observation_space = spaces.Box(low, 1 if low == 0 else 5, (), dtype)
+        self.action_space = spaces.Discrete(2)
+        self.value = value
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        return self.value, {}
+
+    def step(self, action: Any):
+        return self.value, 0.0, False, False, {}
+
+
+class DictActionEnv(gym.Env):
+    """A ``Dict`` action space (``move``, ``force``); the observation and ``info["keys"]`` say
+    what the env received."""
+
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(self, index: int = 0) -> None:
+        self.index = index
+        self.observation_space = spaces.Box(-1e3, 1e3, (2,), np.float32)
+        self.action_space = spaces.Dict({"move": spaces.Discrete(3), "force": spaces.Box(-1, 1, (2,), np.float32)})
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        return np.array([self.index, 0], np.float32), {}
+
+    def step(self, action: Any):
+        obs = np.array([self.index, int(action["move"]) + float(np.sum(action["force"]))], np.float32)
+        return obs, float(action["move"]), False, False, {"keys": ",".join(sorted(action))}
+
+
 def diff_env_fns(num_envs: int, cls: type = DiffEnv, **kwargs: Any) -> list[Any]:
     """One picklable constructor per env index."""
     return [functools.partial(cls, index=i, **kwargs) for i in range(num_envs)]
@@ -368,6 +421,23 @@ class PayEnv(gym.Env):
     def step(self, action: Any):
         self.t += 1
         return self._obs(), float(self.pay), False, self.t >= self.horizon, {}
+
+
+class NotADictInfoEnv(PayEnv):
+    """Returns ``info`` (``None`` by default) instead of a dict, from ``when`` ("reset" or
+    "step"); ``SyncVectorEnv`` fails on it when it batches the info."""
+
+    def __init__(self, index: int = 0, when: str = "step", info: Any = None) -> None:
+        super().__init__(index)
+        self.when, self.info = when, info
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        obs, info = super().reset(seed=seed, options=options)
+        return obs, self.info if self.when == "reset" else info
+
+    def step(self, action: Any):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward, terminated, truncated, self.info if self.when == "step" else info
 
 
 # -- an argument the worker cannot unpickle -------------------------------------------

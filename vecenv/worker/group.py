@@ -16,11 +16,12 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space, iterate
 
+from vecenv.errors import InvalidInfoError, describe
 from vecenv.spaces import tree_leaves
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import Hello, InfoEntries
 
-__all__ = ["EnvGroup", "GroupSource", "HostedGroup", "VectorGroup", "batched_view", "close_each"]
+__all__ = ["EnvGroup", "GroupSource", "HostedGroup", "VectorGroup", "batched_view", "captured_info", "close_each"]
 
 
 class HostedGroup(Protocol):
@@ -99,8 +100,8 @@ class EnvGroup:
                 buffers.terminations[j] = False
                 buffers.truncations[j] = False
                 self._autoreset[j] = False
-                if info:
-                    infos.append((j, info))
+                if info or info.__class__ is not dict:
+                    infos.append((j, captured_info(info)))
         except BaseException:
             self.blame = j
             raise
@@ -140,14 +141,14 @@ class EnvGroup:
                     if same_step and (terminated or truncated):
                         # SyncVectorEnv batches final_info before the reset, which may reuse
                         # and change the dict: take what batching takes, no more.
-                        infos.append((j, {"final_obs": obs, "final_info": batched_view(info)}))
+                        infos.append((j, {"final_obs": obs, "final_info": captured_info(info)}))
                         obs, info = env.reset()
                 rewards.append(reward)
                 terms.append(terminated)
                 truncs.append(truncated)
                 write(j, obs)
-                if info:
-                    infos.append((j, info))
+                if info or info.__class__ is not dict:
+                    infos.append((j, captured_info(info)))
         except BaseException:
             self.blame = j
             raise
@@ -310,6 +311,17 @@ class VectorGroup:
     def close(self) -> None:
         """Close the native env."""
         self.vec.close()
+
+
+def captured_info(info: Any) -> dict[str, Any]:
+    """What ``SyncVectorEnv`` keeps of the info an env just returned: :func:`batched_view`,
+    taken at once. The group batches its envs' infos only after the last env has stepped, and
+    an env may hand out the same dict at every call (or share one with the other envs): each
+    env's values must be those of its own call. An info that is not a dict raises
+    :class:`~vecenv.errors.InvalidInfoError` (``SyncVectorEnv`` fails on it too)."""
+    if not isinstance(info, dict):
+        raise InvalidInfoError(f"an env's info must be a dict, got {describe(info)}")
+    return batched_view(info)
 
 
 def batched_view(info: dict[str, Any]) -> dict[str, Any]:
