@@ -752,34 +752,45 @@ def test_cli_a_policy_that_raises_mid_run_is_one_line_with_what_was_kept(
         main([*args, "--debug", "--overwrite", "--out", str(out)])
 
 
+MINARI_EARLY = ["--format", "minari", "--dataset-id", "test/early-v0"]
+
+
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process tree from /proc")
+@pytest.mark.parametrize("phase", ["_load_policy", "_make_envs"], ids=["checking-options", "starting-envs"])
 @pytest.mark.parametrize(
-    "output", [[], ["--format", "minari", "--dataset-id", "test/early-v0"]], ids=["ours", "minari"]
+    "output", [[], MINARI_EARLY, [*MINARI_EARLY, "--overwrite"]], ids=["ours", "minari", "minari-overwrite"]
 )
-def test_interrupt_while_the_environments_start_writes_nothing_and_says_so(tmp_path: Path, output: list[str]) -> None:
-    """Ctrl+C before the collection began (the workers are starting): exit 130, one line,
-    and no output directory, in either format."""
+def test_interrupt_before_the_collection_writes_nothing_and_says_so(
+    tmp_path: Path, output: list[str], phase: str
+) -> None:
+    """Ctrl+C before the collection began (the options are checked, which imports the env's
+    and the policy's modules, or the workers are starting): exit 130, one line, and no output
+    directory, in either format; a Minari dataset that --overwrite would replace is kept."""
     out = tmp_path / "d"
     ready = tmp_path / "ready"
+    if output:
+        pytest.importorskip("minari")
+    replaced = "--overwrite" in output
+    if replaced:  # the dataset the run would replace
+        assert main(["--steps", "20", "--num-envs", "2", "--quiet", "--out", str(out), *MINARI_EARLY]) == 0
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     script = (
         "import os, sys, time\n"
         "from vecenv.datasets import cli\n"
-        "real = cli._make_envs\n"
+        f"real = cli.{phase}\n"
         "def slow(*a, **k):\n"
         f"    open({str(ready)!r}, 'w').close()\n"
         "    time.sleep(30)\n"
         "    return real(*a, **k)\n"
-        "cli._make_envs = slow\n"
+        f"cli.{phase} = slow\n"
         "sys.exit(cli.main(sys.argv[1:]))\n"
     )
-    if output:
-        pytest.importorskip("minari")
     process = start_cli(["-c", script, "--steps", "100", "--quiet", "--out", str(out), *output])
     try:
         deadline = time.monotonic() + 30
         while not ready.exists() and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert ready.exists(), "the run did not reach the environments' start"
+        assert ready.exists(), f"the run did not reach {phase}"
         process.send_signal(signal.SIGINT)
         _, err = process.communicate(timeout=30)
     finally:
@@ -788,7 +799,30 @@ def test_interrupt_while_the_environments_start_writes_nothing_and_says_so(tmp_p
             process.communicate()
     assert process.returncode == 130, err
     assert err == "vecenv-collect: interrupted while starting the environments: nothing was written\n", err
-    assert not out.exists()
+    ready.unlink()
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert out.exists() == replaced
+
+
+@pytest.mark.timeout(120)
+def test_cli_overwrite_keeps_the_minari_dataset_when_the_run_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bad input found once the options are checked (envs that cannot be built) is exit 2 and
+    leaves the Minari dataset that --overwrite would have replaced, as our format's is left."""
+    minari = pytest.importorskip("minari")
+    root = tmp_path / "root"
+    args = ["--env", "CartPole-v1", "--num-envs", "2", "--num-workers", "1", "--episodes", "2", "--quiet"]
+    args += ["--format", "minari", "--dataset-id", "test/keep-v0", "--out", str(root)]
+    assert main(args) == 0
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    capsys.readouterr()
+    assert main([*args, "--env-kwargs", '{"bogus": 1}', "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vecenv-collect: error: could not create 2 x 'CartPole-v1'") and err.count("\n") == 1
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
+    assert minari.load_dataset("test/keep-v0").total_episodes == 2
 
 
 def test_cli_refuses_existing_out_without_overwrite_in_a_real_process(tmp_path: Path) -> None:

@@ -112,7 +112,7 @@ def _checked_output(args: argparse.Namespace) -> Path:
 
         out = datasets_root(args.out)
         try:
-            minari_target(args.dataset_id, out, args.overwrite, FLAGS, args.minari_storage or "hdf5")
+            minari_target(args.dataset_id, out, args.overwrite, FLAGS, args.minari_storage or "hdf5", prepare=False)
         except (MinariNotInstalledError, ValueError, FileExistsError) as exc:
             raise _UsageError(str(exc)) from None
         return out
@@ -151,25 +151,30 @@ def _make_envs(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> VectorEn
 
 def _run(args: argparse.Namespace, command_line: str) -> int:
     """Validate the arguments, build the environments, collect, and report."""
-    env_kwargs = _parse_env_kwargs(args.env_kwargs)
-    if os.getcwd() not in sys.path:  # like `python -m`: modules in the current directory import
-        sys.path.append(os.getcwd())
-    _check_env_id(args.env)
-    _check_minari_options(args)
-    policy = _load_policy(args)
-    if args.steps is None and args.episodes is None:
-        args.steps = 10000
-    if args.num_envs is None:
-        args.num_envs = default_num_envs(args.steps)
-    if args.num_workers is not None and args.num_workers > args.num_envs:
-        raise _UsageError(f"--num-workers: expected at most --num-envs ({args.num_envs}), got {args.num_workers}")
-    existed = _output_path(args).exists()
-    out = _checked_output(args)
+    out: Path | None = None
+    existed = True
     try:
+        env_kwargs = _parse_env_kwargs(args.env_kwargs)
+        if os.getcwd() not in sys.path:  # like `python -m`: modules in the current directory import
+            sys.path.append(os.getcwd())
+        _check_env_id(args.env)
+        _check_minari_options(args)
+        policy = _load_policy(args)
+        if args.steps is None and args.episodes is None:
+            args.steps = 10000
+        if args.num_envs is None:
+            args.num_envs = default_num_envs(args.steps)
+        if args.num_workers is not None and args.num_workers > args.num_envs:
+            raise _UsageError(f"--num-workers: expected at most --num-envs ({args.num_envs}), got {args.num_workers}")
+        existed = _output_path(args).exists()
+        out = _checked_output(args)
         envs = _make_envs(args, env_kwargs)
         _check_signals()  # one that came while the workers were forked may have been lost
     except KeyboardInterrupt:
-        _drop_empty_directories(out, existed)
+        # Checking the options imports the env's and the policy's modules (and Minari), which
+        # can take seconds: Ctrl+C there is as much "before any data" as during start-up.
+        if out is not None:
+            _drop_empty_directories(out, existed)
         print(f"{PROG}: interrupted while starting the environments: nothing was written", file=sys.stderr)
         raise
     try:
@@ -294,7 +299,8 @@ def _export(args: argparse.Namespace) -> int:
     root = datasets_root(args.out)
     try:
         storage = args.minari_storage or "hdf5"
-        minari_target(args.dataset_id, root, args.overwrite, FLAGS, storage)  # the id and the target, in our terms
+        # The id and the target, in our terms; export_minari replaces the dataset.
+        minari_target(args.dataset_id, root, args.overwrite, FLAGS, storage, prepare=False)
         result = export_minari(
             dataset,
             args.dataset_id,

@@ -80,11 +80,14 @@ def minari_target(
     overwrite: bool,
     names: OptionNames = KEYWORDS,
     storage: str = "hdf5",
+    prepare: bool = True,
 ) -> Path:
     """Check that Minari is installed, that ``dataset_id`` is valid and that it may be written
     under ``out`` (see ``datasets_root``); return the dataset's directory, having removed an
     existing dataset there when ``overwrite`` is true. ``names`` is how the messages name the
-    options (``FLAGS`` for the command line).
+    options (``FLAGS`` for the command line). ``prepare=False`` only checks: nothing is removed
+    or made (a command line checks its options before the envs exist, and bad input found
+    after that must leave the dataset it would replace).
 
     Raises MinariNotInstalledError, ValueError (a malformed id or storage) or FileExistsError.
     """
@@ -113,8 +116,10 @@ def minari_target(
             raise OutputExistsError(
                 f"refusing to overwrite {str(target)!r}: it is not empty and is not a Minari dataset"
             )
-        shutil.rmtree(target)
-    root.mkdir(parents=True, exist_ok=True)
+        if prepare:
+            shutil.rmtree(target)
+    if prepare:
+        root.mkdir(parents=True, exist_ok=True)
     return target
 
 

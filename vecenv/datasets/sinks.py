@@ -69,7 +69,7 @@ class DatasetSink:
             if last:
                 self.writer.append(piece, np.array([summary.episode_return]), np.array([summary.length]))
             else:
-                self.writer.append(piece, none, none)
+                self.writer.append(piece, none, none, whole=False)
 
     def open_episode(self, pieces: Iterator[list[np.ndarray]], summary: EpisodeSummary) -> None:
         """Leave out an episode still open at the end: with ``episodes=N`` (the only time our

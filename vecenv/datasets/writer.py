@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime
 import json
@@ -67,6 +68,12 @@ class DatasetWriter:
     committed rows. Thus all files always agree on the row count recorded in the headers
     and in ``metadata.json``.
 
+    Rows that end where the dataset may end are appended with ``whole=True`` (every row of a
+    transitions dataset; an episode's last piece). The headers and ``metadata.json`` count
+    only the rows up to the last such point: an episode handed over in pieces is never seen
+    cut, while collection runs or after it was killed, and ``finalize`` leaves out the pieces
+    of one whose last piece never came.
+
     A write that fails (a full disk, a read-only directory) raises
     :class:`~vecenv.datasets.errors.DatasetWriteError` naming the file and the cause; the
     dataset keeps the rows committed before it, and ``finalize`` then trims the files to them
@@ -85,6 +92,8 @@ class DatasetWriter:
         self._buffered = 0  # rows in the chunk buffers
         self._flushed_episodes = 0  # complete episodes among the committed rows
         self._buffered_episodes = 0  # ... and among the buffered ones
+        self._ends: collections.deque[int] = collections.deque()  # where whole appends end, uncommitted
+        self._whole = 0  # the committed rows up to the end of the last whole append
         self._started = time.monotonic()
         self._last_flush = self._started
         self._chunk_rows = chunk_rows(sum(f.row_bytes for f in fields))
@@ -104,9 +113,12 @@ class DatasetWriter:
                 file.flush()
         self._write_metadata(complete=False)
 
-    def append(self, columns: Sequence[np.ndarray], returns: np.ndarray, lengths: np.ndarray) -> None:
+    def append(
+        self, columns: Sequence[np.ndarray], returns: np.ndarray, lengths: np.ndarray, whole: bool = True
+    ) -> None:
         """Append rows (one array per field, equal lengths) holding ``len(returns)``
-        complete episodes whose returns and lengths are given."""
+        complete episodes whose returns and lengths are given; ``whole=False``: the rows are
+        the first pieces of an episode, which the files count only once its last piece came."""
         count = len(columns[0])
         if self._buffered + count > self._chunk_rows:
             self.flush()
@@ -120,6 +132,8 @@ class DatasetWriter:
             self._buffered = start + count
             self._buffered_episodes += len(returns)
         self.transitions += count
+        if whole:
+            self._ends.append(self.transitions)
         self.episodes += len(returns)
         self.returns.add(returns)
         self.lengths.add(lengths)
@@ -133,7 +147,7 @@ class DatasetWriter:
         self._flushed_episodes += self._buffered_episodes
         self._buffered_episodes = 0
         for file, field in zip(self._files, self.fields):
-            self._write_header(file, field, self._flushed)
+            self._write_header(file, field, self._whole_rows())
             with self._writing(Path(file.name)):
                 file.flush()  # rows and header on disk before metadata.json says they are there
         self._write_metadata(complete=False)
@@ -154,12 +168,17 @@ class DatasetWriter:
         with contextlib.suppress(OSError) if self.failed is not None else contextlib.nullcontext():
             for file, offset, row_bytes in zip(self._files, self._data_offset, self._row_bytes):
                 with self._writing(Path(file.name)):
-                    file.truncate(offset + self._flushed * row_bytes)  # frees what a failed write left
+                    # Frees what a failed write left, and the pieces of an episode left open.
+                    file.truncate(offset + self._whole_rows() * row_bytes)
                     file.close()
             self.metadata["end_time"] = now()
             self._write_metadata(complete=complete and self.failed is None)
         if self.failed is not None and not failed_before:
             raise self.failed
+
+    def _whole_rows(self) -> int:
+        """The committed rows up to the end of the last whole append: what the files count."""
+        return self._whole
 
     def _commit(self, columns: Sequence[np.ndarray], count: int) -> None:
         for file, offset, row_bytes, column in zip(self._files, self._data_offset, self._row_bytes, columns):
@@ -167,6 +186,8 @@ class DatasetWriter:
                 file.seek(offset + self._flushed * row_bytes)
                 file.write(np.ascontiguousarray(column).data)
         self._flushed += count
+        while self._ends and self._ends[0] <= self._flushed:
+            self._whole = self._ends.popleft()
 
     @contextlib.contextmanager
     def _writing(self, path: Path) -> Iterator[None]:
@@ -197,12 +218,13 @@ class DatasetWriter:
     def _write_metadata(self, complete: bool) -> None:
         elapsed = time.monotonic() - self._started
         self.metadata["complete"] = complete
-        self.metadata["counts"] = {"transitions": self._flushed, "episodes": self._flushed_episodes}
+        rows = self._whole_rows()
+        self.metadata["counts"] = {"transitions": rows, "episodes": self._flushed_episodes}
         self.metadata["stats"] = {
             "episode_return": self.returns.as_json(),
             "episode_length": self.lengths.as_json(),
             "duration_s": elapsed,
-            "steps_per_second": self._flushed / elapsed if elapsed > 0 else None,
+            "steps_per_second": rows / elapsed if elapsed > 0 else None,
         }
         temporary = self.out / f".{METADATA_FILE}.tmp"
         with self._writing(self.out / METADATA_FILE):

@@ -1,0 +1,59 @@
+"""The ``.npy`` writer: what its files and ``metadata.json`` count while rows still come."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from vecenv.datasets.format import METADATA_FILE, Leaf
+from vecenv.datasets.writer import DatasetWriter
+
+
+def _on_disk(out: Path) -> tuple[list[float], dict[str, int]]:
+    """The rows a reader sees now (what the header counts) and metadata.json's counts."""
+    rows = np.load(out / "rewards.npy").tolist()
+    return rows, json.loads((out / METADATA_FILE).read_text())["counts"]
+
+
+def _rows(*values: float) -> list[np.ndarray]:
+    return [np.array(values, np.float32)]
+
+
+def test_the_files_count_an_episode_only_once_its_last_piece_came(tmp_path: Path) -> None:
+    """An episode handed over in pieces is never seen cut: not by a reader while collection
+    runs (flushes between its pieces), nor after a run that ended before its last piece."""
+    out = tmp_path / "d"
+    writer = DatasetWriter(out, [Leaf("rewards", (), np.dtype(np.float32))], {})
+    one, none = np.ones(1), np.zeros(0)
+    writer.append(_rows(1, 2, 3), one * 6, one * 3)
+    writer.flush()
+    assert _on_disk(out) == ([1, 2, 3], {"transitions": 3, "episodes": 1})
+    writer.append(_rows(4, 5), none, none, whole=False)  # the first piece of the next episode
+    writer.flush()
+    assert _on_disk(out) == ([1, 2, 3], {"transitions": 3, "episodes": 1})
+    writer.append(_rows(6), one * 15, one * 3)  # its last piece
+    writer.flush()
+    assert _on_disk(out) == ([1, 2, 3, 4, 5, 6], {"transitions": 6, "episodes": 2})
+    writer.append(_rows(7, 8), none, none, whole=False)  # an episode whose end never comes
+    writer.finalize(complete=False)
+    assert _on_disk(out) == ([1, 2, 3, 4, 5, 6], {"transitions": 6, "episodes": 2})
+    header = len(np.lib.format.magic(1, 0)) + 2
+    assert (out / "rewards.npy").stat().st_size >= 6 * 4 + header
+    assert np.load(out / "rewards.npy", mmap_mode="r").shape == (6,)
+    with open(out / "rewards.npy", "rb") as file:  # the open episode's rows were cut off
+        np.lib.format.read_magic(file)
+        np.lib.format.read_array_header_1_0(file)
+        assert len(file.read()) == 6 * 4
+
+
+def test_rows_of_a_transitions_dataset_count_as_they_come(tmp_path: Path) -> None:
+    """With ``whole=True`` (the default: a fixed count of transitions) every flushed row counts."""
+    out = tmp_path / "d"
+    writer = DatasetWriter(out, [Leaf("rewards", (), np.dtype(np.float32))], {})
+    writer.append(_rows(1, 2), np.zeros(0), np.zeros(0))
+    writer.flush()
+    assert _on_disk(out) == ([1, 2], {"transitions": 2, "episodes": 0})
+    writer.finalize(complete=True)
+    assert _on_disk(out) == ([1, 2], {"transitions": 2, "episodes": 0})
