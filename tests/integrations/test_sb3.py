@@ -32,7 +32,7 @@ from stable_baselines3.common.vec_env import SubprocVecEnv as SB3SubprocVecEnv  
 
 import vecenv  # noqa: E402
 from tests.conftest import start_methods  # noqa: E402
-from tests.helpers.envs import InfoEnv, Mark  # noqa: E402
+from tests.helpers.envs import BoundsEnv, InfoEnv, Mark  # noqa: E402
 from tests.helpers.faults import fault_fns  # noqa: E402
 from vecenv.sb3 import SubprocVecEnv  # noqa: E402
 
@@ -269,9 +269,36 @@ def test_seed_and_options_apply_at_next_reset_once() -> None:
         # Autoresets during steps never see options.
         run_differential(ours, ref, steps=12, seed=None, rewards_dtype_exact=False)
         assert ours.get_attr("last_options") == [None] * 3
-        with pytest.raises(ValueError, match="one entry per env"):
+        # More options than envs: SB3 reads env i's entry and no others.
+        longer = [{"level": i} for i in range(5)]
+        ours.set_options(longer)
+        ref.set_options(longer)
+        ours.seed(6)
+        ref.seed(6)
+        assert_obs(ours.reset(), ref.reset(), "reset with more options than envs")
+        assert ours.get_attr("last_options") == longer[:3]
+        assert_same(ours.reset_infos, ref.reset_infos, "reset_infos with more options than envs")
+        # Fewer: SB3 raises IndexError; so does the drop-in, naming the counts.
+        with pytest.raises(IndexError, match="an entry for each of the 3 envs, got 3 seeds and 1 options"):
             ours.set_options([{}])
             ours.reset()
+    finally:
+        ours.close()
+        ref.close()
+
+
+@pytest.mark.timeout(60)
+def test_observation_spaces_that_differ_in_bounds_are_accepted_as_sb3_accepts_them() -> None:
+    """SB3 takes env 0's spaces and only needs every observation to fit its buffers."""
+    fns = [partial(BoundsEnv, i) for i in range(4)]
+    ours = SubprocVecEnv(fns, start_method="fork", num_workers=2)
+    ref = DummyVecEnv(fns)
+    try:
+        assert ours.observation_space == ref.observation_space == BoundsEnv(0).observation_space
+        ours.seed(1)
+        ref.seed(1)
+        assert_obs(ours.reset(), ref.reset(), "reset")
+        run_differential(ours, ref, steps=5, seed=None, rewards_dtype_exact=False)
     finally:
         ours.close()
         ref.close()

@@ -131,6 +131,10 @@ class SubprocVecEnv(VecEnv):
         adapted = [AdapterFn(fn, i) for i, fn in enumerate(env_fns)]
         shared: dict[str, Any] = {
             "autoreset_mode": AutoresetMode.SAME_STEP,
+            # SB3 takes env 0's spaces and needs only that every observation fits its buffers:
+            # observation spaces that differ in their bounds (not shape or dtype) are accepted,
+            # as SB3's own vector envs accept them.
+            "observation_mode": "different",
             "on_worker_death": on_worker_death,
             "max_restarts": max_restarts,
             "restart_window": restart_window,
@@ -186,16 +190,20 @@ class SubprocVecEnv(VecEnv):
 
         Both are used once, then forgotten, as in SB3. ``reset_infos`` holds each env's reset info.
         """
-        if len(self._seeds) != self.num_envs or len(self._options) != self.num_envs:
-            raise InvalidArgumentError(
-                f"seeds and options must hold one entry per env ({self.num_envs}), "
+        # As SB3: env i takes entry i; entries beyond the envs are not read, and too few is an
+        # IndexError (one that names the counts).
+        n = self.num_envs
+        if len(self._seeds) < n or len(self._options) < n:
+            raise EnvIndexError(
+                f"seeds and options must hold an entry for each of the {n} envs, "
                 f"got {len(self._seeds)} seeds and {len(self._options)} options"
             )
-        if self._options_staged or any(self._options):
+        options = list(self._options[:n])
+        if self._options_staged or any(options):
             # Options may differ per env: each env takes its own at its next reset.
             self._options_staged = True
-            self.vector_env.call(DISPATCH, "stage_options", None, list(self._options))
-        obs, infos = self.vector_env.reset(seed=list(self._seeds))
+            self.vector_env.call(DISPATCH, "stage_options", None, options)
+        obs, infos = self.vector_env.reset(seed=list(self._seeds[:n]))
         self._options_staged = False
         boxes, mask = _boxes(infos, self.num_envs)
         self.reset_infos = [boxes[j].info if mask[j] else {} for j in range(self.num_envs)]
