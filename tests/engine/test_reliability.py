@@ -32,6 +32,8 @@ from gymnasium.vector import SyncVectorEnv
 
 import vecenv
 from tests.engine.test_differential import assert_same
+from tests.helpers.envs import SlowReplacementEnv
+from tests.helpers.envs import fns as fns_of
 from tests.helpers.faults import counter_fns, fault_fns, healthy_fns, no_spinning, odd_fns, open_fds, transport_of
 from vecenv import VecEnvError, WorkerDiedError
 from vecenv.parent.calls import CallRunner
@@ -142,6 +144,47 @@ def test_close_from_another_thread_ends_a_stuck_step() -> None:
     assert "close()" in str(outcome[0]) and "another thread" in str(outcome[0]), str(outcome[0])
     assert envs.closed
     assert all(c is None or c.closed for c in transport_of(envs).conns)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("ender", ["call-timeout", "close-from-thread"])
+def test_a_restart_whose_rebuild_hangs_ends_with_the_call_or_with_close(tmp_path: Path, ender: str) -> None:
+    """A worker dies mid-step and its replacement hangs while it builds its envs (no
+    start_timeout): the step's own timeout ends the wait, and so does close() from another
+    thread, which must not see the replacement it killed restarted again."""
+    marker = str(tmp_path / "died")
+    fns = fns_of(SlowReplacementEnv, 4, marker=marker)
+    envs = vecenv.SubprocVectorEnv(fns, 2, context="fork", on_worker_death="restart")
+    outcome: list[BaseException | None] = []
+    try:
+        envs.reset(seed=0)
+        envs.step(np.zeros(4, np.int64))
+        if ender == "call-timeout":
+            with pytest.raises(WorkerDiedError, match="took longer than what was left of the call's timeout"):
+                envs.step(np.zeros(4, np.int64), timeout=1.0)
+            return
+
+        def stepper() -> None:
+            try:
+                envs.step(np.zeros(4, np.int64))
+                outcome.append(None)
+            except BaseException as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=stepper)
+        thread.start()
+        deadline = time.monotonic() + 20
+        while not os.path.exists(marker) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert os.path.exists(marker), "the worker did not die"
+        envs.close(timeout=0.5)
+        thread.join(20)
+        assert not thread.is_alive(), "the stepping thread is still waiting after close()"
+        assert len(outcome) == 1 and isinstance(outcome[0], WorkerDiedError), outcome
+        assert envs.closed
+        assert all(c is None or c.closed for c in transport_of(envs).conns)
+    finally:
+        envs.close(timeout=0)
 
 
 # -- interrupts --------------------------------------------------------------------------------

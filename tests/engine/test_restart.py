@@ -288,6 +288,7 @@ class FakeHost:
         self.buffers: Buffers | None = Buffers.create(spec)
         self.replies = list(replies)
         self.restarter: Restarter | None = None
+        self.ending = False
         self.sent: list[tuple[int, Command, Any, str]] = []
         self.gathers: list[tuple[list[int], float | None, str, bool, bool]] = []
         self.answers: list[tuple[int, int, bool, Any]] = []
@@ -322,7 +323,7 @@ class FakeHost:
         self.answers.append((w.index, call_id, ok, result))
         w.answered(call_id, ok, result, 0)
 
-    def died(self, w: WorkerRecord, call: str) -> None:
+    def died(self, w: WorkerRecord, call: str, deadline: float | None = None) -> None:
         self.deaths.append((w.index, call))
 
     def close(self) -> None:
@@ -525,11 +526,47 @@ def test_lost_again_past_the_budget_is_refused(clock: FakeClock) -> None:
         host.close()
 
 
+@pytest.mark.parametrize("left, bound", [(1.5, 1.5), (9.0, 5.0), (None, 5.0)], ids=["call", "start", "no-call-limit"])
+def test_a_rebuild_is_bounded_by_the_calls_timeout_too(clock: FakeClock, left: float | None, bound: float) -> None:
+    """The call that found the death waits at most its own timeout: the rebuild gets what is
+    left of it when that ends before start_timeout (5 s here), and says which bound it hit."""
+    host = _host(clock, [hello(2), StepReply([])])
+    restarter = _restarter(host)
+    try:
+        deadline = None if left is None else clock.monotonic() + left
+        assert restarter.replace(host, _worker_owing(Command.STEP), deadline) is None
+        assert [g[1] for g in host.gathers] == [bound, bound]  # the handshake and the reset
+    finally:
+        host.close()
+    host = _host(clock, [VecEnvTimeoutError("late")])
+    restarter = _restarter(host)
+    try:
+        deadline = None if left is None else clock.monotonic() + left
+        refusal = restarter.replace(host, _worker_owing(Command.STEP), deadline)
+        why = "what was left of the call's timeout" if bound == left else "start_timeout (5.0 s)"
+        assert refusal == f"its replacement took longer than {why} to start"
+    finally:
+        host.close()
+
+
+def test_nothing_is_restarted_once_close_from_another_thread_ends_the_workers(clock: FakeClock) -> None:
+    host = _host(clock, [hello(2), StepReply([])])
+    restarter = _restarter(host)
+    host.ending = True
+    try:
+        assert restarter.replace(host, _worker_owing(Command.STEP)) == (
+            "the vector env was closed from another thread meanwhile"
+        )
+        assert restarter.restarts == 0 and host.gathers == []
+    finally:
+        host.close()
+
+
 @pytest.mark.parametrize(
     "replies, refusal",
     [
         ([hello(3)], "its rebuilt group has 3 envs instead of 2"),
-        ([VecEnvTimeoutError("late")], "its replacement took longer than 5.0 s to start"),
+        ([VecEnvTimeoutError("late")], "its replacement took longer than start_timeout (5.0 s) to start"),
         ([hello(2), ValueError("reset broke")], "rebuilding its envs raised ValueError: reset broke"),
     ],
     ids=["wrong-size", "timeout", "raises"],

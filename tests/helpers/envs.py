@@ -440,6 +440,24 @@ class NotADictInfoEnv(PayEnv):
         return obs, reward, terminated, truncated, self.info if self.when == "step" else info
 
 
+class SlowReplacementEnv(PayEnv):
+    """Env ``dies`` ends its worker (``os._exit``) at its second step, after creating
+    ``marker``; built again while ``marker`` exists (its replacement), it takes ``build_s`` to
+    build: a restart whose rebuild outlasts the call that found the death."""
+
+    def __init__(self, index: int = 0, marker: str = "", dies: int = 1, build_s: float = 60.0) -> None:
+        super().__init__(index)
+        self.marker, self.dies = marker, index == dies
+        if self.dies and os.path.exists(marker):
+            time.sleep(build_s)
+
+    def step(self, action: Any):
+        if self.dies and self.t == 1:
+            open(self.marker, "w").close()
+            os._exit(7)
+        return super().step(action)
+
+
 # -- an argument the worker cannot unpickle -------------------------------------------
 
 

@@ -200,9 +200,9 @@ class WorkerPool:
             events = self.transport.poll(listening, remaining)
             if not events and deadline is not None and time.monotonic() >= deadline:
                 raise VecEnvTimeoutError(f"The call to `{call}` has timed out after {timeout} second(s).")
-            self._apply(events, call)
+            self._apply(events, call, deadline)
 
-    def _apply(self, events: list[Event], call: str) -> None:
+    def _apply(self, events: list[Event], call: str, deadline: float | None = None) -> None:
         deaths = False
         for event in events:
             if isinstance(event, Reply):
@@ -221,7 +221,7 @@ class WorkerPool:
         if deaths:
             for event in events:
                 if not isinstance(event, Reply) and self.workers[event.worker].status is not WorkerStatus.DEAD:
-                    self.died(self.workers[event.worker], call)
+                    self.died(self.workers[event.worker], call, deadline)
 
     def gather(
         self, workers: Sequence[WorkerRecord], timeout: float | None, call: str, fail_fast: bool = False
@@ -294,9 +294,10 @@ class WorkerPool:
         where_call = f"raised in {where} (worker {w.index}{self.transport.where(w.index)}) during `{call}`"
         return packed.rebuild(where_call + detail)
 
-    def died(self, w: WorkerRecord, call: str) -> None:
+    def died(self, w: WorkerRecord, call: str, deadline: float | None = None) -> None:
         """A worker died: restart it when the policy allows, else end the others (their
-        peers' envs are gone) and raise."""
+        peers' envs are gone) and raise. ``deadline``: the end of the waiting call's timeout,
+        which bounds a restart's rebuild too."""
         restarter = self.restarter
         if restarter is not None and restarter.active:
             raise LostAgain
@@ -305,7 +306,7 @@ class WorkerPool:
         span = f"envs {envs.start}..{envs.stop - 1}" if envs else "envs not yet assigned"
         what = f"worker {w.index} ({span}{self.transport.where(w.index)}) {how} during `{call}`"
         if restarter is not None and call not in ("__init__", "close") and not self.ending:
-            refusal = restarter.replace(self, w)
+            refusal = restarter.replace(self, w, deadline)
             if refusal is None:
                 return
             what += f"; {refusal}"
@@ -358,13 +359,22 @@ class WorkerPool:
                 pass
             except Exception as exc:
                 error = exc
-        self.transport.stop(deadline, [w.index for w in closing])
+            except BaseException:
+                # Ctrl+C in the polite close: the vector env counts as closed from here on,
+                # so nothing may stay behind; every worker is ended now, not politely.
+                self._release(time.monotonic(), [])
+                raise
+        self._release(deadline, [w.index for w in closing])
+        return error
+
+    def _release(self, deadline: float, closing: list[int]) -> None:
+        """End every worker (``closing`` may close its envs until ``deadline``) and unmap the blocks."""
+        self.transport.stop(deadline, closing)
         if self.buffers is not None:
             self.buffers.close()
         for block in self.blocks:
             block.close()
         self.blocks = []
-        return error
 
     def _close_errors(self, closing: list[WorkerRecord], deadline: float) -> BaseException | None:
         """Collect the close replies until ``deadline``; the first env error (by worker order)

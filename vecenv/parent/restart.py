@@ -95,6 +95,8 @@ class RestartHost(Protocol):
 
     transport: Transport
     buffers: Buffers | None
+    #: close() from another thread is ending the workers: nothing is restarted any more
+    ending: bool
 
     def attach_message(self, w: WorkerRecord) -> Attach: ...
 
@@ -118,9 +120,10 @@ class Restarter:
         self.restarts = 0  # every restart so far (the reseed count)
         self.active = False  # a restart is under way: a death now is LostAgain
 
-    def replace(self, pool: RestartHost, w: WorkerRecord) -> str | None:
+    def replace(self, pool: RestartHost, w: WorkerRecord, deadline: float | None = None) -> str | None:
         """Replace dead worker ``w`` and answer the call it still owed; ``None`` when done,
-        else why the pool must break instead.
+        else why the pool must break instead. ``deadline``: the end of the timeout of the call
+        that found the death, which bounds the rebuild as the policy's ``timeout`` does.
 
         The new worker builds the same envs, attaches to the same rows and resets them with the
         policy's seeds. A step it owed is answered as that reset, with every env truncated,
@@ -134,6 +137,8 @@ class Restarter:
         """
         lost, first = None, True
         while True:
+            if pool.ending:  # killed by close() from another thread: it must not come back
+                return "the vector env was closed from another thread meanwhile"
             refusal = self.budget.spend(time.monotonic())
             if refusal is not None:
                 return refusal
@@ -147,13 +152,13 @@ class Restarter:
                 lost, first = owed, False
             self.active = True
             try:
-                reply = self._rebuild(pool, w, resets_itself=lost is not None and lost.command is Command.RESET)
+                reply = self._rebuild(pool, w, lost is not None and lost.command is Command.RESET, deadline)
                 break
             except (LostAgain, WorkerGone):
                 continue
             except VecEnvTimeoutError:
                 pool.transport.kill()
-                return f"its replacement took longer than {self.policy.timeout} s to start"
+                return f"its replacement took longer than {self._rebuild_timeout(deadline)[1]} to start"
             except _WrongSize as exc:
                 return str(exc)
             except Exception as exc:
@@ -211,18 +216,30 @@ class Restarter:
         pool.answer(w, owed.call_id, True, result)
         return True
 
-    def _rebuild(self, pool: RestartHost, w: WorkerRecord, resets_itself: bool) -> StepReply | None:
-        """Handshake with the relaunched worker and reset its envs (unless the call it owed
-        was a reset, which is sent again instead). Returns that reset's reply."""
+    def _rebuild_timeout(self, deadline: float | None) -> tuple[float | None, str]:
+        """The seconds a rebuild may take, and what bounds it, in words: ``start_timeout``, or
+        what is left of the timeout of the call that found the death, whichever ends first."""
         timeout = self.policy.timeout
-        hello = pool.gather([w], timeout, "restart", fail_fast=True)[0]
+        if deadline is not None:
+            left = max(0.0, deadline - time.monotonic())
+            if timeout is None or left < timeout:
+                return left, "what was left of the call's timeout"
+        return timeout, f"start_timeout ({timeout} s)"
+
+    def _rebuild(
+        self, pool: RestartHost, w: WorkerRecord, resets_itself: bool, deadline: float | None
+    ) -> StepReply | None:
+        """Handshake with the relaunched worker and reset its envs (unless the call it owed
+        was a reset, which is sent again instead), each within ``start_timeout`` and all
+        before the call's ``deadline``. Returns that reset's reply."""
+        hello = pool.gather([w], self._rebuild_timeout(deadline)[0], "restart", fail_fast=True)[0]
         if hello.num_envs != w.size:
             raise _WrongSize(f"its rebuilt group has {hello.num_envs} envs instead of {w.size}")
         pool.transport.attach(w.index, pool.attach_message(w), _buffers(pool), send_timeout())
         if resets_itself:
             return None
         pool.send([w], Command.RESET, [self.policy.reseed(w, self.restarts)], "restart")
-        reply: StepReply = pool.gather([w], timeout, "restart", fail_fast=True)[0]
+        reply: StepReply = pool.gather([w], self._rebuild_timeout(deadline)[0], "restart", fail_fast=True)[0]
         return reply
 
 

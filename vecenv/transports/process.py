@@ -175,6 +175,7 @@ class ProcessTransport(Transport):
         self.conns: list[Connection | None] = []
         self._pids: list[int | None] = []  # kept after stop(), when a closed process has none
         self._causes: dict[int, str] = {}
+        self._aborted: str | None = None  # the reason close() from another thread gave (abort)
         self._group_bytes: list[bytes] = []
         self._cpus: list[int] = []
         self._pollers: dict[tuple[int, ...], tuple[dict[int, int], dict[int, int], Any]] = {}
@@ -292,6 +293,9 @@ class ProcessTransport(Transport):
         self._torn.discard(worker)
         self._pollers.clear()
         self._start(worker, self._replacement_context())
+        if self._aborted is not None:  # ended by close() from another thread meanwhile
+            self._causes[worker] = self._aborted
+            self._process(worker).kill()
 
     def _replacement_context(self) -> Any:
         """The context a replacement worker starts from: the workers', unless vecenv chose fork
@@ -633,6 +637,8 @@ class ProcessTransport(Transport):
                 process.kill()
 
     def abort(self, reason: str) -> None:
+        # Set first: a worker relaunched while this runs is either in the list below or sees it.
+        self._aborted = reason
         for index, process in enumerate(self.processes):
             if process is not None:  # (exitcode would reap it here, under the waiting thread)
                 self._causes[index] = reason
