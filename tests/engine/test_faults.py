@@ -36,6 +36,7 @@ from tests.helpers.faults import fault_fns, healthy_fns, late_replies_arrived, o
 from vecenv import NeedsResetError, RemoteEnvError, VecEnvTimeoutError, WorkerDiedError
 from vecenv.bench import procfs
 from vecenv.errors import RemoteTraceback
+from vecenv.parent.pool import WorkerPool
 from vecenv.transports.process import KILL_GRACE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -559,6 +560,24 @@ def test_fault(fault: str, ctx: str, leaks: LeakCheck) -> None:
 def test_close_hang(leaks: LeakCheck) -> None:
     """Not start-method specific, and slow (DEFAULT_CLOSE_TIMEOUT): fork only."""
     scenario_close_hang("fork", leaks)
+
+
+@pytest.mark.timeout(30)
+def test_ctrl_c_in_close_still_ends_every_worker(leaks: LeakCheck, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl+C while close() waits for an env's close() that hangs: close() raises it, the
+    vector env is closed, and no worker is left (a later close() has nothing left to end)."""
+    envs = make("fork", fault_fns(N_ENVS, "hang", "close", TARGET, pid_dir=leaks.pid_dir))
+    envs.reset(seed=SEED)
+
+    def interrupted(*args: Any) -> None:  # a Ctrl+C while the close replies are awaited
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(WorkerPool, "_close_errors", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        envs.close(timeout=30)
+    assert envs.closed
+    envs.close()
+    leaks.check(envs)
 
 
 # -- bad inputs -------------------------------------------------------------------------------
