@@ -288,20 +288,16 @@ def test_seed_and_options_apply_at_next_reset_once() -> None:
 
 
 @pytest.mark.timeout(60)
-def test_observation_spaces_that_differ_in_bounds_are_accepted_as_sb3_accepts_them() -> None:
-    """SB3 takes env 0's spaces and only needs every observation to fit its buffers."""
+def test_spaces_that_differ_from_env_0s_are_refused_in_the_drop_ins_terms() -> None:
+    """Observations live in one shared array of env 0's space: an env whose space differs (in
+    its bounds here) is refused at start, naming the env and both spaces, without advice to
+    pass an option the drop-in does not take."""
     fns = [partial(BoundsEnv, i) for i in range(4)]
-    ours = SubprocVecEnv(fns, start_method="fork", num_workers=2)
-    ref = DummyVecEnv(fns)
-    try:
-        assert ours.observation_space == ref.observation_space == BoundsEnv(0).observation_space
-        ours.seed(1)
-        ref.seed(1)
-        assert_obs(ours.reset(), ref.reset(), "reset")
-        run_differential(ours, ref, steps=5, seed=None, rewards_dtype_exact=False)
-    finally:
-        ours.close()
-        ref.close()
+    with pytest.raises(vecenv.errors.SpaceMismatchError) as raised:
+        SubprocVecEnv(fns, start_method="fork", num_workers=2)
+    message = str(raised.value)
+    assert message.startswith("SubprocVecEnv needs every env's observation space equal to env 0's"), message
+    assert f"env 1 has {BoundsEnv(1).observation_space}" in message and "observation_mode" not in message
 
 
 @pytest.mark.timeout(60)

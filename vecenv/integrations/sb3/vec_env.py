@@ -18,11 +18,12 @@ Importing this module imports Stable-Baselines3 (and so torch); ``import vecenv`
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import operator
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -46,7 +47,7 @@ except ImportError as exc:  # SB3 itself, or torch which it imports, is missing
     ) from exc
 
 from vecenv.checks import check_seed_policy
-from vecenv.errors import ArgumentTypeError, EnvIndexError, InvalidArgumentError, describe
+from vecenv.errors import ArgumentTypeError, EnvIndexError, InvalidArgumentError, SpaceMismatchError, describe
 from vecenv.integrations.sb3.env_adapter import DISPATCH, INFO_KEY, AdapterFn, InfoBox
 from vecenv.machine import guard_main
 from vecenv.options import DEFAULTS
@@ -131,10 +132,6 @@ class SubprocVecEnv(VecEnv):
         adapted = [AdapterFn(fn, i) for i, fn in enumerate(env_fns)]
         shared: dict[str, Any] = {
             "autoreset_mode": AutoresetMode.SAME_STEP,
-            # SB3 takes env 0's spaces and needs only that every observation fits its buffers:
-            # observation spaces that differ in their bounds (not shape or dtype) are accepted,
-            # as SB3's own vector envs accept them.
-            "observation_mode": "different",
             "on_worker_death": on_worker_death,
             "max_restarts": max_restarts,
             "restart_window": restart_window,
@@ -150,14 +147,18 @@ class SubprocVecEnv(VecEnv):
             multiprocessing.get_context(start_method)  # SB3's error for an unknown method
             # Never import a script again that is running its unguarded top-level code (see vecenv.machine).
             start_method = guard_main(start_method, chosen, type(self).__name__, "start_method")
-            self.vector_env: GroupVectorEnv = SubprocVectorEnv(
-                adapted, num_workers, context=start_method, pin_cpus=pin_cpus, **shared
-            )
+            with _spaces_as_sb3_says():
+                self.vector_env: GroupVectorEnv = SubprocVectorEnv(
+                    adapted, num_workers, context=start_method, pin_cpus=pin_cpus, **shared
+                )
         elif backend == "ray":
             _only_for("process", start_method=start_method, pin_cpus=pin_cpus or None)
             from vecenv.integrations.ray.vector_env import RayVectorEnv
 
-            self.vector_env = RayVectorEnv(adapted, num_workers, address=address, actor_options=actor_options, **shared)
+            with _spaces_as_sb3_says():
+                self.vector_env = RayVectorEnv(
+                    adapted, num_workers, address=address, actor_options=actor_options, **shared
+                )
         else:
             raise InvalidArgumentError(f"`backend` must be 'process' or 'ray', got {describe(backend)}")
         try:
@@ -348,6 +349,25 @@ class SubprocVecEnv(VecEnv):
         self.vector_env.close()
         self.waiting = False
         self.closed = True
+
+
+@contextlib.contextmanager
+def _spaces_as_sb3_says() -> Iterator[None]:
+    """The engine's space mismatch, in the drop-in's terms: it takes no ``observation_mode``
+    (which the engine's message suggests), so say what it needs instead."""
+    try:
+        yield
+    except SpaceMismatchError as exc:
+        m = exc.mismatch
+        if m is None:
+            raise
+        space = m.which.replace("_", " ")
+        error = SpaceMismatchError(
+            f"SubprocVecEnv needs every env's {space} equal to env 0's ({m.expected}), as each "
+            f"is stored in a shared array: env {m.local_index} has {m.received}"
+        )
+        error.mismatch = m
+        raise error from None
 
 
 def _only_for(backend: str, **given: Any) -> None:
