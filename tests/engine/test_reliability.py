@@ -113,23 +113,29 @@ def test_threads_sharing_a_vector_env_take_turns(inline: bool) -> None:
         envs.close()
 
 
-@pytest.mark.timeout(60)
-def test_close_from_another_thread_ends_a_stuck_step() -> None:
-    """A thread stuck in ``step`` (an env that hangs, no timeout) and ``close()`` from another
-    thread: close waits its grace, ends the workers, and both threads return promptly."""
-    envs = vecenv.SubprocVectorEnv(fault_fns(4, "hang", "step", 3), 2, context="fork")
-    envs.reset(seed=0)
+def _step_in_a_thread(envs: Any, actions: np.ndarray) -> tuple[threading.Thread, list[BaseException | None]]:
+    """A started thread that steps ``envs`` once, and what the step gave: ``None`` or what it raised."""
     outcome: list[BaseException | None] = []
 
     def stepper() -> None:
         try:
-            envs.step(np.zeros((4, 2), np.float32))
+            envs.step(actions)
             outcome.append(None)
         except BaseException as exc:
             outcome.append(exc)
 
     thread = threading.Thread(target=stepper)
     thread.start()
+    return thread, outcome
+
+
+@pytest.mark.timeout(60)
+def test_close_from_another_thread_ends_a_stuck_step() -> None:
+    """A thread stuck in ``step`` (an env that hangs, no timeout) and ``close()`` from another
+    thread: close waits its grace, ends the workers, and both threads return promptly."""
+    envs = vecenv.SubprocVectorEnv(fault_fns(4, "hang", "step", 3), 2, context="fork")
+    envs.reset(seed=0)
+    thread, outcome = _step_in_a_thread(envs, np.zeros((4, 2), np.float32))
     deadline = time.monotonic() + 10
     while envs.state is not vecenv.State.WAITING_STEP and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -155,7 +161,6 @@ def test_a_restart_whose_rebuild_hangs_ends_with_the_call_or_with_close(tmp_path
     marker = str(tmp_path / "died")
     fns = fns_of(SlowReplacementEnv, 4, marker=marker)
     envs = vecenv.SubprocVectorEnv(fns, 2, context="fork", on_worker_death="restart")
-    outcome: list[BaseException | None] = []
     try:
         envs.reset(seed=0)
         envs.step(np.zeros(4, np.int64))
@@ -163,16 +168,7 @@ def test_a_restart_whose_rebuild_hangs_ends_with_the_call_or_with_close(tmp_path
             with pytest.raises(WorkerDiedError, match="took longer than what was left of the call's timeout"):
                 envs.step(np.zeros(4, np.int64), timeout=1.0)
             return
-
-        def stepper() -> None:
-            try:
-                envs.step(np.zeros(4, np.int64))
-                outcome.append(None)
-            except BaseException as exc:
-                outcome.append(exc)
-
-        thread = threading.Thread(target=stepper)
-        thread.start()
+        thread, outcome = _step_in_a_thread(envs, np.zeros(4, np.int64))
         deadline = time.monotonic() + 20
         while not os.path.exists(marker) and time.monotonic() < deadline:
             time.sleep(0.01)
