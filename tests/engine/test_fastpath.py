@@ -305,3 +305,32 @@ def test_the_spin_mode_follows_processes_per_core() -> None:
     assert SpinMode.for_processes(3, 2) is SpinMode.YIELDING  # the default on 2 cores
     assert SpinMode.for_processes(6, 2) is SpinMode.YIELDING
     assert SpinMode.for_processes(7, 2) is SpinMode.OFF
+
+
+def test_a_step_posted_before_a_pipe_message_is_taken_first() -> None:
+    """The parent posts a step in the word, is interrupted, then writes a reset to the pipe.
+    A worker that read the word just before the post and finds the pipe readable just after
+    the write must still take the step first, as it was sent first (else the abandoned step
+    would run after the reset and overwrite its observations)."""
+    block = ControlBlock.create(1)
+    read_end, write_end = os.pipe()
+    try:
+        assert block.words is not None
+        words, at = block.words, block.index(0, fastpath.COMMAND)
+
+        class Racing:
+            """A pipe end whose poll finds a message the parent wrote after posting step 7."""
+
+            def fileno(self) -> int:
+                return read_end
+
+            def poll(self, timeout: float) -> bool:
+                words[at] = 7  # posted between the waiter's read of the word and its poll
+                return True
+
+        waiter = worker_loop._Waiter(Racing(), block, 0)  # type: ignore[arg-type]
+        assert waiter._check() == 7
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+        block.close()

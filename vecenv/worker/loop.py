@@ -216,6 +216,12 @@ class _Waiter:
             self.pipe_seen = sent
             if self.conn.poll(0):
                 self.pipe_maybe = True  # more may follow the one about to be read
+                # A command posted in the word before that message was written (the write is a
+                # system call: the word is visible by then) goes first, as it was sent first: a
+                # step abandoned by Ctrl+C must not run after the reset that followed it.
+                posted = words[self.command]
+                if posted != self.last:
+                    return posted
                 return _PIPE
             self.pipe_maybe = False
         return None
