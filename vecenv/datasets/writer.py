@@ -147,7 +147,7 @@ class DatasetWriter:
         self._flushed_episodes += self._buffered_episodes
         self._buffered_episodes = 0
         for file, field in zip(self._files, self.fields):
-            self._write_header(file, field, self._whole_rows())
+            self._write_header(file, field, self._whole)
             with self._writing(Path(file.name)):
                 file.flush()  # rows and header on disk before metadata.json says they are there
         self._write_metadata(complete=False)
@@ -169,16 +169,12 @@ class DatasetWriter:
             for file, offset, row_bytes in zip(self._files, self._data_offset, self._row_bytes):
                 with self._writing(Path(file.name)):
                     # Frees what a failed write left, and the pieces of an episode left open.
-                    file.truncate(offset + self._whole_rows() * row_bytes)
+                    file.truncate(offset + self._whole * row_bytes)
                     file.close()
             self.metadata["end_time"] = now()
             self._write_metadata(complete=complete and self.failed is None)
         if self.failed is not None and not failed_before:
             raise self.failed
-
-    def _whole_rows(self) -> int:
-        """The committed rows up to the end of the last whole append: what the files count."""
-        return self._whole
 
     def _commit(self, columns: Sequence[np.ndarray], count: int) -> None:
         for file, offset, row_bytes, column in zip(self._files, self._data_offset, self._row_bytes, columns):
@@ -218,7 +214,7 @@ class DatasetWriter:
     def _write_metadata(self, complete: bool) -> None:
         elapsed = time.monotonic() - self._started
         self.metadata["complete"] = complete
-        rows = self._whole_rows()
+        rows = self._whole
         self.metadata["counts"] = {"transitions": rows, "episodes": self._flushed_episodes}
         self.metadata["stats"] = {
             "episode_return": self.returns.as_json(),
