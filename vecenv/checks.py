@@ -20,6 +20,7 @@ from gymnasium.vector import AutoresetMode
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
 from vecenv.machine import available_cpus, default_start_method
 from vecenv.seeding import SEED_POLICIES, spawn_seeds
+from vecenv.wire.protocol import LooseSpaces, ObservationMode
 
 __all__ = [
     "check_env_fns",
@@ -114,8 +115,11 @@ def check_context(context: Any) -> multiprocessing.context.BaseContext:
         ) from None
 
 
-def check_observation_mode(mode: Any) -> str | tuple[Space, Space]:
-    """``"same"``, ``"different"``, or ``(batched space, single space)``, as Gymnasium takes it."""
+def check_observation_mode(mode: Any) -> ObservationMode:
+    """``"same"``, ``"different"``, or ``(batched space, single space)``, as Gymnasium takes it
+    (or the SB3 drop-in's :attr:`~vecenv.wire.protocol.LooseSpaces.AS_ENV_0`)."""
+    if mode is LooseSpaces.AS_ENV_0:
+        return mode
     if isinstance(mode, tuple) and len(mode) == 2:
         if not isinstance(mode[0], Space) or not isinstance(mode[1], Space):
             raise ArgumentTypeError(

@@ -25,6 +25,7 @@ from vecenv.checks import (
     check_threads,
     check_timeout,
 )
+from vecenv.wire.protocol import LooseSpaces, ObservationMode
 
 __all__ = ["Keywords", "DEFAULTS", "VectorOptions"]
 
@@ -83,7 +84,7 @@ class VectorOptions:
 
     autoreset_mode: AutoresetMode
     copy: bool
-    observation_mode: str | tuple[Space, Space]
+    observation_mode: ObservationMode
     batch_size: int | None
     start_timeout: float | None
     restarts: tuple[int, float] | None
@@ -124,7 +125,7 @@ class VectorOptions:
         return cls.check(**{name: values[name] for name in _CHECKED if name in values})
 
     @property
-    def worker_observation_mode(self) -> str | Space:
+    def worker_observation_mode(self) -> str | Space | LooseSpaces:
         """What a worker checks its envs' observation spaces against (see ``WorkerOptions``)."""
         mode = self.observation_mode
         return mode[1] if isinstance(mode, tuple) else mode

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 from gymnasium.spaces import Box, Dict, Discrete, MultiBinary, MultiDiscrete, Space, Tuple
+from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, InvalidObservationError, describe
 
@@ -37,6 +38,7 @@ __all__ = [
     "is_array_batch",
     "describe_space",
     "named_dict_keys",
+    "fits_layout",
 ]
 
 
@@ -464,3 +466,14 @@ def _dict_dict_keys(space: Dict, prefix: str = "") -> list[tuple[str, Any]]:
     return [
         pair for key, sub in space.spaces.items() for pair in [(prefix, key), *named_dict_keys(sub, f"{prefix}.{key}")]
     ]
+
+
+def fits_layout(expected: Space, received: Space) -> bool:
+    """``received`` is ``expected``, or has its shape and dtype (bounds may differ), so its values
+    fit the arrays of ``expected``; spaces Gymnasium cannot compare so (custom ones) must be equal."""
+    if received == expected:
+        return True
+    try:
+        return bool(is_space_dtype_shape_equiv(expected, received))
+    except (NotImplementedError, TypeError):
+        return False

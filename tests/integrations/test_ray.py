@@ -794,6 +794,20 @@ def test_sb3_backend_ray_matches_dummy_vec_env(ray_local: RaySessions) -> None:
         ref.close()
 
 
+@pytest.mark.timeout(120)
+def test_sb3_backend_ray_takes_spaces_whose_bounds_differ(ray_local: RaySessions) -> None:
+    """As on processes: env 0's spaces, envs whose bounds differ accepted, ``DummyVecEnv``'s batches."""
+    _sb3_or_skip()
+    from tests.integrations.test_sb3 import loose_fns, run_loose_differential
+    from vecenv.sb3 import SubprocVecEnv
+
+    ours = SubprocVecEnv(loose_fns(), num_workers=2, backend="ray", actor_options=HALF_CPU)
+    try:
+        run_loose_differential(ours)
+    finally:
+        ours.close()
+
+
 @pytest.mark.timeout(60)
 def test_sb3_backend_ray_passes_the_vector_env_options_on(
     ray_local: RaySessions, monkeypatch: pytest.MonkeyPatch

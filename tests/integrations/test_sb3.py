@@ -287,17 +287,84 @@ def test_seed_and_options_apply_at_next_reset_once() -> None:
         ref.close()
 
 
+class LooseEnv(BoundsEnv):
+    """Observation and action bounds of its own (``BoundsEnv``); a ``Box`` action it echoes into
+    its reward, so each env is seen to get its own row; ``size`` sets the observation's length."""
+
+    def __init__(self, index: int = 0, size: int = 2) -> None:
+        super().__init__(index)
+        self.size = size
+        self.observation_space = gym.spaces.Box(-1e3 * (1 + index), 1e3 * (1 + index), (size,), np.float32)
+        self.action_space = gym.spaces.Box(-1.0 - index, 1.0 + index, (1,), np.float32)
+
+    def _obs(self) -> np.ndarray:
+        return np.resize(super()._obs(), self.size)
+
+    def step(self, action: Any):
+        obs, _, terminated, truncated, info = super().step(action)
+        return obs, float(np.asarray(action).item()), terminated, truncated, info
+
+
+def loose_fns() -> list[Any]:
+    """Four envs whose observation and action spaces differ from env 0's in bounds only."""
+    return [partial(LooseEnv, i) for i in range(4)]
+
+
+def run_loose_differential(ours: VecEnv) -> None:
+    """``ours`` (on :func:`loose_fns`) against ``DummyVecEnv``: env 0's spaces, the same batches,
+    each env handed its own action row (even one beyond env 0's bounds)."""
+    ref = DummyVecEnv(loose_fns())
+    try:
+        assert ours.observation_space == ref.observation_space == LooseEnv(0).observation_space
+        assert ours.action_space == ref.action_space == LooseEnv(0).action_space
+        assert_obs(ours.reset(), ref.reset(), "reset obs")
+        for t in range(3):
+            actions = np.array([[0.5], [-1.5], [2.5], [-3.5]], np.float32) * (t + 1)
+            obs, rewards, dones, infos = ours.step(actions)
+            r_obs, r_rewards, r_dones, r_infos = ref.step(actions)
+            assert_obs(obs, r_obs, f"step {t} obs")
+            assert np.array_equal(rewards.astype(np.float32), r_rewards), f"step {t}: {rewards} != {r_rewards}"
+            assert_same(dones, r_dones, f"step {t} dones")
+            assert_same(list(infos), list(r_infos), f"step {t} infos")
+        assert ours.get_attr("observation_space", [3]) == [LooseEnv(3).observation_space]
+    finally:
+        ref.close()
+
+
+@pytest.mark.timeout(90)
+@start_methods("fork", "spawn")
+def test_spaces_whose_bounds_differ_from_env_0s_are_taken_as_sb3_takes_them(start_method: str) -> None:
+    """SB3's vector envs take env 0's spaces and accept envs whose spaces differ in bounds only;
+    so does the drop-in, with the same batches as ``DummyVecEnv``."""
+    ours = SubprocVecEnv(loose_fns(), start_method=start_method, num_workers=2)
+    try:
+        run_loose_differential(ours)
+    finally:
+        ours.close()
+
+
 @pytest.mark.timeout(60)
-def test_spaces_that_differ_from_env_0s_are_refused_in_the_drop_ins_terms() -> None:
-    """Observations live in one shared array of env 0's space: an env whose space differs (in
-    its bounds here) is refused at start, naming the env and both spaces, without advice to
-    pass an option the drop-in does not take."""
-    fns = [partial(BoundsEnv, i) for i in range(4)]
+@pytest.mark.parametrize("which", ["observation", "action"])
+def test_spaces_of_another_shape_than_env_0s_are_refused_in_the_drop_ins_terms(which: str) -> None:
+    """Observations and actions live in shared arrays of env 0's shape: an env whose space has
+    another shape is refused at start, naming the env and both spaces, without advice to pass
+    an option the drop-in does not take (SB3 would fail at the first step)."""
+
+    def odd(index: int) -> gym.Env:
+        env = LooseEnv(index, size=3 if index == 1 else 2)
+        if which == "action":
+            env = LooseEnv(index)
+            env.action_space = gym.spaces.Box(-1.0, 1.0, (1 + (index == 1),), np.float32)
+        return env
+
+    fns = [partial(odd, i) for i in range(4)]
     with pytest.raises(vecenv.errors.SpaceMismatchError) as raised:
         SubprocVecEnv(fns, start_method="fork", num_workers=2)
     message = str(raised.value)
-    assert message.startswith("SubprocVecEnv needs every env's observation space equal to env 0's"), message
-    assert f"env 1 has {BoundsEnv(1).observation_space}" in message and "observation_mode" not in message
+    expected = f"SubprocVecEnv needs every env's {which} space of the shape and dtype of env 0's"
+    assert message.startswith(expected), message
+    received = getattr(odd(1), f"{which}_space")
+    assert f"env 1 has {received}" in message and "observation_mode" not in message
 
 
 @pytest.mark.timeout(60)

@@ -17,9 +17,10 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 from vecenv.errors import InvalidArgumentError, SpaceMismatchError
-from vecenv.wire.protocol import Hello, SpaceMismatch
+from vecenv.spaces import fits_layout
+from vecenv.wire.protocol import Hello, LooseSpaces, ObservationMode, SpaceMismatch
 
-__all__ = ["VectorSpaces", "configure"]
+__all__ = ["VectorSpaces", "configure", "loose_mismatch_message"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +39,7 @@ class VectorSpaces:
 
 def configure(
     hellos: Sequence[Hello],
-    observation_mode: str | tuple[gym.Space, gym.Space],
+    observation_mode: ObservationMode,
     autoreset_mode: AutoresetMode,
     class_name: str,
 ) -> VectorSpaces:
@@ -86,12 +87,13 @@ def configure(
     )
 
 
-def _first_mismatch(
-    first: Hello, hello: Hello, observation_mode: str | tuple[gym.Space, gym.Space], start: int
-) -> SpaceMismatch | None:
+def _first_mismatch(first: Hello, hello: Hello, observation_mode: ObservationMode, start: int) -> SpaceMismatch | None:
     """The group's first env against env 0 first, then the group's own check; indices global."""
-    if hello.action_space != first.action_space:
+    loose = observation_mode is LooseSpaces.AS_ENV_0
+    if hello.action_space != first.action_space and not (loose and fits_layout(first.action_space, hello.action_space)):
         return SpaceMismatch(start, "action_space", first.action_space, hello.action_space)
+    if loose and not fits_layout(first.observation_space, hello.observation_space):
+        return SpaceMismatch(start, "observation_space", first.observation_space, hello.observation_space)
     if observation_mode == "same" and hello.observation_space != first.observation_space:
         return SpaceMismatch(start, "observation_space", first.observation_space, hello.observation_space)
     if observation_mode == "different" and not gym.spaces.utils.is_space_dtype_shape_equiv(
@@ -104,9 +106,18 @@ def _first_mismatch(
     return None
 
 
-def _mismatch_error(
-    m: SpaceMismatch, observation_mode: str | tuple[gym.Space, gym.Space], class_name: str
-) -> SpaceMismatchError:
+def loose_mismatch_message(m: SpaceMismatch, class_name: str) -> str:
+    """What :attr:`~vecenv.wire.protocol.LooseSpaces.AS_ENV_0` refuses, said for ``class_name``."""
+    space = m.which.replace("_", " ")
+    return (
+        f"{class_name} needs every env's {space} of the shape and dtype of env 0's ({m.expected}), "
+        f"as each is stored in a shared array: env {m.local_index} has {m.received}"
+    )
+
+
+def _mismatch_error(m: SpaceMismatch, observation_mode: ObservationMode, class_name: str) -> SpaceMismatchError:
+    if observation_mode is LooseSpaces.AS_ENV_0:
+        return SpaceMismatchError(loose_mismatch_message(m, class_name))
     if m.which == "action_space":
         return SpaceMismatchError(
             f"Some environments have an action space different from `{m.expected}`. In order to batch "

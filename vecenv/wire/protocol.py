@@ -24,7 +24,7 @@ import os
 import pickle
 import struct
 from collections.abc import Callable
-from enum import IntEnum
+from enum import Enum, IntEnum
 from typing import Any
 
 import cloudpickle
@@ -60,6 +60,8 @@ __all__ = [
     "decode_command",
     "encode_reply",
     "decode_reply",
+    "LooseSpaces",
+    "ObservationMode",
     "WAKE_COMMAND",
     "WAKE_REPLY",
     "is_bare_step",
@@ -80,6 +82,19 @@ class Command(IntEnum):
     ROLLOUT_BLOCK = 8  # map the block rollouts write into (RolloutBlockArgs; a memfd follows on a pipe)
     WAKE = 9  # nothing to do, no reply: a STEP waits in the shared words (vecenv.wire.fastpath)
     POLICY_STATE = 10  # a ROLLOUT of no steps: the policy's state, set first if given (RolloutArgs)
+
+
+class LooseSpaces(Enum):
+    """An ``observation_mode`` beyond Gymnasium's, for the SB3 drop-in: env 0's spaces are the
+    vector env's, and every other env's observation and action spaces need only have their shape
+    and dtype (bounds may differ), which is what SB3's vector envs take. Both sides check it."""
+
+    AS_ENV_0 = "as env 0"
+
+
+#: What a vector env's ``observation_mode`` may be: Gymnasium's ``"same"`` or ``"different"``,
+#: ``(batched space, single space)``, or :attr:`LooseSpaces.AS_ENV_0`.
+ObservationMode = str | tuple[Space, Space] | LooseSpaces
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,13 +25,14 @@ from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
 
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, PackedException, describe
-from vecenv.spaces import tree_copy
+from vecenv.spaces import fits_layout, tree_copy
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import (
     Attach,
     CallArgs,
     Command,
     Hello,
+    LooseSpaces,
     RenderArgs,
     ResetArgs,
     RolloutArgs,
@@ -54,8 +55,10 @@ class WorkerOptions:
 
     Attributes:
         observation_mode: ``"same"`` (every env's observation space equals the first's),
-            ``"different"`` (same shape and dtype; every space is reported for batching), or the
-            single observation space every env's must match in shape and dtype.
+            ``"different"`` (same shape and dtype; every space is reported for batching), the
+            single observation space every env's must match in shape and dtype, or
+            :attr:`~vecenv.wire.protocol.LooseSpaces.AS_ENV_0` (observation and action spaces of
+            the first's shape and dtype).
         cpu: pin the process to this core.
         threads: limit BLAS/OpenMP threads in the worker to this many (``None``: leave alone).
         spin: seconds the worker may poll its pipe for its next command before it sleeps on it
@@ -68,7 +71,7 @@ class WorkerOptions:
         slots: the slots in that block.
     """
 
-    observation_mode: str | Space = "same"
+    observation_mode: str | Space | LooseSpaces = "same"
     cpu: int | None = None
     threads: int | None = None
     spin: float = 0.0
@@ -76,17 +79,23 @@ class WorkerOptions:
     slots: int = 0
 
 
-def _check_group(envs: list[gym.Env], mode: str | Space) -> tuple[SpaceMismatch | None, list[Space]]:
+def _check_group(envs: list[gym.Env], mode: str | Space | LooseSpaces) -> tuple[SpaceMismatch | None, list[Space]]:
     """The first env whose spaces do not fit the group's, and (``"different"``) every obs space."""
     first = envs[0]
     reference = mode if isinstance(mode, Space) else first.observation_space
     spaces = [env.observation_space for env in envs] if mode == "different" else []
+    loose = mode is LooseSpaces.AS_ENV_0
     for j, env in enumerate(envs):
         obs_space = env.observation_space
-        fits = obs_space == reference if mode == "same" else is_space_dtype_shape_equiv(reference, obs_space)
+        if mode == "same":
+            fits = obs_space == reference
+        else:
+            fits = fits_layout(reference, obs_space) if loose else is_space_dtype_shape_equiv(reference, obs_space)
         if not fits:
             return SpaceMismatch(j, "observation_space", reference, obs_space), spaces
-        if env.action_space != first.action_space:
+        if not (
+            env.action_space == first.action_space or (loose and fits_layout(first.action_space, env.action_space))
+        ):
             return SpaceMismatch(j, "action_space", first.action_space, env.action_space), spaces
     return None, spaces
 

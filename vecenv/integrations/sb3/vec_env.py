@@ -51,10 +51,12 @@ from vecenv.errors import ArgumentTypeError, EnvIndexError, InvalidArgumentError
 from vecenv.integrations.sb3.env_adapter import DISPATCH, INFO_KEY, AdapterFn, InfoBox
 from vecenv.machine import guard_main
 from vecenv.options import DEFAULTS
+from vecenv.parent.handshake import loose_mismatch_message
 from vecenv.parent.restart import RESTART_INFO_KEY
 from vecenv.parent.subproc import SubprocVectorEnv
 from vecenv.parent.vector_env import DEFAULT_CLOSE_TIMEOUT, GroupVectorEnv
 from vecenv.seeding import spawn_seeds
+from vecenv.wire.protocol import LooseSpaces
 
 __all__ = ["SubprocVecEnv"]
 
@@ -132,6 +134,7 @@ class SubprocVecEnv(VecEnv):
         adapted = [AdapterFn(fn, i) for i, fn in enumerate(env_fns)]
         shared: dict[str, Any] = {
             "autoreset_mode": AutoresetMode.SAME_STEP,
+            "observation_mode": LooseSpaces.AS_ENV_0,  # SB3 takes env 0's spaces, the others' bounds may differ
             "on_worker_death": on_worker_death,
             "max_restarts": max_restarts,
             "restart_window": restart_window,
@@ -353,19 +356,15 @@ class SubprocVecEnv(VecEnv):
 
 @contextlib.contextmanager
 def _spaces_as_sb3_says() -> Iterator[None]:
-    """The engine's space mismatch, in the drop-in's terms: it takes no ``observation_mode``
-    (which the engine's message suggests), so say what it needs instead."""
+    """The engine's space mismatch, in the drop-in's terms: its own class name, and no advice
+    to pass an ``observation_mode`` (which the drop-in does not take)."""
     try:
         yield
     except SpaceMismatchError as exc:
         m = exc.mismatch
         if m is None:
             raise
-        space = m.which.replace("_", " ")
-        error = SpaceMismatchError(
-            f"SubprocVecEnv needs every env's {space} equal to env 0's ({m.expected}), as each "
-            f"is stored in a shared array: env {m.local_index} has {m.received}"
-        )
+        error = SpaceMismatchError(loose_mismatch_message(m, "SubprocVecEnv"))
         error.mismatch = m
         raise error from None
 
