@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -150,9 +150,11 @@ def check_timeout(timeout: Any, name: str = "timeout") -> float | None:
     return float(timeout)
 
 
-def check_options(options: Any) -> dict[str, Any] | None:
-    if options is not None and not isinstance(options, dict):
-        raise ArgumentTypeError(f"`options` must be a dict or None, got {describe(options)}")
+def check_options(options: Any) -> Mapping[str, Any] | None:
+    """``reset``'s ``options``: ``None`` or a mapping (a dict, or any ``Mapping``, which
+    ``SyncVectorEnv`` hands to the envs as it is), sent to each worker as a copy."""
+    if options is not None and not isinstance(options, Mapping):
+        raise ArgumentTypeError(f"`options` must be a dict (a mapping) or None, got {describe(options)}")
     return options
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
+import types
 from typing import Any
 
 import gymnasium as gym
@@ -143,7 +144,9 @@ def test_options() -> None:
     assert checks.check_options(None) is None
     d = {"a": 1}
     assert checks.check_options(d) is d
-    with pytest.raises(TypeError, match="`options` must be a dict or None"):
+    proxy = types.MappingProxyType(d)  # any mapping, as SyncVectorEnv hands it to the envs
+    assert checks.check_options(proxy) is proxy
+    with pytest.raises(TypeError, match=r"`options` must be a dict \(a mapping\) or None"):
         checks.check_options([("a", 1)])
 
 

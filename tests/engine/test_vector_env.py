@@ -195,3 +195,37 @@ def test_close_with_step_pending_warns() -> None:
     with pytest.warns(UserWarning, match=re.escape(message)):
         envs.close()
     assert envs.closed
+
+
+class StartsAt(PayEnv):
+    """Starts its episodes at ``options["start"]`` (read with ``.get``, as envs do)."""
+
+    def reset(self, *, seed: int | None = None, options: Any = None):
+        obs, info = super().reset(seed=seed)
+        start = 0.0 if options is None else options.get("start", 0.0)
+        return np.array([self.index + start, self.t], np.float32), {"kind": type(options).__name__}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["UserDict", "MappingProxyType"])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_reset_options_may_be_any_mapping_as_in_sync(kind: str, num_workers: int) -> None:
+    """``SyncVectorEnv`` hands a mapping that is not a dict to the envs as it is; so do we
+    (a copy of it), with or without a ``reset_mask`` in it."""
+    import collections
+    import types
+
+    make = {"UserDict": collections.UserDict, "MappingProxyType": types.MappingProxyType}[kind]
+    env_fns = [functools.partial(StartsAt, i) for i in range(4)]
+    ours, ref = SubprocVectorEnv(env_fns, num_workers, context="fork"), SyncVectorEnv(env_fns)
+    try:
+        assert_same(
+            ours.reset(seed=1, options=make({"start": 3.0})), ref.reset(seed=1, options=make({"start": 3.0})), kind
+        )
+        mask = np.array([True, False, True, False])
+        got = ours.reset(options=make({"start": 5.0, "reset_mask": mask}))
+        want = ref.reset(options=dict(start=5.0, reset_mask=mask))  # Sync pops the mask: a dict
+        assert_same(got[0], want[0], f"{kind} with reset_mask")
+    finally:
+        ours.close()
+        ref.close()

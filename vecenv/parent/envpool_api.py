@@ -70,15 +70,15 @@ class AsyncBatches:
             raise already_pending("async_reset", calls.waiting)
         if self.autoreset_mode is AutoresetMode.DISABLED:
             raise InvalidArgumentError("async_reset/recv/send need autoreset_mode NEXT_STEP or SAME_STEP, got DISABLED")
-        options = check_options(options)
-        if options is not None and "reset_mask" in options:
+        sent = check_options(options)
+        if sent is not None and "reset_mask" in sent:
             raise InvalidArgumentError("`options['reset_mask']` is not supported by `async_reset`: it resets every env")
         seeds = self.seeds.expand(seed, self.num_envs)
         # Every check has passed: only now drop what is in flight.
         self.seeds.remember(seeds, None)
         workers = self.workers
         self.runner.abandon(workers)
-        payloads = [ResetArgs(seeds[w.start : w.stop], options, None) for w in workers]
+        payloads = [ResetArgs(seeds[w.start : w.stop], sent, None) for w in workers]
         self.runner.send(workers, Command.RESET, payloads, "async_reset", None)
         calls.batches_started()
 

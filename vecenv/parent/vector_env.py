@@ -43,7 +43,7 @@ choose one and call this class's constructor (their ``from_groups`` calls their 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -201,19 +201,18 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
         ``options`` goes to every env; ``options["reset_mask"]`` (a bool array, one per env)
         resets only the masked envs.
         """
-        full = not (isinstance(options, dict) and "reset_mask" in options)
+        full = not (isinstance(options, Mapping) and "reset_mask" in options)
         drop_batches = self._calls.check_can_reset("reset_async", full)
         seeds = self._seeds.expand(seed, self.num_envs)
-        options = check_options(options)
+        sent = check_options(options)
         mask = None
-        if options is not None and "reset_mask" in options:
-            options = dict(options)  # unlike SyncVectorEnv, leave the caller's dict as it was (docs/semantics.md)
-            mask = check_reset_mask(options.pop("reset_mask"), self.num_envs)
+        if sent is not None and "reset_mask" in sent:
+            sent = dict(sent)  # unlike SyncVectorEnv, leave the caller's dict as it was (docs/semantics.md)
+            mask = check_reset_mask(sent.pop("reset_mask"), self.num_envs)
         pending = [w for w in self._runner.workers if mask is None or mask[w.start : w.stop].any()]
         self._seeds.remember(seeds, mask)
         payloads = [
-            ResetArgs(seeds[w.start : w.stop], options, None if mask is None else mask[w.start : w.stop])
-            for w in pending
+            ResetArgs(seeds[w.start : w.stop], sent, None if mask is None else mask[w.start : w.stop]) for w in pending
         ]
         if drop_batches:  # every check has passed: the failed batches' envs in flight are dropped
             self._runner.abandon(self._runner.workers)

@@ -23,7 +23,7 @@ import dataclasses
 import os
 import pickle
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from enum import Enum, IntEnum
 from typing import Any
 
@@ -141,7 +141,7 @@ class ResetArgs:
     """Per-worker reset arguments: seeds and mask cover only the worker's own envs."""
 
     seeds: list[int | None]
-    options: dict[str, Any] | None
+    options: Mapping[str, Any] | None
     mask: Any  # np.ndarray of bool, or None for all envs
 
 

@@ -32,7 +32,7 @@ class HostedGroup(Protocol):
     #: the local index of the env whose code raised in the last call, or ``None``
     blame: int | None
 
-    def reset(self, seeds: Any, options: dict[str, Any] | None, mask: Any) -> InfoEntries: ...
+    def reset(self, seeds: Any, options: Any, mask: Any) -> InfoEntries: ...
 
     def step(self, actions: Any) -> InfoEntries: ...
 
@@ -84,9 +84,10 @@ class EnvGroup:
     # -- reset and step ----------------------------------------------------------------------
 
     def reset(
-        self, seeds: Sequence[int | None], options: dict[str, Any] | None, mask: Sequence[bool] | None
+        self, seeds: Sequence[int | None], options: Any, mask: Sequence[bool] | None
     ) -> InfoEntries:
-        """Reset the envs selected by ``mask`` (all when ``None``) with one seed per env."""
+        """Reset the envs selected by ``mask`` (all when ``None``) with one seed per env;
+        ``options`` (``None`` or a mapping) goes to each env as given, as ``SyncVectorEnv`` does."""
         infos: InfoEntries = []
         buffers, write = self.buffers, self._write_obs
         j = 0
@@ -251,7 +252,7 @@ class VectorGroup:
         self.blame: int | None = None
 
     def reset(
-        self, seeds: Sequence[int | None], options: dict[str, Any] | None, mask: Sequence[bool] | None
+        self, seeds: Sequence[int | None], options: Any, mask: Sequence[bool] | None
     ) -> InfoEntries:
         """Reset the native env; consecutive seeds are passed as their first (the int form)."""
         first = seeds[0]
