@@ -209,7 +209,9 @@ class ArgumentTypeError(VecEnvError, TypeError):
 class InvalidStateError(VecEnvError, RuntimeError):
     """Something the call relies on is missing or came out of order: a rollout before its block
     or policy reached the worker, an autoreset mode's promised ``final_obs`` that an env did not
-    give, a benchmark run that got other than it asked for. A ``RuntimeError``, as before."""
+    give, a benchmark run that got other than it asked for; or the process cannot do it: worker
+    processes in a daemonic process, a call in a child forked from the vector env's process. A
+    ``RuntimeError``, as before."""
 
 
 class MissingDependencyError(VecEnvError, ImportError):

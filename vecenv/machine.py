@@ -15,9 +15,16 @@ import tokenize
 import warnings
 from types import FrameType
 
-from vecenv.errors import UnguardedMainError, UnguardedMainWarning
+from vecenv.errors import InvalidStateError, UnguardedMainError, UnguardedMainWarning
 
-__all__ = ["available_cpus", "default_start_method", "guard_main", "unguarded_main", "guarded_line"]
+__all__ = [
+    "available_cpus",
+    "default_start_method",
+    "guard_main",
+    "unguarded_main",
+    "guarded_line",
+    "check_may_start_processes",
+]
 
 #: The start methods that start a worker by importing the main script again (as ``__mp_main__``).
 REIMPORTING = ("spawn", "forkserver")
@@ -78,6 +85,14 @@ def guard_main(method: str, chosen: bool, what: str, option: str) -> str:
     """
     if method not in REIMPORTING:
         return method
+    if not _main_reloadable():  # a script read from stdin: there is no file to import again
+        if not chosen and "fork" in multiprocessing.get_all_start_methods() and sys.platform != "darwin":
+            return "fork"
+        raise UnguardedMainError(
+            f"{what} cannot start its workers with {method!r}: this script was read from stdin, and "
+            f"{method!r} starts each worker by importing the script again from its file. Run the "
+            f"script from a file, or pass {option}='fork'"
+        )
     site = unguarded_main()
     if site is None:
         return method
@@ -102,6 +117,22 @@ def guard_main(method: str, chosen: bool, what: str, option: str) -> str:
         f"which would run it once more in every worker. Put the script's code under `{guard}`, or pass "
         f"{option}='fork'"
     )
+
+
+def check_may_start_processes(what: str) -> None:
+    """Refuse clearly, before anything starts, where Python will not start a child process:
+    in a daemonic multiprocessing process (a ``multiprocessing.Pool`` worker, say)."""
+    process = multiprocessing.current_process()
+    if process.daemon:
+        if process.name.startswith("vecenv-worker-"):
+            kind, way = "a vecenv worker", "pass daemon=False to the vector env this worker belongs to"
+        else:
+            kind, way = "a multiprocessing.Pool worker, say", "build it in a process started with daemon=False"
+        raise InvalidStateError(
+            f"{what} cannot start worker processes in this process: it is a daemonic multiprocessing "
+            f"process ({process.name!r}; {kind}), and Python does not let those have children. Pass "
+            f"num_workers=0 to step every env in this process, or {way}"
+        )
 
 
 def unguarded_main() -> tuple[str, int] | None:

@@ -169,6 +169,43 @@ def test_script_from_stdin_is_forked_where_the_default_would_import_it(
     assert default_start_method() == "forkserver"
 
 
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_script_from_stdin_with_a_method_that_imports_it_is_refused_before_anything_starts(
+    method: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The user chose a method that imports the script again, which has no file: one clear
+    error naming the method and both ways out, instead of workers dying at start-up."""
+    monkeypatch.setattr(sys.modules["__main__"], "__file__", "<stdin>", raising=False)
+    with pytest.raises(
+        vecenv.errors.UnguardedMainError,
+        match=f"cannot start its workers with '{method}': this script was read from stdin",
+    ) as raised:
+        SubprocVectorEnv(healthy_fns(2), num_workers=2, context=method)
+    assert "context='fork'" in str(raised.value)
+
+
+def _build_in(fns: list, num_workers: int) -> str:
+    """In a child process: build a vector env, step it once, say what happened."""
+    try:
+        with SubprocVectorEnv(fns, num_workers=num_workers, context="fork") as envs:
+            envs.reset(seed=0)
+        return "ok"
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+@pytest.mark.timeout(60)
+def test_a_daemonic_process_gets_a_clear_error_unless_every_env_stays_in_it() -> None:
+    """Python lets no daemonic process (a ``multiprocessing.Pool`` worker) start children: the
+    constructor says so and how out, before anything starts; ``num_workers=0`` works there."""
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        with_workers = pool.apply(_build_in, (healthy_fns(2), 2))
+        in_process = pool.apply(_build_in, (healthy_fns(2), 0))
+    assert with_workers.startswith("InvalidStateError: SubprocVectorEnv cannot start worker processes"), with_workers
+    assert "daemonic" in with_workers and "num_workers=0" in with_workers, with_workers
+    assert in_process == "ok"
+
+
 @forks_by_default
 @pytest.mark.timeout(120)
 def test_worker_never_inherits_a_held_lock(unset_start_method: None, other_thread: threading.Event) -> None:

@@ -9,6 +9,7 @@ The reference for "the data is right" is ``gymnasium.vector.SyncVectorEnv``.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
@@ -150,6 +151,105 @@ def test_close_from_another_thread_ends_a_stuck_step() -> None:
     assert "close()" in str(outcome[0]) and "another thread" in str(outcome[0]), str(outcome[0])
     assert envs.closed
     assert all(c is None or c.closed for c in transport_of(envs).conns)
+
+
+@pytest.mark.timeout(60)
+def test_close_from_a_signal_handler_during_a_step_ends_it_and_releases_everything() -> None:
+    """A signal handler that closes the vector env while ``step`` waits in the same thread (a
+    graceful shutdown on SIGTERM): close() returns, the step raises ``WorkerDiedError`` naming
+    close(), and once it has unwound everything is released."""
+    envs = vecenv.SubprocVectorEnv(fault_fns(4, "hang", "step", 3), 2, context="fork")
+    envs.reset(seed=0)
+    pids = envs.worker_pids
+    handled: list[bool] = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        envs.close()
+        handled.append(envs.closed)
+
+    def signal_once_waiting() -> None:
+        deadline = time.monotonic() + 10
+        while envs.state is not vecenv.State.WAITING_STEP and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    previous = signal.signal(signal.SIGUSR1, on_signal)
+    try:
+        threading.Thread(target=signal_once_waiting).start()
+        with pytest.raises(WorkerDiedError, match=r"close\(\), called while `step` ran in the same thread"):
+            envs.step(np.zeros((4, 2), np.float32))
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert handled == [True], "close() in the handler did not return, or the env did not count as closed"
+    assert envs.closed and envs.state is vecenv.State.CLOSED
+    assert all(c is None or c.closed for c in transport_of(envs).conns)
+    assert not [p for p in pids if _alive(p)]
+    with pytest.raises(gym.error.ClosedEnvironmentError):
+        envs.step(np.zeros((4, 2), np.float32))
+
+
+FORKED_CHILD = textwrap.dedent(
+    """
+    import json, os, sys
+    sys.path.insert(0, {root!r})
+    import numpy as np
+    import vecenv
+    from tests.helpers.faults import healthy_fns
+
+    if __name__ == "__main__":
+        envs = vecenv.SubprocVectorEnv(healthy_fns(4), 2, context={ctx!r})
+        envs.reset(seed=0)
+        read, write = os.pipe()
+        if os.fork() == 0:  # the child: does {what!r} with the env it inherited, then exits normally
+            os.close(read)
+            try:
+                if {what!r} == "step":
+                    envs.step(np.zeros((4, 2), np.float32))
+                elif {what!r} == "close":
+                    envs.close()
+                elif {what!r} == "del":
+                    del envs
+                said = "ok"
+            except Exception as exc:
+                said = f"{{type(exc).__name__}}: {{exc}}"
+            os.write(write, said.encode())
+            sys.exit(0)  # the interpreter's exit, with multiprocessing's exit hook
+        os.close(write)
+        said = b""
+        while chunk := os.read(read, 4096):
+            said += chunk
+        os.wait()
+        obs = envs.step(np.zeros((4, 2), np.float32))[0]
+        print(json.dumps({{"child": said.decode(), "obs": obs.tolist(), "pids": envs.worker_pids}}), flush=True)
+        envs.close()
+    """
+)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("ctx", ["fork", "forkserver", "spawn"])
+@pytest.mark.parametrize("what", ["exit", "step", "close", "del"])
+def test_a_child_forked_from_the_parent_leaves_its_workers_alone(ctx: str, what: str, tmp_path: Path) -> None:
+    """``os.fork()`` while a vector env is open: whatever the child does with the copy it
+    inherited (nothing, a step, close(), dropping it) and however it exits, the parent's workers
+    keep serving the parent; the child's step is refused, naming both processes."""
+    script = tmp_path / "parent.py"
+    script.write_text(FORKED_CHILD.format(root=str(ROOT), ctx=ctx, what=what))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "AssertionError" not in proc.stderr, proc.stderr
+    report = json.loads(proc.stdout.splitlines()[-1])
+    if what == "step":
+        assert report["child"].startswith("InvalidStateError: `step"), report["child"]
+        assert "which this process was forked from" in report["child"], report["child"]
+    else:
+        assert report["child"] == "ok", report["child"]
+    ref = SyncVectorEnv(healthy_fns(4))
+    ref.reset(seed=0)
+    expected = ref.step(np.zeros((4, 2), np.float32))[0]
+    ref.close()
+    assert np.array_equal(np.asarray(report["obs"], np.float32), expected)
+    assert not [p for p in report["pids"] if _alive(p)]
 
 
 @pytest.mark.timeout(60)
@@ -535,6 +635,66 @@ def test_parent_killed_with_replies_unread_leaves_workers_quiet(ctx: str, tmp_pa
         assert "Traceback" not in proc.stderr and "Error" not in proc.stderr, (
             f"attempt {attempt}: a worker wrote to stderr:\n{proc.stderr}"
         )
+
+
+GIL_HOLDING_PARENT = textwrap.dedent(
+    """
+    import json, os, re, signal, sys, time
+    sys.path.insert(0, {root!r})
+    import gymnasium as gym
+    import numpy as np
+    import vecenv
+
+    class NativeCall(gym.Env):
+        # A step in C code that holds the GIL far longer than the test (a native simulator's call).
+        observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, *, seed=None, options=None):
+            return np.zeros(2, np.float32), {{}}
+
+        def step(self, action):
+            open(os.path.join({marks!r}, str(os.getpid())), "w").close()
+            re.match(r"(a+)+$", "a" * 40 + "b")
+            return np.zeros(2, np.float32), 0.0, False, False, {{}}
+
+    if __name__ == "__main__":
+        envs = vecenv.SubprocVectorEnv([NativeCall] * 2, num_workers=2, context={ctx!r})
+        envs.reset(seed=0)
+        envs.step_async(np.zeros(2, np.int64))
+        while len(os.listdir({marks!r})) < 2:  # both workers are inside the native call
+            time.sleep(0.01)
+        print(json.dumps(envs.worker_pids), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """
+)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("ctx", ["fork", "spawn"])
+def test_a_killed_parent_ends_workers_whose_env_code_holds_the_gil(ctx: str, tmp_path: Path) -> None:
+    """The workers' watch thread needs the GIL, which a long native call holds; the kernel's
+    parent-death signal does not: the workers end with the parent, not when the call returns."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    script = tmp_path / "parent.py"
+    script.write_text(GIL_HOLDING_PARENT.format(root=str(ROOT), ctx=ctx, marks=str(marks)))
+    out = tmp_path / "out.txt"
+    pids: list[int] = []
+    try:
+        with open(out, "w") as sink:  # not a pipe: a surviving worker would hold it open
+            proc = subprocess.run([sys.executable, str(script)], stdout=sink, stderr=subprocess.STDOUT, timeout=60)
+        text = out.read_text()
+        assert proc.returncode == -signal.SIGKILL, text
+        pids = json.loads(text.splitlines()[-1])
+        deadline = time.monotonic() + 10.0
+        while [p for p in pids if _alive(p)] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not [p for p in pids if _alive(p)], "a worker outlived its parent inside a native call"
+    finally:
+        for pid in pids or [int(name) for name in os.listdir(marks)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 # -- errors name the env -----------------------------------------------------------------------

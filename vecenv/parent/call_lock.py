@@ -11,6 +11,10 @@ calls, and their order is checked as Gymnasium's ``AsyncVectorEnv`` checks it.
 ``close()`` from another thread must not wait forever behind a call stuck on a hung env: it waits
 its grace for the lock (:meth:`CallLock.closing`), then ends the worker processes, which makes the
 stuck call raise ``WorkerDiedError`` in its own thread and let go.
+
+``close()`` in the thread of a call that is running (a signal handler that closes the vector env
+while ``step`` waits) cannot release what that call is using: it ends the workers the same way,
+and the release itself is :meth:`CallLock.defer`-red until the call has unwound.
 """
 
 from __future__ import annotations
@@ -35,12 +39,34 @@ F = TypeVar("F", bound=Callable[..., Any])
 class CallLock:
     """A reentrant lock that knows which call holds it, and from which thread."""
 
-    __slots__ = ("_lock", "_call", "_thread")
+    __slots__ = ("_lock", "_call", "_thread", "_deferred")
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._call: str | None = None  # the outermost call running, while one runs
         self._thread: int | None = None  # its thread's ident
+        self._deferred: Callable[[], None] | None = None  # runs when the outermost call ends
+
+    def running_here(self) -> str | None:
+        """The call this thread is running underneath the caller (``None``: none)."""
+        return self._call if self._thread == threading.get_ident() else None
+
+    def defer(self, action: Callable[[], None]) -> None:
+        """Run ``action`` when the call running in this thread ends (its errors are dropped)."""
+        self._deferred = action
+
+    def renew(self) -> None:
+        """In a forked child: a fresh lock (the parent's threads that held it do not exist here)."""
+        self._lock = threading.RLock()
+        self._call = self._thread = self._deferred = None
+
+    def _ended(self) -> None:
+        """The outermost call is over: run what was deferred to its end."""
+        self._call = self._thread = None
+        action, self._deferred = self._deferred, None
+        if action is not None:
+            with contextlib.suppress(Exception):
+                action()
 
     def holder(self) -> str:
         """The call that holds the lock, for messages ("`step` (thread 'Thread-1')")."""
@@ -60,7 +86,10 @@ class CallLock:
             try:
                 return method(*args, **kwargs)
             finally:
-                self._call = self._thread = None
+                if self._deferred is None:
+                    self._call = self._thread = None
+                else:
+                    self._ended()
 
     @contextlib.contextmanager
     def closing(self, grace: float, end_call: Callable[[], None]) -> Iterator[None]:
@@ -108,6 +137,9 @@ def serialised(method: F) -> F:
             try:
                 return method(self, *args, **kwargs)
             finally:
-                lock._call = lock._thread = None
+                if lock._deferred is None:
+                    lock._call = lock._thread = None
+                else:
+                    lock._ended()
 
     return run  # type: ignore[return-value]

@@ -8,11 +8,19 @@ dropped vector env (and its workers) alive until the cyclic garbage collector ru
 Bounds: the polite close waits ``timeout`` (default :data:`DEFAULT_CLOSE_TIMEOUT`) for the
 workers to close their envs; stragglers are terminated and, :data:`~vecenv.transports.process.KILL_GRACE`
 later, killed. A call still running in another thread is given the same grace for the call
-lock, then its workers are ended (:mod:`vecenv.parent.call_lock`).
+lock, then its workers are ended (:mod:`vecenv.parent.call_lock`). ``close()`` inside a call of
+its own thread (a signal handler's, while ``step`` waits) ends the workers at once and releases
+the rest when that call has unwound.
+
+A process forked from the parent (``os.fork()``) inherits the vector env but not its workers:
+there, every call is refused and ``close()`` (and the child's exit) leaves the parent's workers
+alone.
 """
 
 from __future__ import annotations
 
+import os
+import weakref
 from multiprocessing import util
 from typing import Any
 
@@ -44,6 +52,20 @@ class Closer:
         # (non-daemon workers of an env never closed would otherwise block the exit), and when
         # the owner is collected.
         self.finalizer = util.Finalize(owner, self.at_exit, exitpriority=100)
+        self.pid = os.getpid()
+        self.deferred = False  # close() ran inside a call of its thread: it ends with that call
+        _OPEN.add(self)
+
+    @property
+    def closed(self) -> bool:
+        """``close()`` ran, or was called and ends with the call it interrupted."""
+        return self.calls.closed or self.deferred
+
+    def forked(self) -> None:
+        """In a child forked from the owner's process: the workers are the parent's, not ours."""
+        self.lock.renew()
+        self.calls.mark_forked(self.pid)
+        self.finalizer.cancel()
 
     def at_exit(self) -> None:
         try:
@@ -54,8 +76,19 @@ class Closer:
     def close(self, timeout: float | None, terminate: bool, warn: bool) -> None:
         """Close under the call lock; a call running in another thread is given the grace,
         then ended (its workers killed: it raises ``WorkerDiedError`` there)."""
+        if self.calls.forked_from is not None:  # the parent's workers: nothing of them is ours to close
+            return
         grace = 0.0 if terminate else (DEFAULT_CLOSE_TIMEOUT if timeout is None else timeout)
         runner = self.runner
+        running = self.lock.running_here()
+        if running is not None:
+            # A call of this thread runs underneath (a signal handler closes while it waits): end
+            # the workers now, which makes it raise WorkerDiedError; release the rest once it is over.
+            if running != "close" and not self.calls.closed and not self.deferred:
+                runner.abort(f"was ended by close(), called while `{running}` ran in the same thread")
+                self.deferred = True
+                self.lock.defer(lambda: self.close(None, terminate=True, warn=False))
+            return
         with self.lock.closing(grace, lambda: runner.abort("was ended by close() from another thread")):
             self._close(grace, wait_late=timeout is not None, warn=warn)
 
@@ -70,5 +103,18 @@ class Closer:
         finally:
             calls.mark_closed()
             self.finalizer.cancel()
+            _OPEN.discard(self)
         if error is not None:
             raise error
+
+
+#: Every closer whose vector env is open, for the fork hook below.
+_OPEN: weakref.WeakSet[Closer] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for closer in list(_OPEN):
+        closer.forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

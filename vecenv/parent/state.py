@@ -13,6 +13,7 @@ Gymnasium's (``AsyncVectorEnv``'s), since user code matches on them.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from enum import Enum
 from typing import Any, Protocol
@@ -21,7 +22,7 @@ import numpy as np
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 
 from vecenv.checks import seed_list
-from vecenv.errors import NeedsResetError, WorkerDiedError
+from vecenv.errors import InvalidStateError, NeedsResetError, WorkerDiedError
 from vecenv.parent.records import WorkerRecord
 from vecenv.seeding import restart_seed
 
@@ -67,6 +68,7 @@ class CallState:
     def __init__(self, class_name: str) -> None:
         self.class_name = class_name
         self.closed = False
+        self.forked_from: int | None = None  # in a child forked from this pid (see mark_forked)
         self._waiting = State.DEFAULT
         self._after = State.DEFAULT  # what the pending call returns to (see begin)
         self._pending: list[WorkerRecord] = []
@@ -111,6 +113,12 @@ class CallState:
     def check_open(self, call: str) -> None:
         """Raise unless the vector env is open and no worker died."""
         if self.closed:
+            if self.forked_from is not None:
+                raise InvalidStateError(
+                    f"`{call}` cannot run in process {os.getpid()}: this `{self.class_name}` belongs to "
+                    f"process {self.forked_from}, which this process was forked from, and its workers "
+                    "answer only there; build a vector env in this process instead"
+                )
             raise ClosedEnvironmentError(f"Trying to operate on `{self.class_name}`, after a call to `close()`.")
         broken = None if self._pool is None else self._pool.broken
         if broken is not None:
@@ -229,6 +237,11 @@ class CallState:
         """``close()`` ran (whatever it raised)."""
         self._waiting = State.CLOSED
         self.closed = True
+
+    def mark_forked(self, owner: int) -> None:
+        """This is a child forked from process ``owner``, whose workers these are: refuse every call."""
+        self.forked_from = owner
+        self.mark_closed()
 
 
 class SeedBook:

@@ -16,7 +16,7 @@ import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
 from vecenv.checks import check_batch_size, check_context, check_env_fns, check_flag, check_group_fns, check_num_workers
-from vecenv.machine import guard_main
+from vecenv.machine import check_may_start_processes, guard_main
 from vecenv.options import DEFAULTS, VectorOptions
 from vecenv.parent.groups import WorkerGroups, split_groups
 from vecenv.parent.sizing import WorkerChoice, choose_num_workers
@@ -219,6 +219,7 @@ class SubprocVectorEnv(GroupVectorEnv):
         ctx = check_context(context)
         chosen = context is not None or multiprocessing.get_start_method(allow_none=True) is not None
         if not (inline and len(groups) == 1):  # worker processes will start
+            check_may_start_processes(type(self).__name__)
             method = guard_main(ctx.get_start_method(), chosen, type(self).__name__, "context")
             ctx = multiprocessing.get_context(method)
         #: The multiprocessing start method the workers were started with.

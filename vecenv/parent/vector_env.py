@@ -174,7 +174,7 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
     def closed(self) -> bool:
         """Whether ``close()`` ran (or the vector env never started)."""
         closer = self._closer
-        return closer is None or closer.calls.closed
+        return closer is None or closer.closed
 
     @closed.setter
     def closed(self, value: bool) -> None:

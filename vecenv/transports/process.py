@@ -96,6 +96,23 @@ def _rebalance(new: ProcessTransport | None = None) -> None:
             transport._allow_spin(mode)
 
 
+def _forget_workers_in_forked_child() -> None:
+    """In a child of ``os.fork()``: the workers are the parent's. The child inherits
+    multiprocessing's record of them, whose exit hook would terminate the daemonic ones (the
+    parent's!) when the child exits; so forget them, and the locks other threads may have held."""
+    global _LIVE_LOCK
+    _LIVE_LOCK = threading.RLock()
+    children = getattr(multiprocessing.process, "_children", None)  # what that exit hook ends
+    for transport in list(_LIVE):
+        if children is not None:
+            for process in transport.processes:
+                children.discard(process)
+    _LIVE.clear()
+
+
+os.register_at_fork(after_in_child=_forget_workers_in_forked_child)
+
+
 def _stay() -> None:
     """A spin round on a core of its own gives nothing away."""
 
@@ -260,6 +277,11 @@ class ProcessTransport(Transport):
             self.spin,
             slot=None if control is None else index,
             slots=0 if control is None else control.workers,
+            # The kernel's "parent died" signal follows the thread that forked the worker: ours
+            # when it is the main thread (the process outlives none of its threads), not one that
+            # may end while the vector env lives on; nor a fork server, which outlives us.
+            death_signal=context.get_start_method() != "forkserver"
+            and threading.current_thread() is threading.main_thread(),
         )
         process = context.Process(
             target=worker_main,

@@ -69,6 +69,9 @@ class WorkerOptions:
             follows the ``Attach`` on the pipe (``None``: no fast path; see
             :mod:`vecenv.wire.fastpath`).
         slots: the slots in that block.
+        death_signal: ask the kernel to kill the worker when the thread that started it ends
+            (see :func:`vecenv.worker.loop._exit_with_parent`); only where that thread is the
+            parent process's main thread, which lives as long as the process.
     """
 
     observation_mode: str | Space | LooseSpaces = "same"
@@ -77,6 +80,7 @@ class WorkerOptions:
     spin: float = 0.0
     slot: int | None = None
     slots: int = 0
+    death_signal: bool = False
 
 
 def _check_group(envs: list[gym.Env], mode: str | Space | LooseSpaces) -> tuple[SpaceMismatch | None, list[Space]]:

@@ -8,9 +8,11 @@ leaves at once when its parent process ends, however it ended.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import select
 import signal
+import sys
 import threading
 import time
 from multiprocessing import parent_process, reduction
@@ -37,16 +39,22 @@ from vecenv.worker.core import WorkerCore, WorkerOptions, unpicklable_part
 
 __all__ = ["worker_main"]
 
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
-def _exit_with_parent() -> None:
+
+def _exit_with_parent(death_signal: bool) -> None:
     """Leave at once when the parent process ends, however it ended (no orphans).
 
     A thread blocked on the parent's end costs nothing while the parent lives. Pipe EOF alone
     is not enough: other processes may hold copies of a pipe's ends, the sentinel's included
     (a process the parent forks later inherits the end whose closing the sentinel reports).
     So the thread also waits on a pidfd of the parent (Linux), readable when it has exited,
-    whoever holds what.
+    whoever holds what. A thread needs the GIL, which env code in a long native call may hold:
+    with ``death_signal`` (Linux), the kernel also kills the worker when the thread that started
+    it ends, which needs nothing of the worker.
     """
+    if death_signal:
+        _kill_me_with_my_starter()
     parent = parent_process()
     if parent is None:
         return
@@ -67,6 +75,18 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, name="vecenv-parent-watch", daemon=True).start()
 
 
+def _kill_me_with_my_starter() -> None:
+    """``prctl(PR_SET_PDEATHSIG, SIGKILL)``: the kernel kills this process when the thread that
+    forked it ends. Linux only; elsewhere (or where it fails) the watch thread alone remains."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+
+
 def _setup_process(options: WorkerOptions) -> None:
     # Ctrl+C belongs to the parent; SIGTERM (how the parent ends a worker) ends it at once, not
     # through a handler a forked worker inherited from its parent (vecenv-collect's, say).
@@ -83,7 +103,7 @@ def _setup_process(options: WorkerOptions) -> None:
         from vecenv.worker.threads import limit_threads
 
         limit_threads(options.threads)
-    _exit_with_parent()
+    _exit_with_parent(options.death_signal)
 
 
 def worker_main(index: int, conn: Connection, group_fn_bytes: bytes, options: WorkerOptions) -> None:
