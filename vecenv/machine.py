@@ -66,9 +66,11 @@ def default_start_method() -> str:
 
 
 def _main_reloadable() -> bool:
-    """Whether forkserver/spawn can load ``__main__`` again: not a script read from stdin."""
-    path = getattr(sys.modules.get("__main__"), "__file__", None)
-    return path is None or os.path.exists(path)
+    """Whether forkserver/spawn can load ``__main__`` again: not a script read from stdin (no
+    spec, and a file that does not exist; a zipapp's ``app.pyz/__main__.py`` has a spec)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    return path is None or getattr(main, "__spec__", None) is not None or os.path.exists(path)
 
 
 def guard_main(method: str, chosen: bool, what: str, option: str) -> str:

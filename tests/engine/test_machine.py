@@ -13,6 +13,7 @@ parent and ``forkserver`` in a threaded one; a method the user chose is always u
 from __future__ import annotations
 
 import contextlib
+import importlib.machinery
 import multiprocessing
 import os
 import signal
@@ -153,6 +154,7 @@ def test_script_from_stdin_keeps_fork(
 ) -> None:
     # forkserver and spawn load __main__ again by path: a script read from stdin has none.
     monkeypatch.setattr(sys.modules["__main__"], "__file__", "<stdin>", raising=False)
+    monkeypatch.setattr(sys.modules["__main__"], "__spec__", None, raising=False)
     assert default_start_method() == "fork"
 
 
@@ -163,6 +165,7 @@ def test_script_from_stdin_is_forked_where_the_default_would_import_it(
     """Python 3.14 makes forkserver the default on Linux: a script read from stdin has no file
     that forkserver's workers could import, so vecenv forks them (unless the user chose)."""
     monkeypatch.setattr(sys.modules["__main__"], "__file__", "<stdin>", raising=False)
+    monkeypatch.setattr(sys.modules["__main__"], "__spec__", None, raising=False)
     monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["forkserver", "fork", "spawn"])
     assert default_start_method() == "fork"
     monkeypatch.setattr(sys.modules["__main__"], "__file__", __file__)
@@ -176,12 +179,25 @@ def test_script_from_stdin_with_a_method_that_imports_it_is_refused_before_anyth
     """The user chose a method that imports the script again, which has no file: one clear
     error naming the method and both ways out, instead of workers dying at start-up."""
     monkeypatch.setattr(sys.modules["__main__"], "__file__", "<stdin>", raising=False)
+    monkeypatch.setattr(sys.modules["__main__"], "__spec__", None, raising=False)
     with pytest.raises(
         vecenv.errors.UnguardedMainError,
         match=f"cannot start its workers with '{method}': this script was read from stdin",
     ) as raised:
         SubprocVectorEnv(healthy_fns(2), num_workers=2, context=method)
     assert "context='fork'" in str(raised.value)
+
+
+def test_a_zipapps_main_is_reloadable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``python app.pyz``: ``__main__.__file__`` is ``app.pyz/__main__.py``, no file on disk, but
+    ``__main__`` has a spec, which spawn and forkserver load it by; stdin's has none."""
+    main = sys.modules["__main__"]
+    monkeypatch.setattr(main, "__file__", "/nowhere/app.pyz/__main__.py", raising=False)
+    monkeypatch.setattr(main, "__spec__", importlib.machinery.ModuleSpec("__main__", None), raising=False)
+    assert machine.guard_main("spawn", True, "SubprocVectorEnv", "context") == "spawn"
+    monkeypatch.setattr(main, "__spec__", None, raising=False)
+    with pytest.raises(vecenv.errors.UnguardedMainError, match="read from stdin"):
+        machine.guard_main("spawn", True, "SubprocVectorEnv", "context")
 
 
 def _build_in(fns: list, num_workers: int) -> str:

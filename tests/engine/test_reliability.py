@@ -10,6 +10,7 @@ The reference for "the data is right" is ``gymnasium.vector.SyncVectorEnv``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import json
 import os
@@ -35,7 +36,16 @@ import vecenv
 from tests.engine.test_differential import assert_same
 from tests.helpers.envs import SlowReplacementEnv
 from tests.helpers.envs import fns as fns_of
-from tests.helpers.faults import counter_fns, fault_fns, healthy_fns, no_spinning, odd_fns, open_fds, transport_of
+from tests.helpers.faults import (
+    FaultEnv,
+    counter_fns,
+    fault_fns,
+    healthy_fns,
+    no_spinning,
+    odd_fns,
+    open_fds,
+    transport_of,
+)
 from vecenv import VecEnvError, WorkerDiedError
 from vecenv.parent.calls import CallRunner
 from vecenv.parent.pool import WorkerPool
@@ -153,19 +163,87 @@ def test_close_from_another_thread_ends_a_stuck_step() -> None:
     assert all(c is None or c.closed for c in transport_of(envs).conns)
 
 
+class ClosedMarks(gym.Wrapper):
+    """Writes ``<dir>/<index>`` when the env's ``close()`` runs (in whichever process hosts it);
+    with ``signals`` (a pid), its first step sends that process SIGUSR1, then takes 0.3 s."""
+
+    def __init__(self, env: gym.Env, index: int, marks: str, signals: int | None) -> None:
+        super().__init__(env)
+        self.index, self.marks, self.signals = index, marks, signals
+
+    def step(self, action: Any) -> Any:
+        if self.signals is not None:
+            os.kill(self.signals, signal.SIGUSR1)
+            self.signals = None
+            time.sleep(0.3)  # the step is still running when the handler closes the vector env
+        return super().step(action)
+
+    def close(self) -> None:
+        Path(self.marks, str(self.index)).touch()
+        super().close()
+
+
 @pytest.mark.timeout(60)
-def test_close_from_a_signal_handler_during_a_step_ends_it_and_releases_everything() -> None:
-    """A signal handler that closes the vector env while ``step`` waits in the same thread (a
-    graceful shutdown on SIGTERM): close() returns, the step raises ``WorkerDiedError`` naming
-    close(), and once it has unwound everything is released."""
-    envs = vecenv.SubprocVectorEnv(fault_fns(4, "hang", "step", 3), 2, context="fork")
+@pytest.mark.parametrize("layout", ["workers", "inline-group", "all-in-parent"])
+@pytest.mark.parametrize("handler", ["returns", "raises"])
+def test_close_from_a_signal_handler_during_a_step_closes_every_env_once_the_step_is_over(
+    layout: str, handler: str, tmp_path: Path
+) -> None:
+    """A signal handler closes the vector env while ``step`` runs in the same thread (a graceful
+    shutdown on SIGTERM): close() returns at once, and the close runs as asked once the step is
+    over (returned, or ended by what the handler raised), every env's own ``close()`` included,
+    wherever the env lives."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    num_workers, inline = {"workers": (2, False), "inline-group": (2, True), "all-in-parent": (0, False)}[layout]
+    me = os.getpid()
+    fns = [
+        functools.partial(lambda i: ClosedMarks(FaultEnv(index=i), i, str(marks), me if i == 3 else None), i)
+        for i in range(4)
+    ]
+    envs = vecenv.SubprocVectorEnv(fns, num_workers, context="fork", inline_group=inline)
     envs.reset(seed=0)
     pids = envs.worker_pids
     handled: list[bool] = []
 
+    class Shutdown(Exception):
+        pass
+
     def on_signal(signum: int, frame: Any) -> None:
         envs.close()
         handled.append(envs.closed)
+        if handler == "raises":
+            raise Shutdown
+
+    previous = signal.signal(signal.SIGUSR1, on_signal)
+    try:
+        if handler == "raises":
+            with pytest.raises(Shutdown):
+                envs.step(np.zeros((4, 2), np.float32))
+        else:
+            envs.step(np.zeros((4, 2), np.float32))
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert handled == [True], "close() in the handler did not return, or the env did not count as closed"
+    assert envs.closed and envs.state is vecenv.State.CLOSED
+    assert sorted(int(p.name) for p in marks.iterdir()) == [0, 1, 2, 3], "an env's close() did not run"
+    assert all(c is None or c.closed for c in transport_of(envs).conns)
+    assert not [p for p in pids if p is not None and _alive(p)]
+    with pytest.raises(gym.error.ClosedEnvironmentError):
+        envs.step(np.zeros((4, 2), np.float32))
+
+
+@pytest.mark.timeout(60)
+def test_close_terminate_from_a_signal_handler_ends_a_stuck_step() -> None:
+    """``close(terminate=True)`` from a signal handler while ``step`` waits on a hung env: the
+    workers are ended at once, the step raises ``WorkerDiedError`` naming the close, and once it
+    has unwound everything is released."""
+    envs = vecenv.SubprocVectorEnv(fault_fns(4, "hang", "step", 3), 2, context="fork")
+    envs.reset(seed=0)
+    pids = envs.worker_pids
+
+    def on_signal(signum: int, frame: Any) -> None:
+        envs.close(terminate=True)
 
     def signal_once_waiting() -> None:
         deadline = time.monotonic() + 10
@@ -176,16 +254,15 @@ def test_close_from_a_signal_handler_during_a_step_ends_it_and_releases_everythi
     previous = signal.signal(signal.SIGUSR1, on_signal)
     try:
         threading.Thread(target=signal_once_waiting).start()
-        with pytest.raises(WorkerDiedError, match=r"close\(\), called while `step` ran in the same thread"):
+        with pytest.raises(
+            WorkerDiedError, match=r"close\(terminate=True\), called while `step` ran in the same thread"
+        ):
             envs.step(np.zeros((4, 2), np.float32))
     finally:
         signal.signal(signal.SIGUSR1, previous)
-    assert handled == [True], "close() in the handler did not return, or the env did not count as closed"
     assert envs.closed and envs.state is vecenv.State.CLOSED
     assert all(c is None or c.closed for c in transport_of(envs).conns)
     assert not [p for p in pids if _alive(p)]
-    with pytest.raises(gym.error.ClosedEnvironmentError):
-        envs.step(np.zeros((4, 2), np.float32))
 
 
 FORKED_CHILD = textwrap.dedent(

@@ -13,8 +13,8 @@ its grace for the lock (:meth:`CallLock.closing`), then ends the worker processe
 stuck call raise ``WorkerDiedError`` in its own thread and let go.
 
 ``close()`` in the thread of a call that is running (a signal handler that closes the vector env
-while ``step`` waits) cannot release what that call is using: it ends the workers the same way,
-and the release itself is :meth:`CallLock.defer`-red until the call has unwound.
+while ``step`` waits) cannot release what that call is using: the close is :meth:`CallLock.defer`-red
+until the call is over (``terminate=True`` also ends the workers at once, as from another thread).
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ Bounds: the polite close waits ``timeout`` (default :data:`DEFAULT_CLOSE_TIMEOUT
 workers to close their envs; stragglers are terminated and, :data:`~vecenv.transports.process.KILL_GRACE`
 later, killed. A call still running in another thread is given the same grace for the call
 lock, then its workers are ended (:mod:`vecenv.parent.call_lock`). ``close()`` inside a call of
-its own thread (a signal handler's, while ``step`` waits) ends the workers at once and releases
-the rest when that call has unwound.
+its own thread (a signal handler's, while ``step`` waits) closes as asked once that call is over;
+with ``terminate=True`` it ends the workers at once, which ends the call.
 
 A process forked from the parent (``os.fork()``) inherits the vector env but not its workers:
 there, every call is refused and ``close()`` (and the child's exit) leaves the parent's workers
@@ -73,24 +73,30 @@ class Closer:
         except Exception:  # an env's close() error has no one to reach at exit
             pass
 
-    def close(self, timeout: float | None, terminate: bool, warn: bool) -> None:
+    def close(self, timeout: float | None, terminate: bool, warn: bool, wait_late: bool | None = None) -> None:
         """Close under the call lock; a call running in another thread is given the grace,
-        then ended (its workers killed: it raises ``WorkerDiedError`` there)."""
+        then ended (its workers killed: it raises ``WorkerDiedError`` there). Workers still busy
+        with a call that was cut short are given the grace when ``wait_late`` (by default, when
+        ``timeout`` is given)."""
         if self.calls.forked_from is not None:  # the parent's workers: nothing of them is ours to close
             return
         grace = 0.0 if terminate else (DEFAULT_CLOSE_TIMEOUT if timeout is None else timeout)
         runner = self.runner
         running = self.lock.running_here()
         if running is not None:
-            # A call of this thread runs underneath (a signal handler closes while it waits): end
-            # the workers now, which makes it raise WorkerDiedError; release the rest once it is over.
+            # A call of this thread runs underneath (a signal handler closes while it waits), and
+            # uses what a close releases: the close runs, as asked, once that call is over (the
+            # handler's sys.exit() ends it at once); terminate=True ends the workers now, which
+            # makes the call raise WorkerDiedError.
             if running != "close" and not self.calls.closed and not self.deferred:
-                runner.abort(f"was ended by close(), called while `{running}` ran in the same thread")
                 self.deferred = True
-                self.lock.defer(lambda: self.close(None, terminate=True, warn=False))
+                if terminate:
+                    runner.abort(f"was ended by close(terminate=True), called while `{running}` ran in the same thread")
+                # The workers still finishing that call are closed politely, within the grace.
+                self.lock.defer(lambda: self.close(timeout, terminate, warn=False, wait_late=True))
             return
         with self.lock.closing(grace, lambda: runner.abort("was ended by close() from another thread")):
-            self._close(grace, wait_late=timeout is not None, warn=warn)
+            self._close(grace, wait_late=timeout is not None if wait_late is None else wait_late, warn=warn)
 
     def _close(self, grace: float, wait_late: bool, warn: bool) -> None:
         calls = self.calls

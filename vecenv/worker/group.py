@@ -83,9 +83,7 @@ class EnvGroup:
 
     # -- reset and step ----------------------------------------------------------------------
 
-    def reset(
-        self, seeds: Sequence[int | None], options: Any, mask: Sequence[bool] | None
-    ) -> InfoEntries:
+    def reset(self, seeds: Sequence[int | None], options: Any, mask: Sequence[bool] | None) -> InfoEntries:
         """Reset the envs selected by ``mask`` (all when ``None``) with one seed per env;
         ``options`` (``None`` or a mapping) goes to each env as given, as ``SyncVectorEnv`` does."""
         infos: InfoEntries = []
@@ -251,9 +249,7 @@ class VectorGroup:
         self.buffers = buffers
         self.blame: int | None = None
 
-    def reset(
-        self, seeds: Sequence[int | None], options: Any, mask: Sequence[bool] | None
-    ) -> InfoEntries:
+    def reset(self, seeds: Sequence[int | None], options: Any, mask: Sequence[bool] | None) -> InfoEntries:
         """Reset the native env; consecutive seeds are passed as their first (the int form)."""
         first = seeds[0]
         if all(s is None for s in seeds):
