@@ -234,6 +234,31 @@ def test_close_from_a_signal_handler_during_a_step_closes_every_env_once_the_ste
 
 
 @pytest.mark.timeout(60)
+def test_an_env_close_error_of_a_close_from_a_signal_handler_is_a_warning(tmp_path: Path) -> None:
+    """The close the handler asked for runs after the step, when nobody waits for its result:
+    an env's ``close()`` error is not lost, it is a warning naming it."""
+    me = os.getpid()
+    fns = [
+        functools.partial(
+            lambda i: ClosedMarks(
+                FaultEnv(index=i, fault="raise", where="close", target=3), i, str(tmp_path), me if i == 0 else None
+            ),
+            i,
+        )
+        for i in range(4)
+    ]
+    envs = vecenv.SubprocVectorEnv(fns, 2, context="fork")
+    envs.reset(seed=0)
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: envs.close())
+    try:
+        with pytest.warns(UserWarning, match="injected fault in close of env 3"):
+            envs.step(np.zeros((4, 2), np.float32))
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert envs.closed and envs.state is vecenv.State.CLOSED
+
+
+@pytest.mark.timeout(60)
 def test_close_terminate_from_a_signal_handler_ends_a_stuck_step() -> None:
     """``close(terminate=True)`` from a signal handler while ``step`` waits on a hung env: the
     workers are ended at once, the step raises ``WorkerDiedError`` naming the close, and once it

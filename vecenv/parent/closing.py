@@ -92,11 +92,19 @@ class Closer:
                 self.deferred = True
                 if terminate:
                     runner.abort(f"was ended by close(terminate=True), called while `{running}` ran in the same thread")
-                # The workers still finishing that call are closed politely, within the grace.
-                self.lock.defer(lambda: self.close(timeout, terminate, warn=False, wait_late=True))
+                self.lock.defer(lambda: self._close_deferred(timeout, terminate))
             return
         with self.lock.closing(grace, lambda: runner.abort("was ended by close() from another thread")):
             self._close(grace, wait_late=timeout is not None if wait_late is None else wait_late, warn=warn)
+
+    def _close_deferred(self, timeout: float | None, terminate: bool) -> None:
+        """The close a call of this thread held back, now that it is over; the workers still
+        finishing that call are closed politely, within the grace. Nobody waits for its result
+        any more, so an env's ``close()`` error is a warning."""
+        try:
+            self.close(timeout, terminate, warn=False, wait_late=True)
+        except Exception as exc:
+            logger.warn(f"close() (called during another call of its thread) raised {type(exc).__name__}: {exc}")
 
     def _close(self, grace: float, wait_late: bool, warn: bool) -> None:
         calls = self.calls
