@@ -30,8 +30,9 @@ def test_sb3_ppo_learns_the_same_steps_on_each_vector_env() -> None:
     assert len(rows) == 2, done.stdout
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
-        sps, collect, update = float(cells[1]), float(cells[2]), float(cells[3])
-        assert sps > 0 and collect > 0 and update >= 0, row
+        # Collection per 1k steps has 3 decimals; the total (1 decimal) rounds to 0.0 on a quick host.
+        sps, update, collect_per_k = float(cells[1]), float(cells[3]), float(cells[4])
+        assert sps > 0 and collect_per_k > 0 and update >= 0, row
 
 
 @pytest.mark.parametrize(
