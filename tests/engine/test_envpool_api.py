@@ -192,8 +192,11 @@ def test_a_full_reset_recovers_from_an_env_error_with_other_envs_in_flight(tmp_p
     os.mkfifo(gate)
     with vecenv.SubprocVectorEnv([functools.partial(GateEnv, gate), _StepRaises], 2, batch_size=1) as envs:
         envs.async_reset(seed=0)
-        for _ in range(2):
-            envs.send(np.zeros(1, dtype=np.int64), envs.recv(timeout=10)[5])  # env 0 now waits at the gate
+        # Both resets first, whichever comes first: a step sent to env 1 before env 0's reset was
+        # received could raise in that recv instead of the one below.
+        resets = [envs.recv(timeout=10)[5] for _ in range(2)]
+        for ids in resets:
+            envs.send(np.zeros(1, dtype=np.int64), ids)  # env 0 now waits at the gate; env 1 raises
         with pytest.raises(RuntimeError, match="boom in step"):
             envs.recv(timeout=10)
         with pytest.raises(vecenv.NeedsResetError, match="async_reset"):
