@@ -17,8 +17,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 from vecenv.errors import InvalidArgumentError, SpaceMismatchError
-from vecenv.spaces import fits_layout
-from vecenv.wire.protocol import Hello, LooseSpaces, ObservationMode, SpaceMismatch
+from vecenv.wire.protocol import Hello, LooseSpaces, ObservationMode, SpaceMismatch, space_fits
 
 __all__ = ["VectorSpaces", "configure", "loose_mismatch_message"]
 
@@ -89,15 +88,10 @@ def configure(
 
 def _first_mismatch(first: Hello, hello: Hello, observation_mode: ObservationMode, start: int) -> SpaceMismatch | None:
     """The group's first env against env 0 first, then the group's own check; indices global."""
-    loose = observation_mode is LooseSpaces.AS_ENV_0
-    if hello.action_space != first.action_space and not (loose and fits_layout(first.action_space, hello.action_space)):
+    if not space_fits(observation_mode, "action_space", first.action_space, hello.action_space):
         return SpaceMismatch(start, "action_space", first.action_space, hello.action_space)
-    if loose and not fits_layout(first.observation_space, hello.observation_space):
-        return SpaceMismatch(start, "observation_space", first.observation_space, hello.observation_space)
-    if observation_mode == "same" and hello.observation_space != first.observation_space:
-        return SpaceMismatch(start, "observation_space", first.observation_space, hello.observation_space)
-    if observation_mode == "different" and not gym.spaces.utils.is_space_dtype_shape_equiv(
-        first.observation_space, hello.observation_space
+    if not isinstance(observation_mode, tuple) and not space_fits(
+        observation_mode, "observation_space", first.observation_space, hello.observation_space
     ):
         return SpaceMismatch(start, "observation_space", first.observation_space, hello.observation_space)
     m = hello.mismatch

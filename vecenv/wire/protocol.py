@@ -30,8 +30,10 @@ from typing import Any
 import cloudpickle
 import numpy as np
 from gymnasium import Space
+from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 
 from vecenv.errors import PackedException
+from vecenv.spaces import fits_layout
 from vecenv.wire.memory import INHERITED_FDS, check_block, seal_memfd
 
 __all__ = [
@@ -95,6 +97,17 @@ class LooseSpaces(Enum):
 #: What a vector env's ``observation_mode`` may be: Gymnasium's ``"same"`` or ``"different"``,
 #: ``(batched space, single space)``, or :attr:`LooseSpaces.AS_ENV_0`.
 ObservationMode = str | tuple[Space, Space] | LooseSpaces
+
+
+def space_fits(mode: ObservationMode | Space, which: str, expected: Space, received: Space) -> bool:
+    """Whether an env's ``which`` space (``"observation_space"`` or ``"action_space"``) may share
+    the arrays of ``expected`` under ``mode`` (a worker sees a custom space as that space alone):
+    the one rule the parent's handshake and each worker's own check apply."""
+    if mode is LooseSpaces.AS_ENV_0:
+        return fits_layout(expected, received)
+    if which == "action_space" or mode == "same":
+        return bool(received == expected)
+    return bool(is_space_dtype_shape_equiv(expected, received))
 
 
 @dataclasses.dataclass(frozen=True)

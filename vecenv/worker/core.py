@@ -21,11 +21,10 @@ import cloudpickle
 import gymnasium as gym
 import numpy as np
 from gymnasium import Space
-from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from gymnasium.vector import AutoresetMode
 
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, PackedException, describe
-from vecenv.spaces import fits_layout, tree_copy
+from vecenv.spaces import tree_copy
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import (
     Attach,
@@ -41,6 +40,7 @@ from vecenv.wire.protocol import (
     SetAttrArgs,
     SpaceMismatch,
     StepReply,
+    space_fits,
 )
 from vecenv.worker.builders import check_env
 from vecenv.worker.group import EnvGroup, GroupSource, HostedGroup, VectorGroup
@@ -88,18 +88,10 @@ def _check_group(envs: list[gym.Env], mode: str | Space | LooseSpaces) -> tuple[
     first = envs[0]
     reference = mode if isinstance(mode, Space) else first.observation_space
     spaces = [env.observation_space for env in envs] if mode == "different" else []
-    loose = mode is LooseSpaces.AS_ENV_0
     for j, env in enumerate(envs):
-        obs_space = env.observation_space
-        if mode == "same":
-            fits = obs_space == reference
-        else:
-            fits = fits_layout(reference, obs_space) if loose else is_space_dtype_shape_equiv(reference, obs_space)
-        if not fits:
-            return SpaceMismatch(j, "observation_space", reference, obs_space), spaces
-        if not (
-            env.action_space == first.action_space or (loose and fits_layout(first.action_space, env.action_space))
-        ):
+        if not space_fits(mode, "observation_space", reference, env.observation_space):
+            return SpaceMismatch(j, "observation_space", reference, env.observation_space), spaces
+        if not space_fits(mode, "action_space", first.action_space, env.action_space):
             return SpaceMismatch(j, "action_space", first.action_space, env.action_space), spaces
     return None, spaces
 
