@@ -34,6 +34,7 @@ __all__ = [
     "tree_copy",
     "tree_assign",
     "row_writer",
+    "write_batch",
     "to_batch",
     "is_array_batch",
     "describe_space",
@@ -312,6 +313,45 @@ def _dict_writer(space: Dict, tree: dict) -> Writer:
             part(row, value[key])
 
     return write
+
+
+def write_batch(space: Space, tree: Any, batch: Any, rows: Any) -> None:
+    """Store a native vector env's batch of a fixed ``space`` into ``rows`` of ``tree`` (arrays
+    of ``len(tree)`` rows each, as :func:`build_tree` lays them out).
+
+    As :func:`row_writer` stores one env's value, for a whole batch: a Dict's values are found by
+    key in any mapping (other keys unread), a Tuple's by position in any sequence, and each
+    leaf must be an array of the batch's shape whose dtype casts to the space's within its kind.
+    Anything else raises :class:`~vecenv.errors.InvalidObservationError` rather than being
+    broadcast into the rows or stored under another key.
+    """
+    if isinstance(space, Dict):
+        if not isinstance(batch, Mapping) or not space.spaces.keys() <= batch.keys():
+            got = f"keys {sorted(batch, key=str)}" if isinstance(batch, Mapping) else describe(batch)
+            raise InvalidObservationError(
+                f"the batch of observations does not fit {space}: expected a dict with keys {sorted(space.spaces)}, "
+                f"got {got}"
+            )
+        for key, sub in space.spaces.items():
+            write_batch(sub, tree[key], batch[key], rows)
+        return
+    if isinstance(space, Tuple):
+        indexable = isinstance(batch, (Sequence, np.ndarray)) and not isinstance(batch, (str, bytes))
+        if not indexable or len(batch) < len(space.spaces):
+            raise InvalidObservationError(
+                f"the batch of observations does not fit {space}: expected a tuple of {len(space.spaces)} batches, "
+                f"got {describe(batch)}"
+            )
+        for sub, part, item in zip(space.spaces, tree, batch):
+            write_batch(sub, part, item, rows)
+        return
+    array = batch if isinstance(batch, np.ndarray) else np.asarray(batch)
+    if array.shape != tree.shape or not np.can_cast(array.dtype, tree.dtype, casting="same_kind"):
+        raise InvalidObservationError(
+            f"the batch of observations does not fit {space} for {len(tree)} envs (shape {tree.shape}, "
+            f"dtype {tree.dtype}): got shape {array.shape}, dtype {array.dtype}"
+        )
+    tree[rows] = array[rows]
 
 
 @singledispatch

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy as copylib
 import functools
+import re
 from typing import Any
 
 import gymnasium as gym
@@ -19,7 +20,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 from tests.engine.test_buffers import attach
 from tests.engine.test_differential import assert_same, sample_actions
 from tests.helpers.envs import DiffEnv, NoDeepcopyInfoEnv, ReusedInfoEnv, diff_env_fns, fns, sync_group
-from vecenv import SubprocVectorEnv
+from vecenv import InvalidInfoError, InvalidObservationError, SubprocVectorEnv
 from vecenv.spaces import tree_assign, tree_slice
 from vecenv.wire.buffers import Buffers, BufferSpec
 from vecenv.worker.group import EnvGroup
@@ -263,3 +264,104 @@ def test_native_cartpole_groups_match_their_standalone_twins() -> None:
     finally:
         for twin in twins:
             twin.close()
+
+
+class ShapedNative(VectorEnv):
+    """A native vector env whose batches take the forms a hand-written one may give: a Dict
+    batch in its own key order (``order``) or with a key the space lacks (``extra``), a Tuple
+    batch as a list (``list``), one column short (``short``); infos of ``info``."""
+
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(self, n: int, kind: str, info: Any = None) -> None:
+        self.num_envs, self.kind, self.info = n, kind, info if info is not None else {}
+        box = gym.spaces.Box(-100, 100, (2,), np.float32)
+        if kind == "list":
+            self.single_observation_space: gym.Space = gym.spaces.Tuple((box, box))
+        else:
+            self.single_observation_space = gym.spaces.Dict({"velocity": box, "angle": box})  # sorted
+        self.single_action_space = gym.spaces.Discrete(2)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, n)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, n)
+        self.t = 0
+
+    def _obs(self) -> Any:
+        n, t = self.num_envs, float(self.t)
+        velocity = np.arange(2 * n, dtype=np.float32).reshape(n, 2) + t
+        angle = -velocity
+        if self.kind == "list":
+            return [velocity, angle]
+        if self.kind == "short":
+            return {"velocity": velocity[:, :1], "angle": angle}
+        obs = {"velocity": velocity, "angle": angle}  # the env's order, not the space's
+        return {**obs, "debug": np.zeros(n)} if self.kind == "extra" else obs
+
+    def reset(self, *, seed: Any = None, options: Any = None) -> tuple[Any, dict[str, Any]]:
+        self.t = 0
+        return self._obs(), self.info
+
+    def step(self, actions: Any) -> tuple[Any, ...]:
+        self.t += 1
+        n = self.num_envs
+        return self._obs(), np.ones(n), np.zeros(n, bool), np.zeros(n, bool), self.info
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["order", "extra", "list"])
+def test_native_groups_store_batches_by_key_and_position(kind: str) -> None:
+    """A Dict batch in another key order than the space's lands under its own keys (not in the
+    order the values came), a key the space lacks is not read, and a Tuple batch may be a list."""
+    twin = ShapedNative(3, kind)
+    make = [functools.partial(ShapedNative, 2, kind), functools.partial(ShapedNative, 1, kind)]
+    with SubprocVectorEnv.from_groups(make, context="fork") as sub:
+        for got, t in [(sub.reset(seed=0)[0], 0), (sub.step(np.zeros(3, np.int64))[0], 1)]:
+            twin.t = t
+            want = twin._obs()
+            keys = ["velocity", "angle"] if kind != "list" else [0, 1]
+            for key in keys:
+                np.testing.assert_array_equal(got[key], np.concatenate([want[key][:2], want[key][:1]]), f"{key} at {t}")
+            assert sub.observation_space.contains(got)
+
+
+@pytest.mark.timeout(60)
+def test_a_native_batch_of_the_wrong_shape_is_refused_not_broadcast() -> None:
+    with SubprocVectorEnv.from_groups([functools.partial(ShapedNative, 2, "short")], context="fork") as sub:
+        with pytest.raises(InvalidObservationError, match=r"does not fit Box.*shape \(2, 2\).*got shape \(2, 1\)"):
+            sub.reset(seed=0)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "info, key",
+    [({"step": 0}, "'step'"), ({"msg": "hi"}, "'msg'"), ({"x": np.arange(3)}, "'x'"), ({"d": {"y": 1.0}}, "'d.y'")],
+    ids=["scalar", "string", "other-length", "nested"],
+)
+def test_native_infos_that_are_not_per_env_are_refused_by_key(info: dict[str, Any], key: str) -> None:
+    """The parent joins every group's infos by env: a value that is not one per env (which would
+    be cut to the group's envs, or a string split into characters) is refused, naming the key."""
+    with SubprocVectorEnv.from_groups([functools.partial(ShapedNative, 2, "order", info)], context="fork") as sub:
+        with pytest.raises(InvalidInfoError, match=rf"info {re.escape(key)} is .* not one value per env"):
+            sub.reset(seed=0)
+
+
+@pytest.mark.timeout(60)
+def test_native_infos_per_env_without_masks_are_joined_with_masks() -> None:
+    info = {"x": np.array([5, 6]), "names": ["a", "b"], "ok": np.array([True, False]), "_ok": np.array([True, True])}
+    make = [functools.partial(ShapedNative, 2, "order", info), functools.partial(ShapedNative, 2, "order")]
+    with SubprocVectorEnv.from_groups(make, context="fork") as sub:
+        _, got = sub.reset(seed=0)
+    np.testing.assert_array_equal(got["x"], [5, 6, 0, 0])
+    np.testing.assert_array_equal(got["_x"], [True, True, False, False])
+    assert list(got["names"][:2]) == ["a", "b"] and list(got["_names"]) == [True, True, False, False]
+    assert got["ok"].dtype == np.bool_ and list(got["ok"]) == [True, False, False, False]
+
+
+@pytest.mark.timeout(60)
+def test_get_attr_on_a_native_env_without_call_says_so() -> None:
+    make = functools.partial(gym.make_vec, "CartPole-v1", 2, vectorization_mode="vector_entry_point")
+    with SubprocVectorEnv.from_groups([make], context="fork") as sub:
+        with pytest.raises(AttributeError, match="CartPoleVectorEnv, a native vector env, has no `call` method"):
+            sub.get_attr("np_random_seed")
+        with pytest.raises(AttributeError, match="has no `set_attr` method"):
+            sub.set_attr("gravity", 1.0)
+        sub.reset(seed=0)  # the env is still usable

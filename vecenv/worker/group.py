@@ -8,7 +8,7 @@ tagged with the env's index within the group, in the order ``SyncVectorEnv`` add
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
@@ -17,7 +17,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space, iterate
 
 from vecenv.errors import InvalidInfoError, describe
-from vecenv.spaces import tree_leaves
+from vecenv.spaces import write_batch
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import Hello, InfoEntries
 
@@ -283,8 +283,7 @@ class VectorGroup:
     def _store_obs(self, obs: Any, rows: Any) -> None:
         b = self.buffers
         if b.fixed_observations:
-            for dst, src in zip(tree_leaves(b.observations), tree_leaves(obs), strict=True):
-                dst[rows] = src[rows]
+            write_batch(self.vec.single_observation_space, b.observations, obs, rows)
         else:
             items = list(iterate(self.vec.observation_space, obs))
             for j in np.arange(self.num_envs)[rows]:
@@ -292,11 +291,22 @@ class VectorGroup:
 
     def call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         """The native env's ``call``: one result per env."""
-        return list(self.vec.call(name, *args, **kwargs))
+        return list(self._method("call", name)(name, *args, **kwargs))
 
     def set_attr(self, name: str, values: Sequence[Any]) -> None:
         """The native env's ``set_attr``, one value per env."""
-        self.vec.set_attr(name, list(values))
+        self._method("set_attr", name)(name, list(values))
+
+    def _method(self, method: str, name: str) -> Callable[..., Any]:
+        """The native env's ``call`` or ``set_attr``, which ``VectorEnv`` itself does not define
+        (``SyncVectorEnv`` does; a native env such as CartPole's may not)."""
+        found = getattr(self.vec, method, None)
+        if not callable(found):
+            raise AttributeError(
+                f"{type(self.vec).__name__}, a native vector env, has no `{method}` method, so its envs' "
+                f"attribute {name!r} cannot be reached ({method} of one value per env)"
+            )
+        return found
 
     def render(self, env_ids: Sequence[int] | None = None) -> list[Any]:
         """The native env's frames, one per env (``env_ids``: those envs' frames, in that order;
@@ -335,30 +345,54 @@ def batched_view(info: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _split_infos(info: dict[str, Any], n: int) -> InfoEntries:
-    """Batched infos (Gymnasium's ``key``/``_key`` layout) back to per-env info dicts."""
+def _split_infos(info: Any, n: int) -> InfoEntries:
+    """A native vector env's batched infos (Gymnasium's ``key``/``_key`` layout) back to
+    per-env info dicts, which the parent joins with the other groups' as it joins any group's.
+
+    Each value must hold one entry per env (an array with ``n`` rows, or a list or tuple of
+    ``n``); ``_key`` is the mask of ``key`` when it is ``n`` bools. A value of any other form
+    (a scalar, a string, an array of another length) has no place among the envs' rows, so it
+    raises :class:`~vecenv.errors.InvalidInfoError` naming the key, instead of being cut to the
+    group's envs or split character by character.
+    """
+    if not isinstance(info, dict):
+        raise InvalidInfoError(f"a native vector env's info must be a dict, got {describe(info)}")
     if not info:
         return []
     per_env: list[dict[str, Any]] = [{} for _ in range(n)]
-    _scatter(info, per_env)
+    _scatter(info, per_env, "")
     return [(j, d) for j, d in enumerate(per_env) if d]
 
 
-def _scatter(info: dict[str, Any], per_env: list[dict[str, Any]]) -> None:
+def _env_mask(value: Any, n: int) -> np.ndarray | None:
+    """``value`` as the mask of a key (an array of ``n`` bools), else ``None``."""
+    if isinstance(value, np.ndarray) and value.dtype == np.bool_ and value.shape == (n,):
+        return value
+    return None
+
+
+def _scatter(info: dict[str, Any], per_env: list[dict[str, Any]], path: str) -> None:
+    n = len(per_env)
     for key, value in info.items():
-        if key.startswith("_") and key[1:] in info:
+        if key.startswith("_") and key[1:] in info and _env_mask(value, n) is not None:
             continue
-        mask = info.get(f"_{key}")
+        mask = _env_mask(info.get(f"_{key}"), n)
         if isinstance(value, dict):
             values: Any = [{} for _ in per_env]
-            _scatter(value, values)
-        elif isinstance(value, np.ndarray) and value.dtype == np.bool_ and value.ndim == 1:
+            _scatter(value, values, f"{path}{key}.")
+        elif isinstance(value, np.ndarray) and value.ndim >= 1 and len(value) == n:
             # Gymnasium batches only Python bools into a bool array (np.bool_ goes to an object
             # array), so these were Python bools: give them back as such, or the merge in the
             # parent would batch them as objects.
-            values = value.tolist()
-        else:
+            values = value.tolist() if value.dtype == np.bool_ and value.ndim == 1 else value
+        elif isinstance(value, (list, tuple)) and len(value) == n:
             values = value
+        else:
+            raise InvalidInfoError(
+                f"a native vector env's info {path + key!r} is {describe(value)}, not one value per env: "
+                f"each group's infos are joined by env, so every value must be an array of {n} rows or a "
+                f"list of {n} values (with an optional `_{key}` mask of {n} bools), as Gymnasium batches infos"
+            )
         for j, target in enumerate(per_env):
             if mask is None or mask[j]:
                 target[key] = values[j]
