@@ -10,6 +10,7 @@
   RLlib tests (marker ``rllib``) are deselected where the Gymnasium is not the one ray[rllib] pins.
 * A watchdog (``tests/helpers/watchdog.py``) ends the session, with every thread's stack, when a
   test overruns its timeout by a minute: pytest-timeout cannot interrupt a test stuck in C code.
+* SB3's logs go to pytest's temp dir (``SB3_LOGDIR``), not one new folder per ``learn()``.
 * ``start_methods(*methods)``: a ``pytest.mark.parametrize`` over multiprocessing start methods
   with readable ids (``ctx=fork``); the ``start_method`` fixture runs a test once per method.
 """
@@ -99,6 +100,16 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
         terminalreporter.write_line(
             f"{count} RLlib tests deselected ({why}): they run in a venv of .[test-rllib], see docs/rllib.md, Tests"
         )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _sb3_logs_in_the_session_tmp(tmp_path_factory: pytest.TempPathFactory):
+    """SB3's ``learn()`` makes a log folder in the system's temp dir at every call unless
+    ``SB3_LOGDIR`` names one: point it (for this process and the scripts the tests start) into
+    pytest's own temp dir, so a test run leaves no folders behind."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SB3_LOGDIR", str(tmp_path_factory.mktemp("sb3-logs")))
+        yield
 
 
 _WATCHDOG = pytest.StashKey[Watchdog]()
