@@ -58,6 +58,7 @@ __all__ = [
     "InvalidArgumentError",
     "ArgumentTypeError",
     "InvalidStateError",
+    "MissingMethodError",
     "MissingDependencyError",
     "EnvIndexError",
     "UnguardedMainError",
@@ -221,6 +222,12 @@ class MissingDependencyError(VecEnvError, ImportError):
 
 class EnvIndexError(VecEnvError, IndexError):
     """An env index outside ``[-num_envs, num_envs)``. An ``IndexError``, as for a sequence."""
+
+
+class MissingMethodError(VecEnvError, AttributeError):
+    """A native vector env group has no ``call`` or ``set_attr`` (``gymnasium.vector.VectorEnv``
+    does not define them; ``SyncVectorEnv`` does), which ``call``, ``get_attr`` and ``set_attr``
+    need to reach its envs. An ``AttributeError``, as a missing attribute is."""
 
 
 class UnguardedMainWarning(UserWarning):

@@ -345,8 +345,23 @@ def test_native_infos_that_are_not_per_env_are_refused_by_key(info: dict[str, An
 
 
 @pytest.mark.timeout(60)
-def test_native_infos_per_env_without_masks_are_joined_with_masks() -> None:
-    info = {"x": np.array([5, 6]), "names": ["a", "b"], "ok": np.array([True, False]), "_ok": np.array([True, True])}
+def test_native_infos_per_env_are_joined_by_their_masks() -> None:
+    """Values of one entry per env, with or without a mask of bools (an array or a list), a
+    tensor's rows, a key that is no string, and a ``_key`` that is data (not bools)."""
+    torch = pytest.importorskip("torch")
+    info = {
+        "x": np.array([5, 6]),
+        "names": ["a", "b"],
+        "ok": np.array([True, False]),
+        "y": np.array([7.0, 8.0]),
+        "_y": np.array([False, True]),
+        "z": [1, 2],
+        "_z": [True, False],
+        "t": torch.tensor([3, 4]),
+        "p": np.array([0, 2]),
+        "_p": np.array([9, 9]),
+        0: np.array([1.5, 2.5]),
+    }
     make = [functools.partial(ShapedNative, 2, "order", info), functools.partial(ShapedNative, 2, "order")]
     with SubprocVectorEnv.from_groups(make, context="fork") as sub:
         _, got = sub.reset(seed=0)
@@ -354,6 +369,13 @@ def test_native_infos_per_env_without_masks_are_joined_with_masks() -> None:
     np.testing.assert_array_equal(got["_x"], [True, True, False, False])
     assert list(got["names"][:2]) == ["a", "b"] and list(got["_names"]) == [True, True, False, False]
     assert got["ok"].dtype == np.bool_ and list(got["ok"]) == [True, False, False, False]
+    np.testing.assert_array_equal(got["_y"], [False, True, False, False])
+    assert got["y"][1] == 8.0 and got["y"][0] == 0.0
+    np.testing.assert_array_equal(got["_z"], [True, False, False, False])
+    assert got["z"][0] == 1 and got["z"][1] == 0
+    assert [int(v) for v in got["t"][:2]] == [3, 4]
+    np.testing.assert_array_equal(got["p"], [0, 2, 0, 0])
+    np.testing.assert_array_equal(got[0], [1.5, 2.5, 0, 0])
 
 
 @pytest.mark.timeout(60)

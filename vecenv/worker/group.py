@@ -16,7 +16,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space, iterate
 
-from vecenv.errors import InvalidInfoError, describe
+from vecenv.errors import InvalidInfoError, InvalidObservationError, MissingMethodError, describe
 from vecenv.spaces import write_batch
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import Hello, InfoEntries
@@ -285,7 +285,17 @@ class VectorGroup:
         if b.fixed_observations:
             write_batch(self.vec.single_observation_space, b.observations, obs, rows)
         else:
-            items = list(iterate(self.vec.observation_space, obs))
+            try:
+                items = list(iterate(self.vec.observation_space, obs))
+            except (ValueError, TypeError, KeyError, IndexError) as exc:
+                raise InvalidObservationError(
+                    f"the batch of observations does not fit {self.vec.observation_space}: {exc}"
+                ) from exc
+            if len(items) != self.num_envs:
+                raise InvalidObservationError(
+                    f"the batch of observations does not fit {self.vec.observation_space}: "
+                    f"it holds {len(items)} observations for {self.num_envs} envs"
+                )
             for j in np.arange(self.num_envs)[rows]:
                 b.observations[j] = items[j]
 
@@ -302,7 +312,7 @@ class VectorGroup:
         (``SyncVectorEnv`` does; a native env such as CartPole's may not)."""
         found = getattr(self.vec, method, None)
         if not callable(found):
-            raise AttributeError(
+            raise MissingMethodError(
                 f"{type(self.vec).__name__}, a native vector env, has no `{method}` method, so its envs' "
                 f"attribute {name!r} cannot be reached ({method} of one value per env)"
             )
@@ -364,32 +374,47 @@ def _split_infos(info: Any, n: int) -> InfoEntries:
     return [(j, d) for j, d in enumerate(per_env) if d]
 
 
+def _per_env(value: Any, n: int) -> bool:
+    """Whether ``value`` holds one entry per env: ``n`` rows of an array (NumPy's or another
+    library's, a torch tensor say), or a list or tuple of ``n``; never a string or a mapping."""
+    if isinstance(value, (str, bytes, dict)) or not hasattr(value, "__getitem__"):
+        return False
+    try:
+        return len(value) == n
+    except TypeError:  # a 0-d array
+        return False
+
+
 def _env_mask(value: Any, n: int) -> np.ndarray | None:
-    """``value`` as the mask of a key (an array of ``n`` bools), else ``None``."""
-    if isinstance(value, np.ndarray) and value.dtype == np.bool_ and value.shape == (n,):
-        return value
-    return None
+    """``value`` as the mask of a key (``n`` bools, in an array or a list), else ``None``."""
+    if value is None or not _per_env(value, n):
+        return None
+    try:
+        mask = np.asarray(value)
+    except Exception:  # an array NumPy cannot read (on a GPU): not a mask, so data
+        return None
+    return mask if mask.dtype == np.bool_ and mask.shape == (n,) else None
 
 
-def _scatter(info: dict[str, Any], per_env: list[dict[str, Any]], path: str) -> None:
+def _scatter(info: dict[Any, Any], per_env: list[dict[Any, Any]], path: str) -> None:
     n = len(per_env)
     for key, value in info.items():
-        if key.startswith("_") and key[1:] in info and _env_mask(value, n) is not None:
+        if isinstance(key, str) and key.startswith("_") and key[1:] in info and _env_mask(value, n) is not None:
             continue
         mask = _env_mask(info.get(f"_{key}"), n)
         if isinstance(value, dict):
             values: Any = [{} for _ in per_env]
             _scatter(value, values, f"{path}{key}.")
-        elif isinstance(value, np.ndarray) and value.ndim >= 1 and len(value) == n:
+        elif isinstance(value, np.ndarray) and value.dtype == np.bool_ and value.shape == (n,):
             # Gymnasium batches only Python bools into a bool array (np.bool_ goes to an object
             # array), so these were Python bools: give them back as such, or the merge in the
             # parent would batch them as objects.
-            values = value.tolist() if value.dtype == np.bool_ and value.ndim == 1 else value
-        elif isinstance(value, (list, tuple)) and len(value) == n:
+            values = value.tolist()
+        elif _per_env(value, n):
             values = value
         else:
             raise InvalidInfoError(
-                f"a native vector env's info {path + key!r} is {describe(value)}, not one value per env: "
+                f"a native vector env's info {path + str(key)!r} is {describe(value)}, not one value per env: "
                 f"each group's infos are joined by env, so every value must be an array of {n} rows or a "
                 f"list of {n} values (with an optional `_{key}` mask of {n} bools), as Gymnasium batches infos"
             )
