@@ -21,7 +21,7 @@ from gymnasium.envs.registration import EnvSpec
 from vecenv.backends import BACKENDS, OWN_KEYWORDS, vector_class
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
 
-__all__ = ["make", "check_env_id", "BACKENDS", "VECTORIZATION_MODE"]
+__all__ = ["make", "check_env_id", "vector_keywords", "BACKENDS", "VECTORIZATION_MODE"]
 
 VECTORIZATION_MODE = "vecenv"
 """``envs.spec.kwargs["vectorization_mode"]`` of a vector env from :func:`make`."""
@@ -33,6 +33,12 @@ def _vector_params(cls: type) -> frozenset[str]:
     return frozenset(
         name for name, p in inspect.signature(cls).parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY
     )
+
+
+def vector_keywords(backend: str = "process") -> frozenset[str]:
+    """The keyword arguments that :func:`make` gives the vector env of ``backend`` (its own named
+    ones included); any other keyword it is given is an env keyword argument."""
+    return _vector_params(vector_class(backend)) | {"num_workers", "env_kwargs", "vector_kwargs", "wrappers", "backend"}
 
 
 def check_env_id(env_id: str) -> None:
@@ -61,12 +67,12 @@ def check_env_id(env_id: str) -> None:
 
 
 def _build_env(
-    env_id: str | EnvSpec,
+    spec: EnvSpec,
     env_kwargs: dict[str, Any],
     wrappers: tuple[Callable[[gym.Env], gym.Env], ...],
 ) -> gym.Env:
     """One env, built in a worker: ``gymnasium.make`` then each wrapper in order."""
-    env = gym.make(env_id, **env_kwargs)
+    env = gym.make(spec, **env_kwargs)
     for wrapper in wrappers:
         env = wrapper(env)
     return env
@@ -143,10 +149,10 @@ def make(
     )
     wrappers = _check_wrappers(wrappers)
 
-    # As gymnasium.make: a string id merges the registered kwargs itself; a spec's kwargs are passed.
-    target: str | EnvSpec = env_id if isinstance(env_id, str) else spec
-    make_kwargs = env_extra if isinstance(env_id, str) else {**spec_kwargs, **env_extra}
-    env_fn = functools.partial(_build_env, target, make_kwargs, wrappers)
+    # As make_vec: each env is made from the spec itself (its kwargs passed), never from the id,
+    # so an id registered at run time in this process needs no registry in the workers (spawn,
+    # forkserver, Ray). A copy of its own: the vector env's spec below gets the vector kwargs.
+    env_fn = functools.partial(_build_env, copy.deepcopy(spec), {**spec_kwargs, **env_extra}, wrappers)
     envs = cls([env_fn] * num_envs, vector.get("num_workers"), **_without(vector, "num_workers"))
     if backend != "process":
         vector["backend"] = backend

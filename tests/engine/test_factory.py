@@ -30,6 +30,26 @@ def test_make_module_id_imports_the_module_in_spawned_workers() -> None:
         assert obs.shape[0] == 2
 
 
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_make_an_id_registered_at_run_time_in_workers_that_never_saw_it(context: str) -> None:
+    """As make_vec: the workers make the envs from the spec, so an id registered in this process
+    only (as a script's main() would) needs no registry entry in a spawned worker."""
+    env_id = f"RunTimeCartPole-{context}-v0"
+    gym.register(env_id, entry_point="gymnasium.envs.classic_control:CartPoleEnv", max_episode_steps=5)
+    try:
+        with vecenv.make(env_id, 2, 2, context=context, env_kwargs={"sutton_barto_reward": True}) as envs:
+            sync = gym.make_vec(env_id, 2, vectorization_mode="sync", sutton_barto_reward=True)
+            assert_same(envs.reset(seed=3), sync.reset(seed=3))
+            for t in range(6):  # through the registered step limit
+                actions = np.ones(2, np.int64)
+                assert_same(envs.step(actions), sync.step(actions), f"step {t}")
+            assert envs.get_attr("spec") == sync.get_attr("spec")
+            sync.close()
+    finally:
+        del gym.registry[env_id]
+
+
 @pytest.mark.timeout(30)
 def test_make_unknown_id_suggests_close_matches() -> None:
     with pytest.raises(gym.error.NameNotFound, match="CartPole-v1"):
