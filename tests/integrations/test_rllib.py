@@ -39,18 +39,58 @@ needs_rllib = pytest.mark.rllib
 
 
 def test_creator_makes_num_envs_envs_with_the_env_config_as_env_kwargs() -> None:
-    creator = pickle.loads(pickle.dumps(EnvCreator("CartPole-v1", num_workers=2, autoreset_mode="SameStep")))
+    creator = pickle.loads(pickle.dumps(EnvCreator("CartPole-v1", num_workers=2, batch_size=2)))
     envs = creator({"num_envs": 4, "max_episode_steps": 7})
     try:
         assert isinstance(envs, vecenv.SubprocVectorEnv)
         assert envs.num_envs == 4 and envs.num_workers == 2
-        assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.SAME_STEP  # make_kwargs reached make
+        assert envs.batch_size == 2  # make_kwargs reached make
         envs.reset(seed=0)
         for _ in range(7):  # every episode ends at the 7th step: the env config reached gym.make
             _, _, terminations, truncations, _ = envs.step(np.zeros(4, dtype=np.int64))
         assert (terminations | truncations).all()
     finally:
         envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_the_env_config_overrides_env_kwargs_given_by_name() -> None:
+    """An evaluation config may change an env kwarg the creator was registered with, given by
+    name or in env_kwargs."""
+    for creator in (
+        EnvCreator("Pendulum-v1", 1, g=1.0, max_episode_steps=100, batch_size=1),
+        EnvCreator("Pendulum-v1", 1, env_kwargs={"g": 1.0, "max_episode_steps": 100}, batch_size=1),
+    ):
+        with creator({"num_envs": 1, "g": 4.0}) as envs:
+            assert envs.batch_size == 1
+            assert envs.get_attr("g") == (4.0,)
+            assert envs.get_attr("spec")[0].max_episode_steps == 100
+
+
+@pytest.mark.timeout(60)
+def test_an_env_runner_with_fewer_envs_than_workers_starts_one_worker_per_env() -> None:
+    creator = EnvCreator("CartPole-v1", num_workers=3)
+    with creator({"num_envs": 2}) as envs:  # an evaluation EnvRunner with 2 envs
+        assert envs.num_workers == 2
+        envs.reset(seed=0)
+    with creator({"num_envs": 5}) as envs:
+        assert envs.num_workers == 3
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"autoreset_mode": "SameStep"},
+        {"autoreset_mode": gym.vector.AutoresetMode.DISABLED},
+        {"vector_kwargs": {"autoreset_mode": "SameStep"}},
+        {"copy": False},
+        {"vector_kwargs": {"copy": False}},
+    ],
+)
+def test_creator_refuses_settings_under_which_rllib_records_wrong_episodes(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(RLlibConfigError, match="autoreset mode is NEXT_STEP|copy=False"):
+        EnvCreator("CartPole-v1", **kwargs)
+    EnvCreator("CartPole-v1", autoreset_mode="NextStep", copy=True)  # what RLlib reads: accepted
 
 
 def test_creator_refuses_a_single_env_with_the_setting_to_change() -> None:

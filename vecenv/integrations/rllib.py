@@ -27,9 +27,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.vector import AutoresetMode
 
-from vecenv.errors import ArgumentTypeError, InvalidArgumentError
-from vecenv.factory import make
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
+from vecenv.factory import make, vector_keywords
 
 __all__ = ["EnvCreator", "RLlibConfigError", "register_env"]
 
@@ -47,19 +48,23 @@ class EnvCreator:
 
     RLlib calls it with the EnvRunner's env config (``config.environment(env_config=...)``) plus
     ``num_envs``; the env config's entries become the env's keyword arguments (as
-    ``gymnasium.make(env_id, **env_config)``). It is picklable (Ray ships it to every EnvRunner).
+    ``gymnasium.make(env_id, **env_config)``), overriding those given here. It is picklable (Ray
+    ships it to every EnvRunner).
 
     Args:
         env_id: a Gymnasium id (``"ID"`` or ``"module:ID"``) or ``EnvSpec``, as ``vecenv.make``
             takes it.
-        num_workers: vecenv worker processes per EnvRunner (``None``: one per core). Every
-            EnvRunner starts its own, so ``num_env_runners`` (or 1) times this many processes
-            step envs: keep that product at or below the cores RLlib may use.
+        num_workers: vecenv worker processes per EnvRunner (``None``: one per core); an
+            EnvRunner with fewer envs than this (an evaluation override, say) starts one per env.
+            Every EnvRunner starts its own, so ``num_env_runners`` (or 1) times this many
+            processes step envs: keep that product at or below the cores RLlib may use.
         **make_kwargs: any other keyword argument of ``vecenv.make`` (``vector_kwargs``,
             ``wrappers``, ``backend``, ``context``, ...); not ``num_envs``, which RLlib gives.
 
     Raises:
         ArgumentTypeError: ``num_envs`` among ``make_kwargs``.
+        RLlibConfigError: an ``autoreset_mode`` other than ``NEXT_STEP``, or ``copy=False``
+            (by name or in ``vector_kwargs``): RLlib would record wrong episodes under either.
     """
 
     def __init__(
@@ -70,6 +75,9 @@ class EnvCreator:
                 "EnvCreator(num_envs=...): RLlib gives each EnvRunner's number of envs; set it with "
                 f"config.env_runners(num_envs_per_env_runner=...), got num_envs={make_kwargs['num_envs']!r}"
             )
+        vector_kwargs = make_kwargs.get("vector_kwargs")
+        given = {**(vector_kwargs if isinstance(vector_kwargs, Mapping) else {}), **make_kwargs}
+        _check_rllib_reads_episodes(given)
         self.env_id = env_id
         self.num_workers = num_workers
         self.make_kwargs = make_kwargs
@@ -87,15 +95,43 @@ class EnvCreator:
                 f"has no 'num_envs': {sorted(env_config)}); vecenv makes vector envs only: set "
                 "config.env_runners(gym_env_vectorize_mode='vector_entry_point')"
             )
+        num_envs = int(env_config["num_envs"])
         env_kwargs = {key: value for key, value in env_config.items() if key != "num_envs"}
-        make_kwargs = dict(self.make_kwargs)
+        # The env config overrides the creator's env kwargs, those given by name too.
+        vector_keys = vector_keywords(self.make_kwargs.get("backend", "process"))
+        make_kwargs = {k: v for k, v in self.make_kwargs.items() if k in vector_keys or k not in env_kwargs}
         if env_kwargs:
             make_kwargs["env_kwargs"] = {**make_kwargs.get("env_kwargs", {}), **env_kwargs}
-        return make(self.env_id, int(env_config["num_envs"]), self.num_workers, **make_kwargs)
+        num_workers = self.num_workers
+        if isinstance(num_workers, int) and not isinstance(num_workers, bool) and num_workers > num_envs:
+            num_workers = num_envs  # an EnvRunner with fewer envs (an evaluation override): one worker each
+        return make(self.env_id, num_envs, num_workers, **make_kwargs)
 
     def __repr__(self) -> str:
         extra = "".join(f", {key}={value!r}" for key, value in self.make_kwargs.items())
         return f"EnvCreator({self.env_id!r}, num_workers={self.num_workers!r}{extra})"
+
+
+def _check_rllib_reads_episodes(given: Mapping[str, Any]) -> None:
+    """Refuse the vector env settings under which RLlib's EnvRunners record wrong episodes: they
+    read an autoreset as ``NEXT_STEP`` lays it out, and keep each step's observations as given
+    (``copy=False`` would hand them views that the next step overwrites)."""
+    mode = given.get("autoreset_mode")
+    if mode is not None:
+        try:
+            known = AutoresetMode(mode)
+        except ValueError:
+            known = None  # not a mode at all: vecenv.make names it
+        if known is not None and known is not AutoresetMode.NEXT_STEP:
+            raise RLlibConfigError(
+                f"RLlib's EnvRunners read episodes from a vector env whose autoreset mode is NEXT_STEP; with "
+                f"autoreset_mode={describe(mode)} they would record wrong episodes: leave it unset"
+            )
+    if given.get("copy") is False:
+        raise RLlibConfigError(
+            "RLlib's EnvRunners keep each step's observations, which copy=False would make views that the "
+            "next step overwrites: leave `copy` unset"
+        )
 
 
 def register_env(
