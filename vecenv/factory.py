@@ -8,13 +8,14 @@ It takes what ``gymnasium.make_vec`` takes where that applies (an id or an ``Env
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
-import functools
 import importlib
 import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import cloudpickle
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 
@@ -66,16 +67,53 @@ def check_env_id(env_id: str) -> None:
     raise gym.error.NameNotFound(f"unknown environment id {name!r}{hint}")
 
 
-def _build_env(
-    spec: EnvSpec,
-    env_kwargs: dict[str, Any],
-    wrappers: tuple[Callable[[gym.Env], gym.Env], ...],
-) -> gym.Env:
-    """One env, built in a worker: ``gymnasium.make`` then each wrapper in order."""
-    env = gym.make(spec, **env_kwargs)
-    for wrapper in wrappers:
-        env = wrapper(env)
-    return env
+@dataclasses.dataclass(frozen=True)
+class EnvRecipe:
+    """How a worker makes one env of :func:`make`: ``gymnasium.make`` then each wrapper in order.
+
+    A string id is looked up in the worker's own registry first, as ``gymnasium.make`` does (a
+    ``"module:ID"`` imports its module there, an old version warns). An id the worker does not
+    know, because it was registered at run time in the parent, is made from the parent's spec,
+    as ``make_vec`` makes every env; so is an ``EnvSpec`` given to :func:`make`. The spec is
+    left out (``None``) where it cannot be pickled, which only an id known to the worker needs.
+    """
+
+    env_id: str | None
+    env_kwargs: dict[str, Any]
+    spec: EnvSpec | None
+    #: every env kwarg, registered ones included, for ``gymnasium.make(spec, **spec_kwargs)``
+    spec_kwargs: dict[str, Any]
+    wrappers: tuple[Callable[[gym.Env], gym.Env], ...]
+
+    def __call__(self) -> gym.Env:
+        if self.env_id is not None and (self.spec is None or _known_here(self.env_id)):
+            env = gym.make(self.env_id, **self.env_kwargs)
+        else:
+            assert self.spec is not None  # an EnvRecipe has an id or a spec
+            env = gym.make(self.spec, **self.spec_kwargs)
+        for wrapper in self.wrappers:
+            env = wrapper(env)
+        return env
+
+
+def _known_here(env_id: str) -> bool:
+    """Whether this process's registry has ``env_id`` (``"ID"`` or ``"module:ID"``), after
+    importing the module as ``gymnasium.make`` would."""
+    module, _, name = env_id.rpartition(":")
+    if module:
+        importlib.import_module(module)
+    return name in gym.registry
+
+
+def _portable(spec: EnvSpec, kwargs: dict[str, Any]) -> tuple[EnvSpec | None, dict[str, Any]]:
+    """A copy of ``spec`` and ``kwargs`` for the workers, or ``(None, {})`` where they do not
+    pickle (an entry point in ``__main__`` holding a lock, a registered kwarg that cannot be
+    pickled), as they could not travel then."""
+    try:
+        cloudpickle.dumps((spec, kwargs))
+    except Exception:
+        return None, {}
+    return copy.deepcopy(spec), kwargs
 
 
 def make(
@@ -149,10 +187,15 @@ def make(
     )
     wrappers = _check_wrappers(wrappers)
 
-    # As make_vec: each env is made from the spec itself (its kwargs passed), never from the id,
-    # so an id registered at run time in this process needs no registry in the workers (spawn,
-    # forkserver, Ray). A copy of its own: the vector env's spec below gets the vector kwargs.
-    env_fn = functools.partial(_build_env, copy.deepcopy(spec), {**spec_kwargs, **env_extra}, wrappers)
+    # A string id merges the registered kwargs in the worker, as gymnasium.make does; the spec
+    # (registered kwargs merged here) goes along for an id registered at run time in this
+    # process, which workers started by spawn, forkserver or Ray do not know. A copy of its
+    # own: the vector env's spec below gets the vector kwargs.
+    merged = {**spec_kwargs, **env_extra}
+    if isinstance(env_id, str):
+        env_fn = EnvRecipe(env_id, env_extra, *_portable(spec, merged), wrappers)
+    else:
+        env_fn = EnvRecipe(None, {}, copy.deepcopy(spec), merged, wrappers)
     envs = cls([env_fn] * num_envs, vector.get("num_workers"), **_without(vector, "num_workers"))
     if backend != "process":
         vector["backend"] = backend
