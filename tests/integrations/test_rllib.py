@@ -10,6 +10,7 @@ compares every sampled episode array.
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import re
 import subprocess
@@ -68,10 +69,17 @@ def test_the_env_config_overrides_env_kwargs_given_by_name() -> None:
 
 
 @pytest.mark.timeout(60)
-def test_an_env_runner_with_fewer_envs_than_workers_starts_one_worker_per_env() -> None:
-    creator = EnvCreator("CartPole-v1", num_workers=3)
+@pytest.mark.parametrize("where", ["argument", "vector_kwargs", "spec"])
+def test_an_env_runner_with_fewer_envs_than_workers_starts_one_worker_per_env(where: str) -> None:
+    if where == "argument":
+        creator = EnvCreator("CartPole-v1", num_workers=3)
+    elif where == "vector_kwargs":
+        creator = EnvCreator("CartPole-v1", vector_kwargs={"num_workers": 3})
+    else:  # a vector env's spec: its 5 envs do not count, RLlib gives the number
+        with vecenv.make("CartPole-v1", 5, 3, context="fork") as made:
+            creator = EnvCreator(made.spec)
     with creator({"num_envs": 2}) as envs:  # an evaluation EnvRunner with 2 envs
-        assert envs.num_workers == 2
+        assert envs.num_envs == 2 and envs.num_workers == 2
         envs.reset(seed=0)
     with creator({"num_envs": 5}) as envs:
         assert envs.num_workers == 3
@@ -90,6 +98,11 @@ def test_an_env_runner_with_fewer_envs_than_workers_starts_one_worker_per_env() 
 def test_creator_refuses_settings_under_which_rllib_records_wrong_episodes(kwargs: dict[str, Any]) -> None:
     with pytest.raises(RLlibConfigError, match="autoreset mode is NEXT_STEP|copy=False"):
         EnvCreator("CartPole-v1", **kwargs)
+    spec = gym.spec("CartPole-v1")  # the same settings carried by a vector env's spec
+    vector_kwargs = kwargs.get("vector_kwargs", kwargs)
+    carried = dataclasses.replace(spec, kwargs={"vectorization_mode": "vecenv", "vector_kwargs": vector_kwargs})
+    with pytest.raises(RLlibConfigError, match="autoreset mode is NEXT_STEP|copy=False"):
+        EnvCreator(carried)
     EnvCreator("CartPole-v1", autoreset_mode="NextStep", copy=True)  # what RLlib reads: accepted
 
 

@@ -23,6 +23,7 @@ Ray and RLlib are imported only by :func:`register_env`; :class:`EnvCreator` nee
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -53,9 +54,11 @@ class EnvCreator:
 
     Args:
         env_id: a Gymnasium id (``"ID"`` or ``"module:ID"``) or ``EnvSpec``, as ``vecenv.make``
-            takes it.
-        num_workers: vecenv worker processes per EnvRunner (``None``: one per core); an
-            EnvRunner with fewer envs than this (an evaluation override, say) starts one per env.
+            takes it. The spec of a vector env (``envs.spec``) gives its env kwargs, wrappers and
+            vector kwargs, which this creator's arguments override; RLlib gives ``num_envs``.
+        num_workers: vecenv worker processes per EnvRunner (``None``: one per core, or the
+            ``num_workers`` of ``vector_kwargs`` or of ``env_id``'s vector kwargs); an EnvRunner
+            with fewer envs than this (an evaluation override, say) starts one per env.
             Every EnvRunner starts its own, so ``num_env_runners`` (or 1) times this many
             processes step envs: keep that product at or below the cores RLlib may use.
         **make_kwargs: any other keyword argument of ``vecenv.make`` (``vector_kwargs``,
@@ -75,7 +78,13 @@ class EnvCreator:
                 "EnvCreator(num_envs=...): RLlib gives each EnvRunner's number of envs; set it with "
                 f"config.env_runners(num_envs_per_env_runner=...), got num_envs={make_kwargs['num_envs']!r}"
             )
+        if isinstance(env_id, gym.envs.registration.EnvSpec):
+            env_id, make_kwargs = _unpack_vector_spec(env_id, make_kwargs)
         vector_kwargs = make_kwargs.get("vector_kwargs")
+        if isinstance(vector_kwargs, Mapping) and "num_workers" in vector_kwargs and num_workers is None:
+            num_workers = vector_kwargs["num_workers"]  # one place to read it from, and to cap it
+            make_kwargs["vector_kwargs"] = {k: v for k, v in vector_kwargs.items() if k != "num_workers"}
+            vector_kwargs = make_kwargs["vector_kwargs"]
         given = {**(vector_kwargs if isinstance(vector_kwargs, Mapping) else {}), **make_kwargs}
         _check_rllib_reads_episodes(given)
         self.env_id = env_id
@@ -110,6 +119,35 @@ class EnvCreator:
     def __repr__(self) -> str:
         extra = "".join(f", {key}={value!r}" for key, value in self.make_kwargs.items())
         return f"EnvCreator({self.env_id!r}, num_workers={self.num_workers!r}{extra})"
+
+
+def _unpack_vector_spec(
+    spec: gym.envs.registration.EnvSpec, make_kwargs: dict[str, Any]
+) -> tuple[gym.envs.registration.EnvSpec, dict[str, Any]]:
+    """A vector env's spec (``envs.spec`` of ``vecenv.make`` or ``make_vec``) as the env's spec and
+    the creator's keyword arguments: its vector kwargs and wrappers join ``make_kwargs`` (which
+    win over them), and its ``num_envs`` goes, as RLlib gives each EnvRunner's."""
+    kwargs = dict(spec.kwargs)
+    kwargs.pop("num_envs", None)
+    kwargs.pop("vectorization_mode", None)
+    spec_vector = kwargs.pop("vector_kwargs", None)
+    spec_wrappers = kwargs.pop("wrappers", None)
+    env_spec = copy.deepcopy(spec)
+    env_spec.kwargs = kwargs
+    merged = dict(make_kwargs)
+    if isinstance(spec_vector, Mapping) and spec_vector:
+        vector = dict(spec_vector)
+        backend = vector.pop("backend", None)
+        if backend is not None:
+            merged.setdefault("backend", backend)
+        own = merged.get("vector_kwargs")
+        merged["vector_kwargs"] = {
+            **{k: v for k, v in vector.items() if k not in merged},
+            **(own if isinstance(own, Mapping) else {}),
+        }
+    if spec_wrappers:
+        merged.setdefault("wrappers", spec_wrappers)
+    return env_spec, merged
 
 
 def _check_rllib_reads_episodes(given: Mapping[str, Any]) -> None:
