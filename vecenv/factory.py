@@ -17,7 +17,7 @@ from typing import Any
 
 import cloudpickle
 import gymnasium as gym
-from gymnasium.envs.registration import EnvSpec
+from gymnasium.envs.registration import EnvSpec, find_highest_version, parse_env_id
 
 from vecenv.backends import BACKENDS, OWN_KEYWORDS, vector_class
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
@@ -56,6 +56,7 @@ def check_env_id(env_id: str) -> None:
     if module:
         importlib.import_module(module)
     if name in gym.registry:
+        _warn_if_out_of_date(name)
         return
     lowered = {key.lower(): key for key in gym.registry}
     matches = [lowered[m] for m in difflib.get_close_matches(name.lower(), list(lowered), n=3)]
@@ -67,15 +68,27 @@ def check_env_id(env_id: str) -> None:
     raise gym.error.NameNotFound(f"unknown environment id {name!r}{hint}")
 
 
+def _warn_if_out_of_date(name: str) -> None:
+    """Gymnasium's warning for an old version of an env (``CartPole-v0``), here in the parent as
+    ``make_vec`` gives it, since the workers make the env from its spec, which does not warn."""
+    namespace, base, version = parse_env_id(name)
+    latest = find_highest_version(namespace, base)
+    if version is not None and latest is not None and latest > version:
+        gym.logger.deprecation(
+            f"The environment {name} is out of date. You should consider upgrading to version `v{latest}`."
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class EnvRecipe:
     """How a worker makes one env of :func:`make`: ``gymnasium.make`` then each wrapper in order.
 
-    A string id is looked up in the worker's own registry first, as ``gymnasium.make`` does (a
-    ``"module:ID"`` imports its module there, an old version warns). An id the worker does not
-    know, because it was registered at run time in the parent, is made from the parent's spec,
-    as ``make_vec`` makes every env; so is an ``EnvSpec`` given to :func:`make`. The spec is
-    left out (``None``) where it cannot be pickled, which only an id known to the worker needs.
+    As ``make_vec``, it makes the env from the parent's spec (registered kwargs merged there),
+    so the worker builds what the parent registered, an id registered at run time included,
+    whatever its own registry holds; a ``"module:ID"`` still imports its module first, as
+    ``gymnasium.make`` does. A spec that cannot be pickled (an entry point in ``__main__``
+    holding a lock) stays behind, and the worker looks the id up itself (``spec`` is ``None``,
+    and ``unsent`` says why, for the error if the worker does not know the id).
     """
 
     env_id: str | None
@@ -84,36 +97,41 @@ class EnvRecipe:
     #: every env kwarg, registered ones included, for ``gymnasium.make(spec, **spec_kwargs)``
     spec_kwargs: dict[str, Any]
     wrappers: tuple[Callable[[gym.Env], gym.Env], ...]
+    unsent: str | None = None
 
     def __call__(self) -> gym.Env:
-        if self.env_id is not None and (self.spec is None or _known_here(self.env_id)):
-            env = gym.make(self.env_id, **self.env_kwargs)
-        else:
-            assert self.spec is not None  # an EnvRecipe has an id or a spec
+        module = self.env_id.rpartition(":")[0] if self.env_id is not None else ""
+        if module:
+            importlib.import_module(module)  # what importing it sets up, as gymnasium.make does
+        if self.spec is not None:
             env = gym.make(self.spec, **self.spec_kwargs)
+        else:
+            assert self.env_id is not None  # an EnvRecipe has a spec or an id
+            try:
+                env = gym.make(self.env_id, **self.env_kwargs)
+            except gym.error.NameNotFound as exc:
+                if self.unsent is not None:
+                    exc.add_note(f"vecenv.make could not send this worker the env's spec: {self.unsent}")
+                raise
         for wrapper in self.wrappers:
             env = wrapper(env)
         return env
 
 
-def _known_here(env_id: str) -> bool:
-    """Whether this process's registry has ``env_id`` (``"ID"`` or ``"module:ID"``), after
-    importing the module as ``gymnasium.make`` would."""
-    module, _, name = env_id.rpartition(":")
-    if module:
-        importlib.import_module(module)
-    return name in gym.registry
-
-
-def _portable(spec: EnvSpec, kwargs: dict[str, Any]) -> tuple[EnvSpec | None, dict[str, Any]]:
-    """A copy of ``spec`` and ``kwargs`` for the workers, or ``(None, {})`` where they do not
-    pickle (an entry point in ``__main__`` holding a lock, a registered kwarg that cannot be
-    pickled), as they could not travel then."""
+def _recipe_of_id(
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    spec: EnvSpec,
+    spec_kwargs: dict[str, Any],
+    wrappers: tuple[Callable[[gym.Env], gym.Env], ...],
+) -> EnvRecipe:
+    """The recipe for a string id: the spec when it pickles, else the id alone and why."""
     try:
-        cloudpickle.dumps((spec, kwargs))
-    except Exception:
-        return None, {}
-    return copy.deepcopy(spec), kwargs
+        cloudpickle.dumps((spec, spec_kwargs))
+    except Exception as exc:
+        unsent = f"{type(exc).__name__}: {exc}"
+        return EnvRecipe(env_id, env_kwargs, None, {}, wrappers, unsent)
+    return EnvRecipe(env_id, env_kwargs, copy.deepcopy(spec), spec_kwargs, wrappers)
 
 
 def make(
@@ -187,13 +205,12 @@ def make(
     )
     wrappers = _check_wrappers(wrappers)
 
-    # A string id merges the registered kwargs in the worker, as gymnasium.make does; the spec
-    # (registered kwargs merged here) goes along for an id registered at run time in this
-    # process, which workers started by spawn, forkserver or Ray do not know. A copy of its
-    # own: the vector env's spec below gets the vector kwargs.
+    # As make_vec: the workers make the envs from this process's spec (see EnvRecipe), so what
+    # was registered here, at run time too, is what they build. A copy of its own: the vector
+    # env's spec below gets the vector kwargs.
     merged = {**spec_kwargs, **env_extra}
     if isinstance(env_id, str):
-        env_fn = EnvRecipe(env_id, env_extra, *_portable(spec, merged), wrappers)
+        env_fn = _recipe_of_id(env_id, env_extra, spec, merged, wrappers)
     else:
         env_fn = EnvRecipe(None, {}, copy.deepcopy(spec), merged, wrappers)
     envs = cls([env_fn] * num_envs, vector.get("num_workers"), **_without(vector, "num_workers"))

@@ -50,6 +50,27 @@ def test_make_an_id_registered_at_run_time_in_workers_that_never_saw_it(context:
         del gym.registry[env_id]
 
 
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("context", ["spawn", "fork"])
+def test_make_builds_what_this_process_registered_whatever_the_workers_registry_holds(context: str) -> None:
+    """An id re-registered here with other kwargs (the module the worker imports registers the
+    original): every start method builds this process's registration, as make_vec does."""
+    original = gym.registry["RolloutCounter-v0"]
+    gym.registry["RolloutCounter-v0"] = dataclasses.replace(original, kwargs={"max_length": 3})
+    try:
+        with vecenv.make("tests.helpers.envs:RolloutCounter-v0", 2, 2, context=context) as envs:
+            assert envs.get_attr("max_length") == (3, 3)
+    finally:
+        gym.registry["RolloutCounter-v0"] = original
+
+
+@pytest.mark.timeout(60)
+def test_make_warns_of_an_old_version_in_this_process() -> None:
+    with pytest.warns(DeprecationWarning, match="CartPole-v0 is out of date"):
+        with vecenv.make("CartPole-v0", 2, 1, context="fork") as envs:
+            assert envs.num_envs == 2
+
+
 @pytest.mark.timeout(30)
 def test_make_unknown_id_suggests_close_matches() -> None:
     with pytest.raises(gym.error.NameNotFound, match="CartPole-v1"):
