@@ -106,6 +106,18 @@ def test_creator_refuses_settings_under_which_rllib_records_wrong_episodes(kwarg
     EnvCreator("CartPole-v1", autoreset_mode="NextStep", copy=True)  # what RLlib reads: accepted
 
 
+@pytest.mark.timeout(60)
+def test_num_workers_is_read_from_one_place() -> None:
+    """Given as the argument and in the creator's own vector_kwargs: refused at once, not in the
+    EnvRunner; a spec's num_workers yields to the argument."""
+    with pytest.raises(vecenv.errors.ArgumentTypeError, match="`num_workers` given twice, as 1 and in `vector_kwargs`"):
+        EnvCreator("CartPole-v1", 1, vector_kwargs={"num_workers": 3})
+    with vecenv.make("CartPole-v1", 3, 3, context="fork") as made:
+        creator = EnvCreator(made.spec, num_workers=1)
+    with creator({"num_envs": 3}) as envs:
+        assert envs.num_envs == 3 and envs.num_workers == 1
+
+
 def test_creator_refuses_a_single_env_with_the_setting_to_change() -> None:
     with pytest.raises(RLlibConfigError, match="gym_env_vectorize_mode='vector_entry_point'") as info:
         EnvCreator("CartPole-v1")({"some_kwarg": 1})

@@ -65,9 +65,11 @@ class EnvCreator:
             ``wrappers``, ``backend``, ``context``, ...); not ``num_envs``, which RLlib gives.
 
     Raises:
-        ArgumentTypeError: ``num_envs`` among ``make_kwargs``.
+        ArgumentTypeError: ``num_envs`` among ``make_kwargs``, or ``num_workers`` given both as
+            the argument and in ``vector_kwargs``.
         RLlibConfigError: an ``autoreset_mode`` other than ``NEXT_STEP``, or ``copy=False``
-            (by name or in ``vector_kwargs``): RLlib would record wrong episodes under either.
+            (by name, in ``vector_kwargs`` or in ``env_id``'s): RLlib would record wrong
+            episodes under either.
     """
 
     def __init__(
@@ -78,10 +80,16 @@ class EnvCreator:
                 "EnvCreator(num_envs=...): RLlib gives each EnvRunner's number of envs; set it with "
                 f"config.env_runners(num_envs_per_env_runner=...), got num_envs={make_kwargs['num_envs']!r}"
             )
+        own = make_kwargs.get("vector_kwargs")
+        if num_workers is not None and isinstance(own, Mapping) and "num_workers" in own:
+            raise ArgumentTypeError(
+                f"EnvCreator: `num_workers` given twice, as {num_workers!r} and in `vector_kwargs` as "
+                f"{own['num_workers']!r}; give it once"
+            )
         if isinstance(env_id, gym.envs.registration.EnvSpec):
-            env_id, make_kwargs = _unpack_vector_spec(env_id, make_kwargs)
+            env_id, make_kwargs = _unpack_vector_spec(env_id, make_kwargs, num_workers is not None)
         vector_kwargs = make_kwargs.get("vector_kwargs")
-        if isinstance(vector_kwargs, Mapping) and "num_workers" in vector_kwargs and num_workers is None:
+        if isinstance(vector_kwargs, Mapping) and "num_workers" in vector_kwargs:
             num_workers = vector_kwargs["num_workers"]  # one place to read it from, and to cap it
             make_kwargs["vector_kwargs"] = {k: v for k, v in vector_kwargs.items() if k != "num_workers"}
             vector_kwargs = make_kwargs["vector_kwargs"]
@@ -122,11 +130,12 @@ class EnvCreator:
 
 
 def _unpack_vector_spec(
-    spec: gym.envs.registration.EnvSpec, make_kwargs: dict[str, Any]
+    spec: gym.envs.registration.EnvSpec, make_kwargs: dict[str, Any], has_num_workers: bool
 ) -> tuple[gym.envs.registration.EnvSpec, dict[str, Any]]:
     """A vector env's spec (``envs.spec`` of ``vecenv.make`` or ``make_vec``) as the env's spec and
     the creator's keyword arguments: its vector kwargs and wrappers join ``make_kwargs`` (which
-    win over them), and its ``num_envs`` goes, as RLlib gives each EnvRunner's."""
+    win over them, as does the creator's ``num_workers`` when it ``has_num_workers``), and its
+    ``num_envs`` goes, as RLlib gives each EnvRunner's."""
     kwargs = dict(spec.kwargs)
     kwargs.pop("num_envs", None)
     kwargs.pop("vectorization_mode", None)
@@ -138,6 +147,8 @@ def _unpack_vector_spec(
     if isinstance(spec_vector, Mapping) and spec_vector:
         vector = dict(spec_vector)
         backend = vector.pop("backend", None)
+        if has_num_workers:
+            vector.pop("num_workers", None)
         if backend is not None:
             merged.setdefault("backend", backend)
         own = merged.get("vector_kwargs")
