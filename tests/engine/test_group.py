@@ -387,3 +387,43 @@ def test_get_attr_on_a_native_env_without_call_says_so() -> None:
         with pytest.raises(AttributeError, match="has no `set_attr` method"):
             sub.set_attr("gravity", 1.0)
         sub.reset(seed=0)  # the env is still usable
+
+
+class Interrupted(Exception):
+    """What a signal handler may raise in the parent while the parent's own group stores a step."""
+
+
+class InterruptingReward(float):
+    """A reward whose first conversion raises :class:`Interrupted`, as if a signal handler had
+    raised while the group stored the step's rewards; it converts fine afterwards."""
+
+    raised = False
+
+    def __float__(self) -> float:
+        if not InterruptingReward.raised:
+            InterruptingReward.raised = True
+            raise Interrupted("raised by a signal handler")
+        return float(self.real)
+
+
+class InterruptedStoreEnv(gym.Env):
+    observation_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed: Any = None, options: Any = None) -> tuple[Any, dict[str, Any]]:
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: Any) -> tuple[Any, ...]:
+        return np.zeros(1, np.float32), InterruptingReward(1.0), False, False, {}
+
+
+@pytest.mark.timeout(60)
+def test_an_exception_raised_while_the_group_stores_a_step_is_not_swallowed() -> None:
+    """The row-by-row retry that finds which env's value does not fit must not swallow an
+    exception that no value caused (a signal handler's, in a parent that hosts the group)."""
+    InterruptingReward.raised = False
+    with SubprocVectorEnv([InterruptedStoreEnv] * 2, num_workers=0) as envs:
+        envs.reset(seed=0)
+        with pytest.raises(Interrupted, match="raised by a signal handler"):
+            envs.step(np.zeros(2, np.int64))
+    assert InterruptingReward.raised

@@ -166,13 +166,23 @@ class EnvGroup:
             buffers.rewards[:n] = rewards
             buffers.terminations[:n] = terms
             buffers.truncations[:n] = truncs
-        except Exception:  # TypeError, ValueError, OverflowError (a reward of 10**400), ...
+        except Exception as first:  # TypeError, ValueError, OverflowError (a reward of 10**400), ...
             for j, values in enumerate(zip(rewards, terms, truncs)):
                 try:
                     buffers.rewards[j], buffers.terminations[j], buffers.truncations[j] = values
                 except BaseException:
                     self.blame = j
                     raise
+            try:
+                buffers.rewards[:n] = rewards
+                buffers.terminations[:n] = terms
+                buffers.truncations[:n] = truncs
+            except Exception:
+                pass  # the values need their rows written one by one, as they now are
+            else:
+                # The values fit after all: what raised was no value's but came in between,
+                # such as a signal handler's exception in the parent hosting this group.
+                raise first
         self._autoreset[:n] = np.logical_or(buffers.terminations[:n], buffers.truncations[:n]).tolist()
 
     # -- everything else ---------------------------------------------------------------------
