@@ -92,10 +92,10 @@ class EnvRecipe:
     """
 
     env_id: str | None
-    env_kwargs: dict[str, Any]
     spec: EnvSpec | None
-    #: every env kwarg, registered ones included, for ``gymnasium.make(spec, **spec_kwargs)``
-    spec_kwargs: dict[str, Any]
+    #: for ``gymnasium.make(spec, ...)`` every env kwarg, registered ones included; for
+    #: ``gymnasium.make(env_id, ...)`` those given to :func:`make` (the worker merges the rest)
+    kwargs: dict[str, Any]
     wrappers: tuple[Callable[[gym.Env], gym.Env], ...]
     unsent: str | None = None
 
@@ -103,16 +103,14 @@ class EnvRecipe:
         module = self.env_id.rpartition(":")[0] if self.env_id is not None else ""
         if module:
             importlib.import_module(module)  # what importing it sets up, as gymnasium.make does
-        if self.spec is not None:
-            env = gym.make(self.spec, **self.spec_kwargs)
-        else:
-            assert self.env_id is not None  # an EnvRecipe has a spec or an id
-            try:
-                env = gym.make(self.env_id, **self.env_kwargs)
-            except gym.error.NameNotFound as exc:
-                if self.unsent is not None:
-                    exc.add_note(f"vecenv.make could not send this worker the env's spec: {self.unsent}")
-                raise
+        target = self.spec if self.spec is not None else self.env_id
+        assert target is not None  # an EnvRecipe has a spec or an id
+        try:
+            env = gym.make(target, **self.kwargs)
+        except gym.error.NameNotFound as exc:
+            if self.unsent is not None:
+                exc.add_note(f"vecenv.make could not send this worker the env's spec: {self.unsent}")
+            raise
         for wrapper in self.wrappers:
             env = wrapper(env)
         return env
@@ -129,9 +127,8 @@ def _recipe_of_id(
     try:
         cloudpickle.dumps((spec, spec_kwargs))
     except Exception as exc:
-        unsent = f"{type(exc).__name__}: {exc}"
-        return EnvRecipe(env_id, env_kwargs, None, {}, wrappers, unsent)
-    return EnvRecipe(env_id, env_kwargs, copy.deepcopy(spec), spec_kwargs, wrappers)
+        return EnvRecipe(env_id, None, env_kwargs, wrappers, unsent=f"{type(exc).__name__}: {exc}")
+    return EnvRecipe(env_id, copy.deepcopy(spec), spec_kwargs, wrappers)
 
 
 def make(
@@ -212,7 +209,7 @@ def make(
     if isinstance(env_id, str):
         env_fn = _recipe_of_id(env_id, env_extra, spec, merged, wrappers)
     else:
-        env_fn = EnvRecipe(None, {}, copy.deepcopy(spec), merged, wrappers)
+        env_fn = EnvRecipe(None, copy.deepcopy(spec), merged, wrappers)
     envs = cls([env_fn] * num_envs, vector.get("num_workers"), **_without(vector, "num_workers"))
     if backend != "process":
         vector["backend"] = backend
