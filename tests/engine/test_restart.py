@@ -129,6 +129,80 @@ def test_a_call_that_saw_the_death_is_answered_by_the_new_envs() -> None:
         assert envs.restart_count == 2
 
 
+class _Counting(gym.Env):
+    """Observes its step count in the episode; counts its resets."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
+    observation_space = gym.spaces.Box(0.0, 1e6, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self) -> None:
+        self.render_mode = "rgb_array"
+        self.resets = 0
+        self.label = "a"
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.t, self.resets = 0, self.resets + 1
+        return np.array([self.t], np.float32), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.t += 1  # AttributeError if never reset
+        return np.array([self.t], np.float32), 1.0, False, False, {}
+
+    def render(self) -> np.ndarray:
+        return np.zeros((2, 2, 3), np.uint8)
+
+    def count(self) -> int:
+        return self.t
+
+
+@pytest.mark.timeout(60)
+def test_a_masked_reset_that_saw_the_death_starts_every_env_of_the_group_afresh() -> None:
+    """The envs the mask leaves alone are new as well: the rebuild resets them, and the reset's
+    infos mark the whole group, so none of them is stepped before a reset."""
+    zeros = np.zeros(4, np.int64)
+    with vecenv.SubprocVectorEnv([_Counting] * 4, 2, on_worker_death="restart", context="fork") as envs:
+        envs.reset(seed=0)
+        for _ in range(3):
+            envs.step(zeros)
+        _kill(envs, 1)  # envs 2 and 3
+        obs, infos = envs.reset(options={"reset_mask": np.array([True, False, True, False])})
+        assert obs[:, 0].tolist() == [0, 3, 0, 0]
+        assert infos["_worker_restarted"].tolist() == [False, False, True, True]
+        assert envs.get_attr("resets") == (2, 1, 2, 1)  # env 2: the rebuild's reset and the user's
+        obs, rewards, terminations, truncations, infos = envs.step(zeros)
+        assert obs[:, 0].tolist() == [1, 4, 1, 1] and not truncations.any()
+        assert "worker_restarted" not in infos  # reported once, by the reset
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("found_by", ["get_attr", "call", "set_attr", "render"])
+def test_a_restart_found_by_a_call_is_reported_by_the_next_step(found_by: str) -> None:
+    """A call steps nothing: the episodes that ended with the dead worker are truncated by the
+    next step, as when the step itself finds the death."""
+    zeros = np.zeros(4, np.int64)
+    with vecenv.SubprocVectorEnv([_Counting] * 4, 2, on_worker_death="restart", context="fork") as envs:
+        envs.reset(seed=0)
+        for _ in range(3):
+            envs.step(zeros)
+        _kill(envs, 1)
+        if found_by == "get_attr":
+            assert envs.get_attr("t") == (3, 3, 0, 0)
+        elif found_by == "call":
+            assert envs.call("count") == (3, 3, 0, 0)
+        elif found_by == "set_attr":
+            envs.set_attr("label", "b")
+        else:
+            assert len(envs.render()) == 4
+        obs, rewards, terminations, truncations, infos = envs.step(zeros)
+        assert obs[:, 0].tolist() == [4, 4, 0, 0]  # the restarted envs: their fresh reset's
+        assert truncations.tolist() == [False, False, True, True] and rewards.tolist() == [1, 1, 0, 0]
+        assert infos["_worker_restarted"].tolist() == [False, False, True, True]
+        obs = envs.step(zeros)[0]
+        assert obs[:, 0].tolist() == [5, 5, 1, 1]
+
+
 @pytest.mark.timeout(60)
 def test_async_batches_restart_the_same_way() -> None:
     fns = [functools.partial(gym.make, "CartPole-v1")] * 4
@@ -302,7 +376,7 @@ class FakeHost:
     def send(self, workers: Sequence[WorkerRecord], command: Command, payloads: Sequence[Any], call: str) -> None:
         for w, payload in zip(workers, payloads, strict=True):
             call_id = next(self._ids)
-            w.sent(OwedCall(call_id, call, True, command, Sent(command, call_id, payload)))
+            w.sent(OwedCall(call_id, call, True, command, Sent(command, call_id, payload), payload))
             self._owed[w.index] = call_id
             self.sent.append((w.index, command, payload, call))
 
@@ -344,7 +418,7 @@ def _worker_owing(command: Command | None, payload: Any = None, call: str = "ste
     w.answered(0, True, hello(2), 0)
     w.take()
     if command is not None:
-        w.sent(OwedCall(7, call, True, command, Sent(command, 7, payload)))
+        w.sent(OwedCall(7, call, True, command, Sent(command, 7, payload), payload))
     return w
 
 
@@ -430,6 +504,29 @@ def test_another_call_owed_is_sent_again_after_the_reseeded_reset(clock: FakeClo
         assert host.sent == [(1, Command.RESET, ResetArgs([18, None], None, None), "restart")]  # unseeded stays so
         assert host.transport.sent == [(1, Sent(Command.CALL, 7, args))]
         assert w.restarted_reset is None and w.status is WorkerStatus.BUSY and host.answers == []
+        assert w.unreported_restart == StepReply([])  # a call steps nothing: the next step reports it
+    finally:
+        host.close()
+
+
+@pytest.mark.parametrize(
+    ("mask", "rebuilt_reset"),
+    [([True, False], True), ([False, True], True), ([True, True], False)],
+    ids=["first", "second", "all"],
+)
+def test_a_masked_reset_owed_is_sent_again_after_the_reseeded_reset_unless_it_resets_the_group(
+    clock: FakeClock, mask: list[bool], rebuilt_reset: bool
+) -> None:
+    host = _host(clock, [hello(2), StepReply([])] if rebuilt_reset else [hello(2)])
+    restarter = _restarter(host)
+    args = ResetArgs([1, 2], None, np.array(mask))
+    w = _worker_owing(Command.RESET, args, "reset")
+    try:
+        assert restarter.replace(host, w) is None
+        # The envs the mask leaves alone are new too: the rebuild resets them (reseeded) first.
+        assert [c for _, c, _, _ in host.sent] == ([Command.RESET] if rebuilt_reset else [])
+        assert host.transport.sent == [(1, Sent(Command.RESET, 7, args))]
+        assert w.restarted_reset == 7 and w.unreported_restart is None  # its infos report it
     finally:
         host.close()
 
@@ -474,6 +571,24 @@ def test_an_unreported_restart_answers_the_next_step_or_rollout(
         else:
             assert result.infos == [(0, {"seed": 18, RESTART_INFO_KEY: True}), (1, {RESTART_INFO_KEY: True})]
             assert host.buffers is not None and host.buffers.truncations[2:4].all()
+    finally:
+        host.close()
+
+
+@pytest.mark.parametrize("mask", [None, [True, True], [True, False]], ids=["unmasked", "all", "partial"])
+def test_an_unreported_restart_is_reported_by_a_reset_that_leaves_envs_alone(
+    clock: FakeClock, mask: list[bool] | None
+) -> None:
+    host = _host(clock, [hello(2), StepReply([])])
+    restarter = _restarter(host)
+    w = _worker_owing(None)
+    try:
+        assert restarter.replace(host, w) is None
+        args = ResetArgs([1, 2], None, None if mask is None else np.array(mask))
+        owed = OwedCall(9, "reset", True, Command.RESET, Sent(Command.RESET, 9, args), args)
+        assert restarter.report(host, w, owed) is False  # sent as usual
+        assert w.unreported_restart is None
+        assert w.restarted_reset == (9 if mask == [True, False] else None)
     finally:
         host.close()
 

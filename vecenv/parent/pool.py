@@ -129,7 +129,7 @@ class WorkerPool:
         encode = self.transport.encode
         call_ids = self._call_ids
         return [
-            OwedCall(call_id, call, wanted, command, encode(command, call_id, payload))
+            OwedCall(call_id, call, wanted, command, encode(command, call_id, payload), payload)
             for payload, call_id in zip(payloads, call_ids)
         ]
 

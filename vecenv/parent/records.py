@@ -46,6 +46,7 @@ class OwedCall:
     wanted: bool = True
     command: Command | None = None  # None: the handshake
     message: Any = None  # as sent, to send again to a restarted worker
+    payload: Any = None  # before it was encoded (a restart reads a reset's mask)
 
 
 class WorkerRecord:

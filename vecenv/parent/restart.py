@@ -130,10 +130,12 @@ class Restarter:
         reward 0 and ``info["worker_restarted"] = True``; a rollout it owed is answered with a
         :class:`RestartedRollout` (the rollout layer runs the rest again), and so is a read of
         the policy's state (its envs start afresh; the restart stays for :meth:`report`); a
-        reset, call, attribute or render is sent again and answered by the new envs. A reply that arrived
-        with the death and was not taken yet counts as owed. With no call owed
-        (the death was found by a message nobody waits for: a rollout block), the reset is
-        kept on the record until :meth:`report` gives it to the next step or rollout.
+        reset, call, attribute or render is sent again and answered by the new envs. A reset
+        reports the restart in every env's info (with a ``reset_mask``, the envs it leaves alone
+        were reset by the rebuild); after a call, attribute or render, as with no call owed
+        (the death was found by a message nobody waits for: a rollout block), the rebuild's
+        reset is kept on the record until :meth:`report` gives it to the next step or rollout.
+        A reply that arrived with the death and was not taken yet counts as owed.
         """
         lost, first = None, True
         while True:
@@ -152,7 +154,7 @@ class Restarter:
                 lost, first = owed, False
             self.active = True
             try:
-                reply = self._rebuild(pool, w, lost is not None and lost.command is Command.RESET, deadline)
+                reply = self._rebuild(pool, w, _resets_group(lost), deadline)
                 break
             except (LostAgain, WorkerGone):
                 continue
@@ -187,7 +189,14 @@ class Restarter:
             return None
         # Sent again, with its call id: the new worker's reply answers the waiting call.
         if lost.command is Command.RESET:
+            # Its infos mark every env of the group: those outside a reset_mask started afresh
+            # too (the rebuild reset them), and their observation is their new episode's first.
             w.restarted_reset = lost.call_id
+        else:
+            # A call, attribute or render steps nothing: the next step or rollout reports the
+            # restart, as when no call was owed.
+            assert reply is not None
+            w.unreported_restart = reply
         try:
             pool.transport.send(w.index, lost.message, send_timeout())
         except WorkerGone:
@@ -198,11 +207,13 @@ class Restarter:
         """Answer ``owed`` (about to be sent to ``w``) as the restart nobody has reported yet,
         instead of sending it: a step as the restarted step, a rollout as a restarted one, a
         read of the policy's state as a fresh state (the restart stays unreported: nothing
-        stepped). ``False``: send it (a reset makes the restart moot; other calls leave it
-        pending)."""
+        stepped). ``False``: send it (a reset of the whole group makes the restart moot, one
+        with a ``reset_mask`` reports it in its infos; other calls leave it pending)."""
         reset = w.unreported_restart
         if owed.command is Command.RESET:
             w.unreported_restart = None
+            if not _resets_group(owed):  # the envs it leaves alone started afresh: say so
+                w.restarted_reset = owed.call_id
             return False
         if owed.command is Command.STEP:
             result: Any = truncated_reply(pool, w, reset)
@@ -256,6 +267,15 @@ class RestartedRollout:
 
 class _WrongSize(Exception):
     pass
+
+
+def _resets_group(owed: OwedCall | None) -> bool:
+    """Whether ``owed`` is a reset of every env of its worker (no ``reset_mask``, or one that
+    marks them all): sent again to a replacement, it resets the new envs itself."""
+    if owed is None or owed.command is not Command.RESET or not isinstance(owed.payload, ResetArgs):
+        return False
+    mask = owed.payload.mask
+    return mask is None or bool(np.all(mask))
 
 
 def _buffers(pool: RestartHost) -> Buffers:
