@@ -253,7 +253,9 @@ class PackedException:
     name, message and formatted traceback always travel, so nothing is lost when it does not.
     """
 
-    def __init__(self, exc: BaseException, env_index: int | None, detail: str | None = None) -> None:
+    def __init__(
+        self, exc: BaseException, env_index: int | None, detail: str | None = None, order: tuple[int, int] = (0, 0)
+    ) -> None:
         self.type_name = f"{type(exc).__module__}.{type(exc).__qualname__}"
         try:
             self.message = str(exc)
@@ -262,6 +264,9 @@ class PackedException:
         self.traceback = "".join(traceback.format_exception(exc))
         self.env_index = env_index
         self.detail = detail  # where within the call it happened ("at step 5 of the rollout ...")
+        #: When within a call of many steps it happened, (step, 0 in the policy or 1 in an env):
+        #: of several workers' errors the parent raises the one a plain loop would have met first.
+        self.order = order
         self.payload: bytes | None
         try:
             payload = cloudpickle.dumps(exc)

@@ -712,6 +712,63 @@ def test_env_error_at_step_k_names_the_env_and_the_step(workers: int | str) -> N
             np.testing.assert_array_equal(getattr(got, key), value, err_msg=key)
 
 
+class _FailsAt(gym.Env):
+    """Observes ``[index, steps since reset]``; raises ``ValueError`` at its step ``fuse``."""
+
+    observation_space = gym.spaces.Box(0.0, 100.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, index: int, fuse: int | None) -> None:
+        self.index, self.fuse = index, fuse
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([self.index, 0], np.float32), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        if self.t == self.fuse:
+            raise ValueError(f"env {self.index} raised at its step {self.t}")
+        self.t += 1
+        return np.array([self.index, self.t], np.float32), 0.0, False, False, {}
+
+
+def _zeros(obs: np.ndarray) -> np.ndarray:
+    return np.zeros(len(obs), np.int64)
+
+
+def _zeros_unless_env_2_at_step_1(obs: np.ndarray) -> np.ndarray:
+    """Zeros; raises where it acts for env 2 at its step 1 (in the copy of env 2's worker)."""
+    if ((obs[:, 0] == 2) & (obs[:, 1] == 1)).any():
+        raise RuntimeError("the policy raised for env 2 at step 1")
+    return np.zeros(len(obs), np.int64)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("fuses", "expected"),
+    [
+        ((1, None, 0, None), "env 2 raised at its step 0"),  # a later worker, an earlier step
+        ((None, 2, None, 2), "env 1 raised at its step 2"),  # the same step: the lower env
+        ((None, 1, None, None), "the policy raised for env 2 at step 1"),  # the policy acts first
+    ],
+    ids=["earlier-step", "same-step", "policy-first"],
+)
+@pytest.mark.parametrize("workers", [2, "inline"], ids=lambda w: f"w={w}")
+def test_of_errors_in_several_workers_a_rollout_raises_the_one_a_step_loop_meets_first(
+    workers: int | str, fuses: tuple, expected: str
+) -> None:
+    """Each worker runs its own steps; the error raised is the one stepping the vector env a
+    step at a time meets first: the earliest step (its policy call before its env steps), then
+    the lowest env, whichever worker reports first."""
+    fns = [functools.partial(_FailsAt, i, fuse) for i, fuse in enumerate(fuses)]
+    with make(fns, workers) as envs:
+        envs.reset(seed=SEED)
+        policy, error = (_zeros_unless_env_2_at_step_1, RuntimeError) if "policy" in expected else (_zeros, ValueError)
+        with pytest.raises(error, match=expected):
+            envs.rollout(4, policy)
+
+
 @pytest.mark.timeout(60)
 def test_worker_killed_mid_rollout_is_worker_died() -> None:
     envs = make(fault_fns(FAULT_N, "exit", "step", FAULT_TARGET, at=4), 2)

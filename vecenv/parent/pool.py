@@ -228,8 +228,9 @@ class WorkerPool:
     ) -> list[Any]:
         """The reply each of ``workers`` owes, in worker order.
 
-        An error reply is raised (the first, by worker order) only once every worker has
-        answered, so no reply is left behind to be mistaken for a later one. On a timeout (or an
+        An error reply is raised (the first by worker order; of a rollout's, the earliest step
+        first) only once every worker has answered, so no reply is left behind to be mistaken
+        for a later one. On a timeout (or an
         interrupt) the unanswered workers are abandoned: they become LATE and their replies are
         dropped.
         ``fail_fast`` raises the first error at once (start-up, where nothing is kept).
@@ -255,8 +256,9 @@ class WorkerPool:
                 w.abandon()  # (nothing to drop for those already taken)
             raise
         if failures:
-            # By worker order, not arrival: which error is raised must not depend on timing.
-            self.raise_remote(*min(failures, key=lambda f: f[0].index), call)
+            # By step, then worker order, not arrival: which error is raised must not depend on
+            # timing, and a rollout raises what stepping the same envs one step at a time would.
+            self.raise_remote(*min(failures, key=lambda f: (f[1].order, f[0].index)), call)
         if len(workers) == 1:
             return [results[workers[0].index]]
         return [results[w.index] for w in workers]

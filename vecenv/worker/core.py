@@ -231,7 +231,9 @@ class WorkerCore:
             return True, self._handlers[command](payload)
         except BaseException as exc:
             failure = rollouts.failure if command is Command.ROLLOUT else None
-            return False, PackedException(exc, group.blame, None if failure is None else failure.describe())
+            if failure is None:
+                return False, PackedException(exc, group.blame)
+            return False, PackedException(exc, group.blame, failure.describe(), failure.order())
         finally:
             if fd is not None:
                 os.close(fd)

@@ -72,6 +72,11 @@ class RolloutFailure:
     def __init__(self, step: int, num_steps: int, in_policy: bool) -> None:
         self.step, self.num_steps, self.in_policy = step, num_steps, in_policy
 
+    def order(self) -> tuple[int, int]:
+        """Where a loop over the whole vector env would have met it: at this step, the policy
+        (called for every env at once) before any env's step."""
+        return self.step, 0 if self.in_policy else 1
+
     def describe(self) -> str:
         where = "in the worker's policy, " if self.in_policy else ""
         return f"{where}at step {self.step} of the rollout (steps 0..{self.num_steps - 1})"
