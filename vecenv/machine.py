@@ -65,12 +65,27 @@ def default_start_method() -> str:
     return "forkserver" if "forkserver" in methods else "spawn"
 
 
-def _main_reloadable() -> bool:
-    """Whether forkserver/spawn can load ``__main__`` again: not a script read from stdin (no
-    spec, and a file that does not exist; a zipapp's ``app.pyz/__main__.py`` has a spec)."""
+def _main_runs_again() -> bool:
+    """Whether forkserver/spawn run ``__main__``'s top-level code again in each worker, by
+    CPython's rule (``multiprocessing.spawn``): a main run by module name is run again unless it
+    is a package's or a zipapp's ``__main__`` (``python -m pkg``, ``python pkg/``, ``python
+    app.pyz``), which never is; one run from a file is, unless it is IPython's launcher."""
     main = sys.modules.get("__main__")
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if isinstance(name, str):
+        return name != "__main__" and not name.endswith(".__main__")
     path = getattr(main, "__file__", None)
-    return path is None or getattr(main, "__spec__", None) is not None or os.path.exists(path)
+    return isinstance(path, str) and os.path.splitext(os.path.basename(path))[0] != "ipython"
+
+
+def _main_reloadable() -> bool:
+    """Whether forkserver/spawn can load ``__main__`` again where they would: not a script read
+    from stdin, nor one whose file is gone (no spec, and a file that does not exist)."""
+    main = sys.modules.get("__main__")
+    if not _main_runs_again() or getattr(main, "__spec__", None) is not None:
+        return True
+    path = getattr(main, "__file__", None)
+    return isinstance(path, str) and os.path.exists(path)
 
 
 def guard_main(method: str, chosen: bool, what: str, option: str) -> str:
@@ -85,13 +100,15 @@ def guard_main(method: str, chosen: bool, what: str, option: str) -> str:
     :class:`~vecenv.errors.UnguardedMainError` says what happened and both ways out, before any
     process starts. ``what`` names the vector env class, ``option`` its start-method keyword.
     """
-    if method not in REIMPORTING:
+    if method not in REIMPORTING or not _main_runs_again():
         return method
-    if not _main_reloadable():  # a script read from stdin: there is no file to import again
+    if not _main_reloadable():  # a script read from stdin, or deleted: no file to import again
         if not chosen and "fork" in multiprocessing.get_all_start_methods() and sys.platform != "darwin":
             return "fork"
+        path = getattr(sys.modules.get("__main__"), "__file__", None)
+        how = "this script was read from stdin" if path == "<stdin>" else f"this script's file {path} no longer exists"
         raise UnguardedMainError(
-            f"{what} cannot start its workers with {method!r}: this script was read from stdin, and "
+            f"{what} cannot start its workers with {method!r}: {how}, and "
             f"{method!r} starts each worker by importing the script again from its file. Run the "
             f"script from a file, or pass {option}='fork'"
         )

@@ -196,8 +196,36 @@ def test_a_zipapps_main_is_reloadable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(main, "__spec__", importlib.machinery.ModuleSpec("__main__", None), raising=False)
     assert machine.guard_main("spawn", True, "SubprocVectorEnv", "context") == "spawn"
     monkeypatch.setattr(main, "__spec__", None, raising=False)
-    with pytest.raises(vecenv.errors.UnguardedMainError, match="read from stdin"):
+    with pytest.raises(vecenv.errors.UnguardedMainError, match="file /nowhere/app.pyz/__main__.py no longer exists"):
         machine.guard_main("spawn", True, "SubprocVectorEnv", "context")
+
+
+@pytest.mark.parametrize(
+    ("spec_name", "file", "runs_again"),
+    [
+        ("pkg.__main__", "/src/pkg/__main__.py", False),  # python -m pkg
+        ("__main__", "/src/pkg/__main__.py", False),  # python pkg/ (or app.pyz)
+        ("pkg.train", "/src/pkg/train.py", True),  # python -m pkg.train
+        (None, "/src/train.py", True),  # python train.py
+        (None, "/usr/bin/ipython", False),  # IPython's launcher
+        (None, None, False),  # python -c, a notebook
+    ],
+)
+def test_the_main_module_runs_again_in_workers_by_cpythons_rule(
+    monkeypatch: pytest.MonkeyPatch, spec_name: str | None, file: str | None, runs_again: bool
+) -> None:
+    """spawn and forkserver never run a package's ``__main__`` again: its top level needs no
+    guard there, and no method is changed or refused for it."""
+    main = sys.modules["__main__"]
+    spec = None if spec_name is None else importlib.machinery.ModuleSpec(spec_name, None)
+    monkeypatch.setattr(main, "__spec__", spec, raising=False)
+    if file is None:
+        monkeypatch.delattr(main, "__file__", raising=False)
+    else:
+        monkeypatch.setattr(main, "__file__", file, raising=False)
+    assert machine._main_runs_again() is runs_again
+    if not runs_again:
+        assert machine.guard_main("spawn", True, "SubprocVectorEnv", "context") == "spawn"
 
 
 def _build_in(fns: list, num_workers: int) -> str:

@@ -994,6 +994,33 @@ def test_unguarded_script_with_a_start_method_that_imports_it_again_is_refused(
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("ctx", [None, "forkserver", "spawn"])
+@pytest.mark.parametrize("how", ["-m", "dir"])
+def test_a_packages_unguarded_main_is_never_run_again_so_it_keeps_its_method(
+    how: str, ctx: str | None, tmp_path: Path
+) -> None:
+    """``python -m pkg`` (or ``python pkg/``) runs ``pkg/__main__.py``, which spawn and
+    forkserver never run again in a worker: it needs no guard, and nothing is refused,
+    warned about or forked instead (with a helper thread, the default is forkserver)."""
+    package = tmp_path / "app"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    script = Script(tmp_path, "subproc", ctx)
+    (package / "__main__.py").write_text(script.path.read_text())
+    script.path.unlink()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    target = ["-m", "app"] if how == "-m" else [str(package)]
+    proc = subprocess.run(
+        [sys.executable, "-W", "always", *target], capture_output=True, text=True, timeout=90, env=env, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    runs = len(script.marker.read_text().splitlines())
+    assert runs == 1, f"the package's __main__ ran {runs} times:\n{proc.stderr}"
+    assert proc.stdout.splitlines() == [f"ok {ctx or 'forkserver'}"], proc.stdout + proc.stderr
+    assert "UnguardedMain" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("python", _pythons())
 def test_guarded_script_in_a_threaded_parent_keeps_forkserver(python: str, tmp_path: Path) -> None:
     proc, runs = Script(tmp_path, "make", None, guarded=True).run(python)
