@@ -49,6 +49,7 @@ __all__ = [
     "RemoteEnvError",
     "SpaceMismatchError",
     "InvalidObservationError",
+    "InvalidInfoError",
     "CallInFlightError",
     "PolicyOutputError",
     "DescriptorLimitError",
@@ -59,6 +60,7 @@ __all__ = [
     "ArgumentTypeError",
     "InvalidStateError",
     "MissingMethodError",
+    "NotCopyableError",
     "MissingDependencyError",
     "EnvIndexError",
     "UnguardedMainError",
@@ -228,6 +230,12 @@ class MissingMethodError(VecEnvError, AttributeError):
     """A native vector env group has no ``call`` or ``set_attr`` (``gymnasium.vector.VectorEnv``
     does not define them; ``SyncVectorEnv`` does), which ``call``, ``get_attr`` and ``set_attr``
     need to reach its envs. An ``AttributeError``, as a missing attribute is."""
+
+
+class NotCopyableError(VecEnvError, TypeError):
+    """A vector env was pickled or copied (``pickle``, ``copy.copy``, ``copy.deepcopy``, an
+    argument to a spawned process): its workers, pipes and shared memory exist once, in the
+    process that made it. A ``TypeError``, as for any object that cannot be pickled."""
 
 
 class UnguardedMainWarning(UserWarning):

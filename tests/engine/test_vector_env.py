@@ -1,12 +1,15 @@
 """The ``VectorEnv`` API of ``vecenv.parent.vector_env`` (``GroupVectorEnv``, through
 ``SubprocVectorEnv``): arguments checked at construction, input refused without a change of
-state, a bound on every blocking call, the ended envs of ``AutoresetMode.DISABLED``, and
-``close()`` with a call pending."""
+state, a bound on every blocking call, the ended envs of ``AutoresetMode.DISABLED``,
+``close()`` with a call pending, and no copies."""
 
 from __future__ import annotations
 
+import copy
 import functools
+import gc
 import multiprocessing
+import pickle
 import re
 import time
 from typing import Any
@@ -229,3 +232,20 @@ def test_reset_options_may_be_any_mapping_as_in_sync(kind: str, num_workers: int
     finally:
         ours.close()
         ref.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["pickle", "copy", "deepcopy"])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_pickling_or_copying_is_refused_and_the_vector_env_stays_usable(how: str, num_workers: int) -> None:
+    """A copy would share the workers (and close them when collected); a pickle cannot carry
+    them: one clear error, and the original goes on as if nothing happened."""
+    copier = {"pickle": pickle.dumps, "copy": copy.copy, "deepcopy": copy.deepcopy}[how]
+    with vecenv.SubprocVectorEnv(healthy_fns(2), num_workers=num_workers, context="fork") as envs:
+        envs.reset(seed=0)
+        with pytest.raises(vecenv.errors.NotCopyableError, match="SubprocVectorEnv cannot be") as raised:
+            copier(envs)
+        assert isinstance(raised.value, TypeError)
+        gc.collect()
+        obs, *_ = envs.step(envs.action_space.sample())
+        assert obs.shape[0] == 2 and not envs.closed

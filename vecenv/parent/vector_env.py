@@ -50,7 +50,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from vecenv.checks import check_batch_size, check_env_ids, check_options, check_reset_mask, check_timeout
-from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, NotCopyableError, describe
 from vecenv.options import VectorOptions
 from vecenv.parent.action_rows import ActionPlacer
 from vecenv.parent.call_lock import CallLock, serialised
@@ -460,6 +460,25 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
 
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise NotCopyableError(
+            f"a {type(self).__name__} cannot be pickled: its workers, pipes and shared memory belong to "
+            "the process that made it. Pass what builds it (its env constructors or env id) and make one "
+            "in the other process"
+        )
+
+    def __copy__(self) -> GroupVectorEnv:
+        raise NotCopyableError(
+            f"a {type(self).__name__} cannot be copied: a copy would share its workers, and closing one "
+            "(or its garbage collection) would close both. Use the same object, or make another vector env"
+        )
+
+    def __deepcopy__(self, memo: Any) -> GroupVectorEnv:
+        raise NotCopyableError(
+            f"a {type(self).__name__} cannot be deep-copied: its workers, pipes and shared memory exist "
+            "once. Make another vector env from the same env constructors instead"
+        )
 
     def __del__(self) -> None:
         closer = self._closer
