@@ -26,6 +26,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from multiprocessing import reduction, resource_tracker
 from multiprocessing.connection import Connection
+from multiprocessing.connection import wait as wait_for_objects
 from multiprocessing.process import BaseProcess
 from typing import Any
 
@@ -117,7 +118,36 @@ def _stay() -> None:
     """A spin round on a core of its own gives nothing away."""
 
 
+#: The exit code recorded for a worker whose exit status another ``waitpid`` took (never a
+#: real one: codes are 0..255, signals -1..-64).
+STATUS_LOST = -(2**16)
+
+
+def _still_running(process: BaseProcess) -> bool:
+    """Whether ``process`` has not exited, by its sentinel as well as its exit status.
+
+    A parent that ignores SIGCHLD (inherited from a launcher), or runs a handler that reaps
+    every child, loses its children's exit statuses: ``multiprocessing`` then takes them for
+    running forever (``is_alive()``), refuses to ``close()`` them and keeps their descriptors,
+    and a signal sent to one could reach a new process that got its pid. The sentinel still
+    says a worker has ended; its status is then recorded as :data:`STATUS_LOST`, so it is
+    released as any other.
+    """
+    if process.exitcode is not None:
+        return False
+    if not wait_for_objects([process.sentinel], 0):
+        return True
+    process.join(0)  # it has just exited: take its status
+    if process.exitcode is None:
+        # multiprocessing has no public way to record it: its Popen's returncode is the status.
+        popen: Any = process._popen  # type: ignore[attr-defined]
+        popen.returncode = STATUS_LOST
+    return False
+
+
 def _describe_exit(code: int | None) -> str:
+    if code == STATUS_LOST:
+        return "exited (its exit status went to another waitpid: this process ignores SIGCHLD or reaps every child)"
     if code is not None and code < 0:
         try:
             return f"was killed by signal {signal.Signals(-code).name}"
@@ -306,9 +336,10 @@ class ProcessTransport(Transport):
 
     def relaunch(self, worker: int) -> None:
         old, conn = self._process(worker), self._conn(worker)
-        if old.is_alive():
+        if _still_running(old):
             old.kill()
-        old.join()
+            old.join()
+            _still_running(old)  # its status, if another waitpid took it
         old.close()
         conn.close()
         self._causes.pop(worker, None)
@@ -448,7 +479,7 @@ class ProcessTransport(Transport):
         self._torn.add(worker)
         self._causes[worker] = cause
         process = self._process(worker)
-        if process.is_alive():
+        if _still_running(process):
             process.kill()
 
     def poll(self, workers: Sequence[int], timeout: float | None) -> list[Event]:
@@ -511,7 +542,7 @@ class ProcessTransport(Transport):
             # The pipe is gone, so the worker can never answer, whether or not it has exited.
             process = self._process(index)
             process.join(_HANGUP_GRACE)
-            if process.is_alive():
+            if _still_running(process):
                 process.kill()
                 process.join()
                 self._causes[index] = "closed its pipe but did not exit (killed)"
@@ -650,12 +681,14 @@ class ProcessTransport(Transport):
         return process
 
     def cause_of_death(self, worker: int) -> tuple[str, int | None]:
-        code = self._process(worker).exitcode
-        return self._causes.get(worker, _describe_exit(code)), code
+        process = self._process(worker)
+        _still_running(process)  # its status, if another waitpid took it
+        code = process.exitcode
+        return self._causes.get(worker, _describe_exit(code)), None if code == STATUS_LOST else code
 
     def kill(self) -> None:
         for process in self.processes:
-            if process is not None and process.is_alive():
+            if process is not None and _still_running(process):
                 process.kill()
 
     def abort(self, reason: str) -> None:
@@ -679,14 +712,15 @@ class ProcessTransport(Transport):
             if process is not None:
                 process.join(max(0.0, deadline - time.monotonic()))
         for process in processes:
-            if process.is_alive():
+            if _still_running(process):
                 process.terminate()
         kill_deadline = time.monotonic() + KILL_GRACE
         for process in processes:
             process.join(max(0.0, kill_deadline - time.monotonic()))
-            if process.is_alive():
+            if _still_running(process):
                 process.kill()
                 process.join()
+                _still_running(process)  # its status, if another waitpid took it
             process.close()
         for conn in self.conns:
             if conn is not None:
