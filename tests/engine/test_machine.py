@@ -316,3 +316,33 @@ def test_a_replacement_worker_of_a_parent_that_started_threads_is_not_forked(
         assert replacement != victim
         assert (_parent_of(replacement) == os.getpid()) is chosen
         envs.step(np.zeros((4, 2), np.float32))  # and it steps
+
+
+class _ReadsEnviron(gym.Wrapper):
+    """CartPole that reports an environment variable as its process sees it."""
+
+    def __init__(self) -> None:
+        super().__init__(gym.make("CartPole-v1"))
+
+    def variable(self, name: str) -> str | None:
+        return os.environ.get(name)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("method", ["forkserver", "spawn", "fork"])
+def test_workers_see_the_environment_of_the_moment_they_start(method: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fork server's children inherit the environment the server started with: a variable
+    set since (``MUJOCO_GL`` before a second vector env) must reach the workers all the same,
+    as it does with fork and spawn, replacement workers included."""
+    name = "VECENV_TEST_VARIABLE"
+    for value in ("first", "second"):
+        monkeypatch.setenv(name, value)
+        with SubprocVectorEnv([_ReadsEnviron] * 2, 2, context=method, on_worker_death="restart") as envs:
+            assert envs.call("variable", name) == (value, value)
+            envs.reset(seed=0)
+            monkeypatch.setenv(name, value + "-later")
+            os.kill(envs.worker_pids[1], signal.SIGKILL)
+            assert envs.call("variable", name) == (value, value + "-later")  # the replacement's
+    monkeypatch.delenv(name)
+    with SubprocVectorEnv([_ReadsEnviron] * 2, 2, context=method) as envs:
+        assert envs.call("variable", name) == (None, None)  # unset since: gone there too

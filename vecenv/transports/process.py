@@ -300,6 +300,7 @@ class ProcessTransport(Transport):
             control.reset(index)
         self._owed[index], self._in_word[index] = 1, None  # its Hello is owed
         self._pipe_sent[index] = self._replies_seen[index] = 0
+        forkserver = context.get_start_method() == "forkserver"
         options = WorkerOptions(
             self.observation_mode,
             cpus[number % len(cpus)] if cpus else None,
@@ -310,8 +311,9 @@ class ProcessTransport(Transport):
             # The kernel's "parent died" signal follows the thread that forked the worker: ours
             # when it is the main thread (the process outlives none of its threads), not one that
             # may end while the vector env lives on; nor a fork server, which outlives us.
-            death_signal=context.get_start_method() != "forkserver"
-            and threading.current_thread() is threading.main_thread(),
+            death_signal=not forkserver and threading.current_thread() is threading.main_thread(),
+            # A fork server's children inherit the environment it started with, not ours now.
+            environ=dict(os.environ) if forkserver else None,
         )
         process = context.Process(
             target=worker_main,

@@ -72,6 +72,10 @@ class WorkerOptions:
         death_signal: ask the kernel to kill the worker when the thread that started it ends
             (see :func:`vecenv.worker.loop._exit_with_parent`); only where that thread is the
             parent process's main thread, which lives as long as the process.
+        environ: the parent's environment variables when it started the worker, which replace
+            the worker's own (``None``: it inherited them). A fork server's children inherit the
+            server's, as they were when the first vector env started it: a variable set since
+            (``MUJOCO_GL``, ``CUDA_VISIBLE_DEVICES``) would not reach them otherwise.
     """
 
     observation_mode: str | Space | LooseSpaces = "same"
@@ -81,6 +85,7 @@ class WorkerOptions:
     slot: int | None = None
     slots: int = 0
     death_signal: bool = False
+    environ: dict[str, str] | None = None
 
 
 def _check_group(envs: list[gym.Env], mode: str | Space | LooseSpaces) -> tuple[SpaceMismatch | None, list[Space]]:

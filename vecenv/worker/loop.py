@@ -88,6 +88,9 @@ def _kill_me_with_my_starter() -> None:
 
 
 def _setup_process(options: WorkerOptions) -> None:
+    if options.environ is not None:  # before anything reads it (the thread limits below)
+        os.environ.clear()
+        os.environ.update(options.environ)
     # Ctrl+C belongs to the parent; SIGTERM (how the parent ends a worker) ends it at once, not
     # through a handler a forked worker inherited from its parent (vecenv-collect's, say).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
