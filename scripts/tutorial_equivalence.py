@@ -115,8 +115,10 @@ def train(ss: Any, num_cpus: int, seed: int, n_steps: int, rollouts: int) -> tup
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0, help="seed of both runs (default: %(default)s)")
-    parser.add_argument("--n-steps", type=positive_int, default=32, help="PPO's n_steps (the tutorial's: 256)")
-    parser.add_argument("--rollouts", type=positive_int, default=2, help="rollouts to train for")
+    parser.add_argument(
+        "--n-steps", type=positive_int, default=32, help="PPO's n_steps (default: %(default)s; the tutorial's: 256)"
+    )
+    parser.add_argument("--rollouts", type=positive_int, default=2, help="rollouts to train for (default: %(default)s)")
     args = parser.parse_args(argv)
 
     import supersuit

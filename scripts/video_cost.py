@@ -117,8 +117,10 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--num-envs", type=positive_int, default=8, help="envs (default: %(default)s)")
     p.add_argument("--num-workers", type=non_negative_int, default=2, help="worker processes (default: %(default)s)")
-    p.add_argument("--steps", type=positive_int, default=300, help="steps per measurement")
-    p.add_argument("--rounds", type=positive_int, default=5, help="interleaved measurements of each design")
+    p.add_argument("--steps", type=positive_int, default=300, help="steps per measurement (default: %(default)s)")
+    p.add_argument(
+        "--rounds", type=positive_int, default=5, help="interleaved measurements of each design (default: %(default)s)"
+    )
     p.add_argument(
         "--writer", choices=("none", "mp4"), default="none", help="none: frames only; mp4: encode them (default: none)"
     )

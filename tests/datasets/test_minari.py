@@ -172,6 +172,7 @@ def test_steps_open_episodes_are_truncated_or_dropped_as_asked(tmp_path: Path, o
         assert theirs.total_steps == 101 - open_rows
         assert record["dropped_open_episodes"] == {"episodes": len(still_open), "transitions": open_rows}
     assert record["open_episodes"] == open_episodes and record["complete"] is True
+    assert record["seed_policy"] == "sequential"  # how the first seeds follow from record["seed"]
     assert_same_episodes(minari.load_dataset("steps-v0"), ours, drop_open=open_episodes == "drop")
 
 
@@ -407,7 +408,7 @@ def test_docs_minari_example_runs(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[0] == "100" and result.stdout.strip().endswith("EXAMPLE-OK")
-    assert minari.MinariDataset(tmp_path / "root" / "cartpole" / "random-v0" / "data").total_episodes == 100
+    assert minari.MinariDataset(tmp_path / "root" / "cartpole" / "random-v1" / "data").total_episodes == 100
 
 
 def test_interrupted_collection_keeps_the_finished_episodes(tmp_path: Path) -> None:

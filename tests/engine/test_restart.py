@@ -831,6 +831,6 @@ def test_pool_never_restarts_a_worker_that_dies_starting(clock: FakeClock) -> No
     pool = WorkerPool(transport, [lambda: 1, lambda: 1], restarter)
     transport.queue.clear()
     transport.die(1)
-    with pytest.raises(WorkerDiedError, match="during `__init__`; the vector env is unusable"):
+    with pytest.raises(WorkerDiedError, match="during `__init__`; the vector env was not made"):
         pool.hellos(None)
     assert transport.launches == [0, 1] and pool.restarts == 0

@@ -134,7 +134,10 @@ def test_a_poisoned_state_refuses_steps_until_a_full_reset() -> None:
     calls.poison("`step` failed (VecEnvTimeoutError)")
     with pytest.raises(NeedsResetError) as excinfo:
         calls.check_steppable("step", "reset()")
-    assert str(excinfo.value) == "Calling `step` after `step` failed (VecEnvTimeoutError): call `reset()` first."
+    assert str(excinfo.value) == (
+        "Calling `step` after `step` failed (VecEnvTimeoutError): call `reset()` first without a reset_mask "
+        "(which envs it reached is not known)."
+    )
     calls.begin(State.WAITING_RESET, [], np.array([True, False, True, True]))
     calls.reset_done()  # a masked reset leaves some envs as they were
     with pytest.raises(NeedsResetError):

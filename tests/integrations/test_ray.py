@@ -97,6 +97,17 @@ def test_auto_worker_count_is_refused_with_what_ray_takes() -> None:
         RayVectorEnv(healthy_fns(2), "auto")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("how", ["vecenv.make('CartPole-v1', 2, backend='ray')", "vecenv.RayVectorEnv"])
+def test_missing_ray_gives_one_line_install_hint(how: str) -> None:
+    code = (
+        "import sys; sys.modules['ray'] = None\nimport vecenv\n"
+        f"try:\n    {how}\nexcept vecenv.errors.MissingDependencyError as e:\n    print(e)\n"
+        "else:\n    raise SystemExit('no error')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, timeout=60, capture_output=True, text=True).stdout
+    assert out.count("\n") == 1 and "needs Ray: pip install 'vecenv[ray]'" in out, out
+
+
 def test_zero_workers_is_refused_naming_the_range() -> None:
     """No env runs in this process with Ray: 0 actors is a ValueError, not a ZeroDivisionError."""
     with pytest.raises(

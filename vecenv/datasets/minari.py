@@ -388,6 +388,7 @@ class MinariSink:
             "num_envs",
             "autoreset_mode",
             "seed",
+            "seed_policy",
             "policy",
             "requested",
             "start_time",

@@ -315,8 +315,14 @@ class WorkerPool:
         w.died()
         # Kept, never raised itself: a raised exception's traceback holds the frames it passed,
         # and through them the vector env, a cycle that would outlive `del envs`.
+        if call == "__init__":
+            after = "the vector env was not made (its other workers are ended)"
+        elif self.ending:
+            after = "the vector env is being closed"
+        else:
+            after = "the vector env is unusable, close it and make a new one"
         self.broken = WorkerDiedError(
-            f"{what}; the vector env is unusable, close it and make a new one",
+            f"{what}; {after}",
             worker=w.index,
             envs=envs or w.envs,
             exitcode=exitcode,

@@ -155,7 +155,8 @@ class CallState:
     def check_steppable(self, call: str, how: str) -> None:
         """Raise :class:`~vecenv.errors.NeedsResetError` while the envs' data is known to be wrong."""
         if self._needs_reset is not None:
-            raise NeedsResetError(f"Calling `{call}` after {self._needs_reset}: call `{how}` first.")
+            whole = " without a reset_mask (which envs it reached is not known)" if how == "reset()" else ""
+            raise NeedsResetError(f"Calling `{call}` after {self._needs_reset}: call `{how}` first{whole}.")
 
     def check_step(self, call: str, disabled: bool) -> None:
         """A step may start (:meth:`check_can_start`, :meth:`check_steppable` and, under
