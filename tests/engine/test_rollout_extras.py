@@ -261,6 +261,28 @@ def test_the_parent_reads_and_sets_the_state() -> None:
             envs.set_policy_state((np.zeros((N, 2)), {"count": np.zeros(N)}))
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("read_between", [False, True], ids=["set-only", "read-between"])
+def test_a_set_state_is_the_current_one_so_a_reset_before_the_next_rollout_restarts_it(read_between: bool) -> None:
+    """set_policy_state sets the state beside the current observations: a masked reset before
+    the next rollout starts its envs from the initial state and leaves the others' as set, and
+    reading the state in between changes nothing."""
+    policy = Recurrent()
+    with make(diff_env_fns(N), 2) as envs:
+        envs.reset(seed=SEED)
+        envs.rollout(2, policy)
+        chosen = (np.arange(2 * N, dtype=np.float64).reshape(N, 2), {"count": np.arange(N, dtype=np.int64) + 7})
+        envs.set_policy_state(chosen)
+        if read_between:
+            assert_state_equal(envs.policy_state(), chosen, "read back")
+        mask = np.arange(N) % 2 == 0
+        envs.reset(seed=SEED, options={"reset_mask": mask})
+        (h0, d0), (h, d) = policy.initial_state(N), chosen
+        expected = (np.where(mask[:, None], h0, h), {"count": np.where(mask, d0["count"], d["count"])})
+        got = envs.rollout(1, policy)
+        assert_state_equal(got.initial_state, expected, "reset envs restart, the others keep what was set")
+
+
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("mode", [pytest.param(m, id=m.value) for m in AutoresetMode if m.value != "Disabled"])
 def test_a_worker_restarted_mid_rollout_starts_its_envs_afresh(mode: AutoresetMode, tmp_path: Any) -> None:

@@ -322,14 +322,19 @@ class Rollouts:
             )
 
     def set_state(self, state: Any) -> None:
-        """Every env's state for the next rollout (``None``: the policy's initial state)."""
+        """Every env's state now (``None``: the policy's initial state): sent at once when no
+        call is in flight (one round trip), so a reset or step before the next rollout restarts
+        the state of the envs it starts episodes for, as for any state; else it rides on the
+        next rollout."""
         self._check_recurrent("set_policy_state")
         if state is None:
             self._state, self._fresh_state = None, True
-            return
-        state = as_state(state)
-        check_state(state, self.num_envs, self._outputs.initial_state, "given to set_policy_state")
-        self._state, self._fresh_state = state, False
+        else:
+            state = as_state(state)
+            check_state(state, self.num_envs, self._outputs.initial_state, "given to set_policy_state")
+            self._state, self._fresh_state = state, False
+        if self.calls.state is State.DEFAULT:
+            self.read_state(None)
 
     def read_state(self, timeout: float | None) -> Any:
         """Every env's state as the next rollout would start from it (one round trip)."""
@@ -679,9 +684,11 @@ class RolloutMethods:
 
     @serialised
     def set_policy_state(self, state: Any = None) -> None:
-        """Set every env's state of the recurrent policy for the next rollout (it travels with
-        it); ``None``: the policy's initial state (to evaluate from a fresh state, say). An env
-        whose observation then starts an episode starts from this state too.
+        """Set every env's state of the recurrent policy; ``None``: the policy's initial state
+        (to evaluate from a fresh state, say). It is the state beside the envs' current
+        observations (one round trip; while a call is in flight, it rides on the next rollout):
+        a ``reset`` or ``step`` before the next rollout restarts it for the envs whose episodes
+        it starts, as it would any state.
 
         Raises:
             PolicyOutputError: a leaf without one row per env, or another shape or dtype than
