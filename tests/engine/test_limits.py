@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -180,6 +181,23 @@ def test_step_buffers_larger_than_the_limit_are_refused_and_nothing_is_left(monk
     expected = r"the step buffers of 8 envs needs 220.8 KiB \(226048 bytes\) .*: 97.7 KiB \(100000 bytes; free space"
     with pytest.raises(MemoryLimitError, match=expected):
         vecenv.SubprocVectorEnv([FrameEnv] * 8, 2, context="fork")
+
+
+class _HugeObservations(gym.Env):
+    """1 TB observations, a space that allocates nothing until batched (never reset)."""
+
+    observation_space = gym.spaces.MultiBinary([1_000_000, 1_000_000])
+    action_space = gym.spaces.Discrete(2)
+
+
+@pytest.mark.timeout(60)
+def test_step_buffers_beyond_this_machine_are_refused_before_the_spaces_are_batched() -> None:
+    """Gymnasium's batch_space allocates a batched Box's bounds, as large as the buffers: the
+    buffers are checked first, so the constructor gives MemoryLimitError, not numpy's error
+    (or the OOM killer) half-way."""
+    with pytest.raises(MemoryLimitError, match=r"the step buffers of 4 envs needs 3.6 TiB") as info:
+        vecenv.SubprocVectorEnv([_HugeObservations] * 4, 2, context="fork")
+    assert info.value.needed >= 4 * 10**12 > info.value.available
 
 
 def test_check_block_names_the_tightest_limit(monkeypatch) -> None:

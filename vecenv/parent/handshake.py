@@ -17,6 +17,8 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 from vecenv.errors import InvalidArgumentError, SpaceMismatchError
+from vecenv.wire.buffers import BufferSpec, layout_nbytes
+from vecenv.wire.memory import check_block
 from vecenv.wire.protocol import Hello, LooseSpaces, ObservationMode, SpaceMismatch, space_fits
 
 __all__ = ["VectorSpaces", "configure", "loose_mismatch_message"]
@@ -41,12 +43,19 @@ def configure(
     observation_mode: ObservationMode,
     autoreset_mode: AutoresetMode,
     class_name: str,
+    shared_memory: bool = False,
 ) -> VectorSpaces:
     """Check every worker's spaces against the first env's and batch them.
+
+    ``shared_memory``: the step buffers will be a shared block, which is checked against the
+    memory the machine can give it before the spaces are batched (Gymnasium's ``batch_space``
+    allocates as much again, a ``Box``'s bounds), so a block too large is a
+    ``MemoryLimitError``, not numpy's failure (or the OOM killer) half-way.
 
     Raises:
         ValueError: a native vector env group's autoreset mode differs from ``autoreset_mode``.
         SpaceMismatchError: two envs' spaces do not fit together (the first such env is named).
+        MemoryLimitError: the step buffers need more shared memory than the machine can give.
     """
     first = hellos[0]
     start = 0
@@ -63,6 +72,14 @@ def configure(
             error.mismatch = mismatch
             raise error
         start += hello.num_envs
+    if shared_memory:
+        spec = BufferSpec.plan(start, first.observation_space, first.action_space, True)
+        check_block(
+            layout_nbytes(spec.layout()),
+            f"the step buffers of {start} envs",
+            shared=True,
+            named=spec.shm_name is not None,
+        )
     if isinstance(observation_mode, tuple):
         observation_space, single_observation_space = observation_mode
     elif observation_mode == "different":

@@ -133,7 +133,7 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
 
     def _handshake(self, options: VectorOptions, shared_memory: bool) -> None:
         hellos = self._pool.hellos(options.start_timeout)
-        spaces = configure(hellos, options.observation_mode, self.autoreset_mode, type(self).__name__)
+        spaces = configure(hellos, options.observation_mode, self.autoreset_mode, type(self).__name__, shared_memory)
         self.num_envs = spaces.num_envs
         self.observation_space = spaces.observation_space
         self.single_observation_space = spaces.single_observation_space
