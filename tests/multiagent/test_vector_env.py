@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -245,6 +246,62 @@ def test_async_batches_are_whole_copies() -> None:
             envs.send(np.ones(8, np.int64), env_ids)
             rounds += 1
         assert seen == {0, 8}, f"only the groups starting at {sorted(seen)} came back in {rounds} rounds"
+
+
+class _Hangs(ToyParallelEnv):
+    """Sleeps ``hang`` seconds in reset, step, render and ``wait()`` once ``hang`` is set."""
+
+    hang = 0.0
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        time.sleep(self.hang)
+        return super().reset(seed, options)
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        time.sleep(self.hang)
+        return super().step(actions)
+
+    def render(self) -> np.ndarray:
+        time.sleep(self.hang)
+        return super().render()
+
+    def wait(self) -> int:
+        time.sleep(self.hang)
+        return 0
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("call", ["reset", "step", "get_attr", "set_attr", "render", "call_wait"])
+def test_every_blocking_call_takes_a_timeout(call: str) -> None:
+    """A copy that hangs cannot hold the caller: each blocking call takes ``timeout=`` and
+    raises the timeout error when it runs out, as the engine's calls do."""
+    envs = MultiAgentVectorEnv([_Hangs] * 2, num_workers=2, context="fork")
+    try:
+        envs.reset(seed=0)
+        actions = np.zeros(envs.num_envs, np.int64)
+        envs.set_attr("hang", 20.0)
+        start = time.monotonic()
+        with pytest.raises(vecenv.VecEnvTimeoutError):
+            if call == "reset":
+                envs.reset(seed=0, timeout=0.3)
+            elif call == "step":
+                envs.step(actions, timeout=0.3)
+            elif call in ("get_attr", "set_attr"):  # reading an attribute does not hang: queued behind a call that does
+                envs.call_async("wait")
+                with pytest.raises(vecenv.VecEnvTimeoutError):
+                    envs.call_wait(timeout=0.3)
+                if call == "get_attr":
+                    envs.get_attr("label", timeout=0.3)
+                else:
+                    envs.set_attr("label", "other", timeout=0.3)
+            elif call == "render":
+                envs.render(timeout=0.3)
+            else:
+                envs.call_async("wait")
+                envs.call_wait(timeout=0.3)
+        assert time.monotonic() - start < 5.0
+    finally:
+        envs.close(terminate=True)
 
 
 def test_close_closes_every_copy(tmp_path: Any) -> None:

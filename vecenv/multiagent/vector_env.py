@@ -217,14 +217,19 @@ class MultiAgentVectorEnv(VectorEnv):
     # -- reset and step ----------------------------------------------------------------------
 
     def reset(
-        self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+        self,
+        *,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+        timeout: float | None = None,
     ) -> tuple[Any, dict[str, Any]]:
         """Reset every copy (or those of ``options["reset_mask"]``, one bool per copy).
 
         ``seed``: ``None``, an int (copy ``c`` is reset with ``seed + c``) or one seed per copy.
+        ``timeout``: seconds to wait at most (default: no limit), as the engine's ``reset``.
         """
         row_options, mask = self._row_options(options)
-        obs, infos = self.rows.reset(seed=self._row_seeds(seed), options=row_options)
+        obs, infos = self.rows.reset(seed=self._row_seeds(seed), options=row_options, timeout=timeout)
         active = with_active(infos, self.num_envs)
         if mask is None:
             self.active[:] = active
@@ -253,10 +258,13 @@ class MultiAgentVectorEnv(VectorEnv):
             self._copy_done[:] = (terms | truncs).reshape(self.num_copies, self.num_agents).all(axis=1)
         return obs, rewards, terms, truncs, infos
 
-    def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """Step every copy with one action per row (rows of absent agents: ignored)."""
+    def step(
+        self, actions: Any, timeout: float | None = None
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step every copy with one action per row (rows of absent agents: ignored);
+        ``timeout`` as in :meth:`step_wait`."""
         self.step_async(actions)
-        return self.step_wait()
+        return self.step_wait(timeout)
 
     # -- asynchronous batches (whole worker groups, hence whole copies) ------------------------
 
@@ -289,27 +297,39 @@ class MultiAgentVectorEnv(VectorEnv):
     # -- calls, attributes, render -------------------------------------------------------------
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        """Call method ``name`` of every copy (or read attribute ``name``): one result per copy."""
+        """Call method ``name`` of every copy (or read attribute ``name``): one result per copy.
+        For a time limit use :meth:`call_async` and ``call_wait(timeout=...)``."""
         return self._per_copy(self.rows.call(name, *args, **kwargs))
 
-    def get_attr(self, name: str) -> tuple[Any, ...]:
-        """Attribute ``name`` of every copy."""
-        return self.call(name)
+    def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
+        """Start :meth:`call`; :meth:`call_wait` collects it."""
+        self.rows.call_async(name, *args, **kwargs)
 
-    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
-        """Set attribute ``name`` of every copy: one value for all, or a list/tuple of one per copy."""
+    def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
+        """The results of :meth:`call_async`, one per copy; raises the timeout error after
+        ``timeout`` seconds."""
+        return self._per_copy(self.rows.call_wait(timeout))
+
+    def get_attr(self, name: str, timeout: float | None = None) -> tuple[Any, ...]:
+        """Attribute ``name`` of every copy; ``timeout``: seconds to wait at most."""
+        return self._per_copy(self.rows.get_attr(name, timeout=timeout))
+
+    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any, timeout: float | None = None) -> None:
+        """Set attribute ``name`` of every copy: one value for all, or a list/tuple of one per
+        copy; ``timeout``: seconds to wait at most."""
         if not isinstance(values, (list, tuple)):
             values = [values] * self.num_copies
         if len(values) != self.num_copies:
             raise InvalidArgumentError(f"`values` must hold one value per copy ({self.num_copies}), got {len(values)}")
-        self.rows.set_attr(name, per_row(values, self.num_agents))
+        self.rows.set_attr(name, per_row(values, self.num_agents), timeout=timeout)
 
-    def render(self, copies: Iterable[int] | None = None) -> tuple[Any, ...]:
-        """The frame of every copy, or of the ``copies`` chosen (in that order)."""
+    def render(self, copies: Iterable[int] | None = None, timeout: float | None = None) -> tuple[Any, ...]:
+        """The frame of every copy, or of the ``copies`` chosen (in that order); ``timeout``:
+        seconds to wait at most."""
         if copies is None:
-            return self._per_copy(self.rows.render())
+            return self._per_copy(self.rows.render(timeout=timeout))
         chosen = self._check_copies(copies)
-        return tuple(self.rows.render(env_ids=[c * self.num_agents for c in chosen]))
+        return tuple(self.rows.render(env_ids=[c * self.num_agents for c in chosen], timeout=timeout))
 
     # -- state and closing -----------------------------------------------------------------------
 
