@@ -346,3 +346,25 @@ def test_workers_see_the_environment_of_the_moment_they_start(method: str, monke
     monkeypatch.delenv(name)
     with SubprocVectorEnv([_ReadsEnviron] * 2, 2, context=method) as envs:
         assert envs.call("variable", name) == (None, None)  # unset since: gone there too
+
+
+def _own_forkserver_vector_env() -> None:
+    """In a forked child: build, step and close a vector env with forkserver workers."""
+    with SubprocVectorEnv(healthy_fns(2), 1, context="forkserver", start_timeout=30) as envs:
+        envs.reset(seed=0)
+        envs.step(np.zeros((2, 2), np.float32))
+    os._exit(0)
+
+
+@pytest.mark.timeout(120)
+def test_a_forked_child_of_a_forkserver_parent_starts_its_own_fork_server() -> None:
+    """Python's record of the parent's fork server is inherited by a forked child, where it
+    names a process that is not the child's own: its workers would not start
+    (``ChildProcessError``). The child starts a server of its own instead."""
+    with SubprocVectorEnv(healthy_fns(2), 1, context="forkserver") as envs:
+        envs.reset(seed=0)
+        child = multiprocessing.get_context("fork").Process(target=_own_forkserver_vector_env)
+        child.start()
+        child.join(90)
+        assert child.exitcode == 0
+        envs.step(np.zeros((2, 2), np.float32))  # the parent's own goes on

@@ -408,7 +408,9 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
 
     @property
     def num_workers(self) -> int:
-        """The number of workers (one env group each; 0 before the workers started)."""
+        """The number of env groups, one per worker (0 before they started). A group the parent
+        hosts itself counts too (``num_workers=0`` gives 1, ``inline_group=True`` one more than
+        the processes): :attr:`worker_pids` has ``None`` for it."""
         return 0 if self._closer is None else len(self._closer.runner.workers)
 
     @property

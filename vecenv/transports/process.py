@@ -20,6 +20,7 @@ import os
 import resource
 import select
 import signal
+import sys
 import threading
 import time
 import weakref
@@ -109,6 +110,27 @@ def _forget_workers_in_forked_child() -> None:
             for process in transport.processes:
                 children.discard(process)
     _LIVE.clear()
+    _forget_fork_server()
+
+
+def _forget_fork_server() -> None:
+    """In a child of ``os.fork()``: Python's record of the parent's fork server names a process
+    that is not this one's child, so the next forkserver worker would fail to start with a bare
+    ``ChildProcessError`` (``waitpid`` on it). Forget it, and close the child's copy of the
+    descriptor that keeps it alive (the parent holds its own): the child's first forkserver
+    worker then starts a server of its own. Nothing to do where none was started."""
+    module = sys.modules.get("multiprocessing.forkserver")
+    server = getattr(module, "_forkserver", None)
+    if getattr(server, "_forkserver_pid", None) is None:
+        return
+    alive = getattr(server, "_forkserver_alive_fd", None)
+    for name in ("_forkserver_address", "_forkserver_alive_fd", "_forkserver_pid", "_forkserver_authkey"):
+        if hasattr(server, name):
+            setattr(server, name, None)
+    server._lock = threading.Lock()  # type: ignore[union-attr]  # another thread may have held it
+    if alive is not None:
+        with contextlib.suppress(OSError):
+            os.close(alive)
 
 
 os.register_at_fork(after_in_child=_forget_workers_in_forked_child)
