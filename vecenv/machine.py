@@ -100,10 +100,23 @@ def guard_main(method: str, chosen: bool, what: str, option: str) -> str:
     :class:`~vecenv.errors.UnguardedMainError` says what happened and both ways out, before any
     process starts. ``what`` names the vector env class, ``option`` its start-method keyword.
     """
-    if method not in REIMPORTING or not _main_runs_again():
+    if method not in REIMPORTING:
+        return method
+    forkable = "fork" in multiprocessing.get_all_start_methods() and sys.platform != "darwin"
+    try:
+        os.getcwd()
+    except FileNotFoundError:  # spawn and forkserver start each worker in it
+        if not chosen and forkable:
+            return "fork"
+        raise InvalidStateError(
+            f"{what} cannot start its workers with {method!r}: this process's current directory no longer "
+            f"exists (removed after it changed into it), and {method!r} starts each worker there. Change to an "
+            f"existing directory first, or pass {option}='fork'"
+        ) from None
+    if not _main_runs_again():
         return method
     if not _main_reloadable():  # a script read from stdin, or deleted: no file to import again
-        if not chosen and "fork" in multiprocessing.get_all_start_methods() and sys.platform != "darwin":
+        if not chosen and forkable:
             return "fork"
         path = getattr(sys.modules.get("__main__"), "__file__", None)
         how = "this script was read from stdin" if path == "<stdin>" else f"this script's file {path} no longer exists"
@@ -117,7 +130,7 @@ def guard_main(method: str, chosen: bool, what: str, option: str) -> str:
         return method
     path, line = site
     guard = 'if __name__ == "__main__":'
-    if not chosen and "fork" in multiprocessing.get_all_start_methods() and sys.platform != "darwin":
+    if not chosen and forkable:
         warnings.warn_explicit(
             f"{what} is built by this script's top-level code, outside `{guard}`: its workers are "
             f"started with 'fork', not {method!r}, which would import the script again and run it once "

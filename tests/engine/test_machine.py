@@ -368,3 +368,21 @@ def test_a_forked_child_of_a_forkserver_parent_starts_its_own_fork_server() -> N
         child.join(90)
         assert child.exitcode == 0
         envs.step(np.zeros((2, 2), np.float32))  # the parent's own goes on
+
+
+@pytest.mark.parametrize("chosen", [False, True], ids=["vecenv-chose", "user-chose"])
+def test_a_removed_current_directory_forks_or_is_refused_by_name(monkeypatch: pytest.MonkeyPatch, chosen: bool) -> None:
+    """spawn and forkserver start each worker in the current directory: one removed after the
+    process changed into it would fail in multiprocessing with a bare FileNotFoundError."""
+
+    def gone() -> str:
+        raise FileNotFoundError(2, "No such file or directory")
+
+    monkeypatch.setattr(machine.os, "getcwd", gone)
+    if chosen:
+        with pytest.raises(vecenv.errors.InvalidStateError, match="current directory no longer exists") as raised:
+            machine.guard_main("spawn", True, "SubprocVectorEnv", "context")
+        assert "context='fork'" in str(raised.value)
+    else:
+        assert machine.guard_main("forkserver", False, "SubprocVectorEnv", "context") == "fork"
+    assert machine.guard_main("fork", chosen, "SubprocVectorEnv", "context") == "fork"
