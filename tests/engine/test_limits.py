@@ -200,6 +200,15 @@ def test_step_buffers_beyond_this_machine_are_refused_before_the_spaces_are_batc
     assert info.value.needed >= 4 * 10**12 > info.value.available
 
 
+@pytest.mark.timeout(60)
+def test_spaces_whose_batching_would_not_fit_are_refused_without_shared_memory_too(monkeypatch) -> None:
+    """Without a shared block (``shared_memory=False``, or Ray) batching the spaces is still
+    checked: under a limit smaller than 8 envs' frames, bounds included, one clear error."""
+    monkeypatch.setattr(memory, "memory_limits", lambda shared, named: [("available memory", 400_000)])
+    with pytest.raises(MemoryLimitError, match=r"batching the spaces of 8 envs needs 882.\d KiB"):
+        vecenv.SubprocVectorEnv([FrameEnv] * 8, 2, context="fork", shared_memory=False)
+
+
 def test_check_block_names_the_tightest_limit(monkeypatch) -> None:
     """The tightest of the limits decides; a size within it passes; no limit known passes."""
     limits = [("available memory", 10 * 2**30), ("free space in /dev/shm", 2**30)]

@@ -1154,14 +1154,22 @@ def test_collect_library_raises_a_write_error_naming_the_file(tmp_path: Path) ->
 
 
 SIGCHLD_SCRIPT = """\
-import os, signal, sys
+import os, signal, subprocess, sys
 sys.path.insert(0, {root!r})
+import gymnasium as gym
 import numpy as np
 import vecenv
 signal.signal(signal.SIGCHLD, {handler})
+class RunsFalse(gym.Wrapper):
+    def __init__(self):
+        super().__init__(gym.make("CartPole-v1"))
+    def run_false(self):
+        return subprocess.run(["false"]).returncode
 def fds():
     return len(os.listdir("/proc/self/fd"))
 if __name__ == "__main__":
+    with vecenv.SubprocVectorEnv([RunsFalse] * 2, 2, context={ctx!r}) as envs:
+        print("env code's subprocess exit codes:", envs.call("run_false"))
     for cycle in range(4):
         envs = vecenv.make("CartPole-v1", num_envs=4, num_workers=2, context={ctx!r}, on_worker_death="restart")
         envs.reset(seed=0)
@@ -1193,7 +1201,8 @@ def test_a_parent_that_loses_its_childrens_exit_statuses_still_closes_and_restar
 ) -> None:
     """Ignoring SIGCHLD (inherited from a launcher) or reaping every child in a handler takes
     the workers' exit statuses from multiprocessing: their sentinels still tell that they
-    ended, so a death is reported (or restarted), close() returns and nothing stays open."""
+    ended, so a death is reported (or restarted), close() returns and nothing stays open. The
+    workers start with SIGCHLD at its default: env code's subprocesses keep their statuses."""
     path = tmp_path / "run.py"
     path.write_text(SIGCHLD_SCRIPT.format(root=str(ROOT), ctx=ctx, handler=handler))
     proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=100, cwd=tmp_path)
@@ -1205,3 +1214,5 @@ def test_a_parent_that_loses_its_childrens_exit_statuses_still_closes_and_restar
     assert "another waitpid" in died and "exitcode: None" in died or "SIGKILL" in died, died
     before, after = next(line for line in lines if line.startswith("fds:")).split()[1:]
     assert before == after, proc.stdout
+    # The workers do not inherit the lost statuses: env code's own subprocesses report theirs.
+    assert "env code's subprocess exit codes: (1, 1)" in lines, proc.stdout

@@ -204,6 +204,49 @@ def test_a_restart_found_by_a_call_is_reported_by_the_next_step(found_by: str) -
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("found_by", ["rollout", "get_attr"])
+def test_a_rollout_reports_a_restart_the_same_whoever_found_it(found_by: str) -> None:
+    """Row 0 of the restarted group is the restarted step: its observation the one the user
+    last saw (not the replacement's reset, which a call that found the death has already
+    written), truncated; row 1 starts the new episode."""
+    zeros = np.zeros(4, np.int64)
+    with vecenv.SubprocVectorEnv([_Counting] * 4, 2, on_worker_death="restart", context="fork") as envs:
+        envs.reset(seed=0)
+        for _ in range(3):
+            last = envs.step(zeros)[0].copy()
+        _kill(envs, 1)
+        if found_by == "get_attr":
+            envs.get_attr("t")
+        got = envs.rollout(3, lambda obs: np.zeros(len(obs), np.int64))
+        np.testing.assert_array_equal(got.observations[0], last)
+        assert got.truncations[0].tolist() == [False, False, True, True]
+        assert got.observations[1, :, 0].tolist() == [4, 4, 0, 0]
+        assert got.episode_starts[1].tolist() == [False, False, True, True]
+
+
+@pytest.mark.timeout(60)
+def test_a_replacement_process_that_cannot_start_breaks_the_vector_env_and_close_is_clean(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    envs = vecenv.SubprocVectorEnv([_Counting] * 4, 2, on_worker_death="restart", context="fork")
+    try:
+        envs.reset(seed=0)
+        transport = transport_of(envs)
+
+        def cannot_start(index: int, context: Any = None) -> None:
+            raise OSError(24, "Too many open files")
+
+        monkeypatch.setattr(transport, "_start", cannot_start)
+        _kill(envs, 1)
+        with pytest.raises(WorkerDiedError, match="its replacement could not be started: OSError: .*Too many open"):
+            envs.step(np.zeros(4, np.int64))
+    finally:
+        envs.close()
+    assert all(p is None for p in transport.processes[1:])
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in envs.worker_pids if pid is not None)
+
+
+@pytest.mark.timeout(60)
 def test_async_batches_restart_the_same_way() -> None:
     fns = [functools.partial(gym.make, "CartPole-v1")] * 4
     with vecenv.SubprocVectorEnv(fns, 2, batch_size=2, on_worker_death="restart", context="fork") as envs:
@@ -600,6 +643,24 @@ def test_a_transport_that_cannot_relaunch_gives_its_refusal(clock: FakeClock) ->
     try:
         assert restarter.replace(host, w) == "FakeTransport cannot restart workers"
         assert host.sent == [] and host.gathers == [] and host.transport.launches == [0, 1, 2]
+    finally:
+        host.close()
+
+
+def test_a_replacement_that_cannot_be_started_gives_why(clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Starting the new process fails (no descriptors left, the current directory removed):
+    the pool breaks with the reason, instead of that error escaping the call."""
+    host = _host(clock, [])
+    restarter = _restarter(host)
+    w = _worker_owing(Command.STEP)
+
+    def fails(worker: int) -> None:
+        raise FileNotFoundError(2, "No such file or directory")
+
+    monkeypatch.setattr(host.transport, "relaunch", fails)
+    try:
+        refusal = restarter.replace(host, w)
+        assert refusal == "its replacement could not be started: FileNotFoundError: [Errno 2] No such file or directory"
     finally:
         host.close()
 

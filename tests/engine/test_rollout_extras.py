@@ -263,14 +263,22 @@ def test_the_parent_reads_and_sets_the_state() -> None:
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("read_between", [False, True], ids=["set-only", "read-between"])
-def test_a_set_state_is_the_current_one_so_a_reset_before_the_next_rollout_restarts_it(read_between: bool) -> None:
+@pytest.mark.parametrize("after_batches", [False, True], ids=["after-steps", "after-batches"])
+def test_a_set_state_is_the_current_one_so_a_reset_before_the_next_rollout_restarts_it(
+    read_between: bool, after_batches: bool
+) -> None:
     """set_policy_state sets the state beside the current observations: a masked reset before
     the next rollout starts its envs from the initial state and leaves the others' as set, and
-    reading the state in between changes nothing."""
+    reading the state in between changes nothing (after async batches with none in flight too)."""
     policy = Recurrent()
     with make(diff_env_fns(N), 2) as envs:
         envs.reset(seed=SEED)
         envs.rollout(2, policy)
+        if after_batches:
+            envs.async_reset(seed=SEED)
+            received = 0
+            while received < N:
+                received += len(envs.recv(timeout=30)[-1])
         chosen = (np.arange(2 * N, dtype=np.float64).reshape(N, 2), {"count": np.arange(N, dtype=np.int64) + 7})
         envs.set_policy_state(chosen)
         if read_between:

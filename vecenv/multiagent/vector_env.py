@@ -40,6 +40,7 @@ from vecenv.multiagent.copies import COPY_CALL, INACTIVE_KEY, CopyCall, CopyOp, 
 from vecenv.multiagent.errors import AgentSpaceMismatchError
 from vecenv.multiagent.group import ParallelCopiesFn
 from vecenv.parent.groups import contiguous_bounds
+from vecenv.parent.vector_env import Uncopyable
 
 __all__ = ["MultiAgentVectorEnv", "make_parallel", "BACKENDS"]
 
@@ -102,7 +103,7 @@ def with_active(infos: dict[str, Any], n: int) -> np.ndarray:
     return active
 
 
-class MultiAgentVectorEnv(VectorEnv):
+class MultiAgentVectorEnv(Uncopyable, VectorEnv):
     """A ``gymnasium.vector.VectorEnv`` over copies of a PettingZoo ``ParallelEnv``, one row per
     (copy, agent), the copies stepped in a few worker processes (or Ray actors).
 

@@ -9,6 +9,7 @@ the groups fit together (the same errors and messages as Gymnasium's vector envs
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 from vecenv.errors import InvalidArgumentError, SpaceMismatchError
+from vecenv.spaces import is_fixed, leaf_layout
 from vecenv.wire.buffers import BufferSpec, layout_nbytes
 from vecenv.wire.memory import check_block
 from vecenv.wire.protocol import Hello, LooseSpaces, ObservationMode, SpaceMismatch, space_fits
@@ -72,14 +74,7 @@ def configure(
             error.mismatch = mismatch
             raise error
         start += hello.num_envs
-    if shared_memory:
-        spec = BufferSpec.plan(start, first.observation_space, first.action_space, True)
-        check_block(
-            layout_nbytes(spec.layout()),
-            f"the step buffers of {start} envs",
-            shared=True,
-            named=spec.shm_name is not None,
-        )
+    _check_memory(start, first, observation_mode, shared_memory)
     if isinstance(observation_mode, tuple):
         observation_space, single_observation_space = observation_mode
     elif observation_mode == "different":
@@ -101,6 +96,27 @@ def configure(
         render_mode=first.render_mode,
         env_spec=first.spec,
     )
+
+
+def _check_memory(num_envs: int, first: Hello, observation_mode: ObservationMode, shared_memory: bool) -> None:
+    """Refuse (``MemoryLimitError``) spaces whose batching or step buffers need more memory
+    than the machine can give, before either is made: Gymnasium's ``batch_space`` allocates a
+    batched ``Box``'s bounds and temporaries of its size (counted as ~2 values and 2 bytes per
+    element), the step buffers one value per element."""
+    spaces = [first.action_space]
+    if not isinstance(observation_mode, tuple):  # (a batched space given by the caller is made)
+        spaces.append(first.observation_space)
+    batching = sum(
+        math.prod(shape) * (2 * dtype.itemsize + 2)
+        for space in spaces
+        if is_fixed(space)
+        for shape, dtype in leaf_layout(space, num_envs)
+    )
+    if shared_memory:
+        spec = BufferSpec.plan(num_envs, first.observation_space, first.action_space, True)
+        what = f"the step buffers of {num_envs} envs"
+        check_block(layout_nbytes(spec.layout()), what, shared=True, named=spec.shm_name is not None)
+    check_block(batching, f"batching the spaces of {num_envs} envs", shared=False)
 
 
 def _first_mismatch(first: Hello, hello: Hello, observation_mode: ObservationMode, start: int) -> SpaceMismatch | None:

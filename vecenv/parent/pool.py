@@ -258,7 +258,7 @@ class WorkerPool:
         if failures:
             # By step, then worker order, not arrival: which error is raised must not depend on
             # timing, and a rollout raises what stepping the same envs one step at a time would.
-            self.raise_remote(*min(failures, key=lambda f: (f[1].order, f[0].index)), call)
+            self.raise_remote(*min(failures, key=_failure_order), call)
         if len(workers) == 1:
             return [results[workers[0].index]]
         return [results[w.index] for w in workers]
@@ -400,3 +400,10 @@ class WorkerPool:
                     failures[w.index] = self.remote_error(w, result, "close")
             waiting = [w for w in waiting if w.status is not WorkerStatus.IDLE]
         return failures[min(failures)] if failures else None
+
+
+def _failure_order(failure: tuple[WorkerRecord, PackedException]) -> tuple[tuple[int, int], int]:
+    """Which of several workers' errors a call raises: the earliest step of a rollout (a
+    worker of an older vecenv sends none: first), then the lowest worker."""
+    w, packed = failure
+    return getattr(packed, "order", (0, 0)), w.index

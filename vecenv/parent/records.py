@@ -61,6 +61,7 @@ class WorkerRecord:
         "ready_at",
         "restarted_reset",
         "unreported_restart",
+        "restart_observations",
         "launches",
         "held_call",
         "_owed",
@@ -77,6 +78,8 @@ class WorkerRecord:
         #: The reset of a replacement that no call has reported yet (the death was found by a
         #: message nobody waits for): the next step or rollout sent to it reports it instead.
         self.unreported_restart: Any = None
+        #: The group's observations before that reset rewrote them (row 0 of the next rollout).
+        self.restart_observations: Any = None
         self.launches = 1  # processes (or actors) started for it so far: what a new one lacks
         self.held_call: OwedCall | None = None  # the call whose reply is held (READY)
         self._owed: deque[OwedCall] = deque([OwedCall(0, "__init__")])
@@ -168,7 +171,7 @@ class WorkerRecord:
         else:
             wanted = next((owed for owed in self._owed if owed.wanted), None)
         self.launches += 1
-        self.unreported_restart = None
+        self.unreported_restart = self.restart_observations = None
         self._owed = deque([OwedCall(0, "__init__")])
         self.reply = self.held_call = None
         self.status = WorkerStatus.STARTING

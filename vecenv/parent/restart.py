@@ -24,6 +24,7 @@ import numpy as np
 from vecenv.errors import VecEnvTimeoutError
 from vecenv.parent.records import OwedCall, WorkerRecord
 from vecenv.parent.state import SeedBook
+from vecenv.spaces import is_fixed, tree_map
 from vecenv.transports.base import Transport, WorkerGone
 from vecenv.transports.sending import send_timeout
 from vecenv.wire.buffers import Buffers
@@ -149,9 +150,12 @@ class Restarter:
                 pool.transport.relaunch(w.index)
             except NotImplementedError as exc:
                 return str(exc)
+            except Exception as exc:  # no descriptors left, no current directory, ...
+                return f"its replacement could not be started: {type(exc).__name__}: {exc}"
             owed = w.relaunched()
             if first:
                 lost, first = owed, False
+                before = _group_observations(pool, w)  # before the rebuild's reset rewrites them
             self.active = True
             try:
                 reply = self._rebuild(pool, w, _resets_group(lost), deadline)
@@ -168,7 +172,7 @@ class Restarter:
             finally:
                 self.active = False
         if lost is None:
-            w.unreported_restart = reply
+            w.unreported_restart, w.restart_observations = reply, before
             return None
         w.sent(lost)
         if lost.command is Command.STEP:
@@ -184,7 +188,7 @@ class Restarter:
             # A state read steps nothing, so it cannot report the restart: the envs start afresh
             # (their state is the initial one), and the next step or rollout reports it.
             assert reply is not None
-            w.unreported_restart = reply
+            w.unreported_restart, w.restart_observations = reply, before
             pool.answer(w, lost.call_id, True, RestartedRollout(reply))
             return None
         # Sent again, with its call id: the new worker's reply answers the waiting call.
@@ -196,7 +200,7 @@ class Restarter:
             # A call, attribute or render steps nothing: the next step or rollout reports the
             # restart, as when no call was owed.
             assert reply is not None
-            w.unreported_restart = reply
+            w.unreported_restart, w.restart_observations = reply, before
         try:
             pool.transport.send(w.index, lost.message, send_timeout())
         except WorkerGone:
@@ -211,18 +215,18 @@ class Restarter:
         with a ``reset_mask`` reports it in its infos; other calls leave it pending)."""
         reset = w.unreported_restart
         if owed.command is Command.RESET:
-            w.unreported_restart = None
+            w.unreported_restart = w.restart_observations = None
             if not _resets_group(owed):  # the envs it leaves alone started afresh: say so
                 w.restarted_reset = owed.call_id
             return False
         if owed.command is Command.STEP:
             result: Any = truncated_reply(pool, w, reset)
         elif owed.command is Command.ROLLOUT or owed.command is Command.POLICY_STATE:
-            result = RestartedRollout(reset)
+            result = RestartedRollout(reset, w.restart_observations)
         else:
             return False
         if owed.command is not Command.POLICY_STATE:
-            w.unreported_restart = None
+            w.unreported_restart = w.restart_observations = None
         w.sent(owed)
         pool.answer(w, owed.call_id, True, result)
         return True
@@ -260,9 +264,12 @@ class RestartedRollout:
     replaced: none of its rows were made, and the replacement holds no policy yet; ``reset`` is
     the replacement's reset of the group's envs (see :mod:`vecenv.parent.rollouts`, which
     reports the rollout's first step as the restarted step and runs the rest again, and gives
-    a state read the initial state)."""
+    a state read the initial state). ``observations``: the group's rows as they were before
+    that reset, where it rewrote them before this rollout began (a restart found by another
+    call): row 0's observations (``None``: the rollout's own start)."""
 
     reset: StepReply
+    observations: Any = None
 
 
 class _WrongSize(Exception):
@@ -276,6 +283,15 @@ def _resets_group(owed: OwedCall | None) -> bool:
         return False
     mask = owed.payload.mask
     return mask is None or bool(np.all(mask))
+
+
+def _group_observations(pool: RestartHost, w: WorkerRecord) -> Any:
+    """A copy of ``w``'s rows of the observations (fixed spaces, the only ones rollouts take),
+    or ``None`` before the handshake or for other spaces."""
+    buffers = pool.buffers
+    if buffers is None or not is_fixed(buffers.spec.observation_space):
+        return None
+    return tree_map(lambda rows: rows[w.start : w.stop].copy(), buffers.observations)
 
 
 def _buffers(pool: RestartHost) -> Buffers:

@@ -20,8 +20,8 @@ are run again by the replacement from its fresh reset.
 Beyond actions (:mod:`vecenv.policy_outputs`): a policy's extras are laid out in the block
 from one call of a copy in the parent when the policy is first passed; a recurrent policy's
 state lives in the workers (read with :meth:`Rollouts.read_state`, set with
-:meth:`Rollouts.set_state`, which rides on the next ``ROLLOUT``); every rollout carries the
-weights version it was sent with.
+:meth:`Rollouts.set_state`: a ``POLICY_STATE`` at once, or with the next ``ROLLOUT`` while a call
+is in flight); every rollout carries the weights version it was sent with.
 """
 
 from __future__ import annotations
@@ -321,7 +321,7 @@ class Rollouts:
                 f"`{call}` needs a recurrent policy (one with initial_state): pass it to `rollout` first"
             )
 
-    def set_state(self, state: Any) -> None:
+    def set_state(self, state: Any, timeout: float | None = None) -> None:
         """Every env's state now (``None``: the policy's initial state): sent at once when no
         call is in flight (one round trip), so a reset or step before the next rollout restarts
         the state of the envs it starts episodes for, as for any state; else it rides on the
@@ -333,18 +333,19 @@ class Rollouts:
             state = as_state(state)
             check_state(state, self.num_envs, self._outputs.initial_state, "given to set_policy_state")
             self._state, self._fresh_state = state, False
-        if self.calls.state is State.DEFAULT:
-            self.read_state(None)
+        if self.calls.idle:
+            self.read_state(timeout, "set_policy_state")
 
-    def read_state(self, timeout: float | None) -> Any:
-        """Every env's state as the next rollout would start from it (one round trip)."""
-        self._check_recurrent("policy_state")
-        self.calls.check_can_start("policy_state")
+    def read_state(self, timeout: float | None, call: str = "policy_state") -> Any:
+        """Every env's state as the next rollout would start from it (one round trip), after
+        the state set for it, if any, is set; ``call`` names the call in errors."""
+        self._check_recurrent(call)
+        self.calls.check_can_start(call)
         workers = self.workers
         self._sending()
         payloads = [self._payload(w, 0, 0) for w in workers]
-        self.runner.send(workers, Command.POLICY_STATE, payloads, "policy_state", None)
-        replies = self.runner.gather(workers, STATE_TIMEOUT if timeout is None else timeout, "policy_state")
+        self.runner.send(workers, Command.POLICY_STATE, payloads, call, None)
+        replies = self.runner.gather(workers, STATE_TIMEOUT if timeout is None else timeout, call)
         self._state, self._fresh_state = None, False
         self._sent([w for w, reply in zip(workers, replies) if not isinstance(reply, RestartedRollout)])
         states = [self._reply_state(w, reply) for w, reply in zip(workers, replies)]
@@ -540,8 +541,12 @@ class Rollouts:
             block.terminations[1:t, span] = False
             block.truncations[1:t, span] = False
             block.stepped[1:t, span] = False
-        for dst, src in zip(tree_leaves(block.observations), tree_leaves(self._start_obs)):
-            dst[0, span] = src[span]
+        if restarted.observations is not None:  # rewritten by the restart before this rollout
+            for dst, src in zip(tree_leaves(block.observations), tree_leaves(restarted.observations)):
+                dst[0, span] = src
+        else:
+            for dst, src in zip(tree_leaves(block.observations), tree_leaves(self._start_obs)):
+                dst[0, span] = src[span]
         for dst in tree_leaves(block.actions):  # lost (row 0), or never chosen (DISABLED's waiting rows)
             dst[0 if block.stepped is None else slice(0, t), span] = 0
         block.rewards[0, span] = 0.0
@@ -683,16 +688,16 @@ class RolloutMethods:
         return self._rollouts.read_state(check_timeout(timeout))
 
     @serialised
-    def set_policy_state(self, state: Any = None) -> None:
+    def set_policy_state(self, state: Any = None, timeout: float | None = None) -> None:
         """Set every env's state of the recurrent policy; ``None``: the policy's initial state
         (to evaluate from a fresh state, say). It is the state beside the envs' current
-        observations (one round trip; while a call is in flight, it rides on the next rollout):
-        a ``reset`` or ``step`` before the next rollout restarts it for the envs whose episodes
-        it starts, as it would any state.
+        observations (one round trip, bounded by ``timeout`` as :meth:`policy_state`'s; while a
+        call is in flight, it rides on the next rollout): a ``reset`` or ``step`` before the
+        next rollout restarts it for the envs whose episodes it starts, as it would any state.
 
         Raises:
             PolicyOutputError: a leaf without one row per env, or another shape or dtype than
                 the policy's initial state.
             ValueError: the last policy passed to ``rollout`` keeps no state.
         """
-        self._rollouts.set_state(state)
+        self._rollouts.set_state(state, check_timeout(timeout))

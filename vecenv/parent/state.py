@@ -126,14 +126,19 @@ class CallState:
                 f"`{call}` cannot run: {broken}", worker=broken.worker, envs=broken.envs, exitcode=broken.exitcode
             ) from broken
 
+    @property
+    def idle(self) -> bool:
+        """Nothing pending: no call, and no env of an async batch in flight."""
+        state = self._waiting
+        if state is State.WAITING_RECV:
+            return self._pool is not None and not self._pool.in_flight()
+        return state is State.DEFAULT
+
     def check_can_start(self, call: str) -> None:
         """A new call may start: nothing pending (envs of a finished async batch count as idle)."""
         self.check_open(call)
-        state = self._waiting
-        if state is State.WAITING_RECV and self._pool is not None and not self._pool.in_flight():
-            return
-        if state is not State.DEFAULT:
-            raise already_pending(call, state)
+        if not self.idle:
+            raise already_pending(call, self._waiting)
 
     def check_can_reset(self, call: str, full: bool) -> bool:
         """:meth:`check_can_start` for a reset (``full``: of every env). After an env raised in

@@ -69,10 +69,35 @@ from vecenv.transports.base import Transport
 from vecenv.wire.buffers import Buffers, BufferSpec
 from vecenv.wire.protocol import CallArgs, Command, ResetArgs, SetAttrArgs
 
-__all__ = ["GroupVectorEnv", "DEFAULT_CLOSE_TIMEOUT"]
+__all__ = ["GroupVectorEnv", "Uncopyable", "DEFAULT_CLOSE_TIMEOUT"]
 
 
-class GroupVectorEnv(RolloutMethods, VectorEnv):
+class Uncopyable:
+    """Refuses ``pickle``, ``copy.copy`` and ``copy.deepcopy`` with :class:`NotCopyableError`:
+    for objects that own workers, pipes and shared memory, which exist once (a shallow copy
+    would share them, and its garbage collection would close them under the original)."""
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise NotCopyableError(
+            f"a {type(self).__name__} cannot be pickled: its workers, pipes and shared memory belong to "
+            "the process that made it. Pass what builds it (its env constructors or env id) and make one "
+            "in the other process"
+        )
+
+    def __copy__(self) -> Any:
+        raise NotCopyableError(
+            f"a {type(self).__name__} cannot be copied: a copy would share its workers, and closing one "
+            "(or its garbage collection) would close both. Use the same object, or make another vector env"
+        )
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        raise NotCopyableError(
+            f"a {type(self).__name__} cannot be deep-copied: its workers, pipes and shared memory exist "
+            "once. Make another vector env from the same env constructors instead"
+        )
+
+
+class GroupVectorEnv(Uncopyable, RolloutMethods, VectorEnv):
     """A ``gymnasium.vector.VectorEnv`` over a :class:`~vecenv.parent.pool.WorkerPool` of env groups.
 
     The subclasses choose the transport (:class:`~vecenv.SubprocVectorEnv`: processes;
@@ -462,25 +487,6 @@ class GroupVectorEnv(RolloutMethods, VectorEnv):
 
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
-
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        raise NotCopyableError(
-            f"a {type(self).__name__} cannot be pickled: its workers, pipes and shared memory belong to "
-            "the process that made it. Pass what builds it (its env constructors or env id) and make one "
-            "in the other process"
-        )
-
-    def __copy__(self) -> GroupVectorEnv:
-        raise NotCopyableError(
-            f"a {type(self).__name__} cannot be copied: a copy would share its workers, and closing one "
-            "(or its garbage collection) would close both. Use the same object, or make another vector env"
-        )
-
-    def __deepcopy__(self, memo: Any) -> GroupVectorEnv:
-        raise NotCopyableError(
-            f"a {type(self).__name__} cannot be deep-copied: its workers, pipes and shared memory exist "
-            "once. Make another vector env from the same env constructors instead"
-        )
 
     def __del__(self) -> None:
         closer = self._closer

@@ -159,7 +159,10 @@ def _still_running(process: BaseProcess) -> bool:
         return False
     if not wait_for_objects([process.sentinel], 0):
         return True
-    process.join(0)  # it has just exited: take its status
+    # It has exited: take its status. A blocking join, as the sentinel is readable a moment
+    # before the process is a zombie whose status waitpid can take; where another waitpid
+    # took it, waitpid fails at once (ECHILD) and the join returns without one.
+    process.join(_HANGUP_GRACE)
     if process.exitcode is None:
         # multiprocessing has no public way to record it: its Popen's returncode is the status.
         popen: Any = process._popen  # type: ignore[attr-defined]
@@ -366,6 +369,9 @@ class ProcessTransport(Transport):
             _still_running(old)  # its status, if another waitpid took it
         old.close()
         conn.close()
+        # Forgotten before the new one starts: if it cannot (no descriptors, no current
+        # directory), nothing closed is left for stop() to close again.
+        self.processes[worker] = self.conns[worker] = None
         self._causes.pop(worker, None)
         self._torn.discard(worker)
         self._pollers.clear()

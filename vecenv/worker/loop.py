@@ -95,6 +95,10 @@ def _setup_process(options: WorkerOptions) -> None:
     # through a handler a forked worker inherited from its parent (vecenv-collect's, say).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # A parent's ignored SIGCHLD (a launcher's, inherited) or reaping handler would take the
+    # exit statuses of the env code's own subprocesses (subprocess.run would report 0).
+    if hasattr(signal, "SIGCHLD"):  # (POSIX)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     # fork: give up what belongs to the parent (other vector envs' blocks, parent pipe ends).
     drop_inherited_mappings()
     for conn in list(PARENT_ENDS):

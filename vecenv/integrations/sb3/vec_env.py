@@ -54,14 +54,14 @@ from vecenv.options import DEFAULTS
 from vecenv.parent.handshake import loose_mismatch_message
 from vecenv.parent.restart import RESTART_INFO_KEY
 from vecenv.parent.subproc import SubprocVectorEnv
-from vecenv.parent.vector_env import DEFAULT_CLOSE_TIMEOUT, GroupVectorEnv
+from vecenv.parent.vector_env import DEFAULT_CLOSE_TIMEOUT, GroupVectorEnv, Uncopyable
 from vecenv.seeding import spawn_seeds
 from vecenv.wire.protocol import LooseSpaces
 
 __all__ = ["SubprocVecEnv"]
 
 
-class SubprocVecEnv(VecEnv):
+class SubprocVecEnv(Uncopyable, VecEnv):
     """An SB3 ``VecEnv`` whose envs run in :class:`vecenv.SubprocVectorEnv` worker groups.
 
     A drop-in for ``stable_baselines3.common.vec_env.SubprocVecEnv``::
