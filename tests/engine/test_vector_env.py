@@ -14,7 +14,6 @@ import re
 import time
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
@@ -250,26 +249,3 @@ def test_pickling_or_copying_is_refused_and_the_vector_env_stays_usable(how: str
         gc.collect()
         obs, *_ = envs.step(envs.action_space.sample())
         assert obs.shape[0] == 2 and not envs.closed
-
-
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("how", ["pickle", "copy", "deepcopy"])
-@pytest.mark.parametrize("wrapper", ["MultiAgentVectorEnv", "SubprocVecEnv"])
-def test_the_wrappers_that_own_workers_refuse_copies_by_their_own_name(how: str, wrapper: str) -> None:
-    copier = {"pickle": pickle.dumps, "copy": copy.copy, "deepcopy": copy.deepcopy}[how]
-    if wrapper == "MultiAgentVectorEnv":
-        from tests.helpers.multiagent import ToyParallelEnv
-        from vecenv.multiagent import MultiAgentVectorEnv
-
-        envs: Any = MultiAgentVectorEnv([ToyParallelEnv] * 2, num_workers=2, context="fork")
-    else:
-        from vecenv.sb3 import SubprocVecEnv
-
-        envs = SubprocVecEnv([lambda: gym.make("CartPole-v1")] * 2, start_method="fork", num_workers=2)
-    try:
-        with pytest.raises(vecenv.errors.NotCopyableError, match=f"a {wrapper} cannot be"):
-            copier(envs)
-        gc.collect()
-        envs.reset()
-    finally:
-        envs.close()

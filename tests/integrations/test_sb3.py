@@ -10,8 +10,11 @@ Skipped as a whole when SB3 (or torch) is not installed: install the ``sb3`` ext
 
 from __future__ import annotations
 
+import copy
+import gc
 import multiprocessing
 import os
+import pickle
 import re
 import signal
 import subprocess
@@ -452,6 +455,21 @@ def test_default_start_method_is_sb3s(start_method: str, monkeypatch: pytest.Mon
 def test_import_vecenv_does_not_import_sb3() -> None:
     code = "import sys, vecenv; bad = {'stable_baselines3', 'torch'} & set(sys.modules); assert not bad, bad"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["pickle", "copy", "deepcopy"])
+def test_copies_are_refused_by_name_and_the_original_goes_on(how: str) -> None:
+    """A copy would share the workers (and close them when collected): NotCopyableError."""
+    copier = {"pickle": pickle.dumps, "copy": copy.copy, "deepcopy": copy.deepcopy}[how]
+    vec = SubprocVecEnv([lambda: gym.make("CartPole-v1")] * 2, start_method="fork", num_workers=2)
+    try:
+        with pytest.raises(vecenv.errors.NotCopyableError, match="a SubprocVecEnv cannot be"):
+            copier(vec)
+        gc.collect()
+        assert vec.reset().shape == (2, 4)
+    finally:
+        vec.close()
 
 
 def test_missing_sb3_gives_one_line_install_hint() -> None:

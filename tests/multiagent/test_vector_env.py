@@ -4,8 +4,11 @@ and keep the engine's guarantees (errors, restarts, async batches, closing)."""
 
 from __future__ import annotations
 
+import copy
 import functools
+import gc
 import os
+import pickle
 import time
 from typing import Any
 
@@ -302,6 +305,18 @@ def test_every_blocking_call_takes_a_timeout(call: str) -> None:
         assert time.monotonic() - start < 5.0
     finally:
         envs.close(terminate=True)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("how", ["pickle", "copy", "deepcopy"])
+def test_copies_are_refused_by_name_and_the_original_goes_on(how: str) -> None:
+    """A copy would share the workers (and close them when collected): NotCopyableError."""
+    copier = {"pickle": pickle.dumps, "copy": copy.copy, "deepcopy": copy.deepcopy}[how]
+    with MultiAgentVectorEnv([ToyParallelEnv] * 2, num_workers=2, context="fork") as envs:
+        with pytest.raises(vecenv.errors.NotCopyableError, match="a MultiAgentVectorEnv cannot be"):
+            copier(envs)
+        gc.collect()
+        assert envs.reset(seed=0)[0].shape[0] == envs.num_envs
 
 
 def test_close_closes_every_copy(tmp_path: Any) -> None:
