@@ -49,15 +49,16 @@ def configure(
 ) -> VectorSpaces:
     """Check every worker's spaces against the first env's and batch them.
 
-    ``shared_memory``: the step buffers will be a shared block, which is checked against the
-    memory the machine can give it before the spaces are batched (Gymnasium's ``batch_space``
-    allocates as much again, a ``Box``'s bounds), so a block too large is a
+    Before the spaces are batched, what batching them allocates (Gymnasium's ``batch_space``:
+    a ``Box``'s bounds) and, with ``shared_memory``, the shared block of the step buffers are
+    checked against the memory the machine can give them, so a size too large is a
     ``MemoryLimitError``, not numpy's failure (or the OOM killer) half-way.
 
     Raises:
         ValueError: a native vector env group's autoreset mode differs from ``autoreset_mode``.
         SpaceMismatchError: two envs' spaces do not fit together (the first such env is named).
-        MemoryLimitError: the step buffers need more shared memory than the machine can give.
+        MemoryLimitError: the step buffers or batching the spaces need more memory than the
+            machine can give.
     """
     first = hellos[0]
     start = 0

@@ -170,6 +170,15 @@ def _still_running(process: BaseProcess) -> bool:
     return False
 
 
+def _end(process: BaseProcess) -> None:
+    """Kill ``process`` if it still runs, and take its exit status (recorded as lost where
+    another ``waitpid`` took it)."""
+    if _still_running(process):
+        process.kill()
+        process.join()
+        _still_running(process)
+
+
 def _describe_exit(code: int | None) -> str:
     if code == STATUS_LOST:
         return "exited (its exit status went to another waitpid: this process ignores SIGCHLD or reaps every child)"
@@ -363,10 +372,7 @@ class ProcessTransport(Transport):
 
     def relaunch(self, worker: int) -> None:
         old, conn = self._process(worker), self._conn(worker)
-        if _still_running(old):
-            old.kill()
-            old.join()
-            _still_running(old)  # its status, if another waitpid took it
+        _end(old)
         old.close()
         conn.close()
         # Forgotten before the new one starts: if it cannot (no descriptors, no current
@@ -747,10 +753,7 @@ class ProcessTransport(Transport):
         kill_deadline = time.monotonic() + KILL_GRACE
         for process in processes:
             process.join(max(0.0, kill_deadline - time.monotonic()))
-            if _still_running(process):
-                process.kill()
-                process.join()
-                _still_running(process)  # its status, if another waitpid took it
+            _end(process)
             process.close()
         for conn in self.conns:
             if conn is not None:
