@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import functools
 import pickle
+import subprocess
+import sys
 from typing import Any
 
 import gymnasium as gym
@@ -217,3 +219,22 @@ def test_other_names_are_supersuit_own() -> None:
     assert vs.concat_vec_envs_v1 is not ss.concat_vec_envs_v1
     with pytest.raises(AttributeError):
         vs.no_such_wrapper_v0  # noqa: B018 - the lookup is the test
+
+
+def test_sb3_base_class_without_sb3_names_the_extra_and_starts_nothing() -> None:
+    """Without Stable-Baselines3, ``base_class="stable_baselines3"`` is refused before any worker starts."""
+    code = (
+        "import sys, multiprocessing; sys.modules['stable_baselines3'] = None\n"
+        "import gymnasium as gym, vecenv, vecenv.supersuit as vs\n"
+        "try:\n"
+        "    vs.concat_vec_envs_v1(gym.make('CartPole-v1'), 2, num_cpus=2, base_class='stable_baselines3')\n"
+        "except vecenv.errors.MissingDependencyError as e:\n"
+        "    print(e)\n"
+        "else:\n"
+        "    raise SystemExit('no error')\n"
+        "print(len(multiprocessing.active_children()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, timeout=60, capture_output=True, text=True).stdout
+    message, children = out.splitlines()
+    assert "needs Stable-Baselines3: pip install 'vecenv[sb3]'" in message, out
+    assert children == "0", out

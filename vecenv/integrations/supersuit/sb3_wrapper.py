@@ -20,8 +20,17 @@ import warnings
 from typing import Any
 
 import numpy as np
-from stable_baselines3.common.vec_env import VecEnvWrapper
-from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs, VecEnvStepReturn
+
+from vecenv.errors import MissingDependencyError
+
+try:
+    from stable_baselines3.common.vec_env import VecEnvWrapper
+    from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs, VecEnvStepReturn
+except ImportError as exc:  # SB3 itself, or torch which it imports, is missing
+    raise MissingDependencyError(
+        "concat_vec_envs_v1(base_class='stable_baselines3') needs Stable-Baselines3: "
+        f"pip install 'vecenv[sb3]' (import failed: {exc})"
+    ) from exc
 
 __all__ = ["SB3VecEnvWrapper"]
 

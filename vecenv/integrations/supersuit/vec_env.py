@@ -254,12 +254,12 @@ def concat_vec_envs_v1(
         raise ArgumentTypeError(
             f"`vec_env` must be what pettingzoo_env_to_vec_env_v1 returned or a gymnasium.Env, got {describe(vec_env)}"
         )
-    venv = ConcatVecEnv(env, num_vec_envs, num_cpus, black_death, context)
     if base_class == "stable_baselines3":
+        # Imported before any worker starts: without SB3 this raises and nothing is left running.
         from vecenv.integrations.supersuit.sb3_wrapper import SB3VecEnvWrapper
 
-        return SB3VecEnvWrapper(venv)
-    return venv
+        return SB3VecEnvWrapper(ConcatVecEnv(env, num_vec_envs, num_cpus, black_death, context))
+    return ConcatVecEnv(env, num_vec_envs, num_cpus, black_death, context)
 
 
 def __getattr__(name: str) -> Any:
