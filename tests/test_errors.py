@@ -3,7 +3,8 @@
 An AST walk over ``vecenv/`` lists every ``raise <builtin exception>(...)``; only the cases below
 may remain, each for a reason a ``VecEnvError`` cannot serve. Exceptions that env code raised
 are re-raised as they are (``raise exc``), as Gymnasium's ``SyncVectorEnv`` does: the walk does
-not see those, nor Gymnasium's own errors (``AlreadyPendingCallError``, ...).
+not see those. Gymnasium's errors of the call order (``AlreadyPendingCallError``, ...) are raised
+as ``vecenv.errors`` subclasses that are both.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import ast
 import builtins
 from pathlib import Path
 
+import gymnasium.error
 import pytest
 
+import vecenv
 import vecenv.errors
 from vecenv.datasets import errors as dataset_errors
 from vecenv.errors import VecEnvError
@@ -100,6 +103,49 @@ def test_each_error_keeps_its_builtin_base(error: type, base: type) -> None:
     assert issubclass(error, VecEnvError) and issubclass(error, base)
     with pytest.raises(base, match="the message"):
         raise error("the message")
+
+
+@pytest.mark.parametrize(
+    ("error", "gym_error"),
+    [
+        (vecenv.errors.AlreadyPendingCallError, gymnasium.error.AlreadyPendingCallError),
+        (vecenv.errors.NoAsyncCallError, gymnasium.error.NoAsyncCallError),
+        (vecenv.errors.ClosedEnvironmentError, gymnasium.error.ClosedEnvironmentError),
+        (vecenv.errors.UnknownEnvIdError, gymnasium.error.NameNotFound),
+    ],
+)
+def test_gymnasium_errors_are_raised_as_vecenv_errors(error: type, gym_error: type) -> None:
+    """``except gymnasium.error.X`` (what Sync's callers wrote) and ``except VecEnvError`` both catch it."""
+    assert issubclass(error, VecEnvError) and issubclass(error, gym_error)
+
+
+def test_no_module_raises_gymnasiums_own_errors() -> None:
+    """The call-order errors come from ``vecenv.errors``, never straight from ``gymnasium.error``."""
+    offenders = [
+        str(path.relative_to(PACKAGE.parent))
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "errors.py"
+        and any(
+            s in path.read_text() for s in ("from gymnasium.error import", "raise gym.error.", "raise gymnasium.error.")
+        )
+    ]
+    assert offenders == []
+
+
+def test_calls_out_of_order_raise_both_errors() -> None:
+    """End to end: ``step_wait`` with nothing in flight, then any call after ``close()``."""
+    envs = vecenv.make("CartPole-v1", 2, num_workers=0)
+    try:
+        with pytest.raises(vecenv.errors.NoAsyncCallError, match="Calling `step_wait` without any prior call"):
+            envs.step_wait()
+    finally:
+        envs.close()
+    with pytest.raises(gymnasium.error.ClosedEnvironmentError) as info:
+        envs.reset()
+    assert isinstance(info.value, VecEnvError)
+    with pytest.raises(gymnasium.error.NameNotFound, match="unknown environment id 'CartPol-v1'") as unknown:
+        vecenv.make("CartPol-v1", 2)
+    assert isinstance(unknown.value, VecEnvError)
 
 
 def test_a_bad_argument_is_both_a_value_error_and_a_vecenv_error() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from gymnasium import Space
@@ -32,6 +32,7 @@ __all__ = [
     "check_observation_mode",
     "check_timeout",
     "check_restarts",
+    "RestartBudget",
     "check_threads",
     "check_options",
     "check_batch_size",
@@ -249,8 +250,15 @@ def check_env_ids(env_ids: Any, n: int) -> np.ndarray:
     return ids
 
 
-def check_restarts(on_worker_death: Any, max_restarts: Any, restart_window: Any) -> tuple[int, float] | None:
-    """``None`` for ``on_worker_death="raise"``; ``(max_restarts, restart_window)`` for ``"restart"``."""
+class RestartBudget(NamedTuple):
+    """``on_worker_death="restart"``: at most ``max_restarts`` restarts within ``window`` seconds."""
+
+    max_restarts: int
+    window: float
+
+
+def check_restarts(on_worker_death: Any, max_restarts: Any, restart_window: Any) -> RestartBudget | None:
+    """``None`` for ``on_worker_death="raise"``; the :class:`RestartBudget` for ``"restart"``."""
     if on_worker_death not in ("raise", "restart"):
         raise InvalidArgumentError(f"`on_worker_death` must be 'raise' or 'restart', got {describe(on_worker_death)}")
     if not _is_int(max_restarts) or max_restarts < 1:
@@ -264,7 +272,7 @@ def check_restarts(on_worker_death: Any, max_restarts: Any, restart_window: Any)
         raise InvalidArgumentError(
             f"`restart_window` must be a positive number of seconds, got {describe(restart_window)}"
         )
-    return None if on_worker_death == "raise" else (int(max_restarts), float(restart_window))
+    return None if on_worker_death == "raise" else RestartBudget(int(max_restarts), float(restart_window))
 
 
 def check_threads(threads: Any) -> int | None:

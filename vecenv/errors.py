@@ -27,8 +27,10 @@ already catch: :class:`InvalidArgumentError` (a ``ValueError``), :class:`Argumen
 (an ``ImportError``) and :class:`EnvIndexError` (an ``IndexError``); ``except ValueError`` and
 ``except VecEnvError`` both catch a bad argument.
 
-Gymnasium's own ``AlreadyPendingCallError``, ``NoAsyncCallError`` and ``ClosedEnvironmentError``
-are raised, unchanged, for calls made in the wrong order or after ``close()``.
+Calls made in the wrong order or after ``close()`` raise :class:`AlreadyPendingCallError`,
+:class:`NoAsyncCallError` and :class:`ClosedEnvironmentError`, and an unknown env id
+:class:`UnknownEnvIdError`: each is a :class:`VecEnvError` and also Gymnasium's error of the same
+meaning, so ``except gymnasium.error.NoAsyncCallError`` catches it as it would Sync's.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import traceback
 from typing import Any
 
 import cloudpickle
+import gymnasium.error
 import numpy as np
 
 __all__ = [
@@ -63,6 +66,10 @@ __all__ = [
     "NotCopyableError",
     "MissingDependencyError",
     "EnvIndexError",
+    "AlreadyPendingCallError",
+    "NoAsyncCallError",
+    "ClosedEnvironmentError",
+    "UnknownEnvIdError",
     "UnguardedMainError",
     "UnguardedMainWarning",
     "RemoteTraceback",
@@ -224,6 +231,25 @@ class MissingDependencyError(VecEnvError, ImportError):
 
 class EnvIndexError(VecEnvError, IndexError):
     """An env index outside ``[-num_envs, num_envs)``. An ``IndexError``, as for a sequence."""
+
+
+class AlreadyPendingCallError(VecEnvError, gymnasium.error.AlreadyPendingCallError):
+    """A call started while another is pending (``step_async`` twice, ``reset`` between
+    ``step_async`` and ``step_wait``); ``name`` is the pending call. Gymnasium's error too."""
+
+
+class NoAsyncCallError(VecEnvError, gymnasium.error.NoAsyncCallError):
+    """A ``*_wait`` (or ``recv``) with nothing of its kind in flight; ``name`` is the state the
+    call expected. Gymnasium's error too."""
+
+
+class ClosedEnvironmentError(VecEnvError, gymnasium.error.ClosedEnvironmentError):
+    """A call after ``close()``. Gymnasium's error too."""
+
+
+class UnknownEnvIdError(VecEnvError, gymnasium.error.NameNotFound):
+    """``vecenv.make`` (or ``vecenv-collect``) got an env id that is not registered; the message
+    lists close matches. Gymnasium's ``NameNotFound`` too."""
 
 
 class MissingMethodError(VecEnvError, AttributeError):

@@ -20,7 +20,7 @@ import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec, find_highest_version, parse_env_id
 
 from vecenv.backends import BACKENDS, OWN_KEYWORDS, vector_class
-from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, UnknownEnvIdError, describe
 
 __all__ = ["make", "check_env_id", "vector_keywords", "BACKENDS", "VECTORIZATION_MODE"]
 
@@ -50,7 +50,8 @@ def check_env_id(env_id: str) -> None:
 
     Raises:
         ImportError: the module cannot be imported.
-        gymnasium.error.NameNotFound: no such id; the message lists close matches.
+        UnknownEnvIdError: no such id (a ``gymnasium.error.NameNotFound``); the message lists
+            close matches.
     """
     module, _, name = env_id.rpartition(":")
     if module:
@@ -65,7 +66,7 @@ def check_env_id(env_id: str) -> None:
         if matches
         else " (gymnasium.pprint_registry() lists the ids)"
     )
-    raise gym.error.NameNotFound(f"unknown environment id {name!r}{hint}")
+    raise UnknownEnvIdError(f"unknown environment id {name!r}{hint}")
 
 
 def _warn_if_out_of_date(name: str) -> None:

@@ -17,6 +17,7 @@ from gymnasium import Space
 from gymnasium.vector import AutoresetMode
 
 from vecenv.checks import (
+    RestartBudget,
     check_autoreset_mode,
     check_flag,
     check_observation_mode,
@@ -76,7 +77,7 @@ class VectorOptions:
     """The shared keywords, checked and normalised.
 
     Attributes:
-        restarts: ``(max_restarts, restart_window)`` with ``on_worker_death="restart"``, else ``None``.
+        restarts: the :class:`~vecenv.checks.RestartBudget` with ``on_worker_death="restart"``, else ``None``.
         threads: ``threads_per_worker``.
         seed_policy: how an int ``reset`` seed becomes per-env seeds (:mod:`vecenv.seeding`).
         batch_size: as given; it is checked against the group sizes once they are known.
@@ -87,7 +88,7 @@ class VectorOptions:
     observation_mode: ObservationMode
     batch_size: int | None
     start_timeout: float | None
-    restarts: tuple[int, float] | None
+    restarts: RestartBudget | None
     threads: int | None
     seed_policy: str = DEFAULTS.seed_policy
 

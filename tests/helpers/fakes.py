@@ -23,7 +23,7 @@ import pytest
 from gymnasium import spaces
 
 from vecenv.errors import PackedException
-from vecenv.transports.base import Death, Event, Reply, Transport, WorkerGone
+from vecenv.transports.base import Death, DeathCause, Event, Reply, Transport, WorkerGone
 from vecenv.transports.sending import SendTimeout
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import Attach, Command, Hello, StepReply
@@ -188,8 +188,8 @@ class FakeTransport(Transport):
         self.clock.advance(timeout)
         return []
 
-    def cause_of_death(self, worker: int) -> tuple[str, int | None]:
-        return "was killed by signal SIGKILL", -9
+    def cause_of_death(self, worker: int) -> DeathCause:
+        return DeathCause("was killed by signal SIGKILL", -9)
 
     def where(self, worker: int) -> str:
         return " on the fake node"

@@ -76,21 +76,6 @@ class CallLock:
         names = {t.ident: t.name for t in threading.enumerate()}
         return f"`{call}` (thread {names.get(ident, ident)!r})"
 
-    def run(self, call: str, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``method(*args, **kwargs)`` alone (waits while another thread's call runs)."""
-        ident = threading.get_ident()
-        if self._thread == ident:  # nested in a call of this thread (step -> step_async): it holds the lock
-            return method(*args, **kwargs)
-        with self._lock:
-            self._call, self._thread = call, ident
-            try:
-                return method(*args, **kwargs)
-            finally:
-                if self._deferred is None:
-                    self._call = self._thread = None
-                else:
-                    self._ended()
-
     @contextlib.contextmanager
     def closing(self, grace: float, end_call: Callable[[], None]) -> Iterator[None]:
         """Hold the lock for ``close()``: wait ``grace`` seconds for a call in flight in another
@@ -127,7 +112,8 @@ def serialised(method: F) -> F:
 
     @functools.wraps(method)
     def run(self: _Serialised, *args: Any, **kwargs: Any) -> Any:
-        # CallLock.run, written out: this wraps every step, where one frame more shows.
+        # The lock's protocol written inline (no helper call): this wraps every step, where one
+        # frame more shows.
         lock = self.call_lock
         ident = threading.get_ident()
         if lock._thread == ident:  # nested in a call of this thread: it holds the lock

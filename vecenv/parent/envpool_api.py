@@ -19,12 +19,11 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.error import NoAsyncCallError
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from vecenv.checks import check_env_ids, check_options, check_timeout
-from vecenv.errors import InvalidArgumentError
+from vecenv.errors import InvalidArgumentError, NoAsyncCallError
 from vecenv.parent.action_rows import ActionPlacer
 from vecenv.parent.calls import CallRunner
 from vecenv.parent.records import WorkerRecord, WorkerStatus

@@ -303,10 +303,10 @@ class WorkerPool:
         restarter = self.restarter
         if restarter is not None and restarter.active:
             raise LostAgain
-        how, exitcode = self.transport.cause_of_death(w.index)
+        cause = self.transport.cause_of_death(w.index)
         envs = w.envs if w.size else self._planned[w.index]
         span = f"envs {envs.start}..{envs.stop - 1}" if envs else "envs not yet assigned"
-        what = f"worker {w.index} ({span}{self.transport.where(w.index)}) {how} during `{call}`"
+        what = f"worker {w.index} ({span}{self.transport.where(w.index)}) {cause.how} during `{call}`"
         if restarter is not None and call not in ("__init__", "close") and not self.ending:
             refusal = restarter.replace(self, w, deadline)
             if refusal is None:
@@ -325,7 +325,7 @@ class WorkerPool:
             f"{what}; {after}",
             worker=w.index,
             envs=envs or w.envs,
-            exitcode=exitcode,
+            exitcode=cause.exitcode,
         )
         self.transport.kill()
         for other in self.workers:

@@ -20,7 +20,7 @@ from enum import Enum
 from typing import Any
 
 from vecenv.errors import VecEnvError
-from vecenv.wire.protocol import Command
+from vecenv.wire.protocol import Command, Outcome
 
 __all__ = ["WorkerStatus", "OwedCall", "WorkerRecord"]
 
@@ -72,7 +72,7 @@ class WorkerRecord:
         self.start = 0
         self.stop = 0
         self.status = WorkerStatus.STARTING
-        self.reply: tuple[bool, Any] | None = None
+        self.reply: Outcome | None = None
         self.ready_at = 0  # arrival order of the held reply: recv hands out the earliest first
         self.restarted_reset: int | None = None  # a reset sent again after a restart: mark its infos
         #: The reset of a replacement that no call has reported yet (the death was found by a
@@ -131,12 +131,12 @@ class WorkerRecord:
             else:
                 return  # not a call of ours (cannot happen with an ordered transport)
         if owed.wanted:
-            self.reply, self.ready_at, self.held_call = (ok, result), order, owed
+            self.reply, self.ready_at, self.held_call = Outcome(ok, result), order, owed
             self.status = WorkerStatus.READY
         elif self.status is WorkerStatus.LATE and not self._owed:
             self.status = WorkerStatus.IDLE
 
-    def take(self) -> tuple[bool, Any]:
+    def take(self) -> Outcome:
         if self.status is not WorkerStatus.READY or self.reply is None:
             raise StatusError(f"worker {self.index} has no reply to take: it is {self.status.value}")
         reply, self.reply, self.held_call = self.reply, None, None

@@ -19,10 +19,16 @@ from enum import Enum
 from typing import Any, Protocol
 
 import numpy as np
-from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 
 from vecenv.checks import seed_list
-from vecenv.errors import InvalidStateError, NeedsResetError, WorkerDiedError
+from vecenv.errors import (
+    AlreadyPendingCallError,
+    ClosedEnvironmentError,
+    InvalidStateError,
+    NeedsResetError,
+    NoAsyncCallError,
+    WorkerDiedError,
+)
 from vecenv.parent.records import WorkerRecord
 from vecenv.seeding import restart_seed
 

@@ -138,9 +138,9 @@ class GroupVectorEnv(Uncopyable, RolloutMethods, VectorEnv):
         self._seeds = SeedBook(0, options.seed_policy)
         restarter = None
         if options.restarts is not None:
-            max_restarts, window = options.restarts
+            budget = options.restarts
             # The policy holds the seed book, never the vector env: no cycle keeps it alive.
-            restarter = Restarter(RestartPolicy(max_restarts, window, self._seeds, options.start_timeout))
+            restarter = Restarter(RestartPolicy(budget.max_restarts, budget.window, self._seeds, options.start_timeout))
         try:
             self._pool = WorkerPool(transport, group_fns, restarter)
         except BaseException:

@@ -16,7 +16,7 @@ from typing import Any
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import Attach, Command
 
-__all__ = ["Reply", "Death", "Event", "WorkerGone", "Transport"]
+__all__ = ["Reply", "Death", "DeathCause", "Event", "WorkerGone", "Transport"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +37,15 @@ class Death:
 
 
 Event = Reply | Death
+
+
+@dataclasses.dataclass(frozen=True)
+class DeathCause:
+    """How a dead worker ended, in words ("was killed by signal SIGKILL"), and its exit code
+    (``None`` where the transport has none, or its status was lost)."""
+
+    how: str
+    exitcode: int | None
 
 
 class WorkerGone(Exception):
@@ -89,8 +98,8 @@ class Transport(abc.ABC):
         (``[]``). Never spins: every return either carries an event or means time is up."""
 
     @abc.abstractmethod
-    def cause_of_death(self, worker: int) -> tuple[str, int | None]:
-        """How a dead worker ended, in words ("was killed by signal SIGKILL"), and its exit code."""
+    def cause_of_death(self, worker: int) -> DeathCause:
+        """How a dead worker ended."""
 
     def sole_core(self) -> Any:
         """The :class:`~vecenv.worker.core.WorkerCore` of the only worker, when it runs in this

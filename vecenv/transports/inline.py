@@ -20,7 +20,7 @@ from typing import Any
 import cloudpickle
 
 from vecenv.errors import PackedException
-from vecenv.transports.base import Death, Event, Reply, Transport
+from vecenv.transports.base import Death, DeathCause, Event, Reply, Transport
 from vecenv.transports.process import ProcessTransport
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import Attach, Command, WithFd, decode_command, encode_for_pipe
@@ -130,7 +130,7 @@ class ParentHostedFirst(Transport):
     def sole_core(self) -> WorkerCore | None:
         return self.inline.core if not self.processes_transport.processes else None
 
-    def cause_of_death(self, worker: int) -> tuple[str, int | None]:
+    def cause_of_death(self, worker: int) -> DeathCause:
         return self.processes_transport.cause_of_death(worker - 1)
 
     def release_fds(self) -> None:

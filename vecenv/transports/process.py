@@ -35,7 +35,7 @@ import cloudpickle
 
 from vecenv.errors import DescriptorLimitError
 from vecenv.machine import available_cpus, default_start_method, guard_main
-from vecenv.transports.base import Death, Event, Reply, Transport, WorkerGone
+from vecenv.transports.base import Death, DeathCause, Event, Reply, Transport, WorkerGone
 from vecenv.transports.sending import SendTimeout, bound_writes, send_handle_within, send_timeout, send_within
 from vecenv.wire import fastpath
 from vecenv.wire.buffers import HAVE_MEMFD, Buffers
@@ -716,11 +716,11 @@ class ProcessTransport(Transport):
         assert process is not None, f"worker {worker} has no process"
         return process
 
-    def cause_of_death(self, worker: int) -> tuple[str, int | None]:
+    def cause_of_death(self, worker: int) -> DeathCause:
         process = self._process(worker)
         _still_running(process)  # its status, if another waitpid took it
         code = process.exitcode
-        return self._causes.get(worker, _describe_exit(code)), None if code == STATUS_LOST else code
+        return DeathCause(self._causes.get(worker, _describe_exit(code)), None if code == STATUS_LOST else code)
 
     def kill(self) -> None:
         for process in self.processes:

@@ -25,7 +25,7 @@ import pickle
 import struct
 from collections.abc import Callable, Mapping
 from enum import Enum, IntEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 import cloudpickle
 import numpy as np
@@ -38,6 +38,9 @@ from vecenv.wire.memory import INHERITED_FDS, check_block, seal_memfd
 
 __all__ = [
     "Command",
+    "Outcome",
+    "DecodedCommand",
+    "DecodedReply",
     "Hello",
     "Attach",
     "ResetArgs",
@@ -468,15 +471,39 @@ def fd_follows(data: bytes) -> bool:
     return data[0] == _PICKLED_FD
 
 
-def decode_command(data: bytes) -> tuple[Command, int, Callable[[], Any]]:
-    """``(command, call_id, load)``: ``load()`` unpickles the payload, and may raise.
+class Outcome(NamedTuple):
+    """What running a command gave: ``ok`` and the result, or a
+    :class:`~vecenv.errors.PackedException` when it raised."""
+
+    ok: bool
+    result: Any
+
+
+class DecodedCommand(NamedTuple):
+    """A command as the worker reads it: ``load()`` unpickles its payload, and may raise."""
+
+    command: Command
+    call_id: int
+    load: Callable[[], Any]
+
+
+class DecodedReply(NamedTuple):
+    """A reply as the parent reads it: the call it answers and that call's outcome."""
+
+    call_id: int
+    ok: bool
+    result: Any
+
+
+def decode_command(data: bytes) -> DecodedCommand:
+    """The command in ``data``: ``load()`` unpickles the payload, and may raise.
 
     The header never fails to decode, so the worker always knows which call to answer.
     """
     kind, command, call_id = _HEADER.unpack_from(data)
     if kind == _BARE:
-        return Command(command), call_id, _no_payload
-    return Command(command), call_id, lambda: pickle.loads(memoryview(data)[_HEADER.size :])
+        return DecodedCommand(Command(command), call_id, _no_payload)
+    return DecodedCommand(Command(command), call_id, lambda: pickle.loads(memoryview(data)[_HEADER.size :]))
 
 
 def _no_payload() -> None:
@@ -497,7 +524,7 @@ def encode_reply(call_id: int, ok: bool, result: Any, dumps: Dumps = _dumps) -> 
     return _HEADER.pack(_PICKLED, _OK if ok else _ERROR, call_id) + dumps(result)
 
 
-def decode_reply(data: bytes) -> tuple[int, bool, Any]:
+def decode_reply(data: bytes) -> DecodedReply:
     """Inverse of :func:`encode_reply`.
 
     A result that cannot be unpickled here becomes an error reply to its call, carrying the
@@ -505,13 +532,13 @@ def decode_reply(data: bytes) -> tuple[int, bool, Any]:
     """
     kind, flag, call_id = _HEADER.unpack_from(data)
     if kind == _BARE:
-        return call_id, True, (None if flag == _NONE else StepReply([]))
+        return DecodedReply(call_id, True, None if flag == _NONE else StepReply([]))
     try:
         result = pickle.loads(memoryview(data)[_HEADER.size :])
     except Exception as exc:
         exc.add_note("the worker's reply could not be unpickled in the parent")
-        return call_id, False, PackedException(exc, None)
-    return call_id, flag == _OK, result
+        return DecodedReply(call_id, False, PackedException(exc, None))
+    return DecodedReply(call_id, flag == _OK, result)
 
 
 # -- the fast path's wake-ups (vecenv.wire.fastpath) -----------------------------------------

@@ -32,6 +32,7 @@ from vecenv.wire.protocol import (
     Command,
     Hello,
     LooseSpaces,
+    Outcome,
     RenderArgs,
     ResetArgs,
     RolloutArgs,
@@ -217,8 +218,9 @@ class WorkerCore:
         self.group = None
         self._handlers = {}
 
-    def handle(self, command: Command, load: Callable[[], Any], fd: int | None = None) -> tuple[bool, Any]:
-        """Run one command; ``load()`` gives its payload. Returns ``(ok, result or PackedException)``.
+    def handle(self, command: Command, load: Callable[[], Any], fd: int | None = None) -> Outcome:
+        """Run one command; ``load()`` gives its payload. Returns its result, or the
+        :class:`PackedException` of what it raised.
 
         The payload is loaded inside the guard: an argument that cannot be unpickled here is
         that call's error, with its traceback, and the worker carries on. ``fd``: a descriptor
@@ -233,12 +235,12 @@ class WorkerCore:
             if fd is not None:
                 taken, fd = fd, None  # the payload owns it now, even if taking it fails
                 payload = payload.with_fd(taken)
-            return True, self._handlers[command](payload)
+            return Outcome(True, self._handlers[command](payload))
         except BaseException as exc:
             failure = rollouts.failure if command is Command.ROLLOUT else None
             if failure is None:
-                return False, PackedException(exc, group.blame)
-            return False, PackedException(exc, group.blame, failure.describe(), failure.order())
+                return Outcome(False, PackedException(exc, group.blame))
+            return Outcome(False, PackedException(exc, group.blame, failure.describe(), failure.order()))
         finally:
             if fd is not None:
                 os.close(fd)

@@ -36,7 +36,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import cloudpickle
 import numpy as np
@@ -44,12 +44,13 @@ import ray
 from ray.exceptions import ObjectLostError, OwnerDiedError, RayActorError
 
 from vecenv.errors import PackedException
-from vecenv.transports.base import Death, Event, Reply, Transport, WorkerGone
+from vecenv.transports.base import Death, DeathCause, Event, Reply, Transport, WorkerGone
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import (
     Attach,
     Command,
     Flags,
+    Outcome,
     Pickled,
     RolloutArgs,
     RolloutReply,
@@ -70,6 +71,22 @@ DEFAULT_ACTOR_OPTIONS: dict[str, Any] = {"num_cpus": 1, "max_restarts": 0, "max_
 _DEATH_ERRORS = (RayActorError, ObjectLostError, OwnerDiedError)
 
 
+class ActorLocation(NamedTuple):
+    """Where a group actor runs: its Ray node, that node's address and the actor's process."""
+
+    node_id: str
+    ip: str
+    pid: int
+
+
+class Built(NamedTuple):
+    """A group actor's answer to the handshake: the group's ``Hello`` (or what building it
+    raised), and where it runs."""
+
+    outcome: Outcome
+    location: ActorLocation
+
+
 class _GroupActor:
     """The actor side: one :class:`~vecenv.worker.core.WorkerCore`, driven by three methods.
 
@@ -86,14 +103,14 @@ class _GroupActor:
         self.buffers: Buffers | None = None
         self.attach_error: PackedException | None = None  # answered to every command after it
 
-    def build(self, group_fn_bytes: bytes) -> tuple[bool, Any, tuple[str, str, int]]:
-        """Build the group; returns ``(ok, Hello or PackedException, (node id, node ip, pid))``."""
+    def build(self, group_fn_bytes: bytes) -> Built:
+        """Build the group; returns its ``Hello`` (or what building raised) and where it runs."""
         context = ray.get_runtime_context()
-        where = (context.get_node_id(), ray.util.get_node_ip_address(), os.getpid())
+        where = ActorLocation(context.get_node_id(), ray.util.get_node_ip_address(), os.getpid())
         try:
-            return True, self.core.build(group_fn_bytes), where
+            return Built(Outcome(True, self.core.build(group_fn_bytes)), where)
         except BaseException as exc:
-            return False, PackedException(exc, None), where
+            return Built(Outcome(False, PackedException(exc, None)), where)
 
     def attach(self, attach: Attach) -> None:
         """Give the group its rows (plain arrays: nothing is shared with the parent).
@@ -107,11 +124,11 @@ class _GroupActor:
         except BaseException as exc:
             self.attach_error = PackedException(exc, None)
 
-    def handle(self, message: bytes, weights: bytes | None = None) -> tuple[bool, Any]:
-        """Run one encoded command; ``(ok, result or PackedException)``. ``weights``: a
+    def handle(self, message: bytes, weights: bytes | None = None) -> Outcome:
+        """Run one encoded command; its result or PackedException. ``weights``: a
         rollout's new weights, which travelled beside it (Ray resolved the object)."""
         if self.attach_error is not None:
-            return False, self.attach_error
+            return Outcome(False, self.attach_error)
         command, _, load = decode_command(message)
         if weights is not None:
             load = _with_weights(load, weights)
@@ -204,7 +221,7 @@ class RayTransport(Transport):
         self._group_fns: list[bytes] = []  # cloudpickled, to build a replacement (relaunch)
         # Per worker, its outstanding calls in the order sent: (ObjectRef, call id, command).
         self.outstanding: list[deque[tuple[ray.ObjectRef, int, Command | None]]] = []
-        self.locations: list[tuple[str, str, int] | None] = []  # (node id, node ip, pid)
+        self.locations: list[ActorLocation | None] = []
         self._causes: dict[int, str] = {}
         self._holds_ray = holds_ray
         self._stopped = False
@@ -324,9 +341,9 @@ class RayTransport(Transport):
 
     def _reply(self, worker: int, call_id: int, command: Command | None, value: Any) -> Reply:
         if call_id == 0:  # the handshake also says where the actor runs
-            ok, hello, location = value
-            self.locations[worker] = location
-            return Reply(worker, 0, ok, hello)
+            built: Built = value
+            self.locations[worker] = built.location
+            return Reply(worker, 0, built.outcome.ok, built.outcome.result)
         ok, result = value
         if ok and result is not None:
             result = _owned_result(result)
@@ -334,15 +351,14 @@ class RayTransport(Transport):
 
     # -- failures and shutdown ---------------------------------------------------------------
 
-    def cause_of_death(self, worker: int) -> tuple[str, int | None]:
-        return self._causes.get(worker, "died"), None
+    def cause_of_death(self, worker: int) -> DeathCause:
+        return DeathCause(self._causes.get(worker, "died"), None)
 
     def where(self, worker: int) -> str:
         location = self.locations[worker] if worker < len(self.locations) else None
         if location is None:
             return ""
-        node_id, ip, pid = location
-        return f" on node {ip} ({node_id[:8]}), pid {pid}"
+        return f" on node {location.ip} ({location.node_id[:8]}), pid {location.pid}"
 
     def kill(self) -> None:
         if not ray.is_initialized():
@@ -384,12 +400,12 @@ class RayTransport(Transport):
     @property
     def pids(self) -> list[int | None]:
         """Each actor's process id (``None`` before its group is built)."""
-        return [loc[2] if loc else None for loc in self.locations]
+        return [loc.pid if loc else None for loc in self.locations]
 
     @property
     def node_ids(self) -> list[str | None]:
         """The Ray node id each group runs on (``None`` before its group is built)."""
-        return [loc[0] if loc else None for loc in self.locations]
+        return [loc.node_id if loc else None for loc in self.locations]
 
 
 def _wait_dead(actors: Sequence[Any], end: float) -> None:

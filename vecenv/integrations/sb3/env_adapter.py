@@ -15,6 +15,8 @@ exactly as SB3's own worker does, for the envs an ``indices`` argument selects.
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 from collections.abc import Callable, Mapping
 from copy import deepcopy
 from typing import Any
@@ -23,12 +25,39 @@ import gymnasium as gym
 
 from vecenv.errors import InvalidArgumentError
 
-__all__ = ["INFO_KEY", "DISPATCH", "InfoBox", "SB3EnvAdapter", "AdapterFn"]
+__all__ = ["INFO_KEY", "DISPATCH", "InfoBox", "SB3Call", "SB3EnvAdapter", "SB3Op", "AdapterFn"]
 
 #: The info key under which an :class:`InfoBox` travels (the adapter's infos have no other key).
 INFO_KEY = "vecenv_sb3"
 #: The adapter method that :meth:`vecenv.SubprocVectorEnv.call` invokes for SB3's per-env calls.
-DISPATCH = "_vecenv_sb3_dispatch"
+DISPATCH = "vecenv_sb3_call"
+
+
+class SB3Op(enum.Enum):
+    """SB3's per-env operations, as :class:`SB3EnvAdapter` runs them in the worker."""
+
+    ENV_METHOD = enum.auto()  # call ``name(*args, **kwargs)``, found with ``get_wrapper_attr``
+    GET_ATTR = enum.auto()  # attribute ``name``, found with ``get_wrapper_attr``
+    SET_ATTR = enum.auto()  # set ``name`` to ``value`` on the outermost wrapper, as SB3 does
+    HAS_ATTR = enum.auto()  # whether ``get_wrapper_attr(name)`` finds anything
+    IS_WRAPPED = enum.auto()  # whether a wrapper of class ``value`` is in the chain
+    STAGE_OPTIONS = enum.auto()  # ``value[i]`` is env i's options for its next reset
+
+
+@dataclasses.dataclass(frozen=True)
+class SB3Call:
+    """One SB3 per-env operation, sent to every env through the engine's ``call``.
+
+    ``counts`` maps an env index to how often ``indices`` selected it (``None``: every env,
+    once); an env runs the operation that many times and returns that many results.
+    """
+
+    op: SB3Op
+    counts: Mapping[int, int] | None = None
+    name: str = ""
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    value: Any = None
 
 
 class InfoBox:
@@ -55,7 +84,7 @@ class SB3EnvAdapter(gym.Wrapper):
       terminal or truncated step the box also holds the terminal observation.
     * ``reset`` calls the env as SB3's worker does: ``reset(seed=seed)``, plus ``options=`` only
       when the options are non-empty. Per-env options are staged beforehand with the
-      ``"stage_options"`` dispatch (the engine's ``reset`` takes one options dict for all envs).
+      ``SB3Op.STAGE_OPTIONS`` call (the engine's ``reset`` takes one options dict for all envs).
     * ``spec`` is the env's own (this wrapper is an implementation detail, not part of it).
 
     Args:
@@ -92,41 +121,39 @@ class SB3EnvAdapter(gym.Wrapper):
         obs, info = self.env.reset(seed=seed, options=options) if options else self.env.reset(seed=seed)
         return obs, ({INFO_KEY: InfoBox(info)} if info else {})
 
-    def _vecenv_sb3_dispatch(self, op: str, counts: Mapping[int, int] | None, *payload: Any) -> list[Any]:
-        """Run SB3 call ``op`` once per time this env appears in ``indices``.
+    def vecenv_sb3_call(self, request: SB3Call) -> list[Any]:
+        """Run ``request`` once per time this env appears in ``indices``.
 
-        ``counts`` maps env index to how often it was selected (``None``: every env, once).
         Returns the results, in order; an env that is not selected returns ``[]``. Arguments
         and values are deep-copied per call: SB3's workers each unpickle their own copy, while
         the engine unpickles one copy per worker for all the envs it hosts.
         """
-        times = 1 if counts is None else counts.get(self.sb3_index, 0)
-        return [self._run_op(op, payload) for _ in range(times)]
+        times = 1 if request.counts is None else request.counts.get(self.sb3_index, 0)
+        return [self._run(request) for _ in range(times)]
 
-    def _run_op(self, op: str, payload: tuple[Any, ...]) -> Any:
+    def _run(self, request: SB3Call) -> Any:
         env = self.env
-        if op == "env_method":
-            name, args, kwargs = payload
-            return env.get_wrapper_attr(name)(*deepcopy(args), **deepcopy(kwargs))
-        if op == "get_attr":
-            return env.get_wrapper_attr(payload[0])
-        if op == "set_attr":
-            name, value = payload
-            setattr(env, name, deepcopy(value))  # on the env itself, as SB3 does (not set_wrapper_attr)
+        op = request.op
+        if op is SB3Op.ENV_METHOD:
+            return env.get_wrapper_attr(request.name)(*deepcopy(request.args), **deepcopy(dict(request.kwargs)))
+        if op is SB3Op.GET_ATTR:
+            return env.get_wrapper_attr(request.name)
+        if op is SB3Op.SET_ATTR:
+            setattr(env, request.name, deepcopy(request.value))  # on the env itself, as SB3 does
             return None
-        if op == "has_attr":
+        if op is SB3Op.HAS_ATTR:
             try:
-                env.get_wrapper_attr(payload[0])
+                env.get_wrapper_attr(request.name)
             except AttributeError:
                 return False
             return True
-        if op == "is_wrapped":
-            return is_wrapped(env, payload[0])
-        if op == "stage_options":
-            options = payload[0][self.sb3_index]
+        if op is SB3Op.IS_WRAPPED:
+            return is_wrapped(env, request.value)
+        if op is SB3Op.STAGE_OPTIONS:
+            options = request.value[self.sb3_index]
             self._staged_options = deepcopy(options) if options else None
             return None
-        raise InvalidArgumentError(f"unknown SB3 adapter operation {op!r}")
+        raise InvalidArgumentError(f"`request.op` must be an SB3Op, got {op!r}")
 
 
 def is_wrapped(env: gym.Env, wrapper_class: type) -> bool:

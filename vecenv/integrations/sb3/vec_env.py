@@ -46,14 +46,14 @@ except ImportError as exc:  # SB3 itself, or torch which it imports, is missing
         f"vecenv.sb3 needs Stable-Baselines3: pip install 'vecenv[sb3]' (import failed: {exc})"
     ) from exc
 
+from vecenv.backends import vector_class
 from vecenv.checks import check_seed_policy
 from vecenv.errors import ArgumentTypeError, EnvIndexError, InvalidArgumentError, SpaceMismatchError, describe
-from vecenv.integrations.sb3.env_adapter import DISPATCH, INFO_KEY, AdapterFn, InfoBox
+from vecenv.integrations.sb3.env_adapter import DISPATCH, INFO_KEY, AdapterFn, InfoBox, SB3Call, SB3Op
 from vecenv.machine import guard_main
 from vecenv.options import DEFAULTS
 from vecenv.parent.handshake import loose_mismatch_message
 from vecenv.parent.restart import RESTART_INFO_KEY
-from vecenv.parent.subproc import SubprocVectorEnv
 from vecenv.parent.vector_env import DEFAULT_CLOSE_TIMEOUT, GroupVectorEnv, Uncopyable
 from vecenv.seeding import spawn_seeds
 from vecenv.wire.protocol import LooseSpaces
@@ -141,6 +141,8 @@ class SubprocVecEnv(Uncopyable, VecEnv):
             "threads_per_worker": threads_per_worker,
             "seed_policy": seed_policy,
         }
+        cls = vector_class(backend)  # the one place that knows the backends' classes
+        own: dict[str, Any]
         if backend == "process":
             _only_for("ray", address=address, actor_options=actor_options)
             chosen = start_method is not None
@@ -150,20 +152,12 @@ class SubprocVecEnv(Uncopyable, VecEnv):
             multiprocessing.get_context(start_method)  # SB3's error for an unknown method
             # Never import a script again that is running its unguarded top-level code (see vecenv.machine).
             start_method = guard_main(start_method, chosen, type(self).__name__, "start_method")
-            with _spaces_as_sb3_says():
-                self.vector_env: GroupVectorEnv = SubprocVectorEnv(
-                    adapted, num_workers, context=start_method, pin_cpus=pin_cpus, **shared
-                )
-        elif backend == "ray":
-            _only_for("process", start_method=start_method, pin_cpus=pin_cpus or None)
-            from vecenv.integrations.ray.vector_env import RayVectorEnv
-
-            with _spaces_as_sb3_says():
-                self.vector_env = RayVectorEnv(
-                    adapted, num_workers, address=address, actor_options=actor_options, **shared
-                )
+            own = {"context": start_method, "pin_cpus": pin_cpus}
         else:
-            raise InvalidArgumentError(f"`backend` must be 'process' or 'ray', got {describe(backend)}")
+            _only_for("process", start_method=start_method, pin_cpus=pin_cpus or None)
+            own = {"address": address, "actor_options": actor_options}
+        with _spaces_as_sb3_says():
+            self.vector_env: GroupVectorEnv = cls(adapted, num_workers, **own, **shared)
         try:
             super().__init__(
                 len(env_fns), self.vector_env.single_observation_space, self.vector_env.single_action_space
@@ -206,7 +200,7 @@ class SubprocVecEnv(Uncopyable, VecEnv):
         if self._options_staged or any(options):
             # Options may differ per env: each env takes its own at its next reset.
             self._options_staged = True
-            self.vector_env.call(DISPATCH, "stage_options", None, options)
+            self.vector_env.call(DISPATCH, SB3Call(SB3Op.STAGE_OPTIONS, value=options))
         obs, infos = self.vector_env.reset(seed=list(self._seeds[:n]))
         self._options_staged = False
         boxes, mask = _boxes(infos, self.num_envs)
@@ -269,8 +263,9 @@ class SubprocVecEnv(Uncopyable, VecEnv):
 
     # -- per-env calls -------------------------------------------------------------------------
 
-    def _dispatch(self, op: str, indices: VecEnvIndices, *payload: Any) -> list[Any]:
-        """Run ``op`` on the envs ``indices`` selects; one result per selected env, in that order.
+    def _dispatch(self, indices: VecEnvIndices, op: SB3Op, **fields: Any) -> list[Any]:
+        """Run ``op`` (with the :class:`SB3Call` ``fields``) on the envs ``indices`` selects; one
+        result per selected env, in that order.
 
         One round trip to every worker (the engine's ``call`` reaches all envs); an env that is
         not selected does nothing and returns nothing. Negative indices count from the end and
@@ -284,7 +279,7 @@ class SubprocVecEnv(Uncopyable, VecEnv):
             counts = dict(Counter(order))
             if not order:
                 return []
-        per_env = self.vector_env.call(DISPATCH, op, counts, *payload)
+        per_env = self.vector_env.call(DISPATCH, SB3Call(op, counts, **fields))
         cursors = [0] * self.num_envs
         results = []
         for j in order:
@@ -305,23 +300,23 @@ class SubprocVecEnv(Uncopyable, VecEnv):
         self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any
     ) -> list[Any]:
         """Call ``method_name`` (found with ``get_wrapper_attr``) on the selected envs."""
-        return self._dispatch("env_method", indices, method_name, method_args, method_kwargs)
+        return self._dispatch(indices, SB3Op.ENV_METHOD, name=method_name, args=method_args, kwargs=method_kwargs)
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
         """Attribute ``attr_name`` (found with ``get_wrapper_attr``) of the selected envs."""
-        return self._dispatch("get_attr", indices, attr_name)
+        return self._dispatch(indices, SB3Op.GET_ATTR, name=attr_name)
 
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
         """Set ``attr_name`` to ``value`` on the selected envs (on the outermost wrapper, as SB3)."""
-        self._dispatch("set_attr", indices, attr_name, value)
+        self._dispatch(indices, SB3Op.SET_ATTR, name=attr_name, value=value)
 
     def has_attr(self, attr_name: str) -> bool:
         """Whether every env has attribute ``attr_name`` (nothing is sent back but a bool)."""
-        return all(self._dispatch("has_attr", None, attr_name))
+        return all(self._dispatch(None, SB3Op.HAS_ATTR, name=attr_name))
 
     def env_is_wrapped(self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None) -> list[bool]:
         """For each selected env, whether a ``wrapper_class`` is among its wrappers."""
-        return self._dispatch("is_wrapped", indices, wrapper_class)
+        return self._dispatch(indices, SB3Op.IS_WRAPPED, value=wrapper_class)
 
     # -- rendering and closing -----------------------------------------------------------------
 
