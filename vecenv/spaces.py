@@ -32,6 +32,7 @@ __all__ = [
     "tree_map",
     "tree_slice",
     "tree_copy",
+    "tree_containers",
     "tree_assign",
     "row_writer",
     "write_batch",
@@ -209,6 +210,16 @@ def tree_copy(tree: Any) -> Any:
     return tree_map(np.copy, tree)
 
 
+def tree_containers(tree: Any) -> Any:
+    """``tree`` in new dicts and tuples, with the same leaves (no array is copied); other
+    containers (a ``GraphInstance``, say) are leaves."""
+    if type(tree) is dict:
+        return {key: tree_containers(value) for key, value in tree.items()}
+    if type(tree) is tuple:
+        return tuple(tree_containers(value) for value in tree)
+    return tree
+
+
 def tree_assign(dst: Any, src: Any) -> None:
     """Copy every array of ``src`` into the matching array of ``dst`` (same nesting)."""
     for d, s in zip(tree_leaves(dst), tree_leaves(src), strict=True):
@@ -254,10 +265,13 @@ def _leaf_writer(space: Space, array: np.ndarray) -> Writer:
 
     if shape == ():
         # Scalars (Discrete, or a shape-() Box) arrive as Python or numpy scalars. The Python
-        # types stored without a check are those that cast to the dtype within its kind, as
-        # SyncVectorEnv's np.stack casts them (a Python int or float is no bool).
+        # types stored without a check are those SyncVectorEnv's np.stack casts to the dtype
+        # whatever their value (a Python int or float is no bool; an int becomes an int64, which
+        # casts to no unsigned dtype within its kind, and one beyond int64 to no dtype at all).
         kind = dtype.kind
-        fast = {dtype.type, bool} if kind == "b" else {dtype.type, int} if kind in "iu" else {dtype.type, float, int}
+        fast = {dtype.type, bool} if kind == "b" else {dtype.type, int} if kind == "i" else {dtype.type, float}
+        if kind == "u":
+            fast = {dtype.type}
 
         def write_scalar(row: int, value: Any) -> None:
             if type(value) not in fast:
@@ -415,7 +429,8 @@ def to_batch(space: Space, value: Any, n: int, name: str, *, same_kind: bool = T
 
 @to_batch.register(Tuple)
 def _tuple_to_batch(space: Tuple, value: Any, n: int, name: str, *, same_kind: bool = True) -> Any:
-    if not isinstance(value, (tuple, list)) or len(value) != len(space.spaces):
+    # Items beyond the space's are not read, as SyncVectorEnv's iterate does not read them.
+    if not isinstance(value, (tuple, list)) or len(value) < len(space.spaces):
         raise ArgumentTypeError(
             f"`{name}` must be a tuple of {len(space.spaces)} batches for {space}, got {describe(value)}"
         )

@@ -582,6 +582,34 @@ def test_context_manager_closes(start_method: str) -> None:
     envs.close()  # idempotent
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("num_workers", "obs_kind"), [(0, "dict"), (2, "dict"), (2, "tuple"), (2, "tuple_text")])
+def test_copy_false_gives_containers_of_its_own(num_workers: int, obs_kind: str) -> None:
+    """With ``copy=False`` a caller that replaces a key of the dict it got (``obs["a"] = obs["a"]
+    / 255``) still gets the envs' next observations, as from Sync: each call's dict is new."""
+
+    def preprocess(obs: Any) -> None:
+        for tree in [obs, *(obs if isinstance(obs, tuple) else ())]:
+            if isinstance(tree, dict):
+                for key in list(tree):  # the caller's own copies, in the dict it was given
+                    tree[key] = copylib.deepcopy(tree[key])
+
+    fns = diff_env_fns(3, obs_kind=obs_kind, act_kind="discrete")
+    sync = SyncVectorEnv(fns, copy=False)
+    envs = SubprocVectorEnv(fns, num_workers, copy=False, context="fork")
+    try:
+        want, got = sync.reset(seed=3), envs.reset(seed=3)
+        assert_same(got, want)
+        for t in range(12):
+            preprocess(want[0]), preprocess(got[0])
+            actions = np.array([(t + i) % 2 for i in range(3)])
+            want, got = sync.step(actions), envs.step(actions)
+            assert_same(got, want)
+    finally:
+        envs.close()
+        sync.close()
+
+
 # -- construction errors ---------------------------------------------------------------------
 
 

@@ -105,6 +105,59 @@ def test_to_batch_accepts_and_keeps_dtype() -> None:
     tup = spaces.Tuple((spaces.Discrete(2), spaces.Dict({"x": box})))
     out = to_batch(tup, (np.zeros(3, np.int64), {"x": np.zeros((3, 2), np.float32)}), 3, "actions")
     assert isinstance(out, tuple) and out[1]["x"].shape == (3, 2)
+    # A Tuple batch with items beyond the space's: not read, as Sync's iterate reads none.
+    pair = spaces.Tuple((spaces.Discrete(2), spaces.Discrete(2)))
+    out = to_batch(pair, [np.zeros(3, np.int64), np.ones(3, np.int64), "extra"], 3, "actions")
+    assert isinstance(out, tuple) and len(out) == 2 and out[1].tolist() == [1, 1, 1]
+
+
+@pytest.mark.parametrize(
+    ("space", "value"),
+    [
+        (spaces.Discrete(5, dtype=np.uint8), 1),  # an int is an int64, which casts to no unsigned dtype
+        (spaces.Box(0, 1, (), np.uint64), 300),
+        (spaces.Box(-1, 1, (), np.float32), 2**100),  # beyond int64: an object array
+        (spaces.Box(-1, 1, (), np.float16), 2**64),
+    ],
+)
+def test_scalar_observations_that_sync_cannot_stack_raise(space: gym.Space, value: int) -> None:
+    """A Python int that SyncVectorEnv's np.stack refuses for a scalar space is refused here too."""
+    with pytest.raises(TypeError):
+        SyncVectorEnv([lambda: ConstantObsEnv(space, value)]).reset(seed=0)
+    write = row_writer(space, create_empty_array(space, 2))
+    with pytest.raises(vecenv.InvalidObservationError, match="does not fit"):
+        write(0, value)
+
+
+@pytest.mark.parametrize(
+    ("space", "value"),
+    [
+        (spaces.Discrete(5, dtype=np.int8), 3),
+        (spaces.Box(-1, 1, (), np.int16), 40_000),  # wraps, as np.stack casts it
+        (spaces.Box(-1, 1, (), np.float32), 7),
+        (spaces.Box(-1, 1, (), np.float16), 0.1),
+        (spaces.Box(0, 1, (), np.uint8), np.uint8(200)),
+        (spaces.Box(0, 1, (), np.bool_), True),
+        (spaces.Box(-1, 1, (), np.int64), 2**63),  # a uint64, which wraps into an int64
+    ],
+)
+def test_scalar_observations_are_stored_as_sync_stacks_them(space: gym.Space, value: Any) -> None:
+    sync = SyncVectorEnv([lambda: ConstantObsEnv(space, value)])
+    want = sync.reset(seed=0)[0]
+    sync.close()
+    tree = create_empty_array(space, 1)
+    row_writer(space, tree)(0, value)
+    assert tree.dtype == want.dtype and tree.tolist() == want.tolist()
+
+
+class ConstantObsEnv(gym.Env):
+    """Returns ``value`` as every observation of ``observation_space``."""
+
+    def __init__(self, observation_space: gym.Space, value: Any) -> None:
+        self.observation_space, self.action_space, self.value = observation_space, spaces.Discrete(2), value
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        return self.value, {}
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import numpy as np
 from gymnasium.vector import VectorEnv
 
 from vecenv.parent.records import WorkerRecord
-from vecenv.spaces import tree_copy
+from vecenv.spaces import tree_containers, tree_copy
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import StepReply
 
@@ -55,10 +55,12 @@ class InfoMerger:
 
 def current_observations(buffers: Buffers, copy: bool) -> Any:
     """The batched observations in the parent's buffers, as ``step`` returns them: copies, or
-    with ``copy=False`` the buffers themselves."""
+    with ``copy=False`` the buffers themselves, in dicts and tuples of their own (a caller that
+    replaces a key of the dict it got, ``obs["image"] = obs["image"] / 255``, must not cut the
+    buffers' own dict off from the shared rows)."""
     obs = buffers.batched_observations()
     if not copy:
-        return obs
+        return obs if type(obs) is np.ndarray else tree_containers(obs)
     if type(obs) is np.ndarray:
         return obs.copy()
     return tree_copy(obs) if buffers.fixed_observations else deepcopy(obs)
