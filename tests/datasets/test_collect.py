@@ -301,9 +301,47 @@ def test_collect_rejects_non_vector_envs_unsupported_spaces_and_existing_out(tmp
     (tmp_path / "c" / "notes.txt").write_text("keep me")
     with pytest.raises(FileExistsError, match=r"already exists"):
         collect(counter_envs(2, AutoresetMode.NEXT_STEP), steps=3, out=tmp_path / "c")
-    with pytest.raises(FileExistsError, match=r"not empty and has no metadata.json"):
+    with pytest.raises(FileExistsError, match=r"not empty and not a rollout dataset"):
         collect(counter_envs(2, AutoresetMode.NEXT_STEP), steps=3, out=tmp_path / "c", overwrite=True)
     assert (tmp_path / "c" / "notes.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize(
+    ("metadata", "match"),
+    [
+        ({"made_by": object()}, r"metadata: expected values JSON can hold .*got \{'made_by': <object"),
+        ([1, 2], r"metadata: expected None or a mapping with str keys, got \[1, 2\]"),
+        ({1: "a"}, r"metadata: expected None or a mapping with str keys"),
+    ],
+)
+def test_metadata_json_cannot_hold_is_refused_before_anything_is_written(
+    tmp_path: Path, metadata: Any, match: str
+) -> None:
+    out = tmp_path / "d"
+    with pytest.raises(TypeError, match=match):
+        collect(counter_envs(2, AutoresetMode.NEXT_STEP), steps=3, out=out, metadata=metadata, progress=False)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("metadata", ['{"name": "my web app"}', "not json", '{"format": "vecenv-rollouts"}'])
+def test_overwrite_never_deletes_a_folder_that_is_not_a_dataset(tmp_path: Path, metadata: str) -> None:
+    """Another program's metadata.json, or a dataset's beside a folder of something else, is
+    no rollout dataset: ``overwrite=True`` refuses and keeps every file."""
+    out = tmp_path / "project"
+    out.mkdir()
+    (out / "metadata.json").write_text(metadata)
+    (out / "thesis.tex").write_text("keep me")
+    if "vecenv" in metadata:
+        (out / "sub").mkdir()
+        (out / "sub" / "data.csv").write_text("keep me too")
+    with pytest.raises(FileExistsError, match=r"not empty and not a rollout dataset"):
+        collect(counter_envs(2, AutoresetMode.NEXT_STEP), steps=3, out=out, overwrite=True, progress=False)
+    assert (out / "thesis.tex").read_text() == "keep me" and (out / "metadata.json").read_text() == metadata
+    # A dataset is replaced.
+    dataset = tmp_path / "dataset"
+    collect(counter_envs(2, AutoresetMode.NEXT_STEP), steps=3, out=dataset, progress=False)
+    collect(counter_envs(2, AutoresetMode.NEXT_STEP), steps=5, out=dataset, overwrite=True, progress=False)
+    assert json.loads((dataset / "metadata.json").read_text())["counts"]["transitions"] == 5
 
 
 def test_bad_policy_actions_raise_and_leave_an_incomplete_dataset(tmp_path: Path) -> None:
@@ -734,6 +772,21 @@ def test_cli_bad_input_is_one_line_and_exit_2(
     # Nothing is left behind (a policy refused at the first step leaves no empty dataset): the
     # corrected command runs without --overwrite.
     assert not (tmp_path / "d").exists()
+
+
+def test_cli_a_policy_that_leaves_the_space_mid_run_says_what_was_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Refused after some rows were written: the one line says the partial dataset is kept."""
+    args = ["--env", "tests.helpers.envs:RolloutCounter-v0", "--num-envs", "2", "--num-workers", "1", "--steps"]
+    args += ["400", "--policy", "tests.helpers.envs:out_of_space_at_step_5_policy", "--rollout-steps", "0"]
+    out = tmp_path / "d"
+    assert main([*args, "--quiet", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "returned an action outside the action space" in err and err.count("\n") == 1, err
+    assert f'kept a partial dataset ("complete": false) in {out}' in err
+    with load(out) as partial:
+        assert partial.transitions > 0 and not partial.complete
 
 
 @pytest.mark.parametrize("rollout_steps", ["0", "16"], ids=["stepping", "rollouts"])

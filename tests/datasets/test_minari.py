@@ -224,6 +224,14 @@ def test_out_is_the_datasets_root_and_existing_datasets_are_kept(tmp_path: Path)
         collect(sync_envs(2), steps=10, format="minari", dataset_id="ab/cd-v0", out=root, progress=False)
     collect(sync_envs(2), steps=12, format="minari", dataset_id="ab/cd-v0", out=root, overwrite=True, progress=False)
     assert minari.MinariDataset(root / "ab" / "cd-v0" / "data").total_steps == 12
+    # A folder at the dataset's place whose data/metadata.json is another program's is kept.
+    other = root / "ab" / "ef-v0"
+    (other / "data").mkdir(parents=True)
+    (other / "data" / "metadata.json").write_text('{"name": "my web app"}')
+    (other / "data" / "main.db").write_text("keep me")
+    with pytest.raises(FileExistsError, match=r"not the Minari dataset 'ab/ef-v0'"):
+        collect(sync_envs(2), steps=4, format="minari", dataset_id="ab/ef-v0", out=root, overwrite=True, progress=False)
+    assert (other / "data" / "main.db").read_text() == "keep me"
 
 
 @pytest.mark.parametrize(
@@ -504,6 +512,20 @@ def test_export_of_a_dataset_without_a_recorded_spec_uses_the_registered_one(tmp
     exported = export_minari(tmp_path / "old", "old-v0")
     assert exported.env_spec.id == "RolloutCounter-v0"
     assert_same_episodes(exported, load(tmp_path / "old"))
+
+
+def test_export_of_a_dataset_without_an_episode_to_write_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Minari cannot load a dataset without episodes: a clear error, and nothing is written."""
+    collect(sync_envs(2), steps=2, out=tmp_path / "short", progress=False)  # episodes still open
+    with pytest.raises(ValueError, match=r"dataset: expected a dataset with an episode to export .* 2 transitions"):
+        export_minari(tmp_path / "short", "short-v0", open_episodes="drop")
+    root = Path(os.environ["MINARI_DATASETS_PATH"])
+    assert not (root / "short-v0").exists()
+    assert main(["export", str(tmp_path / "short"), "--dataset-id", "short-v0", "--open-episodes", "drop"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vecenv-collect: error: dataset: expected a dataset with an episode") and err.count("\n") == 1
 
 
 # ------------------------------------------------------------------------ Minari's own view

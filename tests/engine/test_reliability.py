@@ -1126,6 +1126,24 @@ def test_collect_on_a_full_disk_is_one_line_and_keeps_a_valid_partial_dataset(fu
 
 
 @pytest.mark.timeout(120)
+def test_minari_output_over_a_file_size_limit_is_one_line_and_marked_incomplete(tmp_path: Path) -> None:
+    """The same fault with ``--format minari``: one line naming the files and what was kept; the
+    episodes a reader finds are a dataset whose ``vecenv`` entry says it is incomplete."""
+    minari = pytest.importorskip("minari")
+    root = tmp_path / "minari-root"
+    proc = _collect_cli(root, "--steps", "20000", "--format", "minari", "--dataset-id", "cp/fsz-v0", fsize=40 * 1024)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    data = root / "cp" / "fsz-v0" / "data"
+    assert lines[0].startswith(f"vecenv-collect: error: cannot write {data}: File too large"), lines[0]
+    record = json.loads((data / "metadata.json").read_text())["vecenv"]
+    assert record["complete"] is False and record["counts"]["episodes"] > 0
+    assert f"kept the {record['counts']['episodes']} episodes a reader finds, marked incomplete" in lines[0]
+    assert minari.MinariDataset(data).total_episodes == record["counts"]["episodes"]
+
+
+@pytest.mark.timeout(120)
 def test_collect_into_a_read_only_out_is_one_line(tmpfs) -> None:
     out = tmpfs("size=64k,ro") / "cartpole"
     proc = _collect_cli(out, "--steps", "200")

@@ -856,6 +856,12 @@ def out_of_space_policy(observation: np.ndarray) -> np.ndarray:
     return np.full(len(observation), 7, dtype=np.int64)
 
 
+def out_of_space_at_step_5_policy(observation: np.ndarray) -> np.ndarray:
+    """:func:`constant_policy`, until an episode of CounterEnv reaches step 5: action 7 there."""
+    actions = np.asarray(constant_policy(observation), dtype=np.int64)
+    return np.where(np.asarray(observation).reshape(len(actions), -1).max(axis=1) >= 5, 7, actions)
+
+
 def raising_policy(observation: np.ndarray) -> np.ndarray:
     """:func:`constant_policy`, until an episode of CounterEnv reaches step 5: it raises there."""
     if (np.asarray(observation) >= 5).any():

@@ -238,10 +238,10 @@ def _collect(
         if args.format != "minari" and (out / METADATA_FILE).is_file():
             with load(out) as empty:
                 transitions = empty.transitions
-            if transitions == 0:
+            if transitions == 0:  # refused at the first step: the corrected command needs no --overwrite
                 shutil.rmtree(out)
         _drop_empty_directories(out, existed)
-        raise _UsageError(str(exc)) from None
+        raise _UsageError(f"{exc}; {_what_was_kept(args, out, existed)}") from None
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted: {_what_was_kept(args, out, existed)}", file=sys.stderr)
         if args.format != "minari" and (out / METADATA_FILE).is_file() and not args.quiet:
@@ -324,7 +324,18 @@ def _write_failure(exc: OSError, args: argparse.Namespace, exporting: bool) -> s
     else:
         cause = exc.strerror or str(exc)
         what = f"cannot write {exc.filename}: {cause}" if exc.filename else f"{type(exc).__name__}: {cause}"
-    out = None if exporting or args.format == "minari" else _default_out(args)
+    if not exporting and args.format == "minari":
+        minari_metadata = _output_path(args) / args.dataset_id / "data" / "metadata.json"
+        try:
+            record = json.loads(minari_metadata.read_text())["vecenv"]
+            kept = record["counts"]["episodes"]
+            what += (
+                f"; kept the {kept} episodes a reader finds, marked incomplete, in Minari dataset {args.dataset_id!r}"
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            what += f"; no readable Minari dataset {args.dataset_id!r} was left"
+        return " ".join(what.split())
+    out = None if exporting else _default_out(args)
     metadata = None if out is None else out / METADATA_FILE
     if metadata is not None and metadata.is_file():
         try:

@@ -10,6 +10,7 @@ stores whole episodes).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shlex
 import shutil
@@ -31,7 +32,7 @@ from vecenv.datasets.sinks import OPEN_EPISODES, DatasetSink
 from vecenv.datasets.sources import RolloutSource, StepSource, random_actions, rollout_length
 from vecenv.datasets.staging import EpisodeStager
 from vecenv.datasets.writer import CHUNK_BYTES, DatasetWriter, check_out, now, versions
-from vecenv.errors import ArgumentTypeError, InvalidArgumentError
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
 from vecenv.integrations.sb3.saved_model import SavedModelPolicy
 from vecenv.policies import FunctionPolicy, RandomPolicy, SB3Policy, WorkerPolicy
 from vecenv.seeding import seed_policy_of
@@ -261,7 +262,7 @@ def _plan(
     mode = autoreset_mode(envs)
     fields = dataset_fields(envs.single_observation_space, envs.single_action_space)
     spec = single_env_spec(envs)
-    info = dict(metadata or {})
+    info = _check_metadata(metadata)
     info.setdefault("env_id", getattr(spec, "id", None))
     info.setdefault("env_kwargs", dict(getattr(spec, "kwargs", None) or {}))
     name = str(info.pop("policy", policy_name(policy)))
@@ -329,6 +330,23 @@ def _worker_policy(policy: Policy, name: str) -> WorkerPolicy:
     if isinstance(policy, SavedModelPolicy) and model is not None:
         return SB3Policy(model, policy.deterministic, name)
     return FunctionPolicy(policy, name)
+
+
+def _check_metadata(metadata: Any) -> dict[str, Any]:
+    """The caller's ``metadata`` as a dict, refused before anything is written unless it is a
+    mapping of string keys whose values JSON holds (``metadata.json`` is JSON)."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping) or not all(isinstance(key, str) for key in metadata):
+        raise ArgumentTypeError(f"metadata: expected None or a mapping with str keys, got {describe(metadata)}")
+    try:
+        json.dumps(dict(metadata))
+    except (TypeError, ValueError) as exc:
+        raise ArgumentTypeError(
+            f"metadata: expected values JSON can hold (str, int, float, bool, None, lists and dicts of them), "
+            f"got {describe(metadata)} ({exc})"
+        ) from None
+    return dict(metadata)
 
 
 def _dataset_metadata(

@@ -34,7 +34,13 @@ from gymnasium.envs.registration import EnvSpec
 
 from vecenv.checks import seed_list
 from vecenv.datasets.dataset import Dataset, load
-from vecenv.datasets.errors import KEYWORDS, MinariNotInstalledError, OptionNames, OutputExistsError
+from vecenv.datasets.errors import (
+    KEYWORDS,
+    DatasetWriteError,
+    MinariNotInstalledError,
+    OptionNames,
+    OutputExistsError,
+)
 from vecenv.datasets.format import space_from_description
 from vecenv.datasets.hdf5_episodes import EpisodePieces, Hdf5EpisodeFile
 from vecenv.datasets.sinks import OPEN_EPISODES, EpisodeSummary, with_last
@@ -112,15 +118,26 @@ def minari_target(
             raise OutputExistsError(
                 f"Minari dataset {dataset_id!r} already exists in {str(root)!r} (pass {names.overwrite} to replace it)"
             )
-        if any(target.iterdir()) and not (target / "data" / "metadata.json").is_file():
+        if any(target.iterdir()) and not _is_minari_dataset(target, dataset_id):
             raise OutputExistsError(
-                f"refusing to overwrite {str(target)!r}: it is not empty and is not a Minari dataset"
+                f"refusing to overwrite {str(target)!r}: it is not empty and is not the Minari dataset "
+                f"{dataset_id!r} (whose data/metadata.json names it)"
             )
         if prepare:
             shutil.rmtree(target)
     if prepare:
         root.mkdir(parents=True, exist_ok=True)
     return target
+
+
+def _is_minari_dataset(target: Path, dataset_id: str) -> bool:
+    """Whether ``target`` holds the Minari dataset ``dataset_id``, which ``overwrite`` may delete:
+    its ``data/metadata.json`` names it (another program's folder, or another dataset, is kept)."""
+    try:
+        metadata = json.loads((target / "data" / "metadata.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(metadata, dict) and metadata.get("dataset_id") == dataset_id
 
 
 @contextlib.contextmanager
@@ -336,7 +353,8 @@ class MinariSink:
                     truncations[-1] = True
                 yield observations, piece[2 * k : 2 * k + a], [piece[2 * k + a], piece[2 * k + a + 1], truncations]
 
-        self._file.write(self.episodes, summary.seed, summary.length, minari_pieces())
+        with self._writing():
+            self._file.write(self.episodes, summary.seed, summary.length, minari_pieces())
         self.transitions += summary.length
         self.episodes += 1
         self.truncated_episodes += bool(truncate_last)
@@ -360,28 +378,67 @@ class MinariSink:
         its episodes now and then: see ``Hdf5EpisodeFile.flush``), so a run killed outright
         leaves a dataset that Minari loads whole; the size in MB as Minari's ``get_size`` gives
         it, from the bytes written (finalize walks the files)."""
-        self._file.flush()
-        episodes, steps = self._file.readable_counts()
-        size = self._file.bytes_written() + (self.storage.data_path / "metadata.json").stat().st_size
-        _update_metadata(
-            self.storage.data_path,
-            {"total_steps": steps, "total_episodes": episodes, "dataset_size": round(size / 1e6, 1)},
-        )
+        with self._writing():
+            self._file.flush()
+            episodes, steps = self._file.readable_counts()
+            size = self._file.bytes_written() + (self.storage.data_path / "metadata.json").stat().st_size
+            _update_metadata(
+                self.storage.data_path,
+                {"total_steps": steps, "total_episodes": episodes, "dataset_size": round(size / 1e6, 1)},
+            )
         self._recorded = episodes
         self._last_flush = time.monotonic()
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Turn an ``OSError`` of writing the dataset (a full disk, a file size limit) into a
+        :class:`DatasetWriteError` that names its files."""
+        try:
+            yield
+        except DatasetWriteError:
+            raise
+        except OSError as exc:
+            path = self.storage.data_path
+            error = DatasetWriteError(exc.errno, f"cannot write {path}: {exc.strerror or exc}")
+            error.filename = str(path)
+            raise error from exc
 
     def finalize(self, complete: bool) -> Any:
         """Close the file, write the counts and the ``vecenv`` metadata entry; return the dataset.
 
         A run that ends early (Ctrl+C, an error) before its first episode leaves no dataset, as
         Minari cannot load one without episodes: the directory is removed and None returned.
+        When the file cannot be closed (a full disk), what a reader finds in it is recorded as
+        incomplete, where that can still be written, and the :class:`DatasetWriteError` raised.
         """
-        self._file.close()
+        try:
+            with self._writing():
+                self._file.close()
+        except DatasetWriteError:
+            self._keep_readable()
+            raise
         if not complete and self.episodes == 0:
             shutil.rmtree(self.target, ignore_errors=True)
             return None
         counts = {"total_steps": self.transitions, "total_episodes": self.episodes}
-        _update_metadata(self.storage.data_path, {**counts, "dataset_size": self.storage.get_size()})
+        with self._writing():
+            _update_metadata(self.storage.data_path, {**counts, "dataset_size": self.storage.get_size()})
+        self._record(complete, self.transitions, self.episodes)
+        return self._minari.MinariDataset(self.storage.data_path)
+
+    def _keep_readable(self) -> None:
+        """After a failed close: the episodes a reader finds in the files, recorded as an
+        incomplete dataset (nothing, if not even that can be written); none: no dataset."""
+        episodes, steps = self._file.readable_counts()
+        if episodes == 0:
+            shutil.rmtree(self.target, ignore_errors=True)
+            return
+        with contextlib.suppress(OSError):
+            _update_metadata(self.storage.data_path, {"total_steps": steps, "total_episodes": episodes})
+            self._record(False, steps, episodes)
+
+    def _record(self, complete: bool, transitions: int, episodes: int) -> None:
+        """The ``vecenv`` entry of Minari's metadata: how the dataset was collected, its counts."""
         keep = (
             "env_id",
             "env_kwargs",
@@ -400,13 +457,13 @@ class MinariSink:
         record.update(
             complete=complete,
             end_time=now(),
-            counts={"transitions": self.transitions, "episodes": self.episodes},
+            counts={"transitions": transitions, "episodes": episodes},
             open_episodes=self.open_episodes,
             truncated_open_episodes=self.truncated_episodes,
             dropped_open_episodes={"episodes": self.dropped_episodes, "transitions": self.dropped_transitions},
         )
-        _update_metadata(self.storage.data_path, {"vecenv": record})
-        return self._minari.MinariDataset(self.storage.data_path)
+        with self._writing():
+            _update_metadata(self.storage.data_path, {"vecenv": record})
 
 
 def _update_metadata(data_path: Path, changes: Mapping[str, Any]) -> None:
@@ -489,8 +546,8 @@ def export_minari(
     Memory: one chunk of rows plus an index of 16 bytes per transition.
 
     Returns the ``minari.MinariDataset``. Raises MinariNotInstalledError, ValueError for a
-    malformed ``dataset_id`` or ``open_episodes``, FileExistsError if it exists and
-    ``overwrite`` is false.
+    malformed ``dataset_id`` or ``open_episodes`` or a dataset with no episode to write (nothing
+    is written), FileExistsError if it exists and ``overwrite`` is false.
     """
     if open_episodes not in OPEN_EPISODES:
         raise InvalidArgumentError(f"open_episodes: expected one of {list(OPEN_EPISODES)}, got {open_episodes!r}")
@@ -519,6 +576,13 @@ def export_minari(
     except BaseException:
         sink.finalize(complete=False)
         raise
+    if sink.episodes == 0:  # Minari cannot load a dataset without episodes: none is left
+        sink.finalize(complete=False)
+        raise InvalidArgumentError(
+            f"dataset: expected a dataset with an episode to export (Minari cannot load one without), got "
+            f"{str(dataset.path)!r} with {len(episodes.order)} transitions and no episode that "
+            f"open_episodes={open_episodes!r} keeps; nothing was written"
+        )
     return sink.finalize(complete=bool(metadata.get("complete")))
 
 

@@ -20,7 +20,7 @@ import gymnasium
 import numpy as np
 
 from vecenv.datasets.errors import KEYWORDS, DatasetWriteError, OptionNames, OutputExistsError
-from vecenv.datasets.format import METADATA_FILE, Leaf
+from vecenv.datasets.format import FORMAT_NAME, METADATA_FILE, Leaf
 
 # Rows are buffered in memory up to this many bytes (all fields together) per chunk.
 CHUNK_BYTES = 8 * 1024 * 1024
@@ -256,8 +256,20 @@ def check_out(out: Path, overwrite: bool, names: OptionNames = KEYWORDS) -> None
         raise OutputExistsError(f"out: expected a directory path, got {str(out)!r}, which is an existing file")
     if not overwrite:
         raise OutputExistsError(f"output directory {str(out)!r} already exists (pass {names.overwrite} to replace it)")
-    if any(out.iterdir()) and not (out / METADATA_FILE).is_file():
+    if any(out.iterdir()) and not is_rollout_dataset(out):
         raise OutputExistsError(
-            f"refusing to overwrite {str(out)!r}: it is not empty and has no {METADATA_FILE}, "
-            "so it is not a rollout dataset"
+            f"refusing to overwrite {str(out)!r}: it is not empty and not a rollout dataset (a dataset "
+            f"has only files, among them a {METADATA_FILE} of format {FORMAT_NAME!r})"
         )
+
+
+def is_rollout_dataset(folder: Path) -> bool:
+    """Whether ``folder`` holds a rollout dataset, which ``overwrite`` may delete: only files, and
+    a ``metadata.json`` that says it is one (another program's ``metadata.json`` is not)."""
+    try:
+        if any(entry.is_dir() for entry in folder.iterdir()):
+            return False
+        metadata = json.loads((folder / METADATA_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(metadata, dict) and metadata.get("format") == FORMAT_NAME
