@@ -912,3 +912,43 @@ def test_interrupt_while_waiting_leaves_a_usable_vector_env(workers: int | str) 
         want = _healthy_reference(got.actions, range(FAULT_N), [SEED + i for i in range(FAULT_N)])
         for key, value in want.items():
             np.testing.assert_array_equal(getattr(got, key), value, err_msg=key)
+
+
+class PathEnv(gym.Env):
+    """Keeps the positions it visited in one list, appended to in place and returned in every
+    info: a record kept past the step shows later values unless it was copied at the step."""
+
+    observation_space = gym.spaces.Box(-1e6, 1e6, (1,), np.float64)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.path: list[float] = []
+        return np.zeros(1), {"path": self.path}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.path.append(float(len(self.path) + 1))
+        return np.array([len(self.path)], np.float64), 1.0, len(self.path) == 3, False, {"path": self.path}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.value)
+@pytest.mark.parametrize("workers", [0, 1])
+def test_rollout_infos_are_each_steps_own_values(workers: int, mode: AutoresetMode) -> None:
+    """An env that changes a list of its info in place at its next step: each step's infos in
+    the rollout hold that step's values, as ``step`` returned them at that step."""
+    import copy
+
+    fns = [PathEnv, PathEnv]
+    sync = SyncVectorEnv(fns, autoreset_mode=mode)
+    envs = make(fns, workers, mode)
+    try:
+        sync.reset(seed=0)
+        envs.reset(seed=0)
+        batch = envs.rollout(7, lambda obs: np.zeros(len(obs), np.int64))
+        for t in range(7):
+            want = copy.deepcopy(sync.step(batch.actions[t])[4])  # what Sync returned at step t
+            assert_same(batch.infos[t], want, f"infos of step {t}")
+    finally:
+        envs.close()
+        sync.close()

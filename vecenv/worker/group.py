@@ -8,6 +8,7 @@ tagged with the env's index within the group, in the order ``SyncVectorEnv`` add
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -21,7 +22,16 @@ from vecenv.spaces import write_batch
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import Hello, InfoEntries
 
-__all__ = ["EnvGroup", "GroupSource", "HostedGroup", "VectorGroup", "batched_view", "captured_info", "close_each"]
+__all__ = [
+    "EnvGroup",
+    "GroupSource",
+    "HostedGroup",
+    "VectorGroup",
+    "batched_view",
+    "captured_info",
+    "close_each",
+    "snapshot_info",
+]
 
 
 class HostedGroup(Protocol):
@@ -363,6 +373,32 @@ def batched_view(info: dict[str, Any]) -> dict[str, Any]:
         else value
         for key, value in info.items()
     }
+
+
+#: Values a snapshot keeps as they are: nothing can change them later.
+_IMMUTABLE = (int, float, complex, bool, str, bytes, type(None), np.generic)
+
+
+def snapshot_info(info: dict[str, Any]) -> dict[str, Any]:
+    """``info`` as it is now, for a record kept past later steps (a rollout's infos, pickled
+    only after its last step): what :func:`batched_view` keeps, with lists, objects and other
+    mutable values copied too, since the env may change them in place at its next step, and a
+    step's infos must be those of that step (as ``step`` with workers gives them: pickled at
+    once). A value that cannot be copied is kept as it is (pickling it later says why)."""
+    out: dict[str, Any] = {}
+    for key, value in info.items():
+        if isinstance(value, dict):
+            out[key] = snapshot_info(value)
+        elif isinstance(value, np.ndarray):
+            out[key] = value.copy()
+        elif isinstance(value, _IMMUTABLE):
+            out[key] = value
+        else:
+            try:
+                out[key] = copy.deepcopy(value)
+            except Exception:
+                out[key] = value
+    return out
 
 
 def _split_infos(info: Any, n: int) -> InfoEntries:

@@ -59,7 +59,7 @@ from vecenv.wire.protocol import (
     RolloutReply,
 )
 from vecenv.wire.rollout_buffers import RolloutBuffers
-from vecenv.worker.group import EnvGroup, batched_view
+from vecenv.worker.group import EnvGroup, snapshot_info
 from vecenv.worker.policy import PolicyContext, PolicyRunner
 
 __all__ = ["GroupRollouts", "RolloutFailure"]
@@ -289,8 +289,9 @@ class GroupRollouts:
             if entries:
                 if same_step:
                     self._final_observations(block, t, entries)
-                # What a step would pickle at once: an env may refill the same dict later.
-                infos.extend((t, j, batched_view(info)) for j, info in entries)
+                # What a step would pickle at once: an env may change the same dict, or a
+                # list in it, at a later step.
+                infos.extend((t, j, snapshot_info(info)) for j, info in entries)
             if active is not None:
                 assert block.stepped is not None
                 block.stepped[t] = active
