@@ -41,7 +41,7 @@ ALLOWED = {
     # vecenv-collect's SIGINT handler raises what Python's own raises for Ctrl+C.
     ("KeyboardInterrupt", "_raise_interrupt"),
     # json's `default=` protocol: TypeError for a value it cannot write.
-    ("TypeError", "_json_default"),
+    ("TypeError", "json_default"),
 }
 
 
@@ -106,17 +106,25 @@ def test_each_error_keeps_its_builtin_base(error: type, base: type) -> None:
 
 
 @pytest.mark.parametrize(
-    ("error", "gym_error"),
+    ("error", "gym_error", "args"),
     [
-        (vecenv.errors.AlreadyPendingCallError, gymnasium.error.AlreadyPendingCallError),
-        (vecenv.errors.NoAsyncCallError, gymnasium.error.NoAsyncCallError),
-        (vecenv.errors.ClosedEnvironmentError, gymnasium.error.ClosedEnvironmentError),
-        (vecenv.errors.UnknownEnvIdError, gymnasium.error.NameNotFound),
+        (vecenv.errors.AlreadyPendingCallError, gymnasium.error.AlreadyPendingCallError, ("the message", "step")),
+        (vecenv.errors.NoAsyncCallError, gymnasium.error.NoAsyncCallError, ("the message", "step")),
+        (vecenv.errors.ClosedEnvironmentError, gymnasium.error.ClosedEnvironmentError, ("the message",)),
+        (vecenv.errors.UnknownEnvIdError, gymnasium.error.NameNotFound, ("the message",)),
     ],
 )
-def test_gymnasium_errors_are_raised_as_vecenv_errors(error: type, gym_error: type) -> None:
-    """``except gymnasium.error.X`` (what Sync's callers wrote) and ``except VecEnvError`` both catch it."""
+def test_gymnasium_errors_are_raised_as_vecenv_errors(error: type, gym_error: type, args: tuple) -> None:
+    """``except gymnasium.error.X`` (what Gymnasium's callers wrote) and ``except VecEnvError``
+    both catch it; it survives pickling (a worker's, an executor's) and copies, with its ``name``."""
+    import copy
+    import pickle
+
     assert issubclass(error, VecEnvError) and issubclass(error, gym_error)
+    raised = error(*args)
+    for again in (pickle.loads(pickle.dumps(raised)), copy.deepcopy(raised)):
+        assert type(again) is error and str(again) == "the message"
+        assert getattr(again, "name", None) == getattr(raised, "name", None)
 
 
 def test_no_module_raises_gymnasiums_own_errors() -> None:

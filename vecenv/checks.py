@@ -20,7 +20,7 @@ from gymnasium.vector import AutoresetMode
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
 from vecenv.machine import available_cpus, default_start_method
 from vecenv.seeding import SEED_POLICIES, spawn_seeds
-from vecenv.wire.protocol import LooseSpaces, ObservationMode
+from vecenv.wire.protocol import ObservationMode, SpaceRule
 
 __all__ = [
     "check_env_fns",
@@ -118,8 +118,9 @@ def check_context(context: Any) -> multiprocessing.context.BaseContext:
 
 def check_observation_mode(mode: Any) -> ObservationMode:
     """``"same"``, ``"different"``, or ``(batched space, single space)``, as Gymnasium takes it
-    (or the SB3 drop-in's :attr:`~vecenv.wire.protocol.LooseSpaces.AS_ENV_0`)."""
-    if mode is LooseSpaces.AS_ENV_0:
+    (or a :class:`~vecenv.wire.protocol.SpaceRule`, as the SB3 drop-in gives ``AS_ENV_0``); the
+    strings become their :class:`~vecenv.wire.protocol.SpaceRule`."""
+    if isinstance(mode, SpaceRule):
         return mode
     if isinstance(mode, tuple) and len(mode) == 2:
         if not isinstance(mode[0], Space) or not isinstance(mode[1], Space):
@@ -128,7 +129,7 @@ def check_observation_mode(mode: Any) -> ObservationMode:
             )
         return mode
     if isinstance(mode, str) and mode in ("same", "different"):
-        return mode
+        return SpaceRule(mode)
     raise InvalidArgumentError(
         "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single and batch "
         f"observation space, actual got {mode}"

@@ -30,7 +30,7 @@ already catch: :class:`InvalidArgumentError` (a ``ValueError``), :class:`Argumen
 Calls made in the wrong order or after ``close()`` raise :class:`AlreadyPendingCallError`,
 :class:`NoAsyncCallError` and :class:`ClosedEnvironmentError`, and an unknown env id
 :class:`UnknownEnvIdError`: each is a :class:`VecEnvError` and also Gymnasium's error of the same
-meaning, so ``except gymnasium.error.NoAsyncCallError`` catches it as it would Sync's.
+meaning, so ``except gymnasium.error.NoAsyncCallError`` catches it as it would Gymnasium's.
 """
 
 from __future__ import annotations
@@ -237,10 +237,17 @@ class AlreadyPendingCallError(VecEnvError, gymnasium.error.AlreadyPendingCallErr
     """A call started while another is pending (``step_async`` twice, ``reset`` between
     ``step_async`` and ``step_wait``); ``name`` is the pending call. Gymnasium's error too."""
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Gymnasium's __init__ takes (message, name), its args hold the message alone.
+        return type(self), (str(self), self.name), self.__dict__
+
 
 class NoAsyncCallError(VecEnvError, gymnasium.error.NoAsyncCallError):
     """A ``*_wait`` (or ``recv``) with nothing of its kind in flight; ``name`` is the state the
     call expected. Gymnasium's error too."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (str(self), self.name), self.__dict__
 
 
 class ClosedEnvironmentError(VecEnvError, gymnasium.error.ClosedEnvironmentError):

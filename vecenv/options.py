@@ -26,7 +26,7 @@ from vecenv.checks import (
     check_threads,
     check_timeout,
 )
-from vecenv.wire.protocol import LooseSpaces, ObservationMode
+from vecenv.wire.protocol import ObservationMode, SpaceRule
 
 __all__ = ["Keywords", "DEFAULTS", "VectorOptions"]
 
@@ -126,7 +126,7 @@ class VectorOptions:
         return cls.check(**{name: values[name] for name in _CHECKED if name in values})
 
     @property
-    def worker_observation_mode(self) -> str | Space | LooseSpaces:
+    def worker_observation_mode(self) -> SpaceRule | Space:
         """What a worker checks its envs' observation spaces against (see ``WorkerOptions``)."""
         mode = self.observation_mode
         return mode[1] if isinstance(mode, tuple) else mode

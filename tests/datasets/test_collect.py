@@ -321,6 +321,11 @@ def test_metadata_json_cannot_hold_is_refused_before_anything_is_written(
     with pytest.raises(TypeError, match=match):
         collect(counter_envs(2, AutoresetMode.NEXT_STEP), steps=3, out=out, metadata=metadata, progress=False)
     assert not out.exists()
+    # NumPy numbers and arrays are JSON's numbers and lists.
+    numpy_values = {"gravity": np.float64(9.8), "sizes": np.arange(3), "seen": {3, 1}}
+    collect(counter_envs(2, AutoresetMode.NEXT_STEP), steps=3, out=out, metadata=numpy_values, progress=False)
+    written = json.loads((out / "metadata.json").read_text())
+    assert written["gravity"] == 9.8 and written["sizes"] == [0, 1, 2] and written["seen"] == [1, 3]
 
 
 @pytest.mark.parametrize("metadata", ['{"name": "my web app"}', "not json", '{"format": "vecenv-rollouts"}'])
@@ -337,11 +342,14 @@ def test_overwrite_never_deletes_a_folder_that_is_not_a_dataset(tmp_path: Path, 
     with pytest.raises(FileExistsError, match=r"not empty and not a rollout dataset"):
         collect(counter_envs(2, AutoresetMode.NEXT_STEP), steps=3, out=out, overwrite=True, progress=False)
     assert (out / "thesis.tex").read_text() == "keep me" and (out / "metadata.json").read_text() == metadata
-    # A dataset is replaced.
+    # A dataset is replaced, with the spill folder a run killed outright leaves in it.
     dataset = tmp_path / "dataset"
     collect(counter_envs(2, AutoresetMode.NEXT_STEP), steps=3, out=dataset, progress=False)
+    (dataset / ".spill").mkdir()
+    (dataset / ".spill" / "observations.raw").write_bytes(b"\0" * 8)
     collect(counter_envs(2, AutoresetMode.NEXT_STEP), steps=5, out=dataset, overwrite=True, progress=False)
     assert json.loads((dataset / "metadata.json").read_text())["counts"]["transitions"] == 5
+    assert not (dataset / ".spill").exists()
 
 
 def test_bad_policy_actions_raise_and_leave_an_incomplete_dataset(tmp_path: Path) -> None:

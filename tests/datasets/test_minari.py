@@ -523,6 +523,12 @@ def test_export_of_a_dataset_without_an_episode_to_write_is_refused(
         export_minari(tmp_path / "short", "short-v0", open_episodes="drop")
     root = Path(os.environ["MINARI_DATASETS_PATH"])
     assert not (root / "short-v0").exists()
+    # Refused before an existing dataset of that id is replaced.
+    collect(sync_envs(2), steps=30, out=tmp_path / "full", progress=False)
+    kept = export_minari(tmp_path / "full", "kept-v0").total_episodes
+    with pytest.raises(ValueError, match=r"nothing was written"):
+        export_minari(tmp_path / "short", "kept-v0", open_episodes="drop", overwrite=True)
+    assert minari.MinariDataset(root / "kept-v0" / "data").total_episodes == kept > 0
     assert main(["export", str(tmp_path / "short"), "--dataset-id", "short-v0", "--open-episodes", "drop"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("vecenv-collect: error: dataset: expected a dataset with an episode") and err.count("\n") == 1

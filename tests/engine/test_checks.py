@@ -20,6 +20,7 @@ from gymnasium.vector import AutoresetMode
 import vecenv
 from tests.helpers.faults import FaultEnv
 from vecenv import checks
+from vecenv.wire.protocol import SpaceRule
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -99,8 +100,8 @@ def test_context() -> None:
 def test_observation_mode() -> None:
     single = spaces.Box(0, 1, (2,))
     batched = spaces.Box(0, 1, (3, 2))
-    assert checks.check_observation_mode("same") == "same"
-    assert checks.check_observation_mode("different") == "different"
+    assert checks.check_observation_mode("same") is SpaceRule.SAME
+    assert checks.check_observation_mode("different") is SpaceRule.DIFFERENT
     assert checks.check_observation_mode((batched, single)) == (batched, single)
     with pytest.raises(TypeError, match="Expected both elements of observation_mode to be Spaces"):
         checks.check_observation_mode((batched, "single"))

@@ -21,7 +21,7 @@ from tests.helpers.envs import BoundsEnv, fns, sync_group
 from tests.helpers.fakes import ACT_SPACE, OBS_SPACE, hello
 from vecenv import SpaceMismatchError, SubprocVectorEnv
 from vecenv.parent.handshake import configure
-from vecenv.wire.protocol import SpaceMismatch
+from vecenv.wire.protocol import SpaceKind, SpaceMismatch, SpaceRule
 
 NEXT, SAME = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP
 
@@ -29,7 +29,7 @@ NEXT, SAME = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP
 
 
 def test_configure_sums_the_groups_and_batches_the_first_envs_spaces() -> None:
-    spaces_ = configure([hello(2, metadata={"render_fps": 7}), hello(3)], "same", SAME, "SubprocVectorEnv")
+    spaces_ = configure([hello(2, metadata={"render_fps": 7}), hello(3)], SpaceRule.SAME, SAME, "SubprocVectorEnv")
     assert spaces_.num_envs == 5
     assert spaces_.single_observation_space == OBS_SPACE and spaces_.observation_space == batch_space(OBS_SPACE, 5)
     assert spaces_.single_action_space == ACT_SPACE and spaces_.action_space == batch_space(ACT_SPACE, 5)
@@ -38,15 +38,15 @@ def test_configure_sums_the_groups_and_batches_the_first_envs_spaces() -> None:
 
 def test_configure_names_a_mismatch_by_its_global_index() -> None:
     wide = spaces.Box(-1.0, 1.0, (3,), np.float32)
-    second = hello(3, mismatch=SpaceMismatch(1, "observation_space", OBS_SPACE, wide))
+    second = hello(3, mismatch=SpaceMismatch(1, SpaceKind.OBSERVATION, OBS_SPACE, wide))
     with pytest.raises(
         SpaceMismatchError, match=r"env 3 has observation_space Box.*\(3,\).*use `observation_mode='different'`"
     ):
-        configure([hello(2), second], "same", NEXT, "SubprocVectorEnv")
+        configure([hello(2), second], SpaceRule.SAME, NEXT, "SubprocVectorEnv")
     with pytest.raises(
         SpaceMismatchError, match=r"^Some environments have an action space different from `Discrete\(3\)`.*env 2 has"
     ):
-        configure([hello(2), hello(1, action_space=spaces.Discrete(4))], "same", NEXT, "SubprocVectorEnv")
+        configure([hello(2), hello(1, action_space=spaces.Discrete(4))], SpaceRule.SAME, NEXT, "SubprocVectorEnv")
 
 
 def test_configure_different_batches_every_envs_space() -> None:
@@ -55,7 +55,7 @@ def test_configure_different_batches_every_envs_space() -> None:
         hello(2, observation_space=a, observation_spaces=[a, b]),
         hello(1, observation_space=b, observation_spaces=[b]),
     ]
-    spaces_ = configure(hellos, "different", NEXT, "SubprocVectorEnv")
+    spaces_ = configure(hellos, SpaceRule.DIFFERENT, NEXT, "SubprocVectorEnv")
     assert spaces_.observation_space == batch_differing_spaces([a, b, b]) and spaces_.single_observation_space == a
 
 
@@ -63,7 +63,7 @@ def test_configure_refuses_a_native_group_with_another_autoreset_mode() -> None:
     with pytest.raises(
         ValueError, match=r"^worker 1 hosts a native vector env with autoreset mode .*SAME_STEP.*must match$"
     ):
-        configure([hello(2), hello(2, native_autoreset=SAME)], "same", NEXT, "SubprocVectorEnv")
+        configure([hello(2), hello(2, native_autoreset=SAME)], SpaceRule.SAME, NEXT, "SubprocVectorEnv")
 
 
 # -- end to end ----------------------------------------------------------------------------------

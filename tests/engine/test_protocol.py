@@ -28,6 +28,7 @@ from vecenv.wire.protocol import (
     ResetArgs,
     Rows,
     SetAttrArgs,
+    SpaceKind,
     SpaceMismatch,
     StepReply,
     decode_command,
@@ -99,7 +100,7 @@ def _hello(**changes: Any) -> Hello:
         metadata={"render_fps": 30},
         render_mode="rgb_array",
         spec=None,
-        mismatch=SpaceMismatch(2, "observation_space", BOX, spaces.Box(-2.0, 2.0, (3,), np.float32)),
+        mismatch=SpaceMismatch(2, SpaceKind.OBSERVATION, BOX, spaces.Box(-2.0, 2.0, (3,), np.float32)),
         native_autoreset=AutoresetMode.SAME_STEP,
         observation_spaces=[BOX, BOX],
     )

@@ -31,7 +31,9 @@ from vecenv.wire.protocol import (
     ResetArgs,
     Rows,
     SetAttrArgs,
+    SpaceKind,
     SpaceMismatch,
+    SpaceRule,
     StepReply,
     decode_command,
     decode_reply,
@@ -153,14 +155,14 @@ def test_build_names_the_first_env_that_does_not_fit(kwargs: dict[str, Any], whi
 
     _, hello = _built(builder)
     expected, received = getattr(DiffEnv(), which), getattr(DiffEnv(**kwargs), which)
-    assert hello.mismatch == SpaceMismatch(2, which, expected, received)
+    assert hello.mismatch == SpaceMismatch(2, SpaceKind(which), expected, received)
 
 
 def test_observation_mode_different_lists_every_space_and_needs_only_shape_and_dtype() -> None:
     builder = _envs(3, BoundsEnv)
     _, same = _built(builder)
     assert same.mismatch is not None and same.mismatch.local_index == 1  # bounds differ
-    _, different = _built(builder, WorkerOptions(observation_mode="different"))
+    _, different = _built(builder, WorkerOptions(observation_mode=SpaceRule.DIFFERENT))
     assert different.mismatch is None
     assert different.observation_spaces == [BoundsEnv(index=i).observation_space for i in range(3)]
     custom = spaces.Box(-np.inf, np.inf, (2,), np.float32)

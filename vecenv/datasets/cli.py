@@ -17,6 +17,7 @@ import shutil
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -241,6 +242,8 @@ def _collect(
             if transitions == 0:  # refused at the first step: the corrected command needs no --overwrite
                 shutil.rmtree(out)
         _drop_empty_directories(out, existed)
+        if not isinstance(exc, PolicyError):  # refused before anything was written
+            raise _UsageError(str(exc)) from None
         raise _UsageError(f"{exc}; {_what_was_kept(args, out, existed)}") from None
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted: {_what_was_kept(args, out, existed)}", file=sys.stderr)
@@ -317,24 +320,16 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_failure(exc: OSError, args: argparse.Namespace, exporting: bool) -> str:
-    """One line for an output that could not be written: the path, the cause, and what was kept."""
+def _write_failure(exc: OSError, args: argparse.Namespace, exporting: bool, started: float) -> str:
+    """One line for an output that could not be written: the path, the cause, and what was kept
+    (what this run wrote: a dataset whose metadata is older than ``started`` is another run's)."""
     if isinstance(exc, DatasetWriteError):
         what = str(exc.strerror)
     else:
         cause = exc.strerror or str(exc)
         what = f"cannot write {exc.filename}: {cause}" if exc.filename else f"{type(exc).__name__}: {cause}"
     if not exporting and args.format == "minari":
-        minari_metadata = _output_path(args) / args.dataset_id / "data" / "metadata.json"
-        try:
-            record = json.loads(minari_metadata.read_text())["vecenv"]
-            kept = record["counts"]["episodes"]
-            what += (
-                f"; kept the {kept} episodes a reader finds, marked incomplete, in Minari dataset {args.dataset_id!r}"
-            )
-        except (OSError, ValueError, KeyError, TypeError):
-            what += f"; no readable Minari dataset {args.dataset_id!r} was left"
-        return " ".join(what.split())
+        return " ".join(f"{what}; {_minari_kept(args, started)}".split())
     out = None if exporting else _default_out(args)
     metadata = None if out is None else out / METADATA_FILE
     if metadata is not None and metadata.is_file():
@@ -344,6 +339,28 @@ def _write_failure(exc: OSError, args: argparse.Namespace, exporting: bool) -> s
         except (OSError, ValueError, KeyError, TypeError):
             pass
     return " ".join(what.split())
+
+
+def _minari_kept(args: argparse.Namespace, started: float) -> str:
+    """What a Minari run that could not write its dataset left, as Minari's metadata says."""
+    path = _output_path(args) / args.dataset_id / "data" / "metadata.json"
+    nothing = f"no readable Minari dataset {args.dataset_id!r} was left"
+    try:
+        if path.stat().st_mtime < started - 1.0:  # another run's (a file system may keep whole seconds)
+            return nothing
+        metadata = json.loads(path.read_text())
+        episodes = int(metadata["total_episodes"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return nothing
+    if not episodes:
+        return nothing
+    record = metadata.get("vecenv")
+    if isinstance(record, dict) and record.get("complete") is False:
+        return f"kept the {episodes} episodes a reader finds, marked incomplete, in Minari dataset {args.dataset_id!r}"
+    return (
+        f"kept the {episodes} episodes a reader finds in Minari dataset {args.dataset_id!r}, not marked "
+        "incomplete (its metadata could not be written either)"
+    )
 
 
 def _output_path(args: argparse.Namespace) -> Path:
@@ -411,6 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, or a usage error the parser already reported
         return int(exc.code or 0)
     command_line = shlex.join(sys.argv if argv is None else [PROG, *argv])
+    started = time.time()  # what a failed write finds on disk is this run's if written since
     _received.clear()
     in_main_thread = threading.current_thread() is threading.main_thread()
     if in_main_thread:  # signal handlers can only be set from the main thread
@@ -429,7 +447,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         if args.debug:
             raise
-        print(f"{PROG}: error: {_write_failure(exc, args, exporting)}", file=sys.stderr)
+        print(f"{PROG}: error: {_write_failure(exc, args, exporting, started)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:
         if isinstance(exc, _Terminated):

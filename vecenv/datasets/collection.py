@@ -26,7 +26,15 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from vecenv.checks import seed_list
 from vecenv.datasets.action_checks import ActionChecker, CheckedPolicy
 from vecenv.datasets.dataset import load
-from vecenv.datasets.format import FORMAT_NAME, FORMAT_VERSION, Leaf, dataset_fields, space_leaves
+from vecenv.datasets.format import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    SPILL_DIR,
+    Leaf,
+    dataset_fields,
+    json_default,
+    space_leaves,
+)
 from vecenv.datasets.recording import CollectionRun, CollectionSpec, record_transitions
 from vecenv.datasets.sinks import OPEN_EPISODES, DatasetSink
 from vecenv.datasets.sources import RolloutSource, StepSource, random_actions, rollout_length
@@ -334,16 +342,18 @@ def _worker_policy(policy: Policy, name: str) -> WorkerPolicy:
 
 def _check_metadata(metadata: Any) -> dict[str, Any]:
     """The caller's ``metadata`` as a dict, refused before anything is written unless it is a
-    mapping of string keys whose values JSON holds (``metadata.json`` is JSON)."""
+    mapping of string keys whose values JSON holds (``metadata.json`` is JSON; NumPy scalars and
+    arrays are written as numbers and lists)."""
     if metadata is None:
         return {}
     if not isinstance(metadata, Mapping) or not all(isinstance(key, str) for key in metadata):
         raise ArgumentTypeError(f"metadata: expected None or a mapping with str keys, got {describe(metadata)}")
     try:
-        json.dumps(dict(metadata))
+        json.dumps(dict(metadata), default=json_default)
     except (TypeError, ValueError) as exc:
         raise ArgumentTypeError(
-            f"metadata: expected values JSON can hold (str, int, float, bool, None, lists and dicts of them), "
+            f"metadata: expected values JSON can hold (str, int, float, bool, None, NumPy numbers and "
+            "arrays, lists and dicts of them), "
             f"got {describe(metadata)} ({exc})"
         ) from None
     return dict(metadata)
@@ -447,7 +457,7 @@ def _dataset_output(plan: _Plan, out: str | os.PathLike[str] | None, overwrite: 
     if directory.exists():
         shutil.rmtree(directory)
     sink = DatasetSink(DatasetWriter(directory, plan.fields, plan.metadata))
-    return _Output(sink, directory / ".spill", plan.collection.episodes is not None, directory)
+    return _Output(sink, directory / SPILL_DIR, plan.collection.episodes is not None, directory)
 
 
 def _collect(plan: _Plan, output: _Output, progress: bool) -> Any:

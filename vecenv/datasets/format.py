@@ -24,6 +24,9 @@ from vecenv.spaces import leaf_layout, named_dict_keys, named_leaves
 FORMAT_NAME = "vecenv-rollouts"
 FORMAT_VERSION = 1
 METADATA_FILE = "metadata.json"
+#: The hidden folder inside a dataset where ``episodes=N`` runs spill open episodes (removed at
+#: the end; a run killed outright leaves it).
+SPILL_DIR = ".spill"
 
 #: The per-transition columns after the observation, next-observation and action leaves.
 SCALAR_FIELDS: dict[str, np.dtype] = {
@@ -159,3 +162,12 @@ def _nested(value: Any) -> Any:
     if isinstance(value, list):
         return [_nested(v) for v in value]
     return float(value) if isinstance(value, str) else value
+
+
+def json_default(value: Any) -> Any:
+    """What ``json`` cannot write itself (its ``default=``): NumPy scalars and arrays, sets."""
+    if isinstance(value, (np.generic, np.ndarray)):
+        return value.tolist()
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")

@@ -41,7 +41,7 @@ from vecenv.datasets.errors import (
     OptionNames,
     OutputExistsError,
 )
-from vecenv.datasets.format import space_from_description
+from vecenv.datasets.format import json_default, space_from_description
 from vecenv.datasets.hdf5_episodes import EpisodePieces, Hdf5EpisodeFile
 from vecenv.datasets.sinks import OPEN_EPISODES, EpisodeSummary, with_last
 from vecenv.datasets.writer import FLUSH_INTERVAL_S, chunk_rows, now
@@ -474,17 +474,8 @@ def _update_metadata(data_path: Path, changes: Mapping[str, Any]) -> None:
     metadata = json.loads(path.read_text())
     metadata.update(changes)
     staged = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    staged.write_text(json.dumps(metadata, default=_json_default))
+    staged.write_text(json.dumps(metadata, default=json_default))
     os.replace(staged, path)
-
-
-def _json_default(value: Any) -> Any:
-    """What ``json`` cannot write itself: NumPy scalars and arrays, sets."""
-    if isinstance(value, (np.generic, np.ndarray)):
-        return value.tolist()
-    if isinstance(value, (set, frozenset)):
-        return sorted(value)
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def _recordable(spec: EnvSpec | None) -> EnvSpec | None:
@@ -551,10 +542,19 @@ def export_minari(
     """
     if open_episodes not in OPEN_EPISODES:
         raise InvalidArgumentError(f"open_episodes: expected one of {list(OPEN_EPISODES)}, got {open_episodes!r}")
-    target = minari_target(dataset_id, out, overwrite, storage=minari_storage)
+    minari_target(dataset_id, out, overwrite, storage=minari_storage, prepare=False)  # checked first
     if not isinstance(dataset, Dataset):
         dataset = load(dataset)
     metadata = dataset.metadata
+    episodes = _StoredEpisodes(dataset)
+    if not episodes.closed and not (episodes.still_open and open_episodes == "truncate"):
+        # Minari cannot load a dataset without episodes: refused before an existing one is replaced.
+        raise InvalidArgumentError(
+            f"dataset: expected a dataset with an episode to export (Minari cannot load one without), got "
+            f"{str(dataset.path)!r} with {len(episodes.order)} transitions and no episode that "
+            f"open_episodes={open_episodes!r} keeps; nothing was written"
+        )
+    target = minari_target(dataset_id, out, overwrite, storage=minari_storage)
     observation_space = space_from_description(metadata["observation_space"]["description"])
     action_space = space_from_description(metadata["action_space"]["description"])
     spec = env_spec if env_spec is not None else _env_spec(metadata)
@@ -570,19 +570,11 @@ def export_minari(
         open_episodes,
         minari_storage,
     )
-    episodes = _StoredEpisodes(dataset)
     try:
         episodes.write_to(sink)
     except BaseException:
         sink.finalize(complete=False)
         raise
-    if sink.episodes == 0:  # Minari cannot load a dataset without episodes: none is left
-        sink.finalize(complete=False)
-        raise InvalidArgumentError(
-            f"dataset: expected a dataset with an episode to export (Minari cannot load one without), got "
-            f"{str(dataset.path)!r} with {len(episodes.order)} transitions and no episode that "
-            f"open_episodes={open_episodes!r} keeps; nothing was written"
-        )
     return sink.finalize(complete=bool(metadata.get("complete")))
 
 

@@ -20,7 +20,7 @@ import gymnasium
 import numpy as np
 
 from vecenv.datasets.errors import KEYWORDS, DatasetWriteError, OptionNames, OutputExistsError
-from vecenv.datasets.format import FORMAT_NAME, METADATA_FILE, Leaf
+from vecenv.datasets.format import FORMAT_NAME, METADATA_FILE, SPILL_DIR, Leaf, json_default
 
 # Rows are buffered in memory up to this many bytes (all fields together) per chunk.
 CHUNK_BYTES = 8 * 1024 * 1024
@@ -225,7 +225,7 @@ class DatasetWriter:
         temporary = self.out / f".{METADATA_FILE}.tmp"
         with self._writing(self.out / METADATA_FILE):
             try:
-                temporary.write_text(json.dumps(self.metadata, indent=2) + "\n")
+                temporary.write_text(json.dumps(self.metadata, indent=2, default=json_default) + "\n")
                 os.replace(temporary, self.out / METADATA_FILE)
             except OSError:
                 temporary.unlink(missing_ok=True)  # the previous metadata.json stays, and is right
@@ -259,15 +259,16 @@ def check_out(out: Path, overwrite: bool, names: OptionNames = KEYWORDS) -> None
     if any(out.iterdir()) and not is_rollout_dataset(out):
         raise OutputExistsError(
             f"refusing to overwrite {str(out)!r}: it is not empty and not a rollout dataset (a dataset "
-            f"has only files, among them a {METADATA_FILE} of format {FORMAT_NAME!r})"
+            f"has only files, among them a {METADATA_FILE} of format {FORMAT_NAME!r}, and its {SPILL_DIR} folder)"
         )
 
 
 def is_rollout_dataset(folder: Path) -> bool:
-    """Whether ``folder`` holds a rollout dataset, which ``overwrite`` may delete: only files, and
-    a ``metadata.json`` that says it is one (another program's ``metadata.json`` is not)."""
+    """Whether ``folder`` holds a rollout dataset, which ``overwrite`` may delete: only files (and
+    the hidden folder of its spilled episodes, which a run killed outright leaves), and a
+    ``metadata.json`` that says it is one (another program's ``metadata.json`` is not)."""
     try:
-        if any(entry.is_dir() for entry in folder.iterdir()):
+        if any(entry.is_dir() and entry.name != SPILL_DIR for entry in folder.iterdir()):
             return False
         metadata = json.loads((folder / METADATA_FILE).read_text())
     except (OSError, ValueError):

@@ -68,7 +68,7 @@ def open_rows(groups: Sequence[Callable[[], Any]], backend: str, inline: bool, k
         # Copies in different workers (each worker checks its own): said in rows and copies.
         raise AgentSpaceMismatchError(
             f"row {m.local_index} (an agent of a copy in another worker than copy 0's) has "
-            f"{m.which.replace('_', ' ')} {m.received}, but copy 0's agents have {m.expected}: every agent "
+            f"{m.which.label} {m.received}, but copy 0's agents have {m.expected}: every agent "
             "of every copy must share them"
         ) from None
 

@@ -30,7 +30,7 @@ from vecenv.errors import WorkerDiedError
 from vecenv.parent.pool import WorkerPool
 from vecenv.parent.records import WorkerRecord, WorkerStatus
 from vecenv.parent.state import CallState, State
-from vecenv.wire.protocol import Command
+from vecenv.wire.protocol import Command, no_payload
 
 __all__ = ["CallRunner", "Collect"]
 
@@ -164,7 +164,7 @@ class CallRunner:
                 self.settle(State.DEFAULT, "step", exc)
                 raise
         try:
-            ok, result = core.handle(Command.STEP, _no_payload)
+            ok, result = core.handle(Command.STEP, no_payload)
             if not ok:
                 raise self.pool.remote_error(workers[0], result, "step_wait")
         except BaseException as exc:
@@ -242,8 +242,3 @@ class CallRunner:
     def shutdown(self, timeout: float, wait_late: bool) -> BaseException | None:
         """Close the envs politely, end every worker (see :meth:`WorkerPool.shutdown`)."""
         return self.pool.shutdown(timeout, wait_late)
-
-
-def _no_payload() -> None:
-    """A STEP's payload when the actions are in the shared rows."""
-    return None

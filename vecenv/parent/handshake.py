@@ -21,7 +21,7 @@ from vecenv.errors import InvalidArgumentError, SpaceMismatchError
 from vecenv.spaces import is_fixed, leaf_layout
 from vecenv.wire.buffers import BufferSpec, layout_nbytes
 from vecenv.wire.memory import check_block
-from vecenv.wire.protocol import Hello, LooseSpaces, ObservationMode, SpaceMismatch, space_fits
+from vecenv.wire.protocol import Hello, ObservationMode, SpaceKind, SpaceMismatch, SpaceRule, space_fits
 
 __all__ = ["VectorSpaces", "configure", "loose_mismatch_message"]
 
@@ -78,7 +78,7 @@ def configure(
     _check_memory(start, first, observation_mode, shared_memory)
     if isinstance(observation_mode, tuple):
         observation_space, single_observation_space = observation_mode
-    elif observation_mode == "different":
+    elif observation_mode is SpaceRule.DIFFERENT:
         single_observation_space = first.observation_space
         spaces = [s for h in hellos for s in (h.observation_spaces or [h.observation_space] * h.num_envs)]
         observation_space = batch_differing_spaces(spaces)
@@ -122,12 +122,12 @@ def _check_memory(num_envs: int, first: Hello, observation_mode: ObservationMode
 
 def _first_mismatch(first: Hello, hello: Hello, observation_mode: ObservationMode, start: int) -> SpaceMismatch | None:
     """The group's first env against env 0 first, then the group's own check; indices global."""
-    if not space_fits(observation_mode, "action_space", first.action_space, hello.action_space):
-        return SpaceMismatch(start, "action_space", first.action_space, hello.action_space)
+    if not space_fits(observation_mode, SpaceKind.ACTION, first.action_space, hello.action_space):
+        return SpaceMismatch(start, SpaceKind.ACTION, first.action_space, hello.action_space)
     if not isinstance(observation_mode, tuple) and not space_fits(
-        observation_mode, "observation_space", first.observation_space, hello.observation_space
+        observation_mode, SpaceKind.OBSERVATION, first.observation_space, hello.observation_space
     ):
-        return SpaceMismatch(start, "observation_space", first.observation_space, hello.observation_space)
+        return SpaceMismatch(start, SpaceKind.OBSERVATION, first.observation_space, hello.observation_space)
     m = hello.mismatch
     if m is not None:
         return SpaceMismatch(start + m.local_index, m.which, m.expected, m.received)
@@ -135,31 +135,30 @@ def _first_mismatch(first: Hello, hello: Hello, observation_mode: ObservationMod
 
 
 def loose_mismatch_message(m: SpaceMismatch, class_name: str) -> str:
-    """What :attr:`~vecenv.wire.protocol.LooseSpaces.AS_ENV_0` refuses, said for ``class_name``."""
-    space = m.which.replace("_", " ")
+    """What :attr:`~vecenv.wire.protocol.SpaceRule.AS_ENV_0` refuses, said for ``class_name``."""
     return (
-        f"{class_name} needs every env's {space} of the shape and dtype of env 0's ({m.expected}), "
+        f"{class_name} needs every env's {m.which.label} of the shape and dtype of env 0's ({m.expected}), "
         f"as each is stored in a shared array: env {m.local_index} has {m.received}"
     )
 
 
 def _mismatch_error(m: SpaceMismatch, observation_mode: ObservationMode, class_name: str) -> SpaceMismatchError:
-    if observation_mode is LooseSpaces.AS_ENV_0:
+    if observation_mode is SpaceRule.AS_ENV_0:
         return SpaceMismatchError(loose_mismatch_message(m, class_name))
-    if m.which == "action_space":
+    if m.which is SpaceKind.ACTION:
         return SpaceMismatchError(
             f"Some environments have an action space different from `{m.expected}`. In order to batch "
             "actions, the action spaces from all environments must be equal: "
             f"env {m.local_index} has action_space {m.received}."
         )
-    if observation_mode == "same":
+    if observation_mode is SpaceRule.SAME:
         return SpaceMismatchError(
             f"{class_name}(..., observation_mode='same') however some of the sub-environments "
             f"observation spaces are not equivalent: env {m.local_index} has observation_space {m.received}, "
             f"expected {m.expected}. "
             "If this is intentional, use `observation_mode='different'` instead."
         )
-    mode_name = observation_mode if isinstance(observation_mode, str) else "custom space"
+    mode_name = observation_mode.value if isinstance(observation_mode, SpaceRule) else "custom space"
     return SpaceMismatchError(
         f"{class_name}(..., observation_mode='{mode_name}') however the sub-environment's "
         "observation spaces do not share a common shape and dtype: "

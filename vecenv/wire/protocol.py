@@ -63,9 +63,11 @@ __all__ = [
     "encode_for_pipe",
     "fd_follows",
     "decode_command",
+    "no_payload",
     "encode_reply",
     "decode_reply",
-    "LooseSpaces",
+    "SpaceRule",
+    "SpaceKind",
     "ObservationMode",
     "WAKE_COMMAND",
     "WAKE_REPLY",
@@ -89,26 +91,45 @@ class Command(IntEnum):
     POLICY_STATE = 10  # a ROLLOUT of no steps: the policy's state, set first if given (RolloutArgs)
 
 
-class LooseSpaces(Enum):
-    """An ``observation_mode`` beyond Gymnasium's, for the SB3 drop-in: env 0's spaces are the
-    vector env's, and every other env's observation and action spaces need only have their shape
-    and dtype (bounds may differ), which is what SB3's vector envs take. Both sides check it."""
+class SpaceRule(Enum):
+    """How the envs' spaces must agree: an ``observation_mode`` other than a custom space.
 
+    ``SAME`` and ``DIFFERENT`` are Gymnasium's ``"same"`` (every env's observation space equals
+    the first's) and ``"different"`` (the same shape and dtype; the spaces are batched with
+    ``batch_differing_spaces``). ``AS_ENV_0`` is the SB3 drop-in's: env 0's spaces are the
+    vector env's, and every other env's observation and action spaces need only have their
+    shape and dtype (bounds may differ), which is what SB3's vector envs take. The parent's
+    handshake and each worker check it."""
+
+    SAME = "same"
+    DIFFERENT = "different"
     AS_ENV_0 = "as env 0"
 
 
-#: What a vector env's ``observation_mode`` may be: Gymnasium's ``"same"`` or ``"different"``,
-#: ``(batched space, single space)``, or :attr:`LooseSpaces.AS_ENV_0`.
-ObservationMode = str | tuple[Space, Space] | LooseSpaces
+class SpaceKind(Enum):
+    """Which of an env's spaces a check is about, by its attribute's name."""
+
+    OBSERVATION = "observation_space"
+    ACTION = "action_space"
+
+    @property
+    def label(self) -> str:
+        """For messages: ``"observation space"``."""
+        return self.value.replace("_", " ")
 
 
-def space_fits(mode: ObservationMode | Space, which: str, expected: Space, received: Space) -> bool:
-    """Whether an env's ``which`` space (``"observation_space"`` or ``"action_space"``) may share
-    the arrays of ``expected`` under ``mode`` (a worker sees a custom space as that space alone):
-    the one rule the parent's handshake and each worker's own check apply."""
-    if mode is LooseSpaces.AS_ENV_0:
+#: What a vector env's ``observation_mode`` is once checked: a :class:`SpaceRule`, or
+#: ``(batched space, single space)``.
+ObservationMode = SpaceRule | tuple[Space, Space]
+
+
+def space_fits(mode: ObservationMode | Space, which: SpaceKind, expected: Space, received: Space) -> bool:
+    """Whether an env's ``which`` space may share the arrays of ``expected`` under ``mode`` (a
+    worker sees a custom space as that space alone): the one rule the parent's handshake and
+    each worker's own check apply."""
+    if mode is SpaceRule.AS_ENV_0:
         return fits_layout(expected, received)
-    if which == "action_space" or mode == "same":
+    if which is SpaceKind.ACTION or mode is SpaceRule.SAME:
         return bool(received == expected)
     return bool(is_space_dtype_shape_equiv(expected, received))
 
@@ -118,7 +139,7 @@ class SpaceMismatch:
     """An env whose space does not fit the group's (indices are local to the worker)."""
 
     local_index: int
-    which: str
+    which: SpaceKind
     expected: Space
     received: Space
 
@@ -502,11 +523,12 @@ def decode_command(data: bytes) -> DecodedCommand:
     """
     kind, command, call_id = _HEADER.unpack_from(data)
     if kind == _BARE:
-        return DecodedCommand(Command(command), call_id, _no_payload)
+        return DecodedCommand(Command(command), call_id, no_payload)
     return DecodedCommand(Command(command), call_id, lambda: pickle.loads(memoryview(data)[_HEADER.size :]))
 
 
-def _no_payload() -> None:
+def no_payload() -> None:
+    """The payload of a command that has none (a bare STEP, a CLOSE)."""
     return None
 
 

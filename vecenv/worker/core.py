@@ -31,7 +31,6 @@ from vecenv.wire.protocol import (
     CallArgs,
     Command,
     Hello,
-    LooseSpaces,
     Outcome,
     RenderArgs,
     ResetArgs,
@@ -39,7 +38,9 @@ from vecenv.wire.protocol import (
     RolloutBlockArgs,
     RolloutReply,
     SetAttrArgs,
+    SpaceKind,
     SpaceMismatch,
+    SpaceRule,
     StepReply,
     space_fits,
 )
@@ -55,11 +56,11 @@ class WorkerOptions:
     """How a worker checks its envs and sets up its process.
 
     Attributes:
-        observation_mode: ``"same"`` (every env's observation space equals the first's),
-            ``"different"`` (same shape and dtype; every space is reported for batching), the
-            single observation space every env's must match in shape and dtype, or
-            :attr:`~vecenv.wire.protocol.LooseSpaces.AS_ENV_0` (observation and action spaces of
-            the first's shape and dtype).
+        observation_mode: a :class:`~vecenv.wire.protocol.SpaceRule` (``SAME``: every env's
+            observation space equals the first's; ``DIFFERENT``: same shape and dtype, every
+            space is reported for batching; ``AS_ENV_0``: observation and action spaces of the
+            first's shape and dtype), or the single observation space every env's must match
+            in shape and dtype.
         cpu: pin the process to this core.
         threads: limit BLAS/OpenMP threads in the worker to this many (``None``: leave alone).
         spin: seconds the worker may poll its pipe for its next command before it sleeps on it
@@ -79,7 +80,7 @@ class WorkerOptions:
             (``MUJOCO_GL``, ``CUDA_VISIBLE_DEVICES``) would not reach them otherwise.
     """
 
-    observation_mode: str | Space | LooseSpaces = "same"
+    observation_mode: SpaceRule | Space = SpaceRule.SAME
     cpu: int | None = None
     threads: int | None = None
     spin: float = 0.0
@@ -89,16 +90,16 @@ class WorkerOptions:
     environ: dict[str, str] | None = None
 
 
-def _check_group(envs: list[gym.Env], mode: str | Space | LooseSpaces) -> tuple[SpaceMismatch | None, list[Space]]:
-    """The first env whose spaces do not fit the group's, and (``"different"``) every obs space."""
+def _check_group(envs: list[gym.Env], mode: SpaceRule | Space) -> tuple[SpaceMismatch | None, list[Space]]:
+    """The first env whose spaces do not fit the group's, and (``DIFFERENT``) every obs space."""
     first = envs[0]
     reference = mode if isinstance(mode, Space) else first.observation_space
-    spaces = [env.observation_space for env in envs] if mode == "different" else []
+    spaces = [env.observation_space for env in envs] if mode is SpaceRule.DIFFERENT else []
     for j, env in enumerate(envs):
-        if not space_fits(mode, "observation_space", reference, env.observation_space):
-            return SpaceMismatch(j, "observation_space", reference, env.observation_space), spaces
-        if not space_fits(mode, "action_space", first.action_space, env.action_space):
-            return SpaceMismatch(j, "action_space", first.action_space, env.action_space), spaces
+        if not space_fits(mode, SpaceKind.OBSERVATION, reference, env.observation_space):
+            return SpaceMismatch(j, SpaceKind.OBSERVATION, reference, env.observation_space), spaces
+        if not space_fits(mode, SpaceKind.ACTION, first.action_space, env.action_space):
+            return SpaceMismatch(j, SpaceKind.ACTION, first.action_space, env.action_space), spaces
     return None, spaces
 
 

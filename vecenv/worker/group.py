@@ -8,7 +8,7 @@ tagged with the env's index within the group, in the order ``SyncVectorEnv`` add
 
 from __future__ import annotations
 
-import copy
+import pickle
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -375,30 +375,39 @@ def batched_view(info: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-#: Values a snapshot keeps as they are: nothing can change them later.
-_IMMUTABLE = (int, float, complex, bool, str, bytes, type(None), np.generic)
+#: Values a snapshot keeps as they are: nothing can change them later (a NumPy scalar but
+#: ``np.void``, which may be a view of a structured array).
+_IMMUTABLE = (int, float, complex, bool, str, bytes, type(None))
 
 
 def snapshot_info(info: dict[str, Any]) -> dict[str, Any]:
     """``info`` as it is now, for a record kept past later steps (a rollout's infos, pickled
-    only after its last step): what :func:`batched_view` keeps, with lists, objects and other
-    mutable values copied too, since the env may change them in place at its next step, and a
-    step's infos must be those of that step (as ``step`` with workers gives them: pickled at
-    once). A value that cannot be copied is kept as it is (pickling it later says why)."""
-    out: dict[str, Any] = {}
-    for key, value in info.items():
+    only after its last step): :func:`batched_view`, and where it holds a list, an object or
+    another value the env may change in place at its next step, a pickled copy of it (what
+    ``step`` with workers gives: its infos are pickled at once). One that cannot be pickled is
+    kept as it is (pickling it with the rollout's reply says why)."""
+    view = batched_view(info)
+    if _settled(view):
+        return view
+    try:
+        copied: dict[str, Any] = pickle.loads(pickle.dumps(view, pickle.HIGHEST_PROTOCOL))
+    except Exception:
+        return view
+    return copied
+
+
+def _settled(view: dict[str, Any]) -> bool:
+    """Whether nothing in ``view`` (a :func:`batched_view`, its arrays its own) can change later."""
+    for value in view.values():
         if isinstance(value, dict):
-            out[key] = snapshot_info(value)
-        elif isinstance(value, np.ndarray):
-            out[key] = value.copy()
-        elif isinstance(value, _IMMUTABLE):
-            out[key] = value
-        else:
-            try:
-                out[key] = copy.deepcopy(value)
-            except Exception:
-                out[key] = value
-    return out
+            if not _settled(value):
+                return False
+        elif not (
+            isinstance(value, (np.ndarray, *_IMMUTABLE))
+            or (isinstance(value, np.generic) and not isinstance(value, np.void))
+        ):
+            return False
+    return True
 
 
 def _split_infos(info: Any, n: int) -> InfoEntries:

@@ -17,6 +17,7 @@ import threading
 import time
 from multiprocessing import parent_process, reduction
 from multiprocessing.connection import Connection, wait
+from typing import Any
 
 import cloudpickle
 
@@ -34,6 +35,7 @@ from vecenv.wire.protocol import (
     decode_command,
     encode_reply,
     fd_follows,
+    no_payload,
 )
 from vecenv.worker.core import WorkerCore, WorkerOptions, unpicklable_part
 
@@ -176,19 +178,19 @@ def _serve(core: WorkerCore, conn: Connection, spin: float = 0.0) -> None:
         command, call_id, load = decode_command(data)
         fd = reduction.recv_handle(conn) if fd_follows(data) else None
         ok, result = core.handle(command, load, fd)
-        try:
-            reply = encode_reply(call_id, ok, result)
-        except BaseException as exc:
-            # A result that cannot be pickled is the caller's error to see, not a reason to die;
-            # it names the env whose part of the result failed.
-            reply = encode_reply(call_id, False, PackedException(exc, unpicklable_part(result)))
-        conn.send_bytes(reply)
+        conn.send_bytes(_reply(call_id, ok, result))
         if command is Command.CLOSE:
             return
 
 
-def _no_payload() -> None:
-    return None
+def _reply(call_id: int, ok: bool, result: Any) -> bytes:
+    """The bytes answering call ``call_id``. A result that cannot be pickled is the caller's
+    error to see, not a reason to die: the reply is then that error, naming the env whose part
+    of the result failed."""
+    try:
+        return encode_reply(call_id, ok, result)
+    except BaseException as exc:
+        return encode_reply(call_id, False, PackedException(exc, unpicklable_part(result)))
 
 
 #: What :meth:`_Waiter.next` returns when the next command is on the pipe.
@@ -330,16 +332,12 @@ def _serve_fast(core: WorkerCore, conn: Connection, control: ControlBlock, slot:
             fd = reduction.recv_handle(conn) if fd_follows(data) else None
             in_word = False
         else:
-            command, call_id, load, in_word = Command.STEP, found, _no_payload, True
+            command, call_id, load, in_word = Command.STEP, found, no_payload, True
         ok, result = core.handle(command, load, fd)
         if in_word and ok and type(result) is StepReply and result.empty:
             waiter.answer_in_word(call_id)
             continue
-        try:
-            reply = encode_reply(call_id, ok, result)
-        except BaseException as exc:
-            reply = encode_reply(call_id, False, PackedException(exc, unpicklable_part(result)))
-        conn.send_bytes(reply)
+        conn.send_bytes(_reply(call_id, ok, result))
         waiter.answered_on_pipe()
         if command is Command.CLOSE:
             return

@@ -56,7 +56,7 @@ from vecenv.parent.handshake import loose_mismatch_message
 from vecenv.parent.restart import RESTART_INFO_KEY
 from vecenv.parent.vector_env import DEFAULT_CLOSE_TIMEOUT, GroupVectorEnv, Uncopyable
 from vecenv.seeding import spawn_seeds
-from vecenv.wire.protocol import LooseSpaces
+from vecenv.wire.protocol import SpaceRule
 
 __all__ = ["SubprocVecEnv"]
 
@@ -134,15 +134,14 @@ class SubprocVecEnv(Uncopyable, VecEnv):
         adapted = [AdapterFn(fn, i) for i, fn in enumerate(env_fns)]
         shared: dict[str, Any] = {
             "autoreset_mode": AutoresetMode.SAME_STEP,
-            "observation_mode": LooseSpaces.AS_ENV_0,  # SB3 takes env 0's spaces, the others' bounds may differ
+            "observation_mode": SpaceRule.AS_ENV_0,  # SB3 takes env 0's spaces, the others' bounds may differ
             "on_worker_death": on_worker_death,
             "max_restarts": max_restarts,
             "restart_window": restart_window,
             "threads_per_worker": threads_per_worker,
             "seed_policy": seed_policy,
         }
-        cls = vector_class(backend)  # the one place that knows the backends' classes
-        own: dict[str, Any]
+        own: dict[str, Any] = {}
         if backend == "process":
             _only_for("ray", address=address, actor_options=actor_options)
             chosen = start_method is not None
@@ -153,9 +152,10 @@ class SubprocVecEnv(Uncopyable, VecEnv):
             # Never import a script again that is running its unguarded top-level code (see vecenv.machine).
             start_method = guard_main(start_method, chosen, type(self).__name__, "start_method")
             own = {"context": start_method, "pin_cpus": pin_cpus}
-        else:
+        elif backend == "ray":
             _only_for("process", start_method=start_method, pin_cpus=pin_cpus or None)
             own = {"address": address, "actor_options": actor_options}
+        cls = vector_class(backend)  # the one place that knows the backends' classes (imports Ray)
         with _spaces_as_sb3_says():
             self.vector_env: GroupVectorEnv = cls(adapted, num_workers, **own, **shared)
         try:
