@@ -219,6 +219,59 @@ def test_an_agents_observation_that_cannot_be_stored_names_that_agents_row() -> 
         assert "raised in env 5 (worker 0)" in notes and "in copy 1 (agents a0, a1, a2, late)" in notes, notes
 
 
+class _SharedScratchInfo(ToyParallelEnv):
+    """Agent ``a0``'s info is one array every copy in the process shares and rewrites at its step
+    (a scratch buffer at class level), holding that copy's reset seed."""
+
+    SCRATCH = np.zeros(1, np.int64)
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        self.seed_given = seed
+        return super().reset(seed=seed, options=options)
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        obs, rewards, terms, truncs, infos = super().step(actions)
+        _SharedScratchInfo.SCRATCH[0] = 100 + self.seed_given
+        infos = {**infos, "a0": {"v": _SharedScratchInfo.SCRATCH}}
+        return obs, rewards, terms, truncs, infos
+
+
+@pytest.mark.parametrize("num_workers", [0, 1, 3])
+def test_each_copys_infos_are_taken_at_its_own_step(num_workers: int) -> None:
+    """Copies sharing a worker and an info array: each row holds its own copy's value, whatever
+    the worker count (the single-agent groups take each env's info at once too)."""
+    with MultiAgentVectorEnv([_SharedScratchInfo] * 3, num_workers, context="fork") as envs:
+        envs.reset(seed=0)
+        *_, infos = envs.step(envs.action_space.sample())
+    rows = [c * envs.num_agents for c in range(3)]  # agent a0 of each copy
+    assert infos["v"][rows, 0].tolist() == [100, 101, 102]
+
+
+class _NotADictInfo(ToyParallelEnv):
+    def __init__(self, bad: Any = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.bad = bad
+
+    def step(self, actions: dict[str, Any]) -> tuple[dict, dict, dict, dict, Any]:
+        obs, rewards, terms, truncs, infos = super().step(actions)
+        return obs, rewards, terms, truncs, ({**infos, "a1": self.bad} if self.bad != "all" else None)
+
+
+@pytest.mark.parametrize(
+    ("bad", "match"),
+    [("oops", r"copy 0's info of agent 'a1' must be a dict, got 'oops'"), ("all", r"copy 0's infos must be a dict")],
+)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_an_info_that_is_not_a_dict_is_named_and_needs_a_reset(bad: str, match: str, num_workers: int) -> None:
+    fns = [functools.partial(_NotADictInfo, bad=bad), ToyParallelEnv]
+    with MultiAgentVectorEnv(fns, num_workers, context="fork") as envs:
+        envs.reset(seed=0)
+        with pytest.raises(vecenv.errors.InvalidInfoError, match=match):
+            envs.step(envs.action_space.sample())
+        with pytest.raises(NeedsResetError):
+            envs.step(envs.action_space.sample())
+
+
 def test_restart_rebuilds_the_copies_of_a_dead_worker(tmp_path: Any) -> None:
     marker = str(tmp_path / "crashed")
     fns = [ToyParallelEnv, functools.partial(ToyParallelEnv, crash_once=marker, crash_at=2)]

@@ -22,7 +22,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space, create_empty_array, iterate
 
-from vecenv.errors import InvalidArgumentError
+from vecenv.errors import InvalidArgumentError, InvalidInfoError, describe
 from vecenv.multiagent.copies import (
     COPY_CALL,
     COPY_INFO_KEY,
@@ -36,7 +36,7 @@ from vecenv.multiagent.copies import (
 from vecenv.spaces import tree_map
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import InfoEntries
-from vecenv.worker.group import close_each
+from vecenv.worker.group import batched_view, close_each
 
 __all__ = ["CopyGroup", "ParallelGroup", "ParallelCopies", "ParallelCopiesFn", "InfoEntries"]
 
@@ -207,7 +207,7 @@ class ParallelGroup(CopyGroup):
         self._pending_reset[c] = False
         inactive = self._write_copy(c, obs)
         base = c * self.num_agents
-        entries.extend((base + a, info) for a, info in enumerate(self._row_infos(infos, inactive)) if info)
+        entries.extend((base + a, info) for a, info in enumerate(self._row_infos(c, infos, inactive)) if info)
         return inactive
 
     def _step_copy(self, c: int, items: list[Any], entries: InfoEntries) -> None:
@@ -222,7 +222,7 @@ class ParallelGroup(CopyGroup):
             if not inactive[i]:
                 r[i], t[i], tr[i] = rewards.get(agent, 0.0), terms.get(agent, False), truncs.get(agent, False)
         self._store(c, r, t, tr)
-        row_infos = self._row_infos(infos, inactive)
+        row_infos = self._row_infos(c, infos, inactive)
         base = c * a
         done = all(x or y for x, y in zip(t, tr))
         if done and self.autoreset_mode is AutoresetMode.SAME_STEP:
@@ -248,12 +248,21 @@ class ParallelGroup(CopyGroup):
             inactive.append(absent)
         return inactive
 
-    def _row_infos(self, infos: dict[str, Any], inactive: list[bool]) -> list[dict[str, Any] | None]:
-        """Each row's info: its agent's own, plus the copy's infos and the inactive mark."""
-        common = {k: v for k, v in infos.items() if k not in self._agent_set} if infos else None
+    def _row_infos(self, c: int, infos: Any, inactive: list[bool]) -> list[dict[str, Any] | None]:
+        """Each row's info: its agent's own, plus the copy's infos and the inactive mark, taken
+        at once (a copy may hand out the same dicts and arrays at every call, or share them
+        with the other copies: each row's values must be those of its own call). An info that
+        is not a dict raises :class:`~vecenv.errors.InvalidInfoError`, as in a single-agent group."""
+        if not isinstance(infos, dict):
+            raise InvalidInfoError(f"copy {c}'s infos must be a dict of each agent's info, got {describe(infos)}")
+        common = batched_view({k: v for k, v in infos.items() if k not in self._agent_set}) if infos else None
         rows: list[dict[str, Any] | None] = []
         for a, agent in enumerate(self.agents):
-            info = infos.get(agent) if infos else None
+            info = infos.get(agent)
+            if info is not None:
+                if not isinstance(info, dict):
+                    raise InvalidInfoError(f"copy {c}'s info of agent {agent!r} must be a dict, got {describe(info)}")
+                info = batched_view(info)
             if common or inactive[a]:
                 info = dict(info or {})
                 if common:
