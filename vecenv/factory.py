@@ -176,7 +176,7 @@ def make(
         TypeError: an argument of the wrong type, an unknown ``vector_kwargs`` key, or a key
             given twice; the message names the argument, what was expected and what was given.
         ValueError: ``num_envs`` is not a positive int, or ``backend`` is unknown.
-        gymnasium.error.NameNotFound: no env is registered under ``env_id``.
+        UnknownEnvIdError: no env is registered under ``env_id`` (a ``gymnasium.error.NameNotFound``).
     """
     spec = _spec_of(env_id)
     _check_argument_kinds(kwargs, env_kwargs, vector_kwargs)

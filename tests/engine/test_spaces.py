@@ -114,7 +114,7 @@ def test_to_batch_accepts_and_keeps_dtype() -> None:
 @pytest.mark.parametrize(
     ("space", "value"),
     [
-        (spaces.Discrete(5, dtype=np.uint8), 1),  # an int is an int64, which casts to no unsigned dtype
+        (spaces.Box(0, 5, (), np.uint8), 1),  # an int is an int64, which casts to no unsigned dtype
         (spaces.Box(0, 1, (), np.uint64), 300),
         (spaces.Box(-1, 1, (), np.float32), 2**100),  # beyond int64: an object array
         (spaces.Box(-1, 1, (), np.float16), 2**64),
@@ -132,7 +132,7 @@ def test_scalar_observations_that_sync_cannot_stack_raise(space: gym.Space, valu
 @pytest.mark.parametrize(
     ("space", "value"),
     [
-        (spaces.Discrete(5, dtype=np.int8), 3),
+        (spaces.Box(0, 5, (), np.int8), 3),
         (spaces.Box(-1, 1, (), np.int16), 40_000),  # wraps, as np.stack casts it
         (spaces.Box(-1, 1, (), np.float32), 7),
         (spaces.Box(-1, 1, (), np.float16), 0.1),
