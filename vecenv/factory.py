@@ -17,7 +17,7 @@ from typing import Any
 
 import cloudpickle
 import gymnasium as gym
-from gymnasium.envs.registration import EnvSpec, find_highest_version, parse_env_id
+from gymnasium.envs.registration import EnvSpec, find_highest_version, get_env_id, parse_env_id
 
 from vecenv.backends import BACKENDS, OWN_KEYWORDS, vector_class
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, UnknownEnvIdError, describe
@@ -42,23 +42,42 @@ def vector_keywords(backend: str = "process") -> frozenset[str]:
     return _vector_params(vector_class(backend)) | {"num_workers", "env_kwargs", "vector_kwargs", "wrappers", "backend"}
 
 
-def check_env_id(env_id: str) -> None:
-    """Raise unless ``env_id`` (``"ID"`` or ``"module:ID"``) names a registered env.
+def check_env_id(env_id: str) -> str:
+    """The registered id that ``env_id`` (``"ID"`` or ``"module:ID"``) names, as ``make_vec``
+    finds it: an id without a version names its latest version (with Gymnasium's warning).
 
     ``"module:ID"`` imports the module first, as ``gymnasium.make`` does, since importing it is
     what registers its envs.
 
     Raises:
         ImportError: the module cannot be imported.
-        UnknownEnvIdError: no such id (a ``gymnasium.error.NameNotFound``); the message lists
-            close matches.
+        gymnasium.error.DeprecatedEnv, VersionNotFound, NamespaceNotFound: Gymnasium's errors
+            for an old or missing version of a registered name, or an unknown namespace, as
+            ``make_vec`` raises them.
+        UnknownEnvIdError: no env of that name (a ``gymnasium.error.NameNotFound``); the message
+            lists close matches.
     """
-    module, _, name = env_id.rpartition(":")
+    module, separator, name = env_id.rpartition(":")
     if module:
         importlib.import_module(module)
     if name in gym.registry:
         _warn_if_out_of_date(name)
-        return
+        return env_id
+    namespace, base, version = parse_env_id(name)
+    latest = find_highest_version(namespace, base) if version is None else None
+    if latest is not None:
+        resolved = get_env_id(namespace, base, latest)
+        gym.logger.warn(
+            f"Using the latest versioned environment `{resolved}` instead of the unversioned environment `{name}`."
+        )
+        return f"{module}{separator}{resolved}"
+    try:
+        gym.spec(name)  # Gymnasium's errors for a registered name (DeprecatedEnv, VersionNotFound, ...)
+    except gym.error.NameNotFound:
+        pass
+    except gym.error.Error as exc:
+        if type(exc) is not gym.error.Error:  # (the plain Error says only "no registered env")
+            raise
     lowered = {key.lower(): key for key in gym.registry}
     matches = [lowered[m] for m in difflib.get_close_matches(name.lower(), list(lowered), n=3)]
     hint = (
@@ -133,7 +152,7 @@ def _recipe_of_id(
 
 
 def make(
-    env_id: str | EnvSpec,
+    env_id: str | EnvSpec | None = None,
     num_envs: int = 1,
     num_workers: int | str | None = None,
     *,
@@ -149,7 +168,8 @@ def make(
 
     Args:
         env_id: a registered id (``"ID"`` or ``"module:ID"``, checked here with close matches on a
-            typo) or an ``EnvSpec``, such as the ``spec`` of a vector env made by this function
+            typo; without a version, its latest, as in ``make_vec``) or an ``EnvSpec`` (also
+            taken as ``id=``, ``make_vec``'s name for it), such as the ``spec`` of a vector env made by this function
             or by ``gymnasium.make_vec``; as in ``make_vec``, a spec's ``num_envs``,
             ``vector_kwargs`` and ``wrappers`` kwargs take precedence over the arguments.
         num_envs: envs to build.
@@ -163,7 +183,12 @@ def make(
         backend: ``"process"`` (:class:`SubprocVectorEnv`) or ``"ray"`` (``RayVectorEnv``,
             whose keyword arguments ``vector_kwargs`` then takes).
         **kwargs: :class:`SubprocVectorEnv`'s keyword arguments by name, as before; any other
-            key is an env keyword argument, as ``make_vec`` passes ``**kwargs`` to the env.
+            key is an env keyword argument, as ``make_vec`` passes ``**kwargs`` to the env (but a
+            keyword of the other backend's vector env, ``address`` say, is refused, naming
+            ``env_kwargs``, which passes it to the envs). ``vectorization_mode`` may be given
+            as ``make_vec``'s default (``None``) or ``"vecenv"``; the envs are always single
+            envs, as with ``vectorization_mode="sync"`` (an id's ``vector_entry_point``, such as
+            CartPole's, is not used: see ``SubprocVectorEnv.from_groups`` for native groups).
 
     The envs are only ever built in the workers. ``envs.spec`` is what ``make_vec`` sets: a copy
     of the registered spec whose ``kwargs`` hold the env kwargs plus ``num_envs`` (when not 1),
@@ -178,6 +203,12 @@ def make(
         ValueError: ``num_envs`` is not a positive int, or ``backend`` is unknown.
         UnknownEnvIdError: no env is registered under ``env_id`` (a ``gymnasium.error.NameNotFound``).
     """
+    if "id" in kwargs:  # make_vec's name for the first argument
+        if env_id is not None:
+            raise ArgumentTypeError(f"`id` is make_vec's name of `env_id`: give one of them, got both ({env_id!r})")
+        env_id = kwargs.pop("id")
+    if isinstance(env_id, str):
+        env_id = check_env_id(env_id)
     spec = _spec_of(env_id)
     _check_argument_kinds(kwargs, env_kwargs, vector_kwargs)
 
@@ -186,7 +217,13 @@ def make(
     spec.kwargs = {}
     num_envs = spec_kwargs.pop("num_envs", num_envs)
     spec_kwargs.pop("vectorization_mode", None)
-    vector_kwargs = spec_kwargs.pop("vector_kwargs", vector_kwargs)
+    if "vector_kwargs" in spec_kwargs:
+        # As make_vec: the spec's vector arguments take precedence over the same ones given here.
+        vector_kwargs = spec_kwargs.pop("vector_kwargs")
+        given = set(vector_kwargs or {})
+        kwargs = {k: v for k, v in kwargs.items() if k not in given}
+        if "num_workers" in given:
+            num_workers = None
     wrappers = spec_kwargs.pop("wrappers", wrappers)
     if isinstance(vector_kwargs, dict) and "backend" in vector_kwargs:  # our spec records a non-default backend
         vector_kwargs = dict(vector_kwargs)
@@ -239,8 +276,7 @@ def _spec_of(env_id: Any) -> EnvSpec:
     """A copy of the spec ``env_id`` names (checked, with close matches on a typo) or is."""
     if isinstance(env_id, EnvSpec):
         return copy.deepcopy(env_id)
-    if isinstance(env_id, str):
-        check_env_id(env_id)
+    if isinstance(env_id, str):  # (checked and resolved by check_env_id)
         return copy.deepcopy(gym.spec(env_id.rpartition(":")[2]))
     raise ArgumentTypeError(f"`env_id` must be a registered env id (str) or an EnvSpec, got {describe(env_id)}")
 
@@ -250,6 +286,9 @@ def _without(mapping: dict[str, Any], key: str) -> dict[str, Any]:
 
 
 def _check_argument_kinds(kwargs: dict[str, Any], env_kwargs: Any, vector_kwargs: Any) -> None:
+    # make_vec's default (None) and this function's own mode name mean what make builds anyway.
+    if kwargs.get("vectorization_mode", None) in (None, VECTORIZATION_MODE):
+        kwargs.pop("vectorization_mode", None)
     if "vectorization_mode" in kwargs:
         raise ArgumentTypeError(
             "`vectorization_mode` does not apply: vecenv.make always builds a vecenv.SubprocVectorEnv (use "

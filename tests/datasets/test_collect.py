@@ -740,7 +740,8 @@ def test_cli_policy_module_attr_and_overwrite(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--env", "CartPole-v9"], "--env: unknown environment id 'CartPole-v9'; did you mean 'CartPole-v1'"),
+        (["--env", "CartPol-v1"], "--env: unknown environment id 'CartPol-v1'; did you mean 'CartPole-v1'"),
+        (["--env", "CartPole-v9"], "--env: Environment version `v9` for environment `CartPole` doesn't exist"),
         (["--env", "no_such_module_xyz:Foo-v0"], "cannot import module 'no_such_module_xyz'"),
         (["--env-kwargs", "{bad"], "--env-kwargs: expected a JSON object, got '{bad'"),
         (["--env-kwargs", "[1, 2]"], "--env-kwargs: expected a JSON object, got '[1, 2]'"),

@@ -73,8 +73,10 @@ def test_make_warns_of_an_old_version_in_this_process() -> None:
 
 @pytest.mark.timeout(30)
 def test_make_unknown_id_suggests_close_matches() -> None:
-    with pytest.raises(gym.error.NameNotFound, match="CartPole-v1"):
+    with pytest.raises(gym.error.VersionNotFound, match=r"provides versioned environments: \[ `v0`, `v1` \]"):
         vecenv.make("CartPole-v2", 2)
+    with pytest.raises(gym.error.NameNotFound, match="did you mean 'CartPole-v1'"):
+        vecenv.make("CartPol-v1", 2)
 
 
 @pytest.mark.timeout(60)
@@ -123,6 +125,41 @@ def test_make_takes_make_vec_arguments_and_sets_its_spec() -> None:
             assert again.num_envs == 3 and again.spec == envs.spec
             assert_same(again.reset(seed=0), want.reset(seed=0))
     want.close()
+
+
+@pytest.mark.timeout(30)
+def test_make_finds_ids_as_make_vec_does() -> None:
+    """An id without a version is its latest (with Gymnasium's warning); a registered name with a
+    version that does not exist, or an unknown namespace, raises Gymnasium's own error."""
+    with pytest.warns(UserWarning, match="Using the latest versioned environment `CartPole-v1`"):
+        with vecenv.make("CartPole", 2, 0) as envs:
+            assert envs.spec.id == "CartPole-v1"
+    with pytest.warns(UserWarning, match="latest versioned environment `CartPole-v1`"):
+        with vecenv.make("gymnasium.envs.classic_control:CartPole", 2, 0) as envs:
+            assert envs.spec.id == "CartPole-v1"
+    with pytest.raises(gym.error.VersionNotFound, match="`v9` for environment `CartPole` doesn't exist"):
+        vecenv.make("CartPole-v9", 2)
+    with pytest.raises(gym.error.NamespaceNotFound, match="Namespace nowhere not found"):
+        vecenv.make("nowhere/CartPole-v1", 2)
+
+
+@pytest.mark.timeout(30)
+def test_make_takes_make_vec_call_forms() -> None:
+    """``id=`` (make_vec's name for the first argument) and ``vectorization_mode=None``
+    (make_vec's default) work as with make_vec."""
+    with vecenv.make(id="CartPole-v1", num_envs=2, vectorization_mode=None, num_workers=0) as envs:
+        assert envs.spec.id == "CartPole-v1" and envs.num_envs == 2
+    with pytest.raises(TypeError, match="`id` is make_vec's name of `env_id`: give one of them"):
+        vecenv.make("CartPole-v1", 2, id="CartPole-v1")
+
+
+@pytest.mark.timeout(30)
+def test_a_specs_vector_arguments_take_precedence_as_in_make_vec() -> None:
+    with vecenv.make("CartPole-v1", 2, 0, copy=False) as first:
+        spec = first.spec
+    with vecenv.make(spec, num_workers=1, copy=True) as again:  # the spec's own are kept
+        assert again.spec.kwargs["vector_kwargs"] == {"copy": False, "num_workers": 0}
+        assert again.worker_pids == [None]
 
 
 @pytest.mark.timeout(60)

@@ -73,7 +73,7 @@ def _check_env_id(env_id: str) -> None:
     """Raise _UsageError unless ``env_id`` ('[module:]ID') names a registered environment."""
     try:
         check_env_id(env_id)
-    except gymnasium.error.NameNotFound as exc:
+    except gymnasium.error.Error as exc:  # an unknown name, an old or missing version, a namespace
         raise _UsageError(f"--env: {exc}") from None
     except Exception as exc:
         module = env_id.rpartition(":")[0]
