@@ -51,9 +51,9 @@ def check_env_id(env_id: str) -> str:
 
     Raises:
         ImportError: the module cannot be imported.
-        gymnasium.error.DeprecatedEnv, VersionNotFound, NamespaceNotFound: Gymnasium's errors
-            for an old or missing version of a registered name, or an unknown namespace, as
-            ``make_vec`` raises them.
+        gymnasium.error.DeprecatedEnv, VersionNotFound, NamespaceNotFound, Error: Gymnasium's
+            errors for an old or missing version of a registered name, an unknown namespace, or
+            a malformed id (``"Cart Pole"``), as ``make_vec`` raises them.
         UnknownEnvIdError: no env of that name (a ``gymnasium.error.NameNotFound``); the message
             lists close matches.
     """

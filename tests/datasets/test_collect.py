@@ -783,6 +783,16 @@ def test_cli_bad_input_is_one_line_and_exit_2(
     assert not (tmp_path / "d").exists()
 
 
+def test_cli_takes_an_id_without_a_version_as_its_latest(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Gymnasium's warning about the id stays a warning (pytest makes warnings errors here), and
+    the dataset records the id it was collected from."""
+    out = tmp_path / "d"
+    with pytest.warns(UserWarning, match="Using the latest versioned environment `CartPole-v1`"):
+        assert main(["--env", "CartPole", "--steps", "20", "--num-envs", "2", "--quiet", "--out", str(out)]) == 0
+    with load(out) as dataset:
+        assert dataset.metadata["env_id"] == "CartPole-v1" and dataset.transitions == 20
+
+
 def test_cli_a_policy_that_leaves_the_space_mid_run_says_what_was_kept(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

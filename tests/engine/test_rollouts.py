@@ -13,6 +13,7 @@ import functools
 import os
 import pickle
 import signal
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -929,6 +930,27 @@ class PathEnv(gym.Env):
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         self.path.append(float(len(self.path) + 1))
         return np.array([len(self.path)], np.float64), 1.0, len(self.path) == 3, False, {"path": self.path}
+
+
+class PathAndLockEnv(PathEnv):
+    """:class:`PathEnv` whose infos also hold a lock, which no pickle takes."""
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward, terminated, truncated, {**info, "lock": LOCK}
+
+
+LOCK = threading.Lock()
+
+
+@pytest.mark.timeout(60)
+def test_rollout_infos_snapshot_the_values_beside_one_that_cannot_be_pickled() -> None:
+    """In the parent's own group (nothing pickled), a list beside a lock is still each step's."""
+    with make([PathAndLockEnv], 0) as envs:
+        envs.reset(seed=0)
+        batch = envs.rollout(3, lambda obs: np.zeros(len(obs), np.int64))
+    assert [list(batch.infos[t]["path"][0]) for t in range(3)] == [[1.0], [1.0, 2.0], [1.0, 2.0, 3.0]]
+    assert all(batch.infos[t]["lock"][0] is LOCK for t in range(3))
 
 
 @pytest.mark.timeout(60)

@@ -10,6 +10,7 @@ as a dataset marked incomplete. ``--debug`` shows the traceback instead.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import shlex
@@ -18,6 +19,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -69,15 +71,23 @@ def _parse_env_kwargs(text: str) -> dict[str, Any]:
     return value
 
 
-def _check_env_id(env_id: str) -> None:
-    """Raise _UsageError unless ``env_id`` ('[module:]ID') names a registered environment."""
+def _check_env_id(env_id: str) -> str:
+    """The registered id ``env_id`` ('[module:]ID') names (an id without a version: its latest,
+    as ``make_vec`` finds it); raise _UsageError unless it names one."""
+    module = env_id.rpartition(":")[0]
+    if module:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            raise _UsageError(
+                f"--env {env_id!r}: cannot import module {module!r}: {type(exc).__name__}: {exc}"
+            ) from None
     try:
-        check_env_id(env_id)
+        with warnings.catch_warnings():
+            warnings.simplefilter("default")  # Gymnasium's notes on the id stay warnings, whatever -W says
+            return check_env_id(env_id)
     except gymnasium.error.Error as exc:  # an unknown name, an old or missing version, a namespace
         raise _UsageError(f"--env: {exc}") from None
-    except Exception as exc:
-        module = env_id.rpartition(":")[0]
-        raise _UsageError(f"--env {env_id!r}: cannot import module {module!r}: {type(exc).__name__}: {exc}") from None
 
 
 def _check_minari_options(args: argparse.Namespace) -> None:
@@ -158,7 +168,7 @@ def _run(args: argparse.Namespace, command_line: str) -> int:
         env_kwargs = _parse_env_kwargs(args.env_kwargs)
         if os.getcwd() not in sys.path:  # like `python -m`: modules in the current directory import
             sys.path.append(os.getcwd())
-        _check_env_id(args.env)
+        args.env = _check_env_id(args.env)
         _check_minari_options(args)
         policy = _load_policy(args)
         if args.steps is None and args.episodes is None:
@@ -357,6 +367,11 @@ def _minari_kept(args: argparse.Namespace, started: float) -> str:
     record = metadata.get("vecenv")
     if isinstance(record, dict) and record.get("complete") is False:
         return f"kept the {episodes} episodes a reader finds, marked incomplete, in Minari dataset {args.dataset_id!r}"
+    if isinstance(record, dict):
+        return (
+            f"Minari dataset {args.dataset_id!r} holds {episodes} episodes its metadata calls complete: "
+            "an earlier run's (this run's could not be written)"
+        )
     return (
         f"kept the {episodes} episodes a reader finds in Minari dataset {args.dataset_id!r}, not marked "
         "incomplete (its metadata could not be written either)"

@@ -392,8 +392,24 @@ def snapshot_info(info: dict[str, Any]) -> dict[str, Any]:
     try:
         copied: dict[str, Any] = pickle.loads(pickle.dumps(view, pickle.HIGHEST_PROTOCOL))
     except Exception:
-        return view
+        return _snapshot_each(view)  # one value cannot be pickled: copy the others one by one
     return copied
+
+
+def _snapshot_each(view: dict[str, Any]) -> dict[str, Any]:
+    """:func:`snapshot_info` value by value, keeping as it is each one that cannot be pickled."""
+    out: dict[str, Any] = {}
+    for key, value in view.items():
+        if isinstance(value, dict):
+            out[key] = _snapshot_each(value)
+        elif _settled({key: value}):
+            out[key] = value
+        else:
+            try:
+                out[key] = pickle.loads(pickle.dumps(value, pickle.HIGHEST_PROTOCOL))
+            except Exception:
+                out[key] = value
+    return out
 
 
 def _settled(view: dict[str, Any]) -> bool:
