@@ -57,3 +57,19 @@ def test_rows_of_a_transitions_dataset_count_as_they_come(tmp_path: Path) -> Non
     assert _on_disk(out) == ([1, 2], {"transitions": 2, "episodes": 0})
     writer.finalize(complete=True)
     assert _on_disk(out) == ([1, 2], {"transitions": 2, "episodes": 0})
+
+
+def test_a_write_error_names_the_path_and_keeps_the_os_error_apart() -> None:
+    import errno
+
+    from vecenv.datasets.errors import DatasetWriteError, write_error
+
+    full = write_error(OSError(errno.ENOSPC, "No space left on device"), Path("/data/obs.npy"))
+    assert isinstance(full, DatasetWriteError) and isinstance(full, OSError)
+    assert full.errno == errno.ENOSPC and full.filename == "/data/obs.npy"
+    assert "cannot write /data/obs.npy: No space left on device" in str(full)
+    # the file the system named (h5py's, a directory's) is kept as the filename
+    named = write_error(PermissionError(errno.EACCES, "Permission denied", "/data"), "/data/main_data.hdf5")
+    assert named.filename == "/data" and "cannot write /data/main_data.hdf5: Permission denied" in str(named)
+    # an OSError without strerror still says what happened
+    assert "cannot write x: disk quota" in str(write_error(OSError("disk quota"), "x"))

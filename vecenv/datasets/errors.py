@@ -29,6 +29,16 @@ class DatasetWriteError(VecEnvError, OSError):
     dataset marked ``"complete": false``."""
 
 
+def write_error(exc: OSError, path: object) -> DatasetWriteError:
+    """The :class:`DatasetWriteError` for an ``OSError`` of writing ``path`` (the dataset's
+    file or directory): its message names the path and the cause, its ``errno`` and
+    ``filename`` are the ``OSError``'s (the file the system named, else ``path``)."""
+    cause = exc.strerror or str(exc)
+    error = DatasetWriteError(exc.errno, f"cannot write {path}: {cause}")
+    error.filename = str(exc.filename if exc.filename is not None else path)
+    return error
+
+
 class DatasetClosedError(VecEnvError, ValueError):
     """A dataset was used after ``Dataset.close()`` (or after its ``with`` block ended)."""
 

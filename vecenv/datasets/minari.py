@@ -40,6 +40,7 @@ from vecenv.datasets.errors import (
     MinariNotInstalledError,
     OptionNames,
     OutputExistsError,
+    write_error,
 )
 from vecenv.datasets.format import json_default, space_from_description
 from vecenv.datasets.hdf5_episodes import EpisodePieces, Hdf5EpisodeFile
@@ -398,10 +399,7 @@ class MinariSink:
         except DatasetWriteError:
             raise
         except OSError as exc:
-            path = self.storage.data_path
-            error = DatasetWriteError(exc.errno, f"cannot write {path}: {exc.strerror or exc}")
-            error.filename = str(path)
-            raise error from exc
+            raise write_error(exc, self.storage.data_path) from exc
 
     def finalize(self, complete: bool) -> Any:
         """Close the file, write the counts and the ``vecenv`` metadata entry; return the dataset.

@@ -19,7 +19,7 @@ from typing import IO, Any
 import gymnasium
 import numpy as np
 
-from vecenv.datasets.errors import KEYWORDS, DatasetWriteError, OptionNames, OutputExistsError
+from vecenv.datasets.errors import KEYWORDS, DatasetWriteError, OptionNames, OutputExistsError, write_error
 from vecenv.datasets.format import FORMAT_NAME, METADATA_FILE, SPILL_DIR, Leaf, json_default
 
 # Rows are buffered in memory up to this many bytes (all fields together) per chunk.
@@ -193,9 +193,7 @@ class DatasetWriter:
         except DatasetWriteError:
             raise
         except OSError as exc:
-            cause = exc.strerror or str(exc)
-            error = DatasetWriteError(exc.errno, f"cannot write {path}: {cause}")
-            error.filename = str(path)
+            error = write_error(exc, path)
             if self.failed is None:
                 self.failed = error
             raise error from exc
