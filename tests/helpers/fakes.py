@@ -23,7 +23,7 @@ import pytest
 from gymnasium import spaces
 
 from vecenv.errors import PackedException
-from vecenv.transports.base import Death, DeathCause, Event, Reply, Transport, WorkerGone
+from vecenv.transports.base import CannotRestart, Death, DeathCause, Event, Reply, Transport, WorkerGone
 from vecenv.transports.sending import SendTimeout
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import Attach, Command, Hello, StepReply
@@ -196,7 +196,7 @@ class FakeTransport(Transport):
 
     def relaunch(self, worker: int) -> None:
         if not self.can_relaunch:
-            raise NotImplementedError("FakeTransport cannot restart workers")
+            raise CannotRestart("FakeTransport cannot restart workers")
         self.dead.discard(worker)
         self.queue = [e for e in self.queue if e.worker != worker]  # the old process's are gone
         self.held.pop(worker, None)

@@ -25,7 +25,7 @@ from vecenv.errors import VecEnvTimeoutError
 from vecenv.parent.records import OwedCall, WorkerRecord
 from vecenv.parent.state import SeedBook
 from vecenv.spaces import is_fixed, tree_map
-from vecenv.transports.base import Transport, WorkerGone
+from vecenv.transports.base import CannotRestart, Transport, WorkerGone
 from vecenv.transports.sending import send_timeout
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import Attach, Command, Flags, InfoEntries, ResetArgs, Rows, StepReply
@@ -148,7 +148,7 @@ class Restarter:
             self.restarts += 1
             try:
                 pool.transport.relaunch(w.index)
-            except NotImplementedError as exc:
+            except CannotRestart as exc:
                 return str(exc)
             except Exception as exc:  # no descriptors left, no current directory, ...
                 return f"its replacement could not be started: {type(exc).__name__}: {exc}"

@@ -16,7 +16,7 @@ from typing import Any
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import Attach, Command
 
-__all__ = ["Reply", "Death", "DeathCause", "Event", "WorkerGone", "Transport"]
+__all__ = ["Reply", "Death", "DeathCause", "Event", "WorkerGone", "CannotRestart", "Transport"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +50,12 @@ class DeathCause:
 
 class WorkerGone(Exception):
     """Raised by :meth:`Transport.send` when the worker can no longer be reached."""
+
+
+class CannotRestart(Exception):
+    """Raised by :meth:`Transport.relaunch` when this worker cannot be replaced (the transport
+    cannot restart workers, the group is hosted by the parent, Ray was shut down); its message
+    says why, and the restart code puts it in the :class:`~vecenv.errors.WorkerDiedError`."""
 
 
 class Transport(abc.ABC):
@@ -124,8 +130,9 @@ class Transport(abc.ABC):
 
     def relaunch(self, worker: int) -> None:
         """Replace a dead worker by a new one built from the same group builder; its Hello is
-        owed as call id 0. Transports that cannot do this leave the pool broken instead."""
-        raise NotImplementedError(f"{type(self).__name__} cannot restart workers")
+        owed as call id 0. Transports that cannot do this raise :class:`CannotRestart`, and the
+        pool is left broken instead."""
+        raise CannotRestart(f"{type(self).__name__} cannot restart workers")
 
     @abc.abstractmethod
     def kill(self) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 import cloudpickle
 
 from vecenv.errors import PackedException
-from vecenv.transports.base import Death, DeathCause, Event, Reply, Transport
+from vecenv.transports.base import CannotRestart, Death, DeathCause, Event, Reply, Transport
 from vecenv.transports.process import ProcessTransport
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import Attach, Command, WithFd, decode_command, encode_for_pipe
@@ -138,7 +138,7 @@ class ParentHostedFirst(Transport):
 
     def relaunch(self, worker: int) -> None:
         if worker == 0:
-            raise NotImplementedError("the group hosted by the parent cannot be restarted")
+            raise CannotRestart("the group hosted by the parent cannot be restarted")
         self.processes_transport.relaunch(worker - 1)
 
     def kill(self) -> None:

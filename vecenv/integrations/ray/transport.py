@@ -44,7 +44,7 @@ import ray
 from ray.exceptions import ObjectLostError, OwnerDiedError, RayActorError
 
 from vecenv.errors import PackedException
-from vecenv.transports.base import Death, DeathCause, Event, Reply, Transport, WorkerGone
+from vecenv.transports.base import CannotRestart, Death, DeathCause, Event, Reply, Transport, WorkerGone
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import (
     Attach,
@@ -249,7 +249,7 @@ class RayTransport(Transport):
     def relaunch(self, worker: int) -> None:
         """Replace a dead worker's actor by a new one (Ray may place it on another node)."""
         if not ray.is_initialized():
-            raise NotImplementedError("Ray was shut down in this process: no actor can be started")
+            raise CannotRestart("Ray was shut down in this process: no actor can be started")
         try:
             ray.kill(self.actors[worker], no_restart=True)
         except Exception:
