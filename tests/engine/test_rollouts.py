@@ -943,6 +943,25 @@ class PathAndLockEnv(PathEnv):
 LOCK = threading.Lock()
 
 
+class BoxedPathEnv(PathEnv):
+    """:class:`PathEnv` whose info holds its list inside an array of objects, which copying
+    the array does not copy."""
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        obs, info = super().reset(seed=seed, options=options)
+        return obs, {"path": _boxed(info["path"])}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward, terminated, truncated, {"path": _boxed(info["path"])}
+
+
+def _boxed(value: Any) -> np.ndarray:
+    box = np.empty(1, dtype=object)
+    box[0] = value
+    return box
+
+
 @pytest.mark.timeout(60)
 def test_rollout_infos_snapshot_the_values_beside_one_that_cannot_be_pickled() -> None:
     """In the parent's own group (nothing pickled), a list beside a lock is still each step's."""
@@ -956,12 +975,13 @@ def test_rollout_infos_snapshot_the_values_beside_one_that_cannot_be_pickled() -
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=lambda m: m.value)
 @pytest.mark.parametrize("workers", [0, 1])
-def test_rollout_infos_are_each_steps_own_values(workers: int, mode: AutoresetMode) -> None:
+@pytest.mark.parametrize("env", [PathEnv, BoxedPathEnv], ids=["list", "list-in-object-array"])
+def test_rollout_infos_are_each_steps_own_values(env: type[PathEnv], workers: int, mode: AutoresetMode) -> None:
     """An env that changes a list of its info in place at its next step: each step's infos in
     the rollout hold that step's values, as ``step`` returned them at that step."""
     import copy
 
-    fns = [PathEnv, PathEnv]
+    fns = [env, env]
     sync = SyncVectorEnv(fns, autoreset_mode=mode)
     envs = make(fns, workers, mode)
     try:

@@ -402,7 +402,7 @@ def _snapshot_each(view: dict[str, Any]) -> dict[str, Any]:
     for key, value in view.items():
         if isinstance(value, dict):
             out[key] = _snapshot_each(value)
-        elif _settled({key: value}):
+        elif _settled(value):
             out[key] = value
         else:
             try:
@@ -412,18 +412,15 @@ def _snapshot_each(view: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _settled(view: dict[str, Any]) -> bool:
-    """Whether nothing in ``view`` (a :func:`batched_view`, its arrays its own) can change later."""
-    for value in view.values():
-        if isinstance(value, dict):
-            if not _settled(value):
-                return False
-        elif not (
-            isinstance(value, (np.ndarray, *_IMMUTABLE))
-            or (isinstance(value, np.generic) and not isinstance(value, np.void))
-        ):
-            return False
-    return True
+def _settled(value: Any) -> bool:
+    """Whether nothing in ``value`` (from a :func:`batched_view`, its arrays its own) can
+    change later: an array of numbers (not of objects, which may be lists the env changes),
+    an immutable scalar, or a dict of those."""
+    if isinstance(value, dict):
+        return all(_settled(item) for item in value.values())
+    if isinstance(value, np.ndarray):
+        return not value.dtype.hasobject
+    return isinstance(value, _IMMUTABLE) or (isinstance(value, np.generic) and not isinstance(value, np.void))
 
 
 def _split_infos(info: Any, n: int) -> InfoEntries:
