@@ -64,11 +64,14 @@ class PolicyOutputs:
         recurrent: it keeps per-env state (``initial_state`` and ``policy(obs, state)``).
         initial_state: its initial state for the probed rows, one row per env (recurrent only);
             every row of a fresh state equals the first (checked when the state is made).
+        probe_error: the exception its first call raised (``"RuntimeError: ..."``), when it
+            raised one: the layout is then only what was learned before it; empty otherwise.
     """
 
     extras: ExtrasLayout = ()
     recurrent: bool = False
     initial_state: Any = None
+    probe_error: str = ""
 
 
 def split_output(output: Any, action_space: Space) -> tuple[Any, Mapping[str, Any] | None]:
@@ -236,7 +239,8 @@ def probe(policy: Any, context: Any, observations: Any) -> PolicyOutputs:
     Outputs that cannot be laid out raise :class:`~vecenv.errors.PolicyOutputError` here. An
     exception of the policy's own code is left for the workers to raise, where it is reported
     as any failure of the policy (at the rollout's first step): the layout is then taken as
-    what was learned before it (nothing, or the state of a recurrent policy).
+    what was learned before it (nothing, or the state of a recurrent policy), and the exception
+    kept as ``probe_error``, for the parent to name should the workers' outputs not fit it.
     """
     n = len(context.env_ids)
     recurrent, initial = False, None
@@ -252,8 +256,8 @@ def probe(policy: Any, context: Any, observations: Any) -> PolicyOutputs:
             _, extras = split_output(runner.act(observations, None), context.action_space)
     except PolicyOutputError:
         raise
-    except Exception:
-        return PolicyOutputs((), recurrent, initial)
+    except Exception as exc:
+        return PolicyOutputs((), recurrent, initial, f"{type(exc).__name__}: {exc}")
     if recurrent:
         check_state(state, n, initial, "returned by the policy")
     return PolicyOutputs(extras_layout(extras, n), recurrent, initial)

@@ -264,12 +264,14 @@ def test_the_parent_reads_and_sets_the_state() -> None:
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("read_between", [False, True], ids=["set-only", "read-between"])
 @pytest.mark.parametrize("after_batches", [False, True], ids=["after-steps", "after-batches"])
+@pytest.mark.parametrize("in_flight", [False, True], ids=["set-idle", "set-in-flight"])
 def test_a_set_state_is_the_current_one_so_a_reset_before_the_next_rollout_restarts_it(
-    read_between: bool, after_batches: bool
+    read_between: bool, after_batches: bool, in_flight: bool
 ) -> None:
     """set_policy_state sets the state beside the current observations: a masked reset before
     the next rollout starts its envs from the initial state and leaves the others' as set, and
-    reading the state in between changes nothing (after async batches with none in flight too)."""
+    reading the state in between changes nothing (after async batches with none in flight too;
+    set while a rollout is in flight, it is the state beside the observations that rollout left)."""
     policy = Recurrent()
     with make(diff_env_fns(N), 2) as envs:
         envs.reset(seed=SEED)
@@ -280,7 +282,12 @@ def test_a_set_state_is_the_current_one_so_a_reset_before_the_next_rollout_resta
             while received < N:
                 received += len(envs.recv(timeout=30)[-1])
         chosen = (np.arange(2 * N, dtype=np.float64).reshape(N, 2), {"count": np.arange(N, dtype=np.int64) + 7})
-        envs.set_policy_state(chosen)
+        if in_flight:
+            envs.rollout_async(1, policy)
+            envs.set_policy_state(chosen)
+            envs.rollout_wait(timeout=30)
+        else:
+            envs.set_policy_state(chosen)
         if read_between:
             assert_state_equal(envs.policy_state(), chosen, "read back")
         mask = np.arange(N) % 2 == 0
@@ -289,6 +296,33 @@ def test_a_set_state_is_the_current_one_so_a_reset_before_the_next_rollout_resta
         expected = (np.where(mask[:, None], h0, h), {"count": np.where(mask, d0["count"], d["count"])})
         got = envs.rollout(1, policy)
         assert_state_equal(got.initial_state, expected, "reset envs restart, the others keep what was set")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", [pytest.param(m, id=m.value) for m in AutoresetMode if m.value != "Disabled"])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_steps_restart_a_state_set_in_flight_as_one_set_between_calls(mode: AutoresetMode, workers: int) -> None:
+    """A state set while a rollout is in flight, then steps that autoreset envs: the next
+    rollout starts from the same state as when it was set after ``rollout_wait``: the
+    restarted envs from the initial state, the others from what was set."""
+    policy = Recurrent()
+    chosen = (np.arange(2 * N, dtype=np.float64).reshape(N, 2) + 1, {"count": np.arange(N, dtype=np.int64) + 7})
+    starts = []
+    for in_flight in (True, False):
+        with make(diff_env_fns(N, p_term=0.3), workers, mode) as envs:
+            envs.reset(seed=SEED)
+            envs.rollout_async(3, policy)
+            if in_flight:
+                envs.set_policy_state(chosen)
+            envs.rollout_wait(timeout=30)
+            if not in_flight:
+                envs.set_policy_state(chosen)
+            for _ in range(4):
+                envs.step(np.ones(N, np.int64))
+            starts.append(envs.rollout(1, policy).initial_state)
+    assert_state_equal(starts[0], starts[1], "set in flight against set between calls")
+    restarted = starts[1][1]["count"] == 0
+    assert restarted.any() and not restarted.all(), "the steps restart some envs' state, not all"
 
 
 @pytest.mark.timeout(90)
@@ -597,3 +631,26 @@ def test_a_recurrent_policy_on_native_vector_groups_is_refused() -> None:
         with pytest.raises(PolicyOutputError, match="is recurrent.*native VectorEnvs"):
             envs.rollout(3, FunctionPolicy(Recurrent()))
         assert envs.rollout(3, with_extras).extras["value"].shape == (3, 4)
+
+
+class _OnlyInWorkers:
+    """Raises in the process that built the vector env (as a policy opening a resource only a
+    worker has would), and returns extras in the workers."""
+
+    def __init__(self) -> None:
+        self.parent = os.getpid()
+
+    def __call__(self, observations: Any) -> Any:
+        if os.getpid() == self.parent:
+            raise RuntimeError("no simulator handle in the training process")
+        return np.zeros(len(observations), np.int64), {"value": np.zeros(len(observations), np.float32)}
+
+
+@pytest.mark.timeout(60)
+def test_extras_that_could_not_be_learned_in_the_parent_are_refused_naming_why() -> None:
+    with make(diff_env_fns(N), 2) as envs:
+        envs.reset(seed=SEED)
+        with pytest.raises(PolicyOutputError, match=r"expected the names \[\].*received \['value'\]") as info:
+            envs.rollout(2, _OnlyInWorkers())
+        notes = " ".join(getattr(info.value, "__notes__", ()))
+        assert "RuntimeError: no simulator handle in the training process" in notes

@@ -325,7 +325,7 @@ class Rollouts:
         """Every env's state now (``None``: the policy's initial state): sent at once when no
         call is in flight (one round trip), so a reset or step before the next rollout restarts
         the state of the envs it starts episodes for, as for any state; else it rides on the
-        next rollout."""
+        next rollout, or :meth:`give_set_state` sends it before a reset or step."""
         self._check_recurrent("set_policy_state")
         if state is None:
             self._state, self._fresh_state = None, True
@@ -335,6 +335,14 @@ class Rollouts:
             self._state, self._fresh_state = state, False
         if self.calls.idle:
             self.read_state(timeout, "set_policy_state")
+
+    def give_set_state(self) -> None:
+        """Before a call that may start episodes (a reset, a step), with no call in flight:
+        send a state set while a call was in flight (one round trip), so that this call
+        restarts it for the envs whose episodes it starts, as it does a state set while idle.
+        (The initial state, set as ``None``, needs no round trip: restarting gives it too.)"""
+        if self._state is not None and self.calls.idle:
+            self.read_state(None, "set_policy_state")
 
     def read_state(self, timeout: float | None, call: str = "policy_state") -> Any:
         """Every env's state as the next rollout would start from it (one round trip), after
@@ -473,7 +481,15 @@ class Rollouts:
     def finish(self, timeout: float | None) -> Rollout:
         """Gather the replies (running restarted groups' steps again) and assemble the rollout."""
         self.calls.check_waiting(State.WAITING_ROLLOUT, "rollout_wait", "rollout_async")
-        workers, replies = self.runner.finish("rollout", timeout, poisons=True, collect=self._gather)
+        try:
+            workers, replies = self.runner.finish("rollout", timeout, poisons=True, collect=self._gather)
+        except PolicyOutputError as exc:
+            if self._outputs.probe_error:  # the layout checked against was not learned
+                exc.add_note(
+                    f"the policy's call in this process, which learns its outputs' layout, raised "
+                    f"{self._outputs.probe_error}: the workers expected what was learned before that"
+                )
+            raise
         return self._assemble(workers, replies)
 
     def _gather(self, workers: list[WorkerRecord], timeout: float | None) -> list[Any]:
@@ -692,8 +708,9 @@ class RolloutMethods:
         """Set every env's state of the recurrent policy; ``None``: the policy's initial state
         (to evaluate from a fresh state, say). It is the state beside the envs' current
         observations (one round trip, bounded by ``timeout`` as :meth:`policy_state`'s; while a
-        call is in flight, it rides on the next rollout): a ``reset`` or ``step`` before the
-        next rollout restarts it for the envs whose episodes it starts, as it would any state.
+        call is in flight, it is sent with the next rollout, or before the next reset or step):
+        a ``reset`` or ``step`` before the next rollout restarts it for the envs whose episodes
+        it starts, as it would any state.
 
         Raises:
             PolicyOutputError: a leaf without one row per env, or another shape or dtype than

@@ -241,6 +241,7 @@ class GroupVectorEnv(Uncopyable, RolloutMethods, VectorEnv):
         ]
         if drop_batches:  # every check has passed: the failed batches' envs in flight are dropped
             self._runner.abandon(self._runner.workers)
+        self._rollouts.give_set_state()
         self._runner.send(pending, Command.RESET, payloads, "reset_async", State.WAITING_RESET, mask)
 
     @serialised
@@ -301,6 +302,7 @@ class GroupVectorEnv(Uncopyable, RolloutMethods, VectorEnv):
     def _step_payloads(self, actions: Any, workers: list[WorkerRecord]) -> list[Any]:
         """Check that a step may start, and place ``actions`` (shared rows, or payloads)."""
         self._calls.check_step("step_async", self._disabled)
+        self._rollouts.give_set_state()
         return self._actions.payloads(actions, workers)
 
     def _step_result(
@@ -337,6 +339,7 @@ class GroupVectorEnv(Uncopyable, RolloutMethods, VectorEnv):
 
         May be called while envs are in flight: their pending results are dropped.
         """
+        self._rollouts.give_set_state()
         self._batches.async_reset(seed, options)
 
     @serialised
@@ -358,6 +361,7 @@ class GroupVectorEnv(Uncopyable, RolloutMethods, VectorEnv):
         Misuse (ids unknown, duplicated, still in flight, not whole groups, or a count that
         differs from the actions') raises before anything is sent.
         """
+        self._rollouts.give_set_state()
         self._batches.send(actions, env_ids)
 
     # -- calls, attributes, render -------------------------------------------------------------
