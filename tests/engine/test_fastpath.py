@@ -110,6 +110,11 @@ def test_a_control_block_maps_the_same_words_in_two_places() -> None:
             block.words[block.index(2, fastpath.SPIN_NS)] = 5
             block.reset(2)
             assert (block.words[at], block.words[block.index(2, fastpath.SPIN_NS)]) == (0, 5)
+            # Each worker's slot names the items of its words, no two alike across the block.
+            assert block.slots[2].done == at and other.slots[2] == block.slots[2]
+            assert block.slots[1].sleeping == block.index(1, fastpath.SLEEPING)
+            items = [item for slot in block.slots for item in slot]
+            assert len(set(items)) == len(items) and fastpath.PARENT_SLEEPING not in items
         finally:
             other.close()
     finally:

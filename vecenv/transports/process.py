@@ -316,8 +316,8 @@ class ProcessTransport(Transport):
         if control is not None and control.words is not None:
             yields = int(mode is SpinMode.YIELDING)
             for index in range(control.workers):
-                control.words[control.index(index, fastpath.SPIN_YIELDS)] = yields
-                control.words[control.index(index, fastpath.SPIN_NS)] = int(limit * 1e9)
+                control.words[control.slots[index].spin_yields] = yields
+                control.words[control.slots[index].spin_ns] = int(limit * 1e9)
 
     def _start(self, index: int, context: Any = None) -> None:
         context = self.context if context is None else context
@@ -445,14 +445,15 @@ class ProcessTransport(Transport):
         control = self._control
         assert control is not None and control.words is not None
         words = control.words
-        at = control.index(worker, fastpath.COMMAND)
+        slot = control.slots[worker]
+        at = slot.command
         try:
             self._owed[worker] = 1
             self._in_word[worker] = call_id
-            words[control.index(worker, fastpath.POSTED_AT)] = time.perf_counter_ns()
+            words[slot.posted_at] = time.perf_counter_ns()
             words[at] = call_id
             fence()
-            asleep = words[control.index(worker, fastpath.SLEEPING)]
+            asleep = words[slot.sleeping]
         except BaseException:
             # An interrupt between these lines: finish the post (storing it twice is harmless:
             # the worker takes a call id once) and wake the worker whatever it is doing.
@@ -504,7 +505,7 @@ class ProcessTransport(Transport):
         control = self._control
         if control is not None and control.words is not None:
             self._pipe_sent[worker] += 1
-            control.words[control.index(worker, fastpath.PIPE_SENT)] = self._pipe_sent[worker]
+            control.words[control.slots[worker].pipe_sent] = self._pipe_sent[worker]
 
     def _tear(
         self, worker: int, cause: str = "was ended: an interrupt (Ctrl+C) cut a message on its pipe in two"
@@ -597,9 +598,10 @@ class ProcessTransport(Transport):
         assert control is not None and control.words is not None
         words = control.words
         events: list[Event] = []
+        slots = control.slots
         for index in workers:
             call_id = self._in_word[index]
-            if call_id is not None and words[control.index(index, fastpath.DONE)] == call_id:
+            if call_id is not None and words[slots[index].done] == call_id:
                 self._answered(index, call_id)
                 events.append(Reply(index, call_id, True, StepReply([])))
         return events
@@ -631,8 +633,8 @@ class ProcessTransport(Transport):
         watched: list[tuple[int, int, int, int]] = []
         for i in workers:
             call_id = self._in_word[i]
-            done_at, replies_at = control.index(i, fastpath.DONE), control.index(i, fastpath.REPLIES)
-            watched.append((i, done_at, _NOTHING if call_id is None else call_id, replies_at))
+            slot = control.slots[i]
+            watched.append((i, slot.done, _NOTHING if call_id is None else call_id, slot.replies))
         clock = time.perf_counter
         start, start_ns = clock(), time.perf_counter_ns()
         spin = self._budget.seconds(timeout)
@@ -680,9 +682,7 @@ class ProcessTransport(Transport):
         control = self._control
         assert control is not None and control.words is not None
         words = control.words
-        times = [
-            words[control.index(i, fastpath.DONE_AT)] for i, done_at, call_id, _ in watched if words[done_at] == call_id
-        ]
+        times = [words[control.slots[i].done_at] for i, done_at, call_id, _ in watched if words[done_at] == call_id]
         return min(times, default=0)
 
     @property

@@ -57,6 +57,7 @@ from __future__ import annotations
 import enum
 import platform
 import threading
+from typing import NamedTuple
 
 from vecenv.wire.buffers import HAVE_MEMFD, SharedBlock
 
@@ -67,6 +68,7 @@ __all__ = [
     "YIELD_PROCESSES_PER_CORE",
     "SpinMode",
     "ControlBlock",
+    "Slot",
     "SpinBudget",
     "fence",
 ]
@@ -103,6 +105,21 @@ DONE_AT = 11  # time.perf_counter_ns() when DONE was last stored
 _FENCE = threading.Lock()
 
 
+class Slot(NamedTuple):
+    """Where one worker's words are: their items in :attr:`ControlBlock.words` (computed once,
+    read on every step)."""
+
+    command: int
+    pipe_sent: int
+    spin_ns: int
+    posted_at: int
+    spin_yields: int
+    done: int
+    replies: int
+    sleeping: int
+    done_at: int
+
+
 def fence() -> None:
     """A full memory barrier on x86-64: a lock taken and released (a locked compare-and-swap).
     See the module docstring for why that is one, and where it is not.
@@ -123,6 +140,9 @@ class ControlBlock:
         self.workers = workers
         # A memoryview of int64s: one item read or written is one aligned 8-byte access.
         self.words: memoryview | None = memoryview(block.buf).cast("q")
+        words = (COMMAND, PIPE_SENT, SPIN_NS, POSTED_AT, SPIN_YIELDS, DONE, REPLIES, SLEEPING, DONE_AT)
+        #: Each worker's :class:`Slot`.
+        self.slots = [Slot(*(self.index(w, word) for word in words)) for w in range(workers)]
 
     @staticmethod
     def size(workers: int) -> int:

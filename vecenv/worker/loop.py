@@ -213,15 +213,10 @@ class _Waiter:
         words = control.words
         assert words is not None
         self.words = words
-        self.command = control.index(slot, fastpath.COMMAND)
-        self.pipe_sent = control.index(slot, fastpath.PIPE_SENT)
-        self.spin_ns = control.index(slot, fastpath.SPIN_NS)
-        self.spin_yields = control.index(slot, fastpath.SPIN_YIELDS)
-        self.posted_at = control.index(slot, fastpath.POSTED_AT)
-        self.done_at = control.index(slot, fastpath.DONE_AT)
-        self.done = control.index(slot, fastpath.DONE)
-        self.replies = control.index(slot, fastpath.REPLIES)
-        self.sleeping = control.index(slot, fastpath.SLEEPING)
+        at = control.slots[slot]  # the items of this worker's words, kept as attributes here
+        self.command, self.pipe_sent, self.spin_ns = at.command, at.pipe_sent, at.spin_ns
+        self.spin_yields, self.posted_at, self.done_at = at.spin_yields, at.posted_at, at.done_at
+        self.done, self.replies, self.sleeping = at.done, at.replies, at.sleeping
         self.parent_sleeping = fastpath.PARENT_SLEEPING
         # The last command taken from the word, and the pipe's count last seen: none yet. The
         # parent zeroed the slot before this process started, so a nonzero word is a command
