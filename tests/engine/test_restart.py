@@ -247,6 +247,45 @@ def test_a_replacement_process_that_cannot_start_breaks_the_vector_env_and_close
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("when", ["starting", "started"])
+def test_an_interrupt_while_a_replacement_starts_breaks_the_vector_env_and_close_is_clean(
+    when: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl+C while the replacement process starts (none there yet), or once it runs but before
+    it got its rows: the interrupt reaches the caller, every later call is a WorkerDiedError
+    that says the restart was interrupted, and close() returns leaving no process."""
+    envs = vecenv.SubprocVectorEnv([_Counting] * 4, 2, on_worker_death="restart", context="fork")
+    try:
+        envs.reset(seed=0)
+        transport = transport_of(envs)
+        start, relaunch = transport._start, transport.relaunch
+
+        def interrupted_start(index: int, context: Any = None) -> None:
+            raise KeyboardInterrupt
+
+        def interrupted_after(worker: int) -> None:
+            relaunch(worker)
+            raise KeyboardInterrupt
+
+        if when == "starting":
+            monkeypatch.setattr(transport, "_start", interrupted_start)
+        else:
+            monkeypatch.setattr(transport, "relaunch", interrupted_after)
+        _kill(envs, 1)
+        with pytest.raises(KeyboardInterrupt):
+            envs.step(np.zeros(4, np.int64))
+        monkeypatch.setattr(transport, "_start", start)
+        for call in (lambda: envs.reset(seed=1), lambda: envs.step(np.zeros(4, np.int64))):
+            with pytest.raises(WorkerDiedError, match="its restart was interrupted; the vector env is unusable"):
+                call()
+        pids = [pid for pid in envs.worker_pids if pid is not None]
+    finally:
+        envs.close()
+    assert envs.closed
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)
+
+
+@pytest.mark.timeout(60)
 def test_async_batches_restart_the_same_way() -> None:
     fns = [functools.partial(gym.make, "CartPole-v1")] * 4
     with vecenv.SubprocVectorEnv(fns, 2, batch_size=2, on_worker_death="restart", context="fork") as envs:

@@ -308,10 +308,24 @@ class WorkerPool:
         span = f"envs {envs.start}..{envs.stop - 1}" if envs else "envs not yet assigned"
         what = f"worker {w.index} ({span}{self.transport.where(w.index)}) {cause.how} during `{call}`"
         if restarter is not None and call not in ("__init__", "close") and not self.ending:
-            refusal = restarter.replace(self, w, deadline)
+            try:
+                refusal = restarter.replace(self, w, deadline)
+            except BaseException:
+                # Ctrl+C (or a handler's SystemExit) while the replacement starts leaves it half
+                # made (no process yet, or one still waiting for its rows): nothing can use it.
+                if self.broken is None:
+                    self._break(w, f"{what}; its restart was interrupted", envs, cause.exitcode, call)
+                raise
             if refusal is None:
                 return
             what += f"; {refusal}"
+        raise self._break(w, what, envs, cause.exitcode, call).copy()
+
+    def _break(
+        self, w: WorkerRecord, what: str, envs: range | None, exitcode: int | None, call: str
+    ) -> WorkerDiedError:
+        """The pool cannot go on after ``w``'s death: record why (``broken``, raised by every
+        later call; returned) and end every worker."""
         w.died()
         # Kept, never raised itself: a raised exception's traceback holds the frames it passed,
         # and through them the vector env, a cycle that would outlive `del envs`.
@@ -321,16 +335,13 @@ class WorkerPool:
             after = "the vector env is being closed"
         else:
             after = "the vector env is unusable, close it and make a new one"
-        self.broken = WorkerDiedError(
-            f"{what}; {after}",
-            worker=w.index,
-            envs=envs or w.envs,
-            exitcode=cause.exitcode,
+        broken = self.broken = WorkerDiedError(
+            f"{what}; {after}", worker=w.index, envs=envs or w.envs, exitcode=exitcode
         )
         self.transport.kill()
         for other in self.workers:
             other.died()
-        raise self.broken.copy()
+        return broken
 
     # -- shutdown ----------------------------------------------------------------------------
 
