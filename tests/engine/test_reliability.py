@@ -1234,3 +1234,36 @@ def test_a_parent_that_loses_its_childrens_exit_statuses_still_closes_and_restar
     assert before == after, proc.stdout
     # The workers do not inherit the lost statuses: env code's own subprocesses report theirs.
     assert "env code's subprocess exit codes: (1, 1)" in lines, proc.stdout
+
+
+def test_the_call_lock_is_taken_if_free_without_waiting() -> None:
+    """``CallLock.taken_if_free``: taken when no call holds the lock; never waits behind a
+    call of another thread, nor nests in one of its own thread."""
+    from vecenv.parent.call_lock import CallLock
+
+    lock = CallLock()
+    with lock.taken_if_free("close") as taken:
+        assert taken and lock.holder().startswith("`close`")
+        with lock.taken_if_free("close") as again:  # nested in this thread's own call
+            assert not again
+    assert lock.holder() == "a call"
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock.taken_if_free("step_wait"):
+            holding.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert holding.wait(10)
+        start = time.monotonic()
+        with lock.taken_if_free("close") as taken:
+            assert not taken
+        assert time.monotonic() - start < 1.0
+    finally:
+        release.set()
+        thread.join(10)
+    with lock.taken_if_free("close") as taken:
+        assert taken

@@ -431,6 +431,39 @@ def test_close_with_a_step_in_flight_on_a_hung_env_returns() -> None:
 
 
 @pytest.mark.timeout(60)
+def test_close_while_another_thread_waits_on_a_hung_env_returns() -> None:
+    """close() from another thread while step_wait waits on a hung env (no timeout): it does
+    not queue behind that wait; the vector env's close gives it the grace, then ends it."""
+    import threading
+
+    vec = SubprocVecEnv(fault_fns(4, "hang", "step", 3), start_method="fork", num_workers=2)
+    vec.reset()
+    vec.step_async(np.zeros((4, 2), dtype=np.float32))
+    outcome: list[BaseException | None] = []
+
+    def waiter() -> None:
+        try:
+            vec.step_wait()
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    lock, deadline = vec.vector_env.call_lock, time.monotonic() + 10
+    while lock.holder() == "a call" and time.monotonic() < deadline:  # until step_wait holds it
+        time.sleep(0.01)
+    assert lock.holder() != "a call", "step_wait did not start in its thread"
+    start = time.monotonic()
+    vec.close()
+    took = time.monotonic() - start
+    thread.join(10)
+    assert not thread.is_alive() and took < vecenv.DEFAULT_CLOSE_TIMEOUT + 5.0, took
+    assert len(outcome) == 1 and isinstance(outcome[0], vecenv.WorkerDiedError), outcome
+    assert vec.closed and multiprocessing.active_children() == []
+
+
+@pytest.mark.timeout(60)
 @start_methods("forkserver")
 def test_default_start_method_is_sb3s(start_method: str) -> None:
     """Like SB3, the default is forkserver where available (fork is unsafe with torch threads)."""

@@ -77,6 +77,24 @@ class CallLock:
         return f"`{call}` (thread {names.get(ident, ident)!r})"
 
     @contextlib.contextmanager
+    def taken_if_free(self, call: str) -> Iterator[bool]:
+        """Hold the lock for ``call`` if no call holds it now, in any thread (never waiting):
+        yields whether it was taken. Calls of this thread in the block run as nested ones. For
+        work that must not queue behind a call that may never end (a close's last collection)."""
+        if self._thread == threading.get_ident() or not self._lock.acquire(blocking=False):
+            yield False
+            return
+        try:
+            self._call, self._thread = call, threading.get_ident()
+            yield True
+        finally:
+            if self._deferred is None:
+                self._call = self._thread = None
+            else:
+                self._ended()
+            self._lock.release()
+
+    @contextlib.contextmanager
     def closing(self, grace: float, end_call: Callable[[], None]) -> Iterator[None]:
         """Hold the lock for ``close()``: wait ``grace`` seconds for a call in flight in another
         thread, then ``end_call()`` (end the workers) and wait up to :data:`END_WAIT` more."""

@@ -336,14 +336,17 @@ class SubprocVecEnv(Uncopyable, VecEnv):
         A step in flight is collected first, as SB3 does, but for
         :data:`~vecenv.parent.closing.DEFAULT_CLOSE_TIMEOUT` seconds at most (SB3 waits forever
         for a hung env); the workers still busy with it are then ended without more grace.
+        While another thread waits for that step (or this thread does, from a signal handler),
+        the vector env's own ``close()`` ends it instead: that call gets its grace, then raises
+        ``WorkerDiedError`` (or, in this thread, the close runs when it is over).
         """
         if self.closed:
             return
         if self.waiting:
-            try:
-                self.vector_env.step_wait(timeout=DEFAULT_CLOSE_TIMEOUT)
-            except Exception:  # noqa: BLE001 - closing anyway; the env's error is moot now
-                pass
+            with self.vector_env.call_lock.taken_if_free("close") as free:
+                if free:
+                    with contextlib.suppress(Exception):  # closing anyway; the env's error is moot now
+                        self.vector_env.step_wait(timeout=DEFAULT_CLOSE_TIMEOUT)
         self.vector_env.close()
         self.waiting = False
         self.closed = True
