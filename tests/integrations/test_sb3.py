@@ -36,7 +36,7 @@ from stable_baselines3.common.vec_env import SubprocVecEnv as SB3SubprocVecEnv  
 import vecenv  # noqa: E402
 from tests.conftest import start_methods  # noqa: E402
 from tests.helpers.envs import BoundsEnv, InfoEnv, Mark  # noqa: E402
-from tests.helpers.faults import fault_fns  # noqa: E402
+from tests.helpers.faults import fault_fns, transport_of  # noqa: E402
 from vecenv.sb3 import SubprocVecEnv  # noqa: E402
 
 N_ENVS = 5
@@ -461,6 +461,27 @@ def test_close_while_another_thread_waits_on_a_hung_env_returns() -> None:
     assert not thread.is_alive() and took < vecenv.DEFAULT_CLOSE_TIMEOUT + 5.0, took
     assert len(outcome) == 1 and isinstance(outcome[0], vecenv.WorkerDiedError), outcome
     assert vec.closed and multiprocessing.active_children() == []
+
+
+@pytest.mark.timeout(60)
+def test_close_in_the_thread_of_a_running_step_closes_once_the_step_is_over() -> None:
+    """close() while step() waits in the same thread (as from a signal handler): the step
+    returns its results, and the close runs once it is over, as the core vector env's does."""
+    vec = SubprocVecEnv(info_fns(4), start_method="fork", num_workers=2)
+    vec.reset()
+    transport = transport_of(vec.vector_env)
+    wait = transport.poll
+
+    def wait_then_close(*args: Any, **kwargs: Any) -> Any:
+        del transport.poll  # once
+        vec.close()  # inside step_wait's wait: the workers must stay until the step is over
+        assert all(process is not None and process.is_alive() for process in transport.processes)
+        return wait(*args, **kwargs)
+
+    transport.poll = wait_then_close
+    obs, rewards, dones, infos = vec.step(np.zeros(4, dtype=np.int64))
+    assert obs.shape == (4, 3) and len(infos) == 4
+    assert vec.closed and vec.vector_env.closed and multiprocessing.active_children() == []
 
 
 @pytest.mark.timeout(60)
