@@ -165,8 +165,7 @@ class PolicyOutputError(VecEnvError, ValueError):
 
 class CallInFlightError(VecEnvError, RuntimeError):
     """``close()`` from another thread found a call still running after it ended the workers
-    (a call stuck in code that runs in the parent: an env of its own group, or the first call
-    of a new policy, which ``rollout`` makes there); the vector env is left open."""
+    (a call stuck in env code that the parent itself hosts); the vector env is left open."""
 
 
 class DescriptorLimitError(VecEnvError, OSError):

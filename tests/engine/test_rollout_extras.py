@@ -654,3 +654,59 @@ def test_extras_that_could_not_be_learned_in_the_parent_are_refused_naming_why()
             envs.rollout(2, _OnlyInWorkers())
         notes = " ".join(getattr(info.value, "__notes__", ()))
         assert "RuntimeError: no simulator handle in the training process" in notes
+
+
+#: The events of :class:`_HangsInTheParent`, which its copies made in this process share.
+_PROBE_EVENTS: dict[str, Any] = {}
+
+
+class _HangsInTheParent:
+    """Its call in the process that made the vector env (a copy, as the probe makes) blocks
+    until the ``release`` event of ``_PROBE_EVENTS[token]`` is set."""
+
+    def __init__(self, token: str) -> None:
+        self.parent, self.token = os.getpid(), token
+
+    def __call__(self, observations: Any) -> Any:
+        if os.getpid() == self.parent:
+            called, release = _PROBE_EVENTS[self.token]
+            called.set()
+            release.wait(60)
+        return np.zeros(len(observations), np.int64)
+
+
+@pytest.mark.timeout(60)
+def test_close_from_another_thread_ends_a_rollout_whose_policy_hangs_in_its_first_call() -> None:
+    """The first call of a new policy runs in the parent; close() from another thread while it
+    hangs there: the rollout raises ClosedEnvironmentError at once and the close completes."""
+    import threading
+    import time
+
+    called, release = _PROBE_EVENTS["close"] = (threading.Event(), threading.Event())
+    policy = _HangsInTheParent("close")
+    envs = make(diff_env_fns(N), 2)
+    envs.reset(seed=SEED)
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            envs.rollout(3, policy)
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        assert called.wait(30), "the policy's first call did not start"
+        start = time.monotonic()
+        envs.close(timeout=0.5)
+        took = time.monotonic() - start
+        thread.join(10)
+        assert not thread.is_alive() and took < 0.5 + 3.0, took
+        assert len(outcome) == 1 and isinstance(outcome[0], vecenv.errors.ClosedEnvironmentError), outcome
+        assert "close() from another thread" in str(outcome[0]) and "nothing was sent" in str(outcome[0])
+        assert envs.closed and all(not os.path.exists(f"/proc/{pid}") for pid in envs.worker_pids if pid)
+    finally:
+        release.set()
+        envs.close()

@@ -105,8 +105,7 @@ class CallLock:
             if not self._lock.acquire(timeout=END_WAIT):
                 raise CallInFlightError(
                     f"`close` cannot run: {holder} still runs {END_WAIT:g} s after close() ended the "
-                    "workers (it is stuck in code that runs in this process: an env of the parent's own group, "
-                    "or the first call of a policy passed to `rollout`); call close() again once it returns"
+                    "workers (it is stuck in env code this process hosts); call close() again once it returns"
                 )
         try:
             outer = self._call is None

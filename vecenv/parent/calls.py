@@ -56,6 +56,8 @@ class CallRunner:
         #: The running call's ``timeout=``, which bounds its sends too (``None``: the default
         #: bound, :data:`~vecenv.transports.sending.SEND_TIMEOUT`).
         self.timeout: float | None = None
+        #: Why ``close()`` from another thread ended the workers (:meth:`abort`), once it has.
+        self.aborted: str | None = None
 
     @contextlib.contextmanager
     def within(self, timeout: float | None) -> Iterator[None]:
@@ -237,6 +239,7 @@ class CallRunner:
 
     def abort(self, reason: str) -> None:
         """End the workers from another thread (see :meth:`WorkerPool.abort`)."""
+        self.aborted = reason
         self.pool.abort(reason)
 
     def shutdown(self, timeout: float, wait_late: bool) -> BaseException | None:

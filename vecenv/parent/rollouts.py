@@ -36,7 +36,7 @@ from gymnasium import Space
 from gymnasium.vector import AutoresetMode
 
 from vecenv.checks import check_num_steps, check_timeout
-from vecenv.errors import InvalidArgumentError, PolicyOutputError
+from vecenv.errors import ClosedEnvironmentError, InvalidArgumentError, PolicyOutputError
 from vecenv.parent.bounded import bounded_call
 from vecenv.parent.call_lock import CallLock, serialised
 from vecenv.parent.calls import CallRunner
@@ -231,6 +231,7 @@ class Rollouts:
             f"`rollout` could not learn what policy {policy.name} gives: called once in this process on "
             f"worker 0's rows, it did not return within {bound:g} s (it hangs?). Nothing was sent",
             "vecenv-policy-probe",
+            lambda: self._closed_meanwhile(policy),
         )
         if outputs.recurrent and self.native_groups:
             raise PolicyOutputError(
@@ -239,6 +240,15 @@ class Rollouts:
                 "VectorEnvs"
             )
         return outputs
+
+    def _closed_meanwhile(self, policy: WorkerPolicy) -> BaseException | None:
+        """The error for a probe that ``close()`` from another thread interrupted, if it did."""
+        if self.runner.aborted is None:
+            return None
+        return ClosedEnvironmentError(
+            f"`rollout` {self.runner.aborted} while the first call of policy {policy.name} ran in this process "
+            "(that call goes on in a thread of its own); nothing was sent"
+        )
 
     def update_weights(self, weights: Any) -> None:
         """New weights for the policy of the last rollout, sent with the next one."""
