@@ -580,6 +580,34 @@ def test_ctrl_c_in_close_still_ends_every_worker(leaks: LeakCheck, monkeypatch: 
     leaks.check(envs)
 
 
+@pytest.mark.timeout(30)
+def test_ctrl_c_while_close_waits_for_the_workers_to_exit_still_reaps_them(
+    leaks: LeakCheck, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl+C while close() waits for the workers to exit: close() raises it, and every worker
+    is already ended and reaped (no zombie) and every pipe closed, with no later close()."""
+    envs = make("fork", healthy_fns(N_ENVS, pid_dir=leaks.pid_dir))
+    envs.reset(seed=SEED)
+    join = multiprocessing.process.BaseProcess.join
+    interrupted: list[bool] = []
+
+    def join_interrupted_once(process: Any, timeout: float | None = None) -> None:
+        if not interrupted:
+            interrupted.append(True)
+            raise KeyboardInterrupt
+        join(process, timeout)
+
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "join", join_interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        envs.close()
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "join", join)
+    assert interrupted and envs.closed
+    # Checked before anything reaps children (as multiprocessing.active_children() would).
+    zombies = [pid for pid in leaks.worker_pids() if os.path.exists(f"/proc/{pid}")]
+    assert not zombies, f"workers not reaped after an interrupted close(): {zombies}"
+    leaks.check(envs)
+
+
 # -- bad inputs -------------------------------------------------------------------------------
 # (id, which call, argument, exception type, substrings the message must hold: the argument's
 # name, the expected and the received value)

@@ -387,13 +387,16 @@ class WorkerPool:
         return error
 
     def _release(self, deadline: float, closing: list[int]) -> None:
-        """End every worker (``closing`` may close its envs until ``deadline``) and unmap the blocks."""
-        self.transport.stop(deadline, closing)
-        if self.buffers is not None:
-            self.buffers.close()
-        for block in self.blocks:
-            block.close()
-        self.blocks = []
+        """End every worker (``closing`` may close its envs until ``deadline``) and unmap the
+        blocks, also when Ctrl+C cuts the wait for the workers short."""
+        try:
+            self.transport.stop(deadline, closing)
+        finally:
+            if self.buffers is not None:
+                self.buffers.close()
+            for block in self.blocks:
+                block.close()
+            self.blocks = []
 
     def _close_errors(self, closing: list[WorkerRecord], deadline: float) -> BaseException | None:
         """Collect the close replies until ``deadline``; the first env error (by worker order)

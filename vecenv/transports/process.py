@@ -744,25 +744,30 @@ class ProcessTransport(Transport):
             return
         self._stopped = True
         processes = [p for p in self.processes if p is not None]
-        for index in closing:
-            process = self.processes[index]
-            if process is not None:
-                process.join(max(0.0, deadline - time.monotonic()))
-        for process in processes:
-            if _still_running(process):
-                process.terminate()
-        kill_deadline = time.monotonic() + KILL_GRACE
-        for process in processes:
-            process.join(max(0.0, kill_deadline - time.monotonic()))
-            _end(process)
-            process.close()
-        for conn in self.conns:
-            if conn is not None:
-                conn.close()
-        self._pollers.clear()
-        if self._control is not None:
-            self._control.close()
-        _rebalance()
+        try:
+            for index in closing:
+                process = self.processes[index]
+                if process is not None:
+                    process.join(max(0.0, deadline - time.monotonic()))
+            for process in processes:
+                if _still_running(process):
+                    process.terminate()
+            kill_deadline = time.monotonic() + KILL_GRACE
+            for process in processes:
+                process.join(max(0.0, kill_deadline - time.monotonic()))
+        finally:
+            # Also after Ctrl+C in the waits above: the rest are killed at once, every worker
+            # reaped and every descriptor closed before the interrupt goes on.
+            for process in processes:
+                _end(process)
+                process.close()
+            for conn in self.conns:
+                if conn is not None:
+                    conn.close()
+            self._pollers.clear()
+            if self._control is not None:
+                self._control.close()
+            _rebalance()
 
     @property
     def pids(self) -> list[int | None]:
