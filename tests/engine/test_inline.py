@@ -79,3 +79,24 @@ def test_every_env_in_the_parent_reports_an_env_error_as_a_worker_does(num_worke
         with pytest.raises(gym_error.AlreadyPendingCallError):
             sub.step(actions)
         assert len(sub.step_wait()) == 5
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.filterwarnings("ignore:.*Calling `close` while waiting")
+@pytest.mark.parametrize(
+    ("num_workers", "inline_group"), [(0, False), (2, True)], ids=["all-in-parent", "inline-group"]
+)
+def test_close_after_step_async_never_runs_the_step_in_the_parents_group(num_workers: int, inline_group: bool) -> None:
+    """A step sent (``step_async``) and never waited for, to an env of the parent's own group
+    that would hang in it: close() does not run it (as SyncVectorEnv, which steps in
+    ``step_wait``) and returns."""
+    import time
+
+    from tests.helpers.faults import fault_fns
+
+    envs = SubprocVectorEnv(fault_fns(4, "hang", "step", 0), num_workers, context="fork", inline_group=inline_group)
+    envs.reset(seed=0)
+    envs.step_async(np.zeros((4, 2), np.float32))
+    start = time.monotonic()
+    envs.close()
+    assert envs.closed and time.monotonic() - start < vecenv.DEFAULT_CLOSE_TIMEOUT + 5.0

@@ -362,6 +362,7 @@ class WorkerPool:
         deadline = time.monotonic() + timeout
         error: BaseException | None = None
         closing: list[WorkerRecord] = []
+        self.transport.drop_queued()  # a step only sent to the parent's own group never runs
         if self.broken is None and timeout > 0:
             try:
                 self.drain()

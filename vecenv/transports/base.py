@@ -122,6 +122,14 @@ class Transport(abc.ABC):
         to attach a restarted worker (a process forked later would inherit them)."""
         return None
 
+    def drop_queued(self) -> None:
+        """Forget the commands sent but not started, before ``close()``: a worker hosted by the
+        parent runs its commands only when their replies are waited for, and a step that was
+        sent (``step_async``) and never waited for must not run inside ``close()``, where an env
+        that hangs would hang it (as ``SyncVectorEnv``, which steps in ``step_wait``). A worker
+        process starts its commands as they come: nothing to forget."""
+        return None
+
     @property
     def pids(self) -> list[int | None]:
         """Each worker's process id, in worker order; ``None`` for a worker that is not a process

@@ -72,13 +72,17 @@ class InlineWorker:
         else:
             self.pending.append((message, None))
 
-    def release(self) -> None:
-        self.core.detach()
-        self.core.envs = None
+    def drop_pending(self) -> None:
+        """Forget the commands not run yet (and close the descriptors that came with them)."""
         for _, fd in self.pending:
             if fd is not None:
                 os.close(fd)
         self.pending.clear()
+
+    def release(self) -> None:
+        self.core.detach()
+        self.core.envs = None
+        self.drop_pending()
         if self.buffers is not None:
             self.buffers.close()
             self.buffers = None
@@ -126,6 +130,9 @@ class ParentHostedFirst(Transport):
             return events
         # The process transport waits until it has an event or the timeout has passed.
         return events + [_shifted(e) for e in self.processes_transport.poll(others, timeout)]
+
+    def drop_queued(self) -> None:
+        self.inline.drop_pending()
 
     def sole_core(self) -> WorkerCore | None:
         return self.inline.core if not self.processes_transport.processes else None
