@@ -50,6 +50,7 @@ from vecenv import VecEnvError, WorkerDiedError
 from vecenv.parent.calls import CallRunner
 from vecenv.parent.pool import WorkerPool
 from vecenv.parent.state import State
+from vecenv.policies import FunctionPolicy
 from vecenv.transports import process as process_transport
 from vecenv.wire import fastpath
 
@@ -1267,3 +1268,45 @@ def test_the_call_lock_is_taken_if_free_without_waiting() -> None:
         thread.join(10)
     with lock.taken_if_free("close") as taken:
         assert taken
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("where", ["async_reset", "policy_state"])
+def test_ctrl_c_right_after_a_command_went_out_leaves_nothing_pending(
+    where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl+C after the commands of ``async_reset`` (before its batches are recorded) or of
+    ``policy_state`` (before its replies are awaited) went out: the workers' replies are
+    abandoned, and a reset and steps work again."""
+    from vecenv.parent.state import CallState
+
+    def interrupted(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt  # where a signal's handler would run
+
+    envs = vecenv.SubprocVectorEnv(
+        [functools.partial(gym.make, "CartPole-v1")] * 4, 2, context="fork", autoreset_mode="SameStep"
+    )
+    try:
+        envs.reset(seed=0)
+        if where == "policy_state":
+            envs.rollout(2, FunctionPolicy(_count_state, initial_state=lambda n: np.zeros((n, 1), np.int64)))
+            monkeypatch.setattr(CallRunner, "gather", interrupted)
+            with pytest.raises(KeyboardInterrupt):
+                envs.policy_state()
+        else:
+            monkeypatch.setattr(CallState, "batches_started", interrupted)
+            with pytest.raises(KeyboardInterrupt):
+                envs.async_reset(seed=1)
+        monkeypatch.undo()
+        sync = SyncVectorEnv([functools.partial(gym.make, "CartPole-v1")] * 4, autoreset_mode="SameStep")
+        want = sync.reset(seed=2)[0]
+        assert_same(envs.reset(seed=2)[0], want, "reset after the interrupt")
+        actions = np.array([0, 1, 1, 0])
+        assert_same(envs.step(actions)[:4], sync.step(actions)[:4], "step after the interrupt")
+        sync.close()
+    finally:
+        envs.close()
+
+
+def _count_state(observations: Any, state: Any) -> Any:
+    return np.zeros(len(observations), np.int64), {}, state + 1

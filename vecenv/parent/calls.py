@@ -89,11 +89,14 @@ class CallRunner:
         state: State | None,
         mask: np.ndarray | None = None,
         wanted: bool = True,
+        started: Callable[[], None] | None = None,
     ) -> None:
         """Send ``command`` to ``workers`` and, unless ``state`` is ``None`` (sent outside a
         pending call: a batch of ``send``, a restarted rollout group), record the call as
         pending in that state. ``wanted=False``: nobody waits for the replies, which are
-        dropped on arrival (a failure shows in the call that follows).
+        dropped on arrival (a failure shows in the call that follows). ``started``: what
+        records the call instead of a ``state`` (``async_reset``'s batches), run where an
+        interrupt is handled as one during the send.
 
         A worker that takes none of its message for :attr:`timeout` (see :meth:`within`) raises
         ``VecEnvTimeoutError`` (or is a dead worker, when its pipe holds part of it).
@@ -107,6 +110,8 @@ class CallRunner:
             pool.deliver(workers, outgoing, self.timeout)
             if state is not None:
                 self.calls.begin(state, workers, mask)
+            elif started is not None:
+                started()
         except WorkerDiedError:
             raise
         except BaseException as exc:
@@ -117,6 +122,23 @@ class CallRunner:
     def abandon(self, workers: Sequence[WorkerRecord]) -> None:
         """Stop waiting for what ``workers`` owe: their replies are dropped on arrival."""
         self.pool.abandon(workers)
+
+    def round_trip(
+        self,
+        workers: Sequence[WorkerRecord],
+        command: Command,
+        payloads: Sequence[Any],
+        call: str,
+        timeout: float | None,
+    ) -> list[Any]:
+        """Send ``command`` outside a pending call and gather the replies, in worker order;
+        whatever cuts it short (Ctrl+C, also between the send and the wait) abandons them."""
+        try:
+            self.send(workers, command, payloads, call, None)
+            return self.gather(workers, timeout, call)
+        except BaseException:
+            self.pool.abandon(workers)
+            raise
 
     # -- waiting -----------------------------------------------------------------------------
 

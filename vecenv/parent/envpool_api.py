@@ -78,8 +78,7 @@ class AsyncBatches:
         workers = self.workers
         self.runner.abandon(workers)
         payloads = [ResetArgs(seeds[w.start : w.stop], sent, None) for w in workers]
-        self.runner.send(workers, Command.RESET, payloads, "async_reset", None)
-        calls.batches_started()
+        self.runner.send(workers, Command.RESET, payloads, "async_reset", None, started=calls.batches_started)
 
     def recv(self, timeout: float | None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
         timeout = check_timeout(timeout)

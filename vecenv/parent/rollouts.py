@@ -362,8 +362,9 @@ class Rollouts:
         workers = self.workers
         self._sending()
         payloads = [self._payload(w, 0, 0) for w in workers]
-        self.runner.send(workers, Command.POLICY_STATE, payloads, call, None)
-        replies = self.runner.gather(workers, STATE_TIMEOUT if timeout is None else timeout, call)
+        replies = self.runner.round_trip(
+            workers, Command.POLICY_STATE, payloads, call, STATE_TIMEOUT if timeout is None else timeout
+        )
         self._state, self._fresh_state = None, False
         self._sent([w for w, reply in zip(workers, replies) if not isinstance(reply, RestartedRollout)])
         states = [self._reply_state(w, reply) for w, reply in zip(workers, replies)]
