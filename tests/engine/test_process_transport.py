@@ -152,3 +152,49 @@ def test_pin_cpus_pins_each_worker_to_one_core() -> None:
     assert list(got) == expected
     with SubprocVectorEnv(fns, 2, context="fork") as sub:
         assert all(c == cpus for c in sub.call("cpus"))  # not pinned by default
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("where", ["before-the-write", "after-the-whole-write", "decoding-a-whole-reply"])
+def test_an_interrupt_that_cuts_no_message_keeps_every_worker(where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl+C during a reset where no message can be cut in two: before its command is
+    written, once a command written in one write is whole in the pipe (its worker had taken
+    every earlier one), or while a reply read whole is decoded. No worker is ended: the next
+    reset and step give Sync's results."""
+    from vecenv.transports import process as process_module
+    from vecenv.transports import sending
+
+    no_spinning(monkeypatch)  # every command and reply through the pipes
+    envs = vecenv.make("CartPole-v1", 4, 2, context="fork")
+    sync = SyncVectorEnv([functools.partial(gym.make, "CartPole-v1")] * 4)
+    try:
+        envs.reset(seed=0)
+        pids = envs.worker_pids
+        if where == "decoding-a-whole-reply":
+            decode = process_module.decode_reply
+
+            def interrupted_decode(data: bytes) -> Any:
+                monkeypatch.setattr(process_module, "decode_reply", decode)  # once
+                raise KeyboardInterrupt
+
+            monkeypatch.setattr(process_module, "decode_reply", interrupted_decode)
+        else:
+            write = os.write
+
+            def interrupted_write(fd: int, data: Any) -> int:
+                monkeypatch.setattr(sending.os, "write", write)  # once
+                if where == "after-the-whole-write":
+                    assert write(fd, data) == len(data)
+                raise KeyboardInterrupt  # where a signal's handler would run
+
+            monkeypatch.setattr(sending.os, "write", interrupted_write)
+        with pytest.raises(KeyboardInterrupt):
+            envs.reset(seed=1)
+        monkeypatch.undo()
+        assert_same(envs.reset(seed=2), sync.reset(seed=2), "reset after the interrupt")
+        actions = np.array([1, 0, 1, 0])
+        assert_same(envs.step(actions), sync.step(actions), "step after the interrupt")
+        assert envs.worker_pids == pids and envs.restart_count == 0
+    finally:
+        envs.close()
+        sync.close()

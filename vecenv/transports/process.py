@@ -36,7 +36,15 @@ import cloudpickle
 from vecenv.errors import DescriptorLimitError
 from vecenv.machine import available_cpus, default_start_method, guard_main
 from vecenv.transports.base import Death, DeathCause, Event, Reply, Transport, WorkerGone
-from vecenv.transports.sending import SendTimeout, bound_writes, send_handle_within, send_timeout, send_within
+from vecenv.transports.sending import (
+    Progress,
+    SendProgress,
+    SendTimeout,
+    bound_writes,
+    send_handle_within,
+    send_timeout,
+    send_within,
+)
 from vecenv.wire import fastpath
 from vecenv.wire.buffers import HAVE_MEMFD, Buffers
 from vecenv.wire.fastpath import ControlBlock, SpinBudget, SpinMode, fence
@@ -277,6 +285,10 @@ class ProcessTransport(Transport):
         self._in_word: list[int | None] = []
         self._pipe_sent: list[int] = []
         self._replies_seen: list[int] = []
+        #: Each worker's last call id answered (a reply taken twice counts once).
+        self._last_answered: list[int | None] = []
+        #: Replies read whole when an interrupt (Ctrl+C) came, for the next poll: ``(worker, bytes)``.
+        self._kept: list[tuple[int, bytes]] = []
 
     def launch(self, group_fns: Sequence[Callable[[], Any]]) -> None:
         if not HAVE_MEMFD:
@@ -291,6 +303,7 @@ class ProcessTransport(Transport):
         self._pids = [None] * workers
         self._owed, self._in_word = [0] * workers, [None] * workers
         self._pipe_sent, self._replies_seen = [0] * workers, [0] * workers
+        self._last_answered = [None] * workers
         if fastpath.SUPPORTED and workers:
             try:
                 self._control = ControlBlock.create(workers)
@@ -335,6 +348,8 @@ class ProcessTransport(Transport):
             control.reset(index)
         self._owed[index], self._in_word[index] = 1, None  # its Hello is owed
         self._pipe_sent[index] = self._replies_seen[index] = 0
+        self._last_answered[index] = None
+        self._kept = [(i, data) for i, data in self._kept if i != index]  # the old process's
         forkserver = context.get_start_method() == "forkserver"
         options = WorkerOptions(
             self.observation_mode,
@@ -432,11 +447,17 @@ class ProcessTransport(Transport):
             assert isinstance(message, bytes)
             self._post(worker, call_id_of(message))
             return
-        self._owed[worker] += 1  # before it is out: an interrupt after it ends the worker
+        room = not self._owed[worker]  # it took every earlier command (see send_within)
+        self._owed[worker] += 1  # before it is out: an interrupt may come once it is
+        progress = SendProgress()
         try:
-            self._write(worker, message, timeout)
+            self._write(worker, message, timeout, progress=progress, room=room)
         except SendTimeout:
             self._owed[worker] -= 1  # none of it went: the worker owes nothing for it
+            raise
+        except BaseException:
+            if progress.state is Progress.NOTHING:  # Ctrl+C before any of it went
+                self._owed[worker] -= 1
             raise
 
     def _post(self, worker: int, call_id: int) -> None:
@@ -479,16 +500,27 @@ class ProcessTransport(Transport):
                 self._write(worker, WAKE_COMMAND, send_timeout(), cuttable=False)
             raise
 
-    def _write(self, worker: int, message: bytes | WithFd, timeout: float | None = None, cuttable: bool = True) -> None:
+    def _write(
+        self,
+        worker: int,
+        message: bytes | WithFd,
+        timeout: float | None = None,
+        cuttable: bool = True,
+        progress: SendProgress | None = None,
+        room: bool = False,
+    ) -> None:
         """Write one message to ``worker``'s pipe (and count it in the hint its spin reads); a
         worker that takes none of it for ``timeout`` seconds is stuck (see
-        :mod:`vecenv.transports.sending`). An interrupt during the write ends the worker
-        (half the message may be in its pipe), unless ``cuttable`` is false: a message that one
-        write sends whole or not at all."""
+        :mod:`vecenv.transports.sending`). An interrupt during the write ends the worker when
+        part of the message may be in its pipe (``progress``, ``room``: see
+        :func:`~vecenv.transports.sending.send_within`), unless ``cuttable`` is false: a
+        message that one write sends whole or not at all."""
+        if progress is None:
+            progress = SendProgress()
         conn = self._conn(worker)
         data, fd = (message.data, message.fd) if isinstance(message, WithFd) else (message, None)
         try:
-            send_within(conn, data, fd, timeout)
+            send_within(conn, data, fd, timeout, progress, room)
         except SendTimeout as exc:
             if not exc.written:
                 raise  # nothing of it is in the pipe: the worker is as it was
@@ -499,7 +531,7 @@ class ProcessTransport(Transport):
             self._process(worker).join(1.0)
             raise WorkerGone from None
         except BaseException:
-            if cuttable:
+            if cuttable and progress.state is Progress.PART:
                 self._tear(worker)  # KeyboardInterrupt may have left half the message in the pipe
             raise
         control = self._control
@@ -538,6 +570,12 @@ class ProcessTransport(Transport):
             for i in torn:
                 self._process(i).join()
             return [Death(i) for i in torn]
+        kept = [entry for entry in self._kept if entry[0] in workers]
+        if kept:
+            found: list[Event] = [reply for i, data in kept if (reply := self._reply(i, data)) is not None]
+            self._kept = [entry for entry in self._kept if entry not in kept]
+            if found:
+                return found
         pipes, sentinels, poller = self._poller(workers)
         events: list[Event] = []
         if self._control is None or (not self._budget.limit and not any(self._in_word[i] is not None for i in workers)):
@@ -559,18 +597,22 @@ class ProcessTransport(Transport):
             index = pipes.get(fd)
             if index is None:
                 continue
+            conn = self._conn(index)
             try:
-                data = self._conn(index).recv_bytes()
-                if data == WAKE_REPLY:  # it only ended a sleep; its reply is in the words
-                    continue
-                call_id, ok, result = decode_reply(data)
-                self._answered(index, call_id)
-                events.append(Reply(index, call_id, ok, result))
+                data = conn.recv_bytes()
             except (EOFError, OSError):
                 hung_up.add(index)
+                continue
             except BaseException:
-                self._tear(index)
+                self._tear(index)  # an interrupt may have cut the read (or taken the message)
                 raise
+            try:
+                reply = self._reply(index, data)
+            except BaseException:
+                self._kept.append((index, data))  # read whole: the next poll takes it
+                raise
+            if reply is not None:
+                events.append(reply)
         for fd, _ in ready:
             index = sentinels.get(fd)
             if index is not None and index not in hung_up and not self._conn(index).poll():
@@ -587,7 +629,19 @@ class ProcessTransport(Transport):
             events.append(Death(index))
         return events
 
+    def _reply(self, worker: int, data: bytes) -> Reply | None:
+        """The reply ``worker`` wrote (``None``: a wake-up's, whose reply is in the words),
+        counted as answered. Taken again after an interrupt, it counts once."""
+        if data == WAKE_REPLY:
+            return None
+        call_id, ok, result = decode_reply(data)
+        self._answered(worker, call_id)
+        return Reply(worker, call_id, ok, result)
+
     def _answered(self, worker: int, call_id: int) -> None:
+        if self._last_answered[worker] == call_id:  # a kept reply taken again (see _reply)
+            return
+        self._last_answered[worker] = call_id
         self._owed[worker] = max(0, self._owed[worker] - 1)
         if self._in_word[worker] == call_id:
             self._in_word[worker] = None

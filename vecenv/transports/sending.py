@@ -18,6 +18,8 @@ them with the usual ``recv_bytes`` and ``recv_handle``.
 from __future__ import annotations
 
 import array
+import dataclasses
+import enum
 import os
 import socket
 import struct
@@ -30,6 +32,8 @@ __all__ = [
     "SEND_SLICE",
     "SEND_TIMEOUT",
     "SendTimeout",
+    "Progress",
+    "SendProgress",
     "bound_writes",
     "send_handle_within",
     "send_timeout",
@@ -46,6 +50,29 @@ SEND_TIMEOUT = 60.0
 SEND_SLICE = 0.01
 # Connection.send_bytes sends the header apart from messages larger than this.
 _SPLIT = 16384
+#: The least send buffer a worker's pipe gets: room for a message sent in one write (up to
+#: ``_SPLIT`` bytes and its header) beside what a reader that took every earlier message may
+#: still have left in it (wake-ups, the attach message).
+MIN_SEND_BUFFER = 8 * _SPLIT
+
+
+class Progress(enum.IntEnum):
+    """How much of a message a send that an interrupt (Ctrl+C) cut short may have written."""
+
+    #: No byte: the worker is as it was.
+    NOTHING = 0
+    #: All of it: the worker runs the command (nobody waits for its reply).
+    WHOLE = 1
+    #: Possibly a part: the worker's next read would take the rest for a header.
+    PART = 2
+
+
+@dataclasses.dataclass
+class SendProgress:
+    """What :func:`send_within` may have written so far, set before each write, for the caller
+    of a send that an interrupt cut short."""
+
+    state: Progress = Progress.NOTHING
 
 
 class SendTimeout(VecEnvTimeoutError):
@@ -76,21 +103,38 @@ def bound_writes(conn: Connection) -> None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=fd)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("@ll", seconds, micros))
+        if sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) < MIN_SEND_BUFFER:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, MIN_SEND_BUFFER)
     finally:
         sock.detach()
         os.set_blocking(fd, True)  # a default timeout (socket.setdefaulttimeout) would have cleared it
 
 
-def send_within(conn: Connection, data: bytes, fd: int | None, timeout: float | None) -> None:
+def send_within(
+    conn: Connection,
+    data: bytes,
+    fd: int | None,
+    timeout: float | None,
+    progress: SendProgress | None = None,
+    room: bool = False,
+) -> None:
     """Send ``data`` as ``conn.send_bytes`` would, then the descriptor ``fd`` (if any) as
     ``reduction.send_handle`` would, giving up once the reader has taken nothing for ``timeout``
     seconds (``None``: never).
+
+    ``progress`` says, when an interrupt (Ctrl+C) cuts the send short, what it may have
+    written. ``room``: the reader has taken every earlier message, so the pipe has room for a
+    message sent in one write (see :data:`MIN_SEND_BUFFER`); that write cannot block, so no
+    signal can cut it, and an interrupt raised at it comes once all of it is in the pipe
+    (Python runs signal handlers between calls, never inside a write that does not block).
 
     Raises:
         SendTimeout: the reader stalled for ``timeout`` (``written`` says whether part of the
             message was sent).
         OSError: the pipe is broken (the worker is gone).
     """
+    if progress is None:
+        progress = SendProgress()
     handle = conn.fileno()
     n = len(data)
     written = 0
@@ -100,6 +144,7 @@ def send_within(conn: Connection, data: bytes, fd: int | None, timeout: float | 
         parts = [struct.pack("!i", n), data]
     else:
         whole = struct.pack("!i", n) + data
+        progress.state = Progress.WHOLE if room and fd is None else Progress.PART
         try:
             first = os.write(handle, whole)  # the common case: one write that fits
         except BlockingIOError:
@@ -107,8 +152,10 @@ def send_within(conn: Connection, data: bytes, fd: int | None, timeout: float | 
         if first == len(whole):
             if fd is not None:
                 _send_handle(handle, fd, timeout)
+            progress.state = Progress.WHOLE
             return
         parts, written = [whole[first:]], first
+    progress.state = Progress.PART
     moved = time.monotonic()  # when the reader last took something
     for part in parts:
         view = memoryview(part)
@@ -126,6 +173,7 @@ def send_within(conn: Connection, data: bytes, fd: int | None, timeout: float | 
                 raise SendTimeout(_late(written, len(data), timeout), written=written > 0)
     if fd is not None:
         _send_handle(handle, fd, timeout)
+    progress.state = Progress.WHOLE
 
 
 def send_handle_within(conn: Connection, fd: int, timeout: float | None) -> None:
