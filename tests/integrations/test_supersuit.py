@@ -156,6 +156,26 @@ def test_gymnasium_env_copies(num_cpus: int) -> None:
         venv.close()
 
 
+@pytest.mark.parametrize("base_class", ["gymnasium", "stable_baselines3"])
+def test_the_concatenated_env_cannot_be_copied(base_class: str) -> None:
+    """A copy would share the workers and close them under the original: refused, as the
+    engine's vector env refuses it."""
+    import copy
+
+    from vecenv.errors import NotCopyableError
+
+    if base_class == "stable_baselines3":
+        pytest.importorskip("stable_baselines3")
+    venv = vs.concat_vec_envs_v1(gym.make("CartPole-v1"), 2, num_cpus=2, base_class=base_class)
+    try:
+        for duplicate in (copy.copy, copy.deepcopy, lambda v: pickle.dumps(v)):
+            with pytest.raises(NotCopyableError):
+                duplicate(venv)
+        venv.reset()  # untouched
+    finally:
+        venv.close()
+
+
 def test_stable_baselines3_base_class_matches_supersuit() -> None:
     pytest.importorskip("stable_baselines3")
     make, copies, _ = ENVS["simple_spread"]

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from vecenv.errors import MissingDependencyError
+from vecenv.parent.vector_env import Uncopyable
 
 try:
     from stable_baselines3.common.vec_env import VecEnvWrapper
@@ -35,7 +36,7 @@ except ImportError as exc:  # SB3 itself, or torch which it imports, is missing
 __all__ = ["SB3VecEnvWrapper"]
 
 
-class SB3VecEnvWrapper(VecEnvWrapper):
+class SB3VecEnvWrapper(Uncopyable, VecEnvWrapper):
     """An SB3 ``VecEnv`` over :class:`vecenv.supersuit.ConcatVecEnv`, as SuperSuit's wrapper."""
 
     def __init__(self, venv: Any) -> None:

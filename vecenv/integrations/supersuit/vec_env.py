@@ -41,6 +41,7 @@ from vecenv.integrations.supersuit.markov import ROW_INFO_KEY, MarkovCopies, Mar
 from vecenv.multiagent.copies import COPY_CALL, CopyCall, CopyOp, RowInfo, per_row
 from vecenv.parent.groups import contiguous_bounds
 from vecenv.parent.replies import current_observations
+from vecenv.parent.vector_env import Uncopyable
 from vecenv.wire.buffers import Buffers, BufferSpec
 
 __all__ = ["pettingzoo_env_to_vec_env_v1", "concat_vec_envs_v1", "ParallelVecEnv", "ConcatVecEnv", "BASE_CLASSES"]
@@ -139,7 +140,7 @@ class ParallelVecEnv(VectorEnv):
         return [False] * self.num_envs
 
 
-class ConcatVecEnv(VectorEnv):
+class ConcatVecEnv(Uncopyable, VectorEnv):
     """``num_copies`` copies of one env (parallel or gymnasium), concatenated: SuperSuit's
     ``ConcatVecEnv`` (or ``ProcConcatVec``), in this process (``num_cpus`` < 2) or in
     ``num_cpus`` vecenv workers.
