@@ -40,6 +40,7 @@ from vecenv.multiagent.copies import COPY_CALL, INACTIVE_KEY, CopyCall, CopyOp, 
 from vecenv.multiagent.errors import AgentSpaceMismatchError
 from vecenv.multiagent.group import ParallelCopiesFn
 from vecenv.parent.groups import contiguous_bounds
+from vecenv.parent.restart import RESTART_INFO_KEY
 from vecenv.parent.vector_env import Uncopyable
 
 __all__ = ["MultiAgentVectorEnv", "make_parallel", "BACKENDS"]
@@ -237,9 +238,12 @@ class MultiAgentVectorEnv(Uncopyable, VectorEnv):
             self._copy_done[:] = False
         else:  # the other copies' rows keep their state, in the mask returned too
             rows = np.repeat(mask, self.num_agents)
+            restarted = infos.get(f"_{RESTART_INFO_KEY}")
+            if restarted is not None:  # copies a restarted worker rebuilt and reset, in the mask or not
+                rows |= np.asarray(restarted, dtype=np.bool_)
             self.active[rows] = active[rows]
             infos["active"] = self.active.copy()
-            self._copy_done[mask] = False
+            self._copy_done[rows.reshape(self.num_copies, self.num_agents).any(axis=1)] = False
         return obs, infos
 
     def step_async(self, actions: Any) -> None:
