@@ -484,6 +484,44 @@ def test_close_in_the_thread_of_a_running_step_closes_once_the_step_is_over() ->
     assert vec.closed and vec.vector_env.closed and multiprocessing.active_children() == []
 
 
+class _DiesInResetWithOptions(InfoEnv):
+    """Dies (SIGKILL) in a reset given options while the marker file exists, once."""
+
+    def __init__(self, marker: str) -> None:
+        super().__init__()
+        self.marker = marker
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple:
+        if options and os.path.exists(self.marker):
+            os.unlink(self.marker)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().reset(seed=seed, options=options)
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_restarted_in_a_reset_gives_its_new_envs_the_options_set(tmp_path: Any) -> None:
+    """set_options, seed, then a reset during which a worker dies: its rebuilt envs are reset
+    with their options and seeds too, as every other env, and say they were restarted."""
+    marker = tmp_path / "die"
+    fns = [partial(_DiesInResetWithOptions, str(marker))] * 4
+    vec = SubprocVecEnv(fns, start_method="fork", num_workers=2, on_worker_death="restart")
+    try:
+        vec.reset()
+        marker.touch()
+        vec.set_options([{"level": j} for j in range(4)])
+        vec.seed(100)
+        vec.reset()
+        assert not marker.exists() and vec.vector_env.restart_count == 1
+        assert [info.get("options") for info in vec.reset_infos] == [{"level": j} for j in range(4)]
+        assert [bool(info.get("worker_restarted")) for info in vec.reset_infos].count(True) == 2
+        reference = DummyVecEnv([partial(InfoEnv)] * 4)
+        reference.set_options([{"level": j} for j in range(4)])
+        reference.seed(100)
+        np.testing.assert_array_equal(vec.vector_env.reset(seed=[100, 101, 102, 103])[0], reference.reset())
+    finally:
+        vec.close()
+
+
 @pytest.mark.timeout(60)
 @start_methods("forkserver")
 def test_default_start_method_is_sb3s(start_method: str) -> None:

@@ -201,10 +201,23 @@ class SubprocVecEnv(Uncopyable, VecEnv):
             # Options may differ per env: each env takes its own at its next reset.
             self._options_staged = True
             self.vector_env.call(DISPATCH, SB3Call(SB3Op.STAGE_OPTIONS, value=options))
-        obs, infos = self.vector_env.reset(seed=list(self._seeds[:n]))
+        seeds = list(self._seeds[:n])
+        obs, infos = self.vector_env.reset(seed=seeds)
+        boxes, mask = _boxes(infos, n)
+        restarted = _restarted(infos, n)
+        if self._options_staged and restarted.any():
+            # A worker that died in this reset was rebuilt and reset without the options staged
+            # in its old envs: its new envs get them and the same seeds, as every env did.
+            again = [options[j] if restarted[j] else None for j in range(n)]
+            self.vector_env.call(DISPATCH, SB3Call(SB3Op.STAGE_OPTIONS, value=again))
+            obs, infos = self.vector_env.reset(seed=seeds, options={"reset_mask": restarted})
+            boxes_again, mask_again = _boxes(infos, n)
+            boxes = [boxes_again[j] if restarted[j] else boxes[j] for j in range(n)]
+            mask = np.where(restarted, mask_again, mask)
         self._options_staged = False
-        boxes, mask = _boxes(infos, self.num_envs)
-        self.reset_infos = [boxes[j].info if mask[j] else {} for j in range(self.num_envs)]
+        self.reset_infos = [boxes[j].info if mask[j] else {} for j in range(n)]
+        for j in np.flatnonzero(restarted).tolist():
+            self.reset_infos[j] = {**self.reset_infos[j], RESTART_INFO_KEY: True}
         self._reset_seeds()
         self._reset_options()
         return obs
