@@ -180,13 +180,13 @@ def test_an_interrupt_while_waking_a_worker_leaves_it_running(
     real = process_transport.send_within
     fired = []
 
-    def interrupted(conn: Any, data: bytes, fd: int | None, timeout: float | None) -> None:
+    def interrupted(conn: Any, data: bytes, fd: int | None, timeout: float | None, *more: Any) -> None:
         if data == WAKE_COMMAND and not fired:
             fired.append(conn)
             if written:
-                real(conn, data, fd, timeout)
+                real(conn, data, fd, timeout, *more)
             raise KeyboardInterrupt
-        real(conn, data, fd, timeout)
+        real(conn, data, fd, timeout, *more)
 
     fns = healthy_fns(4)
     with vecenv.SubprocVectorEnv(fns, 2, context="fork") as envs:

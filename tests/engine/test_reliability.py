@@ -52,6 +52,7 @@ from vecenv.parent.pool import WorkerPool
 from vecenv.parent.state import State
 from vecenv.policies import FunctionPolicy
 from vecenv.transports import process as process_transport
+from vecenv.transports.sending import Progress
 from vecenv.wire import fastpath
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -415,10 +416,13 @@ def _tear_write(envs: Any, worker: int) -> None:
     conn = transport_of(envs).conns[worker]
     real = process_transport.send_within
 
-    def torn(to: Any, data: bytes, fd: int | None, timeout: float | None) -> None:
+    def torn(
+        to: Any, data: bytes, fd: int | None, timeout: float | None, progress: Any = None, room: bool = False
+    ) -> None:
         if to is not conn:
-            return real(to, data, fd, timeout)
+            return real(to, data, fd, timeout, progress, room)
         process_transport.send_within = real  # once
+        progress.state = Progress.PART  # what send_within says before a write that may be cut
         os.write(conn.fileno(), len(data).to_bytes(4, "big", signed=True) + bytes(data)[: len(data) // 2])
         raise KeyboardInterrupt
 

@@ -570,10 +570,8 @@ class ProcessTransport(Transport):
             for i in torn:
                 self._process(i).join()
             return [Death(i) for i in torn]
-        kept = [entry for entry in self._kept if entry[0] in workers]
-        if kept:
-            found: list[Event] = [reply for i, data in kept if (reply := self._reply(i, data)) is not None]
-            self._kept = [entry for entry in self._kept if entry not in kept]
+        if self._kept:  # replies read whole when an interrupt came: before anything newer
+            found = self._take_kept(workers)
             if found:
                 return found
         pipes, sentinels, poller = self._poller(workers)
@@ -628,6 +626,13 @@ class ProcessTransport(Transport):
                 self._causes[index] = "closed its pipe but did not exit (killed)"
             events.append(Death(index))
         return events
+
+    def _take_kept(self, workers: Sequence[int]) -> list[Event]:
+        """The replies of ``workers`` kept across an interrupt, taken (each counts once)."""
+        kept = [entry for entry in self._kept if entry[0] in workers]
+        found: list[Event] = [reply for i, data in kept if (reply := self._reply(i, data)) is not None]
+        self._kept = [entry for entry in self._kept if entry not in kept]
+        return found
 
     def _reply(self, worker: int, data: bytes) -> Reply | None:
         """The reply ``worker`` wrote (``None``: a wake-up's, whose reply is in the words),
