@@ -33,7 +33,7 @@ from typing import Any
 
 import cloudpickle
 
-from vecenv.errors import DescriptorLimitError
+from vecenv.errors import ClosedEnvironmentError, DescriptorLimitError
 from vecenv.machine import available_cpus, default_start_method, guard_main
 from vecenv.transports.base import Death, DeathCause, Event, Reply, Transport, WorkerGone
 from vecenv.transports.sending import (
@@ -460,12 +460,20 @@ class ProcessTransport(Transport):
                 self._owed[worker] -= 1
             raise
 
+    def _live_words(self) -> tuple[ControlBlock, memoryview]:
+        """The control block and its words. The fast path's methods run only while it is set
+        up; a call still running when :meth:`stop` unmapped it (``close()`` from another
+        thread) ends with :class:`ClosedEnvironmentError`."""
+        control = self._control
+        words = None if control is None else control.words
+        if control is None or words is None:
+            raise ClosedEnvironmentError("the workers' shared control words are closed: close() was called")
+        return control, words
+
     def _post(self, worker: int, call_id: int) -> None:
         """Post a payload-free STEP in ``worker``'s command word; wake the worker if it sleeps
         (the waker's side of the protocol in :mod:`vecenv.wire.fastpath`)."""
-        control = self._control
-        assert control is not None and control.words is not None
-        words = control.words
+        control, words = self._live_words()
         slot = control.slots[worker]
         at = slot.command
         try:
@@ -653,9 +661,7 @@ class ProcessTransport(Transport):
 
     def _word_replies(self, workers: Sequence[int]) -> list[Event]:
         """The empty replies posted in the done words of ``workers`` (no system call)."""
-        control = self._control
-        assert control is not None and control.words is not None
-        words = control.words
+        control, words = self._live_words()
         events: list[Event] = []
         slots = control.slots
         for index in workers:
@@ -668,8 +674,7 @@ class ProcessTransport(Transport):
     def _news(self, watched: list[tuple[int, int, int, int]]) -> int:
         """What the words of the watched workers say: 1 a reply in a done word, 2 a reply
         written to a pipe, 0 nothing yet. ``watched``: (worker, done word, call id, replies word)."""
-        assert self._control is not None and self._control.words is not None
-        words = self._control.words
+        words = self._live_words()[1]
         for index, done_at, call_id, replies_at in watched:
             if words[done_at] == call_id:
                 return 1
@@ -684,9 +689,7 @@ class ProcessTransport(Transport):
         every few rounds, then sleep on them (the sleeper's side of the protocol in
         :mod:`vecenv.wire.fastpath`). Returns what the pipes and sentinels report ready; the
         caller reads the done words after it."""
-        control = self._control
-        assert control is not None and control.words is not None
-        words = control.words
+        control, words = self._live_words()
         if timeout == 0:
             return poller.poll(0)
         watched: list[tuple[int, int, int, int]] = []
@@ -738,9 +741,7 @@ class ProcessTransport(Transport):
 
     def _posted_at(self, watched: list[tuple[int, int, int, int]]) -> int:
         """When the first of the replies now in the done words was posted (0: none is)."""
-        control = self._control
-        assert control is not None and control.words is not None
-        words = control.words
+        control, words = self._live_words()
         times = [words[control.slots[i].done_at] for i, done_at, call_id, _ in watched if words[done_at] == call_id]
         return min(times, default=0)
 
