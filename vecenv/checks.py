@@ -19,7 +19,7 @@ from gymnasium.vector import AutoresetMode
 
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
 from vecenv.machine import available_cpus, default_start_method
-from vecenv.seeding import SEED_POLICIES, spawn_seeds
+from vecenv.seeding import SEED_POLICIES, SeedPolicy, spawn_seeds
 from vecenv.wire.protocol import ObservationMode, SpaceRule
 
 __all__ = [
@@ -160,16 +160,18 @@ def check_options(options: Any) -> Mapping[str, Any] | None:
     return options
 
 
-def check_seed_policy(policy: Any) -> str:
-    """``seed_policy``: one of :data:`vecenv.seeding.SEED_POLICIES`."""
+def check_seed_policy(policy: Any) -> SeedPolicy:
+    """``seed_policy``: one of :data:`vecenv.seeding.SEED_POLICIES` (or a :class:`SeedPolicy`)."""
     if policy not in SEED_POLICIES:
         raise InvalidArgumentError(
             f"`seed_policy` must be one of {', '.join(map(repr, SEED_POLICIES))}, got {describe(policy)}"
         )
-    return str(policy)
+    return SeedPolicy(policy)
 
 
-def seed_list(seed: Any, n: int, policy: str = "sequential", count: str = "num_envs") -> list[int | None]:
+def seed_list(
+    seed: Any, n: int, policy: SeedPolicy = SeedPolicy.SEQUENTIAL, count: str = "num_envs"
+) -> list[int | None]:
     """One seed (or ``None``) per env: ``None``, an int (env ``i`` gets ``seed + i``, or under
     ``policy="spawn"`` its :func:`~vecenv.seeding.spawn_seeds` seed), or a list (used as given).
     ``count`` names ``n`` in the messages (``num_copies`` for the multi-agent copies)."""
@@ -178,7 +180,7 @@ def seed_list(seed: Any, n: int, policy: str = "sequential", count: str = "num_e
     if _is_int(seed):
         if seed < 0:
             raise InvalidArgumentError(f"`seed` must be a non-negative int, a list of {n} seeds or None, got {seed}")
-        return [*(spawn_seeds(int(seed), n) if policy == "spawn" else range(int(seed), int(seed) + n))]
+        return [*(spawn_seeds(int(seed), n) if policy == SeedPolicy.SPAWN else range(int(seed), int(seed) + n))]
     if isinstance(seed, (str, bytes)) or not isinstance(seed, (Sequence, np.ndarray)):
         raise ArgumentTypeError(f"`seed` must be an int, a list of {n} seeds or None, got {describe(seed)}")
     if len(seed) != n:

@@ -26,6 +26,7 @@ from vecenv.checks import (
     check_threads,
     check_timeout,
 )
+from vecenv.seeding import SeedPolicy
 from vecenv.wire.protocol import ObservationMode, SpaceRule
 
 __all__ = ["Keywords", "DEFAULTS", "VectorOptions"]
@@ -45,7 +46,7 @@ class Keywords:
     max_restarts: int = 3
     restart_window: float = 60.0
     threads_per_worker: int | None = 1
-    seed_policy: str = "sequential"
+    seed_policy: SeedPolicy = SeedPolicy.SEQUENTIAL
     # The process backend's own.
     context: str | None = None
     daemon: bool = True
@@ -90,7 +91,7 @@ class VectorOptions:
     start_timeout: float | None
     restarts: RestartBudget | None
     threads: int | None
-    seed_policy: str = DEFAULTS.seed_policy
+    seed_policy: SeedPolicy = DEFAULTS.seed_policy
 
     @classmethod
     def check(

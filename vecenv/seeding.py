@@ -33,20 +33,32 @@ first, e.g. ``seed % 2**32``.)
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import numpy as np
 
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError
 
-__all__ = ["SEED_POLICIES", "spawn_seeds", "derive_seed", "restart_seed", "seed_policy_of"]
+__all__ = ["SeedPolicy", "SEED_POLICIES", "spawn_seeds", "derive_seed", "restart_seed", "seed_policy_of"]
 
 #: What one seed of :func:`spawn_seeds` takes in memory (a 63-bit int and its place in the list),
 #: and the count from which the list is checked against the memory the machine can give.
 _SEED_BYTES, _CHECKED_FROM = 48, 1 << 20
 
+
+class SeedPolicy(enum.StrEnum):
+    """How ``reset(seed=int)`` seeds the envs (the module docstring says each in full). A str, so
+    ``seed_policy="spawn"`` and ``envs.seed_policy == "spawn"`` work as they read."""
+
+    #: Env ``i`` gets ``seed + i``, as ``SyncVectorEnv``.
+    SEQUENTIAL = "sequential"
+    #: Env ``i`` gets :func:`derive_seed` ``(seed, i)``: runs with different seeds share no env seed.
+    SPAWN = "spawn"
+
+
 #: The names ``seed_policy`` takes.
-SEED_POLICIES = ("sequential", "spawn")
+SEED_POLICIES = tuple(policy.value for policy in SeedPolicy)
 
 
 def derive_seed(seed: int, key: int) -> int:
@@ -77,12 +89,12 @@ def spawn_seeds(seed: int, num_envs: int) -> list[int]:
     return [derive_seed(seed, i) for i in range(num_envs)]
 
 
-def restart_seed(policy: str, seed: int, restart: int, num_envs: int) -> int:
+def restart_seed(policy: SeedPolicy, seed: int, restart: int, num_envs: int) -> int:
     """The seed of an env last reset with ``seed``, rebuilt at the vector env's ``restart``-th restart."""
-    return derive_seed(seed, restart) if policy == "spawn" else seed + restart * num_envs
+    return derive_seed(seed, restart) if policy == SeedPolicy.SPAWN else seed + restart * num_envs
 
 
-def seed_policy_of(envs: Any) -> str:
+def seed_policy_of(envs: Any) -> SeedPolicy:
     """How ``envs.reset(seed=int)`` seeds its envs: a vecenv vector env's ``seed_policy`` (also
     under vector wrappers), else ``"sequential"``, as every Gymnasium vector env seeds them."""
-    return str(getattr(envs.unwrapped, "seed_policy", "sequential"))
+    return SeedPolicy(getattr(envs.unwrapped, "seed_policy", SeedPolicy.SEQUENTIAL))

@@ -21,7 +21,7 @@ import vecenv
 from tests.engine.test_differential import assert_same, sample_actions
 from tests.helpers.envs import CounterEnv, diff_env_fns
 from tests.helpers.faults import transport_of
-from vecenv.seeding import derive_seed, restart_seed, seed_policy_of, spawn_seeds
+from vecenv.seeding import SeedPolicy, derive_seed, restart_seed, seed_policy_of, spawn_seeds
 
 #: (num_workers, inline_group): one worker, uneven groups, one per env, the parent only, the parent's group.
 BACKENDS = [(1, False), (2, False), (3, False), (7, False), (0, False), (3, True)]
@@ -59,7 +59,7 @@ def test_spawn_matches_sync_seeded_with_the_spawned_seeds(workers: int, inline: 
         with vecenv.SubprocVectorEnv(
             fns, workers, inline_group=inline, autoreset_mode=mode, seed_policy="spawn"
         ) as envs:
-            assert envs.seed_policy == "spawn"
+            assert envs.seed_policy == "spawn" and envs.seed_policy is SeedPolicy.SPAWN
             assert_same(envs.reset(seed=21), sync.reset(seed=spawn_seeds(21, 7)))
             assert envs.np_random_seed == tuple(spawn_seeds(21, 7))
             for t in range(40):

@@ -32,7 +32,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec
 
-from vecenv.checks import seed_list
+from vecenv.checks import check_seed_policy, seed_list
 from vecenv.datasets.dataset import Dataset, load
 from vecenv.datasets.errors import (
     KEYWORDS,
@@ -47,6 +47,7 @@ from vecenv.datasets.hdf5_episodes import EpisodePieces, Hdf5EpisodeFile
 from vecenv.datasets.sinks import OPEN_EPISODES, EpisodeSummary, with_last
 from vecenv.datasets.writer import FLUSH_INTERVAL_S, chunk_rows, now
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError
+from vecenv.seeding import SeedPolicy
 from vecenv.spaces import named_leaves
 
 INSTALL_HINT = 'Minari output needs the minari extra: pip install "vecenv[minari]"'
@@ -605,7 +606,9 @@ class _StoredEpisodes:
         )
         self.seed, self.num_envs = metadata.get("seed"), metadata.get("num_envs") or 0
         # Env i's first episode started from its seed under the policy the collector recorded.
-        self.first_seeds = seed_list(self.seed, self.num_envs, metadata.get("seed_policy", "sequential"))
+        self.first_seeds = seed_list(
+            self.seed, self.num_envs, check_seed_policy(metadata.get("seed_policy", SeedPolicy.SEQUENTIAL))
+        )
 
     def write_to(self, sink: MinariSink) -> None:
         """Hand every episode to ``sink``, in chunks of rows: finished ones to ``episode``, open

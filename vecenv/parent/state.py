@@ -30,7 +30,7 @@ from vecenv.errors import (
     WorkerDiedError,
 )
 from vecenv.parent.records import WorkerRecord
-from vecenv.seeding import restart_seed
+from vecenv.seeding import SeedPolicy, restart_seed
 
 __all__ = ["State", "CallState", "PoolView", "SeedBook", "already_pending"]
 
@@ -260,7 +260,7 @@ class SeedBook:
     """Each env's last reset seed, and the seed policy (:mod:`vecenv.seeding`): a restarted
     worker's envs derive their seeds from both."""
 
-    def __init__(self, num_envs: int, policy: str = "sequential") -> None:
+    def __init__(self, num_envs: int, policy: SeedPolicy = SeedPolicy.SEQUENTIAL) -> None:
         self.seeds: list[int | None] = [None] * num_envs
         self.policy = policy
 

@@ -55,7 +55,7 @@ from vecenv.options import DEFAULTS
 from vecenv.parent.handshake import loose_mismatch_message
 from vecenv.parent.restart import RESTART_INFO_KEY
 from vecenv.parent.vector_env import DEFAULT_CLOSE_TIMEOUT, GroupVectorEnv, Uncopyable
-from vecenv.seeding import spawn_seeds
+from vecenv.seeding import SeedPolicy, spawn_seeds
 from vecenv.wire.protocol import SpaceRule
 
 __all__ = ["SubprocVecEnv"]
@@ -176,7 +176,7 @@ class SubprocVecEnv(Uncopyable, VecEnv):
         ``seed`` when ``None``), or under ``seed_policy="spawn"`` :func:`vecenv.spawn_seeds` ``(seed, n)``."""
         seeds = super().seed(seed)
         base = seeds[0]
-        if self.seed_policy == "spawn" and base is not None:
+        if self.seed_policy == SeedPolicy.SPAWN and base is not None:
             self._seeds = [*spawn_seeds(base, self.num_envs)]
             return list(self._seeds)
         return seeds
