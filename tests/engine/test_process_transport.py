@@ -1,10 +1,11 @@
 """``vecenv.transports.process``: worker processes behind pipes, through real processes.
 
-Ctrl+C in the middle of a pipe read: the worker is ended and reported dead, never waited on.
-A KeyboardInterrupt can arrive between the two reads of one message (its length, then its
-body). The half left in the pipe would make the next read take the body's tail for a length and
-wait forever. The process transport ends such a worker at once and reports it dead, with a cause
-that says why, so the call after the interrupt raises and close() returns promptly.
+Ctrl+C while a message is read or written is held until the read or write returns, so no
+worker is ended for it. A second Ctrl+C, or another signal's handler, can still raise between
+the two reads of one message (its length, then its body). The half left in the pipe would make
+the next read take the body's tail for a length and wait forever. The process transport ends
+such a worker at once and reports it dead, with a cause that says why, so the call after the
+interrupt raises and close() returns promptly.
 
 Also: a pipe that hangs up while its process lingers is a death reported at once, never a busy
 wait; ``pin_cpus`` pins each worker to one core.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import time
 from typing import Any
 
@@ -41,6 +43,83 @@ def _cut_next_read(conn: Any) -> None:
         raise KeyboardInterrupt
 
     conn.recv_bytes = torn_read
+
+
+def _ctrl_c_in_next_read(conn: Any, presses: int) -> None:
+    """Make ``conn``'s next read deliver a real SIGINT ``presses`` times while it reads (the
+    signal arrives during the read; its handler runs where the interpreter next checks)."""
+
+    def read_with_ctrl_c(*args: Any) -> bytes:
+        del conn.recv_bytes  # once
+        for _ in range(presses):
+            signal.raise_signal(signal.SIGINT)
+        return type(conn).recv_bytes(conn, *args)
+
+    conn.recv_bytes = read_with_ctrl_c
+
+
+@pytest.mark.timeout(60)
+def test_a_second_ctrl_c_during_a_read_cuts_it_and_ends_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first Ctrl+C during a pipe read waits for the message; a second one is not held
+    (the read could be waiting on a stopped worker): it cuts the read, and ends that worker."""
+    no_spinning(monkeypatch)  # every reply through the pipes
+    envs = vecenv.make("CartPole-v1", 4, 2, context="fork")
+    try:
+        envs.reset(seed=0)
+        process = transport_of(envs).processes[1]
+        _ctrl_c_in_next_read(transport_of(envs).conns[1], presses=2)
+        with pytest.raises(KeyboardInterrupt):
+            envs.reset(seed=1)
+        process.join(10)
+        assert process.exitcode is not None
+        with pytest.raises(WorkerDiedError, match=r"worker 1 .*an interrupt \(Ctrl\+C\) cut a message on its pipe"):
+            envs.reset(seed=2)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is back
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_as_a_command_is_written_to_a_worker_that_owes_a_reply(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real SIGINT that arrives while a reset's command is written, to workers that still owe
+    the reply of a call an earlier Ctrl+C abandoned (so the write might have blocked): it is
+    held until the write returns, which recorded the command as whole. No worker is ended."""
+    from vecenv.transports import sending
+
+    no_spinning(monkeypatch)  # every command and reply through the pipes
+    envs = vecenv.make("CartPole-v1", 4, 2, context="fork")
+    sync = SyncVectorEnv([functools.partial(gym.make, "CartPole-v1")] * 4)
+    transport = transport_of(envs)
+    try:
+        envs.reset(seed=0)
+        pids = envs.worker_pids
+
+        def interrupted(*args: Any) -> Any:
+            del transport.poll  # once: the reset's replies are left owed
+            raise KeyboardInterrupt
+
+        transport.poll = interrupted
+        with pytest.raises(KeyboardInterrupt):
+            envs.reset(seed=1)
+        write = os.write
+
+        def write_then_ctrl_c(fd: int, data: Any) -> int:
+            monkeypatch.setattr(sending.os, "write", write)  # once
+            written = write(fd, data)
+            signal.raise_signal(signal.SIGINT)  # Ctrl+C as the write returns
+            return written
+
+        monkeypatch.setattr(sending.os, "write", write_then_ctrl_c)
+        with pytest.raises(KeyboardInterrupt):
+            envs.reset(seed=2)
+        monkeypatch.undo()
+        assert_same(envs.reset(seed=3), sync.reset(seed=3), "reset after the interrupts")
+        actions = np.array([1, 0, 1, 0])
+        assert_same(envs.step(actions), sync.step(actions), "step after the interrupts")
+        assert envs.worker_pids == pids and envs.restart_count == 0
+    finally:
+        envs.close()
+        sync.close()
 
 
 @pytest.mark.timeout(60)
@@ -155,12 +234,15 @@ def test_pin_cpus_pins_each_worker_to_one_core() -> None:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("where", ["before-the-write", "after-the-whole-write", "decoding-a-whole-reply"])
+@pytest.mark.parametrize(
+    "where", ["before-the-write", "after-the-whole-write", "decoding-a-whole-reply", "ctrl-c-while-a-reply-is-read"]
+)
 def test_an_interrupt_that_cuts_no_message_keeps_every_worker(where: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl+C during a reset where no message can be cut in two: before its command is
     written, once a command written in one write is whole in the pipe (its worker had taken
-    every earlier one), or while a reply read whole is decoded. No worker is ended: the next
-    reset and step give Sync's results."""
+    every earlier one), while a reply read whole is decoded, or a real SIGINT while a reply is
+    read (held until the message is kept). No worker is ended: the next reset and step give
+    Sync's results."""
     from vecenv.transports import process as process_module
     from vecenv.transports import sending
 
@@ -178,6 +260,8 @@ def test_an_interrupt_that_cuts_no_message_keeps_every_worker(where: str, monkey
                 raise KeyboardInterrupt
 
             monkeypatch.setattr(process_module, "decode_reply", interrupted_decode)
+        elif where == "ctrl-c-while-a-reply-is-read":
+            _ctrl_c_in_next_read(transport_of(envs).conns[1], presses=1)
         else:
             write = os.write
 

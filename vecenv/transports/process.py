@@ -37,6 +37,7 @@ from vecenv.errors import ClosedEnvironmentError, DescriptorLimitError
 from vecenv.machine import available_cpus, default_start_method, guard_main
 from vecenv.transports.base import Death, DeathCause, Event, Reply, Transport, WorkerGone
 from vecenv.transports.sending import (
+    HeldInterrupt,
     Progress,
     SendProgress,
     SendTimeout,
@@ -598,27 +599,23 @@ class ProcessTransport(Transport):
             events = self._word_replies(workers)
         hung_up: set[int] = set()
         # Pipes first: a reply may precede an exit. One message per readable pipe; the next
-        # poll reports the pipe again while more is waiting.
-        for fd, _ in ready:
-            index = pipes.get(fd)
-            if index is None:
-                continue
-            conn = self._conn(index)
-            try:
-                data = conn.recv_bytes()
-            except (EOFError, OSError):
-                hung_up.add(index)
-                continue
-            except BaseException:
-                self._tear(index)  # an interrupt may have cut the read (or taken the message)
-                raise
-            try:
-                reply = self._reply(index, data)
-            except BaseException:
-                self._kept.append((index, data))  # read whole: the next poll takes it
-                raise
-            if reply is not None:
-                events.append(reply)
+        # poll reports the pipe again while more is waiting. Each is kept as soon as it is
+        # read whole, so an interrupt after that loses nothing: the next poll takes it.
+        reading = [pipes[fd] for fd, _ in ready if fd in pipes]
+        if reading:
+            with HeldInterrupt():
+                for worker in reading:
+                    try:
+                        data = self._conn(worker).recv_bytes()
+                    except (EOFError, OSError):
+                        hung_up.add(worker)
+                        continue
+                    except BaseException:
+                        # A second Ctrl+C, or another signal's handler, cut the read short.
+                        self._tear(worker)
+                        raise
+                    self._kept.append((worker, data))
+            events.extend(self._take_kept(reading))
         for fd, _ in ready:
             index = sentinels.get(fd)
             if index is not None and index not in hung_up and not self._conn(index).poll():

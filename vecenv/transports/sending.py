@@ -10,6 +10,9 @@ slice at a time until it is whole, or until the worker has taken none of it for 
 timeout. A worker that reads, however slowly, is never cut off; a write that fits (every
 command to a worker that is reading) is one system call, as before.
 
+Each write, and the process transport's read of the replies, runs under :class:`HeldInterrupt`,
+so a Ctrl+C arriving meanwhile waits until what moved is known and no message is cut in two.
+
 The bytes on the wire are ``multiprocessing.connection.Connection.send_bytes``'s, and a
 descriptor follows as ``multiprocessing.reduction.send_handle`` sends it, so the worker reads
 them with the usual ``recv_bytes`` and ``recv_handle``.
@@ -20,15 +23,22 @@ from __future__ import annotations
 import array
 import dataclasses
 import enum
+import importlib
 import os
+import signal
 import socket
 import struct
+import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
+from types import FrameType
+from typing import Any
 
 from vecenv.errors import VecEnvTimeoutError
 
 __all__ = [
+    "HeldInterrupt",
     "SEND_SLICE",
     "SEND_TIMEOUT",
     "SendTimeout",
@@ -54,6 +64,53 @@ _SPLIT = 16384
 #: ``_SPLIT`` bytes and its header) beside what a reader that took every earlier message may
 #: still have left in it (wake-ups, the attach message).
 MIN_SEND_BUFFER = 8 * _SPLIT
+
+
+# The C functions under signal.getsignal and signal.signal, for HeldInterrupt on every pipe
+# read and write: the public ones look each handler up in an enum, which fails through an exception for
+# a function (2 to 5 us a call here, against 0.3 us).
+_c_signal: Any = importlib.import_module("_signal")
+
+
+class HeldInterrupt:
+    """Ctrl+C held back while a message is read from, or written to, a worker's pipe.
+
+    A ``KeyboardInterrupt`` raised inside ``recv_bytes`` may cut a message in two (the next read
+    would take its tail for a header) or drop one read whole (its worker would never be asked
+    again); one raised just after a write returned hides how much of the message went. Either
+    way the worker would have to be ended. Within this block the first SIGINT is only recorded,
+    and the handler it was meant for runs on leaving the block, once what was read is kept and
+    what was written is recorded. Each block is one read of messages already arriving, or one
+    write (which returns within :data:`SEND_SLICE`), so the wait is short. A second SIGINT is
+    not held (a read may be waiting on a stopped worker): it raises at once and cuts the read
+    or write, which ends that worker. Only the main thread handles signals, so elsewhere this
+    does nothing; nor when SIGINT has no Python handler."""
+
+    def __init__(self) -> None:
+        self._handler: Callable[[int, FrameType | None], Any] | None = None
+        self._frames: list[FrameType | None] = []
+
+    def _hold(self, signum: int, frame: FrameType | None) -> None:
+        if self._frames:
+            raise KeyboardInterrupt
+        self._frames.append(frame)
+
+    def __enter__(self) -> HeldInterrupt:
+        if threading.current_thread() is threading.main_thread():
+            handler = _c_signal.getsignal(signal.SIGINT)
+            if callable(handler):
+                # Set before the swap: a Ctrl+C just after it runs _hold, and is run on exit.
+                self._handler = handler
+                _c_signal.signal(signal.SIGINT, self._hold)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        handler, self._handler = self._handler, None
+        if handler is None:
+            return
+        _c_signal.signal(signal.SIGINT, handler)
+        if self._frames and not isinstance(exc_info[1], KeyboardInterrupt):  # not raised already
+            handler(signal.SIGINT, self._frames[0])
 
 
 class Progress(enum.IntEnum):
@@ -144,54 +201,69 @@ def send_within(
         parts = [struct.pack("!i", n), data]
     else:
         whole = struct.pack("!i", n) + data
-        progress.state = Progress.WHOLE if room and fd is None else Progress.PART
-        try:
-            first = os.write(handle, whole)  # the common case: one write that fits
-        except BlockingIOError:
-            first = 0
+        with HeldInterrupt():
+            # What a signal that is not held (see HeldInterrupt) finds if it comes as the write
+            # returns; once in the block, a Ctrl+C finds the exact state set after it.
+            progress.state = Progress.WHOLE if room and fd is None else Progress.PART
+            try:
+                first = os.write(handle, whole)  # the common case: one write that fits
+            except BlockingIOError:
+                first = 0
+            progress.state = _progress(first, len(whole) - first, fd)
         if first == len(whole):
             if fd is not None:
-                _send_handle(handle, fd, timeout)
-            progress.state = Progress.WHOLE
+                _send_handle(handle, fd, timeout, progress)
             return
         parts, written = [whole[first:]], first
-    progress.state = Progress.PART
+    left = sum(len(part) for part in parts)
     moved = time.monotonic()  # when the reader last took something
     for part in parts:
         view = memoryview(part)
         while view:
-            try:
-                count = os.write(handle, view)
-            except BlockingIOError:  # nothing fitted within the slice
-                count = 0
+            with HeldInterrupt():
+                progress.state = Progress.PART  # as above
+                try:
+                    count = os.write(handle, view)
+                except BlockingIOError:  # nothing fitted within the slice
+                    count = 0
+                written, left, view = written + count, left - count, view[count:]
+                progress.state = _progress(written, left, fd)
             now = time.monotonic()
             if count:
-                written += count
-                view = view[count:]
                 moved = now
             elif timeout is not None and now - moved >= timeout:
                 raise SendTimeout(_late(written, len(data), timeout), written=written > 0)
     if fd is not None:
-        _send_handle(handle, fd, timeout)
-    progress.state = Progress.WHOLE
+        _send_handle(handle, fd, timeout, progress)
+
+
+def _progress(written: int, left: int, fd: int | None) -> Progress:
+    """What a send has written: nothing, all of it (no descriptor to follow), or a part."""
+    if not written:
+        return Progress.NOTHING
+    return Progress.WHOLE if not left and fd is None else Progress.PART
 
 
 def send_handle_within(conn: Connection, fd: int, timeout: float | None) -> None:
     """Send the descriptor ``fd`` alone, as ``reduction.send_handle`` would, giving up once the
     reader has taken nothing for ``timeout`` seconds (:class:`SendTimeout`, ``written=True``:
     the reader expects it)."""
-    _send_handle(conn.fileno(), fd, timeout)
+    _send_handle(conn.fileno(), fd, timeout, None)
 
 
-def _send_handle(handle: int, fd: int, timeout: float | None) -> None:
-    """``reduction.sendfds`` of one descriptor, a slice at a time (Linux: no acknowledgement)."""
+def _send_handle(handle: int, fd: int, timeout: float | None, progress: SendProgress | None) -> None:
+    """``reduction.sendfds`` of one descriptor, a slice at a time (Linux: no acknowledgement);
+    ``progress`` (of the message it follows) is whole once it is sent."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=handle)
     try:
         sock.settimeout(None)  # blocking in Python's sense: the kernel's slice bounds each try
         start = time.monotonic()
         while True:
             try:
-                sock.sendmsg([b"\x01"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+                with HeldInterrupt():
+                    sock.sendmsg([b"\x01"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+                    if progress is not None:
+                        progress.state = Progress.WHOLE
                 return
             except BlockingIOError:
                 if timeout is not None and time.monotonic() - start >= timeout:
