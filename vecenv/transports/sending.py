@@ -70,6 +70,7 @@ MIN_SEND_BUFFER = 8 * _SPLIT
 # read and write: the public ones look each handler up in an enum, which fails through an exception for
 # a function (2 to 5 us a call here, against 0.3 us).
 _c_signal: Any = importlib.import_module("_signal")
+_getsignal, _setsignal, _SIGINT = _c_signal.getsignal, _c_signal.signal, int(signal.SIGINT)
 
 
 class HeldInterrupt:
@@ -86,31 +87,34 @@ class HeldInterrupt:
     or write, which ends that worker. Only the main thread handles signals, so elsewhere this
     does nothing; nor when SIGINT has no Python handler."""
 
+    __slots__ = ("_handler", "_held", "_frame")
+
     def __init__(self) -> None:
         self._handler: Callable[[int, FrameType | None], Any] | None = None
-        self._frames: list[FrameType | None] = []
+        self._held = False
+        self._frame: FrameType | None = None
 
     def _hold(self, signum: int, frame: FrameType | None) -> None:
-        if self._frames:
+        if self._held:
             raise KeyboardInterrupt
-        self._frames.append(frame)
+        self._held, self._frame = True, frame
 
     def __enter__(self) -> HeldInterrupt:
-        if threading.current_thread() is threading.main_thread():
-            handler = _c_signal.getsignal(signal.SIGINT)
+        if threading.get_ident() == threading.main_thread().ident:
+            handler = _getsignal(_SIGINT)
             if callable(handler):
                 # Set before the swap: a Ctrl+C just after it runs _hold, and is run on exit.
                 self._handler = handler
-                _c_signal.signal(signal.SIGINT, self._hold)
+                _setsignal(_SIGINT, self._hold)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         handler, self._handler = self._handler, None
         if handler is None:
             return
-        _c_signal.signal(signal.SIGINT, handler)
-        if self._frames and not isinstance(exc_info[1], KeyboardInterrupt):  # not raised already
-            handler(signal.SIGINT, self._frames[0])
+        _setsignal(_SIGINT, handler)
+        if self._held and not isinstance(exc_info[1], KeyboardInterrupt):  # not raised already
+            handler(_SIGINT, self._frame)
 
 
 class Progress(enum.IntEnum):
