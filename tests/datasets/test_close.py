@@ -95,14 +95,14 @@ def test_arrays_are_read_only_memmaps_that_never_write_the_file(dataset_dir: Pat
 
 
 def test_an_empty_dataset_loads_and_closes(tmp_path: Path) -> None:
-    calls = []
+    """A dataset of 0 rows (a writer finished before its first row) loads and closes."""
+    from vecenv.datasets.format import Leaf
+    from vecenv.datasets.writer import DatasetWriter
 
-    def policy(observation: np.ndarray) -> np.ndarray:
-        calls.append(1)
-        raise KeyboardInterrupt  # before the first transition: a valid dataset of 0 rows
-
-    with pytest.raises(KeyboardInterrupt):
-        collect(SyncVectorEnv([CounterEnv]), policy, steps=5, out=tmp_path / "empty", progress=False)
+    with collect(SyncVectorEnv([CounterEnv]), steps=5, out=tmp_path / "full", progress=False) as full:
+        metadata = {k: v for k, v in full.metadata.items() if k != "counts"}
+    fields = [Leaf(name, tuple(f["shape"]), np.dtype(f["dtype"])) for name, f in metadata["fields"].items()]
+    DatasetWriter(tmp_path / "empty", fields, metadata).finalize(complete=False)
     with load(tmp_path / "empty") as dataset:
         assert dataset.transitions == 0 and dataset["rewards"].shape == (0,)
         assert dataset["observations"].shape == (0, 1)

@@ -683,7 +683,9 @@ def test_policy_errors_in_the_workers_are_policy_errors(tmp_path: Path) -> None:
     with pytest.raises(PolicyError, match=r"returned an action outside the action space: env [0-3] got") as info:
         _collect_with(envs, tmp_path / "d", policy=_outside_at_3, steps=200)
     assert "in the worker's policy, at step" in " ".join(info.value.__notes__)
-    assert not load(tmp_path / "d").complete
+    # Refused within the first rollout, whose rows are lost with it: no row was written, so
+    # nothing is left (the corrected run needs no overwrite).
+    assert not (tmp_path / "d").exists()
 
 
 def _outside_at_3(observation: np.ndarray) -> np.ndarray:
@@ -823,8 +825,12 @@ def test_cli_a_policy_that_raises_mid_run_is_one_line_with_what_was_kept(
     assert main([*args, "--out", str(out)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("vecenv-collect: error: RuntimeError: the policy refuses step 5") and err.count("\n") == 1
-    assert f'kept a partial dataset ("complete": false) in {out}' in err and "--debug" in err
-    assert not load(out).complete
+    assert "--debug" in err
+    if rollout_steps == "0":
+        assert f'kept a partial dataset ("complete": false) in {out}' in err
+        assert not load(out).complete
+    else:  # raised within the first rollout, whose rows are lost with it: no row was written
+        assert err.rstrip().endswith("; nothing was written (--debug shows the traceback)") and not out.exists()
     with pytest.raises(RuntimeError, match="the policy refuses step 5"):
         main([*args, "--debug", "--overwrite", "--out", str(out)])
 
@@ -1082,3 +1088,65 @@ def test_interrupted_episodes_collection_keeps_finished_episodes_and_no_spill(
     assert not dataset.complete and dataset.metadata["counts"]["episodes"] == 2 and dataset.transitions == 300
     assert np.all(np.asarray(dataset["env_ids"]) == 0)
     assert not (tmp_path / "d" / ".spill").exists()
+
+
+def test_an_overwrite_that_writes_nothing_leaves_the_old_dataset(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """``--overwrite`` replaces the old dataset only once the run has written a transition: one
+    whose policy is refused at the first step leaves the old dataset as it was, says so, and
+    leaves nothing hidden beside it."""
+    args = ["--env", "tests.helpers.envs:RolloutCounter-v0", "--num-envs", "2", "--num-workers", "1", "--quiet"]
+    out = tmp_path / "d"
+    assert main([*args, "--steps", "40", "--out", str(out)]) == 0
+    with load(out) as old:
+        rewards, complete = np.array(old["rewards"]), old.complete
+    assert (
+        main(
+            [
+                *args,
+                "--steps",
+                "40",
+                "--out",
+                str(out),
+                "--overwrite",
+                "--policy",
+                "tests.helpers.envs:out_of_space_policy",
+            ]
+        )
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert (
+        "outside the action space" in err and f"nothing was written; the dataset already in {out} is as it was" in err
+    )
+    with load(out) as kept:
+        np.testing.assert_array_equal(kept["rewards"], rewards)
+        assert kept.complete == complete
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_ctrl_c_while_the_writer_starts_leaves_no_files_without_metadata(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, overwrite: bool
+) -> None:
+    """Ctrl+C after the dataset's files are made but before its metadata.json is: nothing is
+    left that neither loads nor lets the next run write (and an old dataset is put back)."""
+    from vecenv.datasets.writer import DatasetWriter
+
+    out = tmp_path / "d"
+    if overwrite:
+        collect(SyncVectorEnv([CounterEnv] * 2), steps=10, out=out, progress=False).close()
+    write_metadata = DatasetWriter._write_metadata
+
+    def interrupted(self: Any, complete: bool) -> None:
+        monkeypatch.setattr(DatasetWriter, "_write_metadata", write_metadata)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(DatasetWriter, "_write_metadata", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        collect(SyncVectorEnv([CounterEnv] * 2), steps=20, out=out, progress=False, overwrite=overwrite)
+    if overwrite:
+        with load(out) as kept:
+            assert kept.transitions == 10 and kept.complete
+    else:
+        assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["d"] if overwrite else [])

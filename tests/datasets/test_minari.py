@@ -741,3 +741,33 @@ def test_a_collection_killed_outright_leaves_a_dataset_minari_loads_whole(tmp_pa
     assert sum(len(e.actions) for e in episodes) == loaded.total_steps
     assert all(e.terminations[-1] or e.truncations[-1] for e in episodes)
     assert all(len(e.observations) == len(e.actions) + 1 for e in episodes)
+
+
+@pytest.mark.parametrize("where", ["policy", "setup"])
+def test_an_overwrite_that_writes_no_episode_leaves_the_old_dataset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """``overwrite=True`` replaces the old dataset only once the run has written an episode: a
+    run refused or interrupted before that (the policy at its first step; Ctrl+C while the
+    progress bar or the episode stager is set up) leaves the old one as it was, and nothing
+    hidden beside it."""
+    old = collect(sync_envs(2), episodes=3, format="minari", dataset_id="ns/keep-v0", progress=False)
+    steps = old.total_steps
+    namespace = tmp_path / "minari-root" / "ns"
+    before = sorted(p.name for p in namespace.iterdir())
+
+    def interrupted(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt
+
+    if where == "setup":
+        from vecenv.datasets import collection
+
+        monkeypatch.setattr(collection, "EpisodeStager", interrupted)
+        policy: Any = "random"
+    else:
+        policy = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        collect(sync_envs(2), policy, episodes=10, format="minari", dataset_id="ns/keep-v0", overwrite=True)
+    assert sorted(p.name for p in namespace.iterdir()) == before
+    kept = minari.MinariDataset(namespace / "keep-v0" / "data")
+    assert kept.total_episodes == 3 and kept.total_steps == steps

@@ -14,7 +14,6 @@ import importlib
 import json
 import os
 import shlex
-import shutil
 import signal
 import sys
 import threading
@@ -164,6 +163,7 @@ def _run(args: argparse.Namespace, command_line: str) -> int:
     """Validate the arguments, build the environments, collect, and report."""
     out: Path | None = None
     existed = True
+    earlier: _Identity = None
     try:
         env_kwargs = _parse_env_kwargs(args.env_kwargs)
         if os.getcwd() not in sys.path:  # like `python -m`: modules in the current directory import
@@ -178,6 +178,7 @@ def _run(args: argparse.Namespace, command_line: str) -> int:
         if args.num_workers is not None and args.num_workers > args.num_envs:
             raise _UsageError(f"--num-workers: expected at most --num-envs ({args.num_envs}), got {args.num_workers}")
         existed = _output_path(args).exists()
+        earlier = _identity(_metadata_path(args))
         out = _checked_output(args)
         envs = _make_envs(args, env_kwargs)
         _check_signals()  # one that came while the workers were forked may have been lost
@@ -189,7 +190,7 @@ def _run(args: argparse.Namespace, command_line: str) -> int:
         print(f"{PROG}: interrupted while starting the environments: nothing was written", file=sys.stderr)
         raise
     try:
-        dataset = _collect(args, envs, policy, out, env_kwargs, command_line, existed)
+        dataset = _collect(args, envs, policy, out, env_kwargs, command_line, existed, earlier)
     finally:
         envs.close()
     if not args.quiet:
@@ -207,13 +208,14 @@ def _collect(
     env_kwargs: dict[str, Any],
     command_line: str,
     existed: bool,
+    earlier: _Identity,
 ) -> Any:
     """``collect`` as the arguments say; after Ctrl+C or an error, say what was kept.
 
-    A dataset of our format that holds no transition when the policy's output is refused
-    (bad input, found at the first step) is removed, so that the same command, corrected,
-    runs without ``--overwrite``; ``existed``: the output path was there before the run.
-    """
+    A run that ends before it writes anything (the policy's output refused at the first step,
+    Ctrl+C during start-up) leaves nothing, and an output it was to replace with
+    ``--overwrite`` as it was, so the same command, corrected, runs as it would have;
+    ``existed``: the output path was there before the run, ``earlier``: its dataset's metadata."""
     minari_options: dict[str, Any] = {}
     if args.format == "minari":
         minari_options = {
@@ -246,17 +248,12 @@ def _collect(
             **minari_options,
         )
     except (PolicyError, UnsupportedSpaceError, PolicySpecError) as exc:
-        if args.format != "minari" and (out / METADATA_FILE).is_file():
-            with load(out) as empty:
-                transitions = empty.transitions
-            if transitions == 0:  # refused at the first step: the corrected command needs no --overwrite
-                shutil.rmtree(out)
         _drop_empty_directories(out, existed)
         if not isinstance(exc, PolicyError):  # refused before anything was written
             raise _UsageError(str(exc)) from None
-        raise _UsageError(f"{exc}; {_what_was_kept(args, out, existed)}") from None
+        raise _UsageError(f"{exc}; {_what_was_kept(args, out, existed, earlier)}") from None
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted: {_what_was_kept(args, out, existed)}", file=sys.stderr)
+        print(f"{PROG}: interrupted: {_what_was_kept(args, out, existed, earlier)}", file=sys.stderr)
         if args.format != "minari" and (out / METADATA_FILE).is_file() and not args.quiet:
             from vecenv.datasets.cli_summary import dataset_summary
 
@@ -268,22 +265,39 @@ def _collect(
         if args.debug:
             raise
         notes = " ".join(getattr(exc, "__notes__", ()))
+        kept = _what_was_kept(args, out, existed, earlier)
         raise _RunError(
-            f"{type(exc).__name__}: {exc}{' (' + notes + ')' if notes else ''}; {_what_was_kept(args, out, existed)} "
-            "(--debug shows the traceback)"
+            f"{type(exc).__name__}: {exc}{' (' + notes + ')' if notes else ''}; {kept} (--debug shows the traceback)"
         ) from None
 
 
-def _what_was_kept(args: argparse.Namespace, out: Path, existed: bool) -> str:
-    """What a run that stopped early left, for its last line (empty directories it made are removed)."""
+def _what_was_kept(args: argparse.Namespace, out: Path, existed: bool, earlier: _Identity) -> str:
+    """What a run that stopped early left, for its last line (empty directories it made are
+    removed). A dataset whose metadata is still ``earlier``'s file is the one the run was to
+    replace, put back as it was."""
+    metadata = _metadata_path(args)
+    written = _identity(metadata) not in (None, earlier)
     if args.format == "minari":
-        if (out / args.dataset_id / "data" / "metadata.json").is_file():
+        if written:
             return f"kept the finished episodes in Minari dataset {args.dataset_id!r} under {out}"
         _drop_empty_directories(out, existed)
+        if metadata.is_file():
+            return f"no episode had finished, so nothing was written; Minari dataset {args.dataset_id!r} is as it was"
         return f"no episode had finished, so no Minari dataset {args.dataset_id!r} was written"
-    if (out / METADATA_FILE).is_file():
+    if written:
         return f'kept a partial dataset ("complete": false) in {out}'
+    if metadata.is_file():
+        return f"nothing was written; the dataset already in {out} is as it was"
     return "nothing was written"
+
+
+def _written_since(path: Path, started: float) -> bool:
+    """Whether ``path`` is a file written since ``started`` (by this run; a file system may keep
+    whole seconds)."""
+    try:
+        return path.stat().st_mtime >= started - 1.0
+    except OSError:
+        return False
 
 
 def _drop_empty_directories(out: Path, existed: bool) -> None:
@@ -355,9 +369,9 @@ def _minari_kept(args: argparse.Namespace, started: float) -> str:
     """What a Minari run that could not write its dataset left, as Minari's metadata says."""
     path = _output_path(args) / args.dataset_id / "data" / "metadata.json"
     nothing = f"no readable Minari dataset {args.dataset_id!r} was left"
+    if not _written_since(path, started):  # none, or another run's
+        return nothing
     try:
-        if path.stat().st_mtime < started - 1.0:  # another run's (a file system may keep whole seconds)
-            return nothing
         metadata = json.loads(path.read_text())
         episodes = int(metadata["total_episodes"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -376,6 +390,26 @@ def _minari_kept(args: argparse.Namespace, started: float) -> str:
         f"kept the {episodes} episodes a reader finds in Minari dataset {args.dataset_id!r}, not marked "
         "incomplete (its metadata could not be written either)"
     )
+
+
+#: A file's inode and modification time: a run that writes nothing puts the dataset it was to
+#: replace back (renamed, so the same inode and time); the run's own metadata is another file.
+_Identity = tuple[int, int] | None
+
+
+def _identity(path: Path) -> _Identity:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns
+
+
+def _metadata_path(args: argparse.Namespace) -> Path:
+    """The metadata file of the dataset the run writes (either format)."""
+    if args.format == "minari":
+        return _output_path(args) / args.dataset_id / "data" / "metadata.json"
+    return _output_path(args) / METADATA_FILE
 
 
 def _output_path(args: argparse.Namespace) -> Path:

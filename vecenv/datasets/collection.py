@@ -13,7 +13,6 @@ import dataclasses
 import json
 import os
 import shlex
-import shutil
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ from vecenv.datasets.recording import CollectionRun, CollectionSpec, record_tran
 from vecenv.datasets.sinks import OPEN_EPISODES, DatasetSink
 from vecenv.datasets.sources import RolloutSource, StepSource, random_actions, rollout_length
 from vecenv.datasets.staging import EpisodeStager
-from vecenv.datasets.writer import CHUNK_BYTES, DatasetWriter, check_out, now, versions
+from vecenv.datasets.writer import CHUNK_BYTES, DatasetWriter, check_out, now, set_aside, settle, versions
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
 from vecenv.integrations.sb3.saved_model import SavedModelPolicy
 from vecenv.policies import FunctionPolicy, RandomPolicy, SB3Policy, WorkerPolicy
@@ -410,6 +409,8 @@ class _Output:
     spill_dir: Path  # where an EpisodeStager spills open episodes (made on first use)
     staged: bool  # whole episodes, through an EpisodeStager, rather than rows as they come
     directory: Path | None  # our format's dataset directory; None for Minari
+    target: Path  # the directory the output is written to (either format)
+    aside: Path | None  # the output it replaces, kept until the run has written something
 
 
 def _minari_output(
@@ -426,22 +427,28 @@ def _minari_output(
 
     if dataset_id is None:
         raise InvalidArgumentError("dataset_id: expected 'NAMESPACE/NAME-vN' with format='minari', got None")
-    target_dir = minari_target(dataset_id, out, overwrite, storage=storage)
-    sink = MinariSink(
-        dataset_id,
-        target_dir,
-        plan.envs.single_observation_space,
-        plan.envs.single_action_space,
-        plan.spec,
-        plan.metadata,
-        dict(minari_metadata or {}),
-        open_episodes if plan.collection.steps else None,
-        storage,
-    )
+    target_dir = minari_target(dataset_id, out, overwrite, storage=storage, prepare=False)
+    aside = set_aside(target_dir)
+    try:
+        datasets_root(out).mkdir(parents=True, exist_ok=True)
+        sink = MinariSink(
+            dataset_id,
+            target_dir,
+            plan.envs.single_observation_space,
+            plan.envs.single_action_space,
+            plan.spec,
+            plan.metadata,
+            dict(minari_metadata or {}),
+            open_episodes if plan.collection.steps else None,
+            storage,
+        )
+    except BaseException:
+        settle(target_dir, aside, wrote=False)
+        raise
     import uuid
 
     # Open episodes spill next to the datasets (not to /tmp, often in memory).
-    return _Output(sink, datasets_root(out) / f".vecenv-spill-{uuid.uuid4().hex}", True, None)
+    return _Output(sink, datasets_root(out) / f".vecenv-spill-{uuid.uuid4().hex}", True, None, target_dir, aside)
 
 
 def _dataset_output(plan: _Plan, out: str | os.PathLike[str] | None, overwrite: bool) -> _Output:
@@ -454,29 +461,35 @@ def _dataset_output(plan: _Plan, out: str | os.PathLike[str] | None, overwrite: 
         out = Path("rollouts") / str(plan.metadata["env_id"]).split(":")[-1]
     directory = Path(out)
     check_out(directory, overwrite)
-    if directory.exists():
-        shutil.rmtree(directory)
-    sink = DatasetSink(DatasetWriter(directory, plan.fields, plan.metadata))
-    return _Output(sink, directory / SPILL_DIR, plan.collection.episodes is not None, directory)
+    aside = set_aside(directory)
+    try:
+        sink = DatasetSink(DatasetWriter(directory, plan.fields, plan.metadata))
+    except BaseException:  # a writer cut short as it starts (Ctrl+C) leaves no files without metadata
+        settle(directory, aside, wrote=False)
+        raise
+    return _Output(sink, directory / SPILL_DIR, plan.collection.episodes is not None, directory, directory, aside)
 
 
 def _collect(plan: _Plan, output: _Output, progress: bool) -> Any:
-    """Run the collection loop into ``output`` and finish it, also when the loop raises."""
-    stager = EpisodeStager(plan.fields, plan.envs.num_envs, output.spill_dir) if output.staged else None
+    """Run the collection loop into ``output`` and finish it, also when the loop (or what it
+    sets up) raises. A run that ends before it has written anything leaves nothing, and the
+    output it was to replace as it was (see :func:`~vecenv.datasets.writer.settle`)."""
+    stager: EpisodeStager | None = None
     bar: Any = _NoProgress()
-    if progress:
-        from tqdm import tqdm  # the progress bar: imported only when one is shown
-
-        bar = tqdm(
-            total=plan.target,
-            unit="step" if plan.collection.steps is not None else "episode",
-            file=sys.stderr,
-            dynamic_ncols=True,
-        )
-    run = CollectionRun(plan.collection, output.sink, stager, bar)
     complete = False
     try:
-        record_transitions(run)
+        if output.staged:
+            stager = EpisodeStager(plan.fields, plan.envs.num_envs, output.spill_dir)
+        if progress:
+            from tqdm import tqdm  # the progress bar: imported only when one is shown
+
+            bar = tqdm(
+                total=plan.target,
+                unit="step" if plan.collection.steps is not None else "episode",
+                file=sys.stderr,
+                dynamic_ncols=True,
+            )
+        record_transitions(CollectionRun(plan.collection, output.sink, stager, bar))
         complete = True
     finally:
         try:
@@ -484,7 +497,11 @@ def _collect(plan: _Plan, output: _Output, progress: bool) -> Any:
             if stager is not None:
                 stager.close()
         finally:
-            result = output.sink.finalize(complete=complete)
+            try:
+                result = output.sink.finalize(complete=complete)
+            finally:
+                wrote = complete or (output.sink.episodes if output.directory is None else output.sink.transitions) > 0
+                settle(output.target, output.aside, wrote)
     return result if output.directory is None else load(output.directory)
 
 

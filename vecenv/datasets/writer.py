@@ -9,8 +9,10 @@ import json
 import math
 import os
 import platform
+import shutil
 import sys
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,14 +106,20 @@ class DatasetWriter:
         self._files: list[IO[bytes]] = []
         with self._writing(out):
             out.mkdir(parents=True)
-        for field in fields:
-            with self._writing(out / f"{field.name}.npy"):
-                self._files.append(open(out / f"{field.name}.npy", "w+b"))  # noqa: SIM115
-        self._data_offset = [self._write_header(f, field, 0) for f, field in zip(self._files, fields)]
-        for file in self._files:  # loadable from the start, even before the first rows come
-            with self._writing(Path(file.name)):
-                file.flush()
-        self._write_metadata(complete=False)
+        try:
+            for field in fields:
+                with self._writing(out / f"{field.name}.npy"):
+                    self._files.append(open(out / f"{field.name}.npy", "w+b"))  # noqa: SIM115
+            self._data_offset = [self._write_header(f, field, 0) for f, field in zip(self._files, fields)]
+            for file in self._files:  # loadable from the start, even before the first rows come
+                with self._writing(Path(file.name)):
+                    file.flush()
+            self._write_metadata(complete=False)
+        except BaseException:  # a full disk, or Ctrl+C: no file is left open (the caller removes them)
+            for file in self._files:
+                with contextlib.suppress(OSError):
+                    file.close()
+            raise
 
     def append(
         self, columns: Sequence[np.ndarray], returns: np.ndarray, lengths: np.ndarray, whole: bool = True
@@ -259,6 +267,30 @@ def check_out(out: Path, overwrite: bool, names: OptionNames = KEYWORDS) -> None
             f"refusing to overwrite {str(out)!r}: it is not empty and not a rollout dataset (a dataset "
             f"has only files, among them a {METADATA_FILE} of format {FORMAT_NAME!r}, and its {SPILL_DIR} folder)"
         )
+
+
+def set_aside(target: Path) -> Path | None:
+    """Move the output that ``overwrite`` replaces (checked by the caller) to a hidden sibling,
+    so that a run which ends before it writes anything can put it back (bad input found at the
+    first step, Ctrl+C during start-up); ``None`` when there is none. :func:`settle` ends it."""
+    if not target.exists():
+        return None
+    aside = target.with_name(f".{target.name}.vecenv-replaced-{uuid.uuid4().hex[:12]}")
+    os.rename(target, aside)
+    return aside
+
+
+def settle(target: Path, aside: Path | None, wrote: bool) -> None:
+    """After a run into ``target``: when it wrote something, the output it replaced (``aside``)
+    is deleted; when it wrote nothing, what it left at ``target`` is removed and the replaced
+    output put back, as if the run had never started."""
+    if wrote:
+        if aside is not None:
+            shutil.rmtree(aside, ignore_errors=True)
+        return
+    shutil.rmtree(target, ignore_errors=True)
+    if aside is not None:
+        os.rename(aside, target)
 
 
 def is_rollout_dataset(folder: Path) -> bool:
