@@ -9,8 +9,10 @@ import importlib.util
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -402,3 +404,38 @@ def test_scripts_refuse_bad_values_in_one_line(script: str, args: list[str], mes
     )
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_run_ends_its_measurement_and_says_so_in_one_line(tmp_path: Path, signum: int) -> None:
+    """Ctrl+C or SIGTERM while a measurement runs in its fresh interpreter: the child is killed
+    with the run (never left measuring on its own), one line says nothing was written, and the
+    exit status is 128 + the signal."""
+    from vecenv.bench import procfs
+
+    out = tmp_path / "bench"
+    cmd = [sys.executable, "-m", "vecenv.bench", "--workloads", "cartpole", "--sizes", "8", "--runners", "sync"]
+    cmd += ["--seconds", "30", "--reps", "1", "--out", str(out)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        measuring: list[int] = []
+        while not measuring and time.monotonic() < deadline and proc.poll() is None:
+            measuring = procfs.children(proc.pid)  # the measurement's interpreter, once started
+            time.sleep(0.05)  # polling for the child to appear, not waiting in its place
+        assert measuring, "no measurement started"
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signum, err
+    lines = err.strip().splitlines()
+    assert lines[-1].endswith("no results were written") and "Traceback" not in err, err
+    deadline = time.monotonic() + 10
+    while any(procfs.alive(pid) for pid in measuring) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(procfs.alive(pid) for pid in measuring), "the measurement outlived the run"
+    assert not (out / "step.json").exists()

@@ -10,6 +10,7 @@ also times the whole process: every result carries ``process_wall_s`` and ``proc
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import json
@@ -93,6 +94,21 @@ class Finished:
     timed_out: bool
 
 
+#: The commands :func:`run_process` runs now, from any thread: :func:`kill_children` ends them.
+_RUNNING: set[subprocess.Popen[bytes]] = set()
+_RUNNING_LOCK = threading.Lock()
+
+
+def kill_children() -> None:
+    """Kill every command that :func:`run_process` runs now, in any thread (the benchmark was
+    interrupted: none of them outlives it; each thread's wait then returns)."""
+    with _RUNNING_LOCK:
+        running = list(_RUNNING)
+    for proc in running:
+        with contextlib.suppress(OSError):
+            proc.kill()
+
+
 def run_process(command: Sequence[str], timeout: float, env: dict[str, str] | None = None) -> Finished:
     """Run ``command`` in ``env`` (default :func:`child_env`), killed after ``timeout`` seconds;
     its :class:`Finished`. The CPU time is this process's alone (``os.wait4``), even while
@@ -100,6 +116,8 @@ def run_process(command: Sequence[str], timeout: float, env: dict[str, str] | No
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         proc = subprocess.Popen(list(command), stdout=out, stderr=err, env=child_env() if env is None else env)
+        with _RUNNING_LOCK:
+            _RUNNING.add(proc)
         killed = threading.Event()
 
         def kill() -> None:
@@ -110,8 +128,14 @@ def run_process(command: Sequence[str], timeout: float, env: dict[str, str] | No
         timer.start()
         try:
             _, status, usage = os.wait4(proc.pid, 0)
+        except BaseException:  # Ctrl+C or SIGTERM in this thread: the command goes with it
+            proc.kill()
+            proc.wait()
+            raise
         finally:
             timer.cancel()
+            with _RUNNING_LOCK:
+                _RUNNING.discard(proc)
         wall = time.perf_counter() - start
         proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
         out.seek(0)
@@ -145,7 +169,11 @@ def run_many(specs: Sequence[dict[str, Any]], timeout: float) -> list[dict[str, 
     from concurrent.futures import ThreadPoolExecutor  # only the parent runs this
 
     with ThreadPoolExecutor(max(1, len(specs))) as pool:
-        return list(pool.map(lambda spec: run_child(spec, timeout), specs))
+        try:
+            return list(pool.map(lambda spec: run_child(spec, timeout), specs))
+        except BaseException:  # interrupted: end the children, or leaving the pool waits for them
+            kill_children()
+            raise
 
 
 def run_concurrently(spec: dict[str, Any], k: int, timeout: float) -> dict[str, Any]:

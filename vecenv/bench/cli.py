@@ -14,15 +14,18 @@ import json
 import os
 import platform
 import shlex
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from vecenv.bench import collection, multiagent, rollouts, step
+from vecenv.bench.child import kill_children
 from vecenv.bench.suite import OptionError, Outcome, Suite, SuiteFailed
 
 #: The suites, by the name --suite takes, in the order --help lists them.
@@ -130,6 +133,14 @@ def header(suite: str, m: dict[str, Any]) -> str:
     )
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl+C would be, so the run ends the same way."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise _Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``vecenv-bench``: run the suite, write SUITE.md and SUITE.json to --out, print the markdown."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -143,6 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         build_parser(args.suite).error(f"--out: cannot write the results to {args.out}: Permission denied")
     t_start = time.perf_counter()
     load_start = _load()
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if in_main_thread else None
     try:
         outcome: Outcome = SUITES[args.suite].run(args)
     except OptionError as e:  # an option out of range, found while resolving the defaults
@@ -150,6 +163,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SuiteFailed as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as e:  # Ctrl+C, or SIGTERM (_Terminated): no measurement outlives the run
+        kill_children()
+        print(
+            f"{PROG}: {'terminated' if isinstance(e, _Terminated) else 'interrupted'}: no results were written",
+            file=sys.stderr,
+        )
+        return 128 + (signal.SIGTERM if isinstance(e, _Terminated) else signal.SIGINT)
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
     m = meta(argv, load_start)
     m["wall_s"] = time.perf_counter() - t_start
     notes = [f"- {n}" for n in outcome.notes]
