@@ -614,6 +614,74 @@ def test_starts_a_local_ray_when_none_is_running_and_stops_it(_ray_sessions: Ray
     _ray_sessions.note_pids()  # any of its Ray processes still running fails the session's check
 
 
+ENDED_SESSION = """
+import sys
+import numpy as np
+import ray
+from vecenv import RayVectorEnv, WorkerDiedError
+from tests.helpers.faults import healthy_fns
+
+first = RayVectorEnv(healthy_fns(2), 1)  # starts a Ray of its own
+first.reset(seed=0)
+ray.shutdown()  # the user ends it (a notebook cell, a fixture)...
+if sys.argv[1] == "user":  # ...and starts another, which the next vector env uses
+    ray.init(address="local", include_dashboard=False, num_cpus=2)
+second = RayVectorEnv(healthy_fns(2), 1)  # (else it starts one of its own)
+try:
+    try:
+        first.step(np.zeros((2, 2), np.float32))
+    except WorkerDiedError as exc:
+        assert "Ray was shut down" in str(exc) or "Ray refused the call" in str(exc), exc
+    else:
+        raise AssertionError("a step on the actors of an ended Ray session returned")
+    first.close()  # returns, and leaves the other session alone
+    assert ray.is_initialized(), "the first vector env's close ended the second one's Ray"
+    second.reset(seed=0)
+    second.step(np.zeros((2, 2), np.float32))
+finally:
+    first.close()
+    second.close()
+assert ray.is_initialized() == (sys.argv[1] == "user"), "a Ray the user started stays; ours stops"
+ray.shutdown()
+print("ok")
+"""
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("who", ["user", "vecenv"])
+def test_a_vector_env_of_an_ended_ray_session_fails_cleanly_and_leaves_the_next_alone(
+    _ray_sessions: RaySessions, who: str
+) -> None:
+    """The user shuts down the Ray a vector env started, then Ray starts again (the user's
+    ray.init(), or a second vector env's own). The first env's calls raise WorkerDiedError,
+    its close() returns, and neither ends the new session, whose vector env steps on."""
+    run_driver(ENDED_SESSION, who)
+    _ray_sessions.note_pids()
+
+
+def test_actor_options_that_would_run_a_groups_commands_concurrently_are_refused() -> None:
+    fns = healthy_fns(2)
+    for options in ({"max_concurrency": 4}, {"concurrency_groups": {"io": 2}}):
+        with pytest.raises(ValueError, match=f"cannot hold '{next(iter(options))}'.*one at a time"):
+            RayVectorEnv(fns, 2, actor_options=options)
+
+
+def test_actors_that_no_placement_on_the_nodes_holds_are_refused_at_once() -> None:
+    """The cluster's total holds them, its nodes do not (an actor runs on one node): refused
+    before any actor is started, not waited for forever."""
+    from vecenv.integrations.ray.vector_env import _fit_cluster
+
+    total, nodes = {"CPU": 2.0}, [{"CPU": 1.0}, {"CPU": 1.0}]
+    with pytest.raises(ValueError, match=r"1 actors of 1.5 CPU each do not fit .*nodes \(1 CPU; 1 CPU\) hold 0"):
+        _fit_cluster(total, nodes, {"CPU": 1.5}, 4, 1)
+    with pytest.raises(ValueError, match=r"3 actors of 0.6 CPU each do not fit .* hold 2"):
+        _fit_cluster(total, nodes, {"CPU": 0.6}, 4, 3)
+    assert _fit_cluster(total, nodes, {"CPU": 0.6}, 4, None) == 2  # as many as the nodes hold
+    assert _fit_cluster(total, nodes, {"CPU": 0.5}, 8, None) == 4
+    with pytest.raises(ValueError, match="need 3 CPU, but the Ray cluster has 2"):
+        _fit_cluster(total, nodes, {"CPU": 1.0}, 4, 3)
+
+
 # -- rollouts in the actors --------------------------------------------------------------------
 
 

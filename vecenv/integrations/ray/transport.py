@@ -153,27 +153,45 @@ class RayCommand:
 _ACTOR_CLASS = ray.remote(_GroupActor)
 
 
+#: Which Ray connection this process has (its job and node ids): ``ray.shutdown()`` then
+#: ``ray.init()`` give another, in which the actors and handles of the first are gone.
+RaySession = tuple[str, str]
+
+
+def ray_session() -> RaySession | None:
+    """The Ray connection this process has now (``None``: none)."""
+    if not ray.is_initialized():
+        return None
+    context = ray.get_runtime_context()
+    return context.get_job_id(), context.get_node_id()
+
+
 class _RayUse:
     """Reference count of the Ray connection that vector envs opened themselves.
 
     A vector env that finds Ray initialised by someone else uses it and never shuts it down. One
     that had to start a local Ray (or connect to ``address``) holds a reference; the connection
     ends (``ray.shutdown()``: a local Ray stops, a remote cluster is only disconnected from)
-    when the last vector env holding one closes.
+    when the last vector env holding one closes. The count belongs to one session: after the
+    user's own ``ray.shutdown()`` (and maybe ``ray.init()``), a vector env of the old session
+    that closes never ends the new one.
     """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.users = 0
+        self.session: RaySession | None = None
 
-    def acquire(self, address: str | None) -> bool:
-        """Make sure Ray is connected; return whether the caller holds a reference."""
+    def acquire(self, address: str | None) -> RaySession | None:
+        """Make sure Ray is connected; return the session the caller holds a reference to
+        (``None``: it holds none)."""
         with self.lock:
-            if ray.is_initialized():
-                if self.users:
+            current = ray_session()
+            if current is not None:
+                if self.users and current == self.session:
                     self.users += 1
-                    return True
-                return False
+                    return current
+                return None
             if address is None:
                 # "local": a new instance, never a cluster that ray.init() would otherwise find
                 # on this machine (pass address="auto" for that one).
@@ -181,14 +199,21 @@ class _RayUse:
             else:
                 ray.init(address=address)
             self.users = 1
-            return True
+            self.session = ray_session()
+            return self.session
 
-    def release(self) -> None:
+    def release(self, session: RaySession) -> None:
         with self.lock:
+            if session != self.session:  # a session that already ended: nothing of it to end
+                return
             self.users -= 1
-            if self.users == 0 and ray.is_initialized():
-                ray.shutdown()
+            if self.users == 0:
+                self.session = None
+                if ray_session() == session:
+                    ray.shutdown()
 
+
+_SHUT_DOWN = "is unreachable: Ray was shut down in this process (its actors ended with that session)"
 
 #: This process's use of Ray by vector envs (see :class:`_RayUse`).
 RAY_USE = _RayUse()
@@ -213,7 +238,11 @@ class RayTransport(Transport):
     shares_memory = False
 
     def __init__(
-        self, actor_options: Mapping[str, Any], observation_mode: Any, holds_ray: bool, threads: int | None = None
+        self,
+        actor_options: Mapping[str, Any],
+        observation_mode: Any,
+        lease: RaySession | None,
+        threads: int | None = None,
     ) -> None:
         self.actor_options = {**DEFAULT_ACTOR_OPTIONS, **actor_options}
         self.options = WorkerOptions(observation_mode, None, threads)
@@ -223,7 +252,8 @@ class RayTransport(Transport):
         self.outstanding: list[deque[tuple[ray.ObjectRef, int, Command | None]]] = []
         self.locations: list[ActorLocation | None] = []
         self._causes: dict[int, str] = {}
-        self._holds_ray = holds_ray
+        self._lease = lease  # the session whose reference this transport holds (None: none)
+        self.session = ray_session()  # the one its actors live in
         self._stopped = False
         # The last large weights put into the object store, and their object (see encode).
         self._weights: tuple[Pickled, ray.ObjectRef] | None = None
@@ -248,7 +278,7 @@ class RayTransport(Transport):
 
     def relaunch(self, worker: int) -> None:
         """Replace a dead worker's actor by a new one (Ray may place it on another node)."""
-        if not ray.is_initialized():
+        if not self._live():
             raise CannotRestart("Ray was shut down in this process: no actor can be started")
         try:
             ray.kill(self.actors[worker], no_restart=True)
@@ -260,7 +290,7 @@ class RayTransport(Transport):
     def attach(self, worker: int, attach: Attach, buffers: Buffers, timeout: float | None = None) -> None:
         # Actor calls from one caller run in the order sent, so the next command finds the group
         # attached; an actor that died in between is reported by that command's result.
-        if not ray.is_initialized():
+        if not self._live():
             raise WorkerGone
         self.actors[worker].attach.remote(attach)
 
@@ -275,20 +305,26 @@ class RayTransport(Transport):
         return RayCommand(call_id, command, encode_command(command, call_id, payload))
 
     def send(self, worker: int, message: RayCommand, timeout: float | None = None) -> None:
-        if not ray.is_initialized():
-            self._causes.setdefault(worker, "is unreachable: Ray was shut down in this process")
+        if not self._live():
+            self._causes.setdefault(worker, _SHUT_DOWN)
             raise WorkerGone
         handle = self.actors[worker].handle
-        ref = handle.remote(message.data) if message.weights is None else handle.remote(message.data, message.weights)
+        try:
+            ref = (
+                handle.remote(message.data) if message.weights is None else handle.remote(message.data, message.weights)
+            )
+        except Exception as exc:  # Ray refused the call (not env code: that runs in the actor)
+            self._causes.setdefault(worker, f"is unreachable: Ray refused the call ({type(exc).__name__}: {exc})")
+            raise WorkerGone from None
         self.outstanding[worker].append((ref, message.call_id, message.command))
 
     def poll(self, workers: Sequence[int], timeout: float | None) -> list[Event]:
-        if not ray.is_initialized():  # e.g. Ray's own exit handler ran before our close
+        if not self._live():  # e.g. Ray's own exit handler ran before our close
             gone: list[Event] = []
             for w in workers:
                 if self.outstanding[w]:  # reported once: a second poll finds nothing owed
                     self.outstanding[w].clear()
-                    self._causes.setdefault(w, "is unreachable: Ray was shut down in this process")
+                    self._causes.setdefault(w, _SHUT_DOWN)
                     gone.append(Death(w))
             return gone
         refs = [ref for w in workers for ref, _, _ in self.outstanding[w]]
@@ -361,13 +397,18 @@ class RayTransport(Transport):
         return f" on node {location.ip} ({location.node_id[:8]}), pid {location.pid}"
 
     def kill(self) -> None:
-        if not ray.is_initialized():
+        if not self._live():
             return
         for actor in self.actors:
             try:
                 ray.kill(actor, no_restart=True)
             except Exception:
                 pass  # already gone
+
+    def _live(self) -> bool:
+        """Whether the Ray session the actors were started in is this process's still (not shut
+        down, nor replaced by another ``ray.init()``)."""
+        return self.session is not None and ray_session() == self.session
 
     def abort(self, reason: str) -> None:
         for worker in range(len(self.actors)):
@@ -385,7 +426,7 @@ class RayTransport(Transport):
             return
         self._stopped = True
         try:
-            if ray.is_initialized() and self.actors:
+            if self.actors and self._live():
                 self.kill()
                 _wait_dead(self.actors, max(deadline, time.monotonic()) + 1.0)
         finally:
@@ -393,9 +434,9 @@ class RayTransport(Transport):
             self._weights = None
             for queue in self.outstanding:
                 queue.clear()
-            if self._holds_ray:
-                self._holds_ray = False
-                RAY_USE.release()
+            if self._lease is not None:
+                lease, self._lease = self._lease, None
+                RAY_USE.release(lease)
 
     @property
     def pids(self) -> list[int | None]:

@@ -42,6 +42,12 @@ def _check_actor_options(actor_options: Any) -> dict[str, Any]:
         raise InvalidArgumentError(
             "`actor_options` cannot hold 'name': every group is its own actor, and names are unique"
         )
+    for key in ("max_concurrency", "concurrency_groups"):
+        if actor_options.get(key) not in (None, 1):
+            raise InvalidArgumentError(
+                f"`actor_options` cannot hold {key!r} ({actor_options[key]!r}): an actor runs its group's "
+                "commands one at a time, in the order sent, which concurrent calls would break"
+            )
     for key in ("max_restarts", "max_task_retries"):
         if actor_options.get(key):
             raise InvalidArgumentError(
@@ -225,16 +231,16 @@ class RayVectorEnv(GroupVectorEnv):
         address = _check_address(address)
         # A given count is split now, so that batch_size is checked against the group sizes.
         groups = None if num_workers is None else make_groups(num_workers)
-        holds_ray = RAY_USE.acquire(address)
+        lease = RAY_USE.acquire(address)
         try:
-            total = _cluster_resources(options.start_timeout)
-            num_workers = _fit_cluster(total, _resources_per_actor(ray_options), max_workers, num_workers)
+            total, nodes = _cluster_resources(options.start_timeout)
+            num_workers = _fit_cluster(total, nodes, _resources_per_actor(ray_options), max_workers, num_workers)
             if groups is None:
                 groups = make_groups(num_workers)
-            transport = RayTransport(ray_options, options.worker_observation_mode, holds_ray, options.threads)
+            transport = RayTransport(ray_options, options.worker_observation_mode, lease, options.threads)
         except BaseException:
-            if holds_ray:
-                RAY_USE.release()
+            if lease is not None:
+                RAY_USE.release(lease)
             raise
         self._transport = transport
         # From here on the transport releases Ray (in stop(), which a failed start calls).
@@ -251,9 +257,9 @@ class RayVectorEnv(GroupVectorEnv):
         return self._transport.pids
 
 
-def _cluster_resources(start_timeout: float | None) -> dict[str, float]:
-    """``ray.cluster_resources()``, waited for at most ``start_timeout`` (else
-    :data:`CLUSTER_QUERY_TIMEOUT_S`) seconds.
+def _cluster_resources(start_timeout: float | None) -> tuple[dict[str, float], list[dict[str, float]]]:
+    """``ray.cluster_resources()`` and each live node's resources (``ray.nodes()``), waited for
+    at most ``start_timeout`` (else :data:`CLUSTER_QUERY_TIMEOUT_S`) seconds.
 
     Ray's call has no deadline of its own: a driver whose connection to the cluster's GCS
     stalls waits in it forever, inside native code that no signal interrupts. The call runs in
@@ -261,25 +267,34 @@ def _cluster_resources(start_timeout: float | None) -> dict[str, float]:
     gets no answer in time raises ``VecEnvTimeoutError``.
     """
     limit = CLUSTER_QUERY_TIMEOUT_S if start_timeout is None else start_timeout
-    total: dict[str, float] = bounded_call(
-        lambda: dict(ray.cluster_resources()),
+
+    def query() -> tuple[dict[str, float], list[dict[str, float]]]:
+        nodes = [dict(node.get("Resources") or {}) for node in ray.nodes() if node.get("Alive")]
+        return dict(ray.cluster_resources()), nodes
+
+    total, nodes = bounded_call(
+        query,
         limit,
         f"RayVectorEnv start: Ray did not answer ray.cluster_resources() within {limit:g} s (start_timeout="
         f"{start_timeout!r}), so no actor was started: this process's connection to the cluster's GCS "
         "is stalled or the GCS is overloaded. Check the cluster (ray status), then try again",
         "vecenv-ray-cluster-resources",
     )
-    return total
+    return total, nodes
 
 
 def _fit_cluster(
-    total: Mapping[str, float], need: Mapping[str, float], max_workers: int, num_workers: int | None
+    total: Mapping[str, float],
+    nodes: Sequence[Mapping[str, float]],
+    need: Mapping[str, float],
+    max_workers: int,
+    num_workers: int | None,
 ) -> int:
-    """The actor count: ``num_workers``, or as many as the cluster's ``total`` resources hold at
-    once (at most one per group); raises when they could not all start."""
+    """The actor count: ``num_workers``, or as many as the cluster's nodes hold at once (at most
+    one per group); raises when they could not all start: the cluster's ``total`` is short, or
+    no placement on its ``nodes`` holds them (an actor lives on one node)."""
     if num_workers is None:
-        fits = [int(total.get(r, 0.0) // amount) for r, amount in need.items() if amount > 0]
-        num_workers = max(1, min([max_workers, *fits]))
+        num_workers = max(1, _placeable(nodes, need, max_workers))
     for resource, amount in need.items():
         if amount * num_workers > total.get(resource, 0.0):
             raise InvalidArgumentError(
@@ -287,4 +302,30 @@ def _fit_cluster(
                 f"but the Ray cluster has {total.get(resource, 0.0):g}: they could not all start. Use "
                 "fewer workers, ask less per actor (actor_options), or add nodes"
             )
+    placed = _placeable(nodes, need, num_workers)
+    if placed < num_workers:
+        asked = ", ".join(f"{amount:g} {resource}" for resource, amount in need.items() if amount > 0)
+        held = "; ".join(
+            ", ".join(f"{node.get(resource, 0.0):g} {resource}" for resource, amount in need.items() if amount > 0)
+            for node in nodes
+        )
+        raise InvalidArgumentError(
+            f"{num_workers} actors of {asked} each do not fit on the Ray cluster's nodes at once: an actor "
+            f"runs on one node, and the nodes ({held}) hold {placed}. Use fewer workers, ask less per actor "
+            "(actor_options), or add nodes"
+        )
     return num_workers
+
+
+def _placeable(nodes: Sequence[Mapping[str, float]], need: Mapping[str, float], count: int) -> int:
+    """How many of ``count`` actors, each asking ``need``, the ``nodes`` hold at once (each
+    actor on one node; for equal actors, placing each on the first node with room is best)."""
+    free = [dict(node) for node in nodes]
+    asked = {resource: amount for resource, amount in need.items() if amount > 0}
+    for placed in range(count):
+        node = next((n for n in free if all(n.get(r, 0.0) + 1e-9 >= a for r, a in asked.items())), None)
+        if node is None:
+            return placed
+        for resource, amount in asked.items():
+            node[resource] = node.get(resource, 0.0) - amount
+    return count
