@@ -287,11 +287,20 @@ def _fused_heads(
     return fused
 
 
+def _rows_times(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """``x @ w``, each row's result the same however many rows come with it. A BLAS product's
+    last bits depend on the row count (its kernels block rows in fours and eights), so the
+    workers' forwards on their own rows would differ from one forward on every env's rows;
+    NumPy's own einsum loop sums each row in one fixed order."""
+    return np.einsum("ij,jk->ik", x, w)
+
+
 def _forward(x: np.ndarray, layers: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-    """:func:`_mlp` over weights already transposed (:func:`_fused_heads`)."""
+    """:func:`_mlp` over weights already transposed (:func:`_fused_heads`), row by row exact
+    (:func:`_rows_times`)."""
     last = len(layers) - 1
     for i, (w, b) in enumerate(layers):
-        x = x @ w
+        x = _rows_times(x, w)
         x += b
         if i < last:
             np.tanh(x, out=x)
@@ -394,7 +403,8 @@ class _NumpyRunner(PolicyRunner):
 
     def act_with_state(self, observations: Any, state: Any, active: np.ndarray | None) -> tuple[Any, Any, Any]:
         h, c = state
-        gates = np.asarray(observations, np.float32) @ self.w_input + h @ self.w_hidden + self.bias
+        gates = _rows_times(np.asarray(observations, np.float32), self.w_input) + _rows_times(h, self.w_hidden)
+        gates += self.bias
         i, f, g, o = np.split(gates, 4, axis=1)
         c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
         h = _sigmoid(o) * np.tanh(c)
@@ -526,7 +536,13 @@ def advantages_of(agent: nn.Module, kind: str, b: Batch, args: argparse.Namespac
 
 
 def lstm_update(
-    agent: LSTMAgent, optimizer: torch.optim.Optimizer, b: Batch, adv: torch.Tensor, ret: torch.Tensor, args: Any
+    agent: LSTMAgent,
+    optimizer: torch.optim.Optimizer,
+    b: Batch,
+    adv: torch.Tensor,
+    ret: torch.Tensor,
+    args: Any,
+    generator: torch.Generator,
 ) -> tuple[float, float]:
     """PPO epochs over minibatches of whole env sequences, replayed from the initial state."""
     tensor = functools.partial(torch.as_tensor, dtype=torch.float32)
@@ -535,7 +551,6 @@ def lstm_update(
     h0, c0 = (tensor(a) for a in b.initial_state)
     n = obs.shape[1]
     per = n // args.num_minibatches
-    generator = torch.Generator().manual_seed(args.seed + int(b.weights_version))
     loss = kl = torch.zeros(())
     for _ in range(args.update_epochs):
         order = torch.randperm(n, generator=generator)
@@ -573,7 +588,7 @@ def _ppo_loss(logp, old_logp, adv, value, old_v, ret, entropy, args) -> tuple[to
 
 
 def mlp_update(
-    agent: Any, optimizer: Any, b: Batch, adv: torch.Tensor, ret: torch.Tensor, args: Any
+    agent: Any, optimizer: Any, b: Batch, adv: torch.Tensor, ret: torch.Tensor, args: Any, generator: torch.Generator
 ) -> tuple[float, float]:
     """train_ppo.py's update on the flattened rollout, the old log-probs the workers'."""
     size = b.actions.size
@@ -586,7 +601,6 @@ def mlp_update(
         ret.reshape(size),
         torch.as_tensor(b.value).reshape(size),
     )
-    generator = torch.Generator().manual_seed(args.seed + int(b.weights_version))
     kl = ppo.ppo_update(agent, optimizer, rollout, args, generator)
     with torch.no_grad():  # the loss at the end, for the record
         logp, entropy, value = agent.evaluate(rollout.obs, rollout.actions)
@@ -676,7 +690,11 @@ def _train(args: argparse.Namespace, envs: Any, start: float) -> tuple[Summary, 
             optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - update / updates)
         adv, ret = advantages_of(agent, args.policy, batch, args)
         update_fn = lstm_update if args.policy == "lstm" else mlp_update
-        loss, kl = update_fn(agent, optimizer, batch, adv, ret, args)
+        # The minibatches' order: a stream of its own per update (not per weights version, which
+        # two updates share when the next rollout overlaps the update; nor seed + update, which
+        # runs of neighbouring seeds would share).
+        shuffle = torch.Generator().manual_seed(int(np.random.SeedSequence([args.seed, update]).generate_state(1)[0]))
+        loss, kl = update_fn(agent, optimizer, batch, adv, ret, args, shuffle)
         losses.append(loss)
         if collector is None:
             envs.update_policy_weights()
