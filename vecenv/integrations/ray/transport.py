@@ -305,7 +305,7 @@ class RayTransport(Transport):
         return RayCommand(call_id, command, encode_command(command, call_id, payload))
 
     def send(self, worker: int, message: RayCommand, timeout: float | None = None) -> None:
-        if not self._live():
+        if not ray.is_initialized():  # (a later session's Ray refuses the call: see below)
             self._causes.setdefault(worker, _SHUT_DOWN)
             raise WorkerGone
         handle = self.actors[worker].handle
