@@ -95,8 +95,9 @@ class HeldInterrupt:
         self._frame: FrameType | None = None
 
     def _hold(self, signum: int, frame: FrameType | None) -> None:
-        if self._held:
-            raise KeyboardInterrupt
+        if self._held and self._handler is not None:  # a second one: its handler runs now
+            self._handler(signum, frame)
+            return
         self._held, self._frame = True, frame
 
     def __enter__(self) -> HeldInterrupt:
