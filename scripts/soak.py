@@ -46,6 +46,7 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # also runs from a checkout
 import vecenv  # noqa: E402
+from vecenv.argtypes import non_negative_float, non_negative_int, out_folder, positive_int  # noqa: E402
 from vecenv.bench import procfs  # noqa: E402
 
 #: Metrics read from /proc for one process.
@@ -503,32 +504,54 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--steps",
-        type=int,
+        type=positive_int,
         default=None,
         help="env steps in total (steps: default 10,000,000; recv-send: default 1,000,000)",
     )
-    parser.add_argument("--num-envs", type=int, default=None, help="envs in the vector env (default 128; cycles: 8)")
     parser.add_argument(
-        "--num-workers", type=int, default=None, help="worker processes (default: steps 2, recv-send 4, cycles 2)"
+        "--num-envs", type=positive_int, default=None, help="envs in the vector env (default 128; cycles: 8)"
     )
     parser.add_argument(
-        "--batch-size", type=int, default=64, help="recv-send: envs per recv, a multiple of the group size (default 64)"
+        "--num-workers",
+        type=positive_int,
+        default=None,
+        help="worker processes, at most --num-envs (default: steps 2, recv-send 4, cycles 2); recv-send: "
+        "a divisor of --num-envs",
     )
     parser.add_argument(
-        "--cycles", type=int, default=1000, help="cycles: create/step/close cycles per start method (default 1,000)"
+        "--batch-size",
+        type=positive_int,
+        default=64,
+        help="recv-send: envs per recv, at most --num-envs and a multiple of the group size "
+        "(--num-envs / --num-workers) (default 64)",
+    )
+    parser.add_argument(
+        "--cycles",
+        type=positive_int,
+        default=1000,
+        help="cycles: create/step/close cycles per start method (default 1,000)",
     )
     parser.add_argument(
         "--methods",
         default="fork,spawn",
-        help="cycles: comma-separated start methods, interleaved (default fork,spawn)",
+        help="cycles: comma-separated start methods, interleaved, among "
+        f"{','.join(multiprocessing.get_all_start_methods())} (default fork,spawn)",
     )
     parser.add_argument(
-        "--steps-per-cycle", type=int, default=10, help="cycles: vector steps between reset and close (default 10)"
+        "--steps-per-cycle",
+        type=positive_int,
+        default=10,
+        help="cycles: vector steps between reset and close (default 10)",
     )
-    parser.add_argument("--context", default=None, help="steps/recv-send: start method (default: the platform's)")
+    parser.add_argument(
+        "--context",
+        choices=multiprocessing.get_all_start_methods(),
+        default=None,
+        help="steps/recv-send: start method (default: the platform's)",
+    )
     parser.add_argument(
         "--samples",
-        type=int,
+        type=positive_int,
         default=200,
         help="steps/recv-send: samples taken evenly through the run (default 200; cycles samples after every cycle)",
     )
@@ -540,14 +563,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--tolerance",
-        type=float,
+        type=non_negative_float,
         default=0.05,
         help="relative growth allowed after warm-up for RSS/fds/threads/maps (default 0.05); "
         "cycles judges fds, children and /dev/shm exactly, maps within +2 in all",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed for resets and actions (default 0)")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="seed for resets and actions (default 0)")
     parser.add_argument(
-        "--out", default=DEFAULT_OUT, help=f"folder for soak-<mode>.csv/.json/.png (default {DEFAULT_OUT})"
+        "--out",
+        type=out_folder,
+        default=DEFAULT_OUT,
+        help=f"folder for soak-<mode>.csv/.json/.png (default {DEFAULT_OUT})",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
@@ -585,15 +611,47 @@ def run(args: argparse.Namespace) -> tuple[SoakResult, Verdict]:
     return result, judge(result, args.tolerance, args.warmup)
 
 
+def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What one option's ``type=`` cannot check alone, with the defaults of ``args.mode`` (as
+    :func:`run` applies them); a bad value is a usage error (one line, exit status 2) here,
+    before any worker starts."""
+    if not 0 <= args.warmup < 1:
+        parser.error(f"argument --warmup: expected a number in [0, 1), got {args.warmup}")
+    num_envs = args.num_envs or (8 if args.mode == "cycles" else 128)
+    num_workers = args.num_workers or (4 if args.mode == "recv-send" else 2)
+    if num_workers > num_envs:
+        parser.error(f"argument --num-workers: expected at most --num-envs={num_envs}, got {num_workers}")
+    if args.mode == "steps":
+        steps = args.steps or 10_000_000
+        if steps < 2 * num_envs:
+            parser.error(f"argument --steps: expected at least 2 vector steps (2 x {num_envs} envs), got {steps}")
+    elif args.mode == "recv-send":
+        if num_envs % num_workers:
+            parser.error(
+                f"argument --num-workers: expected a divisor of --num-envs={num_envs} in recv-send mode, "
+                f"got {num_workers}"
+            )
+        group = num_envs // num_workers
+        if args.batch_size > num_envs or args.batch_size % group:
+            parser.error(
+                f"argument --batch-size: expected a multiple of the group size {group} (--num-envs / "
+                f"--num-workers) up to --num-envs={num_envs}, got {args.batch_size}"
+            )
+    else:
+        available = multiprocessing.get_all_start_methods()
+        methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+        unknown = [m for m in methods if m not in available]
+        if unknown or not methods:
+            parser.error(
+                f"argument --methods: expected comma-separated start methods among {','.join(available)}, "
+                f"got {args.methods!r}"
+            )
+
+
 def main(argv: Iterable[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(None if argv is None else list(argv))
-    for name in ("steps", "num_envs", "num_workers", "cycles", "samples", "batch_size", "steps_per_cycle"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            parser.error(f"argument --{name.replace('_', '-')}: expected a positive integer, got {value}")
-    if not 0 <= args.warmup < 1:
-        parser.error(f"argument --warmup: expected a number in [0, 1), got {args.warmup}")
+    _check_args(parser, args)
     if not os.path.isdir("/proc/self/fd"):
         raise SystemExit("soak.py: needs Linux /proc to read process resources")
     result, verdict = run(args)

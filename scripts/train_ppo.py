@@ -54,6 +54,16 @@ import gymnasium as gym
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # also runs from a checkout
+from vecenv.argtypes import (  # noqa: E402
+    existing_file,
+    finite_float,
+    non_negative_float,
+    non_negative_int,
+    out_folder,
+    positive_float,
+    positive_int,
+    unit_float,
+)
 from vecenv.bench.envs import StepCost, costly_env, iterations_per_us  # noqa: E402
 from vecenv.bench.vectors import VectorKind, make_vector  # noqa: E402
 
@@ -92,7 +102,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="comma-separated vector kinds to train one after the other with the same seed "
         "(e.g. vecenv,sync,async); overrides --vector",
     )
-    g.add_argument("--num-envs", type=int, default=8, help="envs stepped in parallel")
+    g.add_argument("--num-envs", type=positive_int, default=8, help="envs stepped in parallel")
     g.add_argument(
         "--num-workers",
         type=_workers,
@@ -101,25 +111,25 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "process) or 'auto' (default): time one env and keep cheap envs in this process, "
         "else one worker per core",
     )
-    g.add_argument("--seed", type=int, default=1, help="seeds torch, the action sampler and the envs")
-    g.add_argument("--total-timesteps", type=int, default=100_000, help="env steps to train for")
+    g.add_argument("--seed", type=non_negative_int, default=1, help="seeds torch, the action sampler and the envs")
+    g.add_argument("--total-timesteps", type=positive_int, default=100_000, help="env steps to train for")
     g.add_argument(
         "--env-step-ms",
-        type=float,
+        type=non_negative_float,
         default=0.0,
         help="extra CPU time burnt in each env step (pure Python, like the benchmark's "
         "py1ms workload): models an env whose step is expensive",
     )
     g.add_argument(
         "--solve-return",
-        type=float,
+        type=finite_float,
         default=475.0,
         help=f"solved when the mean return of the last {SOLVE_WINDOW} episodes reaches this",
     )
     g.add_argument("--stop-when-solved", action="store_true", help="stop training as soon as it is solved")
     g.add_argument(
         "--out",
-        type=pathlib.Path,
+        type=out_folder,
         default=pathlib.Path("runs/ppo"),
         help="output folder for episodes.csv, summary.json and learning_curve.png",
     )
@@ -131,76 +141,111 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "with vecenv.video.RecordVideo (needs: pip install -e '.[video]')",
     )
     g.add_argument(
-        "--video-every", type=int, default=10, metavar="K", help="with --capture-video: episodes 0, K, 2K..."
+        "--video-every", type=positive_int, default=10, metavar="K", help="with --capture-video: episodes 0, K, 2K..."
     )
     g.add_argument(
         "--plot",
-        type=pathlib.Path,
+        type=existing_file,
         default=None,
         metavar="CSV",
         help="train nothing: redraw the learning curve of an episodes.csv into --out",
     )
 
     h = p.add_argument_group("PPO hyperparameters")
-    h.add_argument("--num-steps", type=int, default=32, help="steps per env in each rollout")
-    h.add_argument("--learning-rate", type=float, default=1e-3, help="Adam's initial learning rate")
+    h.add_argument("--num-steps", type=positive_int, default=32, help="steps per env in each rollout")
+    h.add_argument("--learning-rate", type=positive_float, default=1e-3, help="Adam's initial learning rate")
     h.add_argument(
         "--anneal-lr",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="decay the learning rate linearly to 0 over --total-timesteps",
     )
-    h.add_argument("--gamma", type=float, default=0.98, help="discount factor")
-    h.add_argument("--gae-lambda", type=float, default=0.8, help="GAE's lambda")
+    h.add_argument("--gamma", type=unit_float, default=0.98, help="discount factor, in [0, 1]")
+    h.add_argument("--gae-lambda", type=unit_float, default=0.8, help="GAE's lambda, in [0, 1]")
     h.add_argument(
         "--minibatch-size",
-        type=int,
+        type=positive_int,
         default=256,
         help="transitions per gradient step (the whole rollout if it is smaller); a fixed "
         "size keeps the gradient steps per env step the same whatever --num-envs is",
     )
-    h.add_argument("--update-epochs", type=int, default=20, help="passes over each rollout")
+    h.add_argument("--update-epochs", type=positive_int, default=20, help="passes over each rollout")
     h.add_argument(
         "--norm-adv",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="normalise advantages within each minibatch",
     )
-    h.add_argument("--clip-coef", type=float, default=0.2, help="clip range of the probability ratio")
+    h.add_argument("--clip-coef", type=non_negative_float, default=0.2, help="clip range of the probability ratio")
     h.add_argument(
         "--clip-vloss",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="clip the value loss around the old values, as PPO's paper does",
     )
-    h.add_argument("--ent-coef", type=float, default=0.0, help="weight of the entropy bonus")
-    h.add_argument("--vf-coef", type=float, default=0.5, help="weight of the value loss")
-    h.add_argument("--max-grad-norm", type=float, default=0.5, help="gradient-norm clip")
+    h.add_argument("--ent-coef", type=finite_float, default=0.0, help="weight of the entropy bonus")
+    h.add_argument("--vf-coef", type=non_negative_float, default=0.5, help="weight of the value loss")
+    h.add_argument("--max-grad-norm", type=positive_float, default=0.5, help="gradient-norm clip")
     h.add_argument(
         "--target-kl",
-        type=float,
+        type=positive_float,
         default=None,
-        help="stop an update's epochs early once the approximate KL exceeds this",
+        help="stop an update's epochs early once the approximate KL exceeds this (None: never)",
     )
     args = p.parse_args(argv)
-    for name in ("num_envs", "num_steps", "minibatch_size", "update_epochs", "total_timesteps"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    _check_args(p, args)
+    return args
+
+
+def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What one option's ``type=`` cannot check alone; a bad value is a usage error (one line,
+    exit status 2) here, before any worker or training starts. Sets ``args.kinds``."""
     if args.num_workers != "auto" and not 0 <= args.num_workers <= args.num_envs:
-        p.error(f"--num-workers must be 'auto' or in [0, --num-envs={args.num_envs}], got {args.num_workers}")
+        p.error(
+            f"argument --num-workers: expected 'auto' or an int in [0, --num-envs={args.num_envs}], "
+            f"got {args.num_workers}"
+        )
     batch = args.num_envs * args.num_steps
     if batch % min(args.minibatch_size, batch):
-        p.error(f"--num-envs x --num-steps ({batch}) must be a multiple of --minibatch-size ({args.minibatch_size})")
+        p.error(
+            f"argument --minibatch-size: expected a divisor of --num-envs x --num-steps ({batch}) or more, "
+            f"got {args.minibatch_size}"
+        )
     kinds = args.compare.split(",") if args.compare else [args.vector]
     for kind in kinds:
         if kind not in VECTOR_KINDS:
-            p.error(f"--compare: unknown vector kind {kind!r}; choose from {', '.join(VECTOR_KINDS)}")
+            p.error(f"argument --compare: expected vector kinds among {','.join(VECTOR_KINDS)}, got {args.compare!r}")
     args.kinds = kinds
     if args.capture_video and "sb3" in kinds:
-        p.error("--capture-video records Gymnasium vector envs: not available with the sb3 kind")
-    if args.video_every < 1:
-        p.error(f"--video-every must be >= 1, got {args.video_every}")
-    return args
+        p.error("argument --capture-video: expected Gymnasium vector kinds (it records those), got the sb3 kind")
+    if args.plot is not None:
+        try:
+            with args.plot.open(newline="") as f:
+                header = next(csv.reader(f), [])
+        except (OSError, ValueError, csv.Error):  # unreadable, or not text
+            header = []
+        missing = [f.name for f in dataclasses.fields(Episode) if f.name not in header]
+        if missing:
+            p.error(
+                f"argument --plot: expected an episodes.csv of this script, got {str(args.plot)!r} (no {missing[0]})"
+            )
+    else:
+        check_env(p, args.env_id)
+
+
+def check_env(p: argparse.ArgumentParser, env_id: str) -> gym.Env:
+    """Makes ``--env-id``'s env once, here, to refuse (``p.error``) an id that is not registered
+    (with gymnasium's suggestion, if it has one) or an env whose actions are not Discrete.
+    Returns the env, closed: its spaces and spec are still there to read."""
+    try:
+        env = gym.make(env_id)
+    except (gym.error.Error, ImportError) as exc:
+        reason = " ".join(str(exc).split())
+        p.error(f"argument --env-id: expected a registered Gymnasium env id, got {env_id!r} ({reason})")
+    env.close()
+    if not isinstance(env.action_space, gym.spaces.Discrete):
+        p.error(f"argument --env-id: expected an env with Discrete actions, got {env_id!r} with {env.action_space}")
+    return env
 
 
 # -- envs ---------------------------------------------------------------------------------------

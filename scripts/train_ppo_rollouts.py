@@ -55,6 +55,15 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # also runs from a checkout
 import vecenv  # noqa: E402
+from vecenv.argtypes import (  # noqa: E402
+    finite_float,
+    non_negative_float,
+    non_negative_int,
+    out_folder,
+    positive_float,
+    positive_int,
+    unit_float,
+)
 from vecenv.bench.envs import costly_env  # noqa: E402
 from vecenv.policies import PolicyContext, PolicyRunner, WorkerPolicy  # noqa: E402
 
@@ -100,50 +109,74 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--vector", choices=("vecenv", "sync"), default="vecenv", help="with --collect step: the vector env stepped"
     )
     g.add_argument("--policy", choices=("mlp", "lstm"), default="mlp", help="actor-critic network")
-    g.add_argument("--hide-velocity", action="store_true", help="CartPole: observe position and angle only")
+    g.add_argument(
+        "--hide-velocity", action="store_true", help="CartPole only: observe the cart position and pole angle only"
+    )
     g.add_argument("--overlap", action="store_true", help="collect the next rollout while updating")
-    g.add_argument("--num-envs", type=int, default=8, help="envs stepped in parallel")
-    g.add_argument("--num-workers", type=int, default=2, help="vecenv worker processes (0: all in this process)")
+    g.add_argument("--num-envs", type=positive_int, default=8, help="envs stepped in parallel")
+    g.add_argument(
+        "--num-workers",
+        type=non_negative_int,
+        default=2,
+        help="vecenv worker processes, at most --num-envs (0: all in this process)",
+    )
     g.add_argument(
         "--pin-cpus",
         action="store_true",
         help="vecenv: pin worker w to the w-th core this process may use (SubprocVectorEnv's pin_cpus)",
     )
-    g.add_argument("--seed", type=int, default=1, help="seeds torch, the samplers and the envs")
-    g.add_argument("--total-timesteps", type=int, default=100_000, help="env steps to train for")
-    g.add_argument("--env-step-ms", type=float, default=0.0, help="extra CPU time burnt in each env step")
-    g.add_argument("--solve-return", type=float, default=475.0, help=f"solved at this mean of the last {SOLVE_WINDOW}")
+    g.add_argument("--seed", type=non_negative_int, default=1, help="seeds torch, the samplers and the envs")
+    g.add_argument("--total-timesteps", type=positive_int, default=100_000, help="env steps to train for")
+    g.add_argument("--env-step-ms", type=non_negative_float, default=0.0, help="extra CPU time burnt in each env step")
+    g.add_argument(
+        "--solve-return", type=finite_float, default=475.0, help=f"solved at this mean of the last {SOLVE_WINDOW}"
+    )
     g.add_argument("--stop-when-solved", action="store_true", help="stop training as soon as it is solved")
-    g.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs/ppo_rollouts"), help="output folder")
+    g.add_argument("--out", type=out_folder, default=pathlib.Path("runs/ppo_rollouts"), help="output folder")
     g.add_argument("--quiet", action="store_true", help="print only the summary, not every update")
     h = p.add_argument_group("PPO hyperparameters (as train_ppo.py)")
-    h.add_argument("--num-steps", type=int, default=32, help="steps per env in each rollout")
-    h.add_argument("--learning-rate", type=float, default=1e-3, help="Adam's initial learning rate")
+    h.add_argument("--num-steps", type=positive_int, default=32, help="steps per env in each rollout")
+    h.add_argument("--learning-rate", type=positive_float, default=1e-3, help="Adam's initial learning rate")
     h.add_argument("--anneal-lr", action=argparse.BooleanOptionalAction, default=True, help="linear decay to 0")
-    h.add_argument("--gamma", type=float, default=0.98, help="discount factor")
-    h.add_argument("--gae-lambda", type=float, default=0.8, help="GAE's lambda")
-    h.add_argument("--minibatch-size", type=int, default=256, help="transitions per gradient step (MLP)")
-    h.add_argument("--num-minibatches", type=int, default=1, help="LSTM: minibatches of whole env sequences")
-    h.add_argument("--update-epochs", type=int, default=20, help="passes over each rollout")
+    h.add_argument("--gamma", type=unit_float, default=0.98, help="discount factor, in [0, 1]")
+    h.add_argument("--gae-lambda", type=unit_float, default=0.8, help="GAE's lambda, in [0, 1]")
+    h.add_argument("--minibatch-size", type=positive_int, default=256, help="transitions per gradient step (MLP)")
+    h.add_argument("--num-minibatches", type=positive_int, default=1, help="LSTM: minibatches of whole env sequences")
+    h.add_argument("--update-epochs", type=positive_int, default=20, help="passes over each rollout")
     h.add_argument("--norm-adv", action=argparse.BooleanOptionalAction, default=True, help="normalise advantages")
-    h.add_argument("--clip-coef", type=float, default=0.2, help="clip range of the probability ratio")
+    h.add_argument("--clip-coef", type=non_negative_float, default=0.2, help="clip range of the probability ratio")
     h.add_argument("--clip-vloss", action=argparse.BooleanOptionalAction, default=True, help="clip the value loss")
-    h.add_argument("--ent-coef", type=float, default=0.0, help="weight of the entropy bonus")
-    h.add_argument("--vf-coef", type=float, default=0.5, help="weight of the value loss")
-    h.add_argument("--max-grad-norm", type=float, default=0.5, help="gradient-norm clip")
-    h.add_argument("--target-kl", type=float, default=None, help="stop an update's epochs beyond this KL")
-    h.add_argument("--hidden", type=int, default=64, help="LSTM: hidden units")
+    h.add_argument("--ent-coef", type=finite_float, default=0.0, help="weight of the entropy bonus")
+    h.add_argument("--vf-coef", type=non_negative_float, default=0.5, help="weight of the value loss")
+    h.add_argument("--max-grad-norm", type=positive_float, default=0.5, help="gradient-norm clip")
+    h.add_argument(
+        "--target-kl", type=positive_float, default=None, help="stop an update's epochs beyond this KL (None: never)"
+    )
+    h.add_argument("--hidden", type=positive_int, default=64, help="LSTM: hidden units")
     args = p.parse_args(argv)
-    for name in ("num_envs", "num_steps", "minibatch_size", "update_epochs", "total_timesteps", "num_minibatches"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.overlap and args.collect != "rollout":
-        p.error("--overlap needs --collect rollout")
-    if args.collect == "rollout" and args.vector != "vecenv":
-        p.error("--collect rollout runs on vecenv only: --vector sync is for --collect step")
-    if args.policy == "lstm" and args.num_envs % args.num_minibatches:
-        p.error(f"--num-envs ({args.num_envs}) must be a multiple of --num-minibatches ({args.num_minibatches})")
+    _check_args(p, args)
     return args
+
+
+def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What one option's ``type=`` cannot check alone; a bad value is a usage error (one line,
+    exit status 2) here, before any worker or training starts."""
+    if args.vector == "vecenv" and args.num_workers > args.num_envs:
+        p.error(f"argument --num-workers: expected an int in [0, --num-envs={args.num_envs}], got {args.num_workers}")
+    if args.overlap and args.collect != "rollout":
+        p.error(f"argument --overlap: expected --collect rollout, got --collect {args.collect}")
+    if args.collect == "rollout" and args.vector != "vecenv":
+        p.error(
+            f"argument --vector: expected vecenv with --collect rollout (sync is for --collect step), got {args.vector}"
+        )
+    if args.policy == "lstm" and args.num_envs % args.num_minibatches:
+        p.error(
+            f"argument --num-minibatches: expected a divisor of --num-envs ({args.num_envs}) with --policy lstm, "
+            f"got {args.num_minibatches}"
+        )
+    env = ppo.check_env(p, args.env_id)
+    if args.hide_velocity and (env.spec is None or env.spec.name != "CartPole"):
+        p.error(f"argument --hide-velocity: expected a CartPole env id, got --env-id {args.env_id!r}")
 
 
 # -- envs ---------------------------------------------------------------------------------------

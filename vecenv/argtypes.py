@@ -10,8 +10,20 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import pathlib
 
-__all__ = ["positive_int", "non_negative_int", "positive_float", "non_negative_float", "int_list"]
+__all__ = [
+    "positive_int",
+    "non_negative_int",
+    "finite_float",
+    "positive_float",
+    "non_negative_float",
+    "unit_float",
+    "int_list",
+    "existing_file",
+    "out_folder",
+]
 
 
 def _number(text: str, kind: type, what: str) -> float:
@@ -38,6 +50,11 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def finite_float(text: str) -> float:
+    """Any number but ``nan`` and ``inf``."""
+    return _number(text, float, "a finite number")
+
+
 def positive_float(text: str) -> float:
     value = _number(text, float, "a positive number")
     if value <= 0:
@@ -52,6 +69,14 @@ def non_negative_float(text: str) -> float:
     return value
 
 
+def unit_float(text: str) -> float:
+    """A number in ``[0, 1]`` (a discount factor, a fraction)."""
+    value = _number(text, float, "a number in [0, 1]")
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {value:g}")
+    return value
+
+
 def int_list(text: str) -> list[int]:
     """Comma-separated non-negative integers, at least one (``1,2,3``)."""
     try:
@@ -61,3 +86,27 @@ def int_list(text: str) -> list[int]:
     if not values or min(values) < 0:
         raise argparse.ArgumentTypeError(f"expected comma-separated non-negative integers (e.g. 1,2,3), got {text!r}")
     return values
+
+
+def existing_file(text: str) -> pathlib.Path:
+    """A file that exists (an input)."""
+    path = pathlib.Path(text)
+    if not path.is_file():
+        what = "a folder" if path.is_dir() else "no such file"
+        raise argparse.ArgumentTypeError(f"expected an existing file, got {text!r} ({what})")
+    return path
+
+
+def out_folder(text: str) -> pathlib.Path:
+    """An output folder: one that exists, or that can be made (its nearest existing ancestor
+    is a folder this process may write in). Nothing is created here."""
+    path = pathlib.Path(text)
+    if not text:
+        raise argparse.ArgumentTypeError("expected an output folder, got ''")
+    existing = next((p for p in (path, *path.parents) if p.exists()), pathlib.Path("."))
+    if not existing.is_dir():
+        where = "it is" if existing == path else f"{str(existing)!r} is"
+        raise argparse.ArgumentTypeError(f"expected an output folder, got {text!r} ({where} a file)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"expected an output folder, got {text!r} ({str(existing)!r} is not writable)")
+    return path

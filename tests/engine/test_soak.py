@@ -13,7 +13,7 @@ import pathlib
 
 import pytest
 
-from tests.helpers.scripts import load_script
+from tests.helpers.scripts import load_script, run_with_bad_input
 from vecenv.bench import procfs
 
 soak = load_script("soak")
@@ -82,3 +82,30 @@ def test_judge_reports_what_grew() -> None:
     assert "rss 100 -> 120 (+20.0%)" in verdict.describe()
     flat = soak.judge(soak.SoakResult("x", {}, [dict(r, rss=100, fds=10) for r in rows], ("rss",), ("fds",)))
     assert flat.flat and flat.describe().startswith("FLAT")
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize(
+    ("args", "option", "value"),
+    [
+        (["--num-workers", "200"], "--num-workers", "200"),
+        (["--context", "foo"], "--context", "foo"),
+        (["--mode", "cycles", "--methods", "foo"], "--methods", "foo"),
+        (["--mode", "recv-send", "--batch-size", "7"], "--batch-size", "7"),
+        (["--mode", "recv-send", "--batch-size", "256"], "--batch-size", "256"),  # more than --num-envs
+        (["--mode", "recv-send", "--num-envs", "8", "--num-workers", "3"], "--num-workers", "3"),
+        (["--steps", "10", "--num-envs", "8"], "--steps", "10"),
+        (["--out", "afile"], "--out", "afile"),
+        (["--tolerance", "-1"], "--tolerance", "-1"),
+        (["--tolerance", "nan"], "--tolerance", "nan"),
+        (["--warmup", "1"], "--warmup", "1"),
+        (["--seed", "-1"], "--seed", "-1"),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_option_before_anything_starts(
+    tmp_path: pathlib.Path, args: list[str], option: str, value: str
+) -> None:
+    (tmp_path / "afile").touch()
+    line = run_with_bad_input("soak", ["--no-progress", *args], cwd=tmp_path)
+    assert f"argument {option}: " in line and value in line, line
+    assert not (tmp_path / "bench-results").exists(), "nothing written"

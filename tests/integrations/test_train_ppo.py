@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.scripts import run_with_bad_input
+
 pytest.importorskip("torch", reason="train_ppo.py needs torch (pip install -e '.[train]')")
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "train_ppo.py"
@@ -116,6 +118,43 @@ def test_bad_num_workers_is_a_usage_error(tmp_path: Path, bad: str) -> None:
     )
     assert proc.returncode == 2
     assert "--num-workers" in proc.stderr and bad in proc.stderr
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize(
+    ("args", "option", "value"),
+    [
+        (["--out", "afile"], "--out", "afile"),
+        (["--out", "afile/sub"], "--out", "afile/sub"),
+        (["--plot", "nonexistent.csv"], "--plot", "nonexistent.csv"),
+        (["--plot", "afile"], "--plot", "afile"),  # a CSV, but not an episodes.csv
+        (["--learning-rate", "-1"], "--learning-rate", "-1"),
+        (["--learning-rate", "0"], "--learning-rate", "0"),
+        (["--gamma", "nan"], "--gamma", "nan"),
+        (["--gamma", "2"], "--gamma", "2"),
+        (["--gae-lambda", "-0.1"], "--gae-lambda", "-0.1"),
+        (["--clip-coef", "-1"], "--clip-coef", "-1"),
+        (["--target-kl", "-1"], "--target-kl", "-1"),
+        (["--env-step-ms", "-1"], "--env-step-ms", "-1"),
+        (["--solve-return", "nan"], "--solve-return", "nan"),
+        (["--solve-return", "inf"], "--solve-return", "inf"),
+        (["--max-grad-norm", "0"], "--max-grad-norm", "0"),
+        (["--vf-coef", "-1"], "--vf-coef", "-1"),
+        (["--seed", "-1"], "--seed", "-1"),
+        (["--num-envs", "0"], "--num-envs", "0"),
+        (["--num-workers", "20"], "--num-workers", "20"),
+        (["--minibatch-size", "100"], "--minibatch-size", "100"),  # 8 envs x 32 steps = 256
+        (["--env-id", "Nope-v0"], "--env-id", "Nope-v0"),
+        (["--env-id", "Pendulum-v1"], "--env-id", "Pendulum-v1"),  # continuous actions
+    ],
+)
+def test_bad_input_is_one_line_naming_the_option_before_anything_starts(
+    tmp_path: Path, args: list[str], option: str, value: str
+) -> None:
+    (tmp_path / "afile").write_text("x,y\n1,2\n")
+    line = run_with_bad_input("train_ppo", args, cwd=tmp_path)
+    assert f"argument {option}: expected " in line and value in line, line
+    assert not (tmp_path / "runs").exists(), "nothing written"
 
 
 @pytest.mark.timeout(200)

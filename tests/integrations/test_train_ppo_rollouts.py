@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.scripts import load_script
+from tests.helpers.scripts import load_script, run_with_bad_input
 
 pytest.importorskip("torch", reason="train_ppo_rollouts.py needs torch (pip install -e '.[train]')")
 
@@ -62,6 +62,37 @@ def test_a_few_updates_run_with_finite_losses_and_advancing_weights(tmp_path: Pa
         assert versions == [1, 1, 2, 3], versions
     else:
         assert versions == [1, 2, 3, 4], versions
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize(
+    ("args", "option", "value"),
+    [
+        (["--num-workers", "20"], "--num-workers", "20"),
+        (["--num-workers", "-1"], "--num-workers", "-1"),
+        (["--env-id", "Pendulum-v1"], "--env-id", "Pendulum-v1"),  # continuous actions
+        (["--env-id", "Nope-v0"], "--env-id", "Nope-v0"),
+        (["--env-id", "Acrobot-v1", "--hide-velocity"], "--hide-velocity", "Acrobot-v1"),
+        (["--out", "afile"], "--out", "afile"),
+        (["--learning-rate", "-1"], "--learning-rate", "-1"),
+        (["--gamma", "2"], "--gamma", "2"),
+        (["--gae-lambda", "nan"], "--gae-lambda", "nan"),
+        (["--clip-coef", "-1"], "--clip-coef", "-1"),
+        (["--target-kl", "0"], "--target-kl", "0"),
+        (["--env-step-ms", "-1"], "--env-step-ms", "-1"),
+        (["--solve-return", "nan"], "--solve-return", "nan"),
+        (["--seed", "-1"], "--seed", "-1"),
+        (["--hidden", "0"], "--hidden", "0"),
+        (["--overlap", "--collect", "step"], "--overlap", "step"),
+    ],
+)
+def test_bad_input_is_one_line_naming_the_option_before_anything_starts(
+    tmp_path: Path, args: list[str], option: str, value: str
+) -> None:
+    (tmp_path / "afile").touch()
+    line = run_with_bad_input("train_ppo_rollouts", args, cwd=tmp_path)
+    assert f"argument {option}: expected " in line and value in line, line
+    assert not (tmp_path / "runs").exists(), "nothing written"
 
 
 TIMELINE = SCRIPT.with_name("rollout_timeline.py")
