@@ -165,9 +165,17 @@ def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error(f"argument --num-workers: expected an int in [0, --num-envs={args.num_envs}], got {args.num_workers}")
     if args.overlap and args.collect != "rollout":
         p.error(f"argument --overlap: expected --collect rollout, got --collect {args.collect}")
+    if args.overlap and args.num_workers == 0:  # the rollout would run in this process, after the update
+        p.error("argument --overlap: expected --num-workers of at least 1 (with 0 nothing overlaps), got 0")
     if args.collect == "rollout" and args.vector != "vecenv":
         p.error(
             f"argument --vector: expected vecenv with --collect rollout (sync is for --collect step), got {args.vector}"
+        )
+    batch = args.num_envs * args.num_steps
+    if args.policy == "mlp" and batch % min(args.minibatch_size, batch):  # a short last one: 1 row, NaN std
+        p.error(
+            f"argument --minibatch-size: expected a divisor of --num-envs x --num-steps ({batch}) with --policy mlp, "
+            f"got {args.minibatch_size}"
         )
     if args.policy == "lstm" and args.num_envs % args.num_minibatches:
         p.error(

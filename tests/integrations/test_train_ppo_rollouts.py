@@ -84,6 +84,8 @@ def test_a_few_updates_run_with_finite_losses_and_advancing_weights(tmp_path: Pa
         (["--seed", "-1"], "--seed", "-1"),
         (["--hidden", "0"], "--hidden", "0"),
         (["--overlap", "--collect", "step"], "--overlap", "step"),
+        (["--overlap", "--num-workers", "0"], "--overlap", "0"),
+        (["--minibatch-size", "85"], "--minibatch-size", "85"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_option_before_anything_starts(
