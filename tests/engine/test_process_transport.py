@@ -45,6 +45,15 @@ def _cut_next_read(conn: Any) -> None:
     conn.recv_bytes = torn_read
 
 
+def _assert_every_worker_kept(envs: Any, sync: SyncVectorEnv, pids: list[int | None]) -> None:
+    """After an interrupt that cut no message: no worker was ended or replaced, and the next
+    reset and step give Sync's results."""
+    assert_same(envs.reset(seed=5), sync.reset(seed=5), "reset after the interrupt")
+    actions = np.array([1, 0, 1, 0])
+    assert_same(envs.step(actions), sync.step(actions), "step after the interrupt")
+    assert envs.worker_pids == pids and envs.restart_count == 0
+
+
 def _ctrl_c_in_next_read(conn: Any, presses: int) -> None:
     """Make ``conn``'s next read deliver a real SIGINT ``presses`` times while it reads (the
     signal arrives during the read; its handler runs where the interpreter next checks)."""
@@ -113,10 +122,7 @@ def test_ctrl_c_as_a_command_is_written_to_a_worker_that_owes_a_reply(monkeypatc
         with pytest.raises(KeyboardInterrupt):
             envs.reset(seed=2)
         monkeypatch.undo()
-        assert_same(envs.reset(seed=3), sync.reset(seed=3), "reset after the interrupts")
-        actions = np.array([1, 0, 1, 0])
-        assert_same(envs.step(actions), sync.step(actions), "step after the interrupts")
-        assert envs.worker_pids == pids and envs.restart_count == 0
+        _assert_every_worker_kept(envs, sync, pids)
     finally:
         envs.close()
         sync.close()
@@ -275,10 +281,7 @@ def test_an_interrupt_that_cuts_no_message_keeps_every_worker(where: str, monkey
         with pytest.raises(KeyboardInterrupt):
             envs.reset(seed=1)
         monkeypatch.undo()
-        assert_same(envs.reset(seed=2), sync.reset(seed=2), "reset after the interrupt")
-        actions = np.array([1, 0, 1, 0])
-        assert_same(envs.step(actions), sync.step(actions), "step after the interrupt")
-        assert envs.worker_pids == pids and envs.restart_count == 0
+        _assert_every_worker_kept(envs, sync, pids)
     finally:
         envs.close()
         sync.close()
