@@ -205,8 +205,22 @@ def test_spaces_whose_batching_would_not_fit_are_refused_without_shared_memory_t
     """Without a shared block (``shared_memory=False``, or Ray) batching the spaces is still
     checked: under a limit smaller than 8 envs' frames, bounds included, one clear error."""
     monkeypatch.setattr(memory, "memory_limits", lambda shared, named: [("available memory", 400_000)])
-    with pytest.raises(MemoryLimitError, match=r"batching the spaces of 8 envs needs 882.\d KiB"):
+    with pytest.raises(MemoryLimitError, match=r"batching the spaces of 8 envs needs 1.7 MiB"):
         vecenv.SubprocVectorEnv([FrameEnv] * 8, 2, context="fork", shared_memory=False)
+
+
+@pytest.mark.timeout(60)
+def test_what_the_start_holds_at_once_is_checked_together(monkeypatch) -> None:
+    """The step buffers (221 KiB for 8 frames), batching the spaces (1.7 MiB: bounds and the
+    temporaries Gymnasium's Box makes while checking them) and the copy of the observations a
+    reset returns are alive at once: under a limit that each fits alone, but not their sum,
+    the constructor refuses them together, before making any, rather than ending in numpy's
+    MemoryError (or the OOM killer) half-way."""
+    monkeypatch.setattr(memory, "memory_limits", lambda shared, named: [("available memory", 2_000_000)])
+    together = r"the step buffers, batching the spaces and a copy of the observations of 8 envs together needs 2.2 MiB"
+    with pytest.raises(MemoryLimitError, match=together) as info:
+        vecenv.SubprocVectorEnv([FrameEnv] * 8, 2, context="fork")
+    assert info.value.needed > info.value.available == 2_000_000
 
 
 def test_check_block_names_the_tightest_limit(monkeypatch) -> None:

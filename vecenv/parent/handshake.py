@@ -102,22 +102,31 @@ def configure(
 def _check_memory(num_envs: int, first: Hello, observation_mode: ObservationMode, shared_memory: bool) -> None:
     """Refuse (``MemoryLimitError``) spaces whose batching or step buffers need more memory
     than the machine can give, before either is made: Gymnasium's ``batch_space`` allocates a
-    batched ``Box``'s bounds and temporaries of its size (counted as ~2 values and 2 bytes per
-    element), the step buffers one value per element."""
+    batched ``Box``'s bounds and, while it checks them, temporaries of their size (measured at
+    up to ~4 values and 4 bytes per element), the step buffers one value per element, and
+    ``reset``/``step`` return a copy of the observations. Each alone, and all of them together
+    (they are alive at once), must fit."""
     spaces = [first.action_space]
     if not isinstance(observation_mode, tuple):  # (a batched space given by the caller is made)
         spaces.append(first.observation_space)
     batching = sum(
-        math.prod(shape) * (2 * dtype.itemsize + 2)
+        math.prod(shape) * (4 * dtype.itemsize + 4)
         for space in spaces
         if is_fixed(space)
         for shape, dtype in leaf_layout(space, num_envs)
     )
+    spec = BufferSpec.plan(num_envs, first.observation_space, first.action_space, True)
+    buffers = layout_nbytes(spec.layout())
     if shared_memory:
-        spec = BufferSpec.plan(num_envs, first.observation_space, first.action_space, True)
-        what = f"the step buffers of {num_envs} envs"
-        check_block(layout_nbytes(spec.layout()), what, shared=True, named=spec.shm_name is not None)
+        check_block(buffers, f"the step buffers of {num_envs} envs", shared=True, named=spec.shm_name is not None)
     check_block(batching, f"batching the spaces of {num_envs} envs", shared=False)
+    copy = (
+        sum(math.prod(shape) * dtype.itemsize for shape, dtype in leaf_layout(first.observation_space, num_envs))
+        if is_fixed(first.observation_space)
+        else 0
+    )
+    what = f"the step buffers, batching the spaces and a copy of the observations of {num_envs} envs together"
+    check_block(buffers + batching + copy, what, shared=False)
 
 
 def _first_mismatch(first: Hello, hello: Hello, observation_mode: ObservationMode, start: int) -> SpaceMismatch | None:
