@@ -108,6 +108,67 @@ def test_step_suite_writes_markdown_json_and_chart(tmp_path):
         assert (tmp_path / "bench" / "step.png").stat().st_size > 0
 
 
+def test_scaling_suite_measures_each_worker_count_spinning_and_sleeping(tmp_path):
+    data, md, _ = bench(tmp_path, "scaling", "--n", "6", "--workers", "2,1,3", "--seconds", "0.1")
+    assert data["settings"]["workers"] == [1, 2, 3]
+    cells = {c["runner"]: c for c in data["cells"]}
+    curve = [f"vecenv-{k}w{s}" for k in (1, 2, 3) for s in ("", "-sleep")]
+    assert set(cells) == {"single", "single-par", "sync", "vecenv-auto", *curve}
+    for c in cells.values():
+        assert c["summary"] is not None and positive(c["summary"]["rate_median"]), c
+    for k in (1, 2, 3):  # the sleeping rows really ran with the spin off, the others with it on
+        assert cells[f"vecenv-{k}w-sleep"]["reps"][0]["spin_limit_s"] == 0
+        assert cells[f"vecenv-{k}w"]["reps"][0]["spin_limit_s"] > 0
+        assert cells[f"vecenv-{k}w"]["workers"] == k and cells[f"vecenv-{k}w-sleep"]["spin"] is False
+    assert cells["sync"]["reps"][0]["spin_limit_s"] is None  # no vecenv in that process
+    assert "## cartpole, N=6" in md
+    rows = [line for line in md.splitlines() if line.startswith(("| 1 |", "| 2 |", "| 3 |"))]
+    assert len(rows) == 3 and all(line.count("**") == 4 for line in rows)  # a rate spinning and one sleeping
+
+
+def test_scaling_suite_refuses_more_workers_than_envs(tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "vecenv.bench",
+            "--suite",
+            "scaling",
+            "--n",
+            "4",
+            "--workers",
+            "2,5",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 2 and "--workers: expected worker counts from 1 to --n (4), got 2,5" in proc.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_scaling_default_worker_counts():
+    from vecenv.bench.scaling import default_workers
+
+    assert default_workers(1) == [1]
+    assert default_workers(2) == [1, 2]
+    assert default_workers(4) == [1, 2, 3, 4]
+    assert default_workers(16) == [1, 2, 4, 8, 15, 16]
+    assert default_workers(12) == [1, 2, 4, 8, 11, 12]
+
+
+def test_sleeping_rows_are_vecenv_only():
+    from vecenv.bench.runners import MODE
+    from vecenv.bench.vectors import VectorKind, make_vector
+    from vecenv.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="spin=False is vecenv's alone, not sync's"):
+        make_vector(VectorKind.SYNC, [], autoreset_mode=MODE, spin=False)
+
+
 def test_plan_keeps_zero_workers_and_auto_at_every_size():
     cells, _ = plan(["cartpole"], [1, 2], ["vecenv-0w", "vecenv-2w", "vecenv-auto"], quick=True)
     assert sorted((c["n"], c["runner"]) for c in cells) == [
@@ -439,3 +500,8 @@ def test_an_interrupted_run_ends_its_measurement_and_says_so_in_one_line(tmp_pat
         time.sleep(0.05)
     assert not any(procfs.alive(pid) for pid in measuring), "the measurement outlived the run"
     assert not (out / "step.json").exists()
+
+
+def test_many_cores_script_says_how_to_call_it():
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "many_cores.sh")], capture_output=True, text=True, timeout=30)
+    assert proc.returncode != 0 and "usage: bash scripts/many_cores.sh OUT_DIR [PYTHON]" in proc.stderr

@@ -24,12 +24,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vecenv.bench import collection, multiagent, rollouts, step
+from vecenv.bench import collection, multiagent, rollouts, scaling, step
 from vecenv.bench.child import kill_children
 from vecenv.bench.suite import OptionError, Outcome, Suite, SuiteFailed
 
 #: The suites, by the name --suite takes, in the order --help lists them.
-SUITES: dict[str, Suite] = {s.name: s for s in (step.SUITE, rollouts.SUITE, collection.SUITE, multiagent.SUITE)}
+SUITES: dict[str, Suite] = {
+    s.name: s for s in (step.SUITE, rollouts.SUITE, collection.SUITE, multiagent.SUITE, scaling.SUITE)
+}
 DEFAULT_SUITE = "step"
 PROG = "vecenv-bench"
 

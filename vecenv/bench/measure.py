@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -171,6 +172,13 @@ def _worker_choice(runner: Runner, envs: Any) -> dict[str, Any]:
     return {"workers_chosen": int(choice.num_workers), "workers_chosen_reason": str(choice.reason)}
 
 
+def _spin_limit() -> float | None:
+    """The longest a wait of vecenv's step path could spin in this process (0: every wait slept
+    at once); ``None`` where no vecenv vector env was made."""
+    fastpath = sys.modules.get("vecenv.wire.fastpath")
+    return None if fastpath is None else float(fastpath.SPIN_LIMIT)
+
+
 _STARTS: dict[Drive, Callable[[Setup], Session]] = {
     Drive.SINGLE: _start_single,
     Drive.NATIVE: _start_native,
@@ -208,6 +216,7 @@ def measure(spec: dict[str, Any], on_result: Callable[[dict[str, Any]], None] | 
         "idle_wall_s": None if idle is None else idle[1],
         "obs_shape": None if obs is None else list(np.shape(obs)),
         "obs_dtype": None if obs is None else str(np.asarray(obs).dtype),
+        "spin_limit_s": _spin_limit(),
         **session.extra,
     }
     if on_result is not None:

@@ -12,6 +12,7 @@ import dataclasses
 import enum
 import functools
 import importlib.util
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal
 
@@ -67,6 +68,7 @@ class Runner:
     parallel: bool = False  # single-par: `single` in one process per core at once, rates summed
     infer: bool = False  # ~0.5 ms of numpy "inference" per step or batch, as a learner would
     opt_in: bool = False  # measured only when named in --runners
+    spin: bool = True  # False: nobody spins on the step's shared words; every wait sleeps at once
     needs: Requirement | None = None
     #: the workloads it can step (``None``: every one); envpool steps only its own C++ CartPole
     workloads: frozenset[str] | None = None
@@ -113,6 +115,7 @@ def _vector(runner: Runner, fns: Sequence[EnvFn], workload: str) -> Any:
         num_workers=workers,
         batch_size=runner.batch_at(len(fns)),
         inline_group=runner.inline_group,
+        spin=runner.spin,
     )
 
 
@@ -256,10 +259,24 @@ def async_batch_runners(
     return rows
 
 
+#: The worker-count curve's rows: ``vecenv-16w``, or ``vecenv-16w-sleep`` with nobody spinning.
+_CURVE_NAME = re.compile(r"vecenv-([1-9][0-9]*)w(-sleep)?")
+
+
+def curve_runner(workers: int, spin: bool = True) -> Runner:
+    """vecenv with ``workers`` worker processes (any count), spinning on the step's shared words
+    as by default or, with ``spin=False``, sleeping on the pipes at every wait."""
+    name = f"vecenv-{workers}w" + ("" if spin else "-sleep")
+    return Runner(name, build=_vector, vector=VectorKind.VECENV, workers=workers, spin=spin)
+
+
 def runner_named(name: str, n: int) -> Runner:
     """The runner of a planned cell of ``n`` envs named ``name``; ``ValueError`` for no runner."""
     if name in RUNNERS:
         return RUNNERS[name]
+    curve = _CURVE_NAME.fullmatch(name)
+    if curve:
+        return curve_runner(int(curve.group(1)), spin=curve.group(2) is None)
     if name in NATIVE:
         return NATIVE[name]
     for base, batches in async_batch_runners(n):

@@ -131,7 +131,7 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
-def _measure_all(cells: list[Cell], notes: list[str], args: argparse.Namespace, calib: dict[str, Any]) -> None:
+def measure_cells(cells: list[Cell], notes: list[str], args: argparse.Namespace, calib: dict[str, Any]) -> None:
     """Every repetition of every cell, interleaved, each in a fresh process; a cell that fails
     once is not measured again (a note says why)."""
     cores = available_cpus()
@@ -173,7 +173,7 @@ def run(args: argparse.Namespace) -> Outcome:
     if "error" in calib:
         raise SuiteFailed(f"calibration failed: {calib['error']}")
     cells, notes = plan(args.workloads, args.sizes, args.runners, args.quick)
-    _measure_all(cells, notes, args, calib)
+    measure_cells(cells, notes, args, calib)
     summarize(cells, cores)
     meta = {
         "cores": cores,

@@ -33,12 +33,18 @@ def make_vector(
     num_workers: int | str | None = "auto",
     batch_size: int | None = None,
     inline_group: bool = False,
+    spin: bool = True,
 ) -> Any:
     """The vector env ``kind`` over ``env_fns``. ``num_workers`` and ``batch_size`` are vecenv's
     and Ray's (``batch_size``: the EnvPool-style ``async_reset``/``recv``/``send`` API); the
     Gymnasium kinds take neither; ``num_workers=None`` is vecenv's default plan, and
-    ``inline_group`` has the parent step vecenv's first group)."""
+    ``inline_group`` has the parent step vecenv's first group). ``spin=False`` (vecenv only)
+    turns the spin on the step's shared words off for every vector env this process makes from
+    then on (:data:`vecenv.wire.fastpath.SPIN_LIMIT` 0): each wait sleeps on its pipe at once,
+    so the benchmark can say what spinning gives; each measurement runs in a fresh process."""
     fns = list(env_fns)
+    if not spin and kind is not VectorKind.VECENV:
+        raise InvalidArgumentError(f"make_vector: spin=False is vecenv's alone, not {kind.value}'s")
     if kind is VectorKind.SYNC:
         return gym.vector.SyncVectorEnv(fns, autoreset_mode=autoreset_mode)
     if kind is VectorKind.ASYNC:
@@ -46,6 +52,11 @@ def make_vector(
     batch: dict[str, Any] = {} if batch_size is None else {"batch_size": batch_size}
     if kind is VectorKind.VECENV:
         import vecenv
+
+        if not spin:
+            from vecenv.wire import fastpath
+
+            fastpath.SPIN_LIMIT = 0.0
 
         return vecenv.SubprocVectorEnv(
             fns, num_workers, autoreset_mode=autoreset_mode, inline_group=inline_group, **batch
