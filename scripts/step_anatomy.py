@@ -1,0 +1,131 @@
+"""Where a step's wall time goes at large N: the parent's share, the workers' and the wait.
+
+    python scripts/step_anatomy.py                     # CartPole N=1,024, ~1 min on 16 cores
+    python scripts/step_anatomy.py --num-envs 1024 --workers 4,8,15,16 --seconds 2
+
+For each worker count K, spinning (the default waits) and sleeping (nobody spins on the step's
+shared words), CartPole at --num-envs envs steps with random actions (NEXT_STEP autoreset) for
+--seconds, and the row gives, per step: the wall time; this process's CPU time (the parent's
+share: actions out, observations and flags copied in, the pool's bookkeeping, and any spin);
+the mean and the largest CPU time of one worker (its group's envs, its wait); and the wall time
+one process takes to step one group's envs alone (``SyncVectorEnv`` of N/K envs, rounded up):
+the work a worker must do, with nobody to coordinate. ``wall - group`` is what coordinating K
+processes adds to a step; ``N / group`` is the row's ceiling. The table is printed as markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+import vecenv
+from vecenv.argtypes import positive_float, positive_int
+from vecenv.bench.procfs import cpu_seconds
+from vecenv.bench.suite import csv
+from vecenv.machine import available_cpus
+from vecenv.wire import fastpath
+
+
+def _cartpole() -> gym.Env:
+    return gym.make("CartPole-v1")
+
+
+def _timed(envs: Any, seconds: float, pids: Callable[[], list[int]]) -> tuple[float, list[float]]:
+    """Step ``envs`` for ``seconds`` after a warm-up: (wall seconds per step, CPU seconds per step
+    of each pid in ``pids()``)."""
+    envs.reset(seed=0)
+    rng = np.random.default_rng(0)
+    actions = rng.integers(0, 2, (256, envs.num_envs))
+    warm_until = time.perf_counter() + min(0.3, seconds / 4)
+    i = 0
+    while time.perf_counter() < warm_until:
+        envs.step(actions[i % 256])
+        i += 1
+    ids = pids()
+    cpu = [cpu_seconds(pid) for pid in ids]
+    start = time.perf_counter()
+    steps = 0
+    while True:
+        envs.step(actions[(i + steps) % 256])
+        steps += 1
+        wall = time.perf_counter() - start
+        if wall >= seconds:
+            break
+    cpu = [cpu_seconds(pid) - before for pid, before in zip(ids, cpu)]
+    return wall / steps, [c / steps for c in cpu]
+
+
+def vecenv_row(n: int, workers: int, spin: bool, seconds: float) -> dict[str, float]:
+    """Wall, parent CPU and worker CPU per step of vecenv with ``workers`` workers."""
+    limit = fastpath.SPIN_LIMIT
+    fastpath.SPIN_LIMIT = limit if spin else 0.0  # read when the vector env is made
+    try:
+        envs = vecenv.SubprocVectorEnv([_cartpole] * n, workers, autoreset_mode="NextStep")
+    finally:
+        fastpath.SPIN_LIMIT = limit
+    try:
+        wall, cpu = _timed(envs, seconds, lambda: [os.getpid(), *[p for p in envs.worker_pids if p is not None]])
+    finally:
+        envs.close()
+    return {"wall": wall, "parent": cpu[0], "worker_mean": statistics.mean(cpu[1:]), "worker_max": max(cpu[1:])}
+
+
+def group_alone(envs_per_group: int, seconds: float) -> float:
+    """Wall seconds per step of one group's envs in this process (``SyncVectorEnv``)."""
+    envs = gym.vector.SyncVectorEnv([_cartpole] * envs_per_group, autoreset_mode="NextStep")
+    try:
+        wall, _ = _timed(envs, seconds, lambda: [os.getpid()])
+    finally:
+        envs.close()
+    return wall
+
+
+def main(argv: list[str] | None = None) -> None:
+    cores = available_cpus()
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--num-envs", type=positive_int, default=1024, help="CartPole envs (default: %(default)s)")
+    parser.add_argument(
+        "--workers",
+        type=csv(int),
+        default=sorted({1, 2, 4, 8, max(1, cores - 1), cores} & set(range(1, cores + 1))),
+        help="comma-separated worker counts (default: 1, 2, 4, 8, the cores less one and the cores, up to the cores)",
+    )
+    parser.add_argument(
+        "--seconds", type=positive_float, default=1.0, help="seconds of stepping per row (default: %(default)s)"
+    )
+    args = parser.parse_args(argv)
+    n = args.num_envs
+    bad = [k for k in args.workers if not 1 <= k <= n]
+    if bad:
+        parser.error(f"argument --workers: expected worker counts from 1 to --num-envs ({n}), got {bad[0]}")
+    sync = group_alone(n, args.seconds)
+    print(f"CartPole N={n}, {args.seconds:g} s per row, {cores} cores, load {os.getloadavg()[0]:.1f}")
+    print(f"SyncVectorEnv of all {n}: {sync * 1e6:,.0f} µs a step ({n / sync:,.0f} env-steps/s)")
+    print()
+    print(
+        "| workers | waits | wall µs/step | env-steps/s | parent CPU µs/step | worker CPU µs/step "
+        "(mean / max) | group alone µs/step | wall − group µs | ceiling env-steps/s |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    for k in sorted(set(args.workers)):
+        group = group_alone(math.ceil(n / k), args.seconds)
+        for spin in (True, False):
+            r = vecenv_row(n, k, spin, args.seconds)
+            print(
+                f"| {k} | {'spinning' if spin else 'sleeping'} | {r['wall'] * 1e6:,.0f} | {n / r['wall']:,.0f} | "
+                f"{r['parent'] * 1e6:,.0f} | {r['worker_mean'] * 1e6:,.0f} / {r['worker_max'] * 1e6:,.0f} | "
+                f"{group * 1e6:,.0f} | {(r['wall'] - group) * 1e6:,.0f} | {n / group:,.0f} |",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
