@@ -908,6 +908,35 @@ def test_cli_overwrite_keeps_the_minari_dataset_when_the_run_is_refused(
     assert minari.load_dataset("test/keep-v0").total_episodes == 2
 
 
+def test_a_failed_write_never_reports_an_earlier_dataset_written_a_moment_before_as_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A run that cannot write (a full disk at its first write) after an earlier run wrote the
+    dataset it was to replace a moment before: the line says the old dataset is as it was,
+    never that this run kept it as a partial dataset (its metadata is not this run's file,
+    however recent)."""
+    from vecenv.datasets import collection
+
+    out = tmp_path / "d"
+    args = ["--env", "tests.helpers.envs:RolloutCounter-v0", "--num-envs", "2", "--num-workers", "1", "--steps"]
+    args += ["20", "--quiet", "--out", str(out)]
+    assert main(args) == 0  # the earlier run, a moment ago
+    capsys.readouterr()
+
+    def full_disk(run: Any) -> None:
+        raise OSError(28, "No space left on device", str(out / "observations.npy"))
+
+    monkeypatch.setattr(collection, "record_transitions", full_disk)
+    assert main([*args, "--overwrite"]) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        f"vecenv-collect: error: cannot write {out / 'observations.npy'}: No space left on device; "
+        f"nothing was written; the dataset already in {out} is as it was\n"
+    ), err
+    with load(out) as kept:
+        assert kept.complete and kept.transitions == 20
+
+
 def test_cli_refuses_existing_out_without_overwrite_in_a_real_process(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
     result = cli("--steps", "10", "--out", str(tmp_path / "d"))

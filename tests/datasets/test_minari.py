@@ -332,6 +332,33 @@ def test_cli_collect_and_export_to_minari(tmp_path: Path, capsys: pytest.Capture
     env.close()
 
 
+def test_a_failed_write_never_reports_an_earlier_minari_dataset_written_a_moment_before_as_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """As for our format: a run with --overwrite that cannot write its first episode leaves the
+    dataset an earlier run wrote a moment before, and says so, not that it kept its episodes."""
+    from vecenv.datasets import collection
+
+    root = tmp_path / "root"
+    args = ["--env", "tests.helpers.envs:RolloutCounter-v0", "--num-envs", "2", "--num-workers", "1", "--episodes"]
+    args += ["2", "--quiet", "--format", "minari", "--dataset-id", "ns/moment-v0", "--out", str(root)]
+    assert main(args) == 0  # the earlier run, a moment ago
+    capsys.readouterr()
+    data = root / "ns" / "moment-v0" / "data"
+
+    def full_disk(run: Any) -> None:
+        raise OSError(28, "No space left on device", str(data / "main_data.hdf5"))
+
+    monkeypatch.setattr(collection, "record_transitions", full_disk)
+    assert main([*args, "--overwrite"]) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        f"vecenv-collect: error: cannot write {data / 'main_data.hdf5'}: No space left on device; "
+        "no episode was written; Minari dataset 'ns/moment-v0' is as it was\n"
+    ), err
+    assert minari.MinariDataset(data).total_episodes == 2
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

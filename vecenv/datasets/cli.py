@@ -17,9 +17,9 @@ import shlex
 import signal
 import sys
 import threading
-import time
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -159,11 +159,10 @@ def _make_envs(args: argparse.Namespace, env_kwargs: dict[str, Any]) -> VectorEn
         ) from None
 
 
-def _run(args: argparse.Namespace, command_line: str) -> int:
-    """Validate the arguments, build the environments, collect, and report."""
+def _run(args: argparse.Namespace, command_line: str, before: _Before) -> int:
+    """Validate the arguments, build the environments, collect, and report; ``before`` is
+    filled in with what the output path held before the run, once the path is known."""
     out: Path | None = None
-    existed = True
-    earlier: _Identity = None
     try:
         env_kwargs = _parse_env_kwargs(args.env_kwargs)
         if os.getcwd() not in sys.path:  # like `python -m`: modules in the current directory import
@@ -177,8 +176,7 @@ def _run(args: argparse.Namespace, command_line: str) -> int:
             args.num_envs = default_num_envs(args.steps)
         if args.num_workers is not None and args.num_workers > args.num_envs:
             raise _UsageError(f"--num-workers: expected at most --num-envs ({args.num_envs}), got {args.num_workers}")
-        existed = _output_path(args).exists()
-        earlier = _identity(_metadata_path(args))
+        before.record(args)
         out = _checked_output(args)
         envs = _make_envs(args, env_kwargs)
         _check_signals()  # one that came while the workers were forked may have been lost
@@ -186,11 +184,11 @@ def _run(args: argparse.Namespace, command_line: str) -> int:
         # Checking the options imports the env's and the policy's modules (and Minari), which
         # can take seconds: Ctrl+C there is as much "before any data" as during start-up.
         if out is not None:
-            _drop_empty_directories(out, existed)
+            _drop_empty_directories(out, before.existed)
         print(f"{PROG}: interrupted while starting the environments: nothing was written", file=sys.stderr)
         raise
     try:
-        dataset = _collect(args, envs, policy, out, env_kwargs, command_line, existed, earlier)
+        dataset = _collect(args, envs, policy, out, env_kwargs, command_line, before)
     finally:
         envs.close()
     if not args.quiet:
@@ -207,15 +205,14 @@ def _collect(
     out: Path,
     env_kwargs: dict[str, Any],
     command_line: str,
-    existed: bool,
-    earlier: _Identity,
+    before: _Before,
 ) -> Any:
     """``collect`` as the arguments say; after Ctrl+C or an error, say what was kept.
 
     A run that ends before it writes anything (the policy's output refused at the first step,
     Ctrl+C during start-up) leaves nothing, and an output it was to replace with
     ``--overwrite`` as it was, so the same command, corrected, runs as it would have;
-    ``existed``: the output path was there before the run, ``earlier``: its dataset's metadata."""
+    ``before``: what the output path held before the run."""
     minari_options: dict[str, Any] = {}
     if args.format == "minari":
         minari_options = {
@@ -248,12 +245,12 @@ def _collect(
             **minari_options,
         )
     except (PolicyError, UnsupportedSpaceError, PolicySpecError) as exc:
-        _drop_empty_directories(out, existed)
+        _drop_empty_directories(out, before.existed)
         if not isinstance(exc, PolicyError):  # refused before anything was written
             raise _UsageError(str(exc)) from None
-        raise _UsageError(f"{exc}; {_what_was_kept(args, out, existed, earlier)}") from None
+        raise _UsageError(f"{exc}; {_what_was_kept(args, out, before)}") from None
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted: {_what_was_kept(args, out, existed, earlier)}", file=sys.stderr)
+        print(f"{PROG}: interrupted: {_what_was_kept(args, out, before)}", file=sys.stderr)
         if args.format != "minari" and (out / METADATA_FILE).is_file() and not args.quiet:
             from vecenv.datasets.cli_summary import dataset_summary
 
@@ -265,22 +262,22 @@ def _collect(
         if args.debug:
             raise
         notes = " ".join(getattr(exc, "__notes__", ()))
-        kept = _what_was_kept(args, out, existed, earlier)
+        kept = _what_was_kept(args, out, before)
         raise _RunError(
             f"{type(exc).__name__}: {exc}{' (' + notes + ')' if notes else ''}; {kept} (--debug shows the traceback)"
         ) from None
 
 
-def _what_was_kept(args: argparse.Namespace, out: Path, existed: bool, earlier: _Identity) -> str:
+def _what_was_kept(args: argparse.Namespace, out: Path, before: _Before) -> str:
     """What a run that stopped early left, for its last line (empty directories it made are
-    removed). A dataset whose metadata is still ``earlier``'s file is the one the run was to
-    replace, put back as it was."""
+    removed). A dataset whose metadata is still the file there before the run is the one the
+    run was to replace, put back as it was."""
     metadata = _metadata_path(args)
-    written = _identity(metadata) not in (None, earlier)
+    written = before.written_by_run(args)
     if args.format == "minari":
         if written:
             return f"kept the finished episodes in Minari dataset {args.dataset_id!r} under {out}"
-        _drop_empty_directories(out, existed)
+        _drop_empty_directories(out, before.existed)
         if metadata.is_file():
             return f"no episode had finished, so nothing was written; Minari dataset {args.dataset_id!r} is as it was"
         return f"no episode had finished, so no Minari dataset {args.dataset_id!r} was written"
@@ -289,15 +286,6 @@ def _what_was_kept(args: argparse.Namespace, out: Path, existed: bool, earlier: 
     if metadata.is_file():
         return f"nothing was written; the dataset already in {out} is as it was"
     return "nothing was written"
-
-
-def _written_since(path: Path, started: float) -> bool:
-    """Whether ``path`` is a file written since ``started`` (by this run; a file system may keep
-    whole seconds)."""
-    try:
-        return path.stat().st_mtime >= started - 1.0
-    except OSError:
-        return False
 
 
 def _drop_empty_directories(out: Path, existed: bool) -> None:
@@ -344,33 +332,38 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_failure(exc: OSError, args: argparse.Namespace, exporting: bool, started: float) -> str:
+def _write_failure(exc: OSError, args: argparse.Namespace, exporting: bool, before: _Before) -> str:
     """One line for an output that could not be written: the path, the cause, and what was kept
-    (what this run wrote: a dataset whose metadata is older than ``started`` is another run's)."""
+    (what this run wrote, told from an earlier dataset as ``_Before.written_by_run`` tells it)."""
     if isinstance(exc, DatasetWriteError):
         what = str(exc.strerror)
     else:
         cause = exc.strerror or str(exc)
         what = f"cannot write {exc.filename}: {cause}" if exc.filename else f"{type(exc).__name__}: {cause}"
-    if not exporting and args.format == "minari":
-        return " ".join(f"{what}; {_minari_kept(args, started)}".split())
-    out = None if exporting else _default_out(args)
-    metadata = None if out is None else out / METADATA_FILE
-    if metadata is not None and metadata.is_file():
+    if exporting:
+        return " ".join(what.split())
+    if args.format == "minari":
+        return " ".join(f"{what}; {_minari_kept(args, before)}".split())
+    out = _default_out(args)
+    if before.written_by_run(args):
         try:
-            kept = json.loads(metadata.read_text())["counts"]["transitions"]
+            kept = json.loads((out / METADATA_FILE).read_text())["counts"]["transitions"]
             what += f'; kept a partial dataset ("complete": false) of {kept} transitions in {out}'
         except (OSError, ValueError, KeyError, TypeError):
             pass
+    elif before.known and (out / METADATA_FILE).is_file():
+        what += f"; nothing was written; the dataset already in {out} is as it was"
     return " ".join(what.split())
 
 
-def _minari_kept(args: argparse.Namespace, started: float) -> str:
+def _minari_kept(args: argparse.Namespace, before: _Before) -> str:
     """What a Minari run that could not write its dataset left, as Minari's metadata says."""
-    path = _output_path(args) / args.dataset_id / "data" / "metadata.json"
+    path = _metadata_path(args)
+    if not before.written_by_run(args):  # none, or the one there before the run, as it was
+        if before.known and path.is_file():
+            return f"no episode was written; Minari dataset {args.dataset_id!r} is as it was"
+        return f"no readable Minari dataset {args.dataset_id!r} was left"
     nothing = f"no readable Minari dataset {args.dataset_id!r} was left"
-    if not _written_since(path, started):  # none, or another run's
-        return nothing
     try:
         metadata = json.loads(path.read_text())
         episodes = int(metadata["total_episodes"])
@@ -382,19 +375,18 @@ def _minari_kept(args: argparse.Namespace, started: float) -> str:
     if isinstance(record, dict) and record.get("complete") is False:
         return f"kept the {episodes} episodes a reader finds, marked incomplete, in Minari dataset {args.dataset_id!r}"
     if isinstance(record, dict):
-        return (
-            f"Minari dataset {args.dataset_id!r} holds {episodes} episodes its metadata calls complete: "
-            "an earlier run's (this run's could not be written)"
-        )
+        return f"kept the {episodes} episodes of Minari dataset {args.dataset_id!r}, which its metadata calls complete"
     return (
         f"kept the {episodes} episodes a reader finds in Minari dataset {args.dataset_id!r}, not marked "
         "incomplete (its metadata could not be written either)"
     )
 
 
-#: A file's inode and modification time: a run that writes nothing puts the dataset it was to
-#: replace back (renamed, so the same inode and time); the run's own metadata is another file.
-_Identity = tuple[int, int] | None
+#: A file's device, inode and modification time: a run that writes nothing puts the dataset it
+#: was to replace back (renamed, so the same inode and time); the run's own metadata is another
+#: file. A modification time alone, compared with the run's start, cannot tell an earlier run's
+#: file written a moment before (a file system may keep whole seconds) from this run's.
+_Identity = tuple[int, int, int] | None
 
 
 def _identity(path: Path) -> _Identity:
@@ -402,7 +394,27 @@ def _identity(path: Path) -> _Identity:
         stat = path.stat()
     except OSError:
         return None
-    return stat.st_ino, stat.st_mtime_ns
+    return stat.st_dev, stat.st_ino, stat.st_mtime_ns
+
+
+@dataclass
+class _Before:
+    """What the run's output path held before the run: recorded once the path is known (a run
+    that stops before that has written nothing)."""
+
+    known: bool = False
+    existed: bool = True  # the output path (our dataset directory, or the Minari root)
+    earlier: _Identity = None  # the metadata file of the dataset there
+
+    def record(self, args: argparse.Namespace) -> None:
+        self.existed = _output_path(args).exists()
+        self.earlier = _identity(_metadata_path(args))
+        self.known = True
+
+    def written_by_run(self, args: argparse.Namespace) -> bool:
+        """Whether the dataset's metadata file is this run's: there, and not the file that was
+        there before the run. The one test of every report of what a run kept."""
+        return self.known and _identity(_metadata_path(args)) not in (None, self.earlier)
 
 
 def _metadata_path(args: argparse.Namespace) -> Path:
@@ -477,7 +489,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, or a usage error the parser already reported
         return int(exc.code or 0)
     command_line = shlex.join(sys.argv if argv is None else [PROG, *argv])
-    started = time.time()  # what a failed write finds on disk is this run's if written since
+    before = _Before()  # what the output held, to tell this run's output from an earlier one
     _received.clear()
     in_main_thread = threading.current_thread() is threading.main_thread()
     if in_main_thread:  # signal handlers can only be set from the main thread
@@ -486,7 +498,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.SIGTERM: signal.signal(signal.SIGTERM, _raise_terminated),
         }
     try:
-        return _export(args) if exporting else _run(args, command_line)
+        return _export(args) if exporting else _run(args, command_line, before)
     except _UsageError as exc:
         print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
@@ -496,7 +508,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         if args.debug:
             raise
-        print(f"{PROG}: error: {_write_failure(exc, args, exporting, started)}", file=sys.stderr)
+        print(f"{PROG}: error: {_write_failure(exc, args, exporting, before)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:
         if isinstance(exc, _Terminated):
