@@ -496,6 +496,63 @@ def test_a_collection_interrupted_before_its_first_episode_leaves_no_dataset(tmp
     assert dataset.total_episodes == 3  # and the id is free
 
 
+def files_and_folders(root: Path) -> dict[str, str | None]:
+    """Every path under ``root`` with a file's text (None for a folder)."""
+    return {str(p.relative_to(root)): None if p.is_dir() else p.read_text() for p in root.rglob("*")}
+
+
+@pytest.mark.parametrize(
+    ("dataset_id", "existing"),
+    [
+        ("ns/early-v0", []),
+        ("ns/early-v0", ["ns/namespace_metadata.json"]),
+        ("ns/early-v0", ["ns/notes.txt"]),
+        ("a/b/early-v0", ["a/namespace_metadata.json"]),
+    ],
+    ids=["new-namespace", "namespace-there", "folder-there", "nested-in-a-namespace-there"],
+)
+def test_a_collection_that_writes_no_episode_leaves_nothing_minari_made_for_its_namespace(
+    tmp_path: Path, dataset_id: str, existing: list[str]
+) -> None:
+    """Minari writes ``namespace_metadata.json`` (and the namespace's folders) when it creates a
+    dataset whose id has a namespace: a run stopped before its first episode removes what it
+    made, and nothing that was there before."""
+    root = tmp_path / "minari-root"
+    root.mkdir()
+    for name in existing:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text('{"description": "there before"}')
+    before = files_and_folders(root)
+
+    def policy(observation: np.ndarray) -> np.ndarray:
+        assert (root / dataset_id).is_dir()  # the dataset (and its namespace) were made
+        raise KeyboardInterrupt  # at the first step: no episode has finished
+
+    with pytest.raises(KeyboardInterrupt):
+        collect(sync_envs(2), policy, episodes=10, format="minari", dataset_id=dataset_id, progress=False)
+    assert files_and_folders(root) == before
+
+
+@pytest.mark.timeout(120)
+def test_the_command_interrupted_before_its_first_episode_leaves_no_root_it_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    from vecenv.datasets import collection
+
+    def interrupted(run: Any) -> None:
+        assert (root / "ns" / "cut-v0").is_dir()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(collection, "record_transitions", interrupted)
+    root = tmp_path / "new-root"
+    args = ["--env", "tests.helpers.envs:RolloutCounter-v0", "--num-envs", "2", "--num-workers", "1", "--episodes"]
+    assert main([*args, "2", "--quiet", "--format", "minari", "--dataset-id", "ns/cut-v0", "--out", str(root)]) == 130
+    assert capsys.readouterr().err == (
+        "vecenv-collect: interrupted: no episode had finished, so no Minari dataset 'ns/cut-v0' was written\n"
+    )
+    assert not root.exists()
+
+
 @pytest.mark.parametrize("storage", STORAGES)
 def test_minaris_counts_follow_each_doubling_so_a_killed_run_keeps_half(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, storage: str

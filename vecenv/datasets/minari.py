@@ -57,6 +57,7 @@ _STORAGE_MODULES = {"hdf5": ("h5py", "PIL"), "arrow": ("pyarrow", "PIL")}
 # Minari warns about every optional field left empty; we fill what we know and stay quiet.
 _QUIET = r"`(code_permalink|author|author_email|algorithm_name|description|eval_env)` is set to None"
 _HDF5_FILE = "main_data.hdf5"  # where Minari's HDF5 storage keeps the episodes
+_NAMESPACE_FILE = "namespace_metadata.json"  # what makes a folder a Minari namespace (minari.namespace)
 _METADATA_KEYS = ("author", "author_email", "code_permalink", "description", "algorithm_name")
 
 
@@ -304,8 +305,10 @@ class MinariSink:
         spec = _recordable(spec)
         env = _RecordedEnv(spec, observation_space, action_space) if spec is not None else None
         self.target = target
+        root = target.parents[len(Path(dataset_id).parts) - 1]
+        self._made = _not_yet_made(root, target)  # what Minari makes for the id's namespace
         try:  # the target is this run's (minari_target checked it): nothing half-made stays there
-            with _minari_root(target.parents[len(Path(dataset_id).parts) - 1]), warnings.catch_warnings():
+            with _minari_root(root), warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=_QUIET, category=UserWarning)
                 warnings.filterwarnings("ignore", message="env_spec is None", category=UserWarning)
                 dataset = minari.create_dataset_from_buffers(
@@ -326,7 +329,7 @@ class MinariSink:
                 else _ArrowEpisodes(data, observation_space, action_space)
             )
         except BaseException:
-            shutil.rmtree(target, ignore_errors=True)
+            self._remove()
             raise
         self._minari = minari
         self.transitions = 0
@@ -417,7 +420,7 @@ class MinariSink:
             self._keep_readable()
             raise
         if not complete and self.episodes == 0:
-            shutil.rmtree(self.target, ignore_errors=True)
+            self._remove()
             return None
         counts = {"total_steps": self.transitions, "total_episodes": self.episodes}
         with self._writing():
@@ -430,11 +433,22 @@ class MinariSink:
         incomplete dataset (nothing, if not even that can be written); none: no dataset."""
         episodes, steps = self._file.readable_counts()
         if episodes == 0:
-            shutil.rmtree(self.target, ignore_errors=True)
+            self._remove()
             return
         with contextlib.suppress(OSError):
             _update_metadata(self.storage.data_path, {"total_steps": steps, "total_episodes": episodes})
             self._record(False, steps, episodes)
+
+    def _remove(self) -> None:
+        """Leave no dataset, and nothing Minari made for it: the namespace folders and their
+        ``namespace_metadata.json`` that were not there before (a folder only once empty)."""
+        shutil.rmtree(self.target, ignore_errors=True)
+        for path in reversed(self._made):  # the innermost first, each folder's file before it
+            with contextlib.suppress(OSError):
+                if path.name == _NAMESPACE_FILE:
+                    path.unlink()
+                else:
+                    path.rmdir()
 
     def _record(self, complete: bool, transitions: int, episodes: int) -> None:
         """The ``vecenv`` entry of Minari's metadata: how the dataset was collected, its counts."""
@@ -463,6 +477,19 @@ class MinariSink:
         )
         with self._writing():
             _update_metadata(self.storage.data_path, {"vecenv": record})
+
+
+def _not_yet_made(root: Path, target: Path) -> list[Path]:
+    """The namespace folders between ``root`` and the dataset folder ``target`` and their
+    ``namespace_metadata.json`` (which Minari writes when it creates a dataset with a namespace)
+    that do not exist yet, the outermost first, each folder before its file."""
+    missing = []
+    for folder in reversed(target.parents[: len(target.relative_to(root).parts) - 1]):
+        if not folder.exists():
+            missing.append(folder)
+        if not (folder / _NAMESPACE_FILE).exists():
+            missing.append(folder / _NAMESPACE_FILE)
+    return missing
 
 
 def _update_metadata(data_path: Path, changes: Mapping[str, Any]) -> None:
