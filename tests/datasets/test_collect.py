@@ -7,6 +7,7 @@ import functools
 import gc
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -935,6 +936,61 @@ def test_a_failed_write_never_reports_an_earlier_dataset_written_a_moment_before
     ), err
     with load(out) as kept:
         assert kept.complete and kept.transitions == 20
+
+
+PROGRESS_ARGS = ["--env", "tests.helpers.envs:RolloutCounter-v0", "--num-envs", "2", "--num-workers", "1"]
+
+
+@pytest.mark.timeout(120)
+def test_in_a_log_the_progress_bar_is_one_line_at_the_end(tmp_path: Path) -> None:
+    """stderr to a pipe (a log, CI): no bar frames, the bar's last state as one line."""
+    result = cli(*PROGRESS_ARGS, "--steps", "300", "--out", str(tmp_path / "d"))
+    assert result.returncode == 0, result.stderr
+    assert "\r" not in result.stderr, repr(result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and re.fullmatch(r"100% 300/300 \[\d\d:\d\d, [\d.]+step/s, episodes=\d+\]", lines[0]), lines
+    assert "transitions: 300" in result.stdout  # the report, on stdout as before
+
+
+def test_progress_other_than_a_bool_or_auto_is_refused(tmp_path: Path) -> None:
+    expected = r"progress: expected True, False or 'auto', got 'yes'"
+    with pytest.raises(vecenv.errors.InvalidArgumentError, match=expected):
+        collect(counter_envs(2, AutoresetMode.NEXT_STEP), steps=3, out=tmp_path / "d", progress="yes")
+    assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
+def test_on_a_terminal_the_progress_bar_is_live(tmp_path: Path) -> None:
+    """stderr a terminal: tqdm's bar, redrawn in place (carriage returns)."""
+    import fcntl
+    import struct
+    import termios
+
+    master, terminal = os.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    command = [sys.executable, str(SCRIPT), *PROGRESS_ARGS, "--steps", "300", "--out", str(tmp_path / "d")]
+    environment = {**os.environ, "PYTHONPATH": str(REPO)}
+    process = subprocess.Popen(command, cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=terminal)
+    os.close(terminal)
+    shown = b""
+    try:
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: every process holding the terminal has closed it
+                break
+            if not data:
+                break
+            shown += data
+        assert process.wait(timeout=60) == 0, shown
+    finally:
+        os.close(master)
+        if process.poll() is None:
+            process.kill()
+        process.communicate()
+    text = shown.decode()
+    assert "\r" in text and "300/300" in text and "step/s" in text, repr(text)
 
 
 def test_cli_refuses_existing_out_without_overwrite_in_a_real_process(tmp_path: Path) -> None:

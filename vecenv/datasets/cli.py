@@ -232,7 +232,7 @@ def _collect(
             episodes=args.episodes,
             seed=args.seed,
             out=out,
-            progress=not args.quiet,
+            progress=False if args.quiet else "auto",  # on a terminal a bar, in a log one line
             overwrite=args.overwrite,
             metadata={
                 "env_id": args.env,

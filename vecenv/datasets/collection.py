@@ -14,6 +14,7 @@ import json
 import os
 import shlex
 import sys
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,7 +118,7 @@ def collect(
     episodes: int | None = None,
     seed: int = 0,
     out: str | os.PathLike[str] | None = None,
-    progress: bool = True,
+    progress: bool | str = True,
     overwrite: bool = False,
     metadata: Mapping[str, Any] | None = None,
     format: str = "vecenv",
@@ -152,7 +153,9 @@ def collect(
             byte-identical arrays for any vector env that steps like ``SyncVectorEnv``.
         out: our format: the dataset directory (default ``rollouts/<env id>``). Minari: the
             datasets root, as ``out/<dataset_id>`` (default ``$MINARI_DATASETS_PATH`` or ``~/.minari/datasets``).
-        progress: show a tqdm progress bar on stderr.
+        progress: ``True``: a tqdm progress bar on stderr; ``"auto"`` (what ``vecenv-collect``
+            shows): the bar when stderr is a terminal, else no bar frames (a log would fill with
+            them) but the bar's last state as one line once the collection ends; ``False``: neither.
         overwrite: replace the output if it exists (only if it is empty or a dataset).
         metadata: extra entries for ``metadata.json`` (``env_id``, ``env_kwargs``, ``policy``:
             the name recorded and used in error messages, ...), overriding the inferred ones.
@@ -190,6 +193,8 @@ def collect(
         )
     _check_format_options(format, open_episodes, dataset_id, minari_metadata, minari_storage)
     _check_rollout_steps(rollout_steps)
+    if isinstance(progress, str) and progress != "auto":
+        raise InvalidArgumentError(f"progress: expected True, False or 'auto', got {progress!r}")
     plan = _plan(envs, policy, seed, steps, episodes, target, metadata, rollout_steps)
     if format == "minari":
         output = _minari_output(plan, out, overwrite, dataset_id, open_episodes, minari_metadata, minari_storage)
@@ -470,7 +475,7 @@ def _dataset_output(plan: _Plan, out: str | os.PathLike[str] | None, overwrite: 
     return _Output(sink, directory / SPILL_DIR, plan.collection.episodes is not None, directory, directory, aside)
 
 
-def _collect(plan: _Plan, output: _Output, progress: bool) -> Any:
+def _collect(plan: _Plan, output: _Output, progress: bool | str) -> Any:
     """Run the collection loop into ``output`` and finish it, also when the loop (or what it
     sets up) raises. A run that ends before it has written anything leaves nothing, and the
     output it was to replace as it was (see :func:`~vecenv.datasets.writer.settle`)."""
@@ -481,14 +486,7 @@ def _collect(plan: _Plan, output: _Output, progress: bool) -> Any:
         if output.staged:
             stager = EpisodeStager(plan.fields, plan.envs.num_envs, output.spill_dir)
         if progress:
-            from tqdm import tqdm  # the progress bar: imported only when one is shown
-
-            bar = tqdm(
-                total=plan.target,
-                unit="step" if plan.collection.steps is not None else "episode",
-                file=sys.stderr,
-                dynamic_ncols=True,
-            )
+            bar = _progress_bar(plan.target, "step" if plan.collection.steps is not None else "episode", progress)
         record_transitions(CollectionRun(plan.collection, output.sink, stager, bar))
         complete = True
     finally:
@@ -505,6 +503,17 @@ def _collect(plan: _Plan, output: _Output, progress: bool) -> Any:
     return result if output.directory is None else load(output.directory)
 
 
+def _progress_bar(total: int, unit: str, progress: bool | str) -> Any:
+    """A tqdm bar on stderr; with ``progress="auto"``, only when stderr is a terminal (tqdm's
+    ``disable=None``), else a :class:`_SummaryLine`."""
+    from tqdm import tqdm  # the progress bar: imported only when one is shown
+
+    bar = tqdm(
+        total=total, unit=unit, file=sys.stderr, dynamic_ncols=True, disable=None if progress == "auto" else False
+    )
+    return _SummaryLine(total, unit) if bar.disable else bar
+
+
 class _NoProgress:
     """What the collection loop reports progress to when no bar is shown."""
 
@@ -516,3 +525,32 @@ class _NoProgress:
 
     def close(self) -> None:
         pass
+
+
+class _SummaryLine(_NoProgress):
+    """The bar's stand-in when stderr is not a terminal: it counts as the bar does and writes
+    nothing until the collection ends (or stops), then one line: the count, the time taken,
+    the rate and the postfix, as the bar's last frame says them."""
+
+    FORMAT = "{percentage:3.0f}% {n_fmt}/{total_fmt} [{elapsed}, {rate_fmt}{postfix}]"
+
+    def __init__(self, total: int, unit: str) -> None:
+        self.total, self.unit = total, unit
+        self.n = 0
+        self.postfix = ""
+        self.started = time.monotonic()
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+
+    def set_postfix_str(self, text: str = "", refresh: bool = True) -> None:
+        self.postfix = text
+
+    def close(self) -> None:
+        from tqdm import tqdm
+
+        elapsed = time.monotonic() - self.started
+        line = tqdm.format_meter(
+            self.n, self.total, elapsed, unit=self.unit, postfix=self.postfix or None, bar_format=self.FORMAT
+        )
+        print(line, file=sys.stderr, flush=True)
