@@ -37,7 +37,7 @@ loop), ``actions`` (checking the policy's actions), ``sinks`` (where transitions
 bounded memory), ``format`` (file layout, reading space descriptions), ``dataset`` (``load``),
 ``minari`` (Minari output and export), ``policies`` (``--policy`` strings, Stable-Baselines3
 models), ``errors``, and ``cli`` with ``cli_arguments`` and ``cli_summary``
-(``vecenv-collect``). For example::
+(``vecenv-collect``, entered through ``command``). For example::
 
     envs = vecenv.make("CartPole-v1", 8)
     try:
@@ -53,20 +53,19 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from vecenv.datasets.collection import collect
-from vecenv.datasets.dataset import Dataset, load
-from vecenv.datasets.errors import (
-    DatasetClosedError,
-    DatasetNotFoundError,
-    DatasetWriteError,
-    MinariNotInstalledError,
-    OutputExistsError,
-    PolicyError,
-    UnsupportedSpaceError,
-)
-
 if TYPE_CHECKING:
-    from vecenv.datasets.cli import main
+    from vecenv.datasets.collection import collect
+    from vecenv.datasets.command import main
+    from vecenv.datasets.dataset import Dataset, load
+    from vecenv.datasets.errors import (
+        DatasetClosedError,
+        DatasetNotFoundError,
+        DatasetWriteError,
+        MinariNotInstalledError,
+        OutputExistsError,
+        PolicyError,
+        UnsupportedSpaceError,
+    )
     from vecenv.datasets.minari import export_minari
 
 __all__ = [
@@ -84,14 +83,34 @@ __all__ = [
     "main",
 ]
 
-#: Names in ``__all__`` imported on first use, so that ``import vecenv.datasets`` loads neither
-#: the command line (argparse) nor the Minari exporter (as ``concurrent.futures`` does).
-_LAZY = {"main": "vecenv.datasets.cli", "export_minari": "vecenv.datasets.minari"}
+_ERRORS = (
+    "DatasetClosedError",
+    "DatasetNotFoundError",
+    "DatasetWriteError",
+    "MinariNotInstalledError",
+    "OutputExistsError",
+    "PolicyError",
+    "UnsupportedSpaceError",
+)
+#: Every name in ``__all__`` -> its module, imported on first use (as ``concurrent.futures``
+#: does): ``import vecenv.datasets`` loads neither NumPy nor Gymnasium, so that the command
+#: (``python -m vecenv.datasets``, ``vecenv-collect``: ``command.main``) is running, and
+#: handles Ctrl+C, before the seconds its modules can take to import.
+_LAZY = {
+    "Dataset": "vecenv.datasets.dataset",
+    "collect": "vecenv.datasets.collection",
+    "export_minari": "vecenv.datasets.minari",
+    "load": "vecenv.datasets.dataset",
+    "main": "vecenv.datasets.command",
+    **dict.fromkeys(_ERRORS, "vecenv.datasets.errors"),
+}
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # found here from now on, without this call
+        return value
     raise AttributeError(f"module 'vecenv.datasets' has no attribute {name!r}")
 
 

@@ -1,5 +1,5 @@
 """``python -m vecenv.datasets``: the ``vecenv-collect`` command."""
 
-from vecenv.datasets.cli import main
+from vecenv.datasets.command import main
 
 raise SystemExit(main())

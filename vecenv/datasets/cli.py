@@ -46,6 +46,10 @@ from vecenv.machine import available_cpus
 # output (``minari``), which the default collection needs neither of.
 
 
+#: Ctrl+C before the collection began; ``command.py`` says the same while the modules import.
+_INTERRUPTED_AT_START = f"{PROG}: interrupted while starting the environments: nothing was written"
+
+
 class _Terminated(KeyboardInterrupt):
     """Raised by ``main``'s SIGTERM handler so that termination finalizes the dataset
     exactly like Ctrl+C does."""
@@ -185,7 +189,7 @@ def _run(args: argparse.Namespace, command_line: str, before: _Before) -> int:
         # can take seconds: Ctrl+C there is as much "before any data" as during start-up.
         if out is not None:
             _drop_empty_directories(out, before.existed)
-        print(f"{PROG}: interrupted while starting the environments: nothing was written", file=sys.stderr)
+        print(_INTERRUPTED_AT_START, file=sys.stderr)
         raise
     try:
         dataset = _collect(args, envs, policy, out, env_kwargs, command_line, before)
@@ -483,11 +487,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     arguments = list(sys.argv[1:] if argv is None else argv)
     exporting = bool(arguments) and arguments[0] == "export"
-    parser = build_export_parser() if exporting else build_parser()
-    try:
+    try:  # Ctrl+C before the handlers are set: as during the rest of start-up (command.py)
+        parser = build_export_parser() if exporting else build_parser()
         args = parser.parse_args(arguments[1:] if exporting else arguments)
     except SystemExit as exc:  # --help, or a usage error the parser already reported
         return int(exc.code or 0)
+    except KeyboardInterrupt:
+        print(_INTERRUPTED_AT_START, file=sys.stderr)
+        return 128 + signal.SIGINT
     command_line = shlex.join(sys.argv if argv is None else [PROG, *argv])
     before = _Before()  # what the output held, to tell this run's output from an earlier one
     _received.clear()

@@ -1,5 +1,5 @@
 """Deprecated: ``python -m vecenv.datasets`` (or ``vecenv-collect``) is the command now."""
 
-from vecenv.datasets.cli import main
+from vecenv.datasets.command import main
 
 raise SystemExit(main())
