@@ -20,7 +20,6 @@ import os
 import resource
 import select
 import signal
-import sys
 import threading
 import time
 import weakref
@@ -33,8 +32,9 @@ from typing import Any
 
 import cloudpickle
 
-from vecenv.errors import ClosedEnvironmentError, DescriptorLimitError
+from vecenv.errors import ClosedEnvironmentError, DescriptorLimitError, InvalidStateError
 from vecenv.machine import available_cpus, default_start_method, guard_main
+from vecenv.transports import fork_server
 from vecenv.transports.base import Death, DeathCause, Event, Reply, Transport, WorkerGone
 from vecenv.transports.sending import (
     HeldInterrupt,
@@ -120,27 +120,7 @@ def _forget_workers_in_forked_child() -> None:
             for process in transport.processes:
                 children.discard(process)
     _LIVE.clear()
-    _forget_fork_server()
-
-
-def _forget_fork_server() -> None:
-    """In a child of ``os.fork()``: Python's record of the parent's fork server names a process
-    that is not this one's child, so the next forkserver worker would fail to start with a bare
-    ``ChildProcessError`` (``waitpid`` on it). Forget it, and close the child's copy of the
-    descriptor that keeps it alive (the parent holds its own): the child's first forkserver
-    worker then starts a server of its own. Nothing to do where none was started."""
-    module = sys.modules.get("multiprocessing.forkserver")
-    server = getattr(module, "_forkserver", None)
-    if getattr(server, "_forkserver_pid", None) is None:
-        return
-    alive = getattr(server, "_forkserver_alive_fd", None)
-    for name in ("_forkserver_address", "_forkserver_alive_fd", "_forkserver_pid", "_forkserver_authkey"):
-        if hasattr(server, name):
-            setattr(server, name, None)
-    server._lock = threading.Lock()  # type: ignore[union-attr]  # another thread may have held it
-    if alive is not None:
-        with contextlib.suppress(OSError):
-            os.close(alive)
+    fork_server.forget_in_child()
 
 
 os.register_at_fork(after_in_child=_forget_workers_in_forked_child)
@@ -198,6 +178,43 @@ def _describe_exit(code: int | None) -> str:
         except ValueError:
             return f"was killed by signal {-code}"
     return f"exited with code {code}"
+
+
+#: The exit code multiprocessing gives a ``forkserver`` worker whose status it could not read
+#: from the fork server (its status pipe closed: the server died).
+_NO_STATUS = 255
+# A start from the fork server fails with these when the server dies or is gone meanwhile: its
+# connection refused or cut short, or its process already reaped by another waitpid.
+_SERVER_GONE = (EOFError, ConnectionError, ChildProcessError)
+
+
+def _start_from_fork_server(process: BaseProcess, number: int, total: int) -> int | None:
+    """Start ``process`` from this process's fork server; returns the server's process id.
+
+    The server is first made fit (:func:`vecenv.transports.fork_server.prepare`: a dead one is
+    replaced, a lower descriptor limit raised); one that dies during the start anyway is
+    replaced by a new one and the start tried once more. A start that still fails raises
+    :class:`InvalidStateError` naming the server, never the bare ``EOFError`` of its pipe."""
+    fork_server.prepare()
+    try:
+        process.start()
+    except _SERVER_GONE as exc:
+        pid = fork_server.server_pid()
+        if not fork_server.lost(pid):
+            raise _server_error(exc, number, total, pid, "ended the start without a process") from None
+        try:
+            process.start()  # from a new fork server (the failed start left the process unstarted)
+        except _SERVER_GONE as again:
+            raise _server_error(again, number, total, pid, "died while starting it, and so did a new one") from None
+    return fork_server.server_pid()
+
+
+def _server_error(exc: BaseException, number: int, total: int, pid: int | None, what: str) -> InvalidStateError:
+    return InvalidStateError(
+        f"cannot start worker {number} of {total}: the fork server (pid {pid}) that starts forkserver "
+        f"workers {what} ({type(exc).__name__}: {exc}; its own error, if any, is on stderr). Start "
+        "the workers with 'spawn' or 'fork' instead (context=...)"
+    )
 
 
 def _check_descriptors(number: int, total: int) -> None:
@@ -266,6 +283,9 @@ class ProcessTransport(Transport):
         self.conns: list[Connection | None] = []
         self._pids: list[int | None] = []  # kept after stop(), when a closed process has none
         self._causes: dict[int, str] = {}
+        # The fork server that started each forkserver worker (its process id): a worker whose
+        # server died lost its exit status with it (see cause_of_death).
+        self._servers: dict[int, int | None] = {}
         self._aborted: str | None = None  # the reason close() from another thread gave (abort)
         self._group_bytes: list[bytes] = []
         self._cpus: list[int] = []
@@ -374,10 +394,14 @@ class ProcessTransport(Transport):
         )
         self.conns[index] = parent_conn
         unset = multiprocessing.get_start_method(allow_none=True) is None
+        total = self.first_index + len(self.processes)
         try:
-            process.start()
+            if forkserver:
+                self._servers[index] = _start_from_fork_server(process, number, total)
+            else:
+                process.start()
         except OSError as exc:
-            raise _limit_error(exc, number, self.first_index + len(self.processes)) from None
+            raise _limit_error(exc, number, total) from None
         finally:
             child_conn.close()
             if unset:
@@ -778,6 +802,14 @@ class ProcessTransport(Transport):
         process = self._process(worker)
         _still_running(process)  # its status, if another waitpid took it
         code = process.exitcode
+        server = self._servers.get(worker)
+        if code == _NO_STATUS and server is not None and worker not in self._causes and fork_server.died(server):
+            # multiprocessing's code for a status it could not read: the server held it.
+            how = (
+                f"lost its fork server: the forkserver process (pid {server}) that started it died, "
+                "and the worker's exit status with it; new workers start from a new fork server"
+            )
+            return DeathCause(how, None)
         return DeathCause(self._causes.get(worker, _describe_exit(code)), None if code == STATUS_LOST else code)
 
     def kill(self) -> None:
