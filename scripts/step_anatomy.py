@@ -10,7 +10,10 @@ share: actions out, observations and flags copied in, the pool's bookkeeping, an
 the mean and the largest CPU time of one worker (its group's envs, its wait); and the wall time
 one process takes to step one group's envs alone (``SyncVectorEnv`` of N/K envs, rounded up):
 the work a worker must do, with nobody to coordinate. ``wall - group`` is what coordinating K
-processes adds to a step; ``N / group`` is the row's ceiling. The table is printed as markdown.
+processes adds to a step; ``N / group`` is the row's ceiling. With ``--rollout-steps T``, the
+spinning rows also give the env-steps/s of ``envs.rollout(T)`` (random policy: one message per
+worker per T steps, the actions drawn in the workers) on the same vector env. The table is
+printed as markdown.
 """
 
 from __future__ import annotations
@@ -63,8 +66,20 @@ def _timed(envs: Any, seconds: float, pids: Callable[[], list[int]]) -> tuple[fl
     return wall / steps, [c / steps for c in cpu]
 
 
-def vecenv_row(n: int, workers: int, spin: bool, seconds: float) -> dict[str, float]:
-    """Wall, parent CPU and worker CPU per step of vecenv with ``workers`` workers."""
+def _rollout_rate(envs: Any, steps: int, seconds: float) -> float:
+    """env-steps/s of ``envs.rollout(steps)`` (random policy) over ``seconds``, after one."""
+    envs.rollout(steps)
+    start = time.perf_counter()
+    calls = 0
+    while time.perf_counter() - start < seconds:
+        envs.rollout(steps)
+        calls += 1
+    return calls * steps * envs.num_envs / (time.perf_counter() - start)
+
+
+def vecenv_row(n: int, workers: int, spin: bool, seconds: float, rollout_steps: int = 0) -> dict[str, float]:
+    """Wall, parent CPU and worker CPU per step of vecenv with ``workers`` workers (and the
+    rate of ``rollout(rollout_steps)``, where it is not 0)."""
     limit = fastpath.SPIN_LIMIT
     fastpath.SPIN_LIMIT = limit if spin else 0.0  # read when the vector env is made
     try:
@@ -73,9 +88,16 @@ def vecenv_row(n: int, workers: int, spin: bool, seconds: float) -> dict[str, fl
         fastpath.SPIN_LIMIT = limit
     try:
         wall, cpu = _timed(envs, seconds, lambda: [os.getpid(), *[p for p in envs.worker_pids if p is not None]])
+        rollout = _rollout_rate(envs, rollout_steps, seconds) if rollout_steps else math.nan
     finally:
         envs.close()
-    return {"wall": wall, "parent": cpu[0], "worker_mean": statistics.mean(cpu[1:]), "worker_max": max(cpu[1:])}
+    return {
+        "wall": wall,
+        "parent": cpu[0],
+        "worker_mean": statistics.mean(cpu[1:]),
+        "worker_max": max(cpu[1:]),
+        "rollout": rollout,
+    }
 
 
 def group_alone(envs_per_group: int, seconds: float) -> float:
@@ -101,7 +123,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--seconds", type=positive_float, default=1.0, help="seconds of stepping per row (default: %(default)s)"
     )
+    parser.add_argument(
+        "--rollout-steps",
+        type=int,
+        default=0,
+        help="T of envs.rollout(T), measured on the spinning rows (default: 0, not measured)",
+    )
     args = parser.parse_args(argv)
+    if args.rollout_steps < 0:
+        parser.error(f"argument --rollout-steps: expected an int >= 0, got {args.rollout_steps}")
     n = args.num_envs
     bad = [k for k in args.workers if not 1 <= k <= n]
     if bad:
@@ -112,17 +142,18 @@ def main(argv: list[str] | None = None) -> None:
     print()
     print(
         "| workers | waits | wall µs/step | env-steps/s | parent CPU µs/step | worker CPU µs/step "
-        "(mean / max) | group alone µs/step | wall − group µs | ceiling env-steps/s |"
+        "(mean / max) | group alone µs/step | wall − group µs | ceiling env-steps/s | rollout env-steps/s |"
     )
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for k in sorted(set(args.workers)):
         group = group_alone(math.ceil(n / k), args.seconds)
         for spin in (True, False):
-            r = vecenv_row(n, k, spin, args.seconds)
+            r = vecenv_row(n, k, spin, args.seconds, args.rollout_steps if spin else 0)
+            rollout = "—" if math.isnan(r["rollout"]) else f"{r['rollout']:,.0f}"
             print(
                 f"| {k} | {'spinning' if spin else 'sleeping'} | {r['wall'] * 1e6:,.0f} | {n / r['wall']:,.0f} | "
                 f"{r['parent'] * 1e6:,.0f} | {r['worker_mean'] * 1e6:,.0f} / {r['worker_max'] * 1e6:,.0f} | "
-                f"{group * 1e6:,.0f} | {(r['wall'] - group) * 1e6:,.0f} | {n / group:,.0f} |",
+                f"{group * 1e6:,.0f} | {(r['wall'] - group) * 1e6:,.0f} | {n / group:,.0f} | {rollout} |",
                 flush=True,
             )
 
