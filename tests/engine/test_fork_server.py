@@ -116,6 +116,18 @@ def test_a_fork_server_that_dies_during_a_start_is_named(monkeypatch: pytest.Mon
     assert fork_server.server_pid() != server
 
 
+def _kill_the_fork_server(envs: SubprocVectorEnv) -> tuple[int, list[int]]:
+    """Reset ``envs`` (forkserver workers), SIGKILL the fork server that started them and wait
+    until it is gone: its process id, and the workers' it had started."""
+    envs.reset(seed=0)
+    old_workers = [pid for pid in envs.worker_pids if pid is not None]
+    server = fork_server.server_pid()
+    assert server is not None
+    os.kill(server, signal.SIGKILL)
+    assert _wait_gone([server]) == []  # its descriptors, the workers' status pipes, closed
+    return server, old_workers
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("sigchld", [signal.SIG_DFL, signal.SIG_IGN], ids=["sigchld-default", "sigchld-ignored"])
 def test_a_killed_fork_server_is_named_and_replaced(sigchld: signal.Handlers) -> None:
@@ -126,12 +138,7 @@ def test_a_killed_fork_server_is_named_and_replaced(sigchld: signal.Handlers) ->
     with _sigchld(sigchld):
         envs = SubprocVectorEnv(healthy_fns(2), 2, context="forkserver")
         try:
-            envs.reset(seed=0)
-            old_workers = [pid for pid in envs.worker_pids if pid is not None]
-            server = fork_server.server_pid()
-            assert server is not None
-            os.kill(server, signal.SIGKILL)
-            assert _wait_gone([server]) == []  # its descriptors, the workers' status pipes, closed
+            server, old_workers = _kill_the_fork_server(envs)
             with pytest.raises(WorkerDiedError, match="lost its fork server") as raised:
                 envs.get_attr("index")  # replies on the pipes, which are polled with the status pipes
             assert f"pid {server}" in str(raised.value) and "code 255" not in str(raised.value)
@@ -155,12 +162,7 @@ def test_restart_replaces_the_workers_of_a_killed_fork_server(sigchld: signal.Ha
         _sigchld(sigchld),
         SubprocVectorEnv(healthy_fns(2), 2, context="forkserver", on_worker_death="restart") as envs,
     ):
-        envs.reset(seed=0)
-        old_workers = [pid for pid in envs.worker_pids if pid is not None]
-        server = fork_server.server_pid()
-        assert server is not None
-        os.kill(server, signal.SIGKILL)
-        assert _wait_gone([server]) == []  # its descriptors, the workers' status pipes, closed
+        server, old_workers = _kill_the_fork_server(envs)
         assert envs.get_attr("index") == (0, 1)  # sees both deaths: asked again of the replacements
         _, _, _, truncations, infos = envs.step(ACTIONS)  # the restart's reset, reported here
         assert truncations.all() and infos["worker_restarted"].all()

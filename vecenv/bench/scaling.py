@@ -9,18 +9,15 @@ points; it is meant for the machines where users run hundreds of envs on many co
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 import numpy as np
 
-from vecenv.bench.child import run_child
 from vecenv.bench.envs import STANDARD_WORKLOADS, atari_missing
 from vecenv.bench.plan import Cell, key
-from vecenv.bench.report import summarize
 from vecenv.bench.runners import curve_runner
-from vecenv.bench.step import measure_cells
-from vecenv.bench.suite import Outcome, Suite, SuiteFailed, csv, pick, ratio, ratio_text, require, table
+from vecenv.bench.step import calibrated_cells, charted
+from vecenv.bench.suite import Outcome, Suite, csv, pick, ratio, ratio_text, require, table
 from vecenv.machine import available_cpus
 
 #: The workloads it can step (the step suite's standard ones).
@@ -281,29 +278,10 @@ def chart(cells: list[Cell], meta: dict[str, Any], path: str) -> str | None:
 def run(args: argparse.Namespace) -> Outcome:
     """Calibrate, measure every cell, summarize; the chart goes to ``--out``/scaling.png."""
     args = resolve(args)
-    cores = available_cpus()
-    calib = run_child({"task": "calibrate"}, timeout=120)
-    if "error" in calib:
-        raise SuiteFailed(f"calibration failed: {calib['error']}")
-    cells, notes = plan(args.workloads, args.n, args.workers)
-    measure_cells(cells, notes, args, calib)
-    summarize(cells, cores)
-    meta = {
-        "cores": cores,
-        "n": args.n,
-        "workers": args.workers,
-        "workloads": args.workloads,
-        "seconds": args.seconds,
-        "warmup": args.warmup,
-        "reps": args.reps,
-        "calibration": calib,
-    }
-    os.makedirs(args.out, exist_ok=True)
-    png = os.path.join(args.out, "scaling.png")
-    note = chart(cells, meta, png)
-    if note:
-        notes.append(note)
-    return Outcome(markdown(cells, meta), {"settings": meta, "cells": cells}, notes, [] if note else [png])
+    cells, notes, meta = calibrated_cells(args, lambda: plan(args.workloads, args.n, args.workers))
+    meta.update(n=args.n, workers=args.workers, workloads=args.workloads)
+    outcome = Outcome(markdown(cells, meta), {"settings": meta, "cells": cells}, notes)
+    return charted(outcome, args.out, "scaling.png", lambda png: chart(cells, meta, png))
 
 
 SUITE = Suite(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from vecenv.bench.child import run_child, run_concurrently
@@ -165,32 +166,42 @@ def measure_cells(cells: list[Cell], notes: list[str], args: argparse.Namespace,
                 notes.append(f"{c['workload']} N={c['n']} {c['runner']}: failed, {res['error']}")
 
 
-def run(args: argparse.Namespace) -> Outcome:
-    """Calibrate, measure every cell, summarize; the chart goes to ``--out``/step.png."""
-    args = resolve(args)
+def calibrated_cells(
+    args: argparse.Namespace, plan_cells: Callable[[], tuple[list[Cell], list[str]]]
+) -> tuple[list[Cell], list[str], dict[str, Any]]:
+    """Calibrate the busy envs, plan the cells (``plan_cells``), measure and summarize them:
+    the cells, the notes and the settings every report of them starts from."""
     cores = available_cpus()
     calib = run_child({"task": "calibrate"}, timeout=120)
     if "error" in calib:
         raise SuiteFailed(f"calibration failed: {calib['error']}")
-    cells, notes = plan(args.workloads, args.sizes, args.runners, args.quick)
+    cells, notes = plan_cells()
     measure_cells(cells, notes, args, calib)
     summarize(cells, cores)
-    meta = {
-        "cores": cores,
-        "seconds": args.seconds,
-        "warmup": args.warmup,
-        "reps": args.reps,
-        "sizes": args.sizes,
-        "workloads": args.workloads,
-        "runners": args.runners,
-        "calibration": calib,
-    }
-    os.makedirs(args.out, exist_ok=True)
-    png = os.path.join(args.out, "step.png")
-    note = chart(cells, png, cores)
+    settings = {"cores": cores, "seconds": args.seconds, "warmup": args.warmup, "reps": args.reps}
+    return cells, notes, {**settings, "calibration": calib}
+
+
+def charted(outcome: Outcome, out: str, name: str, draw: Callable[[str], str | None]) -> Outcome:
+    """``outcome`` with the chart ``draw(path)`` wrote to ``out``/``name`` among its files, or its
+    note (matplotlib missing) among its notes."""
+    os.makedirs(out, exist_ok=True)
+    png = os.path.join(out, name)
+    note = draw(png)
     if note:
-        notes.append(note)
-    return Outcome(markdown(cells, meta), {"settings": meta, "cells": cells}, notes, [] if note else [png])
+        outcome.notes.append(note)
+    else:
+        outcome.files.append(png)
+    return outcome
+
+
+def run(args: argparse.Namespace) -> Outcome:
+    """Calibrate, measure every cell, summarize; the chart goes to ``--out``/step.png."""
+    args = resolve(args)
+    cells, notes, meta = calibrated_cells(args, lambda: plan(args.workloads, args.sizes, args.runners, args.quick))
+    meta.update(sizes=args.sizes, workloads=args.workloads, runners=args.runners)
+    outcome = Outcome(markdown(cells, meta), {"settings": meta, "cells": cells}, notes)
+    return charted(outcome, args.out, "step.png", lambda png: chart(cells, png, meta["cores"]))
 
 
 SUITE = Suite(

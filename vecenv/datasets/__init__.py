@@ -83,15 +83,7 @@ __all__ = [
     "main",
 ]
 
-_ERRORS = (
-    "DatasetClosedError",
-    "DatasetNotFoundError",
-    "DatasetWriteError",
-    "MinariNotInstalledError",
-    "OutputExistsError",
-    "PolicyError",
-    "UnsupportedSpaceError",
-)
+_ERRORS = tuple(name for name in __all__ if name.endswith("Error"))  # vecenv.datasets.errors's
 #: Every name in ``__all__`` -> its module, imported on first use (as ``concurrent.futures``
 #: does): ``import vecenv.datasets`` loads neither NumPy nor Gymnasium, so that the command
 #: (``python -m vecenv.datasets``, ``vecenv-collect``: ``command.main``) is running, and
