@@ -30,7 +30,8 @@ import gymnasium as gym
 import numpy as np
 
 import vecenv
-from vecenv.argtypes import positive_float, positive_int
+from vecenv.argtypes import non_negative_int, positive_float, positive_int
+from vecenv.bench.measure import step_for
 from vecenv.bench.procfs import cpu_seconds
 from vecenv.bench.suite import csv
 from vecenv.machine import available_cpus
@@ -45,23 +46,16 @@ def _timed(envs: Any, seconds: float, pids: Callable[[], list[int]]) -> tuple[fl
     """Step ``envs`` for ``seconds`` after a warm-up: (wall seconds per step, CPU seconds per step
     of each pid in ``pids()``)."""
     envs.reset(seed=0)
-    rng = np.random.default_rng(0)
-    actions = rng.integers(0, 2, (256, envs.num_envs))
-    warm_until = time.perf_counter() + min(0.3, seconds / 4)
-    i = 0
-    while time.perf_counter() < warm_until:
+    actions = np.random.default_rng(0).integers(0, 2, (256, envs.num_envs))
+
+    def step(i: int) -> int:
         envs.step(actions[i % 256])
-        i += 1
+        return 1
+
+    warm, _, _ = step_for(min(0.3, seconds / 4), step)
     ids = pids()
     cpu = [cpu_seconds(pid) for pid in ids]
-    start = time.perf_counter()
-    steps = 0
-    while True:
-        envs.step(actions[(i + steps) % 256])
-        steps += 1
-        wall = time.perf_counter() - start
-        if wall >= seconds:
-            break
+    steps, _, wall = step_for(seconds, step, start=warm)
     cpu = [cpu_seconds(pid) - before for pid, before in zip(ids, cpu)]
     return wall / steps, [c / steps for c in cpu]
 
@@ -125,13 +119,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--rollout-steps",
-        type=int,
+        type=non_negative_int,
         default=0,
         help="T of envs.rollout(T), measured on the spinning rows (default: 0, not measured)",
     )
     args = parser.parse_args(argv)
-    if args.rollout_steps < 0:
-        parser.error(f"argument --rollout-steps: expected an int >= 0, got {args.rollout_steps}")
     n = args.num_envs
     bad = [k for k in args.workers if not 1 <= k <= n]
     if bad:

@@ -17,7 +17,7 @@ from vecenv.bench.envs import STANDARD_WORKLOADS, atari_missing
 from vecenv.bench.plan import Cell, key
 from vecenv.bench.runners import curve_runner
 from vecenv.bench.step import calibrated_cells, charted
-from vecenv.bench.suite import Outcome, Suite, csv, pick, ratio, ratio_text, require, table
+from vecenv.bench.suite import Outcome, Suite, csv, pick, rate_text, ratio, ratio_text, require, table
 from vecenv.machine import available_cpus
 
 #: The workloads it can step (the step suite's standard ones).
@@ -154,8 +154,7 @@ def _rate_cell(cell: Cell | None) -> str:
     if not s:
         err = next((r["error"] for r in (cell or {}).get("reps", []) if "error" in r), "not measured")
         return f"failed: {err}"[:120]
-    lo, hi = s["rate_min"], s["rate_max"]
-    return f"**{s['rate_median']:,.0f}**" + ("" if lo == hi else f" ({lo:,.0f}–{hi:,.0f})")
+    return rate_text(s)
 
 
 def _idle(cell: Cell | None) -> str:
