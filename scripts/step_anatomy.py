@@ -33,6 +33,7 @@ import vecenv
 from vecenv.argtypes import non_negative_int, positive_float, positive_int
 from vecenv.bench.measure import step_for
 from vecenv.bench.procfs import cpu_seconds
+from vecenv.bench.scaling import default_workers
 from vecenv.bench.suite import csv
 from vecenv.machine import available_cpus
 from vecenv.wire import fastpath
@@ -111,8 +112,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--workers",
         type=csv(int),
-        default=sorted({1, 2, 4, 8, max(1, cores - 1), cores} & set(range(1, cores + 1))),
-        help="comma-separated worker counts (default: 1, 2, 4, 8, the cores less one and the cores, up to the cores)",
+        default=default_workers(cores),
+        help="comma-separated worker counts (default: the scaling suite's: the powers of two below the cores, "
+        "the cores less one and the cores)",
     )
     parser.add_argument(
         "--seconds", type=positive_float, default=1.0, help="seconds of stepping per row (default: %(default)s)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 from typing import Any
 
@@ -147,15 +148,24 @@ def markdown(cells: list[Cell], meta: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def chart(cells: list[Cell], path: str, cores: int) -> str | None:
-    """Bar chart of median rates with min-max whiskers; a note when matplotlib is missing."""
+def pyplot(path: str) -> Any:
+    """matplotlib's ``pyplot`` drawing off-screen, or, when matplotlib is not installed, the
+    note that says the chart at ``path`` was skipped and how to get it (a ``str``)."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return 'chart: matplotlib not installed, benchmark.png skipped (pip install -e ".[bench]")'
+        return f'chart: matplotlib not installed, {os.path.basename(path)} skipped (pip install -e ".[bench]")'
+    return plt
+
+
+def chart(cells: list[Cell], path: str, cores: int) -> str | None:
+    """Bar chart of median rates with min-max whiskers; a note when matplotlib is missing."""
+    plt = pyplot(path)
+    if isinstance(plt, str):
+        return plt
     panels = [(w, [c for c in cells if c["workload"] == w and c["summary"]]) for w in ALL_WORKLOADS]
     panels = [(w, cs) for w, cs in panels if cs]
     if not panels:

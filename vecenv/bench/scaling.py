@@ -15,6 +15,7 @@ import numpy as np
 
 from vecenv.bench.envs import STANDARD_WORKLOADS, atari_missing
 from vecenv.bench.plan import Cell, key
+from vecenv.bench.report import pyplot
 from vecenv.bench.runners import curve_runner
 from vecenv.bench.step import calibrated_cells, charted
 from vecenv.bench.suite import Outcome, Suite, csv, pick, rate_text, ratio, ratio_text, require, table
@@ -242,13 +243,9 @@ def markdown(cells: list[Cell], meta: dict[str, Any]) -> str:
 def chart(cells: list[Cell], meta: dict[str, Any], path: str) -> str | None:
     """env-steps/s against workers, spinning and sleeping, with Sync and the ceiling as lines; a
     note when matplotlib is missing."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return 'chart: matplotlib not installed, scaling.png skipped (pip install -e ".[bench]")'
+    plt = pyplot(path)
+    if isinstance(plt, str):
+        return plt
     by_key = {key(c): c for c in cells}
     n, workloads = meta["n"], [w for w in meta["workloads"] if any(c["workload"] == w for c in cells)]
     if not workloads:

@@ -28,6 +28,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from vecenv.datasets.cli_arguments import PROG, build_export_parser, build_parser, default_num_envs, minari_metadata
 from vecenv.datasets.collection import collect
+from vecenv.datasets.command import INTERRUPTED_AT_START, INTERRUPTED_STATUS
 from vecenv.datasets.dataset import load
 from vecenv.datasets.errors import (
     FLAGS,
@@ -44,10 +45,6 @@ from vecenv.machine import available_cpus
 
 # Imported where used, not at start-up: the end-of-run reports (``cli_summary``) and the Minari
 # output (``minari``), which the default collection needs neither of.
-
-
-#: Ctrl+C before the collection began; ``command.py`` says the same while the modules import.
-_INTERRUPTED_AT_START = f"{PROG}: interrupted while starting the environments: nothing was written"
 
 
 class _Terminated(KeyboardInterrupt):
@@ -189,7 +186,7 @@ def _run(args: argparse.Namespace, command_line: str, before: _Before) -> int:
         # can take seconds: Ctrl+C there is as much "before any data" as during start-up.
         if out is not None:
             _drop_empty_directories(out, before.existed)
-        print(_INTERRUPTED_AT_START, file=sys.stderr)
+        print(INTERRUPTED_AT_START, file=sys.stderr)
         raise
     try:
         dataset = _collect(args, envs, policy, out, env_kwargs, command_line, before)
@@ -493,8 +490,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, or a usage error the parser already reported
         return int(exc.code or 0)
     except KeyboardInterrupt:
-        print(_INTERRUPTED_AT_START, file=sys.stderr)
-        return 128 + signal.SIGINT
+        print(INTERRUPTED_AT_START, file=sys.stderr)
+        return INTERRUPTED_STATUS
     command_line = shlex.join(sys.argv if argv is None else [PROG, *argv])
     before = _Before()  # what the output held, to tell this run's output from an earlier one
     _received.clear()
@@ -520,7 +517,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         if isinstance(exc, _Terminated):
             return 128 + signal.SIGTERM
-        return 128 + signal.SIGINT
+        return INTERRUPTED_STATUS
     finally:
         if in_main_thread:
             for signum, handler in previous.items():

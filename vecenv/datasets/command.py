@@ -12,10 +12,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-#: What ``cli`` says when Ctrl+C ends the command before the collection began (nothing
-#: written), and its exit status (128 + SIGINT); ``cli`` is not imported here to say it.
-_INTERRUPTED_AT_START = "vecenv-collect: interrupted while starting the environments: nothing was written"
-_INTERRUPTED_STATUS = 130
+#: What the command says when Ctrl+C ends it before the collection began (nothing written),
+#: here while the modules import and in ``cli`` during the rest of start-up, and its exit
+#: status (128 + SIGINT).
+INTERRUPTED_AT_START = "vecenv-collect: interrupted while starting the environments: nothing was written"
+INTERRUPTED_STATUS = 130
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -24,6 +25,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         from vecenv.datasets import cli
     except KeyboardInterrupt:
-        print(_INTERRUPTED_AT_START, file=sys.stderr)
-        return _INTERRUPTED_STATUS
+        print(INTERRUPTED_AT_START, file=sys.stderr)
+        return INTERRUPTED_STATUS
     return cli.main(argv)
