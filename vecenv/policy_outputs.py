@@ -43,6 +43,7 @@ __all__ = [
     "store_extras",
     "as_state",
     "check_state",
+    "check_initial_state",
     "reset_rows",
     "keep_rows",
     "state_rows",
@@ -63,7 +64,7 @@ class PolicyOutputs:
         extras: the layout of its extras (empty: actions only).
         recurrent: it keeps per-env state (``initial_state`` and ``policy(obs, state)``).
         initial_state: its initial state for the probed rows, one row per env (recurrent only);
-            every row of a fresh state equals the first (checked when the state is made).
+            every row of a fresh state equals the first (:func:`check_initial_state`).
         probe_error: the exception its first call raised (``"RuntimeError: ..."``), when it
             raised one: the layout is then only what was learned before it; empty otherwise.
     """
@@ -195,6 +196,29 @@ def check_state(state: Any, n: int, reference: Any, where: str) -> None:
             )
 
 
+def check_initial_state(state: Any, n: int) -> None:
+    """A fresh state from ``initial_state(n)``: every leaf has ``n`` rows, all equal to the
+    first. An env's state is reset to its row at every episode start, so rows that differ
+    would give an env another initial state for another grouping of the envs (its row in its
+    worker's group), and a replacement worker's envs another one than the parent reports for
+    them (the first row, repeated)."""
+    check_state(state, n, None, "from initial_state")
+    for path, leaf in _leaves(state):
+        first = leaf[:1]
+        equal = leaf == first if leaf.dtype.kind not in "fc" else (leaf == first) | (np.isnan(leaf) & np.isnan(first))
+        rows = equal.reshape(n, -1).all(axis=1)
+        if not rows.all():
+            j = int(np.flatnonzero(~rows)[0])
+            raise PolicyOutputError(
+                f"the policy's {path} (from initial_state) must be the same for every env: expected {n} rows equal "
+                f"to row 0 = {_short(leaf[0])}, received row {j} = {_short(leaf[j])}"
+            )
+
+
+def _short(row: np.ndarray) -> str:
+    return np.array2string(row, threshold=6, edgeitems=2)
+
+
 def reset_rows(state: Any, initial: Any, mask: np.ndarray) -> Any:
     """``state`` with the rows ``mask`` marks replaced by ``initial``'s (new arrays)."""
 
@@ -249,7 +273,7 @@ def probe(policy: Any, context: Any, observations: Any) -> PolicyOutputs:
         recurrent = runner.recurrent
         if recurrent:
             initial = as_state(runner.initial_state(n))
-            check_state(initial, n, None, "from initial_state")
+            check_initial_state(initial, n)
             actions, extras, state = runner.act_with_state(observations, copy_state(initial), None)
             state = as_state(state)
         else:

@@ -22,7 +22,7 @@ import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import vecenv
-from tests.helpers.envs import diff_env_fns, sync_group
+from tests.helpers.envs import diff_env_fns, make_group, sync_group
 from tests.helpers.faults import fault_fns, healthy_fns, transport_of
 from vecenv.errors import PolicyOutputError
 from vecenv.policies import FunctionPolicy
@@ -618,6 +618,47 @@ def test_bad_outputs_are_named_with_the_expected_and_received_shape() -> None:
         ):
             envs.rollout(4, DropsRows())
         assert envs.rollout(2, Recurrent()).num_steps == 2  # refused calls sent nothing
+
+
+class _RowInitial(Recurrent):
+    """Its initial state differs from row to row (``h`` is ``0.25 + row``): which rows an env
+    gets would depend on its worker's group."""
+
+    def initial_state(self, n: int) -> Any:
+        h, d = super().initial_state(n)
+        return (h + np.arange(n)[:, None], d)
+
+
+class _NanInitial(Recurrent):
+    """Its initial ``h`` is NaN in every row: equal rows, as a state not yet known may be."""
+
+    def initial_state(self, n: int) -> Any:
+        h, d = super().initial_state(n)
+        return (np.full_like(h, np.nan), d)
+
+
+@pytest.mark.timeout(60)
+def test_an_initial_state_whose_rows_differ_is_refused_naming_the_leaf_and_rows() -> None:
+    """An env's state restarts from its row of ``initial_state(n)``: rows that differ would make
+    an env's initial state depend on how the envs are grouped, and the parent reports a replaced
+    worker's envs with row 0 repeated. Refused in the parent before anything is sent, and in a
+    worker whose group is larger than the first (where the parent's call could not see it)."""
+    with make(diff_env_fns(4), 2) as envs:  # groups of 2
+        envs.reset(seed=SEED)
+        with pytest.raises(
+            PolicyOutputError,
+            match=r"state\[0\] \(from initial_state\) must be the same for every env: expected 2 rows equal to "
+            r"row 0 = \[0\.25 0\.25\], received row 1 = \[1\.25 1\.25\]",
+        ):
+            envs.rollout(3, _RowInitial())
+        got = envs.rollout(3, _NanInitial())  # NaN rows are equal rows
+        assert np.isnan(got.initial_state[0]).all()
+    groups = [functools.partial(make_group, [0]), functools.partial(make_group, [1, 2, 3])]
+    with vecenv.SubprocVectorEnv.from_groups(groups, context="fork") as envs:
+        envs.reset(seed=SEED)
+        with pytest.raises(PolicyOutputError, match=r"expected 3 rows equal to row 0") as info:
+            envs.rollout(3, _RowInitial())
+        assert "in the worker's policy, at step 0" in " ".join(info.value.__notes__)
 
 
 @pytest.mark.timeout(60)

@@ -41,6 +41,7 @@ from gymnasium.vector import AutoresetMode
 from vecenv.errors import InvalidStateError, PolicyOutputError
 from vecenv.policy_outputs import (
     as_state,
+    check_initial_state,
     check_state,
     copy_state,
     keep_rows,
@@ -226,7 +227,7 @@ class GroupRollouts:
                     f"this worker runs a {type(self.group).__name__}"
                 )
             initial = as_state(runner.initial_state(n))
-            check_state(initial, n, None, "from initial_state")
+            check_initial_state(initial, n)
             self._initial, self.state = initial, copy_state(initial)
         self.policy = runner
 
