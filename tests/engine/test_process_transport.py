@@ -285,3 +285,35 @@ def test_an_interrupt_that_cuts_no_message_keeps_every_worker(where: str, monkey
     finally:
         envs.close()
         sync.close()
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_as_a_rollout_block_is_written_keeps_every_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real SIGINT as the write of a rollout block's command returns, before the block's
+    descriptor follows it: one Ctrl+C is held until the descriptor is sent too, so no message
+    is left without its descriptor and no worker is ended (a single Ctrl+C used to end one)."""
+    from vecenv.transports import sending
+
+    envs = vecenv.make("CartPole-v1", 4, 2, context="fork")
+    sync = SyncVectorEnv([functools.partial(gym.make, "CartPole-v1")] * 4)
+    try:
+        envs.reset(seed=0)
+        pids = envs.worker_pids
+        write = os.write
+
+        def write_then_ctrl_c(fd: int, data: Any) -> int:
+            monkeypatch.setattr(sending.os, "write", write)  # once: the first block command
+            written = write(fd, data)
+            signal.raise_signal(signal.SIGINT)  # Ctrl+C as the write returns
+            return written
+
+        monkeypatch.setattr(sending.os, "write", write_then_ctrl_c)
+        with pytest.raises(KeyboardInterrupt):
+            envs.rollout(3)
+        monkeypatch.undo()
+        _assert_every_worker_kept(envs, sync, pids)
+        assert envs.rollout(3).rewards.shape == (3, 4)
+        assert envs.worker_pids == pids
+    finally:
+        envs.close()
+        sync.close()

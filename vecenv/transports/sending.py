@@ -11,7 +11,8 @@ timeout. A worker that reads, however slowly, is never cut off; a write that fit
 command to a worker that is reading) is one system call, as before.
 
 Each write, and the process transport's read of the replies, runs under :class:`HeldInterrupt`,
-so a Ctrl+C arriving meanwhile waits until what moved is known and no message is cut in two.
+so a Ctrl+C arriving meanwhile waits until what moved is known and no message is cut in two; a
+message sent in one write and the descriptor after it (a rollout block's) are one hold.
 
 The bytes on the wire are ``multiprocessing.connection.Connection.send_bytes``'s, and a
 descriptor follows as ``multiprocessing.reduction.send_handle`` sends it, so the worker reads
@@ -21,6 +22,7 @@ them with the usual ``recv_bytes`` and ``recv_handle``.
 from __future__ import annotations
 
 import array
+import contextlib
 import dataclasses
 import enum
 import importlib
@@ -215,9 +217,11 @@ def send_within(
             except BlockingIOError:
                 first = 0
             progress.state = _progress(first, len(whole) - first, fd)
+            if first == len(whole) and fd is not None:
+                # Still held: a Ctrl+C as the write returned would otherwise leave the message
+                # without its descriptor, and end a worker that a single Ctrl+C must not end.
+                _send_handle(handle, fd, timeout, progress, held=True)
         if first == len(whole):
-            if fd is not None:
-                _send_handle(handle, fd, timeout, progress)
             return
         parts, written = [whole[first:]], first
     left = sum(len(part) for part in parts)
@@ -256,16 +260,20 @@ def send_handle_within(conn: Connection, fd: int, timeout: float | None) -> None
     _send_handle(conn.fileno(), fd, timeout, None)
 
 
-def _send_handle(handle: int, fd: int, timeout: float | None, progress: SendProgress | None) -> None:
+def _send_handle(
+    handle: int, fd: int, timeout: float | None, progress: SendProgress | None, held: bool = False
+) -> None:
     """``reduction.sendfds`` of one descriptor, a slice at a time (Linux: no acknowledgement);
-    ``progress`` (of the message it follows) is whole once it is sent."""
+    ``progress`` (of the message it follows) is whole once it is sent. ``held``: the caller
+    already holds Ctrl+C (:class:`HeldInterrupt`) around this send; a second hold inside would
+    hold a second Ctrl+C too, which must cut the send."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=handle)
     try:
         sock.settimeout(None)  # blocking in Python's sense: the kernel's slice bounds each try
         start = time.monotonic()
         while True:
             try:
-                with HeldInterrupt():
+                with contextlib.nullcontext() if held else HeldInterrupt():
                     sock.sendmsg([b"\x01"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
                     if progress is not None:
                         progress.state = Progress.WHOLE
