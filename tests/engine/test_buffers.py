@@ -335,3 +335,28 @@ def test_blocks_kept_for_restarts_are_not_held_by_workers_forked_later() -> None
             assert held == {pid: [] for pid in later.worker_pids}
     finally:
         first.close()
+
+
+@pytest.mark.skipif(not HAVE_MEMFD, reason="memfd blocks only")
+def test_ctrl_c_as_a_blocks_descriptor_closes_never_closes_it_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl+C raised as ``os.close`` returns in ``release_fd``: the descriptor is forgotten
+    already, so ``close()`` later neither fails with EBADF nor closes the file that took its
+    number meanwhile (the next rollout after such an interrupt raised ``OSError``)."""
+    block = SharedBlock.create(4096, None)
+    close = os.close
+
+    def close_then_ctrl_c(fd: int) -> None:
+        monkeypatch.setattr(os, "close", close)  # once
+        close(fd)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "close", close_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        block.release_fd()
+    monkeypatch.undo()
+    reused = os.open(os.devnull, os.O_RDONLY)  # the lowest free number: the one just closed
+    try:
+        block.close(unlink=False)
+        os.fstat(reused)  # still open
+    finally:
+        os.close(reused)

@@ -165,11 +165,15 @@ class SharedBlock:
         return cls(shm.buf, None, shm)
 
     def release_fd(self) -> None:
-        """Close the parent's descriptor of a memfd block (the mapping keeps the memory)."""
-        if self.fd is not None:
-            INHERITED_FDS.discard(self.fd)
-            os.close(self.fd)
-            self.fd = None
+        """Close the parent's descriptor of a memfd block (the mapping keeps the memory).
+
+        Forgotten before it is closed: a Ctrl+C raised as ``os.close`` returns would otherwise
+        leave it recorded, and the next call would close it again (``EBADF``, or another file
+        that took its number meanwhile)."""
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            INHERITED_FDS.discard(fd)
+            os.close(fd)
 
     @classmethod
     def attach(cls, size: int, name: str | None, fd: int | None) -> SharedBlock:
