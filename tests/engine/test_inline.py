@@ -100,3 +100,45 @@ def test_close_after_step_async_never_runs_the_step_in_the_parents_group(num_wor
     start = time.monotonic()
     envs.close()
     assert envs.closed and time.monotonic() - start < vecenv.DEFAULT_CLOSE_TIMEOUT + 5.0
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("inline_group", [False, True], ids=["num_workers-0", "inline_group"])
+def test_ctrl_c_while_the_parents_group_maps_a_rollout_block_is_raised_and_leaks_nothing(
+    inline_group: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl+C while the parent's own group maps a new rollout block (a command nobody waits
+    for): it waits until the block is mapped, then the rollout raises ``KeyboardInterrupt``.
+    It used to be packed as the block command's dropped reply, so the rollout went on and
+    failed with "a rollout came before its rollout block", with the block's descriptor open
+    for good. After a reset, rollouts give what they give without the interrupt."""
+    import signal
+
+    from tests.helpers.faults import healthy_fns, open_fds
+    from vecenv.wire.rollout_buffers import RolloutBuffers
+
+    before = open_fds()
+    fns = healthy_fns(4)
+    kwargs = {"inline_group": True, "context": "fork"} if inline_group else {}
+    with SubprocVectorEnv(fns, 2 if inline_group else 0, **kwargs) as sub, SubprocVectorEnv(fns, 0) as plain:
+        sub.reset(seed=1)
+        attach = RolloutBuffers.attach.__func__  # type: ignore[attr-defined]
+
+        def attach_with_ctrl_c(cls: type, *args: object, **kw: object) -> RolloutBuffers:
+            monkeypatch.setattr(RolloutBuffers, "attach", classmethod(attach))  # once
+            signal.raise_signal(signal.SIGINT)  # Ctrl+C while the block is mapped
+            return attach(cls, *args, **kw)
+
+        monkeypatch.setattr(RolloutBuffers, "attach", classmethod(attach_with_ctrl_c))
+        with pytest.raises(KeyboardInterrupt):
+            sub.rollout(3)
+        monkeypatch.undo()
+        with pytest.raises(vecenv.NeedsResetError):
+            sub.rollout(3)
+        sub.reset(seed=2)
+        plain.reset(seed=2)
+        assert_same(
+            sub.rollout(3, lambda obs: np.zeros((len(obs), 2), np.float32)).observations,
+            plain.rollout(3, lambda obs: np.zeros((len(obs), 2), np.float32)).observations,
+        )
+    assert open_fds() == before

@@ -13,6 +13,7 @@ workers ``1..k-1`` are workers ``0..k-2`` of an ordinary
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,6 +23,7 @@ import cloudpickle
 from vecenv.errors import PackedException
 from vecenv.transports.base import CannotRestart, Death, DeathCause, Event, Reply, Transport
 from vecenv.transports.process import ProcessTransport
+from vecenv.transports.sending import HeldInterrupt
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import Attach, Command, WithFd, decode_command, encode_for_pipe
 from vecenv.worker.core import WorkerCore, WorkerOptions
@@ -36,6 +38,8 @@ class InlineWorker:
         self.core = WorkerCore(0, options)
         # Commands not yet run, each with the descriptor that came with it (a duplicate).
         self.pending: list[tuple[bytes, int | None]] = []
+        # Replies made by a run that an interrupt ended, for the next run.
+        self.kept: list[Event] = []
         self.hello: Reply | None = None
         self.buffers: Buffers | None = None
 
@@ -52,23 +56,46 @@ class InlineWorker:
         self.core.attach(attach, self.buffers)
 
     def run(self) -> list[Event]:
-        """Answer every command sent since the last run, in order."""
-        replies: list[Event] = []
+        """Answer every command sent since the last run, in order.
+
+        A Ctrl+C (or another signal handler's exception) while a command runs here is the
+        parent's own: it is raised at once, as in any wait, never packed as that command's
+        reply, which a command nobody waits for (a rollout block's) would drop, letting the
+        commands queued after it run as if nothing had happened. The interrupted command is
+        answered with the interrupt and the replies already made are kept for the next run
+        (the call that was interrupted abandons them); the commands after it run then.
+        """
+        replies, self.kept = self.kept, []
         if self.hello is not None:
             replies.append(self.hello)
             self.hello = None
-        while self.pending:
-            data, fd = self.pending.pop(0)
-            command, call_id, load = decode_command(data)
-            ok, result = self.core.handle(command, load, fd)
-            replies.append(Reply(0, call_id, ok, result))
+        running: int | None = None  # the call id of a command taken off the queue, not yet answered
+        try:
+            while self.pending:
+                data, fd = self.pending[0]
+                command, call_id, load = decode_command(data)
+                # Mapping a rollout block runs no env code, so Ctrl+C waits for it: cut short,
+                # it would leave the block's descriptor open for good.
+                with HeldInterrupt() if command is Command.ROLLOUT_BLOCK else contextlib.nullcontext():
+                    running = call_id
+                    del self.pending[0]
+                    ok, result = self.core.handle(command, load, fd, interrupts=True)
+                    replies.append(Reply(0, call_id, ok, result))
+                    running = None
+        except BaseException as exc:
+            if running is not None:
+                replies.append(Reply(0, running, False, PackedException(exc, None)))
+            self.kept = replies
+            raise
         return replies
 
     def send(self, message: bytes | WithFd) -> None:
         """Queue a command for the next :meth:`run` (a descriptor beside it is duplicated now:
-        the parent may close its own before the command runs)."""
+        the parent may close its own before the command runs). Ctrl+C is held meanwhile: raised
+        between the duplicate and the queue, it would leave the duplicate open for good."""
         if isinstance(message, WithFd):
-            self.pending.append((message.data, os.dup(message.fd)))
+            with HeldInterrupt():
+                self.pending.append((message.data, os.dup(message.fd)))
         else:
             self.pending.append((message, None))
 
@@ -83,6 +110,7 @@ class InlineWorker:
         self.core.detach()
         self.core.envs = None
         self.drop_pending()
+        self.kept = []
         if self.buffers is not None:
             self.buffers.close()
             self.buffers = None

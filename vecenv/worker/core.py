@@ -219,7 +219,9 @@ class WorkerCore:
         self.group = None
         self._handlers = {}
 
-    def handle(self, command: Command, load: Callable[[], Any], fd: int | None = None) -> Outcome:
+    def handle(
+        self, command: Command, load: Callable[[], Any], fd: int | None = None, interrupts: bool = False
+    ) -> Outcome:
         """Run one command; ``load()`` gives its payload. Returns its result, or the
         :class:`PackedException` of what it raised.
 
@@ -227,6 +229,9 @@ class WorkerCore:
         that call's error, with its traceback, and the worker carries on. ``fd``: a descriptor
         that came with the command (a ``ROLLOUT_BLOCK``'s memfd, a ``ROLLOUT``'s large weights):
         the payload takes it (``with_fd``), and it is closed if the payload cannot be loaded.
+        ``interrupts``: what is not an ``Exception`` (Ctrl+C's ``KeyboardInterrupt``, a signal
+        handler's ``SystemExit``) is raised, not returned: in the parent's own group it is the
+        parent's (a worker process ignores SIGINT).
         """
         group, rollouts = self.group, self.rollouts
         assert group is not None and rollouts is not None, "attach() comes before any command"
@@ -238,6 +243,8 @@ class WorkerCore:
                 payload = payload.with_fd(taken)
             return Outcome(True, self._handlers[command](payload))
         except BaseException as exc:
+            if interrupts and not isinstance(exc, Exception):
+                raise
             failure = rollouts.failure if command is Command.ROLLOUT else None
             if failure is None:
                 return Outcome(False, PackedException(exc, group.blame))
