@@ -308,6 +308,9 @@ class PackedException:
         #: When within a call of many steps it happened, (step, 0 in the policy or 1 in an env):
         #: of several workers' errors the parent raises the one a plain loop would have met first.
         self.order = order
+        #: Already raised in the parent: a Ctrl+C that cut a command of the parent's own group
+        #: (the reply stands for the command, whose envs' state is then unknown).
+        self.raised = False
         self.payload: bytes | None
         try:
             payload = cloudpickle.dumps(exc)

@@ -3,6 +3,10 @@ env with ``num_workers=0``), against SyncVectorEnv; its env errors surface as an
 
 from __future__ import annotations
 
+import os
+import signal
+
+import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import error as gym_error
@@ -142,3 +146,40 @@ def test_ctrl_c_while_the_parents_group_maps_a_rollout_block_is_raised_and_leaks
             plain.rollout(3, lambda obs: np.zeros((len(obs), 2), np.float32)).observations,
         )
     assert open_fds() == before
+
+
+class _CtrlCInParent(gym.Env):
+    """Steps as a counter; while ``ARMED`` names this process, its step is cut by a Ctrl+C."""
+
+    ARMED: int | None = None
+    observation_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        if _CtrlCInParent.ARMED == os.getpid():
+            _CtrlCInParent.ARMED = None
+            signal.raise_signal(signal.SIGINT)
+        return np.ones(1, np.float32), 1.0, False, False, {}
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_in_the_parents_group_during_recv_is_raised_once_then_asks_for_a_reset() -> None:
+    """``recv`` with the parent stepping a group: a Ctrl+C that cuts that group's step is raised
+    at once; the next ``recv`` says the batch is lost (``NeedsResetError`` naming
+    ``async_reset()``), rather than raising the same Ctrl+C again from the group's reply."""
+    with SubprocVectorEnv([_CtrlCInParent] * 4, 2, inline_group=True, context="fork") as envs:
+        envs.async_reset(seed=0)
+        assert envs.recv()[-1].tolist() == [0, 1, 2, 3]
+        _CtrlCInParent.ARMED = os.getpid()
+        envs.send(np.zeros(4, np.int64), np.arange(4))
+        with pytest.raises(KeyboardInterrupt):
+            envs.recv()
+        for _ in range(2):
+            with pytest.raises(vecenv.NeedsResetError, match=r"after `recv` was interrupted.*`async_reset\(\)`"):
+                envs.recv()
+        envs.async_reset(seed=1)
+        assert envs.recv()[-1].tolist() == [0, 1, 2, 3]

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from vecenv.errors import WorkerDiedError
+from vecenv.errors import PackedException, WorkerDiedError
 from vecenv.parent.pool import WorkerPool
 from vecenv.parent.records import WorkerRecord, WorkerStatus
 from vecenv.parent.state import CallState, State
@@ -233,10 +233,17 @@ class CallRunner:
         timeout (``recv``: the envs stay in flight)."""
         return self.pool.wait(workers, deadline, call, timeout)
 
-    def take(self, workers: Sequence[WorkerRecord], call: str) -> list[Any]:
+    def take(self, workers: Sequence[WorkerRecord], call: str, how: str) -> list[Any]:
         """The replies ``workers`` hold (each is READY); an env error among them (the first,
-        by worker order) is raised once all are taken, and steps are refused until a reset."""
+        by worker order) is raised once all are taken, and steps are refused until a reset
+        (``how``: the call that resets, named by the error a later step raises). A reply that
+        stands for a Ctrl+C already raised (it cut the parent's own group) is that refusal at
+        once (:class:`~vecenv.errors.NeedsResetError`), not the same Ctrl+C a second time."""
         replies = [w.take() for w in workers]
+        for ok, result in replies:
+            if not ok and isinstance(result, PackedException) and result.raised:
+                self.calls.poison(f"`{call}` was interrupted ({result.type_name.rpartition('.')[2]})")
+                self.calls.check_steppable(call, how)
         for w, (ok, result) in zip(workers, replies):
             if not ok:
                 self.calls.poison(f"an env raised during `{call}`")

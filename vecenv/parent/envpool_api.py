@@ -106,7 +106,7 @@ class AsyncBatches:
             groups.append(w)
             total += w.size
         try:  # an interrupt from here on loses the taken groups: none of them can be sent
-            return self._batch(groups, runner.take(groups, "recv"))
+            return self._batch(groups, runner.take(groups, "recv", "async_reset()"))
         except KeyboardInterrupt as exc:
             calls.interrupted("recv", exc, poisons=True)
             raise

@@ -84,7 +84,9 @@ class InlineWorker:
                     running = None
         except BaseException as exc:
             if running is not None:
-                replies.append(Reply(0, running, False, PackedException(exc, None)))
+                cut = PackedException(exc, None)
+                cut.raised = True
+                replies.append(Reply(0, running, False, cut))
             self.kept = replies
             raise
         return replies
