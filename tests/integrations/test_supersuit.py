@@ -206,6 +206,30 @@ def test_stable_baselines3_base_class_matches_supersuit() -> None:
         reference.close()
 
 
+def test_stable_baselines3_base_class_answers_for_the_slots_indices_select() -> None:
+    """get_attr and env_is_wrapped answer for the slots ``indices`` selects, as SB3's VecEnv
+    does: one slot, a list in its order, negative indices from the end; an index out of range
+    is named."""
+    pytest.importorskip("stable_baselines3")
+    from vecenv.errors import EnvIndexError
+
+    env = gym.wrappers.TimeLimit(gym.make("CartPole-v1"), 8)
+    venv = vs.concat_vec_envs_v1(env, 3, num_cpus=2, base_class="stable_baselines3")
+    try:
+        venv.seed(5)
+        venv.reset()
+        assert venv.get_attr("np_random_seed") == [5, 6, 7]
+        assert venv.get_attr("np_random_seed", indices=[2, 0]) == [7, 5]
+        assert venv.get_attr("np_random_seed", indices=-1) == [7]
+        assert venv.get_attr("render_mode", indices=1) == [None]
+        assert venv.env_is_wrapped(gym.wrappers.TimeLimit, indices=[1]) == [True]
+        assert venv.env_is_wrapped(gym.wrappers.TimeLimit) == [True] * 3
+        with pytest.raises(EnvIndexError, match="env index 3 is out of range for 3 envs"):
+            venv.get_attr("np_random_seed", indices=[3])
+    finally:
+        venv.close()
+
+
 def test_bad_arguments_are_named() -> None:
     venv = vs.pettingzoo_env_to_vec_env_v1(ToyParallelEnv())
     with pytest.raises(ValueError, match="`base_class` must be one of 'gymnasium', 'stable_baselines3'"):

@@ -6,7 +6,8 @@ the list of slot dicts (``"terminal_observation"`` when a copy ends, no ``"TimeL
 SuperSuit sets none, and SB3's bootstrapping must see the same infos to learn the same), and the
 reset infos are kept in ``reset_infos``. Two things SuperSuit's wrapper does not do, and this one
 does: ``seed()`` (which SB3's ``PPO(seed=...)`` calls) seeds the next reset instead of raising,
-and ``get_attr`` answers per slot.
+and ``get_attr`` answers per slot. Both ``get_attr`` and ``env_is_wrapped`` answer for the slots
+``indices`` selects, as SB3's ``VecEnv`` does (SuperSuit's ignores them).
 
 This is not ``vecenv.sb3.SubprocVecEnv``: that one wraps single-agent envs and adds SB3's own
 ``TimeLimit.truncated`` infos, which SuperSuit's path does not have.
@@ -16,12 +17,13 @@ Importing this module imports Stable-Baselines3 (and torch); nothing else in vec
 
 from __future__ import annotations
 
+import operator
 import warnings
 from typing import Any
 
 import numpy as np
 
-from vecenv.errors import MissingDependencyError
+from vecenv.errors import ArgumentTypeError, EnvIndexError, MissingDependencyError
 from vecenv.parent.vector_env import Uncopyable
 
 try:
@@ -72,8 +74,26 @@ class SB3VecEnvWrapper(Uncopyable, VecEnvWrapper):
         dones = terminations | truncations  # uint8, one per slot
         return observations, rewards, dones, infos
 
+    def _select(self, per_slot: list[Any], indices: VecEnvIndices) -> list[Any]:
+        """The values of the slots ``indices`` selects, in that order, as SB3's ``VecEnv`` selects
+        envs: ``None`` all, an int one, negative indices counting from the end."""
+        if indices is None:
+            return per_slot
+        chosen = [indices] if isinstance(indices, (int, np.integer)) else indices
+        selected = []
+        for index in chosen:
+            try:
+                i = operator.index(index)
+            except TypeError:
+                raise ArgumentTypeError(f"env indices must be ints, got {type(index).__name__}") from None
+            if not -self.num_envs <= i < self.num_envs:
+                raise EnvIndexError(f"env index {i} is out of range for {self.num_envs} envs")
+            selected.append(per_slot[i])
+        return selected
+
     def env_is_wrapped(self, wrapper_class: type, indices: VecEnvIndices = None) -> list[bool]:
-        return self._drop_in.env_is_wrapped(wrapper_class)
+        """Per selected slot, whether its env is wrapped in ``wrapper_class`` (a parallel env: never)."""
+        return self._select(self._drop_in.env_is_wrapped(wrapper_class), indices)
 
     def getattr_recursive(self, name: str) -> Any:
         raise AttributeError(name)
@@ -82,10 +102,10 @@ class SB3VecEnvWrapper(Uncopyable, VecEnvWrapper):
         return None
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
-        """Attribute ``attr_name`` per slot (``render_mode``: the vector env's, per slot)."""
+        """Attribute ``attr_name`` of each selected slot's env (``render_mode``: the vector env's)."""
         if attr_name == "render_mode":
-            return [self.render_mode] * self.num_envs
-        return self._drop_in.get_attr(attr_name)
+            return self._select([self.render_mode] * self.num_envs, indices)
+        return self._select(self._drop_in.get_attr(attr_name), indices)
 
     def render(self, mode: str | None = None) -> np.ndarray | None:
         """The first copy's frame (as SuperSuit); a ``mode`` cannot change the env's render mode."""
