@@ -58,7 +58,7 @@ from vecenv.parent.vector_env import DEFAULT_CLOSE_TIMEOUT, GroupVectorEnv, Unco
 from vecenv.seeding import SeedPolicy, spawn_seeds
 from vecenv.wire.protocol import SpaceRule
 
-__all__ = ["SubprocVecEnv"]
+__all__ = ["SubprocVecEnv", "selected_envs"]
 
 
 class SubprocVecEnv(Uncopyable, VecEnv):
@@ -288,7 +288,7 @@ class SubprocVecEnv(Uncopyable, VecEnv):
             order = list(range(self.num_envs))
             counts = None
         else:
-            order = [self._index(i) for i in ([indices] if isinstance(indices, (int, np.integer)) else indices)]
+            order = selected_envs(indices, self.num_envs)
             counts = dict(Counter(order))
             if not order:
                 return []
@@ -299,15 +299,6 @@ class SubprocVecEnv(Uncopyable, VecEnv):
             results.append(per_env[j][cursors[j]])
             cursors[j] += 1
         return results
-
-    def _index(self, index: Any) -> int:
-        try:
-            i = operator.index(index)
-        except TypeError:
-            raise ArgumentTypeError(f"env indices must be ints, got {type(index).__name__}") from None
-        if not -self.num_envs <= i < self.num_envs:
-            raise EnvIndexError(f"env index {i} is out of range for {self.num_envs} envs")
-        return i % self.num_envs
 
     def env_method(
         self, method_name: str, *method_args: Any, indices: VecEnvIndices = None, **method_kwargs: Any
@@ -399,3 +390,20 @@ def _boxes(infos: dict[str, Any], n: int) -> tuple[Any, np.ndarray]:
     if boxes is None:
         return [None] * n, np.zeros(n, dtype=bool)
     return boxes, infos[f"_{INFO_KEY}"]
+
+
+def selected_envs(indices: Any, num_envs: int) -> list[int]:
+    """The envs SB3's ``indices`` selects, in its order: ``None`` all, an int one, a sequence
+    those (repeats kept), negative indices counting from the end."""
+    if indices is None:
+        return list(range(num_envs))
+    order = []
+    for index in [indices] if isinstance(indices, (int, np.integer)) else indices:
+        try:
+            i = operator.index(index)
+        except TypeError:
+            raise ArgumentTypeError(f"env indices must be ints, got {type(index).__name__}") from None
+        if not -num_envs <= i < num_envs:
+            raise EnvIndexError(f"env index {i} is out of range for {num_envs} envs")
+        order.append(i % num_envs)
+    return order

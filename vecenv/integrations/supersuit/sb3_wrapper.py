@@ -17,13 +17,12 @@ Importing this module imports Stable-Baselines3 (and torch); nothing else in vec
 
 from __future__ import annotations
 
-import operator
 import warnings
 from typing import Any
 
 import numpy as np
 
-from vecenv.errors import ArgumentTypeError, EnvIndexError, MissingDependencyError
+from vecenv.errors import MissingDependencyError
 from vecenv.parent.vector_env import Uncopyable
 
 try:
@@ -34,6 +33,8 @@ except ImportError as exc:  # SB3 itself, or torch which it imports, is missing
         "concat_vec_envs_v1(base_class='stable_baselines3') needs Stable-Baselines3: "
         f"pip install 'vecenv[sb3]' (import failed: {exc})"
     ) from exc
+
+from vecenv.integrations.sb3.vec_env import selected_envs  # (imports SB3: after the check above)
 
 __all__ = ["SB3VecEnvWrapper"]
 
@@ -76,20 +77,8 @@ class SB3VecEnvWrapper(Uncopyable, VecEnvWrapper):
 
     def _select(self, per_slot: list[Any], indices: VecEnvIndices) -> list[Any]:
         """The values of the slots ``indices`` selects, in that order, as SB3's ``VecEnv`` selects
-        envs: ``None`` all, an int one, negative indices counting from the end."""
-        if indices is None:
-            return per_slot
-        chosen = [indices] if isinstance(indices, (int, np.integer)) else indices
-        selected = []
-        for index in chosen:
-            try:
-                i = operator.index(index)
-            except TypeError:
-                raise ArgumentTypeError(f"env indices must be ints, got {type(index).__name__}") from None
-            if not -self.num_envs <= i < self.num_envs:
-                raise EnvIndexError(f"env index {i} is out of range for {self.num_envs} envs")
-            selected.append(per_slot[i])
-        return selected
+        envs (:func:`~vecenv.integrations.sb3.vec_env.selected_envs`)."""
+        return per_slot if indices is None else [per_slot[i] for i in selected_envs(indices, self.num_envs)]
 
     def env_is_wrapped(self, wrapper_class: type, indices: VecEnvIndices = None) -> list[bool]:
         """Per selected slot, whether its env is wrapped in ``wrapper_class`` (a parallel env: never)."""
