@@ -150,9 +150,10 @@ class InvalidObservationError(VecEnvError, ValueError, TypeError):
 
 
 class InvalidInfoError(VecEnvError, TypeError):
-    """An env's ``reset`` or ``step`` returned an info that is not a dict (``None``, say).
+    """An env's ``reset`` or ``step`` returned an info that is not a mapping (``None``, a list).
 
-    ``SyncVectorEnv`` fails on it too (an ``AttributeError`` when it batches the info); this one
+    ``SyncVectorEnv`` fails on it too (an ``AttributeError`` when it batches the info: it reads
+    ``items()``, so a mapping that is not a dict is taken, here as there); this one
     reaches the parent as any env error does, with a note naming the env and the call.
     """
 

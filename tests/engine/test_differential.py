@@ -11,7 +11,7 @@ import copy as copylib
 import dataclasses
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -26,6 +26,7 @@ from tests.conftest import start_methods
 from tests.helpers.envs import (
     DictActionEnv,
     DiffEnv,
+    MappingInfoEnv,
     NotADictInfoEnv,
     ReusedInfoEnv,
     ScalarObsEnv,
@@ -60,7 +61,9 @@ def assert_same(a: Any, b: Any, path: str = "value", ordered: bool = True) -> No
             assert_same(a[k], b[k], f"{path}[{k!r}]", ordered)
         return
     assert type(a) is type(b), f"{path}: type {type(a).__name__} vs {type(b).__name__} ({a!r} vs {b!r})"
-    if isinstance(a, (tuple, list)):
+    if isinstance(a, Mapping):  # one that is not a dict (a UserDict in an object array): by item
+        assert_same(dict(a), dict(b), path, ordered)
+    elif isinstance(a, (tuple, list)):
         assert len(a) == len(b), f"{path}: length {len(a)} vs {len(b)}"
         for i, (x, y) in enumerate(zip(a, b)):
             assert_same(x, y, f"{path}[{i}]", ordered)
@@ -709,11 +712,39 @@ def test_an_info_that_is_not_a_dict_raises_naming_the_env(num_workers: int, info
     finally:
         sync.close()
     with SubprocVectorEnv(env_fns, num_workers) as sub:
-        with pytest.raises(InvalidInfoError, match=r"an env's info must be a dict, got") as raised:
+        with pytest.raises(InvalidInfoError, match=r"an env's info must be a dict or another mapping, got") as raised:
             sub.reset(seed=0)
             sub.step(np.zeros(4, np.int64))
         assert isinstance(raised.value, TypeError)
         assert "env 0" in " ".join(getattr(raised.value, "__notes__", [])), raised.value
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "kind, mode",
+    [("UserDict", NEXT), ("MappingProxyType", NEXT), ("UserDict", SAME), ("None", SAME)],
+    ids=["UserDict-next", "MappingProxyType-next", "UserDict-same", "None-same"],
+)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_an_info_that_is_a_mapping_or_a_final_info_of_any_kind_batches_as_in_sync(
+    num_workers: int, kind: str, mode: AutoresetMode
+) -> None:
+    """SyncVectorEnv batches any info's items, so a mapping that is not a dict is an info like
+    any; under SAME_STEP it keeps a final step's info that is not a dict (a UserDict, even
+    None) as it is, as ``final_info``'s entry, and batches the reset's info beside it."""
+    env_fns = fns(MappingInfoEnv, 3, kind=kind)
+    sync = SyncVectorEnv(env_fns, autoreset_mode=mode)
+    try:
+        with SubprocVectorEnv(env_fns, num_workers, autoreset_mode=mode) as sub:
+            assert_same(sub.reset(seed=0), sync.reset(seed=0), "reset")
+            finals = 0
+            for t in range(8):
+                got = sub.step(np.zeros(3, np.int64))
+                assert_same(got, sync.step(np.zeros(3, np.int64)), f"step {t}")
+                finals += int(got[4].get("_final_info", np.zeros(3, bool)).sum())
+            assert finals > 0 or mode is NEXT
+    finally:
+        sync.close()
 
 
 @pytest.mark.timeout(60)

@@ -18,12 +18,14 @@ so workers started with ``spawn`` start fast. Sections, in order:
 
 from __future__ import annotations
 
+import collections
 import functools
 import multiprocessing
 import os
 import random
 import threading
 import time
+import types
 from typing import Any
 
 import gymnasium as gym
@@ -438,6 +440,33 @@ class NotADictInfoEnv(PayEnv):
     def step(self, action: Any):
         obs, reward, terminated, truncated, info = super().step(action)
         return obs, reward, terminated, truncated, self.info if self.when == "step" else info
+
+
+class MappingInfoEnv(PayEnv):
+    """Returns its infos as a mapping that is not a dict (``kind``: ``"UserDict"`` or
+    ``"MappingProxyType"``), or, with ``kind="None"``, dict infos but ``None`` from each step
+    that ends an episode (after ``2 + index`` steps); ``SyncVectorEnv`` batches the items of a
+    mapping, and keeps a final step's info as it is in ``final_info`` under ``SAME_STEP``."""
+
+    def __init__(self, index: int = 0, kind: str = "UserDict") -> None:
+        super().__init__(index, horizon=2 + index)
+        self.kind = kind
+
+    def _info(self, info: dict[str, Any], ends: bool = False) -> Any:
+        if self.kind == "UserDict":
+            return collections.UserDict(info)
+        if self.kind == "MappingProxyType":
+            return types.MappingProxyType(info)
+        return None if ends else info
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        obs, _ = super().reset(seed=seed, options=options)
+        return obs, self._info({"index": self.index, "t": self.t})
+
+    def step(self, action: Any):
+        obs, reward, terminated, truncated, _ = super().step(action)
+        info = {"t": self.t, "nested": {"x": float(self.t), "arr": np.full(2, self.index)}}
+        return obs, reward, terminated, truncated, self._info(info, truncated)
 
 
 class SlowReplacementEnv(PayEnv):

@@ -28,6 +28,7 @@ __all__ = [
     "HostedGroup",
     "VectorGroup",
     "batched_view",
+    "captured_final_info",
     "captured_info",
     "close_each",
     "snapshot_info",
@@ -150,7 +151,7 @@ class EnvGroup:
                     if same_step and (terminated or truncated):
                         # SyncVectorEnv batches final_info before the reset, which may reuse
                         # and change the dict: take what batching takes, no more.
-                        infos.append((j, {"final_obs": obs, "final_info": captured_info(info)}))
+                        infos.append((j, {"final_obs": obs, "final_info": captured_final_info(info)}))
                         obs, info = env.reset()
                 rewards.append(reward)
                 terms.append(terminated)
@@ -354,11 +355,26 @@ def captured_info(info: Any) -> dict[str, Any]:
     """What ``SyncVectorEnv`` keeps of the info an env just returned: :func:`batched_view`,
     taken at once. The group batches its envs' infos only after the last env has stepped, and
     an env may hand out the same dict at every call (or share one with the other envs): each
-    env's values must be those of its own call. An info that is not a dict raises
-    :class:`~vecenv.errors.InvalidInfoError` (``SyncVectorEnv`` fails on it too)."""
-    if not isinstance(info, dict):
-        raise InvalidInfoError(f"an env's info must be a dict, got {describe(info)}")
-    return batched_view(info)
+    env's values must be those of its own call.
+
+    ``SyncVectorEnv`` batches any info's ``items()``, so a mapping that is not a dict (a
+    ``UserDict``, a ``MappingProxyType``) is taken as the dict of its items. An info without
+    ``items()`` (``None``, a list) raises :class:`~vecenv.errors.InvalidInfoError`
+    (``SyncVectorEnv`` fails on it too)."""
+    if isinstance(info, dict):
+        return batched_view(info)
+    items = getattr(info, "items", None)
+    if not callable(items):
+        raise InvalidInfoError(f"an env's info must be a dict or another mapping, got {describe(info)}")
+    return batched_view(dict(items()))
+
+
+def captured_final_info(info: Any) -> Any:
+    """What ``SyncVectorEnv`` keeps of the info of a step that ended an episode, under
+    ``SAME_STEP``, as ``final_info``: a dict is batched key by key (:func:`batched_view`); any
+    other value (a ``UserDict``, even ``None``) is kept as it is, as ``SyncVectorEnv`` puts it
+    in an object array, and the info the reset returns is the env's info of that step."""
+    return batched_view(info) if isinstance(info, dict) else info
 
 
 def batched_view(info: dict[str, Any]) -> dict[str, Any]:
