@@ -86,6 +86,7 @@ def _reference(
                     group.create_dataset("/".join([name, *parts]), data=leaf)
             for name, column in zip(("rewards", "terminations", "truncations"), episode[2]):
                 group.create_dataset(name, data=column)
+            group.create_group("infos")  # the DataCollector's default: no infos, an empty group
 
 
 @pytest.mark.parametrize("nested", [False, True], ids=["box-discrete", "dict-tuple"])
@@ -110,6 +111,7 @@ def test_episodes_read_back_as_h5py_writes_them(tmp_path: Path, nested: bool) ->
             for key in reference.attrs:
                 assert mine.attrs[key].dtype == reference.attrs[key].dtype, (name, key)
             assert sorted(mine) == sorted(reference)
+            assert isinstance(mine["infos"], h5py.Group) and len(mine["infos"]) == 0
             pairs = list(zip(_datasets(mine), _datasets(reference), strict=True))
             assert len(pairs) == len(named_leaves(observation)) + len(named_leaves(action)) + 3
             for got, want in pairs:

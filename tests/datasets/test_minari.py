@@ -718,6 +718,9 @@ def test_episodes_equal_what_minari_data_collector_records(tmp_path: Path, env_c
             for mine, expected in zip(leaves(getattr(episode, name)), leaves(getattr(reference, name))):
                 np.testing.assert_array_equal(mine, expected, err_msg=name)
                 assert mine.dtype == expected.dtype, name
+        # No infos recorded, by either: {} (not None, on which EpisodeData's repr fails).
+        assert episode.infos == reference.infos == {}
+        assert "infos=dict with the following keys: []" in repr(episode)
         (their_meta,) = theirs.storage.get_episode_metadata([index])
         their_meta.pop("options", None)  # the replay's reset(options={"minari_autoseed": False})
         rewards_stats = {"rewards_sum", "rewards_mean", "rewards_std", "rewards_max", "rewards_min"}

@@ -273,10 +273,11 @@ class Hdf5EpisodeFile:
     """Episodes in Minari's HDF5 layout, appended to one new file; see the module's docstring.
 
     Each episode is the group ``episode_<id>`` with the attributes ``id``, ``total_steps`` and
-    (when known) ``seed``, and one dataset per leaf: ``observations`` (``T + 1`` rows),
+    (when known) ``seed``, one dataset per leaf: ``observations`` (``T + 1`` rows),
     ``actions``, ``rewards`` (float64), ``terminations`` and ``truncations`` (bool), with the
-    dtypes of the spaces: what Minari's ``HDF5Storage.update_episodes`` writes for the same
-    episode (datasets contiguous rather than chunked: Minari reads them alike).
+    dtypes of the spaces, and an empty ``infos`` group: what Minari's
+    ``HDF5Storage.update_episodes`` writes for the same episode as its ``DataCollector`` records
+    it (datasets contiguous rather than chunked: Minari reads them alike).
     """
 
     def __init__(self, path: Path, observation_space: spaces.Space, action_space: spaces.Space) -> None:
@@ -287,6 +288,10 @@ class Hdf5EpisodeFile:
         }
         for name, dtype in ((b"rewards", np.float64), (b"terminations", np.bool_), (b"truncations", np.bool_)):
             self.tree[name] = _add_leaf(self.leaves, (), np.dtype(dtype), observation=False)
+        # No infos are recorded, as Minari's DataCollector records none by default, and it still
+        # writes the empty group: without it Minari reads an episode's infos as None, not {}
+        # (and EpisodeData's repr fails on it).
+        self.tree[b"infos"] = {}
         self._templates: dict[np.dtype | None, _EpisodeTemplate] = {}
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o644)
         self._end = _SUPERBLOCK_SIZE
