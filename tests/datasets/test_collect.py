@@ -889,7 +889,8 @@ def test_interrupt_before_the_collection_writes_nothing_and_says_so(
 
 
 #: Starts the command as each way of running it does, with an import hook that sends this
-#: process SIGINT (a real Ctrl+C) when the command's modules first import Gymnasium.
+#: process the signal named by its first argument (SIGINT: a real Ctrl+C) when the command's
+#: modules first import Gymnasium.
 INTERRUPTED_IMPORT = """\
 import importlib, importlib.abc, os, runpy, signal, sys
 
@@ -897,11 +898,11 @@ class CtrlC(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name == "gymnasium":
             sys.meta_path.remove(self)
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), getattr(signal, signal_name))
         return None
 
-entry, sys.argv[0] = sys.argv[1], "vecenv-collect"
-del sys.argv[1]
+signal_name, entry, sys.argv[0] = sys.argv[1], sys.argv[2], "vecenv-collect"
+del sys.argv[1:3]
 sys.meta_path.insert(0, CtrlC())
 if entry == "module":
     runpy.run_module("vecenv.datasets", run_name="__main__", alter_sys=True)
@@ -920,16 +921,21 @@ def console_entry_point() -> str:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("signal_name, status", [("SIGINT", 130), ("SIGTERM", 143)])
 @pytest.mark.parametrize("entry", ["console", "module", "script"])
-def test_ctrl_c_while_the_command_imports_its_modules_ends_it_as_at_start_up(tmp_path: Path, entry: str) -> None:
-    """Ctrl+C before the command has set its handlers, while NumPy, Gymnasium and the collection
-    import (a second or more): no traceback, the start-up line, exit status 130, nothing
-    written; for ``vecenv-collect``, ``python -m vecenv.datasets`` and the script alike."""
+def test_ctrl_c_while_the_command_imports_its_modules_ends_it_as_at_start_up(
+    tmp_path: Path, entry: str, signal_name: str, status: int
+) -> None:
+    """Ctrl+C or SIGTERM before the command has set its handlers, while NumPy, Gymnasium and the
+    collection import (a second or more): no traceback, the start-up line, exit status 130 or
+    143 (not a silent death by SIGTERM), nothing written; for ``vecenv-collect``, ``python -m
+    vecenv.datasets`` and the script alike."""
     where = {"console": console_entry_point(), "module": "module", "script": str(SCRIPT)}[entry]
-    command = [sys.executable, "-c", INTERRUPTED_IMPORT, where, "--steps", "100", "--out", str(tmp_path / "d")]
+    command = [sys.executable, "-c", INTERRUPTED_IMPORT, signal_name, where, "--steps", "100", "--out"]
+    command.append(str(tmp_path / "d"))
     environment = {**os.environ, "PYTHONPATH": str(REPO)}
     result = subprocess.run(command, cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=90)
-    assert result.returncode == 130, result.stderr
+    assert result.returncode == status, result.stderr
     assert result.stderr == "vecenv-collect: interrupted while starting the environments: nothing was written\n"
     assert list(tmp_path.iterdir()) == []
 

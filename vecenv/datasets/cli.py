@@ -28,7 +28,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from vecenv.datasets.cli_arguments import PROG, build_export_parser, build_parser, default_num_envs, minari_metadata
 from vecenv.datasets.collection import collect
-from vecenv.datasets.command import INTERRUPTED_AT_START, INTERRUPTED_STATUS
+from vecenv.datasets.command import INTERRUPTED_AT_START, INTERRUPTED_STATUS, interrupted_status
 from vecenv.datasets.dataset import load
 from vecenv.datasets.errors import (
     FLAGS,
@@ -489,9 +489,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(arguments[1:] if exporting else arguments)
     except SystemExit as exc:  # --help, or a usage error the parser already reported
         return int(exc.code or 0)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # SIGTERM here: command.main's handler
         print(INTERRUPTED_AT_START, file=sys.stderr)
-        return INTERRUPTED_STATUS
+        return interrupted_status(exc)
     command_line = shlex.join(sys.argv if argv is None else [PROG, *argv])
     before = _Before()  # what the output held, to tell this run's output from an earlier one
     _received.clear()
