@@ -6,9 +6,13 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
+from gymnasium import spaces
 
-from vecenv.datasets.format import METADATA_FILE, Leaf
+from vecenv.datasets import load
+from vecenv.datasets.format import METADATA_FILE, Leaf, dataset_fields
 from vecenv.datasets.writer import DatasetWriter
+from vecenv.spaces import describe_space
 
 
 def _on_disk(out: Path) -> tuple[list[float], dict[str, int]]:
@@ -57,6 +61,43 @@ def test_rows_of_a_transitions_dataset_count_as_they_come(tmp_path: Path) -> Non
     assert _on_disk(out) == ([1, 2], {"transitions": 2, "episodes": 0})
     writer.finalize(complete=True)
     assert _on_disk(out) == ([1, 2], {"transitions": 2, "episodes": 0})
+
+
+def test_a_reader_between_a_flushs_headers_and_its_metadata_reads_the_rows_metadata_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flush rewrites the headers, then metadata.json: ``load`` while collection runs can read
+    metadata.json just before a flush and the headers just after, which count more rows. It
+    reads the rows metadata.json counts (committed rows never change) rather than refusing."""
+    observation, action = spaces.Box(-1, 1, (2,), np.float32), spaces.Discrete(3)
+    fields = dataset_fields(observation, action)
+    metadata = {
+        "fields": {f.name: {"dtype": str(f.dtype), "shape": list(f.shape)} for f in fields},
+        "observation_space": {"description": describe_space(observation)},
+        "action_space": {"description": describe_space(action)},
+    }
+    out = tmp_path / "d"
+    writer = DatasetWriter(out, fields, metadata)
+
+    def rows(start: int, stop: int) -> list[np.ndarray]:
+        values = np.arange(start, stop)
+        return [np.broadcast_to(values.reshape(-1, *[1] * len(f.shape)), (len(values), *f.shape)) for f in fields]
+
+    writer.append([column.astype(f.dtype) for column, f in zip(rows(0, 3), fields)], np.zeros(0), np.zeros(0))
+    writer.flush()
+    monkeypatch.setattr(writer, "_write_metadata", lambda complete: None)  # the reader comes before it
+    writer.append([column.astype(f.dtype) for column, f in zip(rows(3, 5), fields)], np.zeros(0), np.zeros(0))
+    writer.flush()
+    assert np.load(out / "rewards.npy", mmap_mode="r").shape == (5,)  # the headers count 5 rows
+    with load(out) as dataset:
+        assert dataset.transitions == 3 and not dataset.complete
+        assert {name: len(array) for name, array in dataset.leaves.items()} == dict.fromkeys(dataset.leaves, 3)
+        assert dataset["rewards"].tolist() == [0.0, 1.0, 2.0]
+        assert dataset["observations"].tolist() == [[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]]
+    monkeypatch.undo()
+    writer.finalize(complete=True)
+    with load(out) as dataset:
+        assert dataset.transitions == 5 and dataset.complete and dataset["actions"].tolist() == [0, 1, 2, 3, 4]
 
 
 def test_a_write_error_names_the_path_and_keeps_the_os_error_apart() -> None:

@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -133,7 +133,8 @@ def load(path: str | os.PathLike[str]) -> Dataset:
     no open file descriptor (use the dataset in a ``with`` block, or ``close()`` it, to drop
     its references early). Raises ArgumentTypeError (a TypeError) if ``path`` is not a path,
     FileNotFoundError if it has no ``metadata.json``, and ValueError if ``metadata.json`` is
-    not a dataset's or the files disagree on the number of transitions.
+    not a dataset's or the files disagree on the number of transitions. A dataset still being
+    written loads as the transitions its ``metadata.json`` counts (its files may hold more).
     """
     if not isinstance(path, (str, os.PathLike)):
         raise ArgumentTypeError(
@@ -155,9 +156,13 @@ def load(path: str | os.PathLike[str]) -> Dataset:
         raise InvalidArgumentError(
             f"{metadata_file}: expected a dataset's metadata (JSON with counts, fields and spaces): {exc!r}"
         ) from None
+    # While a dataset is written, a flush rewrites the headers, then metadata.json: a file can
+    # hold more rows than the metadata.json read a moment before counts, and the rows it counts
+    # never change, so an incomplete dataset is read as those. A complete one agrees exactly.
+    most = None if metadata.get("complete", True) else expected
     arrays: dict[str, np.ndarray] = {}
     for name in listed:
-        array = map_npy(path / f"{name}.npy")
+        array = map_npy(path / f"{name}.npy", most)
         if len(array) != expected:
             raise InvalidArgumentError(
                 f"{path / (name + '.npy')}: expected {expected} rows as metadata.json says, got {len(array)}"
@@ -217,8 +222,9 @@ def _mapper() -> _Mapper | None:
     return _MAPPER[0]
 
 
-def map_npy(path: Path) -> np.memmap:
-    """The array of a ``.npy`` file as a read-only ``numpy.memmap`` that holds no descriptor.
+def map_npy(path: Path, most: int | None = None) -> np.memmap:
+    """The array of a ``.npy`` file as a read-only ``numpy.memmap`` that holds no descriptor;
+    with ``most``, only its first ``most`` rows where it holds more.
 
     Falls back to ``numpy.load(path, mmap_mode="r")`` (which holds one while the array lives)
     for header versions other than 1.0 and 2.0, where ``mmap`` cannot be called directly, or
@@ -226,7 +232,7 @@ def map_npy(path: Path) -> np.memmap:
     """
     mapper = _mapper()
     if mapper is None:
-        return np.load(path, mmap_mode="r")
+        return _first_rows(np.load(path, mmap_mode="r"), most)
     with open(path, "rb") as file:
         version = np.lib.format.read_magic(file)
         if version == (1, 0):
@@ -234,10 +240,12 @@ def map_npy(path: Path) -> np.memmap:
         elif version == (2, 0):
             shape, fortran_order, dtype = np.lib.format.read_array_header_2_0(file)
         else:
-            return np.load(path, mmap_mode="r")
+            return _first_rows(np.load(path, mmap_mode="r"), most)
         if dtype.hasobject:
             raise InvalidArgumentError(f"{path}: expected an array of fixed-size values, got dtype {dtype}")
         offset = file.tell()
+        if most is not None and not fortran_order and shape and shape[0] > most:
+            shape = (most, *shape[1:])
         size = offset + math.prod(shape) * dtype.itemsize
         if os.fstat(file.fileno()).st_size < size:
             raise InvalidArgumentError(f"{path}: expected at least {size} bytes for shape {shape}, got a shorter file")
@@ -248,7 +256,7 @@ def map_npy(path: Path) -> np.memmap:
         else:
             buffer: Any = mapper.map(file.fileno(), size)
             if buffer is None:
-                return np.load(path, mmap_mode="r")
+                return _first_rows(np.load(path, mmap_mode="r"), most)
             array = np.ndarray.__new__(np.memmap, shape, dtype, buffer=buffer, offset=offset, order=order)
     array._mmap = None  # np.memmap's own fields: no mmap object (flush() has nothing to do)
     array.filename = str(path.resolve())
@@ -256,3 +264,10 @@ def map_npy(path: Path) -> np.memmap:
     array.mode = "r"
     array.flags.writeable = False
     return array
+
+
+def _first_rows(array: np.memmap, most: int | None) -> np.memmap:
+    """``array``, or its first ``most`` rows where it has more."""
+    if most is None or not array.ndim or len(array) <= most:
+        return array
+    return cast(np.memmap, array[:most])  # a memmap's slice is a memmap
