@@ -28,7 +28,6 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from vecenv.datasets.cli_arguments import PROG, build_export_parser, build_parser, default_num_envs, minari_metadata
 from vecenv.datasets.collection import collect
-from vecenv.datasets.command import INTERRUPTED_AT_START, INTERRUPTED_STATUS, interrupted_status
 from vecenv.datasets.dataset import load
 from vecenv.datasets.errors import (
     FLAGS,
@@ -39,6 +38,7 @@ from vecenv.datasets.errors import (
 )
 from vecenv.datasets.format import METADATA_FILE
 from vecenv.datasets.policy_specs import PolicySpecError, load_policy
+from vecenv.datasets.start_up import INTERRUPTED_AT_START, INTERRUPTED_STATUS, interrupted_status
 from vecenv.datasets.writer import check_out
 from vecenv.factory import check_env_id, make
 from vecenv.machine import available_cpus
