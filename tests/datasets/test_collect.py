@@ -284,12 +284,16 @@ class TextEnv(gymnasium.Env):
         ({"steps": 5, "seed": "1"}, TypeError, r"seed: expected a non-negative int, got '1' of type str"),
         ({"steps": 5, "policy": "greedy"}, ValueError, r"policy: expected 'random' or a callable.*got 'greedy'"),
         ({"steps": 5, "policy": 3}, TypeError, r"policy: expected 'random' or a callable.*got 3"),
+        ({"steps": 5, "overwrite": "yes"}, TypeError, r"overwrite: expected True or False, got 'yes'"),
+        ({"steps": 5, "progress": None}, TypeError, r"progress: expected True, False or 'auto', got None"),
+        ({"steps": 5, "rollout_steps": -1}, ValueError, r"rollout_steps: expected None or a non-negative int, got -1"),
+        ({"steps": 5, "rollout_steps": 2.0}, TypeError, r"rollout_steps: expected None or a non-negative int, got 2.0"),
     ],
 )
 def test_collect_rejects_bad_arguments(tmp_path: Path, kwargs: dict, error: type, match: str) -> None:
     envs = counter_envs(2, AutoresetMode.NEXT_STEP)
     with pytest.raises(error, match=match):
-        collect(envs, out=tmp_path / "d", progress=False, **kwargs)
+        collect(envs, out=tmp_path / "d", **{"progress": False, **kwargs})
     assert not (tmp_path / "d").exists()
 
 
@@ -588,7 +592,7 @@ def test_rollouts_in_the_workers_write_what_stepping_writes(
     reference = collect_sync(tmp_path / "sync", 5, mode, policy, seed=4, **count)
     assert reference.metadata["collection"]["method"] == "envs.step"
     want = npy_bytes(tmp_path / "sync")
-    layouts = [(1, None), (2, 1), (3, 7), ("inline", None), (0, 64), (2, 0)]
+    layouts = [(1, None), (2, 1), (3, np.int64(7)), ("inline", None), (0, 64), (2, 0)]  # NumPy ints taken
     for workers, steps_per_rollout in layouts:
         out = tmp_path / f"w{workers}-t{steps_per_rollout}"
         dataset = _collect_with(

@@ -192,9 +192,13 @@ def collect(
             f"out: expected None or a path (str or os.PathLike), got {out!r} of type {type(out).__name__}"
         )
     _check_format_options(format, open_episodes, dataset_id, minari_metadata, minari_storage)
-    _check_rollout_steps(rollout_steps)
+    rollout_steps = _check_rollout_steps(rollout_steps)
     if isinstance(progress, str) and progress != "auto":
         raise InvalidArgumentError(f"progress: expected True, False or 'auto', got {progress!r}")
+    if not isinstance(progress, (bool, str)):
+        raise ArgumentTypeError(f"progress: expected True, False or 'auto', got {progress!r}")
+    if not isinstance(overwrite, bool):
+        raise ArgumentTypeError(f"overwrite: expected True or False, got {overwrite!r}")
     plan = _plan(envs, policy, seed, steps, episodes, target, metadata, rollout_steps)
     if format == "minari":
         output = _minari_output(plan, out, overwrite, dataset_id, open_episodes, minari_metadata, minari_storage)
@@ -225,11 +229,15 @@ def _check_request(envs: Any, policy: Any, steps: Any, episodes: Any, seed: Any)
     return target
 
 
-def _check_rollout_steps(rollout_steps: Any) -> None:
-    if rollout_steps is not None and (isinstance(rollout_steps, bool) or not isinstance(rollout_steps, int)):
+def _check_rollout_steps(rollout_steps: Any) -> int | None:
+    """``rollout_steps`` as an int (NumPy's integers taken, as for ``steps`` and ``seed``)."""
+    if rollout_steps is None:
+        return None
+    if isinstance(rollout_steps, bool) or not isinstance(rollout_steps, (int, np.integer)):
         raise ArgumentTypeError(f"rollout_steps: expected None or a non-negative int, got {rollout_steps!r}")
-    if rollout_steps is not None and rollout_steps < 0:
+    if rollout_steps < 0:
         raise InvalidArgumentError(f"rollout_steps: expected None or a non-negative int, got {rollout_steps!r}")
+    return int(rollout_steps)
 
 
 def _check_format_options(
