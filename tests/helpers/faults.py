@@ -212,11 +212,34 @@ def counter_fns(n: int) -> list[Any]:
     return [EndlessCounterEnv for _ in range(n)]
 
 
+class ElsewhereError(ValueError):
+    """Raised by unpickling a :class:`HomeBound` in another process than the one that made it."""
+
+
+def _rebuild_home_bound(pid: int) -> HomeBound:
+    if pid != os.getpid():
+        raise ElsewhereError(f"a HomeBound made in process {pid} cannot be rebuilt in process {os.getpid()}")
+    return HomeBound(pid)
+
+
+class HomeBound:
+    """Pickles anywhere; unpickling it in any process but the one that made it raises
+    :class:`ElsewhereError` (as a ``__setstate__`` that needs the worker's process would): a
+    worker's reply that holds one cannot be rebuilt in the parent, on every backend."""
+
+    def __init__(self, pid: int | None = None) -> None:
+        self.pid = os.getpid() if pid is None else pid
+
+    def __reduce__(self) -> Any:
+        return _rebuild_home_bound, (self.pid,)
+
+
 class OddEnv(gym.Env):
     """A small env that misbehaves as ``odd`` says (``None``: it does not).
 
     ``odd``: ``"lock-info"`` (its step info holds a lock), ``"lock-call"`` (:meth:`handle`
-    returns a lock), ``"huge-reward"`` (its reward is
+    returns a lock), ``"home-info"`` and ``"home-call"`` (the same with a :class:`HomeBound`,
+    which pickles but cannot be rebuilt in the parent), ``"huge-reward"`` (its reward is
     ``10**400``, an int no float can hold), ``"close-raise"``, ``"close-hang"``.
     """
 
@@ -236,13 +259,18 @@ class OddEnv(gym.Env):
         reward: Any = float(action)
         if self.odd == "lock-info":
             info["handle"] = threading.Lock()
+        if self.odd == "home-info":
+            info["handle"] = HomeBound()
         if self.odd == "huge-reward":
             reward = 10**400
         return obs, reward, False, False, info
 
     def handle(self) -> Any:
-        """A method whose result cannot be pickled for ``odd="lock-call"``."""
-        return threading.Lock() if self.odd == "lock-call" else self.index
+        """A method whose result cannot be pickled for ``odd="lock-call"``, nor rebuilt in another
+        process for ``odd="home-call"``."""
+        if self.odd == "lock-call":
+            return threading.Lock()
+        return HomeBound() if self.odd == "home-call" else self.index
 
     def close(self) -> None:
         if self.odd == "close-raise":

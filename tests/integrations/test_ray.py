@@ -39,7 +39,7 @@ from tests.engine.test_differential import (
 from tests.engine.test_envpool_api import follow_sync_trajectories
 from tests.engine.test_rollouts import assert_matches_sync, row_wise_policy, single_env_reference, sync_reference
 from tests.helpers.envs import JitterEnv, diff_env_fns, make_group
-from tests.helpers.faults import fault_fns, healthy_fns
+from tests.helpers.faults import ElsewhereError, fault_fns, healthy_fns, odd_fns
 from tests.helpers.ray_sessions import RaySessions, _ray_sessions, ray, ray_cluster, ray_local, run_driver  # noqa: F401
 from vecenv.errors import NeedsResetError, RemoteTraceback, VecEnvTimeoutError, WorkerDiedError
 from vecenv.integrations.ray.vector_env import RayVectorEnv
@@ -254,6 +254,45 @@ def test_env_errors_of_every_kind_keep_the_actors(
         assert "env 1 (worker 0 on node" in " ".join(excinfo.value.__notes__)
         envs.reset(seed=1)  # the fault fired once; the envs carry on
         assert envs.call("ping") == ("pong 0", "pong 1", "pong 2")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "odd, where",
+    [
+        ("lock-info", "env 3 (worker 1"),  # cannot be pickled in the worker: the env is known
+        ("lock-call", "env 3 (worker 1"),
+        ("home-info", "envs 2..3 (worker 1"),  # cannot be rebuilt here: the group's reply
+        ("home-call", "envs 2..3 (worker 1"),
+    ],
+)
+def test_a_reply_that_cannot_cross_fails_as_on_the_process_backend(
+    ray_local: RaySessions, odd: str, where: str
+) -> None:
+    """Differential: a reply that cannot be pickled in the worker (an info or ``call`` result
+    holding a lock), or pickles but cannot be rebuilt in the parent (its unpickling raises), is
+    the same error on Ray as on the process backend: the same class (never Ray's
+    ``RaySystemError`` or ``RayTaskError``), the remote traceback as its cause, and the same
+    notes naming the env (or the group, whose reply as a whole failed) and the call. The worker
+    answers the next call on both."""
+    fns = odd_fns(4, {3: odd})
+    error = TypeError if odd.startswith("lock") else ElsewhereError
+    notes = {}
+    for backend in ("process", "ray"):
+        envs = vecenv.SubprocVectorEnv(fns, 2) if backend == "process" else RayVectorEnv(fns, 2, actor_options=HALF_CPU)
+        with envs:
+            envs.reset(seed=0)
+            with pytest.raises(Exception) as excinfo:
+                if odd.endswith("info"):
+                    envs.step(np.zeros(4, np.int64))
+                else:
+                    envs.call("handle")
+            assert type(excinfo.value) is error, (backend, repr(excinfo.value))
+            assert isinstance(excinfo.value.__cause__, RemoteTraceback), backend
+            notes[backend] = [re.sub(r" on node \S+ \(\w+\), pid \d+", "", n) for n in excinfo.value.__notes__]
+            assert envs.get_attr("index") == (0, 1, 2, 3), backend
+    assert notes["ray"] == notes["process"]
+    assert f"raised in {where}) during `" in notes["process"][-1], notes
 
 
 @pytest.mark.timeout(60)

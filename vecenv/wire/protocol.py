@@ -66,6 +66,7 @@ __all__ = [
     "no_payload",
     "encode_reply",
     "decode_reply",
+    "unpickling_failure",
     "SpaceRule",
     "SpaceKind",
     "ObservationMode",
@@ -558,9 +559,16 @@ def decode_reply(data: bytes) -> DecodedReply:
     try:
         result = pickle.loads(memoryview(data)[_HEADER.size :])
     except Exception as exc:
-        exc.add_note("the worker's reply could not be unpickled in the parent")
-        return DecodedReply(call_id, False, PackedException(exc, None))
+        return DecodedReply(call_id, False, unpickling_failure(exc))
     return DecodedReply(call_id, flag == _OK, result)
+
+
+def unpickling_failure(exc: BaseException) -> PackedException:
+    """What unpickling a worker's reply in the parent raised, as that call's error: the same on
+    every transport (a pipe's bytes, a Ray actor's result), so ``__setstate__`` raising in the
+    parent gives the same error and note whichever carried the reply."""
+    exc.add_note("the worker's reply could not be unpickled in the parent")
+    return PackedException(exc, None)
 
 
 # -- the fast path's wake-ups (vecenv.wire.fastpath) -----------------------------------------

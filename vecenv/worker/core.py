@@ -48,7 +48,7 @@ from vecenv.worker.builders import check_env
 from vecenv.worker.group import EnvGroup, GroupSource, HostedGroup, VectorGroup
 from vecenv.worker.rollout import GroupRollouts
 
-__all__ = ["WorkerCore", "WorkerOptions", "unpicklable_part"]
+__all__ = ["WorkerCore", "WorkerOptions", "fallible_parts", "unpicklable_part"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,23 +254,35 @@ class WorkerCore:
                 os.close(fd)
 
 
-def unpicklable_part(result: Any) -> int | None:
-    """The local index of the env whose part of ``result`` cannot be pickled: its info in a
-    :class:`~vecenv.wire.protocol.StepReply`, its row of observations that travel in the reply,
-    or its item of a ``call``/``render`` result (one per env). ``None`` when no one part fails."""
-    parts: list[tuple[int, Any]] = []
+def fallible_parts(result: Any) -> list[tuple[int, Any]] | None:
+    """The parts of a reply that may fail to pickle, each with the local index of its env: the
+    infos of a :class:`~vecenv.wire.protocol.StepReply` or
+    :class:`~vecenv.wire.protocol.RolloutReply` and a step's observations that travel in the
+    reply (object spaces: numeric rows always pickle), or each item of a ``call``/``render``
+    result (one per env). ``None`` for any other result, which is one part of no env."""
     if isinstance(result, RolloutReply):
-        parts = [(j, info) for _, j, info in result.infos]
-    elif isinstance(result, StepReply):
+        return [(j, info) for _, j, info in result.infos]
+    if isinstance(result, StepReply):
         parts = list(result.infos)
         rows = result.rows
         if rows is not None and isinstance(rows.observations, list):
             parts += list(enumerate(rows.observations))
-    elif isinstance(result, list):
-        parts = list(enumerate(result))
-    for j, part in sorted(parts, key=lambda p: p[0]):
+        return parts
+    if isinstance(result, list):
+        return list(enumerate(result))
+    return None
+
+
+def _pickle(value: Any) -> Any:
+    return pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+
+
+def unpicklable_part(result: Any, dumps: Callable[[Any], Any] = _pickle) -> int | None:
+    """The local index of the env whose part of ``result`` (see :func:`fallible_parts`) cannot
+    be pickled by ``dumps``. ``None`` when no one part fails."""
+    for j, part in sorted(fallible_parts(result) or [], key=lambda p: p[0]):
         try:
-            pickle.dumps(part, pickle.HIGHEST_PROTOCOL)
+            dumps(part)
         except Exception:
             return j
     return None

@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 import cloudpickle
 import numpy as np
 import ray
-from ray.exceptions import ObjectLostError, OwnerDiedError, RayActorError
+from ray.exceptions import ObjectLostError, OwnerDiedError, RayActorError, RaySystemError
 
 from vecenv.errors import PackedException
 from vecenv.transports.base import CannotRestart, Death, DeathCause, Event, Reply, Transport, WorkerGone
@@ -58,8 +58,9 @@ from vecenv.wire.protocol import (
     StepReply,
     decode_command,
     encode_command,
+    unpickling_failure,
 )
-from vecenv.worker.core import WorkerCore, WorkerOptions
+from vecenv.worker.core import WorkerCore, WorkerOptions, fallible_parts, unpicklable_part
 
 __all__ = ["RayTransport", "RAY_USE", "DEFAULT_ACTOR_OPTIONS"]
 
@@ -132,7 +133,35 @@ class _GroupActor:
         command, _, load = decode_command(message)
         if weights is not None:
             load = _with_weights(load, weights)
-        return self.core.handle(command, load)
+        return _serialisable(self.core.handle(command, load))
+
+
+def _out_of_band(_buffer: Any) -> None:
+    """Leaves an array's buffer out of the check's pickle, as Ray does (nothing is copied)."""
+
+
+def _ray_dumps(value: Any) -> bytes:
+    """Pickle ``value`` as Ray pickles an actor's result (its cloudpickle, with Ray's reducers)."""
+    return ray.cloudpickle.dumps(value, protocol=5, buffer_callback=_out_of_band)
+
+
+def _serialisable(outcome: Outcome) -> Outcome:
+    """``outcome``, or, where Ray could not serialise a part of its result (an info value that
+    holds a lock, say), that error naming the env whose part it is, as a worker process answers
+    a reply it cannot pickle (:func:`vecenv.worker.loop._reply`): Ray itself would fail the whole
+    call, with no env to name. Only the parts that can fail are pickled (infos, object rows,
+    a call's items: see :func:`~vecenv.worker.core.fallible_parts`), their arrays out of band;
+    a step with no infos checks nothing."""
+    if not outcome.ok:
+        return outcome
+    parts = fallible_parts(outcome.result)
+    if not parts:
+        return outcome
+    try:
+        _ray_dumps([part for _, part in parts])
+    except Exception as exc:
+        return Outcome(False, PackedException(exc, unpicklable_part(outcome.result, _ray_dumps)))
+    return outcome
 
 
 def _with_weights(load: Callable[[], Any], weights: bytes) -> Callable[[], Any]:
@@ -368,6 +397,10 @@ class RayTransport(Transport):
             self._causes.setdefault(worker, _short_cause(exc))
             return Death(worker)
         except Exception as exc:
+            if isinstance(exc, RaySystemError) and isinstance(exc.client_exc, BaseException):
+                # The reply arrived but could not be unpickled here (a __setstate__ that raises):
+                # the error the process backend gives for that reply, the original exception.
+                return Reply(worker, call_id, False, unpickling_failure(exc.client_exc))
             # Not env code (that comes back as a value): the result could not be serialised
             # in the actor or rebuilt here. It is this call's error; the actor lives on.
             cause = getattr(exc, "cause", None)
