@@ -6,6 +6,10 @@
   test may be left behind. Blocks are attributed to this test process by recording the names of
   the shared-memory blocks it creates, so a concurrent test run on the same machine cannot make
   the check flaky; blocks that appeared in ``/dev/shm`` during the test are reported too.
+* ``_start_method_kept`` (autouse): after each test, the global multiprocessing start method is
+  what it was before (``tests/helpers/start_method.py``: starting a ``spawn`` process records
+  ``fork`` for the rest of the session, and the Ray tests' process-backend envs then fork the
+  Ray driver).
 * The Ray and RLlib tests run after all the others (see ``pytest_collection_modifyitems``); the
   RLlib tests (marker ``rllib``) are deselected where the Gymnasium is not the one ray[rllib] pins.
 * A watchdog (``tests/helpers/watchdog.py``) ends the session, with every thread's stack, when a
@@ -25,6 +29,7 @@ from multiprocessing import shared_memory
 import pytest
 
 from tests.helpers.faults import open_fds
+from tests.helpers.start_method import kept_start_method
 from tests.helpers.watchdog import Watchdog
 
 SHM_GLOB = "/dev/shm/vecenv_*"
@@ -151,6 +156,14 @@ def _memfd_descriptors() -> set[int]:
 
 def _shm_blocks() -> set[str]:
     return {os.path.basename(p) for p in glob.glob(SHM_GLOB)}
+
+
+@pytest.fixture(autouse=True)
+def _start_method_kept():
+    """Put the global start method back after each test: a test that starts a ``spawn`` process
+    (a Gymnasium ``AsyncVectorEnv``) would otherwise choose every later vector env's."""
+    with kept_start_method():
+        yield
 
 
 @pytest.fixture(autouse=True)

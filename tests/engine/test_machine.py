@@ -30,6 +30,7 @@ import vecenv
 from tests.engine.test_differential import assert_same
 from tests.helpers.envs import BUILD_LOCK, locked_cartpole
 from tests.helpers.faults import healthy_fns
+from tests.helpers.start_method import kept_start_method
 from vecenv import SubprocVectorEnv, checks, machine
 from vecenv.machine import default_start_method
 from vecenv.transports import process as process_transport
@@ -146,6 +147,28 @@ def test_user_choice_wins(unset_start_method: None, other_thread: threading.Even
     assert default_start_method() == "fork"
     with vecenv.make("CartPole-v1", 2, 1) as envs:
         assert envs.start_method == "fork"
+
+
+@forks_by_default
+@pytest.mark.timeout(60)
+def test_a_spawn_start_records_fork_which_the_suite_puts_back_after_each_test(
+    unset_start_method: None, other_thread: threading.Event
+) -> None:
+    """Starting any ``spawn`` process (a Gymnasium ``AsyncVectorEnv(context="spawn")``) makes
+    CPython record ``fork`` as if the program had chosen it, and vecenv then forks a threaded
+    parent: after one video test, the Ray tests' process-backend envs forked the Ray driver, whose
+    next ``ray.cluster_resources()`` stalled. The suite puts the start method back after every
+    test (``kept_start_method``, in conftest)."""
+    with kept_start_method():
+        process = multiprocessing.get_context("spawn").Process(target=os.getpid, name="test-spawned")
+        process.start()
+        process.join(30)
+        assert process.exitcode == 0
+        process.close()
+        assert multiprocessing.get_start_method(allow_none=True) == "fork"
+        assert default_start_method() == "fork"  # taken as the user's choice
+    assert multiprocessing.get_start_method(allow_none=True) is None
+    assert default_start_method() == "forkserver"
 
 
 @forks_by_default
