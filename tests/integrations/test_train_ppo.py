@@ -80,7 +80,7 @@ def test_same_seed_same_returns_with_vecenv_sync_and_async(tmp_path: Path) -> No
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_ppo_learns_cartpole(tmp_path: Path) -> None:
-    rows = _train(tmp_path, "--vector", "vecenv", "--num-envs", "8", "--total-timesteps", "40000", timeout=580)[
+    rows = _train(tmp_path, "--vector", "vecenv", "--num-envs", "8", "--total-timesteps", "60000", timeout=580)[
         "vecenv"
     ]
     returns = [float(r["episode_return"]) for r in rows]
