@@ -135,6 +135,23 @@ def test_matches_sb3_subproc_vec_env_dtypes() -> None:
         ref.close()
 
 
+@pytest.mark.timeout(120)
+def test_constructors_sharing_an_object_give_each_env_its_own_copy_as_sb3s_processes_do() -> None:
+    """``[lambda: env] * n``, one env instance behind every constructor: each of SB3's processes
+    has a copy of its own, and so must each env of a worker, not one instance stepped once per
+    env on every step."""
+    env = InfoEnv(max_steps=50)
+    fns = [lambda: env] * 4
+    ours = SubprocVecEnv(fns, start_method="fork", num_workers=2)
+    ref = SB3SubprocVecEnv(fns, start_method="fork")
+    try:
+        run_differential(ours, ref, steps=12, seed=5, rewards_dtype_exact=True)
+        assert ours.get_attr("resets") == list(ref.get_attr("resets"))
+    finally:
+        ours.close()
+        ref.close()
+
+
 @pytest.mark.timeout(60)
 def test_terminal_observation_and_time_limit_truncated() -> None:
     """CartPole under a TimeLimit: truncation sets TimeLimit.truncated, termination does not."""

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from copy import deepcopy
 from typing import Any
 
+import cloudpickle
 import gymnasium as gym
 
 from vecenv.errors import InvalidArgumentError
@@ -166,11 +167,27 @@ def is_wrapped(env: gym.Env, wrapper_class: type) -> bool:
 
 
 class AdapterFn:
-    """A picklable env constructor: calls the user's ``env_fn`` and wraps the env for SB3."""
+    """A picklable env constructor: calls the user's ``env_fn`` and wraps the env for SB3.
+
+    It pickles its ``env_fn`` on its own, so each env unpickles its own copy of whatever its
+    constructor holds, as each process of SB3's ``SubprocVecEnv`` does. Pickled together with
+    the other constructors of its worker, it would share the objects they hold in common:
+    ``[lambda: env] * n`` would give the envs of one worker one env instance, stepped once per
+    env on every step, and a constructor that counts its calls would count across envs.
+    """
 
     def __init__(self, env_fn: Callable[[], Any], index: int) -> None:
         self.env_fn = env_fn
         self.index = index
 
+    def __reduce__(self) -> tuple[Callable[[bytes, int], AdapterFn], tuple[bytes, int]]:
+        return _load_adapter_fn, (cloudpickle.dumps(self.env_fn), self.index)
+
     def __call__(self) -> SB3EnvAdapter:
         return SB3EnvAdapter(self.env_fn(), self.index)
+
+
+def _load_adapter_fn(env_fn: bytes, index: int) -> AdapterFn:
+    """An :class:`AdapterFn` from its pickled ``env_fn``: one ``loads`` of its own, so it shares no
+    object with the other envs' constructors."""
+    return AdapterFn(cloudpickle.loads(env_fn), index)
