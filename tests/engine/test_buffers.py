@@ -16,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import gc
 import os
+import signal
 
 import gymnasium as gym
 import numpy as np
@@ -29,6 +30,7 @@ from tests.helpers.faults import healthy_fns, open_fds
 from vecenv import SubprocVectorEnv
 from vecenv.spaces import leaf_layout, tree_slice
 from vecenv.wire.buffers import HAVE_MEMFD, SHM_PREFIX, Buffers, BufferSpec, SharedBlock
+from vecenv.wire.protocol import SHARED_WEIGHTS_BYTES, Pickled
 
 memfd_only = pytest.mark.skipif(not HAVE_MEMFD, reason="the shared block is a memfd only on Linux")
 
@@ -360,3 +362,57 @@ def test_ctrl_c_as_a_blocks_descriptor_closes_never_closes_it_again(monkeypatch:
         os.fstat(reused)  # still open
     finally:
         os.close(reused)
+
+
+def _ctrl_c_as_memfds_are_made(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Make every ``os.memfd_create`` deliver a Ctrl+C as it returns; the descriptors it made."""
+    made: list[int] = []
+    memfd_create = os.memfd_create
+
+    def memfd_create_then_ctrl_c(name: str, flags: int = 0) -> int:
+        fd = memfd_create(name, flags)
+        made.append(fd)
+        signal.raise_signal(signal.SIGINT)  # its handler runs at the next bytecode: still here
+        return fd
+
+    monkeypatch.setattr(os, "memfd_create", memfd_create_then_ctrl_c)
+    return made
+
+
+def _is_open_memfd(fd: int) -> bool:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:vecenv")
+    except FileNotFoundError:
+        return False
+
+
+@linux_only
+@pytest.mark.timeout(60)
+def test_ctrl_c_as_a_rollout_block_is_made_keeps_it_to_close(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Ctrl+C as the rollout block's memfd is made is raised once the block is kept by its
+    owner: ``close()`` then closes its descriptor (it was lost before, open until exit), and
+    the next rollout uses the block."""
+    with SubprocVectorEnv(healthy_fns(2), num_workers=1, context="fork", on_worker_death="restart") as envs:
+        envs.reset(seed=0)
+        made = _ctrl_c_as_memfds_are_made(monkeypatch)
+        with pytest.raises(KeyboardInterrupt):
+            envs.rollout(3)
+        monkeypatch.undo()
+        assert len(made) == 1 and _is_open_memfd(made[0])
+        assert envs.rollout(3).rewards.shape == (3, 2)
+    assert not _is_open_memfd(made[0]), "close() closes the block the interrupted rollout made"
+
+
+@linux_only
+def test_ctrl_c_as_large_weights_shared_copy_is_made_keeps_it_to_close(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same for the shared copy of a rollout's large weights: recorded before the Ctrl+C is
+    raised, so :meth:`Pickled.close` closes it."""
+    weights = Pickled(bytes(SHARED_WEIGHTS_BYTES))
+    made = _ctrl_c_as_memfds_are_made(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        weights.shared_fd()
+    monkeypatch.undo()
+    assert len(made) == 1 and _is_open_memfd(made[0])
+    assert weights.shared_fd() == made[0], "the copy made is the one sent"
+    weights.close()
+    assert not _is_open_memfd(made[0])

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from vecenv.errors import PackedException, VecEnvTimeoutError, WorkerDiedError
+from vecenv.interrupts import HeldInterrupt
 from vecenv.parent.records import OwedCall, WorkerRecord, WorkerStatus
 from vecenv.parent.restart import LostAgain, Restarter, mark_restarted
 from vecenv.transports.base import Event, Reply, Transport, WorkerGone
@@ -73,7 +74,8 @@ class WorkerPool:
         for w, size in zip(self.workers, sizes, strict=True):
             w.start, w.stop = start, start + size
             start = w.stop
-        self.buffers = Buffers.create(spec)
+        with HeldInterrupt():  # made and recorded (closed at shutdown) as one
+            self.buffers = Buffers.create(spec)
         self._spec, self._autoreset_mode = spec, autoreset_mode
         for w in self.workers:
             try:

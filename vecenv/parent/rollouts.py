@@ -37,6 +37,7 @@ from gymnasium.vector import AutoresetMode
 
 from vecenv.checks import check_num_steps, check_timeout
 from vecenv.errors import ClosedEnvironmentError, InvalidArgumentError, PolicyOutputError
+from vecenv.interrupts import HeldInterrupt
 from vecenv.parent.bounded import bounded_call
 from vecenv.parent.call_lock import CallLock, serialised
 from vecenv.parent.calls import CallRunner
@@ -430,12 +431,14 @@ class Rollouts:
         capacity = self._block_capacity(num_steps)
         if capacity is not None:
             # Made before the old one is let go: a block refused (MemoryLimitError) changes nothing.
-            new = RolloutBuffers.create(self._spec(capacity))
-            old, self.block = self.block, new
-            if old is not None:
-                self.runner.drop_block(old)
-            self.runner.keep_block(new)  # released at shutdown
-            self._block_number += 1
+            # A Ctrl+C meanwhile waits until the new block is kept (closed at shutdown), not lost.
+            with HeldInterrupt():
+                new = RolloutBuffers.create(self._spec(capacity))
+                old, self.block = self.block, new
+                if old is not None:
+                    self.runner.drop_block(old)
+                self.runner.keep_block(new)  # released at shutdown
+                self._block_number += 1
         block, number = self.block, self._block_number
         assert block is not None, "made above when missing"
         fd = block.block.fd if block.block is not None else None

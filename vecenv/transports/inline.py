@@ -21,9 +21,9 @@ from typing import Any
 import cloudpickle
 
 from vecenv.errors import PackedException
+from vecenv.interrupts import HeldInterrupt
 from vecenv.transports.base import CannotRestart, Death, DeathCause, Event, Reply, Transport
 from vecenv.transports.process import ProcessTransport
-from vecenv.transports.sending import HeldInterrupt
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import Attach, Command, WithFd, decode_command, encode_for_pipe
 from vecenv.worker.core import WorkerCore, WorkerOptions

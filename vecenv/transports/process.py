@@ -33,11 +33,11 @@ from typing import Any
 import cloudpickle
 
 from vecenv.errors import ClosedEnvironmentError, DescriptorLimitError, InvalidStateError
+from vecenv.interrupts import HeldInterrupt
 from vecenv.machine import available_cpus, default_start_method, guard_main
 from vecenv.transports import fork_server
 from vecenv.transports.base import Death, DeathCause, Event, Reply, Transport, WorkerGone
 from vecenv.transports.sending import (
-    HeldInterrupt,
     Progress,
     SendProgress,
     SendTimeout,
@@ -327,7 +327,8 @@ class ProcessTransport(Transport):
         self._last_answered = [None] * workers
         if fastpath.SUPPORTED and workers:
             try:
-                self._control = ControlBlock.create(workers)
+                with HeldInterrupt():  # made and recorded (closed by close()) as one
+                    self._control = ControlBlock.create(workers)
             except OSError as exc:
                 raise _limit_error(exc, self.first_index, self.first_index + workers) from None
         # The workers and this process (which waits, or steps a group of its own) each a core.

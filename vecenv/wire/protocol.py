@@ -33,6 +33,7 @@ from gymnasium import Space
 from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 
 from vecenv.errors import PackedException
+from vecenv.interrupts import HeldInterrupt
 from vecenv.spaces import fits_layout
 from vecenv.wire.memory import INHERITED_FDS, check_block, seal_memfd
 
@@ -364,8 +365,9 @@ class Pickled:
         each command). Asked of weights of at least :data:`SHARED_WEIGHTS_BYTES` only."""
         if self._fd is None and hasattr(os, "memfd_create"):
             check_block(len(self.data), "the new weights' shared copy", shared=True)
-            self._fd = _sealed_memfd(self.data)
-            INHERITED_FDS.add(self._fd)  # a worker forked later closes its copy
+            with HeldInterrupt():  # a Ctrl+C as it is made would lose the descriptor
+                self._fd = _sealed_memfd(self.data)
+                INHERITED_FDS.add(self._fd)  # a worker forked later closes its copy
         return self._fd
 
     def close(self) -> None:

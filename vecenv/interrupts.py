@@ -1,0 +1,68 @@
+"""Ctrl+C held back over a few lines that must not be cut: a message read from or written to a
+worker's pipe (:mod:`vecenv.transports.sending`), and a shared block or descriptor between its
+making and its recording by its owner, who closes it (an interrupt in between would leak it).
+"""
+
+from __future__ import annotations
+
+import importlib
+import signal
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
+
+__all__ = ["HeldInterrupt"]
+
+# The C functions under signal.getsignal and signal.signal, for HeldInterrupt on every pipe
+# read and write: the public ones look each handler up in an enum, which fails through an
+# exception for a function (2 to 5 us a call here, against 0.3 us).
+_c_signal: Any = importlib.import_module("_signal")
+_getsignal, _setsignal, _SIGINT = _c_signal.getsignal, _c_signal.signal, int(signal.SIGINT)
+
+
+class HeldInterrupt:
+    """Ctrl+C held back while a message is read from, or written to, a worker's pipe, or while
+    a shared block is made and recorded by its owner.
+
+    A ``KeyboardInterrupt`` raised inside ``recv_bytes`` may cut a message in two (the next read
+    would take its tail for a header) or drop one read whole (its worker would never be asked
+    again); one raised just after a write returned hides how much of the message went. Either
+    way the worker would have to be ended. Within this block the first SIGINT is only recorded,
+    and the handler it was meant for runs on leaving the block, once what was read is kept and
+    what was written is recorded. Each block is one read of messages already arriving, or one
+    write (which returns within :data:`~vecenv.transports.sending.SEND_SLICE`), or the making
+    of one block, so the wait is short. A second SIGINT is
+    not held (a read may be waiting on a stopped worker): it raises at once and cuts the read
+    or write, which ends that worker. Only the main thread handles signals, so elsewhere this
+    does nothing; nor when SIGINT has no Python handler."""
+
+    __slots__ = ("_handler", "_held", "_frame")
+
+    def __init__(self) -> None:
+        self._handler: Callable[[int, FrameType | None], Any] | None = None
+        self._held = False
+        self._frame: FrameType | None = None
+
+    def _hold(self, signum: int, frame: FrameType | None) -> None:
+        if self._held and self._handler is not None:  # a second one: its handler runs now
+            self._handler(signum, frame)
+            return
+        self._held, self._frame = True, frame
+
+    def __enter__(self) -> HeldInterrupt:
+        if threading.get_ident() == threading.main_thread().ident:
+            handler = _getsignal(_SIGINT)
+            if callable(handler):
+                # Set before the swap: a Ctrl+C just after it runs _hold, and is run on exit.
+                self._handler = handler
+                _setsignal(_SIGINT, self._hold)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        handler, self._handler = self._handler, None
+        if handler is None:
+            return
+        _setsignal(_SIGINT, handler)
+        if self._held and not isinstance(exc_info[1], KeyboardInterrupt):  # not raised already
+            handler(_SIGINT, self._frame)
