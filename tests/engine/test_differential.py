@@ -519,6 +519,34 @@ def test_call_get_set_attr_render() -> None:
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_attribute_name_that_is_not_a_str_is_refused_in_the_parent(workers: int) -> None:
+    """``SyncVectorEnv`` raises ``TypeError`` for a name that is not a str in ``call``,
+    ``get_attr`` and ``set_attr``; vecenv raises its ``ArgumentTypeError`` naming ``name`` in all
+    three, before a worker is asked (``set_attr`` once sent it on, and env 0 raised)."""
+    fns = diff_env_fns(3, obs_kind="box", act_kind="discrete")
+    sync = SyncVectorEnv(fns)
+    calls: dict[str, Callable[[Any], Any]] = {
+        "call": lambda envs: envs.call(123),
+        "get_attr": lambda envs: envs.get_attr(123),
+        "set_attr": lambda envs: envs.set_attr(123, 1.0),
+    }
+    try:
+        with SubprocVectorEnv(fns, workers) as sub:
+            sub.reset(seed=0)
+            for method, run in calls.items():
+                with pytest.raises(TypeError):
+                    run(sync)
+                with pytest.raises(ArgumentTypeError, match=r"^`name` must be a str, got 123"):
+                    run(sub)
+                assert sub.state is vecenv.State.DEFAULT, method
+            sub.set_attr("scale", 2.0)
+            assert sub.get_attr("scale") == (2.0,) * 3
+    finally:
+        sync.close()
+
+
+@pytest.mark.timeout(60)
 def test_render_cartpole_rgb_array() -> None:
     pytest.importorskip("pygame")
     fns = [functools.partial(gym.make, "CartPole-v1", render_mode="rgb_array")] * 3

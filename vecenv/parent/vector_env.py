@@ -408,6 +408,8 @@ class GroupVectorEnv(Uncopyable, RolloutMethods, VectorEnv):
         """Set attribute ``name`` on every env: one value for all, or a list/tuple of one per env."""
         timeout = check_timeout(timeout)
         self._calls.check_can_start("set_attr")
+        if not isinstance(name, str):  # as call_async: refused here, before any worker is asked
+            raise ArgumentTypeError(f"`name` must be a str, got {describe(name)}")
         if not isinstance(values, (list, tuple)):
             values = [values for _ in range(self.num_envs)]
         if len(values) != self.num_envs:
