@@ -135,6 +135,42 @@ def test_mismatched_agent_spaces_are_an_assertion_error() -> None:
     assert isinstance(info.value, AssertionError)
 
 
+class OptionsEcho(ToyParallelEnv):
+    """The toy env, with agent ``a0``'s reset info naming the options the reset got."""
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        obs, infos = super().reset(seed=seed, options=options)
+        infos["a0"] = {"options": None if options is None else sorted(options)}
+        return obs, infos
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("num_cpus", [0, 2], ids=lambda n: f"cpus{n}")
+def test_reset_options_reach_every_copy_as_supersuit_passes_them(num_cpus: int) -> None:
+    """SuperSuit hands reset's options to every copy as they are: a "reset_mask" among them is
+    the envs' to read, not a mask of the copies to reset."""
+    from supersuit.vector import MarkovVectorEnv
+
+    def make() -> OptionsEcho:
+        return OptionsEcho(agents=("a0", "a1", "a2"), length=50, die_at=99)
+
+    reference = ss.concat_vec_envs_v1(MarkovVectorEnv(make()), 3, num_cpus=0)
+    drop_in = vs.concat_vec_envs_v1(vs.pettingzoo_env_to_vec_env_v1(make()), 3, num_cpus=num_cpus, context="fork")
+    try:
+        assert_tree_equal(drop_in.reset(seed=2), reference.reset(seed=2), "reset")
+        actions = [1] * reference.num_envs
+        assert_tree_equal(drop_in.step(actions), reference.step(actions), "step")
+        options = {"reset_mask": np.array([True, False, False]), "level": 3}
+        obs, infos = drop_in.reset(options=options)
+        assert_tree_equal((obs, infos), reference.reset(options=options), "reset with a reset_mask option")
+        assert (obs[:, 1] == 0).all()  # every copy was reset: its step count is back to 0
+        assert [infos[3 * c]["options"] for c in range(3)] == [["level", "reset_mask"]] * 3
+        assert list(options) == ["reset_mask", "level"]  # the caller's dict is untouched
+    finally:
+        drop_in.close()
+        reference.close()
+
+
 @pytest.mark.parametrize("num_cpus", [0, 2], ids=lambda n: f"cpus{n}")
 def test_gymnasium_env_copies(num_cpus: int) -> None:
     """A plain gymnasium env: one slot per copy, seeded seed + c, reset at the end of an episode

@@ -34,10 +34,20 @@ from vecenv.multiagent.group import CopyGroup
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import InfoEntries
 
-__all__ = ["MarkovGroup", "MarkovCopies", "MarkovCopiesFn", "GymAsParallel", "ROW_INFO_KEY"]
+__all__ = [
+    "MarkovGroup",
+    "MarkovCopies",
+    "MarkovCopiesFn",
+    "GymAsParallel",
+    "CopyOptions",
+    "ROW_INFO_KEY",
+    "OPTIONS_KEY",
+]
 
 #: The info key of a row's :class:`RowInfo` (the only key these groups send).
 ROW_INFO_KEY = "vecenv_row_info"
+#: The options key of a :class:`CopyOptions` (the only key the drop-in's ``reset`` sends).
+OPTIONS_KEY = "vecenv_copy_options"
 
 _DEATH_HINT = (
     "SuperSuit's pettingzoo_env_to_vec_env_v1, whose results this drop-in gives, does not allow agent "
@@ -46,12 +56,40 @@ _DEATH_HINT = (
 )
 
 
+class CopyOptions:
+    """``reset``'s options for every copy, exactly as the caller gave them, kept opaque.
+
+    SuperSuit hands the options to each copy's ``reset`` as they are, ``"reset_mask"`` included
+    (the env's to read; every copy is reset). The engine would take a ``"reset_mask"`` as its
+    own mask of rows to reset and drop it from what the envs get; inside this object it sees
+    no such key.
+    """
+
+    __slots__ = ("options",)
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self.options = options
+
+    def __repr__(self) -> str:
+        return f"CopyOptions({self.options!r})"
+
+
 class MarkovGroup(CopyGroup):
     """Copies stepped with SuperSuit's ``MarkovVectorEnv`` semantics (see the module docstring)."""
 
     def __init__(self, copies: MarkovCopies, buffers: Buffers) -> None:
         super().__init__(copies, buffers)
         self.black_death = copies.black_death
+
+    def reset(
+        self, seeds: Sequence[int | None], options: dict[str, Any] | None, mask: Sequence[bool] | None
+    ) -> InfoEntries:
+        """Reset the copies ``mask`` selects; options sent as a :class:`CopyOptions` reach each
+        copy as the caller gave them."""
+        held = None if options is None else options.get(OPTIONS_KEY)
+        if isinstance(held, CopyOptions):
+            options = held.options
+        return super().reset(seeds, options, mask)
 
     def _reset_copy(self, c: int, seed: int | None, options: dict[str, Any] | None, entries: InfoEntries) -> None:
         infos = self._restart(c, seed, options)

@@ -37,7 +37,7 @@ from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
 from vecenv.checks import seed_list
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
-from vecenv.integrations.supersuit.markov import ROW_INFO_KEY, MarkovCopies, MarkovCopiesFn
+from vecenv.integrations.supersuit.markov import OPTIONS_KEY, ROW_INFO_KEY, CopyOptions, MarkovCopies, MarkovCopiesFn
 from vecenv.multiagent.copies import COPY_CALL, CopyCall, CopyOp, RowInfo, per_row
 from vecenv.parent.groups import contiguous_bounds
 from vecenv.parent.replies import current_observations
@@ -179,9 +179,14 @@ class ConcatVecEnv(Uncopyable, VectorEnv):
     def reset(  # type: ignore[override]
         self, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, list[dict[str, Any]]]:
-        """Reset every copy: copy ``c`` with ``seed + c`` (or unseeded); ``(observations, infos)``."""
+        """Reset every copy: copy ``c`` with ``seed + c`` (or unseeded); ``(observations, infos)``.
+
+        ``options`` reaches every copy's ``reset`` as given, as in SuperSuit: a ``"reset_mask"``
+        in it is the env's to read, and every copy is reset all the same.
+        """
         copy_seeds = seed_list(seed, self.num_copies)
-        obs, infos = self.rows.reset(seed=per_row(copy_seeds, self.num_agents), options=options)
+        sent = None if options is None else {OPTIONS_KEY: CopyOptions(options)}  # no reset_mask the engine reads
+        obs, infos = self.rows.reset(seed=per_row(copy_seeds, self.num_agents), options=sent)
         return obs, _batched_infos(infos, self.num_envs)
 
     def step_async(self, actions: Any) -> None:
