@@ -180,6 +180,61 @@ def test_terminal_observation_and_time_limit_truncated() -> None:
         ref.close()
 
 
+class ReusedInfoEnv(gym.Env):
+    """Returns one info dict of its own on every step, as some envs do: SB3 writes its keys
+    into that dict, so an episode's ``"terminal_observation"`` is still in it on later steps.
+    Even lengths end by truncation, odd ones by termination."""
+
+    observation_space = gym.spaces.Box(-1e3, 1e3, (2,), np.float32)
+    action_space = gym.spaces.Discrete(3)
+
+    def __init__(self, length: int = 3) -> None:
+        self.length = length
+        self.t = 0
+        self.info: dict[str, Any] = {}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.t += 1
+        self.info["t"] = self.t
+        ended = self.t >= self.length
+        return self._obs(), float(action), ended and self.length % 2 == 1, ended and self.length % 2 == 0, self.info
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.t, self.np_random.uniform()], np.float32)
+
+
+@pytest.mark.timeout(60)
+def test_an_env_returning_one_info_dict_gets_sb3s_keys_written_into_it() -> None:
+    """SB3's vector envs write ``"TimeLimit.truncated"`` and ``"terminal_observation"`` into the
+    dict the env returned: an env that returns the same dict every step gives the last episode's
+    terminal observation again on its next steps, under both of SB3's classes; so under ours."""
+    fns = [partial(ReusedInfoEnv, 3), partial(ReusedInfoEnv, 4)]
+    ours = SubprocVecEnv(fns, start_method="fork", num_workers=2)
+    ref = DummyVecEnv(fns)
+    stale = 0
+    try:
+        for vec in (ours, ref):
+            vec.seed(2)
+        assert_obs(ours.reset(), ref.reset(), "reset")
+        for t in range(10):
+            actions = np.array([t % 3, 2])
+            obs, rewards, dones, infos = ours.step(actions)
+            r_obs, r_rewards, r_dones, r_infos = ref.step(actions)
+            assert_obs(obs, r_obs, f"step {t} obs")
+            assert_same(dones, r_dones, f"step {t} dones")
+            assert_same(infos, r_infos, f"step {t} infos")
+            stale += sum("terminal_observation" in info and not done for info, done in zip(infos, dones))
+        assert stale >= 4  # the kept keys were seen, after both a termination and a truncation
+    finally:
+        ours.close()
+        ref.close()
+
+
 @pytest.fixture
 def pair():
     """Our vec env (3 envs, 2 workers) and a DummyVecEnv over the same constructors."""

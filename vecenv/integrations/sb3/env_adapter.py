@@ -82,7 +82,9 @@ class SB3EnvAdapter(gym.Wrapper):
 
     * ``step`` returns the env's results unchanged except the info, which becomes
       ``{INFO_KEY: InfoBox(info)}`` (or ``{}`` when the info is empty, so nothing travels); on a
-      terminal or truncated step the box also holds the terminal observation.
+      terminal or truncated step the box also holds the terminal observation. As SB3's worker
+      does, it first writes ``"TimeLimit.truncated"`` (and at an episode's end
+      ``"terminal_observation"``) into the env's own info dict.
     * ``reset`` calls the env as SB3's worker does: ``reset(seed=seed)``, plus ``options=`` only
       when the options are non-empty. Per-env options are staged beforehand with the
       ``SB3Op.STAGE_OPTIONS`` call (the engine's ``reset`` takes one options dict for all envs).
@@ -110,9 +112,14 @@ class SB3EnvAdapter(gym.Wrapper):
 
     def step(self, action: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
+        sent = bool(info)  # an empty info travels as nothing: the parent gives that env a fresh dict
+        # SB3's worker writes its keys into the env's own dict: an env that returns one dict on
+        # every step finds them there, and gives them again on its next steps, as under SB3.
+        info["TimeLimit.truncated"] = truncated and not terminated
         if terminated or truncated:
+            info["terminal_observation"] = obs
             return obs, reward, terminated, truncated, {INFO_KEY: InfoBox(info, obs)}
-        return obs, reward, terminated, truncated, ({INFO_KEY: InfoBox(info)} if info else {})
+        return obs, reward, terminated, truncated, ({INFO_KEY: InfoBox(info)} if sent else {})
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         staged, self._staged_options = self._staged_options, None
