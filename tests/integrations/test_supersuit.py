@@ -166,6 +166,8 @@ def test_reset_options_reach_every_copy_as_supersuit_passes_them(num_cpus: int) 
         assert (obs[:, 1] == 0).all()  # every copy was reset: its step count is back to 0
         assert [infos[3 * c]["options"] for c in range(3)] == [["level", "reset_mask"]] * 3
         assert list(options) == ["reset_mask", "level"]  # the caller's dict is untouched
+        # Options that are not a dict reach the envs as they are too (the env's to refuse).
+        assert_tree_equal(drop_in.reset(options=["level"]), reference.reset(options=["level"]), "list options")
     finally:
         drop_in.close()
         reference.close()

@@ -21,7 +21,7 @@ with one agent, :class:`GymAsParallel`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import cloudpickle
@@ -86,7 +86,7 @@ class MarkovGroup(CopyGroup):
     ) -> InfoEntries:
         """Reset the copies ``mask`` selects; options sent as a :class:`CopyOptions` reach each
         copy as the caller gave them."""
-        held = None if options is None else options.get(OPTIONS_KEY)
+        held = options.get(OPTIONS_KEY) if isinstance(options, Mapping) else None
         if isinstance(held, CopyOptions):
             options = held.options
         return super().reset(seeds, options, mask)
