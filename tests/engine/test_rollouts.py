@@ -206,6 +206,30 @@ def test_rollouts_and_steps_continue_each_other() -> None:
         sync.close()
 
 
+def zeroing_policy(observations: Any) -> np.ndarray:
+    """Action 0 for every row, after scaling its rows in place (as ``obs /= 255`` would)."""
+    for leaf in tree_leaves(observations):
+        leaf *= 0
+    return np.zeros(len(tree_leaves(observations)[0]), np.int64)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("obs_kind", ["box", "dict"])
+@pytest.mark.parametrize("workers", [2, "inline"], ids=lambda w: f"w={w}")
+def test_a_policy_that_changes_its_rows_in_place_leaves_the_recorded_observations_alone(
+    workers: int | str, obs_kind: str
+) -> None:
+    """The recorded rows are what the envs returned, as a loop that stores each observation
+    before calling the policy keeps them."""
+    fns = diff_env_fns(N, obs_kind=obs_kind, act_kind="discrete")
+    with make(fns, workers) as envs:
+        envs.reset(seed=SEED)
+        got = envs.rollout(6, FunctionPolicy(zeroing_policy))
+        want = sync_reference(fns, AutoresetMode.NEXT_STEP, SEED, got.actions, 6)
+        assert_matches_sync(got, want)
+        assert any(np.any(leaf != 0) for leaf in tree_leaves(got.observations))
+
+
 # -- the data does not depend on the layout or on T -------------------------------------------
 
 

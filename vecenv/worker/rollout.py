@@ -6,7 +6,8 @@ block (:mod:`vecenv.wire.rollout_buffers`), the installed policy's runner
 step is exactly a ``STEP`` of the group: the same :class:`~vecenv.worker.group.EnvGroup` with
 its autoreset, the actions chosen here instead of sent. Each step's rows go into the block:
 
-* ``observations[t]``: the observation the action was chosen from (the group's current rows);
+* ``observations[t]``: the observation the action was chosen from (the group's current rows;
+  the policy is handed a copy, so what it does to its rows in place is not recorded);
 * ``actions[t]``, as stored in the action space's dtype: what the envs receive;
 * ``rewards[t]``, ``terminations[t]``, ``truncations[t]``: what the step returned;
 * ``final_observations[t]`` (SAME_STEP): the final observation of an episode that ended there
@@ -49,7 +50,7 @@ from vecenv.policy_outputs import (
     split_output,
     store_extras,
 )
-from vecenv.spaces import row_writer, to_batch, tree_leaves, tree_map
+from vecenv.spaces import row_writer, to_batch, tree_copy, tree_leaves, tree_map
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import (
     InfoEntries,
@@ -259,7 +260,9 @@ class GroupRollouts:
             for dst, src in zip(obs_leaves, now):
                 np.copyto(dst[t], src)
             block.episode_starts[t] = self.starts
-            observations = obs_leaves[0][t] if single_obs else tree_map(itemgetter(t), block.observations)
+            # The policy gets rows of its own: one that changes them in place (a normalisation
+            # written as ``obs /= 255``, say) must leave the recorded rows what the envs returned.
+            observations = now[0].copy() if single_obs else tree_copy(buffers.observations)
             if recurrent:
                 # Unstepped envs keep their rows whatever the policy does, in place included.
                 idle = None if active is None or active.all() else ~active
