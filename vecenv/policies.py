@@ -381,19 +381,26 @@ class _TorchForward(PolicyRunner):
 
 
 def _to_tensor(torch: Any, value: Any) -> Any:
+    """``value``'s arrays as tensors, in the same tuples, lists and dicts (a recurrent module gets
+    its state back in the structure it gave it)."""
     if isinstance(value, dict):
         return {k: _to_tensor(torch, v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_to_tensor(torch, v) for v in value]
     if isinstance(value, tuple):
         return tuple(_to_tensor(torch, v) for v in value)
     return torch.as_tensor(value)
 
 
 def _to_numpy(value: Any) -> Any:
+    """``value``'s tensors as numpy arrays, in the same tuples, lists and dicts."""
     if value is None:
         return None
     if isinstance(value, dict):
         return {k: _to_numpy(v) for k, v in value.items()}
-    if isinstance(value, (tuple, list)):
+    if isinstance(value, list):
+        return [_to_numpy(v) for v in value]
+    if isinstance(value, tuple):
         return tuple(_to_numpy(v) for v in value)
     return value.numpy() if hasattr(value, "numpy") else value
 

@@ -18,7 +18,9 @@ the policy on the rows of the first worker (:func:`probe`), so that the block ca
 before the workers run; every later call must give the same names, shapes and dtypes
 (:func:`store_extras` raises :class:`~vecenv.errors.PolicyOutputError` otherwise).
 
-The state is kept in the worker as a tree of numpy arrays (tuples for lists); the helpers here
+The state is kept in the worker as a tree of numpy arrays, with the tuples, lists and dicts the
+policy built it of (a named tuple becomes a plain tuple), so that the policy is handed back the
+structure it returned (a list it updates in place, say); the helpers here
 reset the rows of the envs whose observation is the first of an episode to the policy's initial
 state, and keep the rows of envs that were not stepped.
 """
@@ -47,6 +49,7 @@ __all__ = [
     "reset_rows",
     "keep_rows",
     "state_rows",
+    "repeat_first_row",
     "join_states",
     "copy_state",
     "probe",
@@ -142,11 +145,13 @@ def store_extras(rows: Mapping[str, np.ndarray], extras: Mapping[str, Any] | Non
 
 
 def as_state(state: Any) -> Any:
-    """The state as the worker keeps it: tuples, dicts and numpy arrays (tensors and lists
+    """The state as the worker keeps it: tuples, lists, dicts and numpy arrays (tensors
     converted; the arrays may share memory with the policy's tensors)."""
     if isinstance(state, Mapping):
         return {k: as_state(v) for k, v in state.items()}
-    if isinstance(state, (tuple, list)):
+    if isinstance(state, list):
+        return [as_state(v) for v in state]
+    if isinstance(state, tuple):
         return tuple(as_state(v) for v in state)
     return _as_array(state, "state")
 
@@ -157,7 +162,7 @@ def _leaves(state: Any, path: str = "state") -> list[tuple[str, np.ndarray]]:
     if isinstance(state, dict):
         items = sorted(state.items(), key=lambda item: repr(item[0]))
         return [leaf for k, v in items for leaf in _leaves(v, f"{path}[{k!r}]")]
-    if isinstance(state, tuple):
+    if isinstance(state, (tuple, list)):
         return [leaf for i, v in enumerate(state) for leaf in _leaves(v, f"{path}[{i}]")]
     return [(path, state)]
 
@@ -165,8 +170,9 @@ def _leaves(state: Any, path: str = "state") -> list[tuple[str, np.ndarray]]:
 def _map(fn: Callable[..., Any], state: Any, *others: Any) -> Any:
     if isinstance(state, dict):
         return {k: _map(fn, v, *(o[k] for o in others)) for k, v in state.items()}
-    if isinstance(state, tuple):
-        return tuple(_map(fn, v, *(o[i] for o in others)) for i, v in enumerate(state))
+    if isinstance(state, (tuple, list)):
+        items = [_map(fn, v, *(o[i] for o in others)) for i, v in enumerate(state)]
+        return items if isinstance(state, list) else tuple(items)
     return fn(state, *others)
 
 
@@ -238,6 +244,11 @@ def keep_rows(new: Any, old: Any, keep: np.ndarray) -> Any:
 def state_rows(state: Any, start: int, stop: int) -> Any:
     """Rows ``[start, stop)`` of every leaf (views)."""
     return _map(lambda a: a[start:stop], state)
+
+
+def repeat_first_row(state: Any, n: int) -> Any:
+    """``n`` rows of every leaf's first row (the initial state of ``n`` envs, from any number)."""
+    return _map(lambda a: np.repeat(a[:1], n, axis=0), state)
 
 
 def copy_state(state: Any) -> Any:

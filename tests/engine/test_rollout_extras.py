@@ -558,6 +558,51 @@ def test_torch_modules_give_extras_and_carry_an_lstm_state() -> None:
                 np.testing.assert_allclose(extras["log_prob"].numpy(), got.extras["log_prob"][t], rtol=1e-5)
 
 
+def _stacked_gru() -> Any:
+    """A module of two GRU cells whose state is a list of their hidden states, which its forward
+    updates in place (as per-layer recurrent code often does)."""
+    torch = pytest.importorskip("torch")
+
+    class StackedGRU(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.cells = torch.nn.ModuleList([torch.nn.GRUCell(3, 8), torch.nn.GRUCell(8, 8)])
+            self.head = torch.nn.Linear(8, 4)
+
+        def initial_state(self, n: int) -> Any:
+            return [torch.zeros(n, 8), torch.zeros(n, 8)]
+
+        def forward(self, obs: Any, state: Any) -> Any:
+            x = obs.float()
+            for i, cell in enumerate(self.cells):
+                state[i] = x = cell(x, state[i])
+            return self.head(x).argmax(dim=1), {}, state
+
+    torch.manual_seed(0)
+    return StackedGRU()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("workers", [2, "inline"], ids=lambda w: f"w={w}")
+def test_a_list_state_is_handed_back_as_a_list(workers: int | str) -> None:
+    torch = pytest.importorskip("torch")
+    module = _stacked_gru()
+    with make(diff_env_fns(4), workers) as envs:
+        envs.reset(seed=SEED)
+        got = envs.rollout(20, module)
+        assert type(got.initial_state) is list and type(envs.policy_state()) is list
+        state = [torch.as_tensor(a) for a in got.initial_state]
+        with torch.no_grad():
+            for t in range(20):
+                keep = torch.as_tensor(~got.episode_starts[t], dtype=torch.float32)[:, None]
+                actions, _, state = module(torch.as_tensor(got.observations[t]), [s * keep for s in state])
+                np.testing.assert_array_equal(actions.numpy(), got.actions[t], err_msg=f"step {t}")
+        envs.set_policy_state([np.ones((4, 8), np.float32), np.zeros((4, 8), np.float32)])
+        again = envs.rollout(2, module)
+        assert type(again.initial_state) is list
+        np.testing.assert_array_equal(again.initial_state[0], np.ones((4, 8), np.float32))
+
+
 # -- bad input -------------------------------------------------------------------------------
 
 

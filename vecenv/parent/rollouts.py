@@ -46,7 +46,7 @@ from vecenv.parent.replies import InfoMerger, current_observations
 from vecenv.parent.restart import RestartedRollout, mark_restarted
 from vecenv.parent.state import State
 from vecenv.policies import PolicyContext, RandomPolicy, WorkerPolicy, as_worker_policy
-from vecenv.policy_outputs import PolicyOutputs, as_state, check_state, join_states, state_rows
+from vecenv.policy_outputs import PolicyOutputs, as_state, check_state, join_states, repeat_first_row, state_rows
 from vecenv.spaces import is_fixed, tree_copy, tree_leaves, tree_map
 from vecenv.wire.buffers import Buffers, layout_nbytes
 from vecenv.wire.memory import check_block
@@ -375,7 +375,7 @@ class Rollouts:
         """A worker's state from its reply; a replaced worker's envs start afresh."""
         if isinstance(reply, RestartedRollout) or reply.state is None:
             initial = self._outputs.initial_state
-            return tree_map(lambda a: np.repeat(a[:1], w.size, axis=0), as_state(initial))
+            return repeat_first_row(as_state(initial), w.size)
         return reply.state
 
     # -- the block ---------------------------------------------------------------------------
