@@ -393,7 +393,9 @@ def _to_tensor(torch: Any, value: Any) -> Any:
 
 
 def _to_numpy(value: Any) -> Any:
-    """``value``'s tensors as numpy arrays, in the same tuples, lists and dicts."""
+    """``value``'s tensors as numpy arrays, in the same tuples, lists and dicts. A tensor that
+    ``numpy()`` refuses (a bfloat16 one, say) is left as it is, for the checks of what it is
+    (an extra, the state, the actions) to refuse by name or to convert."""
     if value is None:
         return None
     if isinstance(value, dict):
@@ -402,7 +404,12 @@ def _to_numpy(value: Any) -> Any:
         return [_to_numpy(v) for v in value]
     if isinstance(value, tuple):
         return tuple(_to_numpy(v) for v in value)
-    return value.numpy() if hasattr(value, "numpy") else value
+    if not hasattr(value, "numpy"):
+        return value
+    try:
+        return value.numpy()
+    except (TypeError, RuntimeError):
+        return value
 
 
 # -- Stable-Baselines3 ---------------------------------------------------------------------

@@ -603,6 +603,20 @@ def test_a_list_state_is_handed_back_as_a_list(workers: int | str) -> None:
         np.testing.assert_array_equal(again.initial_state[0], np.ones((4, 8), np.float32))
 
 
+def test_a_torch_module_s_extra_numpy_cannot_hold_is_refused_by_name() -> None:
+    torch = pytest.importorskip("torch")
+
+    class HalfValue(torch.nn.Module):
+        def forward(self, obs: Any) -> Any:
+            n = obs.shape[0]
+            return torch.zeros(n, dtype=torch.int64), {"value": torch.zeros(n, dtype=torch.bfloat16)}
+
+    with make(diff_env_fns(N), 2) as envs:
+        envs.reset(seed=SEED)
+        with pytest.raises(PolicyOutputError, match=r"extras\['value'\] cannot be made a numpy array: TypeError"):
+            envs.rollout(2, HalfValue())
+
+
 # -- bad input -------------------------------------------------------------------------------
 
 
