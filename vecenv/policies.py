@@ -255,7 +255,9 @@ def _qualified_name(value: Any) -> str:
 class TorchPolicy(WorkerPolicy):
     """A CPU ``torch.nn.Module``: ``module(observations)`` maps a batch of observations (a
     tensor, or a dict/tuple of tensors for Dict/Tuple spaces) to a batch of actions, or to
-    ``(actions, extras)`` with ``extras`` a dict of per-row tensors. A module with an
+    ``(actions, extras)`` with ``extras`` a dict of per-row tensors. Float observations reach it
+    in the dtype of its floating parameters (float64 ones as float32 for a float32 module, as
+    CleanRL's ``torch.Tensor(obs)`` and SB3 give them); others as they are. A module with an
     ``initial_state(num_envs)`` method is recurrent: ``module(observations, state)`` returns
     ``(actions, extras, state)``, the state a tree of tensors with one row per env.
 
@@ -360,11 +362,14 @@ class _TorchForward(PolicyRunner):
         self.torch = torch
         self.module = module
         self.recurrent = callable(getattr(module, "initial_state", None))
+        #: The dtype of the module's floating parameters: float observations (float64 ones, as
+        #: MuJoCo's) reach it in that dtype, as CleanRL's ``torch.Tensor(obs)`` and SB3 give them.
+        self.float_dtype = next((p.dtype for p in module.parameters() if p.is_floating_point()), None)
 
     def act(self, observations: Any, active: np.ndarray | None) -> Any:
         torch = self.torch
         with torch.no_grad():
-            return _to_numpy(self.module(_to_tensor(torch, observations)))
+            return _to_numpy(self.module(_to_tensor(torch, observations, self.float_dtype)))
 
     def initial_state(self, num_envs: int) -> Any:
         with self.torch.no_grad():
@@ -373,23 +378,26 @@ class _TorchForward(PolicyRunner):
     def act_with_state(self, observations: Any, state: Any, active: np.ndarray | None) -> tuple[Any, Any, Any]:
         torch = self.torch
         with torch.no_grad():
-            output = self.module(_to_tensor(torch, observations), _to_tensor(torch, state))
+            output = self.module(_to_tensor(torch, observations, self.float_dtype), _to_tensor(torch, state))
         return _to_numpy(recurrent_triple(output))
 
     def load_weights(self, weights: Any) -> None:
         self.module.load_state_dict(weights)
 
 
-def _to_tensor(torch: Any, value: Any) -> Any:
+def _to_tensor(torch: Any, value: Any, float_dtype: Any = None) -> Any:
     """``value``'s arrays as tensors, in the same tuples, lists and dicts (a recurrent module gets
-    its state back in the structure it gave it)."""
+    its state back in the structure it gave it); floating ones in ``float_dtype`` when given."""
     if isinstance(value, dict):
-        return {k: _to_tensor(torch, v) for k, v in value.items()}
+        return {k: _to_tensor(torch, v, float_dtype) for k, v in value.items()}
     if isinstance(value, list):
-        return [_to_tensor(torch, v) for v in value]
+        return [_to_tensor(torch, v, float_dtype) for v in value]
     if isinstance(value, tuple):
-        return tuple(_to_tensor(torch, v) for v in value)
-    return torch.as_tensor(value)
+        return tuple(_to_tensor(torch, v, float_dtype) for v in value)
+    tensor = torch.as_tensor(value)
+    if float_dtype is not None and tensor.is_floating_point() and tensor.dtype != float_dtype:
+        return tensor.to(float_dtype)
+    return tensor
 
 
 def _to_numpy(value: Any) -> Any:

@@ -135,6 +135,29 @@ def test_torch_policy_copies_the_module_and_reads_weights_from_the_original() ->
     assert isinstance(as_worker_policy(module), TorchPolicy)
 
 
+def test_torch_policy_hands_float_observations_over_in_the_modules_dtype() -> None:
+    """float64 observations (MuJoCo's) reach a float32 module as float32, as CleanRL's
+    ``torch.Tensor(obs)`` gives them (torch refused the float64 batch); a float64 module gets
+    them as they are, and integer observations (indices for an embedding) stay integers."""
+    torch = pytest.importorskip("torch")
+    context = _context(range(2), spaces.Box(-9, 9, (2,)))
+    obs = np.array([[0.1, -2.0, 3.3], [1.0, 0.5, -0.25]], np.float64)
+    module = torch.nn.Linear(3, 2)
+    with torch.no_grad():
+        want = module(torch.Tensor(obs)).numpy()
+    np.testing.assert_array_equal(TorchPolicy(module).build(context).act(obs, None), want)
+    double = torch.nn.Linear(3, 2).double()
+    with torch.no_grad():
+        want = double(torch.as_tensor(obs)).numpy()
+    assert want.dtype == np.float64
+    np.testing.assert_array_equal(TorchPolicy(double).build(context).act(obs, None), want)
+    embed = torch.nn.Sequential(torch.nn.Embedding(5, 2), torch.nn.Flatten())
+    indices = np.array([[0, 4, 2], [1, 1, 3]], np.int64)
+    with torch.no_grad():
+        want = embed(torch.as_tensor(indices)).numpy()
+    np.testing.assert_array_equal(TorchPolicy(embed).build(context).act(indices, None), want)
+
+
 def test_sb3_policy_loads_the_saved_model_and_samples_reproducibly() -> None:
     sb3 = pytest.importorskip("stable_baselines3")
     model = sb3.PPO("MlpPolicy", gym.make("CartPole-v1"), seed=0, device="cpu")
