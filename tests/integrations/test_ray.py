@@ -426,6 +426,9 @@ def test_bad_arguments_are_refused_before_anything_starts(ray_local: RaySessions
         RayVectorEnv(fns, 4)  # 4 actors of 1 CPU on a 2-CPU Ray could never all start
     with pytest.raises(ValueError, match="need 2 simulator_license, but the Ray cluster has 0"):
         RayVectorEnv(fns, 2, actor_options={"resources": {"simulator_license": 1}})
+    # Ray checks a scheduling strategy only when the actor is asked for: still a VecEnvError.
+    with pytest.raises(vecenv.errors.InvalidArgumentError, match=r"`actor_options` .*Invalid scheduling_strategy"):
+        RayVectorEnv(fns, 2, actor_options={"scheduling_strategy": "NOWHERE"})
     with RayVectorEnv(fns) as envs:  # default: as many actors as the CPUs hold
         assert envs.num_workers == 2
 
@@ -703,6 +706,36 @@ def test_actor_options_that_would_run_a_groups_commands_concurrently_are_refused
     for options in ({"max_concurrency": 4}, {"concurrency_groups": {"io": 2}}):
         with pytest.raises(ValueError, match=f"cannot hold '{next(iter(options))}'.*one at a time"):
             RayVectorEnv(fns, 2, actor_options=options)
+
+
+@pytest.mark.parametrize(
+    "options, error, says",
+    [
+        ({"bogus": 1}, ValueError, "Invalid option keyword bogus"),
+        ({"lifetime": "forever"}, ValueError, "lifetime"),
+        ({"get_if_exists": True}, ValueError, "name must be specified"),
+        ({"runtime_env": 5}, TypeError, "runtime_env"),
+    ],
+)
+def test_actor_options_that_ray_refuses_are_a_vecenv_error_before_ray_is_touched(
+    monkeypatch: pytest.MonkeyPatch, options: dict, error: type, says: str
+) -> None:
+    """An option Ray does not take is refused as the other bad arguments are: a VecEnvError
+    (keeping Ray's builtin base) naming `actor_options` and what was given, with Ray's reason,
+    before Ray is started or joined, not as Ray's plain ValueError seconds later."""
+    from vecenv.integrations.ray import vector_env
+
+    class NoRay:
+        def acquire(self, address: object) -> None:
+            raise AssertionError("Ray was touched before actor_options were checked")
+
+    monkeypatch.setattr(vector_env, "RAY_USE", NoRay())
+    with pytest.raises(error) as excinfo:
+        RayVectorEnv(healthy_fns(2), 2, actor_options=options)
+    assert isinstance(excinfo.value, vecenv.VecEnvError), repr(excinfo.value)
+    message = str(excinfo.value)
+    assert message.startswith("`actor_options` must be options that Ray takes for an actor, got {"), message
+    assert repr(next(iter(options))) in message and says in message, message
 
 
 def test_actors_that_no_placement_on_the_nodes_holds_are_refused_at_once() -> None:

@@ -43,7 +43,7 @@ import numpy as np
 import ray
 from ray.exceptions import ObjectLostError, OwnerDiedError, RayActorError, RaySystemError
 
-from vecenv.errors import PackedException
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, PackedException, describe
 from vecenv.transports.base import CannotRestart, Death, DeathCause, Event, Reply, Transport, WorkerGone
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import (
@@ -62,7 +62,7 @@ from vecenv.wire.protocol import (
 )
 from vecenv.worker.core import WorkerCore, WorkerOptions, fallible_parts, unpicklable_part
 
-__all__ = ["RayTransport", "RAY_USE", "DEFAULT_ACTOR_OPTIONS"]
+__all__ = ["RayTransport", "RAY_USE", "DEFAULT_ACTOR_OPTIONS", "check_ray_takes"]
 
 #: Ray options of every group actor unless ``actor_options`` says otherwise. No restarts and no
 #: task retries: a restarted actor would have lost its envs' state, so a death must be reported.
@@ -182,6 +182,30 @@ class RayCommand:
 _ACTOR_CLASS = ray.remote(_GroupActor)
 
 
+def check_ray_takes(actor_options: Mapping[str, Any]) -> None:
+    """Raise ``InvalidArgumentError`` (or ``ArgumentTypeError``) naming ``actor_options`` when
+    Ray refuses them (over :data:`DEFAULT_ACTOR_OPTIONS`) for an actor: an unknown option, a
+    ``lifetime`` or ``runtime_env`` of the wrong kind, ``get_if_exists`` without a name.
+
+    Ray's own check of ``ActorClass.options`` starts nothing and needs no running Ray, so a bad
+    option is refused before Ray is started or joined, instead of as Ray's plain ``ValueError``
+    once it has started (seconds later) and the first actor is asked for."""
+    try:
+        _ACTOR_CLASS.options(**{**DEFAULT_ACTOR_OPTIONS, **actor_options})
+    except (TypeError, ValueError) as exc:
+        raise _refused(actor_options, exc) from exc
+
+
+def _refused(actor_options: Mapping[str, Any], error: Exception) -> InvalidArgumentError | ArgumentTypeError:
+    """The vecenv error for ``actor_options`` that Ray refused with ``error``, keeping its
+    builtin base (a ``TypeError`` stays one)."""
+    kind = ArgumentTypeError if isinstance(error, TypeError) else InvalidArgumentError
+    return kind(
+        f"`actor_options` must be options that Ray takes for an actor, got {describe(dict(actor_options))}: "
+        f"Ray refused them ({type(error).__name__}: {error})"
+    )
+
+
 #: Which Ray connection this process has (its job and node ids): ``ray.shutdown()`` then
 #: ``ray.init()`` give another, in which the actors and handles of the first are gone.
 RaySession = tuple[str, str]
@@ -299,7 +323,10 @@ class RayTransport(Transport):
 
     def _start(self, worker: int) -> None:
         """A new actor for ``worker``, asked to build its group (the Hello is call id 0)."""
-        actor = _ACTOR_CLASS.options(**self.actor_options).remote(worker, self.options)
+        try:
+            actor = _ACTOR_CLASS.options(**self.actor_options).remote(worker, self.options)
+        except (TypeError, ValueError) as exc:  # what only creating one checks (a scheduling_strategy)
+            raise _refused(self.actor_options, exc) from exc
         self.actors[worker] = actor
         self.locations[worker] = None
         build: Any = actor.build  # an actor method handle (Ray adds .remote)

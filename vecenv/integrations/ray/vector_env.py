@@ -19,7 +19,7 @@ from gymnasium.vector import AutoresetMode
 
 from vecenv.checks import check_batch_size, check_env_fns, check_group_fns, check_num_workers
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
-from vecenv.integrations.ray.transport import DEFAULT_ACTOR_OPTIONS, RAY_USE, RayTransport
+from vecenv.integrations.ray.transport import DEFAULT_ACTOR_OPTIONS, RAY_USE, RayTransport, check_ray_takes
 from vecenv.options import DEFAULTS, VectorOptions
 from vecenv.parent.bounded import bounded_call
 from vecenv.parent.groups import WorkerGroups, split_groups
@@ -65,6 +65,7 @@ def _check_actor_options(actor_options: Any) -> dict[str, Any]:
     for key, amount in amounts.items():
         if amount is not None and (isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount < 0):
             raise ArgumentTypeError(f"`actor_options` {key} must be a non-negative number, got {describe(amount)}")
+    check_ray_takes(actor_options)  # the rest as Ray checks it, before Ray is started or joined
     return dict(actor_options)
 
 
