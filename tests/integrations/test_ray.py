@@ -427,7 +427,10 @@ def test_bad_arguments_are_refused_before_anything_starts(ray_local: RaySessions
     with pytest.raises(ValueError, match="need 2 simulator_license, but the Ray cluster has 0"):
         RayVectorEnv(fns, 2, actor_options={"resources": {"simulator_license": 1}})
     # Ray checks a scheduling strategy only when the actor is asked for: still a VecEnvError.
-    with pytest.raises(vecenv.errors.InvalidArgumentError, match=r"`actor_options` .*Invalid scheduling_strategy"):
+    with pytest.raises(
+        vecenv.errors.InvalidArgumentError,
+        match=r"`actor_options` .*, got \{'scheduling_strategy': 'NOWHERE'\}: .*Invalid scheduling_strategy",
+    ):
         RayVectorEnv(fns, 2, actor_options={"scheduling_strategy": "NOWHERE"})
     with RayVectorEnv(fns) as envs:  # default: as many actors as the CPUs hold
         assert envs.num_workers == 2

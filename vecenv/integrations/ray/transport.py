@@ -201,7 +201,7 @@ def _refused(actor_options: Mapping[str, Any], error: Exception) -> InvalidArgum
     builtin base (a ``TypeError`` stays one)."""
     kind = ArgumentTypeError if isinstance(error, TypeError) else InvalidArgumentError
     return kind(
-        f"`actor_options` must be options that Ray takes for an actor, got {describe(dict(actor_options))}: "
+        f"`actor_options` must be options that Ray takes for an actor, got {describe(dict(actor_options), 200)}: "
         f"Ray refused them ({type(error).__name__}: {error})"
     )
 
@@ -297,6 +297,7 @@ class RayTransport(Transport):
         lease: RaySession | None,
         threads: int | None = None,
     ) -> None:
+        self.given_options = dict(actor_options)  # as the user gave them, for error messages
         self.actor_options = {**DEFAULT_ACTOR_OPTIONS, **actor_options}
         self.options = WorkerOptions(observation_mode, None, threads)
         self.actors: list[Any] = []
@@ -326,7 +327,7 @@ class RayTransport(Transport):
         try:
             actor = _ACTOR_CLASS.options(**self.actor_options).remote(worker, self.options)
         except (TypeError, ValueError) as exc:  # what only creating one checks (a scheduling_strategy)
-            raise _refused(self.actor_options, exc) from exc
+            raise _refused(self.given_options, exc) from exc
         self.actors[worker] = actor
         self.locations[worker] = None
         build: Any = actor.build  # an actor method handle (Ray adds .remote)
