@@ -268,8 +268,8 @@ class MissingMethodError(VecEnvError, AttributeError):
 
 class NotCopyableError(VecEnvError, TypeError):
     """A vector env was pickled or copied (``pickle``, ``copy.copy``, ``copy.deepcopy``, an
-    argument to a spawned process): its workers, pipes and shared memory exist once, in the
-    process that made it. A ``TypeError``, as for any object that cannot be pickled."""
+    argument to a spawned process): its workers (processes or Ray actors) and what connects them
+    exist once, in the process that made it. A ``TypeError``, as for any object that cannot be pickled."""
 
 
 class UnguardedMainWarning(UserWarning):

@@ -74,14 +74,15 @@ __all__ = ["GroupVectorEnv", "Uncopyable", "DEFAULT_CLOSE_TIMEOUT"]
 
 class Uncopyable:
     """Refuses ``pickle``, ``copy.copy`` and ``copy.deepcopy`` with :class:`NotCopyableError`:
-    for objects that own workers, pipes and shared memory, which exist once (a shallow copy
+    for objects that own workers (processes or Ray actors) and what connects them (pipes,
+    shared memory), which exist once (a shallow copy
     would share them, and its garbage collection would close them under the original)."""
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         raise NotCopyableError(
-            f"a {type(self).__name__} cannot be pickled: its workers, pipes and shared memory belong to "
-            "the process that made it. Pass what builds it (its env constructors or env id) and make one "
-            "in the other process"
+            f"a {type(self).__name__} cannot be pickled: its workers (processes or Ray actors) and what "
+            "connects them belong to the process that made it. Pass what builds it (its env constructors "
+            "or env id) and make one in the other process"
         )
 
     def __copy__(self) -> Any:
@@ -92,8 +93,8 @@ class Uncopyable:
 
     def __deepcopy__(self, memo: Any) -> Any:
         raise NotCopyableError(
-            f"a {type(self).__name__} cannot be deep-copied: its workers, pipes and shared memory exist "
-            "once. Make another vector env from the same env constructors instead"
+            f"a {type(self).__name__} cannot be deep-copied: its workers (processes or Ray actors) and what "
+            "connects them exist once. Make another vector env from the same env constructors instead"
         )
 
 

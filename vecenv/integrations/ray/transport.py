@@ -545,8 +545,9 @@ def _wait_dead(actors: Sequence[Any], end: float) -> None:
 def _owned(value: Any) -> Any:
     """``value`` with every read-only numpy array in it (Ray hands arrays out as read-only
     views of the received bytes) replaced by a writable copy, through dicts, lists, tuples and
-    object arrays, and in any other object by copying it, as a pipe's unpickling would give
-    them."""
+    object arrays, and in any other object by copying it. Through a pipe an array arrives
+    writable unless the env gave it read-only; Ray's hide which were, so here every one is
+    writable (docs/ray.md)."""
     kind = type(value)
     if kind is np.ndarray:
         if value.dtype == object:
