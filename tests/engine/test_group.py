@@ -21,6 +21,7 @@ from tests.engine.test_buffers import attach
 from tests.engine.test_differential import assert_same, sample_actions
 from tests.helpers.envs import DiffEnv, NoDeepcopyInfoEnv, ReusedInfoEnv, diff_env_fns, fns, sync_group
 from vecenv import InvalidInfoError, InvalidObservationError, SubprocVectorEnv
+from vecenv.errors import InvalidArgumentError
 from vecenv.spaces import tree_assign, tree_slice
 from vecenv.wire.buffers import Buffers, BufferSpec
 from vecenv.worker.group import EnvGroup
@@ -328,6 +329,66 @@ def test_a_native_batch_of_the_wrong_shape_is_refused_not_broadcast() -> None:
     with SubprocVectorEnv.from_groups([functools.partial(ShapedNative, 2, "short")], context="fork") as sub:
         with pytest.raises(InvalidObservationError, match=r"does not fit Box.*shape \(2, 2\).*got shape \(2, 1\)"):
             sub.reset(seed=0)
+
+
+class BadColumnNative(ShapedNative):
+    """A native vector env whose step returns ``column`` (``rewards``, ``terminations`` or
+    ``truncations``) as ``value`` (``None``: a well-formed column)."""
+
+    def __init__(self, n: int, column: str, value: Any) -> None:
+        super().__init__(n, "order")
+        self.column, self.value = column, value
+
+    def step(self, actions: Any) -> tuple[Any, ...]:
+        obs, rewards, terms, truncs, info = super().step(actions)
+        columns = {"rewards": rewards, "terminations": terms, "truncations": truncs, self.column: self.value}
+        return obs, columns["rewards"], columns["terminations"], columns["truncations"], info
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "column, value, got",
+    [
+        ("rewards", 1.0, "1.0 of shape (), dtype float64"),
+        ("rewards", np.ones(1), "array([1.]) of shape (1,), dtype float64"),
+        ("rewards", np.ones((2, 1)), "array([[1.], [1.]]) of shape (2, 1), dtype float64"),
+        ("rewards", np.array(["a", "b"]), "array(['a', 'b'], dtype='<U1') of shape (2,), dtype <U1"),
+        ("terminations", None, "None of shape (), dtype object"),
+        ("truncations", True, "True of shape (), dtype bool"),
+    ],
+    ids=["scalar", "one-of-two", "column", "strings", "none", "scalar-flag"],
+)
+def test_native_rewards_and_flags_of_the_wrong_shape_are_refused_not_broadcast(
+    column: str, value: Any, got: str
+) -> None:
+    """Rewards and flags that are not one number per env (a scalar, one value for two envs, an
+    (n, 1) column) were broadcast into the group's rows, or failed in NumPy naming nothing; they
+    raise naming the native env, the column, the expected and the received value, and the note
+    names the group."""
+    make = [functools.partial(ShapedNative, 1, "order"), functools.partial(BadColumnNative, 2, column, value)]
+    with SubprocVectorEnv.from_groups(make, context="fork") as sub:
+        sub.reset(seed=0)
+        expected = "expected an array of 2 numbers of shape (2,), one per env"
+        message = f"BadColumnNative, a native vector env of 2 envs, returned {column} {got}: {expected}"
+        with pytest.raises(InvalidArgumentError, match=re.escape(message)) as info:
+            sub.step(np.zeros(3, np.int64))
+        assert info.value.__notes__ == ["raised in envs 1..2 (worker 1) during `step_wait`"]
+        obs, _ = sub.reset(seed=0)  # usable again, as after any env error
+        assert obs["angle"].shape == (3, 2)
+
+
+@pytest.mark.timeout(60)
+def test_native_rewards_and_flags_of_any_number_dtype_are_stored_as_a_list_groups_are() -> None:
+    make = [
+        functools.partial(BadColumnNative, 2, "rewards", [0.5, 2]),
+        functools.partial(BadColumnNative, 2, "terminations", np.array([0, 1])),
+    ]
+    with SubprocVectorEnv.from_groups(make, context="fork") as sub:
+        sub.reset(seed=0)
+        _, rewards, terms, truncs, _ = sub.step(np.zeros(4, np.int64))
+    assert rewards.dtype == np.float64 and rewards.tolist() == [0.5, 2.0, 1.0, 1.0]
+    assert terms.dtype == np.bool_ and terms.tolist() == [False, False, False, True]
+    assert truncs.dtype == np.bool_ and not truncs.any()
 
 
 @pytest.mark.timeout(60)

@@ -17,7 +17,13 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space, iterate
 
-from vecenv.errors import InvalidInfoError, InvalidObservationError, MissingMethodError, describe
+from vecenv.errors import (
+    InvalidArgumentError,
+    InvalidInfoError,
+    InvalidObservationError,
+    MissingMethodError,
+    describe,
+)
 from vecenv.spaces import write_batch
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import Hello, InfoEntries
@@ -295,11 +301,37 @@ class VectorGroup:
         assert active is None, "a native vector env cannot leave some of its envs unstepped"
         obs, rewards, terms, truncs, info = self.vec.step(actions)
         b = self.buffers
+        rewards, terms, truncs = (
+            self._column("rewards", rewards),
+            self._column("terminations", terms),
+            self._column("truncations", truncs),
+        )
         self._store_obs(obs, slice(None))
         b.rewards[:] = rewards
         b.terminations[:] = terms
         b.truncations[:] = truncs
         return _split_infos(info, self.num_envs)
+
+    def _column(self, name: str, values: Any) -> np.ndarray:
+        """The native env's ``rewards``, ``terminations`` or ``truncations`` as an array of one
+        number per env, which the group's rows take as a list group's take each env's value
+        (rewards as float64, flags as bools). Anything else (a scalar, an array of another
+        length or shape, strings, objects, ``None``) raises
+        :class:`~vecenv.errors.InvalidArgumentError` instead of being broadcast into the rows."""
+        try:
+            array = values if isinstance(values, np.ndarray) else np.asarray(values)
+        except Exception:  # an object NumPy cannot read: named below as it is
+            array = None
+        n = self.num_envs
+        if array is None or array.shape != (n,) or array.dtype.kind not in "biuf":
+            got = (
+                describe(values) if array is None else f"{describe(values)} of shape {array.shape}, dtype {array.dtype}"
+            )
+            raise InvalidArgumentError(
+                f"{type(self.vec).__name__}, a native vector env of {n} envs, returned {name} {got}: expected "
+                f"an array of {n} numbers of shape ({n},), one per env, as Gymnasium's vector envs return them"
+            )
+        return array
 
     def _store_obs(self, obs: Any, rows: Any) -> None:
         b = self.buffers
