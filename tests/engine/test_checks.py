@@ -309,8 +309,15 @@ def test_the_multi_agent_vector_env_offers_no_auto_worker_count() -> None:
             lambda: vecenv.SubprocVectorEnv.from_groups([lambda: [gym.make("CartPole-v1"), 3]]),
             r"item 1 of the list worker 0's group builder \(`group_fns`\) returned must be a gymnasium.Env .*got 3",
         ),
+        (
+            lambda: vecenv.SubprocVectorEnv.from_groups(
+                [lambda: [gym.make_vec("CartPole-v1", 2, vectorization_mode="vector_entry_point")]]
+            ),
+            r"item 0 of the list .* got CartPoleVectorEnv, a gymnasium.vector.VectorEnv: a native vector env is a "
+            r"worker's whole group, returned alone",
+        ),
     ],
-    ids=["env-fn", "group-of-one-env", "group-item"],
+    ids=["env-fn", "group-of-one-env", "group-item", "native-env-in-a-list"],
 )
 def test_a_constructor_that_returns_no_env_is_named(build: Any, message: str) -> None:
     with pytest.raises(TypeError, match=message):

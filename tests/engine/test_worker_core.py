@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,7 +22,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 from tests.engine.test_differential import assert_same, sample_actions
 from tests.helpers.envs import ActionRecorderEnv, BoundsEnv, DiffEnv
 from tests.helpers.faults import UnloadableError
-from vecenv.errors import PackedException
+from vecenv.errors import InvalidArgumentError, PackedException, VecEnvError
 from vecenv.wire.buffers import Buffers, BufferSpec
 from vecenv.wire.protocol import (
     Attach,
@@ -175,6 +176,59 @@ def test_observation_mode_different_lists_every_space_and_needs_only_shape_and_d
 def test_an_empty_group_is_refused_naming_the_worker() -> None:
     with pytest.raises(ValueError, match="^the env group of worker 5 is empty; each needs one env or more$"):
         _built(lambda: [], index=5)
+
+
+class _DeclaredNative(VectorEnv):
+    """A native vector env that declares ``num_envs`` and ``metadata`` as given (and is never
+    stepped: the handshake is what is tested)."""
+
+    def __init__(self, num_envs: Any, metadata: dict[str, Any] | None = None) -> None:
+        self.num_envs = num_envs
+        self.metadata = metadata if metadata is not None else {"autoreset_mode": NEXT}
+        self.single_observation_space = spaces.Box(-1, 1, (2,), np.float32)
+        self.single_action_space = spaces.Discrete(2)
+
+
+@pytest.mark.parametrize(
+    "num_envs, error, message",
+    [
+        (0, ValueError, "`num_envs` must be 1 or more (each group needs one env or more), got 0"),
+        (-2, ValueError, "`num_envs` must be 1 or more (each group needs one env or more), got -2"),
+        (2.0, TypeError, "`num_envs` must be an int, got 2.0"),
+        ("2", TypeError, "`num_envs` must be an int, got '2'"),
+    ],
+    ids=["zero", "negative", "float", "str"],
+)
+def test_a_native_env_whose_num_envs_is_no_positive_int_is_refused(num_envs: Any, error: type, message: str) -> None:
+    """Such a group made buffers of no rows (``cannot mmap an empty file``), failed its first
+    reset (``IndexError``) or failed in the parent's arithmetic, naming nothing."""
+    prefix = "worker 3's group builder (`group_fns`) returned _DeclaredNative, a native vector env whose "
+    with pytest.raises(error, match="^" + re.escape(prefix + message) + "$") as info:
+        _built(functools.partial(_DeclaredNative, num_envs), index=3)
+    assert isinstance(info.value, VecEnvError)
+
+
+def test_a_native_env_with_a_numpy_int_num_envs_is_described_with_an_int() -> None:
+    _, hello = _built(functools.partial(_DeclaredNative, np.int64(2)))
+    assert hello.num_envs == 2 and type(hello.num_envs) is int
+
+
+def test_a_native_env_with_an_unknown_autoreset_mode_is_refused_naming_it() -> None:
+    _, hello = _built(functools.partial(_DeclaredNative, 2, {"autoreset_mode": "SameStep"}))
+    assert hello.native_autoreset is AutoresetMode.SAME_STEP  # the mode's value is taken
+    _, hello = _built(functools.partial(_DeclaredNative, 2, {}))
+    assert hello.native_autoreset is NEXT  # Gymnasium's default
+    with pytest.raises(InvalidArgumentError, match=r"metadata\['autoreset_mode'\] must be .*got 'whenever'$"):
+        _built(functools.partial(_DeclaredNative, 2, {"autoreset_mode": "whenever"}))
+
+
+def test_a_native_env_in_a_list_is_refused_saying_to_return_it_alone() -> None:
+    """In a list it passed for one env whose observation is the whole batch, and failed at the
+    first step with NumPy's ``setting an array element with a sequence``."""
+    with pytest.raises(
+        TypeError, match=r"^item 1 of the list .* got _DeclaredNative, a gymnasium.vector.VectorEnv: .*alone"
+    ):
+        _built(lambda: [DiffEnv(), _DeclaredNative(2)])
 
 
 def test_a_native_vector_env_group(attached: Callable[..., Attached]) -> None:

@@ -103,6 +103,32 @@ def _check_group(envs: list[gym.Env], mode: SpaceRule | Space) -> tuple[SpaceMis
     return None, spaces
 
 
+def _native_autoreset(vec: gym.vector.VectorEnv, builder: str) -> AutoresetMode:
+    """A native env's autoreset mode (``metadata["autoreset_mode"]``, an ``AutoresetMode`` or
+    its value; Gymnasium's default, ``NEXT_STEP``, when it names none)."""
+    mode = vec.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
+    try:
+        return AutoresetMode(mode)
+    except ValueError:
+        raise InvalidArgumentError(
+            f"{builder} returned {type(vec).__name__}, a native vector env whose metadata['autoreset_mode'] must be "
+            f"an AutoresetMode or its value ({', '.join(repr(m.value) for m in AutoresetMode)}), got {describe(mode)}"
+        ) from None
+
+
+def _list_item(env: Any, j: int, builder: str) -> Any:
+    """Item ``j`` of a group builder's list when it is a Gymnasium env. A native vector env in
+    the list would pass as one env whose observation is a whole batch (and fail at its first
+    step), so it is refused here, saying how to host it."""
+    if isinstance(env, gym.vector.VectorEnv):
+        raise ArgumentTypeError(
+            f"item {j} of the list {builder} returned must be a gymnasium.Env, got {type(env).__name__}, a "
+            "gymnasium.vector.VectorEnv: a native vector env is a worker's whole group, returned alone (not in a "
+            "list), one per group builder"
+        )
+    return check_env(env, f"item {j} of the list {builder} returned must be a gymnasium.Env")
+
+
 class WorkerCore:
     """One worker's group and its command handlers, independent of how commands arrive."""
 
@@ -121,27 +147,24 @@ class WorkerCore:
         if isinstance(built, GroupSource):  # e.g. copies of a multi-agent env: they describe themselves
             self.envs = built
             return built.hello()
+        builder = f"worker {self.index}'s group builder (`group_fns`)"
         if isinstance(built, gym.vector.VectorEnv):
             self.envs = built
             return Hello(
-                num_envs=built.num_envs,
+                num_envs=self._native_num_envs(built, builder),
                 observation_space=built.single_observation_space,
                 action_space=built.single_action_space,
                 metadata=dict(built.metadata),
                 render_mode=built.render_mode,
                 spec=built.spec,
                 mismatch=None,
-                native_autoreset=built.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP),
+                native_autoreset=_native_autoreset(built, builder),
             )
-        builder = f"worker {self.index}'s group builder (`group_fns`)"
         if isinstance(built, (str, bytes, dict)) or not hasattr(built, "__iter__"):
             raise ArgumentTypeError(
                 f"{builder} must return a list of envs or a gymnasium.vector.VectorEnv, got {describe(built)}"
             )
-        envs = [
-            check_env(env, f"item {j} of the list {builder} returned must be a gymnasium.Env")
-            for j, env in enumerate(built)
-        ]
+        envs = [_list_item(env, j, builder) for j, env in enumerate(built)]
         if not envs:
             raise InvalidArgumentError(f"the env group of worker {self.index} is empty; each needs one env or more")
         self.envs = envs
@@ -158,6 +181,23 @@ class WorkerCore:
             native_autoreset=None,
             observation_spaces=spaces,
         )
+
+    def _native_num_envs(self, vec: gym.vector.VectorEnv, builder: str) -> int:
+        """A native env's ``num_envs``: the rows it fills, so a positive int (a NumPy integer
+        is taken as its int); anything else is refused here, not met as a failure to make or
+        fill its rows."""
+        num_envs = vec.num_envs
+        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)):
+            raise ArgumentTypeError(
+                f"{builder} returned {type(vec).__name__}, a native vector env whose `num_envs` must be an int, "
+                f"got {describe(num_envs)}"
+            )
+        if num_envs < 1:
+            raise InvalidArgumentError(
+                f"{builder} returned {type(vec).__name__}, a native vector env whose `num_envs` must be 1 or more "
+                f"(each group needs one env or more), got {int(num_envs)}"
+            )
+        return int(num_envs)
 
     def attach(self, attach: Attach, buffers: Buffers) -> None:
         """Wire the group to its rows of the buffers; commands can be handled from now on."""
