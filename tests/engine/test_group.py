@@ -450,6 +450,39 @@ def test_get_attr_on_a_native_env_without_call_says_so() -> None:
         sub.reset(seed=0)  # the env is still usable
 
 
+class WholeBatchNative(ShapedNative):
+    """A native vector env whose ``call`` returns one value per env, or with ``whole`` one value
+    for the whole batch (a string), and whose ``render`` returns one frame per env, or with
+    ``whole`` one frame."""
+
+    def __init__(self, n: int, whole: bool) -> None:
+        super().__init__(n, "order")
+        self.whole = whole
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return "abc" if self.whole else ("abc",) * self.num_envs
+
+    def render(self) -> Any:
+        frame = np.zeros((3, 4, 3), np.uint8)
+        return frame if self.whole else (frame,) * self.num_envs
+
+
+@pytest.mark.timeout(60)
+def test_native_call_and_render_results_that_are_not_one_per_env_are_refused() -> None:
+    """They were split into items taken for other envs' results: ``get_attr`` on 4 envs gave
+    ``('abc', 'abc', 'a', 'b', 'c')``, ``render`` a row of the frame per 'env'."""
+    make = [functools.partial(WholeBatchNative, 2, False), functools.partial(WholeBatchNative, 2, True)]
+    expected = "expected one result per env, 2 in a tuple or list"
+    with SubprocVectorEnv.from_groups(make, context="fork") as sub:
+        sub.reset(seed=0)
+        with pytest.raises(InvalidArgumentError, match=re.escape(f"returned 'abc' from call('name'): {expected}")):
+            sub.get_attr("name")
+        with pytest.raises(InvalidArgumentError, match=re.escape(f"(3 items) from render(): {expected}")) as info:
+            sub.render()
+        assert info.value.__notes__ == ["raised in envs 2..3 (worker 1) during `render`"]
+        assert sub.step(np.zeros(4, np.int64))[1].tolist() == [1.0] * 4  # still usable
+
+
 class Interrupted(Exception):
     """What a signal handler may raise in the parent while the parent's own group stores a step."""
 

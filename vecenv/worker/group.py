@@ -354,7 +354,7 @@ class VectorGroup:
 
     def call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         """The native env's ``call``: one result per env."""
-        return list(self._method("call", name)(name, *args, **kwargs))
+        return self._per_env(f"call({name!r})", self._method("call", name)(name, *args, **kwargs))
 
     def set_attr(self, name: str, values: Sequence[Any]) -> None:
         """The native env's ``set_attr``, one value per env."""
@@ -375,8 +375,23 @@ class VectorGroup:
         """The native env's frames, one per env (``env_ids``: those envs' frames, in that order;
         the native env renders all of them, as its API has no choice)."""
         frames = self.vec.render()
-        every = list(frames) if frames is not None else [None] * self.num_envs
+        every = self._per_env("render()", frames) if frames is not None else [None] * self.num_envs
         return every if env_ids is None else [every[j] for j in env_ids]
+
+    def _per_env(self, what: str, results: Any) -> list[Any]:
+        """What the native env's ``what`` returned, as the list of one result per env that the
+        parent joins with the other groups' by env. Anything else (a single value, a string, a
+        frame, a tuple of another length) raises :class:`~vecenv.errors.InvalidArgumentError`
+        instead of being split into items that would be taken for other envs' results."""
+        items = None if isinstance(results, (str, bytes, dict)) or not hasattr(results, "__iter__") else list(results)
+        if items is None or len(items) != self.num_envs:
+            count = "" if items is None else f" ({len(items)} items)"
+            raise InvalidArgumentError(
+                f"{type(self.vec).__name__}, a native vector env of {self.num_envs} envs, returned "
+                f"{describe(results)}{count} from {what}: expected one result per env, {self.num_envs} in a tuple "
+                "or list, as Gymnasium's vector envs return them"
+            )
+        return items
 
     def close(self) -> None:
         """Close the native env."""
