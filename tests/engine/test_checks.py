@@ -316,8 +316,15 @@ def test_the_multi_agent_vector_env_offers_no_auto_worker_count() -> None:
             r"item 0 of the list .* got CartPoleVectorEnv, a gymnasium.vector.VectorEnv: a native vector env is a "
             r"worker's whole group, returned alone",
         ),
+        (
+            lambda: vecenv.SubprocVectorEnv(
+                [lambda: gym.make_vec("CartPole-v1", 2, vectorization_mode="vector_entry_point")] * 2, 1
+            ),
+            r"`env_fns\[0\]` must return a gymnasium.Env, got CartPoleVectorEnv, a gymnasium.vector.VectorEnv: .*"
+            r"SubprocVectorEnv.from_groups",
+        ),
     ],
-    ids=["env-fn", "group-of-one-env", "group-item", "native-env-in-a-list"],
+    ids=["env-fn", "group-of-one-env", "group-item", "native-env-in-a-list", "env-fn-returns-a-vector-env"],
 )
 def test_a_constructor_that_returns_no_env_is_named(build: Any, message: str) -> None:
     with pytest.raises(TypeError, match=message):

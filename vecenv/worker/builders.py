@@ -21,7 +21,14 @@ _ENV_API = ("reset", "step", "observation_space", "action_space")
 
 def check_env(env: Any, rule: str) -> Any:
     """``env`` when it has a Gymnasium env's API; else ``ArgumentTypeError`` saying ``rule``
-    (what must be a gymnasium.Env) and what it got."""
+    (what must be a gymnasium.Env) and what it got. A native vector env has that API too, but
+    would pass as one env whose observation is a whole batch (and fail at its first step): it
+    is refused, saying how to host it."""
+    if isinstance(env, gym.vector.VectorEnv):
+        raise ArgumentTypeError(
+            f"{rule}, got {type(env).__name__}, a gymnasium.vector.VectorEnv: a native vector env is a worker's "
+            "whole group, returned alone (not in a list) by a group builder of SubprocVectorEnv.from_groups"
+        )
     if not all(hasattr(env, name) for name in _ENV_API):
         raise ArgumentTypeError(f"{rule} (with reset, step, observation_space and action_space), got {describe(env)}")
     return env

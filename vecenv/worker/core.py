@@ -116,19 +116,6 @@ def _native_autoreset(vec: gym.vector.VectorEnv, builder: str) -> AutoresetMode:
         ) from None
 
 
-def _list_item(env: Any, j: int, builder: str) -> Any:
-    """Item ``j`` of a group builder's list when it is a Gymnasium env. A native vector env in
-    the list would pass as one env whose observation is a whole batch (and fail at its first
-    step), so it is refused here, saying how to host it."""
-    if isinstance(env, gym.vector.VectorEnv):
-        raise ArgumentTypeError(
-            f"item {j} of the list {builder} returned must be a gymnasium.Env, got {type(env).__name__}, a "
-            "gymnasium.vector.VectorEnv: a native vector env is a worker's whole group, returned alone (not in a "
-            "list), one per group builder"
-        )
-    return check_env(env, f"item {j} of the list {builder} returned must be a gymnasium.Env")
-
-
 class WorkerCore:
     """One worker's group and its command handlers, independent of how commands arrive."""
 
@@ -164,7 +151,10 @@ class WorkerCore:
             raise ArgumentTypeError(
                 f"{builder} must return a list of envs or a gymnasium.vector.VectorEnv, got {describe(built)}"
             )
-        envs = [_list_item(env, j, builder) for j, env in enumerate(built)]
+        envs = [
+            check_env(env, f"item {j} of the list {builder} returned must be a gymnasium.Env")
+            for j, env in enumerate(built)
+        ]
         if not envs:
             raise InvalidArgumentError(f"the env group of worker {self.index} is empty; each needs one env or more")
         self.envs = envs
