@@ -65,6 +65,7 @@ from vecenv.argtypes import (  # noqa: E402
     unit_float,
 )
 from vecenv.bench.envs import StepCost, costly_env, iterations_per_us  # noqa: E402
+from vecenv.bench.stopping import run_main  # noqa: E402
 from vecenv.bench.vectors import VectorKind, make_vector  # noqa: E402
 
 try:
@@ -726,4 +727,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main("train_ppo.py", main))

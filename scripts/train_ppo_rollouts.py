@@ -65,6 +65,7 @@ from vecenv.argtypes import (  # noqa: E402
     unit_float,
 )
 from vecenv.bench.envs import costly_env  # noqa: E402
+from vecenv.bench.stopping import run_main  # noqa: E402
 from vecenv.policies import PolicyContext, PolicyRunner, WorkerPolicy  # noqa: E402
 
 try:
@@ -816,4 +817,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main("train_ppo_rollouts.py", main))

@@ -9,6 +9,7 @@ module per job:
   :mod:`~vecenv.bench.rollouts` (``rollout`` against ``step``), :mod:`~vecenv.bench.collection`
   (writing datasets) and :mod:`~vecenv.bench.multiagent` (PettingZoo envs against SuperSuit)
 - :mod:`~vecenv.bench.child`: the one fresh-process runner every measurement runs in
+- :mod:`~vecenv.bench.stopping`: how the scripts under ``scripts/`` end on Ctrl+C or SIGTERM
 - :mod:`~vecenv.bench.procfs`: the one reader of Linux ``/proc`` (process trees, CPU time, PSS),
   also used by the scripts and the tests
 - :mod:`~vecenv.bench.envs`, :mod:`~vecenv.bench.vectors`, :mod:`~vecenv.bench.calibration`: the
