@@ -21,9 +21,13 @@ import subprocess
 import sys
 import tempfile
 
-from vecenv.argtypes import int_list, positive_int
+from vecenv.argtypes import int_list, non_negative_float, positive_int
+from vecenv.bench.stopping import run_main
 
 SCRIPT = pathlib.Path(__file__).resolve().with_name("train_ppo_rollouts.py")
+#: The trainer's defaults that --num-envs must suit: steps per env in each rollout, transitions
+#: per minibatch, and vecenv workers.
+STEPS, MINIBATCH, WORKERS = 32, 256, 2
 CONFIGS = {
     "rollout": ["--collect", "rollout"],
     "rollout-pinned": ["--collect", "rollout", "--pin-cpus"],
@@ -33,6 +37,14 @@ CONFIGS = {
 }
 
 
+def _configs(text: str) -> list[str]:
+    """``--configs``: comma-separated names of :data:`CONFIGS`, at least one."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names or any(name not in CONFIGS for name in names):
+        raise argparse.ArgumentTypeError(f"expected a comma-separated subset of {','.join(CONFIGS)}, got {text!r}")
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
@@ -40,22 +52,39 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--num-envs", type=positive_int, default=8, help="envs per run (default: %(default)s)")
     p.add_argument(
-        "--env-step-ms", type=float, default=0.0, help="extra pure-Python CPU per env step, in ms (default: 0)"
+        "--env-step-ms",
+        type=non_negative_float,
+        default=0.0,
+        help="extra pure-Python CPU per env step, in ms (default: 0)",
     )
     p.add_argument(
         "--seeds", type=int_list, default="1", help="comma-separated seeds; each runs every config (default: 1)"
     )
     p.add_argument(
         "--configs",
-        default=",".join(CONFIGS),
+        type=_configs,
+        default=list(CONFIGS),
         help=f"comma-separated, in order, of {', '.join(CONFIGS)} (default: all)",
     )
     p.add_argument(
         "--stop-when-solved", action="store_true", help="end a run at the solve threshold (mean return >= 475 over 20)"
     )
     args = p.parse_args(argv)
+    # What the trainer would refuse at its defaults (32 steps per env, minibatches of 256, 2
+    # vecenv workers): refused here, naming this script's option, before any run starts.
+    if args.num_envs * STEPS % min(MINIBATCH, args.num_envs * STEPS):
+        p.error(
+            f"argument --num-envs: expected at most {MINIBATCH // STEPS} or a multiple of {MINIBATCH // STEPS} "
+            f"({STEPS} steps per env fill minibatches of {MINIBATCH}), got {args.num_envs}"
+        )
+    vecenv_configs = [c for c in args.configs if c != "step-sync"]
+    if args.num_envs < WORKERS and vecenv_configs:
+        p.error(
+            f"argument --num-envs: expected at least {WORKERS} (the {WORKERS} workers of {vecenv_configs[0]}), "
+            f"got {args.num_envs}"
+        )
     seeds = args.seeds
-    configs = args.configs.split(",")
+    configs = args.configs
     runs: dict[str, list[dict]] = {c: [] for c in configs}
     with tempfile.TemporaryDirectory() as tmp:
         for seed in seeds:
@@ -68,7 +97,11 @@ def main(argv: list[str] | None = None) -> int:
                 ]  # fmt: skip
                 if args.stop_when_solved:
                     cmd.append("--stop-when-solved")
-                subprocess.run(cmd, check=True, capture_output=True, text=True)
+                done = subprocess.run(cmd, capture_output=True, text=True)
+                if done.returncode != 0:  # its own error's last line, not a traceback of ours
+                    lines = done.stderr.strip().splitlines() or [f"exit status {done.returncode}"]
+                    print(f"{p.prog}: error: seed {seed} {config} failed: {lines[-1]}", file=sys.stderr)
+                    return 1
                 run = json.loads((out / "summary.json").read_text())["run"]
                 runs[config].append(run)
                 print(
@@ -100,4 +133,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main("bench_train_rollouts.py", main, "the runs printed above are all there is"))
