@@ -33,6 +33,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also runs from a checkout
+from vecenv.argtypes import env_id, non_negative_int, positive_int  # noqa: E402
+from vecenv.bench.stopping import run_main  # noqa: E402
+
 VECTORS = ("sync", "vecenv", "vecenv-auto")
 
 
@@ -71,6 +75,10 @@ def _child(ppo: str, vector: str, out: str, argv: list[str]) -> None:
         Path(out).write_text(json.dumps(returns))
 
 
+class RunFailed(Exception):
+    """A run of ``ppo.py`` ended with an error (which it printed): the comparison stops there."""
+
+
 def _run(ppo: str, vector: str, argv: list[str], workdir: str) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = f.name
@@ -78,7 +86,9 @@ def _run(ppo: str, vector: str, argv: list[str], workdir: str) -> dict[str, Any]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         command = [sys.executable, os.path.abspath(__file__), "--child", vector, "--ppo", ppo, "--out", out, "--"]
-        subprocess.run([*command, *argv], check=True, cwd=workdir, stdout=subprocess.DEVNULL)
+        done = subprocess.run([*command, *argv], cwd=workdir, stdout=subprocess.DEVNULL)
+        if done.returncode != 0:  # ppo.py's error is on stderr already
+            raise RunFailed(f"the {vector} run of {ppo} failed with exit status {done.returncode} (see above)")
         wall = time.perf_counter() - start
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -89,7 +99,7 @@ def _run(ppo: str, vector: str, argv: list[str], workdir: str) -> dict[str, Any]
     return {"vector": vector, "wall_s": wall, "cpu_s": cpu, "episodes": len(returns), "digest": digest}
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ppo", required=True, help="path to CleanRL's cleanrl/ppo.py")
     parser.add_argument(
@@ -97,16 +107,18 @@ def main() -> None:
         default="sync,vecenv",
         help=f"comma-separated runs, in order, each one of {', '.join(VECTORS)} (default: sync,vecenv)",
     )
-    parser.add_argument("--env-id", default="CartPole-v1", help="passed to ppo.py (default: %(default)s)")
-    parser.add_argument("--num-envs", type=int, default=8, help="passed to ppo.py (default: %(default)s)")
-    parser.add_argument("--total-timesteps", type=int, default=150_000, help="passed to ppo.py (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=1, help="passed to ppo.py (default: %(default)s)")
+    parser.add_argument("--env-id", type=env_id, default="CartPole-v1", help="passed to ppo.py (default: %(default)s)")
+    parser.add_argument("--num-envs", type=positive_int, default=8, help="passed to ppo.py (default: %(default)s)")
+    parser.add_argument(
+        "--total-timesteps", type=positive_int, default=150_000, help="passed to ppo.py (default: %(default)s)"
+    )
+    parser.add_argument("--seed", type=non_negative_int, default=1, help="passed to ppo.py (default: %(default)s)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args()
     if args.child:
         _child(args.ppo, args.child, args.out, [a for a in rest if a != "--"])
-        return
+        return 0
     ppo = os.path.abspath(args.ppo)
     if not os.path.isfile(ppo):
         parser.error(f"--ppo: expected the path of CleanRL's cleanrl/ppo.py, got {args.ppo!r} (no such file)")
@@ -123,7 +135,11 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as workdir:  # CleanRL writes its runs/ folder here
         for i, vector in enumerate(vectors):
-            row = _run(ppo, vector, argv, workdir)
+            try:
+                row = _run(ppo, vector, argv, workdir)
+            except RunFailed as exc:
+                print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+                return 1
             rows.append(row)
             print(
                 f"[{i + 1}/{len(vectors)}] {vector}: {row['wall_s']:.1f} s wall, {row['cpu_s']:.1f} CPU-s, "
@@ -139,6 +155,8 @@ def main() -> None:
         ratio = f"{r['wall_s'] / median:.2f}" if median else "-"
         print(f"| {r['vector']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['episodes']} | {r['digest']} | {ratio} |")
 
+    return 0
+
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main("cleanrl_ppo.py", main, quiet="--child" in sys.argv))

@@ -18,7 +18,12 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also runs from a checkout
+from vecenv.argtypes import env_id  # noqa: E402
+from vecenv.bench.stopping import run_main  # noqa: E402
 
 RUNNERS = ("sync", "async", "vecenv", "vecenv-auto")
 
@@ -56,7 +61,9 @@ def _list(text: str, name: str, kind: type, allowed: tuple[str, ...] = ()) -> li
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--env-id", default="CartPole-v1", help="registered Gymnasium env id (default: CartPole-v1)")
+    parser.add_argument(
+        "--env-id", type=env_id, default="CartPole-v1", help="registered Gymnasium env id (default: CartPole-v1)"
+    )
     parser.add_argument("--sizes", default="8,128", help="comma-separated numbers of envs (default: 8,128)")
     parser.add_argument("--runners", default=",".join(RUNNERS), help=f"comma-separated, of {', '.join(RUNNERS)}")
     parser.add_argument("--duration", type=int, default=3, help="seconds per cell, an int (default: 3)")
@@ -100,4 +107,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main("gym_yardstick.py", main, "the cells printed above are all there is"))

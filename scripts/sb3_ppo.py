@@ -31,6 +31,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # also runs from a checkout
+from vecenv.argtypes import env_id, finite_float, non_negative_float, non_negative_int, positive_int  # noqa: E402
+from vecenv.bench.stopping import run_main  # noqa: E402
+
 VECS = ("dummy", "subproc", "vecenv")
 SOLVE_WINDOW = 20
 
@@ -118,17 +122,21 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vec", default="dummy,subproc,vecenv", help=f"comma-separated runs, in order, of {VECS}")
-    parser.add_argument("--env-id", default="CartPole-v1", help="registered env id (default: %(default)s)")
-    parser.add_argument("--num-envs", type=int, default=8, help="envs per run (default: %(default)s)")
-    parser.add_argument("--total-timesteps", type=int, default=30_000, help="env steps per run (default: %(default)s)")
-    parser.add_argument("--env-step-ms", type=float, default=0.0, help="extra pure-Python CPU time per env step")
-    parser.add_argument("--seed", type=int, default=1, help="seed of every run (default: %(default)s)")
+    parser.add_argument("--env-id", type=env_id, default="CartPole-v1", help="registered env id (default: %(default)s)")
+    parser.add_argument("--num-envs", type=positive_int, default=8, help="envs per run (default: %(default)s)")
+    parser.add_argument(
+        "--total-timesteps", type=positive_int, default=30_000, help="env steps per run (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--env-step-ms", type=non_negative_float, default=0.0, help="extra pure-Python CPU time per env step, in ms"
+    )
+    parser.add_argument("--seed", type=non_negative_int, default=1, help="seed of every run (default: %(default)s)")
     parser.add_argument(
         "--solve-return",
-        type=float,
+        type=finite_float,
         default=475.0,
         help="mean return over 20 episodes that counts as solved (default: 475)",
     )
@@ -137,7 +145,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         Path(args.out).write_text(json.dumps(_child(args)))
-        return
+        return 0
     vecs = [v.strip() for v in args.vec.split(",") if v.strip()]
     if not vecs or any(v not in VECS for v in vecs):
         parser.error(f"--vec: expected a comma-separated list of {', '.join(VECS)}, got {args.vec!r}")
@@ -148,7 +156,9 @@ def main() -> None:
             command = [sys.executable, os.path.abspath(__file__), "--child", vec, "--out", out]
             for name in ("env_id", "num_envs", "total_timesteps", "env_step_ms", "seed", "solve_return"):
                 command += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
-            subprocess.run(command, check=True)
+            if subprocess.run(command).returncode != 0:  # its error is on stderr already
+                print(f"{parser.prog}: error: the {vec} run failed (see above)", file=sys.stderr)
+                return 1
             row = json.loads(Path(out).read_text())
         rows.append(row)
         print(
@@ -167,6 +177,8 @@ def main() -> None:
             f"| {r['solved_at_step']}, {r['solved_at_s']} |"
         )
 
+    return 0
+
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main("sb3_ppo.py", main, quiet="--child" in sys.argv))

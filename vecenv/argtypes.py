@@ -23,6 +23,7 @@ __all__ = [
     "int_list",
     "existing_file",
     "out_folder",
+    "env_id",
 ]
 
 
@@ -110,3 +111,16 @@ def out_folder(text: str) -> pathlib.Path:
     if not os.access(existing, os.W_OK | os.X_OK):
         raise argparse.ArgumentTypeError(f"expected an output folder, got {text!r} ({str(existing)!r} is not writable)")
     return path
+
+
+def env_id(text: str) -> str:
+    """A Gymnasium env id that ``gymnasium.make`` can make here (the env is made once, then
+    closed), with Gymnasium's own reason, and its suggestion if it has one, when it cannot."""
+    import gymnasium as gym  # here: the other types, and the modules importing them, stay light
+
+    try:
+        gym.make(text).close()
+    except (gym.error.Error, ImportError) as exc:
+        reason = " ".join(str(exc).split())
+        raise argparse.ArgumentTypeError(f"expected a registered Gymnasium env id, got {text!r} ({reason})") from None
+    return text

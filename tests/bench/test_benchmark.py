@@ -460,6 +460,13 @@ def test_a_bad_option_is_named_with_its_value_before_anything_runs(
         ("tutorial_equivalence.py", ["--rollouts", "0"], "argument --rollouts: expected a positive integer, got 0"),
         ("soak.py", ["--steps", "-1"], "argument --steps: expected a positive integer, got -1"),
         ("sb3_suite.py", ["/no/such/folder"], "suite: expected a folder holding SB3's tests/"),
+        ("sb3_ppo.py", ["--num-envs", "0"], "argument --num-envs: expected a positive integer, got 0"),
+        ("sb3_ppo.py", ["--total-timesteps", "-5"], "argument --total-timesteps: expected a positive integer, got -5"),
+        ("sb3_ppo.py", ["--env-step-ms", "-1"], "argument --env-step-ms: expected a non-negative number, got -1"),
+        ("sb3_ppo.py", ["--env-id", "Nope-v0"], "argument --env-id: expected a registered Gymnasium env id, got"),
+        ("cleanrl_ppo.py", ["--ppo", __file__, "--num-envs", "0"], "argument --num-envs: expected a positive integer"),
+        ("cleanrl_ppo.py", ["--ppo", __file__, "--env-id", "Nope-v0"], "argument --env-id: expected a registered"),
+        ("gym_yardstick.py", ["--env-id", "Nope-v0"], "argument --env-id: expected a registered Gymnasium env id"),
     ],
 )
 def test_scripts_refuse_bad_values_in_one_line(script: str, args: list[str], message: str) -> None:

@@ -33,6 +33,7 @@ def test_every_runner_is_measured_and_compared_with_sync() -> None:
         (["--runners", "sync,threads"], "--runners"),
         (["--sizes", "eight"], "--sizes"),
         (["--duration", "0"], "--duration"),
+        (["--env-id", "Nope-v0"], "--env-id"),
     ],
 )
 @pytest.mark.timeout(60)
