@@ -424,10 +424,14 @@ def test_the_supersuit_runner_steps_supersuits_processes_over_gymnasium_envs():
     [
         (["--sizes", "0"], "--sizes: expected env counts >= 1, got 0"),
         (["--reps", "0"], "--reps: expected an int >= 1, got 0"),
-        (["--seconds", "-1"], "--seconds: expected a number > 0, got -1.0"),
+        (["--seconds", "-1"], "--seconds: expected a finite number > 0, got -1.0"),
+        (["--seconds", "inf"], "--seconds: expected a finite number > 0, got inf"),
+        (["--sizes", ""], "argument --sizes: expected a comma-separated list of ints, got ''"),
         (["--sizes", "abc"], "argument --sizes: expected a comma-separated list of ints, got 'abc'"),
         (["--suite", "rollouts", "--native-envs", "3"], "--native-envs: expected an even int >= 2"),
         (["--suite", "multiagent", "--copies", "1"], "--copies: expected an int >= 2, got 1"),
+        (["--suite", "collection", "--steps", "10"], "--steps: expected an int >= 1000, got 10"),
+        (["--suite", "foo"], "argument --suite: invalid choice: 'foo'"),
         (["--out", "/proc/no-such-dir/x"], "--out: cannot write the results to /proc/no-such-dir/x"),
     ],
 )

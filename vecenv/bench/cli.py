@@ -65,7 +65,7 @@ def build_parser(suite: str) -> argparse.ArgumentParser:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The options of the suite that ``--suite`` names (default: step)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    first = argparse.ArgumentParser(add_help=False)
+    first = argparse.ArgumentParser(prog=PROG, add_help=False)
     first.add_argument("--suite", choices=list(SUITES), default=DEFAULT_SUITE)
     known, _ = first.parse_known_args(argv)
     return build_parser(known.suite).parse_args(argv)

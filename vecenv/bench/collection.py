@@ -26,6 +26,7 @@ from vecenv.bench.suite import (
     rate_text,
     ratio,
     ratio_text,
+    require,
     spread,
     table,
 )
@@ -121,8 +122,8 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     args.rows = args.rows or list(ROWS)
     args.steps = pick(args.steps, 1_000_000, 20_000, args)
     args.reps = pick(args.reps, 2, 1, args)
-    if args.steps < 1000 or args.reps < 1:
-        raise OptionError("--steps must be >= 1000 and --reps >= 1")
+    require(args.steps >= 1000, "--steps", "an int >= 1000", args.steps)
+    require(args.reps >= 1, "--reps", "an int >= 1", args.reps)
     if PLAIN not in args.rows:
         raise OptionError(f"--rows must include {PLAIN!r}: every ratio is to it")
     return args

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import statistics
 import sys
 import time
@@ -124,7 +125,7 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     args.seconds = pick(args.seconds, 3.0, 0.3, args)
     args.reps = pick(args.reps, 3, 1, args)
     args.copies = pick(args.copies, None, 2, args)
-    require(args.seconds > 0, "--seconds", "a number > 0", args.seconds)
+    require(0 < args.seconds < math.inf, "--seconds", "a finite number > 0", args.seconds)
     require(args.reps >= 1, "--reps", "an int >= 1", args.reps)
     require(args.copies is None or args.copies >= 2, "--copies", "an int >= 2", args.copies)
     require(args.kaz_steps >= 0, "--kaz-steps", "an int >= 0", args.kaz_steps)

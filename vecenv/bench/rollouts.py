@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
 import os
 import statistics
 import sys
@@ -91,7 +92,7 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     args.rollout_steps = pick(args.rollout_steps, 128, 16, args)
     args.seconds = pick(args.seconds, 1.5, 0.3, args)
     args.reps = pick(args.reps, 3, 1, args)
-    require(args.seconds > 0, "--seconds", "a number > 0", args.seconds)
+    require(0 < args.seconds < math.inf, "--seconds", "a finite number > 0", args.seconds)
     require(args.reps >= 1, "--reps", "an int >= 1", args.reps)
     require(args.rollout_steps >= 1, "--rollout-steps", "an int >= 1", args.rollout_steps)
     require(args.num_envs >= 2, "--num-envs", "an int >= 2", args.num_envs)

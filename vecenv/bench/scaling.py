@@ -9,6 +9,7 @@ points; it is meant for the machines where users run hundreds of envs on many co
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 import numpy as np
@@ -102,7 +103,7 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     args.reps = pick(args.reps, 2, 1, args)
     args.warmup = min(0.5, max(0.1, args.seconds / 4))
     require(args.n >= 1, "--n", "an env count >= 1", args.n)
-    require(args.seconds > 0, "--seconds", "a number > 0", args.seconds)
+    require(0 < args.seconds < math.inf, "--seconds", "a finite number > 0", args.seconds)
     require(args.reps >= 1, "--reps", "an int >= 1", args.reps)
     require(
         all(1 <= k <= args.n for k in args.workers),

@@ -5,6 +5,7 @@ measured in :mod:`~vecenv.bench.measure` and reported in :mod:`~vecenv.bench.rep
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -126,7 +127,7 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     args.seconds = pick(args.seconds, 2.0, 0.4, args)
     args.reps = pick(args.reps, 3, 1, args)
     args.warmup = min(0.5, max(0.1, args.seconds / 4))
-    require(args.seconds > 0, "--seconds", "a number > 0", args.seconds)
+    require(0 < args.seconds < math.inf, "--seconds", "a finite number > 0", args.seconds)
     require(args.reps >= 1, "--reps", "an int >= 1", args.reps)
     require(min(args.sizes) >= 1, "--sizes", "env counts >= 1", ",".join(map(str, args.sizes)))
     return args

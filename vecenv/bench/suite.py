@@ -51,16 +51,20 @@ def csv(
     ``""`` is the empty list only where ``empty_ok``."""
 
     def parse(text: str) -> list[Any]:
+        name = getattr(kind, "__name__", "value")
+        # "a subset of , got ''" said nothing for an option without choices: name the kind there
+        expected = (
+            f"a comma-separated list of {name}s"
+            if choices is None
+            else f"a comma-separated subset of {', '.join(map(str, choices))}"
+        )
         try:
             items = [kind(x.strip()) for x in text.split(",") if x.strip()]
         except ValueError:
-            name = getattr(kind, "__name__", "value")
             raise argparse.ArgumentTypeError(f"expected a comma-separated list of {name}s, got {text!r}") from None
         bad = [x for x in items if choices is not None and x not in choices]
         if bad or not (items or empty_ok):
-            raise argparse.ArgumentTypeError(
-                f"expected a comma-separated subset of {', '.join(map(str, choices or []))}, got {text!r}"
-            )
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
         return items
 
     return parse
