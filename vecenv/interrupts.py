@@ -1,18 +1,56 @@
-"""Ctrl+C held back over a few lines that must not be cut: a message read from or written to a
-worker's pipe (:mod:`vecenv.transports.sending`), and a shared block or descriptor between its
-making and its recording by its owner, who closes it (an interrupt in between would leak it).
+"""Ctrl+C and SIGTERM: held back over a few lines that must not be cut (a message read from or
+written to a worker's pipe, :mod:`vecenv.transports.sending`; a shared block or descriptor between
+its making and its recording by its owner, who closes it: an interrupt in between would leak it),
+and how the commands (``vecenv-collect``, ``vecenv-bench``, the scripts) end on either: SIGTERM
+raised as :class:`Terminated` where Ctrl+C's ``KeyboardInterrupt`` would be, so both unwind
+through the command's ``finally`` blocks, and the exit status a shell gives a process that
+signal killed.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import signal
 import threading
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-__all__ = ["HeldInterrupt"]
+__all__ = ["HeldInterrupt", "Terminated", "sigterm_raises", "exit_status", "INTERRUPTED_STATUS", "TERMINATED_STATUS"]
+
+#: The exit statuses of a command that Ctrl+C (128 + SIGINT) or SIGTERM (128 + SIGTERM) ended,
+#: as a shell reports a process killed by that signal.
+INTERRUPTED_STATUS = 128 + signal.SIGINT
+TERMINATED_STATUS = 128 + signal.SIGTERM
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl+C's ``KeyboardInterrupt`` would be: the command unwinds
+    (closing its workers, finishing what it writes) and ends as after Ctrl+C, rather than being
+    killed without a word (SIGTERM's default action)."""
+
+
+def sigterm_raises(main_pid: int | None = None) -> Callable[[int, FrameType | None], None]:
+    """A SIGTERM handler that raises :class:`Terminated` in the process ``main_pid`` (default:
+    this one). A process forked before it set handlers of its own ends as SIGTERM ends it, in
+    silence: the command's main process speaks for it."""
+    owner = os.getpid() if main_pid is None else main_pid
+
+    def terminate(signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != owner:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise Terminated(f"terminated by signal {signum}")
+
+    return terminate
+
+
+def exit_status(exc: KeyboardInterrupt) -> int:
+    """The exit status of a command that ``exc`` ended: 143 after SIGTERM, 130 after Ctrl+C."""
+    return TERMINATED_STATUS if isinstance(exc, Terminated) else INTERRUPTED_STATUS
+
 
 # The C functions under signal.getsignal and signal.signal, for HeldInterrupt on every pipe
 # read and write: the public ones look each handler up in an enum, which fails through an

@@ -27,6 +27,7 @@ from typing import Any
 from vecenv.bench import collection, multiagent, rollouts, scaling, step
 from vecenv.bench.child import kill_children
 from vecenv.bench.suite import OptionError, Outcome, Suite, SuiteFailed
+from vecenv.interrupts import Terminated, exit_status, sigterm_raises
 
 #: The suites, by the name --suite takes, in the order --help lists them.
 SUITES: dict[str, Suite] = {
@@ -135,14 +136,6 @@ def header(suite: str, m: dict[str, Any]) -> str:
     )
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where Ctrl+C would be, so the run ends the same way."""
-
-
-def _terminate(signum: int, frame: Any) -> None:
-    raise _Terminated
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """``vecenv-bench``: run the suite, write SUITE.md and SUITE.json to --out, print the markdown."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -157,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t_start = time.perf_counter()
     load_start = _load()
     in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _terminate) if in_main_thread else None
+    previous = signal.signal(signal.SIGTERM, sigterm_raises()) if in_main_thread else None
     try:
         outcome: Outcome = SUITES[args.suite].run(args)
     except OptionError as e:  # an option out of range, found while resolving the defaults
@@ -165,13 +158,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SuiteFailed as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt as e:  # Ctrl+C, or SIGTERM (_Terminated): no measurement outlives the run
+    except KeyboardInterrupt as e:  # Ctrl+C, or SIGTERM (Terminated): no measurement outlives the run
         kill_children()
         print(
-            f"{PROG}: {'terminated' if isinstance(e, _Terminated) else 'interrupted'}: no results were written",
+            f"{PROG}: {'terminated' if isinstance(e, Terminated) else 'interrupted'}: no results were written",
             file=sys.stderr,
         )
-        return 128 + (signal.SIGTERM if isinstance(e, _Terminated) else signal.SIGINT)
+        return exit_status(e)
     finally:
         if in_main_thread:
             signal.signal(signal.SIGTERM, previous)

@@ -38,18 +38,14 @@ from vecenv.datasets.errors import (
 )
 from vecenv.datasets.format import METADATA_FILE
 from vecenv.datasets.policy_specs import PolicySpecError, load_policy
-from vecenv.datasets.start_up import INTERRUPTED_AT_START, INTERRUPTED_STATUS, interrupted_status
+from vecenv.datasets.start_up import INTERRUPTED_AT_START
 from vecenv.datasets.writer import check_out
 from vecenv.factory import check_env_id, make
+from vecenv.interrupts import Terminated, exit_status, sigterm_raises
 from vecenv.machine import available_cpus
 
 # Imported where used, not at start-up: the end-of-run reports (``cli_summary``) and the Minari
 # output (``minari``), which the default collection needs neither of.
-
-
-class _Terminated(KeyboardInterrupt):
-    """Raised by ``main``'s SIGTERM handler so that termination finalizes the dataset
-    exactly like Ctrl+C does."""
 
 
 class _UsageError(Exception):
@@ -442,14 +438,13 @@ def _default_out(args: argparse.Namespace) -> Path:
 _MAIN_PID = os.getpid()
 
 
+_terminate = sigterm_raises(_MAIN_PID)
+
+
 def _raise_terminated(signum: int, frame: Any) -> None:
-    if os.getpid() != _MAIN_PID:
-        # A worker forked before it reset its handlers: end as SIGTERM ends it, in silence.
-        signal.signal(signum, signal.SIG_DFL)
-        os.kill(os.getpid(), signum)
-        return
-    _received.append(signum)
-    raise _Terminated(f"terminated by signal {signum}")
+    if os.getpid() == _MAIN_PID:  # a worker forked before it reset its handlers ends in silence
+        _received.append(signum)
+    _terminate(signum, frame)
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
@@ -468,7 +463,7 @@ def _check_signals() -> None:
     """Raise for a signal whose exception was lost on its way (see ``_received``)."""
     if _received:
         signum = _received[-1]
-        raise _Terminated(f"terminated by signal {signum}") if signum == signal.SIGTERM else KeyboardInterrupt
+        raise Terminated(f"terminated by signal {signum}") if signum == signal.SIGTERM else KeyboardInterrupt
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -491,7 +486,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     except KeyboardInterrupt as exc:  # SIGTERM here: command.main's handler
         print(INTERRUPTED_AT_START, file=sys.stderr)
-        return interrupted_status(exc)
+        return exit_status(exc)
     command_line = shlex.join(sys.argv if argv is None else [PROG, *argv])
     before = _Before()  # what the output held, to tell this run's output from an earlier one
     _received.clear()
@@ -514,10 +509,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"{PROG}: error: {_write_failure(exc, args, exporting, before)}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt as exc:
-        if isinstance(exc, _Terminated):
-            return 128 + signal.SIGTERM
-        return INTERRUPTED_STATUS
+    except KeyboardInterrupt as exc:  # Ctrl+C, or SIGTERM (Terminated): what was collected is kept
+        return exit_status(exc)
     finally:
         if in_main_thread:
             for signum, handler in previous.items():

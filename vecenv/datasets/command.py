@@ -14,7 +14,8 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from vecenv.datasets.start_up import INTERRUPTED_AT_START, interrupted_status, terminate_at_start
+from vecenv.datasets.start_up import INTERRUPTED_AT_START
+from vecenv.interrupts import exit_status, sigterm_raises
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -22,13 +23,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     returns the exit status."""
     in_main_thread = threading.current_thread() is threading.main_thread()
     # Until cli.main sets its handlers (it restores this one when it returns).
-    previous = signal.signal(signal.SIGTERM, terminate_at_start) if in_main_thread else None
+    previous = signal.signal(signal.SIGTERM, sigterm_raises()) if in_main_thread else None
     try:
         try:
             from vecenv.datasets import cli
         except KeyboardInterrupt as exc:
             print(INTERRUPTED_AT_START, file=sys.stderr)
-            return interrupted_status(exc)
+            return exit_status(exc)
         return cli.main(argv)
     finally:
         if previous is not None:  # None: not set from Python, or not in the main thread
