@@ -44,7 +44,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 from gymnasium import Space
-from gymnasium.spaces import Dict, Tuple
+from gymnasium.spaces import Box, Dict, Tuple
 from gymnasium.vector.utils import batch_space
 
 from vecenv.errors import (
@@ -434,6 +434,13 @@ class SB3Policy(WorkerPolicy):
     torch generator (and DQN's exploration from numpy's global one): reproducible for one
     layout of the envs, seeded from the group's first env's seed, but not the same for
     another number of workers.
+
+    ``predict`` is all the copies run, so models it does not act for as they were trained are
+    refused: one made for other spaces than the envs' (at the first rollout, :meth:`outputs`),
+    one whose env normalises observations with ``VecNormalize`` and a recurrent one (here).
+
+    Raises:
+        InvalidArgumentError: a model whose env normalises observations, or a recurrent one.
     """
 
     def __init__(self, model: Any, deterministic: bool = False, name: str | None = None) -> None:
@@ -444,7 +451,27 @@ class SB3Policy(WorkerPolicy):
         self.deterministic = bool(deterministic)
         kind = type(model).__name__
         self.name = name or f"sb3:{kind}{' (deterministic)' if self.deterministic else ''}"
+        if hasattr(model.policy, "lstm_hidden_state_shape"):
+            # sb3-contrib's recurrent policies: predict and forward need the LSTM states and
+            # episode starts, which this policy does not carry.
+            raise InvalidArgumentError(
+                f"`model` for SB3Policy: expected a model whose policy acts on observations alone, got a {kind} with "
+                f"the recurrent policy {type(model.policy).__name__}, whose predict needs LSTM states and episode "
+                "starts, which SB3Policy does not carry. Wrap it in a recurrent policy instead (a callable with "
+                "`initial_state`, see vecenv.policies.FunctionPolicy)"
+            )
+        normalizer = model.get_vec_normalize_env() if callable(getattr(model, "get_vec_normalize_env", None)) else None
+        if normalizer is not None and getattr(normalizer, "norm_obs", False):
+            # predict does not normalise: the copies would act on observations the model never saw.
+            raise InvalidArgumentError(
+                f"`model` for SB3Policy: this {kind} was trained on observations normalised by its VecNormalize "
+                "(norm_obs=True), which `predict` does not apply, so its copies would act on the envs' raw "
+                "observations; expected a model whose env does not normalise observations. Normalise them in the "
+                "policy instead (a callable that applies `VecNormalize.normalize_obs` and then `predict`)"
+            )
         self._model = model
+        self._observation_space: Space = model.observation_space
+        self._action_space: Space = model.action_space
         self._class = cloudpickle.dumps(type(model))
         data = io.BytesIO()
         model.save(data)
@@ -465,6 +492,20 @@ class SB3Policy(WorkerPolicy):
         first_seed = context.seeds[0] if context.seeds else None
         return _Predicts(model, self.deterministic, policy_seed(first_seed))
 
+    def outputs(self, context: PolicyContext, observations: Any) -> PolicyOutputs:
+        """The model's spaces checked against the envs' first (in the parent, before anything is
+        sent), then what it gives beyond actions."""
+        for what, theirs, ours in (
+            ("observation", self._observation_space, context.observation_space),
+            ("action", self._action_space, context.action_space),
+        ):
+            if not _sb3_space_fits(theirs, ours, what == "observation"):
+                raise InvalidArgumentError(
+                    f"`rollout`: policy {self.name} was made for the {what} space {theirs}, the envs' {what} space is "
+                    f"{ours}: expected a model trained on the envs' spaces. Nothing was sent"
+                )
+        return super().outputs(context, observations)
+
     def weights(self) -> Any:
         original = getattr(self, "_model", None)
         if original is None:
@@ -472,6 +513,29 @@ class SB3Policy(WorkerPolicy):
                 "the weights are read from the original model, in the process that made this policy"
             )
         return {key: value.detach().clone() for key, value in original.policy.state_dict().items()}
+
+
+def _sb3_space_fits(model: Space, envs: Space, observation: bool) -> bool:
+    """Whether a model made for space ``model`` acts on ``envs``' values as it was trained to:
+    the same space, Box bounds aside for observations; a channel-last uint8 image is also fit
+    for its channel-first transpose, the space SB3 gives a model of such an env (its
+    ``VecTransposeImage``; ``predict`` transposes the observations back)."""
+    if not observation:
+        return bool(model == envs)
+    if isinstance(model, Dict):
+        return (
+            isinstance(envs, Dict)
+            and model.keys() == envs.keys()
+            and all(_sb3_space_fits(model[key], envs[key], True) for key in model.keys())
+        )
+    if isinstance(model, Box):
+        if not isinstance(envs, Box):
+            return False
+        if model.shape == envs.shape:
+            return True
+        channel_first = (envs.shape[-1], *envs.shape[:-1])
+        return envs.dtype == np.uint8 and len(envs.shape) == 3 and model.shape == channel_first
+    return bool(model == envs)
 
 
 class _Predicts(PolicyRunner):

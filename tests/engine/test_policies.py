@@ -185,6 +185,79 @@ def test_sb3_policy_loads_the_saved_model_and_samples_reproducibly() -> None:
     assert isinstance(as_worker_policy(model), SB3Policy)
 
 
+class _ImageEnv(gym.Env[np.ndarray, np.int64]):
+    """A channel-last uint8 image env: SB3 gives its models the channel-first space."""
+
+    observation_space = spaces.Box(0, 255, (36, 36, 3), np.uint8)
+    action_space = spaces.Discrete(3)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        return np.zeros((36, 36, 3), np.uint8), {}
+
+    def step(self, action: np.int64) -> tuple[np.ndarray, float, bool, bool, dict]:
+        return np.zeros((36, 36, 3), np.uint8), 0.0, True, False, {}
+
+
+def test_sb3_policy_refuses_a_model_made_for_other_spaces() -> None:
+    """A model on spaces it was not trained on failed only in the workers, with SB3's bare
+    ValueError (or a one-hot's RuntimeError for a Discrete of another size, or nothing at all
+    while the observations stayed below it): it is refused in the parent, naming both spaces."""
+    sb3 = pytest.importorskip("stable_baselines3")
+    from vecenv.errors import VecEnvError
+
+    def outputs(model: Any, observation_space: spaces.Space, action_space: spaces.Space) -> Any:
+        context = PolicyContext(range(2), observation_space, action_space, [None, None])
+        observations = np.stack([observation_space.sample() for _ in range(2)])
+        return SB3Policy(model, deterministic=True).outputs(context, observations)
+
+    cartpole = sb3.PPO("MlpPolicy", gym.make("CartPole-v1"), seed=0, device="cpu")
+    assert {name for name, *_ in outputs(cartpole, cartpole.observation_space, cartpole.action_space).extras} == {
+        "log_prob",
+        "value",
+    }
+    pendulum = gym.make("Pendulum-v1").observation_space
+    with pytest.raises(VecEnvError, match=r"policy sb3:PPO \(deterministic\) was made for the observation space Box"):
+        outputs(cartpole, pendulum, cartpole.action_space)
+    with pytest.raises(ValueError, match=r"the envs' action space is Discrete\(3\)"):
+        outputs(cartpole, cartpole.observation_space, spaces.Discrete(3))
+    frozen = sb3.PPO("MlpPolicy", gym.make("FrozenLake-v1"), seed=0, device="cpu")
+    with pytest.raises(
+        VecEnvError, match=r"observation space Discrete\(16\), the envs' observation space is Discrete\(64\)"
+    ):
+        outputs(frozen, spaces.Discrete(64), frozen.action_space)
+    # A channel-last image env's model holds the channel-first space: the envs' own fits it.
+    image = sb3.PPO("CnnPolicy", _ImageEnv(), seed=0, device="cpu", n_steps=8, batch_size=8)
+    assert image.observation_space.shape == (3, 36, 36)
+    assert len(outputs(image, _ImageEnv.observation_space, _ImageEnv.action_space).extras) == 2
+
+
+def test_sb3_policy_refuses_models_whose_predict_is_not_how_they_act() -> None:
+    """A model trained on VecNormalize'd observations: predict does not normalise, so its copies
+    acted silently on raw observations. Refused when it is passed, as is a recurrent model."""
+    sb3 = pytest.importorskip("stable_baselines3")
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    from vecenv.errors import VecEnvError
+
+    normalised = VecNormalize(DummyVecEnv([lambda: gym.make("CartPole-v1")]))
+    with pytest.raises(VecEnvError, match=r"this PPO was trained on observations normalised by its VecNormalize"):
+        SB3Policy(sb3.PPO("MlpPolicy", normalised, seed=0, device="cpu"))
+    rewards_only = VecNormalize(DummyVecEnv([lambda: gym.make("CartPole-v1")]), norm_obs=False)
+    assert SB3Policy(sb3.PPO("MlpPolicy", rewards_only, seed=0, device="cpu")).name == "sb3:PPO"
+
+
+def test_sb3_policy_refuses_a_recurrent_model() -> None:
+    """sb3-contrib's RecurrentPPO failed in the workers with a bare TypeError (forward's missing
+    LSTM states)."""
+    pytest.importorskip("stable_baselines3")
+    contrib = pytest.importorskip("sb3_contrib")
+    from vecenv.errors import VecEnvError
+
+    model = contrib.RecurrentPPO("MlpLstmPolicy", gym.make("CartPole-v1"), seed=0, device="cpu")
+    with pytest.raises(VecEnvError, match="got a RecurrentPPO with the recurrent policy RecurrentActorCriticPolicy"):
+        SB3Policy(model)
+
+
 @pytest.mark.parametrize(
     ("value", "error", "match"),
     [("greedy", ValueError, "got 'greedy'"), (3, TypeError, "got 3"), (None, TypeError, "got None")],

@@ -538,6 +538,21 @@ def test_sb3_model_runs_in_workers_deterministically() -> None:
         np.testing.assert_array_equal(np.concatenate(stochastic), np.concatenate(again))
 
 
+@pytest.mark.timeout(180)
+def test_sb3_model_on_other_spaces_is_refused_at_the_first_rollout() -> None:
+    """A CartPole model on Acrobot's envs failed in the workers with SB3's bare ValueError: the
+    first rollout refuses it naming both spaces, and nothing was sent."""
+    sb3 = pytest.importorskip("stable_baselines3")
+    from vecenv.errors import VecEnvError
+
+    model = sb3.DQN("MlpPolicy", gym.make("CartPole-v1"), seed=0, device="cpu", buffer_size=100)
+    with vecenv.make("Acrobot-v1", 4, 2) as envs:
+        envs.reset(seed=0)
+        with pytest.raises(VecEnvError, match=r"policy sb3:DQN was made for the observation space Box\(.*\(4,\)"):
+            envs.rollout(2, model)
+        assert envs.rollout(2).actions.shape == (2, 4), "still usable"
+
+
 @pytest.mark.timeout(60)
 def test_native_vector_groups_roll_out_like_one_make_vec() -> None:
     make_vec = functools.partial(gym.make_vec, "CartPole-v1", vectorization_mode="vector_entry_point")
