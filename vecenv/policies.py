@@ -36,6 +36,7 @@ callable) into one of these. Torch and Stable-Baselines3 are imported only when 
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import sys
 from collections.abc import Callable, Mapping
@@ -428,7 +429,7 @@ class SB3Policy(WorkerPolicy):
 
     The model travels as the bytes of its ``save`` (the format SB3 itself loads, on the CPU),
     so it needs no env and no pickling of its internals. :meth:`weights` is the state dict of
-    the original's policy network.
+    the original's policy network, with its ``exploration_rate`` (DQN's) where it has one.
 
     With ``deterministic=False`` (SB3's default) the actions are sampled from the worker's
     torch generator (and DQN's exploration from numpy's global one): reproducible for one
@@ -507,12 +508,25 @@ class SB3Policy(WorkerPolicy):
         return super().outputs(context, observations)
 
     def weights(self) -> Any:
+        """The original's policy network's state dict, and its DQN-style ``exploration_rate``
+        where it has one (``predict`` explores with it, and training changes it)."""
         original = getattr(self, "_model", None)
         if original is None:
             raise ArgumentTypeError(
                 "the weights are read from the original model, in the process that made this policy"
             )
-        return {key: value.detach().clone() for key, value in original.policy.state_dict().items()}
+        state = {key: value.detach().clone() for key, value in original.policy.state_dict().items()}
+        rate = getattr(original, "exploration_rate", None)
+        return _ModelWeights(state, None if rate is None else float(rate))
+
+
+@dataclasses.dataclass(frozen=True)
+class _ModelWeights:
+    """What :meth:`SB3Policy.weights` sends: the policy network's state dict and the model's
+    ``exploration_rate`` (``None``: it has none), so that a copy explores as the trained model does."""
+
+    state_dict: dict[str, Any]
+    exploration_rate: float | None
 
 
 def _sb3_space_fits(model: Space, envs: Space, observation: bool) -> bool:
@@ -605,7 +619,12 @@ class _Predicts(PolicyRunner):
         return chosen, extras
 
     def load_weights(self, weights: Any) -> None:
-        self.model.policy.load_state_dict(weights)
+        if isinstance(weights, _ModelWeights):
+            self.model.policy.load_state_dict(weights.state_dict)
+            if weights.exploration_rate is not None:
+                self.model.exploration_rate = weights.exploration_rate
+        else:  # a state dict given to update_policy_weights
+            self.model.policy.load_state_dict(weights)
 
 
 # -- what callers pass ---------------------------------------------------------------------

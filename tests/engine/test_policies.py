@@ -258,6 +258,26 @@ def test_sb3_policy_refuses_a_recurrent_model() -> None:
         SB3Policy(model)
 
 
+def test_sb3_policy_weights_carry_the_exploration_rate() -> None:
+    """DQN's predict explores with the model's exploration_rate, which training changes: new
+    weights bring it along, so the copies explore as the trained model does."""
+    sb3 = pytest.importorskip("stable_baselines3")
+    model = sb3.DQN("MlpPolicy", gym.make("CartPole-v1"), seed=0, device="cpu", buffer_size=100)
+    assert model.exploration_rate == 0.0  # before any training: greedy
+    policy = SB3Policy(model)
+    runner = policy.build(PolicyContext(range(8), model.observation_space, model.action_space, [0] * 8))
+    obs = np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32)
+    greedy = model.predict(obs, deterministic=True)[0]
+    assert all(np.array_equal(runner.act(obs, None), greedy) for _ in range(5))
+    model.exploration_rate = 1.0  # as learn's schedule starts
+    runner.load_weights(pickle.loads(pickle.dumps(policy.weights())))
+    actions = np.array([runner.act(obs, None) for _ in range(50)])
+    assert 0.3 < np.mean(actions != greedy) < 0.7, "uniform actions: half of them differ from the greedy ones"
+    # A plain state dict (update_policy_weights(state_dict)) still loads, the rate as it was.
+    runner.load_weights(policy.check_weights(model.policy.state_dict()))
+    assert np.mean(np.array([runner.act(obs, None) for _ in range(50)]) != greedy) > 0.3
+
+
 @pytest.mark.parametrize(
     ("value", "error", "match"),
     [("greedy", ValueError, "got 'greedy'"), (3, TypeError, "got 3"), (None, TypeError, "got None")],

@@ -539,9 +539,10 @@ def test_sb3_model_runs_in_workers_deterministically() -> None:
 
 
 @pytest.mark.timeout(180)
-def test_sb3_model_on_other_spaces_is_refused_at_the_first_rollout() -> None:
+def test_sb3_model_on_other_spaces_is_refused_and_exploration_follows_the_model() -> None:
     """A CartPole model on Acrobot's envs failed in the workers with SB3's bare ValueError: the
-    first rollout refuses it naming both spaces, and nothing was sent."""
+    first rollout refuses it naming both spaces, and nothing was sent. A DQN's copies kept the
+    exploration rate the model had when it was passed: new weights bring the current one."""
     sb3 = pytest.importorskip("stable_baselines3")
     from vecenv.errors import VecEnvError
 
@@ -551,6 +552,17 @@ def test_sb3_model_on_other_spaces_is_refused_at_the_first_rollout() -> None:
         with pytest.raises(VecEnvError, match=r"policy sb3:DQN was made for the observation space Box\(.*\(4,\)"):
             envs.rollout(2, model)
         assert envs.rollout(2).actions.shape == (2, 4), "still usable"
+    with vecenv.make("CartPole-v1", 4, 2) as envs:
+        envs.reset(seed=0)
+        policy = vecenv.policies.SB3Policy(model)
+        got = envs.rollout(30, policy)  # exploration_rate 0: greedy
+        greedy = np.stack([model.predict(o, deterministic=True)[0] for o in got.observations])
+        np.testing.assert_array_equal(got.actions, greedy)
+        model.exploration_rate = 1.0  # as learn's schedule starts
+        envs.update_policy_weights()
+        got = envs.rollout(50, policy)
+        greedy = np.stack([model.predict(o, deterministic=True)[0] for o in got.observations])
+        assert 0.3 < np.mean(got.actions != greedy) < 0.7, "uniform actions: half of them differ from the greedy ones"
 
 
 @pytest.mark.timeout(60)
