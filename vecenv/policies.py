@@ -16,7 +16,8 @@ reach every copy before the next rollout. The kinds:
 * :class:`SB3Policy`: a Stable-Baselines3 model, acting through its ``predict``; its policy
   network's ``state_dict`` is the weights. It imports nothing of Stable-Baselines3: it uses
   the model it is given (the rest of vecenv's SB3 code is :mod:`vecenv.integrations.sb3`).  Actor-critic models (PPO,
-  A2C) also give the ``log_prob`` of each action and the critic's ``value``.
+  A2C) also give the ``log_prob`` of each action and the critic's ``value``, and on a Box space
+  the ``unclipped_actions`` that log-prob is of.
 
 Callables and modules may return ``(actions, extras)`` (a dict of named per-row arrays, such
 as log-probabilities and values), and may be recurrent: one with an ``initial_state(num_envs)``
@@ -36,10 +37,12 @@ callable) into one of these. Torch and Stable-Baselines3 are imported only when 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
+import random
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import cloudpickle
@@ -72,6 +75,8 @@ __all__ = [
     "as_worker_policy",
     "check_state_dict",
     "policy_seed",
+    "sb3_is_recurrent",
+    "sb3_spaces_mismatch",
 ]
 
 # -- random --------------------------------------------------------------------------------
@@ -431,10 +436,15 @@ class SB3Policy(WorkerPolicy):
     so it needs no env and no pickling of its internals. :meth:`weights` is the state dict of
     the original's policy network, with its ``exploration_rate`` (DQN's) where it has one.
 
-    With ``deterministic=False`` (SB3's default) the actions are sampled from the worker's
-    torch generator (and DQN's exploration from numpy's global one): reproducible for one
-    layout of the envs, seeded from the group's first env's seed, but not the same for
-    another number of workers.
+    With ``deterministic=False`` (SB3's default) the actions are sampled from torch and numpy
+    generators of each copy's own (DQN's exploration, gSDE's noise matrices too), seeded from
+    the group's first env's seed: reproducible for one layout of the envs, but not the same for
+    another number of workers. Loading a copy leaves the process's generators as they were.
+
+    An actor-critic model gives ``log_prob`` and ``value`` beside its actions, and on a Box
+    action space ``unclipped_actions``: the sampled action before it is clipped into the Box,
+    which ``log_prob`` is of and ``evaluate_actions`` takes back (the actions stay those the
+    envs receive).
 
     ``predict`` is all the copies run, so models it does not act for as they were trained are
     refused: one made for other spaces than the envs' (at the first rollout, :meth:`outputs`),
@@ -452,9 +462,7 @@ class SB3Policy(WorkerPolicy):
         self.deterministic = bool(deterministic)
         kind = type(model).__name__
         self.name = name or f"sb3:{kind}{' (deterministic)' if self.deterministic else ''}"
-        if hasattr(model.policy, "lstm_hidden_state_shape"):
-            # sb3-contrib's recurrent policies: predict and forward need the LSTM states and
-            # episode starts, which this policy does not carry.
+        if sb3_is_recurrent(model):
             raise InvalidArgumentError(
                 f"`model` for SB3Policy: expected a model whose policy acts on observations alone, got a {kind} with "
                 f"the recurrent policy {type(model.policy).__name__}, whose predict needs LSTM states and episode "
@@ -489,22 +497,24 @@ class SB3Policy(WorkerPolicy):
         return check_state_dict(weights, getattr(self, "_layout", None), self.name)
 
     def build(self, context: PolicyContext) -> PolicyRunner:
-        model = cloudpickle.loads(self._class).load(io.BytesIO(self._saved), device="cpu")
+        torch = _import("torch", "SB3Policy")
+        with _process_generators_kept(torch):  # load seeds them with the model's seed
+            model = cloudpickle.loads(self._class).load(io.BytesIO(self._saved), device="cpu")
         first_seed = context.seeds[0] if context.seeds else None
-        return _Predicts(model, self.deterministic, policy_seed(first_seed))
+        return _Predicts(model, self.deterministic, policy_seed(first_seed), len(context.env_ids))
 
     def outputs(self, context: PolicyContext, observations: Any) -> PolicyOutputs:
         """The model's spaces checked against the envs' first (in the parent, before anything is
         sent), then what it gives beyond actions."""
-        for what, theirs, ours in (
-            ("observation", self._observation_space, context.observation_space),
-            ("action", self._action_space, context.action_space),
-        ):
-            if not _sb3_space_fits(theirs, ours, what == "observation"):
-                raise InvalidArgumentError(
-                    f"`rollout`: policy {self.name} was made for the {what} space {theirs}, the envs' {what} space is "
-                    f"{ours}: expected a model trained on the envs' spaces. Nothing was sent"
-                )
+        mismatch = sb3_spaces_mismatch(
+            self._observation_space, self._action_space, context.observation_space, context.action_space
+        )
+        if mismatch is not None:
+            what, theirs, ours = mismatch
+            raise InvalidArgumentError(
+                f"`rollout`: policy {self.name} was made for the {what} space {theirs}, the envs' {what} space is "
+                f"{ours}: expected a model trained on the envs' spaces. Nothing was sent"
+            )
         return super().outputs(context, observations)
 
     def weights(self) -> Any:
@@ -527,6 +537,29 @@ class _ModelWeights:
 
     state_dict: dict[str, Any]
     exploration_rate: float | None
+
+
+def sb3_is_recurrent(model: Any) -> bool:
+    """Whether a Stable-Baselines3 model's policy is recurrent (sb3-contrib's RecurrentPPO):
+    its ``predict`` and ``forward`` need the LSTM states and the episode starts, not only the
+    observations."""
+    return hasattr(getattr(model, "policy", None), "lstm_hidden_state_shape")
+
+
+def sb3_spaces_mismatch(
+    model_observation_space: Space, model_action_space: Space, observation_space: Space, action_space: Space
+) -> tuple[str, Space, Space] | None:
+    """The first of a model's spaces its ``predict`` cannot act on the envs' with, as
+    ``("observation" or "action", the model's, the envs')``; ``None`` when both fit (see
+    :func:`_sb3_space_fits`). Both :class:`SB3Policy` and ``vecenv-collect``'s ``sb3:`` policies
+    check with it."""
+    for what, theirs, ours in (
+        ("observation", model_observation_space, observation_space),
+        ("action", model_action_space, action_space),
+    ):
+        if not _sb3_space_fits(theirs, ours, what == "observation"):
+            return what, theirs, ours
+    return None
 
 
 def _sb3_space_fits(model: Space, envs: Space, observation: bool) -> bool:
@@ -555,14 +588,22 @@ def _sb3_space_fits(model: Space, envs: Space, observation: bool) -> bool:
 class _Predicts(PolicyRunner):
     """``model.predict``; stochastic sampling runs on generator states of this copy's own,
     swapped in around each call so that the process's (the parent's, for the group it hosts)
-    are left as they were."""
+    are left as they were.
 
-    def __init__(self, model: Any, deterministic: bool, seed: int | None) -> None:
+    A gSDE model (``use_sde=True``) explores with a noise matrix per env, which SB3 samples
+    again at every rollout of its own training; a copy samples it from its own generator when
+    it is seeded (built, or its group's first env reset with a seed) and when new weights
+    arrive (their ``log_std`` scales it), so that the noise follows the seeds and the weights."""
+
+    def __init__(self, model: Any, deterministic: bool, seed: int | None, num_envs: int) -> None:
         import torch
 
         self.torch = torch
         self.model = model
         self.deterministic = deterministic
+        self.num_envs = num_envs
+        policy = model.policy
+        self.gsde = bool(getattr(model, "use_sde", False)) and callable(getattr(policy, "reset_noise", None))
         self._seed(seed)
 
     def _seed(self, seed: int | None) -> None:
@@ -575,6 +616,26 @@ class _Predicts(PolicyRunner):
         self.numpy_state = np.random.RandomState(None if seed is None else seed % 2**32).get_state()
         if hasattr(self.model, "action_space"):
             self.model.action_space.seed(seed)
+        self._reset_noise()
+
+    def _reset_noise(self) -> None:
+        """A gSDE model's exploration noise, one matrix per env, drawn from this copy's generator."""
+        if self.gsde:
+            self._on_own_generators(lambda: self.model.policy.reset_noise(self.num_envs))
+
+    def _on_own_generators(self, call: Callable[[], Any]) -> Any:
+        """``call()`` drawing from this copy's torch and numpy generators; the process's are left
+        as they were."""
+        torch = self.torch
+        torch_state, numpy_state = torch.get_rng_state(), np.random.get_state()
+        torch.set_rng_state(self.torch_state)
+        np.random.set_state(self.numpy_state)
+        try:
+            return call()
+        finally:
+            self.torch_state, self.numpy_state = torch.get_rng_state(), np.random.get_state()
+            torch.set_rng_state(torch_state)
+            np.random.set_state(numpy_state)
 
     def reseed(self, local: int, seed: int | None) -> None:
         if local == 0:  # the group's first env seeds this copy's generators
@@ -583,21 +644,13 @@ class _Predicts(PolicyRunner):
     def act(self, observations: Any, active: np.ndarray | None) -> Any:
         if self.deterministic:
             return self._predict(observations)
-        torch = self.torch
-        torch_state, numpy_state = torch.get_rng_state(), np.random.get_state()
-        torch.set_rng_state(self.torch_state)
-        np.random.set_state(self.numpy_state)
-        try:
-            return self._predict(observations)
-        finally:
-            self.torch_state, self.numpy_state = torch.get_rng_state(), np.random.get_state()
-            torch.set_rng_state(torch_state)
-            np.random.set_state(numpy_state)
+        return self._on_own_generators(lambda: self._predict(observations))
 
     def _predict(self, observations: Any) -> Any:
         """``predict``'s actions; for an actor-critic policy also ``{"log_prob", "value"}`` of
         the same forward (as SB3's own rollouts record them: the log-probability of the action
-        before it is clipped into a Box space)."""
+        before it is clipped into a Box space), and on a Box space that action itself,
+        ``"unclipped_actions"``, which a learner's ``evaluate_actions`` takes back."""
         policy = self.model.policy
         if not hasattr(policy, "evaluate_actions"):  # not an ActorCriticPolicy: actions only
             return self.model.predict(observations, deterministic=self.deterministic)[0]
@@ -607,15 +660,14 @@ class _Predicts(PolicyRunner):
             actions, values, log_prob = policy(obs_tensor, deterministic=self.deterministic)
         space = policy.action_space
         chosen = actions.cpu().numpy().reshape((-1, *space.shape))
-        if hasattr(space, "low"):  # a Box, as predict: unscale a squashed output, else clip
-            if policy.squash_output:
-                chosen = policy.unscale_action(chosen)
-            else:
-                chosen = np.clip(chosen, space.low, space.high)
         extras = {
             "log_prob": log_prob.cpu().numpy().astype(np.float32, copy=False),
             "value": values.cpu().numpy().reshape(-1).astype(np.float32, copy=False),
         }
+        if isinstance(space, Box):  # as predict: unscale a squashed output, else clip
+            # SB3's PPO stores this one in its buffer and steps the envs with the clipped one.
+            extras["unclipped_actions"] = chosen.astype(np.float32)
+            chosen = policy.unscale_action(chosen) if policy.squash_output else np.clip(chosen, space.low, space.high)
         return chosen, extras
 
     def load_weights(self, weights: Any) -> None:
@@ -625,6 +677,20 @@ class _Predicts(PolicyRunner):
                 self.model.exploration_rate = weights.exploration_rate
         else:  # a state dict given to update_policy_weights
             self.model.policy.load_state_dict(weights)
+        self._reset_noise()  # scaled by the new log_std
+
+
+@contextlib.contextmanager
+def _process_generators_kept(torch: Any) -> Iterator[None]:
+    """The process's global torch (CPU), numpy and ``random`` generators as they were after the
+    block: SB3's ``load`` seeds all three with the model's saved seed."""
+    torch_state, numpy_state, python_state = torch.get_rng_state(), np.random.get_state(), random.getstate()
+    try:
+        yield
+    finally:
+        torch.set_rng_state(torch_state)
+        np.random.set_state(numpy_state)
+        random.setstate(python_state)
 
 
 # -- what callers pass ---------------------------------------------------------------------

@@ -258,6 +258,94 @@ def test_sb3_policy_refuses_a_recurrent_model() -> None:
         SB3Policy(model)
 
 
+def test_sb3_policy_gives_the_unclipped_action_its_log_prob_is_of() -> None:
+    """On a Box, the copies clip the sampled action for the envs, but SB3 records the log-prob
+    of the action before clipping (and its PPO stores that one): the unclipped action is an
+    extra, so that a learner's evaluate_actions gives back the recorded log-prob. Checked
+    against SB3's own forward from the same generator state."""
+    sb3 = pytest.importorskip("stable_baselines3")
+    import torch
+
+    model = sb3.PPO("MlpPolicy", gym.make("MountainCarContinuous-v0"), seed=0, device="cpu")
+    obs = np.random.default_rng(0).normal(size=(16, 2)).astype(np.float32)
+    context = PolicyContext(range(16), model.observation_space, model.action_space, [7 + i for i in range(16)])
+    actions, extras = SB3Policy(model).build(context).act(obs, None)
+    torch.manual_seed(policy_seed(7) % 2**63)  # the generator state the copy samples from
+    with torch.no_grad():
+        sampled, values, log_prob = model.policy(torch.as_tensor(obs))
+    sampled = sampled.numpy()
+    assert (np.abs(sampled) > 1).any(), "some actions leave the Box, or nothing is clipped"
+    np.testing.assert_array_equal(extras["unclipped_actions"], sampled)
+    np.testing.assert_array_equal(actions, np.clip(sampled, -1, 1))  # what the envs receive
+    np.testing.assert_array_equal(extras["log_prob"], log_prob.numpy())
+    np.testing.assert_array_equal(extras["value"], values.numpy().reshape(-1))
+    with torch.no_grad():
+        _, relearned, _ = model.policy.evaluate_actions(torch.as_tensor(obs), torch.as_tensor(sampled))
+        _, of_clipped, _ = model.policy.evaluate_actions(torch.as_tensor(obs), torch.as_tensor(actions))
+    np.testing.assert_allclose(relearned.numpy(), extras["log_prob"], rtol=1e-5, atol=1e-6)
+    assert not np.allclose(of_clipped.numpy(), extras["log_prob"]), "the clipped action's log-prob is another"
+    # A Discrete space clips nothing: no such extra.
+    cartpole = sb3.PPO("MlpPolicy", gym.make("CartPole-v1"), seed=0, device="cpu")
+    assert set(
+        SB3Policy(cartpole).build(_context(range(2), spaces.Discrete(2))).act(obs[:2, :1].repeat(4, 1), None)[1]
+    ) == {
+        "log_prob",
+        "value",
+    }
+
+
+def test_sb3_gsde_noise_follows_the_copys_seed_and_weights() -> None:
+    """gSDE explores with a noise matrix that SB3 samples when the model is loaded, from the
+    process's generator (which load also reseeds with the model's seed, the parent's too): the
+    copies' noise came from neither the envs' seeds nor the weights' log_std. It is drawn from
+    the copy's own generator when it is seeded and when new weights arrive."""
+    sb3 = pytest.importorskip("stable_baselines3")
+    import random
+
+    import torch
+
+    model = sb3.PPO(
+        "MlpPolicy",
+        gym.make("MountainCarContinuous-v0"),
+        device="cpu",
+        use_sde=True,
+        policy_kwargs={"log_std_init": -3.0},
+    )
+    obs = np.random.default_rng(0).normal(size=(8, 2)).astype(np.float32)
+
+    def context(seed: int) -> PolicyContext:
+        return PolicyContext(range(8), model.observation_space, model.action_space, [seed + i for i in range(8)])
+
+    def unclipped(runner: Any) -> np.ndarray:
+        return runner.act(obs, None)[1]["unclipped_actions"]
+
+    policy = SB3Policy(model)
+    runs = []
+    for burn in (1, 5):
+        torch.rand(burn)  # the process's generator elsewhere: the copy's noise does not follow it
+        runs.append(unclipped(policy.build(context(3))))
+    np.testing.assert_array_equal(runs[0], runs[1])
+    assert not np.array_equal(runs[0], unclipped(policy.build(context(4)))), "another seed, other noise"
+    runner = policy.build(context(3))
+    runner.reseed(0, 4)
+    np.testing.assert_array_equal(unclipped(runner), unclipped(policy.build(context(4))))
+
+    mean = unclipped(SB3Policy(model, deterministic=True).build(context(3)))
+    before = np.abs(unclipped(runner) - mean).max()
+    with torch.no_grad():
+        model.policy.log_std.fill_(0.0)  # as training moves it: exp(3) times the noise
+    runner.load_weights(pickle.loads(pickle.dumps(policy.weights())))
+    assert np.abs(unclipped(runner) - mean).max() > 5 * before, "the noise is scaled by the new log_std"
+
+    # Loading a seeded model in a copy leaves the process's generators as they were.
+    seeded = SB3Policy(sb3.PPO("MlpPolicy", gym.make("MountainCarContinuous-v0"), seed=0, device="cpu", use_sde=True))
+    torch.manual_seed(123), np.random.seed(123), random.seed(123)
+    states = torch.get_rng_state(), np.random.get_state()[1].copy(), random.getstate()
+    seeded.build(context(3)).act(obs, None)
+    assert torch.equal(torch.get_rng_state(), states[0]) and np.array_equal(np.random.get_state()[1], states[1])
+    assert random.getstate() == states[2]
+
+
 def test_sb3_policy_weights_carry_the_exploration_rate() -> None:
     """DQN's predict explores with the model's exploration_rate, which training changes: new
     weights bring it along, so the copies explore as the trained model does."""

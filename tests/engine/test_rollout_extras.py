@@ -482,6 +482,35 @@ def test_an_sb3_actor_critic_gives_its_log_prob_and_value() -> None:
     np.testing.assert_allclose(got.extras["value"].reshape(32), values.numpy().reshape(32), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.timeout(120)
+def test_an_sb3_model_on_a_box_gives_the_unclipped_actions_a_learner_needs() -> None:
+    """The envs get the clipped actions, the learner the unclipped ones its log-probs are of;
+    gSDE's noise comes from the copies' seeded generators: the same layout and seeds give the
+    same rollout (it came from the process's generator when the model was loaded)."""
+    sb3 = pytest.importorskip("stable_baselines3")
+    torch = pytest.importorskip("torch")
+    env = gym.make("MountainCarContinuous-v0")
+    for model in (
+        sb3.PPO("MlpPolicy", env, seed=0, device="cpu"),
+        sb3.PPO("MlpPolicy", env, device="cpu", use_sde=True, policy_kwargs={"log_std_init": 0.0}),
+    ):
+        runs = []
+        for _ in range(2):
+            with vecenv.make("MountainCarContinuous-v0", 4, 2) as envs:
+                envs.reset(seed=SEED)
+                runs.append(envs.rollout(8, vecenv.policies.SB3Policy(model)))
+        got = runs[0]
+        np.testing.assert_array_equal(got.actions, runs[1].actions)
+        unclipped = got.extras["unclipped_actions"]
+        assert unclipped.shape == got.actions.shape == (8, 4, 1) and unclipped.dtype == np.float32
+        assert (np.abs(unclipped) > 1).any(), "nothing was clipped: the test shows nothing"
+        np.testing.assert_array_equal(got.actions, np.clip(unclipped, -1, 1))
+        obs = torch.as_tensor(got.observations.reshape(32, 2))
+        with torch.no_grad():
+            _, log_prob, _ = model.policy.evaluate_actions(obs, torch.as_tensor(unclipped.reshape(32, 1)))
+        np.testing.assert_allclose(got.extras["log_prob"].reshape(32), log_prob.numpy(), rtol=1e-5, atol=1e-5)
+
+
 # -- which weights acted ------------------------------------------------------------------------
 
 
