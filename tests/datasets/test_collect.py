@@ -717,6 +717,31 @@ def test_checked_policy_names_the_env_by_its_global_index() -> None:
     )
 
 
+def test_checked_policy_runs_the_wrapped_policys_checks() -> None:
+    """CheckedPolicy forwarded only build and weights: an SB3 model's space check (outputs) and
+    the weights' check did not run under vecenv-collect."""
+    sb3 = pytest.importorskip("stable_baselines3")
+    from vecenv.datasets.action_checks import CheckedPolicy
+    from vecenv.errors import VecEnvError, WeightsMismatchError
+    from vecenv.policies import PolicyContext, SB3Policy
+
+    model = sb3.PPO("MlpPolicy", gymnasium.make("FrozenLake-v1"), seed=0, device="cpu")
+    checked = CheckedPolicy(SB3Policy(model, deterministic=True))
+
+    def outputs(observation_space: gymnasium.spaces.Space) -> Any:
+        context = PolicyContext(range(2), observation_space, model.action_space, [None, None])
+        return checked.outputs(context, np.zeros(2, np.int64))
+
+    with pytest.raises(
+        VecEnvError, match=r"observation space Discrete\(16\), the envs' observation space is Discrete\(64\)"
+    ):
+        outputs(gymnasium.spaces.Discrete(64))
+    assert outputs(model.observation_space).extras == (), "the checked copies drop the model's extras"
+    with pytest.raises(WeightsMismatchError, match="missing"):
+        checked.check_weights({"x": np.zeros(1)})
+    assert checked.check_weights(model.policy.state_dict()).keys() == model.policy.state_dict().keys()
+
+
 def test_cli_policy_module_attr_and_overwrite(tmp_path: Path) -> None:
     args = [
         "--env",
@@ -1189,6 +1214,32 @@ def test_sb3_policy_collects_with_the_models_predict(tmp_path: Path) -> None:
         )
         == 2
     )
+
+
+@pytest.mark.timeout(120)
+def test_sb3_policy_on_other_spaces_or_recurrent_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A FrozenLake 4x4 model passed the collector's check on 8x8 (same type, no shape) and acted
+    on states it never saw; a RecurrentPPO acted from a zero LSTM state at every step under
+    --rollout-steps 0. Both are refused in one line, as a rollout refuses them."""
+    sb3 = pytest.importorskip("stable_baselines3")
+    sb3.PPO("MlpPolicy", gymnasium.make("FrozenLake-v1"), seed=0, device="cpu").save(tmp_path / "lake.zip")
+    for rollout_steps in ("0", "8"):
+        args = ["--env", "FrozenLake-v1", "--env-kwargs", '{"map_name": "8x8"}', "--steps", "20"]
+        args += ["--policy", f"sb3:{tmp_path / 'lake.zip'}", "--rollout-steps", rollout_steps, "--quiet"]
+        assert main([*args, "--out", str(tmp_path / "d")]) == 2
+        err = capsys.readouterr().err
+        assert "the model's observation space is Discrete(16), the environment's is Discrete(64)" in err
+        assert len(err.strip().splitlines()) == 1 and not (tmp_path / "d").exists()
+    contrib = pytest.importorskip("sb3_contrib")
+    model = contrib.RecurrentPPO("MlpLstmPolicy", gymnasium.make("CartPole-v1"), seed=0, device="cpu", n_steps=8)
+    model.save(tmp_path / "lstm.zip")
+    spec = f"sb3:RecurrentPPO:{tmp_path / 'lstm.zip'}"
+    for rollout_steps in ("0", "8"):
+        args = ["--env", "CartPole-v1", "--steps", "20", "--policy", spec, "--rollout-steps", rollout_steps]
+        assert main([*args, "--quiet", "--out", str(tmp_path / "r")]) == 2
+        err = capsys.readouterr().err
+        assert "--policy sb3:" in err and "got a recurrent RecurrentActorCriticPolicy" in err
+        assert len(err.strip().splitlines()) == 1 and not (tmp_path / "r").exists()
 
 
 def test_sb3_policy_errors_name_the_problem(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -248,7 +248,19 @@ def test_sb3_policy_refuses_models_whose_predict_is_not_how_they_act() -> None:
 
 def test_sb3_policy_refuses_a_recurrent_model() -> None:
     """sb3-contrib's RecurrentPPO failed in the workers with a bare TypeError (forward's missing
-    LSTM states)."""
+    LSTM states). vecenv-collect's sb3: policies refuse it by the same test."""
+    from types import SimpleNamespace
+
+    from vecenv.errors import PolicySpecError
+    from vecenv.integrations.sb3.saved_model import SavedModelPolicy
+    from vecenv.policies import sb3_is_recurrent
+
+    fake = SimpleNamespace(policy=SimpleNamespace(lstm_hidden_state_shape=(1, 1, 64)))
+    assert sb3_is_recurrent(fake) and not sb3_is_recurrent(SimpleNamespace(policy=SimpleNamespace()))
+    with pytest.raises(
+        PolicySpecError, match=r"^--policy sb3:m.zip \(RecurrentPPO\): expected a model whose policy acts"
+    ):
+        SavedModelPolicy(fake, "m.zip", "RecurrentPPO", False)
     pytest.importorskip("stable_baselines3")
     contrib = pytest.importorskip("sb3_contrib")
     from vecenv.errors import VecEnvError

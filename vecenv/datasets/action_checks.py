@@ -11,7 +11,7 @@ from gymnasium.vector.utils import batch_space
 
 from vecenv.datasets.errors import PolicyError
 from vecenv.errors import describe
-from vecenv.policy_outputs import split_output
+from vecenv.policy_outputs import PolicyOutputs, probe, split_output
 from vecenv.spaces import build_tree, leaf_values, named_leaves, to_batch
 from vecenv.worker.policy import PolicyContext, PolicyRunner, WorkerPolicy
 
@@ -71,7 +71,11 @@ class ActionChecker:
 class CheckedPolicy(WorkerPolicy):
     """A worker policy whose every action batch goes through an :class:`ActionChecker` before
     the envs see it, so a collection refuses out-of-space actions with the same
-    :class:`PolicyError` wherever the policy runs (its note then names the rollout's step)."""
+    :class:`PolicyError` wherever the policy runs (its note then names the rollout's step).
+
+    Every hook of :class:`WorkerPolicy` goes to the wrapped policy, so that its own checks run
+    (an SB3 model's spaces at the first rollout, weights before they are sent); only the extras
+    it gives beside its actions are dropped: a dataset records actions."""
 
     def __init__(self, policy: WorkerPolicy) -> None:
         self.policy = policy
@@ -83,6 +87,16 @@ class CheckedPolicy(WorkerPolicy):
 
     def weights(self) -> Any:
         return self.policy.weights()
+
+    def check_weights(self, weights: Any) -> Any:
+        return self.policy.check_weights(weights)
+
+    def outputs(self, context: PolicyContext, observations: Any) -> PolicyOutputs:
+        """The wrapped policy's checks and first call; its copies here give actions only."""
+        wrapped = self.policy.outputs(context, observations)
+        if wrapped.recurrent:  # the checked copies carry no state: learn what they give as they act
+            return probe(self, context, observations)
+        return PolicyOutputs(probe_error=wrapped.probe_error)
 
 
 class _Checked(PolicyRunner):

@@ -15,6 +15,7 @@ from typing import Any
 from gymnasium import spaces
 
 from vecenv.errors import PolicySpecError
+from vecenv.policies import sb3_is_recurrent, sb3_spaces_mismatch
 
 __all__ = ["SB3_INSTALL_HINT", "SavedModelPolicy", "load_sb3"]
 
@@ -32,27 +33,42 @@ class SavedModelPolicy:
 
     SB3's ``predict`` takes a batch of observations and returns actions in the env's action
     space (continuous actions rescaled and clipped), so it plugs straight into ``collect``.
+
+    A recurrent model (sb3-contrib's RecurrentPPO) is refused: its ``predict`` needs the LSTM
+    states and episode starts, which a policy called on observations alone does not have, so it
+    would act from a fresh LSTM state at every step.
+
+    Raises:
+        PolicySpecError: a recurrent model.
     """
 
     def __init__(self, model: Any, path: str, algorithm: str, deterministic: bool) -> None:
         self.model = model
         self.deterministic = deterministic
         self.name = f"sb3:{path} ({algorithm}{', deterministic' if deterministic else ''})"
+        if sb3_is_recurrent(model):
+            raise PolicySpecError(
+                f"--policy {self.name}: expected a model whose policy acts on observations alone, got a recurrent "
+                f"{type(model.policy).__name__}, whose predict needs the LSTM states and episode starts, which "
+                "vecenv-collect does not carry (it would act from a fresh LSTM state at every step)"
+            )
 
     def __call__(self, observation: Any) -> Any:
         actions, _ = self.model.predict(observation, deterministic=self.deterministic)
         return actions
 
     def check_spaces(self, observation_space: spaces.Space, action_space: spaces.Space) -> None:
-        """Raise PolicySpecError if the model was trained on other spaces than the envs'."""
-        for what, theirs, ours in (
-            ("observation", self.model.observation_space, observation_space),
-            ("action", self.model.action_space, action_space),
-        ):
-            if type(theirs) is not type(ours) or getattr(theirs, "shape", None) != getattr(ours, "shape", None):
-                raise PolicySpecError(
-                    f"--policy {self.name}: the model's {what} space is {theirs}, the environment's is {ours}"
-                )
+        """Raise PolicySpecError if the model's ``predict`` cannot act on the envs' spaces, by the
+        rule :class:`~vecenv.policies.SB3Policy` checks them with (the same action space; an
+        observation space of the same kind and shape)."""
+        mismatch = sb3_spaces_mismatch(
+            self.model.observation_space, self.model.action_space, observation_space, action_space
+        )
+        if mismatch is not None:
+            what, theirs, ours = mismatch
+            raise PolicySpecError(
+                f"--policy {self.name}: the model's {what} space is {theirs}, the environment's is {ours}"
+            )
 
 
 def _sb3_algorithm(path: Path) -> str:
