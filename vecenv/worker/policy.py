@@ -1,9 +1,9 @@
 """What a worker knows of a policy: the recipe it is sent (:class:`WorkerPolicy`), what it is
 told when it builds its copy (:class:`PolicyContext`), and the copy it runs (:class:`PolicyRunner`).
 
-The concrete policies (random, a function, a torch module: :mod:`vecenv.policies`; a
-Stable-Baselines3 model: :mod:`vecenv.integrations.sb3.policy`) reach a worker pickled, so the
-worker imports none of them, only these interfaces.
+The concrete policies (random, a function, a torch module, a Stable-Baselines3 model:
+:mod:`vecenv.policies`) reach a worker pickled, so the worker imports none of them, only these
+interfaces.
 """
 
 from __future__ import annotations

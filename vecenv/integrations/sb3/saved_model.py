@@ -1,7 +1,7 @@
 """A saved Stable-Baselines3 model as a dataset policy: ``vecenv-collect --policy sb3:PATH.zip``.
 
 The model is loaded on the CPU and acts through its ``predict``; the collector hands it to the
-workers as an :class:`~vecenv.integrations.sb3.policy.SB3Policy` when rollouts run there.
+workers as an :class:`~vecenv.policies.SB3Policy` when rollouts run there.
 """
 
 from __future__ import annotations
