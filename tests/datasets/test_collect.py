@@ -742,6 +742,42 @@ def test_checked_policy_runs_the_wrapped_policys_checks() -> None:
     assert checked.check_weights(model.policy.state_dict()).keys() == model.policy.state_dict().keys()
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("rollout_steps", ["0", "4"])
+def test_a_recurrent_policy_is_refused_in_one_line_before_anything_is_written(
+    tmp_path: Path, rollout_steps: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A policy with ``initial_state`` failed with its own TypeError (called on observations
+    alone), on both ways a collection steps; it is refused up front, naming what it is."""
+    out = tmp_path / "d"
+    args = ["--env", "tests.helpers.envs:RolloutCounter-v0", "--num-envs", "2", "--num-workers", "1"]
+    args += ["--steps", "8", "--rollout-steps", rollout_steps, "--quiet", "--out", str(out)]
+    assert main([*args, "--policy", "tests.helpers.envs:recurrent_constant_policy"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "got a recurrent one (it has initial_state)" in err, err
+    assert "--policy 'tests.helpers.envs:recurrent_constant_policy'" in err
+    assert not out.exists()
+
+
+def test_collect_and_the_checked_policy_refuse_a_recurrent_policy(tmp_path: Path) -> None:
+    from tests.helpers.envs import recurrent_constant_policy
+    from vecenv.datasets.action_checks import CheckedPolicy
+    from vecenv.errors import InvalidArgumentError
+    from vecenv.policies import FunctionPolicy, PolicyContext
+
+    envs = SyncVectorEnv([lambda: gymnasium.make("CartPole-v1")] * 2)
+    try:
+        with pytest.raises(InvalidArgumentError, match=r"^policy: expected a policy of observations alone"):
+            collect(envs, recurrent_constant_policy, steps=4, out=tmp_path / "d")
+    finally:
+        envs.close()
+    assert not (tmp_path / "d").exists()
+    checked = CheckedPolicy(FunctionPolicy(recurrent_constant_policy, name="counting"))
+    context = PolicyContext(range(2), gymnasium.spaces.Box(-1, 1, (3,)), gymnasium.spaces.Discrete(3), [None, None])
+    with pytest.raises(InvalidArgumentError, match=r"^policy counting: expected a policy of observations alone"):
+        checked.outputs(context, np.zeros((2, 3), np.float32))
+
+
 def test_cli_policy_module_attr_and_overwrite(tmp_path: Path) -> None:
     args = [
         "--env",

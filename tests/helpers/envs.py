@@ -880,6 +880,19 @@ def constant_policy_with_extras(observation: np.ndarray) -> tuple[np.ndarray, di
     return actions, {"value": np.zeros(len(actions), np.float32)}
 
 
+class RecurrentConstantPolicy:
+    """:func:`constant_policy` with a per-env state (a step count): a recurrent policy."""
+
+    def initial_state(self, num_envs: int) -> np.ndarray:
+        return np.zeros(num_envs, np.int64)
+
+    def __call__(self, observation: np.ndarray, state: np.ndarray) -> tuple[np.ndarray, None, np.ndarray]:
+        return constant_policy(observation), None, state + 1
+
+
+recurrent_constant_policy = RecurrentConstantPolicy()
+
+
 def out_of_space_policy(observation: np.ndarray) -> np.ndarray:
     """Returns action 7 for every env: outside Discrete(3)."""
     return np.full(len(observation), 7, dtype=np.int64)

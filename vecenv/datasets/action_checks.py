@@ -10,10 +10,22 @@ from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
 from vecenv.datasets.errors import PolicyError
-from vecenv.errors import describe
-from vecenv.policy_outputs import PolicyOutputs, probe, split_output
+from vecenv.errors import InvalidArgumentError, describe
+from vecenv.policy_outputs import PolicyOutputs, split_output
 from vecenv.spaces import build_tree, leaf_values, named_leaves, to_batch
 from vecenv.worker.policy import PolicyContext, PolicyRunner, WorkerPolicy
+
+#: Why a collection refuses a recurrent policy (one with ``initial_state``): every way it steps
+#: (rollouts in the workers, or ``envs.step`` here) calls the policy on observations alone.
+RECURRENT_REFUSED = (
+    "expected a policy of observations alone, got a recurrent one (it has initial_state): a collection "
+    "calls its policy on the observations and carries no recurrent state"
+)
+
+
+def is_recurrent(policy: Any) -> bool:
+    """Whether a collector's policy keeps per-env state (a callable ``initial_state``)."""
+    return callable(getattr(policy, "initial_state", None))
 
 
 def one_line(value: Any) -> str:
@@ -94,8 +106,8 @@ class CheckedPolicy(WorkerPolicy):
     def outputs(self, context: PolicyContext, observations: Any) -> PolicyOutputs:
         """The wrapped policy's checks and first call; its copies here give actions only."""
         wrapped = self.policy.outputs(context, observations)
-        if wrapped.recurrent:  # the checked copies carry no state: learn what they give as they act
-            return probe(self, context, observations)
+        if wrapped.recurrent:  # a WorkerPolicy of a recurrent module, say
+            raise InvalidArgumentError(f"policy {self.name}: {RECURRENT_REFUSED}")
         return PolicyOutputs(probe_error=wrapped.probe_error)
 
 

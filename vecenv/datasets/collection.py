@@ -24,7 +24,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from vecenv.checks import seed_list
-from vecenv.datasets.action_checks import ActionChecker, CheckedPolicy
+from vecenv.datasets.action_checks import RECURRENT_REFUSED, ActionChecker, CheckedPolicy, is_recurrent
 from vecenv.datasets.dataset import load
 from vecenv.datasets.format import (
     FORMAT_NAME,
@@ -226,6 +226,8 @@ def _check_request(envs: Any, policy: Any, steps: Any, episodes: Any, seed: Any)
         raise InvalidArgumentError(policy_error)
     if not isinstance(policy, str) and not callable(policy):
         raise ArgumentTypeError(policy_error)
+    if is_recurrent(policy):
+        raise InvalidArgumentError(f"policy: {RECURRENT_REFUSED}")
     return target
 
 

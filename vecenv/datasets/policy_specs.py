@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from vecenv.datasets.action_checks import RECURRENT_REFUSED, is_recurrent
 from vecenv.errors import PolicySpecError
 from vecenv.integrations.sb3.saved_model import load_sb3
 
@@ -38,6 +39,8 @@ def load_policy(spec: str, deterministic: bool = False) -> Any:
     if not callable(target):
         text = " ".join(repr(target).split())[:300]
         raise PolicySpecError(f"--policy {spec!r}: expected a callable, got {text}")
+    if is_recurrent(target):
+        raise PolicySpecError(f"--policy {spec!r}: {RECURRENT_REFUSED}")
     return target
 
 
