@@ -47,6 +47,7 @@ from vecenv.datasets.hdf5_episodes import EpisodePieces, Hdf5EpisodeFile
 from vecenv.datasets.sinks import OPEN_EPISODES, EpisodeSummary, with_last
 from vecenv.datasets.writer import FLUSH_INTERVAL_S, chunk_rows, now
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError
+from vecenv.files import write_text_atomically
 from vecenv.seeding import SeedPolicy
 from vecenv.spaces import named_leaves
 
@@ -499,9 +500,7 @@ def _update_metadata(data_path: Path, changes: Mapping[str, Any]) -> None:
     path = data_path / "metadata.json"
     metadata = json.loads(path.read_text())
     metadata.update(changes)
-    staged = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    staged.write_text(json.dumps(metadata, default=json_default))
-    os.replace(staged, path)
+    write_text_atomically(path, json.dumps(metadata, default=json_default))
 
 
 def _recordable(spec: EnvSpec | None) -> EnvSpec | None:

@@ -23,6 +23,7 @@ import numpy as np
 
 from vecenv.datasets.errors import KEYWORDS, DatasetWriteError, OptionNames, OutputExistsError, write_error
 from vecenv.datasets.format import FORMAT_NAME, METADATA_FILE, SPILL_DIR, Leaf, json_default
+from vecenv.files import write_text_atomically
 
 # Rows are buffered in memory up to this many bytes (all fields together) per chunk.
 CHUNK_BYTES = 8 * 1024 * 1024
@@ -228,14 +229,10 @@ class DatasetWriter:
             "duration_s": elapsed,
             "steps_per_second": rows / elapsed if elapsed > 0 else None,
         }
-        temporary = self.out / f".{METADATA_FILE}.tmp"
-        with self._writing(self.out / METADATA_FILE):
-            try:
-                temporary.write_text(json.dumps(self.metadata, indent=2, default=json_default) + "\n")
-                os.replace(temporary, self.out / METADATA_FILE)
-            except OSError:
-                temporary.unlink(missing_ok=True)  # the previous metadata.json stays, and is right
-                raise
+        with self._writing(self.out / METADATA_FILE):  # on an error the previous one stays, and is right
+            write_text_atomically(
+                self.out / METADATA_FILE, json.dumps(self.metadata, indent=2, default=json_default) + "\n"
+            )
 
 
 def now() -> str:
