@@ -20,7 +20,8 @@ drawn from a seeded ``torch.Generator``. The vector envs are exact, so ``--vecto
 ``--vector sync`` (and ``async``) give the same episode returns, episode for episode.
 
 Outputs in ``--out``: ``episodes.csv`` (one row per finished episode: vector kind, env step,
-wall time, return, length), ``summary.json`` (per vector kind: steps and seconds to solve, SPS)
+wall time, return, length), ``summary.json`` (per vector kind: steps and seconds to solve, SPS;
+``final_mean_return`` is ``null`` when no episode finished, ``solved_at_*`` when not solved)
 and ``learning_curve.png`` (returns against env steps and against wall time, one line per vector
 kind; needs matplotlib). ``--compare vecenv,sync,async`` trains once per kind, same seed and
 hyperparameters, and puts them all in one CSV and one picture. ``--capture-video`` also records
@@ -39,7 +40,6 @@ import argparse
 import csv
 import dataclasses
 import functools
-import json
 import math
 import os
 import pathlib
@@ -67,6 +67,7 @@ from vecenv.argtypes import (  # noqa: E402
 from vecenv.bench.envs import StepCost, costly_env, iterations_per_us  # noqa: E402
 from vecenv.bench.stopping import run_main  # noqa: E402
 from vecenv.bench.vectors import VectorKind, make_vector  # noqa: E402
+from vecenv.files import json_text, replaced, write_text_atomically  # noqa: E402
 
 try:
     import torch
@@ -212,7 +213,7 @@ def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             f"argument --minibatch-size: expected a divisor of --num-envs x --num-steps ({batch}) or more, "
             f"got {args.minibatch_size}"
         )
-    kinds = args.compare.split(",") if args.compare else [args.vector]
+    kinds = args.compare.split(",") if args.compare is not None else [args.vector]
     for kind in kinds:
         if kind not in VECTOR_KINDS:
             p.error(f"argument --compare: expected vector kinds among {','.join(VECTOR_KINDS)}, got {args.compare!r}")
@@ -477,7 +478,7 @@ class RunSummary:
     wall_time_s: float
     sps: float
     episodes: int
-    final_mean_return: float
+    final_mean_return: float | None  # None (null in summary.json) when no episode finished
     solved: bool
     solved_at_step: int | None
     solved_at_s: float | None
@@ -605,7 +606,7 @@ def _train(
         wall_time_s=round(elapsed, 3),
         sps=round(global_step / elapsed, 1),
         episodes=len(episodes),
-        final_mean_return=round(float(np.mean(recent)), 2) if recent else float("nan"),
+        final_mean_return=round(float(np.mean(recent)), 2) if recent else None,
         solved=solved_step is not None,
         solved_at_step=solved_step,
         solved_at_s=None if solved_s is None else round(solved_s, 3),
@@ -619,7 +620,7 @@ def _train(
 def write_csv(path: pathlib.Path, episodes: list[Episode]) -> None:
     """One row per finished episode, in the order they finished."""
     fields = [f.name for f in dataclasses.fields(Episode)]
-    with path.open("w", newline="") as f:
+    with replaced(path) as temporary, temporary.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         for ep in episodes:
@@ -671,14 +672,21 @@ def plot(episodes: list[Episode], path: pathlib.Path, title: str) -> bool:
     by_step.set_xlabel("env steps")
     by_time.set_xlabel("wall time (s)")
     by_step.set_ylabel(f"return (mean of last {SOLVE_WINDOW})")
-    by_time.legend(loc="lower right", fontsize=8)
+    if episodes:  # no line to name otherwise (matplotlib warns)
+        by_time.legend(loc="lower right", fontsize=8)
     for ax in (by_step, by_time):
         ax.grid(alpha=0.3)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=72)
+    with replaced(path) as temporary:
+        fig.savefig(temporary, dpi=72)
     plt.close(fig)
     return True
+
+
+def mean_return_text(mean: float | None) -> str:
+    """The summary line's words for ``final_mean_return``."""
+    return "no episode finished" if mean is None else f"mean return of the last {SOLVE_WINDOW} episodes {mean}"
 
 
 def curve_title(args: argparse.Namespace) -> str:
@@ -709,17 +717,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         cpu = "" if summary.cpu_s is None else f", {summary.cpu_s:.1f} CPU-s"
         print(
             f"[{kind}] {summary.env_steps:,} steps in {summary.wall_time_s:.1f}s{cpu} ({summary.sps:,.0f} SPS); "
-            f"mean return of the last {SOLVE_WINDOW} episodes {summary.final_mean_return}; {solved}",
+            f"{mean_return_text(summary.final_mean_return)}; {solved}",
             flush=True,
         )
     write_csv(args.out / "episodes.csv", episodes)
     config = {k: (str(v) if isinstance(v, pathlib.Path) else v) for k, v in vars(args).items()}
-    (args.out / "summary.json").write_text(
-        json.dumps(
-            {"config": config, "cpu_count": os.cpu_count(), "runs": [dataclasses.asdict(s) for s in summaries]},
-            indent=2,
-        )
-        + "\n"
+    write_text_atomically(
+        args.out / "summary.json",
+        json_text({"config": config, "cpu_count": os.cpu_count(), "runs": [dataclasses.asdict(s) for s in summaries]}),
     )
     plot(episodes, args.out / "learning_curve.png", curve_title(args))
     print(f"wrote {args.out}/episodes.csv, summary.json, learning_curve.png")

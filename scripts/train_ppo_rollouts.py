@@ -25,9 +25,10 @@ LSTM can.
 
 Outputs in ``--out``: ``episodes.csv`` (every episode, as ``train_ppo.py`` writes it) and
 ``summary.json`` (per run: steps/s, steps and seconds to solve, and the split of the wall time
-between collecting and updating). With the same seed, ``--collect rollout`` and ``--collect
-step`` (either ``--vector``) take the same actions and give the same episodes: only the time
-differs (``--overlap`` acts with weights one update behind, so it differs).
+between collecting and updating; ``final_mean_return`` is ``null`` when no episode finished).
+With the same seed, ``--collect rollout`` and ``--collect step`` (either ``--vector``) take the
+same actions and give the same episodes: only the time differs (``--overlap`` acts with weights
+one update behind, so it differs).
 
     python scripts/train_ppo_rollouts.py --num-envs 8 --stop-when-solved
     python scripts/train_ppo_rollouts.py --overlap
@@ -41,7 +42,6 @@ import argparse
 import dataclasses
 import functools
 import importlib.util
-import json
 import math
 import pathlib
 import sys
@@ -66,6 +66,7 @@ from vecenv.argtypes import (  # noqa: E402
 )
 from vecenv.bench.envs import costly_env  # noqa: E402
 from vecenv.bench.stopping import run_main  # noqa: E402
+from vecenv.files import json_text, write_text_atomically  # noqa: E402
 from vecenv.policies import PolicyContext, PolicyRunner, WorkerPolicy  # noqa: E402
 
 try:
@@ -666,7 +667,7 @@ class Summary:
     collect_s: float
     update_s: float
     episodes: int
-    final_mean_return: float
+    final_mean_return: float | None  # None (null in summary.json) when no episode finished
     solved: bool
     solved_at_step: int | None
     solved_at_s: float | None
@@ -783,7 +784,7 @@ def _train(args: argparse.Namespace, envs: Any, start: float) -> tuple[Summary, 
         round(timings.collect_s, 3),
         round(timings.update_s, 3),
         episodes,
-        round(float(np.mean(recent)), 2) if recent else float("nan"),
+        round(float(np.mean(recent)), 2) if recent else None,
         solved_step is not None,
         solved_step,
         None if solved_s is None else round(solved_s, 3),
@@ -806,13 +807,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"[{summary.collect}/{summary.policy}{' overlap' if summary.overlap else ''}] {summary.env_steps:,} steps in "
         f"{summary.wall_time_s:.1f}s ({summary.sps:,.0f} SPS; collect {summary.collect_s:.1f}s, update "
-        f"{summary.update_s:.1f}s); mean return of the last {SOLVE_WINDOW} episodes {summary.final_mean_return}; "
+        f"{summary.update_s:.1f}s); {ppo.mean_return_text(summary.final_mean_return)}; "
         f"{solved}",
         flush=True,
     )
     config = {k: (str(v) if isinstance(v, pathlib.Path) else v) for k, v in vars(args).items()}
     ppo.write_csv(args.out / "episodes.csv", finished)
-    (args.out / "summary.json").write_text(json.dumps({"config": config, "run": dataclasses.asdict(summary)}, indent=2))
+    write_text_atomically(args.out / "summary.json", json_text({"config": config, "run": dataclasses.asdict(summary)}))
     return 0
 
 

@@ -110,6 +110,20 @@ def test_auto_workers_say_what_they_chose_and_stay_exact(tmp_path: Path) -> None
     assert trace["vecenv"] and trace["vecenv"] == trace["sync"]
 
 
+@pytest.mark.timeout(120)
+def test_summary_json_is_strict_json_with_null_when_no_episode_finished(tmp_path: Path) -> None:
+    """Four CartPole steps end no episode: the mean return is null, not the NaN that strict JSON
+    parsers refuse, and the line printed says so."""
+    _train(tmp_path, "--vector", "sync", "--num-envs", "1", "--num-steps", "4", "--total-timesteps", "4", timeout=100)
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"summary.json holds {constant}, which is not JSON")
+
+    (run,) = json.loads((tmp_path / "summary.json").read_text(), parse_constant=refuse)["runs"]
+    assert run["episodes"] == 0 and run["final_mean_return"] is None and run["solved_at_step"] is None
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == [], "no temporary file left"
+
+
 @pytest.mark.parametrize("bad", ["all", "-1", "5"])
 def test_bad_num_workers_is_a_usage_error(tmp_path: Path, bad: str) -> None:
     proc = subprocess.run(
@@ -148,6 +162,8 @@ def test_bad_num_workers_is_a_usage_error(tmp_path: Path, bad: str) -> None:
         (["--minibatch-size", "100"], "--minibatch-size", "100"),  # 8 envs x 32 steps = 256
         (["--env-id", "Nope-v0"], "--env-id", "Nope-v0"),
         (["--env-id", "Pendulum-v1"], "--env-id", "Pendulum-v1"),  # continuous actions
+        (["--compare", ""], "--compare", "''"),  # was ignored: trained --vector instead
+        (["--compare", "vecenv,"], "--compare", "'vecenv,'"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_option_before_anything_starts(
