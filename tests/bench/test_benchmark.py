@@ -5,6 +5,7 @@ tests check."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -24,6 +25,7 @@ from vecenv.bench.envs import ATARI_MISSING, BurnEnv, FrameEnv, atari_missing, b
 from vecenv.bench.plan import plan
 from vecenv.bench.procfs import tree_pss_kib
 from vecenv.bench.runners import RUNNERS, Requirement
+from vecenv.bench.suite import Outcome
 
 ROOT = Path(__file__).resolve().parents[2]
 ATARI_DEPS = ("ale_py", "cv2")
@@ -39,10 +41,30 @@ def bench(tmp_path: Path, suite: str, *args: str, timeout: float = 100) -> tuple
     assert proc.returncode == 0, proc.stderr[-2000:]
     md = (out / f"{suite}.md").read_text()
     assert md.strip() in proc.stdout
-    data = json.loads((out / f"{suite}.json").read_text())
+    data = json.loads((out / f"{suite}.json").read_text(), parse_constant=not_json)
     assert data["meta"]["command"].startswith(f"vecenv-bench --suite {suite} --quick")
     assert f"# vecenv benchmark: {suite}" in md and data["meta"]["date"] in md
     return data, md, proc.stdout
+
+
+def not_json(constant: str) -> None:
+    """``json.loads``'s ``parse_constant``: NaN and Infinity are Python's, not JSON's."""
+    raise AssertionError(f"{constant} is not JSON: strict parsers refuse the file")
+
+
+def test_results_are_strict_json_with_null_for_what_is_not_a_number(tmp_path, monkeypatch):
+    """A suite's NaN or infinity (a rate of nothing, a ratio to zero) is null in SUITE.json, not
+    the bare NaN that strict JSON parsers refuse; the files are whole, with no temporary left."""
+
+    def run(args):
+        return Outcome("| a | b |\n|---|---|\n", {"cells": [{"rate": math.nan, "ratio": [1.0, math.inf]}]})
+
+    monkeypatch.setitem(cli.SUITES, "step", dataclasses.replace(cli.SUITES["step"], run=run))
+    out = tmp_path / "bench"
+    assert cli.main(["--suite", "step", "--out", str(out)]) == 0
+    data = json.loads((out / "step.json").read_text(), parse_constant=not_json)
+    assert data["cells"] == [{"rate": None, "ratio": [1.0, None]}]
+    assert sorted(p.name for p in out.iterdir()) == ["step.json", "step.md"]
 
 
 def positive(x: float | None) -> bool:

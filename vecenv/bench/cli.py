@@ -10,7 +10,6 @@ machine that other jobs share, the load average in the header says how much to t
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shlex
@@ -27,6 +26,7 @@ from typing import Any
 from vecenv.bench import collection, multiagent, rollouts, scaling, step
 from vecenv.bench.child import kill_children
 from vecenv.bench.suite import OptionError, Outcome, Suite, SuiteFailed
+from vecenv.files import json_text, write_text_atomically
 from vecenv.interrupts import Terminated, exit_status, sigterm_raises
 
 #: The suites, by the name --suite takes, in the order --help lists them.
@@ -176,8 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     os.makedirs(args.out, exist_ok=True)
     stem = os.path.join(args.out, args.suite)
-    Path(f"{stem}.md").write_text(md)
-    Path(f"{stem}.json").write_text(json.dumps({"meta": m, "notes": outcome.notes, **outcome.data}, indent=1))
+    write_text_atomically(f"{stem}.md", md)
+    write_text_atomically(f"{stem}.json", json_text({"meta": m, "notes": outcome.notes, **outcome.data}, indent=1))
     print(md)
     written = ", ".join([f"{stem}.md", f"{stem}.json", *outcome.files])
     print(f"wrote {written} in {m['wall_s']:.0f} s", file=sys.stderr)

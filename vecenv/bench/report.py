@@ -12,6 +12,7 @@ from vecenv.bench.envs import ALL_WORKLOADS
 from vecenv.bench.measure import IDLE_S
 from vecenv.bench.plan import Cell, key
 from vecenv.bench.runners import Drive, runner_named
+from vecenv.files import replaced
 
 #: Each table: its group, title, the name of its ratio column, and whether it has an ideal column.
 _TABLES = (
@@ -192,6 +193,7 @@ def chart(cells: list[Cell], path: str, cores: int) -> str | None:
         ax.set_title(w, fontsize=9)
         ax.set_xlabel("env-steps/s (median, min–max)", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with replaced(path) as temporary:  # a run cut while drawing leaves no partial PNG
+        fig.savefig(temporary, dpi=110)
     plt.close(fig)
     return None

@@ -20,6 +20,7 @@ from vecenv.bench.report import pyplot
 from vecenv.bench.runners import curve_runner
 from vecenv.bench.step import calibrated_cells, charted
 from vecenv.bench.suite import Outcome, Suite, csv, pick, rate_text, ratio, ratio_text, require, table
+from vecenv.files import replaced
 from vecenv.machine import available_cpus
 
 #: The workloads it can step (the step suite's standard ones).
@@ -267,7 +268,8 @@ def chart(cells: list[Cell], meta: dict[str, Any], path: str) -> str | None:
         ax.set_ylabel("env-steps/s (median)", fontsize=8)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with replaced(path) as temporary:  # a run cut while drawing leaves no partial PNG
+        fig.savefig(temporary, dpi=110)
     plt.close(fig)
     return None
 
