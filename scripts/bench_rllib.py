@@ -19,7 +19,6 @@ CPU, so it is what an RLlib user gets per EnvRunner.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -29,14 +28,18 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec
 
+from vecenv.argtypes import positive_float, positive_int
+from vecenv.bench.stopping import run_main
+from vecenv.files import json_text
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("workload", choices=["py1ms", "cartpole"])
-    parser.add_argument("--num-envs", type=int, default=32, help="envs per EnvRunner (default: %(default)s)")
-    parser.add_argument("--workers", type=int, default=2, help="vecenv workers (default: %(default)s)")
-    parser.add_argument("--seconds", type=float, default=3.0, help="one window (default: %(default)s)")
-    parser.add_argument("--windows", type=int, default=5, help="windows per mode (default: %(default)s)")
+    parser.add_argument("--num-envs", type=positive_int, default=32, help="envs per EnvRunner (default: %(default)s)")
+    parser.add_argument("--workers", type=positive_int, default=2, help="vecenv workers (default: %(default)s)")
+    parser.add_argument("--seconds", type=positive_float, default=3.0, help="one window (default: %(default)s)")
+    parser.add_argument("--windows", type=positive_int, default=5, help="windows per mode (default: %(default)s)")
     args = parser.parse_args()
 
     import ray
@@ -96,12 +99,9 @@ def main() -> None:
         ratios = [x / y for x, y in zip(rates[mode], rates["sync"], strict=True)]
         out[f"{mode} / sync"] = f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
     out["load average (1, 5, 15 min)"] = [round(x, 1) for x in os.getloadavg()]
-    print(
-        json.dumps(
-            {"workload": args.workload, "num_envs": args.num_envs, "vecenv workers": args.workers, **out}, indent=1
-        )
-    )
+    results = {"workload": args.workload, "num_envs": args.num_envs, "vecenv workers": args.workers, **out}
+    print(json_text(results, indent=1), end="")  # strict JSON: null for a NaN
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main("bench_rllib.py", main))

@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from vecenv.argtypes import positive_int
+from vecenv.bench.stopping import run_main
+from vecenv.files import json_text, write_text_atomically
 
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("sync", "vecenv-w0", "vecenv-w2")
@@ -71,8 +73,9 @@ def measure(code: Path, kind: str, n: int, steps: int) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(code)}
     argv = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--num-envs", str(n), "--steps", str(steps)]
     out = subprocess.run(argv, env=env, cwd=code, capture_output=True, text=True, timeout=600)
-    if out.returncode != 0:
-        raise RuntimeError(f"{kind} with {code} failed:\n{out.stderr}")
+    if out.returncode != 0:  # one line, the child's last: its error, not a traceback of this process
+        last = (out.stderr.strip().splitlines() or [f"exit status {out.returncode}"])[-1]
+        raise SystemExit(f"bench_step_overhead.py: the {kind} row with {code} failed: {last}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -92,6 +95,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(child(args.child, args.num_envs, args.steps)))
         return 0
     kinds = [k for k in args.kinds.split(",") if k]
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown or not kinds:
+        parser.error(f"argument --kinds: expected comma-separated rows among {','.join(KINDS)}, got {args.kinds!r}")
+    if args.baseline is not None and not (args.baseline / "vecenv").is_dir():
+        parser.error(f"argument --baseline: expected a checkout holding vecenv/, got {str(args.baseline)!r}")
     codes = {"this": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
     rows = [("sync", "this", ROOT)] if "sync" in kinds else []
     rows += [(k, label, code) for k in kinds if k != "sync" for label, code in codes.items()]
@@ -117,9 +125,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{m['steps_per_s']:>10.0f} {ratio:>8}"
         )
     if args.json:
-        args.json.write_text(json.dumps(medians, indent=2))
+        write_text_atomically(args.json, json_text(medians))
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main("bench_step_overhead.py", main))

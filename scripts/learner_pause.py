@@ -22,8 +22,9 @@ import time
 import numpy as np
 
 import vecenv
-from vecenv.argtypes import positive_int
+from vecenv.argtypes import non_negative_float, positive_int
 from vecenv.bench.procfs import cpu_seconds
+from vecenv.bench.stopping import run_main
 from vecenv.wire.fastpath import SpinMode
 
 
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--num-envs", type=positive_int, default=8, help="CartPole envs (default: %(default)s)")
     parser.add_argument("--workers", type=positive_int, default=2, help="groups of envs (default: %(default)s)")
     parser.add_argument(
-        "--think-ms", type=float, default=50.0, help="learner work between steps (default: %(default)s)"
+        "--think-ms", type=non_negative_float, default=50.0, help="learner work between steps (default: %(default)s)"
     )
     parser.add_argument("--steps", type=positive_int, default=60, help="steps per measurement (default: %(default)s)")
     parser.add_argument(
@@ -87,4 +88,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main("learner_pause.py", main))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import statistics
 import tempfile
@@ -28,13 +27,17 @@ from collections.abc import Callable
 import gymnasium as gym
 import numpy as np
 
+from vecenv.argtypes import positive_float, positive_int
+from vecenv.bench.stopping import run_main
+from vecenv.files import json_text
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("workload", choices=["py1ms", "cartpole"])
-    parser.add_argument("--num-envs", type=int, default=128, help="envs (default: %(default)s)")
-    parser.add_argument("--seconds", type=float, default=1.5, help="one window (default: %(default)s)")
-    parser.add_argument("--windows", type=int, default=8, help="windows per runner (default: %(default)s)")
+    parser.add_argument("--num-envs", type=positive_int, default=128, help="envs (default: %(default)s)")
+    parser.add_argument("--seconds", type=positive_float, default=1.5, help="one window (default: %(default)s)")
+    parser.add_argument("--windows", type=positive_int, default=8, help="windows per runner (default: %(default)s)")
     args = parser.parse_args()
 
     import ray
@@ -109,8 +112,8 @@ def main() -> None:
         ratios = [x / y for x, y in zip(rates[a], rates[b])]
         out[f"{a} / {b}"] = f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
     out["load average (1, 5, 15 min)"] = [round(x, 1) for x in os.getloadavg()]
-    print(json.dumps({"workload": args.workload, "num_envs": n, **out}, indent=1))
+    print(json_text({"workload": args.workload, "num_envs": n, **out}, indent=1), end="")  # strict JSON: null for a NaN
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main("ray_paired.py", main))

@@ -40,6 +40,8 @@ from typing import Any
 import cloudpickle
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # also runs from a checkout
+from vecenv.argtypes import non_negative_float, non_negative_int, positive_int  # noqa: E402
+from vecenv.bench.stopping import run_main  # noqa: E402
 
 
 def _load_trainer() -> Any:
@@ -133,17 +135,25 @@ def sync_collection_us(args: argparse.Namespace, out: pathlib.Path) -> float:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--total-timesteps", type=int, default=30_000, help="env steps per setting (default: %(default)s)")
-    p.add_argument("--long-steps", type=int, default=512, help="steps of the long rollouts (default: %(default)s)")
-    p.add_argument("--idle-ms", type=float, default=20.0, help="sleep between the idle rollouts (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=1, help="seed of the trainer and the envs (default: %(default)s)")
+    p.add_argument(
+        "--total-timesteps", type=positive_int, default=30_000, help="env steps per setting (default: %(default)s)"
+    )
+    p.add_argument(
+        "--long-steps", type=positive_int, default=512, help="steps of the long rollouts (default: %(default)s)"
+    )
+    p.add_argument(
+        "--idle-ms",
+        type=non_negative_float,
+        default=20.0,
+        help="sleep between the idle rollouts (default: %(default)s)",
+    )
+    p.add_argument(
+        "--seed", type=non_negative_int, default=1, help="seed of the trainer and the envs (default: %(default)s)"
+    )
     p.add_argument("--pin-cpus", action="store_true", help="pin the workers to a core each (the trainer's --pin-cpus)")
     p.add_argument("--no-sync", action="store_true", help="skip the SyncVectorEnv comparison")
     args = p.parse_args(argv)
     steps = trainer.parse_args([]).num_steps
-    for name in ("total_timesteps", "long_steps"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.long_steps <= steps:
         p.error(f"--long-steps must be more than the trainer's {steps} steps per rollout, got {args.long_steps}")
     if args.idle_ms < 0:
@@ -191,4 +201,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main("rollout_timeline.py", main))

@@ -30,6 +30,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from vecenv.bench.stopping import run_main
+
 DEFAULT_PYTEST_ARGS = ["tests/test_vec_envs.py", "-q", "-p", "no:cacheprovider", "--timeout", "120", "-rs"]
 
 
@@ -111,4 +113,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(run_main("sb3_suite.py", main))

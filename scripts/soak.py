@@ -20,7 +20,8 @@ the last few: a metric that grew by more than ``--tolerance`` (5% by default) is
 is a leak (they are counted exactly between cycles, when no worker runs; memory maps may gain
 at most ``MAPS_SLACK`` = 2 over the whole run, for the allocators' occasional new arena).
 Writes ``<out>/soak-<mode>.csv``, ``.json`` and ``.png`` (the plot needs matplotlib; without
-it the plot is skipped with a note). Exit status: 0 if flat, 1 if something grew.
+it the plot is skipped with a note), each whole or not at all; in the JSON a number that is not
+one (NaN, infinite) is ``null``. Exit status: 0 if flat, 1 if something grew.
 
 Only vecenv's public API (and its ``/proc`` reader, ``vecenv.bench.procfs``) is used, so the
 same script soaks any version of the engine that has that reader.
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import multiprocessing
 import os
@@ -48,6 +48,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # also run
 import vecenv  # noqa: E402
 from vecenv.argtypes import non_negative_float, non_negative_int, out_folder, positive_int  # noqa: E402
 from vecenv.bench import procfs  # noqa: E402
+from vecenv.bench.stopping import run_main  # noqa: E402
+from vecenv.files import json_text, replaced, write_text_atomically  # noqa: E402
 
 #: Metrics read from /proc for one process.
 PROC_FIELDS = ("rss_kb", "fds", "threads", "maps")
@@ -427,7 +429,7 @@ def write_csv(result: SoakResult, path: pathlib.Path) -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     columns = list(result.rows[0]) if result.rows else []
-    with open(path, "w", newline="") as f:
+    with replaced(path) as temporary, open(temporary, "w", newline="") as f:
         writer = csv.DictWriter(f, columns)
         writer.writeheader()
         writer.writerows(result.rows)
@@ -467,7 +469,8 @@ def plot(result: SoakResult, path: pathlib.Path) -> str | None:
     fig.suptitle(f"vecenv soak, mode={result.mode}: " + ", ".join(f"{k}={v}" for k, v in p.items()), fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
+    with replaced(path) as temporary:
+        fig.savefig(temporary, dpi=100)
     plt.close(fig)
     return None
 
@@ -659,8 +662,9 @@ def main(argv: Iterable[str] | None = None) -> int:
     stem = out / f"soak-{result.mode}"
     write_csv(result, stem.with_suffix(".csv"))
     note = plot(result, stem.with_suffix(".png"))
-    stem.with_suffix(".json").write_text(
-        json.dumps(
+    write_text_atomically(
+        stem.with_suffix(".json"),
+        json_text(
             {
                 "mode": result.mode,
                 "params": result.params,
@@ -675,7 +679,7 @@ def main(argv: Iterable[str] | None = None) -> int:
                 "children_at_end": describe_children(),
             },
             indent=2,
-        )
+        ),
     )
     print(f"\nmode={result.mode} {result.params} in {result.elapsed_s:.0f} s, {len(result.rows)} samples")
     print(summary_table(result, verdict))
@@ -689,4 +693,4 @@ def main(argv: Iterable[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main("soak.py", main))

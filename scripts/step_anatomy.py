@@ -34,6 +34,7 @@ from vecenv.argtypes import non_negative_int, positive_float, positive_int
 from vecenv.bench.measure import step_for
 from vecenv.bench.procfs import cpu_seconds
 from vecenv.bench.scaling import default_workers
+from vecenv.bench.stopping import run_main
 from vecenv.bench.suite import csv
 from vecenv.machine import available_cpus
 from vecenv.wire import fastpath
@@ -153,4 +154,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main("step_anatomy.py", main))

@@ -28,6 +28,7 @@ import numpy as np
 import vecenv
 from vecenv.argtypes import positive_int
 from vecenv.bench.procfs import cpu_seconds
+from vecenv.bench.stopping import run_main
 from vecenv.wire import fastpath
 
 
@@ -99,4 +100,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main("step_cost.py", main))

@@ -37,6 +37,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
+from vecenv.argtypes import non_negative_int
+from vecenv.bench.stopping import run_main
+
 DEFAULT_PYTEST_ARGS = ["test/test_vector", "-q", "--tb=line", "-p", "no:cacheprovider", "-p", "no:xdist", "-rs"]
 #: The reason upstream gives for skipping its multiprocess tests.
 UPSTREAM_SKIP = "Wrapper depreciated"
@@ -166,7 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     mine, extra = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     parser = argparse.ArgumentParser(description="Run SuperSuit's vector tests against vecenv.supersuit.")
     parser.add_argument("suite", type=Path, help="folder holding SuperSuit's test/ (from a snapshot of its repository)")
-    parser.add_argument("--min-cpus", type=int, default=0, help="every drop-in call uses at least this many workers")
+    parser.add_argument(
+        "--min-cpus", type=non_negative_int, default=0, help="every drop-in call uses at least this many workers"
+    )
     parser.add_argument("--kaz-v11", action="store_true", help="build knights_archers_zombies_v11 for _v10")
     parser.add_argument("--run", choices=("baseline", "ours"), help=argparse.SUPPRESS)  # the child runs
     parser.add_argument("--junit", type=Path, help=argparse.SUPPRESS)
@@ -196,4 +201,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(run_main("supersuit_suite.py", main))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import multiprocessing
 import os
 import pathlib
 import statistics
@@ -31,6 +32,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # also run
 import vecenv  # noqa: E402
 from vecenv.argtypes import int_list, positive_float, positive_int
 from vecenv.bench import procfs  # noqa: E402
+from vecenv.bench.stopping import run_main  # noqa: E402
 from vecenv.worker.threads import THREAD_ENV_VARS  # noqa: E402
 
 
@@ -104,7 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seconds", type=positive_float, default=3.0, help="stepping time per measurement (default 3)")
     parser.add_argument("--reps", type=positive_int, default=3, help="repetitions, interleaved (default 3)")
-    parser.add_argument("--context", default=None, help="start method (default: the platform's)")
+    parser.add_argument(
+        "--context",
+        choices=multiprocessing.get_all_start_methods(),
+        default=None,
+        help="start method (default: the platform's)",
+    )
     args = parser.parse_args(argv)
     if min(args.sizes) < 1:
         parser.error(f"argument --sizes: expected matrix sizes >= 1, got {','.join(map(str, args.sizes))}")
@@ -135,4 +142,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main("threads_demo.py", main))

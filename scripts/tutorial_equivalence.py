@@ -19,14 +19,14 @@ scaled down by default so that it takes a few minutes on two cores::
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import warnings
 from typing import Any
 
 import numpy as np
 
-from vecenv.argtypes import positive_int
+from vecenv.argtypes import non_negative_int, positive_int
+from vecenv.bench.stopping import run_main
 
 #: The tutorial's environment arguments.
 ENV_KWARGS = {
@@ -114,7 +114,7 @@ def train(ss: Any, num_cpus: int, seed: int, n_steps: int, rollouts: int) -> tup
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seed", type=int, default=0, help="seed of both runs (default: %(default)s)")
+    parser.add_argument("--seed", type=non_negative_int, default=0, help="seed of both runs (default: %(default)s)")
     parser.add_argument(
         "--n-steps", type=positive_int, default=32, help="PPO's n_steps (default: %(default)s; the tutorial's: 256)"
     )
@@ -141,4 +141,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(run_main("tutorial_equivalence.py", main))

@@ -37,6 +37,7 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # also runs from a checkout
 import vecenv  # noqa: E402
 from vecenv.argtypes import non_negative_int, positive_int
+from vecenv.bench.stopping import run_main  # noqa: E402
 from vecenv.video import RecordVideo, imageio_writer  # noqa: E402
 
 
@@ -152,4 +153,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main("video_cost.py", main))

@@ -31,6 +31,7 @@ import statistics
 import time
 
 from vecenv.argtypes import non_negative_float, positive_int
+from vecenv.bench.stopping import run_main
 from vecenv.wire.fastpath import SpinBudget, fence
 
 PING, PONG, CHILD_SLEEPING, PARENT_SLEEPING = 0, 8, 16, 24  # word indices (64 bytes apart)
@@ -157,4 +158,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(run_main("wake_latency.py", main))

@@ -31,6 +31,8 @@ from collections.abc import Sequence
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # also runs from a checkout
 import vecenv  # noqa: E402
+from vecenv.argtypes import positive_int  # noqa: E402
+from vecenv.bench.stopping import run_main  # noqa: E402
 
 try:
     import torch
@@ -98,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workers", default="2,8,16", help="comma-separated worker counts (default: %(default)s)")
     p.add_argument("--hidden", default="64,1024", help="comma-separated hidden sizes (default: %(default)s)")
-    p.add_argument("--rounds", type=int, default=20, help="rollouts per cell (default: %(default)s)")
+    p.add_argument("--rounds", type=positive_int, default=20, help="rollouts per cell (default: %(default)s)")
     p.add_argument(
         "--backend",
         choices=("process", "ray"),
@@ -108,8 +110,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     workers = _ints(args.workers, "--workers", p)
     hidden = _ints(args.hidden, "--hidden", p)
-    if args.rounds < 1:
-        p.error(f"--rounds must be >= 1, got {args.rounds}")
     torch.set_num_threads(1)
     print(
         "| workers | weights MB | update_policy_weights ms | rollout_async with them ms | without ms "
@@ -124,4 +124,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main("weights_push.py", main))

@@ -543,3 +543,84 @@ def test_an_interrupted_run_ends_its_measurement_and_says_so_in_one_line(tmp_pat
 def test_many_cores_script_says_how_to_call_it():
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "many_cores.sh")], capture_output=True, text=True, timeout=30)
     assert proc.returncode != 0 and "usage: bash scripts/many_cores.sh OUT_DIR [PYTHON]" in proc.stderr
+
+
+# -- the measuring scripts' command lines -------------------------------------------------------
+
+SCRIPTS = ROOT / "scripts"
+
+
+def test_every_script_ends_through_run_main():
+    """Each script's ``__main__`` block runs its ``main`` through ``run_main``: one line and status
+    130/143 on Ctrl+C or SIGTERM, not a traceback or a silent death that skips closing workers.
+    (``collect_rollouts.py`` is ``vecenv-collect``, which ends so itself.)"""
+    import ast
+
+    bare = []
+    for path in sorted(SCRIPTS.glob("*.py")):
+        if path.name == "collect_rollouts.py":
+            continue
+        tree = ast.parse(path.read_text())
+        guard = [n for n in tree.body if isinstance(n, ast.If) and "__main__" in ast.unparse(n.test)]
+        called = {
+            c.func.id for g in guard for c in ast.walk(g) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+        }
+        if "run_main" not in called:
+            bare.append(path.name)
+    assert bare == []
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("script", "args", "option"),
+    [
+        ("bench_step_overhead", ["--kinds", "foo"], "--kinds"),  # was: the hidden --child, exit 1
+        ("bench_step_overhead", ["--kinds", ","], "--kinds"),
+        ("bench_step_overhead", ["--baseline", "nowhere"], "--baseline"),
+        ("learner_pause", ["--think-ms", "-1"], "--think-ms"),
+        ("tutorial_equivalence", ["--seed", "-1"], "--seed"),
+        ("bench_rllib", ["cartpole", "--num-envs", "0"], "--num-envs"),
+        ("ray_paired", ["cartpole", "--seconds", "nan"], "--seconds"),
+        ("threads_demo", ["--context", "nope"], "--context"),
+        ("weights_push", ["--rounds", "0"], "--rounds"),
+        ("rollout_timeline", ["--idle-ms", "-1"], "--idle-ms"),
+        ("supersuit_suite", ["somewhere", "--min-cpus", "-1"], "--min-cpus"),
+    ],
+)
+def test_a_script_refuses_bad_input_in_one_line(tmp_path, script, args, option):
+    from tests.helpers.scripts import run_with_bad_input
+
+    line = run_with_bad_input(script, args, cwd=tmp_path)
+    assert f"argument {option}: " in line, line
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_script_closes_its_workers_and_says_so_in_one_line(tmp_path, signum):
+    """step_cost.py stands for the measuring scripts: Ctrl+C printed a traceback, SIGTERM killed
+    it without a word and without closing its workers. Its sync row comes first (a few seconds
+    at 200,000 steps), then the 2-worker row, which is still stepping when the signal comes."""
+    from vecenv.bench import procfs
+
+    cmd = [sys.executable, str(SCRIPTS / "step_cost.py"), "--num-envs", "2", "--steps", "200000", "--reps", "1"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        workers: list[int] = []
+        while len(workers) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            workers = procfs.children(proc.pid)  # "vecenv 2 workers", once started
+            time.sleep(0.05)  # polling for the workers to appear, not waiting in their place
+        assert len(workers) >= 2, "no workers started"
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signum, err
+    ended = "interrupted" if signum == signal.SIGINT else "terminated"
+    assert err.strip().splitlines() == [f"step_cost.py: {ended}: nothing was written"], err
+    deadline = time.monotonic() + 10
+    while any(procfs.alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(procfs.alive(pid) for pid in workers), "a worker outlived the script"
