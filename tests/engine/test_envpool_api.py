@@ -246,6 +246,42 @@ def test_calls_that_step_nothing_between_recv_and_send_keep_the_batches(batch_si
                     vector.send((ids + round_) % 3, ids)
 
 
+class _WaitsAtGate(JitterEnv):
+    def wait_at(self, gate: str) -> bool:
+        """Return once the test writes a byte to the FIFO ``gate``."""
+        with open(gate, "rb") as fifo:
+            return fifo.read(1) == b"x"
+
+
+@pytest.mark.timeout(60)
+def test_send_after_a_call_that_timed_out_between_recv_and_send(tmp_path: Any) -> None:
+    """A call that times out between ``recv`` and ``send`` leaves its worker owing a reply
+    nobody wants (LATE), not in flight: ``send`` steps its envs (the step queues behind the
+    call, whose reply is dropped), as ``step()`` does after such a call."""
+    gate = str(tmp_path / "gate")
+    os.mkfifo(gate)
+    jitter_free = functools.partial(_WaitsAtGate, max_delay=0.0)
+    sync = SyncVectorEnv([jitter_free])
+    with vecenv.SubprocVectorEnv([jitter_free], 1, batch_size=1, context="fork") as envs:
+        envs.async_reset(seed=4)
+        sync.reset(seed=4)
+        assert envs.recv(timeout=10)[5].tolist() == [0]
+        envs.call_async("wait_at", gate)
+        with pytest.raises(vecenv.VecEnvTimeoutError):
+            envs.call_wait(timeout=0.2)  # the env waits at the gate
+        assert envs.state is vecenv.State.WAITING_RECV
+        envs.send(np.array([2]), np.array([0]))
+        with open(gate, "wb") as fifo:
+            fifo.write(b"x")
+        obs, rewards, terms, truncs, _, env_ids = envs.recv(timeout=10)
+        want_obs, want_rewards, want_terms, want_truncs, _ = sync.step(np.array([2]))
+        assert env_ids.tolist() == [0]
+        np.testing.assert_array_equal(obs, want_obs)
+        np.testing.assert_array_equal(rewards, want_rewards)
+        assert terms.tolist() == want_terms.tolist() and truncs.tolist() == want_truncs.tolist()
+    sync.close()
+
+
 @pytest.mark.timeout(60)
 def test_batch_size_must_be_a_multiple_of_the_group_size():
     with pytest.raises(ValueError, match="batch_size"):

@@ -2,7 +2,8 @@
 
 ``recv`` hands back the first whole groups to finish, ``batch_size`` envs; ``send`` steps exactly
 those. Which envs are where is read off the pool's worker status, never kept twice: in flight
-(BUSY, or READY with a reply not yet handed out) or returned and waiting for ``send`` (IDLE).
+(BUSY, or READY with a reply not yet handed out) or returned and waiting for ``send`` (IDLE, or
+LATE when a call made in between timed out: its reply is dropped on arrival).
 Every env's trajectory is the one ``SyncVectorEnv`` gives for its seed and action sequence,
 whatever order the groups finish in.
 
@@ -132,7 +133,11 @@ class AsyncBatches:
         calls.check_waiting(State.WAITING_RECV, "send", "async_reset")
         calls.check_steppable("send", "async_reset()")
         ids = check_env_ids(env_ids, self.num_envs)
-        busy = [int(i) for i in ids if workers[self._owner[i]].status is not WorkerStatus.IDLE]
+        # In flight: stepping, or a reply not yet taken by `recv`. A worker that still owes only
+        # the reply to a call that timed out (LATE: a `call_wait(timeout=)` between `recv` and
+        # `send`) is not: that reply is dropped on arrival and the step queues behind it, as a
+        # `step()` after such a call does.
+        busy = [int(i) for i in ids if workers[self._owner[i]].in_flight]
         if busy:
             raise InvalidArgumentError(
                 f"`env_ids` must be envs returned by `recv` and not sent since, got envs {busy} "
