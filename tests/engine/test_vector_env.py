@@ -152,7 +152,9 @@ def test_blocking_calls_take_a_timeout(method: str) -> None:
             "reset": lambda: envs.reset(seed=1, timeout=0.3),
         }
         start = time.monotonic()
-        with pytest.raises(VecEnvTimeoutError):
+        # Named by the call made (get_attr's said `call_wait`); step and reset as AsyncVectorEnv's say.
+        named = {"step": "step_wait", "reset": "reset_wait"}.get(method, method)
+        with pytest.raises(VecEnvTimeoutError, match=f"^The call to `{named}` has timed out"):
             calls[method]()
         elapsed = time.monotonic() - start
         assert elapsed < 0.3 + 3.0, f"{method}(timeout=0.3) took {elapsed:.2f} s"

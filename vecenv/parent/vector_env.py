@@ -380,9 +380,13 @@ class GroupVectorEnv(Uncopyable, RolloutMethods, VectorEnv):
     @serialised
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
         """The results of :meth:`call_async`, one per env."""
-        timeout = check_timeout(timeout)
-        self._calls.check_waiting(State.WAITING_CALL, "call_wait", "call_async")
-        _, replies = self._runner.finish("call_wait", timeout, poisons=False)
+        return self._call_results("call_wait", check_timeout(timeout))
+
+    def _call_results(self, call: str, timeout: float | None) -> tuple[Any, ...]:
+        """:meth:`call_async`'s results, one per env, waited for by ``call`` (named by its
+        errors: ``get_attr``'s timeout is its own, not ``call_wait``'s)."""
+        self._calls.check_waiting(State.WAITING_CALL, call, "call_async")
+        _, replies = self._runner.finish(call, timeout, poisons=False)
         return tuple(r for reply in replies for r in reply)
 
     @serialised
@@ -402,7 +406,7 @@ class GroupVectorEnv(Uncopyable, RolloutMethods, VectorEnv):
         with self._runner.whole("get_attr"):
             with self._runner.within(timeout):
                 self.call_async(name)
-            return self.call_wait(timeout)
+            return self._call_results("get_attr", timeout)
 
     @serialised
     def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any, timeout: float | None = None) -> None:
