@@ -30,9 +30,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from vecenv.argtypes import positive_int
-from vecenv.bench.stopping import run_main
-from vecenv.files import json_text, write_text_atomically
+# No import of vecenv at the top: a measurement process (--child) imports vecenv from the
+# checkout it measures (PYTHONPATH), which may be a --baseline from before this script's helpers
+# (vecenv.argtypes, vecenv.bench.stopping, vecenv.files) existed. Only main() uses them.
 
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("sync", "vecenv-w0", "vecenv-w2")
@@ -79,7 +79,22 @@ def measure(code: Path, kind: str, n: int, steps: int) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def child_main(argv: list[str]) -> int:
+    """A measurement process: one row, its result as one JSON line. It runs on the standard
+    library and the vecenv it measures, whatever that checkout holds besides the vector env."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--child", choices=KINDS, required=True)
+    parser.add_argument("--num-envs", type=int, required=True)
+    parser.add_argument("--steps", type=int, required=True)
+    args = parser.parse_args(argv)
+    print(json.dumps(child(args.child, args.num_envs, args.steps)))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    from vecenv.argtypes import positive_int
+    from vecenv.files import json_text, write_text_atomically
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--num-envs", type=positive_int, default=8, help="envs per vector env (default 8)")
     parser.add_argument("--steps", type=positive_int, default=20000, help="timed steps per measurement (default 20000)")
@@ -89,11 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", type=Path, help="a checkout of an earlier commit to measure beside this one")
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"rows to measure (default {','.join(KINDS)})")
     parser.add_argument("--json", type=Path, help="also write the medians here")
-    parser.add_argument("--child", choices=KINDS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child:
-        print(json.dumps(child(args.child, args.num_envs, args.steps)))
-        return 0
     kinds = [k for k in args.kinds.split(",") if k]
     unknown = [k for k in kinds if k not in KINDS]
     if unknown or not kinds:
@@ -130,4 +141,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    if "--child" in sys.argv[1:]:  # measure() runs these with the measured checkout's vecenv
+        raise SystemExit(child_main(sys.argv[1:]))
+    from vecenv.bench.stopping import run_main
+
     raise SystemExit(run_main("bench_step_overhead.py", main))

@@ -595,6 +595,29 @@ def test_a_script_refuses_bad_input_in_one_line(tmp_path, script, args, option):
 
 
 @pytest.mark.timeout(120)
+def test_bench_step_overhead_measures_a_baseline_from_before_its_helpers(tmp_path):
+    """docs/benchmarks.md's ``bench_step_overhead.py --baseline DIR``: the rows of DIR run in
+    processes that import vecenv from DIR, an earlier checkout. They imported the script's own
+    helpers (vecenv.argtypes, vecenv.bench.stopping) from there too, so a checkout from before
+    those existed failed every baseline row with ModuleNotFoundError. This baseline holds only
+    what the rows use, and a vecenv.bench without those helpers, as an old checkout would."""
+    baseline = tmp_path / "baseline"
+    (baseline / "vecenv" / "bench").mkdir(parents=True)
+    (baseline / "vecenv" / "bench" / "__init__.py").write_text("")
+    (baseline / "vecenv" / "__init__.py").write_text(
+        "import gymnasium as gym\n\n\n"
+        "def SubprocVectorEnv(fns, num_workers):\n"
+        "    return gym.vector.SyncVectorEnv(fns)\n"
+    )
+    cmd = [sys.executable, str(SCRIPTS / "bench_step_overhead.py"), "--baseline", str(baseline)]
+    cmd += ["--kinds", "sync,vecenv-w0", "--num-envs", "2", "--steps", "50", "--reps", "1"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=100)
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split()[:2] for line in proc.stdout.splitlines()]
+    assert ["vecenv-w0", "(baseline)"] in rows and ["vecenv-w0", "(this)"] in rows, proc.stdout
+
+
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_an_interrupted_script_closes_its_workers_and_says_so_in_one_line(tmp_path, signum):
     """step_cost.py stands for the measuring scripts: Ctrl+C printed a traceback, SIGTERM killed
