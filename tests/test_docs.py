@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -143,3 +144,204 @@ def test_no_work_item_numbers() -> None:
         if WORK_ITEM.search(line)
     ]
     assert not found, found
+
+
+# The commands of the pages: what a reader copies into a shell. Not run here (they take minutes);
+# what they name must exist: the scripts, and every option in the --help of its command.
+
+PROGRAMS = re.compile(r"^(vecenv-bench|vecenv-collect|scripts/[\w-]+\.(?:py|sh))$")
+FORMER = "former command"  # a record names the script a suite replaced: "the suite's former command"
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """One command of a page: its program, its arguments, where it is and its paragraph."""
+
+    page: Path
+    line: int
+    program: str
+    args: tuple[str, ...]
+    paragraph: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.page.relative_to(REPO)}:{self.line}: {' '.join([self.program, *self.args])}"
+
+
+def _commands_in(page: Path, text: str, line: int, paragraph: str) -> list[Command]:
+    found = []
+    for part in re.split(r"&&|;|\|", text):
+        try:
+            words = shlex.split(part, comments=True)
+        except ValueError:  # prose in backticks, not a command
+            continue
+        for i, word in enumerate(words):
+            if PROGRAMS.match(word):
+                found.append(Command(page, line, word, tuple(words[i + 1 :]), paragraph))
+                break
+    return found
+
+
+def page_commands(page: Path) -> list[Command]:
+    """The commands of ``page``: each line of a ```sh block (``\\`` continuations joined), each
+    line indented as code, and each inline code span (across line breaks); split at ``&&``, ``;``
+    and ``|``."""
+    text = page.read_text()
+    commands = []
+    for fence in re.finditer(r"^```(?:sh|bash)\n(.*?)^```", text, re.S | re.M):
+        first = text[: fence.start()].count("\n") + 2
+        joined = ""  # a command continued over lines ending in a backslash
+        for number, line in enumerate(fence.group(1).splitlines()):
+            joined += line.removesuffix("\\") + " "
+            if not line.endswith("\\"):
+                commands += _commands_in(page, joined, first + number, "")
+                joined = ""
+    prose = re.sub(r"^```.*?^```", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S | re.M)
+    for number, line in enumerate(prose.splitlines(), 1):
+        if line.startswith("    "):
+            commands += _commands_in(page, line, number, "")
+    for span in re.finditer(r"`([^`]+)`", prose):
+        start = prose.rfind("\n\n", 0, span.start())
+        end = prose.find("\n\n", span.end())
+        paragraph = " ".join(prose[start : end if end >= 0 else None].split())
+        number = prose[: span.start()].count("\n") + 1
+        commands += _commands_in(page, " ".join(span.group(1).split()), number, paragraph)
+    return commands
+
+
+COMMANDS = [command for page in PAGES for command in page_commands(page)]
+
+
+def _named(option: str, help_text: str) -> bool:
+    return re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", help_text) is not None
+
+
+def _unknown_options(command: Command, help_text: str) -> list[str]:
+    options = [arg.split("=", 1)[0] for arg in command.args if arg.startswith("--")]
+    return [f"{command.name}: {option} is not in its --help" for option in options if not _named(option, help_text)]
+
+
+def test_the_commands_are_found() -> None:
+    """The parser sees the commands of README and of the benchmarks page."""
+    programs = {c.program for c in COMMANDS}
+    assert {"vecenv-bench", "vecenv-collect", "scripts/train_ppo.py"} <= programs, programs
+    assert len(COMMANDS) >= 40, [c.name for c in COMMANDS]
+
+
+def test_the_scripts_named_exist() -> None:
+    """Every ``scripts/...`` a command names is in the repository, unless the paragraph records a
+    run made with a script that a suite has since replaced (it says "former command")."""
+    missing = [
+        c.name
+        for c in COMMANDS
+        if c.program.startswith("scripts/") and not (REPO / c.program).is_file() and FORMER not in c.paragraph
+    ]
+    assert not missing, "\n".join(missing)
+
+
+def test_vecenv_bench_commands_parse() -> None:
+    """Every ``vecenv-bench`` command of the pages parses, its options are in its suite's --help,
+    and the workloads, runners and rows it names are among those that --help lists."""
+    from vecenv.bench import cli
+
+    problems = []
+    for command in (c for c in COMMANDS if c.program == "vecenv-bench"):
+        args = [a for a in command.args if a != "--help"]
+        if "NAME" in args:  # `vecenv-bench --suite NAME --help`: the placeholder of any suite
+            continue
+        try:
+            parsed = cli.parse_args(args)
+        except SystemExit:
+            problems.append(f"{command.name}: does not parse (see its error above)")
+            continue
+        help_text = cli.build_parser(parsed.suite).format_help()
+        problems += _unknown_options(command, help_text)
+        for option in ("workloads", "runners", "rows"):
+            values = getattr(parsed, option, None) or []  # parsed into a list, or the text as given
+            for value in values.split(",") if isinstance(values, str) else values:
+                if value and not _named(str(value), help_text):
+                    problems.append(f"{command.name}: --{option} {value} is not in its --help")
+    assert not problems, "\n".join(problems)
+
+
+def test_vecenv_collect_commands_parse() -> None:
+    """Every ``vecenv-collect`` (and ``vecenv-collect export``) command of the pages parses, with
+    options its --help lists."""
+    from vecenv.datasets.cli_arguments import build_export_parser, build_parser
+
+    problems = []
+    for command in (c for c in COMMANDS if c.program == "vecenv-collect"):
+        exporting = command.args[:1] == ("export",)
+        parser = build_export_parser() if exporting else build_parser()
+        try:
+            parser.parse_args(list(command.args[1:] if exporting else command.args))
+        except SystemExit:
+            problems.append(f"{command.name}: does not parse (see its error above)")
+            continue
+        problems += _unknown_options(command, parser.format_help())
+    assert not problems, "\n".join(problems)
+
+
+SCRIPT_COMMANDS = sorted({c.program for c in COMMANDS if c.program.endswith(".py") and (REPO / c.program).is_file()})
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("script", SCRIPT_COMMANDS)
+def test_script_options_exist(script: str, tmp_path: Path) -> None:
+    """Every option the pages give ``scripts/NAME.py`` is one its --help lists."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO / script), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO), "MPLBACKEND": "Agg"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    problems = [p for c in COMMANDS if c.program == script for p in _unknown_options(c, proc.stdout)]
+    assert not problems, "\n".join(problems)
+
+
+NAMES = re.compile(r"(?<![\w./-])vecenv(?:\.\w+)+")
+RESOLVE = """
+import importlib, sys
+missing = []
+for name in sys.argv[1:]:
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):  # the longest module prefix, then attributes
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+            break
+        except ModuleNotFoundError:
+            continue
+    try:
+        for attr in parts[i:]:
+            obj = getattr(obj, attr)
+    except AttributeError:
+        missing.append(name)
+print("\\n".join(missing))
+"""
+
+
+@pytest.mark.timeout(200)
+def test_the_vecenv_names_in_prose_exist(tmp_path: Path) -> None:
+    """Every ``vecenv.<name>`` the pages' prose puts in code (a module, a class, a function, an
+    error) imports or is an attribute of what does."""
+    names = {}
+    for page in PAGES:
+        prose = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.S | re.M)
+        for span in re.findall(r"`[^`]+`", prose):
+            for name in NAMES.findall(span):
+                names.setdefault(name, page.relative_to(REPO))
+    assert len(names) >= 20, names
+    proc = subprocess.run(
+        [sys.executable, "-c", RESOLVE, *sorted(names)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    missing = [f"{names[name]}: {name}" for name in proc.stdout.split()]
+    assert not missing, "\n".join(missing)
