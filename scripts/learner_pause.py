@@ -9,8 +9,8 @@ parent steps the first, so that the processes fit the cores and spins keep their
 vecenv.wire.fastpath) with a learner that
 computes for ``--think-ms`` between steps (numpy matrix products, timed), and reports the CPU the
 worker processes used per second of the run (``/proc/<pid>/stat``), the learner's time per
-round (think + step) and, for comparison, the same with spinning off (``--spin off`` forces the
-vector env's transport to a spin limit of 0).
+round (think + step) and, for comparison, the same with spinning off (the ``off`` rows: the
+vector env's transport forced to a spin limit of 0; there is no option for it, both always run).
 """
 
 from __future__ import annotations
