@@ -10,14 +10,16 @@ vecenv.wire.fastpath) with a learner that
 computes for ``--think-ms`` between steps (numpy matrix products, timed), and reports the CPU the
 worker processes used per second of the run (``/proc/<pid>/stat``), the learner's time per
 round (think + step) and, for comparison, the same with spinning off (the ``off`` rows: the
-vector env's transport forced to a spin limit of 0; there is no option for it, both always run).
+vector env made while vecenv's rule for spinning says never; there is no option for it, both always run).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import time
+from unittest import mock
 
 import numpy as np
 
@@ -37,12 +39,14 @@ def think(seconds: float, a: np.ndarray) -> None:
 
 def run(num_envs: int, workers: int, inline: bool, think_s: float, steps: int, spin: bool) -> tuple[float, float]:
     """(worker CPU cores used during the run, seconds per learner round)."""
-    with vecenv.make("CartPole-v1", num_envs, workers, inline_group=inline and workers > 1) as envs:
-        transport = envs._pool.transport
-        processes = getattr(transport, "processes_transport", transport)
-        if not spin:
-            processes._allow_spin(SpinMode.OFF)
-        pids = [p.pid for p in processes.processes if p is not None]
+    # Spinning off: every transport is told it has too many processes a core to spin, by the
+    # rule vecenv sets every spin mode with.
+    off = mock.patch.object(SpinMode, "for_processes", classmethod(lambda cls, processes, cpus: cls.OFF))
+    with (
+        off if not spin else contextlib.nullcontext(),
+        vecenv.make("CartPole-v1", num_envs, workers, inline_group=inline and workers > 1) as envs,
+    ):
+        pids = [pid for pid in envs.worker_pids if pid is not None]
         envs.reset(seed=0)
         actions = np.zeros(num_envs, np.int64)
         a = np.random.default_rng(0).standard_normal((64, 64))
