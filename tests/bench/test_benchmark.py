@@ -13,13 +13,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
+from tests.helpers.scripts import assert_all_ended, signalled_once_started
 from vecenv.bench import child, cli, step
 from vecenv.bench.envs import ATARI_MISSING, BurnEnv, FrameEnv, atari_missing, burn, make_atari
 from vecenv.bench.plan import plan
@@ -511,32 +511,14 @@ def test_an_interrupted_run_ends_its_measurement_and_says_so_in_one_line(tmp_pat
     """Ctrl+C or SIGTERM while a measurement runs in its fresh interpreter: the child is killed
     with the run (never left measuring on its own), one line says nothing was written, and the
     exit status is 128 + the signal."""
-    from vecenv.bench import procfs
-
     out = tmp_path / "bench"
     cmd = [sys.executable, "-m", "vecenv.bench", "--workloads", "cartpole", "--sizes", "8", "--runners", "sync"]
     cmd += ["--seconds", "30", "--reps", "1", "--out", str(out)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        measuring: list[int] = []
-        while not measuring and time.monotonic() < deadline and proc.poll() is None:
-            measuring = procfs.children(proc.pid)  # the measurement's interpreter, once started
-            time.sleep(0.05)  # polling for the child to appear, not waiting in its place
-        assert measuring, "no measurement started"
-        proc.send_signal(signum)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 128 + signum, err
+    # Once the measurement's interpreter has started.
+    err, measuring = signalled_once_started(cmd, signum, children=1, start_s=60, cwd=ROOT)
     lines = err.strip().splitlines()
     assert lines[-1].endswith("no results were written") and "Traceback" not in err, err
-    deadline = time.monotonic() + 10
-    while any(procfs.alive(pid) for pid in measuring) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(procfs.alive(pid) for pid in measuring), "the measurement outlived the run"
+    assert_all_ended(measuring, "the measurement")
     assert not (out / "step.json").exists()
 
 
@@ -623,27 +605,9 @@ def test_an_interrupted_script_closes_its_workers_and_says_so_in_one_line(tmp_pa
     """step_cost.py stands for the measuring scripts: Ctrl+C printed a traceback, SIGTERM killed
     it without a word and without closing its workers. Its sync row comes first (a few seconds
     at 200,000 steps), then the 2-worker row, which is still stepping when the signal comes."""
-    from vecenv.bench import procfs
-
     cmd = [sys.executable, str(SCRIPTS / "step_cost.py"), "--num-envs", "2", "--steps", "200000", "--reps", "1"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 90
-        workers: list[int] = []
-        while len(workers) < 2 and time.monotonic() < deadline and proc.poll() is None:
-            workers = procfs.children(proc.pid)  # "vecenv 2 workers", once started
-            time.sleep(0.05)  # polling for the workers to appear, not waiting in their place
-        assert len(workers) >= 2, "no workers started"
-        proc.send_signal(signum)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 128 + signum, err
+    # Once "vecenv 2 workers" has started.
+    err, workers = signalled_once_started(cmd, signum, children=2, start_s=90, cwd=tmp_path)
     ended = "interrupted" if signum == signal.SIGINT else "terminated"
     assert err.strip().splitlines() == [f"step_cost.py: {ended}: nothing was written"], err
-    deadline = time.monotonic() + 10
-    while any(procfs.alive(pid) for pid in workers) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(procfs.alive(pid) for pid in workers), "a worker outlived the script"
+    assert_all_ended(workers, "a worker")

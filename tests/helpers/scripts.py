@@ -6,6 +6,8 @@ import functools
 import importlib.util
 import subprocess
 import sys
+import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -46,3 +48,40 @@ def run_with_bad_input(script: str, args: list[str], cwd: Path, timeout: float =
     after = lines[usage:]
     assert len(after) == 1 and after[0].startswith(f"{script}.py: error: "), err
     return after[0]
+
+
+def signalled_once_started(
+    cmd: Sequence[str], signum: int, children: int, start_s: float, cwd: Path
+) -> tuple[str, list[int]]:
+    """Runs ``cmd``, sends it ``signum`` once it has ``children`` child processes (its workers, or
+    its measurement's interpreter: waited for up to ``start_s`` seconds), and checks that it then
+    exits with status 128 + ``signum``. Returns its stderr and the children it had, which the
+    caller checks are gone (:func:`assert_all_ended`)."""
+    from vecenv.bench import procfs
+
+    proc = subprocess.Popen(list(cmd), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + start_s
+        started: list[int] = []
+        while len(started) < children and time.monotonic() < deadline and proc.poll() is None:
+            started = procfs.children(proc.pid)
+            time.sleep(0.05)  # polling for the children to appear, not waiting in their place
+        assert len(started) >= children, f"{len(started)} of {children} child processes started"
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signum, err
+    return err, started
+
+
+def assert_all_ended(pids: Sequence[int], what: str, within_s: float = 10) -> None:
+    """No process of ``pids`` is alive after at most ``within_s`` seconds."""
+    from vecenv.bench import procfs
+
+    deadline = time.monotonic() + within_s
+    while any(procfs.alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling for them to be reaped, not waiting in their place
+    assert not any(procfs.alive(pid) for pid in pids), f"{what} outlived the run"

@@ -11,12 +11,11 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.scripts import run_with_bad_input
+from tests.helpers.scripts import assert_all_ended, run_with_bad_input, signalled_once_started
 
 pytest.importorskip("torch", reason="train_ppo.py needs torch (pip install -e '.[train]')")
 
@@ -202,29 +201,11 @@ def test_an_interrupted_training_ends_its_workers_and_says_so_in_one_line(tmp_pa
     """Ctrl+C or SIGTERM while training: one line says nothing was written (Ctrl+C printed a
     traceback from wherever the loop waited, SIGTERM killed the script without a word before
     it could close its workers), the exit status is 128 + the signal, and no worker is left."""
-    from vecenv.bench import procfs
-
     out = tmp_path / "run"
     cmd = [sys.executable, str(SCRIPT), "--out", str(out), "--quiet", "--num-workers", "2"]
-    proc = subprocess.Popen([*cmd, "--total-timesteps", "10000000"], stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 90
-        workers: list[int] = []
-        while len(workers) < 2 and time.monotonic() < deadline and proc.poll() is None:
-            workers = procfs.children(proc.pid)  # the two workers, once started
-            time.sleep(0.05)  # polling for the workers to appear, not waiting in their place
-        assert len(workers) >= 2, "no workers started"
-        proc.send_signal(signum)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 128 + signum, err
+    # Once its two workers have started.
+    err, workers = signalled_once_started([*cmd, "--total-timesteps", "10000000"], signum, 2, 90, tmp_path)
     verb = "interrupted" if signum == signal.SIGINT else "terminated"
     assert err.strip().splitlines() == [f"train_ppo.py: {verb}: nothing was written"], err
-    deadline = time.monotonic() + 10
-    while any(procfs.alive(pid) for pid in workers) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(procfs.alive(pid) for pid in workers), "a worker outlived the run"
+    assert_all_ended(workers, "a worker")
     assert not list(out.iterdir()), "nothing written"
