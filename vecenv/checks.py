@@ -96,13 +96,14 @@ def check_num_workers(num_workers: Any, num_envs: int, *, in_process: bool = Tru
     return int(num_workers)
 
 
-def check_autoreset_mode(mode: Any) -> AutoresetMode:
+def check_autoreset_mode(mode: Any, what: str = "`autoreset_mode`") -> AutoresetMode:
+    """``mode`` as an ``AutoresetMode`` (one, or its value); else ``InvalidArgumentError``
+    saying that ``what`` (the argument, or where the mode was read) must be one."""
     try:
         return AutoresetMode(mode)
     except ValueError:
         raise InvalidArgumentError(
-            f"`autoreset_mode` must be one of {[m.value for m in AutoresetMode]} or an AutoresetMode, "
-            f"got {describe(mode)}"
+            f"{what} must be one of {[m.value for m in AutoresetMode]} or an AutoresetMode, got {describe(mode)}"
         ) from None
 
 

@@ -23,6 +23,7 @@ import numpy as np
 from gymnasium import Space
 from gymnasium.vector import AutoresetMode
 
+from vecenv.checks import check_autoreset_mode
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, PackedException, describe
 from vecenv.spaces import tree_copy
 from vecenv.wire.buffers import Buffers
@@ -103,19 +104,6 @@ def _check_group(envs: list[gym.Env], mode: SpaceRule | Space) -> tuple[SpaceMis
     return None, spaces
 
 
-def _native_autoreset(vec: gym.vector.VectorEnv, builder: str) -> AutoresetMode:
-    """A native env's autoreset mode (``metadata["autoreset_mode"]``, an ``AutoresetMode`` or
-    its value; Gymnasium's default, ``NEXT_STEP``, when it names none)."""
-    mode = vec.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
-    try:
-        return AutoresetMode(mode)
-    except ValueError:
-        raise InvalidArgumentError(
-            f"{builder} returned {type(vec).__name__}, a native vector env whose metadata['autoreset_mode'] must be "
-            f"an AutoresetMode or its value ({', '.join(repr(m.value) for m in AutoresetMode)}), got {describe(mode)}"
-        ) from None
-
-
 class WorkerCore:
     """One worker's group and its command handlers, independent of how commands arrive."""
 
@@ -145,7 +133,10 @@ class WorkerCore:
                 render_mode=built.render_mode,
                 spec=built.spec,
                 mismatch=None,
-                native_autoreset=_native_autoreset(built, builder),
+                native_autoreset=check_autoreset_mode(
+                    built.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP),
+                    f"{builder} returned {type(built).__name__}, a native vector env whose metadata['autoreset_mode']",
+                ),
             )
         if isinstance(built, (str, bytes, dict)) or not hasattr(built, "__iter__"):
             raise ArgumentTypeError(
