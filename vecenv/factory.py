@@ -190,7 +190,9 @@ def make(
             envs, as with ``vectorization_mode="sync"`` (an id's ``vector_entry_point``, such as
             CartPole's, is not used: see ``SubprocVectorEnv.from_groups`` for native groups).
 
-    The envs are only ever built in the workers. ``envs.spec`` is what ``make_vec`` sets: a copy
+    The envs are built where their group runs: in the workers, or in this process for a group
+    it hosts (``num_workers=0``, ``inline_group``; ``"auto"`` also builds one extra env here to
+    time it). ``envs.spec`` is what ``make_vec`` sets: a copy
     of the registered spec whose ``kwargs`` hold the env kwargs plus ``num_envs`` (when not 1),
     ``vectorization_mode="vecenv"``, ``vector_kwargs`` and ``wrappers`` (when given), so
     ``vecenv.make(envs.spec)`` builds the same vector env again. One difference: an explicit

@@ -37,9 +37,10 @@ class SubprocVectorEnv(GroupVectorEnv):
     pipes carry only commands, non-empty infos and errors.
 
     Args:
-        env_fns: callables that each return a ``gymnasium.Env``; they are called in the workers
-            (never in the parent), split into ``num_workers`` contiguous groups whose sizes
-            differ by at most one.
+        env_fns: callables that each return a ``gymnasium.Env``, split into ``num_workers``
+            contiguous groups whose sizes differ by at most one; each is called where its group
+            runs: in a worker, or in this process for a group it hosts (``num_workers=0``,
+            ``inline_group``; ``"auto"`` also builds one extra env here to time it).
         num_workers: env groups; default ``min(len(env_fns), available cores)``, the cores this
             process may run on (its affinity mask, which container limits set). ``0`` keeps
             every env in this process (one inline group, no worker process). ``"auto"`` builds
