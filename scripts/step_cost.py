@@ -33,12 +33,9 @@ from vecenv.wire import fastpath
 
 
 def _pids(envs: Any) -> list[int]:
-    pids = [os.getpid()]
-    pool = getattr(envs, "_pool", None)
-    if pool is not None:
-        transport = getattr(pool.transport, "processes_transport", pool.transport)
-        pids += [p.pid for p in transport.processes if p is not None]
-    return pids
+    """This process and every worker process of ``envs`` (Gymnasium's ``SyncVectorEnv`` has none)."""
+    workers = envs.worker_pids if isinstance(envs, vecenv.GroupVectorEnv) else []
+    return [os.getpid(), *(pid for pid in workers if pid is not None)]
 
 
 def measure(make: Callable[[], Any], num_envs: int, steps: int) -> tuple[float, float]:

@@ -133,6 +133,68 @@ def test_the_worker_side_imports_neither_the_parent_nor_an_integration(side: str
     assert offending == set()
 
 
+SCRIPTS = ROOT.parent / "scripts"
+# Private names read from an object of another library whose name a vecenv module also defines.
+FOREIGN_PRIVATE = {("transports/fork_server.py", "_lock")}  # multiprocessing's ForkServer lock
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _private_definitions(tree: ast.AST) -> set[str]:
+    """The private names a module defines: functions, classes, module globals and the
+    attributes its methods set on ``self`` or ``cls``."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+    return {name for name in names if _is_private(name)}
+
+
+def _private_reads(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """``(line, name)`` of each private attribute read from something other than ``self`` or
+    ``cls``: ``other._name``, or ``getattr(other, "_name")`` and its kin."""
+    for node in ast.walk(tree):
+        target: ast.expr | None = None
+        if isinstance(node, ast.Attribute) and _is_private(node.attr):
+            target, name = node.value, node.attr
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "setattr", "hasattr", "delattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+            and _is_private(node.args[1].value)
+        ):
+            target, name = node.args[0], node.args[1].value
+        if target is not None and not (isinstance(target, ast.Name) and target.id in ("self", "cls")):
+            yield node.lineno, name
+
+
+def test_no_module_reads_a_private_name_of_another_vecenv_module() -> None:
+    """A script or module that needs another's private field asks for a public one instead
+    (``envs.worker_pids``, not ``envs._pool``): a private name may change with its module."""
+    trees = {path: ast.parse(path.read_text()) for path in [*MODULES.values(), *SCRIPTS.glob("*.py")]}
+    defined = {path: _private_definitions(tree) for path, tree in trees.items()}
+    library = set().union(*(defined[path] for path in MODULES.values()))
+    offending = [
+        f"{path.relative_to(ROOT.parent)}:{line}: {name}"
+        for path, tree in trees.items()
+        for line, name in _private_reads(tree)
+        if name in library
+        and name not in defined[path]
+        and (path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else None, name) not in FOREIGN_PRIVATE
+    ]
+    assert offending == []
+
+
 @pytest.mark.timeout(60)
 def test_import_vecenv_loads_no_cli_progress_bar_ray_or_torch() -> None:
     code = (
