@@ -43,7 +43,6 @@ from vecenv.bench.stopping import run_main
 DEFAULT_PYTEST_ARGS = ["test/test_vector", "-q", "--tb=line", "-p", "no:cacheprovider", "-p", "no:xdist", "-rs"]
 #: The reason upstream gives for skipping its multiprocess tests.
 UPSTREAM_SKIP = "Wrapper depreciated"
-SWAPPED = ("concat_vec_envs_v1", "pettingzoo_env_to_vec_env_v1")
 
 
 def drop_in(min_cpus: int) -> dict[str, Any]:

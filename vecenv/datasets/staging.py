@@ -40,8 +40,6 @@ class EpisodeStager:
         self._spilled: list[list[int]] = [[] for _ in range(num_envs)]  # block offsets on disk
         self._spill_rows = 0  # rows in the spill files
         self._files: list[IO[bytes]] | None = None
-        #: Bytes of rows held in memory: fixed here, whatever the episodes do.
-        self.buffered_bytes = sum(block.nbytes for block in self._blocks)
 
     def extend(self, env: int, columns: Sequence[np.ndarray]) -> None:
         """Append all rows of ``columns`` (one array per field) to env ``env``'s open episode."""
