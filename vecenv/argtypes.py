@@ -38,6 +38,7 @@ def _number(text: str, kind: type, what: str) -> float:
 
 
 def positive_int(text: str) -> int:
+    """An integer above 0."""
     value = int(_number(text, int, "a positive integer"))
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
@@ -45,6 +46,7 @@ def positive_int(text: str) -> int:
 
 
 def non_negative_int(text: str) -> int:
+    """An integer of 0 or more."""
     value = int(_number(text, int, "a non-negative integer"))
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
@@ -57,6 +59,7 @@ def finite_float(text: str) -> float:
 
 
 def positive_float(text: str) -> float:
+    """A finite number above 0."""
     value = _number(text, float, "a positive number")
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {value:g}")
@@ -64,6 +67,7 @@ def positive_float(text: str) -> float:
 
 
 def non_negative_float(text: str) -> float:
+    """A finite number of 0 or more."""
     value = _number(text, float, "a non-negative number")
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a non-negative number, got {value:g}")

@@ -193,6 +193,7 @@ def tree_leaves(tree: Any) -> list[np.ndarray]:
 
 
 def tree_map(fn: Callable[[np.ndarray], Any], tree: Any) -> Any:
+    """A tree of the same shape (tuples and dicts) with ``fn`` applied to each array."""
     if isinstance(tree, tuple):
         return tuple(tree_map(fn, t) for t in tree)
     if isinstance(tree, dict):

@@ -54,7 +54,7 @@ class BurnEnv(gym.Env):
 
     metadata: dict[str, Any] = {"render_modes": []}
 
-    def __init__(self, iterations: int, tail_prob: float = 0.0, tail_factor: int = 10, episode_len: int = 200):
+    def __init__(self, iterations: int, tail_prob: float = 0.0, tail_factor: int = 10, episode_len: int = 200) -> None:
         self.iterations = int(iterations)
         self.tail_prob = float(tail_prob)
         self.tail_factor = int(tail_factor)
@@ -63,12 +63,14 @@ class BurnEnv(gym.Env):
         self.action_space = spaces.Discrete(2)
         self._t = 0
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         self._t = 0
         return np.zeros(4, np.float32), {}
 
-    def step(self, action):
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         rng = self.np_random
         n = self.iterations
         if self.tail_prob and rng.random() < self.tail_prob:
@@ -84,7 +86,7 @@ class FrameEnv(gym.Env):
 
     metadata: dict[str, Any] = {"render_modes": []}
 
-    def __init__(self, iterations: int, episode_len: int = 200):
+    def __init__(self, iterations: int, episode_len: int = 200) -> None:
         self.iterations = int(iterations)
         self.end_prob = 1.0 / episode_len
         self.observation_space = spaces.Box(0, 255, (84, 84, 4), np.uint8)
@@ -92,13 +94,15 @@ class FrameEnv(gym.Env):
         self._frames = np.zeros((84, 84, 4), np.uint8)
         self._t = 0
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
         self._t = 0
         self._frames[:] = 0
         return self._frames.copy(), {}
 
-    def step(self, action):
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         burn(self.iterations)
         self._t += 1
         self._frames[:, :, self._t % 4] = (self._t + int(action)) & 0xFF

@@ -236,6 +236,7 @@ class DatasetWriter:
 
 
 def now() -> str:
+    """The time in UTC, to the second, as ISO 8601 (``2026-01-02T03:04:05+00:00``): a dataset's timestamps."""
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 

@@ -111,6 +111,7 @@ class Rollout:
 
     @property
     def num_steps(self) -> int:
+        """How many steps the rollout ran: the first axis of every array."""
         return int(self.rewards.shape[0])
 
     def next_observations(self) -> Any:
