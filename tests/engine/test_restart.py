@@ -30,7 +30,7 @@ from tests.helpers.envs import diff_env_fns, make_group
 from tests.helpers.fakes import ACT_SPACE, OBS_SPACE, FakeClock, FakeTransport, Sent, hello, use_clock
 from tests.helpers.faults import fault_fns, transport_of
 from vecenv import VecEnvTimeoutError, WorkerDiedError
-from vecenv.parent.pool import WorkerPool
+from vecenv.parent.pool import PoolPhase, WorkerPool
 from vecenv.parent.records import OwedCall, WorkerRecord, WorkerStatus
 from vecenv.parent.restart import (
     RESTART_INFO_KEY,
@@ -925,6 +925,17 @@ def test_pool_breaks_with_the_transports_refusal(clock: FakeClock) -> None:
         pool.shutdown(0.0, wait_late=False)
 
 
+def test_pool_never_restarts_a_worker_that_dies_while_it_is_shut_down(clock: FakeClock) -> None:
+    pool, transport = _restarting_pool(clock)
+    assert pool.phase is PoolPhase.RUNNING
+    transport.dead.add(1)  # gone without a word: the polite close's send finds out
+    assert pool.shutdown(5.0, wait_late=False) is None
+    assert pool.phase is PoolPhase.CLOSING
+    assert transport.launches == [0, 1] and pool.restarts == 0
+    assert pool.broken is not None and "worker 1" in str(pool.broken)
+    assert transport.commands(0) == [Command.CLOSE] and transport.commands(1) == []
+
+
 def test_pool_never_restarts_a_worker_that_dies_starting(clock: FakeClock) -> None:
     transport = FakeTransport(clock)
     restarter = Restarter(RestartPolicy(2, 60.0, _seeds(1, 2), timeout=5.0))
@@ -934,3 +945,4 @@ def test_pool_never_restarts_a_worker_that_dies_starting(clock: FakeClock) -> No
     with pytest.raises(WorkerDiedError, match="during `__init__`; the vector env was not made"):
         pool.hellos(None)
     assert transport.launches == [0, 1] and pool.restarts == 0
+    assert pool.phase is PoolPhase.STARTING

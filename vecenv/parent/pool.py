@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Sequence
+from enum import Enum
 from typing import Any
 
 from vecenv.errors import PackedException, VecEnvTimeoutError, WorkerDiedError
@@ -26,9 +27,17 @@ from vecenv.wire.buffers import Buffers, BufferSpec
 from vecenv.wire.protocol import Attach, Command, StepReply
 from vecenv.worker.builders import GroupOfFns
 
-__all__ = ["WorkerPool"]
+__all__ = ["WorkerPool", "PoolPhase"]
 
 READY, IDLE = WorkerStatus.READY, WorkerStatus.IDLE
+
+
+class PoolPhase(Enum):
+    """Where a pool is in its life, which decides what a worker's death means."""
+
+    STARTING = "starting"  # hellos and attach: a death means the vector env is not made
+    RUNNING = "running"  # calls: a death is restarted where the policy allows
+    CLOSING = "closing"  # shutdown: the workers are closed and ended, none is restarted
 
 
 class WorkerPool:
@@ -48,6 +57,7 @@ class WorkerPool:
         self.restarter = restarter
         self._spec: BufferSpec | None = None
         self._autoreset_mode: Any = None
+        self.phase = PoolPhase.STARTING
         self.ending = False  # close() from another thread is ending the workers: no restarts
         self._call_ids = itertools.count(1)
         self._arrivals = itertools.count()
@@ -86,6 +96,7 @@ class WorkerPool:
             # A restarted worker needs the block's descriptor; without restarts nothing does.
             self.buffers.release_fd()
             self.transport.release_fds()
+        self.phase = PoolPhase.RUNNING
         return self.buffers
 
     def attach_message(self, w: WorkerRecord) -> Attach:
@@ -309,7 +320,7 @@ class WorkerPool:
         envs = w.envs if w.size else self._planned[w.index]
         span = f"envs {envs.start}..{envs.stop - 1}" if envs else "envs not yet assigned"
         what = f"worker {w.index} ({span}{self.transport.where(w.index)}) {cause.how} during `{call}`"
-        if restarter is not None and call not in ("__init__", "close") and not self.ending:
+        if restarter is not None and self.phase is PoolPhase.RUNNING and not self.ending:
             try:
                 refusal = restarter.replace(self, w, deadline)
             except BaseException:
@@ -331,7 +342,7 @@ class WorkerPool:
         w.died()
         # Kept, never raised itself: a raised exception's traceback holds the frames it passed,
         # and through them the vector env, a cycle that would outlive `del envs`.
-        if call == "__init__":
+        if self.phase is PoolPhase.STARTING:
             after = "the vector env was not made (its other workers are ended)"
         elif self.ending:
             after = "the vector env is being closed"
@@ -361,6 +372,7 @@ class WorkerPool:
         worker that is idle again is closed politely. Returns the first error an env's
         ``close()`` raised, for the caller to raise once everything is released.
         """
+        self.phase = PoolPhase.CLOSING
         deadline = time.monotonic() + timeout
         error: BaseException | None = None
         closing: list[WorkerRecord] = []
