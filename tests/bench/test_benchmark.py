@@ -191,6 +191,18 @@ def test_sleeping_rows_are_vecenv_only():
         make_vector(VectorKind.SYNC, [], autoreset_mode=MODE, spin=False)
 
 
+def test_an_unknown_workload_row_or_runner_is_refused_naming_the_choices():
+    from vecenv.bench import envs, multiagent, rollouts
+    from vecenv.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match=r"^env_fn: expected a workload of cartpole, .*, got 'x'$"):
+        envs.env_fn("x", {})
+    with pytest.raises(InvalidArgumentError, match=r"^rollouts suite: expected a row of process, .*native, got 'x'$"):
+        rollouts.measure_row({"row": "x", "n": 2})
+    with pytest.raises(InvalidArgumentError, match=r"^multiagent suite: expected a runner of .*vecenv-2w.*, got 'x'$"):
+        multiagent.build("x", "simple_spread", 1)
+
+
 def test_plan_keeps_zero_workers_and_auto_at_every_size():
     cells, _ = plan(["cartpole"], [1, 2], ["vecenv-0w", "vecenv-2w", "vecenv-auto"], quick=True)
     assert sorted((c["n"], c["runner"]) for c in cells) == [

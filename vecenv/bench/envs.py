@@ -166,5 +166,5 @@ _ENV_FNS: dict[str, Callable[[dict[str, Any]], Callable[[], gym.Env]]] = {
 def env_fn(workload: str, calib: dict[str, Any]) -> Callable[[], gym.Env]:
     """The env constructor of ``workload``; ``calib`` (from calibration) sizes the busy envs."""
     if workload not in _ENV_FNS:
-        raise InvalidArgumentError(f"unknown workload {workload!r}")
+        raise InvalidArgumentError(f"env_fn: expected a workload of {', '.join(_ENV_FNS)}, got {workload!r}")
     return _ENV_FNS[workload](calib)

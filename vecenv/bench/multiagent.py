@@ -189,7 +189,7 @@ def build(runner: str, workload: str, copies: int) -> Any:
         return vecenv.MultiAgentVectorEnv([fn] * copies, 2)
     if runner == "vecenv-inline":
         return vecenv.MultiAgentVectorEnv([fn] * copies, 2, inline_group=True)
-    raise InvalidArgumentError(f"unknown multiagent runner {runner!r}")
+    raise InvalidArgumentError(f"multiagent suite: expected a runner of {', '.join(RUNNERS)}, got {runner!r}")
 
 
 def _actions(envs: Any, seed: int) -> list[Any]:

@@ -124,7 +124,7 @@ def _make(row: str, n: int) -> Any:
     if row == "native":
         make = functools.partial(gym.make_vec, "CartPole-v1", n // 2, vectorization_mode="vector_entry_point")
         return vecenv.SubprocVectorEnv.from_groups([make, make])
-    raise InvalidArgumentError(f"unknown rollouts row {row!r}")
+    raise InvalidArgumentError(f"rollouts suite: expected a row of {', '.join([*BACKENDS, 'native'])}, got {row!r}")
 
 
 def _rate(seconds: float, fn: Callable[[int], int]) -> float:
