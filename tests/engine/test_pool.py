@@ -424,6 +424,20 @@ def test_abandon_drops_a_reply_not_taken_and_relaunch_gives_back_the_wanted_call
     assert w.status is DEAD and not w.owes and w.relaunched() is None
 
 
+def test_a_restarts_report_is_kept_on_the_record_until_a_call_reports_it() -> None:
+    w = WorkerRecord(1)
+    w.restart_unreported("reset reply", "observations before")
+    assert (w.unreported_restart, w.restart_observations) == ("reset reply", "observations before")
+    w.restart_reported()
+    assert (w.unreported_restart, w.restart_observations) == (None, None)
+    w.mark_restart_in(7)
+    assert not w.marks_restart(6)  # another call's reply is not marked
+    assert w.marks_restart(7) and not w.marks_restart(7)  # the mark is used once
+    w.restart_unreported("reset reply", "observations before")
+    w.relaunched()  # a new replacement: what the old one had to report is gone with it
+    assert (w.unreported_restart, w.restart_observations) == (None, None)
+
+
 # -- end to end, through worker processes ------------------------------------------------------
 
 

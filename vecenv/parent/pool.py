@@ -221,11 +221,9 @@ class WorkerPool:
             if isinstance(event, Reply):
                 w = self.workers[event.worker]
                 result = event.result
-                if event.call_id == w.restarted_reset:
-                    w.restarted_reset = None
-                    if event.ok:
-                        reply: StepReply = result
-                        result = StepReply(mark_restarted(reply.infos, w.size), reply.rows)
+                if w.marks_restart(event.call_id) and event.ok:
+                    reply: StepReply = result
+                    result = StepReply(mark_restarted(reply.infos, w.size), reply.rows)
                 w.answered(event.call_id, event.ok, result, next(self._arrivals))
             else:
                 deaths = True

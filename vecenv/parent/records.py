@@ -171,11 +171,34 @@ class WorkerRecord:
         else:
             wanted = next((owed for owed in self._owed if owed.wanted), None)
         self.launches += 1
-        self.unreported_restart = self.restart_observations = None
+        self.restart_reported()
         self._owed = deque([OwedCall(0, "__init__")])
         self.reply = self.held_call = None
         self.status = WorkerStatus.STARTING
         return wanted
+
+    # -- a restart's report: the Restarter sets it, the pool reads it ------------------------
+
+    def restart_unreported(self, reset: Any, observations: Any) -> None:
+        """The replacement's ``reset`` reply is for the next step or rollout to report, with
+        the group's ``observations`` from before that reset."""
+        self.unreported_restart, self.restart_observations = reset, observations
+
+    def restart_reported(self) -> None:
+        """A call reported the restart, or made it moot (a reset of the whole group)."""
+        self.unreported_restart = self.restart_observations = None
+
+    def mark_restart_in(self, call_id: int) -> None:
+        """The reply to reset ``call_id`` reports the restart: its infos mark every env of the group."""
+        self.restarted_reset = call_id
+
+    def marks_restart(self, call_id: int) -> bool:
+        """Whether the reply to ``call_id`` is the reset that reports the restart (once: the
+        mark is used up)."""
+        if call_id != self.restarted_reset:
+            return False
+        self.restarted_reset = None
+        return True
 
 
 class StatusError(VecEnvError, RuntimeError):

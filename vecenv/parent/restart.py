@@ -172,7 +172,7 @@ class Restarter:
             finally:
                 self.active = False
         if lost is None:
-            w.unreported_restart, w.restart_observations = reply, before
+            w.restart_unreported(reply, before)
             return None
         w.sent(lost)
         if lost.command is Command.STEP:
@@ -188,19 +188,19 @@ class Restarter:
             # A state read steps nothing, so it cannot report the restart: the envs start afresh
             # (their state is the initial one), and the next step or rollout reports it.
             assert reply is not None
-            w.unreported_restart, w.restart_observations = reply, before
+            w.restart_unreported(reply, before)
             pool.answer(w, lost.call_id, True, RestartedRollout(reply))
             return None
         # Sent again, with its call id: the new worker's reply answers the waiting call.
         if lost.command is Command.RESET:
             # Its infos mark every env of the group: those outside a reset_mask started afresh
             # too (the rebuild reset them), and their observation is their new episode's first.
-            w.restarted_reset = lost.call_id
+            w.mark_restart_in(lost.call_id)
         else:
             # A call, attribute or render steps nothing: the next step or rollout reports the
             # restart, as when no call was owed.
             assert reply is not None
-            w.unreported_restart, w.restart_observations = reply, before
+            w.restart_unreported(reply, before)
         try:
             pool.transport.send(w.index, lost.message, send_timeout())
         except WorkerGone:
@@ -215,9 +215,9 @@ class Restarter:
         with a ``reset_mask`` reports it in its infos; other calls leave it pending)."""
         reset = w.unreported_restart
         if owed.command is Command.RESET:
-            w.unreported_restart = w.restart_observations = None
+            w.restart_reported()
             if not _resets_group(owed):  # the envs it leaves alone started afresh: say so
-                w.restarted_reset = owed.call_id
+                w.mark_restart_in(owed.call_id)
             return False
         if owed.command is Command.STEP:
             result: Any = truncated_reply(pool, w, reset)
@@ -226,7 +226,7 @@ class Restarter:
         else:
             return False
         if owed.command is not Command.POLICY_STATE:
-            w.unreported_restart = w.restart_observations = None
+            w.restart_reported()
         w.sent(owed)
         pool.answer(w, owed.call_id, True, result)
         return True
