@@ -136,6 +136,43 @@ def test_matches_sb3_subproc_vec_env_dtypes() -> None:
 
 
 @pytest.mark.timeout(120)
+def test_vec_normalize_follows_sb3s_subproc_vec_env_bit_for_bit_and_dummy_vec_env_to_float32() -> None:
+    """InfoEnv's rewards are Python floats: SB3's SubprocVecEnv and we keep them whole,
+    DummyVecEnv rounds them into float32. VecNormalize keeps its return statistics in float64,
+    so over us they are SubprocVecEnv's to the bit, and DummyVecEnv's only up to that rounding."""
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    ours = VecNormalize(SubprocVecEnv(info_fns(), start_method="fork", num_workers=2), gamma=0.9)
+    ref = VecNormalize(SB3SubprocVecEnv(info_fns(), start_method="fork"), gamma=0.9)
+    dummy = VecNormalize(DummyVecEnv(info_fns()), gamma=0.9)
+    try:
+        for v in (ours, ref, dummy):
+            v.seed(3)
+        assert_same(ours.reset(), ref.reset(), "reset obs")
+        dummy.reset()
+        rng = np.random.default_rng(0)
+        for t in range(30):
+            actions = rng.integers(0, 3, size=N_ENVS)
+            obs, rewards, dones, _ = ours.step(actions)
+            r_obs, r_rewards, r_dones, _ = ref.step(actions)
+            dummy.step(actions)
+            assert_same(obs, r_obs, f"step {t} obs")
+            assert_same(rewards, r_rewards, f"step {t} normalized rewards")
+            assert_same(dones, r_dones, f"step {t} dones")
+            original = ours.get_original_reward()
+            assert_same(original, ref.get_original_reward(), f"step {t} rewards")
+            assert np.array_equal(original.astype(np.float32), dummy.get_original_reward()), f"step {t}"
+        for name in ("ret_rms", "obs_rms"):
+            mine, theirs = getattr(ours, name), getattr(ref, name)
+            assert np.array_equal(mine.mean, theirs.mean) and np.array_equal(mine.var, theirs.var), name
+        assert not np.array_equal(ours.ret_rms.var, dummy.ret_rms.var)  # the rounding shows
+    finally:
+        ours.close()
+        ref.close()
+        dummy.close()
+
+
+@pytest.mark.timeout(120)
 def test_constructors_sharing_an_object_give_each_env_its_own_copy_as_sb3s_processes_do() -> None:
     """``[lambda: env] * n``, one env instance behind every constructor: each of SB3's processes
     has a copy of its own, and so must each env of a worker, not one instance stepped once per
