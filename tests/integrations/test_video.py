@@ -9,8 +9,10 @@ autoreset mode.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
+import threading
 from typing import Any
 
 import numpy as np
@@ -19,6 +21,8 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 import vecenv
 from tests.helpers.envs import frame_fns
+from tests.helpers.faults import open_fds
+from vecenv.bench import procfs
 from vecenv.video import RecordVideo, capped_cubic, every
 
 NEXT, SAME, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED
@@ -221,6 +225,67 @@ def test_record_video_writes_mp4_files(tmp_path) -> None:
     assert sorted(os.listdir(tmp_path / "videos")) == sorted(counts)
     for i in (0, 2):
         assert sum(n for name, n in counts.items() if f"-env{i}-" in name) == renders[i], "every frame is in a file"
+
+
+def _video_resources() -> tuple[list[str], list[int], dict[int, str]]:
+    """This process's video writer threads, child processes (ffmpeg) and descriptors."""
+    threads = [t.name for t in threading.enumerate() if t.name.startswith("vecenv-video")]
+    return threads, procfs.children(os.getpid()), open_fds()
+
+
+@pytest.mark.timeout(90)
+def test_record_video_dropped_unclosed_finishes_its_videos_and_leaves_nothing_running(tmp_path) -> None:
+    """A RecordVideo dropped mid-episode without close() (a notebook cell, an evaluation env made
+    per evaluation): each mp4 being recorded is finished with every frame taken, and its writer
+    thread, ffmpeg process and pipes end, cycle after cycle (they used to stay for the process's
+    life, the file unfinished)."""
+    imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg", reason="needs the video extra: pip install -e '.[video]'")
+    before = _video_resources()
+    for cycle in range(3):
+        folder = tmp_path / f"cycle{cycle}"
+        envs = SyncVectorEnv(frame_fns(2))
+        wrapped = RecordVideo(envs, folder, env_ids=[0, 1], episode_trigger=every(1))
+        wrapped.reset(seed=cycle)
+        wrapped.step(np.zeros(2, np.int64))  # every FrameEnv episode is longer: both videos are open
+        assert wrapped.recording == [0, 1]
+        renders = envs.get_attr("renders")
+        del wrapped
+        gc.collect()
+        envs.close()
+        for i in (0, 1):
+            frames, _ = imageio_ffmpeg.count_frames_and_secs(str(folder / f"rl-video-env{i}-episode-0.mp4"))
+            assert frames == renders[i] == 2, "the dropped video holds the reset's frame and the step's"
+    threads, children, fds = _video_resources()
+    assert threads == before[0], "no writer thread is left"
+    assert children == before[1], "no ffmpeg process is left"
+    assert {fd: target for fd, target in fds.items() if before[2].get(fd) != target} == {}
+
+
+def test_record_video_close_finishes_every_video_when_one_writer_fails(tmp_path) -> None:
+    """One writer that fails to finish its video does not leave the others open: close() finishes
+    each, closes the env, then raises the failure."""
+    closed: list[str] = []
+
+    class Writer:
+        def __init__(self, path: str) -> None:
+            self.name = os.path.basename(path)
+
+        def append(self, frame: np.ndarray) -> None:
+            pass
+
+        def close(self) -> None:
+            closed.append(self.name)
+            if "-env0-" in self.name:
+                raise OSError(f"cannot finish {self.name}")
+
+    envs = SyncVectorEnv(frame_fns(3))
+    wrapped = RecordVideo(envs, tmp_path, env_ids=[0, 1, 2], episode_trigger=every(1), writer=lambda p, fps: Writer(p))
+    wrapped.reset(seed=0)
+    with pytest.raises(OSError, match="cannot finish rl-video-env0-episode-0.mp4"):
+        wrapped.close()
+    assert sorted(closed) == [f"rl-video-env{i}-episode-0.mp4" for i in range(3)]
+    assert wrapped.recording == []
+    assert envs.closed
 
 
 def test_record_video_refuses_what_it_cannot_record(tmp_path) -> None:

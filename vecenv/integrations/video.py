@@ -37,6 +37,7 @@ import math
 import os
 import queue
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -82,38 +83,61 @@ class _ImageioWriter:
     ``append`` queues the frame (up to :data:`QUEUED_FRAMES`, then it waits) and returns, so the
     encoder's pipe writes overlap the next steps instead of holding them up; ``close`` waits for
     the queue to drain and raises what writing raised.
+
+    The thread holds the queue and imageio's writer, never this object, so a writer dropped
+    without ``close()`` (its :class:`RecordVideo` dropped unclosed) is still collected, and its
+    finalizer then does what ``close`` does: without it, the thread would wait for frames and
+    keep its ffmpeg process, four pipes and the unfinished file for the rest of the process.
     """
 
     def __init__(self, path: str, fps: float) -> None:
         import imageio.v2 as imageio
 
         # macro_block_size=2: frames of odd size are padded to even (H.264 needs it), nothing more.
-        self._writer = imageio.get_writer(path, fps=fps, codec="libx264", macro_block_size=2, ffmpeg_log_level="error")
+        writer = imageio.get_writer(path, fps=fps, codec="libx264", macro_block_size=2, ffmpeg_log_level="error")
         self._queue: queue.Queue[np.ndarray | None] = queue.Queue(QUEUED_FRAMES)
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._drain, name=f"vecenv-video {os.path.basename(path)}", daemon=True)
-        self._thread.start()
-
-    def _drain(self) -> None:
-        while (frame := self._queue.get()) is not None:
-            if self._error is None:
-                try:
-                    self._writer.append_data(frame)
-                except BaseException as exc:  # raised in the caller's thread by close()
-                    self._error = exc
+        self._errors: list[BaseException] = []  # what writing raised, in the thread
+        thread = threading.Thread(
+            target=_drain,
+            args=(self._queue, writer, self._errors),
+            name=f"vecenv-video {os.path.basename(path)}",
+            daemon=True,
+        )
+        thread.start()
+        self._finish = weakref.finalize(self, _finish_writing, self._queue, thread, writer)
 
     def append(self, frame: np.ndarray) -> None:
-        if self._error is not None:
-            raise self._error
+        if self._errors:
+            raise self._errors[0]
         self._queue.put(frame.copy())  # an env may render into the same array every time
 
     def close(self) -> None:
-        if self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join()
-            self._writer.close()
-        if self._error is not None:
-            raise self._error
+        self._finish()  # once: a closed writer's finalizer does nothing
+        if self._errors:
+            raise self._errors[0]
+
+
+def _drain(frames: queue.Queue[np.ndarray | None], writer: Any, errors: list[BaseException]) -> None:
+    """The writer thread: write the queued frames until ``None``; keep the first error (raised
+    in the caller's thread by the next ``append`` or ``close``) and drop the frames after it."""
+    while (frame := frames.get()) is not None:
+        if not errors:
+            try:
+                writer.append_data(frame)
+            except BaseException as exc:
+                errors.append(exc)
+
+
+def _finish_writing(frames: queue.Queue[np.ndarray | None], thread: threading.Thread, writer: Any) -> None:
+    """End a writer: the queued frames are written, the thread ends, ffmpeg finishes the file."""
+    if thread is threading.current_thread():
+        # The cyclic GC collected the writer in its own thread, which cannot wait for itself:
+        # another thread finishes it, once this one is back at its queue.
+        threading.Thread(target=_finish_writing, args=(frames, thread, writer), daemon=True).start()
+        return
+    frames.put(None)
+    thread.join()
+    writer.close()
 
 
 #: Frames an mp4 writer holds before ``append`` waits for the encoder.
@@ -260,12 +284,20 @@ class RecordVideo(VectorWrapper):
         return obs, rewards, terminations, truncations, infos
 
     def close(self, **kwargs: Any) -> None:
-        """Finish the videos being recorded, then close the env."""
+        """Finish the videos being recorded, then close the env. A video whose writer fails to
+        finish does not stop the others (each has its ffmpeg process): the first error is
+        raised once every video is finished and the env is closed."""
+        error: Exception | None = None
         try:
             for i in list(self._open):
-                self._finish(i)
+                try:
+                    self._finish(i)
+                except Exception as exc:  # the other videos are still finished (their ffmpeg ends)
+                    error = error or exc
         finally:
             self.env.close(**kwargs)
+        if error is not None:
+            raise error
 
     def __enter__(self) -> RecordVideo:
         return self
