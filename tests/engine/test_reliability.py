@@ -838,6 +838,38 @@ def test_unpicklable_call_result_names_the_env() -> None:
         envs.close()
 
 
+def _holding(lock: Any) -> gym.Env:
+    """A constructor's body that keeps ``lock`` (a lambda capturing it cannot be pickled)."""
+    assert lock is not None
+    return FaultEnv(index=0)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("inline", [False, True], ids=["workers", "inline-group"])
+def test_unpicklable_env_fn_is_named(inline: bool) -> None:
+    """Pickling's own error names the lock it met, not whose it was: among many constructors,
+    the note names the one that cannot travel (its index, name and line), and nothing starts."""
+    lock = threading.Lock()
+    fns = healthy_fns(N)
+    fns[3] = lambda: _holding(lock)
+    before = open_fds()
+    with pytest.raises(TypeError, match="pickle") as info:
+        vecenv.SubprocVectorEnv(fns, 2, context="fork", inline_group=inline)
+    notes = " ".join(info.value.__notes__)
+    assert "`env_fns[3]` (test_unpicklable_env_fn_is_named.<locals>.<lambda>, " in notes, notes
+    assert "cannot be pickled to be sent to worker 1" in notes, notes
+    assert open_fds() == before
+
+
+@pytest.mark.timeout(60)
+def test_unpicklable_group_fn_is_named() -> None:
+    lock = threading.Lock()
+    groups = [lambda: [FaultEnv(index=0)], lambda: [_holding(lock)]]
+    with pytest.raises(TypeError, match="pickle") as info:
+        vecenv.SubprocVectorEnv.from_groups(groups, context="fork")
+    assert "`group_fns[1]` (" in " ".join(info.value.__notes__), info.value.__notes__
+
+
 # -- a low descriptor limit ------------------------------------------------------------------
 
 

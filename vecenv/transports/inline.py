@@ -18,14 +18,13 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import cloudpickle
-
 from vecenv.errors import PackedException
 from vecenv.interrupts import HeldInterrupt
 from vecenv.transports.base import CannotRestart, Death, DeathCause, Event, Reply, Transport
 from vecenv.transports.process import ProcessTransport
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import Attach, Command, WithFd, decode_command, encode_for_pipe
+from vecenv.worker.builders import pickle_group
 from vecenv.worker.core import WorkerCore, WorkerOptions
 
 __all__ = ["InlineWorker", "ParentHostedFirst"]
@@ -45,7 +44,7 @@ class InlineWorker:
 
     def build(self, group_fn: Callable[[], Any]) -> None:
         try:
-            self.hello = Reply(0, 0, True, self.core.build(cloudpickle.dumps(group_fn)))
+            self.hello = Reply(0, 0, True, self.core.build(pickle_group(group_fn, 0)))
         except BaseException as exc:
             self.hello = Reply(0, 0, False, PackedException(exc, None))
 

@@ -30,8 +30,6 @@ from multiprocessing.connection import wait as wait_for_objects
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-import cloudpickle
-
 from vecenv.errors import ClosedEnvironmentError, DescriptorLimitError, InvalidStateError
 from vecenv.interrupts import HeldInterrupt
 from vecenv.machine import available_cpus, default_start_method, guard_main
@@ -63,6 +61,7 @@ from vecenv.wire.protocol import (
     encode_for_pipe,
     is_bare_step,
 )
+from vecenv.worker.builders import pickle_group
 from vecenv.worker.core import WorkerOptions
 from vecenv.worker.loop import worker_main
 
@@ -318,7 +317,7 @@ class ProcessTransport(Transport):
             resource_tracker.ensure_running()
         self._cpus = sorted(os.sched_getaffinity(0)) if self.pin_cpus else []
         workers = len(group_fns)
-        self._group_bytes = [cloudpickle.dumps(group_fn) for group_fn in group_fns]
+        self._group_bytes = [pickle_group(fn, self.first_index + i) for i, fn in enumerate(group_fns)]
         self.processes = [None] * workers
         self.conns = [None] * workers
         self._pids = [None] * workers

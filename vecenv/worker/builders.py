@@ -7,13 +7,14 @@ worker calls one to build its envs. Multi-agent copies are built with :func:`cal
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
+import cloudpickle
 import gymnasium as gym
 
 from vecenv.errors import ArgumentTypeError, describe
 
-__all__ = ["GroupOfFns", "call_each", "check_env"]
+__all__ = ["ConstructorGroup", "GroupOfFns", "call_each", "check_env", "pickle_group"]
 
 #: What a vector env uses of each env (a gymnasium.Env has them; duck-typed envs may too).
 _ENV_API = ("reset", "step", "observation_space", "action_space")
@@ -63,3 +64,54 @@ def call_each(fns: Sequence[Callable[[], Any]], first: int, what: str) -> list[A
             exc.add_note(f"raised by env_fns[{i}] ({what} {i})")
             raise
     return built
+
+
+@runtime_checkable
+class ConstructorGroup(Protocol):
+    """A group builder made of the user's constructors ``env_fns[first:first + len(env_fns)]``
+    (:class:`GroupOfFns`, a multi-agent worker's copies): an error can name one of them."""
+
+    env_fns: list[Callable[[], Any]]
+    first: int
+
+
+def pickle_group(group_fn: Callable[[], Any], worker: int) -> bytes:
+    """``group_fn`` pickled with cloudpickle, as it travels to worker ``worker``.
+
+    A constructor that cannot be pickled (a lambda that captured a lock, an open file, a
+    socket) fails here, before any worker starts. Pickling's own error names only the object
+    it met, not whose it was: a note is added naming the first of the group's ``env_fns``
+    that cannot be pickled (or the group builder itself, ``group_fns[worker]``, for
+    ``from_groups``), so that one bad constructor among many is found without bisecting.
+    """
+    try:
+        return bytes(cloudpickle.dumps(group_fn))
+    except Exception as exc:
+        exc.add_note(
+            f"{_unpicklable_part(group_fn, worker)} cannot be pickled to be sent to worker {worker}: constructors "
+            "travel to the workers with cloudpickle, so what they hold (captured variables, bound objects) "
+            "must pickle too"
+        )
+        raise
+
+
+def _unpicklable_part(group_fn: Callable[[], Any], worker: int) -> str:
+    """The constructor of ``group_fn`` that pickling fails on, in words."""
+    if isinstance(group_fn, ConstructorGroup):
+        for i, fn in enumerate(group_fn.env_fns, start=group_fn.first):
+            try:
+                cloudpickle.dumps(fn)
+            except Exception:
+                return f"`env_fns[{i}]` ({_name_of(fn)})"
+        last = group_fn.first + len(group_fn.env_fns) - 1
+        return f"the constructors of worker {worker} (`env_fns[{group_fn.first}..{last}]`)"
+    return f"`group_fns[{worker}]` ({_name_of(group_fn)})"
+
+
+def _name_of(fn: Callable[[], Any]) -> str:
+    """A constructor as its author would find it: its name and where it is defined."""
+    code = getattr(fn, "__code__", None)
+    name = getattr(fn, "__qualname__", None)
+    if code is not None and name is not None:
+        return f"{name}, {code.co_filename}:{code.co_firstlineno}"
+    return describe(fn)

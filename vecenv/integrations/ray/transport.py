@@ -38,7 +38,6 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-import cloudpickle
 import numpy as np
 import ray
 from ray.exceptions import ObjectLostError, OwnerDiedError, RayActorError, RaySystemError
@@ -60,6 +59,7 @@ from vecenv.wire.protocol import (
     encode_command,
     unpickling_failure,
 )
+from vecenv.worker.builders import pickle_group
 from vecenv.worker.core import WorkerCore, WorkerOptions, fallible_parts, unpicklable_part
 
 __all__ = ["RayTransport", "RAY_USE", "DEFAULT_ACTOR_OPTIONS", "check_ray_takes"]
@@ -315,8 +315,8 @@ class RayTransport(Transport):
     # -- start-up ----------------------------------------------------------------------------
 
     def launch(self, group_fns: Sequence[Callable[[], Any]]) -> None:
-        for group_fn in group_fns:
-            self._group_fns.append(cloudpickle.dumps(group_fn))
+        for worker, group_fn in enumerate(group_fns):
+            self._group_fns.append(pickle_group(group_fn, worker))
             self.actors.append(None)
             self.locations.append(None)
             self.outstanding.append(deque())
