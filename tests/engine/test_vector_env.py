@@ -53,11 +53,15 @@ def test_bad_constructor_arguments_name_themselves(kwargs: dict, argument: str) 
 @pytest.mark.timeout(60)
 @start_methods("fork", "spawn")
 def test_start_timeout_on_a_hanging_constructor(start_method: str) -> None:
-    # Worker 0 hangs in its constructor; worker 1 is healthy.
-    make = fault_fns(2, "hang", "init", target=0)
+    # Worker 1 (envs 2..3) hangs in env 3's constructor; worker 0 is healthy. The error names
+    # the worker still building and its envs (worker 0 may be named too, if it was slow).
+    make = fault_fns(4, "hang", "init", target=3)
     start = time.monotonic()
-    with pytest.raises(VecEnvTimeoutError):
+    with pytest.raises(
+        VecEnvTimeoutError, match=r"^The call to `__init__` has timed out after 0.5 second\(s\)"
+    ) as info:
         SubprocVectorEnv(make, num_workers=2, context=start_method, start_timeout=0.5)
+    assert "worker 1 (envs 2..3)" in str(info.value) and "still building" in str(info.value), str(info.value)
     elapsed = time.monotonic() - start
     assert elapsed < 0.5 + 4.0, f"start_timeout=0.5 took {elapsed:.2f} s"
     assert multiprocessing.active_children() == []

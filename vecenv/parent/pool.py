@@ -75,8 +75,26 @@ class WorkerPool:
     # -- start-up ----------------------------------------------------------------------------
 
     def hellos(self, timeout: float | None) -> list[Any]:
-        """Every worker's Hello; the first error is raised at once (nothing is kept on start)."""
-        return self.gather(self.workers, timeout, "__init__", fail_fast=True)
+        """Every worker's Hello; the first error is raised at once (nothing is kept on start).
+
+        Raises:
+            VecEnvTimeoutError: ``timeout`` (``start_timeout``) ran out; it names the workers
+                still building and their envs, as one stuck constructor among many workers
+                is otherwise found only by bisecting.
+        """
+        try:
+            return self.gather(self.workers, timeout, "__init__", fail_fast=True)
+        except VecEnvTimeoutError:
+            slow = [w for w in self.workers if w.owes]  # those that answered owe nothing
+            if not slow:
+                raise
+            named = ", ".join(
+                f"worker {w.index} ({self._planned_span(w)}{self.transport.where(w.index)})" for w in slow
+            )
+            still = "was still building its envs" if len(slow) == 1 else "were still building their envs"
+            raise VecEnvTimeoutError(
+                f"The call to `__init__` has timed out after {timeout} second(s) (start_timeout): {named} {still}"
+            ) from None
 
     def attach(self, sizes: Sequence[int], spec: BufferSpec, autoreset_mode: Any) -> Buffers:
         """Give each worker its index range and map the buffers; returns the parent's buffers."""
@@ -315,9 +333,8 @@ class WorkerPool:
         if restarter is not None and restarter.active:
             raise LostAgain
         cause = self.transport.cause_of_death(w.index)
-        envs = w.envs if w.size else self._planned[w.index]
-        span = f"envs {envs.start}..{envs.stop - 1}" if envs else "envs not yet assigned"
-        what = f"worker {w.index} ({span}{self.transport.where(w.index)}) {cause.how} during `{call}`"
+        envs = self._envs_of(w)
+        what = f"worker {w.index} ({self._planned_span(w)}{self.transport.where(w.index)}) {cause.how} during `{call}`"
         if restarter is not None and self.phase is PoolPhase.RUNNING and not self.ending:
             try:
                 refusal = restarter.replace(self, w, deadline)
@@ -331,6 +348,15 @@ class WorkerPool:
                 return
             what += f"; {refusal}"
         raise self._break(w, what, envs, cause.exitcode, call).copy()
+
+    def _envs_of(self, w: WorkerRecord) -> range | None:
+        """``w``'s envs: its rows once assigned, else those its builder says it builds."""
+        return w.envs if w.size else self._planned[w.index]
+
+    def _planned_span(self, w: WorkerRecord) -> str:
+        """``w``'s envs in words, for a message about it (before the handshake too)."""
+        envs = self._envs_of(w)
+        return f"envs {envs.start}..{envs.stop - 1}" if envs else "envs not yet assigned"
 
     def _break(
         self, w: WorkerRecord, what: str, envs: range | None, exitcode: int | None, call: str

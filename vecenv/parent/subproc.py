@@ -103,7 +103,8 @@ class SubprocVectorEnv(GroupVectorEnv):
             (the default) or, with groups of equal size, a multiple of the group size.
         pin_cpus: pin worker ``w`` to the ``w``-th core this process may run on (round robin).
         start_timeout: seconds the workers may take to build their envs (default: no limit);
-            past it the constructor raises :class:`~vecenv.errors.VecEnvTimeoutError`.
+            past it the constructor raises :class:`~vecenv.errors.VecEnvTimeoutError` naming the
+            workers still building their envs.
 
     Raises:
         ValueError, TypeError: bad arguments, named with what was expected and what was given.
