@@ -250,11 +250,36 @@ def make(
         env_fn = _recipe_of_id(env_id, env_extra, spec, merged, wrappers)
     else:
         env_fn = EnvRecipe(None, copy.deepcopy(spec), merged, wrappers)
+    _check_sendable(env_fn)
     envs = cls([env_fn] * num_envs, vector.get("num_workers"), **_without(vector, "num_workers"))
     if backend != "process":
         vector["backend"] = backend
     envs.spec = _vector_spec(spec, {**spec_kwargs, **env_extra}, num_envs, vector, wrappers)
     return envs
+
+
+def _check_sendable(recipe: EnvRecipe) -> None:
+    """Raise pickling's error, with a note naming the env kwarg or wrapper it failed on, when
+    ``recipe`` cannot travel to the workers (an env kwarg holding a lock, a lambda wrapper
+    capturing an open file): pickling's own message names only the object it met."""
+    try:
+        cloudpickle.dumps(recipe)
+    except Exception as exc:
+        parts = [(f"the env kwarg `{k}`", v) for k, v in recipe.kwargs.items()]
+        parts += [(f"`wrappers[{i}]`", w) for i, w in enumerate(recipe.wrappers)]
+        culprit = next((name for name, part in parts if not _pickles(part)), "the env's spec")
+        exc.add_note(
+            f"vecenv.make sends each worker the env's kwargs and wrappers with cloudpickle: {culprit} cannot be pickled"
+        )
+        raise
+
+
+def _pickles(value: Any) -> bool:
+    try:
+        cloudpickle.dumps(value)
+    except Exception:
+        return False
+    return True
 
 
 def _refuse_other_backends_keywords(backend: str, kwargs: dict[str, Any], env_kwargs: Any) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import re
+import threading
 from typing import Any
 
 import gymnasium as gym
@@ -77,6 +78,23 @@ def test_make_unknown_id_suggests_close_matches() -> None:
         vecenv.make("CartPole-v2", 2)
     with pytest.raises(gym.error.NameNotFound, match="did you mean 'CartPole-v1'"):
         vecenv.make("CartPol-v1", 2)
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("where", ["kwarg", "wrapper"])
+def test_make_names_the_env_kwarg_or_wrapper_that_cannot_be_pickled(where: str) -> None:
+    """Pickling's own error names the lock, not whose it was: the note names the argument."""
+    lock = threading.Lock()
+    given: dict[str, Any] = (
+        {"env_kwargs": {"render_mode": None, "lock": lock}}
+        if where == "kwarg"
+        else {"wrappers": [lambda env: env, lambda env: lock and env]}
+    )
+    with pytest.raises(TypeError, match="pickle") as info:
+        vecenv.make("CartPole-v1", num_envs=2, num_workers=1, context="fork", **given)
+    named = "the env kwarg `lock`" if where == "kwarg" else "`wrappers[1]`"
+    assert f"{named} cannot be pickled" in " ".join(info.value.__notes__), info.value.__notes__
+    assert multiprocessing.active_children() == []
 
 
 @pytest.mark.timeout(60)
