@@ -97,8 +97,10 @@ class WorkerDiedError(VecEnvError):
         self.exitcode = exitcode
 
     def copy(self) -> WorkerDiedError:
-        """The same error, new and never raised (so it holds no traceback)."""
-        return WorkerDiedError(str(self), worker=self.worker, envs=self.envs, exitcode=self.exitcode)
+        """The same error (its cause too), new and never raised (so it holds no traceback)."""
+        error = WorkerDiedError(str(self), worker=self.worker, envs=self.envs, exitcode=self.exitcode)
+        error.__cause__ = self.__cause__
+        return error
 
 
 class VecEnvTimeoutError(VecEnvError, multiprocessing.TimeoutError, TimeoutError):

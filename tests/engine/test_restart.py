@@ -13,6 +13,7 @@ import functools
 import itertools
 import os
 import signal
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -367,6 +368,52 @@ def test_a_worker_that_dies_while_rebuilt_counts_as_a_restart(tmp_path) -> None:
         assert envs.restart_count == 3
     finally:
         envs.close()
+
+
+class _RaisesWhenRebuilt(_DiesWhenRebuilt):
+    """Builds fine once; a later build (in a restarted worker) raises, as a simulator whose
+    licence server went away does."""
+
+    def __init__(self, marker: str) -> None:
+        if os.path.exists(marker):
+            raise ConnectionError("licence server down")
+        super().__init__(marker)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("inline", [False, True], ids=["workers", "inline-group"])
+@pytest.mark.parametrize("found_by", ["step", "get_attr"])
+def test_a_rebuild_that_raises_names_the_env_and_keeps_its_traceback(tmp_path, inline: bool, found_by: str) -> None:
+    """The WorkerDiedError names the env whose constructor raised in the replacement, and has
+    that exception (with the worker's traceback as its own cause) as its cause, as a start-up
+    error has; every later call's error too. The vector env still closes when dropped, also
+    when the death was found by sending a command down the dead worker's pipe (get_attr; a
+    step's command takes the fast path), where the rebuild raises while that failure is
+    handled."""
+    fns = [functools.partial(_RaisesWhenRebuilt, str(tmp_path / f"built-{i}")) for i in range(4)]
+    envs = vecenv.SubprocVectorEnv(fns, 2, on_worker_death="restart", context="fork", inline_group=inline)
+    try:
+        envs.reset(seed=0)
+        _kill(envs, 1)
+        with pytest.raises(vecenv.WorkerDiedError, match="rebuilding its envs raised ConnectionError") as info:
+            if found_by == "step":
+                envs.step(np.zeros(4, dtype=np.int64))
+            else:
+                envs.get_attr("observation_space")
+        assert "raised by env_fns[2] (env 2)" in str(info.value), str(info.value)
+        cause = info.value.__cause__
+        assert isinstance(cause, ConnectionError) and cause.__traceback__ is None and cause.__context__ is None
+        assert 'raise ConnectionError("licence server down")' in str(cause.__cause__)  # the worker's traceback
+        with pytest.raises(vecenv.WorkerDiedError) as later:
+            envs.step(np.zeros(4, dtype=np.int64))
+        assert later.value.__cause__ is not None and later.value.__cause__.__cause__ is cause
+    except BaseException:
+        envs.close()
+        raise
+    del info, later, cause  # their tracebacks hold this frame, which holds envs
+    dropped = weakref.ref(envs)
+    del envs
+    assert dropped() is None, "a cycle keeps the broken vector env alive"
 
 
 @pytest.mark.parametrize(

@@ -347,6 +347,9 @@ class WorkerPool:
             if refusal is None:
                 return
             what += f"; {refusal}"
+            broken = self._break(w, what, envs, cause.exitcode, call)
+            broken.__cause__ = restarter.cause  # the env's error that stopped the rebuild, if any
+            raise broken.copy()
         raise self._break(w, what, envs, cause.exitcode, call).copy()
 
     def _envs_of(self, w: WorkerRecord) -> range | None:

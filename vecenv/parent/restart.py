@@ -120,6 +120,9 @@ class Restarter:
         self.budget = RestartBudget(policy.max_restarts, policy.window)
         self.restarts = 0  # every restart so far (the reseed count)
         self.active = False  # a restart is under way: a death now is LostAgain
+        #: What the last refused restart's rebuild raised (the env's exception, its worker
+        #: traceback as its cause), for the ``WorkerDiedError`` to keep as its cause; else ``None``.
+        self.cause: BaseException | None = None
 
     def replace(self, pool: RestartHost, w: WorkerRecord, deadline: float | None = None) -> str | None:
         """Replace dead worker ``w`` and answer the call it still owed; ``None`` when done,
@@ -139,6 +142,7 @@ class Restarter:
         A reply that arrived with the death and was not taken yet counts as owed.
         """
         lost, first = None, True
+        self.cause = None
         while True:
             if pool.ending:  # killed by close() from another thread: it must not come back
                 return "the vector env was closed from another thread meanwhile"
@@ -168,7 +172,14 @@ class Restarter:
             except _WrongSize as exc:
                 return str(exc)
             except Exception as exc:
-                return f"rebuilding its envs raised {type(exc).__name__}: {exc}"
+                # Kept without its traceback nor the exception it interrupted (a WorkerGone of
+                # the send that found the death): their frames lead back to the vector env,
+                # which keeps the error, a cycle that would outlive `del envs`.
+                self.cause = exc.with_traceback(None)
+                exc.__context__ = None
+                notes = getattr(exc, "__notes__", None)  # which env, for an env's own error
+                where = f" ({'; '.join(notes)})" if notes else ""
+                return f"rebuilding its envs raised {type(exc).__name__}: {exc}{where}"
             finally:
                 self.active = False
         if lost is None:
