@@ -513,6 +513,50 @@ def test_interrupt_between_a_calls_send_and_its_wait_leaves_nothing_pending(
         envs.close()
 
 
+CTRL_C_IN_A_FORK_HOOK = textwrap.dedent(
+    """
+    import json, os, signal, sys
+    sys.path.insert(0, {root!r})
+    import vecenv
+    from tests.helpers.faults import healthy_fns
+
+    armed = []
+
+    def interrupt_after_fork() -> None:  # Ctrl+C landing in an at-fork hook, as logging's
+        if armed:
+            armed.clear()
+            os.kill(os.getpid(), signal.SIGINT)
+
+    if __name__ == "__main__":
+        os.register_at_fork(after_in_parent=interrupt_after_fork)
+        armed.append(True)
+        try:
+            envs = vecenv.SubprocVectorEnv(healthy_fns(4), 2, context="fork")
+        except KeyboardInterrupt:
+            outcome = "KeyboardInterrupt"
+        else:
+            outcome = "built"
+            envs.close()
+        import multiprocessing
+        print(json.dumps({{"outcome": outcome, "children": len(multiprocessing.active_children())}}), flush=True)
+    """
+)
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_while_a_worker_is_forked_is_raised_not_lost(tmp_path: Path) -> None:
+    """A KeyboardInterrupt raised in one of Python's at-fork hooks is printed as "Exception
+    ignored" and dropped: the constructor went on as if no Ctrl+C came (and a hook cut half-way,
+    logging's, leaves its lock held). Held over the start, it is raised once the worker is
+    started and recorded, and the constructor ends its workers."""
+    script = tmp_path / "ctrl_c_in_fork_hook.py"
+    script.write_text(CTRL_C_IN_A_FORK_HOOK.format(root=str(ROOT)))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "Exception ignored" not in proc.stderr, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == {"outcome": "KeyboardInterrupt", "children": 0}
+
+
 @pytest.mark.timeout(60)
 def test_ctrl_c_never_leaves_the_fence_lock_held() -> None:
     """The fast path's memory barrier takes and releases a lock; a signal handled between the

@@ -396,10 +396,17 @@ class ProcessTransport(Transport):
         unset = multiprocessing.get_start_method(allow_none=True) is None
         total = self.first_index + len(self.processes)
         try:
-            if forkserver:
-                self._servers[index] = _start_from_fork_server(process, number, total)
-            else:
-                process.start()
+            # Ctrl+C held from the start to the record: a fork runs Python's at-fork hooks, where
+            # a KeyboardInterrupt is printed as "Exception ignored" and lost (the program runs
+            # on) and can leave a hook's lock held (logging's: the next thread to log waits
+            # forever); and a process started but not yet recorded would be left behind.
+            with HeldInterrupt():
+                if forkserver:
+                    self._servers[index] = _start_from_fork_server(process, number, total)
+                else:
+                    process.start()
+                self.processes[index] = process
+                self._pids[index] = process.pid
         except OSError as exc:
             raise _limit_error(exc, number, total) from None
         finally:
@@ -408,8 +415,6 @@ class ProcessTransport(Transport):
                 # Starting a forkserver records the default method as if the user had chosen it,
                 # which would turn off check_context's threaded-parent rule for later vector envs.
                 multiprocessing.set_start_method(None, force=True)
-        self.processes[index] = process
-        self._pids[index] = process.pid
 
     def relaunch(self, worker: int) -> None:
         old, conn = self._process(worker), self._conn(worker)
