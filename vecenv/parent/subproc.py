@@ -104,7 +104,8 @@ class SubprocVectorEnv(GroupVectorEnv):
         pin_cpus: pin worker ``w`` to the ``w``-th core this process may run on (round robin).
         start_timeout: seconds the workers may take to build their envs (default: no limit);
             past it the constructor raises :class:`~vecenv.errors.VecEnvTimeoutError` naming the
-            workers still building their envs.
+            workers still building their envs. It does not bound the env ``"auto"`` builds in
+            this process to time a step (nothing in this process can be timed out).
 
     Raises:
         ValueError, TypeError: bad arguments, named with what was expected and what was given.
