@@ -21,6 +21,7 @@ from gymnasium.envs.registration import EnvSpec, find_highest_version, get_env_i
 
 from vecenv.backends import BACKENDS, OWN_KEYWORDS, vector_class
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, UnknownEnvIdError, describe
+from vecenv.worker.builders import pickles
 
 __all__ = ["make", "check_env_id", "vector_keywords", "BACKENDS", "VECTORIZATION_MODE"]
 
@@ -267,19 +268,11 @@ def _check_sendable(recipe: EnvRecipe) -> None:
     except Exception as exc:
         parts = [(f"the env kwarg `{k}`", v) for k, v in recipe.kwargs.items()]
         parts += [(f"`wrappers[{i}]`", w) for i, w in enumerate(recipe.wrappers)]
-        culprit = next((name for name, part in parts if not _pickles(part)), "the env's spec")
+        culprit = next((name for name, part in parts if not pickles(part)), "the env's spec")
         exc.add_note(
             f"vecenv.make sends each worker the env's kwargs and wrappers with cloudpickle: {culprit} cannot be pickled"
         )
         raise
-
-
-def _pickles(value: Any) -> bool:
-    try:
-        cloudpickle.dumps(value)
-    except Exception:
-        return False
-    return True
 
 
 def _refuse_other_backends_keywords(backend: str, kwargs: dict[str, Any], env_kwargs: Any) -> None:

@@ -335,6 +335,7 @@ class WorkerPool:
         cause = self.transport.cause_of_death(w.index)
         envs = self._envs_of(w)
         what = f"worker {w.index} ({self._planned_span(w)}{self.transport.where(w.index)}) {cause.how} during `{call}`"
+        rebuild_error: BaseException | None = None
         if restarter is not None and self.phase is PoolPhase.RUNNING and not self.ending:
             try:
                 refusal = restarter.replace(self, w, deadline)
@@ -347,10 +348,10 @@ class WorkerPool:
             if refusal is None:
                 return
             what += f"; {refusal}"
-            broken = self._break(w, what, envs, cause.exitcode, call)
-            broken.__cause__ = restarter.cause  # the env's error that stopped the rebuild, if any
-            raise broken.copy()
-        raise self._break(w, what, envs, cause.exitcode, call).copy()
+            rebuild_error = restarter.cause  # the env's error that stopped the rebuild, if any
+        broken = self._break(w, what, envs, cause.exitcode, call)
+        broken.__cause__ = rebuild_error
+        raise broken.copy()
 
     def _envs_of(self, w: WorkerRecord) -> range | None:
         """``w``'s envs: its rows once assigned, else those its builder says it builds."""

@@ -14,7 +14,7 @@ import gymnasium as gym
 
 from vecenv.errors import ArgumentTypeError, describe
 
-__all__ = ["ConstructorGroup", "GroupOfFns", "call_each", "check_env", "pickle_group"]
+__all__ = ["ConstructorGroup", "GroupOfFns", "call_each", "check_env", "pickle_group", "pickles"]
 
 #: What a vector env uses of each env (a gymnasium.Env has them; duck-typed envs may too).
 _ENV_API = ("reset", "step", "observation_space", "action_space")
@@ -99,13 +99,21 @@ def _unpicklable_part(group_fn: Callable[[], Any], worker: int) -> str:
     """The constructor of ``group_fn`` that pickling fails on, in words."""
     if isinstance(group_fn, ConstructorGroup):
         for i, fn in enumerate(group_fn.env_fns, start=group_fn.first):
-            try:
-                cloudpickle.dumps(fn)
-            except Exception:
+            if not pickles(fn):
                 return f"`env_fns[{i}]` ({_name_of(fn)})"
         last = group_fn.first + len(group_fn.env_fns) - 1
         return f"the constructors of worker {worker} (`env_fns[{group_fn.first}..{last}]`)"
     return f"`group_fns[{worker}]` ({_name_of(group_fn)})"
+
+
+def pickles(value: Any) -> bool:
+    """Whether cloudpickle can pickle ``value``: to find, once pickling a whole failed, the
+    part that made it fail."""
+    try:
+        cloudpickle.dumps(value)
+    except Exception:
+        return False
+    return True
 
 
 def _name_of(fn: Callable[[], Any]) -> str:
