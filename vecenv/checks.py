@@ -48,6 +48,16 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def _refusal(right_type: bool, message: str) -> InvalidArgumentError:
+    """The error for an argument a check refused: :class:`ArgumentTypeError` (a ``TypeError``
+    too) when it is of the wrong type, :class:`InvalidArgumentError` when only its value is."""
+    return InvalidArgumentError(message) if right_type else ArgumentTypeError(message)
+
+
 def check_env_fns(env_fns: Any, name: str = "env_fns") -> list[Callable[[], Any]]:
     """A non-empty list of callables (any iterable is accepted, as ``SyncVectorEnv`` does)."""
     if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Iterable):
@@ -64,7 +74,8 @@ def check_env_fns(env_fns: Any, name: str = "env_fns") -> list[Callable[[], Any]
 def check_group_fns(group_fns: Any) -> list[Callable[[], Any]]:
     """A non-empty sequence of callables, each building one worker's envs (``from_groups``)."""
     if isinstance(group_fns, (str, bytes)) or not isinstance(group_fns, Sequence) or not group_fns:
-        raise InvalidArgumentError(f"`group_fns` must be a non-empty sequence of callables, got {describe(group_fns)}")
+        right_type = isinstance(group_fns, Sequence) and not isinstance(group_fns, (str, bytes))
+        raise _refusal(right_type, f"`group_fns` must be a non-empty sequence of callables, got {describe(group_fns)}")
     for i, fn in enumerate(group_fns):
         if not callable(fn):
             raise ArgumentTypeError(f"`group_fns[{i}]` must be callable (returning a list of envs), got {describe(fn)}")
@@ -89,9 +100,10 @@ def check_num_workers(num_workers: Any, num_envs: int, *, in_process: bool = Tru
     low = 0 if in_process else 1
     offer = "None, 'auto' or" if in_process and auto else "None or"
     if not _is_int(num_workers) or not low <= num_workers <= num_envs:
-        raise InvalidArgumentError(
+        raise _refusal(
+            _is_int(num_workers) or (isinstance(num_workers, str) and num_workers == "auto"),
             f"`num_workers` must be {offer} an int in [{low}, {num_envs}] ({low} to len(env_fns)), "
-            f"got {describe(num_workers)}"
+            f"got {describe(num_workers)}",
         )
     return int(num_workers)
 
@@ -141,14 +153,9 @@ def check_timeout(timeout: Any, name: str = "timeout") -> float | None:
     """``None`` (no limit) or a non-negative number of seconds."""
     if timeout is None:
         return None
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, (int, float, np.integer, np.floating))
-        or not math.isfinite(timeout)
-        or timeout < 0
-    ):
-        raise InvalidArgumentError(
-            f"`{name}` must be None or a non-negative number of seconds, got {describe(timeout)}"
+    if not _is_number(timeout) or not math.isfinite(timeout) or timeout < 0:
+        raise _refusal(
+            _is_number(timeout), f"`{name}` must be None or a non-negative number of seconds, got {describe(timeout)}"
         )
     return float(timeout)
 
@@ -226,7 +233,9 @@ def check_batch_size(batch_size: Any, group_sizes: Sequence[int]) -> int:
         return n
     sizes = sorted(set(group_sizes))
     if not _is_int(batch_size) or not 0 < batch_size <= n:
-        raise InvalidArgumentError(f"`batch_size` must be an int in [1, num_envs={n}], got {describe(batch_size)}")
+        raise _refusal(
+            _is_int(batch_size), f"`batch_size` must be an int in [1, num_envs={n}], got {describe(batch_size)}"
+        )
     if batch_size != n and (len(sizes) > 1 or batch_size % sizes[0]):
         rule = (
             f"a multiple of the group size {sizes[0]}"
@@ -266,15 +275,11 @@ def check_restarts(on_worker_death: Any, max_restarts: Any, restart_window: Any)
     if on_worker_death not in ("raise", "restart"):
         raise InvalidArgumentError(f"`on_worker_death` must be 'raise' or 'restart', got {describe(on_worker_death)}")
     if not _is_int(max_restarts) or max_restarts < 1:
-        raise InvalidArgumentError(f"`max_restarts` must be a positive int, got {describe(max_restarts)}")
-    if (
-        isinstance(restart_window, bool)
-        or not isinstance(restart_window, (int, float, np.integer, np.floating))
-        or not math.isfinite(restart_window)
-        or restart_window <= 0
-    ):
-        raise InvalidArgumentError(
-            f"`restart_window` must be a positive number of seconds, got {describe(restart_window)}"
+        raise _refusal(_is_int(max_restarts), f"`max_restarts` must be a positive int, got {describe(max_restarts)}")
+    if not _is_number(restart_window) or not math.isfinite(restart_window) or restart_window <= 0:
+        raise _refusal(
+            _is_number(restart_window),
+            f"`restart_window` must be a positive number of seconds, got {describe(restart_window)}",
         )
     return None if on_worker_death == "raise" else RestartBudget(int(max_restarts), float(restart_window))
 
@@ -282,14 +287,17 @@ def check_restarts(on_worker_death: Any, max_restarts: Any, restart_window: Any)
 def check_threads(threads: Any) -> int | None:
     """``threads_per_worker``: ``None`` or a positive int."""
     if threads is not None and (not _is_int(threads) or threads < 1):
-        raise InvalidArgumentError(f"`threads_per_worker` must be None or a positive int, got {describe(threads)}")
+        raise _refusal(
+            _is_int(threads), f"`threads_per_worker` must be None or a positive int, got {describe(threads)}"
+        )
     return None if threads is None else int(threads)
 
 
 def check_num_steps(num_steps: Any) -> int:
     """A rollout's length: a positive int."""
     if not _is_int(num_steps) or num_steps < 1:
-        raise InvalidArgumentError(
-            f"`num_steps` must be a positive int (steps per env in the rollout), got {describe(num_steps)}"
+        raise _refusal(
+            _is_int(num_steps),
+            f"`num_steps` must be a positive int (steps per env in the rollout), got {describe(num_steps)}",
         )
     return int(num_steps)

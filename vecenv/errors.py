@@ -22,10 +22,11 @@ Who is at fault decides the type:
   avoids that by forking instead.
 
 Every other error vecenv raises is a :class:`VecEnvError` that keeps the builtin base code may
-already catch: :class:`InvalidArgumentError` (a ``ValueError``), :class:`ArgumentTypeError` (a
-``TypeError``), :class:`InvalidStateError` (a ``RuntimeError``), :class:`MissingDependencyError`
-(an ``ImportError``) and :class:`EnvIndexError` (an ``IndexError``); ``except ValueError`` and
-``except VecEnvError`` both catch a bad argument.
+already catch: :class:`InvalidArgumentError` (a ``ValueError``), :class:`ArgumentTypeError` (an
+argument of the wrong type: a ``TypeError``, and an ``InvalidArgumentError`` too),
+:class:`InvalidStateError` (a ``RuntimeError``), :class:`MissingDependencyError` (an
+``ImportError``) and :class:`EnvIndexError` (an ``IndexError``); ``except ValueError`` and
+``except VecEnvError`` both catch a bad argument, and ``except TypeError`` one of the wrong type.
 
 Calls made in the wrong order or after ``close()`` raise :class:`AlreadyPendingCallError`,
 :class:`NoAsyncCallError` and :class:`ClosedEnvironmentError`, and an unknown env id
@@ -213,10 +214,12 @@ class InvalidArgumentError(VecEnvError, ValueError):
     ``ValueError``, as before; the message names the argument, what it expects and what it got."""
 
 
-class ArgumentTypeError(VecEnvError, TypeError):
+class ArgumentTypeError(InvalidArgumentError, TypeError):
     """An argument of a type the call cannot take (a float where an int is needed, a policy that
-    is none of the kinds a worker can run). A ``TypeError``, as before; the message names the
-    argument, what it expects and what it got."""
+    is none of the kinds a worker can run). A ``TypeError``, as Python's own calls raise for a
+    wrong type, and an :class:`InvalidArgumentError` (so a ``ValueError``) too, so code written
+    to catch a bad argument as that still catches it; the message names the argument, what it
+    expects and what it got."""
 
 
 class InvalidStateError(VecEnvError, RuntimeError):

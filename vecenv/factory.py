@@ -235,7 +235,9 @@ def make(
     cls = vector_class(backend)
     vector_params = _vector_params(cls)
 
-    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int):
+        raise ArgumentTypeError(f"`num_envs` must be a positive int, got {describe(num_envs)}")
+    if num_envs < 1:
         raise InvalidArgumentError(f"`num_envs` must be a positive int, got {describe(num_envs)}")
     vector = _vector_arguments(cls, vector_params, vector_kwargs, kwargs, num_workers)
     env_extra = _merge(

@@ -330,3 +330,85 @@ def test_a_constructor_that_returns_no_env_is_named(build: Any, message: str) ->
     with pytest.raises(TypeError, match=message):
         build()
     assert multiprocessing.active_children() == []
+
+
+# -- wrong type or wrong value ------------------------------------------------------------------
+
+_CHECKS: dict[str, Any] = {
+    "num_workers": lambda v: checks.check_num_workers(v, 4),
+    "timeout": checks.check_timeout,
+    "batch_size": lambda v: checks.check_batch_size(v, [2, 2]),
+    "max_restarts": lambda v: checks.check_restarts("restart", v, 1.0),
+    "restart_window": lambda v: checks.check_restarts("restart", 1, v),
+    "threads_per_worker": checks.check_threads,
+    "num_steps": checks.check_num_steps,
+    "group_fns": checks.check_group_fns,
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("num_workers", "x"),
+        ("num_workers", 2.0),
+        ("num_workers", True),
+        ("timeout", "x"),
+        ("timeout", True),
+        ("batch_size", 2.0),
+        ("max_restarts", 1.5),
+        ("restart_window", "1"),
+        ("threads_per_worker", 2.0),
+        ("num_steps", 2.0),
+        ("num_steps", "2"),
+        ("group_fns", "abc"),
+    ],
+)
+def test_a_wrong_type_is_a_type_error_and_still_an_invalid_argument(name: str, value: Any) -> None:
+    """``except TypeError`` catches an argument of the wrong type, and ``except
+    InvalidArgumentError`` (what callers wrote before) still does; the message names the argument
+    and the value."""
+    with pytest.raises(vecenv.errors.ArgumentTypeError, match=rf"`{name}` must be") as info:
+        _CHECKS[name](value)
+    assert isinstance(info.value, TypeError) and isinstance(info.value, vecenv.errors.InvalidArgumentError)
+    assert repr(value) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("num_workers", 5),
+        ("timeout", -1.0),
+        ("timeout", float("nan")),
+        ("batch_size", 0),
+        ("max_restarts", 0),
+        ("restart_window", 0.0),
+        ("threads_per_worker", 0),
+        ("num_steps", 0),
+        ("group_fns", []),
+    ],
+)
+def test_a_wrong_value_of_the_right_type_is_no_type_error(name: str, value: Any) -> None:
+    with pytest.raises(vecenv.errors.InvalidArgumentError, match=rf"`{name}` must be") as info:
+        _CHECKS[name](value)
+    assert not isinstance(info.value, TypeError)
+
+
+def test_the_public_calls_raise_a_type_error_for_a_wrong_type() -> None:
+    """The calls users make, end to end (no process: the checks run before any starts)."""
+    with pytest.raises(TypeError, match="`num_workers` must be") as info:
+        vecenv.make("CartPole-v1", 4, num_workers="x")
+    assert isinstance(info.value, vecenv.errors.InvalidArgumentError)
+    with pytest.raises(TypeError, match="`num_envs` must be a positive int, got 2.0"):
+        vecenv.make("CartPole-v1", 2.0)
+    with pytest.raises(vecenv.errors.InvalidArgumentError, match="`num_envs` must be a positive int, got 0") as refused:
+        vecenv.make("CartPole-v1", 0)
+    assert not isinstance(refused.value, TypeError)
+    envs = vecenv.make("CartPole-v1", 2, num_workers=0)
+    try:
+        envs.reset(seed=0)
+        with pytest.raises(TypeError, match="`num_steps` must be a positive int .*got 2.0"):
+            envs.rollout(2.0)
+        with pytest.raises(TypeError, match="`timeout` must be None or a non-negative number of seconds, got 'x'"):
+            envs.step(np.zeros(2, dtype=np.int64), timeout="x")
+    finally:
+        envs.close()

@@ -64,7 +64,9 @@ WriterFactory = Callable[[str, float], VideoWriter]
 
 def every(k: int) -> Callable[[int], bool]:
     """An ``episode_trigger`` that records episodes ``0, k, 2k, ...`` (CleanRL's "every K episodes")."""
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise ArgumentTypeError(f"`k` must be a positive int, got {describe(k)}")
+    if k < 1:
         raise InvalidArgumentError(f"`k` must be a positive int, got {describe(k)}")
     return lambda episode: episode % k == 0
 
@@ -226,18 +228,15 @@ class RecordVideo(VectorWrapper):
                 f"`writer` must be a callable (path, fps) -> VideoWriter or None, got {describe(writer)}"
             )
         if not isinstance(name_prefix, str) or not name_prefix or os.sep in name_prefix or "\0" in name_prefix:
-            raise InvalidArgumentError(
+            refusal = InvalidArgumentError if isinstance(name_prefix, str) else ArgumentTypeError
+            raise refusal(
                 f"`name_prefix` must be a non-empty file name without {os.sep!r} (the start of each video's name), "
                 f"got {describe(name_prefix)}"
             )
-        if fps is not None and (
-            isinstance(fps, bool)
-            or not isinstance(fps, (int, float, np.integer, np.floating))
-            or not 0 < fps < math.inf
-        ):
-            raise InvalidArgumentError(
-                f"`fps` must be None or a positive number of frames per second, got {describe(fps)}"
-            )
+        number = isinstance(fps, (int, float, np.integer, np.floating)) and not isinstance(fps, bool)
+        if fps is not None and (not number or not 0 < fps < math.inf):
+            refusal = InvalidArgumentError if number else ArgumentTypeError
+            raise refusal(f"`fps` must be None or a positive number of frames per second, got {describe(fps)}")
         self.env_ids = check_env_ids(env_ids, env.num_envs).tolist()
         self.episode_trigger = capped_cubic if episode_trigger is None else episode_trigger
         self.video_folder = os.path.abspath(os.fspath(video_folder))

@@ -396,7 +396,9 @@ def make_parallel(
             f"`env` must be a PettingZoo env module (with `parallel_env`) or a callable returning a "
             f"ParallelEnv, got {describe(env)}"
         )
-    if isinstance(num_copies, bool) or not isinstance(num_copies, int) or num_copies < 1:
+    if isinstance(num_copies, bool) or not isinstance(num_copies, int):
+        raise ArgumentTypeError(f"`num_copies` must be a positive int, got {describe(num_copies)}")
+    if num_copies < 1:
         raise InvalidArgumentError(f"`num_copies` must be a positive int, got {describe(num_copies)}")
     if env_kwargs is not None and not isinstance(env_kwargs, dict):
         raise ArgumentTypeError(f"`env_kwargs` must be a dict or None, got {describe(env_kwargs)}")

@@ -250,7 +250,9 @@ def concat_vec_envs_v1(
             f"`base_class` must be one of {', '.join(map(repr, BASE_CLASSES))}, got {describe(base_class)}"
         )
     for name, value, low in (("num_vec_envs", num_vec_envs, 1), ("num_cpus", num_cpus, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ArgumentTypeError(f"`{name}` must be an int >= {low}, got {describe(value)}")
+        if value < low:
             raise InvalidArgumentError(f"`{name}` must be an int >= {low}, got {describe(value)}")
     if isinstance(vec_env, gym.Env):
         env, black_death = vec_env, False
