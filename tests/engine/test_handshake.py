@@ -17,7 +17,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
 from tests.engine.test_differential import same_steps
-from tests.helpers.envs import BoundsEnv, fns, sync_group
+from tests.helpers.envs import BoundsEnv, PayEnv, fns, sync_group
 from tests.helpers.fakes import ACT_SPACE, OBS_SPACE, hello
 from vecenv import SpaceMismatchError, SubprocVectorEnv
 from vecenv.parent.handshake import configure
@@ -47,6 +47,47 @@ def test_configure_names_a_mismatch_by_its_global_index() -> None:
         SpaceMismatchError, match=r"^Some environments have an action space different from `Discrete\(3\)`.*env 2 has"
     ):
         configure([hello(2), hello(1, action_space=spaces.Discrete(4))], SpaceRule.SAME, NEXT, "SubprocVectorEnv")
+
+
+def test_configure_names_an_envs_observation_mismatch_before_its_action_mismatch() -> None:
+    """``SyncVectorEnv``'s order: the first env that does not fit, its observation space before
+    its action space, whether a group's first env or the group's own check found it."""
+    wide = spaces.Box(-1.0, 1.0, (3,), np.float32)
+    both = hello(1, observation_space=wide, action_space=spaces.Discrete(4))
+    with pytest.raises(SpaceMismatchError, match=r"env 1 has observation_space Box.*\(3,\)"):
+        configure([hello(1), both], SpaceRule.SAME, NEXT, "SubprocVectorEnv")
+    with pytest.raises(SpaceMismatchError, match=r"action space different .* env 1 has action_space Discrete\(4\)"):
+        configure([hello(1), hello(1, action_space=spaces.Discrete(4)), both], SpaceRule.SAME, NEXT, "SubprocVectorEnv")
+    # A given space (a tuple mode) is checked by the group; its first env's mismatch comes first.
+    given = (batch_space(wide, 2), wide)
+    head = hello(1, action_space=spaces.Discrete(4), mismatch=SpaceMismatch(0, SpaceKind.OBSERVATION, wide, OBS_SPACE))
+    with pytest.raises(SpaceMismatchError, match=r"env 1 has observation_space Box.*\(2,\)"):
+        configure([hello(1, observation_space=wide), head], given, NEXT, "SubprocVectorEnv")
+
+
+class OddSpacesEnv(PayEnv):
+    """A ``PayEnv`` whose observation space (``odd_obs``) or action space (``odd_action``), or
+    both, differ from the others'."""
+
+    def __init__(self, index: int = 0, odd_obs: bool = False, odd_action: bool = False) -> None:
+        super().__init__(index)
+        if odd_obs:
+            self.observation_space = spaces.Box(-1.0, 1.0, (3,), np.float32)
+        if odd_action:
+            self.action_space = spaces.Discrete(5)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("num_workers", [0, 1, 2, 3])
+def test_the_mismatch_named_does_not_depend_on_the_worker_count(num_workers: int) -> None:
+    """Env 2's observation and action spaces both differ from env 0's: like ``SyncVectorEnv``, the
+    error names its observation space, whether a worker's check finds it or the parent's."""
+    env_fns = [*fns(OddSpacesEnv, 2), functools.partial(OddSpacesEnv, 2, odd_obs=True, odd_action=True)]
+    with pytest.raises(RuntimeError, match="sub-environments observation spaces are not equivalent"):
+        SyncVectorEnv(env_fns)
+    with pytest.raises(SpaceMismatchError, match=r"env 2 has observation_space Box.*\(3,\)"):
+        SubprocVectorEnv(env_fns, num_workers=num_workers)
+    assert multiprocessing.active_children() == []
 
 
 def test_configure_different_batches_every_envs_space() -> None:

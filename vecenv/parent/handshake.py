@@ -56,7 +56,8 @@ def configure(
 
     Raises:
         ValueError: a native vector env group's autoreset mode differs from ``autoreset_mode``.
-        SpaceMismatchError: two envs' spaces do not fit together (the first such env is named).
+        SpaceMismatchError: two envs' spaces do not fit together (the first such env is named,
+            its observation space before its action space).
         MemoryLimitError: the step buffers or batching the spaces need more memory than the
             machine can give.
     """
@@ -130,16 +131,23 @@ def _check_memory(num_envs: int, first: Hello, observation_mode: ObservationMode
 
 
 def _first_mismatch(first: Hello, hello: Hello, observation_mode: ObservationMode, start: int) -> SpaceMismatch | None:
-    """The group's first env against env 0 first, then the group's own check; indices global."""
-    if not space_fits(observation_mode, SpaceKind.ACTION, first.action_space, hello.action_space):
-        return SpaceMismatch(start, SpaceKind.ACTION, first.action_space, hello.action_space)
+    """The group's first env against env 0, then the group's own check; indices global.
+
+    Each env's observation space is checked before its action space: ``SyncVectorEnv``'s order,
+    and the worker's own (its Hello names its group's first such env the same way), so the env
+    and the space named do not depend on how the envs are split into workers."""
+    own = hello.mismatch
     if not isinstance(observation_mode, tuple) and not space_fits(
         observation_mode, SpaceKind.OBSERVATION, first.observation_space, hello.observation_space
     ):
         return SpaceMismatch(start, SpaceKind.OBSERVATION, first.observation_space, hello.observation_space)
-    m = hello.mismatch
-    if m is not None:
-        return SpaceMismatch(start + m.local_index, m.which, m.expected, m.received)
+    if own is not None and own.local_index == 0:
+        # Only the group's check sees the first env's observation space against a given space.
+        return SpaceMismatch(start, own.which, own.expected, own.received)
+    if not space_fits(observation_mode, SpaceKind.ACTION, first.action_space, hello.action_space):
+        return SpaceMismatch(start, SpaceKind.ACTION, first.action_space, hello.action_space)
+    if own is not None:
+        return SpaceMismatch(start + own.local_index, own.which, own.expected, own.received)
     return None
 
 
