@@ -13,6 +13,7 @@ parent and ``forkserver`` in a threaded one; a method the user chose is always u
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.machinery
 import multiprocessing
 import os
@@ -139,6 +140,18 @@ def test_single_threaded_parent_keeps_the_platform_default(unset_start_method: N
 @forks_by_default
 def test_threaded_parent_gets_forkserver(unset_start_method: None, other_thread: threading.Event) -> None:
     assert default_start_method() == "forkserver"
+
+
+@pytest.mark.timeout(60)
+def test_start_method_is_none_when_no_worker_process_starts() -> None:
+    """``num_workers=0`` (or one group hosted in this process) starts no process: no start
+    method was used, so none is reported; with a worker process, the one it was started with."""
+    with vecenv.make("CartPole-v1", 2, 0) as envs:
+        assert envs.start_method is None and envs.worker_pids == [None]
+    with vecenv.SubprocVectorEnv([functools.partial(gym.make, "CartPole-v1")] * 2, 1, inline_group=True) as envs:
+        assert envs.start_method is None
+    with vecenv.make("CartPole-v1", 2, 1) as envs:
+        assert envs.start_method in multiprocessing.get_all_start_methods()
 
 
 @forks_by_default

@@ -221,12 +221,15 @@ class SubprocVectorEnv(GroupVectorEnv):
         """The process transport (with the first group in this process when ``inline``)."""
         ctx = check_context(context)
         chosen = context is not None or multiprocessing.get_start_method(allow_none=True) is not None
-        if not (inline and len(groups) == 1):  # worker processes will start
+        starts_processes = not (inline and len(groups) == 1)
+        if starts_processes:
             check_may_start_processes(type(self).__name__)
             method = guard_main(ctx.get_start_method(), chosen, type(self).__name__, "context")
             ctx = multiprocessing.get_context(method)
-        #: The multiprocessing start method the workers were started with.
-        self.start_method: str = ctx.get_start_method()
+        #: The multiprocessing start method the workers were started with; ``None`` when no
+        #: worker process starts (``num_workers=0``, or one group hosted in this process with
+        #: ``inline_group``): every env runs in this process.
+        self.start_method: str | None = ctx.get_start_method() if starts_processes else None
         mode = options.worker_observation_mode
         processes = ProcessTransport(
             ctx,
