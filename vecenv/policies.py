@@ -59,7 +59,7 @@ from vecenv.errors import (
     WeightsMismatchError,
     describe,
 )
-from vecenv.policy_outputs import PolicyOutputs
+from vecenv.policy_outputs import PolicyOutputs, same_sequence
 from vecenv.spaces import build_tree, leaf_layout, tree_leaves
 from vecenv.worker.policy import PolicyContext, PolicyRunner, WorkerPolicy, policy_seed
 
@@ -392,14 +392,12 @@ class _TorchForward(PolicyRunner):
 
 
 def _to_tensor(torch: Any, value: Any, float_dtype: Any = None) -> Any:
-    """``value``'s arrays as tensors, in the same tuples, lists and dicts (a recurrent module gets
+    """``value``'s arrays as tensors, in the same tuples (named ones too), lists and dicts (a recurrent module gets
     its state back in the structure it gave it); floating ones in ``float_dtype`` when given."""
     if isinstance(value, dict):
         return {k: _to_tensor(torch, v, float_dtype) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_to_tensor(torch, v, float_dtype) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_to_tensor(torch, v, float_dtype) for v in value)
+    if isinstance(value, (tuple, list)):
+        return same_sequence(value, [_to_tensor(torch, v, float_dtype) for v in value])
     tensor = torch.as_tensor(value)
     if float_dtype is not None and tensor.is_floating_point() and tensor.dtype != float_dtype:
         return tensor.to(float_dtype)
@@ -414,10 +412,8 @@ def _to_numpy(value: Any) -> Any:
         return None
     if isinstance(value, dict):
         return {k: _to_numpy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_to_numpy(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_to_numpy(v) for v in value)
+    if isinstance(value, (tuple, list)):
+        return same_sequence(value, [_to_numpy(v) for v in value])
     if not hasattr(value, "numpy"):
         return value
     try:

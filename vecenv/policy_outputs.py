@@ -18,9 +18,9 @@ the policy on the rows of the first worker (:func:`probe`), so that the block ca
 before the workers run; every later call must give the same names, shapes and dtypes
 (:func:`store_extras` raises :class:`~vecenv.errors.PolicyOutputError` otherwise).
 
-The state is kept in the worker as a tree of numpy arrays, with the tuples, lists and dicts the
-policy built it of (a named tuple becomes a plain tuple), so that the policy is handed back the
-structure it returned (a list it updates in place, say); the helpers here
+The state is kept in the worker as a tree of numpy arrays, with the tuples (named tuples of
+their own class), lists and dicts the policy built it of, so that the policy is handed back the
+structure it returned (a list it updates in place, ``state.h`` of a named tuple, say); the helpers here
 reset the rows of the envs whose observation is the first of an episode to the policy's initial
 state, and keep the rows of envs that were not stepped.
 """
@@ -43,6 +43,7 @@ __all__ = [
     "split_output",
     "extras_layout",
     "store_extras",
+    "same_sequence",
     "as_state",
     "check_state",
     "check_initial_state",
@@ -144,15 +145,23 @@ def store_extras(rows: Mapping[str, np.ndarray], extras: Mapping[str, Any] | Non
 # -- recurrent state -------------------------------------------------------------------------
 
 
+def same_sequence(like: tuple[Any, ...] | list[Any], items: list[Any]) -> tuple[Any, ...] | list[Any]:
+    """``items`` in a sequence of the kind ``like`` is: a list, a tuple, or a named tuple of the
+    same class (so that a policy's ``state.h`` still reads its state's ``h``)."""
+    if isinstance(like, list):
+        return items
+    if hasattr(type(like), "_fields"):  # a named tuple: its fields are its arguments
+        return type(like)(*items)
+    return tuple(items)
+
+
 def as_state(state: Any) -> Any:
-    """The state as the worker keeps it: tuples, lists, dicts and numpy arrays (tensors
-    converted; the arrays may share memory with the policy's tensors)."""
+    """The state as the worker keeps it: tuples (named ones of their class), lists, dicts and
+    numpy arrays (tensors converted; the arrays may share memory with the policy's tensors)."""
     if isinstance(state, Mapping):
         return {k: as_state(v) for k, v in state.items()}
-    if isinstance(state, list):
-        return [as_state(v) for v in state]
-    if isinstance(state, tuple):
-        return tuple(as_state(v) for v in state)
+    if isinstance(state, (tuple, list)):
+        return same_sequence(state, [as_state(v) for v in state])
     return _as_array(state, "state")
 
 
@@ -171,8 +180,7 @@ def _map(fn: Callable[..., Any], state: Any, *others: Any) -> Any:
     if isinstance(state, dict):
         return {k: _map(fn, v, *(o[k] for o in others)) for k, v in state.items()}
     if isinstance(state, (tuple, list)):
-        items = [_map(fn, v, *(o[i] for o in others)) for i, v in enumerate(state)]
-        return items if isinstance(state, list) else tuple(items)
+        return same_sequence(state, [_map(fn, v, *(o[i] for o in others)) for i, v in enumerate(state)])
     return fn(state, *others)
 
 

@@ -10,6 +10,7 @@ SAME_STEP: where the step reports ``final_obs``), and never after a step under D
 
 from __future__ import annotations
 
+import collections
 import functools
 import os
 import signal
@@ -630,6 +631,53 @@ def test_a_list_state_is_handed_back_as_a_list(workers: int | str) -> None:
         again = envs.rollout(2, module)
         assert type(again.initial_state) is list
         np.testing.assert_array_equal(again.initial_state[0], np.ones((4, 8), np.float32))
+
+
+#: A recurrent state as a named tuple (an LSTM's hidden and cell state, read by name).
+HiddenCell = collections.namedtuple("HiddenCell", "h c")
+
+
+class _NamedState:
+    """A numpy policy whose state is a :data:`HiddenCell`, read by its fields."""
+
+    def initial_state(self, n: int) -> Any:
+        return HiddenCell(np.zeros((n, 2), np.float32), np.zeros(n, np.int64))
+
+    def __call__(self, observations: Any, state: Any) -> Any:
+        h, c = state.h + 1, state.c + 2  # AttributeError if handed a plain tuple
+        return np.zeros(len(observations), np.int64), {}, HiddenCell(h, c)
+
+
+def _named_state_module() -> Any:
+    torch = pytest.importorskip("torch")
+
+    class NamedStateModule(torch.nn.Module):
+        def initial_state(self, n: int) -> Any:
+            return HiddenCell(torch.zeros(n, 2), torch.zeros(n, dtype=torch.int64))
+
+        def forward(self, obs: Any, state: Any) -> Any:
+            return torch.zeros(len(obs), dtype=torch.int64), {}, HiddenCell(state.h + 1, state.c + 2)
+
+    return NamedStateModule()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["callable", "torch"])
+@pytest.mark.parametrize("workers", [0, 2, "inline"], ids=lambda w: f"w={w}")
+def test_a_named_tuple_state_is_handed_back_as_that_named_tuple(workers: int | str, kind: str) -> None:
+    """The policy, the rollout's ``initial_state`` and ``policy_state()`` get the state in the
+    named tuple the policy made it of, not a plain tuple (``state.h`` then fails)."""
+    policy = _NamedState() if kind == "callable" else _named_state_module()
+    with make(diff_env_fns(4), workers) as envs:
+        envs.reset(seed=SEED)
+        got = envs.rollout(3, policy)
+        assert type(got.initial_state) is HiddenCell and type(envs.policy_state()) is HiddenCell
+        np.testing.assert_array_equal(envs.policy_state().h, np.full((4, 2), 3, np.float32))
+        np.testing.assert_array_equal(envs.policy_state().c, np.full(4, 6))
+        envs.set_policy_state(HiddenCell(np.ones((4, 2), np.float32), np.zeros(4, np.int64)))
+        again = envs.rollout(1, policy)
+        assert type(again.initial_state) is HiddenCell
+        np.testing.assert_array_equal(envs.policy_state().h, np.full((4, 2), 2, np.float32))
 
 
 def test_a_torch_module_s_extra_numpy_cannot_hold_is_refused_by_name() -> None:
