@@ -240,13 +240,15 @@ class _Calls(PolicyRunner):
 
 
 def recurrent_triple(output: Any) -> tuple[Any, Any, Any]:
-    """A recurrent policy's ``(actions, extras, state)``, checked to be that triple."""
-    if not (isinstance(output, tuple) and len(output) == 3):
+    """A recurrent policy's ``(actions, extras, state)``, checked to be that triple (a tuple, or
+    a list as for the pair ``[actions, extras]``)."""
+    if not (isinstance(output, (tuple, list)) and len(output) == 3):
         raise PolicyOutputError(
-            "a recurrent policy (one with initial_state) returns (actions, extras, state): expected a tuple of "
-            f"3, received {describe(output)}"
+            "a recurrent policy (one with initial_state) returns (actions, extras, state): expected a tuple "
+            f"(or list) of 3, received {describe(output)}"
         )
-    return output
+    actions, extras, state = output
+    return actions, extras, state
 
 
 def _qualified_name(value: Any) -> str:

@@ -81,9 +81,11 @@ class PolicyOutputs:
 
 def split_output(output: Any, action_space: Space) -> tuple[Any, Mapping[str, Any] | None]:
     """``(actions, extras)`` from what a non-recurrent policy returned: ``actions`` alone or
-    the pair ``(actions, dict)``. For a Tuple action space the actions of a pair are a tuple
-    themselves (a 2-tuple of actions whose second leaf is a Dict batch is actions, not a pair)."""
-    if type(output) is tuple and len(output) == 2 and isinstance(output[1], Mapping):
+    the pair ``(actions, dict)``, as a tuple or a list (``[actions, extras]``, which a torch
+    module's ``forward`` may return as well). For a Tuple action space the actions of a pair are
+    a tuple themselves (a 2-tuple of actions whose second leaf is a Dict batch is actions, not a
+    pair)."""
+    if type(output) in (tuple, list) and len(output) == 2 and isinstance(output[1], Mapping):
         if not isinstance(action_space, Tuple) or isinstance(output[0], tuple):
             return output[0], output[1]
     return output, None

@@ -234,6 +234,46 @@ def test_extras_of_a_plain_callable_are_recorded_without_state() -> None:
             envs.policy_state()
 
 
+def _listed_extras_module(recurrent: bool) -> Any:
+    """A torch module returning ``[actions, extras]`` (``[actions, extras, state]`` when
+    ``recurrent``): lists, as a ``forward`` may build its output."""
+    torch = pytest.importorskip("torch")
+
+    class Listed(torch.nn.Module):
+        def forward(self, obs: Any) -> Any:
+            x = obs.double().sum(dim=1)
+            return [(x.abs() * 4).long() % 4, {"value": x}]
+
+    class ListedRecurrent(Listed):
+        def initial_state(self, n: int) -> Any:
+            return [torch.zeros(n)]
+
+        def forward(self, obs: Any, state: Any) -> Any:  # type: ignore[override]
+            return [*super().forward(obs), [state[0] + 1]]
+
+    return ListedRecurrent() if recurrent else Listed()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["callable", "torch", "recurrent torch"])
+def test_a_list_of_actions_and_extras_is_split_as_the_tuple_is(kind: str) -> None:
+    """``[actions, extras]`` gives the same actions and extras as ``(actions, extras)``."""
+
+    def listed(observations: Any) -> Any:
+        return list(with_extras(observations))
+
+    policy = listed if kind == "callable" else _listed_extras_module(kind == "recurrent torch")
+    with make(diff_env_fns(4), 2) as envs:
+        envs.reset(seed=SEED)
+        got = envs.rollout(5, policy)
+        assert set(got.extras) == ({"log_prob", "value"} if kind == "callable" else {"value"})
+        x = got.observations.astype(np.float64).sum(axis=2)
+        np.testing.assert_array_equal(got.extras["value"], x)
+        np.testing.assert_array_equal(got.actions, np.abs(x * 4).astype(np.int64) % 4)
+        if kind == "recurrent torch":
+            np.testing.assert_array_equal(envs.policy_state()[0], np.full(4, 5.0, np.float32))
+
+
 # -- the state: read, set, across restarts -------------------------------------------------------
 
 
