@@ -295,10 +295,18 @@ class TorchPolicy(WorkerPolicy):
     def weights(self) -> Any:
         original = getattr(self, "_module", None)
         if original is None:
-            raise ArgumentTypeError(
-                "the weights are read from the original module, in the process that made this policy"
-            )
+            raise ArgumentTypeError(_copy_has_no_weights(self, "module"))
         return {key: value.detach().clone() for key, value in original.state_dict().items()}
+
+
+def _copy_has_no_weights(policy: WorkerPolicy, original: str) -> str:
+    """Why ``weights()`` of a copy of ``policy`` (pickled to a worker, or copied) gives nothing:
+    only the policy made from the ``original`` module or model holds it."""
+    return (
+        f"`{type(policy).__name__}.weights()` was called on a copy of policy {policy.name} (a worker's, or one "
+        f"made by pickling or copying it), which holds no {original}: the weights are read from the original "
+        f"{original}, so call it on the policy made from it, in the process that made it"
+    )
 
 
 def state_layout(state: Any) -> dict[str, tuple[tuple[int, ...], Any]]:
@@ -520,9 +528,7 @@ class SB3Policy(WorkerPolicy):
         where it has one (``predict`` explores with it, and training changes it)."""
         original = getattr(self, "_model", None)
         if original is None:
-            raise ArgumentTypeError(
-                "the weights are read from the original model, in the process that made this policy"
-            )
+            raise ArgumentTypeError(_copy_has_no_weights(self, "model"))
         state = {key: value.detach().clone() for key, value in original.policy.state_dict().items()}
         rate = getattr(original, "exploration_rate", None)
         return _ModelWeights(state, None if rate is None else float(rate))

@@ -3,6 +3,7 @@ the random policy's data cannot depend on how the envs are grouped or on the rol
 
 from __future__ import annotations
 
+import copy
 import pickle
 from typing import Any
 
@@ -133,6 +134,26 @@ def test_torch_policy_copies_the_module_and_reads_weights_from_the_original() ->
     with pytest.raises(TypeError, match="original module"):
         pickle.loads(pickle.dumps(policy)).weights()
     assert isinstance(as_worker_policy(module), TorchPolicy)
+
+
+@pytest.mark.parametrize("kind", ["torch", "sb3"])
+@pytest.mark.parametrize("how", ["pickle", "copy", "deepcopy"])
+def test_weights_of_a_copy_name_the_call_and_where_to_make_it(kind: str, how: str) -> None:
+    """A copy (a worker's, or one made by pickling or copying) holds no module or model: the
+    error says which call failed, on what, and to call it on the original."""
+    if kind == "torch":
+        torch = pytest.importorskip("torch")
+        policy: Any = TorchPolicy(torch.nn.Linear(3, 2), name="mine")
+        cls, original = "TorchPolicy", "module"
+    else:
+        sb3 = pytest.importorskip("stable_baselines3")
+        policy = SB3Policy(sb3.PPO("MlpPolicy", gym.make("CartPole-v1"), seed=0, device="cpu"), name="mine")
+        cls, original = "SB3Policy", "model"
+    copied = {"pickle": lambda p: pickle.loads(pickle.dumps(p)), "copy": copy.copy, "deepcopy": copy.deepcopy}[how]
+    assert policy.weights() is not None
+    with pytest.raises(TypeError, match=rf"^`{cls}\.weights\(\)` was called on a copy of policy mine .*") as info:
+        copied(policy).weights()
+    assert f"holds no {original}" in str(info.value) and "call it on the policy made from it" in str(info.value)
 
 
 def test_torch_policy_hands_float_observations_over_in_the_modules_dtype() -> None:
