@@ -47,6 +47,7 @@ from tests.helpers.faults import (
     transport_of,
 )
 from vecenv import VecEnvError, WorkerDiedError
+from vecenv.parent.call_lock import CallLock, serialised
 from vecenv.parent.calls import CallRunner
 from vecenv.parent.pool import WorkerPool
 from vecenv.parent.state import State
@@ -233,6 +234,74 @@ def test_close_from_a_signal_handler_during_a_step_closes_every_env_once_the_ste
     assert not [p for p in pids if p is not None and _alive(p)]
     with pytest.raises(gym.error.ClosedEnvironmentError):
         envs.step(np.zeros((4, 2), np.float32))
+
+
+def test_the_call_lock_knows_when_a_close_runs_in_this_thread() -> None:
+    """What ``close()`` asks to tell a close reached from inside a close (nothing left to do)
+    from one reached inside another call (deferred to its end): a typed fact of the lock, not
+    the running call's name."""
+    lock = CallLock()
+    seen: list[bool] = []
+    assert not lock.closing_here()
+    with lock.closing(0.0, lambda: None):
+        seen.append(lock.closing_here())
+        other = threading.Thread(target=lambda: seen.append(lock.closing_here()))
+        other.start()
+        other.join(10)
+    with lock.taken_if_free("close", closing=True) as free:
+        seen.append(free and lock.closing_here())
+    with lock.taken_if_free("flush") as free:
+        seen.append(free and lock.closing_here())
+    assert seen == [True, False, True, False] and not lock.closing_here()
+
+    class Owner:
+        call_lock = lock
+
+        @serialised
+        def step(self) -> bool:
+            return lock.closing_here()
+
+    assert Owner().step() is False
+
+
+class CloseAgainEnv(gym.Env):
+    """An env whose ``close()`` closes the vector env it is in again (a close reached from
+    inside the close), counting its own closes."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+    envs: Any = None
+    closes = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action: Any) -> Any:
+        return np.zeros(1, np.float32), 0.0, False, False, {}
+
+    def close(self) -> None:
+        type(self).closes += 1
+        if type(self).envs is not None:  # None in a worker: the vector env is the parent's
+            type(self).envs.close(terminate=True)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_close_reached_from_inside_the_close_returns_and_closes_once(num_workers: int) -> None:
+    """``close(terminate=True)`` from an env's ``close()`` run by the close, in this process:
+    nothing is left for it to do; it neither ends the workers under the polite close nor
+    defers another close."""
+    envs = vecenv.SubprocVectorEnv([CloseAgainEnv] * 4, num_workers, inline_group=True, context="fork")
+    CloseAgainEnv.envs, CloseAgainEnv.closes = envs, 0
+    try:
+        envs.reset(seed=0)
+        envs.close()
+        parent_hosted = 4 if num_workers == 0 else 2
+        assert envs.closed and envs.state is vecenv.State.CLOSED and CloseAgainEnv.closes == parent_hosted
+        envs.close()
+        assert CloseAgainEnv.closes == parent_hosted
+    finally:
+        CloseAgainEnv.envs = None
 
 
 @pytest.mark.timeout(60)

@@ -39,17 +39,23 @@ F = TypeVar("F", bound=Callable[..., Any])
 class CallLock:
     """A reentrant lock that knows which call holds it, and from which thread."""
 
-    __slots__ = ("_lock", "_call", "_thread", "_deferred")
+    __slots__ = ("_lock", "_call", "_thread", "_deferred", "_closing")
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        self._call: str | None = None  # the outermost call running, while one runs
+        self._call: str | None = None  # the outermost call running, while one runs (for messages)
         self._thread: int | None = None  # its thread's ident
         self._deferred: Callable[[], None] | None = None  # runs when the outermost call ends
+        self._closing = False  # the outermost call is a close (:meth:`closing`, or one said so)
 
     def running_here(self) -> str | None:
         """The call this thread is running underneath the caller (``None``: none)."""
         return self._call if self._thread == threading.get_ident() else None
+
+    def closing_here(self) -> bool:
+        """Whether the call this thread is running underneath the caller is a close (a
+        ``close()`` reached again from inside it has nothing left to do)."""
+        return self._closing and self._thread == threading.get_ident()
 
     def defer(self, action: Callable[[], None]) -> None:
         """Run ``action`` when the call running in this thread ends (its errors are dropped)."""
@@ -59,10 +65,12 @@ class CallLock:
         """In a forked child: a fresh lock (the parent's threads that held it do not exist here)."""
         self._lock = threading.RLock()
         self._call = self._thread = self._deferred = None
+        self._closing = False
 
     def _ended(self) -> None:
         """The outermost call is over: run what was deferred to its end."""
         self._call = self._thread = None
+        self._closing = False
         action, self._deferred = self._deferred, None
         if action is not None:
             with contextlib.suppress(Exception):
@@ -77,19 +85,21 @@ class CallLock:
         return f"`{call}` (thread {names.get(ident, ident)!r})"
 
     @contextlib.contextmanager
-    def taken_if_free(self, call: str) -> Iterator[bool]:
+    def taken_if_free(self, call: str, *, closing: bool = False) -> Iterator[bool]:
         """Hold the lock for ``call`` if no call holds it now, in any thread (never waiting):
         yields whether it was taken. Calls of this thread in the block run as nested ones. For
-        work that must not queue behind a call that may never end (a close's last collection)."""
+        work that must not queue behind a call that may never end (a close's last collection:
+        ``closing``, so that a ``close()`` in the block is taken as reached from inside a close)."""
         if self._thread == threading.get_ident() or not self._lock.acquire(blocking=False):
             yield False
             return
         try:
-            self._call, self._thread = call, threading.get_ident()
+            self._call, self._thread, self._closing = call, threading.get_ident(), closing
             yield True
         finally:
             if self._deferred is None:
                 self._call = self._thread = None
+                self._closing = False
             else:
                 self._ended()
             self._lock.release()
@@ -110,12 +120,13 @@ class CallLock:
         try:
             outer = self._call is None
             if outer:
-                self._call, self._thread = "close", threading.get_ident()
+                self._call, self._thread, self._closing = "close", threading.get_ident(), True
             try:
                 yield
             finally:
                 if outer:
                     self._call = self._thread = None
+                    self._closing = False
         finally:
             self._lock.release()
 

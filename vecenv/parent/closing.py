@@ -88,7 +88,7 @@ class Closer:
             # uses what a close releases: the close runs, as asked, once that call is over (the
             # handler's sys.exit() ends it at once); terminate=True ends the workers now, which
             # makes the call raise WorkerDiedError.
-            if running != "close" and not self.calls.closed and not self.deferred:
+            if not self.lock.closing_here() and not self.calls.closed and not self.deferred:
                 self.deferred = True
                 if terminate:
                     runner.abort(f"was ended by close(terminate=True), called while `{running}` ran in the same thread")

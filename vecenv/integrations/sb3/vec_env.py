@@ -347,7 +347,7 @@ class SubprocVecEnv(Uncopyable, VecEnv):
         if self.closed:
             return
         if self.waiting:
-            with self.vector_env.call_lock.taken_if_free("close") as free:
+            with self.vector_env.call_lock.taken_if_free("close", closing=True) as free:
                 if free:
                     with contextlib.suppress(Exception):  # closing anyway; the env's error is moot now
                         self.vector_env.step_wait(timeout=DEFAULT_CLOSE_TIMEOUT)
