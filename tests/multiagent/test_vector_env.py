@@ -116,6 +116,42 @@ def test_seeds_per_copy_and_reset_mask() -> None:
             envs.reset(options={"reset_mask": np.ones(12, dtype=bool)})
 
 
+class _OwnSeed(ToyParallelEnv):
+    """A copy that keeps its seed, as a Gymnasium env's ``np_random_seed`` does (doubled, so
+    that it differs from the seed the vector env gave it)."""
+
+    own_seed: int | None = None
+
+    @property
+    def np_random_seed(self) -> int | None:
+        return self.own_seed
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        if seed is not None:
+            self.own_seed = 2 * seed
+        return super().reset(seed=seed, options=options)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 2], ids=lambda w: f"w{w}")
+def test_np_random_seed_is_each_copys_seed(num_workers: int) -> None:
+    """Per copy, as SubprocVectorEnv's is per env: the seed each copy was reset with (kept by
+    resets without one and by autoresets), -1 before any, or the copy's own where it has one;
+    not the seed of a generator of the vector env's own that steps nothing."""
+    with MultiAgentVectorEnv(toy_fns(3, length=2), num_workers=num_workers, context="fork") as envs:
+        envs.reset()
+        assert envs.np_random_seed == (-1, -1, -1)
+        envs.reset(seed=40)
+        assert envs.np_random_seed == (40, 41, 42)
+        for _ in range(3):  # every copy ends after 2 steps and is autoreset
+            envs.step(envs.action_space.sample())
+        envs.reset(seed=[None, 9, None], options={"reset_mask": np.array([False, True, True])})
+        assert envs.np_random_seed == (40, 9, 42)
+    with MultiAgentVectorEnv([_OwnSeed] * 2, num_workers=num_workers, context="fork") as envs:
+        envs.reset(seed=5)
+        assert envs.np_random_seed == (10, 12)
+
+
 def test_disabled_refuses_to_step_a_done_copy() -> None:
     with MultiAgentVectorEnv(toy_fns(2, length=2), num_workers=1, autoreset_mode=DISABLED) as envs:
         envs.reset(seed=0)

@@ -56,6 +56,7 @@ class CopyOp(enum.Enum):
 
     DESCRIBE = "describe"  # each row: the agent names of its copy
     IS_WRAPPED = "is_wrapped"  # each row: whether its env is wrapped in a given class
+    NP_RANDOM_SEED = "np_random_seed"  # each row: the seed of its copy's random generator
 
 
 @dataclasses.dataclass(frozen=True)

@@ -62,6 +62,9 @@ class CopyGroup:
         self._write = buffers.observation_writer()
         self._batched_action_space = batch_space(copies.action_space, self.num_envs)
         self._first_copy = buffers.start // self.num_agents  # global index of this group's copy 0
+        #: The seed each copy was last reset with by a ``reset`` that gave it one (``None``: none
+        #: yet); an autoreset, like ``reset(seed=None)``, keeps the generator and so the seed.
+        self.seeds: list[int | None] = [None] * len(self.envs)
 
     # -- reset and step ----------------------------------------------------------------------
 
@@ -72,11 +75,15 @@ class CopyGroup:
         are those of its first row."""
         entries: InfoEntries = []
         a = self.num_agents
-        self._each_copy(
-            lambda c: (
-                None if mask is not None and not mask[c * a] else self._reset_copy(c, seeds[c * a], options, entries)
-            )
-        )
+
+        def one(c: int) -> None:
+            if mask is not None and not mask[c * a]:
+                return
+            if seeds[c * a] is not None:  # Gymnasium's Env takes the seed before anything can fail
+                self.seeds[c] = seeds[c * a]
+            self._reset_copy(c, seeds[c * a], options, entries)
+
+        self._each_copy(one)
         return entries
 
     def step(self, actions: Any) -> InfoEntries:
@@ -149,7 +156,19 @@ class CopyGroup:
             return [
                 flag for flags in self._each_copy(lambda c: self._is_wrapped(c, request.argument)) for flag in flags
             ]
+        if request.op is CopyOp.NP_RANDOM_SEED:
+            return self._per_row(self._each_copy(self._np_random_seed))
         raise InvalidArgumentError(f"unknown copy operation {request.op!r}")
+
+    def _np_random_seed(self, c: int) -> int:
+        """Copy ``c``'s seed: its env's own ``np_random_seed`` where it has one (as a Gymnasium
+        env's is read), else the seed it was last reset with, else -1 (Gymnasium's value for a
+        generator of unknown seed; a PettingZoo env keeps no seed of its own)."""
+        own = getattr(self.envs[c], "np_random_seed", None)
+        if isinstance(own, (int, np.integer)) and not isinstance(own, bool):
+            return int(own)
+        seed = self.seeds[c]
+        return -1 if seed is None else int(seed)
 
     def _is_wrapped(self, c: int, wrapper_class: type) -> list[bool]:
         return [False] * self.num_agents

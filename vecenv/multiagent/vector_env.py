@@ -343,6 +343,15 @@ class MultiAgentVectorEnv(Uncopyable, VectorEnv):
         """Worker processes (or actors), one group of copies each."""
         return int(self.rows.num_workers)
 
+    # Per copy, as SubprocVectorEnv's and SyncVectorEnv's are per env (Gymnasium's base class
+    # types it as a single value, and would give a seed of its own generator, which steps nothing).
+    @property
+    def np_random_seed(self) -> tuple[int, ...]:  # type: ignore[override]
+        """The seed of each copy's random generator: its env's own ``np_random_seed`` where it
+        has one, else the seed this vector env last reset it with (``reset(seed=s)`` gives copy
+        ``c`` ``s + c``), else -1, Gymnasium's value for a generator of unknown seed."""
+        return self._per_copy(self.rows.call(COPY_CALL, CopyCall(CopyOp.NP_RANDOM_SEED)))
+
     @property
     def worker_pids(self) -> list[int | None]:
         """The process id of each worker (or actor), in worker order; ``None`` for a group this
