@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+import importlib.util
 import json
 import os
 import resource
@@ -972,6 +973,46 @@ def test_unpicklable_env_fn_is_named(inline: bool) -> None:
     assert "`env_fns[3]` (test_unpicklable_env_fn_is_named.<locals>.<lambda>, " in notes, notes
     assert "cannot be pickled to be sent to worker 1" in notes, notes
     assert open_fds() == before
+
+
+PATH_LOADED_ENV = """\
+import gymnasium as gym
+
+
+class PathLoadedEnv(gym.Wrapper):
+    def __init__(self):
+        super().__init__(gym.make("CartPole-v1"))
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("ctx", ["spawn", "forkserver"])
+@pytest.mark.parametrize("how", ["class", "partial", "lambda"])
+def test_an_env_fn_from_a_module_the_workers_cannot_import_is_named(ctx: str, how: str, tmp_path: Path) -> None:
+    """A class of a module loaded from a file path (importlib) travels by reference: a worker
+    that is not forked cannot import it, and loading the whole group fails before any
+    constructor runs. The error names the constructor among many, the module, and the ways
+    out (it said only "No module named ..." and "raised in its env group")."""
+    name = f"vecenv_path_loaded_{ctx}_{how}"
+    path = tmp_path / "elsewhere.py"
+    path.write_text(PATH_LOADED_ENV)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+        cls = module.PathLoadedEnv
+        fns: list[Any] = healthy_fns(N)
+        fns[3] = {"class": cls, "partial": functools.partial(cls), "lambda": lambda: cls()}[how]
+        with pytest.raises(ModuleNotFoundError, match=name) as info:
+            vecenv.SubprocVectorEnv(fns, 2, context=ctx)
+    finally:
+        del sys.modules[name]
+    notes = " ".join(info.value.__notes__)
+    assert "`env_fns[3]` (" in notes, notes
+    assert f"refers to module {name!r}, which worker 1 cannot import" in notes, notes
+    assert "cloudpickle.register_pickle_by_value(module)" in notes and "'fork'" in notes, notes
 
 
 @pytest.mark.timeout(60)

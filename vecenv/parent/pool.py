@@ -25,7 +25,7 @@ from vecenv.transports.base import Event, Reply, Transport, WorkerGone
 from vecenv.transports.sending import SendTimeout, send_timeout
 from vecenv.wire.buffers import Buffers, BufferSpec
 from vecenv.wire.protocol import Attach, Command, StepReply
-from vecenv.worker.builders import GroupOfFns
+from vecenv.worker.builders import GroupOfFns, unimportable_note
 
 __all__ = ["WorkerPool", "PoolPhase"]
 
@@ -50,6 +50,8 @@ class WorkerPool:
         self.workers = [WorkerRecord(i) for i in range(len(group_fns))]
         #: The envs each worker is to build, where its builder says (named if it dies starting).
         self._planned = [fn.envs if isinstance(fn, GroupOfFns) else None for fn in group_fns]
+        #: Each worker's group builder, to name the constructor a worker could not load.
+        self._group_fns = list(group_fns)
         self.buffers: Buffers | None = None
         #: Other blocks the workers map (the rollout block, weights): released at shutdown, as ``buffers``.
         self.blocks: list[Any] = []
@@ -323,7 +325,13 @@ class WorkerPool:
             where = "its env group"
         detail = f", {packed.detail}" if packed.detail else ""
         where_call = f"raised in {where} (worker {w.index}{self.transport.where(w.index)}) during `{call}`"
-        return packed.rebuild(where_call + detail)
+        exc = packed.rebuild(where_call + detail)
+        if self.phase is PoolPhase.STARTING and isinstance(exc, ImportError) and isinstance(exc.name, str):
+            # Loading the group builder failed on a module it refers to: name whose it was.
+            note = unimportable_note(self._group_fns[w.index], w.index, exc.name)
+            if note is not None:
+                exc.add_note(note)
+        return exc
 
     def died(self, w: WorkerRecord, call: str, deadline: float | None = None) -> None:
         """A worker died: restart it when the policy allows, else end the others (their

@@ -6,6 +6,8 @@ worker calls one to build its envs. Multi-agent copies are built with :func:`cal
 
 from __future__ import annotations
 
+import pickletools
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -14,7 +16,7 @@ import gymnasium as gym
 
 from vecenv.errors import ArgumentTypeError, describe
 
-__all__ = ["ConstructorGroup", "GroupOfFns", "call_each", "check_env", "pickle_group", "pickles"]
+__all__ = ["ConstructorGroup", "GroupOfFns", "call_each", "check_env", "pickle_group", "pickles", "unimportable_note"]
 
 #: What a vector env uses of each env (a gymnasium.Env has them; duck-typed envs may too).
 _ENV_API = ("reset", "step", "observation_space", "action_space")
@@ -104,6 +106,60 @@ def _unpicklable_part(group_fn: Callable[[], Any], worker: int) -> str:
         last = group_fn.first + len(group_fn.env_fns) - 1
         return f"the constructors of worker {worker} (`env_fns[{group_fn.first}..{last}]`)"
     return f"`group_fns[{worker}]` ({_name_of(group_fn)})"
+
+
+def unimportable_note(group_fn: Callable[[], Any], worker: int, module: str) -> str | None:
+    """Why worker ``worker`` could not import ``module``, which this process has imported,
+    naming the first of ``group_fn``'s constructors that refers to it; ``None`` where this
+    process has not imported it or no constructor refers to it (nothing more to say).
+
+    cloudpickle sends a class or function of a module this process imported as a reference (the
+    module's name and its own), for the worker to import. A forked worker has every module of
+    this process; any other (``spawn``, ``forkserver``, a Ray worker) imports it anew, which a
+    module loaded from a file path with ``importlib``, or from a folder missing from the
+    worker's ``sys.path``, does not survive. Unpickling the whole group then fails on the first
+    such reference, before any constructor runs, with an error that says nothing of whose it was.
+    """
+    if module not in sys.modules:
+        return None
+    if isinstance(group_fn, ConstructorGroup):
+        part = next(
+            (
+                f"`env_fns[{i}]` ({_name_of(fn)})"
+                for i, fn in enumerate(group_fn.env_fns, start=group_fn.first)
+                if _refers_to(fn, module)
+            ),
+            None,
+        )
+    else:
+        part = f"`group_fns[{worker}]` ({_name_of(group_fn)})" if _refers_to(group_fn, module) else None
+    if part is None:
+        return None
+    return (
+        f"{part} refers to module {module!r}, which worker {worker} cannot import. Constructors travel to the "
+        "workers with cloudpickle, which sends a class or function of a module imported here as the module's "
+        "name, for the worker to import again; a worker that is not forked from this process (started with "
+        "'spawn' or 'forkserver') imports it anew, which a module loaded from a file path (importlib), or "
+        f"found in a folder missing from the worker's sys.path, does not survive. Make {module!r} importable "
+        "(install it, or put its folder on PYTHONPATH), or call cloudpickle.register_pickle_by_value(module) "
+        "before building the vector env so that its code travels with the constructors, or start the workers "
+        "with 'fork'"
+    )
+
+
+def _refers_to(fn: Any, module: str) -> bool:
+    """Whether ``fn``'s pickle names ``module`` (or a submodule of it) to be imported: a global
+    reference, or cloudpickle's import of a module object a function's globals hold."""
+    try:
+        data = cloudpickle.dumps(fn)
+        for opcode, arg, _ in pickletools.genops(data):
+            if opcode.name == "GLOBAL" and isinstance(arg, str):  # protocols 0-3: "module name"
+                arg = arg.partition(" ")[0]
+            if isinstance(arg, str) and (arg == module or arg.startswith(module + ".")):
+                return True
+    except Exception:  # it pickled once, to be sent; nothing more is known if not now
+        return False
+    return False
 
 
 def pickles(value: Any) -> bool:
