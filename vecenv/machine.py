@@ -20,6 +20,7 @@ from vecenv.errors import InvalidStateError, UnguardedMainError, UnguardedMainWa
 __all__ = [
     "available_cpus",
     "default_start_method",
+    "own_start_method",
     "guard_main",
     "unguarded_main",
     "guarded_line",
@@ -40,22 +41,35 @@ def available_cpus() -> int:
 
 
 def default_start_method() -> str:
-    """The start method for ``context=None``: the platform's, except fork in a threaded parent.
+    """The start method for ``context=None``: the one set with ``multiprocessing.set_start_method``
+    if any (a method the user set is always used as given), else :func:`own_start_method`.
 
-    Forking while other Python threads run (Ray's, a notebook kernel's, a progress bar's
-    monitor) copies whatever locks those threads held at that instant (an output stream's, a
-    logging handler's), and a worker that needs one waits forever; Python 3.12 warns about it
-    and 3.14 stops forking by default. So where the start method is still the platform's unset
-    default and that default is fork, a parent running more than one Python thread starts its
-    workers with ``forkserver``. Native thread pools (OpenBLAS, OpenMP) handle fork themselves
-    and do not count. A method the user set (here or with ``multiprocessing.set_start_method``)
-    is always used as given. A script read from stdin cannot be imported again: where the
-    platform's default would import it (``forkserver``, Python 3.14's default on Linux), its
-    workers are forked, as ``fork`` is the only method that can start them.
+    Python also records its platform default as if the user had set it once anything asks for
+    the default context: a ``spawn`` or ``forkserver`` process started, or a top-level
+    ``multiprocessing.Queue()``, ``Lock()`` or ``Manager()`` made (each tqdm bar makes one),
+    which no public API tells apart from a choice. Before Python 3.14 that is ``fork`` on Linux,
+    which is then used in a threaded parent too (see the docs' "Start methods").
     """
     chosen = multiprocessing.get_start_method(allow_none=True)
     if chosen is not None:
         return chosen
+    return own_start_method()
+
+
+def own_start_method() -> str:
+    """The start method vecenv picks itself: the platform's, except fork in a threaded parent.
+
+    Forking while other Python threads run (Ray's, a notebook kernel's, a progress bar's
+    monitor) copies whatever locks those threads held at that instant (an output stream's, a
+    logging handler's), and a worker that needs one waits forever; Python 3.12 warns about it
+    and 3.14 stops forking by default. So where the platform's default is fork, a parent running
+    more than one Python thread starts its workers with ``forkserver``. Native thread pools
+    (OpenBLAS, OpenMP) handle fork themselves and do not count. A script read from stdin cannot
+    be imported again: where the platform's default would import it (``forkserver``, Python
+    3.14's default on Linux), its workers are forked, as ``fork`` is the only method that can
+    start them. A replacement worker of a vector env whose method vecenv picked starts with
+    this too, whatever Python has recorded since.
+    """
     # The platform default comes first. (get_context(None) would fix it as if the user had.)
     methods = multiprocessing.get_all_start_methods()
     if not _main_reloadable():

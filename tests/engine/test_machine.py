@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.machinery
+import io
 import multiprocessing
 import os
 import signal
@@ -26,6 +27,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import SyncVectorEnv
+from tqdm import tqdm
 
 import vecenv
 from tests.engine.test_differential import assert_same
@@ -343,7 +345,7 @@ def test_a_replacement_worker_of_a_parent_that_started_threads_is_not_forked(
     with envs:
         assert envs.start_method == "fork"
         envs.reset(seed=0)
-        monkeypatch.setattr(process_transport, "default_start_method", lambda: "forkserver")  # threads now
+        monkeypatch.setattr(process_transport, "own_start_method", lambda: "forkserver")  # threads now
         victim = envs.worker_pids[1]
         os.kill(victim, signal.SIGKILL)
         _, _, _, truncations, _ = envs.step(np.zeros((4, 2), np.float32))
@@ -352,6 +354,35 @@ def test_a_replacement_worker_of_a_parent_that_started_threads_is_not_forked(
         assert replacement != victim
         assert (_parent_of(replacement) == os.getpid()) is chosen
         envs.step(np.zeros((4, 2), np.float32))  # and it steps
+
+
+@forks_by_default
+@pytest.mark.timeout(120)
+def test_a_replacement_worker_is_not_forked_after_a_progress_bar_recorded_fork(unset_start_method: None) -> None:
+    """A tqdm bar starts a monitor thread and, making its ``multiprocessing.RLock()``, has
+    Python record ``fork`` as if the user had set it. The vector env's method was vecenv's
+    choice (``context=None`` in a single-threaded parent): its replacement worker must start as
+    a threaded parent's would, from the fork server, not be forked from this threaded process
+    because of what the bar recorded (it was, with Python 3.12's DeprecationWarning)."""
+    if not _only_thread():
+        pytest.skip("an earlier test's library thread still runs: the workers would not be forked")
+    with kept_start_method(), SubprocVectorEnv(healthy_fns(4), 2, on_worker_death="restart") as envs:
+        assert envs.start_method == "fork"
+        envs.reset(seed=0)
+        bar = tqdm(total=10, file=io.StringIO(), mininterval=0.01)
+        try:
+            assert multiprocessing.get_start_method(allow_none=True) == "fork"  # recorded by the bar
+            assert not _only_thread()  # its monitor
+            victim = envs.worker_pids[1]
+            os.kill(victim, signal.SIGKILL)
+            _, _, _, truncations, _ = envs.step(np.zeros((4, 2), np.float32))
+            assert envs.restart_count == 1 and truncations[2:].all()
+            replacement = envs.worker_pids[1]
+            assert replacement is not None and replacement != victim
+            assert _parent_of(replacement) != os.getpid()
+            envs.step(np.zeros((4, 2), np.float32))  # and it steps
+        finally:
+            bar.close()
 
 
 class _ReadsEnviron(gym.Wrapper):

@@ -32,7 +32,7 @@ from typing import Any
 
 from vecenv.errors import ClosedEnvironmentError, DescriptorLimitError, InvalidStateError
 from vecenv.interrupts import HeldInterrupt
-from vecenv.machine import available_cpus, default_start_method, guard_main
+from vecenv.machine import available_cpus, guard_main, own_start_method
 from vecenv.transports import fork_server
 from vecenv.transports.base import Death, DeathCause, Event, Reply, Transport, WorkerGone
 from vecenv.transports.sending import (
@@ -435,11 +435,13 @@ class ProcessTransport(Transport):
     def _replacement_context(self) -> Any:
         """The context a replacement worker starts from: the workers', unless vecenv chose fork
         and this process has started other threads since, as a training script does (a
-        TensorBoard writer): forking it now could copy a lock one of them holds, so the
-        replacement starts as a threaded parent's workers would (``forkserver``)."""
+        TensorBoard writer, a tqdm bar): forking it now could copy a lock one of them holds, so
+        the replacement starts as a threaded parent's workers would (``forkserver``). The method
+        Python may have recorded since (a tqdm bar records ``fork``) is not the user's choice
+        for this vector env, whose method vecenv chose: it is not asked again."""
         if self.method_chosen or self.context.get_start_method() != "fork":
             return self.context
-        method = default_start_method()
+        method = own_start_method()
         if method == "fork":
             return self.context
         return multiprocessing.get_context(guard_main(method, False, "a replacement worker", "context"))
