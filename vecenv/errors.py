@@ -18,8 +18,9 @@ Who is at fault decides the type:
 * :class:`WeightsMismatchError` -- ``update_policy_weights`` got weights that do not fit the
   policy (keys, shapes, dtypes); refused before anything is sent.
 * :class:`UnguardedMainError` -- workers would import a script that is still running its
-  unguarded top-level code (and so run it again); :class:`UnguardedMainWarning` when vecenv
-  avoids that by forking instead.
+  unguarded top-level code (and so run it again), or a worker loading its env constructors
+  imports a module whose top-level code builds a vector env; :class:`UnguardedMainWarning` when
+  vecenv avoids the first by forking instead.
 
 Every other error vecenv raises is a :class:`VecEnvError` that keeps the builtin base code may
 already catch: :class:`InvalidArgumentError` (a ``ValueError``), :class:`ArgumentTypeError` (an
@@ -199,7 +200,9 @@ class WeightsMismatchError(VecEnvError, ValueError, TypeError):
 class UnguardedMainError(VecEnvError, RuntimeError):
     """The workers' start method would import the running script again while its top-level
     code, outside an ``if __name__ == "__main__":`` block, is what builds the vector env: the
-    script would run once more in every worker. Raised before any process starts."""
+    script would run once more in every worker. Raised before any process starts. Also raised
+    in a worker, for the parent's constructor to raise, where loading its env constructors
+    imports a module whose top-level code builds a vector env (each worker would build one)."""
 
 
 class PolicySpecError(VecEnvError, ValueError):

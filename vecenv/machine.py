@@ -6,6 +6,7 @@ its workers. These read the platform; :mod:`vecenv.checks` stays pure.
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import multiprocessing
 import os
@@ -13,6 +14,7 @@ import sys
 import threading
 import tokenize
 import warnings
+from collections.abc import Iterator
 from types import FrameType
 
 from vecenv.errors import InvalidStateError, UnguardedMainError, UnguardedMainWarning
@@ -25,6 +27,7 @@ __all__ = [
     "unguarded_main",
     "guarded_line",
     "check_may_start_processes",
+    "loading_constructors",
 ]
 
 #: The start methods that start a worker by importing the main script again (as ``__mp_main__``).
@@ -165,9 +168,50 @@ def guard_main(method: str, chosen: bool, what: str, option: str) -> str:
     )
 
 
+#: Set in a worker while it loads (unpickles) its env constructors: see :func:`loading_constructors`.
+_loading: list[bool] = []
+
+
+@contextlib.contextmanager
+def loading_constructors() -> Iterator[None]:
+    """A worker loading its env constructors: unpickling imports each module they refer to by
+    name, which runs that module's top-level code in a worker that was not forked. Where that
+    code builds a vector env, :func:`check_may_start_processes` refuses it (every worker would
+    build one more, and each of their workers one more again)."""
+    _loading.append(True)
+    try:
+        yield
+    finally:
+        _loading.pop()
+
+
+def _importing_module() -> tuple[str, str, int] | None:
+    """``(module name, file, line)`` of the innermost module whose top-level code is running
+    (an import in progress), or ``None``."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and frame.f_code.co_name != "<module>":
+        frame = frame.f_back
+    if frame is None:
+        return None
+    return str(frame.f_globals.get("__name__")), frame.f_code.co_filename, frame.f_lineno
+
+
 def check_may_start_processes(what: str) -> None:
     """Refuse clearly, before anything starts, where Python will not start a child process:
-    in a daemonic multiprocessing process (a ``multiprocessing.Pool`` worker, say)."""
+    in a daemonic multiprocessing process (a ``multiprocessing.Pool`` worker, say); or where it
+    must not: in a worker importing a module its env constructors refer to, whose top-level code
+    builds this vector env (started with ``spawn`` or ``forkserver``, each worker would build one
+    more, recursively: with ``daemon=False``, without end)."""
+    site = _importing_module() if _loading else None
+    if site is not None:
+        module, path, line = site
+        raise UnguardedMainError(
+            f"{what} cannot be built in {multiprocessing.current_process().name}: the worker is loading its env "
+            f"constructors, which refer to module {module!r}, and importing it runs that module's top-level code, "
+            f"which builds this vector env ({path}, line {line}): every worker would build one more, and each of "
+            "theirs one more again. Move that code into a function the program calls, define the envs in a module "
+            "that builds nothing when imported, or start the workers with 'fork' (which imports nothing)"
+        )
     process = multiprocessing.current_process()
     if process.daemon:
         if process.name.startswith("vecenv-worker-"):

@@ -1211,6 +1211,58 @@ def test_a_packages_unguarded_main_is_never_run_again_so_it_keeps_its_method(
     assert "UnguardedMain" not in proc.stderr, proc.stderr
 
 
+#: A module whose top-level code builds a vector env of a class it defines. The depth bound
+#: only keeps a failing run finite: each level's workers would build one more level.
+BUILDS_ON_IMPORT = """\
+class TrainEnv(gym.Wrapper):
+    def __init__(self):
+        super().__init__(gym.make("CartPole-v1"))
+
+
+depth = int(os.environ.get("VECENV_TEST_DEPTH", "0"))
+if depth >= 2:
+    raise SystemExit("built at depth 2")
+os.environ["VECENV_TEST_DEPTH"] = str(depth + 1)
+envs = vecenv.SubprocVectorEnv([TrainEnv] * 4, 2, context={ctx!r}, daemon=False, start_timeout=60)
+envs.close()
+stop.set()
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("python", _pythons())
+@pytest.mark.parametrize("ctx", [None, "forkserver", "spawn"])
+def test_a_module_that_builds_a_vector_env_when_imported_by_the_workers_is_refused_there(
+    ctx: str | None, python: str, tmp_path: Path
+) -> None:
+    """``python -m app`` imports ``app.train``, whose top-level code builds a vector env of its
+    own class: that class travels by reference, so each spawn/forkserver worker imports
+    ``app.train`` to load its constructors and ran that code again, building a vector env of
+    its own, whose workers did the same (without end under ``daemon=False``; with daemonic
+    workers, an error advising ``daemon=False``). Each worker now refuses it with an error
+    naming the module and the line: the module's top level runs once here and at most once per
+    worker."""
+    package = tmp_path / "app"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text("from app import train  # noqa: F401\n")
+    head = SCRIPT_HEAD.format(root=str(ROOT), marker=str(tmp_path / "runs.txt"))
+    train = package / "train.py"
+    train.write_text(head + BUILDS_ON_IMPORT.format(ctx=ctx))
+    build_line = head.count("\n") + BUILDS_ON_IMPORT.split("envs = ")[0].count("\n") + 1
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS", "VECENV_TEST_DEPTH")}
+    proc = subprocess.run([python, "-m", "app"], capture_output=True, text=True, timeout=90, env=env, cwd=tmp_path)
+    runs = len((tmp_path / "runs.txt").read_text().splitlines())
+    # Here, and in each worker that got as far as loading before the first refusal ended them all.
+    assert 2 <= runs <= 3, f"app.train's top level ran {runs} times:\n{proc.stderr}"
+    assert proc.returncode == 1, proc.stderr
+    assert "built at depth 2" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("vecenv.errors.UnguardedMainError: ")]
+    assert errors, proc.stderr
+    assert "refer to module 'app.train'" in errors[-1], errors[-1]
+    assert f"({train}, line {build_line})" in errors[-1] and "'fork'" in errors[-1], errors[-1]
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("python", _pythons())
 def test_guarded_script_in_a_threaded_parent_keeps_forkserver(python: str, tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from gymnasium.vector import AutoresetMode
 
 from vecenv.checks import check_autoreset_mode
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, PackedException, describe
+from vecenv.machine import loading_constructors
 from vecenv.spaces import tree_copy
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import (
@@ -117,7 +118,8 @@ class WorkerCore:
 
     def build(self, group_fn_bytes: bytes) -> Hello:
         """Build the envs with the cloudpickled group builder and describe them."""
-        group_fn: Callable[[], Any] = cloudpickle.loads(group_fn_bytes)
+        with loading_constructors():  # the modules it imports must not build vector envs
+            group_fn: Callable[[], Any] = cloudpickle.loads(group_fn_bytes)
         built = group_fn()
         if isinstance(built, GroupSource):  # e.g. copies of a multi-agent env: they describe themselves
             self.envs = built
