@@ -168,8 +168,15 @@ def guard_main(method: str, chosen: bool, what: str, option: str) -> str:
     )
 
 
-#: Set in a worker while it loads (unpickles) its env constructors: see :func:`loading_constructors`.
-_loading: list[bool] = []
+class _Loading(threading.local):
+    """Whether this thread is loading (unpickling) env constructors: per thread, so that a
+    vector env built in another thread of a parent that loads a group of its own meanwhile
+    (``inline_group``) is not taken for one built by an import."""
+
+    depth = 0
+
+
+_loading = _Loading()
 
 
 @contextlib.contextmanager
@@ -178,11 +185,11 @@ def loading_constructors() -> Iterator[None]:
     name, which runs that module's top-level code in a worker that was not forked. Where that
     code builds a vector env, :func:`check_may_start_processes` refuses it (every worker would
     build one more, and each of their workers one more again)."""
-    _loading.append(True)
+    _loading.depth += 1
     try:
         yield
     finally:
-        _loading.pop()
+        _loading.depth -= 1
 
 
 def _importing_module() -> tuple[str, str, int] | None:
@@ -202,15 +209,20 @@ def check_may_start_processes(what: str) -> None:
     must not: in a worker importing a module its env constructors refer to, whose top-level code
     builds this vector env (started with ``spawn`` or ``forkserver``, each worker would build one
     more, recursively: with ``daemon=False``, without end)."""
-    site = _importing_module() if _loading else None
-    if site is not None:
-        module, path, line = site
+    if _loading.depth:
+        site = _importing_module()
+        how = "code that loading them runs builds this vector env"
+        if site is not None:
+            module, path, line = site
+            how = (
+                f"they refer to module {module!r}, and importing it runs that module's top-level code, which "
+                f"builds this vector env ({path}, line {line})"
+            )
         raise UnguardedMainError(
             f"{what} cannot be built in {multiprocessing.current_process().name}: the worker is loading its env "
-            f"constructors, which refer to module {module!r}, and importing it runs that module's top-level code, "
-            f"which builds this vector env ({path}, line {line}): every worker would build one more, and each of "
-            "theirs one more again. Move that code into a function the program calls, define the envs in a module "
-            "that builds nothing when imported, or start the workers with 'fork' (which imports nothing)"
+            f"constructors, and {how}: every worker would build one more, and each of theirs one more again. Move "
+            "that code into a function the program calls, define the envs in a module that builds nothing when "
+            "imported, or start the workers with 'fork' (which imports nothing)"
         )
     process = multiprocessing.current_process()
     if process.daemon:

@@ -385,6 +385,32 @@ def test_a_replacement_worker_is_not_forked_after_a_progress_bar_recorded_fork(u
             bar.close()
 
 
+@pytest.mark.timeout(60)
+def test_loading_constructors_in_one_thread_does_not_refuse_a_vector_env_built_in_another() -> None:
+    """A worker refuses a vector env built while it loads its constructors (an import's
+    top-level code); a parent loading its own group (``inline_group``) in one thread must not
+    make another thread's vector env, built at the same moment, look like one."""
+    loading, release = threading.Event(), threading.Event()
+
+    def load() -> None:
+        with machine.loading_constructors():
+            loading.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=load, name="test-loading", daemon=True)
+    thread.start()
+    try:
+        assert loading.wait(10)
+        with SubprocVectorEnv(healthy_fns(2), 2, context="fork") as envs:
+            assert len(envs.reset(seed=0)[0]) == 2
+        with pytest.raises(vecenv.errors.UnguardedMainError, match="loading its env constructors"):
+            with machine.loading_constructors():
+                SubprocVectorEnv(healthy_fns(2), 2, context="fork")
+    finally:
+        release.set()
+        thread.join(10)
+
+
 class _ReadsEnviron(gym.Wrapper):
     """CartPole that reports an environment variable as its process sees it."""
 

@@ -1259,7 +1259,7 @@ def test_a_module_that_builds_a_vector_env_when_imported_by_the_workers_is_refus
     assert "built at depth 2" not in proc.stderr, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("vecenv.errors.UnguardedMainError: ")]
     assert errors, proc.stderr
-    assert "refer to module 'app.train'" in errors[-1], errors[-1]
+    assert "they refer to module 'app.train'" in errors[-1], errors[-1]
     assert f"({train}, line {build_line})" in errors[-1] and "'fork'" in errors[-1], errors[-1]
 
 

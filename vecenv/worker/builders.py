@@ -148,8 +148,9 @@ def unimportable_note(group_fn: Callable[[], Any], worker: int, module: str) -> 
 
 
 def _refers_to(fn: Any, module: str) -> bool:
-    """Whether ``fn``'s pickle names ``module`` (or a submodule of it) to be imported: a global
-    reference, or cloudpickle's import of a module object a function's globals hold."""
+    """Whether ``fn``'s pickle holds ``module``'s name (or a submodule's) as a string: what a
+    global reference to it, or cloudpickle's import of a module object that a function's
+    globals hold, writes (a string constant of that name counts too: only a hint is made of it)."""
     try:
         data = cloudpickle.dumps(fn)
         for opcode, arg, _ in pickletools.genops(data):
