@@ -97,6 +97,30 @@ def test_a_descriptor_limit_raised_after_the_fork_server_started_reaches_it() ->
         assert {resource.prlimit(pid, resource.RLIMIT_NOFILE)[0] for pid in envs.worker_pids} == {soft}
 
 
+@pytest.mark.timeout(120)
+def test_workers_start_from_the_fork_server_with_descriptors_numbered_past_1024() -> None:
+    """A process with many files, sockets or workers open hands out descriptors numbered from
+    1024 (``select``'s ``FD_SETSIZE``) up: the check before each start that the fork server
+    still runs used ``select`` on a pidfd and raised a bare ``ValueError`` ("filedescriptor out
+    of range in select()") from the second worker on."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"RLIMIT_NOFILE's hard limit {hard} leaves no descriptor past 1024")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held: list[int] = []
+    try:
+        while not held or held[-1] < 1030:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        _running_server()  # a running server: the next starts check it
+        with SubprocVectorEnv(healthy_fns(3), 3, context="forkserver") as envs:
+            envs.reset(seed=0)
+            assert len(envs.step(np.zeros((3, 2), np.float32))[1]) == 3
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 @pytest.mark.timeout(180)
 def test_a_fork_server_that_dies_during_a_start_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where the server's limit could not be raised (``prepare`` does nothing here), it dies in

@@ -62,8 +62,12 @@ def _ended(pid: int, timeout: float = 0.0) -> bool:
     else:
         gone = False
     if pidfd is not None:
+        # poll, not select: select refuses a descriptor numbered from FD_SETSIZE (1024) up,
+        # which a process with many files, sockets or workers open hands out.
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
         try:
-            if not select.select([pidfd], [], [], timeout)[0]:
+            if not poller.poll(math.ceil(timeout * 1000)):
                 return False  # still running
         finally:
             os.close(pidfd)
