@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import functools
+import math
 import multiprocessing
 import os
 import sys
@@ -21,6 +22,7 @@ from vecenv.errors import InvalidStateError, UnguardedMainError, UnguardedMainWa
 
 __all__ = [
     "available_cpus",
+    "cpu_quota",
     "default_start_method",
     "own_start_method",
     "guard_main",
@@ -36,11 +38,71 @@ REIMPORTING = ("spawn", "forkserver")
 
 def available_cpus() -> int:
     """The cores this process may run on: its affinity mask (which container CPU sets limit),
-    not ``os.cpu_count()``, which counts every core of the machine."""
+    not ``os.cpu_count()``, which counts every core of the machine, and no more than its CPU
+    quota allows (:func:`cpu_quota`: what ``docker --cpus`` and Kubernetes' CPU limits set,
+    leaving the affinity mask at every core of the host)."""
     try:
-        return len(os.sched_getaffinity(0)) or 1
+        cores = len(os.sched_getaffinity(0)) or 1
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+    quota = cpu_quota()
+    return cores if quota is None else max(1, min(cores, math.ceil(quota)))
+
+
+def _cgroup_cpu_limit(directory: str, v2: bool) -> float | None:
+    """The cores one cgroup's CPU quota gives (``None``: no quota, or none readable there)."""
+    try:
+        if v2:
+            with open(f"{directory}/cpu.max") as f:
+                quota, _, period = f.read().strip().partition(" ")
+        else:
+            with open(f"{directory}/cpu.cfs_quota_us") as f:
+                quota = f.read().strip()
+            with open(f"{directory}/cpu.cfs_period_us") as f:
+                period = f.read().strip()
+    except OSError:
+        return None
+    if not quota.isdigit() or not period.isdigit() or int(period) == 0:
+        return None  # "max" (v2) or -1 (v1): no quota
+    return int(quota) / int(period)
+
+
+def cpu_quota(root: str = "/sys/fs/cgroup", membership: str = "/proc/self/cgroup") -> float | None:
+    """The cores this process's CPU quota gives (``quota / period``, the least of its cgroup's
+    and its ancestors' under cgroup v2, of its v1 ``cpu`` cgroup's), or ``None`` where none is
+    set. A container limited this way keeps every core of the host in its affinity mask, but
+    more busy processes than the quota only take turns, and the step's fast path, which spins
+    while the processes fit the cores, would spend the quota waiting. (``root`` and
+    ``membership``: where the cgroup file systems are mounted and the file that names this
+    process's cgroups.)"""
+    try:
+        with open(membership) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    found: list[float] = []
+    for line in lines:
+        hierarchy, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        if hierarchy == "0" and controllers == "":  # v2: walk up to the root
+            directory = root + path.rstrip("/")
+            while directory.startswith(root):
+                limit = _cgroup_cpu_limit(directory, v2=True)
+                if limit is not None:
+                    found.append(limit)
+                if directory == root:
+                    break
+                directory = os.path.dirname(directory)
+        elif "cpu" in controllers.split(","):  # v1; a container may see its own cgroup as the mount
+            for directory in (
+                f"{root}/{controllers}{path.rstrip('/')}",
+                f"{root}/cpu{path.rstrip('/')}",
+                f"{root}/cpu",
+            ):
+                limit = _cgroup_cpu_limit(directory, v2=False)
+                if limit is not None:
+                    found.append(limit)
+                    break
+    return min(found) if found else None
 
 
 def default_start_method() -> str:

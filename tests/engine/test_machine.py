@@ -22,6 +22,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -53,6 +54,7 @@ def test_available_cpus_follows_the_affinity_mask(monkeypatch: pytest.MonkeyPatc
         pytest.skip("no sched_getaffinity here")
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 3})
+    monkeypatch.setattr(machine, "cpu_quota", lambda: None)  # (a quota here would count too)
     assert machine.available_cpus() == 2
     assert checks.check_num_workers(None, 10) == 2
     assert checks.check_num_workers(None, 1) == 1
@@ -65,6 +67,59 @@ def test_available_cpus_without_affinity_uses_cpu_count(monkeypatch: pytest.Monk
     assert machine.available_cpus() == 5
     monkeypatch.setattr(os, "cpu_count", lambda: None)
     assert machine.available_cpus() == 1
+
+
+@pytest.mark.timeout(30)
+def test_available_cpus_keeps_to_the_cpu_quota(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``docker --cpus=1.5`` and Kubernetes' CPU limits set a CFS quota and leave every core of
+    the host in the affinity mask: the default worker count was the host's cores (64 busy
+    processes taking turns on 1.5 cores' time, spinning while they fit the "cores")."""
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("no sched_getaffinity here")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
+    monkeypatch.setattr(machine, "cpu_quota", lambda: 1.5)
+    assert machine.available_cpus() == 2
+    assert checks.check_num_workers(None, 10) == 2
+    monkeypatch.setattr(machine, "cpu_quota", lambda: 0.2)
+    assert machine.available_cpus() == 1
+    monkeypatch.setattr(machine, "cpu_quota", lambda: None)
+    assert machine.available_cpus() == 64
+
+
+def _cgroup_tree(root: Path, files: dict[str, str], membership: str) -> str:
+    """Write ``files`` (path under ``root``: content) and the membership file; its path."""
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    (root / "self-cgroup").write_text(membership)
+    return str(root / "self-cgroup")
+
+
+@pytest.mark.timeout(30)
+def test_cpu_quota_reads_cgroup_v2_and_its_ancestors(tmp_path: Path) -> None:
+    files = {"cpu.max": "max 100000\n", "pod/cpu.max": "150000 100000\n", "pod/box/cpu.max": "400000 100000\n"}
+    membership = _cgroup_tree(tmp_path, files, "0::/pod/box\n")
+    assert machine.cpu_quota(str(tmp_path), membership) == 1.5  # the parent's is the tighter
+    membership = _cgroup_tree(tmp_path, {"pod/cpu.max": "max 100000\n"}, "0::/pod/box\n")
+    assert machine.cpu_quota(str(tmp_path), membership) == 4.0
+    membership = _cgroup_tree(tmp_path, {"pod/box/cpu.max": "max 100000\n"}, "0::/pod/box\n")
+    assert machine.cpu_quota(str(tmp_path), membership) is None
+
+
+@pytest.mark.timeout(30)
+def test_cpu_quota_reads_cgroup_v1(tmp_path: Path) -> None:
+    files = {
+        "cpu,cpuacct/docker/c1/cpu.cfs_quota_us": "250000\n",
+        "cpu,cpuacct/docker/c1/cpu.cfs_period_us": "100000\n",
+    }
+    membership = _cgroup_tree(tmp_path, files, "4:memory:/docker/c1\n3:cpu,cpuacct:/docker/c1\n")
+    assert machine.cpu_quota(str(tmp_path), membership) == 2.5
+    # a container whose own cgroup is the mount's root, with no quota (-1)
+    files = {"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}
+    membership = _cgroup_tree(tmp_path / "other", files, "3:cpu:/docker/c2\n")
+    assert machine.cpu_quota(str(tmp_path / "other"), membership) is None
+    assert machine.cpu_quota(str(tmp_path), str(tmp_path / "missing")) is None
 
 
 @pytest.mark.timeout(60)
