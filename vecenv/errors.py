@@ -174,8 +174,9 @@ class CallInFlightError(VecEnvError, RuntimeError):
 
 
 class DescriptorLimitError(VecEnvError, OSError):
-    """A worker could not be started: this process may open no more file descriptors
-    (``RLIMIT_NOFILE``). Nothing of the workers started so far is left open."""
+    """A worker, or a shared block (a rollout block, the step buffers, new weights' shared
+    copy), could not be made: this process may open no more file descriptors
+    (``RLIMIT_NOFILE``). Nothing of the workers started so far, or of the block, is left open."""
 
 
 class MemoryLimitError(VecEnvError, MemoryError):

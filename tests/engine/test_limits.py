@@ -8,6 +8,10 @@ that leaves a process or a shared block behind.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
+import resource
 import socket
 import threading
 import time
@@ -20,9 +24,9 @@ import pytest
 
 import vecenv
 from tests.helpers.envs import diff_env_fns, greedy_module
-from tests.helpers.faults import FrameEnv, fault_fns
+from tests.helpers.faults import FrameEnv, fault_fns, open_fds
 from vecenv import VecEnvTimeoutError, WorkerDiedError
-from vecenv.errors import MemoryLimitError, WeightsMismatchError
+from vecenv.errors import DescriptorLimitError, MemoryLimitError, WeightsMismatchError
 from vecenv.parent import rollouts
 from vecenv.transports import sending
 from vecenv.transports.sending import SendTimeout, send_within
@@ -170,6 +174,36 @@ def test_a_rollout_longer_than_memory_is_refused_at_once(shared_memory: bool) ->
         assert rollout.observations.shape == (3, 8, 84, 84, 4)
     finally:
         envs.close(terminate=True)
+
+
+@pytest.mark.timeout(60)
+def test_a_rollout_block_without_a_free_descriptor_is_a_descriptor_limit_error() -> None:
+    """A rollout block is a memfd: with every descriptor ``RLIMIT_NOFILE`` allows in use, the
+    rollout raised a bare ``OSError`` ("Too many open files") naming nothing. It is a
+    ``DescriptorLimitError`` naming the block and the limit; nothing was sent, and once
+    descriptors are free the rollout runs."""
+    envs = vecenv.make("CartPole-v1", 4, num_workers=2, context="fork")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    held: list[int] = []
+    try:
+        envs.reset(seed=0)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(open_fds()) + 8, hard))
+        with contextlib.suppress(OSError):
+            while True:
+                held.append(os.open(os.devnull, os.O_RDONLY))
+        with pytest.raises(DescriptorLimitError, match="rollout block of 5 steps of 4 envs") as info:
+            envs.rollout(5)
+        assert isinstance(info.value, OSError) and info.value.errno == errno.EMFILE
+        assert "RLIMIT_NOFILE" in str(info.value)
+        for fd in held:
+            os.close(fd)
+        held.clear()
+        assert envs.rollout(5).rewards.shape == (5, 4)
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        envs.close()
 
 
 @pytest.mark.timeout(60)

@@ -31,7 +31,7 @@ from gymnasium import Space
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from vecenv.spaces import build_tree, is_fixed, leaf_layout, row_writer, tree_assign, tree_slice
-from vecenv.wire.memory import INHERITED_FDS, check_block, seal_memfd
+from vecenv.wire.memory import INHERITED_FDS, check_block, make_memfd, seal_memfd
 from vecenv.wire.protocol import Flags, Rows
 
 __all__ = [
@@ -138,7 +138,7 @@ class SharedBlock:
         self._shm = shm
 
     @classmethod
-    def create(cls, size: int, name: str | None) -> SharedBlock:
+    def create(cls, size: int, name: str | None, what: str = "a shared block") -> SharedBlock:
         """A new block of ``size`` bytes: a memfd when ``name`` is None, else a named block.
 
         The memfd is sealed against shrinking and growing once it has its size: a stray
@@ -150,7 +150,7 @@ class SharedBlock:
         :meth:`close`.
         """
         if name is None:
-            fd = os.memfd_create("vecenv", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+            fd = make_memfd("vecenv", what)  # DescriptorLimitError where none is free
             try:
                 os.ftruncate(fd, size)
                 seal_memfd(fd)
@@ -273,7 +273,7 @@ def map_fields(
     total = layout_nbytes(layout)
     if create:
         check_block(total, what, shared=True, named=shm_name is not None)
-    block = SharedBlock.create(total, shm_name) if create else SharedBlock.attach(total, shm_name, fd)
+    block = SharedBlock.create(total, shm_name, what) if create else SharedBlock.attach(total, shm_name, fd)
     views, offset = [], 0
     for field, shape, dtype in layout:
         count = int(np.prod(shape, dtype=np.int64))

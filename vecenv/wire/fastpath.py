@@ -152,7 +152,7 @@ class ControlBlock:
     def create(cls, workers: int) -> ControlBlock:
         """The parent's block for ``workers`` slots; its descriptor is kept to send to each
         worker (and to a restarted one) until :meth:`release_fd` or :meth:`close`."""
-        return cls(SharedBlock.create(cls.size(workers), None), workers)
+        return cls(SharedBlock.create(cls.size(workers), None, "the fast path's control block"), workers)
 
     @classmethod
     def attach(cls, fd: int, workers: int) -> ControlBlock:

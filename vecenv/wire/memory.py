@@ -22,13 +22,23 @@ the blocks' memory for as long as it lives.
 
 from __future__ import annotations
 
+import errno
 import os
 import resource
 from collections.abc import Callable
 
-from vecenv.errors import MemoryLimitError
+from vecenv.errors import DescriptorLimitError, MemoryLimitError
 
-__all__ = ["Limit", "memory_limits", "check_block", "format_bytes", "INHERITED_FDS", "close_inherited", "seal_memfd"]
+__all__ = [
+    "Limit",
+    "memory_limits",
+    "check_block",
+    "format_bytes",
+    "INHERITED_FDS",
+    "close_inherited",
+    "seal_memfd",
+    "make_memfd",
+]
 
 #: (what the limit is, in words; bytes left under it)
 Limit = tuple[str, int]
@@ -174,6 +184,30 @@ def check_block(size: int, what: str, *, shared: bool, named: bool = False) -> N
             available=room,
             limit=name,
         )
+
+
+def make_memfd(name: str, what: str) -> int:
+    """A new sealable, close-on-exec memfd for ``what``; where this process may open no more
+    descriptors (``RLIMIT_NOFILE``, or the system's table), a
+    :class:`~vecenv.errors.DescriptorLimitError` naming ``what``, the limit and the count, not a
+    bare ``OSError`` (the call that needed it made nothing and can be retried once some are
+    free)."""
+    try:
+        return os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    except OSError as exc:
+        if exc.errno not in (errno.EMFILE, errno.ENFILE):
+            raise
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        try:
+            count = f"{len(os.listdir('/proc/self/fd')) - 1} are open"
+        except OSError:
+            count = "all are in use"
+        raise DescriptorLimitError(
+            exc.errno,
+            f"cannot make {what}: it needs a file descriptor (a memfd), and this process may open {soft} "
+            f"(RLIMIT_NOFILE) and {count}. Nothing was made; raise the limit (ulimit -n, "
+            "resource.setrlimit) or close some descriptors",
+        ) from None
 
 
 def seal_memfd(fd: int, *, contents: bool = False) -> None:

@@ -35,7 +35,7 @@ from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 from vecenv.errors import PackedException
 from vecenv.interrupts import HeldInterrupt
 from vecenv.spaces import fits_layout
-from vecenv.wire.memory import INHERITED_FDS, check_block, seal_memfd
+from vecenv.wire.memory import INHERITED_FDS, check_block, make_memfd, seal_memfd
 
 __all__ = [
     "Command",
@@ -397,7 +397,7 @@ class Pickled:
 
 def _sealed_memfd(data: bytes) -> int:
     """A new memfd holding ``data``, sealed: no process it is passed to can change or resize it."""
-    fd = os.memfd_create("vecenv-weights", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    fd = make_memfd("vecenv-weights", "the new weights' shared copy")
     try:
         view, written = memoryview(data), 0
         while written < len(data):  # at offsets, leaving the file's shared position at 0
