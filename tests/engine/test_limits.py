@@ -280,6 +280,37 @@ def test_memory_limits_read_this_machine() -> None:
     assert (soft != resource.RLIM_INFINITY) == any("RLIMIT_FSIZE" in name for name in names)
 
 
+def _write_tree(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+def test_the_memory_cgroup_of_a_v1_container_is_read_at_the_mount_root(tmp_path: Path) -> None:
+    """Docker under cgroup v1 (no cgroup namespace): ``/proc/self/cgroup`` names the host's
+    path (``/docker/<id>``) while the container's own cgroup is the mount's root. The limit of
+    ``--memory=2g`` was looked for under the host's path, not found, and left out: blocks were
+    compared with the host's free memory, and one past the container's limit met the OOM killer."""
+    _write_tree(
+        tmp_path,
+        {
+            "memory/memory.limit_in_bytes": f"{2 * 2**30}\n",
+            "memory/memory.usage_in_bytes": f"{2**29}\n",
+            "self-cgroup": "5:memory:/docker/c1\n4:cpu,cpuacct:/docker/c1\n0::/\n",
+        },
+    )
+    headroom = memory.cgroup_headroom(str(tmp_path), str(tmp_path / "self-cgroup"))
+    assert headroom is not None and headroom[1] == 2 * 2**30 - 2**29
+    assert str(tmp_path / "memory") in headroom[0]
+    # under the path where it is there (a host's cgroup, or a namespaced container's)
+    _write_tree(
+        tmp_path,
+        {"memory/docker/c1/memory.limit_in_bytes": f"{2**30}\n", "memory/docker/c1/memory.usage_in_bytes": "0\n"},
+    )
+    headroom = memory.cgroup_headroom(str(tmp_path), str(tmp_path / "self-cgroup"))
+    assert headroom is not None and headroom[1] == 2**30
+
+
 # -- weight pushes -------------------------------------------------------------------------------
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "close_inherited",
     "seal_memfd",
     "make_memfd",
+    "cgroup_headroom",
 ]
 
 #: (what the limit is, in words; bytes left under it)
@@ -88,11 +89,15 @@ def _read_number(path: str) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def _cgroup_headroom() -> Limit | None:
+def cgroup_headroom(root: str = "/sys/fs/cgroup", membership: str = "/proc/self/cgroup") -> Limit | None:
     """The least headroom of this process's memory cgroup and its ancestors (cgroup v2), or of
-    its v1 memory cgroup."""
+    its v1 memory cgroup. A container often sees its own cgroup as the mount's root while
+    ``/proc/self/cgroup`` names the host's path to it (cgroup v1 without a cgroup namespace),
+    so a v1 path that is not under the mount falls back to the mount's root. (``root`` and
+    ``membership``: where the cgroup file systems are mounted and the file naming this
+    process's cgroups.)"""
     try:
-        with open("/proc/self/cgroup") as f:
+        with open(membership) as f:
             lines = f.read().splitlines()
     except OSError:
         return None
@@ -100,8 +105,8 @@ def _cgroup_headroom() -> Limit | None:
     for line in lines:
         hierarchy, controllers, path = (line.split(":", 2) + ["", ""])[:3]
         if hierarchy == "0" and controllers == "":  # v2: walk up to the root
-            directory = "/sys/fs/cgroup" + path.rstrip("/")
-            while directory.startswith("/sys/fs/cgroup"):  # (a container's own root included)
+            directory = root + path.rstrip("/")
+            while directory.startswith(root):  # (a container's own root included)
                 limit = _read_number(f"{directory}/memory.max")
                 used = _read_number(f"{directory}/memory.current")
                 if limit is not None and used is not None:
@@ -111,11 +116,13 @@ def _cgroup_headroom() -> Limit | None:
                     room = max(0, limit - used) + max(0, swap)
                     if best is None or room < best[1]:
                         best = (f"the memory cgroup's headroom (memory.max - memory.current in {directory})", room)
-                if directory == "/sys/fs/cgroup":
+                if directory == root:
                     break
                 directory = os.path.dirname(directory)
         elif "memory" in controllers.split(","):  # v1
-            directory = "/sys/fs/cgroup/memory" + path.rstrip("/")
+            directory = f"{root}/memory" + path.rstrip("/")
+            if not os.path.exists(f"{directory}/memory.limit_in_bytes"):  # the host's path, in a container
+                directory = f"{root}/memory"
             limit = _read_number(f"{directory}/memory.limit_in_bytes")
             used = _read_number(f"{directory}/memory.usage_in_bytes")
             if limit is not None and used is not None and limit < 2**62:
@@ -158,7 +165,7 @@ def memory_limits(shared: bool, named: bool) -> list[Limit]:
     arrays); ``named`` (in ``/dev/shm``)."""
     found = [
         _available_memory(),
-        _cgroup_headroom(),
+        cgroup_headroom(),
         _rlimit(resource.RLIMIT_AS, "RLIMIT_AS", _mapped) if hasattr(resource, "RLIMIT_AS") else None,
     ]
     if shared:
