@@ -1,0 +1,167 @@
+"""Each extra of setup.cfg installs what its feature imports, checked in the one venv the tests
+run in: a fresh interpreter may import only the distributions that the core install and that
+extra bring (their declared dependencies, followed through the installed metadata), the modules
+of every other installed distribution are missing there, and the extra's feature runs. A module
+that an extra's feature needs but that comes only with another extra is always there in a venv
+of ``.[test]``, so nothing else would see it; a user of that extra alone gets a
+``ModuleNotFoundError`` from deep inside a library.
+
+A feature whose distributions are not installed here (``.[docs]``, ``.[rllib]`` in the main
+venv) is skipped: what is not installed cannot be told apart from what an extra forgot.
+"""
+
+from __future__ import annotations
+
+import configparser
+import importlib.metadata
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+REPO = Path(__file__).resolve().parent.parent
+
+# What a fresh ``python -m venv`` holds before any install, so never missing.
+IN_EVERY_VENV = ("pip", "setuptools", "vecenv")
+
+# The feature each extra is for, as a user of that extra alone runs it (the extra's docs page).
+FEATURES = {
+    "ray": "import vecenv.integrations.ray.vector_env",
+    "rllib": "import vecenv.integrations.rllib\nimport ray.rllib.algorithms.ppo",
+    "sb3": "import vecenv.sb3",
+    "minari": """
+        import tempfile
+        import vecenv
+        with tempfile.TemporaryDirectory() as root, vecenv.make("CartPole-v1", 2, 1) as envs:
+            vecenv.collect(envs, steps=20, out=root + "/d", format="minari", dataset_id="cartpole/random-v0",
+                           progress=False)
+    """,
+    "pettingzoo": "from pettingzoo.utils.env import ParallelEnv\nimport vecenv.multiagent",
+    "torchrl": "from torchrl.envs import GymWrapper",
+    "train": "import torch\nimport matplotlib.pyplot",
+    "bench": "import matplotlib.pyplot\nimport cv2\nimport ale_py",
+    # docs/video.md's example: CartPole's frames (pygame) into an mp4 (imageio, ffmpeg).
+    "video": """
+        import os, tempfile
+        import gymnasium as gym
+        from vecenv.video import imageio_writer
+        env = gym.make("CartPole-v1", render_mode="rgb_array")
+        env.reset(seed=0)
+        with tempfile.TemporaryDirectory() as root:
+            writer = imageio_writer(os.path.join(root, "v.mp4"), 30)
+            writer.append(env.render())
+            writer.close()
+            assert os.path.getsize(os.path.join(root, "v.mp4")) > 0
+    """,
+    # The step benchmark's supersuit row: SuperSuit's vectorizer over a Gymnasium env.
+    "anchors": "from supersuit import concat_vec_envs_v1",
+    "docs": "import mkdocs\nimport material\nimport mkdocstrings_handlers.python",
+    "test-core": "import pytest\nimport pytest_timeout",
+    "test-rllib": "import ray.rllib.algorithms.ppo\nimport torch\nimport pytest_timeout",
+    "test": "import pytest_timeout\nimport stable_baselines3\nimport minari\nimport ray\nimport torchrl",
+}
+
+# The child: the missing modules' finder first, then the feature. A module missing because it is
+# not installed here at all (not one the finder hides) skips instead of failing.
+CHILD = """
+import importlib.abc, importlib.util, sys
+HIDDEN = frozenset({hidden!r})
+
+class NotInThisExtra(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in HIDDEN:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
+
+sys.meta_path.insert(0, NotInThisExtra())
+find_spec = importlib.util.find_spec  # asked of a missing module, it answers None
+
+def find_spec_of_this_extra(name, package=None):
+    return None if name.partition(".")[0] in HIDDEN else find_spec(name, package)
+
+importlib.util.find_spec = find_spec_of_this_extra
+try:
+{feature}
+except ModuleNotFoundError as exc:
+    if (exc.name or "").partition(".")[0] in HIDDEN:
+        raise
+    print("not installed here:", exc.name)
+"""
+
+
+def _extras() -> tuple[list[str], dict[str, list[str]]]:
+    """setup.cfg's install_requires and each extra's requirements, one string each."""
+    config = configparser.ConfigParser()
+    config.read(REPO / "setup.cfg")
+
+    def lines(value: str) -> list[str]:
+        return [line.strip() for line in value.splitlines() if line.strip() and not line.strip().startswith("#")]
+
+    core = lines(config["options"]["install_requires"])
+    return core, {name: lines(value) for name, value in config["options.extras_require"].items()}
+
+
+CORE, EXTRAS = _extras()
+
+
+def _installed_closure(requirements: list[str]) -> set[str]:
+    """The installed distributions that ``pip install`` of ``requirements`` brings: each
+    requirement whose marker holds here, then the requirements it declares, for the extras named."""
+    environment = default_environment()
+    brought: set[tuple[str, str]] = set()
+    todo = [(Requirement(line), "") for line in requirements]
+    while todo:
+        requirement, extra = todo.pop()
+        if requirement.marker is not None and not requirement.marker.evaluate({**environment, "extra": extra}):
+            continue
+        name = canonicalize_name(requirement.name)
+        try:
+            declared = importlib.metadata.distribution(name).requires or []
+        except importlib.metadata.PackageNotFoundError:
+            continue  # not installed here, so not importable here either
+        for wanted in ("", *sorted(requirement.extras)):
+            if (name, wanted) not in brought:
+                brought.add((name, wanted))
+                todo.extend((Requirement(line), wanted) for line in declared)
+    return {name for name, _ in brought}
+
+
+def _hidden_modules(allowed: set[str]) -> set[str]:
+    """The top-level modules of the installed distributions outside ``allowed``."""
+    allowed = allowed | {canonicalize_name(name) for name in IN_EVERY_VENV}
+    return {
+        module
+        for module, distributions in importlib.metadata.packages_distributions().items()
+        if not any(canonicalize_name(d) in allowed for d in distributions)
+    }
+
+
+def test_every_extra_has_a_feature_here() -> None:
+    assert sorted(FEATURES) == sorted(EXTRAS)
+
+
+def test_the_closure_follows_declared_dependencies_and_their_extras() -> None:
+    """The walk the test below relies on: minari[hdf5] brings h5py, minari alone does not."""
+    if "minari" not in _installed_closure(["minari"]):
+        pytest.skip("minari is not installed here")
+    assert "h5py" not in _installed_closure(["minari"])
+    assert {"minari", "h5py", "numpy"} <= _installed_closure(["minari[hdf5]"])
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("extra", sorted(FEATURES))
+def test_an_extra_alone_runs_its_feature(extra: str, tmp_path: Path) -> None:
+    hidden = _hidden_modules(_installed_closure(CORE + EXTRAS[extra]))
+    feature = textwrap.indent(textwrap.dedent(FEATURES[extra]).strip(), "    ")
+    child = CHILD.format(hidden=sorted(hidden), feature=feature)
+    out = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, timeout=200, cwd=REPO, check=False
+    )
+    assert out.returncode == 0, f"the {extra!r} extra alone: {out.stderr[-3000:]}"
+    if out.stdout.startswith("not installed here:"):
+        pytest.skip(f"{extra}: {out.stdout.strip()}")
