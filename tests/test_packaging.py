@@ -1,13 +1,17 @@
-"""Each extra of setup.cfg installs what its feature imports, checked in the one venv the tests
-run in: a fresh interpreter may import only the distributions that the core install and that
-extra bring (their declared dependencies, followed through the installed metadata), the modules
-of every other installed distribution are missing there, and the extra's feature runs. A module
+"""What ``pip install`` gives, and what the sdist holds.
+
+Each extra of setup.cfg installs what its feature imports, checked in the one venv the tests run
+in: a fresh interpreter may import only the distributions that the core install and that extra
+bring (their declared dependencies, followed through the installed metadata), the modules of
+every other installed distribution are missing there, and the extra's feature runs. A module
 that an extra's feature needs but that comes only with another extra is always there in a venv
 of ``.[test]``, so nothing else would see it; a user of that extra alone gets a
 ``ModuleNotFoundError`` from deep inside a library.
 
 A feature whose distributions are not installed here (``.[docs]``, ``.[rllib]`` in the main
 venv) is skipped: what is not installed cannot be told apart from what an extra forgot.
+
+The sdist holds every file git tracks (MANIFEST.in), so that the tests run from it.
 """
 
 from __future__ import annotations
@@ -165,3 +169,23 @@ def test_an_extra_alone_runs_its_feature(extra: str, tmp_path: Path) -> None:
     assert out.returncode == 0, f"the {extra!r} extra alone: {out.stderr[-3000:]}"
     if out.stdout.startswith("not installed here:"):
         pytest.skip(f"{extra}: {out.stdout.strip()}")
+
+
+@pytest.mark.timeout(120)
+def test_the_sdist_holds_every_file_git_tracks(tmp_path: Path) -> None:
+    """setuptools lists the sdist's files in SOURCES.txt (``egg_info``, as ``sdist`` runs it)."""
+    try:
+        tracked = subprocess.run(
+            ["git", "ls-files"], capture_output=True, text=True, timeout=60, cwd=REPO, check=True
+        ).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout (an unpacked sdist, say)")
+    subprocess.run(
+        [sys.executable, "setup.py", "-q", "egg_info", "--egg-base", str(tmp_path)],
+        capture_output=True,
+        timeout=100,
+        cwd=REPO,
+        check=True,
+    )
+    in_sdist = set((tmp_path / "vecenv.egg-info" / "SOURCES.txt").read_text().split())
+    assert sorted(name for name in tracked if (REPO / name).exists() and name not in in_sdist) == []
