@@ -133,6 +133,22 @@ def test_importing_the_integration_imports_no_ray() -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("missing", ["ray", "ray.tune"])
+def test_register_env_without_rllib_names_the_extra(missing: str) -> None:
+    """Without Ray, or with the Ray of the ray extra (no Tune, no RLlib), register_env says what
+    to install: it raised ModuleNotFoundError, or Ray's ImportError naming ray[tune]."""
+    code = (
+        f"import sys; sys.modules[{missing!r}] = None\n"
+        "import vecenv.errors\nfrom vecenv.integrations import rllib\n"
+        "try:\n    rllib.register_env('vecenv-CartPole', 'CartPole-v1')\n"
+        "except vecenv.errors.MissingDependencyError as e:\n    print(e)\n"
+        "else:\n    raise SystemExit('no error')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50, check=True).stdout
+    assert out.count("\n") == 1 and "register_env needs RLlib: pip install 'vecenv[rllib]'" in out, out
+
+
 # -- RLlib ------------------------------------------------------------------------------------------
 
 

@@ -30,7 +30,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
-from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, MissingDependencyError, describe
 from vecenv.factory import make, vector_keywords
 
 __all__ = ["EnvCreator", "RLlibConfigError", "register_env"]
@@ -193,7 +193,12 @@ def register_env(
     ``N`` envs in ``num_workers`` worker processes. Returns the registered :class:`EnvCreator`;
     its arguments are :class:`EnvCreator`'s.
     """
-    from ray.tune.registry import register_env as ray_register_env
+    try:
+        from ray.tune.registry import register_env as ray_register_env
+    except ImportError as exc:  # no Ray, or Ray without the parts RLlib needs (the ray extra alone)
+        raise MissingDependencyError(
+            f"vecenv.integrations.rllib.register_env needs RLlib: pip install 'vecenv[rllib]' (import failed: {exc})"
+        ) from exc
 
     creator = EnvCreator(env_id, num_workers, **make_kwargs)
     ray_register_env(name, creator)
