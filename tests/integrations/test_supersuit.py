@@ -303,6 +303,19 @@ def test_other_names_are_supersuit_own() -> None:
         vs.no_such_wrapper_v0  # noqa: B018 - the lookup is the test
 
 
+def test_a_wrapper_without_supersuit_says_what_to_install() -> None:
+    """SuperSuit's own names (its wrappers) need SuperSuit, which no extra but .[anchors] brings:
+    the lookup stays an AttributeError (``hasattr`` is False) that says what to install."""
+    code = (
+        "import sys; sys.modules['supersuit'] = None\n"
+        "import vecenv.supersuit as vs\n"
+        "assert not hasattr(vs, 'no_such_wrapper_v0')\n"
+        "try:\n    vs.pad_observations_v0\nexcept AttributeError as e:\n    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, timeout=60, capture_output=True, text=True).stdout
+    assert "'pad_observations_v0'" in out and "is not installed: pip install supersuit" in out, out
+
+
 def test_sb3_base_class_without_sb3_names_the_extra_and_starts_nothing() -> None:
     """Without Stable-Baselines3, ``base_class="stable_baselines3"`` is refused before any worker starts."""
     code = (

@@ -279,7 +279,7 @@ def __getattr__(name: str) -> Any:
     except ImportError as exc:
         raise AttributeError(
             f"module 'vecenv.supersuit' has no attribute {name!r}: it is not one of the drop-in's vectorizers, "
-            f"and SuperSuit, whose names the rest are, is not installed ({exc})"
+            f"and SuperSuit, whose names the rest are, is not installed: pip install supersuit ({exc})"
         ) from None
     try:
         return getattr(supersuit, name)
