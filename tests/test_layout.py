@@ -1,7 +1,8 @@
 """The package layout holds what docs/architecture.md says: the import graph of ``vecenv`` has no
 cycle, between modules or between packages (function-level and ``TYPE_CHECKING`` imports
 counted); the worker side imports nothing of the parent side or of an integration; ``import
-vecenv`` loads no command line, progress bar, Ray or torch; the old ``vecenv.rollout`` path is a
+vecenv`` loads no command line, progress bar, Ray or torch, nor does making and stepping a vector
+env (nor any other extra's library); the old ``vecenv.rollout`` path is a
 deprecated alias of ``vecenv.datasets`` that gives the very same objects."""
 
 from __future__ import annotations
@@ -204,6 +205,26 @@ def test_import_vecenv_loads_no_cli_progress_bar_ray_or_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.timeout(90)
+def test_making_and_stepping_a_vector_env_loads_no_heavy_library() -> None:
+    """``vecenv.make`` and a step load, in the user's process, no integration, no command line
+    and none of the libraries an extra brings: a plain user pays for none of them."""
+    code = (
+        "import sys, vecenv\n"
+        "if __name__ == '__main__':\n"
+        "    envs = vecenv.make('CartPole-v1', 4, 2)\n"
+        "    envs.reset(seed=0)\n"
+        "    envs.step(envs.action_space.sample())\n"
+        "    envs.close()\n"
+        "    heavy = {'torch', 'ray', 'pandas', 'scipy', 'matplotlib', 'stable_baselines3', 'pettingzoo',\n"
+        "             'supersuit', 'minari', 'h5py', 'pyarrow', 'imageio', 'pygame', 'tqdm', 'argparse',\n"
+        "             'vecenv.datasets', 'vecenv.bench', 'vecenv.integrations'}\n"
+        "    print(sorted(heavy & set(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=80, check=True)
+    assert out.stdout.strip() == "[]", out.stderr
 
 
 def test_the_old_dataset_path_is_a_deprecated_alias_of_the_same_objects() -> None:
