@@ -17,7 +17,9 @@ The sdist holds every file git tracks (MANIFEST.in), so that the tests run from 
 from __future__ import annotations
 
 import configparser
+import functools
 import importlib.metadata
+import json
 import subprocess
 import sys
 import textwrap
@@ -143,12 +145,22 @@ def _applies(requirement: Requirement) -> bool:
     return requirement.marker is None or requirement.marker.evaluate({**default_environment(), "extra": ""})
 
 
+@functools.cache
+def _top_level_modules() -> dict[str, list[str]]:
+    """Top-level module -> the distributions that install it, as a fresh interpreter sees them:
+    ``import ray`` puts Ray's vendored packages (psutil) on this process's ``sys.path``."""
+    code = "import importlib.metadata, json; print(json.dumps(importlib.metadata.packages_distributions()))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO, check=True)
+    modules: dict[str, list[str]] = json.loads(out.stdout)
+    return modules
+
+
 def _hidden_modules(allowed: set[str]) -> set[str]:
     """The top-level modules of the installed distributions outside ``allowed``."""
     allowed = allowed | {canonicalize_name(name) for name in IN_EVERY_VENV}
     return {
         module
-        for module, distributions in importlib.metadata.packages_distributions().items()
+        for module, distributions in _top_level_modules().items()
         if not any(canonicalize_name(d) in allowed for d in distributions)
     }
 
