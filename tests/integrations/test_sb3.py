@@ -848,6 +848,24 @@ def test_options_of_the_other_backend_are_refused_before_anything_starts() -> No
             SubprocVecEnv(info_fns(2), **kwargs)
 
 
+def test_env_instances_in_place_of_constructors_are_refused_before_any_worker_starts() -> None:
+    # Each constructor is wrapped in an adapter (a callable) for the workers: an env instance
+    # was only found out by a worker calling it, after every worker had started.
+    env = gym.make("CartPole-v1")
+    cases = [
+        ([env] * 2, vecenv.errors.ArgumentTypeError, "`env_fns[0]` must be callable (returning a gymnasium.Env), got"),
+        ("CartPole-v1", vecenv.errors.ArgumentTypeError, "`env_fns` must be an iterable of env constructors, got"),
+        ([], vecenv.errors.InvalidArgumentError, "`env_fns` must hold at least one env constructor"),
+    ]
+    try:
+        for env_fns, error, message in cases:
+            with pytest.raises(error, match=re.escape(message)):
+                SubprocVecEnv(env_fns, start_method="fork", num_workers=1)
+    finally:
+        env.close()
+    assert multiprocessing.active_children() == []
+
+
 @pytest.mark.timeout(60)
 def test_seed_policy_spawn_seeds_each_env_from_a_seed_sequence() -> None:
     from vecenv import spawn_seeds

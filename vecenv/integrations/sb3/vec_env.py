@@ -23,7 +23,7 @@ import multiprocessing
 import operator
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -47,7 +47,7 @@ except ImportError as exc:  # SB3 itself, or torch which it imports, is missing
     ) from exc
 
 from vecenv.backends import vector_class
-from vecenv.checks import check_seed_policy
+from vecenv.checks import check_env_fns, check_seed_policy
 from vecenv.errors import ArgumentTypeError, EnvIndexError, InvalidArgumentError, SpaceMismatchError, describe
 from vecenv.integrations.sb3.env_adapter import DISPATCH, INFO_KEY, AdapterFn, InfoBox, SB3Call, SB3Op
 from vecenv.machine import guard_main
@@ -124,9 +124,9 @@ class SubprocVecEnv(Uncopyable, VecEnv):
         pin_cpus: bool = DEFAULTS.pin_cpus,
         seed_policy: str = DEFAULTS.seed_policy,
     ) -> None:
-        if isinstance(env_fns, (str, bytes)) or not isinstance(env_fns, Iterable):
-            raise ArgumentTypeError(f"`env_fns` must be a list of env constructors, got {type(env_fns).__name__}")
-        env_fns = list(env_fns)
+        # Checked here, before each is wrapped in a callable adapter: an env instance in the list
+        # (`[env] * n`) is refused at once, not by a worker calling it after it has started.
+        env_fns = check_env_fns(env_fns)
         self.waiting = False
         self.closed = False
         self._options_staged = False  # envs may hold staged options that a reset has not consumed
