@@ -213,7 +213,7 @@ class FunctionPolicy(WorkerPolicy):
                 f"`initial_state` must be callable (num_envs -> state), got {describe(initial_state)}"
             )
         self.name = name or _qualified_name(function)
-        self._function = cloudpickle.dumps((function, initial_state))
+        self._function = _pickled((function, initial_state), self.name)
 
     def build(self, context: PolicyContext) -> PolicyRunner:
         return _Calls(*cloudpickle.loads(self._function))
@@ -280,7 +280,7 @@ class TorchPolicy(WorkerPolicy):
             raise ArgumentTypeError(f"`module` must be a torch.nn.Module, got {describe(module)}")
         self.name = name or f"torch:{type(module).__qualname__}"
         self._module = module
-        self._copy = cloudpickle.dumps(module)
+        self._copy = _pickled(module, self.name)
         self._layout = state_layout(module.state_dict())  # what the copies' modules hold
 
     def __getstate__(self) -> dict[str, Any]:
@@ -695,6 +695,20 @@ def _process_generators_kept(torch: Any) -> Iterator[None]:
         torch.set_rng_state(torch_state)
         np.random.set_state(numpy_state)
         random.setstate(python_state)
+
+
+def _pickled(policy: Any, name: str) -> bytes:
+    """``policy`` pickled with cloudpickle for the workers' copies. What it cannot pickle (an
+    object it captured or a global it uses: a lock, an open file, a CUDA stream) raises
+    pickling's own error, with a note naming the policy: the error alone names only the object."""
+    try:
+        return cloudpickle.dumps(policy)
+    except Exception as exc:
+        exc.add_note(
+            f"raised while pickling the policy {name!r} for the workers: each worker runs a copy of it, so the "
+            "policy and everything it refers to (objects it captured, globals it uses) must be picklable"
+        )
+        raise
 
 
 # -- what callers pass ---------------------------------------------------------------------

@@ -1024,6 +1024,51 @@ def test_unpicklable_group_fn_is_named() -> None:
     assert "`group_fns[1]` (" in " ".join(info.value.__notes__), info.value.__notes__
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_unpicklable_call_arguments_name_the_call_and_the_vector_env_goes_on(num_workers: int) -> None:
+    """Pickling's error names only the object (``cannot pickle '_thread.lock' object``): the
+    note names the call whose arguments it was in, and why they are pickled at all."""
+    lock = threading.Lock()
+    envs = vecenv.SubprocVectorEnv(healthy_fns(N), num_workers, context="fork")
+    try:
+        envs.reset(seed=0)
+        calls = {
+            "call_async": lambda: envs.call("size_of", lock),
+            "set_attr": lambda: envs.set_attr("index", lock),
+            "reset_async": lambda: envs.reset(options={"lock": lock}),
+        }
+        for name, call in calls.items():
+            with pytest.raises(TypeError, match="pickle") as info:
+                call()
+            notes = " ".join(getattr(info.value, "__notes__", []))
+            assert f"raised while pickling what `{name}` sends to worker 0" in notes, notes
+            assert "must be picklable" in notes, notes
+        assert envs.get_attr("index") == tuple(range(N))  # nothing was sent: it answers on
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_an_unpicklable_rollout_policy_is_named() -> None:
+    lock = threading.Lock()
+
+    def holds_a_lock(observations: np.ndarray) -> np.ndarray:
+        assert lock is not None
+        return np.zeros((len(observations), 2), np.float32)
+
+    envs = vecenv.SubprocVectorEnv(healthy_fns(N), 2, context="fork")
+    try:
+        envs.reset(seed=0)
+        with pytest.raises(TypeError, match="pickle") as info:
+            envs.rollout(2, holds_a_lock)
+        notes = " ".join(getattr(info.value, "__notes__", []))
+        assert "raised while pickling the policy " in notes and "holds_a_lock" in notes, notes
+        assert envs.rollout(2).actions.shape == (2, N, 2)  # nothing was sent: it rolls out on
+    finally:
+        envs.close()
+
+
 # -- a low descriptor limit ------------------------------------------------------------------
 
 

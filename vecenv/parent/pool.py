@@ -161,10 +161,19 @@ class WorkerPool:
             w.check_sendable(call)
         encode = self.transport.encode
         call_ids = self._call_ids
-        return [
-            OwedCall(call_id, call, wanted, command, encode(command, call_id, payload), payload)
-            for payload, call_id in zip(payloads, call_ids)
-        ]
+        owed = []
+        for w, payload, call_id in zip(workers, payloads, call_ids):
+            try:
+                message = encode(command, call_id, payload)
+            except Exception as exc:
+                # Pickling's error names only the object (a lock, a generator), not the call.
+                exc.add_note(
+                    f"raised while pickling what `{call}` sends to worker {w.index}: each worker gets a copy of "
+                    "what a call passes (its arguments, reset options, attribute values), so it must be picklable"
+                )
+                raise
+            owed.append(OwedCall(call_id, call, wanted, command, message, payload))
+        return owed
 
     def deliver(
         self, workers: Sequence[WorkerRecord], outgoing: Sequence[OwedCall], timeout: float | None = None
