@@ -404,7 +404,12 @@ def to_batch(space: Space, value: Any, n: int, name: str, *, same_kind: bool = T
     try:
         array = np.asarray(value)
     except Exception as exc:
-        raise ArgumentTypeError(f"`{name}` must be array-like, got {describe(value)}") from exc
+        # The reason is in the message: the value's repr is cut short (a tensor's
+        # `requires_grad=True`, or its device, comes last) and the cause may not be shown.
+        reason = " ".join(str(exc).split())
+        raise ArgumentTypeError(
+            f"`{name}` must be array-like, got {describe(value)} (numpy.asarray raised {type(exc).__name__}: {reason})"
+        ) from exc
     expected = (n, *_leaf_shape(space))
     if array.ndim == 0:
         raise ArgumentTypeError(

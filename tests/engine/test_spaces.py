@@ -111,6 +111,20 @@ def test_to_batch_accepts_and_keeps_dtype() -> None:
     assert isinstance(out, tuple) and len(out) == 2 and out[1].tolist() == [1, 1, 1]
 
 
+def test_an_action_batch_numpy_cannot_take_says_why() -> None:
+    """A tensor that requires grad (a policy's output not detached) is refused by NumPy, as by
+    SyncVectorEnv; its repr is cut short before ``requires_grad=True``, so the reason is told."""
+    torch = pytest.importorskip("torch")
+    box = spaces.Box(-1, 1, (2,), np.float32)
+    actions = torch.zeros((64, 2), requires_grad=True)
+    refused = r"^`actions` must be array-like, got tensor\(\[\["
+    with pytest.raises(vecenv.errors.ArgumentTypeError, match=refused) as info:
+        to_batch(box, actions, 64, "actions")
+    assert "(numpy.asarray raised RuntimeError: Can't call numpy() on Tensor that requires grad" in str(info.value)
+    assert "detach()" in str(info.value)
+    assert to_batch(box, actions.detach(), 64, "actions").shape == (64, 2)
+
+
 @pytest.mark.parametrize(
     ("space", "value"),
     [
