@@ -21,7 +21,7 @@ from gymnasium.envs.registration import EnvSpec, find_highest_version, get_env_i
 
 from vecenv.backends import BACKENDS, OWN_KEYWORDS, vector_class
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, UnknownEnvIdError, describe
-from vecenv.worker.builders import pickles
+from vecenv.worker.builders import check_env, pickles
 
 __all__ = ["make", "check_env_id", "vector_keywords", "BACKENDS", "VECTORIZATION_MODE"]
 
@@ -132,8 +132,10 @@ class EnvRecipe:
             if self.unsent is not None:
                 exc.add_note(f"vecenv.make could not send this worker the env's spec: {self.unsent}")
             raise
-        for wrapper in self.wrappers:
-            env = wrapper(env)
+        for i, wrapper in enumerate(self.wrappers):
+            # Checked here, by the wrapper's index: a wrapper that returns nothing (one that
+            # changes the env in place) was reported as `env_fns[i]`, a name make's callers never gave.
+            env = check_env(wrapper(env), f"`wrappers[{i}]` must return a gymnasium.Env (the wrapped env)")
         return env
 
 

@@ -226,6 +226,19 @@ def test_make_rejects_bad_arguments(kwargs: dict[str, Any], message: str) -> Non
         vecenv.make("CartPole-v1", 2, **kwargs)
 
 
+def _wraps_in_place(env: gym.Env) -> None:
+    """A wrapper written as a function that changes the env and returns nothing."""
+    env.unwrapped.spec_note = "wrapped"  # type: ignore[attr-defined]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_wrapper_that_returns_no_env_is_named(num_workers: int) -> None:
+    """It was reported as `env_fns[1]` must return a gymnasium.Env: make's caller gave no env_fns."""
+    with pytest.raises(TypeError, match=r"^`wrappers\[1\]` must return a gymnasium.Env \(the wrapped env\).*got None"):
+        vecenv.make("CartPole-v1", 2, num_workers, wrappers=[_clip_half, _wraps_in_place])
+
+
 def test_make_rejects_an_unknown_backend() -> None:
     with pytest.raises(ValueError, match="`backend` must be one of 'process', 'ray', got 'threads'"):
         vecenv.make("CartPole-v1", 2, backend="threads")
