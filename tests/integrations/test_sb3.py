@@ -867,6 +867,23 @@ def test_env_instances_in_place_of_constructors_are_refused_before_any_worker_st
 
 
 @pytest.mark.timeout(60)
+def test_a_numpy_integer_seed_gives_each_env_the_seed_its_int_would() -> None:
+    """SB3's ``seed + i`` in the seed's own NumPy type wrapped: an int8 127 made env 1's seed
+    -128 (refused by reset, naming a seed never given), a uint64 made it 0 (silently)."""
+    ours = SubprocVecEnv(info_fns(), start_method="fork", num_workers=2)
+    try:
+        for seed in (np.int8(127), np.uint64(2**64 - 1), np.int64(5)):
+            seeds = ours.seed(seed)
+            assert seeds == [int(seed) + i for i in range(N_ENVS)], (seed, seeds)
+            assert all(type(s) is int for s in seeds)
+            obs = ours.reset()
+            ours.seed(int(seed))
+            assert_same(obs, ours.reset(), f"seed {seed!r}")
+    finally:
+        ours.close()
+
+
+@pytest.mark.timeout(60)
 def test_seed_policy_spawn_seeds_each_env_from_a_seed_sequence() -> None:
     from vecenv import spawn_seeds
 

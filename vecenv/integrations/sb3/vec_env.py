@@ -174,6 +174,11 @@ class SubprocVecEnv(Uncopyable, VecEnv):
     def seed(self, seed: int | None = None) -> Sequence[None | int]:
         """The seeds of the next :meth:`reset`, as SB3's: env ``i`` gets ``seed + i`` (a random
         ``seed`` when ``None``), or under ``seed_policy="spawn"`` :func:`vecenv.spawn_seeds` ``(seed, n)``."""
+        if isinstance(seed, np.integer):
+            # A seed, as vecenv takes it (SB3's envs refuse it), as the int it is: SB3 adds
+            # `seed + i` in the seed's own type, which wraps (an int8 127 gave env 1 -128, a
+            # uint64's largest gave env 1 the seed 0).
+            seed = int(seed)
         seeds = super().seed(seed)
         base = seeds[0]
         if self.seed_policy == SeedPolicy.SPAWN and base is not None:
