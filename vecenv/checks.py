@@ -41,6 +41,7 @@ __all__ = [
     "seed_list",
     "check_reset_mask",
     "check_num_steps",
+    "check_num_envs",
 ]
 
 
@@ -301,3 +302,11 @@ def check_num_steps(num_steps: Any) -> int:
             f"`num_steps` must be a positive int (steps per env in the rollout), got {describe(num_steps)}",
         )
     return int(num_steps)
+
+
+def check_num_envs(num_envs: Any) -> int:
+    """How many envs to make: a positive int (a NumPy one too, as ``gymnasium.make_vec`` takes
+    it), returned as an int."""
+    if not _is_int(num_envs) or num_envs < 1:
+        raise _refusal(_is_int(num_envs), f"`num_envs` must be a positive int, got {describe(num_envs)}")
+    return int(num_envs)

@@ -343,6 +343,7 @@ _CHECKS: dict[str, Any] = {
     "threads_per_worker": checks.check_threads,
     "num_steps": checks.check_num_steps,
     "group_fns": checks.check_group_fns,
+    "num_envs": checks.check_num_envs,
 }
 
 
@@ -361,6 +362,8 @@ _CHECKS: dict[str, Any] = {
         ("num_steps", 2.0),
         ("num_steps", "2"),
         ("group_fns", "abc"),
+        ("num_envs", 2.0),
+        ("num_envs", True),
     ],
 )
 def test_a_wrong_type_is_a_type_error_and_still_an_invalid_argument(name: str, value: Any) -> None:
@@ -403,6 +406,13 @@ def test_the_public_calls_raise_a_type_error_for_a_wrong_type() -> None:
     with pytest.raises(vecenv.errors.InvalidArgumentError, match="`num_envs` must be a positive int, got 0") as refused:
         vecenv.make("CartPole-v1", 0)
     assert not isinstance(refused.value, TypeError)
+    # A NumPy int, as make_vec takes it (a count computed with NumPy): it was refused.
+    envs = vecenv.make("CartPole-v1", np.int64(2), num_workers=0)
+    try:
+        assert envs.num_envs == 2 and type(envs.num_envs) is int and envs.spec.kwargs["num_envs"] == 2
+        assert envs.reset(seed=0)[0].shape == (2, 4)
+    finally:
+        envs.close()
     envs = vecenv.make("CartPole-v1", 2, num_workers=0)
     try:
         envs.reset(seed=0)
