@@ -61,7 +61,15 @@ def check_env_id(env_id: str) -> str:
     """
     module, separator, name = env_id.rpartition(":")
     if module:
-        importlib.import_module(module)
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            # Alone it says only "No module named ...", not what wanted the module, nor why.
+            exc.add_note(
+                f"env_id {env_id!r}: the part before ':' is a module imported to register the env (as "
+                f"gymnasium.make imports it); check that {module!r} is installed, importable and registers {name!r}"
+            )
+            raise
     if name in gym.registry:
         _warn_if_out_of_date(name)
         return env_id

@@ -239,6 +239,14 @@ def test_a_wrapper_that_returns_no_env_is_named(num_workers: int) -> None:
         vecenv.make("CartPole-v1", 2, num_workers, wrappers=[_clip_half, _wraps_in_place])
 
 
+def test_an_env_id_whose_module_cannot_be_imported_says_what_the_module_is_for() -> None:
+    with pytest.raises(ModuleNotFoundError, match="No module named 'vecenv_no_such_module'") as info:
+        vecenv.make("vecenv_no_such_module:Foo-v0", 2, num_workers=0)
+    notes = " ".join(getattr(info.value, "__notes__", []))
+    assert "env_id 'vecenv_no_such_module:Foo-v0': the part before ':' is a module imported to register" in notes
+    assert "registers 'Foo-v0'" in notes, notes
+
+
 def test_make_rejects_an_unknown_backend() -> None:
     with pytest.raises(ValueError, match="`backend` must be one of 'process', 'ray', got 'threads'"):
         vecenv.make("CartPole-v1", 2, backend="threads")
