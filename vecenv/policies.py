@@ -730,6 +730,13 @@ def as_worker_policy(policy: Any) -> WorkerPolicy:
     """
     if isinstance(policy, WorkerPolicy):
         return policy
+    if isinstance(policy, type):
+        # A class is callable: it was taken for a function of the observations, and each worker
+        # made an instance from its rows (`Agent.__init__() takes 1 positional argument but 2 were given`).
+        raise ArgumentTypeError(
+            "`policy` must be 'random', a WorkerPolicy, a torch module, an SB3 model or a callable, got the class "
+            f"{policy.__qualname__}: pass an instance of it ({policy.__name__}(...))"
+        )
     if isinstance(policy, str):
         if policy == "random":
             return RandomPolicy()

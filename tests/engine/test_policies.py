@@ -399,9 +399,23 @@ def test_sb3_policy_weights_carry_the_exploration_rate() -> None:
     assert np.mean(np.array([runner.act(obs, None) for _ in range(50)]) != greedy) > 0.3
 
 
+class _Greedy:
+    """A policy written as a class, to be made once and then called on the rows."""
+
+    def __call__(self, observations: np.ndarray) -> np.ndarray:
+        return np.zeros(len(observations), np.int64)
+
+
 @pytest.mark.parametrize(
     ("value", "error", "match"),
-    [("greedy", ValueError, "got 'greedy'"), (3, TypeError, "got 3"), (None, TypeError, "got None")],
+    [
+        ("greedy", ValueError, "got 'greedy'"),
+        (3, TypeError, "got 3"),
+        (None, TypeError, "got None"),
+        # A class (the module's, the policy's) instead of an instance: it was called on the rows.
+        (RandomPolicy, TypeError, r"got the class RandomPolicy: pass an instance of it \(RandomPolicy\(...\)\)"),
+        (_Greedy, TypeError, r"got the class _Greedy: pass an instance of it \(_Greedy\(...\)\)"),
+    ],
 )
 def test_as_worker_policy_refuses_what_it_cannot_run(value: Any, error: type, match: str) -> None:
     with pytest.raises(error, match=match):
