@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from enum import Enum
 from typing import Any
 
-from vecenv.errors import PackedException, VecEnvTimeoutError, WorkerDiedError
+from vecenv.errors import PackedException, VecEnvError, VecEnvTimeoutError, WorkerDiedError
 from vecenv.interrupts import HeldInterrupt
 from vecenv.parent.records import OwedCall, WorkerRecord, WorkerStatus
 from vecenv.parent.restart import LostAgain, Restarter, mark_restarted
@@ -166,6 +166,8 @@ class WorkerPool:
             try:
                 message = encode(command, call_id, payload)
             except Exception as exc:
+                if isinstance(exc, VecEnvError):  # vecenv's own (a limit): it says what it is
+                    raise
                 # Pickling's error names only the object (a lock, a generator), not the call.
                 exc.add_note(
                     f"raised while pickling what `{call}` sends to worker {w.index}: each worker gets a copy of "
