@@ -273,16 +273,16 @@ def _leaf_writer(space: Space, array: np.ndarray) -> Writer:
         fast = {dtype.type, bool} if kind == "b" else {dtype.type, int} if kind == "i" else {dtype.type, float}
         if kind == "u":
             fast = {dtype.type}
+        # A Python int out of a signed dtype's range: SyncVectorEnv makes it an array first and
+        # casts that (wrapping, as C does), or fails on one that no dtype holds. Stored directly,
+        # numpy 2 raises OverflowError and numpy 1.24-1.26 a DeprecationWarning (an error under
+        # ``-W error``, in the worker that stores it), so such an int is stored as check's array.
+        low, high = (int(np.iinfo(dtype).min), int(np.iinfo(dtype).max)) if kind == "i" else (0, -1)
 
         def write_scalar(row: int, value: Any) -> None:
-            if type(value) not in fast:
+            if type(value) not in fast or (type(value) is int and not low <= value <= high):
                 value = check(value)
-            try:
-                array[row] = value
-            except OverflowError:
-                # A Python int out of the dtype's range: SyncVectorEnv makes it an array first
-                # and casts that (wrapping, as C does), or fails on one that no dtype holds.
-                array[row] = check(value)
+            array[row] = value
 
         return write_scalar
 

@@ -5,6 +5,7 @@ and an observation that does not fit its space, caught in a worker and named in 
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import gymnasium as gym
@@ -162,6 +163,32 @@ def test_scalar_observations_are_stored_as_sync_stacks_them(space: gym.Space, va
     tree = create_empty_array(space, 1)
     row_writer(space, tree)(0, value)
     assert tree.dtype == want.dtype and tree.tolist() == want.tolist()
+
+
+class _Numpy1Ints(np.ndarray):
+    """An array that stores a Python int out of its dtype's range as numpy 1.24-1.26 do: with a
+    DeprecationWarning (an error under ``-W error``); numpy 2 raises OverflowError instead."""
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        info = np.iinfo(self.dtype) if self.dtype.kind in "iu" else None
+        if info is not None and type(value) is int and not info.min <= value <= info.max:
+            warnings.warn(f"out-of-bound Python integer {value} for {self.dtype}", DeprecationWarning, stacklevel=2)
+        super().__setitem__(key, value)
+
+
+@pytest.mark.parametrize(("dtype", "value"), [(np.int8, 1000), (np.int16, -40_000), (np.int32, 2**31)])
+def test_scalar_observations_out_of_range_never_reach_numpy_as_python_ints(dtype: type, value: int) -> None:
+    """Numpy 1.x warns on storing such an int (the worker's ``-W error`` makes it an error): the
+    writer casts it as SyncVectorEnv's np.stack does, through an array, on every numpy."""
+    space = spaces.Box(-1, 1, (), dtype)
+    sync = SyncVectorEnv([lambda: ConstantObsEnv(space, value)])
+    want = sync.reset(seed=0)[0]
+    sync.close()
+    tree = create_empty_array(space, 1).view(_Numpy1Ints)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        row_writer(space, tree)(0, value)
+    assert tree.tolist() == want.tolist()
 
 
 class ConstantObsEnv(gym.Env):
