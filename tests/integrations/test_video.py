@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 
 import vecenv
 from tests.helpers.envs import frame_fns
@@ -300,6 +300,27 @@ def test_record_video_refuses_what_it_cannot_record(tmp_path) -> None:
     with pytest.raises(ValueError, match="`k` must be a positive int, got 0"):
         every(0)
     no_frames.close()
+    envs.close()
+
+
+def test_a_refused_record_video_leaves_the_env_open_when_collected(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gymnasium 1.1's ``VectorEnv.__del__`` closes a wrapper's env (later Gymnasiums dropped it):
+    a RecordVideo refused for its arguments must not hold the caller's env, or collecting the
+    half-made wrapper closes it."""
+
+    def del_as_gymnasium_1_1(self: VectorEnv) -> None:
+        if not getattr(self, "closed", True):
+            self.close()
+
+    monkeypatch.setattr(VectorEnv, "__del__", del_as_gymnasium_1_1, raising=False)
+    envs = SyncVectorEnv(frame_fns(2))
+    for kwargs in ({"fps": -1.0}, {"name_prefix": ""}, {"env_ids": [2]}, {"episode_trigger": 3}):
+        with pytest.raises(ValueError):
+            RecordVideo(envs, tmp_path, writer=MemoryVideos(), **kwargs)
+        gc.collect()
+        assert not envs.closed, kwargs
+    with pytest.raises(TypeError, match=r"`env` must be a gymnasium.vector.VectorEnv, got 3$"):
+        RecordVideo(3, tmp_path, writer=MemoryVideos())  # type: ignore[arg-type]
     envs.close()
 
 

@@ -211,7 +211,11 @@ class RecordVideo(VectorWrapper):
         name_prefix: str = "rl-video",
         writer: WriterFactory | None = None,
     ) -> None:
-        super().__init__(env)
+        # The wrapper holds ``env`` (super().__init__) only once every argument is accepted:
+        # Gymnasium 1.1's VectorEnv.__del__ closes a wrapper's env, so a refused RecordVideo that
+        # held it would close the caller's env when it is collected.
+        if not isinstance(env, VectorEnv):
+            raise ArgumentTypeError(f"`env` must be a gymnasium.vector.VectorEnv, got {describe(env)}")
         if env.render_mode != "rgb_array":
             raise InvalidArgumentError(
                 f"RecordVideo needs a vector env with render_mode='rgb_array' (each frame an image), "
@@ -250,6 +254,7 @@ class RecordVideo(VectorWrapper):
         self._episode = {i: -1 for i in self.env_ids}  # the episode each chosen env is in
         self._open: dict[int, tuple[str, VideoWriter]] = {}  # env -> (path, writer) being recorded
         self._ended = {i: False for i in self.env_ids}  # ended at the last step (NEXT_STEP: the next resets it)
+        super().__init__(env)
 
     @property
     def recording(self) -> list[int]:
