@@ -196,6 +196,42 @@ def test_no_module_reads_a_private_name_of_another_vecenv_module() -> None:
     assert offending == []
 
 
+#: numpy names that numpy 1.24 (setup.cfg's floor) lacks and numpy 2 has (``np.bool``, not
+#: ``np.bool_``; the array API aliases): CI's venvs have numpy 2, where they work.
+NUMPY_2_ONLY = frozenset(
+    "bool long ulong dtypes exceptions unstack astype isdtype cumulative_sum cumulative_prod concat "
+    "permute_dims matrix_transpose vecdot vecmat matvec trapezoid pow acos acosh asin asinh atan atan2 "
+    "atanh bitwise_left_shift bitwise_right_shift bitwise_invert strings unique_all unique_counts "
+    "unique_inverse unique_values".split()
+)
+
+
+def _numpy_2_only_uses(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """``np.<name>`` of :data:`NUMPY_2_ONLY`, the ``.mT`` attribute and a ``copy=None`` keyword
+    (numpy 1.x reads it as ``copy=False``, numpy 2 as "copy only if needed")."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            numpy = isinstance(node.value, ast.Name) and node.value.id in ("np", "numpy")
+            if (numpy and node.attr in NUMPY_2_ONLY) or node.attr == "mT":
+                yield node.lineno, ast.unparse(node)
+        elif isinstance(node, ast.keyword) and node.arg == "copy":
+            if isinstance(node.value, ast.Constant) and node.value.value is None:
+                yield node.value.lineno, "copy=None"
+
+
+def test_the_library_uses_no_numpy_2_only_name() -> None:
+    """setup.cfg allows numpy 1.24; CI tests numpy 2, where these names exist: one of them in
+    vecenv would be an AttributeError (or another copy rule) only for users on numpy 1.x."""
+    offending = [
+        f"{path.relative_to(ROOT.parent)}:{line}: {name}"
+        for path in MODULES.values()
+        for line, name in _numpy_2_only_uses(ast.parse(path.read_text()))
+    ]
+    assert offending == []
+    planted = ast.parse("import numpy as np\nx = np.bool(1)\ny = np.asarray(x, copy=None).mT\n")
+    assert sorted(_numpy_2_only_uses(planted)) == [(2, "np.bool"), (3, "copy=None"), (3, "np.asarray(x, copy=None).mT")]
+
+
 @pytest.mark.timeout(60)
 def test_import_vecenv_loads_no_cli_progress_bar_ray_or_torch() -> None:
     code = (
