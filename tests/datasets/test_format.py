@@ -26,6 +26,24 @@ def test_a_described_space_is_rebuilt_equal(space: spaces.Space) -> None:
     assert space_from_description(describe_space(space)) == space
 
 
+def test_an_int64_discrete_is_rebuilt_by_a_discrete_that_takes_no_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gymnasium 1.1 (setup.cfg's floor) has no ``dtype`` argument to Discrete: every int64
+    Discrete, the only kind it makes, is rebuilt without one."""
+
+    class DiscreteOfGymnasium11(spaces.Discrete):
+        def __init__(self, n: int, seed: int | None = None, start: int = 0) -> None:
+            super().__init__(n, seed=seed, start=start)
+
+    description = describe_space(spaces.Dict({"a": spaces.Discrete(4, start=-1), "b": spaces.Discrete(2)}))
+    monkeypatch.setattr(spaces, "Discrete", DiscreteOfGymnasium11)
+    rebuilt = space_from_description(description)
+    assert isinstance(rebuilt, spaces.Dict)
+    assert [(type(s), s.n, s.start, s.dtype) for s in rebuilt.spaces.values()] == [
+        (DiscreteOfGymnasium11, 4, -1, np.int64),
+        (DiscreteOfGymnasium11, 2, 0, np.int64),
+    ]
+
+
 def test_rebuilt_dict_keys_keep_the_recorded_order() -> None:
     space = spaces.Dict([("z", spaces.Discrete(2)), ("a", spaces.Discrete(3))])  # not sorted
     assert list(space_from_description(describe_space(space)).spaces) == ["z", "a"]

@@ -136,6 +136,9 @@ def _box(description: dict[str, Any], dtype: np.dtype) -> spaces.Space:
 
 
 def _discrete(description: dict[str, Any], dtype: np.dtype) -> spaces.Space:
+    if dtype == np.int64:
+        # Gymnasium 1.1's Discrete takes no dtype (it is always int64); later ones default to int64.
+        return spaces.Discrete(description["n"], start=description["start"])
     return spaces.Discrete(description["n"], start=description["start"], dtype=dtype)
 
 
