@@ -46,7 +46,12 @@ class Workload:
 WORKLOADS = {
     "simple_spread": Workload("simple_spread_v3 (MPE2, 3 agents)", 16, ("pettingzoo", "supersuit", "mpe2")),
     "pistonball": Workload("pistonball_v6 (20 pistons, 84x84x3)", 4, ("pettingzoo", "supersuit", "pymunk")),
-    "kaz": Workload("knights_archers_zombies_v11 (agents die)", 16, ("pettingzoo", "supersuit", "pymunk")),
+    # knights_archers_zombies_v11: PettingZoo 1.27 or newer (1.25 and 1.26 have v10).
+    "kaz": Workload(
+        "knights_archers_zombies_v11 (agents die)",
+        16,
+        ("pettingzoo", "supersuit", "pymunk", "pettingzoo.butterfly.knights_archers_zombies_v11"),
+    ),
 }
 RUNNERS = {
     BASELINE: "SuperSuit in-process (`num_cpus=0`)",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.machinery
 import importlib.util
 import statistics
 from collections.abc import Callable, Iterable, Sequence
@@ -84,8 +85,16 @@ def pick(value: Any, full: Any, quick: Any, args: argparse.Namespace) -> Any:
 
 
 def missing_modules(modules: Iterable[str]) -> list[str]:
-    """The modules of ``modules`` that are not importable here."""
-    return [m for m in modules if importlib.util.find_spec(m) is None]
+    """The modules of ``modules`` that are not importable here; a dotted name (a module that only
+    some versions of its package have) is missing too when its package is."""
+    return [m for m in modules if _find_spec(m) is None]
+
+
+def _find_spec(module: str) -> importlib.machinery.ModuleSpec | None:
+    try:
+        return importlib.util.find_spec(module)
+    except ModuleNotFoundError:  # a parent package of a dotted name is missing
+        return None
 
 
 def spread(name: str, values: Sequence[float]) -> dict[str, float]:
