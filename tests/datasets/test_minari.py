@@ -130,6 +130,23 @@ def test_minari_episodes_equal_our_transitions(tmp_path: Path, mode: AutoresetMo
     minari_checks("test/counter-v0")
 
 
+def test_a_minari_without_jpeg_encoding_is_given_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Minari 0.5.2 and 0.5.3 (within vecenv[minari]) store raw arrays and take no
+    ``jpeg_encoding``; 0.5.4 on is given ``jpeg_encoding=False`` (its default JPEG is lossy)."""
+    real = minari.create_dataset_from_buffers
+    given: list[dict[str, Any]] = []
+
+    def create_of_minari_0_5_2(dataset_id: str, buffer: list, env: Any = None, **kwargs: Any) -> Any:
+        given.append(kwargs)
+        return real(dataset_id, buffer, env=env, jpeg_encoding=False, **kwargs)
+
+    monkeypatch.setattr(minari, "create_dataset_from_buffers", create_of_minari_0_5_2)
+    ours = collect(sync_envs(2), episodes=5, seed=1, out=tmp_path / "ours", progress=False)
+    collect(sync_envs(2), episodes=5, seed=1, format="minari", dataset_id="old/counter-v0", progress=False)
+    assert len(given) == 1 and "jpeg_encoding" not in given[0]
+    assert_same_episodes(minari.load_dataset("old/counter-v0"), ours)
+
+
 @pytest.mark.parametrize("storage", STORAGES)
 def test_nested_dict_and_tuple_spaces_round_trip(tmp_path: Path, storage: str) -> None:
     envs = sync_envs(2, env_class=DictCounterEnv)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
+import inspect
 import json
 import os
 import shutil
@@ -319,7 +320,7 @@ class MinariSink:
                     observation_space=observation_space,
                     action_space=action_space,
                     data_format=storage,
-                    jpeg_encoding=False,
+                    **_raw_arrays(minari.create_dataset_from_buffers),
                     **options,
                 )
             self.storage = dataset.storage
@@ -501,6 +502,13 @@ def _update_metadata(data_path: Path, changes: Mapping[str, Any]) -> None:
     metadata = json.loads(path.read_text())
     metadata.update(changes)
     write_text_atomically(path, json.dumps(metadata, default=json_default))
+
+
+def _raw_arrays(create: Any) -> dict[str, bool]:
+    """The keyword that keeps image observations as raw arrays, for Minari's dataset maker:
+    ``jpeg_encoding=False`` where it takes one (0.5.4 on, where JPEG is the lossy default);
+    Minari 0.5.2 and 0.5.3 store raw arrays and take no such keyword."""
+    return {"jpeg_encoding": False} if "jpeg_encoding" in inspect.signature(create).parameters else {}
 
 
 def _recordable(spec: EnvSpec | None) -> EnvSpec | None:
