@@ -181,13 +181,19 @@ def test_render_call_get_set_attr_per_copy() -> None:
         assert vecenv.MultiAgentVectorEnv is MultiAgentVectorEnv
 
 
+def _toy_box(size: int) -> str:
+    """How a message prints ToyParallelEnv's observation space of ``size``: its repr, which
+    numpy 2 writes ``Box(-1e+06, 1e+06, ...)`` and numpy 1.x ``Box(-1000000.0, 1000000.0, ...)``."""
+    return repr(gym.spaces.Box(-1e6, 1e6, (size,), np.float32))
+
+
 def test_agents_with_different_spaces_are_refused_by_name() -> None:
     fn = functools.partial(ToyParallelEnv, obs_shapes={"a2": 4})
     with pytest.raises(AgentSpaceMismatchError) as info:
         MultiAgentVectorEnv([fn, fn], num_workers=1)
     message = str(info.value)
-    assert "agent 'a2' has observation space Box(-1e+06, 1e+06, (4,), float32)" in message
-    assert "agent 'a0' has Box(-1e+06, 1e+06, (3,), float32)" in message
+    assert f"agent 'a2' has observation space {_toy_box(4)}" in message
+    assert f"agent 'a0' has {_toy_box(3)}" in message
     assert "pad_observations_v0" in message
     assert isinstance(info.value, AssertionError)
 
@@ -219,7 +225,7 @@ def test_copies_with_different_spaces_are_refused_whichever_worker_hosts_them(nu
         MultiAgentVectorEnv([ToyParallelEnv, other], num_workers, context="fork")
     message = str(info.value)
     assert isinstance(info.value, AssertionError) and "copy 0" in message and "observation_mode" not in message
-    assert "Box(-1e+06, 1e+06, (5,), float32)" in message and "Box(-1e+06, 1e+06, (3,), float32)" in message
+    assert _toy_box(5) in message and _toy_box(3) in message
 
 
 def test_env_error_names_the_copy_and_keeps_its_type() -> None:
