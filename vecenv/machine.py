@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import functools
 import math
 import multiprocessing
 import os
+import resource
 import sys
 import threading
 import tokenize
@@ -23,6 +25,9 @@ from vecenv.errors import InvalidStateError, UnguardedMainError, UnguardedMainWa
 __all__ = [
     "available_cpus",
     "cpu_quota",
+    "Cgroup",
+    "cgroups",
+    "descriptor_usage",
     "default_start_method",
     "own_start_method",
     "guard_main",
@@ -67,42 +72,71 @@ def _cgroup_cpu_limit(directory: str, v2: bool) -> float | None:
     return int(quota) / int(period)
 
 
+@dataclasses.dataclass(frozen=True)
+class Cgroup:
+    """Where one of this process's cgroups may be read. ``version`` 2: ``directories`` are the
+    cgroup and each of its ancestors up to the mount's root (a limit anywhere there applies).
+    ``version`` 1: where the cgroup may be, best first: the path ``/proc/self/cgroup`` names,
+    under the controller's mount, then the mount's root, which a container without a cgroup
+    namespace sees as its own cgroup while the file names the host's path to it."""
+
+    version: int
+    directories: tuple[str, ...]
+
+
+def cgroups(controller: str, root: str = "/sys/fs/cgroup", membership: str = "/proc/self/cgroup") -> list[Cgroup]:
+    """This process's cgroups that may limit ``controller`` (``"cpu"``, ``"memory"``): the v2
+    one, and the v1 one of that controller. (``root`` and ``membership``: where the cgroup file
+    systems are mounted and the file that names this process's cgroups.)"""
+    try:
+        with open(membership) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    found: list[Cgroup] = []
+    for line in lines:
+        hierarchy, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        path = path.rstrip("/")
+        if hierarchy == "0" and controllers == "":  # v2: up to the root
+            directories = []
+            directory = root + path
+            while directory.startswith(root):  # (a container's own root included)
+                directories.append(directory)
+                if directory == root:
+                    break
+                directory = os.path.dirname(directory)
+            found.append(Cgroup(2, tuple(directories)))
+        elif controller in controllers.split(","):  # v1: mounted as "cpu,cpuacct", or as "cpu" (a link)
+            mounts = list(dict.fromkeys((f"{root}/{controllers}", f"{root}/{controller}")))
+            found.append(Cgroup(1, tuple([mount + path for mount in mounts] + mounts)))
+    return found
+
+
 def cpu_quota(root: str = "/sys/fs/cgroup", membership: str = "/proc/self/cgroup") -> float | None:
     """The cores this process's CPU quota gives (``quota / period``, the least of its cgroup's
     and its ancestors' under cgroup v2, of its v1 ``cpu`` cgroup's), or ``None`` where none is
     set. A container limited this way keeps every core of the host in its affinity mask, but
     more busy processes than the quota only take turns, and the step's fast path, which spins
     while the processes fit the cores, would spend the quota waiting. (``root`` and
-    ``membership``: where the cgroup file systems are mounted and the file that names this
-    process's cgroups.)"""
-    try:
-        with open(membership) as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
+    ``membership``: as for :func:`cgroups`.)"""
     found: list[float] = []
-    for line in lines:
-        hierarchy, controllers, path = (line.split(":", 2) + ["", ""])[:3]
-        if hierarchy == "0" and controllers == "":  # v2: walk up to the root
-            directory = root + path.rstrip("/")
-            while directory.startswith(root):
-                limit = _cgroup_cpu_limit(directory, v2=True)
-                if limit is not None:
-                    found.append(limit)
-                if directory == root:
-                    break
-                directory = os.path.dirname(directory)
-        elif "cpu" in controllers.split(","):  # v1; a container may see its own cgroup as the mount
-            for directory in (
-                f"{root}/{controllers}{path.rstrip('/')}",
-                f"{root}/cpu{path.rstrip('/')}",
-                f"{root}/cpu",
-            ):
-                limit = _cgroup_cpu_limit(directory, v2=False)
-                if limit is not None:
-                    found.append(limit)
-                    break
+    for group in cgroups("cpu", root, membership):
+        limits = [_cgroup_cpu_limit(directory, v2=group.version == 2) for directory in group.directories]
+        readable = [limit for limit in limits if limit is not None]
+        # v2: every level's quota applies; v1: the first place the cgroup is found.
+        found.extend(readable if group.version == 2 else readable[:1])
     return min(found) if found else None
+
+
+def descriptor_usage() -> tuple[int, str]:
+    """This process's descriptor limit (``RLIMIT_NOFILE``'s soft one) and how many it has
+    open, in words: for the errors of running out of them."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        count = f"{len(os.listdir('/proc/self/fd')) - 1} are open"
+    except OSError:  # listing them needs a descriptor too
+        count = "all are in use"
+    return soft, count
 
 
 def default_start_method() -> str:

@@ -17,7 +17,6 @@ import itertools
 import math
 import multiprocessing
 import os
-import resource
 import select
 import signal
 import threading
@@ -32,7 +31,7 @@ from typing import Any
 
 from vecenv.errors import ClosedEnvironmentError, DescriptorLimitError, InvalidStateError
 from vecenv.interrupts import HeldInterrupt
-from vecenv.machine import available_cpus, guard_main, own_start_method
+from vecenv.machine import available_cpus, descriptor_usage, guard_main, own_start_method
 from vecenv.transports import fork_server
 from vecenv.transports.base import Death, DeathCause, Event, Reply, Transport, WorkerGone
 from vecenv.transports.sending import (
@@ -237,11 +236,7 @@ def _limit_error(exc: OSError, number: int, total: int) -> OSError:
     ``OSError`` is returned as it is."""
     if exc.errno not in (errno.EMFILE, errno.ENFILE):
         return exc
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    try:
-        count = f"{len(os.listdir('/proc/self/fd')) - 1} are open"
-    except OSError:
-        count = "all are in use"
+    soft, count = descriptor_usage()
     return DescriptorLimitError(
         exc.errno,
         f"cannot start worker {number} of {total}: this process may open {soft} file descriptors "

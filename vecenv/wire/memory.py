@@ -28,6 +28,7 @@ import resource
 from collections.abc import Callable
 
 from vecenv.errors import DescriptorLimitError, MemoryLimitError
+from vecenv.machine import cgroups, descriptor_usage
 
 __all__ = [
     "Limit",
@@ -96,17 +97,10 @@ def cgroup_headroom(root: str = "/sys/fs/cgroup", membership: str = "/proc/self/
     so a v1 path that is not under the mount falls back to the mount's root. (``root`` and
     ``membership``: where the cgroup file systems are mounted and the file naming this
     process's cgroups.)"""
-    try:
-        with open(membership) as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return None
     best: Limit | None = None
-    for line in lines:
-        hierarchy, controllers, path = (line.split(":", 2) + ["", ""])[:3]
-        if hierarchy == "0" and controllers == "":  # v2: walk up to the root
-            directory = root + path.rstrip("/")
-            while directory.startswith(root):  # (a container's own root included)
+    for group in cgroups("memory", root, membership):
+        if group.version == 2:
+            for directory in group.directories:
                 limit = _read_number(f"{directory}/memory.max")
                 used = _read_number(f"{directory}/memory.current")
                 if limit is not None and used is not None:
@@ -116,13 +110,10 @@ def cgroup_headroom(root: str = "/sys/fs/cgroup", membership: str = "/proc/self/
                     room = max(0, limit - used) + max(0, swap)
                     if best is None or room < best[1]:
                         best = (f"the memory cgroup's headroom (memory.max - memory.current in {directory})", room)
-                if directory == root:
-                    break
-                directory = os.path.dirname(directory)
-        elif "memory" in controllers.split(","):  # v1
-            directory = f"{root}/memory" + path.rstrip("/")
-            if not os.path.exists(f"{directory}/memory.limit_in_bytes"):  # the host's path, in a container
-                directory = f"{root}/memory"
+        else:
+            directory = next(
+                (d for d in group.directories if os.path.exists(f"{d}/memory.limit_in_bytes")), group.directories[-1]
+            )
             limit = _read_number(f"{directory}/memory.limit_in_bytes")
             used = _read_number(f"{directory}/memory.usage_in_bytes")
             if limit is not None and used is not None and limit < 2**62:
@@ -204,11 +195,7 @@ def make_memfd(name: str, what: str) -> int:
     except OSError as exc:
         if exc.errno not in (errno.EMFILE, errno.ENFILE):
             raise
-        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        try:
-            count = f"{len(os.listdir('/proc/self/fd')) - 1} are open"
-        except OSError:
-            count = "all are in use"
+        soft, count = descriptor_usage()
         raise DescriptorLimitError(
             exc.errno,
             f"cannot make {what}: it needs a file descriptor (a memfd), and this process may open {soft} "
