@@ -75,12 +75,25 @@ FEATURES = {
 # The child: the missing modules' finder first, then the feature. A module missing because it is
 # not installed here at all (not one the finder hides) skips instead of failing.
 CHILD = """
-import importlib.abc, importlib.util, sys
+import importlib.abc, importlib.machinery, importlib.util, os, site, sys
 HIDDEN = frozenset({hidden!r})
+SITE = frozenset(os.path.realpath(p) for p in site.getsitepackages())
+
+def installed_apart(top):
+    # Where the path finder finds it is a site-packages folder itself: the hidden distribution's
+    # copy, not one vendored inside a package of this extra (Ray's colorama, in ray/thirdparty_files).
+    spec = importlib.machinery.PathFinder.find_spec(top)
+    if spec is None or not spec.origin or not os.path.isabs(spec.origin):
+        return True
+    base = os.path.dirname(spec.origin)
+    if spec.submodule_search_locations:
+        base = os.path.dirname(base)
+    return os.path.realpath(base) in SITE
 
 class NotInThisExtra(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] in HIDDEN:
+        top = name.partition(".")[0]
+        if top in HIDDEN and installed_apart(top):
             raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
         return None
 
@@ -88,7 +101,8 @@ sys.meta_path.insert(0, NotInThisExtra())
 find_spec = importlib.util.find_spec  # asked of a missing module, it answers None
 
 def find_spec_of_this_extra(name, package=None):
-    return None if name.partition(".")[0] in HIDDEN else find_spec(name, package)
+    top = name.partition(".")[0]
+    return None if top in HIDDEN and installed_apart(top) else find_spec(name, package)
 
 importlib.util.find_spec = find_spec_of_this_extra
 try:
