@@ -413,14 +413,17 @@ def test_a_replacement_worker_of_a_parent_that_started_threads_is_not_forked(
 
 @forks_by_default
 @pytest.mark.timeout(120)
-def test_a_replacement_worker_is_not_forked_after_a_progress_bar_recorded_fork(unset_start_method: None) -> None:
+def test_a_replacement_worker_is_not_forked_after_a_progress_bar_recorded_fork(
+    unset_start_method: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A tqdm bar starts a monitor thread and, making its ``multiprocessing.RLock()``, has
     Python record ``fork`` as if the user had set it. The vector env's method was vecenv's
     choice (``context=None`` in a single-threaded parent): its replacement worker must start as
     a threaded parent's would, from the fork server, not be forked from this threaded process
     because of what the bar recorded (it was, with Python 3.12's DeprecationWarning)."""
-    if not _only_thread():
-        pytest.skip("an earlier test's library thread still runs: the workers would not be forked")
+    # Made as a single-threaded parent's would be, even where an earlier test's library thread
+    # still runs (which would have the workers start from the fork server already).
+    monkeypatch.setattr(checks, "default_start_method", lambda: "fork")
     with kept_start_method(), SubprocVectorEnv(healthy_fns(4), 2, on_worker_death="restart") as envs:
         assert envs.start_method == "fork"
         envs.reset(seed=0)
