@@ -41,7 +41,7 @@ __all__ = [
     "seed_list",
     "check_reset_mask",
     "check_num_steps",
-    "check_num_envs",
+    "check_positive_int",
 ]
 
 
@@ -304,9 +304,9 @@ def check_num_steps(num_steps: Any) -> int:
     return int(num_steps)
 
 
-def check_num_envs(num_envs: Any) -> int:
-    """How many envs to make: a positive int (a NumPy one too, as ``gymnasium.make_vec`` takes
-    it), returned as an int."""
-    if not _is_int(num_envs) or num_envs < 1:
-        raise _refusal(_is_int(num_envs), f"`num_envs` must be a positive int, got {describe(num_envs)}")
-    return int(num_envs)
+def check_positive_int(value: Any, name: str) -> int:
+    """A count the caller gives (``num_envs``, an every-``k`` trigger): a positive int, a NumPy
+    one too (as ``gymnasium.make_vec`` takes ``num_envs``), returned as an int."""
+    if not _is_int(value) or value < 1:
+        raise _refusal(_is_int(value), f"`{name}` must be a positive int, got {describe(value)}")
+    return int(value)

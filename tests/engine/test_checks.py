@@ -343,7 +343,7 @@ _CHECKS: dict[str, Any] = {
     "threads_per_worker": checks.check_threads,
     "num_steps": checks.check_num_steps,
     "group_fns": checks.check_group_fns,
-    "num_envs": checks.check_num_envs,
+    "num_envs": lambda v: checks.check_positive_int(v, "num_envs"),
 }
 
 

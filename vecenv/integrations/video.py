@@ -44,7 +44,7 @@ from typing import Any, Protocol
 import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
 
-from vecenv.checks import check_env_ids
+from vecenv.checks import check_env_ids, check_positive_int
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, MissingDependencyError, describe
 
 __all__ = ["RecordVideo", "VideoWriter", "every", "capped_cubic", "imageio_writer"]
@@ -64,11 +64,8 @@ WriterFactory = Callable[[str, float], VideoWriter]
 
 def every(k: int) -> Callable[[int], bool]:
     """An ``episode_trigger`` that records episodes ``0, k, 2k, ...`` (CleanRL's "every K episodes")."""
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-        raise ArgumentTypeError(f"`k` must be a positive int, got {describe(k)}")
-    if k < 1:
-        raise InvalidArgumentError(f"`k` must be a positive int, got {describe(k)}")
-    return lambda episode: episode % k == 0
+    count = check_positive_int(k, "k")
+    return lambda episode: episode % count == 0
 
 
 def capped_cubic(episode: int) -> bool:
