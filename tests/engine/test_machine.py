@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 from gymnasium.vector import SyncVectorEnv
 from tqdm import tqdm
+from tqdm.std import TqdmDefaultWriteLock
 
 import vecenv
 from tests.engine.test_differential import assert_same
@@ -424,6 +425,10 @@ def test_a_replacement_worker_is_not_forked_after_a_progress_bar_recorded_fork(
     # Made as a single-threaded parent's would be, even where an earlier test's library thread
     # still runs (which would have the workers start from the fork server already).
     monkeypatch.setattr(checks, "default_start_method", lambda: "fork")
+    # tqdm makes its multiprocessing lock once per process: where an earlier test's bar made it,
+    # this bar would record nothing. Have it make the lock afresh, as a program's first bar does.
+    monkeypatch.delattr(TqdmDefaultWriteLock, "mp_lock", raising=False)
+    monkeypatch.delattr(tqdm, "_lock", raising=False)
     with kept_start_method(), SubprocVectorEnv(healthy_fns(4), 2, on_worker_death="restart") as envs:
         assert envs.start_method == "fork"
         envs.reset(seed=0)
