@@ -41,7 +41,7 @@ __all__ = [
     "seed_list",
     "check_reset_mask",
     "check_num_steps",
-    "check_positive_int",
+    "check_count",
 ]
 
 
@@ -115,8 +115,9 @@ def check_autoreset_mode(mode: Any, what: str = "`autoreset_mode`") -> Autoreset
     try:
         return AutoresetMode(mode)
     except ValueError:
-        raise InvalidArgumentError(
-            f"{what} must be one of {[m.value for m in AutoresetMode]} or an AutoresetMode, got {describe(mode)}"
+        raise _refusal(
+            isinstance(mode, str),
+            f"{what} must be one of {[m.value for m in AutoresetMode]} or an AutoresetMode, got {describe(mode)}",
         ) from None
 
 
@@ -125,8 +126,9 @@ def check_context(context: Any) -> multiprocessing.context.BaseContext:
     try:
         return multiprocessing.get_context(default_start_method() if context is None else context)
     except ValueError:
-        raise InvalidArgumentError(
-            f"`context` must be None or one of {multiprocessing.get_all_start_methods()}, got {describe(context)}"
+        raise _refusal(
+            isinstance(context, str),
+            f"`context` must be None or one of {multiprocessing.get_all_start_methods()}, got {describe(context)}",
         ) from None
 
 
@@ -144,9 +146,10 @@ def check_observation_mode(mode: Any) -> ObservationMode:
         return mode
     if isinstance(mode, str) and mode in ("same", "different"):
         return SpaceRule(mode)
-    raise InvalidArgumentError(
+    raise _refusal(
+        isinstance(mode, (str, tuple)),
         "Invalid `observation_mode`, expected: 'same' or 'different' or tuple of single and batch "
-        f"observation space, actual got {mode}"
+        f"observation space, actual got {mode}",
     )
 
 
@@ -172,8 +175,9 @@ def check_options(options: Any) -> Mapping[str, Any] | None:
 def check_seed_policy(policy: Any) -> SeedPolicy:
     """``seed_policy``: one of :data:`vecenv.seeding.SEED_POLICIES` (or a :class:`SeedPolicy`)."""
     if policy not in SEED_POLICIES:
-        raise InvalidArgumentError(
-            f"`seed_policy` must be one of {', '.join(map(repr, SEED_POLICIES))}, got {describe(policy)}"
+        raise _refusal(
+            isinstance(policy, str),
+            f"`seed_policy` must be one of {', '.join(map(repr, SEED_POLICIES))}, got {describe(policy)}",
         )
     return SeedPolicy(policy)
 
@@ -274,7 +278,10 @@ class RestartBudget(NamedTuple):
 def check_restarts(on_worker_death: Any, max_restarts: Any, restart_window: Any) -> RestartBudget | None:
     """``None`` for ``on_worker_death="raise"``; the :class:`RestartBudget` for ``"restart"``."""
     if on_worker_death not in ("raise", "restart"):
-        raise InvalidArgumentError(f"`on_worker_death` must be 'raise' or 'restart', got {describe(on_worker_death)}")
+        raise _refusal(
+            isinstance(on_worker_death, str),
+            f"`on_worker_death` must be 'raise' or 'restart', got {describe(on_worker_death)}",
+        )
     if not _is_int(max_restarts) or max_restarts < 1:
         raise _refusal(_is_int(max_restarts), f"`max_restarts` must be a positive int, got {describe(max_restarts)}")
     if not _is_number(restart_window) or not math.isfinite(restart_window) or restart_window <= 0:
@@ -304,9 +311,11 @@ def check_num_steps(num_steps: Any) -> int:
     return int(num_steps)
 
 
-def check_positive_int(value: Any, name: str) -> int:
-    """A count the caller gives (``num_envs``, an every-``k`` trigger): a positive int, a NumPy
-    one too (as ``gymnasium.make_vec`` takes ``num_envs``), returned as an int."""
-    if not _is_int(value) or value < 1:
-        raise _refusal(_is_int(value), f"`{name}` must be a positive int, got {describe(value)}")
+def check_count(value: Any, name: str, low: int = 1) -> int:
+    """A count the caller gives (``num_envs``, copies, an every-``k`` trigger): an int ``>= low``
+    (a positive int by default), a NumPy one too (as ``gymnasium.make_vec`` takes ``num_envs``),
+    returned as an int."""
+    if not _is_int(value) or value < low:
+        expected = "a positive int" if low == 1 else f"an int >= {low}"
+        raise _refusal(_is_int(value), f"`{name}` must be {expected}, got {describe(value)}")
     return int(value)

@@ -20,7 +20,7 @@ import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec, find_highest_version, get_env_id, parse_env_id
 
 from vecenv.backends import BACKENDS, OWN_KEYWORDS, vector_class
-from vecenv.checks import check_positive_int
+from vecenv.checks import check_count
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, UnknownEnvIdError, describe
 from vecenv.worker.builders import check_env, pickles
 
@@ -246,7 +246,7 @@ def make(
     cls = vector_class(backend)
     vector_params = _vector_params(cls)
 
-    num_envs = check_positive_int(num_envs, "num_envs")
+    num_envs = check_count(num_envs, "num_envs")
     vector = _vector_arguments(cls, vector_params, vector_kwargs, kwargs, num_workers)
     env_extra = _merge(
         "env_kwargs", dict(env_kwargs or {}), {k: v for k, v in kwargs.items() if k not in vector_params}

@@ -343,7 +343,13 @@ _CHECKS: dict[str, Any] = {
     "threads_per_worker": checks.check_threads,
     "num_steps": checks.check_num_steps,
     "group_fns": checks.check_group_fns,
-    "num_envs": lambda v: checks.check_positive_int(v, "num_envs"),
+    "num_envs": lambda v: checks.check_count(v, "num_envs"),
+    "num_cpus": lambda v: checks.check_count(v, "num_cpus", low=0),
+    "autoreset_mode": checks.check_autoreset_mode,
+    "context": checks.check_context,
+    "observation_mode": checks.check_observation_mode,
+    "seed_policy": checks.check_seed_policy,
+    "on_worker_death": lambda v: checks.check_restarts(v, 1, 1.0),
 }
 
 
@@ -364,13 +370,19 @@ _CHECKS: dict[str, Any] = {
         ("group_fns", "abc"),
         ("num_envs", 2.0),
         ("num_envs", True),
+        ("num_cpus", 1.0),
+        ("autoreset_mode", 1),
+        ("context", 5),
+        ("observation_mode", 0),
+        ("seed_policy", 1),
+        ("on_worker_death", True),
     ],
 )
 def test_a_wrong_type_is_a_type_error_and_still_an_invalid_argument(name: str, value: Any) -> None:
     """``except TypeError`` catches an argument of the wrong type, and ``except
     InvalidArgumentError`` (what callers wrote before) still does; the message names the argument
     and the value."""
-    with pytest.raises(vecenv.errors.ArgumentTypeError, match=rf"`{name}` must be") as info:
+    with pytest.raises(vecenv.errors.ArgumentTypeError, match=rf"`{name}`") as info:
         _CHECKS[name](value)
     assert isinstance(info.value, TypeError) and isinstance(info.value, vecenv.errors.InvalidArgumentError)
     assert repr(value) in str(info.value)
@@ -388,10 +400,17 @@ def test_a_wrong_type_is_a_type_error_and_still_an_invalid_argument(name: str, v
         ("threads_per_worker", 0),
         ("num_steps", 0),
         ("group_fns", []),
+        ("num_envs", 0),
+        ("num_cpus", -1),
+        ("autoreset_mode", "every-step"),
+        ("context", "thread"),
+        ("observation_mode", "mixed"),
+        ("seed_policy", "random"),
+        ("on_worker_death", "ignore"),
     ],
 )
 def test_a_wrong_value_of_the_right_type_is_no_type_error(name: str, value: Any) -> None:
-    with pytest.raises(vecenv.errors.InvalidArgumentError, match=rf"`{name}` must be") as info:
+    with pytest.raises(vecenv.errors.InvalidArgumentError, match=rf"`{name}`") as info:
         _CHECKS[name](value)
     assert not isinstance(info.value, TypeError)
 

@@ -274,6 +274,14 @@ def test_bad_arguments_are_named() -> None:
         vs.concat_vec_envs_v1(venv, 2, base_class="stable_baselines")
     with pytest.raises(ValueError, match="`num_cpus` must be an int >= 0, got -1"):
         vs.concat_vec_envs_v1(venv, 2, num_cpus=-1)
+    with pytest.raises(TypeError, match="`num_vec_envs` must be a positive int, got 2.0"):
+        vs.concat_vec_envs_v1(venv, 2.0)
+    # NumPy ints, as SuperSuit takes them: they were refused.
+    concat = vs.concat_vec_envs_v1(venv, np.int64(2), num_cpus=np.int64(0))
+    try:
+        assert concat.num_envs == 2 * venv.num_envs and type(concat.num_envs) is int
+    finally:
+        concat.close()
     with pytest.raises(TypeError, match="`vec_env` must be what pettingzoo_env_to_vec_env_v1 returned"):
         vs.concat_vec_envs_v1(object(), 2)
     with pytest.raises(TypeError, match="takes a PettingZoo ParallelEnv"):

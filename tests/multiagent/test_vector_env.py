@@ -457,5 +457,10 @@ def test_make_parallel_takes_a_module_or_a_callable() -> None:
         assert truncs[[0, 1, 4, 5]].all()
     with pytest.raises(ValueError, match="`num_copies` must be a positive int, got 0"):
         vecenv.make_parallel(ToyParallelEnv, 0)
+    with pytest.raises(TypeError, match="`num_copies` must be a positive int, got 2.0"):
+        vecenv.make_parallel(ToyParallelEnv, 2.0)
+    # A NumPy int, as the other counts take it (a count computed with NumPy): it was refused.
+    with vecenv.make_parallel(ToyParallelEnv, np.int64(2), 0) as envs:
+        assert envs.num_envs == 8
     with pytest.raises(TypeError, match="`env` must be a PettingZoo env module"):
         vecenv.make_parallel(42, 2)

@@ -44,7 +44,7 @@ from typing import Any, Protocol
 import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
 
-from vecenv.checks import check_env_ids, check_positive_int
+from vecenv.checks import check_count, check_env_ids
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, MissingDependencyError, describe
 
 __all__ = ["RecordVideo", "VideoWriter", "every", "capped_cubic", "imageio_writer"]
@@ -64,7 +64,7 @@ WriterFactory = Callable[[str, float], VideoWriter]
 
 def every(k: int) -> Callable[[int], bool]:
     """An ``episode_trigger`` that records episodes ``0, k, 2k, ...`` (CleanRL's "every K episodes")."""
-    count = check_positive_int(k, "k")
+    count = check_count(k, "k")
     return lambda episode: episode % count == 0
 
 

@@ -28,6 +28,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from vecenv.backends import BACKENDS, vector_class
 from vecenv.checks import (
     check_autoreset_mode,
+    check_count,
     check_env_fns,
     check_flag,
     check_num_workers,
@@ -405,10 +406,7 @@ def make_parallel(
             f"`env` must be a PettingZoo env module (with `parallel_env`) or a callable returning a "
             f"ParallelEnv, got {describe(env)}"
         )
-    if isinstance(num_copies, bool) or not isinstance(num_copies, int):
-        raise ArgumentTypeError(f"`num_copies` must be a positive int, got {describe(num_copies)}")
-    if num_copies < 1:
-        raise InvalidArgumentError(f"`num_copies` must be a positive int, got {describe(num_copies)}")
+    num_copies = check_count(num_copies, "num_copies")
     if env_kwargs is not None and not isinstance(env_kwargs, dict):
         raise ArgumentTypeError(f"`env_kwargs` must be a dict or None, got {describe(env_kwargs)}")
     env_fn = _Constructor(constructor, dict(env_kwargs or {}))

@@ -35,7 +35,7 @@ from gymnasium.spaces import Discrete
 from gymnasium.vector import VectorEnv
 from gymnasium.vector.utils import concatenate, create_empty_array, iterate
 
-from vecenv.checks import seed_list
+from vecenv.checks import check_count, seed_list
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
 from vecenv.integrations.supersuit.markov import OPTIONS_KEY, ROW_INFO_KEY, CopyOptions, MarkovCopies, MarkovCopiesFn
 from vecenv.multiagent.copies import COPY_CALL, CopyCall, CopyOp, RowInfo, per_row
@@ -249,11 +249,8 @@ def concat_vec_envs_v1(
         raise InvalidArgumentError(
             f"`base_class` must be one of {', '.join(map(repr, BASE_CLASSES))}, got {describe(base_class)}"
         )
-    for name, value, low in (("num_vec_envs", num_vec_envs, 1), ("num_cpus", num_cpus, 0)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ArgumentTypeError(f"`{name}` must be an int >= {low}, got {describe(value)}")
-        if value < low:
-            raise InvalidArgumentError(f"`{name}` must be an int >= {low}, got {describe(value)}")
+    num_vec_envs = check_count(num_vec_envs, "num_vec_envs")
+    num_cpus = check_count(num_cpus, "num_cpus", low=0)
     if isinstance(vec_env, gym.Env):
         env, black_death = vec_env, False
     elif hasattr(vec_env, "par_env"):  # this module's ParallelVecEnv, or SuperSuit's MarkovVectorEnv
