@@ -147,6 +147,12 @@ class EnvRecipe:
             env = check_env(wrapper(env), f"`wrappers[{i}]` must return a gymnasium.Env (the wrapped env)")
         return env
 
+    def name_of_env(self, index: int) -> str:
+        """Env ``index`` as :func:`make`'s caller knows it, for an error raised while building it
+        (a worker would otherwise name it ``env_fns[index]``, which the caller never gave)."""
+        given = self.env_id if self.spec is None or self.env_id is not None else self.spec.id
+        return f"env {index} of vecenv.make({given!r})"
+
 
 def _recipe_of_id(
     env_id: str,

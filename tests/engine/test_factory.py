@@ -239,6 +239,43 @@ def test_a_wrapper_that_returns_no_env_is_named(num_workers: int) -> None:
         vecenv.make("CartPole-v1", 2, num_workers, wrappers=[_clip_half, _wraps_in_place])
 
 
+class _FailsOnThirdEnv:
+    """A wrapper that raises while wrapping the third env it is given in its process."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, env: gym.Env) -> gym.Env:
+        self.calls += 1
+        if self.calls == 3:
+            raise RuntimeError("cannot wrap this env")
+        return env
+
+
+def _always_fails(env: gym.Env) -> gym.Env:
+    raise RuntimeError("cannot wrap this env")
+
+
+def test_an_env_that_make_cannot_build_is_named_by_its_id_and_index() -> None:
+    """It was noted as `raised by env_fns[2] (env 2)`: make's caller gave an id, no env_fns."""
+    with pytest.raises(RuntimeError, match="cannot wrap this env") as info:
+        vecenv.make("CartPole-v1", 4, 0, wrappers=[_FailsOnThirdEnv()])
+    notes = getattr(info.value, "__notes__", [])
+    assert "raised by env 2 of vecenv.make('CartPole-v1')" in notes, notes
+    assert not any("env_fns" in note for note in notes), notes
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("given", ["id", "spec"])
+def test_an_env_that_make_cannot_build_in_a_worker_is_named_by_its_id(given: str) -> None:
+    env_id: str | gym.envs.registration.EnvSpec = "CartPole-v1" if given == "id" else gym.spec("CartPole-v1")
+    with pytest.raises(RuntimeError, match="cannot wrap this env") as info:
+        vecenv.make(env_id, 4, 2, wrappers=[_always_fails])
+    notes = getattr(info.value, "__notes__", [])
+    assert "raised by env 0 of vecenv.make('CartPole-v1')" in notes, notes
+    assert not any("env_fns" in note for note in notes), notes
+
+
 def test_an_env_id_whose_module_cannot_be_imported_says_what_the_module_is_for() -> None:
     with pytest.raises(ModuleNotFoundError, match="No module named 'vecenv_no_such_module'") as info:
         vecenv.make("vecenv_no_such_module:Foo-v0", 2, num_workers=0)

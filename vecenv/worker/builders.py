@@ -16,7 +16,16 @@ import gymnasium as gym
 
 from vecenv.errors import ArgumentTypeError, describe
 
-__all__ = ["ConstructorGroup", "GroupOfFns", "call_each", "check_env", "pickle_group", "pickles", "unimportable_note"]
+__all__ = [
+    "ConstructorGroup",
+    "GroupOfFns",
+    "NamedConstructor",
+    "call_each",
+    "check_env",
+    "pickle_group",
+    "pickles",
+    "unimportable_note",
+]
 
 #: What a vector env uses of each env (a gymnasium.Env has them; duck-typed envs may too).
 _ENV_API = ("reset", "step", "observation_space", "action_space")
@@ -37,6 +46,24 @@ def check_env(env: Any, rule: str) -> Any:
     return env
 
 
+@runtime_checkable
+class NamedConstructor(Protocol):
+    """An env constructor that vecenv made for its caller (``vecenv.make``'s recipe): its errors
+    name what the caller gave (the env id and the env's index), since the caller gave no ``env_fns``."""
+
+    def name_of_env(self, index: int) -> str:
+        """Env ``index`` (of the vector env) as the caller knows it, e.g. ``env 3 of vecenv.make('CartPole-v1')``."""
+        ...
+
+
+def _constructor(fn: Callable[[], Any], index: int) -> str:
+    """Constructor ``index`` in words for an error: as the caller gave it (``env_fns[i]``, its name
+    and line) or as vecenv made it for them (:class:`NamedConstructor`)."""
+    if isinstance(fn, NamedConstructor):
+        return fn.name_of_env(index)
+    return f"`env_fns[{index}]` ({_name_of(fn)})"
+
+
 class GroupOfFns:
     """A picklable group builder: calls each env constructor of one worker, in order."""
 
@@ -46,8 +73,9 @@ class GroupOfFns:
 
     def __call__(self) -> list[gym.Env]:
         envs = call_each(self.env_fns, self.first, "env")
-        for i, env in enumerate(envs, start=self.first):
-            check_env(env, f"`env_fns[{i}]` must return a gymnasium.Env")
+        for i, (fn, env) in enumerate(zip(self.env_fns, envs), start=self.first):
+            name = fn.name_of_env(i) if isinstance(fn, NamedConstructor) else f"`env_fns[{i}]`"
+            check_env(env, f"{name} must return a gymnasium.Env")
         return envs
 
     @property
@@ -57,13 +85,18 @@ class GroupOfFns:
 
 
 def call_each(fns: Sequence[Callable[[], Any]], first: int, what: str) -> list[Any]:
-    """Call each constructor in order; an error is noted with its index (``what`` ``i``)."""
+    """Call each constructor in order; an error is noted with its index (``what`` ``i``), or as
+    the caller knows the env where vecenv made its constructor (:class:`NamedConstructor`)."""
     built = []
     for i, fn in enumerate(fns, start=first):
         try:
             built.append(fn())
         except Exception as exc:
-            exc.add_note(f"raised by env_fns[{i}] ({what} {i})")
+            exc.add_note(
+                f"raised by {fn.name_of_env(i)}"
+                if isinstance(fn, NamedConstructor)
+                else f"raised by env_fns[{i}] ({what} {i})"
+            )
             raise
     return built
 
@@ -102,7 +135,7 @@ def _unpicklable_part(group_fn: Callable[[], Any], worker: int) -> str:
     if isinstance(group_fn, ConstructorGroup):
         for i, fn in enumerate(group_fn.env_fns, start=group_fn.first):
             if not pickles(fn):
-                return f"`env_fns[{i}]` ({_name_of(fn)})"
+                return _constructor(fn, i)
         last = group_fn.first + len(group_fn.env_fns) - 1
         return f"the constructors of worker {worker} (`env_fns[{group_fn.first}..{last}]`)"
     return f"`group_fns[{worker}]` ({_name_of(group_fn)})"
@@ -125,7 +158,7 @@ def unimportable_note(group_fn: Callable[[], Any], worker: int, module: str) -> 
     if isinstance(group_fn, ConstructorGroup):
         part = next(
             (
-                f"`env_fns[{i}]` ({_name_of(fn)})"
+                _constructor(fn, i)
                 for i, fn in enumerate(group_fn.env_fns, start=group_fn.first)
                 if _refers_to(fn, module)
             ),
