@@ -95,6 +95,24 @@ def test_the_mismatch_named_does_not_depend_on_the_worker_count(num_workers: int
     assert multiprocessing.active_children() == []
 
 
+def test_a_space_is_compared_once_per_env_after_the_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each env's own space was compared with itself too (in its group's check and in the
+    parent's), each a ``np.allclose`` over the bounds: for a large Box, seconds spent building
+    a vector env on nothing. Env 1 against env 0 is the one comparison left, as checks go."""
+    compared: list[tuple[int, int]] = []
+    box_eq = spaces.Box.__eq__
+
+    def counted(self: spaces.Box, other: object) -> bool:
+        compared.append((id(self), id(other)))
+        return box_eq(self, other)
+
+    monkeypatch.setattr(spaces.Box, "__eq__", counted)
+    with SubprocVectorEnv([functools.partial(BoundsEnv, index=0)] * 2, 0) as envs:
+        assert isinstance(envs.single_observation_space, spaces.Box)
+    assert len(compared) == 1, compared
+    assert all(a != b for a, b in compared), compared
+
+
 def test_configure_different_batches_every_envs_space() -> None:
     a, b = spaces.Box(-1.0, 1.0, (2,), np.float32), spaces.Box(-2.0, 2.0, (2,), np.float32)
     hellos = [
