@@ -482,6 +482,68 @@ def test_a_cluster_that_does_not_answer_fails_the_start_within_start_timeout(
         assert envs.reset(seed=0)[0].shape[0] == 2
 
 
+def _arrays(tree: object) -> list[np.ndarray]:
+    """Every numpy array in ``tree`` (dicts, tuples, lists, the fields of a Rollout)."""
+    if isinstance(tree, np.ndarray):
+        return [tree]
+    if isinstance(tree, dict):
+        return [a for v in tree.values() for a in _arrays(v)]
+    if isinstance(tree, (list, tuple)):
+        return [a for v in tree for a in _arrays(v)]
+    return []
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("copy", [True, False], ids=["copy", "nocopy"])
+def test_what_step_reset_recv_and_rollout_return_is_writable(ray_local: RaySessions, copy: bool) -> None:
+    """SyncVectorEnv's and the process backend's results can be changed in place (``obs[mask] = 0``);
+    Ray's must be too, though Ray hands out read-only arrays: the parent copies every row into
+    arrays of its own, and this holds it to that for each call that returns arrays."""
+    fns = diff_env_fns(4, obs_kind="dict", act_kind="discrete")
+    with RayVectorEnv(fns, 2, autoreset_mode=SAME, copy=copy, batch_size=2) as envs:
+        rng = np.random.default_rng(0)
+        returned = {"reset": [envs.reset(seed=0)[0]]}
+        for t in range(30):
+            obs, rewards, terminations, truncations, _ = envs.step(sample_actions(envs.single_action_space, 4, rng))
+            returned[f"step {t}"] = [obs, rewards, terminations, truncations]
+        if not copy:  # views of the vector env's buffers: the last step's values
+            returned = {"step 29": returned["step 29"]}
+        for call, values in returned.items():
+            for array in _arrays(values):
+                assert array.flags.writeable, call
+                array[...] = 0  # "assignment destination is read-only" if it were not
+        envs.async_reset(seed=1)
+        for i in range(10):
+            *received, env_ids = envs.recv()
+            for array in _arrays(received):
+                assert array.flags.writeable, "recv"
+                array[...] = 0
+            if i < 8:  # the last two receive both groups: none is in flight after them
+                envs.send(sample_actions(envs.single_action_space, len(env_ids), rng), env_ids)
+        envs.reset(seed=2)
+        batch = envs.rollout(30)
+        fields = {
+            name: getattr(batch, name)
+            for name in (
+                "observations",
+                "actions",
+                "rewards",
+                "terminations",
+                "truncations",
+                "last_observations",
+                "final_observations",
+                "episode_starts",
+                "infos",
+            )
+        }
+        fields["next_observations()"] = batch.next_observations()
+        assert _arrays(fields["final_observations"]), "no episode ended: nothing checked there"
+        for name, value in fields.items():
+            for array in _arrays(value):
+                assert array.flags.writeable, name
+                array[...] = 0
+
+
 @pytest.mark.timeout(60)
 def test_infos_and_call_results_are_writable_arrays(ray_local: RaySessions) -> None:
     """Ray hands numpy arrays out read-only; what the user gets is writable, as from a pipe."""
