@@ -1080,14 +1080,25 @@ def test_progress_other_than_a_bool_or_auto_is_refused(tmp_path: Path) -> None:
 @pytest.mark.timeout(120)
 @pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
 def test_on_a_terminal_the_progress_bar_is_live(tmp_path: Path) -> None:
-    """stderr a terminal: tqdm's bar, redrawn in place (carriage returns)."""
+    """stderr a terminal: tqdm's bar, redrawn in place (carriage returns). Under ``-W error``: a
+    warning from the bar (tqdm before 4.66.2 warns on Python 3.12+ for its first frame) fails it."""
     import fcntl
     import struct
     import termios
 
     master, terminal = os.openpty()
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
-    command = [sys.executable, str(SCRIPT), *PROGRESS_ARGS, "--steps", "300", "--out", str(tmp_path / "d")]
+    command = [
+        sys.executable,
+        "-W",
+        "error",
+        str(SCRIPT),
+        *PROGRESS_ARGS,
+        "--steps",
+        "300",
+        "--out",
+        str(tmp_path / "d"),
+    ]
     environment = {**os.environ, "PYTHONPATH": str(REPO)}
     process = subprocess.Popen(command, cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=terminal)
     os.close(terminal)
