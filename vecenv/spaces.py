@@ -37,6 +37,7 @@ __all__ = [
     "row_writer",
     "write_batch",
     "to_batch",
+    "check_action_count",
     "is_array_batch",
     "describe_space",
     "named_dict_keys",
@@ -452,6 +453,57 @@ def _dict_to_batch(space: Dict, value: Any, n: int, name: str, *, same_kind: boo
         got = f"keys {sorted(value, key=str)}" if isinstance(value, Mapping) else describe(value)
         raise ArgumentTypeError(f"`{name}` must be a dict with the keys {sorted(space.spaces, key=str)}, got {got}")
     return {k: to_batch(s, value[k], n, f"{name}[{k!r}]", same_kind=same_kind) for k, s in space.spaces.items()}
+
+
+@singledispatch
+def check_action_count(space: Space, value: Any, n: int, name: str) -> None:
+    """Check that every part of a batch of ``n`` actions of a space with no fixed shape holds
+    ``n`` actions, before the batch is split into one action per env for the pipes.
+
+    Such a batch is a Python object per env at its leaves (a tuple of ``n`` strings for a
+    ``Text``) and arrays at its fixed parts, which ``SyncVectorEnv`` zips together strictly: a
+    part of another length raises there only after the envs the zip reached have stepped, and
+    as a bare ``ValueError`` from ``zip``. Here it is refused first, with the part named
+    (``actions['t']``, ``actions[1]``). A part whose length cannot be known (an iterator) is
+    left to Gymnasium's ``iterate``, which reads it as ``SyncVectorEnv`` does.
+
+    Raises:
+        InvalidArgumentError: a part holds another number of actions than ``n``.
+        ArgumentTypeError: a Dict's batch lacks one of the space's keys, or a Tuple's batch
+            has fewer parts than the space.
+    """
+    try:
+        count = len(value)
+    except TypeError:
+        return
+    if count != n:
+        raise InvalidArgumentError(f"`{name}` must hold {n} actions (one per env), got {count}")
+
+
+@check_action_count.register(Tuple)
+def _tuple_action_count(space: Tuple, value: Any, n: int, name: str) -> None:
+    # SyncVectorEnv reads part ``i`` as ``value[i]``; parts beyond the space's are not read.
+    if not isinstance(value, (Sequence, np.ndarray)) or isinstance(value, (str, bytes)):
+        return
+    if len(value) < len(space.spaces):
+        raise ArgumentTypeError(
+            f"`{name}` must be a tuple of {len(space.spaces)} batches for {space}, got {describe(value)}"
+        )
+    for i, sub in enumerate(space.spaces):
+        check_action_count(sub, value[i], n, f"{name}[{i}]")
+
+
+@check_action_count.register(Dict)
+def _dict_action_count(space: Dict, value: Any, n: int, name: str) -> None:
+    # SyncVectorEnv reads the space's keys; other keys are not read.
+    if not isinstance(value, Mapping):
+        return
+    if not space.spaces.keys() <= value.keys():
+        raise ArgumentTypeError(
+            f"`{name}` must be a dict with the keys {sorted(space.spaces, key=str)}, got keys {sorted(value, key=str)}"
+        )
+    for key, sub in space.spaces.items():
+        check_action_count(sub, value[key], n, f"{name}[{key!r}]")
 
 
 @singledispatch

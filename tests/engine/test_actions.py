@@ -3,15 +3,18 @@ as SyncVectorEnv hands them over (through worker processes, compared with SyncVe
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
 import pytest
+from gymnasium import spaces
 from gymnasium.vector import SyncVectorEnv
 
 from tests.engine.test_differential import assert_same, same_steps
-from tests.helpers.envs import ActionRecorderEnv, ActionReprEnv, PayEnv, fns
+from tests.helpers.envs import ActionRecorderEnv, ActionReprEnv, AnyActionEnv, PayEnv, fns
 from vecenv import SubprocVectorEnv
+from vecenv.errors import InvalidArgumentError
 
 
 @pytest.mark.timeout(60)
@@ -56,6 +59,45 @@ def test_float_actions_for_discrete_reach_envs_as_in_sync(num_workers: int) -> N
         batches = [np.array([1.0, 2.0, 0.0]), np.array([2, 0, 1], np.float32), np.array([0, 1, 2])]
         same_steps(envs, sync, 0, batches)
         assert envs.step(np.array([1.0, 2.0, 0.0]))[4]["action"][0] == repr(np.float64(1.0))
+    finally:
+        envs.close()
+        sync.close()
+
+
+TEXT_AND_DISCRETE = spaces.Dict({"t": spaces.Text(3), "b": spaces.Discrete(2)})
+PAIR = spaces.Tuple((spaces.Text(3), spaces.Discrete(2)))
+GOOD_TEXT_AND_DISCRETE = {"t": ("a", "b", "c"), "b": np.array([0, 1, 1])}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize(
+    ("space", "bad", "good", "named"),
+    [
+        (TEXT_AND_DISCRETE, {"t": ("a", "b"), "b": np.array([0, 1, 1])}, GOOD_TEXT_AND_DISCRETE, "`actions['t']`"),
+        (TEXT_AND_DISCRETE, {"t": ("a", "b", "c"), "b": np.array([0, 1])}, GOOD_TEXT_AND_DISCRETE, "`actions['b']`"),
+        (PAIR, (("a", "b", "c"), [0, 1, 1, 0]), (("a", "b", "c"), [0, 1, 1]), "`actions[1]`"),
+    ],
+    ids=["dict-text-short", "dict-discrete-short", "tuple-discrete-long"],
+)
+def test_a_part_of_an_unshared_action_batch_with_another_count_is_refused_naming_it(
+    num_workers: int, space: spaces.Space, bad: Any, good: Any, named: str
+) -> None:
+    """A Dict or Tuple action space with a part of no fixed shape (Text) travels through the
+    pipes; a part holding another number of actions than envs is refused before anything is
+    sent (``SyncVectorEnv`` raises too, once it has stepped the envs its zip reached)."""
+    make = fns(AnyActionEnv, 3, action_space=space)
+    envs = SubprocVectorEnv(make, num_workers=num_workers)
+    sync = SyncVectorEnv(make)
+    try:
+        assert_same(envs.reset(seed=0), sync.reset(seed=0))
+        with pytest.raises(ValueError):
+            sync.step(bad)
+        message = rf"^{re.escape(named)} must hold 3 actions \(one per env\), got "
+        with pytest.raises(InvalidArgumentError, match=message):
+            envs.step(bad)
+        sync.reset(seed=0)  # undo the steps SyncVectorEnv took before it raised
+        assert_same(envs.step(good), sync.step(good))  # the refused batch stepped nothing
     finally:
         envs.close()
         sync.close()

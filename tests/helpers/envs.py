@@ -687,6 +687,19 @@ class ActionRecorderEnv(PayEnv):
         return type(a).__name__, str(np.asarray(a).dtype), tuple(np.shape(a)), float(np.sum(a))
 
 
+class AnyActionEnv(PayEnv):
+    """Takes actions of any given ``action_space`` and reports each one's ``repr`` in its info,
+    so what the env was handed shows in the results (a step that skipped it shows no info)."""
+
+    def __init__(self, index: int = 0, action_space: spaces.Space | None = None) -> None:
+        super().__init__(index)
+        self.action_space = action_space if action_space is not None else spaces.Discrete(2)
+
+    def step(self, action: Any):
+        obs, reward, terminated, truncated, _ = super().step(0)
+        return obs, reward, terminated, truncated, {"action": repr(action)}
+
+
 def fns(cls: type, n: int, **kwargs: Any) -> list[Any]:
     """``n`` picklable constructors, env ``i`` built as ``cls(index=i, **kwargs)``."""
     return [functools.partial(cls, index=i, **kwargs) for i in range(n)]

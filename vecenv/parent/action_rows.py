@@ -18,7 +18,16 @@ from gymnasium.vector.utils import batch_space, iterate
 
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
 from vecenv.parent.records import WorkerRecord
-from vecenv.spaces import is_array_batch, is_fixed, to_batch, tree_assign, tree_leaves, tree_map, tree_slice
+from vecenv.spaces import (
+    check_action_count,
+    is_array_batch,
+    is_fixed,
+    to_batch,
+    tree_assign,
+    tree_leaves,
+    tree_map,
+    tree_slice,
+)
 from vecenv.wire.buffers import Buffers
 
 __all__ = ["ActionPlacer"]
@@ -37,6 +46,10 @@ class ActionPlacer:
         """One payload per worker (``None``: its actions are in the shared rows).
 
         ``env_ids`` gives the env of each action when they are not in worker order (``send``).
+
+        Raises:
+            InvalidArgumentError: the batch holds another number of actions than envs.
+            ArgumentTypeError: the batch is not one of the space (see ``to_batch``).
         """
         if env_ids is None and self._copy_directly(actions):
             return [None] * len(workers)
@@ -46,6 +59,7 @@ class ActionPlacer:
         if not self.fixed:
             if actions is None or isinstance(actions, (str, bytes)):
                 raise ArgumentTypeError(f"`actions` must be a batch of {n} actions, got {describe(actions)}")
+            check_action_count(self.space, actions, n, "actions")
             return self._items(actions, n, order, offsets)
         buffers = self.buffers
         batch = to_batch(self.space, actions, n, "actions", same_kind=False)
