@@ -101,3 +101,30 @@ def test_a_part_of_an_unshared_action_batch_with_another_count_is_refused_naming
     finally:
         envs.close()
         sync.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("space", [spaces.Tuple(()), spaces.Dict({})], ids=["tuple", "dict"])
+def test_an_action_space_that_holds_no_values_is_refused_by_step_and_rollout(
+    num_workers: int, space: spaces.Space
+) -> None:
+    """No env can be given an action of an empty Tuple or Dict (``SyncVectorEnv``'s step raises
+    on every call): the step is refused, where it would otherwise step no env and return stale
+    rows, and so is a rollout."""
+    make = fns(AnyActionEnv, 3, action_space=space)
+    envs = SubprocVectorEnv(make, num_workers=num_workers)
+    sync = SyncVectorEnv(make)
+    try:
+        assert_same(envs.reset(seed=0), sync.reset(seed=0))
+        batch = sync.action_space.sample()
+        with pytest.raises(ValueError):
+            sync.step(batch)
+        message = rf"the action space {re.escape(str(space))} holds no values, so no env can be given an action"
+        with pytest.raises(InvalidArgumentError, match=rf"^`actions`: {message}"):
+            envs.step(batch)
+        with pytest.raises(InvalidArgumentError, match=rf"^`rollout` needs .*; {message}"):
+            envs.rollout(2)
+    finally:
+        envs.close()
+        sync.close()

@@ -25,9 +25,9 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import vecenv
 from tests.engine.test_differential import assert_same
-from tests.helpers.envs import diff_env_fns, greedy_module
+from tests.helpers.envs import EmptyObservationEnv, diff_env_fns, fns, greedy_module
 from tests.helpers.faults import FaultEnv, fault_fns, healthy_fns, transport_of
-from vecenv.errors import RemoteTraceback, WorkerDiedError
+from vecenv.errors import InvalidArgumentError, RemoteTraceback, WorkerDiedError
 from vecenv.parent.replies import InfoMerger
 from vecenv.policies import FunctionPolicy, PolicyContext, PolicyRunner, RandomPolicy, WorkerPolicy
 from vecenv.spaces import tree_leaves, tree_map
@@ -633,6 +633,21 @@ def test_spaces_without_a_fixed_shape_are_refused() -> None:
         with pytest.raises(ValueError, match="fixed-shape spaces"):
             envs.rollout(3)
         envs.step(np.zeros(2, np.int64))  # and the vector env goes on
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_an_observation_space_that_holds_no_values_is_refused_by_name(num_workers: int) -> None:
+    """An empty Tuple observation steps as in ``SyncVectorEnv``; a rollout, whose block has no
+    rows for it, is refused naming the space instead of failing on the block's layout."""
+    sync = SyncVectorEnv(fns(EmptyObservationEnv, 2))
+    with make(fns(EmptyObservationEnv, 2), num_workers) as envs:
+        assert_same(envs.reset(seed=0), sync.reset(seed=0))
+        with pytest.raises(InvalidArgumentError, match=r"the observation space Tuple\(\) holds no values$"):
+            envs.rollout(3)
+        actions = np.zeros(2, np.int64)
+        assert_same(envs.step(actions), sync.step(actions))  # and the vector env goes on
+    sync.close()
 
 
 @pytest.mark.timeout(60)

@@ -700,6 +700,18 @@ class AnyActionEnv(PayEnv):
         return obs, reward, terminated, truncated, {"action": repr(action)}
 
 
+class EmptyObservationEnv(PayEnv):
+    """Observes an empty ``Tuple``: every observation is ``()``; pays, steps and ends as
+    :class:`PayEnv` does."""
+
+    def __init__(self, index: int = 0) -> None:
+        super().__init__(index)
+        self.observation_space = spaces.Tuple(())
+
+    def _obs(self) -> Any:
+        return ()
+
+
 def fns(cls: type, n: int, **kwargs: Any) -> list[Any]:
     """``n`` picklable constructors, env ``i`` built as ``cls(index=i, **kwargs)``."""
     return [functools.partial(cls, index=i, **kwargs) for i in range(n)]

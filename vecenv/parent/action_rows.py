@@ -22,6 +22,7 @@ from vecenv.spaces import (
     check_action_count,
     is_array_batch,
     is_fixed,
+    leaf_layout,
     to_batch,
     tree_assign,
     tree_leaves,
@@ -41,6 +42,9 @@ class ActionPlacer:
         self.buffers = buffers
         self.fixed = is_fixed(single_action_space)
         self.dtypes = [a.dtype for a in tree_leaves(buffers.actions)] if self.fixed else []
+        # An empty Tuple or Dict: its batches split into no actions at all, so a step would
+        # reach no env (SyncVectorEnv's step raises on every call).
+        self.holds_values = not self.fixed or bool(leaf_layout(single_action_space, 0))
 
     def payloads(self, actions: Any, workers: Sequence[WorkerRecord], env_ids: np.ndarray | None = None) -> list[Any]:
         """One payload per worker (``None``: its actions are in the shared rows).
@@ -48,9 +52,14 @@ class ActionPlacer:
         ``env_ids`` gives the env of each action when they are not in worker order (``send``).
 
         Raises:
-            InvalidArgumentError: the batch holds another number of actions than envs.
+            InvalidArgumentError: the action space holds no values, or the batch holds another
+                number of actions than envs.
             ArgumentTypeError: the batch is not one of the space (see ``to_batch``).
         """
+        if not self.holds_values:
+            raise InvalidArgumentError(
+                f"`actions`: the action space {self.space} holds no values, so no env can be given an action"
+            )
         if env_ids is None and self._copy_directly(actions):
             return [None] * len(workers)
         n = sum(w.size for w in workers)

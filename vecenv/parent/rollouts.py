@@ -47,7 +47,7 @@ from vecenv.parent.restart import RestartedRollout, mark_restarted
 from vecenv.parent.state import State
 from vecenv.policies import PolicyContext, RandomPolicy, WorkerPolicy, as_worker_policy
 from vecenv.policy_outputs import PolicyOutputs, as_state, check_state, join_states, repeat_first_row, state_rows
-from vecenv.spaces import is_fixed, tree_copy, tree_leaves, tree_map
+from vecenv.spaces import is_fixed, leaf_layout, tree_copy, tree_leaves, tree_map
 from vecenv.wire.buffers import Buffers, layout_nbytes
 from vecenv.wire.memory import check_block
 from vecenv.wire.protocol import Command, Pickled, RolloutArgs, RolloutBlockArgs, RolloutReply
@@ -476,10 +476,19 @@ class Rollouts:
                     "VectorEnv group cannot do: use NEXT_STEP or SAME_STEP"
                 )
         t = check_num_steps(num_steps)
-        for name, space in (("observation", self.observation_space), ("action", self.action_space)):
+        spaces = (
+            ("observation", self.observation_space, ""),
+            ("action", self.action_space, ", so no env can be given an action"),
+        )
+        for name, space, consequence in spaces:
             if not is_fixed(space):
                 raise InvalidArgumentError(
                     f"`rollout` needs fixed-shape spaces (Box, Discrete, ...); the {name} space is {space}"
+                )
+            if not leaf_layout(space, 0):  # an empty Tuple or Dict: the block would have no rows for it
+                raise InvalidArgumentError(
+                    f"`rollout` needs spaces that hold values (Box, Discrete, ...); "
+                    f"the {name} space {space} holds no values{consequence}"
                 )
         self._adopt(policy)  # (its extras decide the block's layout)
         self._check_memory(t)
