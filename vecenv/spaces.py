@@ -38,6 +38,7 @@ __all__ = [
     "write_batch",
     "to_batch",
     "check_action_count",
+    "empty_part",
     "is_array_batch",
     "describe_space",
     "named_dict_keys",
@@ -504,6 +505,33 @@ def _dict_action_count(space: Dict, value: Any, n: int, name: str) -> None:
         )
     for key, sub in space.spaces.items():
         check_action_count(sub, value[key], n, f"{name}[{key!r}]")
+
+
+@singledispatch
+def empty_part(space: Space, prefix: str) -> str | None:
+    """The dotted name (``prefix`` and the Dict keys and Tuple indices below it, as
+    :func:`named_leaves` joins them) of the first Dict or Tuple in ``space`` that holds no
+    subspace, or ``None`` when there is none.
+
+    Gymnasium's ``iterate`` splits a batch of such a space into no items at all (an empty
+    Tuple) or fails on it (an empty Dict), so ``SyncVectorEnv`` cannot step an action space
+    that holds one anywhere: the caller can refuse it, named, before anything is sent.
+    """
+    return None
+
+
+@empty_part.register(Tuple)
+def _tuple_empty_part(space: Tuple, prefix: str) -> str | None:
+    if not space.spaces:
+        return prefix
+    return next((found for i, sub in enumerate(space.spaces) if (found := empty_part(sub, f"{prefix}.{i}"))), None)
+
+
+@empty_part.register(Dict)
+def _dict_empty_part(space: Dict, prefix: str) -> str | None:
+    if not space.spaces:
+        return prefix
+    return next((found for key, sub in space.spaces.items() if (found := empty_part(sub, f"{prefix}.{key}"))), None)
 
 
 @singledispatch

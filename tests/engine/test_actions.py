@@ -105,13 +105,23 @@ def test_a_part_of_an_unshared_action_batch_with_another_count_is_refused_naming
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("num_workers", [0, 2])
-@pytest.mark.parametrize("space", [spaces.Tuple(()), spaces.Dict({})], ids=["tuple", "dict"])
-def test_an_action_space_that_holds_no_values_is_refused_by_step_and_rollout(
-    num_workers: int, space: spaces.Space
+@pytest.mark.parametrize(
+    ("space", "where"),
+    [
+        (spaces.Tuple(()), "holds no values"),
+        (spaces.Dict({}), "holds no values"),
+        (spaces.Tuple((spaces.Discrete(2), spaces.Tuple(()))), "holds an empty Dict or Tuple at actions.1"),
+        (spaces.Dict({"x": spaces.Discrete(2), "e": spaces.Dict({})}), "holds an empty Dict or Tuple at actions.e"),
+    ],
+    ids=["tuple", "dict", "tuple-in-tuple", "dict-in-dict"],
+)
+def test_an_action_space_holding_an_empty_dict_or_tuple_is_refused_by_step_and_rollout(
+    num_workers: int, space: spaces.Space, where: str
 ) -> None:
-    """No env can be given an action of an empty Tuple or Dict (``SyncVectorEnv``'s step raises
-    on every call): the step is refused, where it would otherwise step no env and return stale
-    rows, and so is a rollout."""
+    """No env can be given an action of a space holding an empty Tuple or Dict
+    (``SyncVectorEnv``'s step raises on every call): the step is refused naming the empty part,
+    where an empty Tuple action space stepped no env and returned stale rows and a nested one
+    failed in the worker as an error of env 0, and so is a rollout."""
     make = fns(AnyActionEnv, 3, action_space=space)
     envs = SubprocVectorEnv(make, num_workers=num_workers)
     sync = SyncVectorEnv(make)
@@ -120,11 +130,12 @@ def test_an_action_space_that_holds_no_values_is_refused_by_step_and_rollout(
         batch = sync.action_space.sample()
         with pytest.raises(ValueError):
             sync.step(batch)
-        message = rf"the action space {re.escape(str(space))} holds no values, so no env can be given an action"
+        message = rf"the action space {re.escape(str(space))} {where}, so no env can be given an action$"
         with pytest.raises(InvalidArgumentError, match=rf"^`actions`: {message}"):
             envs.step(batch)
         with pytest.raises(InvalidArgumentError, match=rf"^`rollout` needs .*; {message}"):
             envs.rollout(2)
+        assert_same(envs.reset(seed=1), sync.reset(seed=1))  # and the vector env goes on
     finally:
         envs.close()
         sync.close()

@@ -20,9 +20,9 @@ from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
 from vecenv.parent.records import WorkerRecord
 from vecenv.spaces import (
     check_action_count,
+    empty_part,
     is_array_batch,
     is_fixed,
-    leaf_layout,
     to_batch,
     tree_assign,
     tree_leaves,
@@ -31,7 +31,14 @@ from vecenv.spaces import (
 )
 from vecenv.wire.buffers import Buffers
 
-__all__ = ["ActionPlacer"]
+__all__ = ["ActionPlacer", "empty_action_space"]
+
+
+def empty_action_space(space: gym.Space, part: str) -> str:
+    """Why no env can be given an action of ``space``, whose :func:`~vecenv.spaces.empty_part`
+    is ``part`` (named from ``actions``)."""
+    where = "holds no values" if part == "actions" else f"holds an empty Dict or Tuple at {part}"
+    return f"the action space {space} {where}, so no env can be given an action"
 
 
 class ActionPlacer:
@@ -42,9 +49,9 @@ class ActionPlacer:
         self.buffers = buffers
         self.fixed = is_fixed(single_action_space)
         self.dtypes = [a.dtype for a in tree_leaves(buffers.actions)] if self.fixed else []
-        # An empty Tuple or Dict: its batches split into no actions at all, so a step would
-        # reach no env (SyncVectorEnv's step raises on every call).
-        self.holds_values = not self.fixed or bool(leaf_layout(single_action_space, 0))
+        # An empty Tuple or Dict anywhere in the space: its batches split into no actions at all
+        # (a step would reach no env) or fail to split (SyncVectorEnv's step raises on every call).
+        self.empty_part = empty_part(single_action_space, "actions")
 
     def payloads(self, actions: Any, workers: Sequence[WorkerRecord], env_ids: np.ndarray | None = None) -> list[Any]:
         """One payload per worker (``None``: its actions are in the shared rows).
@@ -52,14 +59,12 @@ class ActionPlacer:
         ``env_ids`` gives the env of each action when they are not in worker order (``send``).
 
         Raises:
-            InvalidArgumentError: the action space holds no values, or the batch holds another
-                number of actions than envs.
+            InvalidArgumentError: the action space holds an empty Dict or Tuple, or the batch
+                holds another number of actions than envs.
             ArgumentTypeError: the batch is not one of the space (see ``to_batch``).
         """
-        if not self.holds_values:
-            raise InvalidArgumentError(
-                f"`actions`: the action space {self.space} holds no values, so no env can be given an action"
-            )
+        if self.empty_part is not None:
+            raise InvalidArgumentError(f"`actions`: {empty_action_space(self.space, self.empty_part)}")
         if env_ids is None and self._copy_directly(actions):
             return [None] * len(workers)
         n = sum(w.size for w in workers)

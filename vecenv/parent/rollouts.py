@@ -38,6 +38,7 @@ from gymnasium.vector import AutoresetMode
 from vecenv.checks import check_num_steps, check_timeout
 from vecenv.errors import ClosedEnvironmentError, InvalidArgumentError, PolicyOutputError
 from vecenv.interrupts import HeldInterrupt
+from vecenv.parent.action_rows import empty_action_space
 from vecenv.parent.bounded import bounded_call
 from vecenv.parent.call_lock import CallLock, serialised
 from vecenv.parent.calls import CallRunner
@@ -47,7 +48,7 @@ from vecenv.parent.restart import RestartedRollout, mark_restarted
 from vecenv.parent.state import State
 from vecenv.policies import PolicyContext, RandomPolicy, WorkerPolicy, as_worker_policy
 from vecenv.policy_outputs import PolicyOutputs, as_state, check_state, join_states, repeat_first_row, state_rows
-from vecenv.spaces import is_fixed, leaf_layout, tree_copy, tree_leaves, tree_map
+from vecenv.spaces import empty_part, is_fixed, leaf_layout, tree_copy, tree_leaves, tree_map
 from vecenv.wire.buffers import Buffers, layout_nbytes
 from vecenv.wire.memory import check_block
 from vecenv.wire.protocol import Command, Pickled, RolloutArgs, RolloutBlockArgs, RolloutReply
@@ -476,20 +477,17 @@ class Rollouts:
                     "VectorEnv group cannot do: use NEXT_STEP or SAME_STEP"
                 )
         t = check_num_steps(num_steps)
-        spaces = (
-            ("observation", self.observation_space, ""),
-            ("action", self.action_space, ", so no env can be given an action"),
-        )
-        for name, space, consequence in spaces:
+        for name, space in (("observation", self.observation_space), ("action", self.action_space)):
             if not is_fixed(space):
                 raise InvalidArgumentError(
                     f"`rollout` needs fixed-shape spaces (Box, Discrete, ...); the {name} space is {space}"
                 )
-            if not leaf_layout(space, 0):  # an empty Tuple or Dict: the block would have no rows for it
-                raise InvalidArgumentError(
-                    f"`rollout` needs spaces that hold values (Box, Discrete, ...); "
-                    f"the {name} space {space} holds no values{consequence}"
-                )
+        needs = "`rollout` needs spaces that hold values (Box, Discrete, ...)"
+        if not leaf_layout(self.observation_space, 0):  # the block would have no rows for them
+            raise InvalidArgumentError(f"{needs}; the observation space {self.observation_space} holds no values")
+        empty_actions = empty_part(self.action_space, "actions")
+        if empty_actions is not None:
+            raise InvalidArgumentError(f"{needs}; {empty_action_space(self.action_space, empty_actions)}")
         self._adopt(policy)  # (its extras decide the block's layout)
         self._check_memory(t)
         workers = self.workers
