@@ -18,12 +18,33 @@ SPACES = [
     spaces.MultiDiscrete([[2, 3], [4, 5]], start=[[0, 1], [2, 3]]),
     spaces.MultiBinary([2, 3]),
     spaces.Dict({"b": spaces.Discrete(2), "a": spaces.Tuple([spaces.MultiBinary(3), spaces.Box(0, 1, (1,))])}),
+    spaces.Box(0, 1, (2,), np.bool_),
+]
+
+#: Integer bounds that a float64 does not hold: the full int64 and uint64 ranges, and 2**53 + 1
+#: (which ``Box.__eq__``, comparing bounds with ``np.allclose``, would not tell from 2**53).
+WIDE_INTEGER_BOXES = [
+    spaces.Box(np.iinfo(np.int64).min, np.iinfo(np.int64).max, (2,), np.int64),
+    spaces.Box(0, np.iinfo(np.uint64).max, (2,), np.uint64),
+    spaces.Box(np.array([0, -(2**53) - 1]), np.array([2**53 + 1, 0]), dtype=np.int64),
 ]
 
 
 @pytest.mark.parametrize("space", SPACES, ids=lambda space: type(space).__name__)
 def test_a_described_space_is_rebuilt_equal(space: spaces.Space) -> None:
     assert space_from_description(describe_space(space)) == space
+
+
+@pytest.mark.parametrize("space", WIDE_INTEGER_BOXES, ids=["int64-range", "uint64-range", "beyond-2**53"])
+def test_integer_box_bounds_are_rebuilt_exactly(space: spaces.Box) -> None:
+    """The recorded bounds are exact ints; read back through a float64 they came back rounded,
+    or overflowed (the int64 range's high became its low)."""
+    rebuilt = space_from_description(describe_space(space))
+    assert isinstance(rebuilt, spaces.Box)
+    assert rebuilt.dtype == space.dtype
+    for got, expected in ((rebuilt.low, space.low), (rebuilt.high, space.high)):
+        assert got.dtype == expected.dtype
+        assert got.tolist() == expected.tolist()
 
 
 def test_an_int64_discrete_is_rebuilt_by_a_discrete_that_takes_no_dtype(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -128,8 +128,12 @@ def _leaf_space(description: dict[str, Any]) -> spaces.Space:
 
 def _box(description: dict[str, Any], dtype: np.dtype) -> spaces.Space:
     shape = tuple(description["shape"])
-    low = np.array(_nested(description["low"]), dtype=np.float64)
-    high = np.array(_nested(description["high"]), dtype=np.float64)
+    # Integer and bool bounds are recorded as exact ints, which are read in the Box's own dtype:
+    # a float64 rounds ints beyond 2**53 and overflows on the int64 and uint64 ranges' ends.
+    # Float bounds may be "inf" or "nan" strings, read as float64 and then cast.
+    read_as = dtype if dtype.kind in "biu" else np.dtype(np.float64)
+    low = np.array(_nested(description["low"]), dtype=read_as)
+    high = np.array(_nested(description["high"]), dtype=read_as)
     return spaces.Box(
         np.broadcast_to(low, shape).astype(dtype), np.broadcast_to(high, shape).astype(dtype), shape=shape, dtype=dtype
     )
