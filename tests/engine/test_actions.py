@@ -14,7 +14,7 @@ from gymnasium.vector import SyncVectorEnv
 from tests.engine.test_differential import assert_same, same_steps
 from tests.helpers.envs import ActionRecorderEnv, ActionReprEnv, AnyActionEnv, PayEnv, fns
 from vecenv import SubprocVectorEnv
-from vecenv.errors import InvalidArgumentError
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError
 
 
 @pytest.mark.timeout(60)
@@ -139,3 +139,18 @@ def test_an_action_space_holding_an_empty_dict_or_tuple_is_refused_by_step_and_r
     finally:
         envs.close()
         sync.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_str_as_the_batch_of_a_text_action_space_is_refused(num_workers: int) -> None:
+    """``SyncVectorEnv`` would hand env ``i`` the string's ``i``-th character; a string is not
+    taken as a batch of strings here (documented on the semantics page)."""
+    envs = SubprocVectorEnv(fns(AnyActionEnv, 3, action_space=spaces.Text(3)), num_workers=num_workers)
+    try:
+        envs.reset(seed=0)
+        with pytest.raises(ArgumentTypeError, match=r"^`actions` must be a batch of 3 actions, got 'abc'$"):
+            envs.step("abc")
+        assert envs.step(("a", "bc", "abc"))[4]["action"].tolist() == ["'a'", "'bc'", "'abc'"]
+    finally:
+        envs.close()
