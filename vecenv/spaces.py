@@ -38,6 +38,7 @@ __all__ = [
     "write_batch",
     "to_batch",
     "check_action_count",
+    "batch_of_items",
     "empty_part",
     "is_array_batch",
     "describe_space",
@@ -505,6 +506,29 @@ def _dict_action_count(space: Dict, value: Any, n: int, name: str) -> None:
         )
     for key, sub in space.spaces.items():
         check_action_count(sub, value[key], n, f"{name}[{key!r}]")
+
+
+@singledispatch
+def batch_of_items(space: Space, items: list[Any]) -> Any:
+    """A batch of ``space`` made of one value per env, each left as it is: a Dict's batch is a
+    dict and a Tuple's a tuple of part batches, and each leaf's batch the list of its values.
+
+    Gymnasium's ``iterate`` over this batch yields ``items`` again, value for value, so a native
+    vector env stepped with it hands each env what ``SyncVectorEnv`` over all the envs would.
+    (A list of the items themselves is read as a batch only for a space that is not a Dict or
+    Tuple: for a Tuple, ``iterate`` takes item ``i`` as the batch of part ``i``.)
+    """
+    return list(items)
+
+
+@batch_of_items.register(Tuple)
+def _tuple_batch_of_items(space: Tuple, items: list[Any]) -> Any:
+    return tuple(batch_of_items(sub, [item[i] for item in items]) for i, sub in enumerate(space.spaces))
+
+
+@batch_of_items.register(Dict)
+def _dict_batch_of_items(space: Dict, items: list[Any]) -> Any:
+    return {key: batch_of_items(sub, [item[key] for item in items]) for key, sub in space.spaces.items()}
 
 
 @singledispatch

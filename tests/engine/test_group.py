@@ -19,7 +19,16 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
 from tests.engine.test_buffers import attach
 from tests.engine.test_differential import assert_same, sample_actions
-from tests.helpers.envs import DiffEnv, NoDeepcopyInfoEnv, ReusedInfoEnv, diff_env_fns, fns, sync_group
+from tests.helpers.envs import (
+    AnyActionEnv,
+    DiffEnv,
+    NoDeepcopyInfoEnv,
+    ReusedInfoEnv,
+    any_action_group,
+    diff_env_fns,
+    fns,
+    sync_group,
+)
 from vecenv import InvalidInfoError, InvalidObservationError, SubprocVectorEnv
 from vecenv.errors import InvalidArgumentError
 from vecenv.spaces import tree_assign, tree_slice
@@ -239,6 +248,38 @@ def test_native_groups_match_one_sync_vector_env(mode: AutoresetMode) -> None:
                 assert_same(got, want, f"step {t}")
                 ended += int(np.sum(want[2] | want[3]))
             assert ended > 5, "episodes should end (and autoreset) during the run"
+    finally:
+        sync.close()
+
+
+TEXT_AND_DISCRETE = gym.spaces.Dict({"t": gym.spaces.Text(3), "b": gym.spaces.Discrete(2)})
+SEQUENCE_AND_DISCRETE = gym.spaces.Tuple((gym.spaces.Sequence(gym.spaces.Discrete(3)), gym.spaces.Discrete(2)))
+BOX_AND_DISCRETE = gym.spaces.Tuple((gym.spaces.Box(0, 1, (2,)), gym.spaces.Discrete(2)))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("space", "batches"),
+    [
+        (TEXT_AND_DISCRETE, [{"t": ("a", "bb", "c", "ab", "b"), "b": np.array([0, 1, 1, 0, 1])}]),
+        (SEQUENCE_AND_DISCRETE, [(((0,), (1, 2), (), (2,), (0, 0)), np.array([1, 0, 0, 1, 1]))]),
+        (BOX_AND_DISCRETE, [[np.linspace(0, 1, 10, dtype=np.float32).reshape(5, 2), [1, 0, 1, 1, 0]]]),
+        (TEXT_AND_DISCRETE, [{"t": ["a", "bb", "c", "ab", "b"], "b": [0, 1, 1, 0, 1]}]),
+    ],
+    ids=["dict-with-text", "tuple-with-sequence", "tuple-as-a-list", "dict-of-lists"],
+)
+def test_native_groups_get_their_rows_of_an_unshared_dict_or_tuple_batch(space: gym.Space, batches: list) -> None:
+    """A Dict or Tuple batch that travels as one action per env (a part of no fixed shape, or
+    lists) reaches a native group as a batch of its rows, as one SyncVectorEnv over all the envs
+    hands them out; the group was given the list of its envs' actions, which its own batch
+    reading took apart by position (wrong actions for a Tuple) or could not read (a Dict)."""
+    groups = [functools.partial(any_action_group, [0, 1, 2], space), functools.partial(any_action_group, [3, 4], space)]
+    sync = SyncVectorEnv(fns(AnyActionEnv, 5, action_space=space))
+    try:
+        with SubprocVectorEnv.from_groups(groups, context="fork") as sub:
+            assert_same(sub.reset(seed=3), sync.reset(seed=3))
+            for t, actions in enumerate(batches):
+                assert_same(sub.step(actions), sync.step(actions), f"step {t}")
     finally:
         sync.close()
 

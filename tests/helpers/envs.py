@@ -700,6 +700,12 @@ class AnyActionEnv(PayEnv):
         return obs, reward, terminated, truncated, {"action": repr(action)}
 
 
+def any_action_group(indices: list[int], action_space: spaces.Space) -> gym.vector.VectorEnv:
+    """A native vectorized group: a SyncVectorEnv over :class:`AnyActionEnv` with global indices."""
+    envs = [functools.partial(AnyActionEnv, index=i, action_space=action_space) for i in indices]
+    return gym.vector.SyncVectorEnv(envs)
+
+
 class EmptyObservationEnv(PayEnv):
     """Observes an empty ``Tuple``: every observation is ``()``; pays, steps and ends as
     :class:`PayEnv` does."""

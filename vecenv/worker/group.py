@@ -24,7 +24,7 @@ from vecenv.errors import (
     MissingMethodError,
     describe,
 )
-from vecenv.spaces import write_batch
+from vecenv.spaces import batch_of_items, write_batch
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import Hello, InfoEntries
 
@@ -296,9 +296,12 @@ class VectorGroup:
         return _split_infos(info, self.num_envs)
 
     def step(self, actions: Any, active: np.ndarray | None = None) -> InfoEntries:
-        """Step the whole native batch with the group's rows of ``actions`` (a native env steps
-        all its envs: ``active`` must be ``None``; rollouts under DISABLED are refused for it)."""
+        """Step the whole native batch with the group's rows of ``actions``, or with the batch
+        made of a list of one action per env (a native env steps all its envs: ``active`` must
+        be ``None``; rollouts under DISABLED are refused for it)."""
         assert active is None, "a native vector env cannot leave some of its envs unstepped"
+        if isinstance(actions, list):  # one action per env (they travelled through the pipe)
+            actions = batch_of_items(self.vec.single_action_space, actions)
         obs, rewards, terms, truncs, info = self.vec.step(actions)
         b = self.buffers
         rewards, terms, truncs = (
