@@ -9,6 +9,7 @@ import functools
 import gc
 import os
 import pickle
+import threading
 import time
 from typing import Any
 
@@ -464,3 +465,50 @@ def test_make_parallel_takes_a_module_or_a_callable() -> None:
         assert envs.num_envs == 8
     with pytest.raises(TypeError, match="`env` must be a PettingZoo env module"):
         vecenv.make_parallel(42, 2)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("num_workers", [0, 2], ids=["in-process", "workers"])
+def test_threads_sharing_it_take_turns(num_workers: int) -> None:
+    """Two threads stepping one multi-agent vector env (and a third reading an attribute) take
+    turns, as over the engine's: a step is its send and its wait, so another thread's step
+    may not start between the two (it would be refused as a call already pending)."""
+    steps = 150
+    envs = MultiAgentVectorEnv(toy_fns(3, length=10 * steps, die_at=10 * steps), num_workers, context="fork")
+    try:
+        envs.reset(seed=0)
+        seen: list[np.ndarray] = []
+        errors: list[BaseException] = []
+        start = threading.Barrier(3)
+
+        def stepper() -> None:
+            start.wait()
+            try:
+                for _ in range(steps):
+                    obs, *_ = envs.step(np.zeros(envs.num_envs, np.int64))
+                    seen.append(obs)
+            except BaseException as exc:
+                errors.append(exc)
+
+        def reader() -> None:
+            start.wait()
+            try:
+                for _ in range(steps):
+                    envs.get_attr("t")
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=stepper) for _ in range(2)] + [threading.Thread(target=reader)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads), "a thread is still stepping after 60 s"
+        assert not errors, f"{len(errors)} calls failed, the first: {errors[0]!r}"
+        for obs in seen:  # each step reached every copy: agent a0's rows agree on the step count
+            first_agent = obs[:: envs.num_agents, 1]
+            assert (first_agent == first_agent[0]).all(), f"copies at different steps {first_agent}"
+        assert sorted(int(obs[0, 1]) for obs in seen) == list(range(1, 2 * steps + 1))
+        assert envs.get_attr("t") == (2 * steps,) * 3
+    finally:
+        envs.close()

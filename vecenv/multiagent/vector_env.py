@@ -40,6 +40,7 @@ from vecenv.errors import ArgumentTypeError, InvalidArgumentError, NeedsResetErr
 from vecenv.multiagent.copies import COPY_CALL, INACTIVE_KEY, CopyCall, CopyOp, per_row
 from vecenv.multiagent.errors import AgentSpaceMismatchError
 from vecenv.multiagent.group import ParallelCopiesFn
+from vecenv.parent.call_lock import CallLock, serialised
 from vecenv.parent.groups import contiguous_bounds
 from vecenv.parent.restart import RESTART_INFO_KEY
 from vecenv.parent.vector_env import Uncopyable
@@ -185,6 +186,13 @@ class MultiAgentVectorEnv(Uncopyable, VectorEnv):
         self.active = np.ones(self.num_envs, dtype=np.bool_)
         self._copy_done = np.zeros(self.num_copies, dtype=np.bool_)
 
+    @property
+    def call_lock(self) -> CallLock:
+        """The engine's call lock, held by every public call of this vector env as by the
+        engine's own: threads sharing it take turns, each call whole (a ``step`` is its send
+        and its wait, and updates :attr:`active` with them)."""
+        return self.rows.call_lock
+
     # -- copies and rows -----------------------------------------------------------------------
 
     def _row_seeds(self, seed: Any) -> list[int | None]:
@@ -219,6 +227,7 @@ class MultiAgentVectorEnv(Uncopyable, VectorEnv):
 
     # -- reset and step ----------------------------------------------------------------------
 
+    @serialised
     def reset(
         self,
         *,
@@ -247,6 +256,7 @@ class MultiAgentVectorEnv(Uncopyable, VectorEnv):
             self._copy_done[rows.reshape(self.num_copies, self.num_agents).any(axis=1)] = False
         return obs, infos
 
+    @serialised
     def step_async(self, actions: Any) -> None:
         """Start stepping every copy with one action per row."""
         if self.autoreset_mode is AutoresetMode.DISABLED and self._copy_done.any():
@@ -256,6 +266,7 @@ class MultiAgentVectorEnv(Uncopyable, VectorEnv):
             )
         self.rows.step_async(actions)
 
+    @serialised
     def step_wait(self, timeout: float | None = None) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """The results of :meth:`step_async`."""
         obs, rewards, terms, truncs, infos = self.rows.step_wait(timeout)
@@ -264,6 +275,7 @@ class MultiAgentVectorEnv(Uncopyable, VectorEnv):
             self._copy_done[:] = (terms | truncs).reshape(self.num_copies, self.num_agents).all(axis=1)
         return obs, rewards, terms, truncs, infos
 
+    @serialised
     def step(
         self, actions: Any, timeout: float | None = None
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
@@ -274,6 +286,7 @@ class MultiAgentVectorEnv(Uncopyable, VectorEnv):
 
     # -- asynchronous batches (whole worker groups, hence whole copies) ------------------------
 
+    @serialised
     def async_reset(
         self, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> None:
@@ -282,6 +295,7 @@ class MultiAgentVectorEnv(Uncopyable, VectorEnv):
             raise InvalidArgumentError("async_reset/recv/send need autoreset_mode NEXT_STEP or SAME_STEP, got DISABLED")
         self.rows.async_reset(self._row_seeds(seed), check_options(options))
 
+    @serialised
     def recv(
         self, timeout: float | None = None
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
@@ -291,6 +305,7 @@ class MultiAgentVectorEnv(Uncopyable, VectorEnv):
         self.active[env_ids] = with_active(infos, len(env_ids))
         return obs, rewards, terms, truncs, infos, env_ids
 
+    @serialised
     def send(self, actions: Any, env_ids: Sequence[int] | np.ndarray) -> None:
         """Step exactly the rows ``env_ids`` (whole groups returned by :meth:`recv`)."""
         self.rows.send(actions, env_ids)
@@ -302,24 +317,29 @@ class MultiAgentVectorEnv(Uncopyable, VectorEnv):
 
     # -- calls, attributes, render -------------------------------------------------------------
 
+    @serialised
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Call method ``name`` of every copy (or read attribute ``name``): one result per copy.
         For a time limit use :meth:`call_async` and ``call_wait(timeout=...)``."""
         return self._per_copy(self.rows.call(name, *args, **kwargs))
 
+    @serialised
     def call_async(self, name: str, *args: Any, **kwargs: Any) -> None:
         """Start :meth:`call`; :meth:`call_wait` collects it."""
         self.rows.call_async(name, *args, **kwargs)
 
+    @serialised
     def call_wait(self, timeout: float | None = None) -> tuple[Any, ...]:
         """The results of :meth:`call_async`, one per copy; raises the timeout error after
         ``timeout`` seconds."""
         return self._per_copy(self.rows.call_wait(timeout))
 
+    @serialised
     def get_attr(self, name: str, timeout: float | None = None) -> tuple[Any, ...]:
         """Attribute ``name`` of every copy; ``timeout``: seconds to wait at most."""
         return self._per_copy(self.rows.get_attr(name, timeout=timeout))
 
+    @serialised
     def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any, timeout: float | None = None) -> None:
         """Set attribute ``name`` of every copy: one value for all, or a list/tuple of one per
         copy; ``timeout``: seconds to wait at most."""
@@ -329,6 +349,7 @@ class MultiAgentVectorEnv(Uncopyable, VectorEnv):
             raise InvalidArgumentError(f"`values` must hold one value per copy ({self.num_copies}), got {len(values)}")
         self.rows.set_attr(name, per_row(values, self.num_agents), timeout=timeout)
 
+    @serialised
     def render(self, copies: Iterable[int] | None = None, timeout: float | None = None) -> tuple[Any, ...]:
         """The frame of every copy, or of the ``copies`` chosen (in that order); ``timeout``:
         seconds to wait at most."""
