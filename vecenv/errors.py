@@ -245,7 +245,8 @@ class EnvIndexError(VecEnvError, IndexError):
 
 class AlreadyPendingCallError(VecEnvError, gymnasium.error.AlreadyPendingCallError):
     """A call started while another is pending (``step_async`` twice, ``reset`` between
-    ``step_async`` and ``step_wait``); ``name`` is the pending call. Gymnasium's error too."""
+    ``step_async`` and ``step_wait``), or made in the middle of a call running in the same
+    thread (from a signal handler); ``name`` is the pending or running call. Gymnasium's error too."""
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Gymnasium's __init__ takes (message, name), its args hold the message alone.

@@ -613,6 +613,77 @@ CTRL_C_IN_A_FORK_HOOK = textwrap.dedent(
 )
 
 
+def _signal_while_sending(envs: Any, worker: int, signum: int) -> None:
+    """Make the next command sent to ``worker`` first raise ``signum`` in this thread: its
+    handler runs right there, in the middle of the call that sends (the earlier workers have
+    their command, the later ones not yet)."""
+    transport = transport_of(envs)
+    real = transport.send
+
+    def send(index: int, message: Any, timeout: float | None = None) -> None:
+        if index == worker:
+            del transport.send  # once
+            signal.raise_signal(signum)
+        return real(index, message, timeout)
+
+    transport.send = send
+
+
+_HANDLER_CALLS = {
+    "get_attr": lambda envs: envs.get_attr("np_random_seed"),
+    "call": lambda envs: envs.call("spec"),
+    "step": lambda envs: envs.step(np.zeros(N, np.int64)),
+    "reset": lambda envs: envs.reset(seed=1),
+    "rollout": lambda envs: envs.rollout(2),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("worker", [0, 1], ids=["before-the-first-send", "between-two-workers"])
+@pytest.mark.parametrize("inner", list(_HANDLER_CALLS))
+@pytest.mark.parametrize("outer", ["step", "reset", "get_attr"])
+def test_a_call_from_a_signal_handler_inside_a_running_call_is_refused_and_the_call_goes_on(
+    outer: str, inner: str, worker: int
+) -> None:
+    """A signal handler that calls the vector env while a call of the same thread is sending
+    cannot wait for that call: its call raises AlreadyPendingCallError naming both, touches
+    nothing, and the running call returns Sync's data (it used to run in the middle of the
+    sends, and met workers busy with the running call, or broke the pipes' protocol)."""
+    envs = vecenv.make("CartPole-v1", N, 2, context="fork")
+    sync = SyncVectorEnv(SYNC_FNS)
+    outcome: list[BaseException | None] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        try:
+            _HANDLER_CALLS[inner](envs)
+            outcome.append(None)
+        except Exception as exc:
+            outcome.append(exc)
+
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        assert_same(envs.reset(seed=0), sync.reset(seed=0), "reset")
+        actions = np.array([1, 0, 1, 1])
+        _signal_while_sending(envs, worker, signal.SIGUSR1)
+        if outer == "step":
+            assert_same(envs.step(actions), sync.step(actions), "the step the handler interrupted")
+        elif outer == "reset":
+            assert_same(envs.reset(seed=4), sync.reset(seed=4), "the reset the handler interrupted")
+        else:
+            assert envs.get_attr("np_random_seed") == sync.get_attr("np_random_seed")
+        assert len(outcome) == 1, "the handler did not run"
+        error = outcome[0]
+        assert isinstance(error, vecenv.errors.AlreadyPendingCallError), repr(error)
+        assert isinstance(error, VecEnvError)
+        assert f"Calling `{inner}` while `{outer}` runs in this same thread" in str(error), str(error)
+        assert error.name == outer
+        _recovers_as_sync(envs, sync)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        sync.close()
+        envs.close()
+
+
 @pytest.mark.timeout(60)
 def test_ctrl_c_while_a_worker_is_forked_is_raised_not_lost(tmp_path: Path) -> None:
     """A KeyboardInterrupt raised in one of Python's at-fork hooks is printed as "Exception

@@ -15,17 +15,25 @@ stuck call raise ``WorkerDiedError`` in its own thread and let go.
 ``close()`` in the thread of a call that is running (a signal handler that closes the vector env
 while ``step`` waits) cannot release what that call is using: the close is :meth:`CallLock.defer`-red
 until the call is over (``terminate=True`` also ends the workers at once, as from another thread).
+Any other call made there (a signal handler's ``get_attr`` while ``step`` waits, or env code
+the parent hosts calling its own vector env) would run in the middle of the running one, with the
+pool half-way through that call's sends or replies: it raises ``AlreadyPendingCallError`` naming
+both calls, and the running call goes on. The calls a vector env's method makes on purpose
+(``reset`` is ``reset_async`` then ``reset_wait``) are told apart by their caller: the running
+method itself (or an override of the called method that it called).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 import threading
 from collections.abc import Callable, Iterator
+from types import FrameType
 from typing import Any, Protocol, TypeVar
 
-from vecenv.errors import CallInFlightError
+from vecenv.errors import AlreadyPendingCallError, CallInFlightError
 
 __all__ = ["CallLock", "serialised", "END_WAIT"]
 
@@ -35,16 +43,23 @@ END_WAIT = 5.0
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: The running method's code while :meth:`CallLock.taken_if_free` holds the lock: the block runs
+#: calls on purpose from wherever its owner makes them.
+_ANY_CALLER = object()
+
 
 class CallLock:
     """A reentrant lock that knows which call holds it, and from which thread."""
 
-    __slots__ = ("_lock", "_call", "_thread", "_deferred", "_closing")
+    __slots__ = ("_lock", "_call", "_thread", "_deferred", "_closing", "_code")
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._call: str | None = None  # the outermost call running, while one runs (for messages)
         self._thread: int | None = None  # its thread's ident
+        # The code of the innermost method running under the lock, whose own calls of this
+        # thread's vector env run as parts of it (None: no method's, as in close()).
+        self._code: object = None
         self._deferred: Callable[[], None] | None = None  # runs when the outermost call ends
         self._closing = False  # the outermost call is a close (:meth:`closing`, or one said so)
 
@@ -64,12 +79,12 @@ class CallLock:
     def renew(self) -> None:
         """In a forked child: a fresh lock (the parent's threads that held it do not exist here)."""
         self._lock = threading.RLock()
-        self._call = self._thread = self._deferred = None
+        self._call = self._thread = self._deferred = self._code = None
         self._closing = False
 
     def _ended(self) -> None:
         """The outermost call is over: run what was deferred to its end."""
-        self._call = self._thread = None
+        self._call = self._thread = self._code = None
         self._closing = False
         action, self._deferred = self._deferred, None
         if action is not None:
@@ -95,10 +110,11 @@ class CallLock:
             return
         try:
             self._call, self._thread, self._closing = call, threading.get_ident(), closing
+            self._code = _ANY_CALLER
             yield True
         finally:
             if self._deferred is None:
-                self._call = self._thread = None
+                self._call = self._thread = self._code = None
                 self._closing = False
             else:
                 self._ended()
@@ -121,11 +137,12 @@ class CallLock:
             outer = self._call is None
             if outer:
                 self._call, self._thread, self._closing = "close", threading.get_ident(), True
+                self._code = None
             try:
                 yield
             finally:
                 if outer:
-                    self._call = self._thread = None
+                    self._call = self._thread = self._code = None
                     self._closing = False
         finally:
             self._lock.release()
@@ -136,8 +153,13 @@ class _Serialised(Protocol):
 
 
 def serialised(method: F) -> F:
-    """Run a vector env's public method under its ``call_lock``, one call at a time."""
+    """Run a vector env's public method under its ``call_lock``, one call at a time.
+
+    Inside a call of the same thread, the method runs as a part of it when that call's method
+    made it on purpose; made from anywhere else (a signal handler, env code the parent hosts),
+    it raises ``AlreadyPendingCallError`` before doing anything (see the module docstring)."""
     name = method.__name__
+    code = method.__code__
 
     @functools.wraps(method)
     def run(self: _Serialised, *args: Any, **kwargs: Any) -> Any:
@@ -146,15 +168,43 @@ def serialised(method: F) -> F:
         lock = self.call_lock
         ident = threading.get_ident()
         if lock._thread == ident:  # nested in a call of this thread: it holds the lock
-            return method(self, *args, **kwargs)
+            running = lock._code
+            if running is not _ANY_CALLER and not _made_by(sys._getframe(1), running, name):
+                raise _reentered(name, lock._call)
+            lock._code = code
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                lock._code = running
         with lock._lock:
-            lock._call, lock._thread = name, ident
+            lock._call, lock._thread, lock._code = name, ident, code
             try:
                 return method(self, *args, **kwargs)
             finally:
                 if lock._deferred is None:
-                    lock._call = lock._thread = None
+                    lock._call = lock._thread = lock._code = None
                 else:
                     lock._ended()
 
     return run  # type: ignore[return-value]
+
+
+def _made_by(caller: FrameType, running: object, name: str) -> bool:
+    """Whether the frame ``caller`` calls ``name`` as a part of the method running under the
+    lock (whose code is ``running``): it is that method, or an override of ``name`` that the
+    method called (a subclass's ``reset_async`` that calls ``super().reset_async()``)."""
+    if caller.f_code is running:
+        return True
+    outer = caller.f_back
+    return caller.f_code.co_name == name and outer is not None and outer.f_code is running
+
+
+def _reentered(call: str, running: str | None) -> AlreadyPendingCallError:
+    """The error of ``call`` made inside the call ``running`` of the same thread, not by it."""
+    return AlreadyPendingCallError(
+        f"Calling `{call}` while `{running}` runs in this same thread (called from a signal handler, or "
+        f"from env code this process hosts, in the middle of `{running}`): it cannot wait for `{running}`, "
+        f"which goes on. Make the call once `{running}` has returned (a signal handler may set a flag "
+        "for the main loop; close() there is run when the call is over)",
+        str(running),
+    )
