@@ -37,6 +37,7 @@ from vecenv import NeedsResetError, RemoteEnvError, VecEnvTimeoutError, WorkerDi
 from vecenv.bench import procfs
 from vecenv.errors import RemoteTraceback
 from vecenv.parent.pool import WorkerPool
+from vecenv.transports import process as process_transport
 from vecenv.transports.process import KILL_GRACE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -588,19 +589,19 @@ def test_ctrl_c_while_close_waits_for_the_workers_to_exit_still_reaps_them(
     is already ended and reaped (no zombie) and every pipe closed, with no later close()."""
     envs = make("fork", healthy_fns(N_ENVS, pid_dir=leaks.pid_dir))
     envs.reset(seed=SEED)
-    join = multiprocessing.process.BaseProcess.join
+    wait = process_transport.wait_for_objects  # how close() waits for a worker's exit
     interrupted: list[bool] = []
 
-    def join_interrupted_once(process: Any, timeout: float | None = None) -> None:
-        if not interrupted:
+    def wait_interrupted_once(objects: Any, timeout: float | None = None) -> Any:
+        if not interrupted and timeout:  # a wait, not a look (timeout 0)
             interrupted.append(True)
             raise KeyboardInterrupt
-        join(process, timeout)
+        return wait(objects, timeout)
 
-    monkeypatch.setattr(multiprocessing.process.BaseProcess, "join", join_interrupted_once)
+    monkeypatch.setattr(process_transport, "wait_for_objects", wait_interrupted_once)
     with pytest.raises(KeyboardInterrupt):
         envs.close()
-    monkeypatch.setattr(multiprocessing.process.BaseProcess, "join", join)
+    monkeypatch.setattr(process_transport, "wait_for_objects", wait)
     assert interrupted and envs.closed
     # Checked before anything reaps children (as multiprocessing.active_children() would).
     zombies = [pid for pid in leaks.worker_pids() if os.path.exists(f"/proc/{pid}")]

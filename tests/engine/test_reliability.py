@@ -907,6 +907,73 @@ KILLED_PARENT = textwrap.dedent(
 )
 
 
+class ForksAHelperEnv(gym.Env):
+    """Env 0's first step forks a helper process (as env code that forks a simulator server
+    without exec does), which lives on, holding copies of every descriptor its worker had,
+    until the test kills it; its pid is written to ``pid_file`` before the step returns. With
+    ``die``, env 0's second step ends its worker."""
+
+    def __init__(self, index: int, pid_file: str, die: bool) -> None:
+        self.index, self.pid_file, self.die = index, pid_file, die
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.t += 1
+        if self.index == 0 and self.t == 1:
+            pid = os.fork()
+            if pid == 0:  # the helper: waits for its end, never returns into the worker's code
+                try:
+                    signal.pause()
+                finally:
+                    os._exit(0)
+            with open(self.pid_file, "w") as f:
+                f.write(str(pid))
+        if self.index == 0 and self.t == 2 and self.die:
+            os._exit(3)
+        return np.zeros(2, np.float32), 1.0, False, False, {}
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("die", [True, False], ids=["worker-dies", "close"])
+@pytest.mark.parametrize("ctx", ["fork", "spawn", "forkserver"])
+def test_a_helper_that_env_code_forked_holds_nothing_up(ctx: str, die: bool, tmp_path: Path) -> None:
+    """A process that env code forks keeps copies of its worker's pipe and of multiprocessing's
+    sentinel, so neither tells that the worker ended: its death is still reported within the
+    wait (it waited for the helper to end), and close() ends the workers at once (it waited out
+    its grace for each)."""
+    pid_file = str(tmp_path / "helper")
+    fns = [functools.partial(ForksAHelperEnv, i, pid_file, die) for i in range(4)]
+    envs = vecenv.SubprocVectorEnv(fns, num_workers=2, context=ctx)
+    helper = None
+    try:
+        envs.reset(seed=0)
+        envs.step(np.zeros(4, np.int64))
+        with open(pid_file) as f:
+            helper = int(f.read())
+        assert _alive(helper)
+        start = time.monotonic()
+        if die:
+            with pytest.raises(WorkerDiedError, match="worker 0 .* exited with code 3"):
+                envs.step(np.zeros(4, np.int64), timeout=20)
+        else:
+            envs.step(np.zeros(4, np.int64))
+            envs.close()
+        took = time.monotonic() - start
+        assert took < 2.0, f"took {took:.1f} s"
+        assert _alive(helper), "the helper is env code's own: it lives on"
+    finally:
+        envs.close()
+        if helper is not None:
+            os.kill(helper, signal.SIGKILL)
+
+
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("ctx", ["fork", "spawn"])
 def test_parent_killed_with_replies_unread_leaves_workers_quiet(ctx: str, tmp_path: Path) -> None:

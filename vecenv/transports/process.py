@@ -5,7 +5,10 @@ transport for the other groups.)
 
 The parent polls the pipes *and* the process sentinels together, so a worker that dies is
 reported within the wait, never waited on forever; a pipe that hangs up while its process lingers
-(a non-daemon thread keeps it alive) is a dead worker too, so no wait can spin on it. The shared
+(a non-daemon thread keeps it alive) is a dead worker too, so no wait can spin on it. A process
+that env code forks (without exec) keeps copies of its worker's pipe and sentinel, so that
+neither tells when the worker ends: on Linux the parent also polls a pidfd of each worker it
+started itself (``fork``, ``spawn``), which does, whoever holds what. The shared
 block reaches each worker as a file descriptor passed over its pipe (Linux memfd), or by name.
 """
 
@@ -70,7 +73,7 @@ __all__ = ["ProcessTransport", "KILL_GRACE", "START_DESCRIPTORS"]
 KILL_GRACE = 1.0
 #: Descriptors that starting one worker may hold open at once in this process (its pipe's two
 #: ends, multiprocessing's two status pipes, the forkserver's socket or spawn's exec pipe, the
-#: resource tracker's pipe the first time). They are checked free before each start, so that
+#: resource tracker's pipe the first time, its pidfd). They are checked free before each start, so that
 #: the limit is never met half-way through one (CPython would leave a pipe open).
 START_DESCRIPTORS = 10
 _INTERRUPTED = "was ended: an interrupt (Ctrl+C) cut a message on its pipe in two"
@@ -133,8 +136,33 @@ def _stay() -> None:
 STATUS_LOST = -(2**16)
 
 
-def _still_running(process: BaseProcess) -> bool:
-    """Whether ``process`` has not exited, by its sentinel as well as its exit status.
+def _open_pidfd(pid: int | None) -> int | None:
+    """A descriptor of process ``pid`` (a child of this process) that is readable once it has
+    exited, whoever holds copies of its pipes and sentinel (Linux 5.3+); ``None`` where there is
+    none (no pidfds here, or no descriptor free): the sentinel alone then tells."""
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if pidfd_open is None or pid is None:
+        return None
+    try:
+        return int(pidfd_open(pid))
+    except OSError:
+        return None
+
+
+def _exit_signs(process: BaseProcess, pidfd: int | None) -> list[Any]:
+    """What becomes readable when ``process`` exits: its sentinel, and its pidfd where it has one."""
+    return [process.sentinel] if pidfd is None else [process.sentinel, pidfd]
+
+
+def _wait_exit(process: BaseProcess, pidfd: int | None, timeout: float) -> None:
+    """Wait up to ``timeout`` seconds for ``process`` to exit, and take its status if it has."""
+    wait_for_objects(_exit_signs(process, pidfd), timeout)  # at once for one that has exited
+    _still_running(process, pidfd)
+
+
+def _still_running(process: BaseProcess, pidfd: int | None = None) -> bool:
+    """Whether ``process`` has not exited, by its sentinel (and ``pidfd``, its pidfd, where it
+    has one: a process it forked may hold a copy of the sentinel) as well as its exit status.
 
     A parent that ignores SIGCHLD (inherited from a launcher), or runs a handler that reaps
     every child, loses its children's exit statuses: ``multiprocessing`` then takes them for
@@ -145,7 +173,7 @@ def _still_running(process: BaseProcess) -> bool:
     """
     if process.exitcode is not None:
         return False
-    if not wait_for_objects([process.sentinel], 0):
+    if not wait_for_objects(_exit_signs(process, pidfd), 0):
         return True
     # It has exited: take its status. A blocking join, as the sentinel is readable a moment
     # before the process is a zombie whose status waitpid can take; where another waitpid
@@ -158,13 +186,13 @@ def _still_running(process: BaseProcess) -> bool:
     return False
 
 
-def _end(process: BaseProcess) -> None:
+def _end(process: BaseProcess, pidfd: int | None = None) -> None:
     """Kill ``process`` if it still runs, and take its exit status (recorded as lost where
     another ``waitpid`` took it)."""
-    if _still_running(process):
+    if _still_running(process, pidfd):
         process.kill()
         process.join()
-        _still_running(process)
+        _still_running(process, pidfd)
 
 
 def _describe_exit(code: int | None) -> str:
@@ -241,7 +269,7 @@ def _limit_error(exc: OSError, number: int, total: int) -> OSError:
         exc.errno,
         f"cannot start worker {number} of {total}: this process may open {soft} file descriptors "
         f"(RLIMIT_NOFILE) and {count}; starting a worker needs {START_DESCRIPTORS} free and each "
-        "running worker keeps 3 here. Raise the limit (ulimit -n, resource.setrlimit) or use fewer workers",
+        "running worker keeps up to 4 here. Raise the limit (ulimit -n, resource.setrlimit) or use fewer workers",
     )
 
 
@@ -276,6 +304,9 @@ class ProcessTransport(Transport):
         self.processes: list[BaseProcess | None] = []
         self.conns: list[Connection | None] = []
         self._pids: list[int | None] = []  # kept after stop(), when a closed process has none
+        # Each worker's pidfd (None: none, or a forkserver worker, whose sentinel is the fork
+        # server's and tells its exit whatever the worker forked): see the module docstring.
+        self._pidfds: list[int | None] = []
         self._causes: dict[int, str] = {}
         # The fork server that started each forkserver worker (its process id): a worker whose
         # server died lost its exit status with it (see cause_of_death).
@@ -316,6 +347,7 @@ class ProcessTransport(Transport):
         self.processes = [None] * workers
         self.conns = [None] * workers
         self._pids = [None] * workers
+        self._pidfds = [None] * workers
         self._owed, self._in_word = [0] * workers, [None] * workers
         self._pipe_sent, self._replies_seen = [0] * workers, [0] * workers
         self._last_answered = [None] * workers
@@ -402,6 +434,7 @@ class ProcessTransport(Transport):
                     process.start()
                 self.processes[index] = process
                 self._pids[index] = process.pid
+                self._pidfds[index] = None if forkserver else _open_pidfd(process.pid)
         except OSError as exc:
             raise _limit_error(exc, number, total) from None
         finally:
@@ -413,9 +446,10 @@ class ProcessTransport(Transport):
 
     def relaunch(self, worker: int) -> None:
         old, conn = self._process(worker), self._conn(worker)
-        _end(old)
+        _end(old, self._pidfds[worker])
         old.close()
         conn.close()
+        self._close_pidfd(worker)
         # Forgotten before the new one starts: if it cannot (no descriptors, no current
         # directory), nothing closed is left for stop() to close again.
         self.processes[worker] = self.conns[worker] = None
@@ -584,7 +618,7 @@ class ProcessTransport(Transport):
         self._torn.add(worker)
         self._causes[worker] = cause
         process = self._process(worker)
-        if _still_running(process):
+        if _still_running(process, self._pidfds[worker]):
             process.kill()
 
     def poll(self, workers: Sequence[int], timeout: float | None) -> list[Event]:
@@ -642,16 +676,16 @@ class ProcessTransport(Transport):
                         raise
                     self._kept.append((worker, data))
             events.extend(self._take_kept(reading))
-        for fd, _ in ready:
-            index = sentinels.get(fd)
-            if index is not None and index not in hung_up and not self._conn(index).poll():
+        # A worker's sentinel and pidfd may both be ready: one death each.
+        for index in dict.fromkeys(sentinels[fd] for fd, _ in ready if fd in sentinels):
+            if index not in hung_up and not self._conn(index).poll():
                 self._process(index).join()
                 events.append(Death(index))
         for index in hung_up:
             # The pipe is gone, so the worker can never answer, whether or not it has exited.
             process = self._process(index)
-            process.join(_HANGUP_GRACE)
-            if _still_running(process):
+            _wait_exit(process, self._pidfds[index], _HANGUP_GRACE)
+            if _still_running(process, self._pidfds[index]):
                 process.kill()
                 process.join()
                 self._causes[index] = "closed its pipe but did not exit (killed)"
@@ -776,7 +810,8 @@ class ProcessTransport(Transport):
         return self._awake.seconds
 
     def _poller(self, workers: Sequence[int]) -> tuple[dict[int, int], dict[int, int], Any]:
-        """A poll object over the pipes and sentinels of ``workers``, kept for the next wait."""
+        """A poll object over the pipes and the exit signs (sentinels, pidfds) of ``workers``,
+        kept for the next wait."""
         key = tuple(workers)
         cached = self._pollers.get(key)
         if cached is None:
@@ -784,6 +819,7 @@ class ProcessTransport(Transport):
                 self._pollers.clear()
             pipes = {self._conn(i).fileno(): i for i in workers}
             sentinels = {self._process(i).sentinel: i for i in workers}
+            sentinels.update({fd: i for i in workers if (fd := self._pidfds[i]) is not None})
             poller = select.poll()
             for fd in itertools.chain(pipes, sentinels):
                 poller.register(fd, select.POLLIN)
@@ -802,7 +838,7 @@ class ProcessTransport(Transport):
 
     def cause_of_death(self, worker: int) -> DeathCause:
         process = self._process(worker)
-        _still_running(process)  # its status, if another waitpid took it
+        _still_running(process, self._pidfds[worker])  # its status, if another waitpid took it
         code = process.exitcode
         server = self._servers.get(worker)
         if code == _NO_STATUS and server is not None and worker not in self._causes and fork_server.died(server):
@@ -815,8 +851,8 @@ class ProcessTransport(Transport):
         return DeathCause(self._causes.get(worker, _describe_exit(code)), None if code == STATUS_LOST else code)
 
     def kill(self) -> None:
-        for process in self.processes:
-            if process is not None and _still_running(process):
+        for process, pidfd in zip(self.processes, self._pidfds):
+            if process is not None and _still_running(process, pidfd):
                 process.kill()
 
     def abort(self, reason: str) -> None:
@@ -834,24 +870,26 @@ class ProcessTransport(Transport):
         if self._stopped:
             return
         self._stopped = True
-        processes = [p for p in self.processes if p is not None]
+        # (The pidfds are read by index: a worker's is closed with it, at the end.)
+        processes = [(i, p) for i, p in enumerate(self.processes) if p is not None]
         try:
             for index in closing:
                 process = self.processes[index]
                 if process is not None:
-                    process.join(max(0.0, deadline - time.monotonic()))
-            for process in processes:
-                if _still_running(process):
+                    _wait_exit(process, self._pidfds[index], max(0.0, deadline - time.monotonic()))
+            for index, process in processes:
+                if _still_running(process, self._pidfds[index]):
                     process.terminate()
             kill_deadline = time.monotonic() + KILL_GRACE
-            for process in processes:
-                process.join(max(0.0, kill_deadline - time.monotonic()))
+            for index, process in processes:
+                _wait_exit(process, self._pidfds[index], max(0.0, kill_deadline - time.monotonic()))
         finally:
             # Also after Ctrl+C in the waits above: the rest are killed at once, every worker
             # reaped and every descriptor closed before the interrupt goes on.
-            for process in processes:
-                _end(process)
+            for index, process in processes:
+                _end(process, self._pidfds[index])
                 process.close()
+                self._close_pidfd(index)
             for conn in self.conns:
                 if conn is not None:
                     conn.close()
@@ -859,6 +897,11 @@ class ProcessTransport(Transport):
             if self._control is not None:
                 self._control.close()
             _rebalance()
+
+    def _close_pidfd(self, worker: int) -> None:
+        fd, self._pidfds[worker] = self._pidfds[worker], None
+        if fd is not None:
+            os.close(fd)
 
     @property
     def pids(self) -> list[int | None]:
