@@ -19,6 +19,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from functools import partial
 from typing import Any
@@ -570,6 +571,40 @@ def test_close_while_another_thread_waits_on_a_hung_env_returns() -> None:
     assert not thread.is_alive() and took < vecenv.DEFAULT_CLOSE_TIMEOUT + 5.0, took
     assert len(outcome) == 1 and isinstance(outcome[0], vecenv.WorkerDiedError), outcome
     assert vec.closed and multiprocessing.active_children() == []
+
+
+@pytest.mark.timeout(90)
+def test_threads_stepping_it_take_turns() -> None:
+    """Two threads stepping the drop-in (SB3's ``step``: ``step_async`` then ``step_wait``) and
+    one resetting it take turns, as over the core vector env: another thread's call between
+    the two halves of a step used to be refused as a call already pending."""
+    steps = 100
+    vec = SubprocVecEnv(fault_fns(4, None, "step", 0, horizon=10 * steps), start_method="fork", num_workers=2)
+    try:
+        vec.reset()
+        errors: list[BaseException] = []
+        start = threading.Barrier(3)
+
+        def run(call: Any) -> None:
+            start.wait()
+            try:
+                for _ in range(steps):
+                    call()
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [
+            threading.Thread(target=run, args=(lambda: vec.step(np.zeros((4, 2), np.float32)),)) for _ in range(2)
+        ] + [threading.Thread(target=run, args=(vec.reset,))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads), "a thread is still stepping after 60 s"
+        assert not errors, f"{len(errors)} calls failed, the first: {errors[0]!r}"
+        assert not vec.waiting
+    finally:
+        vec.close()
 
 
 @pytest.mark.timeout(60)

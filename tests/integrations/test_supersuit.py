@@ -8,6 +8,8 @@ import functools
 import pickle
 import subprocess
 import sys
+import threading
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -190,6 +192,47 @@ def test_gymnasium_env_copies(num_cpus: int) -> None:
             obs, rewards, terms, truncs, infos = venv.step([0, 1, 0])
         assert rewards.dtype == np.float32 and truncs.dtype == np.uint8 and (terms | truncs).all()
         assert all("terminal_observation" in info for info in infos)
+    finally:
+        venv.close()
+
+
+class _SlowStep(gym.Wrapper):
+    """A step that takes 2 ms: the parent's wait sleeps on the pipes, so other threads run
+    between a step's send and its reply."""
+
+    def step(self, action: Any) -> Any:
+        time.sleep(0.002)
+        return super().step(action)
+
+
+@pytest.mark.timeout(90)
+def test_threads_stepping_it_take_turns() -> None:
+    """Two threads stepping the concatenated env (a step is the engine's send, then its wait)
+    and one reading an attribute take turns, as over the engine's vector env: another thread's
+    call between the two halves of a step used to be refused as a call already pending."""
+    venv = vs.concat_vec_envs_v1(_SlowStep(gym.make("CartPole-v1")), 4, num_cpus=2)
+    steps = 100
+    try:
+        venv.reset(seed=0)
+        errors: list[BaseException] = []
+        start = threading.Barrier(3)
+
+        def run(call: Any) -> None:
+            start.wait()
+            try:
+                for _ in range(steps):
+                    call()
+            except BaseException as exc:
+                errors.append(exc)
+
+        calls = [lambda: venv.step([0, 1, 0, 1])] * 2 + [lambda: venv.get_attr("spec")]
+        threads = [threading.Thread(target=run, args=(call,)) for call in calls]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads), "a thread is still stepping after 60 s"
+        assert not errors, f"{len(errors)} calls failed, the first: {errors[0]!r}"
     finally:
         venv.close()
 

@@ -52,6 +52,7 @@ from vecenv.errors import ArgumentTypeError, EnvIndexError, InvalidArgumentError
 from vecenv.integrations.sb3.env_adapter import DISPATCH, INFO_KEY, AdapterFn, InfoBox, SB3Call, SB3Op
 from vecenv.machine import guard_main
 from vecenv.options import DEFAULTS
+from vecenv.parent.call_lock import CallLock, serialised
 from vecenv.parent.handshake import loose_mismatch_message
 from vecenv.parent.restart import RESTART_INFO_KEY
 from vecenv.parent.vector_env import DEFAULT_CLOSE_TIMEOUT, GroupVectorEnv, Uncopyable
@@ -171,6 +172,12 @@ class SubprocVecEnv(Uncopyable, VecEnv):
         """The number of workers (processes, or Ray actors with ``backend="ray"``)."""
         return self.vector_env.num_workers
 
+    @property
+    def call_lock(self) -> CallLock:
+        """The core vector env's call lock: :meth:`step` and :meth:`reset`, each several calls
+        of it, hold it throughout, so threads sharing the drop-in take turns, each call whole."""
+        return self.vector_env.call_lock
+
     def seed(self, seed: int | None = None) -> Sequence[None | int]:
         """The seeds of the next :meth:`reset`, as SB3's: env ``i`` gets ``seed + i`` (a random
         ``seed`` when ``None``), or under ``seed_policy="spawn"`` :func:`vecenv.spawn_seeds` ``(seed, n)``."""
@@ -188,6 +195,7 @@ class SubprocVecEnv(Uncopyable, VecEnv):
 
     # -- reset and step --------------------------------------------------------------------------
 
+    @serialised
     def reset(self) -> VecEnvObs:
         """Reset every env with the seeds of :meth:`seed` and the options of :meth:`set_options`.
 
@@ -227,6 +235,14 @@ class SubprocVecEnv(Uncopyable, VecEnv):
         self._reset_options()
         return obs
 
+    @serialised
+    def step(self, actions: np.ndarray) -> VecEnvStepReturn:
+        """Step every env (:meth:`step_async` then :meth:`step_wait`, as SB3's ``VecEnv.step``),
+        another thread's call waiting until both are done."""
+        self.step_async(actions)
+        return self.step_wait()
+
+    @serialised
     def step_async(self, actions: np.ndarray) -> None:
         """Start stepping every env with its action: ``actions[i]`` goes to env ``i``, as in SB3.
 
@@ -246,6 +262,7 @@ class SubprocVecEnv(Uncopyable, VecEnv):
             self.vector_env.step_async(actions)
         self.waiting = True
 
+    @serialised
     def step_wait(self) -> VecEnvStepReturn:
         """``(obs, rewards, dones, infos)`` of the step started by :meth:`step_async`.
 

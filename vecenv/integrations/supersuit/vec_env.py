@@ -39,6 +39,7 @@ from vecenv.checks import check_count, seed_list
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
 from vecenv.integrations.supersuit.markov import OPTIONS_KEY, ROW_INFO_KEY, CopyOptions, MarkovCopies, MarkovCopiesFn
 from vecenv.multiagent.copies import COPY_CALL, CopyCall, CopyOp, RowInfo, per_row
+from vecenv.parent.call_lock import CallLock, serialised
 from vecenv.parent.groups import contiguous_bounds
 from vecenv.parent.replies import current_observations
 from vecenv.parent.vector_env import Uncopyable
@@ -169,6 +170,12 @@ class ConcatVecEnv(Uncopyable, VectorEnv):
         self.observation_space = self.single_observation_space = copies.observation_space
         self.action_space = self.single_action_space = copies.action_space
 
+    @property
+    def call_lock(self) -> CallLock:
+        """The engine's call lock, which :meth:`step` (a send, then a wait) and every other call
+        hold throughout: threads sharing this vector env take turns."""
+        return self.rows.call_lock
+
     def _batch(self, actions: Any) -> Any:
         """The actions as SuperSuit hands them on: split, then concatenated in the space's dtype."""
         space = self.action_space
@@ -176,6 +183,7 @@ class ConcatVecEnv(Uncopyable, VectorEnv):
         return concatenate(space, _items(space, actions), out)
 
     # SuperSuit's signatures: list infos, not Gymnasium's batched dict.
+    @serialised
     def reset(  # type: ignore[override]
         self, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, list[dict[str, Any]]]:
@@ -189,14 +197,17 @@ class ConcatVecEnv(Uncopyable, VectorEnv):
         obs, infos = self.rows.reset(seed=per_row(copy_seeds, self.num_agents), options=sent)
         return obs, _batched_infos(infos, self.num_envs)
 
+    @serialised
     def step_async(self, actions: Any) -> None:
         self.rows.step_async(self._batch(actions))
 
+    @serialised
     def step_wait(self) -> StepResult:
         obs, rewards, terms, truncs, infos = self.rows.step_wait()
         out = _outputs(obs, rewards, terms, truncs)
         return out[0], out[1], out[2], out[3], _batched_infos(infos, self.num_envs)
 
+    @serialised
     def step(self, actions: Any) -> StepResult:  # type: ignore[override]
         """Step every slot; a copy whose episode ended is reset, with its last observation in
         each of its slots' ``"terminal_observation"``."""
