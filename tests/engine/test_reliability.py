@@ -685,6 +685,31 @@ def test_a_call_from_a_signal_handler_inside_a_running_call_is_refused_and_the_c
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_subclass_method_may_call_the_vector_env_inside_a_running_call(num_workers: int) -> None:
+    """Calls nested on purpose are not refused as a signal handler's would be: a subclass's
+    ``reset_wait``, run by ``reset``, reads an attribute through ``self.get_attr``."""
+
+    class Seeded(vecenv.SubprocVectorEnv):
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            self.seen: list[tuple[int, ...]] = []
+
+        def reset_wait(self, *args: Any, **kwargs: Any) -> Any:
+            result = super().reset_wait(*args, **kwargs)
+            self.seen.append(tuple(self.get_attr("np_random_seed")))
+            return result
+
+    sync = SyncVectorEnv(SYNC_FNS)
+    try:
+        with Seeded(SYNC_FNS, num_workers) as envs:
+            assert_same(envs.reset(seed=0), sync.reset(seed=0), "reset")
+            assert envs.seen == [tuple(sync.get_attr("np_random_seed"))]
+    finally:
+        sync.close()
+
+
+@pytest.mark.timeout(60)
 def test_ctrl_c_while_a_worker_is_forked_is_raised_not_lost(tmp_path: Path) -> None:
     """A KeyboardInterrupt raised in one of Python's at-fork hooks is printed as "Exception
     ignored" and dropped: the constructor went on as if no Ctrl+C came (and a hook cut half-way,

@@ -20,7 +20,8 @@ the parent hosts calling its own vector env) would run in the middle of the runn
 pool half-way through that call's sends or replies: it raises ``AlreadyPendingCallError`` naming
 both calls, and the running call goes on. The calls a vector env's method makes on purpose
 (``reset`` is ``reset_async`` then ``reset_wait``) are told apart by their caller: the running
-method itself (or an override of the called method that it called).
+method itself, an override of the called method that it called, or another method of the same
+vector env (a subclass's).
 """
 
 from __future__ import annotations
@@ -169,7 +170,7 @@ def serialised(method: F) -> F:
         ident = threading.get_ident()
         if lock._thread == ident:  # nested in a call of this thread: it holds the lock
             running = lock._code
-            if running is not _ANY_CALLER and not _made_by(sys._getframe(1), running, name):
+            if running is not _ANY_CALLER and not _made_by(sys._getframe(1), running, name, self):
                 raise _reentered(name, lock._call)
             lock._code = code
             try:
@@ -189,14 +190,18 @@ def serialised(method: F) -> F:
     return run  # type: ignore[return-value]
 
 
-def _made_by(caller: FrameType, running: object, name: str) -> bool:
+def _made_by(caller: FrameType, running: object, name: str, owner: object) -> bool:
     """Whether the frame ``caller`` calls ``name`` as a part of the method running under the
-    lock (whose code is ``running``): it is that method, or an override of ``name`` that the
-    method called (a subclass's ``reset_async`` that calls ``super().reset_async()``)."""
+    lock (whose code is ``running``): it is that method, an override of ``name`` that the
+    method called (a subclass's ``reset_async`` that calls ``super().reset_async()``), or another
+    method of the same vector env ``owner`` (a subclass's ``step_wait`` that reads an attribute
+    with ``self.get_attr``). A signal handler or env code is none of these."""
     if caller.f_code is running:
         return True
     outer = caller.f_back
-    return caller.f_code.co_name == name and outer is not None and outer.f_code is running
+    if caller.f_code.co_name == name and outer is not None and outer.f_code is running:
+        return True
+    return caller.f_locals.get("self") is owner  # (the rare paths only: it copies the frame's locals)
 
 
 def _reentered(call: str, running: str | None) -> AlreadyPendingCallError:
