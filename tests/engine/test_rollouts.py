@@ -25,7 +25,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import vecenv
 from tests.engine.test_differential import assert_same
-from tests.helpers.envs import EmptyObservationEnv, diff_env_fns, fns, greedy_module
+from tests.helpers.envs import EmptyObservationEnv, FinalKeysInfoEnv, diff_env_fns, fns, greedy_module
 from tests.helpers.faults import FaultEnv, fault_fns, healthy_fns, transport_of
 from vecenv.errors import InvalidArgumentError, RemoteTraceback, WorkerDiedError
 from vecenv.parent.replies import InfoMerger
@@ -717,6 +717,29 @@ def test_rollout_async_sends_the_block_without_waiting_for_it() -> None:
             assert envs.rollout_wait().num_steps == t
         assert envs.rollout(6).actions.shape[0] == 6  # a longer one: a new block, then the rollout
         assert envs._rollouts.block is not None and envs._rollouts.block.spec.num_steps == 6
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("workers", [0, 2], ids=["in-parent", "2-workers"])
+def test_final_observations_are_the_steps_not_keys_of_the_resets_info(workers: int) -> None:
+    """Under SAME_STEP an ended env's reset info follows its final step's: keys named
+    ``final_obs``/``final_info`` there are the env's own info, batched as Sync batches them,
+    and the rollout's final observations stay the step's."""
+    env_fns = fns(FinalKeysInfoEnv, 4)
+    with make(env_fns, workers, AutoresetMode.SAME_STEP) as envs:
+        envs.reset(seed=SEED)
+        got = envs.rollout(7)
+    want = sync_reference(env_fns, AutoresetMode.SAME_STEP, SEED, got.actions, 7)
+    assert_matches_sync(got, want)
+    ended = got.terminations | got.truncations
+    assert ended.sum() >= 4
+    following = got.next_observations()
+    for t in np.flatnonzero(ended.any(axis=1)):
+        # env i's last observation of an episode is (i, 2 + i), one step on from the row's
+        finals = got.observations[t][ended[t]] + np.float32([0, 1])
+        np.testing.assert_array_equal(finals[:, 1], finals[:, 0] + 2)
+        np.testing.assert_array_equal(got.final_observations[t][ended[t]], finals)
+        np.testing.assert_array_equal(following[t][ended[t]], finals)
 
 
 def test_next_observations_hold_the_true_final_observations() -> None:

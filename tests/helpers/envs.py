@@ -469,6 +469,20 @@ class MappingInfoEnv(PayEnv):
         return obs, reward, terminated, truncated, self._info(info, truncated)
 
 
+class FinalKeysInfoEnv(PayEnv):
+    """Ends an episode every ``2 + index`` steps; its own reset infos hold the keys ``final_obs``
+    (a scalar, which fits no observation) and ``final_info``, as an env wrapped in a vector env
+    of its own might report them. Under ``SAME_STEP`` those are the reset's info, not the
+    step's final observation."""
+
+    def __init__(self, index: int = 0) -> None:
+        super().__init__(index, horizon=2 + index)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        obs, _ = super().reset(seed=seed, options=options)
+        return obs, {"final_obs": -self.index, "final_info": {"from": "reset"}}
+
+
 class SlowReplacementEnv(PayEnv):
     """Env ``dies`` ends its worker (``os._exit``) at its second step, after creating
     ``marker``; built again while ``marker`` exists (its replacement), it takes ``build_s`` to

@@ -304,15 +304,21 @@ class GroupRollouts:
         return infos
 
     def _final_observations(self, block: RolloutBuffers, t: int, entries: Sequence[tuple[int, dict[str, Any]]]) -> None:
-        """SAME_STEP: each ended episode's final observation into ``final_observations[t]``."""
+        """SAME_STEP: each ended episode's final observation into ``final_observations[t]``.
+
+        An ended env's first entry is the step's own (``final_obs``/``final_info``, as the
+        group batches it); the entry after it is the reset's info, which is the env's and may
+        hold keys of those names too: it is not the final observation."""
         ended = self.buffers.terminations | self.buffers.truncations
         write = None
+        written: set[int] = set()
         for j, info in entries:
-            if ended[j] and "final_obs" in info and "final_info" in info:
+            if ended[j] and j not in written and "final_obs" in info and "final_info" in info:
                 if write is None:
                     final = tree_map(itemgetter(t), block.final_observations)
                     write = row_writer(self.buffers.spec.observation_space, final)
                 write(j, info["final_obs"])
+                written.add(j)
 
 
 def _store(space: Any, dst: Any, actions: Any, n: int) -> None:
