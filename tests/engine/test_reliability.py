@@ -1104,6 +1104,35 @@ def test_value_errors_name_the_env_not_the_worker(odd: str, error: type, inline:
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("odd", "call", "where"),
+    [
+        ("gen-info", "step", "during `step_wait`, its info['stats']['pending'] is"),
+        ("gen-reset-info", "reset", "during `reset_wait`, its info['stats']['pending'] is"),
+        ("gen-info", "rollout", "during `rollout`, its info['stats']['pending'] at step 0 of the rollout is"),
+    ],
+    ids=["step", "reset", "rollout"],
+)
+def test_an_info_value_that_cannot_be_pickled_is_named(odd: str, call: str, where: str) -> None:
+    """Pickling's message names only the type (``cannot pickle 'generator' object``): the note
+    names the env and the key path of the value within its info, among others that pickle."""
+    envs = vecenv.SubprocVectorEnv(odd_fns(N, {3: odd}), 2, context="fork")
+    try:
+        with pytest.raises(TypeError, match="cannot pickle 'generator'") as info:
+            envs.reset(seed=0)
+            if call == "step":
+                envs.step(np.zeros(N, np.int64))
+            elif call == "rollout":
+                envs.rollout(2)
+        notes = " ".join(info.value.__notes__)
+        assert f"raised in env 3 (worker 1) {where} a builtins.generator, which cannot be pickled" in notes, notes
+        assert "num_workers=0" in notes, notes
+        assert envs.get_attr("index") == (0, 1, 2, 3)  # the worker answers on
+    finally:
+        envs.close()
+
+
+@pytest.mark.timeout(60)
 def test_unpicklable_call_result_names_the_env() -> None:
     envs = vecenv.SubprocVectorEnv(odd_fns(N, {3: "lock-call"}), 2, context="fork")
     try:

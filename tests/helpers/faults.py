@@ -239,7 +239,9 @@ class OddEnv(gym.Env):
 
     ``odd``: ``"lock-info"`` (its step info holds a lock), ``"lock-call"`` (:meth:`handle`
     returns a lock), ``"home-info"`` and ``"home-call"`` (the same with a :class:`HomeBound`,
-    which pickles but cannot be rebuilt in the parent), ``"huge-reward"`` (its reward is
+    which pickles but cannot be rebuilt in the parent), ``"gen-info"`` and ``"gen-reset-info"``
+    (its step's, or its reset's, info holds a generator two dicts down, beside values that
+    pickle), ``"huge-reward"`` (its reward is
     ``10**400``, an int no float can hold), ``"close-raise"``, ``"close-hang"``.
     """
 
@@ -251,7 +253,8 @@ class OddEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
         super().reset(seed=seed)
-        return self.np_random.uniform(-1, 1, 2).astype(np.float32), {}
+        info = _generator_info() if self.odd == "gen-reset-info" else {}
+        return self.np_random.uniform(-1, 1, 2).astype(np.float32), info
 
     def step(self, action: Any) -> tuple[np.ndarray, Any, bool, bool, dict]:
         obs = self.np_random.uniform(-1, 1, 2).astype(np.float32)
@@ -261,6 +264,8 @@ class OddEnv(gym.Env):
             info["handle"] = threading.Lock()
         if self.odd == "home-info":
             info["handle"] = HomeBound()
+        if self.odd == "gen-info":
+            info = _generator_info()
         if self.odd == "huge-reward":
             reward = 10**400
         return obs, reward, False, False, info
@@ -277,6 +282,11 @@ class OddEnv(gym.Env):
             raise ValueError(f"injected close error of env {self.index}")
         if self.odd == "close-hang":
             time.sleep(60)
+
+
+def _generator_info() -> dict[str, Any]:
+    """An info whose one value that cannot be pickled (a generator) is ``info['stats']['pending']``."""
+    return {"count": 1, "stats": {"mean": 0.5, "pending": (i for i in range(3)), "seen": [1, 2]}}
 
 
 def odd_fns(n: int, odds: dict[int, str]) -> list[Any]:

@@ -50,7 +50,7 @@ from vecenv.worker.builders import check_env
 from vecenv.worker.group import EnvGroup, GroupSource, HostedGroup, VectorGroup
 from vecenv.worker.rollout import GroupRollouts
 
-__all__ = ["WorkerCore", "WorkerOptions", "fallible_parts", "unpicklable_part"]
+__all__ = ["WorkerCore", "WorkerOptions", "fallible_parts", "unpicklable_failure", "unpicklable_part"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -308,4 +308,51 @@ def unpicklable_part(result: Any, dumps: Callable[[Any], Any] = _pickle) -> int 
             dumps(part)
         except Exception:
             return j
+    return None
+
+
+def unpicklable_failure(exc: BaseException, result: Any, dumps: Callable[[Any], Any] = _pickle) -> PackedException:
+    """``exc``, raised pickling ``result``, packed to name the env whose part failed (see
+    :func:`unpicklable_part`) and, where that part is an info, the value within it
+    (``info['stats']['handle']``, its type, and for a rollout the step): an info may hold
+    many values, and pickling's own message names only the type of the one that failed. (The
+    note leaves out the value's ``repr``, which may hold an address: it stays the same on every
+    backend and every run.)"""
+    j = unpicklable_part(result, dumps)
+    detail = None if j is None else _unpicklable_info(result, j, dumps)
+    return PackedException(exc, j, detail)
+
+
+def _unpicklable_info(result: Any, j: int, dumps: Callable[[Any], Any]) -> str | None:
+    """Where env ``j``'s infos in ``result`` hold a value ``dumps`` cannot pickle, or ``None``."""
+    if isinstance(result, RolloutReply):
+        entries = [(f" at step {t} of the rollout", info) for t, i, info in result.infos if i == j]
+    elif isinstance(result, StepReply):
+        entries = [("", info) for i, info in result.infos if i == j]
+    else:
+        return None
+    for when, info in entries:
+        found = _unpicklable_value(info, "info", dumps)
+        if found is not None:
+            path, value = found
+            return (
+                f"its {path}{when} is a {type(value).__module__}.{type(value).__qualname__}, which cannot be "
+                "pickled to reach the parent: with worker processes every info value must be picklable "
+                "(envs the parent hosts, num_workers=0 or inline_group=True, keep their values as they are)"
+            )
+    return None
+
+
+def _unpicklable_value(value: Any, path: str, dumps: Callable[[Any], Any]) -> tuple[str, Any] | None:
+    """The path and value of the innermost part of ``value`` that ``dumps`` fails on, going
+    down through dicts (the levels ``SyncVectorEnv`` batches key by key), or ``None``."""
+    try:
+        dumps(value)
+    except Exception:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                found = _unpicklable_value(item, f"{path}[{key!r}]", dumps)
+                if found is not None:
+                    return found
+        return path, value
     return None

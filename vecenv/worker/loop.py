@@ -37,7 +37,7 @@ from vecenv.wire.protocol import (
     fd_follows,
     no_payload,
 )
-from vecenv.worker.core import WorkerCore, WorkerOptions, unpicklable_part
+from vecenv.worker.core import WorkerCore, WorkerOptions, unpicklable_failure
 
 __all__ = ["worker_main"]
 
@@ -186,11 +186,11 @@ def _serve(core: WorkerCore, conn: Connection, spin: float = 0.0) -> None:
 def _reply(call_id: int, ok: bool, result: Any) -> bytes:
     """The bytes answering call ``call_id``. A result that cannot be pickled is the caller's
     error to see, not a reason to die: the reply is then that error, naming the env whose part
-    of the result failed."""
+    of the result failed (and the info value, see :func:`unpicklable_failure`)."""
     try:
         return encode_reply(call_id, ok, result)
     except BaseException as exc:
-        return encode_reply(call_id, False, PackedException(exc, unpicklable_part(result)))
+        return encode_reply(call_id, False, unpicklable_failure(exc, result))
 
 
 #: What :meth:`_Waiter.next` returns when the next command is on the pipe.

@@ -60,7 +60,7 @@ from vecenv.wire.protocol import (
     unpickling_failure,
 )
 from vecenv.worker.builders import pickle_group
-from vecenv.worker.core import WorkerCore, WorkerOptions, fallible_parts, unpicklable_part
+from vecenv.worker.core import WorkerCore, WorkerOptions, fallible_parts, unpicklable_failure
 
 __all__ = ["RayTransport", "RAY_USE", "DEFAULT_ACTOR_OPTIONS", "check_ray_takes"]
 
@@ -160,7 +160,7 @@ def _serialisable(outcome: Outcome) -> Outcome:
     try:
         _ray_dumps([part for _, part in parts])
     except Exception as exc:
-        return Outcome(False, PackedException(exc, unpicklable_part(outcome.result, _ray_dumps)))
+        return Outcome(False, unpicklable_failure(exc, outcome.result, _ray_dumps))
     return outcome
 
 
