@@ -24,6 +24,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 import vecenv
 from tests.conftest import start_methods
 from tests.helpers.envs import (
+    ClashingInfoEnv,
     DictActionEnv,
     DiffEnv,
     MappingInfoEnv,
@@ -36,7 +37,7 @@ from tests.helpers.envs import (
     make_group,
 )
 from vecenv import SpaceMismatchError, SubprocVectorEnv
-from vecenv.errors import ArgumentTypeError, InvalidInfoError, InvalidObservationError
+from vecenv.errors import ArgumentTypeError, InvalidInfoError, InvalidObservationError, NeedsResetError
 
 NEXT, SAME, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED
 STEPS = 220
@@ -773,6 +774,58 @@ def test_an_info_that_is_a_mapping_or_a_final_info_of_any_kind_batches_as_in_syn
             assert finals > 0 or mode is NEXT
     finally:
         sync.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("workers", [0, 2, "inline"])
+def test_an_info_that_cannot_be_batched_raises_as_in_sync_naming_env_and_key(workers: int | str) -> None:
+    """Env 1's ``"s"`` does not fit the int array env 0's ``1`` set up: SyncVectorEnv raises
+    NumPy's ValueError; so does vecenv, with a note naming the env and the key."""
+    env_fns = fns(ClashingInfoEnv, 4)
+    sync = SyncVectorEnv(env_fns)
+    try:
+        sync.reset(seed=0)
+        sync.step(np.zeros(4, np.int64))
+        with pytest.raises(ValueError) as expected:
+            sync.step(np.zeros(4, np.int64))
+    finally:
+        sync.close()
+    inline = workers == "inline"
+    with SubprocVectorEnv(env_fns, 2 if inline else workers, inline_group=inline) as sub:
+        sub.reset(seed=0)
+        sub.step(np.zeros(4, np.int64))
+        with pytest.raises(ValueError) as got:
+            sub.step(np.zeros(4, np.int64))
+        assert type(got.value) is type(expected.value) and str(got.value) == str(expected.value)
+        note = " ".join(got.value.__notes__)
+        assert "env 1's info['m'] = 's' (str) into infos['m'], an array of int64s" in note, note
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("workers", [0, 2, "inline"])
+def test_under_disabled_the_envs_a_failed_info_batch_ended_or_reset_are_known(workers: int | str) -> None:
+    """The step (reset, rollout) ran in every env before the infos failed to batch: the envs
+    it ended must be reset before the next step (NeedsResetError, not a step past their end),
+    and the envs a reset restarted may step again."""
+    inline = workers == "inline"
+    env_fns = fns(ClashingInfoEnv, 4)
+    with SubprocVectorEnv(
+        env_fns, 2 if inline else workers, inline_group=inline, autoreset_mode=AutoresetMode.DISABLED
+    ) as sub:
+        sub.reset(seed=0)
+        sub.step(np.zeros(4, np.int64))
+        with pytest.raises(ValueError, match="invalid literal"):
+            sub.step(np.zeros(4, np.int64))  # every env's episode ends here
+        with pytest.raises(NeedsResetError, match=r"envs \[0, 1, 2, 3\]"):
+            sub.step(np.zeros(4, np.int64))
+        with pytest.raises(ValueError, match="invalid literal"):
+            sub.reset(options={"reset_mask": np.ones(4, bool), "clash": True})
+        obs, rewards, _, truncations, _ = sub.step(np.zeros(4, np.int64))
+        assert obs[:, 1].tolist() == [1.0] * 4 and not truncations.any()  # the first step of new episodes
+        with pytest.raises(ValueError, match="invalid literal"):
+            sub.rollout(3)  # the episodes end at its first step
+        with pytest.raises(NeedsResetError, match=r"envs \[0, 1, 2, 3\]"):
+            sub.step(np.zeros(4, np.int64))
 
 
 @pytest.mark.timeout(60)

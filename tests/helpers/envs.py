@@ -483,6 +483,28 @@ class FinalKeysInfoEnv(PayEnv):
         return obs, {"final_obs": -self.index, "final_info": {"from": "reset"}}
 
 
+class ClashingInfoEnv(PayEnv):
+    """Episodes of 2 steps; its infos hold ``"m": 1``, but env ``bad``'s holds the string
+    ``"s"`` at the step that ends an episode, and at a reset given ``options={"clash": True}``:
+    batched after an earlier env's int, it does not fit the int array (``ValueError``, in
+    ``SyncVectorEnv`` too)."""
+
+    def __init__(self, index: int = 0, bad: int = 1) -> None:
+        super().__init__(index, horizon=2)
+        self.bad = bad
+
+    def _m(self, clash: bool) -> dict[str, Any]:
+        return {"m": "s" if clash and self.index == self.bad else 1}
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        obs, _ = super().reset(seed=seed, options=options)
+        return obs, self._m(bool((options or {}).get("clash")))
+
+    def step(self, action: Any):
+        obs, reward, terminated, truncated, _ = super().step(action)
+        return obs, reward, terminated, truncated, self._m(truncated)
+
+
 class SlowReplacementEnv(PayEnv):
     """Env ``dies`` ends its worker (``os._exit``) at its second step, after creating
     ``marker``; built again while ``marker`` exists (its replacement), it takes ``build_s`` to

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import VectorEnv
 
+from vecenv.errors import describe
 from vecenv.parent.records import WorkerRecord
 from vecenv.spaces import tree_containers, tree_copy
 from vecenv.wire.buffers import Buffers
@@ -29,9 +30,35 @@ class InfoMerger:
     def __init__(self, num_envs: int) -> None:
         self.num_envs = num_envs
 
-    def add(self, infos: dict[str, Any], info: dict[str, Any], row: int) -> dict[str, Any]:
-        """``info`` of the env at batch row ``row`` merged into ``infos``, as a step batches it."""
-        return self._add_info(infos, info, row)
+    def add(self, infos: dict[str, Any], info: dict[str, Any], row: int, env: int | None = None) -> dict[str, Any]:
+        """``info`` of the env at batch row ``row`` (env index ``env``, when it differs) merged
+        into ``infos``, as a step batches it. What Gymnasium's batching raises (a value that does
+        not fit the array an earlier env's value of its key set up) is raised as it is, with a
+        note naming the env and the key: ``SyncVectorEnv`` raises it bare."""
+        try:
+            return self._add_info(infos, info, row)
+        except Exception as exc:
+            exc.add_note(self._failure_note(infos, info, row, row if env is None else env))
+            raise
+
+    def receive(self, buffers: Buffers, workers: Sequence[WorkerRecord], replies: Sequence[StepReply]) -> None:
+        """Store each worker's rows that travelled in its reply (not in shared memory)."""
+        for w, reply in zip(workers, replies):
+            if reply.rows is not None:
+                buffers.receive(w.start, w.stop, reply.rows)
+
+    def batch(
+        self, workers: Sequence[WorkerRecord], replies: Sequence[StepReply], rows: Sequence[int] | None = None
+    ) -> dict[str, Any]:
+        """The workers' infos merged in worker and env order; ``rows[k]`` is the batch row of
+        worker ``k``'s first env (``None``: its env index)."""
+        infos: dict[str, Any] = {}
+        for k, (w, reply) in enumerate(zip(workers, replies)):
+            if reply.infos:
+                row = w.start if rows is None else rows[k]
+                for j, info in reply.infos:
+                    infos = self.add(infos, info, row + j, w.start + j)
+        return infos
 
     def merge(
         self,
@@ -40,17 +67,56 @@ class InfoMerger:
         replies: Sequence[StepReply],
         rows: Sequence[int] | None = None,
     ) -> dict[str, Any]:
-        """Store each worker's non-shared rows and merge its infos, in worker and env order;
-        ``rows[k]`` is the batch row of worker ``k``'s first env (``None``: its env index)."""
-        infos: dict[str, Any] = {}
-        for k, (w, reply) in enumerate(zip(workers, replies)):
-            if reply.rows is not None:
-                buffers.receive(w.start, w.stop, reply.rows)
-            if reply.infos:
-                row = w.start if rows is None else rows[k]
-                for j, info in reply.infos:
-                    infos = self._add_info(infos, info, row + j)
-        return infos
+        """:meth:`receive` then :meth:`batch`: every row is stored before any info is batched,
+        so an info that cannot be batched leaves no worker's rows behind."""
+        self.receive(buffers, workers, replies)
+        return self.batch(workers, replies, rows)
+
+    def _failure_note(self, infos: dict[str, Any], info: dict[str, Any], row: int, env: int) -> str:
+        """A note naming the env and the key of ``info`` whose batching into ``infos`` fails."""
+        found = self._failing_key(infos, info, row, "")
+        if found is None:
+            return f"raised batching env {env}'s info into the batch's infos"
+        path, value, held = found
+        return (
+            f"raised batching env {env}'s info{path} = {describe(value, 60)} ({type(value).__name__}) into "
+            f"infos{path}, {held}: each key's array is made from the first env's value of it, as in SyncVectorEnv"
+        )
+
+    def _failing_key(
+        self, infos: dict[str, Any], info: dict[str, Any], row: int, path: str
+    ) -> tuple[str, Any, str] | None:
+        """The path, value and the batch's holding of the first key of ``info`` that cannot be
+        merged: each key is tried alone on copies of the batch's arrays for it."""
+        for key, value in info.items():
+            trial = {k: _copied(infos[k]) for k in (key, f"_{key}") if k in infos}
+            try:
+                self._add_info(trial, {key: value}, row)
+            except Exception:
+                held = infos.get(key)
+                if isinstance(value, dict) and isinstance(held, dict):
+                    inner = self._failing_key(held, value, row, f"{path}[{key!r}]")
+                    if inner is not None:
+                        return inner
+                return f"{path}[{key!r}]", value, _holding(held)
+        return None
+
+
+def _copied(value: Any) -> Any:
+    """``value`` with its arrays and dicts copied (not the objects in them: locks stay put)."""
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    return value.copy() if isinstance(value, np.ndarray) else value
+
+
+def _holding(held: Any) -> str:
+    """What the batch holds for a key, in words."""
+    if isinstance(held, np.ndarray):
+        rows = f" rows of shape {held.shape[1:]}" if held.ndim > 1 else "s"
+        return f"an array of {held.dtype}{rows}"
+    if isinstance(held, dict):
+        return "a dict of batched keys"
+    return "nothing yet" if held is None else f"{type(held).__name__}"
 
 
 def current_observations(buffers: Buffers, copy: bool) -> Any:

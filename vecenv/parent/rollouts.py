@@ -606,14 +606,16 @@ class Rollouts:
         block = self.block
         assert block is not None
         t = self._num_steps
-        infos: list[dict[str, Any]] = [{} for _ in range(t)]
         for w, reply in zip(workers, replies):
             block.receive(w.start, w.stop, reply.block)
             self.buffers.receive(w.start, w.stop, reply.rows)
+        ends = block.terminations[:t] | block.truncations[:t]
+        # Recorded before the infos are batched: the envs ended whether or not they can be.
+        self.calls.rollout_done(ends.any(axis=0) if block.stepped is not None else ends[t - 1])
+        infos: list[dict[str, Any]] = [{} for _ in range(t)]
+        for w, reply in zip(workers, replies):
             for step, j, info in reply.infos:
                 infos[step] = self._infos.add(infos[step], info, w.start + j)
-        ends = block.terminations[:t] | block.truncations[:t]
-        self.calls.rollout_done(ends.any(axis=0) if block.stepped is not None else ends[t - 1])
         initial_state = None
         if self._outputs.recurrent:
             initial_state = join_states([reply.state for reply in replies])

@@ -251,9 +251,10 @@ class GroupVectorEnv(Uncopyable, RolloutMethods, VectorEnv):
         timeout = check_timeout(timeout)
         self._calls.check_waiting(State.WAITING_RESET, "reset_wait", "reset_async")
         workers, replies = self._runner.finish("reset_wait", timeout, poisons=True)
-        infos = self._infos.merge(self._buffers, workers, replies)
+        # The envs were reset whether or not their infos can be batched: record it first.
+        self._infos.receive(self._buffers, workers, replies)
         self._calls.reset_done()
-        return self._observations(), infos
+        return self._observations(), self._infos.batch(workers, replies)
 
     @serialised
     def reset(
@@ -312,12 +313,13 @@ class GroupVectorEnv(Uncopyable, RolloutMethods, VectorEnv):
         """What a step returns, from the workers' replies."""
         b = self._buffers
         first = replies[0]
-        if len(replies) == 1 and not first.infos and first.rows is None:
-            infos: dict[str, Any] = {}  # the common step: nothing to merge
-        else:
-            infos = self._infos.merge(b, workers, replies)
+        common = len(replies) == 1 and not first.infos and first.rows is None  # nothing to merge
+        if not common:
+            self._infos.receive(b, workers, replies)
         if self._disabled:  # only DISABLED refuses to step an env whose episode ended
+            # (recorded before the infos are batched: the envs ended whether or not they can be)
             self._calls.step_done(b.terminations, b.truncations)
+        infos: dict[str, Any] = {} if common else self._infos.batch(workers, replies)
         obs = b.observations
         if type(obs) is np.ndarray and b.fixed_observations:  # a Box space: one array to copy
             obs = obs.copy() if self.copy else obs
