@@ -73,8 +73,12 @@ class InfoMerger:
         return self.batch(workers, replies, rows)
 
     def _failure_note(self, infos: dict[str, Any], info: dict[str, Any], row: int, env: int) -> str:
-        """A note naming the env and the key of ``info`` whose batching into ``infos`` fails."""
-        found = self._failing_key(infos, info, row, "")
+        """A note naming the env and the key of ``info`` whose batching into ``infos`` fails
+        (the env alone if looking for the key fails too: the original error must come out)."""
+        try:
+            found = self._failing_key(infos, info, row, "")
+        except Exception:
+            found = None
         if found is None:
             return f"raised batching env {env}'s info into the batch's infos"
         path, value, held = found
