@@ -273,7 +273,8 @@ class UnknownEnvIdError(VecEnvError, gymnasium.error.NameNotFound):
 class MissingMethodError(VecEnvError, AttributeError):
     """A native vector env group has no ``call`` or ``set_attr`` (``gymnasium.vector.VectorEnv``
     does not define them; ``SyncVectorEnv`` does), which ``call``, ``get_attr`` and ``set_attr``
-    need to reach its envs. An ``AttributeError``, as a missing attribute is."""
+    need to reach its envs; or env 0 has no ``metadata`` or ``render_mode``, which the vector
+    env takes from it as ``SyncVectorEnv`` does. An ``AttributeError``, as a missing attribute is."""
 
 
 class NotCopyableError(VecEnvError, TypeError):

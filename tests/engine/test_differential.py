@@ -32,12 +32,19 @@ from tests.helpers.envs import (
     ReusedInfoEnv,
     ScalarObsEnv,
     SharedInfoEnv,
+    bare_env_at,
     diff_env_fns,
     fns,
     make_group,
 )
 from vecenv import SpaceMismatchError, SubprocVectorEnv
-from vecenv.errors import ArgumentTypeError, InvalidInfoError, InvalidObservationError, NeedsResetError
+from vecenv.errors import (
+    ArgumentTypeError,
+    InvalidInfoError,
+    InvalidObservationError,
+    MissingMethodError,
+    NeedsResetError,
+)
 
 NEXT, SAME, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED
 STEPS = 220
@@ -746,6 +753,35 @@ def test_an_info_that_is_not_a_dict_raises_naming_the_env(num_workers: int, info
             sub.step(np.zeros(4, np.int64))
         assert isinstance(raised.value, TypeError)
         assert "env 0" in " ".join(getattr(raised.value, "__notes__", [])), raised.value
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("num_workers", "inline"), [(0, False), (2, False), (2, True)], ids=["w0", "w2", "inline"])
+def test_envs_after_env_0_need_no_metadata_render_mode_or_spec(num_workers: int, inline: bool) -> None:
+    """SyncVectorEnv reads env 0's metadata and render_mode, and no env's spec: an env without
+    them elsewhere (here env 2, the first of worker 1) steps as in SyncVectorEnv."""
+    env_fns = fns(bare_env_at, 4, bad=2)
+    sync = SyncVectorEnv(env_fns)
+    try:
+        with SubprocVectorEnv(env_fns, num_workers, inline_group=inline) as sub:
+            assert sub.metadata == sync.metadata and sub.render_mode is sync.render_mode is None
+            assert_same(sub.reset(seed=0), sync.reset(seed=0), "reset")
+            for t in range(4):
+                assert_same(sub.step(np.ones(4, np.int64)), sync.step(np.ones(4, np.int64)), f"step {t}")
+    finally:
+        sync.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_env_0_without_metadata_raises_naming_it(num_workers: int) -> None:
+    """SyncVectorEnv takes env 0's metadata and render_mode, and raises AttributeError where it
+    has none; vecenv raises an AttributeError too, that names env 0 and what it lacks."""
+    env_fns = fns(bare_env_at, 3, bad=0)
+    with pytest.raises(AttributeError):
+        SyncVectorEnv(env_fns)
+    with pytest.raises(MissingMethodError, match=r"env 0 \(BareEnv\) has no `metadata`"):
+        SubprocVectorEnv(env_fns, num_workers)
 
 
 @pytest.mark.timeout(60)

@@ -442,6 +442,34 @@ class NotADictInfoEnv(PayEnv):
         return obs, reward, terminated, truncated, self.info if self.when == "step" else info
 
 
+class BareEnv:
+    """An env that is no ``gymnasium.Env``: reset, step, its spaces and close, and no
+    ``metadata``, ``render_mode`` or ``spec`` (``SyncVectorEnv`` reads env 0's ``metadata`` and
+    ``render_mode`` only, and no env's ``spec``). Observations as :class:`PayEnv`'s."""
+
+    def __init__(self, index: int = 0) -> None:
+        self.index, self.t = index, 0
+        self.observation_space = spaces.Box(-1e6, 1e6, (2,), np.float32)
+        self.action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        self.t = 0
+        return np.array([self.index, self.t], np.float32), {}
+
+    def step(self, action: Any) -> Any:
+        self.t += 1
+        return np.array([self.index, self.t], np.float32), 1.0, False, self.t >= 3, {}
+
+    def close(self) -> None:
+        pass
+
+
+def bare_env_at(bad: int, index: int) -> Any:
+    """Env ``index`` of a vector env whose env ``bad`` is a :class:`BareEnv`, the others
+    :class:`PayEnv`s with the same observations (for ``fns(bare_env_at, n, bad=...)``)."""
+    return BareEnv(index) if index == bad else PayEnv(index, pay=1.0, horizon=3)
+
+
 class MappingInfoEnv(PayEnv):
     """Returns its infos as a mapping that is not a dict (``kind``: ``"UserDict"`` or
     ``"MappingProxyType"``), or, with ``kind="None"``, dict infos but ``None`` from each step

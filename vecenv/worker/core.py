@@ -24,7 +24,7 @@ from gymnasium import Space
 from gymnasium.vector import AutoresetMode
 
 from vecenv.checks import check_autoreset_mode
-from vecenv.errors import ArgumentTypeError, InvalidArgumentError, PackedException, describe
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, MissingMethodError, PackedException, describe
 from vecenv.machine import loading_constructors
 from vecenv.spaces import tree_copy
 from vecenv.wire.buffers import Buffers
@@ -105,6 +105,24 @@ def _check_group(envs: list[gym.Env], mode: SpaceRule | Space) -> tuple[SpaceMis
     return None, spaces
 
 
+def _env_0_identity(env: Any) -> tuple[dict[str, Any], str | None, Any]:
+    """Env 0's ``metadata``, ``render_mode`` and ``spec``, which become the vector env's.
+
+    ``SyncVectorEnv`` reads the first two (an ``AttributeError`` where env 0 lacks one: here a
+    :class:`~vecenv.errors.MissingMethodError` naming env 0 and the attribute) and not the
+    spec, which is ``None`` where env 0 has none."""
+    values = []
+    for name in ("metadata", "render_mode"):
+        try:
+            values.append(getattr(env, name))
+        except AttributeError as exc:
+            raise MissingMethodError(
+                f"env 0 ({type(env).__name__}) has no `{name}`: the vector env takes its metadata and "
+                f"render_mode from env 0, as SyncVectorEnv does (every gymnasium.Env has both)"
+            ) from exc
+    return dict(values[0]), values[1], getattr(env, "spec", None)
+
+
 class WorkerCore:
     """One worker's group and its command handlers, independent of how commands arrive."""
 
@@ -153,13 +171,16 @@ class WorkerCore:
         self.envs = envs
         mismatch, spaces = _check_group(envs, self.options.observation_mode)
         first = envs[0]
+        # The vector env's metadata and render_mode are env 0's, as SyncVectorEnv takes them:
+        # only the group holding env 0 reads them (an env elsewhere may have none, as there).
+        metadata, render_mode, spec = _env_0_identity(first) if self.index == 0 else ({}, None, None)
         return Hello(
             num_envs=len(envs),
             observation_space=first.observation_space,
             action_space=first.action_space,
-            metadata=dict(first.metadata),
-            render_mode=first.render_mode,
-            spec=first.spec,
+            metadata=metadata,
+            render_mode=render_mode,
+            spec=spec,
             mismatch=mismatch,
             native_autoreset=None,
             observation_spaces=spaces,
