@@ -29,6 +29,7 @@ from tests.helpers.envs import (
     DiffEnv,
     MappingInfoEnv,
     NotADictInfoEnv,
+    OldApiEnv,
     ReusedInfoEnv,
     ScalarObsEnv,
     SharedInfoEnv,
@@ -40,6 +41,7 @@ from tests.helpers.envs import (
 from vecenv import SpaceMismatchError, SubprocVectorEnv
 from vecenv.errors import (
     ArgumentTypeError,
+    InvalidArgumentError,
     InvalidInfoError,
     InvalidObservationError,
     MissingMethodError,
@@ -753,6 +755,44 @@ def test_an_info_that_is_not_a_dict_raises_naming_the_env(num_workers: int, info
             sub.step(np.zeros(4, np.int64))
         assert isinstance(raised.value, TypeError)
         assert "env 0" in " ".join(getattr(raised.value, "__notes__", [])), raised.value
+
+
+_OLD_API = {
+    # kind: (Sync's error, our error, what the message says was expected and received)
+    "step-4": (ValueError, InvalidArgumentError, r"`step` must return 5 values .* got a tuple of 4 .*old Gym API"),
+    "step-6": (ValueError, InvalidArgumentError, r"`step` must return 5 values .* got a tuple of 6"),
+    "reset-obs": (AttributeError, ArgumentTypeError, r"`reset` must return 2 values .* got array\(.*old Gym API"),
+    "reset-3": (ValueError, InvalidArgumentError, r"`reset` must return 2 values .* got a tuple of 3"),
+    "reset-None": (TypeError, ArgumentTypeError, r"`reset` must return 2 values .* got None"),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", [NEXT, SAME], ids=["next", "same"])
+@pytest.mark.parametrize("kind", list(_OLD_API))
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_step_or_reset_result_of_another_form_raises_naming_the_env(
+    num_workers: int, kind: str, mode: AutoresetMode
+) -> None:
+    """SyncVectorEnv fails on it as it unpacks it (or, for an observation alone, when it batches
+    the observation's second value as the info); vecenv raises an error naming the env, the
+    method, what it must return and what it got, not the error of a value taken for another
+    (an observation of 2 values read as (observation, info))."""
+    sync_error, error, match = _OLD_API[kind]
+    env_fns = fns(OldApiEnv, 4, kind=kind)
+    sync = SyncVectorEnv(env_fns, autoreset_mode=mode)
+    try:
+        with pytest.raises(sync_error):
+            sync.reset(seed=0)
+            sync.step(np.zeros(4, np.int64))
+    finally:
+        sync.close()
+    with SubprocVectorEnv(env_fns, num_workers, autoreset_mode=mode) as sub:
+        with pytest.raises(error, match=match) as raised:
+            sub.reset(seed=0)
+            sub.step(np.zeros(4, np.int64))
+        assert type(raised.value) is error
+        assert "raised in env 1 " in " ".join(getattr(raised.value, "__notes__", [])), raised.value
 
 
 @pytest.mark.timeout(60)

@@ -442,6 +442,31 @@ class NotADictInfoEnv(PayEnv):
         return obs, reward, terminated, truncated, self.info if self.when == "step" else info
 
 
+class OldApiEnv(PayEnv):
+    """Env ``bad`` returns what the old Gym API (or a typo) returns, from its ``reset`` or
+    ``step`` (``kind``): ``"step-4"`` (obs, reward, done, info), ``"step-6"`` (an extra value),
+    ``"reset-obs"`` (the observation alone), ``"reset-3"`` (an extra value), ``"reset-None"``
+    (``None``). The other envs, and env ``bad`` otherwise, behave as :class:`PayEnv`."""
+
+    def __init__(self, index: int = 0, bad: int = 1, kind: str = "step-4") -> None:
+        super().__init__(index)
+        self.is_bad, self.kind = index == bad, kind
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
+        obs, info = super().reset(seed=seed, options=options)
+        if not self.is_bad or not self.kind.startswith("reset"):
+            return obs, info
+        return {"reset-obs": obs, "reset-3": (obs, info, 0), "reset-None": None}[self.kind]
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.is_bad and self.kind == "step-4":
+            return obs, reward, terminated or truncated, info
+        if self.is_bad and self.kind == "step-6":
+            return obs, reward, terminated, truncated, info, 0
+        return obs, reward, terminated, truncated, info
+
+
 class BareEnv:
     """An env that is no ``gymnasium.Env``: reset, step, its spaces and close, and no
     ``metadata``, ``render_mode`` or ``spec`` (``SyncVectorEnv`` reads env 0's ``metadata`` and

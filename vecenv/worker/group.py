@@ -8,6 +8,7 @@ tagged with the env's index within the group, in the order ``SyncVectorEnv`` add
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -18,6 +19,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space, iterate
 
 from vecenv.errors import (
+    ArgumentTypeError,
     InvalidArgumentError,
     InvalidInfoError,
     InvalidObservationError,
@@ -110,7 +112,7 @@ class EnvGroup:
             for j, env in enumerate(self.envs):
                 if mask is not None and not mask[j]:
                     continue
-                obs, info = env.reset(seed=seeds[j], options=options)
+                obs, info = env_result(env.reset(seed=seeds[j], options=options), RESET_RESULT)
                 write(j, obs)
                 buffers.rewards[j] = 0.0  # what recv reports for an env just reset, as EnvPool
                 buffers.terminations[j] = False
@@ -150,15 +152,18 @@ class EnvGroup:
                     truncs.append(False)
                     continue
                 if next_step and autoreset[j]:
-                    obs, info = env.reset()
+                    obs, info = env_result(env.reset(), RESET_RESULT)
                     reward, terminated, truncated = 0.0, False, False
                 else:
-                    obs, reward, terminated, truncated, info = env.step(action)
+                    result = env.step(action)
+                    if type(result) is not tuple or len(result) != 5:  # the common case costs one check
+                        result = env_result(result, STEP_RESULT)
+                    obs, reward, terminated, truncated, info = result
                     if same_step and (terminated or truncated):
                         # SyncVectorEnv batches final_info before the reset, which may reuse
                         # and change the dict: take what batching takes, no more.
                         infos.append((j, {"final_obs": obs, "final_info": captured_final_info(info)}))
-                        obs, info = env.reset()
+                        obs, info = env_result(env.reset(), RESET_RESULT)
                 rewards.append(reward)
                 terms.append(terminated)
                 truncs.append(truncated)
@@ -247,6 +252,47 @@ class EnvGroup:
         if failed is not None:
             self.blame = failed[0]
             raise failed[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvResult:
+    """What an env method returns: its name and the names of its values, in order."""
+
+    method: str
+    values: tuple[str, ...]
+
+
+RESET_RESULT = EnvResult("reset", ("observation", "info"))
+STEP_RESULT = EnvResult("step", ("observation", "reward", "terminated", "truncated", "info"))
+
+
+def env_result(result: Any, form: EnvResult) -> Sequence[Any]:
+    """``result`` when it holds ``form``'s values (any sequence of them, as ``SyncVectorEnv``
+    unpacks it), else the error naming the method, what it must return and what it got.
+
+    Unpacked as it is, a result of another length fails with Python's unpacking error, and an
+    observation alone whose array holds two values would pass as ``(observation, info)``,
+    failing later as an observation that does not fit; the old Gym API returned both forms.
+
+    Raises:
+        ArgumentTypeError: ``result`` is no sequence (an array, ``None``).
+        InvalidArgumentError: it holds another number of values.
+    """
+    n = len(form.values)
+    if type(result) is tuple and len(result) == n:
+        return result
+    if isinstance(result, Sequence) and not isinstance(result, (str, bytes)):
+        if len(result) == n:
+            return result
+        got = f"a {type(result).__name__} of {len(result)} values, {describe(result)}"
+    else:
+        got = describe(result)
+    if form is STEP_RESULT and isinstance(result, Sequence) and len(result) == 4:
+        got += " (the old Gym API's (observation, reward, done, info): return terminated and truncated in place of done)"
+    elif form is RESET_RESULT and not isinstance(result, (tuple, list)):
+        got += " (the old Gym API returned the observation alone: return (observation, info))"
+    message = f"`{form.method}` must return {n} values ({', '.join(form.values)}), got {got}"
+    raise InvalidArgumentError(message) if isinstance(result, Sequence) else ArgumentTypeError(message)
 
 
 def close_each(envs: Sequence[Any]) -> tuple[int, Exception] | None:
