@@ -29,6 +29,7 @@ from tests.helpers.envs import (
     DiffEnv,
     MappingInfoEnv,
     NotADictInfoEnv,
+    OddValueEnv,
     OldApiEnv,
     ReusedInfoEnv,
     ScalarObsEnv,
@@ -46,6 +47,7 @@ from vecenv.errors import (
     InvalidObservationError,
     MissingMethodError,
     NeedsResetError,
+    describe,
 )
 
 NEXT, SAME, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED
@@ -793,6 +795,40 @@ def test_a_step_or_reset_result_of_another_form_raises_naming_the_env(
             sub.step(np.zeros(4, np.int64))
         assert type(raised.value) is error
         assert "raised in env 1 " in " ".join(getattr(raised.value, "__notes__", [])), raised.value
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("column", "value", "error"),
+    [
+        ("reward", np.array([1.0, 2.0]), ValueError),
+        ("reward", 1 + 2j, TypeError),
+        ("truncated", np.array([True, False]), ValueError),
+    ],
+    ids=["reward-array", "reward-complex", "truncated-array"],
+)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_reward_or_flag_no_row_holds_raises_naming_the_env_and_the_value(
+    num_workers: int, column: str, value: Any, error: type
+) -> None:
+    """SyncVectorEnv raises numpy's error as it stores the value in its row; so does vecenv, the
+    same type, with a note naming the env and the value it returned in which column (numpy's
+    message says neither: "setting an array element with a sequence")."""
+    env_fns = fns(OddValueEnv, 4, column=column, value=value)
+    sync = SyncVectorEnv(env_fns)
+    try:
+        sync.reset(seed=0)
+        with pytest.raises(error):
+            sync.step(np.zeros(4, np.int64))
+    finally:
+        sync.close()
+    with SubprocVectorEnv(env_fns, num_workers) as sub:
+        sub.reset(seed=0)
+        with pytest.raises(error) as raised:
+            sub.step(np.zeros(4, np.int64))
+        notes = " ".join(getattr(raised.value, "__notes__", []))
+        assert "raised in env 1 " in notes, notes
+        assert f"`step` returned the {column} {describe(value)}" in notes, notes
 
 
 @pytest.mark.timeout(60)

@@ -467,6 +467,22 @@ class OldApiEnv(PayEnv):
         return obs, reward, terminated, truncated, info
 
 
+class OddValueEnv(PayEnv):
+    """Env ``bad`` returns ``value`` as its step's ``column`` (``"reward"``, ``"terminated"`` or
+    ``"truncated"``), such as an array of two rewards, which no float array's row holds."""
+
+    def __init__(self, index: int = 0, bad: int = 1, column: str = "reward", value: Any = None) -> None:
+        super().__init__(index)
+        self.is_bad, self.column, self.value = index == bad, column, value
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, info = super().step(action)
+        values = {"reward": reward, "terminated": terminated, "truncated": truncated}
+        if self.is_bad:
+            values[self.column] = self.value
+        return obs, values["reward"], values["terminated"], values["truncated"], info
+
+
 class BareEnv:
     """An env that is no ``gymnasium.Env``: reset, step, its spaces and close, and no
     ``metadata``, ``render_mode`` or ``spec`` (``SyncVectorEnv`` reads env 0's ``metadata`` and

@@ -181,7 +181,8 @@ class EnvGroup:
         autoreset next (SyncVectorEnv too updates them only after a step that did not raise).
 
         A value that cannot be stored is blamed on its env: the rows are then written one by
-        one, as SyncVectorEnv writes them, and the first that raises names the env."""
+        one, as SyncVectorEnv writes them, and the first that raises names the env; a note
+        on numpy's error (its message names neither) says which value it was."""
         buffers = self.buffers
         n = len(rewards)
         try:
@@ -189,12 +190,20 @@ class EnvGroup:
             buffers.terminations[:n] = terms
             buffers.truncations[:n] = truncs
         except Exception as first:  # TypeError, ValueError, OverflowError (a reward of 10**400), ...
-            for j, values in enumerate(zip(rewards, terms, truncs)):
-                try:
-                    buffers.rewards[j], buffers.terminations[j], buffers.truncations[j] = values
-                except BaseException:
-                    self.blame = j
-                    raise
+            columns = (
+                ("reward", "a float", buffers.rewards, rewards),
+                ("terminated", "a bool", buffers.terminations, terms),
+                ("truncated", "a bool", buffers.truncations, truncs),
+            )
+            for j in range(n):
+                for name, expected, column, values in columns:
+                    try:
+                        column[j] = values[j]
+                    except BaseException as exc:
+                        self.blame = j
+                        if isinstance(exc, Exception):
+                            exc.add_note(f"`step` returned the {name} {describe(values[j])}; expected {expected}")
+                        raise
             try:
                 buffers.rewards[:n] = rewards
                 buffers.terminations[:n] = terms
