@@ -27,6 +27,7 @@ from tests.helpers.envs import (
     ClashingInfoEnv,
     DictActionEnv,
     DiffEnv,
+    InfoShapeEnv,
     MappingInfoEnv,
     NotADictInfoEnv,
     OddValueEnv,
@@ -829,6 +830,27 @@ def test_a_reward_or_flag_no_row_holds_raises_naming_the_env_and_the_value(
         notes = " ".join(getattr(raised.value, "__notes__", []))
         assert "raised in env 1 " in notes, notes
         assert f"`step` returned the {column} {describe(value)}" in notes, notes
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_an_info_value_that_does_not_batch_names_the_env(num_workers: int) -> None:
+    """Env 1's info array has another shape than env 0's: SyncVectorEnv raises numpy's error
+    as it batches it, naming no env; vecenv raises the same, with a note naming env 1."""
+    env_fns = fns(InfoShapeEnv, 3)
+    sync = SyncVectorEnv(env_fns)
+    try:
+        sync.reset(seed=0)
+        with pytest.raises(ValueError, match="could not broadcast"):
+            sync.step(np.zeros(3, np.int64))
+    finally:
+        sync.close()
+    with SubprocVectorEnv(env_fns, num_workers) as sub:
+        sub.reset(seed=0)
+        with pytest.raises(ValueError, match="could not broadcast") as raised:
+            sub.step(np.zeros(3, np.int64))
+        notes = " ".join(getattr(raised.value, "__notes__", []))
+        assert "raised batching env 1's info['v'] = array([0., 0.])" in notes, notes
 
 
 @pytest.mark.timeout(60)

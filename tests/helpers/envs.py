@@ -483,6 +483,15 @@ class OddValueEnv(PayEnv):
         return obs, values["reward"], values["terminated"], values["truncated"], info
 
 
+class InfoShapeEnv(PayEnv):
+    """Its step's info holds ``{"v": np.zeros(2 * index)}``: an array of another shape in each
+    env, which ``SyncVectorEnv`` cannot batch under one key (numpy's broadcasting error)."""
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, _ = super().step(action)
+        return obs, reward, terminated, truncated, {"v": np.zeros(2 * self.index)}
+
+
 class BareEnv:
     """An env that is no ``gymnasium.Env``: reset, step, its spaces and close, and no
     ``metadata``, ``render_mode`` or ``spec`` (``SyncVectorEnv`` reads env 0's ``metadata`` and
