@@ -155,7 +155,7 @@ class EnvGroup:
                     obs, info = env_result(env.reset(), RESET_RESULT)
                     reward, terminated, truncated = 0.0, False, False
                 else:
-                    result = env.step(action)
+                    result: Any = env.step(action)
                     if type(result) is not tuple or len(result) != 5:  # the common case costs one check
                         result = env_result(result, STEP_RESULT)
                     obs, reward, terminated, truncated, info = result
@@ -284,24 +284,24 @@ def env_result(result: Any, form: EnvResult) -> Sequence[Any]:
     failing later as an observation that does not fit; the old Gym API returned both forms.
 
     Raises:
-        ArgumentTypeError: ``result`` is no sequence (an array, ``None``).
+        ArgumentTypeError: ``result`` is no sequence (an array, ``None``, a string).
         InvalidArgumentError: it holds another number of values.
     """
     n = len(form.values)
     if type(result) is tuple and len(result) == n:
         return result
-    if isinstance(result, Sequence) and not isinstance(result, (str, bytes)):
-        if len(result) == n:
-            return result
-        got = f"a {type(result).__name__} of {len(result)} values, {describe(result)}"
-    else:
-        got = describe(result)
-    if form is STEP_RESULT and isinstance(result, Sequence) and len(result) == 4:
-        got += " (the old Gym API's (observation, reward, done, info): return terminated and truncated in place of done)"
-    elif form is RESET_RESULT and not isinstance(result, (tuple, list)):
+    sequence = isinstance(result, Sequence) and not isinstance(result, (str, bytes))
+    if sequence and len(result) == n:
+        return result
+    got = f"a {type(result).__name__} of {len(result)} values, {describe(result)}" if sequence else describe(result)
+    if sequence and form is STEP_RESULT and len(result) == 4:
+        got += (
+            " (the old Gym API's (observation, reward, done, info): return terminated and truncated in place of done)"
+        )
+    elif not sequence and form is RESET_RESULT and result is not None:
         got += " (the old Gym API returned the observation alone: return (observation, info))"
     message = f"`{form.method}` must return {n} values ({', '.join(form.values)}), got {got}"
-    raise InvalidArgumentError(message) if isinstance(result, Sequence) else ArgumentTypeError(message)
+    raise InvalidArgumentError(message) if sequence else ArgumentTypeError(message)
 
 
 def close_each(envs: Sequence[Any]) -> tuple[int, Exception] | None:
