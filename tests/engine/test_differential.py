@@ -35,6 +35,7 @@ from tests.helpers.envs import (
     ReusedInfoEnv,
     ScalarObsEnv,
     SharedInfoEnv,
+    SpacelessEnv,
     bare_env_at,
     diff_env_fns,
     fns,
@@ -851,6 +852,21 @@ def test_an_info_value_that_does_not_batch_names_the_env(num_workers: int) -> No
             sub.step(np.zeros(3, np.int64))
         notes = " ".join(getattr(raised.value, "__notes__", []))
         assert "raised batching env 1's info['v'] = array([0., 0.])" in notes, notes
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("which", ["observation_space", "action_space"])
+@pytest.mark.parametrize("bad", [0, -1], ids=["env-0", "every-env"])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_env_0_whose_space_is_no_space_is_named(num_workers: int, bad: int, which: str) -> None:
+    """SyncVectorEnv raises TypeError batching env 0's space when it is no Space (None here);
+    vecenv raises a TypeError too, naming env 0 and the space, not a mismatch of env 1's (whose
+    Box differs from None) nor Gymnasium's error without an env."""
+    env_fns = fns(SpacelessEnv, 4, bad=bad, which=which)
+    with pytest.raises(TypeError, match="is not a gymnasium Space instance"):
+        SyncVectorEnv(env_fns)
+    with pytest.raises(ArgumentTypeError, match=rf"env 0's `{which}` must be a gymnasium.spaces.Space, got None"):
+        SubprocVectorEnv(env_fns, num_workers)
 
 
 @pytest.mark.timeout(60)

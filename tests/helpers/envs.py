@@ -492,6 +492,16 @@ class InfoShapeEnv(PayEnv):
         return obs, reward, terminated, truncated, {"v": np.zeros(2 * self.index)}
 
 
+class SpacelessEnv(PayEnv):
+    """Env ``bad`` has ``space`` (``None`` by default, no ``gymnasium.spaces.Space``) as its
+    ``which`` (``"observation_space"`` or ``"action_space"``); ``bad=-1``: every env has."""
+
+    def __init__(self, index: int = 0, bad: int = 0, which: str = "observation_space", space: Any = None) -> None:
+        super().__init__(index)
+        if bad in (index, -1):
+            setattr(self, which, space)
+
+
 class BareEnv:
     """An env that is no ``gymnasium.Env``: reset, step, its spaces and close, and no
     ``metadata``, ``render_mode`` or ``spec`` (``SyncVectorEnv`` reads env 0's ``metadata`` and

@@ -17,7 +17,7 @@ import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_differing_spaces, batch_space
 
-from vecenv.errors import InvalidArgumentError, SpaceMismatchError
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, SpaceMismatchError, describe
 from vecenv.spaces import is_fixed, leaf_layout
 from vecenv.wire.buffers import BufferSpec, layout_nbytes
 from vecenv.wire.memory import check_block
@@ -62,6 +62,7 @@ def configure(
             machine can give.
     """
     first = hellos[0]
+    _check_spaces_of_env_0(first, observation_mode)
     start = 0
     for index, hello in enumerate(hellos):
         if hello.native_autoreset is not None and AutoresetMode(hello.native_autoreset) is not autoreset_mode:
@@ -98,6 +99,18 @@ def configure(
         render_mode=first.render_mode,
         env_spec=first.spec,
     )
+
+
+def _check_spaces_of_env_0(first: Hello, observation_mode: ObservationMode) -> None:
+    """Env 0's spaces, which the vector env batches, must be spaces: ``SyncVectorEnv`` raises
+    ``TypeError`` batching one that is not (``None``); compared with it, every other env's
+    would be a mismatch of that env's. Its action space first, as ``SyncVectorEnv`` batches it
+    first; an observation space is not read when the caller gave the vector env's."""
+    kinds = [SpaceKind.ACTION] if isinstance(observation_mode, tuple) else [SpaceKind.ACTION, SpaceKind.OBSERVATION]
+    for kind in kinds:
+        space = first.action_space if kind is SpaceKind.ACTION else first.observation_space
+        if not isinstance(space, gym.spaces.Space):
+            raise ArgumentTypeError(f"env 0's `{kind.value}` must be a gymnasium.spaces.Space, got {describe(space)}")
 
 
 def _check_memory(num_envs: int, first: Hello, observation_mode: ObservationMode, shared_memory: bool) -> None:
