@@ -11,6 +11,7 @@ import copy as copylib
 import dataclasses
 import functools
 import math
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -809,28 +810,38 @@ def test_a_step_or_reset_result_of_another_form_raises_naming_the_env(
     ],
     ids=["reward-array", "reward-complex", "truncated-array"],
 )
+@pytest.mark.parametrize("mode", [NEXT, SAME], ids=["next", "same"])
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_a_reward_or_flag_no_row_holds_raises_naming_the_env_and_the_value(
-    num_workers: int, column: str, value: Any, error: type
+    num_workers: int, column: str, value: Any, error: type, mode: AutoresetMode
 ) -> None:
     """SyncVectorEnv raises numpy's error as it stores the value in its row; so does vecenv, the
     same type, with a note naming the env and the value it returned in which column (numpy's
     message says neither: "setting an array element with a sequence")."""
     env_fns = fns(OddValueEnv, 4, column=column, value=value)
-    sync = SyncVectorEnv(env_fns)
+    sync = SyncVectorEnv(env_fns, autoreset_mode=mode)
     try:
         sync.reset(seed=0)
-        with pytest.raises(error):
+        with pytest.raises(error, match=re.escape(str(_store_error(column, value)))):
             sync.step(np.zeros(4, np.int64))
     finally:
         sync.close()
-    with SubprocVectorEnv(env_fns, num_workers) as sub:
+    with SubprocVectorEnv(env_fns, num_workers, autoreset_mode=mode) as sub:
         sub.reset(seed=0)
-        with pytest.raises(error) as raised:
+        with pytest.raises(error, match=re.escape(str(_store_error(column, value)))) as raised:
             sub.step(np.zeros(4, np.int64))
         notes = " ".join(getattr(raised.value, "__notes__", []))
         assert "raised in env 1 " in notes, notes
         assert f"`step` returned the {column} {describe(value)}" in notes, notes
+
+
+def _store_error(column: str, value: Any) -> Exception:
+    """numpy's error storing ``value`` in a row of ``column``'s array, as SyncVectorEnv stores it."""
+    try:
+        np.zeros(1, np.float64 if column == "reward" else np.bool_)[0] = value
+    except Exception as exc:
+        return exc
+    raise AssertionError(f"{value!r} fits a row of {column}")
 
 
 @pytest.mark.timeout(60)

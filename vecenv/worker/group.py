@@ -112,7 +112,7 @@ class EnvGroup:
             for j, env in enumerate(self.envs):
                 if mask is not None and not mask[j]:
                     continue
-                obs, info = env_result(env.reset(seed=seeds[j], options=options), RESET_RESULT)
+                obs, info = _env_result(env.reset(seed=seeds[j], options=options), _RESET_RESULT)
                 write(j, obs)
                 buffers.rewards[j] = 0.0  # what recv reports for an env just reset, as EnvPool
                 buffers.terminations[j] = False
@@ -152,18 +152,18 @@ class EnvGroup:
                     truncs.append(False)
                     continue
                 if next_step and autoreset[j]:
-                    obs, info = env_result(env.reset(), RESET_RESULT)
+                    obs, info = _env_result(env.reset(), _RESET_RESULT)
                     reward, terminated, truncated = 0.0, False, False
                 else:
                     result: Any = env.step(action)
                     if type(result) is not tuple or len(result) != 5:  # the common case costs one check
-                        result = env_result(result, STEP_RESULT)
+                        result = _env_result(result, _STEP_RESULT)
                     obs, reward, terminated, truncated, info = result
-                    if same_step and (terminated or truncated):
+                    if same_step and _ended(terminated, truncated):
                         # SyncVectorEnv batches final_info before the reset, which may reuse
                         # and change the dict: take what batching takes, no more.
                         infos.append((j, {"final_obs": obs, "final_info": captured_final_info(info)}))
-                        obs, info = env_result(env.reset(), RESET_RESULT)
+                        obs, info = _env_result(env.reset(), _RESET_RESULT)
                 rewards.append(reward)
                 terms.append(terminated)
                 truncs.append(truncated)
@@ -264,18 +264,18 @@ class EnvGroup:
 
 
 @dataclasses.dataclass(frozen=True)
-class EnvResult:
+class _EnvResult:
     """What an env method returns: its name and the names of its values, in order."""
 
     method: str
     values: tuple[str, ...]
 
 
-RESET_RESULT = EnvResult("reset", ("observation", "info"))
-STEP_RESULT = EnvResult("step", ("observation", "reward", "terminated", "truncated", "info"))
+_RESET_RESULT = _EnvResult("reset", ("observation", "info"))
+_STEP_RESULT = _EnvResult("step", ("observation", "reward", "terminated", "truncated", "info"))
 
 
-def env_result(result: Any, form: EnvResult) -> Sequence[Any]:
+def _env_result(result: Any, form: _EnvResult) -> Sequence[Any]:
     """``result`` when it holds ``form``'s values (any sequence of them, as ``SyncVectorEnv``
     unpacks it), else the error naming the method, what it must return and what it got.
 
@@ -294,14 +294,32 @@ def env_result(result: Any, form: EnvResult) -> Sequence[Any]:
     if sequence and len(result) == n:
         return result
     got = f"a {type(result).__name__} of {len(result)} values, {describe(result)}" if sequence else describe(result)
-    if sequence and form is STEP_RESULT and len(result) == 4:
+    if sequence and form is _STEP_RESULT and len(result) == 4:
         got += (
             " (the old Gym API's (observation, reward, done, info): return terminated and truncated in place of done)"
         )
-    elif not sequence and form is RESET_RESULT and result is not None:
+    elif not sequence and form is _RESET_RESULT and result is not None:
         got += " (the old Gym API returned the observation alone: return (observation, info))"
     message = f"`{form.method}` must return {n} values ({', '.join(form.values)}), got {got}"
     raise InvalidArgumentError(message) if sequence else ArgumentTypeError(message)
+
+
+def _ended(terminated: Any, truncated: Any) -> bool:
+    """Whether a step under ``SAME_STEP`` ended its episode, as ``SyncVectorEnv`` decides it from
+    the flags it stored: flags no bool holds (an array of two) raise numpy's error on storing
+    them, with a note naming the flag and its value, rather than Python's on their truth value
+    ("The truth value of an array with more than one element is ambiguous")."""
+    try:
+        return bool(terminated or truncated)
+    except ValueError:
+        stored = np.zeros(2, dtype=bool)
+        for k, (name, value) in enumerate((("terminated", terminated), ("truncated", truncated))):
+            try:
+                stored[k] = value
+            except Exception as exc:
+                exc.add_note(f"`step` returned the {name} {describe(value)}; expected a bool")
+                raise
+        raise
 
 
 def close_each(envs: Sequence[Any]) -> tuple[int, Exception] | None:
