@@ -33,6 +33,7 @@ from tests.helpers.envs import (
     NotADictInfoEnv,
     OddValueEnv,
     OldApiEnv,
+    OldApiVectorEnv,
     ReusedInfoEnv,
     ScalarObsEnv,
     SharedInfoEnv,
@@ -878,6 +879,25 @@ def test_env_0_whose_space_is_no_space_is_named(num_workers: int, bad: int, whic
         SyncVectorEnv(env_fns)
     with pytest.raises(ArgumentTypeError, match=rf"env 0's `{which}` must be a gymnasium.spaces.Space, got None"):
         SubprocVectorEnv(env_fns, num_workers)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("kind", "match"),
+    [
+        ("step", r"`step` must return 5 values .* got a tuple of 4 values"),
+        ("reset", r"`reset` must return 2 values .* got array\(.*old Gym API"),
+    ],
+)
+def test_a_native_group_result_of_another_form_raises_naming_its_envs(kind: str, match: str) -> None:
+    """As for one env's: a native vector env's step of 4 values, or reset of the observations
+    alone, is named with what it must return; the note names the group's envs."""
+    group_fns = [functools.partial(OldApiVectorEnv, [0, 1], kind=kind), functools.partial(OldApiVectorEnv, [2, 3])]
+    with SubprocVectorEnv.from_groups(group_fns) as sub:
+        with pytest.raises(InvalidArgumentError, match=match) as raised:
+            sub.reset(seed=0)
+            sub.step(np.zeros(4, np.int64))
+        assert "raised in envs 0..1 (worker 0)" in " ".join(getattr(raised.value, "__notes__", [])), raised.value
 
 
 @pytest.mark.timeout(60)

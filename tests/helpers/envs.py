@@ -369,6 +369,24 @@ def sync_group(indices: list[int], mode: Any) -> gym.vector.VectorEnv:
     return gym.vector.SyncVectorEnv([functools.partial(DiffEnv, index=i) for i in indices], autoreset_mode=mode)
 
 
+class OldApiVectorEnv(gym.vector.SyncVectorEnv):
+    """A native vector env of :class:`PayEnv`s whose ``step`` returns the old Gym API's 4
+    values (``dones`` for terminations and truncations) and whose ``reset`` with ``kind="reset"``
+    returns the observations alone."""
+
+    def __init__(self, indices: list[int], kind: str = "step") -> None:
+        super().__init__([functools.partial(PayEnv, index=i) for i in indices])
+        self.kind = kind
+
+    def reset(self, **kwargs: Any) -> Any:
+        obs, infos = super().reset(**kwargs)
+        return obs if self.kind == "reset" else (obs, infos)
+
+    def step(self, actions: Any) -> Any:
+        obs, rewards, terminations, truncations, infos = super().step(actions)
+        return obs, rewards, terminations | truncations, infos
+
+
 class ThreadVarsEnv(gym.Env):
     """Reports the thread-count variables its process sees (``call("thread_vars")``)."""
 

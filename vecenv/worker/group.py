@@ -276,8 +276,9 @@ _STEP_RESULT = _EnvResult("step", ("observation", "reward", "terminated", "trunc
 
 
 def _env_result(result: Any, form: _EnvResult) -> Sequence[Any]:
-    """``result`` when it holds ``form``'s values (any sequence of them, as ``SyncVectorEnv``
-    unpacks it), else the error naming the method, what it must return and what it got.
+    """``result`` (an env's, or a native vector env's) when it holds ``form``'s values (any
+    sequence of them, as ``SyncVectorEnv`` unpacks it), else the error naming the method, what
+    it must return and what it got.
 
     Unpacked as it is, a result of another length fails with Python's unpacking error, and an
     observation alone whose array holds two values would pass as ``(observation, info)``,
@@ -360,7 +361,7 @@ class VectorGroup:
             seed = list(seeds)
         if mask is not None:
             options = {**(options or {}), "reset_mask": np.asarray(mask, dtype=np.bool_)}
-        obs, info = self.vec.reset(seed=seed, options=options)
+        obs, info = _env_result(self.vec.reset(seed=seed, options=options), _RESET_RESULT)
         rows = slice(None) if mask is None else np.asarray(mask, dtype=np.bool_)
         self._store_obs(obs, rows)
         self.buffers.rewards[rows] = 0.0
@@ -375,7 +376,7 @@ class VectorGroup:
         assert active is None, "a native vector env cannot leave some of its envs unstepped"
         if isinstance(actions, list):  # one action per env (they travelled through the pipe)
             actions = batch_of_items(self.vec.single_action_space, actions)
-        obs, rewards, terms, truncs, info = self.vec.step(actions)
+        obs, rewards, terms, truncs, info = _env_result(self.vec.step(actions), _STEP_RESULT)
         b = self.buffers
         rewards, terms, truncs = (
             self._column("rewards", rewards),
