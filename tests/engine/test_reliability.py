@@ -24,6 +24,7 @@ import textwrap
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ from tests.helpers.faults import (
     open_fds,
     transport_of,
 )
+from tests.helpers.threads import take_turns
 from vecenv import VecEnvError, WorkerDiedError
 from vecenv.parent.call_lock import CallLock, serialised
 from vecenv.parent.calls import CallRunner
@@ -87,34 +89,16 @@ def test_threads_sharing_a_vector_env_take_turns(inline: bool) -> None:
         envs.reset(seed=3)
         seen: list[np.ndarray] = []
         counts: list[tuple[int, ...]] = []
-        errors: list[BaseException] = []
-        start = threading.Barrier(3)
 
-        def stepper(action: int) -> None:
-            start.wait()
-            try:
-                for _ in range(steps):
-                    obs, rewards, *_ = envs.step(np.full(4, action))
-                    assert (rewards == action).all()
-                    seen.append(obs)
-            except BaseException as exc:
-                errors.append(exc)
+        def stepper(action: int) -> Callable[[], None]:
+            def step() -> None:
+                obs, rewards, *_ = envs.step(np.full(4, action))
+                assert (rewards == action).all()
+                seen.append(obs)
 
-        def reader() -> None:
-            start.wait()
-            try:
-                for _ in range(steps):
-                    counts.append(envs.get_attr("count"))
-            except BaseException as exc:
-                errors.append(exc)
+            return step
 
-        threads = [threading.Thread(target=stepper, args=(a,)) for a in (0, 1)] + [threading.Thread(target=reader)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        assert not any(t.is_alive() for t in threads), "a thread is still stepping after 60 s"
-        assert not errors, f"{len(errors)} calls failed, the first: {errors[0]!r}"
+        take_turns([stepper(0), stepper(1), lambda: counts.append(envs.get_attr("count"))], steps)
         for obs in seen:  # one step reached every env: they agree on their step count
             assert (obs[:, 0] == obs[0, 0]).all(), f"envs at different step counts {obs[:, 0]}"
             assert (obs[:, 1] == [3, 4, 5, 6]).all()

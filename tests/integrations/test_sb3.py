@@ -38,6 +38,7 @@ import vecenv  # noqa: E402
 from tests.conftest import start_methods  # noqa: E402
 from tests.helpers.envs import BoundsEnv, InfoEnv, Mark  # noqa: E402
 from tests.helpers.faults import fault_fns, transport_of  # noqa: E402
+from tests.helpers.threads import take_turns
 from vecenv.sb3 import SubprocVecEnv  # noqa: E402
 
 N_ENVS = 5
@@ -544,7 +545,6 @@ def test_close_with_a_step_in_flight_on_a_hung_env_returns() -> None:
 def test_close_while_another_thread_waits_on_a_hung_env_returns() -> None:
     """close() from another thread while step_wait waits on a hung env (no timeout): it does
     not queue behind that wait; the vector env's close gives it the grace, then ends it."""
-    import threading
 
     vec = SubprocVecEnv(fault_fns(4, "hang", "step", 3), start_method="fork", num_workers=2)
     vec.reset()
@@ -582,26 +582,7 @@ def test_threads_stepping_it_take_turns() -> None:
     vec = SubprocVecEnv(fault_fns(4, None, "step", 0, horizon=10 * steps), start_method="fork", num_workers=2)
     try:
         vec.reset()
-        errors: list[BaseException] = []
-        start = threading.Barrier(3)
-
-        def run(call: Any) -> None:
-            start.wait()
-            try:
-                for _ in range(steps):
-                    call()
-            except BaseException as exc:
-                errors.append(exc)
-
-        threads = [
-            threading.Thread(target=run, args=(lambda: vec.step(np.zeros((4, 2), np.float32)),)) for _ in range(2)
-        ] + [threading.Thread(target=run, args=(vec.reset,))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        assert not any(t.is_alive() for t in threads), "a thread is still stepping after 60 s"
-        assert not errors, f"{len(errors)} calls failed, the first: {errors[0]!r}"
+        take_turns([lambda: vec.step(np.zeros((4, 2), np.float32))] * 2 + [vec.reset], steps)
         assert not vec.waiting
     finally:
         vec.close()

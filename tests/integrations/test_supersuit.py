@@ -8,7 +8,6 @@ import functools
 import pickle
 import subprocess
 import sys
-import threading
 import time
 from typing import Any
 
@@ -23,6 +22,7 @@ pytest.importorskip("pymunk", reason="the butterfly envs need pymunk: pip instal
 import vecenv.supersuit as vs  # noqa: E402
 from tests.helpers.multiagent import ToyParallelEnv, assert_tree_equal, pistonball, simple_spread  # noqa: E402
 from tests.helpers.multiagent import kaz as kaz_line_death  # noqa: E402
+from tests.helpers.threads import take_turns  # noqa: E402
 from vecenv.multiagent import AgentDeathError, AgentSpaceMismatchError  # noqa: E402
 
 
@@ -214,25 +214,7 @@ def test_threads_stepping_it_take_turns() -> None:
     steps = 100
     try:
         venv.reset(seed=0)
-        errors: list[BaseException] = []
-        start = threading.Barrier(3)
-
-        def run(call: Any) -> None:
-            start.wait()
-            try:
-                for _ in range(steps):
-                    call()
-            except BaseException as exc:
-                errors.append(exc)
-
-        calls = [lambda: venv.step([0, 1, 0, 1])] * 2 + [lambda: venv.get_attr("spec")]
-        threads = [threading.Thread(target=run, args=(call,)) for call in calls]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        assert not any(t.is_alive() for t in threads), "a thread is still stepping after 60 s"
-        assert not errors, f"{len(errors)} calls failed, the first: {errors[0]!r}"
+        take_turns([lambda: venv.step([0, 1, 0, 1])] * 2 + [lambda: venv.get_attr("spec")], steps)
     finally:
         venv.close()
 

@@ -9,7 +9,6 @@ import functools
 import gc
 import os
 import pickle
-import threading
 import time
 from typing import Any
 
@@ -21,6 +20,7 @@ from gymnasium.vector import AutoresetMode
 import vecenv
 from tests.conftest import start_methods
 from tests.helpers.multiagent import PlainLoop, ToyParallelEnv, assert_tree_equal
+from tests.helpers.threads import take_turns
 from vecenv.errors import NeedsResetError, SpaceMismatchError
 from vecenv.multiagent import AgentSpaceMismatchError, MultiAgentVectorEnv
 from vecenv.multiagent.copies import INACTIVE_KEY
@@ -478,33 +478,12 @@ def test_threads_sharing_it_take_turns(num_workers: int) -> None:
     try:
         envs.reset(seed=0)
         seen: list[np.ndarray] = []
-        errors: list[BaseException] = []
-        start = threading.Barrier(3)
 
-        def stepper() -> None:
-            start.wait()
-            try:
-                for _ in range(steps):
-                    obs, *_ = envs.step(np.zeros(envs.num_envs, np.int64))
-                    seen.append(obs)
-            except BaseException as exc:
-                errors.append(exc)
+        def step() -> None:
+            obs, *_ = envs.step(np.zeros(envs.num_envs, np.int64))
+            seen.append(obs)
 
-        def reader() -> None:
-            start.wait()
-            try:
-                for _ in range(steps):
-                    envs.get_attr("t")
-            except BaseException as exc:
-                errors.append(exc)
-
-        threads = [threading.Thread(target=stepper) for _ in range(2)] + [threading.Thread(target=reader)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        assert not any(t.is_alive() for t in threads), "a thread is still stepping after 60 s"
-        assert not errors, f"{len(errors)} calls failed, the first: {errors[0]!r}"
+        take_turns([step, step, lambda: envs.get_attr("t")], steps)
         for obs in seen:  # each step reached every copy: agent a0's rows agree on the step count
             first_agent = obs[:: envs.num_agents, 1]
             assert (first_agent == first_agent[0]).all(), f"copies at different steps {first_agent}"
