@@ -95,6 +95,7 @@ def test_every_error_raised_is_a_vecenv_error() -> None:
         (dataset_errors.OutputExistsError, FileExistsError),
         (dataset_errors.DatasetNotFoundError, FileNotFoundError),
         (dataset_errors.MinariNotInstalledError, ImportError),
+        (dataset_errors.NoEpisodesError, ValueError),
     ],
 )
 def test_each_error_keeps_its_builtin_base(error: type, base: type) -> None:

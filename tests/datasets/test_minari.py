@@ -24,9 +24,9 @@ import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import vecenv
-from tests.helpers.envs import CounterEnv, DictCounterEnv, constant_policy
+from tests.helpers.envs import CounterEnv, DictCounterEnv, LongEpisodeEnv, constant_policy
 from vecenv import datasets as rollout
-from vecenv.datasets import MinariNotInstalledError, collect, export_minari, load, main
+from vecenv.datasets import MinariNotInstalledError, NoEpisodesError, collect, export_minari, load, main
 
 minari = pytest.importorskip("minari")
 pytest.importorskip("h5py")
@@ -191,6 +191,64 @@ def test_steps_open_episodes_are_truncated_or_dropped_as_asked(tmp_path: Path, o
     assert record["open_episodes"] == open_episodes and record["complete"] is True
     assert record["seed_policy"] == "sequential"  # how the first seeds follow from record["seed"]
     assert_same_episodes(minari.load_dataset("steps-v0"), ours, drop_open=open_episodes == "drop")
+
+
+def test_dropping_every_open_episode_writes_no_dataset_and_keeps_the_one_it_was_to_replace(tmp_path: Path) -> None:
+    """With ``open_episodes="drop"`` and no episode finished within ``steps``, there is no
+    episode to write: Minari cannot sample from a dataset without episodes, so nothing is
+    written, an existing dataset that ``overwrite=True`` was to replace stays, and the error
+    says why and what keeps the open episodes."""
+    kept = collect(sync_envs(2), episodes=3, format="minari", dataset_id="ns/kept-v0", progress=False)
+    assert kept.total_episodes == 3
+
+    def never_ending() -> SyncVectorEnv:
+        return SyncVectorEnv([lambda: LongEpisodeEnv() for _ in range(2)])
+
+    root = tmp_path / "minari-root"
+    for dataset_id, overwrite in [("ns/empty-v0", False), ("ns/kept-v0", True)]:
+        with pytest.raises(NoEpisodesError) as raised:
+            collect(
+                never_ending(),
+                steps=10,
+                format="minari",
+                dataset_id=dataset_id,
+                open_episodes="drop",
+                overwrite=overwrite,
+                progress=False,
+            )
+        assert str(raised.value) == (
+            "open_episodes: expected an episode to finish within steps=10 with open_episodes='drop' (Minari "
+            "cannot use a dataset without episodes), got none: the 2 open ones (10 transitions) were dropped; "
+            "open_episodes='truncate' keeps them; nothing was written"
+        )
+        assert isinstance(raised.value, ValueError)
+    assert not (root / "ns" / "empty-v0").exists()
+    assert minari.load_dataset("ns/kept-v0").total_episodes == 3
+    assert sorted(p.name for p in (root / "ns").iterdir()) == ["kept-v0", "namespace_metadata.json"]
+
+
+def test_the_command_that_drops_every_open_episode_is_refused_and_keeps_the_old_dataset(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The same on the command line: one line naming --open-episodes and --steps, exit status 2
+    (bad input, as a policy's actions found outside the space later), the old dataset as it was."""
+    root = tmp_path / "root"
+    common = ["--num-envs", "2", "--num-workers", "1", "--quiet", "--format", "minari", "--out", str(root)]
+    common += ["--dataset-id", "ns/old-v0"]
+    assert main(["--env", "tests.helpers.envs:RolloutCounter-v0", "--episodes", "2", *common]) == 0
+    capsys.readouterr()
+    args = ["--env", "tests.helpers.envs:RolloutLong-v0", "--steps", "10", "--open-episodes", "drop", *common]
+    assert main([*args, "--overwrite"]) == 2
+    assert capsys.readouterr().err == (
+        "vecenv-collect: error: --open-episodes drop: expected an episode to finish within --steps 10 (Minari "
+        "cannot use a dataset without episodes), got none: the 2 open ones (10 transitions) were dropped; "
+        "--open-episodes truncate keeps them; no episode had finished, so nothing was written; "
+        "Minari dataset 'ns/old-v0' is as it was\n"
+    )
+    assert minari.MinariDataset(root / "ns" / "old-v0" / "data").total_episodes == 2
+    assert main([*args, "--dataset-id", "ns/new-v0"]) == 2  # the last --dataset-id counts
+    assert capsys.readouterr().err.endswith("no Minari dataset 'ns/new-v0' was written\n")
+    assert sorted(p.name for p in (root / "ns").iterdir()) == ["namespace_metadata.json", "old-v0"]
 
 
 def test_env_spec_is_recorded_so_recover_environment_works(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ from vecenv.datasets.errors import (
     FLAGS,
     DatasetWriteError,
     MinariNotInstalledError,
+    NoEpisodesError,
     PolicyError,
     UnsupportedSpaceError,
 )
@@ -246,6 +247,12 @@ def _collect(
         if not isinstance(exc, PolicyError):  # refused before anything was written
             raise _UsageError(str(exc)) from None
         raise _UsageError(f"{exc}; {_what_was_kept(args, out, before)}") from None
+    except NoEpisodesError as exc:  # bad input found at the end: --steps too few for "drop"
+        raise _UsageError(
+            f"--open-episodes drop: expected an episode to finish within --steps {exc.steps} (Minari cannot use "
+            f"a dataset without episodes), got none: {exc.what_was_dropped()}; --open-episodes truncate keeps "
+            f"them; {_what_was_kept(args, out, before)}"
+        ) from None
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted: {_what_was_kept(args, out, before)}", file=sys.stderr)
         if args.format != "minari" and (out / METADATA_FILE).is_file() and not args.quiet:

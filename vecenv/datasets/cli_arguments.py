@@ -251,7 +251,8 @@ def _add_minari_arguments(parser: argparse.ArgumentParser, collecting: bool) -> 
         help="Minari stores whole episodes: what to do with the episodes still open after "
         "the last of --steps N transitions. 'truncate' keeps them with their last step "
         "marked truncated (the budget ended them, like a time limit): exactly N steps. 'drop' "
-        "leaves them out: only finished episodes, fewer steps. The counts are recorded in "
+        "leaves them out: only finished episodes, fewer steps (none finished: no dataset, "
+        "exit status 2). The counts are recorded in "
         "the dataset's 'vecenv' metadata either way; --episodes N has no open episodes "
         "(default: truncate; e.g. --open-episodes drop)",
     )

@@ -183,6 +183,9 @@ def collect(
         PolicyError: the policy returned actions the vector env does not accept.
         FileExistsError: the output exists and ``overwrite`` is false.
         MinariNotInstalledError: ``format="minari"`` without Minari installed.
+        NoEpisodesError: ``format="minari"`` with ``open_episodes="drop"`` and no episode
+            finished within ``steps``: nothing is written (an output ``overwrite`` was to
+            replace stays).
         KeyboardInterrupt: propagates (as does any error while collecting) after what was
             collected is kept: a valid dataset with ``"complete": false`` (Minari: the finished episodes).
     """
@@ -508,7 +511,9 @@ def _collect(plan: _Plan, output: _Output, progress: bool | str) -> Any:
             try:
                 result = output.sink.finalize(complete=complete)
             finally:
-                wrote = complete or (output.sink.episodes if output.directory is None else output.sink.transitions) > 0
+                # A complete run writes something, except a Minari one whose episodes were all
+                # still open at the end and dropped (finalize raises NoEpisodesError).
+                wrote = (output.sink.episodes if output.directory is None else output.sink.transitions) > 0
                 settle(output.target, output.aside, wrote)
     return result if output.directory is None else load(output.directory)
 

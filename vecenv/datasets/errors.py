@@ -39,6 +39,35 @@ def write_error(exc: OSError, path: object) -> DatasetWriteError:
     return error
 
 
+class NoEpisodesError(VecEnvError, ValueError):
+    """A Minari collection with ``open_episodes="drop"`` saw no episode finish within
+    ``steps``: every episode was still open at the end and left out, and Minari cannot use a
+    dataset without episodes (it cannot sample one), so nothing is written and a dataset that
+    ``overwrite`` was to replace stays. ``steps`` is the budget (every one of its transitions
+    was in an open episode), ``dropped_episodes`` the open episodes left out;
+    ``open_episodes="truncate"`` keeps them."""
+
+    steps: int = 0
+    dropped_episodes: int = 0
+
+    def what_was_dropped(self) -> str:
+        """The open episodes left out, in words (the library's and the command's messages share it)."""
+        return f"the {self.dropped_episodes} open ones ({self.steps} transitions) were dropped"
+
+
+def no_episodes_error(steps: int, dropped_episodes: int) -> NoEpisodesError:
+    """The :class:`NoEpisodesError` of a ``steps`` budget whose ``dropped_episodes`` open
+    episodes held every transition; its message names ``open_episodes`` and what keeps them."""
+    error = NoEpisodesError()
+    error.steps, error.dropped_episodes = steps, dropped_episodes
+    error.args = (
+        f"open_episodes: expected an episode to finish within steps={steps} with open_episodes='drop' "
+        f"(Minari cannot use a dataset without episodes), got none: {error.what_was_dropped()}; "
+        "open_episodes='truncate' keeps them; nothing was written",
+    )
+    return error
+
+
 class DatasetClosedError(VecEnvError, ValueError):
     """A dataset was used after ``Dataset.close()`` (or after its ``with`` block ended)."""
 

@@ -41,6 +41,7 @@ from vecenv.datasets.errors import (
     MinariNotInstalledError,
     OptionNames,
     OutputExistsError,
+    no_episodes_error,
     write_error,
 )
 from vecenv.datasets.format import json_default, space_from_description
@@ -412,6 +413,8 @@ class MinariSink:
 
         A run that ends early (Ctrl+C, an error) before its first episode leaves no dataset, as
         Minari cannot load one without episodes: the directory is removed and None returned.
+        A complete run without episodes (``open_episodes="drop"`` left out every one) is
+        removed the same way and raises ``NoEpisodesError``.
         When the file cannot be closed (a full disk), what a reader finds in it is recorded as
         incomplete, where that can still be written, and the :class:`DatasetWriteError` raised.
         """
@@ -421,9 +424,13 @@ class MinariSink:
         except DatasetWriteError:
             self._keep_readable()
             raise
-        if not complete and self.episodes == 0:
+        if self.episodes == 0:
             self._remove()
-            return None
+            if not complete:
+                return None
+            # Complete without an episode: "drop" left out every one, all still open at the end
+            # of steps=N, so the N transitions are the dropped ones.
+            raise no_episodes_error(self.dropped_transitions, self.dropped_episodes)
         counts = {"total_steps": self.transitions, "total_episodes": self.episodes}
         with self._writing():
             _update_metadata(self.storage.data_path, {**counts, "dataset_size": self.storage.get_size()})
