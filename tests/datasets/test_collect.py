@@ -311,6 +311,35 @@ def test_collect_rejects_non_vector_envs_unsupported_spaces_and_existing_out(tmp
     assert (tmp_path / "c" / "notes.txt").read_text() == "keep me"
 
 
+def test_an_out_that_is_or_lies_under_a_file_is_refused_before_the_envs_are_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A file where the dataset directory, or a folder above it, would go: one line naming
+    --out (``out``), exit status 2, before any env starts; not "cannot write" after the start."""
+    from vecenv.datasets import cli as cli_module
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("keep me")
+
+    def no_envs(*args: Any) -> None:
+        raise AssertionError("the envs were built for an output that cannot be written")
+
+    monkeypatch.setattr(cli_module, "_make_envs", no_envs)
+    for out, where in [
+        (notes, "which is an existing file"),
+        (notes / "d" / "e", f"where {str(notes)!r} is an existing file"),
+    ]:
+        assert main(["--steps", "10", "--quiet", "--out", str(out)]) == 2
+        assert capsys.readouterr().err == (
+            f"vecenv-collect: error: --out: expected a directory path, got {str(out)!r}, {where}\n"
+        )
+        with pytest.raises(
+            rollout.OutputExistsError, match=re.escape(f"out: expected a directory path, got {str(out)!r}, {where}")
+        ):
+            collect(counter_envs(2, AutoresetMode.NEXT_STEP), steps=3, out=out, progress=False)
+    assert notes.read_text() == "keep me" and sorted(tmp_path.iterdir()) == [notes]
+
+
 @pytest.mark.parametrize(
     ("metadata", "match"),
     [

@@ -251,6 +251,29 @@ def test_the_command_that_drops_every_open_episode_is_refused_and_keeps_the_old_
     assert sorted(p.name for p in (root / "ns").iterdir()) == ["namespace_metadata.json", "old-v0"]
 
 
+def test_a_minari_root_that_is_or_lies_under_a_file_is_refused_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """As for our format: --out naming a file, or a folder under one, is bad input (exit
+    status 2, one line naming --out), for collecting and for export, and nothing is written."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("keep me")
+    collect(sync_envs(2), steps=10, out=tmp_path / "ours", progress=False)
+    minari_args = ["--format", "minari", "--dataset-id", "ns/x-v0", "--steps", "10", "--quiet"]
+    for out, where in [
+        (notes, "which is an existing file"),
+        (notes / "root", f"where {str(notes)!r} is an existing file"),
+    ]:
+        for args in [minari_args, ["export", str(tmp_path / "ours"), "--dataset-id", "ns/x-v0", "--quiet"]]:
+            assert main([*args, "--out", str(out)]) == 2
+            assert capsys.readouterr().err == (
+                f"vecenv-collect: error: --out: expected a directory path, got {str(out)!r}, {where}\n"
+            )
+        with pytest.raises(rollout.OutputExistsError, match=r"^out: expected a directory path"):
+            collect(sync_envs(2), steps=10, format="minari", dataset_id="ns/x-v0", out=out, progress=False)
+    assert notes.read_text() == "keep me"
+
+
 def test_env_spec_is_recorded_so_recover_environment_works(tmp_path: Path) -> None:
     # max_episode_steps is gymnasium.make's, not the env's: the spec holds it as its field.
     envs = vecenv.make("RolloutCounter-v0", 2, 2, env_kwargs={"max_length": 3, "max_episode_steps": 50})

@@ -86,12 +86,15 @@ class OptionNames:
     """How an error message names the options its caller can change, so that the library and
     the ``vecenv-collect`` command each get messages in their own terms."""
 
+    out: str  # the output path
     overwrite: str  # how to allow replacing an existing output
     dataset_id: str  # the Minari dataset id
     storage: str  # Minari's storage backend
 
 
 #: Messages for ``collect`` and ``export_minari`` callers (the default).
-KEYWORDS = OptionNames(overwrite="overwrite=True / --overwrite", dataset_id="dataset_id", storage="minari_storage")
+KEYWORDS = OptionNames(
+    out="out", overwrite="overwrite=True / --overwrite", dataset_id="dataset_id", storage="minari_storage"
+)
 #: Messages for the ``vecenv-collect`` command line.
-FLAGS = OptionNames(overwrite="--overwrite", dataset_id="--dataset-id", storage="--minari-storage")
+FLAGS = OptionNames(out="--out", overwrite="--overwrite", dataset_id="--dataset-id", storage="--minari-storage")

@@ -47,7 +47,7 @@ from vecenv.datasets.errors import (
 from vecenv.datasets.format import json_default, space_from_description
 from vecenv.datasets.hdf5_episodes import EpisodePieces, Hdf5EpisodeFile
 from vecenv.datasets.sinks import OPEN_EPISODES, EpisodeSummary, with_last
-from vecenv.datasets.writer import FLUSH_INTERVAL_S, chunk_rows, now
+from vecenv.datasets.writer import FLUSH_INTERVAL_S, check_directory_path, chunk_rows, now
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError
 from vecenv.files import write_text_atomically
 from vecenv.seeding import SeedPolicy
@@ -118,7 +118,9 @@ def minari_target(
             f"a version is required; Minari says: {exc}), got {dataset_id!r}"
         ) from None
     root = datasets_root(out)
+    check_directory_path(root, names.out)
     target = root / dataset_id
+    check_directory_path(target, names.dataset_id)  # a file where the id's folders would go
     if target.exists():
         if not overwrite:
             raise OutputExistsError(

@@ -254,10 +254,9 @@ def versions() -> dict[str, str | None]:
 def check_out(out: Path, overwrite: bool, names: OptionNames = KEYWORDS) -> None:
     """Raise FileExistsError if writing to ``out`` would clobber something we must not
     (``names``: how the message names the options, ``FLAGS`` for the command line)."""
+    check_directory_path(out, names.out)
     if not out.exists():
         return
-    if not out.is_dir():
-        raise OutputExistsError(f"out: expected a directory path, got {str(out)!r}, which is an existing file")
     if not overwrite:
         raise OutputExistsError(f"output directory {str(out)!r} already exists (pass {names.overwrite} to replace it)")
     if any(out.iterdir()) and not is_rollout_dataset(out):
@@ -265,6 +264,19 @@ def check_out(out: Path, overwrite: bool, names: OptionNames = KEYWORDS) -> None
             f"refusing to overwrite {str(out)!r}: it is not empty and not a rollout dataset (a dataset "
             f"has only files, among them a {METADATA_FILE} of format {FORMAT_NAME!r}, and its {SPILL_DIR} folder)"
         )
+
+
+def check_directory_path(path: Path, name: str) -> None:
+    """Raise OutputExistsError when ``path`` cannot be (or become) a directory: it is an
+    existing file, or a folder it would go under is. Found here, before any env starts,
+    instead of as a write error once they run; ``name`` is how the message names the option."""
+    for existing in (path, *path.parents):
+        if not existing.exists():
+            continue
+        if not existing.is_dir():
+            where = "which is an existing file" if existing == path else f"where {str(existing)!r} is an existing file"
+            raise OutputExistsError(f"{name}: expected a directory path, got {str(path)!r}, {where}")
+        return
 
 
 def set_aside(target: Path) -> Path | None:
