@@ -841,6 +841,12 @@ def test_cli_policy_module_attr_and_overwrite(tmp_path: Path) -> None:
         (["--env", "CartPol-v1"], "--env: unknown environment id 'CartPol-v1'; did you mean 'CartPole-v1'"),
         (["--env", "CartPole-v9"], "--env: Environment version `v9` for environment `CartPole` doesn't exist"),
         (["--env", "no_such_module_xyz:Foo-v0"], "cannot import module 'no_such_module_xyz'"),
+        (  # ALE's envs, say, are registered by importing ale_py: the way to name that is shown
+            ["--env", "NoSuchSpace/Foo-v0"],
+            "--env: Namespace NoSuchSpace not found. Have you installed the proper package for NoSuchSpace? "
+            "(an env that a package registers when imported is named with it: --env PACKAGE:NoSuchSpace/Foo-v0, "
+            "e.g. --env ale_py:ALE/Pong-v5)",
+        ),
         (["--env-kwargs", "{bad"], "--env-kwargs: expected a JSON object, got '{bad'"),
         (["--env-kwargs", "[1, 2]"], "--env-kwargs: expected a JSON object, got '[1, 2]'"),
         (["--policy", "no_such_module_xyz:act"], "--policy 'no_such_module_xyz:act': cannot import module"),

@@ -83,7 +83,15 @@ def _check_env_id(env_id: str) -> str:
         with warnings.catch_warnings():
             warnings.simplefilter("default")  # Gymnasium's notes on the id stay warnings, whatever -W says
             return check_env_id(env_id)
-    except gymnasium.error.Error as exc:  # an unknown name, an old or missing version, a namespace
+    except gymnasium.error.NamespaceNotFound as exc:
+        if module:
+            raise _UsageError(f"--env: {exc}") from None
+        # Gymnasium 1.x registers no plugin envs: ALE's, say, exist once ale_py is imported.
+        raise _UsageError(
+            f"--env: {exc} (an env that a package registers when imported is named with it: "
+            f"--env PACKAGE:{env_id}, e.g. --env ale_py:ALE/Pong-v5)"
+        ) from None
+    except gymnasium.error.Error as exc:  # an unknown name, an old or missing version, a malformed id
         raise _UsageError(f"--env: {exc}") from None
 
 
