@@ -241,6 +241,46 @@ def test_env_error_names_the_copy_and_keeps_its_type() -> None:
             envs.step(envs.action_space.sample())
 
 
+class _IntAgentsEnv:
+    """Two agents named by ints (PettingZoo allows any hashable agent id); ``step`` raises."""
+
+    metadata: dict[str, Any] = {}
+    render_mode = None
+
+    def __init__(self) -> None:
+        self.possible_agents = [0, 1]
+        self.agents: list[int] = []
+
+    def observation_space(self, agent: int) -> gym.Space:
+        return gym.spaces.Box(0.0, 1.0, (2,), np.float32)
+
+    def action_space(self, agent: int) -> gym.Space:
+        return gym.spaces.Discrete(2)
+
+    def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        self.agents = [0, 1]
+        return {a: np.full(2, a, np.float32) for a in self.agents}, {}
+
+    def step(self, actions: dict[int, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        raise KeyError("int agents failure")
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 1], ids=lambda w: f"w{w}")
+def test_env_error_with_int_agent_ids_keeps_its_type(num_workers: int) -> None:
+    """The note naming the copy's agents must not fail on agents that are not strings: it raised
+    a TypeError from ``str.join`` in place of the env's own error."""
+    with MultiAgentVectorEnv([_IntAgentsEnv] * 2, num_workers=num_workers, context="fork") as envs:
+        obs, _ = envs.reset(seed=0)
+        assert envs.agents == (0, 1) and obs[:, 0].tolist() == [0, 1, 0, 1]
+        with pytest.raises(KeyError, match="int agents failure") as info:
+            envs.step(np.zeros(4, np.int64))
+        assert any("in copy 0 (agents 0, 1)" in note for note in info.value.__notes__)
+
+
 class _BadObservationOfOneAgent(ToyParallelEnv):
     """Agent ``a1``'s observation at step 1 has the wrong shape."""
 

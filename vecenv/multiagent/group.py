@@ -104,7 +104,7 @@ class CopyGroup:
                 if self.blame is None:  # an agent's row, when one is to blame (_write_row)
                     self.blame = c * self.num_agents
                 first = self._first_copy + c
-                exc.add_note(f"in copy {first} (agents {', '.join(self.agents)})")
+                exc.add_note(f"in copy {first} (agents {', '.join(map(str, self.agents))})")
                 raise
         return results
 
