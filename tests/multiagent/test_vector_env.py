@@ -21,7 +21,7 @@ import vecenv
 from tests.conftest import start_methods
 from tests.helpers.multiagent import PlainLoop, ToyParallelEnv, assert_tree_equal
 from tests.helpers.threads import take_turns
-from vecenv.errors import NeedsResetError, SpaceMismatchError
+from vecenv.errors import InvalidArgumentError, NeedsResetError, SpaceMismatchError
 from vecenv.multiagent import AgentSpaceMismatchError, MultiAgentVectorEnv
 from vecenv.multiagent.copies import INACTIVE_KEY
 from vecenv.multiagent.group import ParallelCopies
@@ -175,6 +175,12 @@ def test_render_call_get_set_attr_per_copy() -> None:
         assert len(chosen) == 2 and all(np.array_equal(f, frames[0]) for f in chosen)
         with pytest.raises(ValueError, match=r"`copies` must lie in \[0, 3\), got 3"):
             envs.render(copies=[3])
+        # An empty choice is refused as the engine refuses empty env_ids, but named as the caller
+        # gave it: the message named `env_ids`, an argument render(copies=...) has not.
+        with pytest.raises(
+            InvalidArgumentError, match=r"`copies` must choose one copy or more \(None: every copy\), got \[\]"
+        ):
+            envs.render(copies=[])
         assert envs.get_attr("label") == ("toy",) * 3
         envs.set_attr("label", ["x", "y", "z"])
         assert envs.get_attr("label") == ("x", "y", "z")

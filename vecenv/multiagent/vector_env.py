@@ -220,6 +220,10 @@ class MultiAgentVectorEnv(Uncopyable, VectorEnv):
             if i in chosen:
                 raise InvalidArgumentError(f"`copies` must not repeat a copy, got copy {i} twice")
             chosen.append(i)
+        if not chosen:  # the engine refuses an empty choice of rows: say it of the copies
+            raise InvalidArgumentError(
+                f"`copies` must choose one copy or more (None: every copy), got {describe(copies)}"
+            )
         return chosen
 
     def _per_copy(self, per_row: Sequence[Any]) -> tuple[Any, ...]:
