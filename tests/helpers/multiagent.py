@@ -21,7 +21,15 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-__all__ = ["ToyParallelEnv", "simple_spread", "pistonball", "kaz", "PlainLoop", "assert_tree_equal"]
+__all__ = [
+    "ToyParallelEnv",
+    "simple_spread",
+    "pistonball",
+    "kaz",
+    "PlainLoop",
+    "assert_tree_equal",
+    "first_value_policy",
+]
 
 
 class ToyParallelEnv:
@@ -137,6 +145,13 @@ def kaz(max_cycles: int = 100, **kwargs: Any) -> Any:
     """Knights-archers-zombies where agents die early: they die touching the top or bottom wall."""
     module = _butterfly("knights_archers_zombies_v11")
     return module.parallel_env(max_cycles=max_cycles, line_death=True, spawn_delay=3, **kwargs)
+
+
+def first_value_policy(observations: np.ndarray) -> np.ndarray:
+    """A rollout policy for Discrete(3) agents that depends on each row: its first value mod 3
+    (the toy env's random draw; zero for an absent agent's row). Module-level, so that spawned
+    workers can unpickle it."""
+    return (np.abs(observations.reshape(len(observations), -1)[:, 0]).astype(np.int64)) % 3
 
 
 class _Batcher(VectorEnv):

@@ -671,6 +671,17 @@ def test_multiagent_kaz_matches_plain_loop(ray_local: RaySessions) -> None:
     assert seen["inactive_rows"] > 0
 
 
+@pytest.mark.timeout(120)
+def test_multiagent_rollout_in_actors_gives_the_steps_of_its_actions(ray_local: RaySessions) -> None:
+    from tests.helpers.multiagent import first_value_policy
+    from tests.multiagent.test_vector_env import rollout_matches_steps, toy_fns
+
+    inactive = rollout_matches_steps(
+        toy_fns(3), 12, first_value_policy, num_workers=2, backend="ray", actor_options=HALF_CPU
+    )
+    assert inactive > 0
+
+
 @pytest.mark.timeout(90)
 def test_multiagent_restart_replaces_the_actor(ray_local: RaySessions) -> None:
     from tests.multiagent.test_vector_env import toy_fns

@@ -16,7 +16,7 @@ pytest.importorskip("mpe2", reason="simple_spread_v3 needs mpe2: pip install -e 
 pytest.importorskip("pymunk", reason="the butterfly envs need pymunk: pip install -e '.[test]'")
 
 from tests.helpers.multiagent import kaz, pistonball, simple_spread  # noqa: E402
-from tests.multiagent.test_vector_env import run_native  # noqa: E402
+from tests.multiagent.test_vector_env import rollout_matches_steps, run_native  # noqa: E402
 from vecenv.multiagent import MultiAgentVectorEnv  # noqa: E402
 
 NEXT, SAME, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED
@@ -84,3 +84,12 @@ def test_kaz_agent_death_needs_no_wrapper() -> None:
                 dead_steps += 1
                 assert not obs[dead].any() and (rewards[dead] == 0).all() and terms[dead].all()
         assert dead_steps > 0
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(("workers", "context"), [(1, "fork"), (3, "fork"), (2, "spawn")], ids=["w1", "w3", "w2-spawn"])
+def test_kaz_rollout_gives_the_steps_of_its_actions(workers: int, context: str) -> None:
+    """A rollout in the workers of knights-archers-zombies, whose agents die: the steps that
+    ``step`` gives for the rollout's actions, row for row."""
+    inactive = rollout_matches_steps([kaz] * 3, 140, "random", seed=5, num_workers=workers, context=context)
+    assert inactive > 0, "no agent died: the run does not test agent death"

@@ -19,7 +19,7 @@ from gymnasium.vector import AutoresetMode
 
 import vecenv
 from tests.conftest import start_methods
-from tests.helpers.multiagent import PlainLoop, ToyParallelEnv, assert_tree_equal
+from tests.helpers.multiagent import PlainLoop, ToyParallelEnv, assert_tree_equal, first_value_policy
 from tests.helpers.threads import take_turns
 from vecenv.errors import InvalidArgumentError, NeedsResetError, SpaceMismatchError
 from vecenv.multiagent import AgentSpaceMismatchError, MultiAgentVectorEnv
@@ -61,6 +61,33 @@ def toy_fns(n: int, **kwargs: Any) -> list[Any]:
     return [functools.partial(ToyParallelEnv, **kwargs)] * n
 
 
+def rollout_matches_steps(env_fns: list[Any], steps: int, policy: Any, seed: int = 3, **kwargs: Any) -> int:
+    """Roll out a NEXT_STEP MultiAgentVectorEnv, then step a second one (no processes) with the
+    rollout's actions from the same seed: every row of every step must be what the steps give,
+    ``active`` included, and both must go on alike. Returns how many rows were inactive."""
+    with (
+        MultiAgentVectorEnv(env_fns, **kwargs) as envs,
+        MultiAgentVectorEnv(env_fns, num_workers=0) as ref,
+    ):
+        first = ref.reset(seed=seed)
+        assert_tree_equal(envs.reset(seed=seed), first, "reset")
+        obs = first[0]
+        batch = envs.rollout(steps, policy)
+        assert batch.num_steps == steps and len(batch.infos) == steps
+        inactive = 0
+        for t in range(steps):
+            assert_tree_equal(batch.observations[t], obs, f"observations[{t}]")
+            obs, rewards, terms, truncs, infos = ref.step(batch.actions[t])
+            got = (batch.rewards[t], batch.terminations[t], batch.truncations[t], batch.infos[t])
+            assert_tree_equal(got, (rewards, terms, truncs, infos), f"step {t}")
+            inactive += int((~infos["active"]).sum())
+        assert_tree_equal(batch.last_observations, obs, "last_observations")
+        assert np.array_equal(envs.active, ref.active)
+        actions = envs.action_space.sample()
+        assert_tree_equal(envs.step(actions), ref.step(actions), "the step after the rollout")
+    return inactive
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("num_workers", [0, 1, 2, 3], ids=lambda w: f"w{w}")
 def test_matches_plain_loop(mode: AutoresetMode, num_workers: int) -> None:
@@ -73,6 +100,34 @@ def test_matches_plain_loop(mode: AutoresetMode, num_workers: int) -> None:
 def test_matches_plain_loop_other_start_methods(start_method: str) -> None:
     seen = run_native(toy_fns(4), SAME, steps=14, num_workers=2, context=start_method)
     assert seen["copy_ends"] >= 4
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("policy", ["random", first_value_policy], ids=["random", "callable"])
+@pytest.mark.parametrize("num_workers", [0, 1, 2, 3], ids=lambda w: f"w{w}")
+def test_rollout_gives_the_steps_of_its_actions(num_workers: int, policy: Any) -> None:
+    """Rollouts in the workers (NEXT_STEP): agent death, late joining, copy ends and their
+    autoresets, each step's infos with ``active``, as ``step`` gives them for the same actions."""
+    inactive = rollout_matches_steps(toy_fns(3), 16, policy, num_workers=num_workers, context="fork")
+    assert inactive > 0, "no agent was absent: the rollout does not test agent death"
+
+
+@pytest.mark.timeout(120)
+@start_methods("spawn", "forkserver")
+def test_rollout_other_start_methods(start_method: str) -> None:
+    assert rollout_matches_steps(toy_fns(3), 9, first_value_policy, num_workers=2, context=start_method) > 0
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", [SAME, DISABLED], ids=lambda m: m.value)
+def test_rollout_needs_next_step_and_says_why(mode: AutoresetMode) -> None:
+    with MultiAgentVectorEnv(toy_fns(2), num_workers=1, autoreset_mode=mode, context="fork") as envs:
+        envs.reset(seed=0)
+        with pytest.raises(InvalidArgumentError, match=f"`rollout` needs autoreset_mode NEXT_STEP, got {mode.name}"):
+            envs.rollout(4)
+        with pytest.raises(InvalidArgumentError, match="needs autoreset_mode NEXT_STEP"):
+            envs.rollout_async(4)
+        assert envs.step(envs.action_space.sample())[0].shape == (8, 3)  # nothing was started
 
 
 def test_rows_of_one_group_without_processes() -> None:

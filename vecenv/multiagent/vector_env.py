@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
@@ -44,6 +44,9 @@ from vecenv.parent.call_lock import CallLock, serialised
 from vecenv.parent.groups import contiguous_bounds
 from vecenv.parent.restart import RESTART_INFO_KEY
 from vecenv.parent.vector_env import Uncopyable
+
+if TYPE_CHECKING:
+    from vecenv.parent.rollouts import Rollout
 
 __all__ = ["MultiAgentVectorEnv", "make_parallel", "BACKENDS"]
 
@@ -318,6 +321,58 @@ class MultiAgentVectorEnv(Uncopyable, VectorEnv):
     def batch_size(self) -> int:
         """Rows returned by each :meth:`recv`."""
         return int(self.rows.batch_size)
+
+    # -- rollouts in the workers (NEXT_STEP) ---------------------------------------------------
+
+    def _check_rollout_mode(self) -> None:
+        """Rollouts keep their bookkeeping per row as the engine's NEXT_STEP does (the mode the
+        rows run under): only a NEXT_STEP vector env of copies autoresets as that bookkeeping
+        reads it."""
+        if self.autoreset_mode is not AutoresetMode.NEXT_STEP:
+            raise InvalidArgumentError(
+                f"`rollout` needs autoreset_mode NEXT_STEP, got {self.autoreset_mode.name}: a rollout keeps its "
+                "episode starts and final observations per row, while copies of agents autoreset as a whole "
+                "(and under DISABLED a done copy cannot wait unstepped in a rollout); call `step` in a loop, "
+                "or make the vector env with autoreset_mode=AutoresetMode.NEXT_STEP"
+            )
+
+    def _rollout_with_active(self, batch: Rollout) -> Rollout:
+        """Each step's inactive marks made ``infos["active"]``, as ``step`` makes them, and
+        :attr:`active` set from the last step."""
+        for infos in batch.infos:
+            with_active(infos, self.num_envs)
+        if batch.infos:
+            self.active[:] = batch.infos[-1]["active"]
+        return batch
+
+    @serialised
+    def rollout_async(self, num_steps: int, policy: Any = "random") -> None:
+        """Start a rollout of ``num_steps`` steps of every copy, actions chosen for every row
+        by ``policy`` in the workers (as the engine's ``rollout_async``); :meth:`rollout_wait`
+        collects it. NEXT_STEP only."""
+        self._check_rollout_mode()
+        self.rows.rollout_async(num_steps, policy)
+
+    @serialised
+    def rollout_wait(self, timeout: float | None = None) -> Rollout:
+        """The rollout started by :meth:`rollout_async`, ``infos`` with ``active`` as ``step``
+        gives them; ``timeout`` as the engine's ``rollout_wait``."""
+        return self._rollout_with_active(self.rows.rollout_wait(timeout))
+
+    @serialised
+    def rollout(self, num_steps: int, policy: Any = "random", *, timeout: float | None = None) -> Rollout:
+        """``num_steps`` steps of every copy with ``policy`` choosing each row's action in the
+        workers: one command and one reply per worker. Row for row, the steps ``step`` gives
+        with the same actions (the actions of absent agents' rows are not used); each step's
+        infos carry ``active``. NEXT_STEP only. See ``SubprocVectorEnv.rollout``."""
+        self._check_rollout_mode()
+        return self._rollout_with_active(self.rows.rollout(num_steps, policy, timeout=timeout))
+
+    @serialised
+    def update_policy_weights(self, weights: Any = None) -> None:
+        """New weights for the workers' copies of the last rollout's policy, sent with the next
+        rollout; as the engine's ``update_policy_weights``."""
+        self.rows.update_policy_weights(weights)
 
     # -- calls, attributes, render -------------------------------------------------------------
 
