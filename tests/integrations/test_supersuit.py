@@ -313,6 +313,17 @@ def test_bad_arguments_are_named() -> None:
         vs.pettingzoo_env_to_vec_env_v1(gym.make("CartPole-v1"))
 
 
+def test_an_aec_env_is_refused_saying_how_to_make_a_parallel_one() -> None:
+    """An AEC env (``simple_spread_v3.env()``, a common slip for ``parallel_env()``) has
+    ``possible_agents`` and per-agent spaces, so it was taken for a parallel env; its
+    ``reset`` returns None and the first reset failed with "cannot unpack non-iterable
+    NoneType object"."""
+    from mpe2 import simple_spread_v3
+
+    with pytest.raises(TypeError, match=r"got an AEC env .*parallel_env\(\).*aec_to_parallel"):
+        vs.pettingzoo_env_to_vec_env_v1(simple_spread_v3.env(max_cycles=5))
+
+
 def test_supersuit_own_vec_env_is_accepted_and_copies_are_independent() -> None:
     """SuperSuit's MarkovVectorEnv goes in too; each copy is a pickled copy, as in SuperSuit."""
     from supersuit.vector import MarkovVectorEnv

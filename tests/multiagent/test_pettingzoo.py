@@ -17,6 +17,7 @@ pytest.importorskip("pymunk", reason="the butterfly envs need pymunk: pip instal
 
 from tests.helpers.multiagent import kaz, pistonball, simple_spread  # noqa: E402
 from tests.multiagent.test_vector_env import rollout_matches_steps, run_native  # noqa: E402
+from vecenv.errors import ArgumentTypeError  # noqa: E402
 from vecenv.multiagent import MultiAgentVectorEnv  # noqa: E402
 
 NEXT, SAME, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED
@@ -93,3 +94,16 @@ def test_kaz_rollout_gives_the_steps_of_its_actions(workers: int, context: str) 
     ``step`` gives for the rollout's actions, row for row."""
     inactive = rollout_matches_steps([kaz] * 3, 140, "random", seed=5, num_workers=workers, context=context)
     assert inactive > 0, "no agent died: the run does not test agent death"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 1], ids=lambda w: f"w{w}")
+def test_an_aec_env_is_refused_saying_how_to_make_a_parallel_one(num_workers: int) -> None:
+    """``simple_spread_v3.env`` (AEC) where ``parallel_env`` was meant: refused when the copies
+    are built, naming both ways to a parallel env, not at the first reset with "cannot unpack
+    non-iterable NoneType object"."""
+    from mpe2 import simple_spread_v3
+
+    make = functools.partial(simple_spread_v3.env, max_cycles=5)
+    with pytest.raises(ArgumentTypeError, match=r"got an AEC env .*parallel_env\(\).*aec_to_parallel"):
+        MultiAgentVectorEnv([make] * 2, num_workers=num_workers, context="fork")

@@ -87,6 +87,14 @@ def agent_spaces(env: Any) -> tuple[tuple[str, ...], Space, Space]:
         AgentSpaceMismatchError: an agent's space differs from the first agent's; the message
             names the agent, both spaces, and SuperSuit's padding wrappers.
     """
+    if callable(getattr(env, "last", None)) and callable(getattr(env, "observe", None)):
+        # An AEC env has possible_agents and per-agent spaces too, but its reset returns None
+        # and its step takes one agent's action: it would fail at the first reset, naming nothing.
+        raise ArgumentTypeError(
+            f"vecenv steps PettingZoo ParallelEnvs, got an AEC env {describe(env)} (it has last() and observe()): "
+            "build the parallel one (e.g. pistonball_v6.parallel_env(), not pistonball_v6.env()), or convert "
+            "it with pettingzoo.utils.conversions.aec_to_parallel(env)"
+        )
     if not (hasattr(env, "possible_agents") and callable(getattr(env, "observation_space", None))):
         raise ArgumentTypeError(
             "a multi-agent env constructor must return a PettingZoo ParallelEnv (e.g. "
