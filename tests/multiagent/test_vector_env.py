@@ -118,6 +118,21 @@ def test_rollout_other_start_methods(start_method: str) -> None:
     assert rollout_matches_steps(toy_fns(3), 9, first_value_policy, num_workers=2, context=start_method) > 0
 
 
+@pytest.mark.timeout(120)
+def test_rollout_weight_pushes_reach_the_workers_copies() -> None:
+    """A torch policy acting for every row; ``update_policy_weights`` changes the next rollout's
+    actions (its bias picks action 2, then action 1)."""
+    torch = pytest.importorskip("torch")
+    from tests.helpers.envs import greedy_module
+
+    module = greedy_module()
+    with MultiAgentVectorEnv(toy_fns(3), num_workers=2, context="fork") as envs:
+        envs.reset(seed=0)
+        assert (envs.rollout(4, module).actions == 2).all()
+        envs.update_policy_weights({"linear.weight": torch.zeros(4, 3), "linear.bias": torch.tensor([0.0, 9, 0, 0])})
+        assert (envs.rollout(4, module).actions == 1).all()
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("mode", [SAME, DISABLED], ids=lambda m: m.value)
 def test_rollout_needs_next_step_and_says_why(mode: AutoresetMode) -> None:
