@@ -385,3 +385,57 @@ def test_record_video_of_a_multi_agent_row_records_its_copy(tmp_path) -> None:
     frames = videos.videos[f"rl-video-env{row}-episode-0.mp4"]
     _same_frames(tuple(frames), tuple(expected))
     assert not np.array_equal(frames[-1], copy0), "copy 0 restarted after 3 steps: its frame differs by now"
+
+
+def _frame_steps(frames: list[np.ndarray]) -> list[int]:
+    """The toy env's frames are filled with its step count: the step of each frame."""
+    return [int(f[0, 0, 0]) for f in frames]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", [NEXT, SAME], ids=lambda m: m.value)
+def test_record_video_of_an_agent_that_dies_records_its_copys_episodes(tmp_path: Any, mode: AutoresetMode) -> None:
+    """A row's frames are its copy's, so its episodes are its copy's too: agent ``a2`` (row 2)
+    dies at step 3 and ``late`` (row 3) is absent until step 2, but each video is one whole
+    episode of copy 0 (steps 0 to 6). They were cut where the row's agent was absent (its row is
+    terminated at every such step): one video a step."""
+    from tests.helpers.multiagent import ToyParallelEnv
+
+    videos = MemoryVideos(fps=30.0)
+    with vecenv.MultiAgentVectorEnv([ToyParallelEnv] * 2, 0, autoreset_mode=mode) as envs:
+        wrapped = RecordVideo(envs, tmp_path, env_ids=[2, 3], episode_trigger=every(1), writer=videos)
+        wrapped.reset(seed=0)
+        for _ in range(13 if mode is NEXT else 11):
+            wrapped.step(np.zeros(envs.num_envs, np.int64))
+        wrapped.close()
+    for row in (2, 3):
+        names = [f"rl-video-env{row}-episode-{k}.mp4" for k in (0, 1)]
+        assert sorted(n for n in videos.videos if f"env{row}-" in n) == names
+        if mode is NEXT:  # the episode's last frame, then its copy's reset frame at the next step
+            assert [_frame_steps(videos.videos[n]) for n in names] == [list(range(7))] * 2
+        else:  # the last frame is the reset's: the final one never reaches the renderer
+            assert [_frame_steps(videos.videos[n]) for n in names] == [list(range(6))] * 2
+
+
+@pytest.mark.timeout(60)
+def test_record_video_of_a_multi_agent_row_follows_a_per_copy_reset_mask(tmp_path: Any) -> None:
+    """``reset_mask`` of a MultiAgentVectorEnv is one bool per copy: a recorded row's episode
+    restarts when its copy is reset. It was read per row (row 5 of 2 copies: IndexError)."""
+    from tests.helpers.multiagent import ToyParallelEnv
+
+    videos = MemoryVideos(fps=30.0)
+    with vecenv.MultiAgentVectorEnv([ToyParallelEnv] * 2, 0, autoreset_mode=AutoresetMode.DISABLED) as envs:
+        wrapped = RecordVideo(envs, tmp_path, env_ids=[1, 5], episode_trigger=every(1), writer=videos)
+        wrapped.reset(seed=0)
+        wrapped.step(np.zeros(envs.num_envs, np.int64))
+        wrapped.reset(options={"reset_mask": np.array([False, True])})  # copy 1 (rows 4 to 7) only
+        wrapped.step(np.zeros(envs.num_envs, np.int64))
+        wrapped.close()
+    assert sorted(videos.videos) == [
+        "rl-video-env1-episode-0.mp4",
+        "rl-video-env5-episode-0.mp4",
+        "rl-video-env5-episode-1.mp4",
+    ]
+    assert _frame_steps(videos.videos["rl-video-env1-episode-0.mp4"]) == [0, 1, 2]
+    assert _frame_steps(videos.videos["rl-video-env5-episode-0.mp4"]) == [0, 1]
+    assert _frame_steps(videos.videos["rl-video-env5-episode-1.mp4"]) == [0, 1]

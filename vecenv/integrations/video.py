@@ -179,6 +179,16 @@ def _renderer(env: VectorEnv) -> Callable[[list[int]], Sequence[Any]]:
     return every_env
 
 
+def _rows_per_episode(env: VectorEnv) -> int:
+    """How many consecutive envs of ``env`` share one episode: a MultiAgentVectorEnv's rows are
+    the agents of a copy, whose frames (and so whose episodes) are the copy's, and whose
+    ``reset_mask`` is one bool per copy; 1 for any other vector env."""
+    from vecenv.multiagent.vector_env import MultiAgentVectorEnv
+
+    base = env.unwrapped
+    return base.num_agents if isinstance(base, MultiAgentVectorEnv) else 1
+
+
 class RecordVideo(VectorWrapper):
     """Records videos of the episodes of chosen envs of a vector env; see the module docstring.
 
@@ -247,6 +257,7 @@ class RecordVideo(VectorWrapper):
         self.videos: list[str] = []
         self._make_writer = imageio_writer if writer is None else writer
         self._render = _renderer(env)
+        self._rows = _rows_per_episode(env)
         self._mode = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
         self._episode = {i: -1 for i in self.env_ids}  # the episode each chosen env is in
         self._open: dict[int, tuple[str, VideoWriter]] = {}  # env -> (path, writer) being recorded
@@ -262,7 +273,7 @@ class RecordVideo(VectorWrapper):
         """Reset as the env does; every chosen env that it resets starts a new episode."""
         mask = None if options is None else options.get("reset_mask")  # before SyncVectorEnv pops it
         obs, info = self.env.reset(seed=seed, options=options)
-        started = [i for i in self.env_ids if mask is None or bool(mask[i])]
+        started = [i for i in self.env_ids if mask is None or bool(mask[i // self._rows])]
         for i in started:
             self._start(i)
         self._capture(started)
@@ -271,7 +282,10 @@ class RecordVideo(VectorWrapper):
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         """Step as the env does; record each chosen env's frame while its episode is recorded."""
         obs, rewards, terminations, truncations, infos = self.env.step(actions)
-        ended = [i for i in self.env_ids if terminations[i] or truncations[i]]
+        done = np.logical_or(terminations, truncations)
+        if self._rows > 1:  # a copy's episode ends when every one of its rows has ended
+            done = np.repeat(done.reshape(-1, self._rows).all(axis=1), self._rows)
+        ended = [i for i in self.env_ids if done[i]]
         for i in self.env_ids:
             if self._mode is AutoresetMode.NEXT_STEP and self._ended[i]:
                 self._start(i)  # this step was its reset: the frame is a new episode's first
