@@ -128,9 +128,12 @@ def test_rollout_weight_pushes_reach_the_workers_copies() -> None:
     module = greedy_module()
     with MultiAgentVectorEnv(toy_fns(3), num_workers=2, context="fork") as envs:
         envs.reset(seed=0)
-        assert (envs.rollout(4, module).actions == 2).all()
+        first = envs.rollout(4, module)
+        assert (first.actions == 2).all() and first.weights_version == envs.policy_weights_version
         envs.update_policy_weights({"linear.weight": torch.zeros(4, 3), "linear.bias": torch.tensor([0.0, 9, 0, 0])})
-        assert (envs.rollout(4, module).actions == 1).all()
+        assert envs.policy_weights_version == first.weights_version + 1
+        second = envs.rollout(4, module)
+        assert (second.actions == 1).all() and second.weights_version == envs.policy_weights_version
 
 
 @pytest.mark.timeout(60)

@@ -374,6 +374,12 @@ class MultiAgentVectorEnv(Uncopyable, VectorEnv):
         rollout; as the engine's ``update_policy_weights``."""
         self.rows.update_policy_weights(weights)
 
+    @property
+    def policy_weights_version(self) -> int:
+        """The version of the weights the next rollout acts with, as the engine's (each
+        :class:`~vecenv.Rollout` says its own ``weights_version``)."""
+        return int(self.rows.policy_weights_version)
+
     # -- calls, attributes, render -------------------------------------------------------------
 
     @serialised
