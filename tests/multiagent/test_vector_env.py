@@ -75,13 +75,25 @@ def rollout_matches_steps(env_fns: list[Any], steps: int, policy: Any, seed: int
         batch = envs.rollout(steps, policy)
         assert batch.num_steps == steps and len(batch.infos) == steps
         inactive = 0
+        active, copy_ended, row_ended = [], [], []
         for t in range(steps):
             assert_tree_equal(batch.observations[t], obs, f"observations[{t}]")
             obs, rewards, terms, truncs, infos = ref.step(batch.actions[t])
             got = (batch.rewards[t], batch.terminations[t], batch.truncations[t], batch.infos[t])
             assert_tree_equal(got, (rewards, terms, truncs, infos), f"step {t}")
             inactive += int((~infos["active"]).sum())
+            ended = terms | truncs
+            active.append(infos["active"])
+            row_ended.append(ended)
+            copy_ended.append(np.repeat(ended.reshape(-1, envs.num_agents).all(axis=1), envs.num_agents))
         assert_tree_equal(batch.last_observations, obs, "last_observations")
+        # The episode starts the multi-agent page documents: observations[t + 1] starts one
+        # after the reset step that follows a copy's end, and for an agent that joined (absent
+        # at step t - 1, there at step t); a row whose agent was there throughout does not.
+        for t in range(1, steps - 1):
+            starts = batch.episode_starts[t + 1]
+            assert starts[copy_ended[t - 1]].all() and starts[~active[t - 1] & active[t]].all(), t
+            assert not starts[active[t - 1] & active[t] & ~row_ended[t - 1]].any(), t
         assert np.array_equal(envs.active, ref.active)
         actions = envs.action_space.sample()
         assert_tree_equal(envs.step(actions), ref.step(actions), "the step after the rollout")
