@@ -56,51 +56,69 @@ def exit_status(exc: KeyboardInterrupt) -> int:
 # read and write: the public ones look each handler up in an enum, which fails through an
 # exception for a function (2 to 5 us a call here, against 0.3 us).
 _c_signal: Any = importlib.import_module("_signal")
-_getsignal, _setsignal, _SIGINT = _c_signal.getsignal, _c_signal.signal, int(signal.SIGINT)
+_getsignal, _setsignal = _c_signal.getsignal, _c_signal.signal
+_SIGINT, _SIGTERM = int(signal.SIGINT), int(signal.SIGTERM)
 
 
 class HeldInterrupt:
-    """Ctrl+C held back while a message is read from, or written to, a worker's pipe, or while
-    a shared block is made and recorded by its owner.
+    """Ctrl+C and SIGTERM held back while a message is read from, or written to, a worker's
+    pipe, or while a shared block is made and recorded by its owner.
 
-    A ``KeyboardInterrupt`` raised inside ``recv_bytes`` may cut a message in two (the next read
-    would take its tail for a header) or drop one read whole (its worker would never be asked
-    again); one raised just after a write returned hides how much of the message went. Either
-    way the worker would have to be ended. Within this block the first SIGINT is only recorded,
-    and the handler it was meant for runs on leaving the block, once what was read is kept and
-    what was written is recorded. Each block is one read of messages already arriving, or one
-    write (which returns within :data:`~vecenv.transports.sending.SEND_SLICE`), or the making
-    of one block, so the wait is short. A second SIGINT is
-    not held (a read may be waiting on a stopped worker): it raises at once and cuts the read
-    or write, which ends that worker. Only the main thread handles signals, so elsewhere this
-    does nothing; nor when SIGINT has no Python handler."""
+    A ``KeyboardInterrupt`` (or the commands' :class:`Terminated`, raised by their SIGTERM
+    handler) raised inside ``recv_bytes`` may cut a message in two (the next read would take its
+    tail for a header) or drop one read whole (its worker would never be asked again); one
+    raised just after a write returned hides how much of the message went. Either way the worker
+    would have to be ended. Within this block the first SIGINT or SIGTERM is only recorded, and
+    the handler it was meant for runs on leaving the block, once what was read is kept and what
+    was written is recorded. Each block is one read of messages already arriving, or one write
+    (which returns within :data:`~vecenv.transports.sending.SEND_SLICE`), or the making of one
+    block, so the wait is short. A second signal of either kind is not held (a read may be
+    waiting on a stopped worker): its handler runs at once and cuts the read or write, which
+    ends that worker. Only the main thread handles signals, so elsewhere this does nothing; nor
+    for a signal that has no Python handler (SIGTERM's default action kills the process at
+    once, as it would anywhere else)."""
 
-    __slots__ = ("_handler", "_held", "_frame")
+    __slots__ = ("_on_int", "_on_term", "_held", "_frame")
 
     def __init__(self) -> None:
-        self._handler: Callable[[int, FrameType | None], Any] | None = None
-        self._held = False
+        self._on_int: Callable[[int, FrameType | None], Any] | None = None
+        self._on_term: Callable[[int, FrameType | None], Any] | None = None
+        self._held = 0  # the signal held back, 0 for none
         self._frame: FrameType | None = None
 
     def _hold(self, signum: int, frame: FrameType | None) -> None:
-        if self._held and self._handler is not None:  # a second one: its handler runs now
-            self._handler(signum, frame)
+        if self._held:  # a second one: its handler runs now
+            handler = self._on_int if signum == _SIGINT else self._on_term
+            if handler is not None:
+                handler(signum, frame)
             return
-        self._held, self._frame = True, frame
+        self._held, self._frame = signum, frame
 
     def __enter__(self) -> HeldInterrupt:
         if threading.get_ident() == threading.main_thread().ident:
-            handler = _getsignal(_SIGINT)
-            if callable(handler):
-                # Set before the swap: a Ctrl+C just after it runs _hold, and is run on exit.
-                self._handler = handler
+            # Each handler is kept before its swap: a signal just after it runs _hold, and its
+            # handler is run on exit.
+            on_int = _getsignal(_SIGINT)
+            if callable(on_int):
+                self._on_int = on_int
                 _setsignal(_SIGINT, self._hold)
+            on_term = _getsignal(_SIGTERM)
+            if callable(on_term):
+                self._on_term = on_term
+                _setsignal(_SIGTERM, self._hold)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        handler, self._handler = self._handler, None
-        if handler is None:
+        on_int, on_term = self._on_int, self._on_term
+        if on_int is None and on_term is None:
             return
-        _setsignal(_SIGINT, handler)
-        if self._held and not isinstance(exc_info[1], KeyboardInterrupt):  # not raised already
-            handler(_SIGINT, self._frame)
+        self._on_int = self._on_term = None
+        if on_int is not None:
+            _setsignal(_SIGINT, on_int)
+        if on_term is not None:
+            _setsignal(_SIGTERM, on_term)
+        held = self._held
+        if held and not isinstance(exc_info[1], KeyboardInterrupt):  # not raised already
+            handler = on_int if held == _SIGINT else on_term
+            if handler is not None:
+                handler(held, self._frame)

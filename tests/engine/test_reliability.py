@@ -793,6 +793,79 @@ def test_interrupt_tearing_a_write_breaks_clearly_or_restarts(restart: bool, mon
         assert time.monotonic() - t0 < 5
 
 
+SIGTERM_WHILE_READING = textwrap.dedent(
+    """
+    import json, signal, sys
+    sys.path.insert(0, {root!r})
+    import gymnasium as gym
+    import numpy as np
+    from gymnasium.vector import SyncVectorEnv
+    import vecenv
+    from tests.helpers.faults import transport_of
+    from vecenv.interrupts import Terminated, exit_status, sigterm_raises
+
+
+    def main():
+        signal.signal(signal.SIGTERM, sigterm_raises())  # as vecenv-collect and vecenv-bench do
+        envs = vecenv.make("CartPole-v1", 4, 2, context="fork")
+        sync = SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4)
+        try:
+            envs.reset(seed=0)
+            conn = transport_of(envs).conns[0]
+            real = conn.recv_bytes
+
+            def recv_bytes(*args):
+                del conn.recv_bytes  # once
+                print("reading", flush=True)
+                sys.stdin.readline()  # the test sends SIGTERM, then this line
+                return real(*args)
+
+            conn.recv_bytes = recv_bytes
+            try:
+                envs.get_attr("spec")
+            except Terminated as exc:
+                obs, _ = envs.reset(seed=7)
+                same = bool(np.array_equal(obs, sync.reset(seed=7)[0]))
+                print(json.dumps({{"raised": type(exc).__name__, "same_as_sync": same}}), flush=True)
+                return exit_status(exc)
+            return 0
+        finally:
+            sync.close()
+            envs.close()
+
+
+    if __name__ == "__main__":
+        sys.exit(main())
+    """
+)
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_while_a_reply_is_read_waits_for_the_read(tmp_path: Path) -> None:
+    """Under the commands' SIGTERM handler (it raises ``Terminated``, a KeyboardInterrupt), a
+    SIGTERM that comes while a worker's reply is being read is held as Ctrl+C is: the message is
+    read whole, ``Terminated`` comes after it, the vector env goes on exactly as Sync, and the
+    process ends with 143. Unheld, the read was cut and that worker had to be ended."""
+    script = tmp_path / "sigterm_while_reading.py"
+    script.write_text(SIGTERM_WHILE_READING.format(root=str(ROOT)))
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline() == "reading\n", proc.stderr.read() if proc.stderr else ""
+        proc.send_signal(signal.SIGTERM)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        out, err = proc.communicate(timeout=50)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, err
+    assert json.loads(out.splitlines()[-1]) == {"raised": "Terminated", "same_as_sync": True}, err
+
+
 # -- dropped without close() -----------------------------------------------------------------
 
 

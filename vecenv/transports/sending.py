@@ -10,9 +10,10 @@ slice at a time until it is whole, or until the worker has taken none of it for 
 timeout. A worker that reads, however slowly, is never cut off; a write that fits (every
 command to a worker that is reading) is one system call, as before.
 
-Each write, and the process transport's read of the replies, runs under :class:`~vecenv.interrupts.HeldInterrupt`,
-so a Ctrl+C arriving meanwhile waits until what moved is known and no message is cut in two; a
-message sent in one write and the descriptor after it (a rollout block's) are one hold.
+Each write, and the process transport's read of the replies, runs under
+:class:`~vecenv.interrupts.HeldInterrupt`, so a Ctrl+C (or a SIGTERM that has a Python handler)
+arriving meanwhile waits until what moved is known and no message is cut in two; a message sent
+in one write and the descriptor after it (a rollout block's) are one hold.
 
 The bytes on the wire are ``multiprocessing.connection.Connection.send_bytes``'s, and a
 descriptor follows as ``multiprocessing.reduction.send_handle`` sends it, so the worker reads
