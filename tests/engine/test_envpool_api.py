@@ -17,6 +17,7 @@ import vecenv
 from tests.helpers.envs import GateEnv, JitterEnv, PayEnv, fns
 from tests.helpers.faults import healthy_fns
 from vecenv import SubprocVectorEnv
+from vecenv.parent.replies import InfoMerger
 
 START_METHODS = [pytest.param(m, id=m) for m in ("fork", "forkserver", "spawn")]
 
@@ -380,3 +381,32 @@ def test_bad_async_reset_keeps_the_envs_in_flight(bad: dict[str, Any]) -> None:
     finally:
         envs.close()
         sync.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("raised", [SystemExit, KeyboardInterrupt, ValueError], ids=lambda e: e.__name__)
+def test_recv_cut_short_after_taking_groups_refuses_the_next_recv_until_async_reset(
+    raised: type[BaseException], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``recv`` cut short once it took its groups (a signal handler's SystemExit, Ctrl+C, an
+    info that cannot be batched) never hands out their ids, so they can never be sent: the
+    next ``recv`` must say so rather than carry on without those envs, and ``async_reset``
+    brings every env back."""
+    real = InfoMerger.merge
+
+    def merge(self: InfoMerger, *args: Any) -> Any:
+        monkeypatch.setattr(InfoMerger, "merge", real)  # once
+        raise raised("cut")
+
+    with vecenv.SubprocVectorEnv([JitterEnv] * 4, 4, batch_size=2, context="fork") as envs:
+        envs.async_reset(seed=0)
+        monkeypatch.setattr(InfoMerger, "merge", merge)
+        with pytest.raises(raised, match="cut"):
+            envs.recv()
+        with pytest.raises(vecenv.NeedsResetError, match=r"`recv` .*\(" + raised.__name__ + r"\).*async_reset\(\)"):
+            envs.recv(timeout=10)
+        with pytest.raises(vecenv.NeedsResetError, match="async_reset"):
+            envs.send(np.zeros(2, np.int64), np.arange(2))
+        envs.async_reset(seed=1)
+        seen = [envs.recv(timeout=10)[-1] for _ in range(2)]
+        assert sorted(np.concatenate(seen).tolist()) == [0, 1, 2, 3]

@@ -106,9 +106,23 @@ class AsyncBatches:
                 break
             groups.append(w)
             total += w.size
-        try:  # an interrupt from here on loses the taken groups: none of them can be sent
-            return self._batch(groups, runner.take(groups, "recv", "async_reset()"))
-        except KeyboardInterrupt as exc:
+        # Whatever cuts the call short from here on (Ctrl+C, a signal handler's SystemExit, an
+        # info that cannot be batched) loses the taken groups: the caller never learns their ids,
+        # so none of them could be sent again, and the batches would go on without those envs.
+        # Until `async_reset`, `recv` and `send` raise NeedsResetError instead.
+        try:
+            replies = runner.take(groups, "recv", "async_reset()")
+        except Exception:
+            raise  # an env's error: `take` has refused steps until a reset already
+        except BaseException as exc:
+            calls.interrupted("recv", exc, poisons=True)
+            raise
+        try:
+            return self._batch(groups, replies)
+        except Exception as exc:
+            calls.poison(f"`recv` failed ({type(exc).__name__})")
+            raise
+        except BaseException as exc:
             calls.interrupted("recv", exc, poisons=True)
             raise
 
