@@ -56,12 +56,17 @@ class NamedConstructor(Protocol):
         ...
 
 
+def _as_known(fn: Callable[[], Any], index: int, given: str) -> str:
+    """Env ``index``'s constructor ``fn`` as the caller knows it: the words vecenv made it with
+    (:class:`NamedConstructor`, which names the env id and the env), else ``given``, the words
+    for an ``env_fns[index]`` the caller gave. The one place that tells the two apart."""
+    return fn.name_of_env(index) if isinstance(fn, NamedConstructor) else given
+
+
 def _constructor(fn: Callable[[], Any], index: int) -> str:
     """Constructor ``index`` in words for an error: as the caller gave it (``env_fns[i]``, its name
     and line) or as vecenv made it for them (:class:`NamedConstructor`)."""
-    if isinstance(fn, NamedConstructor):
-        return fn.name_of_env(index)
-    return f"`env_fns[{index}]` ({_name_of(fn)})"
+    return _as_known(fn, index, f"`env_fns[{index}]` ({_name_of(fn)})")
 
 
 class GroupOfFns:
@@ -74,8 +79,7 @@ class GroupOfFns:
     def __call__(self) -> list[gym.Env]:
         envs = call_each(self.env_fns, self.first, "env")
         for i, (fn, env) in enumerate(zip(self.env_fns, envs), start=self.first):
-            name = fn.name_of_env(i) if isinstance(fn, NamedConstructor) else f"`env_fns[{i}]`"
-            check_env(env, f"{name} must return a gymnasium.Env")
+            check_env(env, f"{_as_known(fn, i, f'`env_fns[{i}]`')} must return a gymnasium.Env")
         return envs
 
     @property
@@ -92,11 +96,7 @@ def call_each(fns: Sequence[Callable[[], Any]], first: int, what: str) -> list[A
         try:
             built.append(fn())
         except Exception as exc:
-            exc.add_note(
-                f"raised by {fn.name_of_env(i)}"
-                if isinstance(fn, NamedConstructor)
-                else f"raised by env_fns[{i}] ({what} {i})"
-            )
+            exc.add_note(f"raised by {_as_known(fn, i, f'env_fns[{i}] ({what} {i})')}")
             raise
     return built
 
