@@ -30,6 +30,7 @@ from tests.engine.test_differential import assert_same
 from tests.helpers.envs import DiffEnv, HangupEnv, fns
 from tests.helpers.faults import no_spinning, transport_of
 from vecenv import SubprocVectorEnv, WorkerDiedError
+from vecenv.wire.buffers import BufferSpec
 from vecenv.wire.fastpath import SpinMode
 
 
@@ -317,3 +318,29 @@ def test_ctrl_c_as_a_rollout_block_is_written_keeps_every_worker(monkeypatch: py
     finally:
         envs.close()
         sync.close()
+
+
+@pytest.mark.timeout(60)
+def test_the_buffer_spec_is_pickled_once_for_every_worker_and_replacement(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each worker's attach message holds the buffer spec, and with it the observation space
+    (tens of MiB for a large image Box): the parent pickles it once per vector env, not once
+    per worker, and a replacement worker gets the same bytes; every worker still maps the
+    buffers it describes (the steps match Sync)."""
+    pickled = []
+    real = object.__reduce_ex__
+
+    def counted(self: BufferSpec, protocol: Any) -> Any:
+        pickled.append(os.getpid())
+        return real(self, protocol)
+
+    monkeypatch.setattr(BufferSpec, "__reduce_ex__", counted)
+    parent = os.getpid()
+    sync = SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4)
+    with vecenv.make("CartPole-v1", 4, 4, context="fork", on_worker_death="restart") as envs:
+        assert_same(envs.reset(seed=3), sync.reset(seed=3))
+        assert pickled.count(parent) == 1
+        os.kill(envs.worker_pids[2], signal.SIGKILL)
+        envs.step(np.ones(4, np.int64))  # worker 2 is replaced and attached
+        assert envs.restart_count == 1
+        assert pickled.count(parent) == 1
+    sync.close()

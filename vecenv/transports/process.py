@@ -15,6 +15,7 @@ block reaches each worker as a file descriptor passed over its pipe (Linux memfd
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import itertools
 import math
@@ -55,6 +56,7 @@ from vecenv.wire.protocol import (
     WAKE_REPLY,
     Attach,
     Command,
+    PickledOnce,
     SpaceRule,
     StepReply,
     WithFd,
@@ -335,6 +337,9 @@ class ProcessTransport(Transport):
         self._last_answered: list[int | None] = []
         #: Replies read whole when an interrupt (Ctrl+C) came, for the next poll: ``(worker, bytes)``.
         self._kept: list[tuple[int, bytes]] = []
+        #: The buffer spec every attach message holds, and its pickled form (made at the first
+        #: attach, reused for every worker and every replacement).
+        self._spec_pickled: tuple[Any, PickledOnce] | None = None
 
     def launch(self, group_fns: Sequence[Callable[[], Any]]) -> None:
         if not HAVE_MEMFD:
@@ -483,7 +488,7 @@ class ProcessTransport(Transport):
             block_fd = buffers.block.fd
         try:
             # What Connection.send writes, then the descriptors, each bounded by ``timeout``.
-            send_within(conn, bytes(reduction.ForkingPickler.dumps(attach)), block_fd, timeout)
+            send_within(conn, self._encode_attach(attach), block_fd, timeout)
             if self._control is not None:
                 assert self._control.fd is not None
                 send_handle_within(conn, self._control.fd, timeout)
@@ -493,6 +498,16 @@ class ProcessTransport(Transport):
         except OSError:  # it died after its Hello
             self._process(worker).join(1.0)
             raise WorkerGone from None
+
+    def _encode_attach(self, attach: Attach) -> memoryview:
+        """``attach`` as ``Connection.send`` pickles it, with its buffer spec pickled only once
+        for all workers (the worker unpickles the spec itself, as before). Not copied into a
+        ``bytes``: with a large observation space the message is tens of MiB."""
+        spec = attach.buffers
+        if self._spec_pickled is None or self._spec_pickled[0] is not spec:
+            self._spec_pickled = (spec, PickledOnce(spec))
+        message = dataclasses.replace(attach, buffers=self._spec_pickled[1])
+        return reduction.ForkingPickler.dumps(message)
 
     def release_fds(self) -> None:
         if self._control is not None:

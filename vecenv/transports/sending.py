@@ -119,7 +119,7 @@ def bound_writes(conn: Connection) -> None:
 
 def send_within(
     conn: Connection,
-    data: bytes,
+    data: bytes | memoryview,
     fd: int | None,
     timeout: float | None,
     progress: SendProgress | None = None,

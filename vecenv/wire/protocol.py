@@ -56,6 +56,7 @@ __all__ = [
     "RolloutBlockArgs",
     "RolloutArgs",
     "Pickled",
+    "PickledOnce",
     "SHARED_WEIGHTS_BYTES",
     "RolloutInfoEntries",
     "RolloutReply",
@@ -331,6 +332,24 @@ class RolloutArgs:
 #: command's bytes go down its pipe a buffer at a time, each a wake-up of both sides), to Ray
 #: actors as one object in Ray's object store.
 SHARED_WEIGHTS_BYTES = 64 * 1024
+
+
+class PickledOnce:
+    """A value pickled once in the parent and sent, as those bytes, inside several messages:
+    whoever unpickles a message gets the value itself, not this wrapper.
+
+    The workers' buffer spec (:class:`Attach`) holds the observation space, whose ``low`` and
+    ``high`` arrays of a large Box (2048x2048x3) take a tenth of a second or more to pickle;
+    pickled once per vector env, each worker's attach message copies the bytes instead.
+    """
+
+    __slots__ = ("data",)
+
+    def __init__(self, value: Any) -> None:
+        self.data = bytes(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def __reduce__(self) -> tuple[Callable[[bytes], Any], tuple[bytes]]:
+        return pickle.loads, (self.data,)
 
 
 class Pickled:
