@@ -374,8 +374,12 @@ def write_batch(space: Space, tree: Any, batch: Any, rows: Any) -> None:
 
 @singledispatch
 def is_array_batch(space: Space, value: Any) -> bool:
-    """Whether a batch of a fixed ``space`` is given as ndarrays (not lists or scalars)."""
-    return isinstance(value, np.ndarray)
+    """Whether a batch of a fixed ``space`` is given as ndarrays (not lists or scalars) that the
+    shared rows can hold as they are. A ``numpy.ma.MaskedArray`` with masked entries is not: the
+    rows would keep the data under the mask and lose the mask, while ``SyncVectorEnv`` hands each
+    env its item (``numpy.ma.masked``, or a row with masked entries); as items, each env gets
+    exactly that. With nothing masked its data are the values, and the rows hold them."""
+    return isinstance(value, np.ndarray) and not np.ma.is_masked(value)
 
 
 @is_array_batch.register(Tuple)

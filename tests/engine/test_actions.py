@@ -154,3 +154,45 @@ def test_a_str_as_the_batch_of_a_text_action_space_is_refused(num_workers: int) 
         assert envs.step(("a", "bc", "abc"))[4]["action"].tolist() == ["'a'", "'bc'", "'abc'"]
     finally:
         envs.close()
+
+
+_BOX2 = spaces.Box(-1.0, 1.0, (2,), np.float32)
+_MASKED = {
+    "discrete": (spaces.Discrete(3), np.ma.masked_array([1, 2, 0], mask=[False, True, False])),
+    "box": (_BOX2, np.ma.masked_array(np.full((3, 2), 0.5, np.float32), mask=[[0, 0], [0, 1], [0, 0]])),
+    "box-nothing-masked": (_BOX2, np.ma.masked_array(np.full((3, 2), 0.5, np.float32))),
+    "dict-leaf": (
+        spaces.Dict({"a": spaces.Discrete(3), "b": _BOX2}),
+        {
+            "a": np.array([0, 1, 2]),
+            "b": np.ma.masked_array(np.zeros((3, 2), np.float32), mask=[[1, 0], [0, 0], [0, 0]]),
+        },
+    ),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("case", list(_MASKED))
+def test_masked_array_actions_reach_each_env_as_sync_hands_them(case: str, num_workers: int) -> None:
+    """``SyncVectorEnv`` hands each env its item of a ``numpy.ma.MaskedArray`` batch:
+    ``numpy.ma.masked`` where masked, a masked row of a Box. The shared action rows kept the
+    data under the mask and dropped the mask, so an env got a value Sync never gives it; a
+    masked batch now travels as items and each env gets exactly Sync's."""
+    space, actions = _MASKED[case]
+    make = fns(AnyActionEnv, 3, action_space=space)
+    envs = SubprocVectorEnv(make, num_workers=num_workers)
+    sync = SyncVectorEnv(make)
+    try:
+        assert_same(envs.reset(seed=0), sync.reset(seed=0))
+        result, expected = envs.step(actions), sync.step(actions)
+        if case == "box-nothing-masked":  # the same values, as a plain array: the rows hold them
+            assert_same(result[:4], expected[:4])
+            assert result[-1]["action"][0] == repr(np.full(2, 0.5, np.float32))
+            return
+        assert_same(result, expected)
+        got = [i for i, a in enumerate(result[-1]["action"]) if a == "masked" or "--" in a]
+        assert got == {"discrete": [1], "box": [1], "dict-leaf": [0]}[case], result[-1]["action"]
+    finally:
+        envs.close()
+        sync.close()
