@@ -629,6 +629,41 @@ def test_context_manager_closes(start_method: str) -> None:
     envs.close()  # idempotent
 
 
+CLOSED_CALLS: dict[str, Callable[[SubprocVectorEnv], object]] = {
+    "step": lambda e: e.step(np.zeros(2, dtype=np.int64)),
+    "reset": lambda e: e.reset(seed=0),
+    "reset-mask": lambda e: e.reset(options={"reset_mask": np.array([True, False])}),
+    "call": lambda e: e.call("render"),
+    "get_attr": lambda e: e.get_attr("render_mode"),
+    "set_attr": lambda e: e.set_attr("x", 1),
+    "render": lambda e: e.render(),
+    "step_async": lambda e: e.step_async(np.zeros(2, dtype=np.int64)),
+    "reset_async": lambda e: e.reset_async(seed=0),
+    "call_async": lambda e: e.call_async("render"),
+    "np_random_seed": lambda e: e.np_random_seed,
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_every_call_after_close_raises_closed(num_workers: int) -> None:
+    """The semantics page's "Closed means closed": where ``SyncVectorEnv`` passes calls on to its
+    closed envs, every call that would reach ours raises ``ClosedEnvironmentError`` (as in
+    ``AsyncVectorEnv``), on processes and in the parent alike, and ``close()`` stays idempotent."""
+    fns = [functools.partial(gym.make, "CartPole-v1")] * 2
+    envs = SubprocVectorEnv(fns, num_workers)
+    envs.reset(seed=0)
+    envs.close()
+    raised = {}
+    for name, call in CLOSED_CALLS.items():
+        with pytest.raises(ClosedEnvironmentError) as info:
+            call(envs)
+        raised[name] = info.value
+    assert all(isinstance(e, vecenv.errors.VecEnvError) for e in raised.values()), raised
+    envs.close()
+    assert envs.closed
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(("num_workers", "obs_kind"), [(0, "dict"), (2, "dict"), (0, "tuple"), (2, "tuple")])
 def test_copy_false_gives_containers_of_its_own(num_workers: int, obs_kind: str) -> None:
