@@ -89,6 +89,10 @@ def test_every_error_raised_is_a_vecenv_error() -> None:
     [
         (vecenv.errors.InvalidArgumentError, ValueError),
         (vecenv.errors.ArgumentTypeError, TypeError),
+        (vecenv.errors.InvalidSeedError, ValueError),
+        (vecenv.errors.InvalidSeedError, gymnasium.error.Error),
+        (vecenv.errors.SeedTypeError, TypeError),
+        (vecenv.errors.SeedTypeError, gymnasium.error.Error),
         (vecenv.errors.InvalidStateError, RuntimeError),
         (vecenv.errors.MissingDependencyError, ImportError),
         (vecenv.errors.EnvIndexError, IndexError),

@@ -17,7 +17,7 @@ import numpy as np
 from gymnasium import Space
 from gymnasium.vector import AutoresetMode
 
-from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, InvalidSeedError, SeedTypeError, describe
 from vecenv.machine import available_cpus, default_start_method
 from vecenv.seeding import SEED_POLICIES, SeedPolicy, spawn_seeds
 from vecenv.wire.protocol import ObservationMode, SpaceRule
@@ -192,10 +192,10 @@ def seed_list(
         return [None] * n
     if _is_int(seed):
         if seed < 0:
-            raise InvalidArgumentError(f"`seed` must be a non-negative int, a list of {n} seeds or None, got {seed}")
+            raise InvalidSeedError(f"`seed` must be a non-negative int, a list of {n} seeds or None, got {seed}")
         return [*(spawn_seeds(int(seed), n) if policy == SeedPolicy.SPAWN else range(int(seed), int(seed) + n))]
     if isinstance(seed, (str, bytes)) or not isinstance(seed, (Sequence, np.ndarray)):
-        raise ArgumentTypeError(f"`seed` must be an int, a list of {n} seeds or None, got {describe(seed)}")
+        raise SeedTypeError(f"`seed` must be an int, a list of {n} seeds or None, got {describe(seed)}")
     if len(seed) != n:
         raise InvalidArgumentError(
             f"If seeds are passed as a list the length must match {count}={n} but got length={len(seed)}."
@@ -206,10 +206,10 @@ def seed_list(
             seeds.append(None)
         elif _is_int(s):
             if s < 0:
-                raise InvalidArgumentError(f"`seed[{i}]` must be a non-negative int or None, got {s}")
+                raise InvalidSeedError(f"`seed[{i}]` must be a non-negative int or None, got {s}")
             seeds.append(int(s))
         else:
-            raise ArgumentTypeError(f"`seed[{i}]` must be an int or None, got {describe(s)}")
+            raise SeedTypeError(f"`seed[{i}]` must be an int or None, got {describe(s)}")
     return seeds
 
 

@@ -32,7 +32,9 @@ argument of the wrong type: a ``TypeError``, and an ``InvalidArgumentError`` too
 Calls made in the wrong order or after ``close()`` raise :class:`AlreadyPendingCallError`,
 :class:`NoAsyncCallError` and :class:`ClosedEnvironmentError`, and an unknown env id
 :class:`UnknownEnvIdError`: each is a :class:`VecEnvError` and also Gymnasium's error of the same
-meaning, so ``except gymnasium.error.NoAsyncCallError`` catches it as it would Gymnasium's.
+meaning, so ``except gymnasium.error.NoAsyncCallError`` catches it as it would Gymnasium's. A seed
+``reset`` cannot use raises :class:`InvalidSeedError` (or :class:`SeedTypeError` for one of the
+wrong type), both Gymnasium's ``Error`` as well, which ``Env.reset`` raises for such a seed.
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ __all__ = [
     "PolicySpecError",
     "InvalidArgumentError",
     "ArgumentTypeError",
+    "InvalidSeedError",
+    "SeedTypeError",
     "InvalidStateError",
     "MissingMethodError",
     "NotCopyableError",
@@ -224,6 +228,19 @@ class ArgumentTypeError(InvalidArgumentError, TypeError):
     wrong type, and an :class:`InvalidArgumentError` (so a ``ValueError``) too, so code written
     to catch a bad argument as that still catches it; the message names the argument, what it
     expects and what it got."""
+
+
+class InvalidSeedError(InvalidArgumentError, gymnasium.error.Error):
+    """A seed ``reset`` cannot use: a negative one, alone or in a list. An
+    :class:`InvalidArgumentError` (a ``ValueError``), found before any env is reset, and
+    Gymnasium's ``Error`` too, which ``Env.reset`` raises for such a seed (where
+    ``SyncVectorEnv`` hands it on), so ``except gymnasium.error.Error`` still catches it."""
+
+
+class SeedTypeError(InvalidSeedError, ArgumentTypeError):
+    """A seed of a type ``reset`` cannot use (a float, a string, ``True``): an
+    :class:`ArgumentTypeError` (a ``TypeError``) and an :class:`InvalidSeedError` (Gymnasium's
+    ``Error``, which ``Env.reset`` raises for a seed that is not an int)."""
 
 
 class InvalidStateError(VecEnvError, RuntimeError):

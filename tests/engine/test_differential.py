@@ -664,6 +664,41 @@ def test_every_call_after_close_raises_closed(num_workers: int) -> None:
     assert envs.closed
 
 
+#: Seeds SyncVectorEnv refuses (Gymnasium's ``Env.reset`` with ``gymnasium.error.Error``, or its
+#: own ``len(seed)`` with ``TypeError``), after resetting the envs before the bad one; ours
+#: refuses them before any env is reset, with the error each case expects.
+BAD_SEEDS: dict[str, tuple[Any, type]] = {
+    "negative": (-1, vecenv.errors.InvalidSeedError),
+    "negative-in-list": ([0, -5], vecenv.errors.InvalidSeedError),
+    "float": (1.5, vecenv.errors.SeedTypeError),
+    "float-in-list": ([0, 2.0], vecenv.errors.SeedTypeError),
+}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("case", list(BAD_SEEDS))
+def test_a_seed_sync_refuses_is_refused_as_syncs_error_before_any_reset(num_workers: int, case: str) -> None:
+    """Code that catches what Sync raises for a bad seed (``gymnasium.error.Error``, ``TypeError``)
+    catches ours too; ours names the seed and resets nothing, so the envs carry on as they were."""
+    seed, error = BAD_SEEDS[case]
+    fns = [functools.partial(gym.make, "CartPole-v1")] * 2
+    sync = SyncVectorEnv(fns)
+    with pytest.raises(Exception) as sync_info:
+        sync.reset(seed=seed)
+    sync.close()
+    with SubprocVectorEnv(fns, num_workers) as envs:
+        first, _ = envs.reset(seed=3)
+        with pytest.raises(type(sync_info.value), match=r"`seed(\[1\])?` must be") as info:
+            envs.reset(seed=seed)
+        assert type(info.value) is error and isinstance(info.value, vecenv.errors.InvalidArgumentError)
+        stepped = envs.step(np.zeros(2, dtype=np.int64))[0]
+    reference = SyncVectorEnv(fns)
+    assert np.array_equal(reference.reset(seed=3)[0], first)
+    np.testing.assert_array_equal(reference.step(np.zeros(2, dtype=np.int64))[0], stepped)
+    reference.close()
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(("num_workers", "obs_kind"), [(0, "dict"), (2, "dict"), (0, "tuple"), (2, "tuple")])
 def test_copy_false_gives_containers_of_its_own(num_workers: int, obs_kind: str) -> None:
