@@ -28,6 +28,7 @@ __all__ = [
     "check_flag",
     "check_num_workers",
     "check_autoreset_mode",
+    "check_display_name",
     "check_context",
     "check_observation_mode",
     "check_timeout",
@@ -180,6 +181,14 @@ def check_seed_policy(policy: Any) -> SeedPolicy:
             f"`seed_policy` must be one of {', '.join(map(repr, SEED_POLICIES))}, got {describe(policy)}",
         )
     return SeedPolicy(policy)
+
+
+def check_display_name(name: Any) -> str | None:
+    """``display_name``: ``None`` (messages name the vector env's own class) or a non-empty
+    str, the class a wrapping layer's caller built, so that errors name what the caller knows."""
+    if name is not None and not (isinstance(name, str) and name):
+        raise _refusal(isinstance(name, str), f"`display_name` must be None or a non-empty str, got {describe(name)}")
+    return name
 
 
 def seed_list(

@@ -19,6 +19,7 @@ from gymnasium.vector import AutoresetMode
 from vecenv.checks import (
     RestartBudget,
     check_autoreset_mode,
+    check_display_name,
     check_flag,
     check_observation_mode,
     check_restarts,
@@ -47,6 +48,7 @@ class Keywords:
     restart_window: float = 60.0
     threads_per_worker: int | None = 1
     seed_policy: SeedPolicy = SeedPolicy.SEQUENTIAL
+    display_name: str | None = None
     # The process backend's own.
     context: str | None = None
     daemon: bool = True
@@ -70,6 +72,7 @@ _CHECKED = (
     "restart_window",
     "threads_per_worker",
     "seed_policy",
+    "display_name",
 )
 
 
@@ -82,6 +85,7 @@ class VectorOptions:
         threads: ``threads_per_worker``.
         seed_policy: how an int ``reset`` seed becomes per-env seeds (:mod:`vecenv.seeding`).
         batch_size: as given; it is checked against the group sizes once they are known.
+        display_name: the class name messages give (``None``: the vector env's own).
     """
 
     autoreset_mode: AutoresetMode
@@ -92,6 +96,7 @@ class VectorOptions:
     restarts: RestartBudget | None
     threads: int | None
     seed_policy: SeedPolicy = DEFAULTS.seed_policy
+    display_name: str | None = DEFAULTS.display_name
 
     @classmethod
     def check(
@@ -107,6 +112,7 @@ class VectorOptions:
         restart_window: Any = DEFAULTS.restart_window,
         threads_per_worker: Any = DEFAULTS.threads_per_worker,
         seed_policy: Any = DEFAULTS.seed_policy,
+        display_name: Any = DEFAULTS.display_name,
     ) -> VectorOptions:
         """Check every shared keyword (each error names its argument) before anything starts."""
         return cls(
@@ -118,6 +124,7 @@ class VectorOptions:
             restarts=check_restarts(on_worker_death, max_restarts, restart_window),
             threads=check_threads(threads_per_worker),
             seed_policy=check_seed_policy(seed_policy),
+            display_name=check_display_name(display_name),
         )
 
     @classmethod

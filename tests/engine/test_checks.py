@@ -349,6 +349,7 @@ _CHECKS: dict[str, Any] = {
     "context": checks.check_context,
     "observation_mode": checks.check_observation_mode,
     "seed_policy": checks.check_seed_policy,
+    "display_name": checks.check_display_name,
     "on_worker_death": lambda v: checks.check_restarts(v, 1, 1.0),
 }
 
@@ -375,6 +376,7 @@ _CHECKS: dict[str, Any] = {
         ("context", 5),
         ("observation_mode", 0),
         ("seed_policy", 1),
+        ("display_name", 1),
         ("on_worker_death", True),
     ],
 )
@@ -406,6 +408,7 @@ def test_a_wrong_type_is_a_type_error_and_still_an_invalid_argument(name: str, v
         ("context", "thread"),
         ("observation_mode", "mixed"),
         ("seed_policy", "random"),
+        ("display_name", ""),
         ("on_worker_death", "ignore"),
     ],
 )

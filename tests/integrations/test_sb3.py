@@ -916,3 +916,14 @@ def test_seed_policy_spawn_seeds_each_env_from_a_seed_sequence() -> None:
         assert len(set(seeds)) == N_ENVS and [b - a for a, b in zip(seeds, seeds[1:])] != [1] * (N_ENVS - 1)
     finally:
         ours.close()
+
+
+@pytest.mark.timeout(60)
+def test_errors_after_close_name_the_drop_in() -> None:
+    """The caller built an SB3 SubprocVecEnv, not vecenv's SubprocVectorEnv underneath: the
+    closed-env error names the former."""
+    venv = SubprocVecEnv([lambda: gym.make("CartPole-v1")] * 2, start_method="fork")
+    venv.close()
+    with pytest.raises(vecenv.errors.ClosedEnvironmentError) as raised:
+        venv.reset()
+    assert str(raised.value) == "Trying to operate on `SubprocVecEnv`, after a call to `close()`."

@@ -23,6 +23,7 @@ import vecenv.supersuit as vs  # noqa: E402
 from tests.helpers.multiagent import ToyParallelEnv, assert_tree_equal, pistonball, simple_spread  # noqa: E402
 from tests.helpers.multiagent import kaz as kaz_line_death  # noqa: E402
 from tests.helpers.threads import take_turns  # noqa: E402
+from vecenv.errors import ClosedEnvironmentError  # noqa: E402
 from vecenv.multiagent import AgentDeathError, AgentSpaceMismatchError  # noqa: E402
 
 
@@ -377,3 +378,13 @@ def test_sb3_base_class_without_sb3_names_the_extra_and_starts_nothing() -> None
     message, children = out.splitlines()
     assert "needs Stable-Baselines3: pip install 'vecenv[sb3]'" in message, out
     assert children == "0", out
+
+
+@pytest.mark.timeout(60)
+def test_errors_after_close_name_the_drop_in() -> None:
+    """The drop-in's caller never built the SubprocVectorEnv underneath: messages name ConcatVecEnv."""
+    concat = vs.concat_vec_envs_v1(vs.pettingzoo_env_to_vec_env_v1(ToyParallelEnv()), 2, num_cpus=2)
+    concat.close()
+    with pytest.raises(ClosedEnvironmentError) as raised:
+        concat.reset()
+    assert str(raised.value) == "Trying to operate on `ConcatVecEnv`, after a call to `close()`."

@@ -622,3 +622,27 @@ def test_threads_sharing_it_take_turns(num_workers: int) -> None:
         assert envs.get_attr("t") == (2 * steps,) * 3
     finally:
         envs.close()
+
+
+@pytest.mark.timeout(60)
+def test_errors_after_close_name_the_class_the_caller_built() -> None:
+    """The engine underneath is a SubprocVectorEnv the caller never built: a closed
+    MultiAgentVectorEnv must say so in its own name."""
+    envs = vecenv.make_parallel(ToyParallelEnv, 2, 1)
+    envs.close()
+    message = "Trying to operate on `MultiAgentVectorEnv`, after a call to `close()`."
+    with pytest.raises(vecenv.errors.ClosedEnvironmentError) as raised:
+        envs.reset()
+    assert str(raised.value) == message
+
+
+def test_a_start_method_refusal_names_the_class_the_caller_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start-method check runs before any worker starts; it names MultiAgentVectorEnv."""
+    import sys
+
+    monkeypatch.setattr(sys.modules["__main__"], "__file__", "<stdin>", raising=False)
+    monkeypatch.setattr(sys.modules["__main__"], "__spec__", None, raising=False)
+    with pytest.raises(vecenv.errors.UnguardedMainError) as raised:
+        MultiAgentVectorEnv(toy_fns(2), 2, context="spawn")
+    assert str(raised.value).startswith("MultiAgentVectorEnv cannot start its workers with 'spawn'")
+    assert "SubprocVectorEnv" not in str(raised.value)

@@ -56,13 +56,17 @@ def split_copies(env_fns: Sequence[Callable[[], Any]], k: int, autoreset_mode: A
     return [ParallelCopiesFn(env_fns[a:b], a, autoreset_mode) for a, b in contiguous_bounds(len(env_fns), k)]
 
 
-def open_rows(groups: Sequence[Callable[[], Any]], backend: str, inline: bool, kwargs: dict[str, Any]) -> Any:
-    """The engine's vector env over the rows of ``groups`` (one group per worker)."""
+def open_rows(
+    groups: Sequence[Callable[[], Any]], backend: str, inline: bool, kwargs: dict[str, Any], name: str
+) -> Any:
+    """The engine's vector env over the rows of ``groups`` (one group per worker); its messages
+    name ``name``, the class the caller built, not the engine it never saw."""
     if "observation_mode" in kwargs:
         raise ArgumentTypeError(
             "`observation_mode` does not apply: every agent of every copy shares one observation space"
         )
     cls = vector_class(backend)
+    kwargs = {"display_name": name, **kwargs}
     if backend == "process":
         kwargs = {**kwargs, "inline_group": inline}
     try:
@@ -172,7 +176,8 @@ class MultiAgentVectorEnv(Uncopyable, VectorEnv):
         workers = check_num_workers(num_workers, len(fns), in_process=backend != "ray", auto=False)
         self.num_copies = len(fns)
         inline = check_flag(kwargs.pop("inline_group", False), "inline_group") or workers == 0
-        self.rows = open_rows(split_copies(fns, max(1, workers), self.autoreset_mode), backend, inline, kwargs)
+        groups = split_copies(fns, max(1, workers), self.autoreset_mode)
+        self.rows = open_rows(groups, backend, inline, kwargs, type(self).__name__)
         try:
             self.agents = describe_agents(self.rows)
         except BaseException:

@@ -106,6 +106,10 @@ class SubprocVectorEnv(GroupVectorEnv):
             past it the constructor raises :class:`~vecenv.errors.VecEnvTimeoutError` naming the
             workers still building their envs. It does not bound the env ``"auto"`` builds in
             this process to time a step (nothing in this process can be timed out).
+        display_name: the class name its error messages give (default: its own, in
+            :attr:`display_name`). A layer that builds this vector env for its caller
+            (:class:`~vecenv.MultiAgentVectorEnv`, the SB3 and SuperSuit drop-ins) passes its
+            own class name, so that an error names the class the caller built.
 
     Raises:
         ValueError, TypeError: bad arguments, named with what was expected and what was given.
@@ -138,6 +142,7 @@ class SubprocVectorEnv(GroupVectorEnv):
         restart_window: float = DEFAULTS.restart_window,
         threads_per_worker: int | None = DEFAULTS.threads_per_worker,
         seed_policy: str = DEFAULTS.seed_policy,
+        display_name: str | None = DEFAULTS.display_name,
     ) -> None:
         groups: Sequence[Callable[[], Any]]
         if isinstance(env_fns, WorkerGroups):  # from_groups: one builder per worker, as given
@@ -181,6 +186,7 @@ class SubprocVectorEnv(GroupVectorEnv):
         restart_window: float = DEFAULTS.restart_window,
         threads_per_worker: int | None = DEFAULTS.threads_per_worker,
         seed_policy: str = DEFAULTS.seed_policy,
+        display_name: str | None = DEFAULTS.display_name,
         inline_group: bool = DEFAULTS.inline_group,
     ) -> SubprocVectorEnv:
         """One worker per callable; each returns the list of envs that worker hosts (or a
@@ -206,6 +212,7 @@ class SubprocVectorEnv(GroupVectorEnv):
             restart_window=restart_window,
             threads_per_worker=threads_per_worker,
             seed_policy=seed_policy,
+            display_name=display_name,
             inline_group=inline_group,
         )
 
@@ -223,8 +230,9 @@ class SubprocVectorEnv(GroupVectorEnv):
         chosen = context is not None or multiprocessing.get_start_method(allow_none=True) is not None
         starts_processes = not (inline and len(groups) == 1)
         if starts_processes:
-            check_may_start_processes(type(self).__name__)
-            method = guard_main(ctx.get_start_method(), chosen, type(self).__name__, "context")
+            name = options.display_name or type(self).__name__
+            check_may_start_processes(name)
+            method = guard_main(ctx.get_start_method(), chosen, name, "context")
             ctx = multiprocessing.get_context(method)
         #: The multiprocessing start method the workers were started with; ``None`` when no
         #: worker process starts (``num_workers=0``, or one group hosted in this process with

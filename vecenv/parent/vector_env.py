@@ -134,7 +134,10 @@ class GroupVectorEnv(Uncopyable, RolloutMethods, VectorEnv):
         self.call_lock = CallLock()
         self.autoreset_mode = options.autoreset_mode
         self.copy = options.copy
-        self._calls = CallState(type(self).__name__)
+        #: The class name every message of this vector env gives: its own, or the one a wrapping
+        #: layer (the multi-agent and SB3/SuperSuit drop-ins) passed, the class its caller built.
+        self.display_name = options.display_name or type(self).__name__
+        self._calls = CallState(self.display_name)
         self.seed_policy = options.seed_policy  # how reset(seed=int) seeds the envs (vecenv.seeding)
         self._seeds = SeedBook(0, options.seed_policy)
         restarter = None
@@ -159,7 +162,7 @@ class GroupVectorEnv(Uncopyable, RolloutMethods, VectorEnv):
 
     def _handshake(self, options: VectorOptions, shared_memory: bool) -> None:
         hellos = self._pool.hellos(options.start_timeout)
-        spaces = configure(hellos, options.observation_mode, self.autoreset_mode, type(self).__name__, shared_memory)
+        spaces = configure(hellos, options.observation_mode, self.autoreset_mode, self.display_name, shared_memory)
         self.num_envs = spaces.num_envs
         self.observation_space = spaces.observation_space
         self.single_observation_space = spaces.single_observation_space

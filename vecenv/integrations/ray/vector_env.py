@@ -126,6 +126,7 @@ class RayVectorEnv(GroupVectorEnv):
         max_restarts: as :class:`~vecenv.SubprocVectorEnv`.
         restart_window: as :class:`~vecenv.SubprocVectorEnv`.
         seed_policy: as :class:`~vecenv.SubprocVectorEnv` (the same seeds for the same envs).
+        display_name: as :class:`~vecenv.SubprocVectorEnv`.
         threads_per_worker: BLAS/OpenMP threads in each actor, as for worker processes (Ray
             also sets ``OMP_NUM_THREADS`` to the actor's ``num_cpus``; a value already in the
             environment is left alone).
@@ -153,6 +154,7 @@ class RayVectorEnv(GroupVectorEnv):
         restart_window: float = DEFAULTS.restart_window,
         threads_per_worker: int | None = DEFAULTS.threads_per_worker,
         seed_policy: str = DEFAULTS.seed_policy,
+        display_name: str | None = DEFAULTS.display_name,
     ) -> None:
         make_groups: Callable[[int], Sequence[Callable[[], Any]]]
         if isinstance(env_fns, WorkerGroups):  # from_groups: one actor per builder, as given
@@ -197,6 +199,7 @@ class RayVectorEnv(GroupVectorEnv):
         restart_window: float = DEFAULTS.restart_window,
         threads_per_worker: int | None = DEFAULTS.threads_per_worker,
         seed_policy: str = DEFAULTS.seed_policy,
+        display_name: str | None = DEFAULTS.display_name,
     ) -> RayVectorEnv:
         """One actor per callable; each returns the list of envs it hosts (or a native
         ``gymnasium.vector.VectorEnv``), as :meth:`SubprocVectorEnv.from_groups`."""
@@ -214,6 +217,7 @@ class RayVectorEnv(GroupVectorEnv):
             restart_window=restart_window,
             threads_per_worker=threads_per_worker,
             seed_policy=seed_policy,
+            display_name=display_name,
         )
 
     def _connect(

@@ -141,6 +141,7 @@ class SubprocVecEnv(Uncopyable, VecEnv):
             "restart_window": restart_window,
             "threads_per_worker": threads_per_worker,
             "seed_policy": seed_policy,
+            "display_name": type(self).__name__,  # errors name this class, not the engine underneath
         }
         own: dict[str, Any] = {}
         if backend == "process":

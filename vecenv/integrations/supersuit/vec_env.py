@@ -161,7 +161,9 @@ class ConcatVecEnv(Uncopyable, VectorEnv):
         ]
         import vecenv  # the public names, loaded on first use
 
-        self.rows = vecenv.SubprocVectorEnv.from_groups(groups, inline_group=num_cpus < 2, context=context)
+        self.rows = vecenv.SubprocVectorEnv.from_groups(
+            groups, inline_group=num_cpus < 2, context=context, display_name=type(self).__name__
+        )
         self.num_copies = num_copies
         self.num_agents = len(copies.agents)
         self.num_envs = self.rows.num_envs
