@@ -158,7 +158,9 @@ class InvalidObservationError(VecEnvError, ValueError, TypeError):
 
 
 class InvalidInfoError(VecEnvError, TypeError):
-    """An env's ``reset`` or ``step`` returned an info that is not a mapping (``None``, a list).
+    """An env's ``reset`` or ``step`` returned an info that is not a mapping (``None``, a list),
+    or, in :class:`~vecenv.MultiAgentVectorEnv`, an agent's info holding a key the vector env
+    sets itself on that row (``active``, ``copy_info``), which would replace it without a word.
 
     ``SyncVectorEnv`` fails on it too (an ``AttributeError`` when it batches the info: it reads
     ``items()``, so a mapping that is not a dict is taken, here as there); this one

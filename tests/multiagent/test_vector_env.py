@@ -646,3 +646,30 @@ def test_a_start_method_refusal_names_the_class_the_caller_built(monkeypatch: py
         MultiAgentVectorEnv(toy_fns(2), 2, context="spawn")
     assert str(raised.value).startswith("MultiAgentVectorEnv cannot start its workers with 'spawn'")
     assert "SubprocVectorEnv" not in str(raised.value)
+
+
+class _AgentInfoKey(ToyParallelEnv):
+    """ToyParallelEnv whose agent ``a1`` reports ``key`` in its step info."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__()
+        self.key = key
+
+    def step(self, actions: dict[str, Any]) -> Any:
+        out = super().step(actions)
+        out[4]["a1"] = {**out[4].get("a1", {}), self.key: 5}
+        return out
+
+
+@pytest.mark.parametrize("key", ["active", "_active", "copy_info"])
+@pytest.mark.parametrize("mode", MODES)
+def test_an_agent_info_key_the_vector_env_sets_is_refused_not_replaced(key: str, mode: AutoresetMode) -> None:
+    """``active`` and ``copy_info`` are set on every row by the vector env: an agent's own value
+    under that key was replaced without a word. It is refused, naming the key, the agent and the copy."""
+    with MultiAgentVectorEnv([functools.partial(_AgentInfoKey, key)] * 2, 0, autoreset_mode=mode) as envs:
+        envs.reset(seed=0)
+        with pytest.raises(vecenv.errors.InvalidInfoError) as raised:
+            envs.step(envs.action_space.sample())
+    message = str(raised.value)
+    assert f"copy 0's info of agent 'a1' holds the key {key!r} (= 5), which MultiAgentVectorEnv sets" in message
+    assert "rename the key in a wrapper" in message

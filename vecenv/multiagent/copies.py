@@ -37,6 +37,7 @@ __all__ = [
     "COPY_CALL",
     "INACTIVE_KEY",
     "COPY_INFO_KEY",
+    "RESERVED_INFO_KEYS",
     "RowInfo",
     "agent_spaces",
     "build_copies",
@@ -47,6 +48,9 @@ __all__ = [
 INACTIVE_KEY = "vecenv_inactive"
 #: The info key under which a copy's own infos (keys that name no agent) reach each of its rows.
 COPY_INFO_KEY = "copy_info"
+#: The info keys the native API sets itself (with the masks Gymnasium's batching gives them): an
+#: agent's info holding one is refused, since the vector env's value would silently replace it.
+RESERVED_INFO_KEYS = ("active", "_active", COPY_INFO_KEY, f"_{COPY_INFO_KEY}", INACTIVE_KEY, f"_{INACTIVE_KEY}")
 #: The name passed to the engine's ``call`` for the per-copy operations of :class:`CopyCall`.
 COPY_CALL = "_vecenv_copy_call"
 

@@ -27,6 +27,7 @@ from vecenv.multiagent.copies import (
     COPY_CALL,
     COPY_INFO_KEY,
     INACTIVE_KEY,
+    RESERVED_INFO_KEYS,
     AgentCopies,
     CopyCall,
     CopyOp,
@@ -281,6 +282,7 @@ class ParallelGroup(CopyGroup):
             if info is not None:
                 if not isinstance(info, dict):
                     raise InvalidInfoError(f"copy {c}'s info of agent {agent!r} must be a dict, got {describe(info)}")
+                _refuse_reserved(c, agent, info)
                 info = batched_view(info)
             if common or inactive[a]:
                 info = dict(info or {})
@@ -290,6 +292,18 @@ class ParallelGroup(CopyGroup):
                     info[INACTIVE_KEY] = True
             rows.append(info or None)
         return rows
+
+
+def _refuse_reserved(c: int, agent: str, info: dict[str, Any]) -> None:
+    """Refuse an agent's info key that the vector env sets on the same row: its value would be
+    replaced without a word (``active`` by the active mask, ``copy_info`` by the copy's infos)."""
+    for key in RESERVED_INFO_KEYS:
+        if key in info:
+            raise InvalidInfoError(
+                f"copy {c}'s info of agent {agent!r} holds the key {key!r} (= {describe(info[key])}), which "
+                f"MultiAgentVectorEnv sets itself on every row (reserved: {', '.join(map(repr, RESERVED_INFO_KEYS))}): "
+                "rename the key in a wrapper around the parallel env"
+            )
 
 
 def _snapshot(value: Any) -> Any:

@@ -123,7 +123,8 @@ class MultiAgentVectorEnv(Uncopyable, VectorEnv):
     ``pad_action_space_v0``). A step takes one action per row and returns one observation,
     reward and pair of flags per row, and Gymnasium's batched infos: each agent's info on its
     row (``_key`` masks), a copy's infos that name no agent under ``infos["copy_info"]`` on each
-    of its rows, and ``infos["active"]``.
+    of its rows, and ``infos["active"]``. An agent's info holding one of those keys (or their
+    ``_`` masks) is refused with ``InvalidInfoError``, not silently replaced.
 
     **Agent death**: an agent absent from its env (it left ``env.agents``, or has not joined yet)
     gets a zero observation, reward 0, ``terminated`` True and ``active`` False until its copy
