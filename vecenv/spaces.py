@@ -44,6 +44,7 @@ __all__ = [
     "describe_space",
     "named_dict_keys",
     "fits_layout",
+    "exactly_equal",
 ]
 
 
@@ -637,10 +638,49 @@ def _dict_dict_keys(space: Dict, prefix: str = "") -> list[tuple[str, Any]]:
     ]
 
 
+@singledispatch
+def exactly_equal(expected: Space, received: Space) -> bool:
+    """Whether ``received`` is certainly equal to ``expected`` by a cheap exact test: the same
+    class, shape and dtype and bit-equal bounds. ``False`` means "not known", never "unequal": the
+    caller then asks ``==``. Why: a ``Box``'s ``==`` runs ``np.allclose`` over its bounds in
+    floats, seconds for an image space compared once per env, while equal bounds (the common case:
+    every env built by one constructor) compare in a few milliseconds. Exact equality implies
+    Gymnasium's, so every answer is the one ``==`` gives. Only the exact classes below are tested
+    (a subclass may define its own ``==``)."""
+    return False
+
+
+@exactly_equal.register(Box)
+def _box_exactly_equal(expected: Box, received: Space) -> bool:
+    return (
+        type(expected) is Box
+        and type(received) is Box
+        and expected.shape == received.shape
+        and expected.dtype == received.dtype
+        and np.array_equal(expected.low, received.low)
+        and np.array_equal(expected.high, received.high)
+    )
+
+
+@exactly_equal.register(Dict)
+def _dict_exactly_equal(expected: Dict, received: Space) -> bool:
+    if type(expected) is not Dict or type(received) is not Dict:
+        return False
+    mine, theirs = expected.spaces, received.spaces
+    return list(mine) == list(theirs) and all(exactly_equal(mine[k], theirs[k]) or theirs[k] == mine[k] for k in mine)
+
+
+@exactly_equal.register(Tuple)
+def _tuple_exactly_equal(expected: Tuple, received: Space) -> bool:
+    if type(expected) is not Tuple or type(received) is not Tuple or len(expected.spaces) != len(received.spaces):
+        return False
+    return all(exactly_equal(a, b) or b == a for a, b in zip(expected.spaces, received.spaces))
+
+
 def fits_layout(expected: Space, received: Space) -> bool:
     """``received`` is ``expected``, or has its shape and dtype (bounds may differ), so its values
     fit the arrays of ``expected``; spaces Gymnasium cannot compare so (custom ones) must be equal."""
-    if received == expected:
+    if exactly_equal(expected, received) or received == expected:
         return True
     try:
         return bool(is_space_dtype_shape_equiv(expected, received))

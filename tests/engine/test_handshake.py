@@ -95,10 +95,8 @@ def test_the_mismatch_named_does_not_depend_on_the_worker_count(num_workers: int
     assert multiprocessing.active_children() == []
 
 
-def test_a_space_is_compared_once_per_env_after_the_first(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each env's own space was compared with itself too (in its group's check and in the
-    parent's), each a ``np.allclose`` over the bounds: for a large Box, seconds spent building
-    a vector env on nothing. Env 1 against env 0 is the one comparison left, as checks go."""
+def _count_box_eq(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Record each ``Box.__eq__`` call (the ids of both spaces) from now on."""
     compared: list[tuple[int, int]] = []
     box_eq = spaces.Box.__eq__
 
@@ -107,10 +105,77 @@ def test_a_space_is_compared_once_per_env_after_the_first(monkeypatch: pytest.Mo
         return box_eq(self, other)
 
     monkeypatch.setattr(spaces.Box, "__eq__", counted)
+    return compared
+
+
+def test_equal_spaces_are_never_compared_with_box_eq(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each env's own space was compared with itself (in its group's check and in the
+    parent's), and with env 0's by ``np.allclose`` over the bounds: for a large Box, seconds
+    spent building a vector env on nothing. Bit-equal bounds now fit without ``Box.__eq__``."""
+    compared = _count_box_eq(monkeypatch)
     with SubprocVectorEnv([functools.partial(BoundsEnv, index=0)] * 2, 0) as envs:
         assert isinstance(envs.single_observation_space, spaces.Box)
-    assert len(compared) == 1, compared
-    assert all(a != b for a, b in compared), compared
+    assert compared == []
+
+
+def test_bounds_equal_only_within_tolerance_are_still_compared_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exact test cannot vouch for bounds that differ by less than ``np.allclose``'s
+    tolerance: ``Box.__eq__`` decides, as before, and calls them equal (one comparison)."""
+    compared = _count_box_eq(monkeypatch)
+    first = spaces.Box(0.0, 1.0, (2,), np.float64)
+    near = spaces.Box(0.0, 1.0 + 1e-12, (2,), np.float64)
+    assert near == first
+    compared.clear()
+    spaces_ = configure(
+        [hello(1, observation_space=first), hello(1, observation_space=near)], SpaceRule.SAME, NEXT, "SubprocVectorEnv"
+    )
+    assert spaces_.num_envs == 2 and len(compared) == 1, compared
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        pytest.param(spaces.Box(0, 254, (64, 64, 3), np.uint8), id="one-bound"),
+        pytest.param(spaces.Box(0, 255, (64, 64, 3), np.int16), id="dtype"),
+        pytest.param(spaces.Box(0, 255, (64, 64, 4), np.uint8), id="shape"),
+    ],
+)
+def test_a_large_box_that_differs_is_refused_with_the_same_message(other: spaces.Box) -> None:
+    """The fast path only ever says "equal": a large image Box whose bounds, dtype or shape
+    differ is refused as before, the message naming the env, the mode and both spaces."""
+    image = spaces.Box(0, 255, (64, 64, 3), np.uint8)
+    with pytest.raises(SpaceMismatchError) as raised:
+        configure(
+            [hello(2, observation_space=image), hello(1, observation_space=other)], SpaceRule.SAME, NEXT, "ThisEnv"
+        )
+    assert str(raised.value) == (
+        "ThisEnv(..., observation_mode='same') however some of the sub-environments observation spaces are not "
+        f"equivalent: env 2 has observation_space {other}, expected {image}. If this is intentional, use "
+        "`observation_mode='different'` instead."
+    )
+
+
+class _ImageEnv(PayEnv):
+    """A 64x64x3 uint8 image space; with ``odd``, one element of its upper bound is 254."""
+
+    def __init__(self, index: int = 0, odd: bool = False) -> None:
+        super().__init__(index)
+        high = np.full((64, 64, 3), 255, np.uint8)
+        high[63, 63, 2] -= int(odd)
+        self.observation_space = spaces.Box(np.zeros_like(high), high, dtype=np.uint8)
+
+
+def test_one_differing_bound_in_a_workers_group_is_refused_with_the_same_message() -> None:
+    """The group's own check (env 1 against env 0 in one group, no process) uses the same rule."""
+    env_fns = [_ImageEnv, functools.partial(_ImageEnv, 1, odd=True)]
+    with pytest.raises(SpaceMismatchError) as raised:
+        SubprocVectorEnv(env_fns, 0)
+    odd, image = _ImageEnv(odd=True).observation_space, _ImageEnv().observation_space
+    assert str(raised.value) == (
+        "SubprocVectorEnv(..., observation_mode='same') however some of the sub-environments observation spaces "
+        f"are not equivalent: env 1 has observation_space {odd}, expected {image}. If this is intentional, use "
+        "`observation_mode='different'` instead."
+    )
 
 
 def test_configure_different_batches_every_envs_space() -> None:

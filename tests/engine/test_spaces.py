@@ -336,3 +336,62 @@ def test_named_dict_keys_lists_each_key_before_the_keys_below_it() -> None:
     )
     assert named_dict_keys(space, "obs") == [("obs", "a"), ("obs.a.1", "x"), ("obs", "b"), ("obs.b", "y")]
     assert named_dict_keys(spaces.Box(0, 1, (2,)), "obs") == []
+
+
+class _MyBox(gym.spaces.Box):
+    """A Box subclass (it might define its own ``==``): never vouched for by the exact test."""
+
+
+_IMAGE = gym.spaces.Box(0, 255, (4, 4, 3), np.uint8)
+
+
+@pytest.mark.parametrize(
+    ("expected", "received", "exact"),
+    [
+        pytest.param(_IMAGE, gym.spaces.Box(0, 255, (4, 4, 3), np.uint8), True, id="box-copy"),
+        pytest.param(_IMAGE, gym.spaces.Box(0, 254, (4, 4, 3), np.uint8), False, id="box-bound"),
+        pytest.param(_IMAGE, gym.spaces.Box(0, 255, (4, 4, 3), np.int16), False, id="box-dtype"),
+        pytest.param(
+            gym.spaces.Box(0.0, 1.0, (2,), np.float64),
+            gym.spaces.Box(0.0, 1.0 + 1e-12, (2,), np.float64),
+            False,
+            id="box-within-tolerance",
+        ),
+        pytest.param(_IMAGE, _MyBox(0, 255, (4, 4, 3), np.uint8), False, id="box-subclass"),
+        pytest.param(
+            gym.spaces.Dict({"a": _IMAGE, "b": gym.spaces.Discrete(3)}),
+            gym.spaces.Dict({"a": gym.spaces.Box(0, 255, (4, 4, 3), np.uint8), "b": gym.spaces.Discrete(3)}),
+            True,
+            id="dict-copy",
+        ),
+        pytest.param(
+            gym.spaces.Dict({"a": _IMAGE, "b": gym.spaces.Discrete(3)}),
+            gym.spaces.Dict({"a": _IMAGE, "b": gym.spaces.Discrete(4)}),
+            False,
+            id="dict-leaf",
+        ),
+        pytest.param(
+            gym.spaces.Tuple((_IMAGE, gym.spaces.Discrete(3))),
+            gym.spaces.Tuple((gym.spaces.Box(0, 255, (4, 4, 3), np.uint8), gym.spaces.Discrete(3))),
+            True,
+            id="tuple-copy",
+        ),
+        pytest.param(gym.spaces.Discrete(3), gym.spaces.Discrete(3), False, id="discrete-not-tested"),
+    ],
+)
+def test_exactly_equal_only_vouches_for_spaces_equal_by_gymnasium(
+    expected: gym.Space, received: gym.Space, exact: bool
+) -> None:
+    """``exactly_equal`` is a fast path: ``True`` only where ``==`` says equal too, so the fit
+    rules that ask it first give ``==``'s answers."""
+    from gymnasium.spaces.utils import is_space_dtype_shape_equiv
+
+    from vecenv.spaces import exactly_equal, fits_layout
+    from vecenv.wire.protocol import SpaceKind, SpaceRule, space_fits
+
+    assert exactly_equal(expected, received) is exact
+    if exact:
+        assert received == expected
+    assert space_fits(SpaceRule.SAME, SpaceKind.OBSERVATION, expected, received) is bool(received == expected)
+    loose = received == expected or is_space_dtype_shape_equiv(expected, received)
+    assert fits_layout(expected, received) is bool(loose)

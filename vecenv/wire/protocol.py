@@ -34,7 +34,7 @@ from gymnasium.spaces.utils import is_space_dtype_shape_equiv
 
 from vecenv.errors import PackedException
 from vecenv.interrupts import HeldInterrupt
-from vecenv.spaces import fits_layout
+from vecenv.spaces import exactly_equal, fits_layout
 from vecenv.wire.memory import INHERITED_FDS, check_block, make_memfd, seal_memfd
 
 __all__ = [
@@ -133,8 +133,11 @@ def space_fits(mode: ObservationMode | Space, which: SpaceKind, expected: Space,
 
     A space fits itself without being compared: the check meets each group's first env against
     itself, and comparing a ``Box`` compares its bounds element by element (``np.allclose``), which
-    for a large observation (an image, a long vector) took longer than building the env."""
-    if received is expected:
+    for a large observation (an image, a long vector) took longer than building the env. For the
+    same reason spaces that are bit-for-bit equal (:func:`~vecenv.spaces.exactly_equal`: each
+    env's own copy of one constructor's space) fit without ``==``; only a space that this
+    cheap test cannot vouch for is compared as before, so every answer is unchanged."""
+    if received is expected or exactly_equal(expected, received):
         return True
     if mode is SpaceRule.AS_ENV_0:
         return fits_layout(expected, received)
