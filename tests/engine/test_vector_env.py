@@ -255,3 +255,41 @@ def test_pickling_or_copying_is_refused_and_the_vector_env_stays_usable(how: str
         gc.collect()
         obs, *_ = envs.step(envs.action_space.sample())
         assert obs.shape[0] == 2 and not envs.closed
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["shared", "pipes"])
+@pytest.mark.parametrize("split", [False, True], ids=["step", "step_async+wait"])
+def test_a_step_cut_short_after_taking_its_replies_never_steps_ended_envs_silently(
+    shared_memory: bool, split: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under DISABLED, a step records which envs ended so that stepping them raises, as
+    ``SyncVectorEnv`` requires. A ``SystemExit`` (a signal handler's) raised once the replies
+    were taken, while their rows were stored, skipped that record: the next step stepped the
+    ended envs past their episode's end. It is refused with ``NeedsResetError`` until a reset."""
+    from vecenv.parent.replies import InfoMerger
+
+    real = InfoMerger.receive
+
+    def receive(self: InfoMerger, *args: Any) -> None:
+        monkeypatch.setattr(InfoMerger, "receive", real)  # once
+        raise SystemExit("cut")
+
+    env_fns = [functools.partial(PayEnv, i, horizon=1) for i in range(2)]
+    with SubprocVectorEnv(
+        env_fns, 2, autoreset_mode=AutoresetMode.DISABLED, shared_memory=shared_memory, context="fork"
+    ) as envs:
+        envs.reset(seed=0)
+        actions = np.zeros(2, np.int64)
+        monkeypatch.setattr(InfoMerger, "receive", receive)
+        with pytest.raises(SystemExit, match="cut"):
+            if split:
+                envs.step_async(actions)
+                envs.step_wait()
+            else:
+                envs.step(actions)
+        with pytest.raises(vecenv.NeedsResetError, match=r"`step_async` after .*\(SystemExit\).*reset\(\)"):
+            envs.step(actions)
+        envs.reset(seed=1)
+        _, _, _, truncations, _ = envs.step(actions)  # every env ended again, as the first step had them
+        assert truncations.tolist() == [True, True]

@@ -318,7 +318,17 @@ class GroupVectorEnv(Uncopyable, RolloutMethods, VectorEnv):
         first = replies[0]
         common = len(replies) == 1 and not first.infos and first.rows is None  # nothing to merge
         if not common:
-            self._infos.receive(b, workers, replies)
+            try:
+                self._infos.receive(b, workers, replies)
+            except BaseException as exc:
+                if self._disabled:
+                    # The replies are taken and the envs stepped, but which of them ended is not
+                    # recorded (nor, for rows that travel in replies, known): stepping on could
+                    # step an ended env silently. Refuse steps until a reset instead.
+                    self._calls.poison(
+                        f"`step_wait` was cut short ({type(exc).__name__}) before it recorded which envs ended"
+                    )
+                raise
         if self._disabled:  # only DISABLED refuses to step an env whose episode ended
             # (recorded before the infos are batched: the envs ended whether or not they can be)
             self._calls.step_done(b.terminations, b.truncations)
