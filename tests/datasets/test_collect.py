@@ -3,6 +3,7 @@ format, interruption, and the vecenv-collect command line."""
 
 from __future__ import annotations
 
+import errno
 import functools
 import gc
 import json
@@ -338,6 +339,60 @@ def test_an_out_that_is_or_lies_under_a_file_is_refused_before_the_envs_are_buil
         ):
             collect(counter_envs(2, AutoresetMode.NEXT_STEP), steps=3, out=out, progress=False)
     assert notes.read_text() == "keep me" and sorted(tmp_path.iterdir()) == [notes]
+
+
+def _refuse_out_in_read_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """``--out`` inside the read-only ``tmp_path / "ro"``: exit status 2, one line naming --out
+    and the folder, before any env is built; the Python API raises DatasetWriteError."""
+    from vecenv.datasets import cli as cli_module
+
+    def no_envs(*args: Any) -> None:
+        raise AssertionError("the envs were built for an output that cannot be written")
+
+    monkeypatch.setattr(cli_module, "_make_envs", no_envs)
+    read_only = tmp_path / "ro"
+    for out, where in [(read_only, "which"), (read_only / "d" / "e", f"where {str(read_only)!r}")]:
+        message = (
+            f"expected a directory this process may write in, got {str(out)!r}, {where} is not writable "
+            "(permission denied)"
+        )
+        assert main(["--steps", "10", "--quiet", "--out", str(out)]) == 2
+        assert capsys.readouterr().err == f"vecenv-collect: error: --out: {message}\n"
+        with pytest.raises(rollout.DatasetWriteError, match=re.escape(f"out: {message}")) as raised:
+            collect(counter_envs(2, AutoresetMode.NEXT_STEP), steps=3, out=out, progress=False)
+        assert raised.value.errno == errno.EACCES
+    assert list(read_only.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write in a 0o555 directory: see the os.access test")
+def test_an_out_in_a_read_only_directory_is_refused_before_the_envs_are_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A read-only directory (mode 0o555) was found only at the first write, after the envs started."""
+    (tmp_path / "ro").mkdir(mode=0o555)
+    try:
+        _refuse_out_in_read_only(tmp_path, monkeypatch, capsys)
+    finally:
+        (tmp_path / "ro").chmod(0o755)
+
+
+def test_an_out_in_a_directory_access_denies_is_refused_before_the_envs_are_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """The same refusal where ``os.access`` denies writing. Monkeypatched because as root (CI
+    containers) ``access()`` ignores the mode bits and a 0o555 directory is writable; this
+    test runs as any user."""
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    real_access = os.access
+
+    def access(path: Any, mode: int, **kwargs: Any) -> bool:
+        if Path(path) == read_only and mode & os.W_OK:
+            return False
+        return real_access(path, mode, **kwargs)
+
+    monkeypatch.setattr(os, "access", access)
+    _refuse_out_in_read_only(tmp_path, monkeypatch, capsys)
 
 
 @pytest.mark.parametrize(

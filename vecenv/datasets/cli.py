@@ -131,12 +131,16 @@ def _checked_output(args: argparse.Namespace) -> Path:
             minari_target(args.dataset_id, out, args.overwrite, FLAGS, args.minari_storage or "hdf5", prepare=False)
         except (MinariNotInstalledError, ValueError, FileExistsError) as exc:
             raise _UsageError(str(exc)) from None
+        except DatasetWriteError as exc:  # a read-only directory: the message without "[Errno 13]"
+            raise _UsageError(str(exc.strerror)) from None
         return out
     out = _default_out(args)
     try:
         check_out(out, args.overwrite, FLAGS)
     except FileExistsError as exc:
         raise _UsageError(str(exc)) from None
+    except DatasetWriteError as exc:
+        raise _UsageError(str(exc.strerror)) from None
     return out
 
 

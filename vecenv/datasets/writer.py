@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import datetime
+import errno
 import json
 import math
 import os
@@ -268,14 +269,24 @@ def check_out(out: Path, overwrite: bool, names: OptionNames = KEYWORDS) -> None
 
 def check_directory_path(path: Path, name: str) -> None:
     """Raise OutputExistsError when ``path`` cannot be (or become) a directory: it is an
-    existing file, or a folder it would go under is. Found here, before any env starts,
-    instead of as a write error once they run; ``name`` is how the message names the option."""
+    existing file, or a folder it would go under is; and DatasetWriteError (``EACCES``) when
+    the nearest existing folder (``path`` itself, or the one its folders would be made in)
+    does not let this process create entries in it (a read-only directory). Found here, before
+    any env starts, instead of as a write error once they run; ``name`` is how the message
+    names the option."""
     for existing in (path, *path.parents):
         if not existing.exists():
             continue
         if not existing.is_dir():
             where = "which is an existing file" if existing == path else f"where {str(existing)!r} is an existing file"
             raise OutputExistsError(f"{name}: expected a directory path, got {str(path)!r}, {where}")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            where = "which" if existing == path else f"where {str(existing)!r}"
+            raise DatasetWriteError(
+                errno.EACCES,
+                f"{name}: expected a directory this process may write in, got {str(path)!r}, {where} "
+                "is not writable (permission denied)",
+            )
         return
 
 
