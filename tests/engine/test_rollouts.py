@@ -1083,3 +1083,34 @@ def test_rollout_infos_are_each_steps_own_values(env: type[PathEnv], workers: in
     finally:
         envs.close()
         sync.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_rollout_cut_short_after_taking_its_replies_never_steps_ended_envs_silently(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under DISABLED a rollout records which envs ended, so that stepping them raises. A
+    ``SystemExit`` raised once the replies were taken, while their rows were stored, skipped
+    that record: the next step stepped ended envs past their episode's end. It is refused
+    with ``NeedsResetError`` until a reset."""
+    from tests.helpers.envs import PayEnv
+    from vecenv.wire.rollout_buffers import RolloutBuffers
+
+    real = RolloutBuffers.receive
+
+    def receive(self: RolloutBuffers, *args: Any) -> None:
+        monkeypatch.setattr(RolloutBuffers, "receive", real)  # once
+        raise SystemExit("cut")
+
+    env_fns = [functools.partial(PayEnv, i, horizon=1) for i in range(2)]
+    with vecenv.SubprocVectorEnv(
+        env_fns, 2, autoreset_mode=AutoresetMode.DISABLED, shared_memory=False, context="fork"
+    ) as envs:
+        envs.reset(seed=0)
+        monkeypatch.setattr(RolloutBuffers, "receive", receive)
+        with pytest.raises(SystemExit, match="cut"):
+            envs.rollout(1)
+        with pytest.raises(vecenv.NeedsResetError, match=r"\(SystemExit\).*reset\(\)"):
+            envs.step(np.zeros(2, np.int64))
+        envs.reset(seed=1)
+        assert envs.rollout(1).truncations.tolist() == [[True, True]]

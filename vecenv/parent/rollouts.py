@@ -606,9 +606,18 @@ class Rollouts:
         block = self.block
         assert block is not None
         t = self._num_steps
-        for w, reply in zip(workers, replies):
-            block.receive(w.start, w.stop, reply.block)
-            self.buffers.receive(w.start, w.stop, reply.rows)
+        try:
+            for w, reply in zip(workers, replies):
+                block.receive(w.start, w.stop, reply.block)
+                self.buffers.receive(w.start, w.stop, reply.rows)
+        except BaseException as exc:
+            if self.autoreset_mode is AutoresetMode.DISABLED:
+                # The envs stepped, but which of them ended is not recorded (nor, for rows that
+                # travel in replies, known): refuse steps until a reset rather than step them on.
+                self.calls.poison(
+                    f"`rollout_wait` was cut short ({type(exc).__name__}) before it recorded which envs ended"
+                )
+            raise
         ends = block.terminations[:t] | block.truncations[:t]
         # Recorded before the infos are batched: the envs ended whether or not they can be.
         self.calls.rollout_done(ends.any(axis=0) if block.stepped is not None else ends[t - 1])
