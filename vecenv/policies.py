@@ -29,7 +29,10 @@ products may take another kernel, with another summation order, for another batc
 the last bits of a row's output can depend on how many rows share the call (measured in
 ``vecenv-bench --suite rollouts``). Stochastic sampling inside a module or ``predict`` draws from
 that worker's torch generator, so it depends on how the envs are grouped; pass
-``deterministic=True`` (or sample in your own row-wise code) for data that does not.
+``deterministic=True`` (or sample in your own row-wise code) for data that does not. A worker
+process seeds its global generators (numpy's, ``random``'s, torch's) from its group's first
+env's seed for a callable or a module
+(:func:`~vecenv.worker.policy.seed_process_generators`), so workers never draw the same numbers.
 
 :func:`as_worker_policy` turns what a caller passes (``"random"``, a module, a model, a
 callable) into one of these. Torch and Stable-Baselines3 are imported only when used.
@@ -195,7 +198,9 @@ class FunctionPolicy(WorkerPolicy):
     with one row per env, carried by the worker and reset at episode starts.
 
     It is sent with cloudpickle, so lambdas and functions defined in ``__main__`` work. Each
-    worker gets its own copy: state it keeps (a counter, a generator) is per worker.
+    worker gets its own copy: state it keeps (a counter, a generator) is per worker, and so are
+    the global generators it may sample from (seeded in each worker process from its group's
+    first env's seed).
     """
 
     def __init__(
@@ -223,6 +228,8 @@ class FunctionPolicy(WorkerPolicy):
 
 
 class _Calls(PolicyRunner):
+    uses_process_generators = True
+
     def __init__(self, function: Callable[..., Any], initial_state: Callable[[int], Any] | None = None) -> None:
         self.function = function
         self._initial_state = initial_state
@@ -372,6 +379,8 @@ def check_state_dict(weights: Any, layout: dict[str, tuple[tuple[int, ...], Any]
 
 
 class _TorchForward(PolicyRunner):
+    uses_process_generators = True
+
     def __init__(self, module: Any) -> None:
         import torch
 

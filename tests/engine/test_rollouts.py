@@ -278,6 +278,51 @@ def test_random_policy_is_reseeded_by_a_seeded_reset() -> None:
 # -- policies --------------------------------------------------------------------------------
 
 
+def _global_numpy_sampler(observations: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Samples from numpy's global generator, as ``np.random.randint`` in a user's policy does."""
+    n = len(observations)
+    return np.random.randint(0, 4, n), {"noise": np.random.rand(n)}
+
+
+def _torch_sampler() -> Any:
+    """A module that samples from torch's global generator, as ``Categorical(...).sample()`` does."""
+    import torch
+
+    class Sampler(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.logits = torch.nn.Linear(3, 4)
+
+        def forward(self, observations: Any) -> Any:
+            actions = torch.distributions.Categorical(logits=self.logits(observations) * 0).sample()
+            return actions, {"noise": torch.rand(len(observations), dtype=torch.float64)}
+
+    return Sampler()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_policies_sampling_from_global_generators_draw_apart_in_each_worker_and_follow_the_seed(kind: str) -> None:
+    # Forked workers start with the parent's generators (and torch's default seed is the same in
+    # every process): every group of the same size drew the same noise, the same actions.
+    policy = _global_numpy_sampler if kind == "numpy" else _torch_sampler()
+    if kind == "torch":
+        pytest.importorskip("torch")
+    fns = diff_env_fns(6, obs_kind="box", act_kind="discrete", p_term=0.0, p_trunc=0.0)
+    with make(fns, 2) as envs:
+        envs.reset(seed=SEED)
+        first = envs.rollout(8, policy)
+        noise = first.extras["noise"]
+        assert not np.array_equal(noise[:, :3], noise[:, 3:]), "both workers drew the same numbers"
+        assert not np.array_equal(first.actions[:, :3], first.actions[:, 3:])
+        envs.reset(seed=SEED)
+        again = envs.rollout(8, policy)
+        np.testing.assert_array_equal(again.extras["noise"], noise)
+        np.testing.assert_array_equal(again.actions, first.actions)
+        envs.reset(seed=SEED + 100)
+        assert not np.array_equal(envs.rollout(8, policy).extras["noise"], noise), "another seed, other numbers"
+
+
 @pytest.mark.timeout(120)
 def test_torch_module_runs_in_workers_and_takes_new_weights() -> None:
     torch = pytest.importorskip("torch")

@@ -34,7 +34,7 @@ class InlineWorker:
     """A worker hosted by the parent: a WorkerCore fed the same messages as a process."""
 
     def __init__(self, options: WorkerOptions) -> None:
-        self.core = WorkerCore(0, options)
+        self.core = WorkerCore(0, options, own_process=False)  # the parent's generators stay the caller's
         # Commands not yet run, each with the descriptor that came with it (a duplicate).
         self.pending: list[tuple[bytes, int | None]] = []
         # Replies made by a run that an interrupt ended, for the next run.

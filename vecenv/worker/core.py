@@ -126,9 +126,11 @@ def _env_0_identity(env: Any) -> tuple[dict[str, Any], str | None, Any]:
 class WorkerCore:
     """One worker's group and its command handlers, independent of how commands arrive."""
 
-    def __init__(self, index: int, options: WorkerOptions) -> None:
+    def __init__(self, index: int, options: WorkerOptions, own_process: bool = True) -> None:
         self.index = index
         self.options = options
+        #: Whether it runs in a process of its own (a worker process, a Ray actor), not the parent's.
+        self.own_process = own_process
         self.envs: Any = None
         self.group: HostedGroup | None = None
         self.rollouts: GroupRollouts | None = None
@@ -213,7 +215,7 @@ class WorkerCore:
         else:
             group = EnvGroup(self.envs, attach.autoreset_mode, buffers)
         self.group = group
-        rollouts = self.rollouts = GroupRollouts(group, buffers, attach.start, attach.autoreset_mode)
+        rollouts = self.rollouts = GroupRollouts(group, buffers, attach.start, attach.autoreset_mode, self.own_process)
 
         def reset(args: ResetArgs) -> StepReply:
             reply = StepReply(group.reset(args.seeds, args.options, args.mask), buffers.payload())

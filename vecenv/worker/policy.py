@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import random
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,7 +21,7 @@ from gymnasium import Space
 from vecenv.errors import ArgumentTypeError
 from vecenv.policy_outputs import PolicyOutputs, probe
 
-__all__ = ["PolicyContext", "PolicyRunner", "WorkerPolicy", "policy_seed"]
+__all__ = ["PolicyContext", "PolicyRunner", "WorkerPolicy", "policy_seed", "seed_process_generators"]
 
 #: Mixed into every env's reset seed to seed its random-action generator, so that the actions
 #: are not drawn from the same stream as the env's own ``np_random``.
@@ -31,6 +33,24 @@ def policy_seed(seed: int | None) -> int | None:
     if seed is None:
         return None
     return int(np.random.SeedSequence([int(seed), _POLICY_STREAM]).generate_state(1, np.uint64)[0])
+
+
+def seed_process_generators(seed: int | None) -> None:
+    """Seed this process's global generators (numpy's legacy ``np.random``, ``random`` and, where
+    it is imported, torch's CPU generator) from ``seed`` (``None``: fresh entropy).
+
+    A worker process starts with its parent's generators (fork copies them; torch's default seed
+    is the same in every process), so a policy that samples from them (``Categorical.sample()``,
+    ``np.random.rand``) would draw the same numbers in every worker and give groups of the
+    same size the same actions. Called in worker processes only, never in the parent.
+    """
+    entropy = np.random.SeedSequence(None if seed is None else [int(seed), _POLICY_STREAM]).entropy
+    words = np.random.SeedSequence(entropy).generate_state(3, np.uint32)
+    np.random.seed(int(words[0]))
+    random.seed(int(words[1]))
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.random.default_generator.manual_seed(int(words[1]) << 31 | int(words[2]) >> 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +80,10 @@ class PolicyRunner(abc.ABC):
 
     #: Whether the runner keeps per-env state (:meth:`initial_state`, :meth:`act_with_state`).
     recurrent: bool = False
+    #: Whether the code it runs may sample from the process's global generators (a user's
+    #: module or function): a worker process then seeds them (:func:`seed_process_generators`)
+    #: from its group's first env's seed, so that workers draw different numbers.
+    uses_process_generators: bool = False
 
     @abc.abstractmethod
     def act(self, observations: Any, active: np.ndarray | None) -> Any:

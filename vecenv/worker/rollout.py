@@ -62,7 +62,7 @@ from vecenv.wire.protocol import (
 )
 from vecenv.wire.rollout_buffers import RolloutBuffers
 from vecenv.worker.group import EnvGroup, snapshot_info
-from vecenv.worker.policy import PolicyContext, PolicyRunner
+from vecenv.worker.policy import PolicyContext, PolicyRunner, seed_process_generators
 
 __all__ = ["GroupRollouts", "RolloutFailure"]
 
@@ -96,8 +96,18 @@ class SteppedGroup(Protocol):
 class GroupRollouts:
     """One worker's rollouts (see the module docstring)."""
 
-    def __init__(self, group: SteppedGroup, buffers: Buffers, start: int, autoreset_mode: AutoresetMode) -> None:
+    def __init__(
+        self,
+        group: SteppedGroup,
+        buffers: Buffers,
+        start: int,
+        autoreset_mode: AutoresetMode,
+        own_process: bool = True,
+    ) -> None:
         self.group = group
+        #: Whether this worker is a process of its own, whose global generators it may seed
+        #: (not the group the parent hosts: the parent's generators are the caller's).
+        self.own_process = own_process
         self.buffers = buffers
         self.start = start
         self.autoreset_mode = autoreset_mode
@@ -139,6 +149,8 @@ class GroupRollouts:
             self.seeds[j] = seed
             if self.policy is not None:
                 self.policy.reseed(j, seed)
+                if j == 0:
+                    self._seed_process(seed)
         mask = np.ones(self.group.num_envs, np.bool_) if args.mask is None else np.asarray(args.mask, np.bool_)
         self.starts |= mask
         self._ended &= ~mask
@@ -221,6 +233,7 @@ class GroupRollouts:
             range(self.start, self.start + n), spec.observation_space, spec.action_space, list(self.seeds)
         )
         runner = worker_policy.build(context)
+        self._seed_process(self.seeds[0] if self.seeds else None, runner)
         if runner.recurrent:
             if not isinstance(self.group, EnvGroup):
                 raise PolicyOutputError(
@@ -231,6 +244,14 @@ class GroupRollouts:
             check_initial_state(initial, n)
             self._initial, self.state = initial, copy_state(initial)
         self.policy = runner
+
+    def _seed_process(self, seed: int | None, runner: PolicyRunner | None = None) -> None:
+        """A policy that samples from the process's generators draws, in a worker process,
+        from generators seeded from its group's first env's seed (see
+        :func:`~vecenv.worker.policy.seed_process_generators`)."""
+        runner = runner or self.policy
+        if self.own_process and runner is not None and runner.uses_process_generators:
+            seed_process_generators(seed)
 
     def _set_state(self, state: Any) -> None:
         if self._initial is None:
