@@ -656,7 +656,10 @@ def test_bad_input_and_policy_errors_are_named() -> None:
         assert envs.rollout(3).num_steps == 3  # nothing was sent by the refused calls
         with pytest.raises(KeyError, match="no action for you") as info:
             envs.rollout(3, _raises_in_policy)
-        assert "in the worker's policy, at step 0 of the rollout (steps 0..2)" in str(info.value.__notes__)
+        assert (
+            "in the worker's policy, at step 0 of the rollout (steps 0..2); the policy is "
+            "tests.engine.test_rollouts:_raises_in_policy"
+        ) in str(info.value.__notes__)
         with pytest.raises(vecenv.NeedsResetError):
             envs.rollout(3)
         envs.reset(seed=0)

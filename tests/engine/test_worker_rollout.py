@@ -123,9 +123,10 @@ def test_env_error_names_the_step_and_policy_error_says_it_is_the_policy(cores: 
     )
     assert not ok and isinstance(packed, PackedException)
     assert packed.env_index == 1 and re.fullmatch(r"at step [5-9] of the rollout \(steps 0\.\.9\)", packed.detail)
-    ok, packed = worker.feed(Command.ROLLOUT, RolloutArgs(10, 0, Pickled.of(FunctionPolicy(lambda obs: 1 / 0))))
+    policy = FunctionPolicy(lambda obs: 1 / 0, name="divides")
+    ok, packed = worker.feed(Command.ROLLOUT, RolloutArgs(10, 0, Pickled.of(policy)))
     assert not ok and packed.env_index is None
-    assert packed.detail == "in the worker's policy, at step 0 of the rollout (steps 0..9)"
+    assert packed.detail == "in the worker's policy, at step 0 of the rollout (steps 0..9); the policy is divides"
     ok, packed = worker.feed(Command.ROLLOUT, RolloutArgs(11))
     assert not ok and "a rollout of 11 steps in a block of 10" in packed.message
     parent.close()

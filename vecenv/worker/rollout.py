@@ -71,8 +71,11 @@ class RolloutFailure:
     """Where the last rollout failed, for the error's note: the step, and whether the policy
     (not an env) raised."""
 
-    def __init__(self, step: int, num_steps: int, in_policy: bool) -> None:
+    def __init__(self, step: int, num_steps: int, in_policy: bool, policy_name: str = "") -> None:
         self.step, self.num_steps, self.in_policy = step, num_steps, in_policy
+        #: The policy's name (``WorkerPolicy.name``), for an error of the policy: the learner
+        #: may pass several policies in turn, and the exception alone does not say whose it is.
+        self.policy_name = policy_name
 
     def order(self) -> tuple[int, int]:
         """Where a loop over the whole vector env would have met it: at this step, the policy
@@ -81,7 +84,8 @@ class RolloutFailure:
 
     def describe(self) -> str:
         where = "in the worker's policy, " if self.in_policy else ""
-        return f"{where}at step {self.step} of the rollout (steps 0..{self.num_steps - 1})"
+        named = f"; the policy is {self.policy_name}" if self.in_policy and self.policy_name else ""
+        return f"{where}at step {self.step} of the rollout (steps 0..{self.num_steps - 1}){named}"
 
 
 class SteppedGroup(Protocol):
@@ -115,6 +119,7 @@ class GroupRollouts:
         self.block: RolloutBuffers | None = None
         self.block_error: BaseException | None = None  # why the last block could not be mapped
         self.policy: PolicyRunner | None = None
+        self.policy_name = ""  # the installed policy's name, for its errors
         self.failure: RolloutFailure | None = None
         n = group.num_envs
         self.starts = np.ones(n, np.bool_)  # the current observation is an episode's first
@@ -202,9 +207,11 @@ class GroupRollouts:
             if args.num_steps > block.spec.num_steps:
                 raise InvalidStateError(f"a rollout of {args.num_steps} steps in a block of {block.spec.num_steps}")
         # Building the policy or loading its weights fails "in the policy, at the first step".
-        self.failure = RolloutFailure(args.first_step, args.num_steps, True)
+        self.failure = failure = RolloutFailure(args.first_step, args.num_steps, True, self.policy_name)
         if args.policy is not None:
-            self._install(args.policy.load())
+            worker_policy = args.policy.load()
+            self.policy_name = failure.policy_name = str(getattr(worker_policy, "name", ""))
+            self._install(worker_policy)
         policy = self.policy
         if policy is None:
             raise InvalidStateError("a rollout came before its policy")
