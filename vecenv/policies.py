@@ -40,12 +40,10 @@ callable) into one of these. Torch and Stable-Baselines3 are imported only when 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import io
-import random
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import cloudpickle
@@ -62,7 +60,7 @@ from vecenv.errors import (
     WeightsMismatchError,
     describe,
 )
-from vecenv.policy_outputs import PolicyOutputs, same_sequence
+from vecenv.policy_outputs import PolicyOutputs, process_generators_kept, same_sequence
 from vecenv.spaces import build_tree, leaf_layout, tree_leaves
 from vecenv.worker.policy import PolicyContext, PolicyRunner, WorkerPolicy, policy_seed
 
@@ -512,8 +510,8 @@ class SB3Policy(WorkerPolicy):
         return check_state_dict(weights, getattr(self, "_layout", None), self.name)
 
     def build(self, context: PolicyContext) -> PolicyRunner:
-        torch = _import("torch", "SB3Policy")
-        with _process_generators_kept(torch):  # load seeds them with the model's seed
+        _import("torch", "SB3Policy")
+        with process_generators_kept():  # load seeds them with the model's seed
             model = cloudpickle.loads(self._class).load(io.BytesIO(self._saved), device="cpu")
         first_seed = context.seeds[0] if context.seeds else None
         return _Predicts(model, self.deterministic, policy_seed(first_seed), len(context.env_ids))
@@ -691,19 +689,6 @@ class _Predicts(PolicyRunner):
         else:  # a state dict given to update_policy_weights
             self.model.policy.load_state_dict(weights)
         self._reset_noise()  # scaled by the new log_std
-
-
-@contextlib.contextmanager
-def _process_generators_kept(torch: Any) -> Iterator[None]:
-    """The process's global torch (CPU), numpy and ``random`` generators as they were after the
-    block: SB3's ``load`` seeds all three with the model's saved seed."""
-    torch_state, numpy_state, python_state = torch.get_rng_state(), np.random.get_state(), random.getstate()
-    try:
-        yield
-    finally:
-        torch.set_rng_state(torch_state)
-        np.random.set_state(numpy_state)
-        random.setstate(python_state)
 
 
 def _pickled(policy: Any, name: str) -> bytes:

@@ -27,8 +27,11 @@ state, and keep the rows of envs that were not stepped.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Mapping
+import random
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -54,6 +57,7 @@ __all__ = [
     "join_states",
     "copy_state",
     "probe",
+    "process_generators_kept",
 ]
 
 #: ``(name, row shape, dtype)`` of every extra, in the order the policy returned them.
@@ -274,6 +278,22 @@ def join_states(states: list[Any]) -> Any:
 # -- learning the layout ---------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def process_generators_kept() -> Iterator[None]:
+    """The process's global generators (numpy's legacy ``np.random``, ``random``'s and, where it
+    is imported, torch's CPU one) as they were before the block, whatever it drew from them."""
+    torch = sys.modules.get("torch")
+    torch_state = None if torch is None else torch.get_rng_state()
+    numpy_state, python_state = np.random.get_state(), random.getstate()
+    try:
+        yield
+    finally:
+        if torch is not None:
+            torch.set_rng_state(torch_state)
+        np.random.set_state(numpy_state)
+        random.setstate(python_state)
+
+
 def probe(policy: Any, context: Any, observations: Any) -> PolicyOutputs:
     """Build a copy of ``policy`` for the envs of ``context`` and call it once on their rows
     ``observations``: the layout of its extras, and whether it is recurrent. The copy is then
@@ -288,6 +308,14 @@ def probe(policy: Any, context: Any, observations: Any) -> PolicyOutputs:
     kept as ``probe_error``, for the parent to name should the workers' outputs not fit it.
     """
     n = len(context.env_ids)
+    # It runs in the caller's process: what it samples from the global generators (a module's
+    # ``Categorical(...).sample()``) must not move the caller's streams on.
+    with process_generators_kept():
+        return _probe(policy, context, observations, n)
+
+
+def _probe(policy: Any, context: Any, observations: Any, n: int) -> PolicyOutputs:
+    """:func:`probe`'s call of the copy, on ``n`` rows."""
     recurrent, initial = False, None
     try:
         runner = policy.build(context)

@@ -323,6 +323,36 @@ def test_policies_sampling_from_global_generators_draw_apart_in_each_worker_and_
         assert not np.array_equal(envs.rollout(8, policy).extras["noise"], noise), "another seed, other numbers"
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_the_first_call_of_a_policy_in_this_process_leaves_its_generators_where_they_were(
+    kind: str, workers: int
+) -> None:
+    # The call that learns a new policy's extras runs in the caller's process; it moved the
+    # caller's numpy and torch streams on, so a learner seeded for a reproducible run drew other
+    # numbers, and the group the parent hosts other actions than a plain loop of the policy.
+    torch = pytest.importorskip("torch")
+    policy = _global_numpy_sampler if kind == "numpy" else _torch_sampler()
+
+    def seed() -> None:
+        np.random.seed(7)
+        torch.manual_seed(7)
+
+    fns = diff_env_fns(4, obs_kind="box", act_kind="discrete", p_term=0.0, p_trunc=0.0)
+    with make(fns, workers) as envs:
+        observations, _ = envs.reset(seed=SEED)
+        seed()
+        noise = envs.rollout(1, policy).extras["noise"][0]
+        after = np.random.rand(), torch.rand(1).item()
+        seed()
+        if workers == 0:  # the parent's group draws from the caller's generators, as a loop would
+            rows = observations if kind == "numpy" else torch.as_tensor(observations)
+            np.testing.assert_array_equal(noise, np.asarray(policy(rows)[1]["noise"]))
+        else:  # the workers draw from theirs: the caller's have not moved
+            assert after == (np.random.rand(), torch.rand(1).item())
+
+
 @pytest.mark.timeout(120)
 def test_torch_module_runs_in_workers_and_takes_new_weights() -> None:
     torch = pytest.importorskip("torch")
