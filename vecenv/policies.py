@@ -298,10 +298,25 @@ class TorchPolicy(WorkerPolicy):
         return check_state_dict(weights, getattr(self, "_layout", None), self.name)
 
     def weights(self) -> Any:
+        """The original module's ``state_dict`` as it is now, checked as given weights are (the
+        module may have been changed, or moved to a GPU, since its copies were made): on the CPU."""
         original = getattr(self, "_module", None)
         if original is None:
             raise ArgumentTypeError(_copy_has_no_weights(self, "module"))
-        return {key: value.detach().clone() for key, value in original.state_dict().items()}
+        return _checked_original(original.state_dict(), self._layout, self.name, "module")
+
+
+def _checked_original(state: Any, layout: dict[str, tuple[tuple[int, ...], Any]], name: str, original: str) -> Any:
+    """:func:`check_state_dict` of the original's own ``state_dict``, the error saying where the
+    weights came from (``update_policy_weights()`` was given none)."""
+    try:
+        return check_state_dict(state, layout, name)
+    except WeightsMismatchError as exc:
+        exc.add_note(
+            f"`weights` here are the original {original}'s state_dict() as it is now, which no longer fits the "
+            "copies made from it: pass the policy again to `rollout` to send a new copy"
+        )
+        raise
 
 
 def _copy_has_no_weights(policy: WorkerPolicy, original: str) -> str:
@@ -536,7 +551,8 @@ class SB3Policy(WorkerPolicy):
         original = getattr(self, "_model", None)
         if original is None:
             raise ArgumentTypeError(_copy_has_no_weights(self, "model"))
-        state = {key: value.detach().clone() for key, value in original.policy.state_dict().items()}
+        # Checked and on the CPU, as given weights are: SB3 trains on a GPU where it finds one.
+        state = _checked_original(original.policy.state_dict(), self._layout, self.name, "model's policy network")
         rate = getattr(original, "exploration_rate", None)
         return _ModelWeights(state, None if rate is None else float(rate))
 

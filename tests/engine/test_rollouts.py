@@ -27,7 +27,7 @@ import vecenv
 from tests.engine.test_differential import assert_same
 from tests.helpers.envs import EmptyObservationEnv, FinalKeysInfoEnv, diff_env_fns, fns, greedy_module
 from tests.helpers.faults import FaultEnv, fault_fns, healthy_fns, transport_of
-from vecenv.errors import InvalidArgumentError, RemoteTraceback, WorkerDiedError
+from vecenv.errors import InvalidArgumentError, RemoteTraceback, WeightsMismatchError, WorkerDiedError
 from vecenv.parent.replies import InfoMerger
 from vecenv.policies import FunctionPolicy, PolicyContext, PolicyRunner, RandomPolicy, WorkerPolicy
 from vecenv.spaces import tree_leaves, tree_map
@@ -371,6 +371,24 @@ def test_torch_module_runs_in_workers_and_takes_new_weights() -> None:
         assert (envs.rollout(3, module).actions == 1).all()
         envs.update_policy_weights({"linear.weight": torch.zeros(4, 3), "linear.bias": torch.tensor([0.0, 0, 0, 9])})
         assert (envs.rollout(3, module).actions == 3).all()
+
+
+@pytest.mark.timeout(60)
+def test_the_original_module_s_weights_that_no_longer_fit_are_refused_before_anything_is_sent() -> None:
+    # They went out unchecked: the workers' load_state_dict failed at the next rollout, which
+    # then needed a reset.
+    torch = pytest.importorskip("torch")
+    module = greedy_module()
+    with make(diff_env_fns(4), 2) as envs:
+        envs.reset(seed=SEED)
+        envs.rollout(2, module)
+        version = envs.policy_weights_version
+        module.linear = torch.nn.Linear(3, 5)
+        with pytest.raises(WeightsMismatchError, match=r"must have shape \(4, 3\)") as info:
+            envs.update_policy_weights()
+        assert "the original module's state_dict()" in " ".join(info.value.__notes__)
+        assert envs.policy_weights_version == version
+        assert (envs.rollout(2, module).actions == 2).all(), "the copies act with the weights they had"
 
 
 class CountedWeights:
