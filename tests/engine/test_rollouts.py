@@ -321,6 +321,11 @@ def test_policies_sampling_from_global_generators_draw_apart_in_each_worker_and_
         np.testing.assert_array_equal(again.actions, first.actions)
         envs.reset(seed=SEED + 100)
         assert not np.array_equal(envs.rollout(8, policy).extras["noise"], noise), "another seed, other numbers"
+        if kind == "numpy":  # a new policy object at every rollout goes on where the last stopped
+            envs.reset(seed=SEED)
+            first = envs.rollout(4, FunctionPolicy(_global_numpy_sampler)).extras["noise"]
+            second = envs.rollout(4, FunctionPolicy(_global_numpy_sampler)).extras["noise"]
+            np.testing.assert_array_equal(np.concatenate([first, second]), noise)
 
 
 @pytest.mark.timeout(60)

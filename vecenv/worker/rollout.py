@@ -112,6 +112,7 @@ class GroupRollouts:
         #: Whether this worker is a process of its own, whose global generators it may seed
         #: (not the group the parent hosts: the parent's generators are the caller's).
         self.own_process = own_process
+        self._process_seeded = False  # its global generators were seeded for a policy
         self.buffers = buffers
         self.start = start
         self.autoreset_mode = autoreset_mode
@@ -155,7 +156,7 @@ class GroupRollouts:
             if self.policy is not None:
                 self.policy.reseed(j, seed)
                 if j == 0:
-                    self._seed_process(seed)
+                    self._seed_process(seed, restart=True)
         mask = np.ones(self.group.num_envs, np.bool_) if args.mask is None else np.asarray(args.mask, np.bool_)
         self.starts |= mask
         self._ended &= ~mask
@@ -252,13 +253,19 @@ class GroupRollouts:
             self._initial, self.state = initial, copy_state(initial)
         self.policy = runner
 
-    def _seed_process(self, seed: int | None, runner: PolicyRunner | None = None) -> None:
+    def _seed_process(self, seed: int | None, runner: PolicyRunner | None = None, restart: bool = False) -> None:
         """A policy that samples from the process's generators draws, in a worker process,
         from generators seeded from its group's first env's seed (see
-        :func:`~vecenv.worker.policy.seed_process_generators`)."""
+        :func:`~vecenv.worker.policy.seed_process_generators`): once, the first time such a
+        policy arrives, and again at every seeded reset (``restart``). A new policy passed to
+        every rollout (a bound method is a new object at every access) goes on drawing where
+        the last one stopped: seeding again would give it the same numbers at every rollout."""
         runner = runner or self.policy
-        if self.own_process and runner is not None and runner.uses_process_generators:
+        if not (self.own_process and runner is not None and runner.uses_process_generators):
+            return
+        if restart or not self._process_seeded:
             seed_process_generators(seed)
+            self._process_seeded = True
 
     def _set_state(self, state: Any) -> None:
         if self._initial is None:
