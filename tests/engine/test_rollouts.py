@@ -396,6 +396,31 @@ def test_the_original_module_s_weights_that_no_longer_fit_are_refused_before_any
         assert (envs.rollout(2, module).actions == 2).all(), "the copies act with the weights they had"
 
 
+class ZeroAgent:
+    """A learner's agent whose ``act`` is passed as the policy: ``agent.act`` is a new bound
+    method object at each access."""
+
+    def __init__(self, action: int) -> None:
+        self.action = action
+
+    def act(self, observations: np.ndarray) -> np.ndarray:
+        return np.full(len(observations), self.action, np.int64)
+
+
+@pytest.mark.timeout(60)
+def test_the_same_bound_method_passed_again_is_the_same_policy() -> None:
+    # Compared with `is`, each rollout probed, pickled and sent `agent.act` again as a new policy.
+    agent, other = ZeroAgent(1), ZeroAgent(0)
+    with make(diff_env_fns(4), 2) as envs:
+        envs.reset(seed=SEED)
+        versions = [envs.rollout(2, agent.act).weights_version for _ in range(3)]
+        assert versions == [versions[0]] * 3, versions
+        agent.action = 0  # the workers' copies are as the agent was when first passed
+        assert (envs.rollout(2, agent.act).actions == 1).all()
+        switched = envs.rollout(2, other.act)  # another object's method: a new policy
+        assert switched.weights_version == versions[0] + 1 and (switched.actions == 0).all()
+
+
 class CountedWeights:
     """Weights that count how often this process pickles them."""
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import types
 from collections.abc import Sequence
 from typing import Any
 
@@ -206,7 +207,9 @@ class Rollouts:
 
     def _adopt(self, policy: Any) -> WorkerPolicy:
         current = self._policy
-        if current is not None and (policy is self._given or policy is current or _is_random(policy, current)):
+        if current is not None and (
+            _same_object(policy, self._given) or policy is current or _is_random(policy, current)
+        ):
             return current
         adopted = as_worker_policy(policy)
         outputs = self._probe(adopted)
@@ -649,6 +652,20 @@ class Rollouts:
             initial_state,
             self._sent_version,
         )
+
+
+def _same_object(policy: Any, given: Any) -> bool:
+    """``policy`` is the object passed before: itself, or a bound method of the same object and
+    function (``agent.act`` makes a new method object at each access, so ``is`` alone would send
+    the same policy again, a new version, at every rollout)."""
+    if policy is given:
+        return True
+    return (
+        isinstance(policy, types.MethodType)
+        and isinstance(given, types.MethodType)
+        and policy.__self__ is given.__self__
+        and policy.__func__ is given.__func__
+    )
 
 
 def _is_random(policy: Any, current: WorkerPolicy) -> bool:
