@@ -19,6 +19,7 @@ import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import vecenv
+from vecenv.errors import ClosedEnvironmentError
 
 torch = pytest.importorskip("torch", reason="needs the torchrl extra: pip install -e '.[torchrl]'")
 # Importing TorchRL sets multiprocessing's start method to "spawn" for the whole process (see
@@ -29,7 +30,7 @@ pytest.importorskip("torchrl", reason="needs the torchrl extra: pip install -e '
 with warnings.catch_warnings():
     # TorchRL 0.14 warns about its own deprecated class while importing its collectors.
     warnings.simplefilter("ignore", DeprecationWarning)
-    from torchrl.collectors import Collector  # noqa: E402
+    from torchrl.collectors import Collector, MultiSyncCollector  # noqa: E402
 from torchrl.envs import GymWrapper  # noqa: E402
 
 multiprocessing.set_start_method(_START_METHOD, force=True)
@@ -79,7 +80,7 @@ def test_collector_over_vecenv_equals_collector_over_sync(mode: AutoresetMode) -
             torch.manual_seed(1)
             collector = Collector(env, policy=None, frames_per_batch=160, total_frames=480)
             batches.append([batch.clone() for batch in collector])
-            collector.shutdown(close_env=False)
+            collector.shutdown()  # the collector closed env on reaching total_frames already
         got, want = batches
         assert len(got) == len(want) == 3
         for k, (a, b) in enumerate(zip(got, want)):
@@ -90,6 +91,87 @@ def test_collector_over_vecenv_equals_collector_over_sync(mode: AutoresetMode) -
     finally:
         ours.close()
         ref.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_collector_reaching_total_frames_closes_vecenv_as_docs_torchrl_md_says() -> None:
+    """TorchRL's collector calls ``env.close()`` at ``total_frames``: vecenv's workers end there,
+    and a later call is refused (a SyncVectorEnv, closed the same way, would go on stepping)."""
+    envs = vecenv.SubprocVectorEnv(ENV_FNS, num_workers=2, autoreset_mode=AutoresetMode.DISABLED)
+    env = GymWrapper(envs)
+    try:
+        collector = Collector(env, policy=None, frames_per_batch=40, total_frames=80)
+        assert sum(batch.numel() for batch in collector) == 80
+        assert envs.closed
+        with pytest.raises(ClosedEnvironmentError, match="after a call to `close\\(\\)`"):
+            env.rollout(5)
+        collector.shutdown(close_env=False)  # cannot reopen it
+        assert envs.closed
+    finally:
+        env.close()  # a second close is harmless
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+def test_collecting_with_total_frames_minus_one_keeps_vecenv_open_and_equal_to_sync(mode: AutoresetMode) -> None:
+    """The way docs/torchrl.md gives to use the env after a collector: leave the loop yourself and
+    shut the collector down with ``close_env=False``; the env then goes on as over Sync."""
+    ours, ref = _pair(mode)
+    try:
+        results = []
+        for env in (ours, ref):
+            env.set_seed(5)
+            torch.manual_seed(2)
+            collector = Collector(env, policy=None, frames_per_batch=40, total_frames=-1)
+            batches = []
+            for batch in collector:
+                batches.append(batch.clone())
+                if len(batches) == 2:
+                    break
+            collector.shutdown(close_env=False)
+            results.append((batches, env.rollout(30, break_when_any_done=False)))
+        assert not ours.is_closed
+        (got_batches, got_rollout), (want_batches, want_rollout) = results
+        for got, want in [*zip(got_batches, want_batches), (got_rollout, want_rollout)]:
+            assert got.batch_size == want.batch_size
+            for key in want.keys(True, True):
+                assert torch.equal(got[key], want[key]), key
+    finally:
+        ours.close()
+        ref.close()
+
+
+def _wrapped_vecenv() -> GymWrapper:
+    """One MultiSyncCollector process's env: a vecenv of its own (module level: spawn pickles it)."""
+    return GymWrapper(vecenv.SubprocVectorEnv(ENV_FNS, num_workers=1, autoreset_mode=AutoresetMode.SAME_STEP))
+
+
+def _wrapped_sync() -> GymWrapper:
+    return GymWrapper(SyncVectorEnv(ENV_FNS, autoreset_mode=AutoresetMode.SAME_STEP))
+
+
+@pytest.mark.timeout(240)
+def test_multi_sync_collector_over_vecenv_equals_it_over_sync() -> None:
+    """docs/torchrl.md: each collector process builds its own vecenv (and its workers) from the
+    constructor, and the batches hold what they hold over SyncVectorEnv. The trajectory ids are
+    left out: TorchRL numbers them in the order its processes reach an episode's end."""
+    batches = []
+    for make in (_wrapped_vecenv, _wrapped_sync):
+        torch.manual_seed(0)
+        collector = MultiSyncCollector(
+            [make, make], policy=None, frames_per_batch=80, total_frames=160, cat_results="stack"
+        )
+        collector.set_seed(3)
+        batches.append([batch.clone() for batch in collector])
+        collector.shutdown()
+    got, want = batches
+    assert len(got) == len(want) == 2
+    for a, b in zip(got, want):
+        assert a.batch_size == b.batch_size == torch.Size([2, 4, 10])
+        for key in b.keys(True, True):
+            if key != ("collector", "traj_ids"):
+                assert torch.equal(a[key], b[key]), key
+    assert sum(int(b["next", "done"].sum()) for b in want) > 0
 
 
 def test_importing_torchrl_sets_the_spawn_start_method_which_vecenv_then_uses() -> None:
