@@ -15,6 +15,7 @@ import multiprocessing
 import warnings
 
 import gymnasium as gym
+import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
@@ -32,12 +33,52 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from torchrl.collectors import Collector, MultiSyncCollector  # noqa: E402
 from torchrl.envs import GymWrapper  # noqa: E402
+from torchrl.envs.utils import check_env_specs  # noqa: E402
 
 multiprocessing.set_start_method(_START_METHOD, force=True)
 
 MODES = [AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]
 #: CartPole cut at 15 steps, so rollouts hold truncations as well as terminations.
 ENV_FNS = [functools.partial(gym.make, "CartPole-v1", max_episode_steps=15)] * 4
+
+
+class _DictEndsAtEnv(gym.Env):
+    """A Dict observation whose episodes end after ``length`` steps: each env ends at its own."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+        self.observation_space = gym.spaces.Dict(
+            {"pos": gym.spaces.Box(-1.0, 1.0, (2,), np.float32), "count": gym.spaces.Box(0, 100, (1,), np.int64)}
+        )
+        self.action_space = gym.spaces.Discrete(3)
+        self.t = 0
+
+    def _obs(self) -> dict:
+        return {"pos": self.np_random.uniform(-1, 1, 2).astype(np.float32), "count": np.array([self.t])}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action: int) -> tuple[dict, float, bool, bool, dict]:
+        self.t += 1
+        return self._obs(), float(action), self.t >= self.length, False, {}
+
+
+#: Five envs over three workers (groups of 2, 2, 1), episodes of different lengths.
+UNEVEN_FNS = {
+    "pendulum": [functools.partial(gym.make, "Pendulum-v1", max_episode_steps=k) for k in range(5, 10)],
+    "dict": [functools.partial(_DictEndsAtEnv, length=k) for k in range(2, 7)],
+}
+
+
+def _assert_same(got, want) -> None:
+    assert got.batch_size == want.batch_size
+    assert set(got.keys(True, True)) == set(want.keys(True, True))
+    for key in want.keys(True, True):
+        assert got[key].dtype == want[key].dtype and got[key].device == want[key].device, key
+        assert torch.equal(got[key], want[key]), key
 
 
 def _pair(mode: AutoresetMode, **kwargs) -> tuple[GymWrapper, GymWrapper]:
@@ -136,6 +177,41 @@ def test_collecting_with_total_frames_minus_one_keeps_vecenv_open_and_equal_to_s
             assert got.batch_size == want.batch_size
             for key in want.keys(True, True):
                 assert torch.equal(got[key], want[key]), key
+    finally:
+        ours.close()
+        ref.close()
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: m.value)
+@pytest.mark.parametrize("name", sorted(UNEVEN_FNS))
+def test_uneven_groups_and_episodes_equal_sync_in_specs_rollouts_and_partial_resets(
+    name: str, mode: AutoresetMode
+) -> None:
+    fns = UNEVEN_FNS[name]
+    ours = GymWrapper(vecenv.SubprocVectorEnv(fns, num_workers=3, autoreset_mode=mode))
+    ref = GymWrapper(SyncVectorEnv(fns, autoreset_mode=mode))
+    try:
+        assert ours.observation_spec == ref.observation_spec and ours.full_done_spec == ref.full_done_spec
+        for env in (ours, ref):  # both: what it leaves behind (TorchRL's transform too) shapes the next reset
+            check_env_specs(env, seed=1, break_when_any_done="both")
+        for break_when_any_done in (False, True):
+            rollouts = []
+            for env in (ours, ref):
+                env.set_seed(7)
+                torch.manual_seed(0)
+                rollouts.append(env.rollout(25, break_when_any_done=break_when_any_done))
+            _assert_same(*rollouts)
+        assert rollouts[1].batch_size[-1] < 25  # the break came before the end
+        if mode is AutoresetMode.DISABLED:  # TorchRL refuses a partial reset of live envs in SAME_STEP
+            resets = []
+            for env in (ours, ref):
+                env.set_seed(11)
+                torch.manual_seed(0)
+                env.rand_step(env.reset())
+                mask = torch.tensor([True, False, True, False, True]).unsqueeze(-1)
+                resets.append(env.reset(env.reset().empty().set("_reset", mask)))
+            _assert_same(*resets)
     finally:
         ours.close()
         ref.close()
