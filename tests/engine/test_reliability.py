@@ -410,6 +410,41 @@ def test_a_child_forked_from_the_parent_leaves_its_workers_alone(ctx: str, what:
     assert not [p for p in report["pids"] if _alive(p)]
 
 
+def _pidfds() -> int:
+    """How many pidfds this process holds."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor, closed by now
+            count += os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[pidfd]"
+    return count
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="pidfds are Linux's")
+def test_a_child_forked_from_the_parent_holds_no_pidfd_of_its_workers() -> None:
+    """The parent waits on a pidfd of each worker; a child of ``os.fork()`` never does (its
+    calls are refused, its ``close()`` leaves the workers alone), so it must not keep a copy of
+    them open for as long as it lives (a data loader's workers, a server forked from the trainer)."""
+    with vecenv.SubprocVectorEnv(healthy_fns(4), 2, context="fork") as envs:
+        envs.reset(seed=0)
+        before = _pidfds()
+        assert before >= 2  # the parent's own, one per worker
+        read, write = os.pipe()
+        child = os.fork()
+        if child == 0:  # the child: report its pidfds, then leave without Python's exit
+            try:
+                os.write(write, str(_pidfds()).encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as pipe:
+            in_child = int(pipe.read())
+        os.waitpid(child, 0)
+        assert in_child == before - 2  # the workers' two are gone, nothing else the child had
+        assert _pidfds() == before  # the parent's are untouched
+        envs.step(np.zeros((4, 2), np.float32))
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("ender", ["call-timeout", "close-from-thread"])
 def test_a_restart_whose_rebuild_hangs_ends_with_the_call_or_with_close(tmp_path: Path, ender: str) -> None:

@@ -114,7 +114,9 @@ def _rebalance(new: ProcessTransport | None = None) -> None:
 def _forget_workers_in_forked_child() -> None:
     """In a child of ``os.fork()``: the workers are the parent's. The child inherits
     multiprocessing's record of them, whose exit hook would terminate the daemonic ones (the
-    parent's!) when the child exits; so forget them, and the locks other threads may have held."""
+    parent's!) when the child exits; so forget them, and the locks other threads may have held.
+    The child's copies of the workers' pidfds are closed: the child never waits on those workers
+    (its every call is refused and its ``close()`` leaves them alone), so nothing else would."""
     global _LIVE_LOCK
     _LIVE_LOCK = threading.RLock()
     children = getattr(multiprocessing.process, "_children", None)  # what that exit hook ends
@@ -122,6 +124,8 @@ def _forget_workers_in_forked_child() -> None:
         if children is not None:
             for process in transport.processes:
                 children.discard(process)
+        for worker in range(len(transport._pidfds)):
+            transport._close_pidfd(worker)
     _LIVE.clear()
     fork_server.forget_in_child()
 
