@@ -716,6 +716,32 @@ def test_export_of_a_dataset_without_an_episode_to_write_is_refused(
     assert err.startswith("vecenv-collect: error: dataset: expected a dataset with an episode") and err.count("\n") == 1
 
 
+def test_cli_export_to_an_out_in_a_directory_access_denies_is_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """``export --out`` in a folder this process may not write in: exit status 2 and one line
+    naming --out, as for ``collect``; it was reported as a write failure (status 1).
+    ``os.access`` is monkeypatched: as root a 0o555 directory is writable."""
+    collect(sync_envs(2), steps=30, out=tmp_path / "ours", progress=False)
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    real_access = os.access
+
+    def access(path: Any, mode: int, **kwargs: Any) -> bool:
+        if Path(path) == read_only and mode & os.W_OK:
+            return False
+        return real_access(path, mode, **kwargs)
+
+    monkeypatch.setattr(os, "access", access)
+    for out, where in [(read_only, "which"), (read_only / "d", f"where {str(read_only)!r}")]:
+        assert main(["export", str(tmp_path / "ours"), "--dataset-id", "ro-v0", "--out", str(out), "--quiet"]) == 2
+        assert capsys.readouterr().err == (
+            f"vecenv-collect: error: --out: expected a directory this process may write in, got {str(out)!r}, "
+            f"{where} is not writable (permission denied)\n"
+        )
+    assert list(read_only.iterdir()) == []
+
+
 # ------------------------------------------------------------------------ Minari's own view
 
 

@@ -328,10 +328,15 @@ def _export(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as exc:
         raise _UsageError(f"DIR: {exc}") from None
     root = datasets_root(args.out)
+    storage = args.minari_storage or "hdf5"
     try:
-        storage = args.minari_storage or "hdf5"
         # The id and the target, in our terms; export_minari replaces the dataset.
         minari_target(args.dataset_id, root, args.overwrite, FLAGS, storage, prepare=False)
+    except DatasetWriteError as exc:  # a read-only --out is bad input, as for collect (exit status 2)
+        raise _UsageError(str(exc.strerror)) from None
+    except (MinariNotInstalledError, ValueError, FileExistsError) as exc:
+        raise _UsageError(str(exc)) from None
+    try:
         result = export_minari(
             dataset,
             args.dataset_id,
