@@ -395,6 +395,45 @@ def test_an_out_in_a_directory_access_denies_is_refused_before_the_envs_are_buil
     _refuse_out_in_read_only(tmp_path, monkeypatch, capsys)
 
 
+def test_overwrite_of_an_out_whose_folder_access_denies_is_refused_before_the_envs_are_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """``--overwrite`` of an existing ``p/out`` renames it within ``p``: where ``p`` is not
+    writable that failed only after the envs ran (exit status 1). Now refused first, as a
+    read-only ``--out`` is (``os.access`` monkeypatched: as root a 0o555 folder is writable)."""
+    from vecenv.datasets import cli as cli_module
+
+    read_only = tmp_path / "ro"
+    out = read_only / "out"
+    collect(counter_envs(2, AutoresetMode.NEXT_STEP), steps=3, out=out, progress=False)
+    before = sorted(path.name for path in out.iterdir())
+    real_access = os.access
+
+    def access(path: Any, mode: int, **kwargs: Any) -> bool:
+        if Path(path) == read_only and mode & os.W_OK:
+            return False
+        return real_access(path, mode, **kwargs)
+
+    def no_envs(*args: Any) -> None:
+        raise AssertionError("the envs were built for an output that cannot be replaced")
+
+    monkeypatch.setattr(os, "access", access)
+    monkeypatch.setattr(cli_module, "_make_envs", no_envs)
+    message = (
+        f"expected an output that {{}} may replace, got {str(out)!r}, whose folder {str(read_only)!r} is not "
+        "writable (permission denied)"
+    )
+    assert main(["--steps", "10", "--quiet", "--out", str(out), "--overwrite"]) == 2
+    assert capsys.readouterr().err == f"vecenv-collect: error: --out: {message.format('--overwrite')}\n"
+    with pytest.raises(
+        rollout.DatasetWriteError, match=re.escape(f"out: {message.format('overwrite=True / --overwrite')}")
+    ) as raised:
+        collect(counter_envs(2, AutoresetMode.NEXT_STEP), steps=3, out=out, overwrite=True, progress=False)
+    assert raised.value.errno == errno.EACCES
+    assert sorted(path.name for path in read_only.iterdir()) == ["out"]
+    assert sorted(path.name for path in out.iterdir()) == before
+
+
 @pytest.mark.parametrize(
     ("metadata", "match"),
     [

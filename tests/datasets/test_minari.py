@@ -742,6 +742,42 @@ def test_cli_export_to_an_out_in_a_directory_access_denies_is_a_usage_error(
     assert list(read_only.iterdir()) == []
 
 
+def test_cli_overwrite_of_a_minari_dataset_whose_folder_access_denies_is_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """``--overwrite`` moves the dataset aside within its folder: where that folder is not
+    writable, exit status 2 before any env starts (it failed after the run, status 1)."""
+    from vecenv.datasets import cli as cli_module
+
+    root = tmp_path / "root"
+    collect(sync_envs(2), steps=30, out=tmp_path / "ours", progress=False)
+    export_minari(tmp_path / "ours", "ns/kept-v0", out=root)
+    read_only = root / "ns"
+    before = sorted(path.relative_to(read_only) for path in read_only.rglob("*"))
+    real_access = os.access
+
+    def access(path: Any, mode: int, **kwargs: Any) -> bool:
+        if Path(path) == read_only and mode & os.W_OK:
+            return False
+        return real_access(path, mode, **kwargs)
+
+    def no_envs(*args: Any) -> None:
+        raise AssertionError("the envs were built for a dataset that cannot be replaced")
+
+    monkeypatch.setattr(os, "access", access)
+    monkeypatch.setattr(cli_module, "_make_envs", no_envs)
+    message = (
+        f"vecenv-collect: error: --out: expected an output that --overwrite may replace, got "
+        f"{str(read_only / 'kept-v0')!r}, whose folder {str(read_only)!r} is not writable (permission denied)\n"
+    )
+    minari_options = ["--dataset-id", "ns/kept-v0", "--out", str(root), "--overwrite", "--quiet"]
+    assert main(["--steps", "10", "--format", "minari", *minari_options]) == 2
+    assert capsys.readouterr().err == message
+    assert main(["export", str(tmp_path / "ours"), *minari_options]) == 2
+    assert capsys.readouterr().err == message
+    assert sorted(path.relative_to(read_only) for path in read_only.rglob("*")) == before
+
+
 # ------------------------------------------------------------------------ Minari's own view
 
 

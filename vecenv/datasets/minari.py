@@ -47,7 +47,7 @@ from vecenv.datasets.errors import (
 from vecenv.datasets.format import json_default, space_from_description
 from vecenv.datasets.hdf5_episodes import EpisodePieces, Hdf5EpisodeFile
 from vecenv.datasets.sinks import OPEN_EPISODES, EpisodeSummary, with_last
-from vecenv.datasets.writer import FLUSH_INTERVAL_S, check_directory_path, chunk_rows, now
+from vecenv.datasets.writer import FLUSH_INTERVAL_S, check_directory_path, check_replaceable, chunk_rows, now
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError
 from vecenv.files import write_text_atomically
 from vecenv.seeding import SeedPolicy
@@ -101,7 +101,8 @@ def minari_target(
     or made (a command line checks its options before the envs exist, and bad input found
     after that must leave the dataset it would replace).
 
-    Raises MinariNotInstalledError, ValueError (a malformed id or storage) or FileExistsError.
+    Raises MinariNotInstalledError, ValueError (a malformed id or storage), FileExistsError, or
+    DatasetWriteError (``EACCES``) where the dataset cannot be written or replaced.
     """
     if storage not in STORAGES:
         raise InvalidArgumentError(f"{names.storage}: expected one of {list(STORAGES)}, got {storage!r}")
@@ -131,6 +132,7 @@ def minari_target(
                 f"refusing to overwrite {str(target)!r}: it is not empty and is not the Minari dataset "
                 f"{dataset_id!r} (whose data/metadata.json names it)"
             )
+        check_replaceable(target, names)
         if prepare:
             shutil.rmtree(target)
     if prepare:

@@ -253,8 +253,9 @@ def versions() -> dict[str, str | None]:
 
 
 def check_out(out: Path, overwrite: bool, names: OptionNames = KEYWORDS) -> None:
-    """Raise FileExistsError if writing to ``out`` would clobber something we must not
-    (``names``: how the message names the options, ``FLAGS`` for the command line)."""
+    """Raise FileExistsError if writing to ``out`` would clobber something we must not, and
+    DatasetWriteError (``EACCES``) where it cannot be written or replaced (``names``: how the
+    message names the options, ``FLAGS`` for the command line)."""
     check_directory_path(out, names.out)
     if not out.exists():
         return
@@ -265,6 +266,7 @@ def check_out(out: Path, overwrite: bool, names: OptionNames = KEYWORDS) -> None
             f"refusing to overwrite {str(out)!r}: it is not empty and not a rollout dataset (a dataset "
             f"has only files, among them a {METADATA_FILE} of format {FORMAT_NAME!r}, and its {SPILL_DIR} folder)"
         )
+    check_replaceable(out, names)
 
 
 def check_directory_path(path: Path, name: str) -> None:
@@ -288,6 +290,19 @@ def check_directory_path(path: Path, name: str) -> None:
                 "is not writable (permission denied)",
             )
         return
+
+
+def check_replaceable(path: Path, names: OptionNames = KEYWORDS) -> None:
+    """Raise DatasetWriteError (``EACCES``) when the folder holding the existing ``path`` does
+    not let this process rename entries in it: replacing an output with ``overwrite`` moves it
+    aside there first (:func:`set_aside`), which would otherwise fail only after the envs ran."""
+    parent = path.parent
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise DatasetWriteError(
+            errno.EACCES,
+            f"{names.out}: expected an output that {names.overwrite} may replace, got {str(path)!r}, whose folder "
+            f"{str(parent)!r} is not writable (permission denied)",
+        )
 
 
 def set_aside(target: Path) -> Path | None:
