@@ -216,6 +216,43 @@ def check_state(state: Any, n: int, reference: Any, where: str) -> None:
             )
 
 
+def check_containers(state: Any, reference: Any, where: str) -> None:
+    """``state`` nests the same containers as ``reference`` (the initial state): a tuple where
+    it has a tuple (a named tuple of its class), a list where it has a list, a dict with its
+    keys. The policy gets the state in these containers, so a list given for its tuple would
+    reach it as a list (and a plain tuple for its named tuple without its fields)."""
+    if _containers(state) != _containers(reference):
+        raise PolicyOutputError(
+            f"state ({where}): expected the containers of the policy's initial state, {_describe(reference)}, "
+            f"received {_describe(state)}"
+        )
+
+
+def _containers(state: Any) -> Any:
+    """A comparable outline of ``state``'s containers: each one's type and, within it, its
+    items' outlines (a dict's by key, in a fixed order); every leaf is ``None``."""
+    if isinstance(state, dict):
+        return dict, sorted(((repr(k), _containers(v)) for k, v in state.items()), key=lambda item: item[0])
+    if isinstance(state, (tuple, list)):
+        return type(state), [_containers(v) for v in state]
+    return None
+
+
+def _describe(state: Any) -> str:
+    """``state``'s containers for a message: ``tuple(array, dict{'count': array})``, a named
+    tuple with its fields (``HiddenCell(h=array, c=array)``), ``list[...]``."""
+    if isinstance(state, dict):
+        items = sorted(state.items(), key=lambda item: repr(item[0]))
+        return "dict{" + ", ".join(f"{k!r}: {_describe(v)}" for k, v in items) + "}"
+    if isinstance(state, list):
+        return "list[" + ", ".join(_describe(v) for v in state) + "]"
+    if isinstance(state, tuple):
+        fields = getattr(type(state), "_fields", None)
+        names = [f"{f}=" for f in fields] if fields else [""] * len(state)
+        return f"{type(state).__name__}(" + ", ".join(f"{n}{_describe(v)}" for n, v in zip(names, state)) + ")"
+    return "array"
+
+
 def check_initial_state(state: Any, n: int) -> None:
     """A fresh state from ``initial_state(n)``: every leaf has ``n`` rows, all equal to the
     first. An env's state is reset to its row at every episode start, so rows that differ

@@ -720,6 +720,36 @@ def test_a_named_tuple_state_is_handed_back_as_that_named_tuple(workers: int | s
         np.testing.assert_array_equal(envs.policy_state().h, np.full((4, 2), 2, np.float32))
 
 
+@pytest.mark.timeout(60)
+def test_a_set_state_in_other_containers_than_the_initial_state_is_refused() -> None:
+    """A list where the policy's state is a tuple (or a plain tuple where it is a named tuple)
+    was accepted and handed to the policy as given: refused, naming both structures, and the
+    state is left as it was."""
+    with make(diff_env_fns(N), 2) as envs:
+        envs.reset(seed=SEED)
+        policy = Recurrent()
+        envs.rollout(2, policy)
+        before = envs.policy_state()
+        h, count = np.zeros((N, 2)), np.zeros(N, np.int64)
+        expected = "tuple(array, dict{'count': array})"
+        for state, received in [
+            ([h, {"count": count}], "list[array, dict{'count': array}]"),
+            ((h, [count]), "tuple(array, list[array])"),
+        ]:
+            with pytest.raises(PolicyOutputError) as raised:
+                envs.set_policy_state(state)
+            assert str(raised.value) == (
+                f"state (given to set_policy_state): expected the containers of the policy's initial state, "
+                f"{expected}, received {received}"
+            )
+        assert_state_equal(envs.policy_state(), before, "after a refused set_policy_state")
+    with make(diff_env_fns(4), 2) as envs:
+        envs.reset(seed=SEED)
+        envs.rollout(1, _NamedState())
+        with pytest.raises(PolicyOutputError, match=r"HiddenCell\(h=array, c=array\), received tuple\(array, array\)$"):
+            envs.set_policy_state((np.ones((4, 2), np.float32), np.zeros(4, np.int64)))
+
+
 def test_a_torch_module_s_extra_numpy_cannot_hold_is_refused_by_name() -> None:
     torch = pytest.importorskip("torch")
 

@@ -48,7 +48,15 @@ from vecenv.parent.replies import InfoMerger, current_observations
 from vecenv.parent.restart import RestartedRollout, mark_restarted
 from vecenv.parent.state import State
 from vecenv.policies import PolicyContext, RandomPolicy, WorkerPolicy, as_worker_policy
-from vecenv.policy_outputs import PolicyOutputs, as_state, check_state, join_states, repeat_first_row, state_rows
+from vecenv.policy_outputs import (
+    PolicyOutputs,
+    as_state,
+    check_containers,
+    check_state,
+    join_states,
+    repeat_first_row,
+    state_rows,
+)
 from vecenv.spaces import empty_part, is_fixed, leaf_layout, tree_copy, tree_leaves, tree_map
 from vecenv.wire.buffers import Buffers, layout_nbytes
 from vecenv.wire.memory import check_block
@@ -347,6 +355,8 @@ class Rollouts:
             self._state, self._fresh_state = None, True
         else:
             state = as_state(state)
+            if self._outputs.initial_state is not None:
+                check_containers(state, self._outputs.initial_state, "given to set_policy_state")
             check_state(state, self.num_envs, self._outputs.initial_state, "given to set_policy_state")
             self._state, self._fresh_state = state, False
         if self.calls.idle:
@@ -763,7 +773,8 @@ class RolloutMethods:
         it starts, as it would any state.
 
         Raises:
-            PolicyOutputError: a leaf without one row per env, or another shape or dtype than
+            PolicyOutputError: other containers than the policy's initial state (a list for
+                its tuple, say), a leaf without one row per env, or another shape or dtype than
                 the policy's initial state.
             ValueError: the last policy passed to ``rollout`` keeps no state.
         """
