@@ -30,6 +30,7 @@ from tests.helpers.envs import (
     constant_policy,
     constant_policy_with_extras,
 )
+from tests.helpers.output_paths import deny_writes_in, refuse_to_build_envs
 from vecenv import datasets as rollout
 from vecenv.bench import procfs
 from vecenv.datasets import PolicyError, UnsupportedSpaceError, collect, load, main
@@ -317,15 +318,11 @@ def test_an_out_that_is_or_lies_under_a_file_is_refused_before_the_envs_are_buil
 ) -> None:
     """A file where the dataset directory, or a folder above it, would go: one line naming
     --out (``out``), exit status 2, before any env starts; not "cannot write" after the start."""
-    from vecenv.datasets import cli as cli_module
 
     notes = tmp_path / "notes.txt"
     notes.write_text("keep me")
 
-    def no_envs(*args: Any) -> None:
-        raise AssertionError("the envs were built for an output that cannot be written")
-
-    monkeypatch.setattr(cli_module, "_make_envs", no_envs)
+    refuse_to_build_envs(monkeypatch, "an output that cannot be written")
     for out, where in [
         (notes, "which is an existing file"),
         (notes / "d" / "e", f"where {str(notes)!r} is an existing file"),
@@ -344,12 +341,8 @@ def test_an_out_that_is_or_lies_under_a_file_is_refused_before_the_envs_are_buil
 def _refuse_out_in_read_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     """``--out`` inside the read-only ``tmp_path / "ro"``: exit status 2, one line naming --out
     and the folder, before any env is built; the Python API raises DatasetWriteError."""
-    from vecenv.datasets import cli as cli_module
 
-    def no_envs(*args: Any) -> None:
-        raise AssertionError("the envs were built for an output that cannot be written")
-
-    monkeypatch.setattr(cli_module, "_make_envs", no_envs)
+    refuse_to_build_envs(monkeypatch, "an output that cannot be written")
     read_only = tmp_path / "ro"
     for out, where in [(read_only, "which"), (read_only / "d" / "e", f"where {str(read_only)!r}")]:
         message = (
@@ -384,14 +377,7 @@ def test_an_out_in_a_directory_access_denies_is_refused_before_the_envs_are_buil
     test runs as any user."""
     read_only = tmp_path / "ro"
     read_only.mkdir()
-    real_access = os.access
-
-    def access(path: Any, mode: int, **kwargs: Any) -> bool:
-        if Path(path) == read_only and mode & os.W_OK:
-            return False
-        return real_access(path, mode, **kwargs)
-
-    monkeypatch.setattr(os, "access", access)
+    deny_writes_in(monkeypatch, read_only)
     _refuse_out_in_read_only(tmp_path, monkeypatch, capsys)
 
 
@@ -401,24 +387,13 @@ def test_overwrite_of_an_out_whose_folder_access_denies_is_refused_before_the_en
     """``--overwrite`` of an existing ``p/out`` renames it within ``p``: where ``p`` is not
     writable that failed only after the envs ran (exit status 1). Now refused first, as a
     read-only ``--out`` is (``os.access`` monkeypatched: as root a 0o555 folder is writable)."""
-    from vecenv.datasets import cli as cli_module
 
     read_only = tmp_path / "ro"
     out = read_only / "out"
     collect(counter_envs(2, AutoresetMode.NEXT_STEP), steps=3, out=out, progress=False)
     before = sorted(path.name for path in out.iterdir())
-    real_access = os.access
-
-    def access(path: Any, mode: int, **kwargs: Any) -> bool:
-        if Path(path) == read_only and mode & os.W_OK:
-            return False
-        return real_access(path, mode, **kwargs)
-
-    def no_envs(*args: Any) -> None:
-        raise AssertionError("the envs were built for an output that cannot be replaced")
-
-    monkeypatch.setattr(os, "access", access)
-    monkeypatch.setattr(cli_module, "_make_envs", no_envs)
+    deny_writes_in(monkeypatch, read_only)
+    refuse_to_build_envs(monkeypatch, "an output that cannot be replaced")
     message = (
         f"expected an output that {{}} may replace, got {str(out)!r}, whose folder {str(read_only)!r} is not "
         "writable (permission denied)"

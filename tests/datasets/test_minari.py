@@ -25,6 +25,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import vecenv
 from tests.helpers.envs import CounterEnv, DictCounterEnv, LongEpisodeEnv, constant_policy
+from tests.helpers.output_paths import deny_writes_in, refuse_to_build_envs
 from vecenv import datasets as rollout
 from vecenv.datasets import MinariNotInstalledError, NoEpisodesError, collect, export_minari, load, main
 
@@ -725,14 +726,7 @@ def test_cli_export_to_an_out_in_a_directory_access_denies_is_a_usage_error(
     collect(sync_envs(2), steps=30, out=tmp_path / "ours", progress=False)
     read_only = tmp_path / "ro"
     read_only.mkdir()
-    real_access = os.access
-
-    def access(path: Any, mode: int, **kwargs: Any) -> bool:
-        if Path(path) == read_only and mode & os.W_OK:
-            return False
-        return real_access(path, mode, **kwargs)
-
-    monkeypatch.setattr(os, "access", access)
+    deny_writes_in(monkeypatch, read_only)
     for out, where in [(read_only, "which"), (read_only / "d", f"where {str(read_only)!r}")]:
         assert main(["export", str(tmp_path / "ours"), "--dataset-id", "ro-v0", "--out", str(out), "--quiet"]) == 2
         assert capsys.readouterr().err == (
@@ -747,25 +741,14 @@ def test_cli_overwrite_of_a_minari_dataset_whose_folder_access_denies_is_a_usage
 ) -> None:
     """``--overwrite`` moves the dataset aside within its folder: where that folder is not
     writable, exit status 2 before any env starts (it failed after the run, status 1)."""
-    from vecenv.datasets import cli as cli_module
 
     root = tmp_path / "root"
     collect(sync_envs(2), steps=30, out=tmp_path / "ours", progress=False)
     export_minari(tmp_path / "ours", "ns/kept-v0", out=root)
     read_only = root / "ns"
     before = sorted(path.relative_to(read_only) for path in read_only.rglob("*"))
-    real_access = os.access
-
-    def access(path: Any, mode: int, **kwargs: Any) -> bool:
-        if Path(path) == read_only and mode & os.W_OK:
-            return False
-        return real_access(path, mode, **kwargs)
-
-    def no_envs(*args: Any) -> None:
-        raise AssertionError("the envs were built for a dataset that cannot be replaced")
-
-    monkeypatch.setattr(os, "access", access)
-    monkeypatch.setattr(cli_module, "_make_envs", no_envs)
+    deny_writes_in(monkeypatch, read_only)
+    refuse_to_build_envs(monkeypatch, "a dataset that cannot be replaced")
     message = (
         f"vecenv-collect: error: --out: expected an output that --overwrite may replace, got "
         f"{str(read_only / 'kept-v0')!r}, whose folder {str(read_only)!r} is not writable (permission denied)\n"
