@@ -81,6 +81,34 @@ def test_the_examples_are_found() -> None:
     assert all(b.code.strip() for b in BLOCKS), [b.name for b in BLOCKS if not b.code.strip()]
 
 
+FENCE = re.compile(r"^\s*(?P<fence>```+|~~~+)\s*(?P<info>.*?)\s*$")
+CHECKED_LANGUAGES = ("python", "sh", "bash", "text")  # run; commands parsed (two); only shown
+
+
+def test_fences_name_a_checked_language() -> None:
+    """Every fenced block opens with ```python, ```sh, ```bash or ```text, exactly (at the start
+    of its line, nothing after it), as the parsers above look for them: an example opened as
+    ```py, ```python3, ```pycon or ```console, indented, or with no language, would be neither
+    run nor parsed, and its breakage would go unnoticed."""
+    problems = []
+    for page in PAGES:
+        opened = None  # the fence that opened the block we are in, if any
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            match = FENCE.match(line)
+            if match is None:
+                continue
+            if opened is None:
+                opened = match["fence"]
+                if line not in [f"```{language}" for language in CHECKED_LANGUAGES]:
+                    where = f"{page.relative_to(REPO)}:{number}"
+                    problems.append(f"{where}: expected a fence of {CHECKED_LANGUAGES}, got {line!r}")
+            elif match["fence"] == opened and not match["info"]:
+                opened = None
+        if opened is not None:
+            problems.append(f"{page.relative_to(REPO)}: a fenced block is never closed")
+    assert not problems, "\n".join(problems)
+
+
 def test_markers_are_well_formed() -> None:
     """Every docs-test comment sits just before a python fence, with a known kind and its
     argument: a reason to skip, or a test file that exists and names the page."""
