@@ -258,6 +258,30 @@ def test_a_runner_is_planned_only_for_the_workloads_it_steps(monkeypatch):
     assert RUNNERS["sync"].steps("py100us") and not RUNNERS["envpool"].steps("py100us")
 
 
+def test_a_library_runner_is_skipped_with_the_extra_that_installs_it(monkeypatch):
+    # SuperSuit imports PettingZoo without declaring it: `pip install supersuit`, as the note
+    # said, made every supersuit cell fail; the notes name the .[anchors] extra, which brings both.
+    installed = {"supersuit": True, "pettingzoo": False, "envpool": False}
+    real_find_spec = importlib.util.find_spec
+
+    def find_spec(name, *args):
+        if name in installed:
+            return real_find_spec("json") if installed[name] else None  # any spec stands for installed
+        return real_find_spec(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    cells, notes = plan(["cartpole"], [2], ["sync", "supersuit", "envpool"], quick=True)
+    assert [c["runner"] for c in cells] == ["sync"]
+    assert notes == [
+        'supersuit: needs pettingzoo, skipped (pip install -e ".[anchors]" to include it)',
+        'envpool: not importable, skipped (pip install -e ".[anchors]" to include it)',
+    ]
+    installed.update(supersuit=False, pettingzoo=True)
+    assert plan(["cartpole"], [2], ["supersuit"], quick=True)[1] == [
+        'supersuit: not importable, skipped (pip install -e ".[anchors]" to include it)'
+    ]
+
+
 def test_atari_is_planned_only_when_importable(monkeypatch):
     installed = all(importlib.util.find_spec(m) is not None for m in ATARI_DEPS)
     assert (atari_missing() is None) == installed

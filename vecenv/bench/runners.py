@@ -39,13 +39,31 @@ class Drive(enum.Enum):
 
 @dataclasses.dataclass(frozen=True)
 class Requirement:
-    """A module a runner needs, and the note that says it is skipped when the module is missing."""
+    """What the runners of a library need: its modules (every one importable, or they are
+    skipped), and what installs them, which the note that says they were skipped names."""
 
-    module: str
-    note: str
+    name: str  # the library, as the note names it
+    modules: tuple[str, ...]  # the library's, and any it imports without declaring them
+    install: str  # what follows ``pip install`` to bring every module
+
+    def absent(self) -> list[str]:
+        """Its modules that are not importable here."""
+        return [m for m in self.modules if importlib.util.find_spec(m) is None]
 
     def missing(self) -> bool:
-        return importlib.util.find_spec(self.module) is None
+        """Whether any of its modules is not importable here."""
+        return bool(self.absent())
+
+    @property
+    def note(self) -> str:
+        """The note of a run that skipped its runners: which module is missing, what installs it."""
+        absent = ", ".join(m for m in self.absent() if m != self.name)
+        what = (
+            f"{self.name}: not importable"
+            if self.name in self.absent() or not absent
+            else f"{self.name}: needs {absent}"
+        )
+        return f"{what}, skipped (pip install {self.install} to include it)"
 
 
 #: (runner, env constructors, workload) -> its vector env
@@ -192,12 +210,11 @@ class _SuperSuitSingle:
 # -- the registries ----------------------------------------------------------------------------
 
 
-def _library(name: str) -> Requirement:
-    return Requirement(name, f"{name}: not importable, skipped (pip install {name} to include it)")
-
-
-SUPERSUIT, PUFFERLIB, ENVPOOL = _library("supersuit"), _library("pufferlib"), _library("envpool")
-RAY = Requirement("ray", 'ray: not importable, its runners skipped (pip install -e ".[ray]" to include them)')
+ANCHORS = '-e ".[anchors]"'  # brings SuperSuit, the PettingZoo it imports without declaring it, and EnvPool
+SUPERSUIT = Requirement("supersuit", ("supersuit", "pettingzoo"), ANCHORS)
+PUFFERLIB = Requirement("pufferlib", ("pufferlib",), "pufferlib")
+ENVPOOL = Requirement("envpool", ("envpool",), ANCHORS)
+RAY = Requirement("ray", ("ray",), '-e ".[ray]"')
 #: Every module a runner may need, in the order of their notes.
 REQUIREMENTS = (SUPERSUIT, PUFFERLIB, ENVPOOL, RAY)
 
