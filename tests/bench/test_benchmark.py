@@ -663,3 +663,20 @@ def test_an_interrupted_script_closes_its_workers_and_says_so_in_one_line(tmp_pa
     ended = "interrupted" if signum == signal.SIGINT else "terminated"
     assert err.strip().splitlines() == [f"step_cost.py: {ended}: nothing was written"], err
     assert_all_ended(workers, "a worker")
+
+
+@pytest.mark.timeout(60)
+def test_skip_notes_of_the_other_suites_name_what_installs_the_module(tmp_path, monkeypatch, capsys):
+    # They said only "mpe2 not importable, skipped": nothing on what brings it back.
+    from vecenv.bench import multiagent, rollouts
+
+    monkeypatch.setattr(multiagent, "missing_modules", lambda modules: ["mpe2"])
+    out = tmp_path / "bench"
+    assert cli.main(["--suite", "multiagent", "--workloads", "simple_spread", "--out", str(out)]) == 0
+    notes = json.loads((out / "multiagent.json").read_text())["notes"]
+    assert notes == ['simple_spread: mpe2 not importable, skipped (pip install -e ".[test]" to include it)']
+    monkeypatch.setattr(rollouts, "missing_modules", lambda modules: list(modules))
+    assert cli.main(["--suite", "rollouts", "--rows", "exact", "--out", str(out)]) == 0
+    notes = json.loads((out / "rollouts.json").read_text())["notes"]
+    assert notes == ['exact: torch not importable, skipped (pip install -e ".[train]" to include it)']
+    capsys.readouterr()

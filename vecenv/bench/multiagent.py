@@ -32,6 +32,8 @@ from vecenv.errors import InvalidArgumentError
 
 BASELINE = "supersuit-0"
 CEILING = "ceiling"
+#: What brings every workload's modules (pettingzoo, supersuit, mpe2, pymunk), for the skip notes.
+INSTALL = '-e ".[test]"'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -335,7 +337,7 @@ def run(args: argparse.Namespace) -> Outcome:
     for w in args.workloads:
         missing = missing_modules(WORKLOADS[w].needs)
         if missing:
-            notes.append(f"{w}: {', '.join(missing)} not importable, skipped")
+            notes.append(f"{w}: {', '.join(missing)} not importable, skipped (pip install {INSTALL} to include it)")
         else:
             workloads.append(w)
     results: dict[str, dict[str, list[dict[str, Any]]]] = {w: {r: [] for r in args.runners} for w in workloads}
@@ -372,7 +374,9 @@ def _kaz(args: argparse.Namespace, data: dict[str, Any], notes: list[str]) -> li
     """The agent-death run, in a fresh process: its table lines (none when it failed)."""
     missing = missing_modules(WORKLOADS["kaz"].needs)
     if missing:
-        notes.append(f"kaz agent-death run: {', '.join(missing)} not importable, skipped")
+        notes.append(
+            f"kaz agent-death run: {', '.join(missing)} not importable, skipped (pip install {INSTALL} to include it)"
+        )
         return []
     copies = args.copies or WORKLOADS["kaz"].copies
     spec = {"task": "multiagent", "kaz_deaths": True, "copies": copies, "agent_steps": args.kaz_steps}

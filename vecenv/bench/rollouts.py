@@ -357,7 +357,7 @@ def run(args: argparse.Namespace) -> Outcome:
             _record(res, spec["row"], rep, results, failed, notes)
     if "exact" in args.rows:
         if missing_modules(["torch"]):
-            notes.append("exact: torch not importable, skipped")
+            notes.append('exact: torch not importable, skipped (pip install -e ".[train]" to include it)')
         else:
             _record(run_child({"task": "rollouts", "row": "exact"}, timeout=300), "exact", 0, results, failed, notes)
     summary = summarize(results, args)
