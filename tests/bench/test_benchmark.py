@@ -5,6 +5,7 @@ tests check."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import json
@@ -26,7 +27,7 @@ from vecenv.bench.multiagent import WORKLOADS
 from vecenv.bench.plan import plan
 from vecenv.bench.procfs import tree_pss_kib
 from vecenv.bench.runners import RUNNERS, Requirement
-from vecenv.bench.suite import Outcome, missing_modules
+from vecenv.bench.suite import Outcome, SuiteFailed, missing_modules
 
 ROOT = Path(__file__).resolve().parents[2]
 ATARI_DEPS = ("ale_py", "cv2")
@@ -679,4 +680,24 @@ def test_skip_notes_of_the_other_suites_name_what_installs_the_module(tmp_path, 
     assert cli.main(["--suite", "rollouts", "--rows", "exact", "--out", str(out)]) == 0
     notes = json.loads((out / "rollouts.json").read_text())["notes"]
     assert notes == ['exact: torch not importable, skipped (pip install -e ".[train]" to include it)']
+    capsys.readouterr()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("ending", ["refused", "failed", "interrupted"])
+def test_a_run_that_writes_nothing_leaves_no_out_folder(ending, tmp_path, monkeypatch, capsys):
+    # The --out folder was made before the options were checked: "--sizes 0" left an empty
+    # bench-results/ behind in the working folder, as did a failed or interrupted run.
+    out = tmp_path / "new" / "bench"
+
+    def run(args):
+        raise {"failed": SuiteFailed("calibration failed: no"), "interrupted": KeyboardInterrupt()}[ending]
+
+    if ending != "refused":
+        monkeypatch.setitem(cli.SUITES, "step", dataclasses.replace(step.SUITE, run=run))
+    with pytest.raises(SystemExit) if ending == "refused" else contextlib.nullcontext() as exit_info:
+        status = cli.main(["--sizes", "0", "--out", str(out)])
+    status = exit_info.value.code if ending == "refused" else status
+    assert status == {"refused": 2, "failed": 1, "interrupted": 130}[ending]
+    assert sorted(tmp_path.iterdir()) == []
     capsys.readouterr()

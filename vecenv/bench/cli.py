@@ -136,16 +136,45 @@ def header(suite: str, m: dict[str, Any]) -> str:
     )
 
 
+def make_folders(path: str) -> list[str]:
+    """Make the folder ``path`` and its missing parents (``OSError`` when it cannot be made);
+    the folders made, outermost first."""
+    missing = []
+    folder = os.path.abspath(path)
+    while not os.path.lexists(folder):
+        missing.append(folder)
+        folder = os.path.dirname(folder)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError:
+        remove_if_empty(missing[::-1])  # the parents made before the one that failed
+        raise
+    return missing[::-1]
+
+
+def remove_if_empty(folders: Sequence[str]) -> None:
+    """Remove ``folders`` (outermost first, as :func:`make_folders` gives them), innermost
+    first, each only while it is empty: a refused or interrupted run leaves no empty --out."""
+    for folder in reversed(folders):
+        try:
+            os.rmdir(folder)
+        except OSError:  # not empty (a file was written there meanwhile), or already gone
+            return
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``vecenv-bench``: run the suite, write SUITE.md and SUITE.json to --out, print the markdown."""
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    # Before the run: a run of minutes must not end in a folder that cannot be written.
+    # Before the run: a run of minutes must not end in a folder that cannot be written. Making
+    # the folder is the one sure test (root may write anywhere that access() allows, /proc too);
+    # a run that writes nothing removes the folders it made.
     try:
-        os.makedirs(args.out, exist_ok=True)
+        created = make_folders(args.out)
     except OSError as exc:
         build_parser(args.suite).error(f"--out: cannot write the results to {args.out}: {exc.strerror or exc}")
     if not os.access(args.out, os.W_OK | os.X_OK):
+        remove_if_empty(created)
         build_parser(args.suite).error(f"--out: cannot write the results to {args.out}: Permission denied")
     t_start = time.perf_counter()
     load_start = _load()
@@ -154,12 +183,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         outcome: Outcome = SUITES[args.suite].run(args)
     except OptionError as e:  # an option out of range, found while resolving the defaults
+        remove_if_empty(created)
         build_parser(args.suite).error(str(e))
     except SuiteFailed as e:
+        remove_if_empty(created)
         print(f"{PROG}: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as e:  # Ctrl+C, or SIGTERM (Terminated): no measurement outlives the run
         kill_children()
+        remove_if_empty(created)
         print(
             f"{PROG}: {'terminated' if isinstance(e, Terminated) else 'interrupted'}: no results were written",
             file=sys.stderr,
