@@ -701,3 +701,13 @@ def test_a_run_that_writes_nothing_leaves_no_out_folder(ending, tmp_path, monkey
     assert status == {"refused": 2, "failed": 1, "interrupted": 130}[ending]
     assert sorted(tmp_path.iterdir()) == []
     capsys.readouterr()
+
+
+def test_a_repeated_item_of_a_list_option_is_measured_once():
+    # "--sizes 8,32,8" planned N=8 twice: two rows of one name, measured twice, each one's
+    # "× Sync" taken against the other's Sync rather than its own.
+    args = cli.parse_args(["--sizes", "8,32,8", "--runners", "sync,single,sync", "--workloads", "cartpole,cartpole"])
+    assert (args.sizes, args.runners, args.workloads) == ([8, 32], ["sync", "single"], ["cartpole"])
+    cells, _ = plan(args.workloads, args.sizes, args.runners, quick=True)
+    assert [(c["n"], c["runner"]) for c in cells] == [(8, "sync"), (32, "sync"), (1, "single")]
+    assert cli.parse_args(["--suite", "scaling", "--workers", "2,1,2"]).workers == [2, 1]

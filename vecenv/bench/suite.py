@@ -49,7 +49,9 @@ def csv(
     kind: Callable[[str], Any], choices: Sequence[Any] | None = None, empty_ok: bool = False
 ) -> Callable[[str], list[Any]]:
     """An argparse type: a comma-separated list of ``kind``, each one of ``choices`` when given;
-    ``""`` is the empty list only where ``empty_ok``."""
+    ``""`` is the empty list only where ``empty_ok``. A repeated item counts once (in the place
+    it first has): ``--sizes 8,32,8`` measured N=8 twice, in two rows of the same name whose
+    ratios were each other's."""
 
     def parse(text: str) -> list[Any]:
         name = getattr(kind, "__name__", "value")
@@ -66,7 +68,7 @@ def csv(
         bad = [x for x in items if choices is not None and x not in choices]
         if bad or not (items or empty_ok):
             raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
-        return items
+        return list(dict.fromkeys(items))
 
     return parse
 
