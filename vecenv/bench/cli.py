@@ -1,9 +1,12 @@
 """vecenv-bench (also python -m vecenv.bench): vecenv's benchmarks, one suite per run.
 
 Every measurement runs in a fresh Python process (BLAS limited to one thread there); /proc gives
-the CPU time, memory and process counts. Each run writes SUITE.md (also printed) and SUITE.json
-to --out, headed by the date, the commit, the command and the machine: the tables of
-docs/benchmarks.md come from these files. Only ratios measured in one run compare fairly; on a
+the CPU time, memory and process counts. Each run writes to --out (made if missing): SUITE.md
+(also printed), the tables and the notes (rows skipped or failed), headed by the date, the
+commit, the command and the machine; and SUITE.json, the same run as data: that header, the
+settings, every repetition's measurements, their summaries and the notes. The tables of
+docs/benchmarks.md come from these files. A run that is refused, fails or is interrupted
+writes none of them. Only ratios measured in one run compare fairly; on a
 machine that other jobs share, the load average in the header says how much to trust them.
 """
 

@@ -55,7 +55,9 @@ processes.
 Examples:
   vecenv-bench --suite scaling                              # all workloads' defaults below
   vecenv-bench --suite scaling --workloads cartpole --n 1024 --workers 1,2,4,8,15,16
-Writes scaling.md (also printed), scaling.json and scaling.png (needs matplotlib)."""
+Writes scaling.md (also printed), scaling.json and scaling.png: env-steps/s against workers,
+spinning and sleeping, Sync and the ceiling as lines, one panel per workload (needs matplotlib:
+pip install -e ".[bench]"; skipped with a note otherwise)."""
 
 
 def default_workers(cores: int) -> list[int]:

@@ -88,7 +88,9 @@ tables give medians with min-max.
 Examples:
   vecenv-bench --quick                              # ~1 min smoke run (2 busy cores: ~80 s)
   vecenv-bench --sizes 128 --reps 3                 # one size, 3 interleaved repetitions
-Writes step.md (also printed), step.json and step.png (needs matplotlib: pip install -e ".[bench]")."""
+Writes step.md (also printed), step.json and step.png: a bar per cell, its median rate with
+min-max whiskers, one panel per workload, the ideal as a dashed line (needs matplotlib:
+pip install -e ".[bench]"; skipped with a note otherwise)."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
