@@ -711,3 +711,34 @@ def test_a_repeated_item_of_a_list_option_is_measured_once():
     cells, _ = plan(args.workloads, args.sizes, args.runners, quick=True)
     assert [(c["n"], c["runner"]) for c in cells] == [(8, "sync"), (32, "sync"), (1, "single")]
     assert cli.parse_args(["--suite", "scaling", "--workers", "2,1,2"]).workers == [2, 1]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("cut", ["header", "json"])
+def test_ctrl_c_while_the_results_are_written_ends_in_one_line(cut, tmp_path, monkeypatch, capsys):
+    # After the measurements the handlers were gone: Ctrl+C while the header's facts were read
+    # (git, twice) or the files written printed a traceback, and SIGTERM killed the run silently.
+    out = tmp_path / "bench"
+    monkeypatch.setitem(
+        cli.SUITES, "step", dataclasses.replace(step.SUITE, run=lambda args: Outcome("## rows\n", {"cells": []}))
+    )
+    real_write = cli.write_text_atomically
+
+    def cut_in(stage, real):
+        def call(*args, **kwargs):
+            if cut == stage and (stage == "header" or str(args[0]).endswith(".json")):
+                raise KeyboardInterrupt
+            return real(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(cli, "meta", cut_in("header", cli.meta))
+    monkeypatch.setattr(cli, "write_text_atomically", cut_in("json", real_write))
+    assert cli.main(["--out", str(out)]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    if cut == "header":
+        assert err == ["vecenv-bench: interrupted: no results were written"]
+        assert not out.exists()
+    else:
+        assert err == [f"vecenv-bench: interrupted: only {out / 'step.md'} written"]
+        assert sorted(p.name for p in out.iterdir()) == ["step.md"]

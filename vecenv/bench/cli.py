@@ -183,8 +183,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     load_start = _load()
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, sigterm_raises()) if in_main_thread else None
+    written: list[str] = []  # the result files on disk so far, for the line of an interrupted run
     try:
         outcome: Outcome = SUITES[args.suite].run(args)
+        written += outcome.files
+        # Still under the handlers: Ctrl+C or SIGTERM while the files are written ends as during
+        # the run (one line saying what was written), not in a traceback or a silent kill.
+        _write_results(args, argv, load_start, t_start, outcome, written)
     except OptionError as e:  # an option out of range, found while resolving the defaults
         remove_if_empty(created)
         build_parser(args.suite).error(str(e))
@@ -195,14 +200,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as e:  # Ctrl+C, or SIGTERM (Terminated): no measurement outlives the run
         kill_children()
         remove_if_empty(created)
-        print(
-            f"{PROG}: {'terminated' if isinstance(e, Terminated) else 'interrupted'}: no results were written",
-            file=sys.stderr,
-        )
+        what = f"only {', '.join(written)} written" if written else "no results were written"
+        print(f"{PROG}: {'terminated' if isinstance(e, Terminated) else 'interrupted'}: {what}", file=sys.stderr)
         return exit_status(e)
     finally:
         if in_main_thread:
             signal.signal(signal.SIGTERM, previous)
+    return 0
+
+
+def _write_results(
+    args: argparse.Namespace,
+    argv: Sequence[str],
+    load_start: tuple[float, ...] | None,
+    t_start: float,
+    outcome: Outcome,
+    written: list[str],
+) -> None:
+    """Write SUITE.md and SUITE.json to --out (each added to ``written`` once it is whole) and
+    print the markdown and the line naming every file."""
     m = meta(argv, load_start)
     m["wall_s"] = time.perf_counter() - t_start
     notes = [f"- {n}" for n in outcome.notes]
@@ -212,8 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.makedirs(args.out, exist_ok=True)
     stem = os.path.join(args.out, args.suite)
     write_text_atomically(f"{stem}.md", md)
+    written.insert(0, f"{stem}.md")
     write_text_atomically(f"{stem}.json", json_text({"meta": m, "notes": outcome.notes, **outcome.data}, indent=1))
+    written.insert(1, f"{stem}.json")
     print(md)
-    written = ", ".join([f"{stem}.md", f"{stem}.json", *outcome.files])
-    print(f"wrote {written} in {m['wall_s']:.0f} s", file=sys.stderr)
-    return 0
+    print(f"wrote {', '.join(written)} in {m['wall_s']:.0f} s", file=sys.stderr)
