@@ -1723,10 +1723,15 @@ def test_minari_output_over_a_file_size_limit_is_one_line_and_marked_incomplete(
 
 @pytest.mark.timeout(120)
 def test_collect_into_a_read_only_out_is_one_line(tmpfs) -> None:
+    """A read-only file system is found before any env starts (usage error, status 2), named
+    as such: not "permission denied", which root never gets there."""
     out = tmpfs("size=64k,ro") / "cartpole"
     proc = _collect_cli(out, "--steps", "200")
-    assert proc.returncode == 1, proc.stderr
-    assert proc.stderr.strip() == f"vecenv-collect: error: cannot write {out}: Read-only file system", proc.stderr
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip() == (
+        f"vecenv-collect: error: --out: expected a directory this process may write in, got {str(out)!r}, "
+        f"where {str(out.parent)!r} is not writable (read-only file system)"
+    ), proc.stderr
 
 
 @pytest.mark.timeout(60)

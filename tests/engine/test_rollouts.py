@@ -305,9 +305,9 @@ def _torch_sampler() -> Any:
 def test_policies_sampling_from_global_generators_draw_apart_in_each_worker_and_follow_the_seed(kind: str) -> None:
     # Forked workers start with the parent's generators (and torch's default seed is the same in
     # every process): every group of the same size drew the same noise, the same actions.
-    policy = _global_numpy_sampler if kind == "numpy" else _torch_sampler()
     if kind == "torch":
-        pytest.importorskip("torch")
+        pytest.importorskip("torch")  # before the sampler, which imports it
+    policy = _global_numpy_sampler if kind == "numpy" else _torch_sampler()
     fns = diff_env_fns(6, obs_kind="box", act_kind="discrete", p_term=0.0, p_trunc=0.0)
     with make(fns, 2) as envs:
         envs.reset(seed=SEED)

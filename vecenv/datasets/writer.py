@@ -271,7 +271,8 @@ def check_out(out: Path, overwrite: bool, names: OptionNames = KEYWORDS) -> None
 
 def check_directory_path(path: Path, name: str) -> None:
     """Raise OutputExistsError when ``path`` cannot be (or become) a directory: it is an
-    existing file, or a folder it would go under is; and DatasetWriteError (``EACCES``) when
+    existing file, or a folder it would go under is; and DatasetWriteError (``EACCES``, or
+    ``EROFS`` on a read-only file system) when
     the nearest existing folder (``path`` itself, or the one its folders would be made in)
     does not let this process create entries in it (a read-only directory). Found here, before
     any env starts, instead of as a write error once they run; ``name`` is how the message
@@ -282,26 +283,44 @@ def check_directory_path(path: Path, name: str) -> None:
         if not existing.is_dir():
             where = "which is an existing file" if existing == path else f"where {str(existing)!r} is an existing file"
             raise OutputExistsError(f"{name}: expected a directory path, got {str(path)!r}, {where}")
-        if not os.access(existing, os.W_OK | os.X_OK):
+        denied = _why_not_writable(existing)
+        if denied is not None:
             where = "which" if existing == path else f"where {str(existing)!r}"
             raise DatasetWriteError(
-                errno.EACCES,
+                denied,
                 f"{name}: expected a directory this process may write in, got {str(path)!r}, {where} "
-                "is not writable (permission denied)",
+                f"is not writable ({_REASONS[denied]})",
             )
         return
 
 
+#: How a message says why a folder is not writable, by errno.
+_REASONS = {errno.EROFS: "read-only file system", errno.EACCES: "permission denied"}
+
+
+def _why_not_writable(folder: Path) -> int | None:
+    """``None`` when this process may create and rename entries in ``folder``; else the errno a
+    write there would fail with: ``EROFS`` on a read-only file system, ``EACCES`` otherwise."""
+    if os.access(folder, os.W_OK | os.X_OK):
+        return None
+    try:
+        read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    return errno.EROFS if read_only else errno.EACCES
+
+
 def check_replaceable(path: Path, names: OptionNames = KEYWORDS) -> None:
-    """Raise DatasetWriteError (``EACCES``) when the folder holding the existing ``path`` does
+    """Raise DatasetWriteError (``EACCES`` or ``EROFS``) when the folder holding the existing ``path`` does
     not let this process rename entries in it: replacing an output with ``overwrite`` moves it
     aside there first (:func:`set_aside`), which would otherwise fail only after the envs ran."""
     parent = path.parent
-    if not os.access(parent, os.W_OK | os.X_OK):
+    denied = _why_not_writable(parent)
+    if denied is not None:
         raise DatasetWriteError(
-            errno.EACCES,
+            denied,
             f"{names.out}: expected an output that {names.overwrite} may replace, got {str(path)!r}, whose folder "
-            f"{str(parent)!r} is not writable (permission denied)",
+            f"{str(parent)!r} is not writable ({_REASONS[denied]})",
         )
 
 
