@@ -511,6 +511,32 @@ def test_render_and_get_images() -> None:
 
 
 @pytest.mark.timeout(60)
+def test_vec_video_recorder_takes_the_envs_frame_rate_as_over_sb3s_classes(monkeypatch, tmp_path) -> None:
+    """SB3's VecVideoRecorder reads `render_fps` from SB3's own classes with `get_attr`, and from
+    any other VecEnv from its `metadata`: the drop-in's holds env 0's keys beside SB3's own."""
+    import types
+
+    from stable_baselines3.common.vec_env import VecVideoRecorder
+
+    # The recorder only checks that moviepy imports before anything is written; no video is made here.
+    monkeypatch.setitem(sys.modules, "moviepy", sys.modules.get("moviepy") or types.ModuleType("moviepy"))
+    fns = [partial(gym.make, "CartPole-v1", render_mode="rgb_array")] * 2
+    ours = SubprocVecEnv(fns, start_method="fork", num_workers=1)
+    ref = SB3SubprocVecEnv(fns, start_method="fork")
+    try:
+        assert ours.metadata["render_modes"] == ref.metadata["render_modes"] == ["human", "rgb_array"]
+        assert ours.metadata["render_fps"] == 50
+        rates = [
+            VecVideoRecorder(vec, str(tmp_path / str(i)), lambda step: False).frames_per_sec
+            for i, vec in enumerate((ours, ref))
+        ]
+        assert rates == [50, 50]
+    finally:
+        ours.close()
+        ref.close()
+
+
+@pytest.mark.timeout(60)
 def test_async_steps_close_and_errors() -> None:
     with pytest.raises(ValueError, match="cannot find context for 'illegal_method'"):
         SubprocVecEnv(info_fns(2), start_method="illegal_method")

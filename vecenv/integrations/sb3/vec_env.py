@@ -164,6 +164,10 @@ class SubprocVecEnv(Uncopyable, VecEnv):
             super().__init__(
                 len(env_fns), self.vector_env.single_observation_space, self.vector_env.single_action_space
             )
+            # SB3's VecVideoRecorder takes the envs' metadata (their `render_fps`, the videos' frame
+            # rate) with `get_attr` only from SB3's own classes, and from any other VecEnv its
+            # `metadata`: without env 0's keys here, its videos over this class would run at 30 fps.
+            self.metadata = _with_env_metadata(self.metadata, self.get_attr("metadata", 0)[0])
         except BaseException:
             self.vector_env.close()
             raise
@@ -413,6 +417,16 @@ def _boxes(infos: dict[str, Any], n: int) -> tuple[Any, np.ndarray]:
     if boxes is None:
         return [None] * n, np.zeros(n, dtype=bool)
     return boxes, infos[f"_{INFO_KEY}"]
+
+
+def _with_env_metadata(own: Mapping[str, Any], env_metadata: Any) -> dict[str, Any]:
+    """The vector env's ``metadata``: SB3's (its ``render_modes``, which may add ``"human"``), and
+    env 0's other keys (``render_fps`` and the like), which SB3's ``VecVideoRecorder`` reads."""
+    merged = dict(own)
+    if isinstance(env_metadata, Mapping):
+        for key, value in env_metadata.items():
+            merged.setdefault(key, value)
+    return merged
 
 
 def selected_envs(indices: Any, num_envs: int) -> list[int]:
