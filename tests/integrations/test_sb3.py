@@ -125,6 +125,32 @@ def test_matches_dummy_vec_env(start_method: str, num_workers: int, dict_obs: bo
         ref.close()
 
 
+@pytest.mark.timeout(60)
+def test_nested_observation_spaces_come_batched_as_gymnasium_batches_them() -> None:
+    """SB3's DummyVecEnv refuses a Dict or Tuple inside a Dict; the drop-in takes it, as SB3's
+    SubprocVecEnv does, and gives Gymnasium's nested batch (docs/sb3.md says so)."""
+    from gymnasium.vector.utils import concatenate, create_empty_array
+
+    from tests.helpers.envs import DiffEnv
+
+    fns = [partial(DiffEnv, i, obs_kind="dict") for i in range(3)]
+    with pytest.raises(NotImplementedError, match="Nested observation spaces"):
+        DummyVecEnv(fns)
+    ours = SubprocVecEnv(fns, start_method="fork", num_workers=2)
+    try:
+        ours.seed(4)
+        obs = ours.reset()
+        envs = [fn() for fn in fns]
+        space = envs[0].observation_space
+        expected = concatenate(
+            space, [env.reset(seed=4 + i)[0] for i, env in enumerate(envs)], create_empty_array(space, 3)
+        )
+        assert isinstance(obs["inner"], dict) and isinstance(obs["pair"], tuple)
+        assert_same(obs, expected, "nested reset batch")
+    finally:
+        ours.close()
+
+
 @pytest.mark.timeout(120)
 def test_matches_sb3_subproc_vec_env_dtypes() -> None:
     """Against SB3's own SubprocVecEnv: float64 rewards, same infos, same terminal observations."""
