@@ -49,6 +49,7 @@ __all__ = [
     "same_sequence",
     "as_state",
     "check_state",
+    "check_containers",
     "check_initial_state",
     "reset_rows",
     "keep_rows",
@@ -369,5 +370,6 @@ def _probe(policy: Any, context: Any, observations: Any, n: int) -> PolicyOutput
     except Exception as exc:
         return PolicyOutputs((), recurrent, initial, f"{type(exc).__name__}: {exc}")
     if recurrent:
+        check_containers(state, initial, f"returned by policy {policy.name}")
         check_state(state, n, initial, "returned by the policy")
     return PolicyOutputs(extras_layout(extras, n), recurrent, initial)

@@ -750,6 +750,49 @@ def test_a_set_state_in_other_containers_than_the_initial_state_is_refused() -> 
             envs.set_policy_state((np.ones((4, 2), np.float32), np.zeros(4, np.int64)))
 
 
+class _ListStateFrom(Recurrent):
+    """Its initial state is a tuple; from its call number ``first`` on (counted per copy) it
+    returns its new state as a list, which would reach it (and the learner) as a list."""
+
+    def __init__(self, first: int) -> None:
+        super().__init__()
+        self.first, self.calls = first, 0
+
+    def __call__(self, observations: Any, state: Any) -> Any:
+        actions, extras, new = super().__call__(observations, state)
+        self.calls += 1
+        return actions, extras, (list(new) if self.calls > self.first else new)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("workers", [0, 2, "inline"], ids=lambda w: f"w={w}")
+def test_a_state_returned_in_other_containers_than_the_initial_state_is_refused(workers: int | str) -> None:
+    """A step's state in other containers than the initial state's was kept and handed back to
+    the policy and the learner as returned: refused as ``set_policy_state`` refuses it, at the
+    parent's first call of the policy, or at the step that changed them."""
+    expected, received = "tuple(array, dict{'count': array})", "list[array, dict{'count': array}]"
+    with make(diff_env_fns(4), workers) as envs:
+        envs.reset(seed=SEED)
+        policy = FunctionPolicy(_ListStateFrom(0), name="list-state")
+        with pytest.raises(PolicyOutputError) as raised:
+            envs.rollout(3, policy)
+        assert str(raised.value) == (
+            f"state (returned by policy list-state): expected the containers of the policy's initial state, "
+            f"{expected}, received {received}"
+        )
+        # Its first call (the parent's) passes: the copies' second calls are refused.
+        later = FunctionPolicy(_ListStateFrom(1), name="list-state-later")
+        with pytest.raises(PolicyOutputError) as raised:
+            envs.rollout(3, later)
+        assert str(raised.value) == (
+            f"state (returned by policy list-state-later at step 1): expected the containers of the policy's "
+            f"initial state, {expected}, received {received}"
+        )
+        envs.reset(seed=SEED)
+        got = envs.rollout(2, Recurrent())
+        assert type(got.initial_state) is tuple and type(envs.policy_state()) is tuple
+
+
 def test_a_torch_module_s_extra_numpy_cannot_hold_is_refused_by_name() -> None:
     torch = pytest.importorskip("torch")
 

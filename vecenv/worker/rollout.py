@@ -42,6 +42,7 @@ from gymnasium.vector import AutoresetMode
 from vecenv.errors import InvalidStateError, PolicyOutputError
 from vecenv.policy_outputs import (
     as_state,
+    check_containers,
     check_initial_state,
     check_state,
     copy_state,
@@ -304,7 +305,9 @@ class GroupRollouts:
                 kept = None if idle is None else copy_state(self.state)
                 chosen, extras, state = policy.act_with_state(observations, self.state, active)
                 state = as_state(state)
-                check_state(state, n, self._initial, f"returned at step {t}")
+                returned = f"returned by policy {self.policy_name} at step {t}"
+                check_containers(state, self._initial, returned)
+                check_state(state, n, self._initial, returned)
                 self.state = state if idle is None else keep_rows(state, kept, idle)
             else:
                 chosen, extras = split_output(policy.act(observations, active), space)
