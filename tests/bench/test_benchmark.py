@@ -742,3 +742,89 @@ def test_ctrl_c_while_the_results_are_written_ends_in_one_line(cut, tmp_path, mo
     else:
         assert err == [f"vecenv-bench: interrupted: only {out / 'step.md'} written"]
         assert sorted(p.name for p in out.iterdir()) == ["step.md"]
+
+
+#: What the calibration child gives, for the step suite's method line.
+_CALIBRATION = {
+    "iterations_per_us": 10.0,
+    "iters_100us": 1000,
+    "iters_1ms": 10000,
+    "iters_50us": 500,
+    "inference_reps": 1,
+    "inference_ms": 0.5,
+}
+
+
+def _measured(rate: float) -> dict:
+    """One repetition's result, as a step measurement's child gives it."""
+    return {"rate": rate, "startup_s": 0.5, "pss_mib": 40.0, "processes": 1, "idle_cpu_cores": 0.0}
+
+
+def _children(monkeypatch, results: list) -> None:
+    """The step suite's children replaced by ``results``, one per measurement in order (an
+    exception is raised there, as Ctrl+C or SIGTERM would be while the child measures)."""
+    pending = list(results)
+
+    def run_child(spec, timeout, extra_env=None):
+        if spec["task"] == "calibrate":
+            return dict(_CALIBRATION)
+        result = pending.pop(0)
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    monkeypatch.setattr(step, "run_child", run_child)
+
+
+_ONE_CELL = ["--workloads", "cartpole", "--sizes", "8,32", "--runners", "sync", "--seconds", "0.1"]
+
+
+@pytest.mark.timeout(60)
+def test_a_cell_whose_repetition_failed_is_marked_with_how_many_and_why(tmp_path, monkeypatch, capsys):
+    # Its figures came from the repetitions before the failure, and its row looked like a clean
+    # cell's: only a note far below said that one of them had failed.
+    out = tmp_path / "bench"
+    failure = {"error": "EOFError: worker died"}
+    # Interleaved: N=8, N=32, N=8 (fails, not measured again), N=32, N=32.
+    _children(monkeypatch, [_measured(1000.0), _measured(2000.0), failure, _measured(2000.0), _measured(2000.0)])
+    assert cli.main([*_ONE_CELL, "--reps", "3", "--out", str(out)]) == 0
+    capsys.readouterr()
+    md, data = (out / "step.md").read_text(), json.loads((out / "step.json").read_text())
+    n8, n32 = data["cells"]
+    assert (n8["summary"]["failed_reps"], n8["summary"]["failure"]) == (1, "EOFError: worker died")
+    assert (n32["summary"]["failed_reps"], n32["summary"]["failure"]) == (0, None)
+    assert data["partial"] is None
+    rows = [line for line in md.splitlines() if line.startswith("| cartpole")]
+    assert rows[0].startswith("| cartpole | 8 | sync | **1,000** (1,000–1,000) † |"), rows
+    assert "†" not in rows[1], rows
+    assert (
+        "† cartpole N=8 sync: 1 of 3 repetitions failed (EOFError: worker died) and the cell was not measured "
+        "again: its figures are from 1 of 3." in md.splitlines()
+    )
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_run_writes_what_it_measured_marked_as_partial(tmp_path, monkeypatch, capsys, signum):
+    # Ctrl+C or SIGTERM after minutes of measurements threw all of them away.
+    from vecenv.interrupts import Terminated
+
+    out = tmp_path / "bench"
+    interrupt = KeyboardInterrupt() if signum == signal.SIGINT else Terminated()
+    _children(monkeypatch, [_measured(1000.0), interrupt])
+    assert cli.main([*_ONE_CELL, "--reps", "2", "--out", str(out)]) == 128 + signum
+    err = capsys.readouterr().err.strip().splitlines()
+    ended = "interrupted" if signum == signal.SIGINT else "terminated"
+    assert err[-1] == (
+        f"vecenv-bench: {ended} after 1 of 4 measurements: partial results written to "
+        f"{out / 'step.md'}, {out / 'step.json'}"
+    )
+    assert sorted(p.name for p in out.iterdir()) == ["step.json", "step.md"]  # no chart of a cut run
+    md, data = (out / "step.md").read_text(), json.loads((out / "step.json").read_text())
+    how = "interrupted (Ctrl+C)" if signum == signal.SIGINT else "terminated (SIGTERM)"
+    assert data["partial"] == f"the run was {how} after 1 of 4 measurements; what was not measured is missing"
+    assert f"**Partial results**: {data['partial']}." in md
+    n8, n32 = data["cells"]
+    assert n8["summary"]["reps"] == 1 and n32["summary"] is None and n32["reps"] == []
+    assert "| cartpole | 32 | sync | not measured |" in md
+    assert "the run was interrupted after 1 of 4 measurements: the others were not measured" in data["notes"]

@@ -5,8 +5,9 @@ the CPU time, memory and process counts. Each run writes to --out (made if missi
 (also printed), the tables and the notes (rows skipped or failed), headed by the date, the
 commit, the command and the machine; and SUITE.json, the same run as data: that header, the
 settings, every repetition's measurements, their summaries and the notes. The tables of
-docs/benchmarks.md come from these files. A run that is refused, fails or is interrupted
-writes none of them. Only ratios measured in one run compare fairly; on a
+docs/benchmarks.md come from these files. A run that is refused or fails writes none of them;
+one interrupted (Ctrl+C, SIGTERM) writes what the step and scaling suites measured before it,
+marked as partial (none before the first measurement). Only ratios measured in one run compare fairly; on a
 machine that other jobs share, the load average in the header says how much to trust them.
 """
 
@@ -28,7 +29,7 @@ from typing import Any
 
 from vecenv.bench import collection, multiagent, rollouts, scaling, step
 from vecenv.bench.child import kill_children
-from vecenv.bench.suite import OptionError, Outcome, Suite, SuiteFailed
+from vecenv.bench.suite import OptionError, Outcome, PartialRun, Suite, SuiteFailed
 from vecenv.files import json_text, write_text_atomically
 from vecenv.interrupts import Terminated, exit_status, sigterm_raises
 
@@ -184,12 +185,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, sigterm_raises()) if in_main_thread else None
     written: list[str] = []  # the result files on disk so far, for the line of an interrupted run
+    cut: PartialRun | None = None  # a run interrupted after some measurements, whose results are kept
     try:
-        outcome: Outcome = SUITES[args.suite].run(args)
+        try:
+            outcome: Outcome = SUITES[args.suite].run(args)
+        except PartialRun as partial:
+            kill_children()
+            cut, outcome = partial, partial.outcome
         written += outcome.files
         # Still under the handlers: Ctrl+C or SIGTERM while the files are written ends as during
         # the run (one line saying what was written), not in a traceback or a silent kill.
-        _write_results(args, argv, load_start, t_start, outcome, written)
+        _write_results(args, argv, load_start, t_start, outcome, written, cut)
     except OptionError as e:  # an option out of range, found while resolving the defaults
         remove_if_empty(created)
         build_parser(args.suite).error(str(e))
@@ -206,6 +212,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if in_main_thread:
             signal.signal(signal.SIGTERM, previous)
+    if cut is not None:
+        ended = "terminated" if isinstance(cut.interrupt, Terminated) else "interrupted"
+        print(f"{PROG}: {ended} after {cut.measured}: partial results written to {', '.join(written)}", file=sys.stderr)
+        return exit_status(cut.interrupt)
     return 0
 
 
@@ -216,20 +226,27 @@ def _write_results(
     t_start: float,
     outcome: Outcome,
     written: list[str],
+    cut: PartialRun | None = None,
 ) -> None:
     """Write SUITE.md and SUITE.json to --out (each added to ``written`` once it is whole) and
-    print the markdown and the line naming every file."""
+    print the markdown and the line naming every file. A ``cut`` run's results say, under the
+    header and as ``partial`` in the JSON (``null`` for a whole run), that they are partial."""
     m = meta(argv, load_start)
     m["wall_s"] = time.perf_counter() - t_start
     notes = [f"- {n}" for n in outcome.notes]
-    md = "\n".join(
-        [header(args.suite, m), outcome.markdown.rstrip(), ""] + (["## Notes", "", *notes, ""] if notes else [])
-    )
+    partial = None
+    if cut is not None:
+        ended = "terminated (SIGTERM)" if isinstance(cut.interrupt, Terminated) else "interrupted (Ctrl+C)"
+        partial = f"the run was {ended} after {cut.measured}; what was not measured is missing"
+    top = [header(args.suite, m)] + ([f"**Partial results**: {partial}.", ""] if partial else [])
+    md = "\n".join([*top, outcome.markdown.rstrip(), ""] + (["## Notes", "", *notes, ""] if notes else []))
     os.makedirs(args.out, exist_ok=True)
     stem = os.path.join(args.out, args.suite)
     write_text_atomically(f"{stem}.md", md)
     written.insert(0, f"{stem}.md")
-    write_text_atomically(f"{stem}.json", json_text({"meta": m, "notes": outcome.notes, **outcome.data}, indent=1))
+    write_text_atomically(
+        f"{stem}.json", json_text({"meta": m, "partial": partial, "notes": outcome.notes, **outcome.data}, indent=1)
+    )
     written.insert(1, f"{stem}.json")
     print(md)
     print(f"wrote {', '.join(written)} in {m['wall_s']:.0f} s", file=sys.stderr)

@@ -63,12 +63,21 @@ def _summary(ok: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+#: The mark of a cell whose figures come from fewer repetitions than planned, after its footnote.
+FAILED_MARK = "†"
+
+
 def summarize(cells: list[Cell], cores: int) -> None:
-    """Add a ``summary`` (medians, min-max, ratios) to every cell that has results."""
+    """Add a ``summary`` (medians, min-max, ratios) to every cell that has results; one whose
+    other repetitions failed says so (``failed_reps``, ``failure``: the first one's error), as
+    its figures are not those of a clean cell."""
     by_key = {key(c): c for c in cells}
     for c in cells:
         ok = [r for r in c["reps"] if "error" not in r]
-        c["summary"] = _summary(ok) if ok else None
+        errors = [r["error"] for r in c["reps"] if "error" in r]
+        c["summary"] = (
+            {**_summary(ok), "failed_reps": len(errors), "failure": errors[0] if errors else None} if ok else None
+        )
     for c in cells:
         s = c["summary"]
         if not s:
@@ -105,14 +114,38 @@ def _method(meta: dict[str, Any]) -> list[str]:
     ]
 
 
+def failed_mark(cell: Cell) -> str:
+    """`` †`` after the figures of a cell some of whose repetitions failed, else ``""``."""
+    s = cell.get("summary")
+    return f" {FAILED_MARK}" if s and s.get("failed_reps") else ""
+
+
+def failed_footnotes(cells: list[Cell], planned: int) -> list[str]:
+    """The lines under a table for its cells marked by :func:`failed_mark`: how many of the
+    ``planned`` repetitions of which runner failed, why, and how many the figures come from (a
+    cell that failed is not measured again)."""
+    lines = []
+    for c in cells:
+        s = c.get("summary")
+        if s and s.get("failed_reps"):
+            failure = str(s["failure"]).replace("|", "/")
+            lines.append(
+                f"{FAILED_MARK} {c['workload']} N={c['n']} {c['runner']}: {s['failed_reps']} of {planned} "
+                f"repetitions failed ({failure}) and the cell was not measured again: its figures are from "
+                f"{s['reps']} of {planned}."
+            )
+    return lines + [""] if lines else []
+
+
 def _row(c: Cell, ideal: bool, width: int) -> str:
     s = c["summary"]
     cols = [c["workload"], str(c["n"]), _label(c)]
     if not s:
-        err = next((r["error"] for r in c["reps"] if "error" in r), "no result")
-        cols += [f"failed: {err}".replace("|", "/")] + [""] * (width - 4)
+        err = next((r["error"] for r in c["reps"] if "error" in r), None)
+        cols += ["not measured" if err is None else f"failed: {err}".replace("|", "/")] + [""] * (width - 4)
         return "| " + " | ".join(cols) + " |"
-    cols.append(f"**{_fmt_rate(s['rate_median'])}** ({_fmt_rate(s['rate_min'])}–{_fmt_rate(s['rate_max'])})")
+    rate = f"**{_fmt_rate(s['rate_median'])}** ({_fmt_rate(s['rate_min'])}–{_fmt_rate(s['rate_max'])})"
+    cols.append(rate + failed_mark(c))
     r = s["ratio_to_baseline"]
     cols.append("—" if r is None else f"{r:.2f}×")
     if ideal:
@@ -146,6 +179,7 @@ def markdown(cells: list[Cell], meta: dict[str, Any]) -> str:
         lines += ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * (len(head) - 3)) + "|"]
         lines += [_row(c, ideal, len(head)) for c in rows]
         lines.append("")
+        lines += failed_footnotes(rows, meta["reps"])
     return "\n".join(lines)
 
 

@@ -16,9 +16,9 @@ import numpy as np
 
 from vecenv.bench.envs import STANDARD_WORKLOADS, atari_missing
 from vecenv.bench.plan import Cell, key
-from vecenv.bench.report import pyplot
+from vecenv.bench.report import failed_footnotes, failed_mark, pyplot
 from vecenv.bench.runners import curve_runner
-from vecenv.bench.step import calibrated_cells, charted
+from vecenv.bench.step import calibrated_cells
 from vecenv.bench.suite import Outcome, Suite, csv, pick, rate_text, ratio, ratio_text, require, table
 from vecenv.files import replaced
 from vecenv.machine import available_cpus
@@ -157,9 +157,9 @@ def _scaled(cell: Cell | None, factor: int) -> dict[str, Any] | None:
 def _rate_cell(cell: Cell | None) -> str:
     s = None if cell is None else cell.get("summary")
     if not s:
-        err = next((r["error"] for r in (cell or {}).get("reps", []) if "error" in r), "not measured")
-        return f"failed: {err}"[:120]
-    return rate_text(s)
+        err = next((r["error"] for r in (cell or {}).get("reps", []) if "error" in r), None)
+        return "not measured" if err is None else f"failed: {err}"[:120]
+    return rate_text(s) + failed_mark(cell or {})
 
 
 def _idle(cell: Cell | None) -> str:
@@ -241,6 +241,7 @@ def markdown(cells: list[Cell], meta: dict[str, Any]) -> str:
             ],
             rows,
         )
+        lines += failed_footnotes([c for c in cells if c["workload"] == w], meta["reps"])
     return "\n".join(lines)
 
 
@@ -279,10 +280,11 @@ def chart(cells: list[Cell], meta: dict[str, Any], path: str) -> str | None:
 def run(args: argparse.Namespace) -> Outcome:
     """Calibrate, measure every cell, summarize; the chart goes to ``--out``/scaling.png."""
     args = resolve(args)
-    cells, notes, meta = calibrated_cells(args, lambda: plan(args.workloads, args.n, args.workers))
+    measured = calibrated_cells(args, lambda: plan(args.workloads, args.n, args.workers))
+    cells, meta = measured.cells, measured.meta
     meta.update(n=args.n, workers=args.workers, workloads=args.workloads)
-    outcome = Outcome(markdown(cells, meta), {"settings": meta, "cells": cells}, notes)
-    return charted(outcome, args.out, "scaling.png", lambda png: chart(cells, meta, png))
+    outcome = Outcome(markdown(cells, meta), {"settings": meta, "cells": cells}, measured.notes)
+    return measured.finished(outcome, args.out, "scaling.png", lambda png: chart(cells, meta, png))
 
 
 SUITE = Suite(

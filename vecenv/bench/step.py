@@ -5,18 +5,19 @@ measured in :mod:`~vecenv.bench.measure` and reported in :mod:`~vecenv.bench.rep
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
-from vecenv.bench.child import run_child, run_concurrently
+from vecenv.bench.child import kill_children, run_child, run_concurrently
 from vecenv.bench.envs import ALL_WORKLOADS
 from vecenv.bench.plan import Cell, key, plan
 from vecenv.bench.report import chart, markdown, summarize
 from vecenv.bench.runners import RUNNERS, runner_named
-from vecenv.bench.suite import Outcome, Suite, SuiteFailed, csv, pick, require
+from vecenv.bench.suite import Outcome, PartialRun, Suite, SuiteFailed, csv, pick, require
 from vecenv.machine import available_cpus
 
 ALL_RUNNERS = tuple(RUNNERS)
@@ -135,15 +136,42 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
-def measure_cells(cells: list[Cell], notes: list[str], args: argparse.Namespace, calib: dict[str, Any]) -> None:
+@dataclasses.dataclass
+class MeasuredCells:
+    """What :func:`calibrated_cells` measured, for a suite's report.
+
+    Attributes:
+        cells: the planned cells, each with its ``reps`` and ``summary``.
+        notes: the rows skipped or failed.
+        meta: the settings (cores, seconds, warm-up, repetitions) and the calibration.
+        interrupt: the Ctrl+C or SIGTERM that cut the measurements after some of them (``None``:
+            every repetition ran); ``measured`` says how many ran.
+    """
+
+    cells: list[Cell]
+    notes: list[str]
+    meta: dict[str, Any]
+    interrupt: KeyboardInterrupt | None = None
+    measured: str = ""
+
+    def finished(self, outcome: Outcome, out: str, name: str, draw: Callable[[str], str | None]) -> Outcome:
+        """``outcome`` with its chart (:func:`charted`); :class:`PartialRun` with it instead
+        (no chart) when the measurements were cut."""
+        if self.interrupt is not None:
+            raise PartialRun(self.interrupt, outcome, self.measured)
+        return charted(outcome, out, name, draw)
+
+
+def measure_cells(cells: list[Cell], notes: list[str], args: argparse.Namespace, calib: dict[str, Any]) -> int:
     """Every repetition of every cell, interleaved, each in a fresh process; a cell that fails
-    once is not measured again (a note says why)."""
+    once is not measured again (a note says why). Returns how many repetitions ran; a Ctrl+C
+    or SIGTERM propagates, the cells keeping the repetitions that ran before it."""
     cores = available_cpus()
     for c in cells:
         c["reps"] = []
     failed: set[tuple[Any, ...]] = set()
     total = len(cells) * args.reps
-    done = 0
+    done = ran = 0
     for rep in range(args.reps):
         for c in cells:
             done += 1
@@ -158,6 +186,7 @@ def measure_cells(cells: list[Cell], notes: list[str], args: argparse.Namespace,
                 else run_child(spec, timeout)
             )
             c["reps"].append(res)
+            ran += 1
             shown = f"error: {res['error']}" if "error" in res else f"{res['rate']:,.0f} env-steps/s"
             print(
                 f"[{done}/{total}] rep {rep + 1} {c['workload']} N={c['n']} {c['runner']}: {shown}",
@@ -167,22 +196,32 @@ def measure_cells(cells: list[Cell], notes: list[str], args: argparse.Namespace,
             if "error" in res:
                 failed.add(key(c))
                 notes.append(f"{c['workload']} N={c['n']} {c['runner']}: failed, {res['error']}")
+    return ran
 
 
-def calibrated_cells(
-    args: argparse.Namespace, plan_cells: Callable[[], tuple[list[Cell], list[str]]]
-) -> tuple[list[Cell], list[str], dict[str, Any]]:
+def calibrated_cells(args: argparse.Namespace, plan_cells: Callable[[], tuple[list[Cell], list[str]]]) -> MeasuredCells:
     """Calibrate the busy envs, plan the cells (``plan_cells``), measure and summarize them:
-    the cells, the notes and the settings every report of them starts from."""
+    the cells, the notes and the settings every report of them starts from. A Ctrl+C or
+    SIGTERM after some repetitions ran ends the measurements: what ran is summarized, and the
+    interrupt kept for :meth:`MeasuredCells.finished` (before any ran, it propagates)."""
     cores = available_cpus()
     calib = run_child({"task": "calibrate"}, timeout=120)
     if "error" in calib:
         raise SuiteFailed(f"calibration failed: {calib['error']}")
     cells, notes = plan_cells()
-    measure_cells(cells, notes, args, calib)
+    interrupt, measured = None, ""
+    try:
+        measure_cells(cells, notes, args, calib)
+    except KeyboardInterrupt as exc:
+        ran = sum(len(c.get("reps", [])) for c in cells)
+        if not ran:
+            raise
+        kill_children()  # the repetition it cut: no measurement outlives the run
+        interrupt, measured = exc, f"{ran} of {len(cells) * args.reps} measurements"
+        notes.append(f"the run was interrupted after {measured}: the others were not measured")
     summarize(cells, cores)
     settings = {"cores": cores, "seconds": args.seconds, "warmup": args.warmup, "reps": args.reps}
-    return cells, notes, {**settings, "calibration": calib}
+    return MeasuredCells(cells, notes, {**settings, "calibration": calib}, interrupt, measured)
 
 
 def charted(outcome: Outcome, out: str, name: str, draw: Callable[[str], str | None]) -> Outcome:
@@ -201,10 +240,11 @@ def charted(outcome: Outcome, out: str, name: str, draw: Callable[[str], str | N
 def run(args: argparse.Namespace) -> Outcome:
     """Calibrate, measure every cell, summarize; the chart goes to ``--out``/step.png."""
     args = resolve(args)
-    cells, notes, meta = calibrated_cells(args, lambda: plan(args.workloads, args.sizes, args.runners, args.quick))
+    measured = calibrated_cells(args, lambda: plan(args.workloads, args.sizes, args.runners, args.quick))
+    cells, meta = measured.cells, measured.meta
     meta.update(sizes=args.sizes, workloads=args.workloads, runners=args.runners)
-    outcome = Outcome(markdown(cells, meta), {"settings": meta, "cells": cells}, notes)
-    return charted(outcome, args.out, "step.png", lambda png: chart(cells, png, meta["cores"]))
+    outcome = Outcome(markdown(cells, meta), {"settings": meta, "cells": cells}, measured.notes)
+    return measured.finished(outcome, args.out, "step.png", lambda png: chart(cells, png, meta["cores"]))
 
 
 SUITE = Suite(

@@ -34,6 +34,24 @@ class Outcome:
     files: list[str] = dataclasses.field(default_factory=list)  # more files written to --out
 
 
+class PartialRun(Exception):
+    """A suite's run cut by Ctrl+C or SIGTERM after some measurements: what it had measured,
+    for the command line to write marked as partial (the measurements cost minutes; an
+    interrupted run kept none of them). A run cut before any measurement raises the interrupt
+    itself.
+
+    Attributes:
+        interrupt: the ``KeyboardInterrupt`` (or :class:`~vecenv.interrupts.Terminated`) that
+            cut the run; it decides the exit status.
+        outcome: the tables and data of what was measured before it.
+        measured: how much that is, for the results' header (``"5 of 12 measurements"``).
+    """
+
+    def __init__(self, interrupt: KeyboardInterrupt, outcome: Outcome, measured: str) -> None:
+        super().__init__(f"interrupted after {measured}")
+        self.interrupt, self.outcome, self.measured = interrupt, outcome, measured
+
+
 @dataclasses.dataclass(frozen=True)
 class Suite:
     """One suite of ``vecenv-bench``: ``--suite NAME`` runs it."""
