@@ -395,3 +395,26 @@ def test_exactly_equal_only_vouches_for_spaces_equal_by_gymnasium(
     assert space_fits(SpaceRule.SAME, SpaceKind.OBSERVATION, expected, received) is bool(received == expected)
     loose = received == expected or is_space_dtype_shape_equiv(expected, received)
     assert fits_layout(expected, received) is bool(loose)
+
+
+@pytest.mark.parametrize("mode", ["AS_ENV_0", "SAME", "DIFFERENT"])
+def test_space_fits_asks_exactly_equal_once(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``AS_ENV_0`` the fit asked ``exactly_equal`` and then ``fits_layout``, which asks it
+    again: the bounds of a space that is not an exact copy were compared twice per env."""
+    import vecenv.spaces
+    import vecenv.wire.protocol
+    from vecenv.wire.protocol import SpaceKind, SpaceRule, space_fits
+
+    asked: list[gym.Space] = []
+    real = vecenv.spaces.exactly_equal
+
+    def counted(expected: gym.Space, received: gym.Space) -> bool:
+        asked.append(received)
+        return real(expected, received)
+
+    monkeypatch.setattr(vecenv.spaces, "exactly_equal", counted)
+    monkeypatch.setattr(vecenv.wire.protocol, "exactly_equal", counted)
+    # Other bounds: not exactly equal, so each rule goes on to its own comparison.
+    other = gym.spaces.Box(0, 254, (4, 4, 3), np.uint8)
+    assert space_fits(SpaceRule[mode], SpaceKind.OBSERVATION, _IMAGE, other) is (mode != "SAME")
+    assert asked == [other]

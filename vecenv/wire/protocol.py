@@ -136,11 +136,14 @@ def space_fits(mode: ObservationMode | Space, which: SpaceKind, expected: Space,
     for a large observation (an image, a long vector) took longer than building the env. For the
     same reason spaces that are bit-for-bit equal (:func:`~vecenv.spaces.exactly_equal`: each
     env's own copy of one constructor's space) fit without ``==``; only a space that this
-    cheap test cannot vouch for is compared as before, so every answer is unchanged."""
-    if received is expected or exactly_equal(expected, received):
+    cheap test cannot vouch for is compared as before, so every answer is unchanged
+    (:func:`~vecenv.spaces.fits_layout` asks it itself: it is asked once on every path)."""
+    if received is expected:
         return True
     if mode is SpaceRule.AS_ENV_0:
         return fits_layout(expected, received)
+    if exactly_equal(expected, received):
+        return True
     if which is SpaceKind.ACTION or mode is SpaceRule.SAME:
         return bool(received == expected)
     return bool(is_space_dtype_shape_equiv(expected, received))
