@@ -347,6 +347,15 @@ class PickledOnce:
     The workers' buffer spec (:class:`Attach`) holds the observation space, whose ``low`` and
     ``high`` arrays of a large Box (2048x2048x3) take a tenth of a second or more to pickle;
     pickled once per vector env, each worker's attach message copies the bytes instead.
+
+    Why not :class:`Pickled`: the two unpickle at different times, for different readers. This
+    one vanishes as the message is unpickled, so :class:`Attach` keeps its ``buffers`` typed as
+    the spec and no reader of it knows it travelled as bytes (the spec is plain pickle's, and a
+    worker without it cannot start anyway). A :class:`Pickled` policy or weights stay bytes until
+    the worker loads them, so that one that cannot be unpickled there (a module only the parent
+    has) fails as the policy's error at the rollout's first step, not as a message the worker
+    cannot read; and only they need cloudpickle and the shared copy. One type would either load
+    the policy with the message or make every reader of the spec call ``load()``.
     """
 
     __slots__ = ("data",)
@@ -370,6 +379,10 @@ class Pickled:
     more cheaply: the parent writes them once into a sealed memfd (:meth:`shared_fd`), whose
     descriptor is passed beside each command, and each worker reads them from there
     (:meth:`read`).
+
+    It is not :class:`PickledOnce` (which the message's unpickling replaces by its value): the
+    worker unpickles these bytes itself, when it installs the policy or loads the weights,
+    where a failure is reported as the policy's (see :class:`PickledOnce`).
     """
 
     __slots__ = ("data", "_fd")
