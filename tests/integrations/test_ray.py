@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -918,6 +919,41 @@ def test_new_weights_reach_every_actor_large_ones_put_once_per_version(
         policy.action = 1
         envs.update_policy_weights()
         assert (envs.rollout(3, policy).actions == 1).all() and len(puts) == 3
+
+
+@pytest.mark.timeout(120)
+def test_the_buffer_spec_is_pickled_once_for_every_actor_and_replacement(
+    ray_local: RaySessions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each actor's attach call holds the buffer spec, and with it the observation space (tens
+    of MiB for a large image Box): it is pickled and put into Ray's object store once per
+    vector env, not once per actor, and a replacement actor gets the same object; every actor
+    still builds the rows it describes (the steps match Sync)."""
+    from vecenv.wire.buffers import BufferSpec
+
+    pickled: list[int] = []
+    real = object.__reduce_ex__
+
+    def counted(self: BufferSpec, protocol: Any) -> Any:
+        pickled.append(os.getpid())
+        return real(self, protocol)
+
+    monkeypatch.setattr(BufferSpec, "__reduce_ex__", counted)
+    parent = os.getpid()
+    fns = diff_env_fns(6, obs_kind="box", act_kind="discrete")
+    sync = SyncVectorEnv(fns)
+    try:
+        with RayVectorEnv(fns, 3, on_worker_death="restart", actor_options=HALF_CPU) as envs:
+            assert_same(envs.reset(seed=5), sync.reset(seed=5))
+            assert pickled.count(parent) == 1, pickled
+            os.kill(envs.actor_pids[2], signal.SIGKILL)
+            actions = np.ones(6, np.int64)
+            got, want = envs.step(actions), sync.step(actions)  # actor 2 is replaced and attached
+            assert envs.restart_count == 1 and got[3][4:].all()
+            assert_same([x[:4] for x in got[:4]], [x[:4] for x in want[:4]], "the other actors' rows")
+            assert pickled.count(parent) == 1, "the replacement gets the object already put"
+    finally:
+        sync.close()
 
 
 @pytest.mark.timeout(60)

@@ -113,13 +113,18 @@ class _GroupActor:
         except BaseException as exc:
             return Built(Outcome(False, PackedException(exc, None)), where)
 
-    def attach(self, attach: Attach) -> None:
+    def attach(self, attach: Attach, spec: Any) -> None:
         """Give the group its rows (plain arrays: nothing is shared with the parent).
+
+        ``spec``: the buffer spec, left out of ``attach`` by the parent and passed beside it
+        as one object of Ray's store for every actor (Ray resolved it here), so that the
+        parent pickles it once per vector env.
 
         Nobody waits for this call (the next command is queued behind it), so a failure is
         kept and becomes the answer to every command, rather than lost.
         """
         try:
+            attach = dataclasses.replace(attach, buffers=spec)
             self.buffers = Buffers.attach(attach.buffers, attach.start, attach.start + attach.num_envs)
             self.core.attach(attach, self.buffers)
         except BaseException as exc:
@@ -311,6 +316,8 @@ class RayTransport(Transport):
         self._stopped = False
         # The last large weights put into the object store, and their object (see encode).
         self._weights: tuple[Pickled, ray.ObjectRef] | None = None
+        # The buffer spec put into the object store, and its object (see attach).
+        self._spec: tuple[Any, ray.ObjectRef] | None = None
 
     # -- start-up ----------------------------------------------------------------------------
 
@@ -349,7 +356,20 @@ class RayTransport(Transport):
         # attached; an actor that died in between is reported by that command's result.
         if not self._live():
             raise WorkerGone
-        self.actors[worker].attach.remote(attach)
+        self.actors[worker].attach.remote(dataclasses.replace(attach, buffers=None), self._spec_object(attach.buffers))
+
+    def _spec_object(self, spec: Any) -> ray.ObjectRef:
+        """``spec`` in Ray's object store, put there once for every actor (a replacement too).
+
+        With a large observation space the spec is tens of MiB (a Box's ``low`` and ``high``):
+        inside each actor's attach call it would be serialised and stored once per actor (and
+        a second vector env's start could wait seconds for room in the store). As one object
+        passed beside each call, it is serialised once and each node fetches it once. The
+        actors read its arrays in place (Ray hands them out read-only): only the actor's own
+        bookkeeping uses the spec, never the user."""
+        if self._spec is None or self._spec[0] is not spec:
+            self._spec = (spec, ray.put(spec))
+        return self._spec[1]
 
     # -- calls -------------------------------------------------------------------------------
 
@@ -493,6 +513,7 @@ class RayTransport(Transport):
         finally:
             self.actors = []
             self._weights = None
+            self._spec = None
             for queue in self.outstanding:
                 queue.clear()
             if self._lease is not None:
