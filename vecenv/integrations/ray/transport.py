@@ -11,7 +11,8 @@ transport differs:
   core's guard, so an argument it cannot rebuild is that call's error, never a dead actor. Large
   new weights (a rollout's, :attr:`~vecenv.wire.protocol.RolloutArgs.large_weights`) are put into
   Ray's object store once per version and passed beside each command as that object, so each
-  node fetches them once instead of every actor's call carrying them.
+  node fetches them once instead of every actor's call carrying them. The buffer spec of the
+  attach calls (with the observation space in it) travels the same way, once per vector env.
 * **Replies** come back as the method's return value through Ray's object store: observation
   rows, rewards and flags as numpy arrays (zero-copy on the same node) plus non-empty infos.
   Nothing is shared in place (``Transport.shares_memory`` is false): every call's rows travel.
