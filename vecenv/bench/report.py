@@ -12,6 +12,9 @@ from vecenv.bench.envs import ALL_WORKLOADS
 from vecenv.bench.measure import IDLE_S
 from vecenv.bench.plan import Cell, key
 from vecenv.bench.runners import Drive, runner_named
+from vecenv.bench.suite import failed_footnotes as suite_failed_footnotes
+from vecenv.bench.suite import failed_mark as suite_failed_mark
+from vecenv.bench.suite import failures
 from vecenv.files import replaced
 
 #: Each table: its group, title, the name of its ratio column, and whether it has an ideal column.
@@ -63,10 +66,6 @@ def _summary(ok: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-#: The mark of a cell whose figures come from fewer repetitions than planned, after its footnote.
-FAILED_MARK = "†"
-
-
 def summarize(cells: list[Cell], cores: int) -> None:
     """Add a ``summary`` (medians, min-max, ratios) to every cell that has results; one whose
     other repetitions failed says so (``failed_reps``, ``failure``: the first one's error), as
@@ -74,10 +73,7 @@ def summarize(cells: list[Cell], cores: int) -> None:
     by_key = {key(c): c for c in cells}
     for c in cells:
         ok = [r for r in c["reps"] if "error" not in r]
-        errors = [r["error"] for r in c["reps"] if "error" in r]
-        c["summary"] = (
-            {**_summary(ok), "failed_reps": len(errors), "failure": errors[0] if errors else None} if ok else None
-        )
+        c["summary"] = {**_summary(ok), **failures([r["error"] for r in c["reps"] if "error" in r])} if ok else None
     for c in cells:
         s = c["summary"]
         if not s:
@@ -116,25 +112,14 @@ def _method(meta: dict[str, Any]) -> list[str]:
 
 def failed_mark(cell: Cell) -> str:
     """`` †`` after the figures of a cell some of whose repetitions failed, else ``""``."""
-    s = cell.get("summary")
-    return f" {FAILED_MARK}" if s and s.get("failed_reps") else ""
+    return suite_failed_mark(cell.get("summary"))
 
 
 def failed_footnotes(cells: list[Cell], planned: int) -> list[str]:
-    """The lines under a table for its cells marked by :func:`failed_mark`: how many of the
-    ``planned`` repetitions of which runner failed, why, and how many the figures come from (a
-    cell that failed is not measured again)."""
-    lines = []
-    for c in cells:
-        s = c.get("summary")
-        if s and s.get("failed_reps"):
-            failure = str(s["failure"]).replace("|", "/")
-            lines.append(
-                f"{FAILED_MARK} {c['workload']} N={c['n']} {c['runner']}: {s['failed_reps']} of {planned} "
-                f"repetitions failed ({failure}) and the cell was not measured again: its figures are from "
-                f"{s['reps']} of {planned}."
-            )
-    return lines + [""] if lines else []
+    """The lines under a table for its cells marked by :func:`failed_mark`
+    (:func:`~vecenv.bench.suite.failed_footnotes`)."""
+    rows = [(f"{c['workload']} N={c['n']} {c['runner']}", c.get("summary")) for c in cells]
+    return suite_failed_footnotes(rows, planned, "cell")
 
 
 def _row(c: Cell, ideal: bool, width: int) -> str:

@@ -12,12 +12,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from vecenv.bench.child import kill_children, run_child, run_concurrently
+from vecenv.bench.child import run_child, run_concurrently
 from vecenv.bench.envs import ALL_WORKLOADS
 from vecenv.bench.plan import Cell, key, plan
 from vecenv.bench.report import chart, markdown, summarize
 from vecenv.bench.runners import RUNNERS, runner_named
-from vecenv.bench.suite import Outcome, PartialRun, Suite, SuiteFailed, csv, pick, require
+from vecenv.bench.suite import Cut, Outcome, Suite, SuiteFailed, csv, finished, measure_all, pick, require
 from vecenv.machine import available_cpus
 
 ALL_RUNNERS = tuple(RUNNERS)
@@ -144,22 +144,19 @@ class MeasuredCells:
         cells: the planned cells, each with its ``reps`` and ``summary``.
         notes: the rows skipped or failed.
         meta: the settings (cores, seconds, warm-up, repetitions) and the calibration.
-        interrupt: the Ctrl+C or SIGTERM that cut the measurements after some of them (``None``:
-            every repetition ran); ``measured`` says how many ran.
+        cut: the Ctrl+C or SIGTERM that cut the measurements after some of them, and how many
+            ran (``None``: every repetition ran).
     """
 
     cells: list[Cell]
     notes: list[str]
     meta: dict[str, Any]
-    interrupt: KeyboardInterrupt | None = None
-    measured: str = ""
+    cut: Cut | None = None
 
     def finished(self, outcome: Outcome, out: str, name: str, draw: Callable[[str], str | None]) -> Outcome:
-        """``outcome`` with its chart (:func:`charted`); :class:`PartialRun` with it instead
-        (no chart) when the measurements were cut."""
-        if self.interrupt is not None:
-            raise PartialRun(self.interrupt, outcome, self.measured)
-        return charted(outcome, out, name, draw)
+        """``outcome`` with its chart (:func:`charted`); :class:`~vecenv.bench.suite.PartialRun`
+        with it instead (no chart) when the measurements were cut."""
+        return charted(finished(outcome, self.cut), out, name, draw)
 
 
 def measure_cells(cells: list[Cell], notes: list[str], args: argparse.Namespace, calib: dict[str, Any]) -> int:
@@ -209,19 +206,15 @@ def calibrated_cells(args: argparse.Namespace, plan_cells: Callable[[], tuple[li
     if "error" in calib:
         raise SuiteFailed(f"calibration failed: {calib['error']}")
     cells, notes = plan_cells()
-    interrupt, measured = None, ""
-    try:
-        measure_cells(cells, notes, args, calib)
-    except KeyboardInterrupt as exc:
-        ran = sum(len(c.get("reps", [])) for c in cells)
-        if not ran:
-            raise
-        kill_children()  # the repetition it cut: no measurement outlives the run
-        interrupt, measured = exc, f"{ran} of {len(cells) * args.reps} measurements"
-        notes.append(f"the run was interrupted after {measured}: the others were not measured")
+    cut = measure_all(
+        lambda: measure_cells(cells, notes, args, calib),
+        lambda: sum(len(c.get("reps", [])) for c in cells),
+        len(cells) * args.reps,
+        notes,
+    )
     summarize(cells, cores)
     settings = {"cores": cores, "seconds": args.seconds, "warmup": args.warmup, "reps": args.reps}
-    return MeasuredCells(cells, notes, {**settings, "calibration": calib}, interrupt, measured)
+    return MeasuredCells(cells, notes, {**settings, "calibration": calib}, cut)
 
 
 def charted(outcome: Outcome, out: str, name: str, draw: Callable[[str], str | None]) -> Outcome:

@@ -1,5 +1,6 @@
 """What every suite is to the command line: its name, its help, its options and its run; and the
-small helpers the suites share (comma-separated options, medians, markdown tables)."""
+small helpers the suites share (comma-separated options, medians, markdown tables, the marks of
+failed repetitions, and what an interrupted run keeps)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import statistics
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from vecenv.bench.child import kill_children
 from vecenv.errors import VecEnvError
 
 
@@ -50,6 +52,75 @@ class PartialRun(Exception):
     def __init__(self, interrupt: KeyboardInterrupt, outcome: Outcome, measured: str) -> None:
         super().__init__(f"interrupted after {measured}")
         self.interrupt, self.outcome, self.measured = interrupt, outcome, measured
+
+
+@dataclasses.dataclass(frozen=True)
+class Cut:
+    """Measurements that a Ctrl+C or SIGTERM ended after some of them ran (:func:`measure_all`).
+
+    Attributes:
+        interrupt: the ``KeyboardInterrupt`` (or :class:`~vecenv.interrupts.Terminated`).
+        measured: how many ran, for the results' header (``"5 of 12 measurements"``).
+    """
+
+    interrupt: KeyboardInterrupt
+    measured: str
+
+
+def measure_all(measure: Callable[[], object], ran: Callable[[], int], total: int, notes: list[str]) -> Cut | None:
+    """Run a suite's ``measure`` (all of its ``total`` measurements, keeping each result as it
+    comes). A Ctrl+C or SIGTERM once ``ran()`` of them have run ends them: the measurement it cut
+    is killed (none outlives the run), a note says how many ran, and the returned :class:`Cut`
+    is for :func:`finished`; before the first one the interrupt propagates (nothing to keep)."""
+    try:
+        measure()
+    except KeyboardInterrupt as exc:
+        done = ran()
+        if not done:
+            raise
+        kill_children()
+        measured = f"{done} of {total} measurements"
+        notes.append(f"the run was interrupted after {measured}: the others were not measured")
+        return Cut(exc, measured)
+    return None
+
+
+def finished(outcome: Outcome, cut: Cut | None) -> Outcome:
+    """``outcome`` of a whole run; :class:`PartialRun` with it when ``cut``, for the command line
+    to write it marked as partial."""
+    if cut is not None:
+        raise PartialRun(cut.interrupt, outcome, cut.measured)
+    return outcome
+
+
+#: The mark of figures that come from fewer repetitions than planned, after their footnote.
+FAILED_MARK = "†"
+
+
+def failures(errors: Sequence[str]) -> dict[str, Any]:
+    """A summary's ``failed_reps`` and ``failure`` (the first error, ``None`` for none): a row
+    whose other repetitions failed has figures from fewer of them than a clean row, and says so."""
+    return {"failed_reps": len(errors), "failure": errors[0] if errors else None}
+
+
+def failed_mark(summary: dict[str, Any] | None) -> str:
+    """`` †`` after the figures of a summary with :func:`failures`, else ``""``."""
+    return f" {FAILED_MARK}" if summary and summary.get("failed_reps") else ""
+
+
+def failed_footnotes(rows: Iterable[tuple[str, dict[str, Any] | None]], planned: int, what: str) -> list[str]:
+    """The lines under a table for its ``(name, summary)`` rows marked by :func:`failed_mark`:
+    how many of the ``planned`` repetitions failed, why, and how many the figures (the
+    summary's ``reps``) come from; a ``what`` (row, cell) that failed is not measured again."""
+    lines = []
+    for name, s in rows:
+        if s and s.get("failed_reps"):
+            failure = str(s["failure"]).replace("|", "/")
+            lines.append(
+                f"{FAILED_MARK} {name}: {s['failed_reps']} of {planned} repetitions failed ({failure}) and the "
+                f"{what} was not measured again: its figures are from {s['reps']} of {planned}."
+            )
+    return lines + [""] if lines else []
 
 
 @dataclasses.dataclass(frozen=True)
