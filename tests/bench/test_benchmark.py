@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -763,15 +764,10 @@ def _measured(rate: float) -> dict:
 def _children(monkeypatch, results: list) -> None:
     """The step suite's children replaced by ``results``, one per measurement in order (an
     exception is raised there, as Ctrl+C or SIGTERM would be while the child measures)."""
-    pending = list(results)
+    measure = _replayed(results)
 
     def run_child(spec, timeout, extra_env=None):
-        if spec["task"] == "calibrate":
-            return dict(_CALIBRATION)
-        result = pending.pop(0)
-        if isinstance(result, BaseException):
-            raise result
-        return result
+        return dict(_CALIBRATION) if spec["task"] == "calibrate" else measure()
 
     monkeypatch.setattr(step, "run_child", run_child)
 
@@ -827,4 +823,124 @@ def test_an_interrupted_run_writes_what_it_measured_marked_as_partial(tmp_path, 
     n8, n32 = data["cells"]
     assert n8["summary"]["reps"] == 1 and n32["summary"] is None and n32["reps"] == []
     assert "| cartpole | 32 | sync | not measured |" in md
+    assert "the run was interrupted after 1 of 4 measurements: the others were not measured" in data["notes"]
+
+
+def _replayed(results: list):
+    """A stand-in for a measurement that gives ``results`` in order, one a call (an exception
+    is raised there, as Ctrl+C or SIGTERM would be while the measurement runs)."""
+    pending = list(results)
+
+    def measure(*args, **kwargs):
+        result = pending.pop(0)
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    return measure
+
+
+@dataclasses.dataclass(frozen=True)
+class _OtherSuite:
+    """How to run one of the suites beside step and scaling on stand-in measurements: its
+    options (two rows, two repetitions: four measurements, interleaved as A, B, A, B), the
+    measurement it calls, one result of it at ``rate``, its two rows' labels and where its JSON
+    keeps their summaries."""
+
+    args: tuple[str, ...]
+    measurement: str
+    result: Callable[[float], dict]
+    labels: tuple[str, str]
+    summaries: Callable[[dict], list]
+
+
+def _other_suites() -> dict[str, _OtherSuite]:
+    from vecenv.bench import collection, multiagent, rollouts
+
+    return {
+        "rollouts": _OtherSuite(
+            ("--rows", "process,inline", "--seconds", "0.1"),
+            "vecenv.bench.rollouts.run_child",
+            lambda rate: {"rollout": rate, "step": rate / 2, "processes": 3, "idle_cpu_cores": 0.0},
+            (rollouts.BACKENDS["process"], rollouts.BACKENDS["inline"]),
+            lambda data: data["summary"]["backends"],
+        ),
+        "collection": _OtherSuite(
+            ("--rows", "plain,collect", "--steps", "1000"),
+            "vecenv.bench.collection._measure",
+            lambda rate: {"transitions": 1000, "wall_s": 1000 / rate, "cpu_s": 1.0, "rate": rate, "per_cpu_s": 1000.0},
+            (collection.ROWS["plain"].label, collection.ROWS["collect"].label),
+            lambda data: data["summary"],
+        ),
+        "multiagent": _OtherSuite(
+            ("--workloads", "simple_spread", "--runners", "supersuit-0,vecenv-2w", "--seconds", "0.1"),
+            "vecenv.bench.multiagent.run_child",
+            lambda rate: {"rate": rate, "cpu_per_step": 1e-5, "rows": 6},
+            (multiagent.RUNNERS["supersuit-0"], multiagent.RUNNERS["vecenv-2w"]),
+            lambda data: data["summary"]["simple_spread"],
+        ),
+    }
+
+
+def _table_row(md: str, label: str) -> str | None:
+    return next((line for line in md.splitlines() if line.startswith(f"| {label} |")), None)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("suite", ["rollouts", "collection", "multiagent"])
+def test_a_row_of_another_suite_whose_repetition_failed_is_marked(tmp_path, monkeypatch, capsys, suite):
+    # The row that failed at its second repetition showed the first one's figures as a clean
+    # row's; only a note far below said that it had failed.
+    case = _other_suites()[suite]
+    monkeypatch.setattr("vecenv.bench.multiagent.missing_modules", lambda modules: [])
+    failure = {"error": "EOFError: worker died"}
+    results = [case.result(1000.0), case.result(2000.0), failure, case.result(2000.0)]
+    monkeypatch.setattr(case.measurement, _replayed(results))
+    out = tmp_path / "bench"
+    assert cli.main(["--suite", suite, *case.args, "--reps", "2", "--out", str(out)]) == 0
+    capsys.readouterr()
+    md, data = (out / f"{suite}.md").read_text(), json.loads((out / f"{suite}.json").read_text())
+    first, second = case.summaries(data)
+    assert (first["reps"], first["failed_reps"], first["failure"]) == (1, 1, "EOFError: worker died")
+    assert (second["reps"], second["failed_reps"], second["failure"]) == (2, 0, None)
+    assert data["partial"] is None
+    a, b = (_table_row(md, label) for label in case.labels)
+    assert a is not None and "**1,000** †" in a, a
+    assert b is not None and "†" not in b, b
+    assert (
+        f"† {case.labels[0]}: 1 of 2 repetitions failed (EOFError: worker died) and the row was not measured "
+        "again: its figures are from 1 of 2." in md.splitlines()
+    )
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize("suite", ["rollouts", "collection", "multiagent"])
+def test_another_suite_interrupted_writes_what_it_measured_marked_as_partial(
+    tmp_path, monkeypatch, capsys, suite, signum
+):
+    # Ctrl+C or SIGTERM after minutes of measurements threw all of them away: "interrupted: no
+    # results were written".
+    from vecenv.interrupts import Terminated
+
+    case = _other_suites()[suite]
+    monkeypatch.setattr("vecenv.bench.multiagent.missing_modules", lambda modules: [])
+    interrupt = KeyboardInterrupt() if signum == signal.SIGINT else Terminated()
+    monkeypatch.setattr(case.measurement, _replayed([case.result(1000.0), interrupt]))
+    out = tmp_path / "bench"
+    assert cli.main(["--suite", suite, *case.args, "--reps", "2", "--out", str(out)]) == 128 + signum
+    err = capsys.readouterr().err.strip().splitlines()
+    ended = "interrupted" if signum == signal.SIGINT else "terminated"
+    assert err[-1] == (
+        f"vecenv-bench: {ended} after 1 of 4 measurements: partial results written to "
+        f"{out / f'{suite}.md'}, {out / f'{suite}.json'}"
+    )
+    assert sorted(p.name for p in out.iterdir()) == [f"{suite}.json", f"{suite}.md"]
+    md, data = (out / f"{suite}.md").read_text(), json.loads((out / f"{suite}.json").read_text())
+    how = "interrupted (Ctrl+C)" if signum == signal.SIGINT else "terminated (SIGTERM)"
+    assert data["partial"] == f"the run was {how} after 1 of 4 measurements; what was not measured is missing"
+    assert f"**Partial results**: {data['partial']}." in md
+    assert [s["reps"] for s in case.summaries(data)] == [1]
+    assert "**1,000**" in (_table_row(md, case.labels[0]) or "")
+    assert _table_row(md, case.labels[1]) is None
     assert "the run was interrupted after 1 of 4 measurements: the others were not measured" in data["notes"]

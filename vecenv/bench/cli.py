@@ -5,10 +5,12 @@ the CPU time, memory and process counts. Each run writes to --out (made if missi
 (also printed), the tables and the notes (rows skipped or failed), headed by the date, the
 commit, the command and the machine; and SUITE.json, the same run as data: that header, the
 settings, every repetition's measurements, their summaries and the notes. The tables of
-docs/benchmarks.md come from these files. A run that is refused or fails writes none of them;
-one interrupted (Ctrl+C, SIGTERM) writes what the step and scaling suites measured before it,
-marked as partial (none before the first measurement). Only ratios measured in one run compare fairly; on a
-machine that other jobs share, the load average in the header says how much to trust them.
+docs/benchmarks.md come from these files. A row (a cell) some of whose repetitions failed is
+marked with a dagger and a line under its table saying how many failed and why. A run that is
+refused or fails writes none of the files; one interrupted (Ctrl+C, SIGTERM) writes what it
+measured before it, marked as partial (none before the first measurement). Only ratios measured
+in one run compare fairly; on a machine that other jobs share, the load average in the header
+says how much to trust them.
 """
 
 from __future__ import annotations

@@ -21,6 +21,11 @@ from vecenv.bench.suite import (
     Outcome,
     Suite,
     csv,
+    failed_footnotes,
+    failed_mark,
+    failures,
+    finished,
+    measure_all,
     missing_modules,
     pick,
     rate_text,
@@ -212,10 +217,12 @@ def _measure(name: str, steps: int, tmp: Path) -> dict[str, Any]:
     return {"transitions": steps, "wall_s": wall, "cpu_s": cpu, "rate": steps / wall, "per_cpu_s": steps / cpu}
 
 
-def summarize(results: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def summarize(results: dict[str, list[dict[str, Any]]], failed: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """The table's rows: rates' median (min-max); × the plain loop taken within each repetition
     (its rows ran minutes apart at most), then the median, since a shared machine's load drifts
-    between repetitions; × per CPU-second from the medians."""
+    between repetitions; × per CPU-second from the medians. A row whose measurement failed after
+    some repetitions says so (:func:`~vecenv.bench.suite.failures` of ``failed``, each row's error)."""
+    failed = failed or {}
     plain = results.get(PLAIN)
     if not plain:
         return []
@@ -232,6 +239,8 @@ def summarize(results: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
                 **spread("rate", [r["rate"] for r in rs]),
                 "x_plain": statistics.median(r["rate"] / p["rate"] for r, p in pairs) if pairs else None,
                 "x_plain_per_cpu_s": ratio(statistics.median(r["per_cpu_s"] for r in rs), plain_per_cpu),
+                "reps": len(rs),
+                **failures([failed[name]] if name in failed else []),
             }
         )
     return out
@@ -245,7 +254,7 @@ def markdown(summary: list[dict[str, Any]], args: argparse.Namespace) -> str:
         [
             s["label"],
             f"{s['transitions']:,}",
-            rate_text(s),
+            rate_text(s) + failed_mark(s),
             ratio_text(s["x_plain"]),
             ratio_text(s["x_plain_per_cpu_s"]),
         ]
@@ -253,11 +262,14 @@ def markdown(summary: list[dict[str, Any]], args: argparse.Namespace) -> str:
     ]
     head = ["collector", "transitions", "transitions/s", "× plain loop", "× per CPU-second"]
     title = f"## Writing CartPole-v1 transitions to disk (whole processes, --steps {args.steps:,})"
-    return "\n".join([title, "", *table(head, body)])
+    footnotes = failed_footnotes([(s["label"], s) for s in summary], args.reps, "row")
+    return "\n".join([title, "", *table(head, body), *footnotes])
 
 
 def run(args: argparse.Namespace) -> Outcome:
-    """Every row, interleaved over the repetitions, each a fresh process; then the table."""
+    """Every row, interleaved over the repetitions, each a fresh process; then the table. A run
+    that Ctrl+C or SIGTERM cut after some measurements ends in
+    :class:`~vecenv.bench.suite.PartialRun` with the table of what they measured."""
     args = resolve(args)
     notes: list[str] = []
     rows = []
@@ -269,24 +281,42 @@ def run(args: argparse.Namespace) -> Outcome:
         else:
             rows.append(name)
     results: dict[str, list[dict[str, Any]]] = {}
-    failed: set[str] = set()
-    for rep in range(args.reps):
-        with tempfile.TemporaryDirectory(prefix="vecenv-bench-collection-") as tmp:
-            for name in rows:
-                if name in failed:
-                    continue
-                res = _measure(name, _steps(ROWS[name], args.steps), Path(tmp))
-                shutil.rmtree(Path(tmp) / "minari", ignore_errors=True)
-                if "error" in res:
-                    failed.add(name)
-                    notes.append(f"{name}: failed, {res['error']}")
-                    print(f"rep {rep + 1} {name}: error: {res['error']}", file=sys.stderr, flush=True)
-                    continue
-                results.setdefault(name, []).append({**res, "rep": rep})
-                print(f"rep {rep + 1} {name}: {res['rate']:,.0f} transitions/s", file=sys.stderr, flush=True)
+    failed: dict[str, str] = {}  # the rows that failed, not measured again: their errors
+
+    def measure() -> None:
+        for rep in range(args.reps):
+            with tempfile.TemporaryDirectory(prefix="vecenv-bench-collection-") as tmp:
+                for name in rows:
+                    if name not in failed:
+                        _measure_rep(name, rep, Path(tmp), args.steps, results, failed, notes)
+
+    cut = measure_all(measure, lambda: sum(map(len, results.values())) + len(failed), len(rows) * args.reps, notes)
     settings = {"rows": rows, "steps": args.steps, "reps": args.reps}
-    summary = summarize(results)
-    return Outcome(markdown(summary, args), {"settings": settings, "summary": summary, "results": results}, notes)
+    summary = summarize(results, failed)
+    data = {"settings": settings, "summary": summary, "results": results}
+    return finished(Outcome(markdown(summary, args), data, notes), cut)
+
+
+def _measure_rep(
+    name: str,
+    rep: int,
+    tmp: Path,
+    steps: int,
+    results: dict[str, list[dict[str, Any]]],
+    failed: dict[str, str],
+    notes: list[str],
+) -> None:
+    """Repetition ``rep`` of row ``name``: its result kept, or its failure noted (and the row
+    measured no more)."""
+    res = _measure(name, _steps(ROWS[name], steps), tmp)
+    shutil.rmtree(tmp / "minari", ignore_errors=True)
+    if "error" in res:
+        failed[name] = res["error"]
+        notes.append(f"{name}: failed, {res['error']}")
+        print(f"rep {rep + 1} {name}: error: {res['error']}", file=sys.stderr, flush=True)
+        return
+    results.setdefault(name, []).append({**res, "rep": rep})
+    print(f"rep {rep + 1} {name}: {res['rate']:,.0f} transitions/s", file=sys.stderr, flush=True)
 
 
 SUITE = Suite(

@@ -19,6 +19,11 @@ from vecenv.bench.suite import (
     Outcome,
     Suite,
     csv,
+    failed_footnotes,
+    failed_mark,
+    failures,
+    finished,
+    measure_all,
     missing_modules,
     pick,
     rate_text,
@@ -275,9 +280,14 @@ def _ceiling(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
     return {"rate": rate, "cpu_per_step": sum(r["rate"] * r["cpu_per_step"] for r in results) / rate}
 
 
-def summarize(results: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, list[dict[str, Any]]]:
+def summarize(
+    results: dict[str, dict[str, list[dict[str, Any]]]], failed: dict[tuple[str, str], str] | None = None
+) -> dict[str, list[dict[str, Any]]]:
     """Per workload, the table's rows: rates' median (min-max), the ratios of the medians to
-    SuperSuit in-process and to the ceiling, of the best repetitions, and of CPU per agent-step."""
+    SuperSuit in-process and to the ceiling, of the best repetitions, and of CPU per agent-step.
+    A runner whose measurement failed after some repetitions says so
+    (:func:`~vecenv.bench.suite.failures` of ``failed``, each (workload, runner)'s error)."""
+    failed = failed or {}
     out = {}
     for workload, by_runner in results.items():
         by_runner = {r: v for r, v in by_runner.items() if v}
@@ -293,6 +303,8 @@ def summarize(results: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, 
                 "x_ceiling": ratio(med[r], med.get(CEILING)),
                 "best_x_baseline": ratio(best[r], best.get(BASELINE)),
                 "cpu_x_baseline": ratio(cpu[r], cpu.get(BASELINE)),
+                "reps": len(v),
+                **failures([failed[workload, r]] if (workload, r) in failed else []),
             }
             for r, v in by_runner.items()
         ]
@@ -316,7 +328,7 @@ def markdown(summary: dict[str, list[dict[str, Any]]], args: argparse.Namespace)
         body = [
             [
                 s["label"],
-                rate_text(s),
+                rate_text(s) + failed_mark(s),
                 ratio_text(s["x_baseline"]),
                 ratio_text(s["x_ceiling"]),
                 ratio_text(s["best_x_baseline"]),
@@ -326,11 +338,14 @@ def markdown(summary: dict[str, list[dict[str, Any]]], args: argparse.Namespace)
         ]
         copies = args.copies or WORKLOADS[workload].copies
         lines += [f"## {WORKLOADS[workload].label}, {copies} copies", "", *table(head, body)]
+        lines += failed_footnotes([(s["label"], s) for s in rows], args.reps, "row")
     return lines
 
 
 def run(args: argparse.Namespace) -> Outcome:
-    """Every (workload, runner), interleaved over the repetitions, each in fresh processes."""
+    """Every (workload, runner), interleaved over the repetitions, each in fresh processes; then
+    the agent-death run. A run that Ctrl+C or SIGTERM cut after some measurements ends in
+    :class:`~vecenv.bench.suite.PartialRun` with the tables of what they measured."""
     args = resolve(args)
     notes: list[str] = []
     workloads = []
@@ -341,37 +356,67 @@ def run(args: argparse.Namespace) -> Outcome:
         else:
             workloads.append(w)
     results: dict[str, dict[str, list[dict[str, Any]]]] = {w: {r: [] for r in args.runners} for w in workloads}
-    failed: set[tuple[str, str]] = set()
-    timeout = args.seconds + 180
-    for rep in range(args.reps):
-        for w in workloads:
-            for r in args.runners:
-                if (w, r) in failed:
-                    continue
-                spec = {"task": "multiagent", "runner": r, "workload": w, "seconds": args.seconds}
-                spec["copies"] = args.copies or WORKLOADS[w].copies
-                res = _ceiling(spec, timeout) if r == CEILING else run_child(spec, timeout)
-                if "error" in res:
-                    failed.add((w, r))
-                    notes.append(f"{w} {r}: failed, {res['error']}")
-                    print(f"rep {rep + 1} {w} {r}: error: {res['error']}", file=sys.stderr, flush=True)
-                    continue
-                results[w][r].append(res)
-                print(f"rep {rep + 1} {w} {r}: {res['rate']:,.0f} agent-steps/s", file=sys.stderr, flush=True)
-    summary = summarize(results)
-    md = markdown(summary, args)
+    failed: dict[tuple[str, str], str] = {}  # the runners that failed, not measured again: their errors
+    kaz: dict[str, Any] = {}  # the agent-death run's result, once it ran
+    kaz_lines: list[str] = []
+
+    def measure() -> None:
+        for rep in range(args.reps):
+            for w in workloads:
+                for r in args.runners:
+                    if (w, r) not in failed:
+                        _measure_rep(w, r, rep, args, results, failed, notes)
+        if args.kaz_steps:
+            kaz_lines.extend(_kaz(args, kaz, notes))
+
+    total = len(workloads) * len(args.runners) * args.reps + _kaz_planned(args)
+
+    def ran() -> int:
+        return sum(len(v) for by_runner in results.values() for v in by_runner.values()) + len(failed) + len(kaz)
+
+    cut = measure_all(measure, ran, total, notes)
+    summary = summarize(results, failed)
     data: dict[str, Any] = {
         "settings": {k: getattr(args, k) for k in ("workloads", "runners", "copies", "seconds", "reps", "kaz_steps")},
         "summary": summary,
         "results": results,
+        **kaz,
     }
-    if args.kaz_steps:
-        md += _kaz(args, data, notes)
-    return Outcome("\n".join(md), data, notes)
+    return finished(Outcome("\n".join(markdown(summary, args) + kaz_lines), data, notes), cut)
+
+
+def _measure_rep(
+    w: str,
+    r: str,
+    rep: int,
+    args: argparse.Namespace,
+    results: dict[str, dict[str, list[dict[str, Any]]]],
+    failed: dict[tuple[str, str], str],
+    notes: list[str],
+) -> None:
+    """Repetition ``rep`` of runner ``r`` on workload ``w``: its result kept, or its failure
+    noted (and the pair measured no more)."""
+    spec = {"task": "multiagent", "runner": r, "workload": w, "seconds": args.seconds}
+    spec["copies"] = args.copies or WORKLOADS[w].copies
+    timeout = args.seconds + 180
+    res = _ceiling(spec, timeout) if r == CEILING else run_child(spec, timeout)
+    if "error" in res:
+        failed[w, r] = res["error"]
+        notes.append(f"{w} {r}: failed, {res['error']}")
+        print(f"rep {rep + 1} {w} {r}: error: {res['error']}", file=sys.stderr, flush=True)
+        return
+    results[w][r].append(res)
+    print(f"rep {rep + 1} {w} {r}: {res['rate']:,.0f} agent-steps/s", file=sys.stderr, flush=True)
+
+
+def _kaz_planned(args: argparse.Namespace) -> int:
+    """1 when the agent-death run is asked for and can run, else 0."""
+    return int(bool(args.kaz_steps) and not missing_modules(WORKLOADS["kaz"].needs))
 
 
 def _kaz(args: argparse.Namespace, data: dict[str, Any], notes: list[str]) -> list[str]:
-    """The agent-death run, in a fresh process: its table lines (none when it failed)."""
+    """The agent-death run, in a fresh process (its result into ``data``): its table lines (none
+    when it failed)."""
     missing = missing_modules(WORKLOADS["kaz"].needs)
     if missing:
         notes.append(

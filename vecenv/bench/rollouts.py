@@ -19,6 +19,11 @@ from vecenv.bench.suite import (
     Outcome,
     Suite,
     csv,
+    failed_footnotes,
+    failed_mark,
+    failures,
+    finished,
+    measure_all,
     missing_modules,
     pick,
     rate_text,
@@ -255,8 +260,17 @@ def _median(results: list[dict[str, Any]], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
-def summarize(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
-    """The tables' rows: medians (min-max) of the repetitions and the ratios of the medians."""
+def summarize(
+    results: dict[str, list[dict[str, Any]]], args: argparse.Namespace, failed: dict[str, str] | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """The tables' rows: medians (min-max) of the repetitions and the ratios of the medians; a
+    row whose measurement failed after some repetitions says so (:func:`~vecenv.bench.suite.failures`
+    of ``failed``, each row's error)."""
+    failed = failed or {}
+
+    def failure(row: str) -> dict[str, Any]:
+        return failures([failed[row]] if row in failed else [])
+
     out: dict[str, list[dict[str, Any]]] = {"backends": [], "native": [], "exact": []}
     base = _median(results.get("process", []), "step")
     for r in (r for r in BACKENDS if results.get(r)):
@@ -272,20 +286,23 @@ def summarize(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace
                 "rollout_x_process_step": ratio(roll, base),
                 "idle_cpu_cores": _median(rs, "idle_cpu_cores"),
                 "processes": rs[-1]["processes"],
+                "reps": len(rs),
+                **failure(r),
             }
         )
     one, native = results.get("make_vec"), results.get("native")
     if one and native:
         n, t = args.native_envs, args.rollout_steps
         base = _median(one, "precomputed")
-        for label, rs, key in (
-            (f"make_vec({n}), precomputed actions", one, "precomputed"),
-            (f"make_vec({n}), action_space.sample()", one, "sampled"),
-            (f"2 workers × make_vec({n // 2}): step", native, "step"),
-            (f"2 workers × make_vec({n // 2}): rollout({t})", native, "rollout"),
+        for label, row, rs, key in (
+            (f"make_vec({n}), precomputed actions", "make_vec", one, "precomputed"),
+            (f"make_vec({n}), action_space.sample()", "make_vec", one, "sampled"),
+            (f"2 workers × make_vec({n // 2}): step", "native", native, "step"),
+            (f"2 workers × make_vec({n // 2}): rollout({t})", "native", native, "rollout"),
         ):
             rates = [x[key] for x in rs]
-            out["native"].append({"label": label, **spread("rate", rates), "x_make_vec": ratio(_median(rs, key), base)})
+            ratios = {"x_make_vec": ratio(_median(rs, key), base), "reps": len(rs), **failure(row)}
+            out["native"].append({"label": label, **spread("rate", rates), **ratios})
     if results.get("exact"):
         out["exact"] = results["exact"][0]["rows"]
     return out
@@ -308,7 +325,7 @@ def markdown(summary: dict[str, list[dict[str, Any]]], args: argparse.Namespace)
         body = [
             [
                 s["label"],
-                rate_text(s, "rollout"),
+                rate_text(s, "rollout") + failed_mark(s),
                 rate_text(s, "step"),
                 ratio_text(s["rollout_x_step"]),
                 ratio_text(s["rollout_x_process_step"]),
@@ -317,10 +334,12 @@ def markdown(summary: dict[str, list[dict[str, Any]]], args: argparse.Namespace)
             for s in summary["backends"]
         ]
         lines += table(head, body)
+        lines += failed_footnotes([(s["label"], s) for s in summary["backends"]], args.reps, "row")
     if summary["native"]:
         lines += [f"## Native vectorized groups (CartPole `vector_entry_point`, {args.native_envs} envs)", ""]
-        body = [[s["label"], rate_text(s), ratio_text(s["x_make_vec"])] for s in summary["native"]]
+        body = [[s["label"], rate_text(s) + failed_mark(s), ratio_text(s["x_make_vec"])] for s in summary["native"]]
         lines += table(["row", "env-steps/s", "× make_vec"], body)
+        lines += failed_footnotes([(s["label"], s) for s in summary["native"]], args.reps, "row")
     if summary["exact"]:
         lines += ["## How exact a batched forward is (torch, CPU, one thread)", ""]
         whole = summary["exact"][0]["whole_batch"]
@@ -340,29 +359,37 @@ def markdown(summary: dict[str, list[dict[str, Any]]], args: argparse.Namespace)
 
 
 def run(args: argparse.Namespace) -> Outcome:
-    """Every row, interleaved over the repetitions, each in a fresh process; then the tables."""
+    """Every row, interleaved over the repetitions, each in a fresh process; then the tables. A
+    run that Ctrl+C or SIGTERM cut after some measurements ends in
+    :class:`~vecenv.bench.suite.PartialRun` with the tables of what they measured."""
     args = resolve(args)
     notes: list[str] = []
     if "ray" in args.rows and missing_modules(["ray"]):
         notes.append('ray: not importable, its row skipped (pip install -e ".[ray]")')
         args.rows = [r for r in args.rows if r != "ray"]
+    exact = "exact" in args.rows
+    if exact and missing_modules(["torch"]):
+        notes.append('exact: torch not importable, skipped (pip install -e ".[train]" to include it)')
+        exact = False
     results: dict[str, list[dict[str, Any]]] = {}
-    failed: set[str] = set()
+    failed: dict[str, str] = {}  # the rows that failed, not measured again: their errors
     specs = _specs(args)
-    for rep in range(args.reps):
-        for spec in specs:
-            if spec["row"] in failed:
-                continue
-            res = run_child(spec, timeout=4 * args.seconds + 180)
-            _record(res, spec["row"], rep, results, failed, notes)
-    if "exact" in args.rows:
-        if missing_modules(["torch"]):
-            notes.append('exact: torch not importable, skipped (pip install -e ".[train]" to include it)')
-        else:
+
+    def measure() -> None:
+        for rep in range(args.reps):
+            for spec in specs:
+                if spec["row"] not in failed:
+                    res = run_child(spec, timeout=4 * args.seconds + 180)
+                    _record(res, spec["row"], rep, results, failed, notes)
+        if exact:
             _record(run_child({"task": "rollouts", "row": "exact"}, timeout=300), "exact", 0, results, failed, notes)
-    summary = summarize(results, args)
+
+    total = len(specs) * args.reps + exact
+    cut = measure_all(measure, lambda: sum(map(len, results.values())) + len(failed), total, notes)
+    summary = summarize(results, args, failed)
     settings = {k: getattr(args, k) for k in ("rows", "num_envs", "native_envs", "rollout_steps", "seconds", "reps")}
-    return Outcome(markdown(summary, args), {"settings": settings, "summary": summary, "results": results}, notes)
+    data = {"settings": settings, "summary": summary, "results": results}
+    return finished(Outcome(markdown(summary, args), data, notes), cut)
 
 
 def _record(
@@ -370,12 +397,12 @@ def _record(
     row: str,
     rep: int,
     results: dict[str, list[dict[str, Any]]],
-    failed: set[str],
+    failed: dict[str, str],
     notes: list[str],
 ) -> None:
     """Keep a result, or note the failure (and measure that row no more)."""
     if "error" in res:
-        failed.add(row)
+        failed[row] = res["error"]
         notes.append(f"{row}: failed, {res['error']}")
         shown = f"error: {res['error']}"
     else:
