@@ -19,11 +19,11 @@ from vecenv.bench.child import child_env, run_child, run_process
 from vecenv.bench.suite import (
     OptionError,
     Outcome,
+    Repetitions,
     Suite,
     csv,
     failed_footnotes,
     failed_mark,
-    failures,
     finished,
     measure_all,
     missing_modules,
@@ -217,12 +217,12 @@ def _measure(name: str, steps: int, tmp: Path) -> dict[str, Any]:
     return {"transitions": steps, "wall_s": wall, "cpu_s": cpu, "rate": steps / wall, "per_cpu_s": steps / cpu}
 
 
-def summarize(results: dict[str, list[dict[str, Any]]], failed: dict[str, str] | None = None) -> list[dict[str, Any]]:
+def summarize(reps: Repetitions[str]) -> list[dict[str, Any]]:
     """The table's rows: rates' median (min-max); × the plain loop taken within each repetition
     (its rows ran minutes apart at most), then the median, since a shared machine's load drifts
     between repetitions; × per CPU-second from the medians. A row whose measurement failed after
-    some repetitions says so (:func:`~vecenv.bench.suite.failures` of ``failed``, each row's error)."""
-    failed = failed or {}
+    some repetitions says so (:meth:`~vecenv.bench.suite.Repetitions.failures`)."""
+    results = reps.results
     plain = results.get(PLAIN)
     if not plain:
         return []
@@ -240,7 +240,7 @@ def summarize(results: dict[str, list[dict[str, Any]]], failed: dict[str, str] |
                 "x_plain": statistics.median(r["rate"] / p["rate"] for r, p in pairs) if pairs else None,
                 "x_plain_per_cpu_s": ratio(statistics.median(r["per_cpu_s"] for r in rs), plain_per_cpu),
                 "reps": len(rs),
-                **failures([failed[name]] if name in failed else []),
+                **reps.failures(name),
             }
         )
     return out
@@ -280,43 +280,22 @@ def run(args: argparse.Namespace) -> Outcome:
             notes.append(f"{name}: {needs} not importable, skipped (pip install {extra})")
         else:
             rows.append(name)
-    results: dict[str, list[dict[str, Any]]] = {}
-    failed: dict[str, str] = {}  # the rows that failed, not measured again: their errors
+    reps: Repetitions[str] = Repetitions(notes)
 
     def measure() -> None:
         for rep in range(args.reps):
             with tempfile.TemporaryDirectory(prefix="vecenv-bench-collection-") as tmp:
                 for name in rows:
-                    if name not in failed:
-                        _measure_rep(name, rep, Path(tmp), args.steps, results, failed, notes)
+                    if name not in reps.failed:
+                        res = _measure(name, _steps(ROWS[name], args.steps), Path(tmp))
+                        shutil.rmtree(Path(tmp) / "minari", ignore_errors=True)
+                        reps.record(name, name, rep, {**res, "rep": rep}, lambda r: f"{r['rate']:,.0f} transitions/s")
 
-    cut = measure_all(measure, lambda: sum(map(len, results.values())) + len(failed), len(rows) * args.reps, notes)
+    cut = measure_all(measure, reps.ran, len(rows) * args.reps, notes)
     settings = {"rows": rows, "steps": args.steps, "reps": args.reps}
-    summary = summarize(results, failed)
-    data = {"settings": settings, "summary": summary, "results": results}
+    summary = summarize(reps)
+    data = {"settings": settings, "summary": summary, "results": reps.results}
     return finished(Outcome(markdown(summary, args), data, notes), cut)
-
-
-def _measure_rep(
-    name: str,
-    rep: int,
-    tmp: Path,
-    steps: int,
-    results: dict[str, list[dict[str, Any]]],
-    failed: dict[str, str],
-    notes: list[str],
-) -> None:
-    """Repetition ``rep`` of row ``name``: its result kept, or its failure noted (and the row
-    measured no more)."""
-    res = _measure(name, _steps(ROWS[name], steps), tmp)
-    shutil.rmtree(tmp / "minari", ignore_errors=True)
-    if "error" in res:
-        failed[name] = res["error"]
-        notes.append(f"{name}: failed, {res['error']}")
-        print(f"rep {rep + 1} {name}: error: {res['error']}", file=sys.stderr, flush=True)
-        return
-    results.setdefault(name, []).append({**res, "rep": rep})
-    print(f"rep {rep + 1} {name}: {res['rate']:,.0f} transitions/s", file=sys.stderr, flush=True)
 
 
 SUITE = Suite(

@@ -8,7 +8,6 @@ import argparse
 import dataclasses
 import math
 import statistics
-import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -17,11 +16,11 @@ from typing import Any
 from vecenv.bench.child import run_child, run_many
 from vecenv.bench.suite import (
     Outcome,
+    Repetitions,
     Suite,
     csv,
     failed_footnotes,
     failed_mark,
-    failures,
     finished,
     measure_all,
     missing_modules,
@@ -281,13 +280,12 @@ def _ceiling(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
 
 
 def summarize(
-    results: dict[str, dict[str, list[dict[str, Any]]]], failed: dict[tuple[str, str], str] | None = None
+    results: dict[str, dict[str, list[dict[str, Any]]]], reps: Repetitions[tuple[str, str]]
 ) -> dict[str, list[dict[str, Any]]]:
     """Per workload, the table's rows: rates' median (min-max), the ratios of the medians to
     SuperSuit in-process and to the ceiling, of the best repetitions, and of CPU per agent-step.
     A runner whose measurement failed after some repetitions says so
-    (:func:`~vecenv.bench.suite.failures` of ``failed``, each (workload, runner)'s error)."""
-    failed = failed or {}
+    (:meth:`~vecenv.bench.suite.Repetitions.failures` of ``reps``, by (workload, runner))."""
     out = {}
     for workload, by_runner in results.items():
         by_runner = {r: v for r, v in by_runner.items() if v}
@@ -304,7 +302,7 @@ def summarize(
                 "best_x_baseline": ratio(best[r], best.get(BASELINE)),
                 "cpu_x_baseline": ratio(cpu[r], cpu.get(BASELINE)),
                 "reps": len(v),
-                **failures([failed[workload, r]] if (workload, r) in failed else []),
+                **reps.failures((workload, r)),
             }
             for r, v in by_runner.items()
         ]
@@ -355,8 +353,7 @@ def run(args: argparse.Namespace) -> Outcome:
             notes.append(f"{w}: {', '.join(missing)} not importable, skipped (pip install {INSTALL} to include it)")
         else:
             workloads.append(w)
-    results: dict[str, dict[str, list[dict[str, Any]]]] = {w: {r: [] for r in args.runners} for w in workloads}
-    failed: dict[tuple[str, str], str] = {}  # the runners that failed, not measured again: their errors
+    reps: Repetitions[tuple[str, str]] = Repetitions(notes)
     kaz: dict[str, Any] = {}  # the agent-death run's result, once it ran
     kaz_lines: list[str] = []
 
@@ -364,18 +361,15 @@ def run(args: argparse.Namespace) -> Outcome:
         for rep in range(args.reps):
             for w in workloads:
                 for r in args.runners:
-                    if (w, r) not in failed:
-                        _measure_rep(w, r, rep, args, results, failed, notes)
+                    if (w, r) not in reps.failed:
+                        reps.record((w, r), f"{w} {r}", rep, _measure(w, r, args), _shown)
         if args.kaz_steps:
             kaz_lines.extend(_kaz(args, kaz, notes))
 
     total = len(workloads) * len(args.runners) * args.reps + _kaz_planned(args)
-
-    def ran() -> int:
-        return sum(len(v) for by_runner in results.values() for v in by_runner.values()) + len(failed) + len(kaz)
-
-    cut = measure_all(measure, ran, total, notes)
-    summary = summarize(results, failed)
+    cut = measure_all(measure, lambda: reps.ran() + len(kaz), total, notes)
+    results = {w: {r: reps.results.get((w, r), []) for r in args.runners} for w in workloads}
+    summary = summarize(results, reps)
     data: dict[str, Any] = {
         "settings": {k: getattr(args, k) for k in ("workloads", "runners", "copies", "seconds", "reps", "kaz_steps")},
         "summary": summary,
@@ -385,28 +379,17 @@ def run(args: argparse.Namespace) -> Outcome:
     return finished(Outcome("\n".join(markdown(summary, args) + kaz_lines), data, notes), cut)
 
 
-def _measure_rep(
-    w: str,
-    r: str,
-    rep: int,
-    args: argparse.Namespace,
-    results: dict[str, dict[str, list[dict[str, Any]]]],
-    failed: dict[tuple[str, str], str],
-    notes: list[str],
-) -> None:
-    """Repetition ``rep`` of runner ``r`` on workload ``w``: its result kept, or its failure
-    noted (and the pair measured no more)."""
+def _measure(w: str, r: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One repetition of runner ``r`` on workload ``w``, in fresh processes: its result or error."""
     spec = {"task": "multiagent", "runner": r, "workload": w, "seconds": args.seconds}
     spec["copies"] = args.copies or WORKLOADS[w].copies
     timeout = args.seconds + 180
-    res = _ceiling(spec, timeout) if r == CEILING else run_child(spec, timeout)
-    if "error" in res:
-        failed[w, r] = res["error"]
-        notes.append(f"{w} {r}: failed, {res['error']}")
-        print(f"rep {rep + 1} {w} {r}: error: {res['error']}", file=sys.stderr, flush=True)
-        return
-    results[w][r].append(res)
-    print(f"rep {rep + 1} {w} {r}: {res['rate']:,.0f} agent-steps/s", file=sys.stderr, flush=True)
+    return _ceiling(spec, timeout) if r == CEILING else run_child(spec, timeout)
+
+
+def _shown(res: dict[str, Any]) -> str:
+    """A result's rate, for its progress line."""
+    return f"{res['rate']:,.0f} agent-steps/s"
 
 
 def _kaz_planned(args: argparse.Namespace) -> int:

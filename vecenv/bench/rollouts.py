@@ -10,18 +10,17 @@ import functools
 import math
 import os
 import statistics
-import sys
 from collections.abc import Callable
 from typing import Any
 
 from vecenv.bench.child import run_child
 from vecenv.bench.suite import (
     Outcome,
+    Repetitions,
     Suite,
     csv,
     failed_footnotes,
     failed_mark,
-    failures,
     finished,
     measure_all,
     missing_modules,
@@ -260,17 +259,11 @@ def _median(results: list[dict[str, Any]], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
-def summarize(
-    results: dict[str, list[dict[str, Any]]], args: argparse.Namespace, failed: dict[str, str] | None = None
-) -> dict[str, list[dict[str, Any]]]:
+def summarize(reps: Repetitions[str], args: argparse.Namespace) -> dict[str, list[dict[str, Any]]]:
     """The tables' rows: medians (min-max) of the repetitions and the ratios of the medians; a
-    row whose measurement failed after some repetitions says so (:func:`~vecenv.bench.suite.failures`
-    of ``failed``, each row's error)."""
-    failed = failed or {}
-
-    def failure(row: str) -> dict[str, Any]:
-        return failures([failed[row]] if row in failed else [])
-
+    row whose measurement failed after some repetitions says so
+    (:meth:`~vecenv.bench.suite.Repetitions.failures`)."""
+    results, failure = reps.results, reps.failures
     out: dict[str, list[dict[str, Any]]] = {"backends": [], "native": [], "exact": []}
     base = _median(results.get("process", []), "step")
     for r in (r for r in BACKENDS if results.get(r)):
@@ -371,44 +364,28 @@ def run(args: argparse.Namespace) -> Outcome:
     if exact and missing_modules(["torch"]):
         notes.append('exact: torch not importable, skipped (pip install -e ".[train]" to include it)')
         exact = False
-    results: dict[str, list[dict[str, Any]]] = {}
-    failed: dict[str, str] = {}  # the rows that failed, not measured again: their errors
+    reps: Repetitions[str] = Repetitions(notes)
     specs = _specs(args)
 
     def measure() -> None:
         for rep in range(args.reps):
             for spec in specs:
-                if spec["row"] not in failed:
+                if spec["row"] not in reps.failed:
                     res = run_child(spec, timeout=4 * args.seconds + 180)
-                    _record(res, spec["row"], rep, results, failed, notes)
+                    reps.record(spec["row"], spec["row"], rep, res, _shown)
         if exact:
-            _record(run_child({"task": "rollouts", "row": "exact"}, timeout=300), "exact", 0, results, failed, notes)
+            reps.record("exact", "exact", 0, run_child({"task": "rollouts", "row": "exact"}, timeout=300), _shown)
 
-    total = len(specs) * args.reps + exact
-    cut = measure_all(measure, lambda: sum(map(len, results.values())) + len(failed), total, notes)
-    summary = summarize(results, args, failed)
+    cut = measure_all(measure, reps.ran, len(specs) * args.reps + exact, notes)
+    summary = summarize(reps, args)
     settings = {k: getattr(args, k) for k in ("rows", "num_envs", "native_envs", "rollout_steps", "seconds", "reps")}
-    data = {"settings": settings, "summary": summary, "results": results}
+    data = {"settings": settings, "summary": summary, "results": reps.results}
     return finished(Outcome(markdown(summary, args), data, notes), cut)
 
 
-def _record(
-    res: dict[str, Any],
-    row: str,
-    rep: int,
-    results: dict[str, list[dict[str, Any]]],
-    failed: dict[str, str],
-    notes: list[str],
-) -> None:
-    """Keep a result, or note the failure (and measure that row no more)."""
-    if "error" in res:
-        failed[row] = res["error"]
-        notes.append(f"{row}: failed, {res['error']}")
-        shown = f"error: {res['error']}"
-    else:
-        results.setdefault(row, []).append(res)
-        shown = ", ".join(f"{k} {v:,.0f}" for k, v in res.items() if k in ("rollout", "step", "precomputed"))
-    print(f"rep {rep + 1} {row}: {shown}", file=sys.stderr, flush=True)
+def _shown(res: dict[str, Any]) -> str:
+    """A result's rates, for its progress line."""
+    return ", ".join(f"{k} {v:,.0f}" for k, v in res.items() if k in ("rollout", "step", "precomputed"))
 
 
 SUITE = Suite(

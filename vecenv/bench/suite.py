@@ -9,8 +9,9 @@ import dataclasses
 import importlib.machinery
 import importlib.util
 import statistics
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+import sys
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from typing import Any, Generic, TypeVar
 
 from vecenv.bench.child import kill_children
 from vecenv.errors import VecEnvError
@@ -91,6 +92,48 @@ def finished(outcome: Outcome, cut: Cut | None) -> Outcome:
     if cut is not None:
         raise PartialRun(cut.interrupt, outcome, cut.measured)
     return outcome
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+@dataclasses.dataclass
+class Repetitions(Generic[K]):
+    """The repetitions of a suite's rows as they are measured, by each row's key: the results,
+    the rows that failed with their errors (a row that fails is not measured again), and the
+    run's notes, which say why.
+
+    Attributes:
+        notes: the run's notes; a failure adds one.
+        results: each row's results, in the order they ran.
+        failed: each failed row's error.
+    """
+
+    notes: list[str]
+    results: dict[K, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    failed: dict[K, str] = dataclasses.field(default_factory=dict)
+
+    def record(
+        self, key: K, name: str, rep: int, result: dict[str, Any], shown: Callable[[dict[str, Any]], str]
+    ) -> None:
+        """Keep ``result`` of row ``key`` (``name`` in the notes and the progress line, which
+        ``shown`` ends), or note its error and measure the row no more."""
+        if "error" in result:
+            self.failed[key] = result["error"]
+            self.notes.append(f"{name}: failed, {result['error']}")
+            text = f"error: {result['error']}"
+        else:
+            self.results.setdefault(key, []).append(result)
+            text = shown(result)
+        print(f"rep {rep + 1} {name}: {text}", file=sys.stderr, flush=True)
+
+    def ran(self) -> int:
+        """How many measurements ran (a failed one counts), for :func:`measure_all`."""
+        return sum(map(len, self.results.values())) + len(self.failed)
+
+    def failures(self, key: K) -> dict[str, Any]:
+        """:func:`failures` of row ``key``."""
+        return failures([self.failed[key]] if key in self.failed else [])
 
 
 #: The mark of figures that come from fewer repetitions than planned, after their footnote.
