@@ -2,7 +2,10 @@
 
 Each case wraps both vector envs the same way, resets them with the same seed, steps them with
 the same actions past several episode ends (so autoreset is crossed) and compares every
-observation, reward, flag and info, dtypes included. Also: the EnvPool-style ``async_reset``/
+observation, reward, flag and info, dtypes included, then the rendered frames where the env
+has a render mode; a case may freeze the Normalize wrappers' statistics halfway
+(``update_running_mean = False``). The observation wrappers run over ``ImageEnv``'s images and
+Dict observations. Also: the EnvPool-style ``async_reset``/
 ``recv``/``send`` stay reachable through any stack of wrappers as ``wrapped.unwrapped``.
 (``vecenv.make``'s ``wrappers`` and the rest of ``make_vec``'s arguments: ``tests/engine/test_factory.py``.)
 """
@@ -32,6 +35,12 @@ SEED = 11
 GYMNASIUM = tuple(int(part) for part in gym.__version__.split(".")[:2])
 
 
+#: ``tests.helpers.envs.ImageEnv``: 8x6 RGB images (or a Dict of one) and a 2-d Box action; its
+#: frames are rendered too.
+IMAGE = {"env_id": "WrapperImage-v0", "steps": 60, "env_kwargs": {"render_mode": "rgb_array"}}
+IMAGE_DICT = {**IMAGE, "env_kwargs": {"render_mode": "rgb_array", "dict_obs": True}}
+
+
 def _double(obs: np.ndarray) -> np.ndarray:
     return obs * 2.0
 
@@ -51,6 +60,9 @@ class Case:
     env_id: str = "CartPole-v1"
     steps: int = 120
     env_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: Halfway through, set the outermost wrapper's ``update_running_mean`` to False (the
+    #: Normalize wrappers then stop updating their statistics).
+    freeze: bool = False
 
 
 CASES = [
@@ -86,6 +98,45 @@ CASES = [
         lambda e: vw.TransformAction(e, lambda a: np.clip(a * 0.5, -2, 2)),
         env_id="Pendulum-v1",
         steps=230,
+    ),
+    Case("NormalizeObservation-frozen", vw.NormalizeObservation, freeze=True),
+    Case("NormalizeReward-frozen", vw.NormalizeReward, freeze=True),
+    Case("FlattenObservation", vw.FlattenObservation, **IMAGE),
+    Case("FlattenObservation-dict", vw.FlattenObservation, **IMAGE_DICT),
+    Case("GrayscaleObservation", vw.GrayscaleObservation, **IMAGE),
+    Case("GrayscaleObservation-keep-dim", lambda e: vw.GrayscaleObservation(e, keep_dim=True), **IMAGE),
+    Case("ResizeObservation", lambda e: vw.ResizeObservation(e, (4, 3)), **IMAGE),
+    Case("ReshapeObservation", lambda e: vw.ReshapeObservation(e, (48, 3)), **IMAGE),
+    Case("FilterObservation", lambda e: vw.FilterObservation(e, ["image", "d"]), **IMAGE_DICT),
+    Case(
+        "RescaleObservation",
+        lambda e: vw.RescaleObservation(
+            vw.FlattenObservation(vw.FilterObservation(e, ["vec"])), np.float32(-1), np.float32(1)
+        ),
+        **IMAGE_DICT,
+    ),
+    Case("DtypeObservation-image", lambda e: vw.DtypeObservation(e, np.float32), **IMAGE),
+    Case("ClipAction-image", vw.ClipAction, **IMAGE),
+    Case("RescaleAction-image", lambda e: vw.RescaleAction(e, np.float32(0), np.float32(1)), **IMAGE),
+    Case(
+        "VectorizeTransformObservation-grayscale",
+        lambda e: vw.VectorizeTransformObservation(e, gym.wrappers.GrayscaleObservation),
+        **IMAGE,
+    ),
+    Case("VectorizeTransformAction", lambda e: vw.VectorizeTransformAction(e, gym.wrappers.ClipAction), **IMAGE),
+    Case(
+        "VectorizeTransformReward",
+        lambda e: vw.VectorizeTransformReward(e, gym.wrappers.ClipReward, min_reward=-1.0, max_reward=1.0),
+        **IMAGE,
+    ),
+    Case("DictInfoToList-dict", lambda e: vw.DictInfoToList(vw.RecordEpisodeStatistics(e)), **IMAGE_DICT),
+    Case(
+        "image-stack",
+        lambda e: vw.NormalizeObservation(
+            vw.FlattenObservation(vw.ResizeObservation(vw.GrayscaleObservation(vw.RecordEpisodeStatistics(e)), (4, 4)))
+        ),
+        freeze=True,
+        **IMAGE,
     ),
 ]
 
@@ -148,10 +199,14 @@ def test_vector_wrapper_matches_sync(case: Case, mode: AutoresetMode) -> None:
                     sub.step(actions.copy())
                 return
             got = sub.step(actions.copy())
+            if case.freeze and t == case.steps // 2:  # from the next step on, statistics frozen
+                sync.update_running_mean = sub.update_running_mean = False
             assert_same(got[:4], want[:4], f"step {t}")
             assert_same(_without_wall_time(got[4]), _without_wall_time(want[4]), f"step {t} infos")
             ends += int(np.sum(np.logical_or(want[2], want[3])))
         assert ends >= NUM_ENVS, "the run never crossed an autoreset"
+        if sync.render_mode is not None:
+            assert_same(sub.render(), sync.render(), "render")
         # Resetting again (the wrappers keep running statistics) stays in step too.
         assert_same(sub.reset(seed=SEED + 1), sync.reset(seed=SEED + 1), "second reset")
     finally:

@@ -12,6 +12,7 @@ so workers started with ``spawn`` start fast. Sections, in order:
   step times);
 * :class:`CounterEnv` and its kin for the datasets (a wrong record is visible), registered as
   ``tests.helpers.envs:RolloutCounter-v0`` and friends;
+* :class:`ImageEnv` (images, or a Dict holding one) for the vector wrappers, as ``WrapperImage-v0``;
 * :class:`FrameEnv` for render, video and seeds (its frames say who drew them, and when);
 * :class:`InfoEnv` and :class:`Mark` for the SB3 drop-in.
 """
@@ -1088,6 +1089,56 @@ gym.register(id="RolloutCounter-v0", entry_point="tests.helpers.envs:CounterEnv"
 gym.register(id="RolloutDictCounter-v0", entry_point="tests.helpers.envs:DictCounterEnv")
 gym.register(id="RolloutLong-v0", entry_point="tests.helpers.envs:LongEpisodeEnv")
 gym.register(id="RolloutContinuous-v0", entry_point="tests.helpers.envs:ContinuousCounterEnv")
+
+
+class ImageEnv(gym.Env):
+    """Random 8x6 RGB images (or, with ``dict_obs=True``, a Dict of such an image, a 2x2 Box
+    and a Discrete) and a 2-d Box action, for the observation and action wrappers of
+    ``tests/engine/test_wrappers.py``. Episodes end after 3 to 8 steps, by termination or
+    truncation; the reward is the action's sum, which reaches past the bounds it is drawn in."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(self, dict_obs: bool = False, render_mode: str | None = None) -> None:
+        self.render_mode = render_mode
+        self.dict_obs = dict_obs
+        image = spaces.Box(0, 255, (8, 6, 3), np.uint8)
+        self.observation_space: spaces.Space = image
+        if dict_obs:
+            parts = {"image": image, "vec": spaces.Box(-5.0, 5.0, (2, 2), np.float32), "d": spaces.Discrete(3)}
+            self.observation_space = spaces.Dict(parts)
+        self.action_space = spaces.Box(-2.0, 2.0, (2,), np.float32)
+        self.t = 0
+        self.length = 0
+
+    def _obs(self) -> Any:
+        image = self.np_random.integers(0, 256, (8, 6, 3), dtype=np.uint8)
+        if not self.dict_obs:
+            return image
+        vec = self.np_random.uniform(-5.0, 5.0, (2, 2)).astype(np.float32)
+        return {"image": image, "vec": vec, "d": int(self.np_random.integers(3))}
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        self.t = 0
+        self.length = int(self.np_random.integers(3, 9))
+        return self._obs(), {"length": self.length}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        self.t += 1
+        ended = self.t >= self.length
+        terminated = ended and self.t % 2 == 0
+        return self._obs(), float(np.sum(action)), terminated, ended and not terminated, {"action": np.asarray(action)}
+
+    def render(self) -> np.ndarray | None:
+        if self.render_mode != "rgb_array":
+            return None
+        frame = np.zeros((8, 6, 3), np.uint8)
+        frame[0, 0, 0] = self.t
+        return frame
+
+
+gym.register(id="WrapperImage-v0", entry_point="tests.helpers.envs:ImageEnv")
 
 
 # -- render, video and seeds -------------------------------------------------------------------
