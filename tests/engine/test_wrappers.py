@@ -281,3 +281,29 @@ def test_async_batches_through_wrappers_via_unwrapped() -> None:
     finally:
         wrapped.close()
     assert base.closed
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_human_rendering_shows_the_frames_sync_shows(num_workers: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gymnasium's vector ``HumanRendering`` (headless here: SDL's dummy video driver) draws
+    every env's frame after each reset and step: over vecenv it gets the frames, metadata and
+    render mode it gets over SyncVectorEnv, and the steps through it stay the same."""
+    pytest.importorskip("pygame")
+    monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")
+    kwargs = {"render_mode": "rgb_array"}
+    sync = vw.HumanRendering(SyncVectorEnv([functools.partial(gym.make, "WrapperImage-v0", **kwargs)] * 3))
+    sub = vw.HumanRendering(vecenv.make("WrapperImage-v0", 3, num_workers, env_kwargs=kwargs))
+    try:
+        assert sub.render_mode == sync.render_mode == "human"
+        assert sub.metadata == sync.metadata
+        assert_same(sub.reset(seed=SEED), sync.reset(seed=SEED), "reset")
+        for t in range(12):
+            actions = np.full((3, 2), 0.25 * (t % 3), np.float32)
+            want = sync.step(actions)
+            assert_same(sub.step(actions), want, f"step {t}")
+        assert_same(sub.render(), sync.render(), "render")
+    finally:
+        sub.close()
+        sync.close()
+    assert sub.unwrapped.closed
