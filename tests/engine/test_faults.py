@@ -455,6 +455,9 @@ def _hang(ctx: str, leaks: LeakCheck, name: str, close_kwargs: dict[str, Any], a
     assert 0.5 <= t < RAISE_S
     assert isinstance(exc, TimeoutError) and isinstance(exc, multiprocessing.TimeoutError)
     assert "step_wait" in str(exc) and "0.5" in str(exc), str(exc)
+    # It names the worker that did not reply and its envs (the one that answered is not named):
+    # the hung env is found without bisecting.
+    assert str(exc).endswith(f"No reply yet from worker {TARGET_WORKER} (envs 2..3)."), str(exc)
     with pytest.raises(NeedsResetError):
         envs.step(ACTIONS[2])
     tc = close_timed(envs, **close_kwargs)
