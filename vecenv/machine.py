@@ -18,7 +18,7 @@ import threading
 import tokenize
 import warnings
 from collections.abc import Iterator
-from types import FrameType
+from types import CodeType, FrameType
 
 from vecenv.errors import InvalidStateError, UnguardedMainError, UnguardedMainWarning
 
@@ -348,16 +348,32 @@ def unguarded_main() -> tuple[str, int] | None:
         return None
     line = frame.f_lineno
     try:
-        source = _read(path, os.stat(path).st_mtime_ns)
-    except (OSError, SyntaxError, UnicodeDecodeError):
+        source, code = _read(path, os.stat(path).st_mtime_ns)
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+    if not _same_code(code, frame.f_code):
+        # The file was edited since the script started (during a long run, say): its line
+        # numbers say nothing about the running statement, so nothing is known, nothing changed.
         return None
     return None if guarded_line(source, line) else (path, line)
 
 
 @functools.lru_cache(maxsize=8)
-def _read(path: str, mtime_ns: int) -> str:
+def _read(path: str, mtime_ns: int) -> tuple[str, CodeType]:
+    """The script's source and its module code, compiled as Python compiled the script (none of
+    this module's ``__future__`` flags; its warnings were shown when the script started)."""
     with tokenize.open(path) as f:
-        return f.read()
+        source = f.read()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        code = compile(source, path, "exec", dont_inherit=True)
+    return source, code
+
+
+def _same_code(compiled: CodeType, running: CodeType) -> bool:
+    """Whether the running module code is the one compiled from the file as it is now: the same
+    bytecode at the same lines."""
+    return compiled.co_code == running.co_code and list(compiled.co_lines()) == list(running.co_lines())
 
 
 def guarded_line(source: str, line: int) -> bool:

@@ -1609,6 +1609,38 @@ def test_guarded_script_in_a_threaded_parent_keeps_forkserver(python: str, tmp_p
     assert runs >= 1, runs
 
 
+EDITED_WHILE_RUNNING = """
+import pathlib
+import sys
+
+sys.path.insert(0, {root!r})
+import vecenv
+from tests.helpers.faults import FaultEnv
+
+if __name__ == "__main__":
+    me = pathlib.Path(__file__)
+    me.write_text("# a line added while the script runs" + chr(10) * 12 + me.read_text())
+    envs = vecenv.SubprocVectorEnv([FaultEnv], 1, context={ctx!r})
+    envs.close()
+    print("ok")
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("ctx", ["forkserver", "spawn"])
+def test_a_guarded_script_edited_while_it_runs_is_not_refused(ctx: str, tmp_path: Path) -> None:
+    """The script's file changed after it started (edited during a long run): its line numbers
+    no longer match the running code, so the guard check cannot read them and changes nothing.
+    It refused the guarded script here, reading the line that builds the vector env from the
+    edited file (a comment now, outside the guard)."""
+    path = tmp_path / "train.py"
+    path.write_text(EDITED_WHILE_RUNNING.format(root=str(ROOT), ctx=ctx))
+    proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=90, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["ok"], proc.stdout
+    assert "UnguardedMain" not in proc.stderr, proc.stderr
+
+
 def test_main_guard_detection_reads_the_script() -> None:
     from vecenv.machine import guarded_line
 
