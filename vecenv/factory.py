@@ -12,6 +12,7 @@ import dataclasses
 import difflib
 import importlib
 import inspect
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -119,6 +120,13 @@ class EnvRecipe:
     ``gymnasium.make`` does. A spec that cannot be pickled (an entry point in ``__main__``
     holding a lock) stays behind, and the worker looks the id up itself (``spec`` is ``None``,
     and ``unsent`` says why, for the error if the worker does not know the id).
+
+    An entry point written as a string into ``__main__`` (``"__main__:MyEnv"``, registered from a
+    notebook, ``python -c`` or a script) names a class that a worker started with ``spawn`` or
+    ``forkserver`` may not have: its ``__main__`` is not the parent's. ``main_entry`` carries what
+    the string names in this process (cloudpickle sends a ``__main__`` class by value), and the
+    worker puts it where the string points when its own ``__main__`` lacks that name, so the
+    env's spec keeps the string, as ``make_vec`` leaves it.
     """
 
     env_id: str | None
@@ -128,11 +136,17 @@ class EnvRecipe:
     kwargs: dict[str, Any]
     wrappers: tuple[Callable[[gym.Env], gym.Env], ...]
     unsent: str | None = None
+    main_entry: Callable[..., Any] | None = None
 
     def __call__(self) -> gym.Env:
         module = self.env_id.rpartition(":")[0] if self.env_id is not None else ""
         if module:
             importlib.import_module(module)  # what importing it sets up, as gymnasium.make does
+        if self.main_entry is not None and self.spec is not None and isinstance(self.spec.entry_point, str):
+            main = sys.modules["__main__"]
+            name = self.spec.entry_point.partition(":")[2]
+            if not hasattr(main, name):  # a worker whose __main__ is not the parent's (not forked)
+                setattr(main, name, self.main_entry)
         target = self.spec if self.spec is not None else self.env_id
         assert target is not None  # an EnvRecipe has a spec or an id
         try:
@@ -166,7 +180,17 @@ def _recipe_of_id(
         cloudpickle.dumps((spec, spec_kwargs))
     except Exception as exc:
         return EnvRecipe(env_id, None, env_kwargs, wrappers, unsent=f"{type(exc).__name__}: {exc}")
-    return EnvRecipe(env_id, copy.deepcopy(spec), spec_kwargs, wrappers)
+    return EnvRecipe(env_id, copy.deepcopy(spec), spec_kwargs, wrappers, main_entry=_main_entry(spec))
+
+
+def _main_entry(spec: EnvSpec) -> Callable[..., Any] | None:
+    """What ``spec``'s entry point names when it is a string into ``__main__`` that this
+    process's ``__main__`` defines (see :class:`EnvRecipe`), else ``None``."""
+    entry = spec.entry_point
+    if not isinstance(entry, str) or entry.partition(":")[0] != "__main__":
+        return None
+    found = getattr(sys.modules.get("__main__"), entry.partition(":")[2], None)
+    return found if callable(found) else None
 
 
 def make(
@@ -266,7 +290,7 @@ def make(
     if isinstance(env_id, str):
         env_fn = _recipe_of_id(env_id, env_extra, spec, merged, wrappers)
     else:
-        env_fn = EnvRecipe(None, copy.deepcopy(spec), merged, wrappers)
+        env_fn = EnvRecipe(None, copy.deepcopy(spec), merged, wrappers, main_entry=_main_entry(spec))
     _check_sendable(env_fn)
     envs = cls([env_fn] * num_envs, vector.get("num_workers"), **_without(vector, "num_workers"))
     if backend != "process":

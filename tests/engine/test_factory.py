@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import os
 import re
+import subprocess
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -20,6 +24,7 @@ import vecenv
 from tests.engine.test_differential import assert_same, same_steps
 
 SAME = AutoresetMode.SAME_STEP
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(60)
@@ -49,6 +54,50 @@ def test_make_an_id_registered_at_run_time_in_workers_that_never_saw_it(context:
             sync.close()
     finally:
         del gym.registry[env_id]
+
+
+# A notebook cell, as `python -c` runs it: __main__ has no file, so a worker started with spawn
+# or forkserver has a __main__ of its own, without the class the entry point string names.
+MAIN_ENTRY_POINT = """
+import gymnasium as gym, numpy as np, vecenv
+
+class NotebookEnv(gym.Env):
+    observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {{}}
+
+    def step(self, action):
+        return np.ones(2, np.float32), 1.0, False, False, {{}}
+
+gym.register("NotebookEnv-v0", entry_point="__main__:NotebookEnv")
+with vecenv.make("NotebookEnv-v0", 2, 2, context={context!r}) as envs:
+    envs.reset(seed=0)
+    obs = envs.step(np.zeros(2, np.int64))[0]
+    spec = envs.get_attr("spec")[0]
+print(obs.tolist(), spec.entry_point)
+"""
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("context", ["spawn", "forkserver", "fork"])
+def test_make_an_entry_point_string_into_a_notebooks_main(context: str) -> None:
+    """`gym.register(id, entry_point="__main__:Cls")` in a notebook or `python -c`: a worker that
+    was not forked has no such class in its own __main__ ("module '__main__' has no attribute"
+    before); it gets this process's, and the env's spec keeps the string, as make_vec's does."""
+    code = MAIN_ENTRY_POINT.format(context=context)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=80, cwd=str(ROOT), env=_env()
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["[[1.0,", "1.0],", "[1.0,", "1.0]]", "__main__:NotebookEnv"], proc.stdout
+
+
+def _env() -> dict[str, str]:
+    """This environment, with the project first on the child's path (it runs from the checkout)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
 
 
 @pytest.mark.timeout(90)
