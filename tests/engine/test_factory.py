@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import multiprocessing
 import os
 import re
@@ -93,6 +94,28 @@ def test_make_an_entry_point_string_into_a_notebooks_main(context: str) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["[[1.0,", "1.0],", "[1.0,", "1.0]]", "__main__:NotebookEnv"], proc.stdout
+
+
+def _make_by_id(env_id: str) -> gym.Env:
+    return gym.make(env_id)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("context", ["spawn", "forkserver"])
+def test_an_id_registered_here_only_is_named_when_a_constructor_makes_it_in_a_worker(context: str) -> None:
+    """A constructor of one's own that calls gym.make(id) for an id registered in this process
+    only: a worker that was not forked does not know it. Gymnasium's NameNotFound comes with a
+    note naming the id, why the worker lacks it, and the ways out (it said only "doesn't exist")."""
+    env_id = f"HereOnlyCartPole-{context}-v0"
+    gym.register(env_id, entry_point="gymnasium.envs.classic_control:CartPoleEnv")
+    try:
+        with pytest.raises(gym.error.NameNotFound) as info:
+            vecenv.SubprocVectorEnv([functools.partial(_make_by_id, env_id)] * 2, 2, context=context)
+    finally:
+        del gym.registry[env_id]
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    assert re.search(f"env id {env_id!r} is registered in this process but not in worker [01]:", notes), notes
+    assert "vecenv.make" in notes and "'fork'" in notes, notes
 
 
 def _env() -> dict[str, str]:

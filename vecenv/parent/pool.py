@@ -25,7 +25,7 @@ from vecenv.transports.base import Event, Reply, Transport, WorkerGone
 from vecenv.transports.sending import SendTimeout, send_timeout
 from vecenv.wire.buffers import Buffers, BufferSpec
 from vecenv.wire.protocol import Attach, Command, StepReply
-from vecenv.worker.builders import GroupOfFns, unimportable_note
+from vecenv.worker.builders import GroupOfFns, unimportable_note, unregistered_note
 
 __all__ = ["WorkerPool", "PoolPhase"]
 
@@ -348,6 +348,11 @@ class WorkerPool:
         if self.phase is PoolPhase.STARTING and isinstance(exc, ImportError) and isinstance(exc.name, str):
             # Loading the group builder failed on a module it refers to: name whose it was.
             note = unimportable_note(self._group_fns[w.index], w.index, exc.name)
+            if note is not None:
+                exc.add_note(note)
+        if self.phase is PoolPhase.STARTING:
+            # A constructor's gym.make(id) of an id registered here only, in a worker not forked.
+            note = unregistered_note(exc, w.index)
             if note is not None:
                 exc.add_note(note)
         return exc

@@ -7,6 +7,7 @@ worker calls one to build its envs. Multi-agent copies are built with :func:`cal
 from __future__ import annotations
 
 import pickletools
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -25,6 +26,7 @@ __all__ = [
     "pickle_group",
     "pickles",
     "unimportable_note",
+    "unregistered_note",
 ]
 
 #: What a vector env uses of each env (a gymnasium.Env has them; duck-typed envs may too).
@@ -177,6 +179,39 @@ def unimportable_note(group_fn: Callable[[], Any], worker: int, module: str) -> 
         "(install it, or put its folder on PYTHONPATH), or call cloudpickle.register_pickle_by_value(module) "
         "before building the vector env so that its code travels with the constructors, or start the workers "
         "with 'fork'"
+    )
+
+
+#: Gymnasium's NameNotFound message: the id's name, and its namespace when it has one.
+_NAME_NOT_FOUND = re.compile(r"Environment `(?P<name>[^`]+)` doesn't exist(?: in namespace (?P<ns>[^.\s]+))?\.")
+
+
+def unregistered_note(exc: BaseException, worker: int) -> str | None:
+    """Why worker ``worker`` does not know an env id that this process has registered, for the
+    ``NameNotFound`` its constructor's ``gymnasium.make(id)`` raised there; ``None`` for any other
+    error, or an id unknown here too (Gymnasium's own message says all there is).
+
+    ``gym.register`` changes this process's registry only. A forked worker copies it; one started
+    with ``spawn`` or ``forkserver`` (or a Ray worker) imports the modules its constructors refer
+    to and, from a script file, the script's top-level code: a registration made in a notebook,
+    ``python -c``, or under the script's main guard never runs there.
+    """
+    if not isinstance(exc, gym.error.NameNotFound):
+        return None
+    found = _NAME_NOT_FOUND.search(str(exc))
+    if found is None:
+        return None
+    name, namespace = found.group("name"), found.group("ns")
+    ids = sorted(spec.id for spec in gym.registry.values() if spec.name == name and spec.namespace == namespace)
+    if not ids:
+        return None
+    return (
+        f"env id {ids[-1]!r} is registered in this process but not in worker {worker}: gym.register changes "
+        "only the registry of the process that calls it, and a worker that was not forked from this one "
+        "(started with 'spawn' or 'forkserver') runs no registration made in a notebook, in `python -c`, or "
+        "under the script's `if __name__ == \"__main__\":`. Register the id in a module the constructor "
+        "imports (gym.make(\"my_module:MyEnv-v0\") imports my_module first), build the envs with vecenv.make, "
+        "which sends each worker this process's spec of the id, or start the workers with 'fork'"
     )
 
 
