@@ -209,8 +209,8 @@ def unregistered_note(exc: BaseException, worker: int) -> str | None:
         f"env id {ids[-1]!r} is registered in this process but not in worker {worker}: gym.register changes "
         "only the registry of the process that calls it, and a worker that was not forked from this one "
         "(started with 'spawn' or 'forkserver') runs no registration made in a notebook, in `python -c`, or "
-        "under the script's `if __name__ == \"__main__\":`. Register the id in a module the constructor "
-        "imports (gym.make(\"my_module:MyEnv-v0\") imports my_module first), build the envs with vecenv.make, "
+        'under the script\'s `if __name__ == "__main__":`. Register the id in a module the constructor '
+        'imports (gym.make("my_module:MyEnv-v0") imports my_module first), build the envs with vecenv.make, '
         "which sends each worker this process's spec of the id, or start the workers with 'fork'"
     )
 
