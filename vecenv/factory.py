@@ -190,7 +190,8 @@ def _main_entry(spec: EnvSpec) -> Callable[..., Any] | None:
     if not isinstance(entry, str) or entry.partition(":")[0] != "__main__":
         return None
     found = getattr(sys.modules.get("__main__"), entry.partition(":")[2], None)
-    return found if callable(found) else None
+    # One that cannot travel (a class holding a lock) stays behind: a forked worker has it anyway.
+    return found if callable(found) and pickles(found) else None
 
 
 def make(

@@ -60,9 +60,11 @@ def test_make_an_id_registered_at_run_time_in_workers_that_never_saw_it(context:
 # A notebook cell, as `python -c` runs it: __main__ has no file, so a worker started with spawn
 # or forkserver has a __main__ of its own, without the class the entry point string names.
 MAIN_ENTRY_POINT = """
+import threading
 import gymnasium as gym, numpy as np, vecenv
 
 class NotebookEnv(gym.Env):
+    {extra}
     observation_space = gym.spaces.Box(-1, 1, (2,), np.float32)
     action_space = gym.spaces.Discrete(2)
 
@@ -88,12 +90,24 @@ def test_make_an_entry_point_string_into_a_notebooks_main(context: str) -> None:
     """`gym.register(id, entry_point="__main__:Cls")` in a notebook or `python -c`: a worker that
     was not forked has no such class in its own __main__ ("module '__main__' has no attribute"
     before); it gets this process's, and the env's spec keeps the string, as make_vec's does."""
-    code = MAIN_ENTRY_POINT.format(context=context)
+    code = MAIN_ENTRY_POINT.format(context=context, extra="")
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=80, cwd=str(ROOT), env=_env()
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["[[1.0,", "1.0],", "[1.0,", "1.0]]", "__main__:NotebookEnv"], proc.stdout
+
+
+@pytest.mark.timeout(60)
+def test_a_main_entry_point_class_that_cannot_be_pickled_still_works_with_fork() -> None:
+    """The class an entry point string into __main__ names travels only when it pickles: one
+    holding a lock stays behind, and forked workers, which have it, build the env as before."""
+    code = MAIN_ENTRY_POINT.format(context="fork", extra="lock = threading.Lock()")
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=50, cwd=str(ROOT), env=_env()
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[-1] == "__main__:NotebookEnv", proc.stdout
 
 
 def _make_by_id(env_id: str) -> gym.Env:
