@@ -213,6 +213,10 @@ def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             f"argument --minibatch-size: expected a divisor of --num-envs x --num-steps ({batch}) or more, "
             f"got {args.minibatch_size}"
         )
+    if args.norm_adv and min(args.minibatch_size, batch) < 2:
+        if args.minibatch_size < 2:
+            refuse_one_row_minibatches(p, "--minibatch-size", str(args.minibatch_size))
+        refuse_one_row_minibatches(p, "--num-steps", f"--num-envs {args.num_envs} x --num-steps {args.num_steps}")
     kinds = args.compare.split(",") if args.compare is not None else [args.vector]
     for kind in kinds:
         if kind not in VECTOR_KINDS:
@@ -233,6 +237,16 @@ def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             )
     else:
         check_env(p, args.env_id)
+
+
+def refuse_one_row_minibatches(p: argparse.ArgumentParser, option: str, received: str) -> None:
+    """A usage error for minibatches of one transition with ``--norm-adv``: the advantages are
+    divided by their standard deviation within the minibatch, which one value does not have
+    (NaN), so the first update would make every weight NaN and the next rollout fail."""
+    p.error(
+        f"argument {option}: expected minibatches of at least 2 transitions with --norm-adv "
+        f"(or --no-norm-adv), got {received}"
+    )
 
 
 def check_env(p: argparse.ArgumentParser, env_id: str) -> gym.Env:

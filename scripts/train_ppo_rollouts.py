@@ -184,6 +184,14 @@ def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             f"argument --num-minibatches: expected a divisor of --num-envs ({args.num_envs}) with --policy lstm, "
             f"got {args.num_minibatches}"
         )
+    if args.norm_adv and args.policy == "mlp" and min(args.minibatch_size, batch) < 2:
+        if args.minibatch_size < 2:
+            ppo.refuse_one_row_minibatches(p, "--minibatch-size", str(args.minibatch_size))
+        ppo.refuse_one_row_minibatches(p, "--num-steps", f"--num-envs {args.num_envs} x --num-steps {args.num_steps}")
+    if args.norm_adv and args.policy == "lstm" and args.num_envs // args.num_minibatches * args.num_steps < 2:
+        ppo.refuse_one_row_minibatches(
+            p, "--num-minibatches", f"{args.num_minibatches} (of {args.num_envs} envs x --num-steps {args.num_steps})"
+        )
     env = ppo.check_env(p, args.env_id)
     if args.hide_velocity and (env.spec is None or env.spec.name != "CartPole"):
         p.error(f"argument --hide-velocity: expected a CartPole env id, got --env-id {args.env_id!r}")

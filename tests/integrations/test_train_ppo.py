@@ -159,6 +159,9 @@ def test_bad_num_workers_is_a_usage_error(tmp_path: Path, bad: str) -> None:
         (["--num-envs", "0"], "--num-envs", "0"),
         (["--num-workers", "20"], "--num-workers", "20"),
         (["--minibatch-size", "100"], "--minibatch-size", "100"),  # 8 envs x 32 steps = 256
+        # One transition's advantage has no standard deviation: NaN weights, then a traceback.
+        (["--minibatch-size", "1", "--total-timesteps", "512"], "--minibatch-size", "1"),
+        (["--num-envs", "1", "--num-steps", "1", "--num-workers", "0"], "--num-steps", "1 x --num-steps 1"),
         (["--env-id", "Nope-v0"], "--env-id", "Nope-v0"),
         (["--env-id", "Pendulum-v1"], "--env-id", "Pendulum-v1"),  # continuous actions
         (["--compare", ""], "--compare", "''"),  # was ignored: trained --vector instead

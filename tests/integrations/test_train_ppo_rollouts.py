@@ -98,6 +98,10 @@ def test_a_few_updates_run_with_finite_losses_and_advancing_weights(tmp_path: Pa
         (["--overlap", "--collect", "step"], "--overlap", "step"),
         (["--overlap", "--num-workers", "0"], "--overlap", "0"),
         (["--minibatch-size", "85"], "--minibatch-size", "85"),
+        # One transition's advantage has no standard deviation: NaN weights, then a traceback.
+        (["--minibatch-size", "1", "--total-timesteps", "512"], "--minibatch-size", "1"),
+        (["--num-envs", "1", "--num-steps", "1", "--num-workers", "1"], "--num-steps", "1 x --num-steps 1"),
+        (["--policy", "lstm", "--num-envs", "2", "--num-minibatches", "2", "--num-steps", "1"], "--num-minibatches", "2"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_option_before_anything_starts(
