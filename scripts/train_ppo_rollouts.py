@@ -25,7 +25,9 @@ LSTM can.
 
 Outputs in ``--out``: ``episodes.csv`` (every episode, as ``train_ppo.py`` writes it) and
 ``summary.json`` (per run: steps/s, steps and seconds to solve, and the split of the wall time
-between collecting and updating; ``final_mean_return`` is ``null`` when no episode finished).
+into ``startup_s`` (making the envs and resetting them), ``collect_s`` and ``update_s``, which add
+up to ``wall_time_s`` but for the episode bookkeeping and printing; ``final_mean_return`` is
+``null`` when no episode finished).
 With the same seed, ``--collect rollout`` and ``--collect step`` (either ``--vector``) take the
 same actions and give the same episodes: only the time differs (``--overlap`` acts with weights
 one update behind, so it differs).
@@ -553,6 +555,7 @@ class StepCollector:
 
 @dataclasses.dataclass
 class Timings:
+    startup_s: float = 0.0  # making the envs (the workers start) and their first reset
     collect_s: float = 0.0  # waiting for (or making) rollouts
     update_s: float = 0.0  # advantages, PPO epochs and the weights push
 
@@ -672,6 +675,7 @@ class Summary:
     updates: int
     wall_time_s: float
     sps: float
+    startup_s: float
     collect_s: float
     update_s: float
     episodes: int
@@ -717,6 +721,7 @@ def _train(args: argparse.Namespace, envs: Any, start: float) -> tuple[Summary, 
         collector = StepCollector(envs, policy, n, args.seed)
     else:
         envs.reset(seed=args.seed)
+    timings.startup_s = time.perf_counter() - start
 
     def collect() -> Batch:
         t0 = time.perf_counter()
@@ -734,8 +739,10 @@ def _train(args: argparse.Namespace, envs: Any, start: float) -> tuple[Summary, 
     for update in range(updates):
         batch = collect()
         if args.overlap and update + 1 < updates:
+            t0 = time.perf_counter()
             envs.rollout_async(steps, policy)  # acted by the weights before this update
             pending[0] = True
+            timings.collect_s += time.perf_counter() - t0
         t0 = time.perf_counter()
         versions.append(batch.weights_version)
         if args.anneal_lr:
@@ -778,7 +785,9 @@ def _train(args: argparse.Namespace, envs: Any, start: float) -> tuple[Summary, 
         if solved_step is not None and args.stop_when_solved:
             break
     if pending[0]:  # stopped early with one under way: collected and dropped
+        t0 = time.perf_counter()
         envs.rollout_wait()
+        timings.collect_s += time.perf_counter() - t0
     elapsed = time.perf_counter() - start
     summary = Summary(
         kind,
@@ -789,6 +798,7 @@ def _train(args: argparse.Namespace, envs: Any, start: float) -> tuple[Summary, 
         len(versions),
         round(elapsed, 3),
         round(global_step / elapsed, 1),
+        round(timings.startup_s, 3),
         round(timings.collect_s, 3),
         round(timings.update_s, 3),
         episodes,
@@ -814,7 +824,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(
         f"[{summary.collect}/{summary.policy}{' overlap' if summary.overlap else ''}] {summary.env_steps:,} steps in "
-        f"{summary.wall_time_s:.1f}s ({summary.sps:,.0f} SPS; collect {summary.collect_s:.1f}s, update "
+        f"{summary.wall_time_s:.1f}s ({summary.sps:,.0f} SPS; start-up {summary.startup_s:.1f}s, collect {summary.collect_s:.1f}s, update "
         f"{summary.update_s:.1f}s); {ppo.mean_return_text(summary.final_mean_return)}; "
         f"{solved}",
         flush=True,

@@ -52,6 +52,10 @@ def _check_mechanics(run: dict[str, Any], updates: int) -> None:
     assert run["updates"] == updates and run["env_steps"] == updates * 4 * 16
     assert all(math.isfinite(loss) for loss in run["losses"])
     assert run["collect_s"] > 0 and run["update_s"] > 0 and run["episodes"] > 0
+    # The split adds up to the wall time: the envs' start-up (workers starting, most of a short
+    # run) was in no part of it, so collecting and updating covered a fraction of the wall time.
+    parts = run["startup_s"] + run["collect_s"] + run["update_s"]
+    assert run["startup_s"] > 0 and -0.005 <= run["wall_time_s"] - parts <= 0.05 * run["wall_time_s"] + 0.02, run
 
 
 @pytest.mark.timeout(240)
