@@ -102,7 +102,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     g = p.add_argument_group("run")
-    g.add_argument("--env-id", default="CartPole-v1", help="registered Gymnasium env id (discrete actions)")
+    g.add_argument(
+        "--env-id", default="CartPole-v1", help="registered Gymnasium env id (discrete actions, 1-D Box observations)"
+    )
     g.add_argument(
         "--collect",
         choices=("rollout", "step"),
@@ -195,6 +197,11 @@ def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             p, "--num-minibatches", f"{args.num_minibatches} (of {args.num_envs} envs x --num-steps {args.num_steps})"
         )
     env = ppo.check_env(p, args.env_id)
+    space = env.observation_space
+    if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):  # the workers' copies take rows of floats
+        p.error(
+            f"argument --env-id: expected an env whose observations are a 1-D Box, got {args.env_id!r} with {space}"
+        )
     if args.hide_velocity and (env.spec is None or env.spec.name != "CartPole"):
         p.error(f"argument --hide-velocity: expected a CartPole env id, got --env-id {args.env_id!r}")
 

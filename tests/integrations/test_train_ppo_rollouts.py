@@ -88,6 +88,7 @@ def test_a_few_updates_run_with_finite_losses_and_advancing_weights(tmp_path: Pa
         (["--num-workers", "-1"], "--num-workers", "-1"),
         (["--env-id", "Pendulum-v1"], "--env-id", "Pendulum-v1"),  # continuous actions
         (["--env-id", "Nope-v0"], "--env-id", "Nope-v0"),
+        (["--env-id", "FrozenLake-v1"], "--env-id", "FrozenLake-v1"),  # Discrete observations: failed in the workers
         (["--env-id", "Acrobot-v1", "--hide-velocity"], "--hide-velocity", "Acrobot-v1"),
         (["--out", "afile"], "--out", "afile"),
         (["--learning-rate", "-1"], "--learning-rate", "-1"),
@@ -105,7 +106,11 @@ def test_a_few_updates_run_with_finite_losses_and_advancing_weights(tmp_path: Pa
         # One transition's advantage has no standard deviation: NaN weights, then a traceback.
         (["--minibatch-size", "1", "--total-timesteps", "512"], "--minibatch-size", "1"),
         (["--num-envs", "1", "--num-steps", "1", "--num-workers", "1"], "--num-steps", "1 x --num-steps 1"),
-        (["--policy", "lstm", "--num-envs", "2", "--num-minibatches", "2", "--num-steps", "1"], "--num-minibatches", "2"),
+        (
+            ["--policy", "lstm", "--num-envs", "2", "--num-minibatches", "2", "--num-steps", "1"],
+            "--num-minibatches",
+            "2",
+        ),
     ],
 )
 def test_bad_input_is_one_line_naming_the_option_before_anything_starts(
