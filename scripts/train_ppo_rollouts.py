@@ -177,6 +177,8 @@ def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error(
             f"argument --vector: expected vecenv with --collect rollout (sync is for --collect step), got {args.vector}"
         )
+    if args.pin_cpus and args.vector != "vecenv":  # SyncVectorEnv has no workers to pin
+        p.error(f"argument --pin-cpus: expected --vector vecenv (it pins vecenv's workers), got --vector {args.vector}")
     batch = args.num_envs * args.num_steps
     if args.policy == "mlp" and batch % min(args.minibatch_size, batch):  # a short last one: 1 row, NaN std
         p.error(

@@ -102,6 +102,7 @@ def test_a_few_updates_run_with_finite_losses_and_advancing_weights(tmp_path: Pa
         (["--hidden", "0"], "--hidden", "0"),
         (["--overlap", "--collect", "step"], "--overlap", "step"),
         (["--overlap", "--num-workers", "0"], "--overlap", "0"),
+        (["--pin-cpus", "--collect", "step", "--vector", "sync"], "--pin-cpus", "sync"),  # was ignored
         (["--minibatch-size", "85"], "--minibatch-size", "85"),
         # One transition's advantage has no standard deviation: NaN weights, then a traceback.
         (["--minibatch-size", "1", "--total-timesteps", "512"], "--minibatch-size", "1"),
