@@ -19,8 +19,9 @@ and minibatch order come from ``--seed``, env ``i`` is reset with ``seed + i`` a
 drawn from a seeded ``torch.Generator``. The vector envs are exact, so ``--vector vecenv`` and
 ``--vector sync`` (and ``async``) give the same episode returns, episode for episode.
 
-Outputs in ``--out``: ``episodes.csv`` (one row per finished episode: vector kind, env step,
-wall time, return, length), ``summary.json`` (per vector kind: steps and seconds to solve, SPS;
+Outputs in ``--out``: ``episodes.csv`` (one row per finished episode: ``vector`` kind,
+``env_step`` (all envs' steps so far), ``wall_time_s``, ``episode_return``, ``episode_length``,
+``env_index``), ``summary.json`` (per vector kind: steps and seconds to solve, SPS;
 ``final_mean_return`` is ``null`` when no episode finished, ``solved_at_*`` when not solved)
 and ``learning_curve.png`` (returns against env steps and against wall time, one line per vector
 kind; needs matplotlib). ``--compare vecenv,sync,async`` trains once per kind, same seed and

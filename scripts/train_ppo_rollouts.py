@@ -23,7 +23,9 @@ episode's piece side by side rather than one call per step. ``--hide-velocity`` 
 CartPole only its cart position and pole angle: an MLP cannot balance the pole from that, an
 LSTM can.
 
-Outputs in ``--out``: ``episodes.csv`` (every episode, as ``train_ppo.py`` writes it) and
+Outputs in ``--out``: ``episodes.csv`` (every episode, in ``train_ppo.py``'s columns: ``vector``
+is how it was collected, ``rollout``, ``step-vecenv`` or ``step-sync``, and ``wall_time_s`` the
+time the update of its rollout ended, when this process learns of the episode) and
 ``summary.json`` (per run: steps/s, steps and seconds to solve, and the split of the wall time
 into ``startup_s`` (making the envs and resetting them), ``collect_s`` and ``update_s``, which add
 up to ``wall_time_s`` but for the episode bookkeeping and printing; ``final_mean_return`` is
@@ -833,8 +835,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(
         f"[{summary.collect}/{summary.policy}{' overlap' if summary.overlap else ''}] {summary.env_steps:,} steps in "
-        f"{summary.wall_time_s:.1f}s ({summary.sps:,.0f} SPS; start-up {summary.startup_s:.1f}s, collect {summary.collect_s:.1f}s, update "
-        f"{summary.update_s:.1f}s); {ppo.mean_return_text(summary.final_mean_return)}; "
+        f"{summary.wall_time_s:.1f}s ({summary.sps:,.0f} SPS; start-up {summary.startup_s:.1f}s, "
+        f"collect {summary.collect_s:.1f}s, update {summary.update_s:.1f}s); "
+        f"{ppo.mean_return_text(summary.final_mean_return)}; "
         f"{solved}",
         flush=True,
     )

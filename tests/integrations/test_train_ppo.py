@@ -7,6 +7,7 @@ interpreter, as a user runs it.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import signal
 import subprocess
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.scripts import assert_all_ended, run_with_bad_input, signalled_once_started
+from tests.helpers.scripts import assert_all_ended, load_script, run_with_bad_input, signalled_once_started
 
 pytest.importorskip("torch", reason="train_ppo.py needs torch (pip install -e '.[train]')")
 
@@ -212,3 +213,12 @@ def test_an_interrupted_training_ends_its_workers_and_says_so_in_one_line(tmp_pa
     assert err.strip().splitlines() == [f"train_ppo.py: {verb}: nothing was written"], err
     assert_all_ended(workers, "a worker")
     assert not list(out.iterdir()), "nothing written"
+
+
+def test_the_guide_and_the_docstring_name_every_column_of_episodes_csv() -> None:
+    """The columns a user reads episodes.csv by are the ones written (the guide named five of six)."""
+    module = load_script("train_ppo")
+    guide = (SCRIPT.parents[1] / "docs" / "guide.md").read_text()
+    for field in dataclasses.fields(module.Episode):
+        assert f"`{field.name}`" in guide, field.name
+        assert f"``{field.name}``" in (module.__doc__ or ""), field.name
