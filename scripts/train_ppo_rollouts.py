@@ -50,6 +50,7 @@ import math
 import pathlib
 import sys
 import time
+import warnings
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -120,7 +121,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     g.add_argument(
         "--hide-velocity", action="store_true", help="CartPole only: observe the cart position and pole angle only"
     )
-    g.add_argument("--overlap", action="store_true", help="collect the next rollout while updating")
+    g.add_argument(
+        "--overlap",
+        action="store_true",
+        help="collect the next rollout while updating: it is acted by the weights one update behind "
+        "(its log-probs are theirs, which PPO's ratio corrects for); still deterministic per --seed",
+    )
     g.add_argument("--num-envs", type=positive_int, default=8, help="envs stepped in parallel")
     g.add_argument(
         "--num-workers",
@@ -705,7 +711,11 @@ def train(args: argparse.Namespace) -> tuple[Summary, list[Any]]:
     try:
         return _train(args, envs, start)
     finally:
-        envs.close()
+        with warnings.catch_warnings():
+            # Ctrl+C or SIGTERM with the next rollout under way (--overlap): dropping it is what
+            # the user asked for, and the run ends on run_main's one line, not a warning too.
+            warnings.filterwarnings("ignore", message=".*Calling `close` while waiting for a pending call")
+            envs.close()
 
 
 def _train(args: argparse.Namespace, envs: Any, start: float) -> tuple[Summary, list[Any]]:

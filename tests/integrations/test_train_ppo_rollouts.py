@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.scripts import load_script, run_with_bad_input
+from tests.helpers.scripts import assert_all_ended, load_script, run_with_bad_input
 
 pytest.importorskip("torch", reason="train_ppo_rollouts.py needs torch (pip install -e '.[train]')")
 
@@ -350,3 +351,35 @@ def test_only_the_lstm_balances_cartpole_without_velocities(tmp_path: Path) -> N
     assert lstm["solved"], lstm["final_mean_return"]
     mlp = _run(tmp_path / "mlp", "--hide-velocity", "--total-timesteps", "100000", timeout=600)
     assert not mlp["solved"] and mlp["final_mean_return"] < 200, mlp["final_mean_return"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_overlapped_training_ends_its_workers_and_says_so_in_one_line(
+    tmp_path: Path, signum: int
+) -> None:
+    """Ctrl+C or SIGTERM mid-training with the next rollout under way (--overlap): one line (a
+    warning about closing during a pending rollout came first), the exit status 128 + the
+    signal, no worker left and nothing written."""
+    from vecenv.bench import procfs
+
+    out = tmp_path / "run"
+    cmd = [sys.executable, str(SCRIPT), "--out", str(out), "--overlap", "--total-timesteps", "10000000"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        progress = [proc.stdout.readline() for _ in range(3)]  # three updates done: mid-training
+        assert all(line.startswith("[rollout/mlp] step") for line in progress), progress
+        workers = procfs.children(proc.pid)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signum, err
+    verb = "interrupted" if signum == signal.SIGINT else "terminated"
+    assert err.strip().splitlines() == [f"train_ppo_rollouts.py: {verb}: nothing was written"], err
+    assert len(workers) == 2
+    assert_all_ended(workers, "a worker")
+    assert not list(out.iterdir()), "nothing written"
