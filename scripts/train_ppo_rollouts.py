@@ -131,8 +131,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     g.add_argument(
         "--num-workers",
         type=non_negative_int,
-        default=2,
-        help="vecenv worker processes, at most --num-envs (0: all in this process)",
+        default=None,
+        help="vecenv worker processes, at most --num-envs (0: all in this process; None: 2, or --num-envs if fewer)",
     )
     g.add_argument(
         "--pin-cpus",
@@ -174,7 +174,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """What one option's ``type=`` cannot check alone; a bad value is a usage error (one line,
-    exit status 2) here, before any worker or training starts."""
+    exit status 2) here, before any worker or training starts. Sets ``--num-workers``' default."""
+    if args.num_workers is None:  # 2 would refuse --num-envs 1, which the user did not ask for
+        args.num_workers = min(2, args.num_envs)
     if args.vector == "vecenv" and args.num_workers > args.num_envs:
         p.error(f"argument --num-workers: expected an int in [0, --num-envs={args.num_envs}], got {args.num_workers}")
     if args.overlap and args.collect != "rollout":

@@ -40,13 +40,15 @@ def _run(out: Path, *args: str, timeout: float) -> dict[str, Any]:
 @pytest.mark.timeout(120)
 def test_summary_json_is_strict_json_with_null_when_no_episode_finished(tmp_path: Path) -> None:
     """Four CartPole steps end no episode: the mean return is null, not NaN (not JSON)."""
-    _run(tmp_path, "--num-envs", "1", "--num-workers", "1", "--num-steps", "4", "--total-timesteps", "4", timeout=100)
+    # One env and no --num-workers: the default two workers were refused for one env.
+    _run(tmp_path, "--num-envs", "1", "--num-steps", "4", "--total-timesteps", "4", timeout=100)
 
     def refuse(constant: str) -> None:
         raise AssertionError(f"summary.json holds {constant}, which is not JSON")
 
-    run = json.loads((tmp_path / "summary.json").read_text(), parse_constant=refuse)["run"]
-    assert run["episodes"] == 0 and run["final_mean_return"] is None
+    summary = json.loads((tmp_path / "summary.json").read_text(), parse_constant=refuse)
+    assert summary["run"]["episodes"] == 0 and summary["run"]["final_mean_return"] is None
+    assert summary["config"]["num_workers"] == 1
 
 
 def _check_mechanics(run: dict[str, Any], updates: int) -> None:
