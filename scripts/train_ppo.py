@@ -222,6 +222,8 @@ def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     for kind in kinds:
         if kind not in VECTOR_KINDS:
             p.error(f"argument --compare: expected vector kinds among {','.join(VECTOR_KINDS)}, got {args.compare!r}")
+    if len(set(kinds)) < len(kinds):  # one kind's rows would be two runs under one name, one line in the plot
+        p.error(f"argument --compare: expected each vector kind at most once, got {args.compare!r}")
     args.kinds = kinds
     if args.capture_video and "sb3" in kinds:
         p.error("argument --capture-video: expected Gymnasium vector kinds (it records those), got the sb3 kind")

@@ -167,6 +167,7 @@ def test_bad_num_workers_is_a_usage_error(tmp_path: Path, bad: str) -> None:
         (["--env-id", "Pendulum-v1"], "--env-id", "Pendulum-v1"),  # continuous actions
         (["--compare", ""], "--compare", "''"),  # was ignored: trained --vector instead
         (["--compare", "vecenv,"], "--compare", "'vecenv,'"),
+        (["--compare", "sync,sync", "--total-timesteps", "256"], "--compare", "'sync,sync'"),  # one plot line, two runs
     ],
 )
 def test_bad_input_is_one_line_naming_the_option_before_anything_starts(
