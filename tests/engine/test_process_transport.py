@@ -28,6 +28,7 @@ import vecenv
 from tests.conftest import start_methods
 from tests.engine.test_differential import assert_same
 from tests.helpers.envs import DiffEnv, HangupEnv, fns
+from tests.helpers.fakes import count_pickles
 from tests.helpers.faults import no_spinning, transport_of
 from vecenv import SubprocVectorEnv, WorkerDiedError
 from vecenv.wire.buffers import BufferSpec
@@ -326,14 +327,7 @@ def test_the_buffer_spec_is_pickled_once_for_every_worker_and_replacement(monkey
     (tens of MiB for a large image Box): the parent pickles it once per vector env, not once
     per worker, and a replacement worker gets the same bytes; every worker still maps the
     buffers it describes (the steps match Sync)."""
-    pickled = []
-    real = object.__reduce_ex__
-
-    def counted(self: BufferSpec, protocol: Any) -> Any:
-        pickled.append(os.getpid())
-        return real(self, protocol)
-
-    monkeypatch.setattr(BufferSpec, "__reduce_ex__", counted)
+    pickled = count_pickles(monkeypatch, BufferSpec)
     parent = os.getpid()
     sync = SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4)
     with vecenv.make("CartPole-v1", 4, 4, context="fork", on_worker_death="restart") as envs:

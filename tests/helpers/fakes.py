@@ -14,6 +14,7 @@ on a real transport: here it fails the test.
 from __future__ import annotations
 
 import dataclasses
+import os
 import pickle
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -28,10 +29,25 @@ from vecenv.transports.sending import SendTimeout
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import Attach, Command, Hello, StepReply
 
-__all__ = ["FakeClock", "Sent", "FakeTransport", "OBS_SPACE", "ACT_SPACE", "hello", "use_clock"]
+__all__ = ["FakeClock", "Sent", "FakeTransport", "OBS_SPACE", "ACT_SPACE", "hello", "use_clock", "count_pickles"]
 
 OBS_SPACE = spaces.Box(-1.0, 1.0, (2,), np.float32)
 ACT_SPACE = spaces.Discrete(3)
+
+
+def count_pickles(monkeypatch: pytest.MonkeyPatch, cls: type) -> list[int]:
+    """The pids of the processes that pickled an instance of ``cls`` (a plain class that pickles
+    through ``object.__reduce_ex__``), one entry per pickling, from now to the test's end: how a
+    test sees that something large is pickled once per vector env, not once per worker."""
+    pickled: list[int] = []
+    real = object.__reduce_ex__
+
+    def counted(self: Any, protocol: Any) -> Any:
+        pickled.append(os.getpid())
+        return real(self, protocol)
+
+    monkeypatch.setattr(cls, "__reduce_ex__", counted)
+    return pickled
 
 
 class FakeClock:

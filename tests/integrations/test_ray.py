@@ -41,6 +41,7 @@ from tests.engine.test_differential import (
 from tests.engine.test_envpool_api import follow_sync_trajectories
 from tests.engine.test_rollouts import assert_matches_sync, row_wise_policy, single_env_reference, sync_reference
 from tests.helpers.envs import JitterEnv, diff_env_fns, make_group
+from tests.helpers.fakes import count_pickles
 from tests.helpers.faults import ElsewhereError, fault_fns, healthy_fns, odd_fns
 from tests.helpers.ray_sessions import RaySessions, _ray_sessions, ray, ray_cluster, ray_local, run_driver  # noqa: F401
 from vecenv.errors import NeedsResetError, RemoteTraceback, VecEnvTimeoutError, WorkerDiedError
@@ -970,14 +971,7 @@ def test_the_buffer_spec_is_pickled_once_for_every_actor_and_replacement(
     still builds the rows it describes (the steps match Sync)."""
     from vecenv.wire.buffers import BufferSpec
 
-    pickled: list[int] = []
-    real = object.__reduce_ex__
-
-    def counted(self: BufferSpec, protocol: Any) -> Any:
-        pickled.append(os.getpid())
-        return real(self, protocol)
-
-    monkeypatch.setattr(BufferSpec, "__reduce_ex__", counted)
+    pickled = count_pickles(monkeypatch, BufferSpec)
     parent = os.getpid()
     fns = diff_env_fns(6, obs_kind="box", act_kind="discrete")
     sync = SyncVectorEnv(fns)
