@@ -7,9 +7,12 @@ import importlib.util
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import TypeVar
+
+T = TypeVar("T")
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
@@ -59,14 +62,28 @@ def signalled_once_started(
     caller checks are gone (:func:`assert_all_ended`)."""
     from vecenv.bench import procfs
 
+    def started(proc: subprocess.Popen[str]) -> list[int]:
+        deadline = time.monotonic() + start_s
+        found: list[int] = []
+        while len(found) < children and time.monotonic() < deadline and proc.poll() is None:
+            found = procfs.children(proc.pid)
+            time.sleep(0.05)  # polling for the children to appear, not waiting in their place
+        assert len(found) >= children, f"{len(found)} of {children} child processes started"
+        return found
+
+    return signalled_when(cmd, signum, started, cwd)
+
+
+def signalled_when(
+    cmd: Sequence[str], signum: int, ready: Callable[[subprocess.Popen[str]], T], cwd: Path | None = None
+) -> tuple[str, T]:
+    """Runs ``cmd`` (stdout and stderr piped, as text), sends it ``signum`` once ``ready(proc)``
+    has returned (it waits for what "under way" means to the caller, and asserts it), and checks
+    that it then exits with status 128 + ``signum``. Returns its stderr and what ``ready``
+    returned; the process is killed if anything fails first."""
     proc = subprocess.Popen(list(cmd), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + start_s
-        started: list[int] = []
-        while len(started) < children and time.monotonic() < deadline and proc.poll() is None:
-            started = procfs.children(proc.pid)
-            time.sleep(0.05)  # polling for the children to appear, not waiting in their place
-        assert len(started) >= children, f"{len(started)} of {children} child processes started"
+        got = ready(proc)
         proc.send_signal(signum)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -74,7 +91,7 @@ def signalled_once_started(
             proc.kill()
             proc.wait()
     assert proc.returncode == 128 + signum, err
-    return err, started
+    return err, got
 
 
 def assert_all_ended(pids: Sequence[int], what: str, within_s: float = 10) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.scripts import assert_all_ended, load_script, run_with_bad_input
+from tests.helpers.scripts import assert_all_ended, load_script, run_with_bad_input, signalled_when
 
 pytest.importorskip("torch", reason="train_ppo_rollouts.py needs torch (pip install -e '.[train]')")
 
@@ -367,19 +367,14 @@ def test_an_interrupted_overlapped_training_ends_its_workers_and_says_so_in_one_
 
     out = tmp_path / "run"
     cmd = [sys.executable, str(SCRIPT), "--out", str(out), "--overlap", "--total-timesteps", "10000000"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+
+    def mid_training(proc: subprocess.Popen[str]) -> list[int]:
         assert proc.stdout is not None
         progress = [proc.stdout.readline() for _ in range(3)]  # three updates done: mid-training
         assert all(line.startswith("[rollout/mlp] step") for line in progress), progress
-        workers = procfs.children(proc.pid)
-        proc.send_signal(signum)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 128 + signum, err
+        return procfs.children(proc.pid)
+
+    err, workers = signalled_when(cmd, signum, mid_training)
     verb = "interrupted" if signum == signal.SIGINT else "terminated"
     assert err.strip().splitlines() == [f"train_ppo_rollouts.py: {verb}: nothing was written"], err
     assert len(workers) == 2
