@@ -78,6 +78,8 @@ except ImportError:  # pragma: no cover - the message is the point
 
 VECTOR_KINDS = ("vecenv", "sync", "async", "sb3")
 SOLVE_WINDOW = 20  # episodes in the rolling mean that decides "solved"
+#: --video-every when not given: env 0's episodes 0, 10, 20... are recorded.
+VIDEO_EVERY = 10
 
 
 # -- command line -------------------------------------------------------------------------------
@@ -144,7 +146,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "with vecenv.video.RecordVideo (needs: pip install -e '.[video]')",
     )
     g.add_argument(
-        "--video-every", type=positive_int, default=10, metavar="K", help="with --capture-video: episodes 0, K, 2K..."
+        "--video-every",
+        type=positive_int,
+        default=argparse.SUPPRESS,  # absent unless given, so that giving it alone can be refused
+        metavar="K",
+        help=f"with --capture-video: episodes 0, K, 2K... (default: {VIDEO_EVERY})",
     )
     g.add_argument(
         "--plot",
@@ -225,6 +231,12 @@ def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if len(set(kinds)) < len(kinds):  # one kind's rows would be two runs under one name, one line in the plot
         p.error(f"argument --compare: expected each vector kind at most once, got {args.compare!r}")
     args.kinds = kinds
+    if "video_every" in vars(args) and not args.capture_video:  # it would record nothing, silently
+        p.error(
+            f"argument --video-every: expected --capture-video with it (it picks the recorded episodes), "
+            f"got --video-every {args.video_every} without --capture-video"
+        )
+    args.video_every = vars(args).get("video_every", VIDEO_EVERY)
     if args.capture_video and "sb3" in kinds:
         p.error("argument --capture-video: expected Gymnasium vector kinds (it records those), got the sb3 kind")
     if args.plot is not None:

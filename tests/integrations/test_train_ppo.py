@@ -168,6 +168,7 @@ def test_bad_num_workers_is_a_usage_error(tmp_path: Path, bad: str) -> None:
         (["--compare", ""], "--compare", "''"),  # was ignored: trained --vector instead
         (["--compare", "vecenv,"], "--compare", "'vecenv,'"),
         (["--compare", "sync,sync", "--total-timesteps", "256"], "--compare", "'sync,sync'"),  # one plot line, two runs
+        (["--video-every", "3"], "--video-every", "without --capture-video"),  # was ignored: no video, no word
     ],
 )
 def test_bad_input_is_one_line_naming_the_option_before_anything_starts(
