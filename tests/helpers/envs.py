@@ -27,6 +27,7 @@ import random
 import threading
 import time
 import types
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -1189,6 +1190,40 @@ class FrameEnv(gym.Env):
         frame = np.zeros((6, 8, 3), np.uint8)
         frame[0, 0] = (self.index % 256, self.t % 256, self.episode % 256)
         return frame
+
+
+class BadFrameEnv(FrameEnv):
+    """A :class:`FrameEnv` whose env ``bad`` renders ``spoil(frame)`` instead of its frame from
+    step ``at`` of each episode on (``spoil`` a module-level function, so that it pickles); the
+    other envs render as FrameEnv. The spoilers are the ``*_frame`` functions below."""
+
+    def __init__(self, spoil: Callable[[np.ndarray], Any], index: int = 0, bad: int = 1, at: int = 1) -> None:
+        super().__init__(index)
+        self.bad, self.spoil, self.at = bad, spoil, at
+
+    def render(self) -> Any:
+        frame = super().render()
+        return self.spoil(frame) if self.index == self.bad and self.t >= self.at else frame
+
+
+def listed_frame(frame: np.ndarray) -> Any:
+    """Not an array: the frame as nested lists."""
+    return frame.tolist()
+
+
+def flat_frame(frame: np.ndarray) -> np.ndarray:
+    """An array, but 1-d: no image."""
+    return frame.ravel()
+
+
+def five_channel_frame(frame: np.ndarray) -> np.ndarray:
+    """An array of (height, width, 5): no image format has 5 channels."""
+    return np.zeros(frame.shape[:2] + (5,), frame.dtype)
+
+
+def taller_frame(frame: np.ndarray) -> np.ndarray:
+    """An image one row taller than the episode's first frame: no movie changes size."""
+    return np.zeros((frame.shape[0] + 1,) + frame.shape[1:], frame.dtype)
 
 
 def frame_fns(num_envs: int, **kwargs: Any) -> list[Any]:

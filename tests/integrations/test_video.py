@@ -9,8 +9,10 @@ autoreset mode.
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
+import re
 import sys
 import threading
 from typing import Any
@@ -20,9 +22,10 @@ import pytest
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 
 import vecenv
-from tests.helpers.envs import frame_fns
+from tests.helpers.envs import BadFrameEnv, five_channel_frame, flat_frame, frame_fns, listed_frame, taller_frame
 from tests.helpers.faults import open_fds
 from vecenv.bench import procfs
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, VecEnvError
 from vecenv.video import RecordVideo, capped_cubic, every
 
 NEXT, SAME, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED
@@ -439,3 +442,65 @@ def test_record_video_of_a_multi_agent_row_follows_a_per_copy_reset_mask(tmp_pat
     assert _frame_steps(videos.videos["rl-video-env1-episode-0.mp4"]) == [0, 1, 2]
     assert _frame_steps(videos.videos["rl-video-env5-episode-0.mp4"]) == [0, 1]
     assert _frame_steps(videos.videos["rl-video-env5-episode-1.mp4"]) == [0, 1]
+
+
+# -- frames that cannot be a video -----------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("spoil", "refusal", "words"),
+    [
+        (listed_frame, ArgumentTypeError, "must return an image array, got [[["),
+        (flat_frame, InvalidArgumentError, "with 1 to 4 channels, got an array of shape (144,)"),
+        (five_channel_frame, InvalidArgumentError, "with 1 to 4 channels, got an array of shape (6, 8, 5)"),
+        (taller_frame, InvalidArgumentError, "(6, 8, 3) as the first frame of rl-video-env1-episode-0.mp4, got a "),
+    ],
+    ids=lambda v: getattr(v, "__name__", "")[:12],
+)
+@pytest.mark.parametrize("workers", [None, 1], ids=["sync", "vecenv"])
+def test_a_frame_that_is_no_image_of_its_video_is_refused_naming_the_env(
+    tmp_path: Any, spoil: Any, refusal: type, words: str, workers: int | None
+) -> None:
+    """A frame that is not an array, not an image, or not of its video's size raises a VecEnvError
+    naming the env, at the step that rendered it, before any frame of that step is written; it
+    used to reach the encoder's thread, whose bare ValueError ("All images in a movie should have
+    same size", "not enough values to unpack") named no env, or to be written. The frames before
+    it stay in their video, which close() finishes."""
+    fns = [functools.partial(BadFrameEnv, spoil, index=i, bad=1, at=1) for i in range(2)]
+    envs = SyncVectorEnv(fns) if workers is None else vecenv.SubprocVectorEnv(fns, workers)
+    store = MemoryVideos()
+    wrapped = RecordVideo(envs, tmp_path, env_ids=[0, 1], episode_trigger=every(1), writer=store)
+    try:
+        wrapped.reset(seed=0)  # step 0 of the episode: every frame is an image
+        with pytest.raises(refusal, match=re.escape("RecordVideo: env 1's render() must return ")) as caught:
+            wrapped.step(np.zeros(2, np.int64))
+        assert isinstance(caught.value, VecEnvError) and words in str(caught.value)
+        assert {name: len(frames) for name, frames in store.videos.items()} == {
+            "rl-video-env0-episode-0.mp4": 1,  # env 0's frame of the refused step is not written either
+            "rl-video-env1-episode-0.mp4": 1,
+        }
+    finally:
+        wrapped.close()
+    assert sorted(store.closed) == sorted(store.videos)
+    assert sorted(os.path.basename(p) for p in wrapped.videos) == sorted(store.videos)
+
+
+@pytest.mark.timeout(60)
+def test_a_refused_first_frame_leaves_no_video_listed_and_the_mp4_of_a_refused_step_playable(tmp_path: Any) -> None:
+    """The real writer: a video whose first frame is refused has no file and is not in `videos`;
+    a video refused later holds every frame before, and is a playable mp4."""
+    imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg", reason="needs the video extra: pip install -e '.[video]'")
+    first = SyncVectorEnv([functools.partial(BadFrameEnv, flat_frame, index=i, bad=0, at=0) for i in range(2)])
+    with pytest.raises(InvalidArgumentError, match=r"env 0's render\(\) must return an image array"):
+        RecordVideo(first, tmp_path / "first", episode_trigger=every(1)).reset(seed=0)
+    first.close()
+    later = SyncVectorEnv([functools.partial(BadFrameEnv, taller_frame, index=i, bad=0, at=1) for i in range(2)])
+    wrapped = RecordVideo(later, tmp_path / "later", episode_trigger=every(1))
+    wrapped.reset(seed=0)
+    with pytest.raises(InvalidArgumentError, match="must return frames of one shape within a video"):
+        wrapped.step(np.zeros(2, np.int64))
+    wrapped.close()
+    assert os.listdir(tmp_path / "first") == []
+    (video,) = wrapped.videos
+    assert imageio_ffmpeg.count_frames_and_secs(video)[0] == 1

@@ -33,6 +33,7 @@ recorded. ``scripts/video_cost.py`` measures it against frames taken in the work
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import queue
@@ -189,6 +190,39 @@ def _rows_per_episode(env: VectorEnv) -> int:
     return base.num_agents if isinstance(base, MultiAgentVectorEnv) else 1
 
 
+@dataclasses.dataclass
+class _Video:
+    """A video being recorded: its file, its writer, and the shape of its first frame (``None``
+    until one is taken), which every later frame must have (a movie's frames are one size)."""
+
+    path: str
+    writer: VideoWriter
+    shape: tuple[int, ...] | None = None
+
+
+#: Channels an image frame may have, last axis of a (height, width, channels) array: as imageio's.
+_CHANNELS = (1, 2, 3, 4)
+
+
+def _frame_problem(frame: Any, video: _Video) -> str | None:
+    """What makes ``frame`` unfit for ``video`` (a sentence ending in what was received), or ``None``."""
+    if not isinstance(frame, np.ndarray):
+        return f"must return an image array, got {describe(frame)}"
+    shape = frame.shape
+    image = len(shape) in (2, 3) and min(shape[:2]) > 0 and (len(shape) == 2 or shape[2] in _CHANNELS)
+    if not image:
+        return (
+            "must return an image array, (height, width) or (height, width, channels) with 1 to 4 channels, "
+            f"got an array of shape {shape}"
+        )
+    if video.shape is not None and shape != video.shape:
+        return (
+            f"must return frames of one shape within a video, {video.shape} as the first frame of "
+            f"{os.path.basename(video.path)}, got a frame of shape {shape}"
+        )
+    return None
+
+
 class RecordVideo(VectorWrapper):
     """Records videos of the episodes of chosen envs of a vector env; see the module docstring.
 
@@ -205,7 +239,8 @@ class RecordVideo(VectorWrapper):
             (mp4). Give your own to send frames elsewhere (a logger, a test).
 
     Attributes:
-        videos: the path of every video finished so far, in the order they were finished.
+        videos: the path of every video finished so far, in the order they were finished (a video
+            whose first frame was refused, and so has no frame, is not one).
     """
 
     def __init__(
@@ -260,7 +295,7 @@ class RecordVideo(VectorWrapper):
         self._rows = _rows_per_episode(env)
         self._mode = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
         self._episode = {i: -1 for i in self.env_ids}  # the episode each chosen env is in
-        self._open: dict[int, tuple[str, VideoWriter]] = {}  # env -> (path, writer) being recorded
+        self._open: dict[int, _Video] = {}  # env -> the video being recorded
         self._ended = {i: False for i in self.env_ids}  # ended at the last step (NEXT_STEP: the next resets it)
         super().__init__(env)
 
@@ -329,23 +364,31 @@ class RecordVideo(VectorWrapper):
         episode = self._episode[i]
         if self.episode_trigger(episode):
             path = os.path.join(self.video_folder, f"{self.name_prefix}-env{i}-episode-{episode}.mp4")
-            self._open[i] = (path, self._make_writer(path, self.fps))
+            self._open[i] = _Video(path, self._make_writer(path, self.fps))
 
     def _capture(self, candidates: Sequence[int]) -> None:
-        """Render the envs among ``candidates`` being recorded, in one call, and write their frames."""
+        """Render the envs among ``candidates`` being recorded, in one call, and write their frames.
+
+        Every frame is checked before any is written: one that is not an image, or not of its
+        video's size, raises here, naming the env, rather than failing in the encoder's thread
+        with the encoder's words (and the env's frames of the same step are not written either)."""
         ids = [i for i in candidates if i in self._open]
         if not ids:
             return
-        for i, frame in zip(ids, self._render(ids)):
-            if not isinstance(frame, np.ndarray):
-                raise ArgumentTypeError(
-                    f"RecordVideo: env {i}'s render() must return an image array, got {describe(frame)}"
-                )
-            self._open[i][1].append(frame)
+        frames = list(zip(ids, self._render(ids)))
+        for i, frame in frames:
+            problem = _frame_problem(frame, self._open[i])
+            if problem is not None:
+                refusal = ArgumentTypeError if not isinstance(frame, np.ndarray) else InvalidArgumentError
+                raise refusal(f"RecordVideo: env {i}'s render() {problem}")
+        for i, frame in frames:
+            video = self._open[i]
+            video.shape = frame.shape
+            video.writer.append(frame)
 
     def _finish(self, i: int) -> None:
-        opened = self._open.pop(i, None)
-        if opened is not None:
-            path, writer = opened
-            writer.close()
-            self.videos.append(path)
+        video = self._open.pop(i, None)
+        if video is not None:
+            video.writer.close()
+            if video.shape is not None:  # a video whose first frame was refused has no file
+                self.videos.append(video.path)
