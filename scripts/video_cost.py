@@ -14,7 +14,9 @@ Each is measured without writing (``--writer none``: the frame is dropped; what 
 costs) and with mp4 encoding (``--writer mp4``, imageio's ffmpeg, needs ``pip install
 'vecenv[video]'``), against the same vector env stepping without any video. Every episode of env 0
 is recorded, the worst case; configurations are interleaved, ``--rounds`` times, and the median
-per-step time of each is reported with its ratio to the plain run.
+per-step time of each is reported with its ratio to the plain run. Last, the median time of
+``render(env_ids=[0])`` (one env's frame, what the wrapper asks for) against ``render()`` (every
+env's frame).
 
     python scripts/video_cost.py --num-envs 8 --num-workers 2 --steps 300 --rounds 5
 """
@@ -114,6 +116,20 @@ def _time_steps(envs: gym.vector.VectorEnv, steps: int, rng: np.random.Generator
     return (time.perf_counter() - start) / steps
 
 
+def _time_renders(envs: gym.vector.VectorEnv, rounds: int) -> dict[str, float]:
+    """Median seconds of ``render(env_ids=[0])`` (the wrapper's call: one env's frame) and of
+    ``render()`` (every env's frame) on the vecenv vector env ``envs``."""
+    base: Any = envs.unwrapped
+    calls = {"render(env_ids=[0])": lambda: base.render(env_ids=[0]), "render()": base.render}
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--num-envs", type=positive_int, default=8, help="envs (default: %(default)s)")
@@ -138,6 +154,7 @@ def main(argv: list[str] | None = None) -> None:
             for _ in range(args.rounds):
                 for d in designs:
                     times[d].append(_time_steps(envs[d], args.steps, rng))
+            renders = _time_renders(envs["wrapper"], 5 * args.rounds)
         finally:
             for e in envs.values():
                 e.close()
@@ -150,6 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     added = {d: statistics.median(times[d]) - base for d in ("wrapper", "worker")}
     if added["worker"] > 0:
         print(f"added cost, wrapper / worker: {added['wrapper'] / added['worker']:.2f}")
+    print(", ".join(f"{name}: {t * 1e3:.1f} ms" for name, t in renders.items()))
 
 
 if __name__ == "__main__":
