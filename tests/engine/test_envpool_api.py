@@ -77,6 +77,7 @@ def follow_sync_trajectories(envs: Any, mode: AutoresetMode, rounds: int, seed: 
         for _ in range(rounds):
             obs, rewards, terms, truncs, infos, env_ids = envs.recv(timeout=30)
             assert env_ids.dtype.kind == "i" and len(env_ids) == 4
+            assert (np.diff(env_ids) > 0).all(), f"rows must come in env order, got {env_ids}"
             orders.add(tuple(env_ids))
             for row, i in enumerate(env_ids):
                 if first or len(expected[i]) == 2:
@@ -314,6 +315,37 @@ def test_default_batch_is_every_env_with_uneven_groups() -> None:
     finally:
         envs.close()
         sync.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_batch_of_every_env_is_exactly_what_step_returns(tmp_path: Any) -> None:
+    """With batch_size == num_envs, ``recv`` is the synchronous path: rows in env order, the
+    same arrays and infos as ``step()``, even when the first group replies last."""
+    gate = str(tmp_path / "gate")
+    os.mkfifo(gate)
+    jitter_free = functools.partial(JitterEnv, max_delay=0.0)
+    sync = SyncVectorEnv([jitter_free] * 4)
+    with vecenv.SubprocVectorEnv([functools.partial(GateEnv, gate)] + [jitter_free] * 3, 2, context="fork") as envs:
+        assert envs.batch_size == 4
+        envs.async_reset(seed=9)
+        obs, rewards, terms, truncs, infos, ids = envs.recv(timeout=10)
+        want_obs, want_infos = sync.reset(seed=9)
+        assert ids.tolist() == [0, 1, 2, 3]
+        np.testing.assert_array_equal(obs, want_obs)
+        _assert_same(infos, want_infos)
+        actions = np.array([2, 1, 0, 1])
+        envs.send(actions, ids)
+        # Worker 0 (envs 0-1) waits at the gate, so worker 1 (envs 2-3) replies first.
+        with pytest.raises(vecenv.VecEnvTimeoutError):
+            envs.recv(timeout=1.0)
+        with open(gate, "wb") as fifo:
+            fifo.write(b"x")
+        obs, rewards, terms, truncs, infos, ids = envs.recv(timeout=10)
+        want = sync.step(actions)
+        assert ids.tolist() == [0, 1, 2, 3]
+        for got, expected in zip((obs, rewards, terms, truncs, infos), want):
+            _assert_same(got, expected)
+    sync.close()
 
 
 @pytest.mark.timeout(60)

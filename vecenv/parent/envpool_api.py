@@ -1,9 +1,10 @@
 """Asynchronous batches: the EnvPool-style ``async_reset``/``recv``/``send`` API over a pool.
 
-``recv`` hands back the first whole groups to finish, ``batch_size`` envs; ``send`` steps exactly
-those. Which envs are where is read off the pool's worker status, never kept twice: in flight
-(BUSY, or READY with a reply not yet handed out) or returned and waiting for ``send`` (IDLE, or
-LATE when a call made in between timed out: its reply is dropped on arrival).
+``recv`` hands back the first whole groups to finish, ``batch_size`` envs in ascending env id
+order; ``send`` steps exactly those. Which envs are where is read off the pool's worker status,
+never kept twice: in flight (BUSY, or READY with a reply not yet handed out) or returned and
+waiting for ``send`` (IDLE, or LATE when a call made in between timed out: its reply is dropped
+on arrival).
 Every env's trajectory is the one ``SyncVectorEnv`` gives for its seed and action sequence,
 whatever order the groups finish in.
 
@@ -106,6 +107,10 @@ class AsyncBatches:
                 break
             groups.append(w)
             total += w.size
+        # The first groups to finish, handed out in env order: with batch_size == num_envs a
+        # batch is then exactly what `step()` returns (as in EnvPool's synchronous mode), and a
+        # batch's row order never depends on which of its groups happened to reply first.
+        groups.sort(key=lambda w: w.start)
         # Whatever cuts the call short from here on (Ctrl+C, a signal handler's SystemExit, an
         # info that cannot be batched) loses the taken groups: the caller never learns their ids,
         # so none of them could be sent again, and the batches would go on without those envs.

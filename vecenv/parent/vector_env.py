@@ -363,7 +363,7 @@ class GroupVectorEnv(Uncopyable, RolloutMethods, VectorEnv):
         self, timeout: float | None = None
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
         """The first groups to finish, ``batch_size`` envs: ``(obs, rewards, terminations,
-        truncations, infos, env_ids)``, with ``env_ids`` the global index of each row.
+        truncations, infos, env_ids)``, with ``env_ids`` the global index of each row, ascending.
 
         Infos are batched over the returned rows. A timeout leaves the envs in flight (call
         ``recv`` again). An env error or a dead worker is raised here.
