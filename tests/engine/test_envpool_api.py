@@ -12,9 +12,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector.utils import concatenate, create_empty_array
 
 import vecenv
-from tests.helpers.envs import GateEnv, JitterEnv, PayEnv, fns
+from tests.engine.test_differential import assert_same
+from tests.helpers.envs import DiffEnv, GateEnv, JitterEnv, PayEnv, fns
 from tests.helpers.faults import healthy_fns
 from vecenv import SubprocVectorEnv
 from vecenv.parent.replies import InfoMerger
@@ -94,6 +96,83 @@ def follow_sync_trajectories(envs: Any, mode: AutoresetMode, rounds: int, seed: 
             envs.send(actions, env_ids)
             first = False
         assert len(orders) > 1, "the random step times should change which groups finish first"
+    finally:
+        for ref in refs:
+            ref.close()
+
+
+def _row(space: gym.Space, batch: Any, row: int) -> Any:
+    """Row ``row`` of a batch of ``space`` (a Text batch is a tuple of strings, not a Tuple)."""
+    if isinstance(space, gym.spaces.Dict):
+        return {key: _row(sub, batch[key], row) for key, sub in space.spaces.items()}
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(_row(sub, part, row) for sub, part in zip(space.spaces, batch))
+    return batch[row]
+
+
+def _info_row(infos: dict, row: int) -> dict:
+    """The info of one row, values kept as batched (``_row_info`` without the type checks)."""
+    return {
+        key: _info_row(value, row) if isinstance(value, dict) else value[row]
+        for key, value in infos.items()
+        if not key.startswith("_") and infos[f"_{key}"][row]
+    }
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP], ids=["next", "same"])
+@pytest.mark.parametrize(
+    ("context", "obs_kind", "act_kind"),
+    [
+        pytest.param("fork", "dict", "box", id="fork-dict-box"),
+        pytest.param("fork", "tuple_text", "multidiscrete", id="fork-tuple_text-multidiscrete"),
+        pytest.param("forkserver", "dict", "box", id="forkserver-dict-box"),
+        pytest.param("spawn", "box", "discrete", id="spawn-box-discrete"),
+    ],
+)
+def test_any_interleaving_follows_sync_trajectories(
+    context: str, obs_kind: str, act_kind: str, mode: AutoresetMode
+) -> None:
+    """Six workers of two envs, batches of four, episodes ending by termination and truncation:
+    batches are held back and sent later in shuffled order, each with its ids shuffled; every
+    row (observation, reward, flags, info, final observation) is its env's own SyncVectorEnv's."""
+    # Even indices only: DiffEnv's "mixed" info is an int there, so its batched dtype does not
+    # depend on which envs share a batch.
+    env_fns = [
+        functools.partial(DiffEnv, index=2 * i, obs_kind=obs_kind, act_kind=act_kind, p_trunc=0.1) for i in range(12)
+    ]
+    refs = [SyncVectorEnv([fn], autoreset_mode=mode) for fn in env_fns]
+    expected: list[tuple] = [ref.reset(seed=7 + i) for i, ref in enumerate(refs)]
+    space, space_obs = refs[0].single_action_space, refs[0].single_observation_space
+    space.seed(0)
+    rng = np.random.default_rng(0)
+    held: list[np.ndarray] = []
+    truncated = 0
+    try:
+        with SubprocVectorEnv(env_fns, 6, batch_size=4, autoreset_mode=mode, context=context) as envs:
+            envs.async_reset(seed=7)
+            for round_ in range(80):
+                obs, rewards, terms, truncs, infos, ids = envs.recv(timeout=30)
+                for row, i in enumerate(ids):
+                    where = f"env {i}, round {round_}"
+                    want = expected[i]
+                    assert_same(_row(space_obs, obs, row), _row(space_obs, want[0], 0), f"{where}: obs")
+                    assert_same(_info_row(infos, row), _info_row(want[-1], 0), f"{where}: infos", ordered=False)
+                    if len(want) == 5:
+                        assert (rewards[row], terms[row], truncs[row]) == (want[1][0], want[2][0], want[3][0]), where
+                        truncated += int(truncs[row])
+                held.append(ids)
+                # Hold a batch back now and then; send whenever recv would run out of envs.
+                if envs.num_envs - 4 * len(held) < 4 or rng.random() < 0.5:
+                    rng.shuffle(held)
+                    for ids in held:
+                        order = rng.permutation(ids)
+                        actions = [space.sample() for _ in order]
+                        envs.send(concatenate(space, actions, create_empty_array(space, len(order))), order)
+                        for action, i in zip(actions, order):
+                            expected[i] = refs[i].step(concatenate(space, [action], create_empty_array(space, 1)))
+                    held = []
+        assert truncated > 0, "the test must cover truncations"
     finally:
         for ref in refs:
             ref.close()
