@@ -19,6 +19,7 @@ from tests.engine.test_differential import assert_same
 from tests.helpers.envs import DiffEnv, GateEnv, JitterEnv, PayEnv, fns
 from tests.helpers.faults import healthy_fns
 from vecenv import SubprocVectorEnv
+from vecenv.parent.calls import CallRunner
 from vecenv.parent.replies import InfoMerger
 
 START_METHODS = [pytest.param(m, id=m) for m in ("fork", "forkserver", "spawn")]
@@ -202,6 +203,33 @@ def test_send_misuse_is_refused_and_changes_nothing():
 
 
 @pytest.mark.timeout(60)
+def test_mixing_step_with_recv_and_send_is_refused_naming_both_calls() -> None:
+    """With envs in flight, the synchronous calls are refused (naming the call made and the one
+    pending) and the batches go on; once ``step()`` has ended the batches, ``recv`` and ``send``
+    ask for ``async_reset``."""
+    with vecenv.SubprocVectorEnv([JitterEnv] * 4, 2, batch_size=2, context="fork") as envs:
+        envs.async_reset(seed=0)
+        *_, ids = envs.recv(timeout=10)  # the other group is still in flight
+        refused = {
+            "step_async": lambda: envs.step(np.zeros(4, np.int64)),
+            "call_async": lambda: envs.call("max_delay"),
+            "set_attr": lambda: envs.set_attr("max_delay", 0.0),
+            "reset_async": lambda: envs.reset(options={"reset_mask": np.array([True, True, False, False])}),
+        }
+        for call, run in refused.items():
+            with pytest.raises(gym.error.AlreadyPendingCallError, match=f"`{call}` while .* `recv`"):
+                run()
+        envs.send(np.zeros(2, np.int64), ids)
+        assert sorted(np.concatenate([envs.recv(timeout=10)[-1] for _ in range(2)]).tolist()) == [0, 1, 2, 3]
+        envs.step(np.zeros(4, np.int64))  # nothing in flight: step ends the batches
+        assert envs.state is vecenv.State.DEFAULT
+        with pytest.raises(gym.error.NoAsyncCallError, match="`recv` without .* `async_reset`"):
+            envs.recv(timeout=1)
+        with pytest.raises(gym.error.NoAsyncCallError, match="`send` without .* `async_reset`"):
+            envs.send(np.zeros(2, np.int64), ids)
+
+
+@pytest.mark.timeout(60)
 def test_recv_without_envs_in_flight_raises_instead_of_hanging():
     with vecenv.SubprocVectorEnv([JitterEnv] * 4, 2, batch_size=2, context="fork") as envs:
         with pytest.raises(gym.error.NoAsyncCallError, match="async_reset"):
@@ -371,6 +399,30 @@ def test_batch_size_must_be_a_multiple_of_the_group_size():
 
 
 # -- batches of whole groups; what async_reset reports; bad input --------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_while_recv_waits_keeps_the_envs_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl+C while ``recv`` waits (before it took any group) hands nothing out and loses
+    nothing: the next ``recv`` returns the envs, with SyncVectorEnv's data."""
+    real = CallRunner.wait
+
+    def wait(self: CallRunner, *args: Any) -> Any:
+        monkeypatch.setattr(CallRunner, "wait", real)  # once
+        raise KeyboardInterrupt
+
+    jitter_free = functools.partial(JitterEnv, max_delay=0.0)
+    sync = SyncVectorEnv([jitter_free] * 2)
+    with vecenv.SubprocVectorEnv([jitter_free] * 2, 2, context="fork") as envs:
+        monkeypatch.setattr(CallRunner, "wait", wait)
+        envs.async_reset(seed=1)
+        with pytest.raises(KeyboardInterrupt):
+            envs.recv(timeout=10)
+        assert envs.state is vecenv.State.WAITING_RECV
+        obs, *_, ids = envs.recv(timeout=10)
+        assert ids.tolist() == [0, 1]
+        np.testing.assert_array_equal(obs, sync.reset(seed=1)[0])
+    sync.close()
 
 
 @pytest.mark.timeout(60)
