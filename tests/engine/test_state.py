@@ -86,6 +86,16 @@ def test_a_wait_without_its_call_is_refused_as_gymnasium_refuses_it() -> None:
         calls.check_waiting(State.WAITING_RESET, "reset_wait", "reset_async")
 
 
+def test_a_wait_for_another_call_than_the_pending_one_names_the_pending_one() -> None:
+    calls, _ = _calls()
+    calls.begin(State.WAITING_STEP, [WorkerRecord(0)])
+    with pytest.raises(NoAsyncCallError) as excinfo:
+        calls.check_waiting(State.WAITING_RECV, "recv", "async_reset")
+    assert str(excinfo.value) == (
+        "Calling `recv` without any prior call to `async_reset`. A `step` call is pending; complete it first."
+    )
+
+
 def test_after_close_every_check_raises_gymnasiums_closed_error() -> None:
     calls, _ = _calls()
     calls.begin(State.WAITING_STEP, [])

@@ -161,7 +161,10 @@ class CallState:
         """Raise unless the pending call is ``expected`` (started by ``starter``)."""
         self.check_open(call)
         if self._waiting is not expected:
-            raise NoAsyncCallError(f"Calling `{call}` without any prior call to `{starter}`.", expected.value)
+            message = f"Calling `{call}` without any prior call to `{starter}`."
+            if self._waiting is not State.DEFAULT:  # (the words above are Gymnasium's; say what is pending)
+                message += f" A `{self._waiting.value}` call is pending; complete it first."
+            raise NoAsyncCallError(message, expected.value)
 
     def check_steppable(self, call: str, how: str) -> None:
         """Raise :class:`~vecenv.errors.NeedsResetError` while the envs' data is known to be wrong."""
