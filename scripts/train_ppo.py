@@ -114,7 +114,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default="auto",
         help="vecenv worker processes: a count in [0, --num-envs] (0: the envs step in this "
         "process) or 'auto' (default): time one env and keep cheap envs in this process, "
-        "else one worker per core",
+        "else one worker per core; a count needs the vecenv kind (the others have a worker per env)",
     )
     g.add_argument("--seed", type=non_negative_int, default=1, help="seeds torch, the action sampler and the envs")
     g.add_argument("--total-timesteps", type=positive_int, default=100_000, help="env steps to train for")
@@ -237,6 +237,11 @@ def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             f"got --video-every {args.video_every} without --capture-video"
         )
     args.video_every = vars(args).get("video_every", VIDEO_EVERY)
+    if args.num_workers != "auto" and "vecenv" not in kinds:  # the other kinds have a worker per env
+        p.error(
+            f"argument --num-workers: expected the vecenv kind among the vector kinds (only it reads it), "
+            f"got {','.join(kinds)}"
+        )
     if args.capture_video and "sb3" in kinds:
         p.error("argument --capture-video: expected Gymnasium vector kinds (it records those), got the sb3 kind")
     if args.plot is not None:

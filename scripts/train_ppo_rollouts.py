@@ -132,7 +132,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--num-workers",
         type=non_negative_int,
         default=None,
-        help="vecenv worker processes, at most --num-envs (0: all in this process; None: 2, or --num-envs if fewer)",
+        help="vecenv worker processes, at most --num-envs (0: all in this process; None: 2, or --num-envs if "
+        "fewer); not with --vector sync, which has no workers",
     )
     g.add_argument(
         "--pin-cpus",
@@ -154,8 +155,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     h.add_argument("--anneal-lr", action=argparse.BooleanOptionalAction, default=True, help="linear decay to 0")
     h.add_argument("--gamma", type=unit_float, default=0.98, help="discount factor, in [0, 1]")
     h.add_argument("--gae-lambda", type=unit_float, default=0.8, help="GAE's lambda, in [0, 1]")
-    h.add_argument("--minibatch-size", type=positive_int, default=256, help="transitions per gradient step (MLP)")
-    h.add_argument("--num-minibatches", type=positive_int, default=1, help="LSTM: minibatches of whole env sequences")
+    h.add_argument(
+        "--minibatch-size",
+        type=positive_int,
+        default=None,
+        help="--policy mlp only: transitions per gradient step (None: 256); the LSTM's are --num-minibatches",
+    )
+    h.add_argument(
+        "--num-minibatches",
+        type=positive_int,
+        default=None,
+        help="--policy lstm only: minibatches of whole env sequences (None: 1); the MLP's are --minibatch-size",
+    )
     h.add_argument("--update-epochs", type=positive_int, default=20, help="passes over each rollout")
     h.add_argument("--norm-adv", action=argparse.BooleanOptionalAction, default=True, help="normalise advantages")
     h.add_argument("--clip-coef", type=non_negative_float, default=0.2, help="clip range of the probability ratio")
@@ -166,7 +177,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     h.add_argument(
         "--target-kl", type=positive_float, default=None, help="stop an update's epochs beyond this KL (None: never)"
     )
-    h.add_argument("--hidden", type=positive_int, default=64, help="LSTM: hidden units")
+    h.add_argument(
+        "--hidden",
+        type=positive_int,
+        default=None,
+        help="--policy lstm only: the LSTM's hidden units (None: 64); the MLP's layers are fixed, as train_ppo.py's",
+    )
     args = p.parse_args(argv)
     _check_args(p, args)
     return args
@@ -174,7 +190,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """What one option's ``type=`` cannot check alone; a bad value is a usage error (one line,
-    exit status 2) here, before any worker or training starts. Sets ``--num-workers``' default."""
+    exit status 2) here, before any worker or training starts. Sets the defaults of
+    ``--num-workers`` and of the options that only one ``--policy`` reads."""
+    _refuse_no_ops(p, args)
     if args.num_workers is None:  # 2 would refuse --num-envs 1, which the user did not ask for
         args.num_workers = min(2, args.num_envs)
     if args.vector == "vecenv" and args.num_workers > args.num_envs:
@@ -189,6 +207,11 @@ def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         )
     if args.pin_cpus and args.vector != "vecenv":  # SyncVectorEnv has no workers to pin
         p.error(f"argument --pin-cpus: expected --vector vecenv (it pins vecenv's workers), got --vector {args.vector}")
+    if args.policy == "mlp" and args.minibatch_size is None:
+        args.minibatch_size = 256
+    if args.policy == "lstm":
+        args.num_minibatches = 1 if args.num_minibatches is None else args.num_minibatches
+        args.hidden = 64 if args.hidden is None else args.hidden
     batch = args.num_envs * args.num_steps
     if args.policy == "mlp" and batch % min(args.minibatch_size, batch):  # a short last one: 1 row, NaN std
         p.error(
@@ -216,6 +239,22 @@ def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         )
     if args.hide_velocity and (env.spec is None or env.spec.name != "CartPole"):
         p.error(f"argument --hide-velocity: expected a CartPole env id, got --env-id {args.env_id!r}")
+
+
+def _refuse_no_ops(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """A usage error for an option given where it changes nothing: a user who sets it believes the
+    run used it (its value is recorded in summary.json's config all the same)."""
+    only_lstm = {"--hidden": args.hidden, "--num-minibatches": args.num_minibatches}
+    for option, value in only_lstm.items():
+        if args.policy == "mlp" and value is not None:
+            p.error(f"argument {option}: expected --policy lstm (the MLP does not read it), got --policy mlp")
+    if args.policy == "lstm" and args.minibatch_size is not None:
+        p.error(
+            "argument --minibatch-size: expected --policy mlp (the LSTM's minibatches are whole env sequences: "
+            "--num-minibatches), got --policy lstm"
+        )
+    if args.vector == "sync" and args.collect == "step" and args.num_workers is not None:
+        p.error(f"argument --num-workers: expected --vector vecenv (sync has no workers), got --vector {args.vector}")
 
 
 # -- envs ---------------------------------------------------------------------------------------

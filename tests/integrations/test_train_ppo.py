@@ -169,6 +169,9 @@ def test_bad_num_workers_is_a_usage_error(tmp_path: Path, bad: str) -> None:
         (["--compare", "vecenv,"], "--compare", "'vecenv,'"),
         (["--compare", "sync,sync", "--total-timesteps", "256"], "--compare", "'sync,sync'"),  # one plot line, two runs
         (["--video-every", "3"], "--video-every", "without --capture-video"),  # was ignored: no video, no word
+        # vecenv's worker count, given to kinds that have a worker per env: it was silently ignored.
+        (["--vector", "async", "--num-workers", "2"], "--num-workers", "async"),
+        (["--compare", "sync,async", "--num-workers", "1"], "--num-workers", "sync,async"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_option_before_anything_starts(

@@ -65,13 +65,13 @@ def _check_mechanics(run: dict[str, Any], updates: int) -> None:
 @pytest.mark.parametrize(
     "extra",
     [
-        pytest.param([], id="mlp"),
+        pytest.param(["--minibatch-size", "32"], id="mlp"),
         pytest.param(["--policy", "lstm", "--hide-velocity", "--overlap"], id="lstm-overlap"),
         pytest.param(["--collect", "step", "--vector", "vecenv", "--policy", "lstm"], id="lstm-step"),
     ],
 )
 def test_a_few_updates_run_with_finite_losses_and_advancing_weights(tmp_path: Path, extra: list[str]) -> None:
-    common = ["--num-envs", "4", "--num-workers", "2", "--num-steps", "16", "--minibatch-size", "32"]
+    common = ["--num-envs", "4", "--num-workers", "2", "--num-steps", "16"]
     run = _run(tmp_path, *common, "--total-timesteps", "256", "--update-epochs", "2", *extra, timeout=220)
     _check_mechanics(run, 4)
     versions = run["weights_versions"]
@@ -115,6 +115,11 @@ def test_a_few_updates_run_with_finite_losses_and_advancing_weights(tmp_path: Pa
             "--num-minibatches",
             "2",
         ),
+        # Options a combination makes no-ops: they were silently ignored, so a run did not use them.
+        (["--hidden", "128"], "--hidden", "--policy mlp"),  # the MLP's layers are fixed
+        (["--num-minibatches", "2"], "--num-minibatches", "--policy mlp"),
+        (["--policy", "lstm", "--minibatch-size", "64"], "--minibatch-size", "--policy lstm"),
+        (["--collect", "step", "--vector", "sync", "--num-workers", "2"], "--num-workers", "--vector sync"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_option_before_anything_starts(
@@ -189,8 +194,8 @@ def _episodes(out: Path) -> list[tuple[str, str, str]]:
 @pytest.mark.parametrize(
     ("policy", "stepping"),
     [
-        pytest.param([], ["--vector", "sync"], id="mlp-sync"),
-        pytest.param(["--policy", "lstm"], ["--vector", "vecenv"], id="lstm-vecenv"),
+        pytest.param(["--minibatch-size", "32"], ["--vector", "sync"], id="mlp-sync"),
+        pytest.param(["--policy", "lstm"], ["--vector", "vecenv", "--num-workers", "4"], id="lstm-vecenv"),
     ],
 )
 def test_the_workers_rollouts_and_stepping_take_the_same_actions(
@@ -199,9 +204,9 @@ def test_the_workers_rollouts_and_stepping_take_the_same_actions(
     """Each env samples from its own stream, and each row's forward is exact however the rows
     are split, so where the policy runs does not change what it does: the same episodes and the
     same losses, with groups of 2, 2, 1 and 1 rows against one forward over 6 (stepping)."""
-    common = ["--num-envs", "6", "--num-workers", "4", "--num-steps", "16", "--minibatch-size", "32", "--seed", "3"]
+    common = ["--num-envs", "6", "--num-steps", "16", "--seed", "3"]
     common += ["--total-timesteps", "1024", "--update-epochs", "2", "--hide-velocity", *policy]
-    rollout = _run(tmp_path / "rollout", *common, timeout=220)
+    rollout = _run(tmp_path / "rollout", *common, "--num-workers", "4", timeout=220)
     step = _run(tmp_path / "step", *common, "--collect", "step", *stepping, timeout=220)
     episodes = _episodes(tmp_path / "rollout")
     assert len(episodes) > 10 and episodes == _episodes(tmp_path / "step")
