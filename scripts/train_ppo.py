@@ -25,7 +25,10 @@ Outputs in ``--out``: ``episodes.csv`` (one row per finished episode: ``vector``
 ``final_mean_return`` is ``null`` when no episode finished, ``solved_at_*`` when not solved)
 and ``learning_curve.png`` (returns against env steps and against wall time, one line per vector
 kind; needs matplotlib). ``--compare vecenv,sync,async`` trains once per kind, same seed and
-hyperparameters, and puts them all in one CSV and one picture. ``--capture-video`` also records
+hyperparameters, and puts them all in one CSV and one picture. Ctrl+C or SIGTERM during a run
+after the first writes the finished runs as a whole run writes them, the cut run and those not
+started left out, as ``summary.json``'s ``partial`` says (``null`` for a whole run); one during
+the first run writes nothing. ``--capture-video`` also records
 env 0's episodes 0, K, 2K... (``--video-every K``) as mp4 files in ``videos/KIND/``, as CleanRL's
 scripts do; rendering does not change the envs' dynamics, so the returns stay the same.
 
@@ -69,6 +72,7 @@ from vecenv.bench.envs import StepCost, costly_env, iterations_per_us  # noqa: E
 from vecenv.bench.stopping import run_main  # noqa: E402
 from vecenv.bench.vectors import VectorKind, make_vector  # noqa: E402
 from vecenv.files import json_text, replaced, write_text_atomically  # noqa: E402
+from vecenv.interrupts import Terminated, exit_status  # noqa: E402
 
 try:
     import torch
@@ -105,7 +109,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=None,
         metavar="KINDS",
         help="comma-separated vector kinds to train one after the other with the same seed "
-        "(e.g. vecenv,sync,async); overrides --vector",
+        "(e.g. vecenv,sync,async); overrides --vector. An interrupt keeps the finished runs",
     )
     g.add_argument("--num-envs", type=positive_int, default=8, help="envs stepped in parallel")
     g.add_argument(
@@ -740,7 +744,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     episodes: list[Episode] = []
     summaries: list[RunSummary] = []
     for kind in args.kinds:
-        eps, summary = train(args, kind)
+        try:
+            eps, summary = train(args, kind)
+        except KeyboardInterrupt as exc:
+            if not summaries:  # nothing finished: run_main's line says nothing was written
+                raise
+            # The finished runs cost minutes each: keep them, as an uninterrupted run writes
+            # them, and leave the cut run (and those not started) out, saying so.
+            ended = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl+C)"
+            left_out = args.kinds[len(summaries) :]
+            partial = f"the run was {ended} during the {kind} run: {', '.join(left_out)} left out"
+            written = write_results(args, episodes, summaries, partial)
+            verb = "terminated" if isinstance(exc, Terminated) else "interrupted"
+            finished = ",".join(s.vector for s in summaries)
+            print(
+                f"train_ppo.py: {verb} during the {kind} run: the finished runs ({finished}) written to "
+                f"{written}; {', '.join(left_out)} left out",
+                file=sys.stderr,
+                flush=True,
+            )
+            return exit_status(exc)
         episodes += eps
         summaries.append(summary)
         solved = (
@@ -754,15 +777,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{mean_return_text(summary.final_mean_return)}; {solved}",
             flush=True,
         )
+    print(f"wrote {write_results(args, episodes, summaries, None)}")
+    return 0
+
+
+def write_results(
+    args: argparse.Namespace, episodes: list[Episode], summaries: list[RunSummary], partial: str | None
+) -> str:
+    """episodes.csv, summary.json and learning_curve.png of the finished runs into ``--out``;
+    ``partial`` (``null`` in summary.json for a whole run) says which runs an interrupt left out.
+    Returns the files written, for the last line."""
     write_csv(args.out / "episodes.csv", episodes)
     config = {k: (str(v) if isinstance(v, pathlib.Path) else v) for k, v in vars(args).items()}
+    runs = [dataclasses.asdict(s) for s in summaries]
     write_text_atomically(
         args.out / "summary.json",
-        json_text({"config": config, "cpu_count": os.cpu_count(), "runs": [dataclasses.asdict(s) for s in summaries]}),
+        json_text({"config": config, "cpu_count": os.cpu_count(), "partial": partial, "runs": runs}),
     )
-    plot(episodes, args.out / "learning_curve.png", curve_title(args))
-    print(f"wrote {args.out}/episodes.csv, summary.json, learning_curve.png")
-    return 0
+    drawn = plot(episodes, args.out / "learning_curve.png", curve_title(args))
+    return f"{args.out}/episodes.csv, summary.json" + (", learning_curve.png" if drawn else "")
 
 
 if __name__ == "__main__":

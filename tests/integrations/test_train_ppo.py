@@ -16,7 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.scripts import assert_all_ended, load_script, run_with_bad_input, signalled_once_started
+from tests.helpers.scripts import (
+    assert_all_ended,
+    load_script,
+    run_with_bad_input,
+    signalled_once_started,
+    signalled_when,
+)
 
 pytest.importorskip("torch", reason="train_ppo.py needs torch (pip install -e '.[train]')")
 
@@ -218,6 +224,45 @@ def test_an_interrupted_training_ends_its_workers_and_says_so_in_one_line(tmp_pa
     assert err.strip().splitlines() == [f"train_ppo.py: {verb}: nothing was written"], err
     assert_all_ended(workers, "a worker")
     assert not list(out.iterdir()), "nothing written"
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_compare_interrupted_in_its_second_run_keeps_the_first_as_an_uninterrupted_run_writes_it(
+    tmp_path: Path, signum: int
+) -> None:
+    """Ctrl+C or SIGTERM during run b of ``--compare a,b``: run a's episodes and summary are
+    written as a whole run of a writes them, b is left out and summary.json's ``partial`` says
+    so (the finished run, minutes of training, was dropped with the cut one)."""
+    common = ["--num-envs", "2", "--num-steps", "32", "--minibatch-size", "64"]
+    common += ["--update-epochs", "1", "--seed", "2", "--total-timesteps", "8192"]
+    whole = _train(tmp_path / "whole", *common, "--vector", "sync", timeout=120)
+
+    def second_run_under_way(proc: subprocess.Popen[str]) -> str:
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:  # without --quiet: a line per update, so vecenv's first one says it runs
+            seen.append(line)
+            if line.startswith("[vecenv] step"):
+                return "".join(seen)
+        raise AssertionError(f"the vecenv run never reported an update:\n{''.join(seen)}")
+
+    out = tmp_path / "cut"
+    cmd = [sys.executable, str(SCRIPT), "--out", str(out), *common, "--compare", "sync,vecenv", "--num-workers", "0"]
+    err, _ = signalled_when(cmd, signum, second_run_under_way, tmp_path)
+    verb = "interrupted" if signum == signal.SIGINT else "terminated"
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"train_ppo.py: {verb} during the vecenv run: the finished runs (sync) written to "), err
+    assert line.endswith("; vecenv left out"), err
+    with (out / "episodes.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert {row.pop("vector") for row in rows} == {"sync"}
+    no_time = [{k: v for k, v in row.items() if k != "wall_time_s"} for row in rows]
+    assert no_time == [{k: v for k, v in row.items() if k != "wall_time_s"} for row in whole["sync"]]
+    summary = json.loads((out / "summary.json").read_text())
+    assert [run["vector"] for run in summary["runs"]] == ["sync"]
+    assert "during the vecenv run" in summary["partial"] and "vecenv left out" in summary["partial"]
+    assert json.loads((tmp_path / "whole" / "summary.json").read_text())["partial"] is None
 
 
 def test_the_guide_and_the_docstring_name_every_column_of_episodes_csv() -> None:
