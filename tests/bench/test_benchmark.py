@@ -914,6 +914,45 @@ def test_a_row_of_another_suite_whose_repetition_failed_is_marked(tmp_path, monk
 
 
 @pytest.mark.timeout(60)
+def test_a_failed_exact_row_of_the_rollouts_suite_is_marked(tmp_path, monkeypatch, capsys):
+    # The exact row's one run failed: its table vanished, unmarked, and only a note said why.
+    monkeypatch.setattr("vecenv.bench.rollouts.missing_modules", lambda modules: [])
+    monkeypatch.setattr("vecenv.bench.rollouts.run_child", _replayed([{"error": "EOFError: worker died"}]))
+    out = tmp_path / "bench"
+    assert cli.main(["--suite", "rollouts", "--rows", "exact", "--out", str(out)]) == 0
+    capsys.readouterr()
+    md, data = (out / "rollouts.md").read_text(), json.loads((out / "rollouts.json").read_text())
+    (failed,) = data["summary"]["exact_failed"]
+    assert (failed["reps"], failed["failed_reps"], failed["failure"]) == (0, 1, "EOFError: worker died")
+    assert "| MLPs | failed † |" in md.splitlines(), md
+    assert (
+        "† exact: 1 of 1 repetitions failed (EOFError: worker died) and the row was not measured again: "
+        "its figures are from 0 of 1." in md.splitlines()
+    ), md
+
+
+@pytest.mark.timeout(60)
+def test_a_failed_agent_death_run_of_the_multiagent_suite_is_marked(tmp_path, monkeypatch, capsys):
+    # The agent-death run failed: its table vanished, unmarked, and only a note said why.
+    monkeypatch.setattr("vecenv.bench.multiagent.missing_modules", lambda modules: [])
+    stepping = {"rate": 1000.0, "cpu_per_step": 1e-5, "rows": 6}
+    replies = _replayed([stepping, {"error": "EOFError: worker died"}])
+    monkeypatch.setattr("vecenv.bench.multiagent.run_child", replies)
+    out = tmp_path / "bench"
+    args = ["--workloads", "simple_spread", "--runners", "supersuit-0", "--seconds", "0.1", "--kaz-steps", "40"]
+    assert cli.main(["--suite", "multiagent", *args, "--reps", "1", "--out", str(out)]) == 0
+    capsys.readouterr()
+    md, data = (out / "multiagent.md").read_text(), json.loads((out / "multiagent.json").read_text())
+    kaz = data["kaz_deaths"]
+    assert (kaz["reps"], kaz["failed_reps"], kaz["failure"]) == (0, 1, "EOFError: worker died")
+    assert "| 40 planned | — | — | failed † |" in md.splitlines(), md
+    assert (
+        "† agent-death run: 1 of 1 repetitions failed (EOFError: worker died) and the run was not measured "
+        "again: its figures are from 0 of 1." in md.splitlines()
+    ), md
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 @pytest.mark.parametrize("suite", ["rollouts", "collection", "multiagent"])
 def test_another_suite_interrupted_writes_what_it_measured_marked_as_partial(

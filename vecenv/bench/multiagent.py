@@ -21,6 +21,7 @@ from vecenv.bench.suite import (
     csv,
     failed_footnotes,
     failed_mark,
+    failures,
     finished,
     measure_all,
     missing_modules,
@@ -127,7 +128,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--reps", type=int, default=None, help="interleaved repetitions (default: 3; --quick: 1)")
     p.add_argument(
-        "--kaz-steps", type=int, default=0, help="also run KAZ (agents die) for this many agent-steps (default: 0)"
+        "--kaz-steps",
+        type=int,
+        default=0,
+        help="also run KAZ (agents die) for this many agent-steps, once; a failed run is a row marked † (default: 0)",
     )
 
 
@@ -410,14 +414,17 @@ def _kaz(args: argparse.Namespace, data: dict[str, Any], notes: list[str]) -> li
     spec = {"task": "multiagent", "kaz_deaths": True, "copies": copies, "agent_steps": args.kaz_steps}
     res = run_child(spec, timeout=180 + args.kaz_steps / 1000)
     data["kaz_deaths"] = res
-    if "error" in res:
+    head = ["agent-steps", "agents that left early", "copy episodes", "agent-steps/s"]
+    title = f"## Agent death: knights_archers_zombies_v11, {copies} copies, 2 workers, native API, no wrapper"
+    if "error" in res:  # its one run failed: the table says so, as a failed row's does
         notes.append(f"kaz agent-death run: failed, {res['error']}")
-        return []
+        failed = {"reps": 0, **failures([res["error"]])}
+        data["kaz_deaths"] = {**res, **failed}
+        body = [[f"{args.kaz_steps:,} planned", "—", "—", "failed" + failed_mark(failed)]]
+        return [title, "", *table(head, body, left=0), *failed_footnotes([("agent-death run", failed)], 1, "run")]
     body = [
         [f"{res['agent_steps']:,}", f"{res['agents_left_early']:,}", f"{res['copy_episodes']:,}", f"{res['rate']:,.0f}"]
     ]
-    head = ["agent-steps", "agents that left early", "copy episodes", "agent-steps/s"]
-    title = f"## Agent death: knights_archers_zombies_v11, {copies} copies, 2 workers, native API, no wrapper"
     return [title, "", *table(head, body, left=0)]
 
 

@@ -62,6 +62,7 @@ Rows (--rows):
   exact         torch, one thread: the share of rows of MLPs 4x64x64x2 and 84x256x256x18 whose
                 output in batches of 1..64 rows differs (in any bit) from the same rows in a
                 batch of 2048, and the argmax flips. Needs torch (skipped with a note otherwise).
+                Runs once, after the repetitions; a failed run is a row marked †.
 
 Each row runs in a fresh process per repetition; repetitions are interleaved; medians
 (min-max). Writes rollouts.md and rollouts.json.
@@ -264,7 +265,7 @@ def summarize(reps: Repetitions[str], args: argparse.Namespace) -> dict[str, lis
     row whose measurement failed after some repetitions says so
     (:meth:`~vecenv.bench.suite.Repetitions.failures`)."""
     results, failure = reps.results, reps.failures
-    out: dict[str, list[dict[str, Any]]] = {"backends": [], "native": [], "exact": []}
+    out: dict[str, list[dict[str, Any]]] = {"backends": [], "native": [], "exact": [], "exact_failed": []}
     base = _median(results.get("process", []), "step")
     for r in (r for r in BACKENDS if results.get(r)):
         rs = results[r]
@@ -298,6 +299,8 @@ def summarize(reps: Repetitions[str], args: argparse.Namespace) -> dict[str, lis
             out["native"].append({"label": label, **spread("rate", rates), **ratios})
     if results.get("exact"):
         out["exact"] = results["exact"][0]["rows"]
+    elif "exact" in reps.failed:  # its one run failed: the table says so, as a failed row's does
+        out["exact_failed"] = [{"row": "exact", "reps": 0, **failure("exact")}]
     return out
 
 
@@ -348,6 +351,11 @@ def markdown(summary: dict[str, list[dict[str, Any]]], args: argparse.Namespace)
             for r in summary["exact"]
         ]
         lines += table(head, body, left=2)
+    if summary["exact_failed"]:
+        (s,) = summary["exact_failed"]
+        lines += ["## How exact a batched forward is (torch, CPU, one thread)", ""]
+        lines += table(["network", "rows differing from one batch"], [["MLPs", "failed" + failed_mark(s)]])
+        lines += failed_footnotes([("exact", s)], 1, "row")
     return "\n".join(lines)
 
 
