@@ -918,17 +918,8 @@ def test_a_failed_exact_row_of_the_rollouts_suite_is_marked(tmp_path, monkeypatc
     # The exact row's one run failed: its table vanished, unmarked, and only a note said why.
     monkeypatch.setattr("vecenv.bench.rollouts.missing_modules", lambda modules: [])
     monkeypatch.setattr("vecenv.bench.rollouts.run_child", _replayed([{"error": "EOFError: worker died"}]))
-    out = tmp_path / "bench"
-    assert cli.main(["--suite", "rollouts", "--rows", "exact", "--out", str(out)]) == 0
-    capsys.readouterr()
-    md, data = (out / "rollouts.md").read_text(), json.loads((out / "rollouts.json").read_text())
-    (failed,) = data["summary"]["exact_failed"]
-    assert (failed["reps"], failed["failed_reps"], failed["failure"]) == (0, 1, "EOFError: worker died")
-    assert "| MLPs | failed † |" in md.splitlines(), md
-    assert (
-        "† exact: 1 of 1 repetitions failed (EOFError: worker died) and the row was not measured again: "
-        "its figures are from 0 of 1." in md.splitlines()
-    ), md
+    md, data = _one_run_suite(tmp_path, capsys, "rollouts", ["--rows", "exact"])
+    _assert_one_run_failed(md, data["summary"]["exact_failed"][0], "| MLPs | failed † |", "exact", "row")
 
 
 @pytest.mark.timeout(60)
@@ -938,17 +929,27 @@ def test_a_failed_agent_death_run_of_the_multiagent_suite_is_marked(tmp_path, mo
     stepping = {"rate": 1000.0, "cpu_per_step": 1e-5, "rows": 6}
     replies = _replayed([stepping, {"error": "EOFError: worker died"}])
     monkeypatch.setattr("vecenv.bench.multiagent.run_child", replies)
-    out = tmp_path / "bench"
     args = ["--workloads", "simple_spread", "--runners", "supersuit-0", "--seconds", "0.1", "--kaz-steps", "40"]
-    assert cli.main(["--suite", "multiagent", *args, "--reps", "1", "--out", str(out)]) == 0
+    md, data = _one_run_suite(tmp_path, capsys, "multiagent", [*args, "--reps", "1"])
+    _assert_one_run_failed(md, data["kaz_deaths"], "| 40 planned | — | — | failed † |", "agent-death run", "run")
+
+
+def _one_run_suite(tmp_path, capsys, suite: str, args: list[str]) -> tuple[str, dict]:
+    """``vecenv-bench --suite SUITE ARGS`` on stand-in measurements: its markdown and JSON."""
+    out = tmp_path / "bench"
+    assert cli.main(["--suite", suite, *args, "--out", str(out)]) == 0
     capsys.readouterr()
-    md, data = (out / "multiagent.md").read_text(), json.loads((out / "multiagent.json").read_text())
-    kaz = data["kaz_deaths"]
-    assert (kaz["reps"], kaz["failed_reps"], kaz["failure"]) == (0, 1, "EOFError: worker died")
-    assert "| 40 planned | — | — | failed † |" in md.splitlines(), md
+    return (out / f"{suite}.md").read_text(), json.loads((out / f"{suite}.json").read_text())
+
+
+def _assert_one_run_failed(md: str, summary: dict, row: str, name: str, what: str) -> None:
+    """A measurement run once that failed: its summary counts the failure, its table has the
+    ``row`` marked †, and the footnote says why."""
+    assert (summary["reps"], summary["failed_reps"], summary["failure"]) == (0, 1, "EOFError: worker died")
+    assert row in md.splitlines(), md
     assert (
-        "† agent-death run: 1 of 1 repetitions failed (EOFError: worker died) and the run was not measured "
-        "again: its figures are from 0 of 1." in md.splitlines()
+        f"† {name}: 1 of 1 repetitions failed (EOFError: worker died) and the {what} was not measured again: "
+        "its figures are from 0 of 1." in md.splitlines()
     ), md
 
 
