@@ -1173,6 +1173,48 @@ def test_a_killed_parent_ends_workers_whose_env_code_holds_the_gil(ctx: str, tmp
                 os.kill(pid, signal.SIGKILL)
 
 
+class ThreadsEnv(gym.Env):
+    """Reports the Python threads of the process it runs in, and what forking there warns."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        return np.zeros(2, np.float32), 0.0, False, False, {}
+
+    def thread_names(self) -> list[str]:
+        return sorted(t.name for t in threading.enumerate())
+
+    def fork_warnings(self) -> list[str]:
+        import warnings
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        return [str(w.message) for w in caught]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("ctx", ["fork", "spawn"])
+def test_a_worker_started_from_the_main_thread_runs_no_thread_of_ours(ctx: str) -> None:
+    """Where the kernel ends a worker with its parent (Linux, started by the parent's main
+    thread), the worker runs no watch thread: env code that forks forks a process of one
+    thread (Python 3.12+ warns of the other kind), as it would under SyncVectorEnv."""
+    envs = vecenv.SubprocVectorEnv([ThreadsEnv] * 2, num_workers=2, context=ctx)
+    try:
+        assert envs.call("thread_names") == (["MainThread"], ["MainThread"])
+        assert envs.call("fork_warnings") == ([], [])
+    finally:
+        envs.close()
+
+
 # -- errors name the env -----------------------------------------------------------------------
 
 

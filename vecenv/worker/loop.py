@@ -47,18 +47,27 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 def _exit_with_parent(death_signal: bool) -> None:
     """Leave at once when the parent process ends, however it ended (no orphans).
 
-    A thread blocked on the parent's end costs nothing while the parent lives. Pipe EOF alone
-    is not enough: other processes may hold copies of a pipe's ends, the sentinel's included
-    (a process the parent forks later inherits the end whose closing the sentinel reports).
-    So the thread also waits on a pidfd of the parent (Linux), readable when it has exited,
-    whoever holds what. A thread needs the GIL, which env code in a long native call may hold:
-    with ``death_signal`` (Linux), the kernel also kills the worker when the thread that started
-    it ends, which needs nothing of the worker.
+    With ``death_signal`` (Linux), the kernel kills the worker when the thread that started it
+    ends, which needs nothing of the worker (env code in a long native call may hold the GIL).
+    When that thread is the parent's main thread, which lives as long as the process, that is
+    all it takes: no thread is started, so a worker runs none but its own (env code that forks
+    does not fork a threaded process, which Python 3.12+ warns of, and a vector env made inside
+    a worker may fork its own workers). A parent that died before the request is seen at once:
+    this process has another parent by then, and leaves.
+
+    Elsewhere a thread waits on the parent's end, which costs nothing while the parent lives.
+    Pipe EOF alone is not enough: other processes may hold copies of a pipe's ends, the
+    sentinel's included (a process the parent forks later inherits the end whose closing the
+    sentinel reports). So the thread also waits on a pidfd of the parent (Linux), readable when
+    it has exited, whoever holds what.
     """
-    if death_signal:
-        _kill_me_with_my_starter()
+    signalled = death_signal and _kill_me_with_my_starter()
     parent = parent_process()
     if parent is None:
+        return
+    if signalled:
+        if os.getppid() != parent.pid:  # the parent died before the request: the kernel will not tell
+            os._exit(1)
         return
     ends: list[int] = [parent.sentinel]
     pidfd_open = getattr(os, "pidfd_open", None)
@@ -77,16 +86,17 @@ def _exit_with_parent(death_signal: bool) -> None:
     threading.Thread(target=watch, name="vecenv-parent-watch", daemon=True).start()
 
 
-def _kill_me_with_my_starter() -> None:
+def _kill_me_with_my_starter() -> bool:
     """``prctl(PR_SET_PDEATHSIG, SIGKILL)``: the kernel kills this process when the thread that
-    forked it ends. Linux only; elsewhere (or where it fails) the watch thread alone remains."""
+    forked it ends. Linux only; whether the kernel took the request (elsewhere, or where it
+    fails, the watch thread alone remains)."""
     if not sys.platform.startswith("linux"):
-        return
+        return False
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        return bool(libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0)
     except (OSError, AttributeError):
-        return
+        return False
 
 
 def _setup_process(options: WorkerOptions) -> None:
