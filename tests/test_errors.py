@@ -167,3 +167,26 @@ def test_a_bad_argument_is_both_a_value_error_and_a_vecenv_error() -> None:
     with pytest.raises(ValueError, match="`timeout` must be None or a non-negative number") as info:
         check_timeout(-1.0)
     assert isinstance(info.value, VecEnvError)
+
+
+@pytest.mark.parametrize(
+    ("error", "keywords"),
+    [
+        (vecenv.errors.WorkerDiedError, {"worker": 1, "envs": range(2, 4), "exitcode": -9}),
+        (vecenv.errors.RemoteEnvError, {"type_name": "somewhere.SomeError"}),
+        (vecenv.errors.MemoryLimitError, {"needed": 10, "available": 5, "limit": "/dev/shm"}),
+    ],
+)
+def test_errors_with_keyword_arguments_survive_pickling_and_copies(error: type, keywords: dict) -> None:
+    """Ray pickles an actor's error to the driver and Tune's ``Trainable.train`` (so RLlib's
+    ``algo.train()``) copies each error of the chain it re-raises: a ``TypeError`` about the
+    missing keywords took the place of a dead worker's ``WorkerDiedError`` there."""
+    import copy
+    import pickle
+
+    raised = error("the message", **keywords)
+    raised.add_note("where it came from")
+    for again in (pickle.loads(pickle.dumps(raised)), copy.copy(raised), copy.deepcopy(raised)):
+        assert type(again) is error and str(again) == "the message"
+        assert {name: getattr(again, name) for name in keywords} == keywords
+        assert again.__notes__ == ["where it came from"]

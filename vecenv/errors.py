@@ -87,6 +87,20 @@ class VecEnvError(Exception):
     """Base class of every error that vecenv itself raises."""
 
 
+def _rebuild_keyword_error(cls: type[BaseException], message: str, keywords: dict[str, Any]) -> BaseException:
+    """Unpickle (or copy) an error whose ``__init__`` takes keyword-only arguments."""
+    return cls(message, **keywords)
+
+
+def _reduce_keyword_error(error: BaseException, names: tuple[str, ...]) -> tuple[Any, ...]:
+    """``__reduce__`` of an error made as ``cls(message, **keywords)``: ``BaseException``'s own
+    calls ``cls(*args)``, without the keywords, so ``pickle``, ``copy.copy`` and
+    ``copy.deepcopy`` failed with a ``TypeError``, as Ray does on an error it hands on (Tune's
+    ``Trainable.train`` copies the chain of causes, an actor's error is pickled to the driver)."""
+    keywords = {name: getattr(error, name) for name in names}
+    return _rebuild_keyword_error, (type(error), str(error), keywords), error.__dict__
+
+
 class WorkerDiedError(VecEnvError):
     """A worker process ended without being asked to.
 
@@ -101,6 +115,9 @@ class WorkerDiedError(VecEnvError):
         self.worker = worker
         self.envs = envs
         self.exitcode = exitcode
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _reduce_keyword_error(self, ("worker", "envs", "exitcode"))
 
     def copy(self) -> WorkerDiedError:
         """The same error (its cause too), new and never raised (so it holds no traceback)."""
@@ -135,6 +152,9 @@ class RemoteEnvError(VecEnvError):
     def __init__(self, message: str, *, type_name: str) -> None:
         super().__init__(message)
         self.type_name = type_name
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _reduce_keyword_error(self, ("type_name",))
 
 
 class SpaceMismatchError(VecEnvError, RuntimeError, ValueError):
@@ -196,6 +216,9 @@ class MemoryLimitError(VecEnvError, MemoryError):
         self.needed = needed
         self.available = available
         self.limit = limit
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _reduce_keyword_error(self, ("needed", "available", "limit"))
 
 
 class WeightsMismatchError(VecEnvError, ValueError, TypeError):

@@ -256,6 +256,32 @@ def test_each_remote_env_runner_steps_a_vecenv(rllib: Any) -> None:
 
 
 @needs_rllib
+@pytest.mark.timeout(300)
+def test_a_dead_worker_reaches_algo_train_as_worker_died_error(rllib: Any) -> None:
+    """A vecenv worker that exits in ``step``: ``algo.train()`` raises Tune's copy of the
+    EnvRunner's error with the ``WorkerDiedError`` as its cause (it raised a ``TypeError`` from
+    copying the error instead), and ``algo.stop()`` leaves no worker behind (conftest checks)."""
+    spec = gym.envs.registration.EnvSpec(
+        "vecenv-rllib-dies-v0",
+        entry_point="tests.helpers.faults:FaultEnv",
+        kwargs={"fault": "exit", "where": "step", "target": 0, "at": 3},
+    )
+    vecenv_rllib.register_env("vecenv-dies-test", spec, num_workers=1)
+    algo = _ppo_config(rllib, "vecenv-dies-test", "vector_entry_point", num_envs=2).build_algo()
+    try:
+        with pytest.raises(Exception) as info:
+            algo.train()
+    finally:
+        algo.stop()
+    chain = [info.value]
+    while chain[-1].__cause__ is not None:
+        chain.append(chain[-1].__cause__)
+    died = [error for error in chain if isinstance(error, vecenv.errors.WorkerDiedError)]
+    assert died, [f"{type(error).__name__}: {error}" for error in chain]
+    assert died[0].exitcode == 3 and died[0].worker == 0 and died[0].envs == range(2)
+
+
+@needs_rllib
 def test_docs_example_trains(rllib: Any) -> None:
     """docs/rllib.md's example (tests/test_docs.py leaves it to this test), at a size that fits
     CI: one remote EnvRunner of 4 envs in 1 worker, one small training iteration."""
