@@ -257,6 +257,8 @@ def test_each_remote_env_runner_steps_a_vecenv(rllib: Any) -> None:
 
 @needs_rllib
 @pytest.mark.timeout(300)
+# RLlib registers each local EnvRunner's creator under one Gymnasium id, again in every test.
+@pytest.mark.filterwarnings("ignore:.*Overriding environment rllib-single-agent-env-v0")
 def test_a_dead_worker_reaches_algo_train_as_worker_died_error(rllib: Any) -> None:
     """A vecenv worker that exits in ``step``: ``algo.train()`` raises Tune's copy of the
     EnvRunner's error with the ``WorkerDiedError`` as its cause (it raised a ``TypeError`` from
