@@ -182,3 +182,90 @@ def test_pieces_that_do_not_add_up_to_the_length_raise_and_leave_no_trace(tmp_pa
     writer.close()
     with h5py.File(path, "r") as file:
         assert list(file) == ["episode_0"]
+
+
+def _entry_by_entry_root_index(entries: np.ndarray, base: int) -> Any:
+    """The oracle: the root index as the writer used to build it, one Python object per entry
+    through ``_Layout`` (which still lays out each episode's own groups)."""
+    import struct
+
+    from vecenv.datasets import hdf5_episodes
+
+    layout = hdf5_episodes._Layout()
+    packed = [
+        (f"episode_{i}".encode(), struct.pack("<Q", header), (struct.pack("<Q", btree), struct.pack("<Q", heap)))
+        for i, header, btree, heap in entries.tolist()
+    ]
+    btree, heap = layout.group_index(packed)
+    header = layout.object_header(
+        [(hdf5_episodes._SYMBOL_TABLE, 0, [hdf5_episodes._Address(btree), hdf5_episodes._Address(heap)])]
+    )
+    return hdf5_episodes._RootIndex(layout.placed(base), base + header, base + btree, base + heap)
+
+
+# Around the root's node boundaries: 8 names a symbol-table node, 32 children a B-tree node.
+NODE_BOUNDARIES = [0, 1, 7, 8, 9, 255, 256, 257, 300, 8 * 32 * 32, 8 * 32 * 32 + 1]
+
+
+@pytest.mark.parametrize("count", NODE_BOUNDARIES)
+def test_the_root_index_is_byte_for_byte_the_entry_by_entry_one(count: int) -> None:
+    from vecenv.datasets.hdf5_episodes import _root_index, _RootEntries
+
+    rng = np.random.default_rng(count)
+    entries = np.zeros(count, _RootEntries.DTYPE)
+    # Ids of every width (names of 16 and 24 bytes once padded), negative ones, in any order.
+    scale = rng.choice([1, 10**9, -(10**15)], count)
+    entries["id"] = rng.permutation(count) * scale
+    entries["header"] = 96 + 700 * np.arange(count)
+    entries["btree"], entries["heap"] = entries["header"] + 300, entries["header"] + 600
+    got, want = _root_index(entries, 12_345), _entry_by_entry_root_index(entries, 12_345)
+    assert (got.header, got.btree, got.heap) == (want.header, want.btree, want.heap)
+    assert bytes(got.data) == bytes(want.data)
+
+
+@pytest.mark.parametrize("count", [0, 1, 9, 257, 300])
+def test_the_file_is_byte_for_byte_what_the_entry_by_entry_index_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int
+) -> None:
+    from vecenv.datasets import hdf5_episodes
+
+    def write(path: Path) -> bytes:
+        writer = Hdf5EpisodeFile(path, spaces.Box(-1, 1, (1,), np.float32), spaces.Discrete(2))
+        for index in range(count):
+            rows = ([np.full((2, 1), index, np.float32)], [np.array([index % 2])], [np.ones(1), [True], [False]])
+            writer.write(index, None if index % 3 else index, 1, iter([rows]))
+            writer.flush()  # an index at each doubling, as collect writes them
+        writer.close()
+        return path.read_bytes()
+
+    ours = write(tmp_path / "ours.hdf5")
+    monkeypatch.setattr(hdf5_episodes, "_root_index", _entry_by_entry_root_index)
+    assert ours == write(tmp_path / "entry_by_entry.hdf5")
+    with h5py.File(tmp_path / "ours.hdf5", "r") as file:
+        assert len(file) == count
+
+
+@pytest.mark.timeout(120)
+def test_the_writer_holds_a_few_bytes_per_episode_and_indexes_them_in_a_few_hundred(tmp_path: Path) -> None:
+    import tracemalloc
+
+    count = 20_000
+    writer = Hdf5EpisodeFile(tmp_path / "many.hdf5", spaces.Box(-1, 1, (1,), np.float32), spaces.Discrete(2))
+    rows = ([np.zeros((2, 1), np.float32)], [np.zeros(1, np.int64)], [np.ones(1), [False], [True]])
+    writer.write(0, None, 1, iter([rows]))  # the template is laid out once, before counting
+    tracemalloc.start()
+    try:
+        start, _ = tracemalloc.get_traced_memory()
+        for index in range(1, count):
+            writer.write(index, None, 1, iter([rows]))
+        held, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        writer.close()  # the index of every episode, built at once
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (held - start) / count < 100  # 32 bytes an episode, twice that at most as the columns grow
+    # The index's own ~60 bytes an episode and its makings (it was 222 and 405 bytes an episode).
+    assert (peak - held) / count < 300
+    with h5py.File(tmp_path / "many.hdf5", "r") as file:
+        assert len(file) == count and file["episode_19999/actions"][0] == 0

@@ -27,7 +27,10 @@ The root group's index (its names, symbol-table nodes, B-tree and header) can on
 once its names are known, sorted as HDF5 sorts them; it is written at ``close`` and also by
 ``flush`` at the first episode and whenever the episode count has doubled since the last index,
 so a run killed outright still leaves a readable file holding at least half of its episodes (an
-index left behind by a later one is dead space, at most about one index's size).
+index left behind by a later one is dead space, at most about one index's size). Between
+indexes each episode's root entry is four numbers in numpy columns (``_RootEntries``, 32 bytes),
+and the index is built from them column by column (``_root_index``), about 60 bytes an episode,
+so a collection of millions of episodes holds tens of MiB for it, not a Python object per episode.
 """
 
 from __future__ import annotations
@@ -186,6 +189,176 @@ class _Layout:
             children, level = nodes, level + 1
 
 
+# Root-group index, built with numpy: one structured array per kind of node, no object per episode.
+_HEAP_HEADER_SIZE = 32
+_ENTRY_DTYPE = np.dtype(
+    [("name", "<u8"), ("header", "<u8"), ("cache", "<u4"), ("reserved", "<u4"), ("btree", "<u8"), ("heap", "<u8")]
+)
+_SNOD_DTYPE = np.dtype(
+    [
+        ("signature", "S4"),
+        ("version", "u1"),
+        ("reserved", "u1"),
+        ("count", "<u2"),
+        ("entries", _ENTRY_DTYPE, (2 * _LEAF_K,)),
+    ]
+)
+_TREE_DTYPE = np.dtype(
+    [
+        ("signature", "S4"),
+        ("type", "u1"),
+        ("level", "u1"),
+        ("count", "<u2"),
+        ("left", "<u8"),
+        ("right", "<u8"),
+        ("keys_children", "<u8", (4 * _NODE_K + 1,)),  # key, child, key, ..., child, key
+    ]
+)
+_ROOT_HEADER_SIZE = 40  # a version-1 object header holding one symbol table message
+_EPISODE_PREFIX = b"episode_"
+_MAX_DIGITS = 20  # of a uint64
+
+
+class _RootEntries:
+    """Each episode's root symbol-table entry as growable numpy columns (its id and the addresses
+    of its header, B-tree and heap): 32 bytes an episode, with no Python object per episode, so
+    a collection of millions of episodes keeps its index in a few tens of MiB."""
+
+    DTYPE = np.dtype([("id", "<i8"), ("header", "<u8"), ("btree", "<u8"), ("heap", "<u8")])
+
+    def __init__(self) -> None:
+        self._rows = np.zeros(64, self.DTYPE)
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def append(self, episode_id: int, header: int, btree: int, heap: int) -> None:
+        """Add an episode's entry, doubling the columns' capacity when they are full."""
+        if self._count == len(self._rows):
+            grown = np.zeros(2 * len(self._rows), self.DTYPE)
+            grown[: self._count] = self._rows
+            self._rows = grown
+        self._rows[self._count] = (episode_id, header, btree, heap)
+        self._count += 1
+
+    def rows(self) -> np.ndarray:
+        """The entries so far (a view: valid until the next ``append``)."""
+        return self._rows[: self._count]
+
+    def nbytes(self) -> int:
+        """The bytes the columns hold (their capacity)."""
+        return int(self._rows.nbytes)
+
+
+@dataclasses.dataclass(frozen=True)
+class _RootIndex:
+    """The root group's index laid out at ``base``: its bytes and the absolute addresses of its
+    object header, B-tree root and local heap."""
+
+    data: bytearray
+    header: int
+    btree: int
+    heap: int
+
+
+def _episode_names(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each ``episode_<id>`` name, null-terminated and zero-padded to a multiple of 8 bytes, as
+    the rows of a ``uint8`` matrix as wide as the longest; and each name's padded length."""
+    negative = ids < 0
+    magnitude = np.abs(ids).view(np.uint64)  # int64's minimum wraps to itself: 2**63 as uint64
+    digits = np.ones(len(ids), np.int64)
+    for power in range(1, _MAX_DIGITS):
+        digits += magnitude >= np.uint64(10**power)
+    length = len(_EPISODE_PREFIX) + negative + digits
+    padded = length + 8 - length % 8
+    names = np.zeros((len(ids), int(padded.max(initial=16))), np.uint8)
+    names[:, : len(_EPISODE_PREFIX)] = np.frombuffer(_EPISODE_PREFIX, np.uint8)
+    names[negative, len(_EPISODE_PREFIX)] = ord("-")
+    last = length - 1  # the column of each name's last digit
+    for place in range(int(digits.max(initial=1))):
+        rows = np.flatnonzero(digits > place)
+        value = (magnitude[rows] // np.uint64(10**place)) % np.uint64(10)
+        names[rows, last[rows] - place] = value.astype(np.uint8) + ord("0")
+    return names, padded
+
+
+def _root_index(entries: np.ndarray, base: int) -> _RootIndex:
+    """The root group's local heap of names, symbol-table nodes, B-tree levels and object header
+    for ``entries`` (``_RootEntries.DTYPE`` rows), laid out at ``base``: the bytes
+    ``_Layout.group_index`` and ``_Layout.object_header`` give the same entries, built column by
+    column with numpy rather than a Python object per entry."""
+    count = len(entries)
+    names, padded = _episode_names(entries["id"])
+    order = np.argsort(names.view(f"S{names.shape[1]}").ravel(), kind="stable")  # HDF5 sorts by strcmp
+    names, padded = names[order], padded[order]
+    sorted_entries = entries[order]
+    heap_size = 8 + int(padded.sum())  # offset 0 is the empty name
+    offsets = (8 + np.cumsum(padded) - padded).astype(np.uint64)
+    leaf_nodes = -(-count // (2 * _LEAF_K))
+    level_nodes = []
+    children = leaf_nodes
+    while True:
+        nodes = max(1, -(-children // (2 * _NODE_K)))
+        level_nodes.append(nodes)
+        if nodes == 1:
+            break
+        children = nodes
+    heap = 0
+    snod_at = _HEAP_HEADER_SIZE + heap_size
+    tree_at = snod_at + leaf_nodes * _SNOD_SIZE
+    header = tree_at + sum(level_nodes) * _TREE_SIZE
+    data = bytearray(header + _ROOT_HEADER_SIZE)
+    struct.pack_into("<4s4xQQQ", data, heap, b"HEAP", heap_size, _FREE_NULL, base + heap + _HEAP_HEADER_SIZE)
+    # Each name's padded bytes, one after the other: the rows of the matrix cut to their lengths.
+    np.frombuffer(data, np.uint8, heap_size - 8, heap + _HEAP_HEADER_SIZE + 8)[:] = names[
+        np.arange(names.shape[1]) < padded[:, None]
+    ]
+    del names, padded
+
+    slots = leaf_nodes * 2 * _LEAF_K
+    snods = np.frombuffer(data, _SNOD_DTYPE, leaf_nodes, snod_at)
+    snods["signature"], snods["version"] = b"SNOD", 1
+    snods["count"] = np.minimum(2 * _LEAF_K, count - 2 * _LEAF_K * np.arange(leaf_nodes))
+    symbols = snods["entries"]
+    for field, column in (
+        ("name", offsets),
+        ("header", sorted_entries["header"]),
+        ("btree", sorted_entries["btree"]),
+        ("heap", sorted_entries["heap"]),
+        ("cache", np.ones(count, np.uint32)),  # cached: the subgroup's symbol table addresses
+    ):
+        filled = np.zeros(slots, column.dtype)
+        filled[:count] = column
+        symbols[field] = filled.reshape(leaf_nodes, 2 * _LEAF_K)
+    # Each child of the level being built: its relative position and the offset of the largest
+    # name below it.
+    child_at = snod_at + _SNOD_SIZE * np.arange(leaf_nodes, dtype=np.uint64)
+    child_key = offsets[np.minimum(2 * _LEAF_K * np.arange(1, leaf_nodes + 1), count) - 1]
+    at = tree_at
+    for level, nodes in enumerate(level_nodes):
+        tree = np.frombuffer(data, _TREE_DTYPE, nodes, at)
+        positions = at + _TREE_SIZE * np.arange(nodes, dtype=np.uint64)
+        tree["signature"], tree["type"], tree["level"] = b"TREE", 0, level
+        tree["count"] = np.minimum(2 * _NODE_K, len(child_at) - 2 * _NODE_K * np.arange(nodes))
+        tree["left"] = np.concatenate(([UNDEFINED], base + positions[:-1])).astype(np.uint64)
+        tree["right"] = np.concatenate((base + positions[1:], [UNDEFINED])).astype(np.uint64)
+        addresses = np.zeros(nodes * 2 * _NODE_K, np.uint64)
+        keys = np.zeros(nodes * 2 * _NODE_K, np.uint64)
+        addresses[: len(child_at)] = base + child_at
+        keys[: len(child_key)] = child_key
+        links = tree["keys_children"]
+        links[:, 1::2] = addresses.reshape(nodes, 2 * _NODE_K)
+        links[:, 2::2] = keys.reshape(nodes, 2 * _NODE_K)
+        last = np.minimum(2 * _NODE_K * np.arange(1, nodes + 1), len(child_key)) - 1
+        node_key = child_key[last] if len(child_key) else np.zeros(nodes, np.uint64)
+        links[1:, 0] = node_key[:-1]  # a node's left key: the largest name of the node before it
+        child_at, child_key, at = positions, node_key, at + nodes * _TREE_SIZE
+    btree = at - _TREE_SIZE
+    struct.pack_into("<BBHII4xHHB3xQQ", data, header, 1, 0, 1, 1, 24, _SYMBOL_TABLE, 16, 0, base + btree, base + heap)
+    return _RootIndex(data, base + header, base + btree, base + heap)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Leaf:
     """One dataset of an episode: its rows' shape and dtype, and whether it has ``T + 1`` rows."""
@@ -295,8 +468,8 @@ class Hdf5EpisodeFile:
         self._templates: dict[np.dtype | None, _EpisodeTemplate] = {}
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o644)
         self._end = _SUPERBLOCK_SIZE
-        # Per episode, its root symbol-table entry: (name, header, B-tree, heap) addresses.
-        self._entries: list[tuple[bytes, int, int, int]] = []
+        # Per episode, its root symbol-table entry: its id, its header's, B-tree's and heap's addresses.
+        self._entries = _RootEntries()
         self._steps = 0  # of every episode written
         # The episodes and steps in the index the superblock points to: none, in an empty file
         # that is a valid HDF5 file from the start.
@@ -351,9 +524,7 @@ class Hdf5EpisodeFile:
             raise
         self._end = at
         self._steps += length
-        self._entries.append(
-            (f"episode_{index}".encode(), base + template.header, base + template.btree, base + template.heap)
-        )
+        self._entries.append(index, base + template.header, base + template.btree, base + template.heap)
 
     def _write_rows(
         self,
@@ -385,26 +556,20 @@ class Hdf5EpisodeFile:
 
     def _write_index(self) -> None:
         """The root group's index after the episodes, then the superblock pointing to it."""
-        layout = _Layout()
-        entries = [
-            (name, struct.pack("<Q", header), (struct.pack("<Q", btree), struct.pack("<Q", heap)))
-            for name, header, btree, heap in self._entries
-        ]
-        btree, heap = layout.group_index(entries)
-        header = layout.object_header([(_SYMBOL_TABLE, 0, [_Address(btree), _Address(heap)])])
         base = self._end
-        _write_runs(self._fd, [(base, layout.placed(base))])
-        self._end = base + layout.here()
+        index = _root_index(self._entries.rows(), base)
+        _write_runs(self._fd, [(base, index.data)])
+        self._end = base + len(index.data)
         superblock = _SIGNATURE + bytes((0, 0, 0, 0, 0, 8, 8, 0)) + struct.pack("<HHI", _LEAF_K, _NODE_K, 0)
         superblock += struct.pack("<QQQQ", 0, UNDEFINED, self._end, UNDEFINED)
-        superblock += struct.pack("<QQII", 0, base + header, 1, 0) + struct.pack("<QQ", base + btree, base + heap)
+        superblock += struct.pack("<QQII", 0, index.header, 1, 0) + struct.pack("<QQ", index.btree, index.heap)
         _write_runs(self._fd, [(0, superblock)])
         self._indexed, self._indexed_steps = len(self._entries), self._steps
 
     def flush(self) -> None:
         """Index the episodes written so far if their count has doubled since the last index
         (the first episode included)."""
-        if self._entries and len(self._entries) >= 2 * self._indexed:
+        if len(self._entries) and len(self._entries) >= 2 * self._indexed:
             self._write_index()
 
     def close(self) -> None:
