@@ -292,7 +292,6 @@ def _root_index(entries: np.ndarray, base: int) -> _RootIndex:
     names, padded = _episode_names(entries["id"])
     order = np.argsort(names.view(f"S{names.shape[1]}").ravel(), kind="stable")  # HDF5 sorts by strcmp
     names, padded = names[order], padded[order]
-    sorted_entries = entries[order]
     heap_size = 8 + int(padded.sum())  # offset 0 is the empty name
     offsets = (8 + np.cumsum(padded) - padded).astype(np.uint64)
     leaf_nodes = -(-count // (2 * _LEAF_K))
@@ -321,16 +320,17 @@ def _root_index(entries: np.ndarray, base: int) -> _RootIndex:
     snods["signature"], snods["version"] = b"SNOD", 1
     snods["count"] = np.minimum(2 * _LEAF_K, count - 2 * _LEAF_K * np.arange(leaf_nodes))
     symbols = snods["entries"]
-    for field, column in (
-        ("name", offsets),
-        ("header", sorted_entries["header"]),
-        ("btree", sorted_entries["btree"]),
-        ("heap", sorted_entries["heap"]),
-        ("cache", np.ones(count, np.uint32)),  # cached: the subgroup's symbol table addresses
-    ):
-        filled = np.zeros(slots, column.dtype)
+
+    def fill(field: str, column: np.ndarray | int) -> None:
+        """One field of every symbol-table entry, padded with empty slots to whole nodes."""
+        filled = np.zeros(slots, _ENTRY_DTYPE[field])
         filled[:count] = column
         symbols[field] = filled.reshape(leaf_nodes, 2 * _LEAF_K)
+
+    fill("name", offsets)
+    for field in ("header", "btree", "heap"):
+        fill(field, entries[field][order])  # one sorted column at a time
+    fill("cache", 1)  # a subgroup's entry caches its symbol table's addresses
     # Each child of the level being built: its relative position and the offset of the largest
     # name below it.
     child_at = snod_at + _SNOD_SIZE * np.arange(leaf_nodes, dtype=np.uint64)
