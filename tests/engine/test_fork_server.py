@@ -64,6 +64,12 @@ def _sigchld(handler: signal.Handlers) -> Iterator[None]:
         signal.signal(signal.SIGCHLD, previous)
 
 
+# Descriptors above this process's open ones in the low limit the server starts under: enough
+# for that first start (it took 11 on Python 3.11), with room to spare. Every one more is a
+# worker more, each a process started, in the start over the server's limit that follows.
+LOW_LIMIT_HEADROOM = 16
+
+
 def _server_started_under(limit: int) -> int:
     """Start the fork server (with a forkserver vector env, as a user's first one does) while
     ``RLIMIT_NOFILE`` is ``limit``, then put the limit back; returns how many workers the server
@@ -88,7 +94,7 @@ def test_a_descriptor_limit_raised_after_the_fork_server_started_reaches_it() ->
     the limit again: the server kept the low one, and used to die in the middle of the next
     start with more workers than it could hold (a bare ``EOFError``). Its limit is raised to
     this process's first, so the start works, and the workers get the limit set here."""
-    room = _server_started_under(len(open_fds()) + 20)
+    room = _server_started_under(len(open_fds()) + LOW_LIMIT_HEADROOM)
     workers = room + 3  # more than the server could hold under its old limit
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     with SubprocVectorEnv(healthy_fns(workers), workers, context="forkserver") as envs:
@@ -126,7 +132,7 @@ def test_a_fork_server_that_dies_during_a_start_is_named(monkeypatch: pytest.Mon
     """Where the server's limit could not be raised (``prepare`` does nothing here), it dies in
     the middle of the start: the workers it had started lost it, and the start raises a vecenv
     error naming the fork server, not a bare ``EOFError``; the next start runs a new server."""
-    room = _server_started_under(len(open_fds()) + 20)
+    room = _server_started_under(len(open_fds()) + LOW_LIMIT_HEADROOM)
     server = fork_server.server_pid()
     monkeypatch.setattr(fork_server, "prepare", lambda: None)
     workers = room + 3
