@@ -1401,15 +1401,17 @@ def test_an_unpicklable_rollout_policy_is_named() -> None:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("ctx", ["fork", "spawn"])
 def test_low_descriptor_limit_leaves_nothing_open(ctx: str) -> None:
-    """With ``RLIMIT_NOFILE`` too low for 8 workers, at every limit around what they need: the
-    constructor either works or raises one clear error, and leaves no descriptor open."""
+    """With ``RLIMIT_NOFILE`` too low for 4 workers, at every limit around what they need: the
+    constructor either works or raises one clear error, and leaves no descriptor open. (Four
+    workers pass every stage a start can fail at, the first worker, a middle one and the last,
+    at half the limits and starts that eight take.)"""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource_tracker.ensure_running()  # spawn starts it once per process: not a leak
     before = open_fds()
     # A new descriptor takes the lowest free number, and the limit bounds the numbers.
     base = len(before)
     outcomes: dict[int, str] = {}
-    # From too few for a single worker upwards, until three limits in a row let it run: what 8
+    # From too few for a single worker upwards, until three limits in a row let it run: what 4
     # workers need depends on the Python, the kernel (a pidfd per worker where it has them) and
     # the numbers already taken, so the walk finds the edge rather than assuming it.
     step = 1 if ctx == "fork" else 3  # spawn starts slowly: every third limit
@@ -1419,7 +1421,7 @@ def test_low_descriptor_limit_leaves_nothing_open(ctx: str) -> None:
                 break
             resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
             try:
-                envs = vecenv.SubprocVectorEnv(healthy_fns(8), 8, context=ctx)
+                envs = vecenv.SubprocVectorEnv(healthy_fns(4), 4, context=ctx)
             except VecEnvError as exc:
                 assert "RLIMIT_NOFILE" in str(exc) and "descriptors" in str(exc), str(exc)
                 outcomes[limit] = "refused"
