@@ -235,7 +235,7 @@ def test_a_compare_interrupted_in_its_second_run_keeps_the_first_as_an_uninterru
     written as a whole run of a writes them, b is left out and summary.json's ``partial`` says
     so (the finished run, minutes of training, was dropped with the cut one)."""
     common = ["--num-envs", "2", "--num-steps", "32", "--minibatch-size", "64"]
-    common += ["--update-epochs", "1", "--seed", "2", "--total-timesteps", "8192"]
+    common += ["--update-epochs", "1", "--seed", "2", "--total-timesteps", "4096"]
     whole = _train(tmp_path / "whole", *common, "--vector", "sync", timeout=120)
 
     def second_run_under_way(proc: subprocess.Popen[str]) -> str:
