@@ -1,8 +1,9 @@
 """The side-by-side training scripts: SB3's own PPO on three vector envs, CleanRL's ppo.py.
 
-``scripts/sb3_ppo.py`` runs for real on a few hundred steps (every vector env it names learns
-the same number of steps and reports a split of its time); ``scripts/cleanrl_ppo.py`` needs a
-CleanRL checkout, which CI does not have, so only its command line is checked here.
+``scripts/sb3_ppo.py`` runs for real on 128 steps, one rollout and one update (every vector env
+it names learns the same number of steps and reports a split of its time);
+``scripts/cleanrl_ppo.py`` needs a CleanRL checkout, which CI does not have, so only its command
+line is checked here.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def _run(script: str, *args: str, timeout: float = 240) -> subprocess.CompletedP
 
 @pytest.mark.timeout(300)
 def test_sb3_ppo_learns_the_same_steps_on_each_vector_env() -> None:
-    done = _run("sb3_ppo.py", "--vec", "dummy,vecenv", "--total-timesteps", "512", "--num-envs", "4")
+    done = _run("sb3_ppo.py", "--vec", "dummy,vecenv", "--total-timesteps", "128", "--num-envs", "4")
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| dummy") or line.startswith("| vecenv")]
     assert len(rows) == 2, done.stdout
