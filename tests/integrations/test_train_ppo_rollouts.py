@@ -205,7 +205,7 @@ def test_the_workers_rollouts_and_stepping_take_the_same_actions(
     are split, so where the policy runs does not change what it does: the same episodes and the
     same losses, with groups of 2, 2, 1 and 1 rows against one forward over 6 (stepping)."""
     common = ["--num-envs", "6", "--num-steps", "16", "--seed", "3"]
-    common += ["--total-timesteps", "1024", "--update-epochs", "2", "--hide-velocity", *policy]
+    common += ["--total-timesteps", "576", "--update-epochs", "2", "--hide-velocity", *policy]
     rollout = _run(tmp_path / "rollout", *common, "--num-workers", "4", timeout=220)
     step = _run(tmp_path / "step", *common, "--collect", "step", *stepping, timeout=220)
     episodes = _episodes(tmp_path / "rollout")
