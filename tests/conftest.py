@@ -14,6 +14,11 @@
   RLlib tests (marker ``rllib``) are deselected where the Gymnasium is not the one ray[rllib] pins.
 * A watchdog (``tests/helpers/watchdog.py``) ends the session, with every thread's stack, when a
   test overruns its timeout by a minute: pytest-timeout cannot interrupt a test stuck in C code.
+* Ctrl+C is delivered: a pytest started with SIGINT ignored (a background job of a
+  non-interactive shell, as ``cmd &`` in a script starts it) gets Python's default handler
+  back, so that the tests that send SIGINT to themselves or to the scripts they start (which
+  inherit the disposition, and rightly keep an ignored SIGINT ignored) see it as a terminal's
+  Ctrl+C reaches a user's program.
 * SB3's logs go to pytest's temp dir (``SB3_LOGDIR``), not one new folder per ``learn()``.
 * ``start_methods(*methods)``: a ``pytest.mark.parametrize`` over multiprocessing start methods
   with readable ids (``ctx=fork``); the ``start_method`` fixture runs a test once per method.
@@ -24,6 +29,7 @@ from __future__ import annotations
 import glob
 import multiprocessing
 import os
+import signal
 from multiprocessing import shared_memory
 
 import pytest
@@ -75,6 +81,11 @@ def rllib_absent() -> str | None:
     if pins and pins != [f"gymnasium=={gymnasium}"]:
         return f"ray[rllib] pins {pins[0]}, this venv has gymnasium {gymnasium}"
     return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:  # see the module docstring
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
