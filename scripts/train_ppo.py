@@ -152,7 +152,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     g.add_argument(
         "--video-every",
         type=positive_int,
-        default=argparse.SUPPRESS,  # absent unless given, so that giving it alone can be refused
+        default=None,  # None unless given, so that giving it alone can be refused
         metavar="K",
         help=f"with --capture-video: episodes 0, K, 2K... (default: {VIDEO_EVERY})",
     )
@@ -235,12 +235,13 @@ def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if len(set(kinds)) < len(kinds):  # one kind's rows would be two runs under one name, one line in the plot
         p.error(f"argument --compare: expected each vector kind at most once, got {args.compare!r}")
     args.kinds = kinds
-    if "video_every" in vars(args) and not args.capture_video:  # it would record nothing, silently
+    if args.video_every is not None and not args.capture_video:  # it would record nothing, silently
         p.error(
             f"argument --video-every: expected --capture-video with it (it picks the recorded episodes), "
             f"got --video-every {args.video_every} without --capture-video"
         )
-    args.video_every = vars(args).get("video_every", VIDEO_EVERY)
+    if args.video_every is None:
+        args.video_every = VIDEO_EVERY
     if args.num_workers != "auto" and "vecenv" not in kinds:  # the other kinds have a worker per env
         p.error(
             f"argument --num-workers: expected the vecenv kind among the vector kinds (only it reads it), "
