@@ -336,26 +336,54 @@ def check_may_start_processes(what: str) -> None:
 def unguarded_main() -> tuple[str, int] | None:
     """``(path, line)`` of the running script's top-level statement that is running now (it is
     what called us), when that statement is not under ``if __name__ == "__main__":``; else
-    ``None``. No script file (a notebook, ``python -c``, stdin) means nothing to import again."""
+    ``None``. No script file (a notebook, ``python -c``, stdin) means nothing to import again.
+
+    The script's top level may run further top-level code in its own namespace
+    (``exec(open("cell.py").read())``): workers importing the script run that again too, so
+    each such level counts. The statement is guarded where any level's is; a level whose
+    source cannot be read (a string) can hold a guard only if its code reads ``__name__``, and
+    then nothing is known. The line reported is the script's own.
+    """
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     if main is None or not isinstance(path, str) or not os.path.isfile(path):
         return None
+    levels: list[FrameType] = []  # innermost first; the script's own top level is the last
     frame: FrameType | None = sys._getframe(1)
-    while frame is not None and not (frame.f_code.co_name == "<module>" and frame.f_globals is vars(main)):
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals is vars(main):
+            levels.append(frame)
         frame = frame.f_back
-    if frame is None:
+    if not levels:
         return None
-    line = frame.f_lineno
+    if any(_level_guarded(level) is not False for level in levels[:-1]):
+        return None  # guarded at an inner level, or not known
+    script = levels[-1]
     try:
         source, code = _read(path, os.stat(path).st_mtime_ns)
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return None
-    if not _same_code(code, frame.f_code):
+    if not _same_code(code, script.f_code):
         # The file was edited since the script started (during a long run, say): its line
         # numbers say nothing about the running statement, so nothing is known, nothing changed.
         return None
+    line = script.f_lineno
     return None if guarded_line(source, line) else (path, line)
+
+
+def _level_guarded(frame: FrameType) -> bool | None:
+    """Whether the statement running in ``frame`` (top-level code that the script ran in its own
+    namespace with ``exec``) lies under a main guard of that code; ``None``: not known."""
+    path = frame.f_code.co_filename
+    if os.path.isfile(path):
+        try:
+            source, code = _read(path, os.stat(path).st_mtime_ns)
+        except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+            code = None
+        if code is not None and _same_code(code, frame.f_code):
+            return guarded_line(source, frame.f_lineno)
+    # No source to read: top-level code that never reads __name__ holds no guard.
+    return None if "__name__" in frame.f_code.co_names else False
 
 
 @functools.lru_cache(maxsize=8)

@@ -1685,6 +1685,58 @@ def test_a_guarded_script_edited_while_it_runs_is_not_refused(ctx: str, tmp_path
     assert "UnguardedMain" not in proc.stderr, proc.stderr
 
 
+def _script_running_a_cell(tmp_path: Path, ctx: str | None, cell_guarded: bool) -> tuple[Script, int]:
+    """A script whose unguarded top level runs a string of code in its own namespace
+    (``exec(cell)``, as a notebook converted to a script does), the cell building the vector
+    env (under a guard of its own where ``cell_guarded``); and the line of the ``exec``."""
+    script = Script(tmp_path, "subproc", ctx)
+    body = [BUILDS["subproc"].format(ctx="" if ctx is None else f", context={ctx!r}"), USE["subproc"]]
+    body += ["stop.set()", 'print("ok", method, flush=True)']
+    if cell_guarded:
+        body = ['if __name__ == "__main__":'] + ["    " + line for line in body]
+    head = SCRIPT_HEAD.format(root=str(ROOT), marker=str(script.marker))
+    script.path.write_text(head + f"cell = {chr(10).join(body)!r}\nexec(cell)\nstop.set()\n")
+    return script, head.count("\n") + 2
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("ctx", [None, "forkserver", "spawn"])
+def test_a_script_that_execs_unguarded_code_which_builds_a_vector_env_is_refused_or_forked(
+    ctx: str | None, tmp_path: Path
+) -> None:
+    """The statement building the vector env runs in code the script's unguarded top level
+    passed to ``exec``: every spawn/forkserver worker, importing the script, would run it again.
+    The guard check read only that innermost level, whose source it could not read, and let it
+    through: the workers died with exit code 1 (set_start_method's or CPython's bootstrapping
+    error in each). Now the script's line is named, as for any unguarded statement."""
+    script, exec_line = _script_running_a_cell(tmp_path, ctx, cell_guarded=False)
+    proc, runs = script.run(sys.executable)
+    assert runs == 1, f"the script's top level ran {runs} times:\n{proc.stderr}"
+    if ctx is None:  # vecenv chose forkserver (a helper thread runs): it forks, and says why
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.splitlines() == ["ok fork"], proc.stdout
+        warnings = [line for line in proc.stderr.splitlines() if "UnguardedMainWarning" in line]
+        assert len(warnings) == 1 and f"train.py:{exec_line}: " in warnings[0], proc.stderr
+        return
+    assert proc.returncode == 1, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("vecenv.errors.UnguardedMainError: "), proc.stderr
+    assert f"{script.path}, line {exec_line}" in last, last
+    assert proc.stderr.count("Traceback") == 1, proc.stderr  # the parent's, no worker's
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("ctx", [None, "forkserver"])
+def test_a_script_that_execs_code_with_its_own_main_guard_keeps_its_method(ctx: str | None, tmp_path: Path) -> None:
+    """The exec'd code builds the vector env under a guard of its own: a worker importing the
+    script runs that code as ``__mp_main__``, skipping it, so nothing is refused or forked."""
+    script, _ = _script_running_a_cell(tmp_path, ctx, cell_guarded=True)
+    proc, _ = script.run(sys.executable)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["ok forkserver"], proc.stdout + proc.stderr
+    assert "UnguardedMain" not in proc.stderr, proc.stderr
+
+
 def test_main_guard_detection_reads_the_script() -> None:
     from vecenv.machine import guarded_line
 
