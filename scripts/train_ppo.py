@@ -84,6 +84,9 @@ VECTOR_KINDS = ("vecenv", "sync", "async", "sb3")
 SOLVE_WINDOW = 20  # episodes in the rolling mean that decides "solved"
 #: --video-every when not given: env 0's episodes 0, 10, 20... are recorded.
 VIDEO_EVERY = 10
+#: What ``--plot`` reads besides the CSV: the folder to draw into and the words of the picture's
+#: title; every other option trains, and is refused with ``--plot``.
+PLOT_OPTIONS = frozenset({"plot", "out", "env_id", "num_envs", "seed", "env_step_ms"})
 
 
 # -- command line -------------------------------------------------------------------------------
@@ -161,7 +164,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=existing_file,
         default=None,
         metavar="CSV",
-        help="train nothing: redraw the learning curve of an episodes.csv into --out",
+        help="train nothing: redraw the learning curve of an episodes.csv into --out (its title "
+        "names --env-id, --num-envs, --seed and --env-step-ms; training options are refused)",
     )
 
     h = p.add_argument_group("PPO hyperparameters")
@@ -206,8 +210,28 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="stop an update's epochs early once the approximate KL exceeds this (None: never)",
     )
     args = p.parse_args(argv)
+    if args.plot is not None:
+        refuse_training_options(p, argv, args)
     _check_args(p, args)
     return args
+
+
+def refuse_training_options(p: argparse.ArgumentParser, argv: Sequence[str] | None, args: argparse.Namespace) -> None:
+    """A usage error for a training option given with ``--plot``, which trains nothing: the
+    option would be silently ignored (a value equal to the default too, since it was given).
+    The command line is parsed again into a namespace whose every option is already set to a
+    marker: argparse leaves a preset attribute alone unless the option is given."""
+    unset = object()
+    given = p.parse_args(argv, namespace=argparse.Namespace(**dict.fromkeys(vars(args), unset)))
+    for dest, value in vars(given).items():
+        if dest in PLOT_OPTIONS or value is unset:
+            continue
+        option = ("--" if value is not False else "--no-") + dest.replace("_", "-")
+        shown = option if isinstance(value, bool) else f"{option} {value}"
+        p.error(
+            f"argument {option}: expected no training option with --plot (it redraws a saved "
+            f"episodes.csv, training nothing), got {shown} with --plot"
+        )
 
 
 def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -189,6 +189,45 @@ def test_bad_input_is_one_line_naming_the_option_before_anything_starts(
     assert not (tmp_path / "runs").exists(), "nothing written"
 
 
+EPISODES_HEADER = "vector,env_step,wall_time_s,episode_return,episode_length,env_index\n"
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize(
+    ("args", "option", "shown"),
+    [
+        (["--total-timesteps", "5000"], "--total-timesteps", "--total-timesteps 5000"),
+        (["--total-timesteps", "100000"], "--total-timesteps", "--total-timesteps 100000"),  # the default, given
+        (["--compare", "vecenv,sync"], "--compare", "--compare vecenv,sync"),
+        (["--vector", "sync"], "--vector", "--vector sync"),
+        (["--learning-rate", "0.01"], "--learning-rate", "--learning-rate 0.01"),
+        (["--no-anneal-lr"], "--no-anneal-lr", "--no-anneal-lr"),
+        (["--stop-when-solved"], "--stop-when-solved", "--stop-when-solved"),
+        (["--capture-video"], "--capture-video", "--capture-video"),
+    ],
+)
+def test_a_training_option_with_plot_is_refused_not_ignored(
+    tmp_path: Path, args: list[str], option: str, shown: str
+) -> None:
+    """``--plot`` trains nothing: a training option given with it was silently ignored."""
+    (tmp_path / "episodes.csv").write_text(EPISODES_HEADER + "sync,8,0.5,12.0,12,3\n")
+    line = run_with_bad_input("train_ppo", ["--plot", "episodes.csv", "--out", "again", *args], cwd=tmp_path)
+    assert f"argument {option}: expected no training option with --plot" in line, line
+    assert line.endswith(f"got {shown} with --plot"), line
+    assert not (tmp_path / "again").exists(), "nothing written"
+
+
+@pytest.mark.timeout(90)
+def test_plot_takes_the_options_its_title_names(tmp_path: Path) -> None:
+    """What ``--plot`` does read (the folder and the title's words) is still accepted."""
+    (tmp_path / "episodes.csv").write_text(EPISODES_HEADER + "sync,8,0.5,12.0,12,3\n")
+    cmd = [sys.executable, str(SCRIPT), "--plot", "episodes.csv", "--out", "again", "--env-id", "CartPole-v1"]
+    cmd += ["--num-envs", "4", "--seed", "3", "--env-step-ms", "1"]
+    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=80)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().endswith("wrote again/learning_curve.png"), proc.stdout
+
+
 @pytest.mark.timeout(200)
 def test_capture_video_records_env_0_every_k_episodes_and_keeps_the_returns(tmp_path: Path) -> None:
     imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg", reason="needs the video extra: pip install -e '.[video]'")
