@@ -28,7 +28,7 @@ kind; needs matplotlib). ``--compare vecenv,sync,async`` trains once per kind, s
 hyperparameters, and puts them all in one CSV and one picture. Ctrl+C or SIGTERM during a run
 after the first writes the finished runs as a whole run writes them, the cut run and those not
 started left out, as ``summary.json``'s ``partial`` says (``null`` for a whole run); one during
-the first run writes nothing. ``--capture-video`` also records
+the first run writes nothing, and one while the files are written says which of them it wrote. ``--capture-video`` also records
 env 0's episodes 0, K, 2K... (``--video-every K``) as mp4 files in ``videos/KIND/``, as CleanRL's
 scripts do; rendering does not change the envs' dynamics, so the returns stay the same.
 
@@ -779,12 +779,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             ended = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted (Ctrl+C)"
             left_out = args.kinds[len(summaries) :]
             partial = f"the run was {ended} during the {kind} run: {', '.join(left_out)} left out"
-            written = write_results(args, episodes, summaries, partial)
             verb = "terminated" if isinstance(exc, Terminated) else "interrupted"
             finished = ",".join(s.vector for s in summaries)
+            written: list[str] = []
+            try:
+                write_results(args, episodes, summaries, partial, written)
+            except KeyboardInterrupt as again:  # a second Ctrl+C (or SIGTERM) cut the writing
+                cut = f"{verb} during the {kind} run and again while writing the finished runs ({finished})"
+                print(cut_writing_line(cut, args.out, written), file=sys.stderr, flush=True)
+                return exit_status(again)
             print(
                 f"train_ppo.py: {verb} during the {kind} run: the finished runs ({finished}) written to "
-                f"{written}; {', '.join(left_out)} left out",
+                f"{written_text(args.out, written)}; {', '.join(left_out)} left out",
                 file=sys.stderr,
                 flush=True,
             )
@@ -802,25 +808,56 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{mean_return_text(summary.final_mean_return)}; {solved}",
             flush=True,
         )
-    print(f"wrote {write_results(args, episodes, summaries, None)}")
+    written = []
+    try:
+        write_results(args, episodes, summaries, None, written)
+    except KeyboardInterrupt as exc:  # the runs are over, some of their files may be written
+        verb = "terminated" if isinstance(exc, Terminated) else "interrupted"
+        print(cut_writing_line(f"{verb} while writing the results", args.out, written), file=sys.stderr, flush=True)
+        return exit_status(exc)
+    print(f"wrote {written_text(args.out, written)}")
     return 0
 
 
+#: The files :func:`write_results` writes, in the order it writes them.
+RESULT_FILES = ("episodes.csv", "summary.json", "learning_curve.png")
+
+
 def write_results(
-    args: argparse.Namespace, episodes: list[Episode], summaries: list[RunSummary], partial: str | None
-) -> str:
+    args: argparse.Namespace,
+    episodes: list[Episode],
+    summaries: list[RunSummary],
+    partial: str | None,
+    written: list[str],
+) -> None:
     """episodes.csv, summary.json and learning_curve.png of the finished runs into ``--out``;
     ``partial`` (``null`` in summary.json for a whole run) says which runs an interrupt left out.
-    Returns the files written, for the last line."""
+    Each file is replaced whole or not at all, and its name is appended to ``written`` once it is
+    in place: an interrupt between two files leaves some written, and the last line says which."""
     write_csv(args.out / "episodes.csv", episodes)
+    written.append("episodes.csv")
     config = {k: (str(v) if isinstance(v, pathlib.Path) else v) for k, v in vars(args).items()}
     runs = [dataclasses.asdict(s) for s in summaries]
     write_text_atomically(
         args.out / "summary.json",
         json_text({"config": config, "cpu_count": os.cpu_count(), "partial": partial, "runs": runs}),
     )
-    drawn = plot(episodes, args.out / "learning_curve.png", curve_title(args))
-    return f"{args.out}/episodes.csv, summary.json" + (", learning_curve.png" if drawn else "")
+    written.append("summary.json")
+    if plot(episodes, args.out / "learning_curve.png", curve_title(args)):
+        written.append("learning_curve.png")
+
+
+def written_text(out: pathlib.Path, written: list[str]) -> str:
+    """The files written into ``out``, for the last line: ``OUT/episodes.csv, summary.json``."""
+    return f"{out}/{', '.join(written)}"
+
+
+def cut_writing_line(cut: str, out: pathlib.Path, written: list[str]) -> str:
+    """The one line for an interrupt while :func:`write_results` wrote: which files it had put in
+    ``out``, and which it left as they were (absent, or from an earlier run into ``out``)."""
+    left = ", ".join(name for name in RESULT_FILES if name not in written)
+    done = f"{written_text(out, written)} written" if written else "nothing was written"
+    return f"train_ppo.py: {cut}: {done}; {left} left as they were"
 
 
 if __name__ == "__main__":

@@ -304,6 +304,67 @@ def test_a_compare_interrupted_in_its_second_run_keeps_the_first_as_an_uninterru
     assert json.loads((tmp_path / "whole" / "summary.json").read_text())["partial"] is None
 
 
+@pytest.mark.parametrize(
+    ("args", "cut", "written", "left"),
+    [
+        # Ctrl+C in run b of --compare a,b, then again while run a's files were written.
+        (
+            ["--compare", "sync,vecenv"],
+            "interrupted during the vecenv run and again while writing the finished runs (sync)",
+            "/episodes.csv, summary.json written",
+            "learning_curve.png left as they were",
+        ),
+        # Ctrl+C once the runs are over, while their files were written.
+        (
+            ["--vector", "sync"],
+            "interrupted while writing the results",
+            "/episodes.csv, summary.json written",
+            "learning_curve.png left as they were",
+        ),
+    ],
+    ids=["second-ctrl-c", "ctrl-c-at-the-end"],
+)
+def test_an_interrupt_while_the_results_are_written_names_what_was_written(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    cut: str,
+    written: str,
+    left: str,
+) -> None:
+    """An interrupt while episodes.csv, summary.json and learning_curve.png are written (here:
+    while the picture is drawn) said "nothing was written", with the first two written."""
+    import torch
+
+    module = load_script("train_ppo")
+
+    def train(_: object, kind: str) -> tuple[list[object], object]:
+        if kind == "vecenv":
+            raise KeyboardInterrupt
+        episode = module.Episode(kind, 8, 0.5, 12.0, 12, 0)
+        summary = module.RunSummary(kind, 2, 0.0, 16, 1.0, 16.0, 1, None, False, None, None)
+        return [episode], summary
+
+    def plot(*_: object) -> bool:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(module, "train", train)
+    monkeypatch.setattr(module, "plot", plot)
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    try:
+        status = module.run_main("train_ppo.py", lambda: module.main(["--out", str(tmp_path), *args]))
+    finally:  # main sets both for the whole process
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic)
+    assert status == 130
+    line = capsys.readouterr().err.strip()
+    assert line == f"train_ppo.py: {cut}: {tmp_path}{written}; {left}", line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["episodes.csv", "summary.json"], "no temporary file"
+    with (tmp_path / "episodes.csv").open(newline="") as f:
+        assert [row["vector"] for row in csv.DictReader(f)] == ["sync"]
+
+
 def test_the_guide_and_the_docstring_name_every_column_of_episodes_csv() -> None:
     """The columns a user reads episodes.csv by are the ones written (the guide named five of six)."""
     module = load_script("train_ppo")
