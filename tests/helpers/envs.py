@@ -1226,6 +1226,19 @@ def taller_frame(frame: np.ndarray) -> np.ndarray:
     return np.zeros((frame.shape[0] + 1,) + frame.shape[1:], frame.dtype)
 
 
+def float_frame(frame: np.ndarray) -> np.ndarray:
+    """The frame as float64, each value plus 0.75 (a cast to uint8 drops it), and its last pixel
+    (300, -5, 255.9): beyond uint8's range, clipped to (255, 0, 255)."""
+    spoilt = frame.astype(np.float64) + 0.75
+    spoilt[-1, -1] = (300.0, -5.0, 255.9)
+    return spoilt
+
+
+def complex_frame(frame: np.ndarray) -> np.ndarray:
+    """An image-shaped array of complex numbers: no pixels."""
+    return frame.astype(np.complex128)
+
+
 def frame_fns(num_envs: int, **kwargs: Any) -> list[Any]:
     """One picklable :class:`FrameEnv` constructor per env index."""
     return [functools.partial(FrameEnv, index=i, **kwargs) for i in range(num_envs)]

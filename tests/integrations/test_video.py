@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import functools
 import gc
+import logging
 import os
 import re
 import sys
 import threading
+import warnings
 from typing import Any
 
 import numpy as np
@@ -22,7 +24,16 @@ import pytest
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 
 import vecenv
-from tests.helpers.envs import BadFrameEnv, five_channel_frame, flat_frame, frame_fns, listed_frame, taller_frame
+from tests.helpers.envs import (
+    BadFrameEnv,
+    complex_frame,
+    five_channel_frame,
+    flat_frame,
+    float_frame,
+    frame_fns,
+    listed_frame,
+    taller_frame,
+)
 from tests.helpers.faults import open_fds
 from vecenv.bench import procfs
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, VecEnvError
@@ -455,6 +466,7 @@ def test_record_video_of_a_multi_agent_row_follows_a_per_copy_reset_mask(tmp_pat
         (flat_frame, InvalidArgumentError, "with 1 to 4 channels, got an array of shape (144,)"),
         (five_channel_frame, InvalidArgumentError, "with 1 to 4 channels, got an array of shape (6, 8, 5)"),
         (taller_frame, InvalidArgumentError, "(6, 8, 3) as the first frame of rl-video-env1-episode-0.mp4, got a "),
+        (complex_frame, InvalidArgumentError, "image array of numbers (uint8), got an array of dtype complex128"),
     ],
     ids=lambda v: getattr(v, "__name__", "")[:12],
 )
@@ -504,3 +516,61 @@ def test_a_refused_first_frame_leaves_no_video_listed_and_the_mp4_of_a_refused_s
     assert os.listdir(tmp_path / "first") == []
     (video,) = wrapped.videos
     assert imageio_ffmpeg.count_frames_and_secs(video)[0] == 1
+
+
+def _float_frames_recorded(
+    tmp_path: Any, workers: int | None, writer: Any
+) -> tuple[RecordVideo, list[warnings.WarningMessage]]:
+    """Env 1 of two renders float frames (:func:`float_frame`) from its reset on; both envs are
+    recorded for a step (no episode ends: they last 2 steps or more). Returns the closed wrapper and every warning raised meanwhile."""
+    fns = [functools.partial(BadFrameEnv, float_frame, index=i, bad=1, at=0) for i in range(2)]
+    envs = SyncVectorEnv(fns) if workers is None else vecenv.SubprocVectorEnv(fns, workers)
+    wrapped = RecordVideo(envs, tmp_path, env_ids=[0, 1], episode_trigger=every(1), writer=writer)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # every warning, the encoder thread's too, is recorded
+        try:
+            wrapped.reset(seed=0)
+            wrapped.step(np.zeros(2, np.int64))
+        finally:
+            wrapped.close()  # inside: the encoder's warnings come while it drains
+    return wrapped, caught
+
+
+FLOAT_FRAME_WARNING = (
+    "RecordVideo: env 1's render() returns float64 frames, not the uint8 of Gymnasium's rgb_array frames; "
+    "they are cast to uint8 as Gymnasium's RecordVideo casts them (values clipped to [0, 255], so frames "
+    "scaled to [0, 1] are nearly black). Return uint8 frames to choose the conversion"
+)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("workers", [None, 1], ids=["sync", "vecenv"])
+def test_float_frames_are_cast_to_uint8_as_gymnasium_casts_them_with_one_warning(tmp_path: Any, workers: Any) -> None:
+    """Frames that are not uint8 reach the writer cast as Gymnasium's RecordVideo (moviepy's
+    ``astype("uint8")``) casts them, clipped to [0, 255], with one warning for the env; they
+    reached it as they were, for imageio to rescale each by its own range, warning per frame."""
+    store = MemoryVideos()
+    _, caught = _float_frames_recorded(tmp_path, workers, store)
+    assert [str(w.message) for w in caught] == [FLOAT_FRAME_WARNING]
+    assert caught[0].filename == __file__, "the warning points at the call that recorded"
+    frames = store.videos["rl-video-env1-episode-0.mp4"]
+    assert len(frames) == 2 and all(f.dtype == np.uint8 for f in frames)
+    for t, frame in enumerate(frames):
+        expected = np.zeros((6, 8, 3), np.uint8)
+        expected[0, 0] = (1, t, 0)  # FrameEnv's pixel: env, step, episode
+        expected[-1, -1] = (255, 0, 255)
+        assert np.array_equal(frame, expected), t
+
+
+@pytest.mark.timeout(60)
+def test_float_frames_make_an_mp4_with_one_warning_not_one_per_frame(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The real writer: imageio logged "Lossy conversion from float64 to uint8" for every frame."""
+    imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg", reason="needs the video extra: pip install -e '.[video]'")
+    caplog.set_level(logging.WARNING)
+    wrapped, caught = _float_frames_recorded(tmp_path, None, None)
+    assert [r.getMessage() for r in caplog.records] == [], "imageio had nothing to convert"
+    assert [str(w.message) for w in caught] == [FLOAT_FRAME_WARNING]
+    counts = {os.path.basename(p): imageio_ffmpeg.count_frames_and_secs(p)[0] for p in wrapped.videos}
+    assert counts == {"rl-video-env0-episode-0.mp4": 2, "rl-video-env1-episode-0.mp4": 2}

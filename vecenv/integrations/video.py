@@ -38,6 +38,7 @@ import math
 import os
 import queue
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -202,12 +203,32 @@ class _Video:
 
 #: Channels an image frame may have, last axis of a (height, width, channels) array: as imageio's.
 _CHANNELS = (1, 2, 3, 4)
+#: dtype kinds a frame may have: bool, signed and unsigned integers, floats (all but uint8 are cast).
+_PIXEL_KINDS = "biuf"
+
+
+def _as_uint8(frame: np.ndarray) -> np.ndarray:
+    """``frame`` with uint8 pixels, as Gymnasium's ``RecordVideo`` writes it: moviepy casts every
+    frame with ``astype("uint8")``. Values are clipped to [0, 255] first (and NaN is 0), so that
+    the cast is defined for every value; within that range the pixels are Gymnasium's.
+
+    imageio would convert it too, but by each frame's own minimum and maximum (the brightness of
+    a video then changes from frame to frame) and with a warning per frame."""
+    if frame.dtype == np.uint8:
+        return frame
+    if frame.dtype.kind == "b":
+        return frame.astype(np.uint8)
+    if frame.dtype.kind == "f":
+        frame = np.nan_to_num(frame, nan=0.0)
+    return np.clip(frame, 0, 255).astype(np.uint8)
 
 
 def _frame_problem(frame: Any, video: _Video) -> str | None:
     """What makes ``frame`` unfit for ``video`` (a sentence ending in what was received), or ``None``."""
     if not isinstance(frame, np.ndarray):
         return f"must return an image array, got {describe(frame)}"
+    if frame.dtype.kind not in _PIXEL_KINDS:
+        return f"must return an image array of numbers (uint8), got an array of dtype {frame.dtype}"
     shape = frame.shape
     image = len(shape) in (2, 3) and min(shape[:2]) > 0 and (len(shape) == 2 or shape[2] in _CHANNELS)
     if not image:
@@ -297,6 +318,7 @@ class RecordVideo(VectorWrapper):
         self._episode = {i: -1 for i in self.env_ids}  # the episode each chosen env is in
         self._open: dict[int, _Video] = {}  # env -> the video being recorded
         self._ended = {i: False for i in self.env_ids}  # ended at the last step (NEXT_STEP: the next resets it)
+        self._cast: set[int] = set()  # envs whose frames were not uint8: warned once, at the first
         super().__init__(env)
 
     @property
@@ -382,9 +404,18 @@ class RecordVideo(VectorWrapper):
                 refusal = ArgumentTypeError if not isinstance(frame, np.ndarray) else InvalidArgumentError
                 raise refusal(f"RecordVideo: env {i}'s render() {problem}")
         for i, frame in frames:
+            if frame.dtype != np.uint8 and i not in self._cast:
+                self._cast.add(i)
+                warnings.warn(
+                    f"RecordVideo: env {i}'s render() returns {frame.dtype} frames, not the uint8 of "
+                    f"Gymnasium's rgb_array frames; they are cast to uint8 as Gymnasium's RecordVideo "
+                    f"casts them (values clipped to [0, 255], so frames scaled to [0, 1] are nearly black). "
+                    f"Return uint8 frames to choose the conversion",
+                    stacklevel=3,
+                )
             video = self._open[i]
             video.shape = frame.shape
-            video.writer.append(frame)
+            video.writer.append(_as_uint8(frame))
 
     def _finish(self, i: int) -> None:
         video = self._open.pop(i, None)
