@@ -10,11 +10,13 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 from gymnasium.vector import SyncVectorEnv
+from gymnasium.vector.utils import batch_space
 
 from tests.engine.test_differential import assert_same, same_steps
 from tests.helpers.envs import ActionRecorderEnv, ActionReprEnv, AnyActionEnv, PayEnv, fns
 from vecenv import SubprocVectorEnv
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError
+from vecenv.parent import action_rows
 
 
 @pytest.mark.timeout(60)
@@ -154,6 +156,34 @@ def test_a_str_as_the_batch_of_a_text_action_space_is_refused(num_workers: int) 
         assert envs.step(("a", "bc", "abc"))[4]["action"].tolist() == ["'a'", "'bc'", "'abc'"]
     finally:
         envs.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_actions_sent_as_items_batch_the_action_space_once_not_at_every_step(
+    num_workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Actions that travel as items (a Text space's, or a list) were split by the action space
+    batched anew at every step, as SyncVectorEnv does once: 0.5 s a step for a Text space and
+    4,096 envs. The envs are handed what SyncVectorEnv hands them, step after step."""
+    batched: list[int] = []
+
+    def counted(space: spaces.Space, n: int) -> spaces.Space:
+        batched.append(n)
+        return batch_space(space, n)
+
+    monkeypatch.setattr(action_rows, "batch_space", counted)
+    make = fns(AnyActionEnv, 3, action_space=spaces.Text(3))
+    envs = SubprocVectorEnv(make, num_workers=num_workers)
+    sync = SyncVectorEnv(make)
+    try:
+        assert_same(envs.reset(seed=0), sync.reset(seed=0))
+        for actions in [("a", "bc", "abc"), ("c", "", "b"), ("ab", "ab", "ab"), ("", "", "")]:
+            assert_same(envs.step(actions), sync.step(actions))
+    finally:
+        envs.close()
+        sync.close()
+    assert batched == [3], "batched once, for the 3 envs"
 
 
 _BOX2 = spaces.Box(-1.0, 1.0, (2,), np.float32)
