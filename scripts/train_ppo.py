@@ -28,9 +28,10 @@ kind; needs matplotlib). ``--compare vecenv,sync,async`` trains once per kind, s
 hyperparameters, and puts them all in one CSV and one picture. Ctrl+C or SIGTERM during a run
 after the first writes the finished runs as a whole run writes them, the cut run and those not
 started left out, as ``summary.json``'s ``partial`` says (``null`` for a whole run); one during
-the first run writes nothing, and one while the files are written says which of them it wrote. ``--capture-video`` also records
-env 0's episodes 0, K, 2K... (``--video-every K``) as mp4 files in ``videos/KIND/``, as CleanRL's
-scripts do; rendering does not change the envs' dynamics, so the returns stay the same.
+the first run writes nothing, and one while the files are written says which of them it wrote.
+``--capture-video`` also records env 0's episodes 0, K, 2K... (``--video-every K``) as mp4 files
+in ``videos/KIND/``, as CleanRL's scripts do; rendering does not change the envs' dynamics, so
+the returns stay the same.
 
     pip install -e ".[train]"
     python scripts/train_ppo.py --vector vecenv --num-envs 8

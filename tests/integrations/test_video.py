@@ -522,7 +522,8 @@ def _float_frames_recorded(
     tmp_path: Any, workers: int | None, writer: Any
 ) -> tuple[RecordVideo, list[warnings.WarningMessage]]:
     """Env 1 of two renders float frames (:func:`float_frame`) from its reset on; both envs are
-    recorded for a step (no episode ends: they last 2 steps or more). Returns the closed wrapper and every warning raised meanwhile."""
+    recorded for a step (no episode ends: they last 2 steps or more). Returns the closed wrapper
+    and every warning raised meanwhile."""
     fns = [functools.partial(BadFrameEnv, float_frame, index=i, bad=1, at=0) for i in range(2)]
     envs = SyncVectorEnv(fns) if workers is None else vecenv.SubprocVectorEnv(fns, workers)
     wrapped = RecordVideo(envs, tmp_path, env_ids=[0, 1], episode_trigger=every(1), writer=writer)
