@@ -60,6 +60,7 @@ import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # also runs from a checkout
 from vecenv.argtypes import (  # noqa: E402
+    DefaultsHelpFormatter,
     existing_file,
     finite_float,
     non_negative_float,
@@ -97,7 +98,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The options; every one is explained by ``--help``."""
     p = argparse.ArgumentParser(
         description="PPO (CleanRL's recipe) on a vecenv, Gymnasium Sync/Async or SB3 vector env.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     g = p.add_argument_group("run")
     g.add_argument("--env-id", default="CartPole-v1", help="registered Gymnasium env id (discrete actions)")
@@ -121,7 +122,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=_workers,
         default="auto",
         help="vecenv worker processes: a count in [0, --num-envs] (0: the envs step in this "
-        "process) or 'auto' (default): time one env and keep cheap envs in this process, "
+        "process) or 'auto': time one env and keep cheap envs in this process, "
         "else one worker per core; a count needs the vecenv kind (the others have a worker per env)",
     )
     g.add_argument("--seed", type=non_negative_int, default=1, help="seeds torch, the action sampler and the envs")
@@ -208,7 +209,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--target-kl",
         type=positive_float,
         default=None,
-        help="stop an update's epochs early once the approximate KL exceeds this (None: never)",
+        help="stop an update's epochs early once the approximate KL exceeds this (default: never)",
     )
     args = p.parse_args(argv)
     if args.plot is not None:

@@ -61,6 +61,7 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # also runs from a checkout
 import vecenv  # noqa: E402
 from vecenv.argtypes import (  # noqa: E402
+    DefaultsHelpFormatter,
     finite_float,
     non_negative_float,
     non_negative_int,
@@ -102,7 +103,7 @@ SOLVE_WINDOW = ppo.SOLVE_WINDOW
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description="PPO with the policy in the workers (envs.rollout), or stepping for comparison.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     g = p.add_argument_group("run")
     g.add_argument(
@@ -159,13 +160,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--minibatch-size",
         type=positive_int,
         default=None,
-        help="--policy mlp only: transitions per gradient step (None: 256); the LSTM's are --num-minibatches",
+        help="--policy mlp only: transitions per gradient step (default: 256); the LSTM's are --num-minibatches",
     )
     h.add_argument(
         "--num-minibatches",
         type=positive_int,
         default=None,
-        help="--policy lstm only: minibatches of whole env sequences (None: 1); the MLP's are --minibatch-size",
+        help="--policy lstm only: minibatches of whole env sequences (default: 1); the MLP's are --minibatch-size",
     )
     h.add_argument("--update-epochs", type=positive_int, default=20, help="passes over each rollout")
     h.add_argument("--norm-adv", action=argparse.BooleanOptionalAction, default=True, help="normalise advantages")
@@ -175,13 +176,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     h.add_argument("--vf-coef", type=non_negative_float, default=0.5, help="weight of the value loss")
     h.add_argument("--max-grad-norm", type=positive_float, default=0.5, help="gradient-norm clip")
     h.add_argument(
-        "--target-kl", type=positive_float, default=None, help="stop an update's epochs beyond this KL (None: never)"
+        "--target-kl", type=positive_float, default=None, help="stop an update's epochs beyond this KL (default: never)"
     )
     h.add_argument(
         "--hidden",
         type=positive_int,
         default=None,
-        help="--policy lstm only: the LSTM's hidden units (None: 64); the MLP's layers are fixed, as train_ppo.py's",
+        help="--policy lstm only: the LSTM's hidden units (default: 64); the MLP's layers are fixed, as train_ppo.py's",
     )
     args = p.parse_args(argv)
     _check_args(p, args)

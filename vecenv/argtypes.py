@@ -24,6 +24,7 @@ __all__ = [
     "existing_file",
     "out_folder",
     "env_id",
+    "DefaultsHelpFormatter",
 ]
 
 
@@ -128,3 +129,14 @@ def env_id(text: str) -> str:
         reason = " ".join(str(exc).split())
         raise argparse.ArgumentTypeError(f"expected a registered Gymnasium env id, got {text!r} ({reason})") from None
     return text
+
+
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's defaults formatter, minus ``(default: None)``: an option whose default is
+    filled in after parsing (``--video-every``) says the value it then takes in its own help, and
+    a second, contradicting ``(default: None)`` after it would mislead."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None:
+            return action.help
+        return super()._get_help_string(action)

@@ -372,3 +372,19 @@ def test_the_guide_and_the_docstring_name_every_column_of_episodes_csv() -> None
     for field in dataclasses.fields(module.Episode):
         assert f"`{field.name}`" in guide, field.name
         assert f"``{field.name}``" in (module.__doc__ or ""), field.name
+
+
+def _help(script: Path) -> str:
+    """``script --help``, its whitespace runs made single spaces (argparse wraps the lines)."""
+    proc = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return " ".join(proc.stdout.split())
+
+
+def test_help_states_one_default_per_option_the_one_used() -> None:
+    """An option whose default is filled in later (--video-every) shows that value once, never a
+    second "(default: None)" that contradicts it."""
+    text = _help(SCRIPT)
+    assert "(default: None)" not in text, text
+    assert "--video-every K with --capture-video: episodes 0, K, 2K... (default: 10) --plot" in text, text
+    assert "'auto': time one env" in text and "(default: auto)" in text, text

@@ -385,3 +385,14 @@ def test_an_interrupted_overlapped_training_ends_its_workers_and_says_so_in_one_
     assert len(workers) == 2
     assert_all_ended(workers, "a worker")
     assert not list(out.iterdir()), "nothing written"
+
+
+def test_help_states_each_default_as_the_value_used() -> None:
+    """Options whose default is filled in later say the value they then take, never
+    "(default: None)" (which reads as no value at all)."""
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())
+    assert "(default: None)" not in text, text
+    for shown in ("(default: 256)", "(default: 1)", "(default: never)", "(default: 64)"):
+        assert shown in text, (shown, text)
