@@ -373,3 +373,17 @@ def test_the_vecenv_names_in_prose_exist(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     missing = [f"{names[name]}: {name}" for name in proc.stdout.split()]
     assert not missing, "\n".join(missing)
+
+
+def test_the_api_reference_shows_the_rollout_methods() -> None:
+    """``GroupVectorEnv`` gets ``rollout`` and the rest of its rollout API from a mixin, whose
+    members mkdocstrings leaves out unless they are named: each public one is named under
+    ``GroupVectorEnv``'s ``inherited_members`` on the API reference page."""
+    from vecenv.parent.rollouts import RolloutMethods
+
+    page = (REPO / "docs" / "api" / "vector-envs.md").read_text()
+    block = page.split("::: vecenv.GroupVectorEnv\n", 1)[1].split(":::", 1)[0]
+    named = set(re.findall(r"^\s+- (\w+)$", block, re.M))
+    public = {name for name in vars(RolloutMethods) if not name.startswith("_")}
+    assert public, "RolloutMethods has no public members: the test no longer sees them"
+    assert public <= named, f"not in the API reference: {sorted(public - named)}"
