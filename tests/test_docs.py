@@ -20,6 +20,7 @@ Any other ``docs-test:`` comment, or one that does not sit just before a python 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import shlex
@@ -387,3 +388,47 @@ def test_the_api_reference_shows_the_rollout_methods() -> None:
     public = {name for name in vars(RolloutMethods) if not name.startswith("_")}
     assert public, "RolloutMethods has no public members: the test no longer sees them"
     assert public <= named, f"not in the API reference: {sorted(public - named)}"
+
+
+def _api_entries() -> list[tuple[str, str, list[str]]]:
+    """Each ``::: NAME`` of the API pages, with the member names its options list (``members:``
+    and ``inherited_members:``, inline ``[a, b]`` or one ``- name`` a line)."""
+    entries = []
+    for page in sorted((REPO / "docs" / "api").glob("*.md")):
+        for match in re.finditer(r"^::: (\S+)\n((?:    .*\n)*)", page.read_text(), re.M):
+            names: list[str] = []
+            for option in re.finditer(r"^ +(?:inherited_)?members: *(\[.*\])?\n((?: +- \w+\n)*)", match[2], re.M):
+                names += re.findall(r"\w+", option[1] or "") + re.findall(r"- (\w+)", option[2])
+            entries.append((page.name, match[1], names))
+    return entries
+
+
+@pytest.mark.timeout(120)
+def test_the_api_members_named_are_there_to_document(tmp_path: Path) -> None:
+    """Every member an API page names is an attribute of its class or module itself, where
+    mkdocstrings finds it: an instance attribute first set in a method (``self.x = ...``) would
+    be named and render nothing."""
+    entries = [(page, name, members) for page, name, members in _api_entries() if members]
+    assert any("start_method" in members for _, _, members in entries), entries
+    check = (
+        "import importlib, json, sys\n"
+        "missing = []\n"
+        "for page, name, members in json.loads(sys.argv[1]):\n"
+        "    module, _, attr = name.rpartition('.')\n"
+        "    try:\n"
+        "        obj = importlib.import_module(name)\n"
+        "    except ModuleNotFoundError:\n"
+        "        obj = getattr(importlib.import_module(module), attr)\n"
+        "    missing += [f'{page}: {name}.{m}' for m in members if not hasattr(obj, m)]\n"
+        "print('\\n'.join(missing))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", check, json.dumps(entries)],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert not proc.stdout.strip(), f"named on an API page, not found where mkdocstrings looks:\n{proc.stdout}"

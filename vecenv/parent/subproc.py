@@ -121,6 +121,10 @@ class SubprocVectorEnv(GroupVectorEnv):
 
     #: What ``num_workers="auto"`` chose and why (``None`` for an explicit count).
     worker_choice: WorkerChoice | None = None
+    #: The multiprocessing start method the workers were started with; ``None`` when no
+    #: worker process starts (``num_workers=0``, or one group hosted in this process with
+    #: ``inline_group``): every env runs in this process.
+    start_method: str | None = None
 
     def __init__(
         self,
@@ -234,10 +238,7 @@ class SubprocVectorEnv(GroupVectorEnv):
             check_may_start_processes(name)
             method = guard_main(ctx.get_start_method(), chosen, name, "context")
             ctx = multiprocessing.get_context(method)
-        #: The multiprocessing start method the workers were started with; ``None`` when no
-        #: worker process starts (``num_workers=0``, or one group hosted in this process with
-        #: ``inline_group``): every env runs in this process.
-        self.start_method: str | None = ctx.get_start_method() if starts_processes else None
+        self.start_method = ctx.get_start_method() if starts_processes else None
         mode = options.worker_observation_mode
         processes = ProcessTransport(
             ctx,
