@@ -338,6 +338,43 @@ def test_an_out_that_is_or_lies_under_a_file_is_refused_before_the_envs_are_buil
     assert notes.read_text() == "keep me" and sorted(tmp_path.iterdir()) == [notes]
 
 
+def test_an_out_inside_an_existing_dataset_is_refused_before_the_envs_are_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """An --out inside a rollout dataset's folder, or a Minari dataset's, was written there:
+    the rollout dataset then held a folder and --overwrite refused it as "not a rollout
+    dataset"; deleting the Minari dataset deleted the output. Now one line naming --out and the
+    dataset, exit status 2, before any env starts, and nothing is written."""
+
+    ours = tmp_path / "ours"
+    collect(counter_envs(2, AutoresetMode.NEXT_STEP), steps=3, out=ours, progress=False)
+    theirs = tmp_path / "root" / "ns" / "data-v0"
+    (theirs / "data").mkdir(parents=True)
+    (theirs / "data" / "metadata.json").write_text('{"dataset_id": "ns/data-v0", "total_steps": 3}')
+    before = sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*"))
+
+    refuse_to_build_envs(monkeypatch, "an output inside a dataset")
+    for out, folder, kind in [
+        (ours / "sub", ours, "a rollout dataset"),
+        (ours / "a" / "b", ours, "a rollout dataset"),
+        (theirs / "sub", theirs, "the Minari dataset 'ns/data-v0'"),
+    ]:
+        message = (
+            f"out: expected a path outside any dataset, got {str(out)!r}, which lies in {str(folder)!r}, "
+            f"{kind}; choose a folder beside it"
+        )
+        assert main(["--steps", "10", "--quiet", "--out", str(out), "--overwrite"]) == 2
+        assert capsys.readouterr().err == f"vecenv-collect: error: --{message}\n"
+        with pytest.raises(rollout.OutputExistsError, match=re.escape(message)):
+            collect(counter_envs(2, AutoresetMode.NEXT_STEP), steps=3, out=out, progress=False)
+    assert sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*")) == before
+    # Beside a dataset is fine, and the dataset itself may be overwritten.
+    collect(counter_envs(2, AutoresetMode.NEXT_STEP), steps=3, out=tmp_path / "beside", progress=False)
+    collect(counter_envs(2, AutoresetMode.NEXT_STEP), steps=4, out=ours, overwrite=True, progress=False)
+    with load(ours) as dataset:
+        assert len(dataset["actions"]) == 4
+
+
 def _refuse_out_in_read_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     """``--out`` inside the read-only ``tmp_path / "ro"``: exit status 2, one line naming --out
     and the folder, before any env is built; the Python API raises DatasetWriteError."""

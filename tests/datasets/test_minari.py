@@ -11,6 +11,7 @@ import gc
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -273,6 +274,35 @@ def test_a_minari_root_that_is_or_lies_under_a_file_is_refused_before_anything_s
         with pytest.raises(rollout.OutputExistsError, match=r"^out: expected a directory path"):
             collect(sync_envs(2), steps=10, format="minari", dataset_id="ns/x-v0", out=out, progress=False)
     assert notes.read_text() == "keep me"
+
+
+def test_a_minari_root_that_is_or_lies_in_a_dataset_is_refused_before_anything_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """--format minari --out naming a rollout dataset (or a folder in one), or a Minari
+    dataset, wrote the new dataset's folders into it: `vecenv-collect --out data/x` then
+    `--format minari --out data/x` left data/x a rollout dataset no --overwrite would replace.
+    Now bad input (exit status 2, one line naming --out and the dataset), for collecting and
+    for export, and nothing is written."""
+    ours = tmp_path / "ours"
+    collect(sync_envs(2), steps=10, out=ours, progress=False)
+    collect(sync_envs(2), steps=10, format="minari", dataset_id="ns/old-v0", out=tmp_path / "m", progress=False)
+    theirs = tmp_path / "m" / "ns" / "old-v0"
+    before = sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*"))
+    refuse_to_build_envs(monkeypatch, "a Minari root inside a dataset")
+    minari_args = ["--format", "minari", "--dataset-id", "ns/x-v0", "--steps", "10", "--quiet"]
+    for out, where in [
+        (ours, "which is a rollout dataset"),
+        (ours / "root", f"which lies in {str(ours)!r}, a rollout dataset"),
+        (theirs, "which is the Minari dataset 'ns/old-v0'"),
+    ]:
+        message = f"out: expected a path outside any dataset, got {str(out)!r}, {where}; choose a folder beside it"
+        for args in [minari_args, ["export", str(ours), "--dataset-id", "ns/x-v0", "--quiet"]]:
+            assert main([*args, "--out", str(out)]) == 2
+            assert capsys.readouterr().err == f"vecenv-collect: error: --{message}\n"
+        with pytest.raises(rollout.OutputExistsError, match=re.escape(message)):
+            collect(sync_envs(2), steps=10, format="minari", dataset_id="ns/x-v0", out=out, progress=False)
+    assert sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*")) == before
 
 
 def test_env_spec_is_recorded_so_recover_environment_works(tmp_path: Path) -> None:

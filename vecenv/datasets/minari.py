@@ -47,7 +47,14 @@ from vecenv.datasets.errors import (
 from vecenv.datasets.format import json_default, space_from_description
 from vecenv.datasets.hdf5_episodes import EpisodePieces, Hdf5EpisodeFile
 from vecenv.datasets.sinks import OPEN_EPISODES, EpisodeSummary, with_last
-from vecenv.datasets.writer import FLUSH_INTERVAL_S, check_directory_path, check_replaceable, chunk_rows, now
+from vecenv.datasets.writer import (
+    FLUSH_INTERVAL_S,
+    check_directory_path,
+    check_outside_datasets,
+    check_replaceable,
+    chunk_rows,
+    now,
+)
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError
 from vecenv.files import write_text_atomically
 from vecenv.seeding import SeedPolicy
@@ -120,6 +127,7 @@ def minari_target(
         ) from None
     root = datasets_root(out)
     check_directory_path(root, names.out)
+    check_outside_datasets(root, names.out, include_self=True)
     target = root / dataset_id
     check_directory_path(target, names.dataset_id)  # a file where the id's folders would go
     if target.exists():

@@ -257,6 +257,7 @@ def check_out(out: Path, overwrite: bool, names: OptionNames = KEYWORDS) -> None
     DatasetWriteError (``EACCES``) where it cannot be written or replaced (``names``: how the
     message names the options, ``FLAGS`` for the command line)."""
     check_directory_path(out, names.out)
+    check_outside_datasets(out, names.out, include_self=False)
     if not out.exists():
         return
     if not overwrite:
@@ -292,6 +293,41 @@ def check_directory_path(path: Path, name: str) -> None:
                 f"is not writable ({_REASONS[denied]})",
             )
         return
+
+
+def check_outside_datasets(path: Path, name: str, include_self: bool) -> None:
+    """Raise OutputExistsError when ``path`` lies inside an existing dataset's folder (ours, or
+    a Minari dataset), or is one when ``include_self`` (a Minari datasets root must not be a
+    dataset). Written there, the output would mix with that dataset's files: a rollout
+    dataset then no longer is one to ``overwrite`` (it holds a foreign folder), and deleting
+    the dataset would delete the output with it. ``name`` is how the message names the option."""
+    folders = (path, *path.parents) if include_self else path.parents
+    for folder in folders:
+        kind = _dataset_kind(folder)
+        if kind is not None:
+            where = "which is" if folder == path else f"which lies in {str(folder)!r},"
+            raise OutputExistsError(
+                f"{name}: expected a path outside any dataset, got {str(path)!r}, {where} {kind}; "
+                "choose a folder beside it"
+            )
+
+
+def _dataset_kind(folder: Path) -> str | None:
+    """What dataset ``folder`` holds, in words for a message ('a rollout dataset', 'the Minari
+    dataset ...'), or None: a ``metadata.json`` of our format, or a ``data/metadata.json``
+    that names a Minari dataset id (Minari's layout: ``<root>/<id>/data/metadata.json``)."""
+    for metadata_path in (folder / METADATA_FILE, folder / "data" / METADATA_FILE):
+        try:
+            metadata = json.loads(metadata_path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(metadata, dict):
+            continue
+        if metadata_path.parent == folder and metadata.get("format") == FORMAT_NAME:
+            return "a rollout dataset"
+        if metadata_path.parent != folder and isinstance(metadata.get("dataset_id"), str):
+            return f"the Minari dataset {metadata['dataset_id']!r}"
+    return None
 
 
 #: How a message says why a folder is not writable, by errno.
