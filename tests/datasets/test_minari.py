@@ -305,6 +305,31 @@ def test_a_minari_root_that_is_or_lies_in_a_dataset_is_refused_before_anything_s
     assert sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*")) == before
 
 
+def test_a_bad_minari_root_from_the_environment_is_named_as_such(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Without --out the datasets root is $MINARI_DATASETS_PATH (or ~/.minari/datasets): a bad
+    one was reported as "--out: ...", an option the command line did not have."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("keep me")
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(notes))
+    refuse_to_build_envs(monkeypatch, "a datasets root that is a file")
+    message = f"MINARI_DATASETS_PATH: expected a directory path, got {str(notes)!r}, which is an existing file"
+    assert main(["--format", "minari", "--dataset-id", "ns/x-v0", "--steps", "10", "--quiet"]) == 2
+    assert capsys.readouterr().err == f"vecenv-collect: error: {message}\n"
+    collect(sync_envs(2), steps=10, out=tmp_path / "ours", progress=False)
+    assert main(["export", str(tmp_path / "ours"), "--dataset-id", "ns/x-v0", "--quiet"]) == 2
+    assert capsys.readouterr().err == f"vecenv-collect: error: {message}\n"
+    with pytest.raises(rollout.OutputExistsError, match=re.escape(message)):
+        collect(sync_envs(2), steps=10, format="minari", dataset_id="ns/x-v0", progress=False)
+    # Minari's default root, under a HOME that is a file.
+    monkeypatch.delenv("MINARI_DATASETS_PATH")
+    monkeypatch.setenv("HOME", str(notes))
+    with pytest.raises(rollout.OutputExistsError, match=re.escape("Minari's datasets root (~/.minari/datasets): ")):
+        collect(sync_envs(2), steps=10, format="minari", dataset_id="ns/x-v0", progress=False)
+    assert notes.read_text() == "keep me"
+
+
 def test_env_spec_is_recorded_so_recover_environment_works(tmp_path: Path) -> None:
     # max_episode_steps is gymnasium.make's, not the env's: the spec holds it as its field.
     envs = vecenv.make("RolloutCounter-v0", 2, 2, env_kwargs={"max_length": 3, "max_episode_steps": 50})

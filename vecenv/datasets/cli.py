@@ -128,7 +128,9 @@ def _checked_output(args: argparse.Namespace) -> Path:
 
         out = datasets_root(args.out)
         try:
-            minari_target(args.dataset_id, out, args.overwrite, FLAGS, args.minari_storage or "hdf5", prepare=False)
+            minari_target(
+                args.dataset_id, args.out, args.overwrite, FLAGS, args.minari_storage or "hdf5", prepare=False
+            )
         except (MinariNotInstalledError, ValueError, FileExistsError) as exc:
             raise _UsageError(str(exc)) from None
         except DatasetWriteError as exc:  # a read-only directory: the message without "[Errno 13]"
@@ -331,7 +333,7 @@ def _export(args: argparse.Namespace) -> int:
     storage = args.minari_storage or "hdf5"
     try:
         # The id and the target, in our terms; export_minari replaces the dataset.
-        minari_target(args.dataset_id, root, args.overwrite, FLAGS, storage, prepare=False)
+        minari_target(args.dataset_id, args.out, args.overwrite, FLAGS, storage, prepare=False)
     except DatasetWriteError as exc:  # a read-only --out is bad input, as for collect (exit status 2)
         raise _UsageError(str(exc.strerror)) from None
     except (MinariNotInstalledError, ValueError, FileExistsError) as exc:

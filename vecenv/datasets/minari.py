@@ -71,6 +71,12 @@ _NAMESPACE_FILE = "namespace_metadata.json"  # what makes a folder a Minari name
 _METADATA_KEYS = ("author", "author_email", "code_permalink", "description", "algorithm_name")
 
 
+#: How a message names Minari's datasets root where no ``out`` was given: the environment
+#: variable that set it, or Minari's default (``~/.minari/datasets``).
+_ROOT_VARIABLE = "MINARI_DATASETS_PATH"
+_DEFAULT_ROOT = "Minari's datasets root (~/.minari/datasets)"
+
+
 def import_minari(storage: str = "hdf5") -> Any:
     """The ``minari`` module with what its ``storage`` backend needs (h5py for HDF5, pyarrow for
     Arrow), or MinariNotInstalledError (one line saying how to install it). Checked before any
@@ -90,7 +96,7 @@ def datasets_root(out: str | os.PathLike[str] | None) -> Path:
     absolute (Minari's size count joins a relative root twice)."""
     if out is not None:
         return Path(out).absolute()
-    return Path(os.environ.get("MINARI_DATASETS_PATH") or Path.home() / ".minari" / "datasets").absolute()
+    return Path(os.environ.get(_ROOT_VARIABLE) or Path.home() / ".minari" / "datasets").absolute()
 
 
 def minari_target(
@@ -126,6 +132,8 @@ def minari_target(
             f"a version is required; Minari says: {exc}), got {dataset_id!r}"
         ) from None
     root = datasets_root(out)
+    if out is None:  # the root is Minari's: say where it came from, not "out"
+        names = dataclasses.replace(names, out=_ROOT_VARIABLE if os.environ.get(_ROOT_VARIABLE) else _DEFAULT_ROOT)
     check_directory_path(root, names.out)
     check_outside_datasets(root, names.out, include_self=True)
     target = root / dataset_id
@@ -161,15 +169,15 @@ def _is_minari_dataset(target: Path, dataset_id: str) -> bool:
 @contextlib.contextmanager
 def _minari_root(root: Path) -> Iterator[None]:
     """Point Minari's dataset root (``MINARI_DATASETS_PATH``) at ``root`` for a while."""
-    previous = os.environ.get("MINARI_DATASETS_PATH")
-    os.environ["MINARI_DATASETS_PATH"] = str(root)
+    previous = os.environ.get(_ROOT_VARIABLE)
+    os.environ[_ROOT_VARIABLE] = str(root)
     try:
         yield
     finally:
         if previous is None:
-            del os.environ["MINARI_DATASETS_PATH"]
+            del os.environ[_ROOT_VARIABLE]
         else:
-            os.environ["MINARI_DATASETS_PATH"] = previous
+            os.environ[_ROOT_VARIABLE] = previous
 
 
 class _RecordedEnv(gymnasium.Env):
