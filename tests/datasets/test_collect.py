@@ -1187,6 +1187,36 @@ def test_a_failed_write_never_reports_an_earlier_dataset_written_a_moment_before
         assert kept.complete and kept.transitions == 20
 
 
+@pytest.mark.skipif(not hasattr(signal, "SIGXFSZ"), reason="needs RLIMIT_FSIZE (POSIX)")
+def test_a_spill_that_cannot_be_written_is_a_write_error_and_leaves_no_spill_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Open episodes spilled to a full disk (here a file size limit): the spill's OSError went
+    out bare ("OSError: No space left on device", no path, reported as if an env had raised),
+    and closing the spill files failed again on their buffered bytes, so the spill folder,
+    often the largest thing on that disk, stayed. Now a DatasetWriteError naming the spill
+    file, and the folder is gone."""
+    import resource
+
+    monkeypatch.setattr(rollout.writer, "CHUNK_BYTES", 4096)  # spill after a few hundred rows
+    out = tmp_path / "d"
+    envs = SyncVectorEnv([LongEpisodeEnv for _ in range(2)])
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    try:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (10_000, hard))
+        with pytest.raises(rollout.DatasetWriteError) as raised:
+            collect(envs, episodes=1, out=out, progress=False)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+        envs.close()
+    assert raised.value.errno == errno.EFBIG
+    assert re.fullmatch(re.escape(str(out / ".spill")) + r"/\w+\.raw", raised.value.filename), raised.value.filename
+    assert f"cannot write {raised.value.filename}: File too large" in str(raised.value)
+    assert not (out / ".spill").exists()
+
+
 PROGRESS_ARGS = ["--env", "tests.helpers.envs:RolloutCounter-v0", "--num-envs", "2", "--num-workers", "1"]
 
 

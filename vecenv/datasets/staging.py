@@ -7,6 +7,7 @@ never end, so rows cannot simply wait in memory.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Iterator, Sequence
@@ -15,6 +16,7 @@ from typing import IO
 
 import numpy as np
 
+from vecenv.datasets.errors import write_error
 from vecenv.datasets.format import Leaf
 from vecenv.datasets.writer import chunk_rows
 
@@ -79,21 +81,31 @@ class EpisodeStager:
             self._spill_rows = 0
 
     def close(self) -> None:
-        """Close and delete the spill files."""
-        if self._files is not None:
-            for file in self._files:
+        """Close and delete the spill files, whatever closing them raises: a spill that failed
+        on a full disk leaves bytes in a file's buffer, whose flush at close fails again, and
+        the files (often the largest thing on that disk) must go all the same. Their contents
+        are thrown away, so an error closing them loses nothing."""
+        files, self._files = self._files or [], None
+        for file in files:
+            with contextlib.suppress(OSError):
                 file.close()
-            self._files = None
         shutil.rmtree(self.spill_dir, ignore_errors=True)
 
     def _spill(self, env: int) -> None:
-        if self._files is None:
-            self.spill_dir.mkdir(parents=True, exist_ok=True)
-            self._files = [open(self.spill_dir / f"{f.name}.raw", "w+b") for f in self.fields]  # noqa: SIM115
-        for file, field, block in zip(self._files, self.fields, self._blocks):
-            file.seek(self._spill_rows * field.row_bytes)
-            file.write(np.ascontiguousarray(block[env]).data)
-            file.flush()  # _read uses pread on the descriptor
+        """Append env ``env``'s full memory block to the spill files; an ``OSError`` (a full
+        disk, a file size limit) is raised as a :class:`DatasetWriteError` naming the file."""
+        path = self.spill_dir
+        try:
+            if self._files is None:
+                self.spill_dir.mkdir(parents=True, exist_ok=True)
+                self._files = [open(self.spill_dir / f"{f.name}.raw", "w+b") for f in self.fields]  # noqa: SIM115
+            for file, field, block in zip(self._files, self.fields, self._blocks):
+                path = self.spill_dir / f"{field.name}.raw"
+                file.seek(self._spill_rows * field.row_bytes)
+                file.write(np.ascontiguousarray(block[env]).data)
+                file.flush()  # _read uses pread on the descriptor
+        except OSError as exc:
+            raise write_error(exc, path) from exc
         self._spilled[env].append(self._spill_rows)
         self._spill_rows += self.block_rows
         self.filled[env] = 0
