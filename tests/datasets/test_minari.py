@@ -397,6 +397,11 @@ def test_out_is_the_datasets_root_and_existing_datasets_are_kept(tmp_path: Path)
             r"dataset_id: expected 'NAMESPACE/NAME-vN'.*Minari says.*got 'no version'",
         ),
         ({}, ValueError, r"dataset_id: expected 'NAMESPACE/NAME-vN' with format='minari', got None"),
+        (  # Minari's rule that the message did not say: 'a/b-v0' looked valid by it
+            {"dataset_id": "a/b-v0"},
+            ValueError,
+            r"dataset_id: .*a namespace of two characters or more;.*got 'a/b-v0'",
+        ),
         (
             {"dataset_id": "x-v0", "open_episodes": "keep"},
             ValueError,

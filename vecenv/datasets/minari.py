@@ -129,7 +129,7 @@ def minari_target(
     except (ValueError, TypeError) as exc:
         raise InvalidArgumentError(
             f"{names.dataset_id}: expected 'NAMESPACE/NAME-vN' or 'NAME-vN' (letters, digits, '-', '_'; "
-            f"a version is required; Minari says: {exc}), got {dataset_id!r}"
+            f"a namespace of two characters or more; a version is required; Minari says: {exc}), got {dataset_id!r}"
         ) from None
     root = datasets_root(out)
     if out is None:  # the root is Minari's: say where it came from, not "out"
