@@ -1061,3 +1061,35 @@ def test_an_overwrite_that_writes_no_episode_leaves_the_old_dataset(
     assert sorted(p.name for p in namespace.iterdir()) == before
     kept = minari.MinariDataset(namespace / "keep-v0" / "data")
     assert kept.total_episodes == 3 and kept.total_steps == steps
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pyarrow") is None, reason="needs pyarrow (minari[arrow])")
+def test_finalizing_an_arrow_dataset_of_many_episodes_takes_bounded_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Minari's size walk holds a path for every file and folder: a folder per Arrow episode, so
+    the last step of a long run peaked higher with each episode. The size recorded is the one
+    Minari's walk gives, reached without it."""
+    import tracemalloc
+
+    from vecenv.datasets import minari as minari_output
+
+    finalize = minari_output.MinariSink.finalize
+    peaks: list[int] = []
+
+    def measured(sink: Any, complete: bool) -> Any:
+        tracemalloc.start()
+        try:
+            return finalize(sink, complete)
+        finally:
+            peaks.append(tracemalloc.get_traced_memory()[1])
+            tracemalloc.stop()
+
+    monkeypatch.setattr(minari_output.MinariSink, "finalize", measured)
+    envs = SyncVectorEnv([lambda: CounterEnv(max_length=1) for _ in range(4)])
+    collect(envs, episodes=3000, format="minari", dataset_id="many-v0", progress=False, minari_storage="arrow")
+    loaded = minari.load_dataset("many-v0")
+    assert loaded.total_episodes == 3000
+    assert loaded.storage.metadata["dataset_size"] == loaded.storage.get_size()
+    (peak,) = peaks
+    assert peak < 400_000, f"finalize peaked at {peak} bytes traced for 3000 episodes"

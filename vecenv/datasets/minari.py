@@ -453,7 +453,7 @@ class MinariSink:
             raise no_episodes_error(self.dropped_transitions, self.dropped_episodes)
         counts = {"total_steps": self.transitions, "total_episodes": self.episodes}
         with self._writing():
-            _update_metadata(self.storage.data_path, {**counts, "dataset_size": self.storage.get_size()})
+            _update_metadata(self.storage.data_path, {**counts, "dataset_size": _dataset_size(self.storage.data_path)})
         self._record(complete, self.transitions, self.episodes)
         return self._minari.MinariDataset(self.storage.data_path)
 
@@ -519,6 +519,26 @@ def _not_yet_made(root: Path, target: Path) -> list[Path]:
         if not (folder / _NAMESPACE_FILE).exists():
             missing.append(folder / _NAMESPACE_FILE)
     return missing
+
+
+def _dataset_size(data_path: Path) -> float:
+    """The size in MB that Minari's ``get_size`` gives (every file and folder under
+    ``data_path``, folders counted by their own size), summed while the folders are read, so
+    memory stays bounded: Minari's ``glob("**/*")`` holds every path at once, tens of MB for an
+    Arrow dataset of some ten thousand episode folders."""
+    return round(_tree_bytes(data_path) / 1e6, 1)
+
+
+def _tree_bytes(folder: str | os.PathLike[str]) -> int:
+    """The bytes of every file and folder under ``folder`` (symbolic links followed, not
+    descended into, as Minari's walk), each folder read as it comes: one open listing per level."""
+    total = 0
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            total += entry.stat().st_size
+            if entry.is_dir(follow_symlinks=False):
+                total += _tree_bytes(entry.path)
+    return total
 
 
 def _update_metadata(data_path: Path, changes: Mapping[str, Any]) -> None:
