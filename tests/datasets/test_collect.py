@@ -1039,21 +1039,28 @@ MINARI_EARLY = ["--format", "minari", "--dataset-id", "test/early-v0"]
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process tree from /proc")
 @pytest.mark.parametrize("phase", ["_load_policy", "_make_envs"], ids=["checking-options", "starting-envs"])
 @pytest.mark.parametrize(
-    "output", [[], MINARI_EARLY, [*MINARI_EARLY, "--overwrite"]], ids=["ours", "minari", "minari-overwrite"]
+    "output",
+    [[], ["--overwrite"], MINARI_EARLY, [*MINARI_EARLY, "--overwrite"]],
+    ids=["ours", "ours-overwrite", "minari", "minari-overwrite"],
 )
 def test_interrupt_before_the_collection_writes_nothing_and_says_so(
     tmp_path: Path, output: list[str], phase: str
 ) -> None:
     """Ctrl+C before the collection began (the options are checked, which imports the env's
     and the policy's modules, or the workers are starting): exit 130, one line, and no output
-    directory, in either format; a Minari dataset that --overwrite would replace is kept."""
+    directory, in either format; a dataset that --overwrite would replace is kept, and the line
+    says so."""
     out = tmp_path / "d"
     ready = tmp_path / "ready"
-    if output:
+    minari_output = "minari" in output
+    if minari_output:
         pytest.importorskip("minari")
     replaced = "--overwrite" in output
+    kept = ""
     if replaced:  # the dataset the run would replace
-        assert main(["--steps", "20", "--num-envs", "2", "--quiet", "--out", str(out), *MINARI_EARLY]) == 0
+        formats = MINARI_EARLY if minari_output else []
+        assert main(["--steps", "20", "--num-envs", "2", "--quiet", "--out", str(out), *formats]) == 0
+        kept = "; Minari dataset 'test/early-v0' is as it was" if minari_output else f"; the dataset already in {out} is as it was"
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     script = (
         "import os, sys, time\n"
@@ -1079,7 +1086,7 @@ def test_interrupt_before_the_collection_writes_nothing_and_says_so(
             process.kill()
             process.communicate()
     assert process.returncode == 130, err
-    assert err == "vecenv-collect: interrupted while starting the environments: nothing was written\n", err
+    assert err == f"vecenv-collect: interrupted while starting the environments: nothing was written{kept}\n", err
     ready.unlink()
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
     assert out.exists() == replaced

@@ -197,7 +197,7 @@ def _run(args: argparse.Namespace, command_line: str, before: _Before) -> int:
         # can take seconds: Ctrl+C there is as much "before any data" as during start-up.
         if out is not None:
             _drop_empty_directories(out, before.existed)
-        print(INTERRUPTED_AT_START, file=sys.stderr)
+        print(INTERRUPTED_AT_START + _kept_at_start(args), file=sys.stderr)
         raise
     try:
         dataset = _collect(args, envs, policy, out, env_kwargs, command_line, before)
@@ -304,6 +304,19 @@ def _what_was_kept(args: argparse.Namespace, out: Path, before: _Before) -> str:
     if metadata.is_file():
         return f"nothing was written; the dataset already in {out} is as it was"
     return "nothing was written"
+
+
+def _kept_at_start(args: argparse.Namespace) -> str:
+    """The end of the start-up interruption's line: that the dataset already at the output (one
+    ``--overwrite`` was to replace) is as it was, when there is one. Start-up only checks the
+    output: the old dataset is moved aside only once the collection begins."""
+    if args.format == "minari" and not args.dataset_id:
+        return ""
+    if _identity(_metadata_path(args)) is None:
+        return ""
+    if args.format == "minari":
+        return f"; Minari dataset {args.dataset_id!r} is as it was"
+    return f"; the dataset already in {_output_path(args)} is as it was"
 
 
 def _drop_empty_directories(out: Path, existed: bool) -> None:
