@@ -19,6 +19,7 @@ Any other ``docs-test:`` comment, or one that does not sit just before a python 
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import os
@@ -432,3 +433,22 @@ def test_the_api_members_named_are_there_to_document(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert not proc.stdout.strip(), f"named on an API page, not found where mkdocstrings looks:\n{proc.stdout}"
+
+
+def test_every_member_of_state_says_what_may_be_called_in_it() -> None:
+    """``vecenv.State`` is on the API reference: mkdocstrings renders a member only with the
+    docstring placed after it, so each member has one."""
+    from vecenv import State
+
+    tree = ast.parse((REPO / "vecenv" / "parent" / "state.py").read_text())
+    body = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "State").body
+    documented = {
+        statement.targets[0].id
+        for statement, after in zip(body, body[1:])
+        if isinstance(statement, ast.Assign)
+        and isinstance(statement.targets[0], ast.Name)
+        and isinstance(after, ast.Expr)
+        and isinstance(after.value, ast.Constant)
+        and isinstance(after.value.value, str)
+    }
+    assert set(State.__members__) - documented == set()

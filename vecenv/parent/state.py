@@ -36,17 +36,38 @@ __all__ = ["State", "CallState", "PoolView", "SeedBook", "already_pending"]
 
 
 class State(Enum):
-    """What the parent is waiting for; the values name the call, as Gymnasium's ``AsyncState``."""
+    """What the parent is waiting for; the values name the call, as Gymnasium's ``AsyncState``.
+
+    Read it as ``envs.state``; each member says which calls the vector env accepts in it.
+    """
 
     DEFAULT = "default"
+    """Nothing pending: any call may start (``reset``, ``step``, ``rollout``, a ``*_async`` call,
+    ``async_reset``, ``call``, ``get_attr``, ``close``...)."""
     WAITING_RESET = "reset"
+    """``reset_async`` was sent: only ``reset_wait`` (which collects it) and ``close`` (which
+    warns) may be called; any other call raises."""
     WAITING_STEP = "step"
+    """``step_async`` was sent: only ``step_wait`` (which collects it) and ``close`` (which
+    warns) may be called; any other call raises."""
     WAITING_CALL = "call"
+    """``call_async`` was sent: only ``call_wait`` (which collects it) and ``close`` (which
+    warns) may be called; any other call raises."""
     WAITING_ROLLOUT = "rollout"
+    """``rollout_async`` was sent: only ``rollout_wait`` (which collects it) and ``close`` (which
+    warns) may be called; any other call raises."""
     WAITING_RECV = "recv"  # envs in flight through async_reset/send, collected by recv
+    """``async_reset`` put the envs in flight (EnvPool mode): ``recv``, ``send``, ``async_reset``
+    (starting over) and ``close``; with no env in flight (between a ``recv`` and its ``send``),
+    any call, ``call``, ``get_attr`` and ``set_attr`` keeping the batches going."""
     POOL = "recv"  # the same member under its earlier name (EnvPool mode)
+    """The earlier name of ``WAITING_RECV``: the same member."""
     BROKEN = "broken"
+    """A worker died and was not replaced: every call raises ``WorkerDiedError``; only ``close``
+    remains."""
     CLOSED = "closed"
+    """``close`` ran: every other call raises ``ClosedEnvironmentError``; ``close`` again does
+    nothing."""
 
 
 class PoolView(Protocol):
