@@ -452,3 +452,18 @@ def test_every_member_of_state_says_what_may_be_called_in_it() -> None:
         and isinstance(after.value.value, str)
     }
     assert set(State.__members__) - documented == set()
+
+
+def test_every_option_of_the_bench_suites_is_on_a_page() -> None:
+    """Each option a suite's ``vecenv-bench --suite NAME --help`` lists is named on a page,
+    which says what it sets."""
+    from vecenv.bench import cli
+
+    text = "\n".join(page.read_text() for page in PAGES)
+    missing = []
+    for suite in cli.SUITES:
+        help_text = re.sub(r"-\n\s+", "-", cli.build_parser(suite).format_help())  # words wrapped at a hyphen
+        options = set(re.findall(r"(?<![\w-])--[a-z][\w-]*", help_text))
+        assert "--suite" in options, options
+        missing += [f"--suite {suite}: {option}" for option in sorted(options) if not _named(option, text)]
+    assert not missing, "not on any page:\n" + "\n".join(missing)
