@@ -1060,7 +1060,9 @@ def test_interrupt_before_the_collection_writes_nothing_and_says_so(
     if replaced:  # the dataset the run would replace
         formats = MINARI_EARLY if minari_output else []
         assert main(["--steps", "20", "--num-envs", "2", "--quiet", "--out", str(out), *formats]) == 0
-        kept = "; Minari dataset 'test/early-v0' is as it was" if minari_output else f"; the dataset already in {out} is as it was"
+        kept = f"; the dataset already in {out} is as it was"
+        if minari_output:
+            kept = "; Minari dataset 'test/early-v0' is as it was"
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     script = (
         "import os, sys, time\n"
