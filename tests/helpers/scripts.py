@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
+import io
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import TypeVar
@@ -40,8 +42,43 @@ def run_with_bad_input(script: str, args: list[str], cwd: Path, timeout: float =
         text=True,
         timeout=timeout,
     )
-    err = proc.stderr
-    assert proc.returncode == 2, f"exit status {proc.returncode}\n{proc.stdout}{err}"
+    assert proc.returncode == 2, f"exit status {proc.returncode}\n{proc.stdout}{proc.stderr}"
+    return _usage_error_line(script, proc.stderr)
+
+
+def refused_by_parse_args(script: str, args: list[str], cwd: Path) -> str:
+    """Like :func:`run_with_bad_input`, in this process: ``scripts/<script>.py``'s
+    ``parse_args(args)`` in ``cwd`` must refuse ``args`` as a usage error (``SystemExit(2)``,
+    argparse's usage line(s), then exactly one line), which is all the script does with them
+    before its work starts. Returns that line. A script's own process costs seconds (it imports
+    torch); its exit status and stderr are checked by :func:`run_with_bad_input` cases."""
+    module = load_script(script)
+    err = io.StringIO()
+    with contextlib.chdir(cwd), contextlib.redirect_stderr(err), _program(f"{script}.py"):
+        try:
+            module.parse_args(args)
+        except SystemExit as exc:
+            status = exc.code
+        else:
+            status = 0
+    text = err.getvalue()
+    assert status == 2, f"exit status {status}\n{text}"
+    return _usage_error_line(script, text)
+
+
+@contextlib.contextmanager
+def _program(name: str) -> Iterator[None]:
+    """``sys.argv[0]`` as a script's own process has it: argparse names the program by it."""
+    saved = sys.argv
+    sys.argv = [name]
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
+def _usage_error_line(script: str, err: str) -> str:
+    """The one line after argparse's usage line(s) in ``err``, checked to be ``script``'s error."""
     assert "Traceback" not in err, err
     lines = err.splitlines()
     assert lines and lines[0].startswith("usage: "), err

@@ -19,6 +19,7 @@ import pytest
 from tests.helpers.scripts import (
     assert_all_ended,
     load_script,
+    refused_by_parse_args,
     run_with_bad_input,
     signalled_once_started,
     signalled_when,
@@ -184,12 +185,21 @@ def test_bad_input_is_one_line_naming_the_option_before_anything_starts(
     tmp_path: Path, args: list[str], option: str, value: str
 ) -> None:
     (tmp_path / "afile").write_text("x,y\n1,2\n")
-    line = run_with_bad_input("train_ppo", args, cwd=tmp_path)
+    line = refused_by_parse_args("train_ppo", args, cwd=tmp_path)
     assert f"argument {option}: expected " in line and value in line, line
     assert not (tmp_path / "runs").exists(), "nothing written"
 
 
 EPISODES_HEADER = "vector,env_step,wall_time_s,episode_return,episode_length,env_index\n"
+
+
+@pytest.mark.timeout(90)
+def test_the_scripts_own_process_refuses_bad_input_with_status_2_and_one_line(tmp_path: Path) -> None:
+    """The cases above are refused by ``parse_args`` in this process; the script's process turns
+    that into exit status 2, the usage and one line, with nothing written."""
+    line = run_with_bad_input("train_ppo", ["--gamma", "2"], cwd=tmp_path)
+    assert "argument --gamma: expected " in line and "2" in line, line
+    assert not (tmp_path / "runs").exists(), "nothing written"
 
 
 @pytest.mark.timeout(90)
@@ -211,7 +221,7 @@ def test_a_training_option_with_plot_is_refused_not_ignored(
 ) -> None:
     """``--plot`` trains nothing: a training option given with it was silently ignored."""
     (tmp_path / "episodes.csv").write_text(EPISODES_HEADER + "sync,8,0.5,12.0,12,3\n")
-    line = run_with_bad_input("train_ppo", ["--plot", "episodes.csv", "--out", "again", *args], cwd=tmp_path)
+    line = refused_by_parse_args("train_ppo", ["--plot", "episodes.csv", "--out", "again", *args], cwd=tmp_path)
     assert f"argument {option}: expected no training option with --plot" in line, line
     assert line.endswith(f"got {shown} with --plot"), line
     assert not (tmp_path / "again").exists(), "nothing written"

@@ -18,7 +18,13 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.scripts import assert_all_ended, load_script, run_with_bad_input, signalled_when
+from tests.helpers.scripts import (
+    assert_all_ended,
+    load_script,
+    refused_by_parse_args,
+    run_with_bad_input,
+    signalled_when,
+)
 
 pytest.importorskip("torch", reason="train_ppo_rollouts.py needs torch (pip install -e '.[train]')")
 
@@ -126,8 +132,17 @@ def test_bad_input_is_one_line_naming_the_option_before_anything_starts(
     tmp_path: Path, args: list[str], option: str, value: str
 ) -> None:
     (tmp_path / "afile").touch()
-    line = run_with_bad_input("train_ppo_rollouts", args, cwd=tmp_path)
+    line = refused_by_parse_args("train_ppo_rollouts", args, cwd=tmp_path)
     assert f"argument {option}: expected " in line and value in line, line
+    assert not (tmp_path / "runs").exists(), "nothing written"
+
+
+@pytest.mark.timeout(90)
+def test_the_scripts_own_process_refuses_bad_input_with_status_2_and_one_line(tmp_path: Path) -> None:
+    """The cases above are refused by ``parse_args`` in this process; the script's process turns
+    that into exit status 2, the usage and one line, with nothing written."""
+    line = run_with_bad_input("train_ppo_rollouts", ["--policy", "lstm", "--minibatch-size", "64"], cwd=tmp_path)
+    assert "argument --minibatch-size: expected " in line and "--policy lstm" in line, line
     assert not (tmp_path / "runs").exists(), "nothing written"
 
 
