@@ -1006,6 +1006,31 @@ class DictCounterEnv(CounterEnv):
         return super().step(action[0])
 
 
+class DictEndsAtEnv(gym.Env):
+    """A Dict observation whose episodes end after ``length`` steps: each env ends at its own.
+    (Here, not in a test module that imports TorchRL: spawned workers import the env's module.)"""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+        self.observation_space = spaces.Dict(
+            {"pos": spaces.Box(-1.0, 1.0, (2,), np.float32), "count": spaces.Box(0, 100, (1,), np.int64)}
+        )
+        self.action_space = spaces.Discrete(3)
+        self.t = 0
+
+    def _obs(self) -> dict:
+        return {"pos": self.np_random.uniform(-1, 1, 2).astype(np.float32), "count": np.array([self.t])}
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action: int) -> tuple[dict, float, bool, bool, dict]:
+        self.t += 1
+        return self._obs(), float(action), self.t >= self.length, False, {}
+
+
 class LongEpisodeEnv(gym.Env):
     """obs = [t]; every episode lasts exactly ``length`` steps (default: practically never ends).
 

@@ -15,11 +15,11 @@ import multiprocessing
 import warnings
 
 import gymnasium as gym
-import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import vecenv
+from tests.helpers.envs import DictEndsAtEnv
 from vecenv.errors import ClosedEnvironmentError
 
 torch = pytest.importorskip("torch", reason="needs the torchrl extra: pip install -e '.[torchrl]'")
@@ -42,34 +42,10 @@ MODES = [AutoresetMode.SAME_STEP, AutoresetMode.DISABLED]
 ENV_FNS = [functools.partial(gym.make, "CartPole-v1", max_episode_steps=15)] * 4
 
 
-class _DictEndsAtEnv(gym.Env):
-    """A Dict observation whose episodes end after ``length`` steps: each env ends at its own."""
-
-    def __init__(self, length: int) -> None:
-        self.length = length
-        self.observation_space = gym.spaces.Dict(
-            {"pos": gym.spaces.Box(-1.0, 1.0, (2,), np.float32), "count": gym.spaces.Box(0, 100, (1,), np.int64)}
-        )
-        self.action_space = gym.spaces.Discrete(3)
-        self.t = 0
-
-    def _obs(self) -> dict:
-        return {"pos": self.np_random.uniform(-1, 1, 2).astype(np.float32), "count": np.array([self.t])}
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
-        super().reset(seed=seed)
-        self.t = 0
-        return self._obs(), {}
-
-    def step(self, action: int) -> tuple[dict, float, bool, bool, dict]:
-        self.t += 1
-        return self._obs(), float(action), self.t >= self.length, False, {}
-
-
 #: Five envs over three workers (groups of 2, 2, 1), episodes of different lengths.
 UNEVEN_FNS = {
     "pendulum": [functools.partial(gym.make, "Pendulum-v1", max_episode_steps=k) for k in range(5, 10)],
-    "dict": [functools.partial(_DictEndsAtEnv, length=k) for k in range(2, 7)],
+    "dict": [functools.partial(DictEndsAtEnv, length=k) for k in range(2, 7)],
 }
 
 
