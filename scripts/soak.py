@@ -250,9 +250,9 @@ def _make_cartpole(num_envs: int, num_workers: int, **kwargs: Any) -> vecenv.Sub
 
 
 def _progress(total: int, desc: str, enabled: bool):
-    from tqdm import tqdm
+    from vecenv.progress import progress_bar
 
-    return tqdm(
+    return progress_bar(
         total=total,
         desc=desc,
         unit="step" if desc != "cycles" else "cycle",

@@ -1560,3 +1560,33 @@ def test_ctrl_c_while_the_writer_starts_leaves_no_files_without_metadata(
     else:
         assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == (["d"] if overwrite else [])
+
+
+_COLLECT_THEN_BUILD = """
+import sys, threading
+import vecenv
+from vecenv.datasets import collect
+from vecenv.machine import own_start_method
+
+if __name__ == "__main__":
+    for progress in (True, "auto"):
+        with vecenv.make("CartPole-v1", 2, 0) as envs:
+            collect(envs, steps=50, out=sys.argv[1] + str(progress), progress=progress)
+    print(sorted(t.name for t in threading.enumerate()), own_start_method())
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(sys.platform != "linux", reason="fork is the platform's start method on Linux only")
+def test_a_progress_bar_leaves_no_thread_so_later_vector_envs_still_fork(tmp_path: Path) -> None:
+    """tqdm starts a monitor thread with a process's first bar, shown or not, and never ends it:
+    every vector env made after a collection then forked its workers from a threaded parent, or
+    (where no start method was recorded) started them with forkserver, as in any threaded
+    parent."""
+    script = tmp_path / "collect_then_build.py"
+    script.write_text(_COLLECT_THEN_BUILD)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "d")], capture_output=True, text=True, timeout=50
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["['MainThread']", "fork"], proc.stdout + proc.stderr

@@ -43,6 +43,7 @@ from vecenv.datasets.writer import CHUNK_BYTES, DatasetWriter, check_out, now, s
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
 from vecenv.integrations.sb3.saved_model import SavedModelPolicy
 from vecenv.policies import FunctionPolicy, RandomPolicy, SB3Policy, WorkerPolicy
+from vecenv.progress import progress_bar
 from vecenv.seeding import seed_policy_of
 from vecenv.spaces import describe_space
 
@@ -521,9 +522,7 @@ def _collect(plan: _Plan, output: _Output, progress: bool | str) -> Any:
 def _progress_bar(total: int, unit: str, progress: bool | str) -> Any:
     """A tqdm bar on stderr; with ``progress="auto"``, only when stderr is a terminal (tqdm's
     ``disable=None``), else a :class:`_SummaryLine`."""
-    from tqdm import tqdm  # the progress bar: imported only when one is shown
-
-    bar = tqdm(
+    bar = progress_bar(
         total=total, unit=unit, file=sys.stderr, dynamic_ncols=True, disable=None if progress == "auto" else False
     )
     return _SummaryLine(total, unit) if bar.disable else bar
