@@ -20,6 +20,7 @@ import configparser
 import functools
 import importlib.metadata
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -238,3 +239,17 @@ def test_the_sdist_holds_every_file_git_tracks(tmp_path: Path) -> None:
     )
     in_sdist = set((tmp_path / "vecenv.egg-info" / "SOURCES.txt").read_text().split())
     assert sorted(name for name in tracked if (REPO / name).exists() and name not in in_sdist) == []
+
+
+def test_the_version_is_the_changelogs_newest_release_or_a_dev_release_before_it() -> None:
+    """Datasets record ``vecenv.__version__``: while CHANGELOG's newest section is unreleased,
+    the version says so (``X.Y.Z.devN``), not the release before it, whose results differ."""
+    import vecenv
+
+    newest = re.search(r"^## \[([^\]]+)\] - (.+)$", (REPO / "CHANGELOG.md").read_text(), re.M)
+    assert newest is not None, "CHANGELOG.md has no release section"
+    release, date = newest.groups()
+    if date.strip() == "Unreleased":
+        assert re.fullmatch(rf"{re.escape(release)}\.dev\d+", vecenv.__version__), (vecenv.__version__, release)
+    else:
+        assert vecenv.__version__ == release, (vecenv.__version__, release)

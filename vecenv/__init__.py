@@ -20,7 +20,7 @@ import importlib
 import warnings
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.2.0"
+__version__ = "0.3.0.dev0"
 
 # Names in ``__all__`` -> the module that defines each.
 _EXPORTS = {
