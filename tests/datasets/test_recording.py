@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
-from tqdm import tqdm
 
 from tests.helpers.envs import LongEpisodeEnv, constant_policy
 from vecenv.datasets.action_checks import ActionChecker
@@ -18,6 +17,7 @@ from vecenv.datasets.recording import CollectionRun, CollectionSpec, Marks, epis
 from vecenv.datasets.sinks import EpisodeSummary
 from vecenv.datasets.sources import StepSource
 from vecenv.datasets.staging import EpisodeStager
+from vecenv.progress import progress_bar
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -59,7 +59,7 @@ def run_staged(tmp_path: Path, lengths: list[int], seed: int = 5, **count: int) 
     sink = HandOverSink()
     stager = EpisodeStager(fields, envs.num_envs, tmp_path / "spill")
     try:
-        record_transitions(CollectionRun(spec, sink, stager, tqdm(disable=True)))
+        record_transitions(CollectionRun(spec, sink, stager, progress_bar(disable=True)))
     finally:
         stager.close()
         envs.close()
