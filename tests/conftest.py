@@ -6,6 +6,9 @@
   test may be left behind. Blocks are attributed to this test process by recording the names of
   the shared-memory blocks it creates, so a concurrent test run on the same machine cannot make
   the check flaky; blocks that appeared in ``/dev/shm`` during the test are reported too.
+* ``_no_progress_monitor_left`` (autouse): tqdm's monitor thread, which a bar of tqdm's own class
+  starts and tqdm never ends, is ended after the test (a threaded parent's vector envs start
+  their workers with ``forkserver``: later tests would depend on which test ran first).
 * ``_start_method_kept`` (autouse): after each test, the global multiprocessing start method is
   what it was before (``tests/helpers/start_method.py``: starting a ``spawn`` process records
   ``fork`` for the rest of the session, and the Ray tests' process-backend envs then fork the
@@ -30,6 +33,8 @@ import glob
 import multiprocessing
 import os
 import signal
+import sys
+import threading
 from multiprocessing import shared_memory
 
 import pytest
@@ -175,6 +180,20 @@ def _start_method_kept():
     (a Gymnasium ``AsyncVectorEnv``) would otherwise choose every later vector env's."""
     with kept_start_method():
         yield
+
+
+@pytest.fixture(autouse=True)
+def _no_progress_monitor_left():
+    """End tqdm's monitor thread after a test that made a bar of tqdm's own class: tqdm never
+    ends it, and with that thread running every later test's vector env of ``context=None``
+    started its workers with ``forkserver`` (a threaded parent) instead of ``fork``."""
+    yield
+    std = sys.modules.get("tqdm.std")
+    if std is None:
+        return
+    for thread in threading.enumerate():
+        if isinstance(thread, std.TMonitor):
+            thread.exit()  # a later bar of that class starts a new one
 
 
 @pytest.fixture(autouse=True)
