@@ -198,8 +198,48 @@ def test_seeds_per_copy_and_reset_mask() -> None:
         assert np.array_equal(obs[:4], before[:4]) and np.array_equal(obs[8:], before[8:])
         assert infos["_copy_info"].tolist() == [False] * 4 + [True] * 4 + [False] * 4
         assert infos["active"].tolist() == [True, True, True, False] * 3  # "late" joins after step 2
-        with pytest.raises(ValueError, match=r"shape `\(3,\)`"):
-            envs.reset(options={"reset_mask": np.ones(12, dtype=bool)})
+        with pytest.raises(ValueError, match=r"shape `\(3,\)` \(one bool per copy\) or `\(12,\)`.*got \(5,\)"):
+            envs.reset(options={"reset_mask": np.ones(5, dtype=bool)})
+        split = np.array([True] * 4 + [False, True, True, True] + [False] * 4)
+        with pytest.raises(InvalidArgumentError, match=r"copy 1.*rows \[4, 8\).*\[False, True, True, True\]"):
+            envs.reset(options={"reset_mask": split})
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_a_reset_mask_of_rows_resets_whole_copies_as_one_of_copies(num_workers: int) -> None:
+    """Gymnasium's contract gives ``reset_mask`` one bool per env (row): its wrappers
+    (RecordEpisodeStatistics) check that shape. A row mask that keeps each copy's rows together
+    resets those copies, as the per-copy mask does."""
+    per_copy, per_row = np.array([False, True, True]), np.repeat([False, True, True], 4)
+    results = []
+    for mask in (per_copy, per_row):
+        with MultiAgentVectorEnv(toy_fns(3), num_workers=num_workers, context="fork") as envs:
+            envs.reset(seed=40)
+            envs.step(envs.action_space.sample())
+            results.append(envs.reset(seed=[None, 5, 6], options={"reset_mask": mask}))
+            results.append((envs.active.copy(), envs.np_random_seed))
+    assert_tree_equal(results[2], results[0], "row mask against copy mask")
+    assert_tree_equal(results[3], results[1], "state after the reset")
+
+
+@pytest.mark.timeout(60)
+def test_record_episode_statistics_resets_done_copies_under_disabled() -> None:
+    """Gymnasium's RecordEpisodeStatistics passes the user's ``reset_mask`` on and checks it has
+    one bool per row: under DISABLED, resetting the done copies through it must work and restart
+    their statistics."""
+    fns = toy_fns(2, length=2)
+    with MultiAgentVectorEnv(fns, num_workers=2, context="fork", autoreset_mode=DISABLED) as native:
+        envs = gym.wrappers.vector.RecordEpisodeStatistics(native)
+        envs.reset(seed=0)
+        envs.step(np.zeros(8, np.int64))
+        _, _, terms, truncs, infos = envs.step(np.zeros(8, np.int64))
+        done = terms | truncs
+        assert done.all() and infos["_episode"].any()
+        _, infos = envs.reset(seed=[3, 4], options={"reset_mask": done})
+        assert infos["active"].tolist() == [True, True, True, False] * 2
+        _, rewards, _, _, _ = envs.step(np.zeros(8, np.int64))
+        assert np.array_equal(envs.episode_returns, rewards), "the statistics restarted with the reset"
 
 
 class _OwnSeed(ToyParallelEnv):

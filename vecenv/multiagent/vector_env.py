@@ -208,12 +208,36 @@ class MultiAgentVectorEnv(Uncopyable, VectorEnv):
         return per_row(seed_list(seed, self.num_copies, count="num_copies"), self.num_agents)
 
     def _row_options(self, options: Any) -> tuple[dict[str, Any] | None, np.ndarray | None]:
-        """Options for the rows, with a per-copy ``reset_mask`` spread over each copy's rows."""
+        """Options for the rows, with ``reset_mask`` spread over each copy's rows, and the mask
+        of copies it chose."""
         options = check_options(options)
         if options is None or "reset_mask" not in options:
             return options, None
-        mask = check_reset_mask(options["reset_mask"], self.num_copies)
+        mask = self._copy_mask(options["reset_mask"])
         return {**options, "reset_mask": np.repeat(mask, self.num_agents)}, mask
+
+    def _copy_mask(self, reset_mask: Any) -> np.ndarray:
+        """One bool per copy from a ``reset_mask`` given per copy or, as Gymnasium's contract
+        (and its wrappers, such as ``RecordEpisodeStatistics``) gives it, per row: the rows of a
+        copy reset together, so a row mask must keep each copy's rows alike."""
+        shape = getattr(reset_mask, "shape", None)
+        if shape != (self.num_envs,) or self.num_envs == self.num_copies:
+            if isinstance(reset_mask, np.ndarray) and shape not in ((self.num_copies,), (self.num_envs,)):
+                raise InvalidArgumentError(
+                    f"`options['reset_mask']` must have shape `({self.num_copies},)` (one bool per copy) or "
+                    f"`({self.num_envs},)` (one per row, alike over each copy's rows), got {shape}"
+                )
+            return check_reset_mask(reset_mask, self.num_copies)
+        rows = check_reset_mask(reset_mask, self.num_envs).reshape(self.num_copies, self.num_agents)
+        split = np.flatnonzero(rows.any(axis=1) != rows.all(axis=1))
+        if split.size:
+            c, a_n = int(split[0]), self.num_agents
+            raise InvalidArgumentError(
+                f"`options['reset_mask']` with one bool per row must give every row of a copy the same "
+                f"value (a copy resets as a whole): copy {c}, rows [{c * a_n}, {(c + 1) * a_n}), got "
+                f"{rows[c].tolist()}"
+            )
+        return rows[:, 0].copy()
 
     def _check_copies(self, copies: Any) -> list[int]:
         if isinstance(copies, (str, bytes)) or not isinstance(copies, Iterable):
@@ -248,7 +272,8 @@ class MultiAgentVectorEnv(Uncopyable, VectorEnv):
         options: dict[str, Any] | None = None,
         timeout: float | None = None,
     ) -> tuple[Any, dict[str, Any]]:
-        """Reset every copy (or those of ``options["reset_mask"]``, one bool per copy).
+        """Reset every copy (or those of ``options["reset_mask"]``: one bool per copy, or one
+        per row as Gymnasium's wrappers pass it, alike over each copy's rows).
 
         ``seed``: ``None``, an int (copy ``c`` is reset with ``seed + c``) or one seed per copy.
         ``timeout``: seconds to wait at most (default: no limit), as the engine's ``reset``.
