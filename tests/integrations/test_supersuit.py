@@ -388,3 +388,65 @@ def test_errors_after_close_name_the_drop_in() -> None:
     with pytest.raises(ClosedEnvironmentError) as raised:
         concat.reset()
     assert str(raised.value) == "Trying to operate on `ConcatVecEnv`, after a call to `close()`."
+
+
+def _native_and_supersuit(make: Any, copies: int, num_workers: int, supersuit_make: Any = None) -> tuple[Any, Any]:
+    from gymnasium.vector import AutoresetMode
+
+    from vecenv.multiagent import MultiAgentVectorEnv
+
+    vec = ss.pettingzoo_env_to_vec_env_v1((supersuit_make or make)())
+    reference = ss.concat_vec_envs_v1(vec, copies, num_cpus=0)
+    native = MultiAgentVectorEnv([make] * copies, num_workers, autoreset_mode=AutoresetMode.SAME_STEP)
+    return native, reference
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("num_workers", [1, 2])
+def test_native_same_step_matches_supersuit_in_process_without_agent_death(num_workers: int) -> None:
+    """The native API under SAME_STEP and SuperSuit's in-process path, as the multi-agent page
+    says: same observations and flags, rewards equal as float32, each ``final_obs`` SuperSuit's
+    ``terminal_observation``, across episode ends."""
+    native, reference = _native_and_supersuit(functools.partial(simple_spread, max_cycles=10), 3, num_workers)
+    ends = 0
+    try:
+        assert_tree_equal(native.reset(seed=4)[0], reference.reset(seed=4)[0], "reset")
+        rng = np.random.default_rng(4)
+        for t in range(25):
+            actions = rng.integers(0, 5, native.num_envs)
+            obs, rewards, terms, truncs, infos = native.step(actions)
+            want_obs, want_rewards, want_terms, want_truncs, want_infos = reference.step(actions)
+            assert_tree_equal(obs, want_obs, f"observations, step {t}")
+            assert np.array_equal(rewards.astype(np.float32), want_rewards), t
+            assert np.array_equal(terms, want_terms.astype(bool)) and np.array_equal(truncs, want_truncs.astype(bool)), t
+            for row, info in enumerate(want_infos):
+                if "terminal_observation" in info:
+                    ends += 1
+                    assert_tree_equal(infos["final_obs"][row], info["terminal_observation"], f"final_obs {row}")
+    finally:
+        native.close()
+        reference.close()
+    assert ends == 2 * native.num_envs, "two episodes ended on every row"
+
+
+@pytest.mark.timeout(120)
+def test_black_death_ends_a_step_after_the_env_as_documented() -> None:
+    """SuperSuit's black_death_v3 calls the env done only when every agent is terminated and
+    truncated, so its episodes end a step late, as both flags (docs/multiagent.md); the native API
+    ends the copy where the env ends it, truncated only."""
+    make = functools.partial(simple_spread, max_cycles=5)
+    native, reference = _native_and_supersuit(make, 1, 1, supersuit_make=lambda: ss.black_death_v3(make()))
+    try:
+        native.reset(seed=0)
+        reference.reset(seed=0)
+        ends: dict[str, list[tuple[int, bool, bool]]] = {"native": [], "supersuit": []}
+        for t in range(1, 7):
+            actions = np.zeros(native.num_envs, np.int64)
+            for name, envs in (("native", native), ("supersuit", reference)):
+                _, _, terms, truncs, _ = envs.step(actions)
+                if (np.asarray(terms, bool) | np.asarray(truncs, bool)).all():
+                    ends[name].append((t, bool(np.asarray(terms).all()), bool(np.asarray(truncs).all())))
+    finally:
+        native.close()
+        reference.close()
+    assert ends == {"native": [(5, False, True)], "supersuit": [(6, True, True)]}
