@@ -450,3 +450,24 @@ def test_black_death_ends_a_step_after_the_env_as_documented() -> None:
         native.close()
         reference.close()
     assert ends == {"native": [(5, False, True)], "supersuit": [(6, True, True)]}
+
+
+@pytest.mark.parametrize("num_cpus", [0, 2], ids=lambda n: f"cpus{n}")
+@pytest.mark.timeout(120)
+def test_infos_returned_earlier_do_not_change_at_an_episode_end(num_cpus: int) -> None:
+    """SuperSuit writes ``terminal_observation`` into the env's own info dicts, which MPE's reset
+    returned too, so SuperSuit's reset infos gain it later; the drop-in's stay as returned."""
+
+    def reset_infos_after_an_end(lib: Any, **kwargs: Any) -> list[list[str]]:
+        envs = lib.concat_vec_envs_v1(lib.pettingzoo_env_to_vec_env_v1(simple_spread(max_cycles=3)), 2, **kwargs)
+        try:
+            _, infos = envs.reset(seed=0)
+            for _ in range(3):
+                ended = envs.step(np.zeros(envs.num_envs, np.int64))[2:4]
+            assert (ended[0] | ended[1]).all()
+            return [sorted(info) for info in infos]
+        finally:
+            envs.close()
+
+    assert reset_infos_after_an_end(vs, num_cpus=num_cpus) == [[]] * 6
+    assert reset_infos_after_an_end(ss, num_cpus=0) == [["terminal_observation"]] * 6, "SuperSuit's, documented"
