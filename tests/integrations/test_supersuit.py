@@ -418,7 +418,8 @@ def test_native_same_step_matches_supersuit_in_process_without_agent_death(num_w
             want_obs, want_rewards, want_terms, want_truncs, want_infos = reference.step(actions)
             assert_tree_equal(obs, want_obs, f"observations, step {t}")
             assert np.array_equal(rewards.astype(np.float32), want_rewards), t
-            assert np.array_equal(terms, want_terms.astype(bool)) and np.array_equal(truncs, want_truncs.astype(bool)), t
+            assert np.array_equal(terms, want_terms.astype(bool)), t
+            assert np.array_equal(truncs, want_truncs.astype(bool)), t
             for row, info in enumerate(want_infos):
                 if "terminal_observation" in info:
                     ends += 1
