@@ -304,6 +304,28 @@ class _Maker:
         return OddEnv(*self.args)
 
 
+class HeldEnv(FaultEnv):
+    """A healthy :class:`FaultEnv` whose ``step`` waits (at most ``hold_s``) while the file
+    ``{hold_dir}/env{index}`` exists: a test decides, after the envs are placed, which of them
+    have a step in flight when it pulls something from under them (a Ray node)."""
+
+    def __init__(self, index: int, hold_dir: str, hold_s: float = 60.0) -> None:
+        super().__init__(index=index)
+        self.hold_file = os.path.join(hold_dir, f"env{index}")
+        self.hold_s = hold_s
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        end = time.monotonic() + self.hold_s
+        while os.path.exists(self.hold_file) and time.monotonic() < end:
+            time.sleep(0.01)  # the env's own stand-in for a slow step, not a test's synchronisation
+        return super().step(action)
+
+
+def held_fns(n: int, hold_dir: str) -> list:
+    """``n`` constructors of :class:`HeldEnv` holding on files in ``hold_dir``."""
+    return [functools.partial(HeldEnv, index=i, hold_dir=hold_dir) for i in range(n)]
+
+
 # -- leak checks -------------------------------------------------------------------------------
 # This process's open file descriptors, for the tests' leak checks.
 
