@@ -20,9 +20,10 @@ import vecenv
 from tests.engine.test_differential import NEXT, SAME, STEPS, assert_same, run_differential
 from tests.engine.test_rollouts import stack
 from tests.helpers.envs import diff_env_fns
-from tests.helpers.faults import fault_fns
+from tests.helpers.faults import fault_fns, held_fns
 from tests.helpers.ray_sessions import _ray_sessions, ray, ray_cluster, run_driver  # noqa: F401
 from tests.integrations.test_ray import _sb3_or_skip
+from vecenv.bench import procfs
 from vecenv.errors import WorkerDiedError
 from vecenv.integrations.ray.vector_env import RayVectorEnv
 
@@ -143,6 +144,39 @@ def test_cluster_restart_moves_a_lost_group_to_another_node(ray_cluster) -> None
         assert truncs.all() and (rewards == 0).all() and infos["_worker_restarted"].all()
         assert envs.node_ids[0] != node.node_id and envs.node_ids[0] in {n["NodeID"] for n in ray.nodes() if n["Alive"]}
         assert envs.call("ping") == ("pong 0", "pong 1")
+
+
+@pytest.mark.timeout(120)
+def test_cluster_restart_of_a_lost_nodes_groups_spends_one_restart_each(ray_cluster, tmp_path) -> None:
+    """A node lost with two of six actors, their steps in flight, costs two restarts, not more:
+    each replacement is placed away from the node its predecessor died on. (Ray counts a lost
+    node as alive until its health check gives up, and placed a replacement there, which died
+    too and spent a third restart: past ``max_restarts=2``, the vector env broke although the
+    other nodes had room for both.)"""
+    node = ray_cluster.add_node(num_cpus=1, object_store_memory=100 * 1024 * 1024)
+    ray_cluster.wait_for_nodes()
+    spread = {"scheduling_strategy": "SPREAD", "num_cpus": 0.3}  # two a node, room for one more
+    fns = held_fns(12, str(tmp_path))
+    with RayVectorEnv(fns, 6, actor_options=spread, on_worker_death="restart", max_restarts=2) as envs:
+        envs.reset(seed=0)
+        lost = [w for w, node_id in enumerate(envs.node_ids) if node_id == node.node_id]
+        assert len(lost) == 2, envs.node_ids
+        held = [tmp_path / f"env{i}" for w in lost for i in (2 * w, 2 * w + 1)]
+        for path in held:
+            path.touch()
+        envs.step_async(np.zeros((12, 2), np.float32))
+        pids = [pid for w, pid in enumerate(envs.actor_pids) if w in lost and pid is not None]
+        ray_cluster.remove_node(node, allow_graceful=False)
+        deadline = time.monotonic() + 30
+        while any(procfs.alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.01)  # polls a condition: the lost node's actors are gone
+        for path in held:  # their replacements step at once
+            path.unlink()
+        _, _, _, truncs, _ = envs.step_wait(timeout=60)
+        assert envs.restart_count == 2
+        assert truncs.tolist() == [w in lost for w in range(6) for _ in range(2)]
+        alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        assert node.node_id not in envs.node_ids and set(envs.node_ids) <= alive
 
 
 @pytest.mark.timeout(120)

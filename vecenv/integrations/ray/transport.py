@@ -42,6 +42,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import ray
 from ray.exceptions import ObjectLostError, OwnerDiedError, RayActorError, RaySystemError
+from ray.util.scheduling_strategies import NodeLabelSchedulingStrategy, NotIn
 
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, PackedException, describe
 from vecenv.transports.base import CannotRestart, Death, DeathCause, Event, Reply, Transport, WorkerGone
@@ -68,6 +69,13 @@ __all__ = ["RayTransport", "RAY_USE", "DEFAULT_ACTOR_OPTIONS", "check_ray_takes"
 #: Ray options of every group actor unless ``actor_options`` says otherwise. No restarts and no
 #: task retries: a restarted actor would have lost its envs' state, so a death must be reported.
 DEFAULT_ACTOR_OPTIONS: dict[str, Any] = {"num_cpus": 1, "max_restarts": 0, "max_task_retries": 0}
+
+#: The label Ray puts on every node, its node id: a replacement actor is steered away from the
+#: node its predecessor died on by it (see ``RayTransport.relaunch``).
+NODE_ID_LABEL = "ray.io/node-id"
+#: The scheduling strategies under which Ray picks the node itself (no placement group, no node
+#: affinity): only these give way to a replacement's preference for another node.
+_RAY_PICKS_THE_NODE = (None, "DEFAULT", "SPREAD")
 
 # Errors of ray.get that mean the worker's result can never come: its actor or its node is gone.
 _DEATH_ERRORS = (RayActorError, ObjectLostError, OwnerDiedError)
@@ -311,6 +319,9 @@ class RayTransport(Transport):
         # Per worker, its outstanding calls in the order sent: (ObjectRef, call id, command).
         self.outstanding: list[deque[tuple[ray.ObjectRef, int, Command | None]]] = []
         self.locations: list[ActorLocation | None] = []
+        # Per worker, the node its last built actor ran on, kept while replacements die before
+        # they build (their own location is never known).
+        self._last_nodes: dict[int, str] = {}
         self._causes: dict[int, str] = {}
         self._lease = lease  # the session whose reference this transport holds (None: none)
         self.session = ray_session()  # the one its actors live in
@@ -330,10 +341,14 @@ class RayTransport(Transport):
             self.outstanding.append(deque())
             self._start(len(self.actors) - 1)
 
-    def _start(self, worker: int) -> None:
-        """A new actor for ``worker``, asked to build its group (the Hello is call id 0)."""
+    def _start(self, worker: int, avoid: str | None = None) -> None:
+        """A new actor for ``worker``, asked to build its group (the Hello is call id 0);
+        ``avoid``: a node id that it should run on only if no other node has room."""
+        options = self.actor_options
+        if avoid is not None and options.get("scheduling_strategy") in _RAY_PICKS_THE_NODE:
+            options = {**options, "scheduling_strategy": _elsewhere_than(avoid)}
         try:
-            actor = _ACTOR_CLASS.options(**self.actor_options).remote(worker, self.options)
+            actor = _ACTOR_CLASS.options(**options).remote(worker, self.options)
         except (TypeError, ValueError) as exc:  # what only creating one checks (a scheduling_strategy)
             raise _refused(self.given_options, exc) from exc
         self.actors[worker] = actor
@@ -342,7 +357,12 @@ class RayTransport(Transport):
         self.outstanding[worker] = deque([(build.remote(self._group_fns[worker]), 0, None)])
 
     def relaunch(self, worker: int) -> None:
-        """Replace a dead worker's actor by a new one (Ray may place it on another node)."""
+        """Replace a dead worker's actor by a new one, on another node than the one the dead
+        actor ran on where one has room (unless ``actor_options`` chose the node: a placement
+        group or a node affinity).
+
+        Ray counts a node it lost as alive until its health check gives up on it (seconds), and
+        would place the replacement there, where it dies too and spends another restart."""
         if not self._live():
             raise CannotRestart("Ray was shut down in this process: no actor can be started")
         try:
@@ -350,7 +370,10 @@ class RayTransport(Transport):
         except Exception:
             pass  # already gone
         self._causes.pop(worker, None)
-        self._start(worker)
+        location = self.locations[worker]
+        if location is not None:
+            self._last_nodes[worker] = location.node_id
+        self._start(worker, avoid=self._last_nodes.get(worker))
 
     def attach(self, worker: int, attach: Attach, buffers: Buffers, timeout: float | None = None) -> None:
         # Actor calls from one caller run in the order sent, so the next command finds the group
@@ -530,6 +553,12 @@ class RayTransport(Transport):
     def node_ids(self) -> list[str | None]:
         """The Ray node id each group runs on (``None`` before its group is built)."""
         return [loc.node_id if loc else None for loc in self.locations]
+
+
+def _elsewhere_than(node_id: str) -> Any:
+    """A scheduling strategy that prefers any node but ``node_id`` (a soft preference: with no
+    room elsewhere, ``node_id`` it is, as on a one-node Ray)."""
+    return NodeLabelSchedulingStrategy({}, soft={NODE_ID_LABEL: NotIn(node_id)})
 
 
 def _wait_dead(actors: Sequence[Any], end: float) -> None:
