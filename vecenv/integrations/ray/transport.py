@@ -286,11 +286,22 @@ _SHUT_DOWN = "is unreachable: Ray was shut down in this process (its actors ende
 RAY_USE = _RayUse()
 
 
+#: Ray's error for a call whose actor stopped answering (its connection closed or refused: the
+#: process or its node went away); Ray versions before it raise ``RayActorError`` itself.
+_UNAVAILABLE: type[BaseException] | tuple[()] = getattr(ray.exceptions, "ActorUnavailableError", ())
+
+
 def _short_cause(error: BaseException) -> str:
     """The part of a Ray death message that says why, in one line."""
     text = str(error)
     if "ray.kill" in text:
         return "was killed with ray.kill"
+    if isinstance(error, _UNAVAILABLE):
+        # Ray words it "temporarily unavailable ... may or may not have been executed": true of
+        # an actor Ray could restart, never of a group's (no Ray restarts; see DEFAULT_ACTOR_OPTIONS).
+        rpc = re.search(r"RPC error: (.*?)(?: rpc_code|$)", text, re.DOTALL)
+        detail = f": {' '.join(rpc.group(1).split())}" if rpc else ""
+        return f"stopped answering: its process or its node went away (Ray lost its connection{detail})"
     match = re.search(r"Worker exit type: (\S+)(?: Worker exit detail: ([^.]*))?", text)
     if match:
         detail = f": {match.group(2).strip()}" if match.group(2) else ""
