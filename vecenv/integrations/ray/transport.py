@@ -42,7 +42,6 @@ from typing import Any, NamedTuple
 import numpy as np
 import ray
 from ray.exceptions import ObjectLostError, OwnerDiedError, RayActorError, RaySystemError
-from ray.util.scheduling_strategies import NodeLabelSchedulingStrategy, NotIn
 
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, PackedException, describe
 from vecenv.transports.base import CannotRestart, Death, DeathCause, Event, Reply, Transport, WorkerGone
@@ -356,8 +355,11 @@ class RayTransport(Transport):
         """A new actor for ``worker``, asked to build its group (the Hello is call id 0);
         ``avoid``: a node id that it should run on only if no other node has room."""
         options = self.actor_options
+        elsewhere = None
         if avoid is not None and options.get("scheduling_strategy") in _RAY_PICKS_THE_NODE:
-            options = {**options, "scheduling_strategy": _elsewhere_than(avoid)}
+            elsewhere = _elsewhere_than(avoid)
+        if elsewhere is not None:
+            options = {**options, "scheduling_strategy": elsewhere}
         try:
             actor = _ACTOR_CLASS.options(**options).remote(worker, self.options)
         except (TypeError, ValueError) as exc:  # what only creating one checks (a scheduling_strategy)
@@ -568,7 +570,12 @@ class RayTransport(Transport):
 
 def _elsewhere_than(node_id: str) -> Any:
     """A scheduling strategy that prefers any node but ``node_id`` (a soft preference: with no
-    room elsewhere, ``node_id`` it is, as on a one-node Ray)."""
+    room elsewhere, ``node_id`` it is, as on a one-node Ray); ``None`` on a Ray without node
+    labels (older than the oldest release setup.cfg allows may lack them): no preference."""
+    try:
+        from ray.util.scheduling_strategies import NodeLabelSchedulingStrategy, NotIn
+    except ImportError:  # pragma: no cover - an older Ray
+        return None
     return NodeLabelSchedulingStrategy({}, soft={NODE_ID_LABEL: NotIn(node_id)})
 
 
