@@ -31,6 +31,7 @@ STEPS, MINIBATCH, WORKERS = 32, 256, 2
 CONFIGS = {
     "rollout": ["--collect", "rollout"],
     "rollout-pinned": ["--collect", "rollout", "--pin-cpus"],
+    "rollout-inline": ["--collect", "rollout", "--inline-group"],
     "rollout-overlap": ["--collect", "rollout", "--overlap"],
     "step-vecenv": ["--collect", "step", "--vector", "vecenv"],
     "step-sync": ["--collect", "step", "--vector", "sync"],

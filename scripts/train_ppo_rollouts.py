@@ -141,6 +141,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="vecenv: pin worker w to the w-th core this process may use (SubprocVectorEnv's pin_cpus)",
     )
+    g.add_argument(
+        "--inline-group",
+        action="store_true",
+        help="vecenv: this process hosts the first of the --num-workers groups and steps it (its policy "
+        "copy too) while the worker processes step theirs: one process fewer to wake, and that group's "
+        "envs share this process (SubprocVectorEnv's inline_group)",
+    )
     g.add_argument("--seed", type=non_negative_int, default=1, help="seeds torch, the samplers and the envs")
     g.add_argument("--total-timesteps", type=positive_int, default=100_000, help="env steps to train for")
     g.add_argument("--env-step-ms", type=non_negative_float, default=0.0, help="extra CPU time burnt in each env step")
@@ -208,6 +215,13 @@ def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         )
     if args.pin_cpus and args.vector != "vecenv":  # SyncVectorEnv has no workers to pin
         p.error(f"argument --pin-cpus: expected --vector vecenv (it pins vecenv's workers), got --vector {args.vector}")
+    if args.inline_group and args.vector != "vecenv":
+        p.error(f"argument --inline-group: expected --vector vecenv (sync has no groups), got --vector {args.vector}")
+    if args.inline_group and args.num_workers < 2:  # 0 or 1 group: everything is in this process already
+        p.error(
+            "argument --inline-group: expected --num-workers of at least 2 (the first group here, the others in "
+            f"workers), got {args.num_workers}"
+        )
     if args.policy == "mlp" and args.minibatch_size is None:
         args.minibatch_size = 256
     if args.policy == "lstm":
@@ -277,7 +291,9 @@ def make_envs(args: argparse.Namespace) -> gym.vector.VectorEnv:
     mode = gym.vector.AutoresetMode.SAME_STEP
     if args.vector == "sync":
         return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
-    return vecenv.SubprocVectorEnv(fns, args.num_workers, autoreset_mode=mode, pin_cpus=args.pin_cpus)
+    return vecenv.SubprocVectorEnv(
+        fns, args.num_workers, autoreset_mode=mode, pin_cpus=args.pin_cpus, inline_group=args.inline_group
+    )
 
 
 # -- the agents (torch, for learning) -----------------------------------------------------------

@@ -112,6 +112,8 @@ def test_a_few_updates_run_with_finite_losses_and_advancing_weights(tmp_path: Pa
         (["--overlap", "--collect", "step"], "--overlap", "step"),
         (["--overlap", "--num-workers", "0"], "--overlap", "0"),
         (["--pin-cpus", "--collect", "step", "--vector", "sync"], "--pin-cpus", "sync"),  # was ignored
+        (["--inline-group", "--collect", "step", "--vector", "sync"], "--inline-group", "sync"),
+        (["--inline-group", "--num-workers", "1"], "--inline-group", "got 1"),
         (["--minibatch-size", "85"], "--minibatch-size", "85"),
         # One transition's advantage has no standard deviation: NaN weights, then a traceback.
         (["--minibatch-size", "1", "--total-timesteps", "512"], "--minibatch-size", "1"),
@@ -207,21 +209,22 @@ def _episodes(out: Path) -> list[tuple[str, str, str]]:
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(
-    ("policy", "stepping"),
+    ("policy", "hosting", "stepping"),
     [
-        pytest.param(["--minibatch-size", "32"], ["--vector", "sync"], id="mlp-sync"),
-        pytest.param(["--policy", "lstm"], ["--vector", "vecenv", "--num-workers", "4"], id="lstm-vecenv"),
+        pytest.param(["--minibatch-size", "32"], ["--inline-group"], ["--vector", "sync"], id="mlp-inline-sync"),
+        pytest.param(["--policy", "lstm"], [], ["--vector", "vecenv", "--num-workers", "4"], id="lstm-vecenv"),
     ],
 )
 def test_the_workers_rollouts_and_stepping_take_the_same_actions(
-    tmp_path: Path, policy: list[str], stepping: list[str]
+    tmp_path: Path, policy: list[str], hosting: list[str], stepping: list[str]
 ) -> None:
     """Each env samples from its own stream, and each row's forward is exact however the rows
     are split, so where the policy runs does not change what it does: the same episodes and the
-    same losses, with groups of 2, 2, 1 and 1 rows against one forward over 6 (stepping)."""
+    same losses, with groups of 2, 2, 1 and 1 rows (the first in this process with
+    ``--inline-group``) against one forward over 6 (stepping)."""
     common = ["--num-envs", "6", "--num-steps", "16", "--seed", "3"]
     common += ["--total-timesteps", "576", "--update-epochs", "2", "--hide-velocity", *policy]
-    rollout = _run(tmp_path / "rollout", *common, "--num-workers", "4", timeout=220)
+    rollout = _run(tmp_path / "rollout", *common, "--num-workers", "4", *hosting, timeout=220)
     step = _run(tmp_path / "step", *common, "--collect", "step", *stepping, timeout=220)
     episodes = _episodes(tmp_path / "rollout")
     assert len(episodes) > 10 and episodes == _episodes(tmp_path / "step")
