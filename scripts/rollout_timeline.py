@@ -5,7 +5,8 @@
 
 Times every ``envs.rollout`` call of ``scripts/train_ppo_rollouts.py``'s MLP policy (its numpy
 copy in 2 workers, 8 CartPole envs, the trainer's defaults; ``--pin-cpus`` pins each worker to a
-core of its own), in four settings:
+core of its own, ``--inline-group`` runs the first group and its copy in the training process), in
+four settings:
 
 - ``trainer``: inside the trainer itself (``train_ppo_rollouts.train``, rollouts of its 32
   steps), a PPO update between one rollout and the next;
@@ -88,8 +89,9 @@ def _trainer_args(args: argparse.Namespace, out: pathlib.Path | None, collect: s
     argv = ["--collect", collect, "--quiet", "--seed", str(args.seed), "--total-timesteps", str(args.total_timesteps)]
     if collect == "step":
         argv += ["--vector", "sync"]
-    elif args.pin_cpus:
-        argv += ["--pin-cpus"]
+    else:
+        argv += ["--pin-cpus"] if args.pin_cpus else []
+        argv += ["--inline-group"] if args.inline_group else []
     if out is not None:
         argv += ["--out", str(out)]
     return trainer.parse_args(argv)
@@ -151,6 +153,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--seed", type=non_negative_int, default=1, help="seed of the trainer and the envs (default: %(default)s)"
     )
     p.add_argument("--pin-cpus", action="store_true", help="pin the workers to a core each (the trainer's --pin-cpus)")
+    p.add_argument(
+        "--inline-group",
+        action="store_true",
+        help="this process hosts the first group and its policy copy (the trainer's --inline-group)",
+    )
     p.add_argument("--no-sync", action="store_true", help="skip the SyncVectorEnv comparison")
     args = p.parse_args(argv)
     steps = trainer.parse_args([]).num_steps

@@ -222,6 +222,11 @@ def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             "argument --inline-group: expected --num-workers of at least 2 (the first group here, the others in "
             f"workers), got {args.num_workers}"
         )
+    if args.inline_group and args.overlap:  # this process cannot step its group while it updates
+        p.error(
+            "argument --inline-group: expected no --overlap (the first group runs in this process, which "
+            "steps it after the update, not during it), got --overlap"
+        )
     if args.policy == "mlp" and args.minibatch_size is None:
         args.minibatch_size = 256
     if args.policy == "lstm":

@@ -114,6 +114,7 @@ def test_a_few_updates_run_with_finite_losses_and_advancing_weights(tmp_path: Pa
         (["--pin-cpus", "--collect", "step", "--vector", "sync"], "--pin-cpus", "sync"),  # was ignored
         (["--inline-group", "--collect", "step", "--vector", "sync"], "--inline-group", "sync"),
         (["--inline-group", "--num-workers", "1"], "--inline-group", "got 1"),
+        (["--inline-group", "--overlap"], "--inline-group", "--overlap"),
         (["--minibatch-size", "85"], "--minibatch-size", "85"),
         # One transition's advantage has no standard deviation: NaN weights, then a traceback.
         (["--minibatch-size", "1", "--total-timesteps", "512"], "--minibatch-size", "1"),
