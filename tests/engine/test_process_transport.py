@@ -241,6 +241,36 @@ def test_pin_cpus_pins_each_worker_to_one_core() -> None:
         assert all(c == cpus for c in sub.call("cpus"))  # not pinned by default
 
 
+#: The cores the inline group's policy ran on, one entry per call (this process's copy only).
+_POLICY_CPUS: list[list[int]] = []
+
+
+def _affinity_policy(observations: Any) -> np.ndarray:
+    _POLICY_CPUS.append(sorted(os.sched_getaffinity(0)))
+    return np.zeros(len(observations), np.int64)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("pin", [True, False], ids=["pinned", "not-pinned"])
+def test_pin_cpus_runs_the_inline_groups_rollouts_on_the_first_core_and_gives_the_thread_back(pin: bool) -> None:
+    """The group this process hosts is worker 0: with ``pin_cpus`` its rollouts run on the
+    first core (the worker processes have the others), and the calling thread has its own
+    cores back afterwards; its steps, tens of microseconds each, are not moved."""
+    cpus = sorted(os.sched_getaffinity(0))
+    fns = [functools.partial(_AffinityEnv, index=i) for i in range(4)]
+    _POLICY_CPUS.clear()
+    with SubprocVectorEnv(fns, 2, inline_group=True, pin_cpus=pin, context="fork") as sub:
+        sub.reset(seed=0)
+        sub.rollout(3, _affinity_policy)
+        assert sorted(os.sched_getaffinity(0)) == cpus  # given back
+        # A probe first (in a thread of this process, where nothing is pinned), then 3 steps.
+        assert _POLICY_CPUS == [cpus] + [[cpus[0]] if pin else cpus] * 3
+        sub.step(np.zeros(4, np.int64))
+        got = list(sub.call("cpus"))
+    assert got[:2] == [cpus, cpus]  # the parent's group, called outside a rollout: not moved
+    assert got[2:] == [[cpus[1 % len(cpus)]]] * 2 if pin else [cpus, cpus]
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(
     "where", ["before-the-write", "after-the-whole-write", "decoding-a-whole-reply", "ctrl-c-while-a-reply-is-read"]

@@ -9,6 +9,7 @@ It checks its arguments, splits the env constructors into groups (or takes the g
 from __future__ import annotations
 
 import multiprocessing
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -102,6 +103,9 @@ class SubprocVectorEnv(GroupVectorEnv):
         batch_size: envs returned by each :meth:`recv` (asynchronous batches); ``num_envs``
             (the default) or, with groups of equal size, a multiple of the group size.
         pin_cpus: pin worker ``w`` to the ``w``-th core this process may run on (round robin).
+            A group this process hosts (``inline_group``) is worker 0: the thread that runs one
+            of its rollouts is on the first core meanwhile, and has its own cores back after
+            (its steps, tens of microseconds each, are not moved).
         start_timeout: seconds the workers may take to build their envs (default: no limit);
             past it the constructor raises :class:`~vecenv.errors.VecEnvTimeoutError` naming the
             workers still building their envs. It does not bound the env ``"auto"`` builds in
@@ -249,4 +253,8 @@ class SubprocVectorEnv(GroupVectorEnv):
             first_index=int(inline),
             method_chosen=chosen,
         )
-        return ParentHostedFirst(processes, WorkerOptions(mode)) if inline else processes
+        if not inline:
+            return processes
+        # pin_cpus: the group this process hosts is worker 0, on the first core while it runs.
+        cpu = min(os.sched_getaffinity(0)) if pin_cpus else None
+        return ParentHostedFirst(processes, WorkerOptions(mode, cpu))

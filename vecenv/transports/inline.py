@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from vecenv.errors import PackedException
@@ -27,7 +27,7 @@ from vecenv.wire.protocol import Attach, Command, WithFd, decode_command, encode
 from vecenv.worker.builders import pickle_group
 from vecenv.worker.core import WorkerCore, WorkerOptions
 
-__all__ = ["InlineWorker", "ParentHostedFirst"]
+__all__ = ["InlineWorker", "ParentHostedFirst", "on_core"]
 
 
 class InlineWorker:
@@ -78,7 +78,8 @@ class InlineWorker:
                 with HeldInterrupt() if command is Command.ROLLOUT_BLOCK else contextlib.nullcontext():
                     running = call_id
                     del self.pending[0]
-                    ok, result = self.core.handle(command, load, fd, interrupts=True)
+                    with on_core(self.core.options.cpu if command is Command.ROLLOUT else None):
+                        ok, result = self.core.handle(command, load, fd, interrupts=True)
                     replies.append(Reply(0, call_id, ok, result))
                     running = None
         except BaseException as exc:
@@ -115,6 +116,32 @@ class InlineWorker:
         if self.buffers is not None:
             self.buffers.close()
             self.buffers = None
+
+
+@contextlib.contextmanager
+def on_core(cpu: int | None) -> Iterator[None]:
+    """The calling thread on core ``cpu`` meanwhile, then back on the cores it had (``None``,
+    or a core the thread may not use: left where it is).
+
+    With ``pin_cpus`` the group this process hosts is worker 0, and its rollouts run on the
+    first core while the worker processes have the others: unpinned, a worker woken by the
+    rollout's command was often queued on the core where this process went on to step its own
+    group, and started only when that group was done. Only rollouts move: a step's few tens of
+    microseconds would pay the two system calls on every step."""
+    before = None
+    if cpu is not None:
+        with HeldInterrupt():  # a Ctrl+C between the two calls would leave the thread pinned
+            try:
+                before = os.sched_getaffinity(0)
+                os.sched_setaffinity(0, {cpu})
+            except OSError:  # the core went away, or a cpuset no longer allows it
+                before = None
+    try:
+        yield
+    finally:
+        if before is not None:
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(0, before)
 
 
 class ParentHostedFirst(Transport):
