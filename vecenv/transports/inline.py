@@ -78,7 +78,11 @@ class InlineWorker:
                 with HeldInterrupt() if command is Command.ROLLOUT_BLOCK else contextlib.nullcontext():
                     running = call_id
                     del self.pending[0]
-                    with on_core(self.core.options.cpu if command is Command.ROLLOUT else None):
+                    cpu = self.core.options.cpu
+                    if cpu is not None and command is Command.ROLLOUT:
+                        with on_core(cpu):
+                            ok, result = self.core.handle(command, load, fd, interrupts=True)
+                    else:  # a step's path pays no context manager
                         ok, result = self.core.handle(command, load, fd, interrupts=True)
                     replies.append(Reply(0, call_id, ok, result))
                     running = None
