@@ -183,3 +183,52 @@ def test_ctrl_c_in_the_parents_group_during_recv_is_raised_once_then_asks_for_a_
                 envs.recv()
         envs.async_reset(seed=1)
         assert envs.recv()[-1].tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinning to one core of one changes nothing")
+@pytest.mark.parametrize("cut", ["pinning", "unpinning"])
+def test_ctrl_c_as_a_pinned_rollout_moves_the_thread_gives_its_cores_back(
+    cut: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pin_cpus`` with the parent's group: a Ctrl+C that comes as the parent's thread is
+    moved onto the first core, or just before it is moved back, is raised, and the thread is on
+    all of its cores afterwards. The first was held while the thread moved, then raised before
+    the code that moves it back was entered; the second skipped the move back: either way the
+    thread stayed on one core for good. After a reset the vector env rolls out as before."""
+    from tests.helpers.faults import healthy_fns, open_fds
+
+    before_fds = open_fds()
+    cores = os.sched_getaffinity(0)
+    real_setaffinity = os.sched_setaffinity
+    moves: list[set[int]] = []
+
+    def setaffinity_with_ctrl_c(pid: int, cpus: set[int]) -> None:
+        moves.append(set(cpus))
+        if len(moves) == (1 if cut == "pinning" else 2):
+            signal.raise_signal(signal.SIGINT)  # Ctrl+C as this move is made
+        real_setaffinity(pid, cpus)
+
+    def zeros(obs: np.ndarray) -> np.ndarray:
+        return np.zeros((len(obs), 2), np.float32)
+
+    with SubprocVectorEnv(healthy_fns(4), 2, inline_group=True, context="fork", pin_cpus=True) as envs:
+        envs.reset(seed=0)
+        expected = envs.rollout(3, zeros).observations.copy()
+        envs.reset(seed=0)
+        monkeypatch.setattr(os, "sched_setaffinity", setaffinity_with_ctrl_c)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                envs.rollout(3, zeros)
+            after = os.sched_getaffinity(0)
+        finally:
+            monkeypatch.undo()
+            real_setaffinity(0, cores)
+        assert moves[0] == {min(cores)}, "the rollout did not pin the thread: the test tests nothing"
+        assert after == cores
+        with pytest.raises(vecenv.NeedsResetError):
+            envs.rollout(3, zeros)
+        envs.reset(seed=0)
+        assert_same(envs.rollout(3, zeros).observations, expected)
+        assert os.sched_getaffinity(0) == cores
+    assert open_fds() == before_fds

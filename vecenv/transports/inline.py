@@ -133,18 +133,21 @@ def on_core(cpu: int | None) -> Iterator[None]:
     group, and started only when that group was done. Only rollouts move: a step's few tens of
     microseconds would pay the two system calls on every step."""
     before = None
-    if cpu is not None:
-        with HeldInterrupt():  # a Ctrl+C between the two calls would leave the thread pinned
-            try:
-                before = os.sched_getaffinity(0)
-                os.sched_setaffinity(0, {cpu})
-            except OSError:  # the core went away, or a cpuset no longer allows it
-                before = None
+    # The pinning is inside the ``try``: a Ctrl+C held back while the thread is moved is raised
+    # as the held block ends, once ``before`` is known, and the ``finally`` moves it back. The
+    # move back is held too: a Ctrl+C just before it would leave the thread on one core for good.
     try:
+        if cpu is not None:
+            with HeldInterrupt():  # a Ctrl+C between the two calls would leave the thread pinned
+                try:
+                    before = os.sched_getaffinity(0)
+                    os.sched_setaffinity(0, {cpu})
+                except OSError:  # the core went away, or a cpuset no longer allows it
+                    before = None
         yield
     finally:
         if before is not None:
-            with contextlib.suppress(OSError):
+            with HeldInterrupt(), contextlib.suppress(OSError):
                 os.sched_setaffinity(0, before)
 
 
