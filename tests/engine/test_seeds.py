@@ -19,7 +19,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import vecenv
 from tests.engine.test_differential import assert_same, sample_actions
-from tests.helpers.envs import CounterEnv, diff_env_fns
+from tests.helpers.envs import CounterEnv, GlobalDrawsEnv, diff_env_fns
 from tests.helpers.faults import transport_of
 from vecenv.seeding import SeedPolicy, derive_seed, restart_seed, seed_policy_of, spawn_seeds
 
@@ -153,3 +153,29 @@ def test_spawn_seeds_refuses_a_list_that_memory_cannot_hold(monkeypatch: pytest.
         spawn_seeds(3, 2**70)
     monkeypatch.setattr(vecenv.seeding, "_CHECKED_FROM", 1)  # every list checked: one that fits is made
     assert spawn_seeds(3, 5) == [derive_seed(3, i) for i in range(5)]
+
+
+def _global_draws(envs: vecenv.SubprocVectorEnv, seed: int) -> np.ndarray:
+    """The observations of a seeded reset and two steps of :class:`GlobalDrawsEnv`s."""
+    rows = [envs.reset(seed=seed)[0]]
+    rows += [envs.step(np.zeros(envs.num_envs, np.int64))[0] for _ in range(2)]
+    return np.stack(rows)
+
+
+@pytest.mark.timeout(90)
+def test_envs_drawing_from_the_global_generators_draw_apart_in_each_worker_and_follow_the_seed() -> None:
+    # Forked workers started with copies of the parent's `np.random`: the envs of every worker
+    # drew the same numbers; and no worker's generators followed `reset(seed=s)`, so a rerun with
+    # the same seed drew other numbers (SyncVectorEnv's envs draw one stream, apart).
+    runs = []
+    for context in ("fork", "spawn"):
+        with vecenv.SubprocVectorEnv([GlobalDrawsEnv] * 4, 2, context=context) as envs:
+            first = _global_draws(envs, 5)
+            for column, generator in enumerate(["np.random", "random"]):
+                assert not np.array_equal(first[:, :2, column], first[:, 2:, column]), (
+                    f"both workers drew one {generator}"
+                )
+            np.testing.assert_array_equal(_global_draws(envs, 5), first)
+            assert not np.array_equal(_global_draws(envs, 6), first), "another seed, other numbers"
+        runs.append(first)
+    np.testing.assert_array_equal(runs[0], runs[1])  # the same for any start method

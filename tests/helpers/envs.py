@@ -976,6 +976,25 @@ class CounterEnv(gym.Env):
         return self._obs(), float(action), ended and not self._truncate, ended and self._truncate, {}
 
 
+class GlobalDrawsEnv(gym.Env):
+    """obs = draws from the process's global generators (numpy's legacy ``np.random``, ``random``),
+    as env code that never touches its own ``np_random`` makes them, in ``reset`` and ``step``."""
+
+    metadata: dict[str, Any] = {"render_modes": []}
+    observation_space = spaces.Box(0.0, 1.0, shape=(2,), dtype=np.float64)
+    action_space = spaces.Discrete(2)
+
+    def _obs(self) -> np.ndarray:
+        return np.array([np.random.rand(), random.random()])
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        super().reset(seed=seed)
+        return self._obs(), {}
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        return self._obs(), 0.0, False, False, {}
+
+
 class DictCounterEnv(CounterEnv):
     """CounterEnv with a nested Dict/Tuple observation and a Tuple action.
 

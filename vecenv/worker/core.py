@@ -218,6 +218,7 @@ class WorkerCore:
         rollouts = self.rollouts = GroupRollouts(group, buffers, attach.start, attach.autoreset_mode, self.own_process)
 
         def reset(args: ResetArgs) -> StepReply:
+            rollouts.reset_starts(args)
             reply = StepReply(group.reset(args.seeds, args.options, args.mask), buffers.payload())
             rollouts.reset_done(args)
             return reply

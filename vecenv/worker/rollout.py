@@ -114,6 +114,8 @@ class GroupRollouts:
         #: (not the group the parent hosts: the parent's generators are the caller's).
         self.own_process = own_process
         self._process_seeded = False  # its global generators were seeded for a policy
+        if own_process:  # a forked worker holds copies of the parent's: each worker draws its own
+            seed_process_generators(None)
         self.buffers = buffers
         self.start = start
         self.autoreset_mode = autoreset_mode
@@ -147,6 +149,18 @@ class GroupRollouts:
         except Exception as exc:
             self.block_error = exc
             raise
+
+    def reset_starts(self, args: ResetArgs) -> None:
+        """A reset is about to run: when it seeds the group's first env, a worker process seeds
+        its global generators from that seed (:func:`~vecenv.worker.policy.seed_process_generators`)
+        before any env draws from them, so that env code drawing from ``np.random``, ``random``
+        or torch's default generator draws the same numbers again after the same seeded reset,
+        and each worker other numbers. (A policy's draws are seeded again once it arrives and
+        after each seeded reset: see :meth:`_seed_process`.) The parent's generators (the group
+        it hosts) are the caller's and are left alone."""
+        seed = args.seeds[0] if args.seeds else None
+        if self.own_process and seed is not None and (args.mask is None or args.mask[0]):
+            seed_process_generators(seed)
 
     def reset_done(self, args: ResetArgs) -> None:
         """A reset succeeded: remember each reset env's seed, and reseed the policy's streams."""
