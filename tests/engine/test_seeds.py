@@ -19,7 +19,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import vecenv
 from tests.engine.test_differential import assert_same, sample_actions
-from tests.helpers.envs import CounterEnv, GlobalDrawsEnv, diff_env_fns
+from tests.helpers.envs import CounterEnv, GlobalDrawsEnv, diff_env_fns, global_draws_seeded_in_constructor
 from tests.helpers.faults import transport_of
 from vecenv.seeding import SeedPolicy, derive_seed, restart_seed, seed_policy_of, spawn_seeds
 
@@ -179,3 +179,16 @@ def test_envs_drawing_from_the_global_generators_draw_apart_in_each_worker_and_f
             assert not np.array_equal(_global_draws(envs, 6), first), "another seed, other numbers"
         runs.append(first)
     np.testing.assert_array_equal(runs[0], runs[1])  # the same for any start method
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_a_constructor_that_seeds_the_global_generators_keeps_its_seed(context: str) -> None:
+    """The workers' fresh entropy comes before their envs are built: an env constructor that
+    seeds ``np.random`` and ``random`` itself draws from that seed (an unseeded reset here)."""
+    import random
+
+    with vecenv.SubprocVectorEnv([global_draws_seeded_in_constructor] * 2, 2, context=context) as envs:
+        obs, _ = envs.reset()
+    expected = [np.random.RandomState(7).rand(), random.Random(7).random()]
+    np.testing.assert_array_equal(obs, [expected, expected])

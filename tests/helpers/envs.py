@@ -995,6 +995,14 @@ class GlobalDrawsEnv(gym.Env):
         return self._obs(), 0.0, False, False, {}
 
 
+def global_draws_seeded_in_constructor(seed: int = 7) -> GlobalDrawsEnv:
+    """A :class:`GlobalDrawsEnv` whose constructor seeds the global generators, as legacy env
+    code does."""
+    np.random.seed(seed)
+    random.seed(seed)
+    return GlobalDrawsEnv()
+
+
 class DictCounterEnv(CounterEnv):
     """CounterEnv with a nested Dict/Tuple observation and a Tuple action.
 

@@ -38,6 +38,7 @@ from vecenv.wire.protocol import (
     no_payload,
 )
 from vecenv.worker.core import WorkerCore, WorkerOptions, unpicklable_failure
+from vecenv.worker.policy import seed_process_generators
 
 __all__ = ["worker_main"]
 
@@ -116,6 +117,10 @@ def _setup_process(options: WorkerOptions) -> None:
     for conn in list(PARENT_ENDS):
         conn.close()
     close_inherited()
+    # fork and forkserver: numpy's and torch's global generators are copies of the parent's (or
+    # the server's), so every worker's env code would draw the same numbers from them. Fresh
+    # entropy here, before the envs are built: a constructor that seeds them keeps its seed.
+    seed_process_generators(None)
     if options.cpu is not None:
         os.sched_setaffinity(0, {options.cpu})
     if options.threads is not None:

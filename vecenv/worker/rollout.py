@@ -114,8 +114,6 @@ class GroupRollouts:
         #: (not the group the parent hosts: the parent's generators are the caller's).
         self.own_process = own_process
         self._process_seeded = False  # its global generators were seeded for a policy
-        if own_process:  # a forked worker holds copies of the parent's: each worker draws its own
-            seed_process_generators(None)
         self.buffers = buffers
         self.start = start
         self.autoreset_mode = autoreset_mode
