@@ -308,6 +308,29 @@ def test_native_cartpole_groups_match_their_standalone_twins() -> None:
             twin.close()
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_a_native_env_that_ignores_reset_mask_reports_the_observations_it_reset(start_method: str) -> None:
+    """CartPole's native env takes no ``reset_mask``: it resets all its envs. The observations
+    returned must be the ones it reset to (what it returns stepped alone), not the rows the mask
+    left out as they were, which the next step would contradict."""
+    make = functools.partial(gym.make_vec, "CartPole-v1", vectorization_mode="vector_entry_point")
+    twin = make(2)
+    try:
+        with SubprocVectorEnv.from_groups([functools.partial(make, 2)], context=start_method) as sub:
+            np.testing.assert_array_equal(sub.reset(seed=0)[0], twin.reset(seed=0)[0])
+            actions = np.array([0, 1])
+            for _ in range(3):
+                np.testing.assert_array_equal(sub.step(actions)[0], twin.step(actions)[0])
+            mask = np.array([True, False])
+            got = sub.reset(options={"reset_mask": mask.copy()})[0]
+            want = twin.reset(options={"reset_mask": mask.copy()})[0]
+            np.testing.assert_array_equal(got, want)
+            np.testing.assert_array_equal(sub.step(actions)[0], twin.step(actions)[0])
+    finally:
+        twin.close()
+
+
 class ShapedNative(VectorEnv):
     """A native vector env whose batches take the forms a hand-written one may give: a Dict
     batch in its own key order (``order``) or with a key the space lacks (``extra``), a Tuple

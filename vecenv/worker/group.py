@@ -362,8 +362,11 @@ class VectorGroup:
         if mask is not None:
             options = {**(options or {}), "reset_mask": np.asarray(mask, dtype=np.bool_)}
         obs, info = _env_result(self.vec.reset(seed=seed, options=options), _RESET_RESULT)
+        # Every row of the batch is taken, not only the masked ones: a native env that honours
+        # the mask returns its other envs' current observations (as SyncVectorEnv does), and one
+        # that ignores it (CartPole's) has reset all its envs, which only its batch shows.
+        self._store_obs(obs)
         rows = slice(None) if mask is None else np.asarray(mask, dtype=np.bool_)
-        self._store_obs(obs, rows)
         self.buffers.rewards[rows] = 0.0
         self.buffers.terminations[rows] = False
         self.buffers.truncations[rows] = False
@@ -383,7 +386,7 @@ class VectorGroup:
             self._column("terminations", terms),
             self._column("truncations", truncs),
         )
-        self._store_obs(obs, slice(None))
+        self._store_obs(obs)
         b.rewards[:] = rewards
         b.terminations[:] = terms
         b.truncations[:] = truncs
@@ -410,10 +413,11 @@ class VectorGroup:
             )
         return array
 
-    def _store_obs(self, obs: Any, rows: Any) -> None:
+    def _store_obs(self, obs: Any) -> None:
+        """Store the native env's whole batch of observations in the group's rows."""
         b = self.buffers
         if b.fixed_observations:
-            write_batch(self.vec.single_observation_space, b.observations, obs, rows)
+            write_batch(self.vec.single_observation_space, b.observations, obs, slice(None))
         else:
             try:
                 items = list(iterate(self.vec.observation_space, obs))
@@ -426,8 +430,8 @@ class VectorGroup:
                     f"the batch of observations does not fit {self.vec.observation_space}: "
                     f"it holds {len(items)} observations for {self.num_envs} envs"
                 )
-            for j in np.arange(self.num_envs)[rows]:
-                b.observations[j] = items[j]
+            for j, item in enumerate(items):
+                b.observations[j] = item
 
     def call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
         """The native env's ``call``: one result per env."""
