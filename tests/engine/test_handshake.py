@@ -232,3 +232,22 @@ def test_same_mode_mismatch_points_to_different(explicit: bool) -> None:
     with pytest.raises(SYNC_MISMATCH, match="observation_mode='different'"):
         SyncVectorEnv(fns(BoundsEnv, 4), **kwargs)
     assert multiprocessing.active_children() == []
+
+
+def _starts_a_process() -> list[gym.Env]:
+    """A group builder whose envs start a process of their own (as an AsyncVectorEnv does)."""
+    multiprocessing.get_context("fork").Process(target=print).start()  # refused in a daemonic worker
+    return [gym.make("CartPole-v1")]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_a_group_that_starts_processes_in_a_daemonic_worker_is_told_of_daemon_false(start_method: str) -> None:
+    """multiprocessing refuses with a bare ``AssertionError`` ("daemonic processes are not
+    allowed to have children"), which does not say that ``daemon=True`` made the worker one:
+    the error keeps its class and gains a note saying what to pass."""
+    with pytest.raises(AssertionError, match="daemonic processes") as info:
+        SubprocVectorEnv.from_groups([_starts_a_process], context=start_method)
+    notes = " ".join(getattr(info.value, "__notes__", []))
+    assert "worker 0 is a daemonic process (daemon=True, the default)" in notes
+    assert "daemon=False" in notes

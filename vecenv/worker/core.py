@@ -12,6 +12,8 @@ same core; its unit tests feed it messages directly.
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import multiprocessing.process
 import os
 import pickle
 from collections.abc import Callable
@@ -123,6 +125,24 @@ def _env_0_identity(env: Any) -> tuple[dict[str, Any], str | None, Any]:
     return dict(values[0]), values[1], getattr(env, "spec", None)
 
 
+def _note_daemonic_start(exc: AssertionError, index: int) -> None:
+    """Say how to fix ``exc`` where it is multiprocessing's refusal to start a process from this
+    daemonic worker (an env group that starts processes of its own: a gymnasium
+    ``AsyncVectorEnv`` as a native group). Its own message says only that daemonic processes
+    cannot have children, not that the worker is one because of ``daemon=True``."""
+    if not multiprocessing.current_process().daemon:
+        return
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is not None and tb.tb_frame.f_code.co_filename == multiprocessing.process.__file__:
+        exc.add_note(
+            f"worker {index} is a daemonic process (daemon=True, the default), which cannot start processes: "
+            "envs or a native vector env (an AsyncVectorEnv) that start processes of their own need "
+            "SubprocVectorEnv(..., daemon=False) or SubprocVectorEnv.from_groups(..., daemon=False)"
+        )
+
+
 class WorkerCore:
     """One worker's group and its command handlers, independent of how commands arrive."""
 
@@ -140,7 +160,12 @@ class WorkerCore:
         """Build the envs with the cloudpickled group builder and describe them."""
         with loading_constructors():  # the modules it imports must not build vector envs
             group_fn: Callable[[], Any] = cloudpickle.loads(group_fn_bytes)
-        built = group_fn()
+        try:
+            built = group_fn()
+        except AssertionError as exc:
+            if self.own_process:
+                _note_daemonic_start(exc, self.index)
+            raise
         if isinstance(built, GroupSource):  # e.g. copies of a multi-agent env: they describe themselves
             self.envs = built
             return built.hello()
