@@ -310,14 +310,18 @@ def test_native_cartpole_groups_match_their_standalone_twins() -> None:
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("start_method", ["fork", "spawn"])
-def test_a_native_env_that_ignores_reset_mask_reports_the_observations_it_reset(start_method: str) -> None:
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["shared", "unshared"])
+def test_a_native_env_that_ignores_reset_mask_reports_the_observations_it_reset(
+    start_method: str, shared_memory: bool
+) -> None:
     """CartPole's native env takes no ``reset_mask``: it resets all its envs. The observations
     returned must be the ones it reset to (what it returns stepped alone), not the rows the mask
     left out as they were, which the next step would contradict."""
     make = functools.partial(gym.make_vec, "CartPole-v1", vectorization_mode="vector_entry_point")
     twin = make(2)
     try:
-        with SubprocVectorEnv.from_groups([functools.partial(make, 2)], context=start_method) as sub:
+        group = [functools.partial(make, 2)]
+        with SubprocVectorEnv.from_groups(group, context=start_method, shared_memory=shared_memory) as sub:
             np.testing.assert_array_equal(sub.reset(seed=0)[0], twin.reset(seed=0)[0])
             actions = np.array([0, 1])
             for _ in range(3):
