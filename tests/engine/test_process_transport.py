@@ -268,7 +268,7 @@ def test_pin_cpus_runs_the_inline_groups_rollouts_on_the_first_core_and_gives_th
         sub.step(np.zeros(4, np.int64))
         got = list(sub.call("cpus"))
     assert got[:2] == [cpus, cpus]  # the parent's group, called outside a rollout: not moved
-    assert got[2:] == [[cpus[1 % len(cpus)]]] * 2 if pin else [cpus, cpus]
+    assert got[2:] == ([[cpus[1 % len(cpus)]]] * 2 if pin else [cpus, cpus])
 
 
 @pytest.mark.timeout(60)
