@@ -17,13 +17,15 @@ import sys
 import threading
 import tokenize
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from types import CodeType, FrameType
 
 from vecenv.errors import InvalidStateError, UnguardedMainError, UnguardedMainWarning
 
 __all__ = [
     "available_cpus",
+    "pin_cores",
+    "pinned_core",
     "cpu_quota",
     "Cgroup",
     "cgroups",
@@ -52,6 +54,20 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
     quota = cpu_quota()
     return cores if quota is None else max(1, min(cores, math.ceil(quota)))
+
+
+def pin_cores() -> list[int]:
+    """The cores ``pin_cpus`` deals out, in order: this process's affinity mask, sorted."""
+    return sorted(os.sched_getaffinity(0))
+
+
+def pinned_core(number: int, cores: Sequence[int] | None = None) -> int:
+    """The core ``pin_cpus`` gives the vector env's worker ``number``: the ``number``-th of
+    ``cores`` (default :func:`pin_cores`), round robin. A group the parent hosts
+    (``inline_group``) is worker 0 and the worker processes are numbered after it, so the
+    parent's thread and every process follow this one rule."""
+    cores = pin_cores() if cores is None else cores
+    return cores[number % len(cores)]
 
 
 def _cgroup_cpu_limit(directory: str, v2: bool) -> float | None:

@@ -23,6 +23,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -38,6 +39,7 @@ from tests.helpers.faults import healthy_fns
 from tests.helpers.start_method import kept_start_method
 from vecenv import SubprocVectorEnv, checks, machine
 from vecenv.machine import default_start_method
+from vecenv.parent.vector_env import GroupVectorEnv
 from vecenv.transports import process as process_transport
 
 #: The start-method rule is about platforms that fork by default.
@@ -59,6 +61,27 @@ def test_available_cpus_follows_the_affinity_mask(monkeypatch: pytest.MonkeyPatc
     assert machine.available_cpus() == 2
     assert checks.check_num_workers(None, 10) == 2
     assert checks.check_num_workers(None, 1) == 1
+
+
+@pytest.mark.timeout(30)
+def test_pin_cpus_deals_the_cores_by_one_rule_to_the_parents_group_and_to_the_workers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``pin_cpus`` with ``inline_group``: the group this process hosts is worker 0 and the
+    processes are workers 1, 2, ...; worker ``w`` gets the ``w``-th core of the affinity mask,
+    round robin, by one rule on both sides (:func:`vecenv.machine.pinned_core`). A mask that is
+    not ``0..n-1`` (``{1, 3}``, a container's cpuset) shows a side that counts otherwise."""
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("no sched_getaffinity here")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3, 1})
+    built: list[Any] = []  # the transport, caught before any process starts (none could pin to 3 here)
+    monkeypatch.setattr(GroupVectorEnv, "__init__", lambda self, transport, *args: built.append(transport))
+    SubprocVectorEnv(healthy_fns(6), 3, inline_group=True, pin_cpus=True, context="fork")
+    (transport,) = built
+    assert [machine.pinned_core(w) for w in range(4)] == [1, 3, 1, 3]
+    assert transport.inline.core.options.cpu == machine.pinned_core(0) == 1
+    processes = transport.processes_transport  # its workers 0 and 1 are the vector env's 1 and 2
+    assert [processes.core(i) for i in range(2)] == [machine.pinned_core(w) for w in (1, 2)] == [3, 1]
 
 
 @pytest.mark.timeout(30)

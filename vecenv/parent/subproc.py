@@ -9,7 +9,6 @@ It checks its arguments, splits the env constructors into groups (or takes the g
 from __future__ import annotations
 
 import multiprocessing
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,7 +16,7 @@ import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
 from vecenv.checks import check_batch_size, check_context, check_env_fns, check_flag, check_group_fns, check_num_workers
-from vecenv.machine import check_may_start_processes, guard_main
+from vecenv.machine import check_may_start_processes, guard_main, pinned_core
 from vecenv.options import DEFAULTS, VectorOptions
 from vecenv.parent.groups import WorkerGroups, split_groups
 from vecenv.parent.sizing import WorkerChoice, choose_num_workers
@@ -256,5 +255,5 @@ class SubprocVectorEnv(GroupVectorEnv):
         if not inline:
             return processes
         # pin_cpus: the group this process hosts is worker 0, on the first core while it runs.
-        cpu = min(os.sched_getaffinity(0)) if pin_cpus else None
+        cpu = pinned_core(0) if pin_cpus else None
         return ParentHostedFirst(processes, WorkerOptions(mode, cpu))

@@ -35,7 +35,7 @@ from typing import Any
 
 from vecenv.errors import ClosedEnvironmentError, DescriptorLimitError, InvalidStateError
 from vecenv.interrupts import HeldInterrupt
-from vecenv.machine import available_cpus, descriptor_usage, guard_main, own_start_method
+from vecenv.machine import available_cpus, descriptor_usage, guard_main, own_start_method, pin_cores, pinned_core
 from vecenv.transports import fork_server
 from vecenv.transports.base import Death, DeathCause, Event, Reply, Transport, WorkerGone
 from vecenv.transports.sending import (
@@ -319,7 +319,8 @@ class ProcessTransport(Transport):
         self._servers: dict[int, int | None] = {}
         self._aborted: str | None = None  # the reason close() from another thread gave (abort)
         self._group_bytes: list[bytes] = []
-        self._cpus: list[int] = []
+        # The cores pin_cpus deals out, read once: a replacement worker gets its predecessor's.
+        self._cpus: list[int] = pin_cores() if pin_cpus else []
         self._pollers: dict[tuple[int, ...], tuple[dict[int, int], dict[int, int], Any]] = {}
         self._stopped = False
         # Poll before sleeping (parent and workers) only where every process has a core.
@@ -350,7 +351,6 @@ class ProcessTransport(Transport):
             # Workers must share the parent's resource tracker: one they started themselves
             # would unlink the named block, as "leaked", when they exit.
             resource_tracker.ensure_running()
-        self._cpus = sorted(os.sched_getaffinity(0)) if self.pin_cpus else []
         workers = len(group_fns)
         self._group_bytes = [pickle_group(fn, self.first_index + i) for i, fn in enumerate(group_fns)]
         self.processes = [None] * workers
@@ -370,6 +370,11 @@ class ProcessTransport(Transport):
         _rebalance(self)
         for index in range(workers):
             self._start(index)
+
+    def core(self, index: int) -> int | None:
+        """The core worker ``index`` is pinned to (``None``: no ``pin_cpus``); it is the vector
+        env's worker ``first_index + index`` (:func:`vecenv.machine.pinned_core`)."""
+        return pinned_core(self.first_index + index, self._cpus) if self._cpus else None
 
     def _allow_spin(self, mode: SpinMode) -> None:
         """Let this transport's waits (and its workers') spin on the shared words for up to
@@ -399,7 +404,6 @@ class ProcessTransport(Transport):
             raise _limit_error(exc, number, self.first_index + len(self.processes)) from None
         PARENT_ENDS.add(parent_conn)
         bound_writes(parent_conn)
-        cpus = self._cpus
         control = self._control
         if control is not None:
             control.reset(index)
@@ -410,7 +414,7 @@ class ProcessTransport(Transport):
         forkserver = context.get_start_method() == "forkserver"
         options = WorkerOptions(
             self.observation_mode,
-            cpus[number % len(cpus)] if cpus else None,
+            self.core(index),
             self.threads,
             self.spin,
             slot=None if control is None else index,
