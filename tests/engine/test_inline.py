@@ -232,3 +232,48 @@ def test_ctrl_c_as_a_pinned_rollout_moves_the_thread_gives_its_cores_back(
         assert_same(envs.rollout(3, zeros).observations, expected)
         assert os.sched_getaffinity(0) == cores
     assert open_fds() == before_fds
+
+
+#: Seconds the parent's own group takes for one step in the test below, past its timeout.
+_INLINE_STEP_S = 0.5
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("call", ["rollout_wait", "step_wait"])
+def test_a_timeout_the_parents_group_ran_past_says_how_long_the_call_took(call: str) -> None:
+    """The group this process hosts cannot be cut short: when its step runs past ``timeout``
+    and a worker has not replied by then, the error gives the timeout and the seconds that
+    actually went by (a monotonic clock's), not the timeout alone, which read as if the call had
+    returned at once."""
+    import functools
+    import re
+    import time
+
+    from tests.helpers.faults import FaultEnv
+
+    fns = [
+        functools.partial(FaultEnv, index=0, fault="sleep", where="step", target=0, duration=_INLINE_STEP_S),
+        functools.partial(FaultEnv, index=1),
+        functools.partial(FaultEnv, index=2, fault="hang", where="step", target=2),  # worker 1 never replies
+        functools.partial(FaultEnv, index=3),
+    ]
+    envs = SubprocVectorEnv(fns, 2, inline_group=True, context="fork")
+    try:
+        envs.reset(seed=0)
+        if call == "rollout_wait":
+            envs.rollout_async(2, "random")
+        else:
+            envs.step_async(np.zeros((4, 2), np.float32))
+        start = time.monotonic()
+        with pytest.raises(vecenv.VecEnvTimeoutError) as raised:
+            getattr(envs, call)(timeout=0.1)
+        took = time.monotonic() - start
+        message = str(raised.value)
+        named = "rollout" if call == "rollout_wait" else call  # the name a rollout's errors give
+        assert message.startswith(f"The call to `{named}` has timed out after 0.1 second(s) ("), message
+        assert "No reply yet from worker 1 (envs 2..3)" in message, message
+        elapsed = re.search(r"\(([0-9.]+) s elapsed\)", message)
+        assert elapsed is not None, message
+        assert _INLINE_STEP_S <= float(elapsed.group(1)) <= took + 0.01, (message, took)
+    finally:
+        envs.close(terminate=True)

@@ -195,9 +195,10 @@ def test_a_timeout_makes_the_unanswered_late_and_their_replies_are_dropped(clock
     transport.hold(1)
     start = clock.now
     _step(pool)
-    # Gymnasium's message, then the one worker that did not reply (workers 0 and 2 did).
+    # Gymnasium's message and the seconds that went by, then the one worker that did not reply
+    # (workers 0 and 2 did).
     expected = (
-        r"^The call to `step` has timed out after 2.5 second\(s\)\. "
+        r"^The call to `step` has timed out after 2.5 second\(s\) \(2.5 s elapsed\)\. "
         r"No reply yet from worker 1 \(envs 1..1 on the fake node\)\.$"
     )
     with pytest.raises(VecEnvTimeoutError, match=expected):

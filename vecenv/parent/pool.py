@@ -243,16 +243,22 @@ class WorkerPool:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             events = self.transport.poll(listening, remaining)
             if not events and deadline is not None and time.monotonic() >= deadline:
-                raise VecEnvTimeoutError(self._timeout_message(call, timeout, listening))
+                raise VecEnvTimeoutError(self._timeout_message(call, timeout, listening, deadline))
             self._apply(events, call, deadline)
 
-    def _timeout_message(self, call: str, timeout: float | None, silent: Sequence[int]) -> str:
-        """Gymnasium's timeout message, then the workers that had not replied and their envs:
+    def _timeout_message(self, call: str, timeout: float | None, silent: Sequence[int], deadline: float) -> str:
+        """Gymnasium's timeout message with the seconds that went by since the call began
+        (``deadline - timeout``: more than ``timeout`` where a group this process hosts ran past
+        it, which nothing can cut short), then the workers that had not replied and their envs:
         the one stuck env among many is otherwise found only by bisecting."""
         named = ", ".join(
             f"worker {i} ({self._planned_span(self.workers[i])}{self.transport.where(i)})" for i in silent
         )
-        return f"The call to `{call}` has timed out after {timeout} second(s). No reply yet from {named}."
+        elapsed = time.monotonic() - (deadline - (timeout or 0.0))
+        return (
+            f"The call to `{call}` has timed out after {timeout} second(s) ({elapsed:.3g} s elapsed). "
+            f"No reply yet from {named}."
+        )
 
     def _apply(self, events: list[Event], call: str, deadline: float | None = None) -> None:
         deaths = False
