@@ -410,6 +410,38 @@ def test_a_child_forked_from_the_parent_leaves_its_workers_alone(ctx: str, what:
     assert not [p for p in report["pids"] if _alive(p)]
 
 
+def _close_inherited(envs: vecenv.SubprocVectorEnv, how: str) -> None:
+    """In a multiprocessing child forked from the parent: close the vector env it inherited."""
+    if how != "exit":
+        envs.close(terminate=how == "close-terminate")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("inline_group", [False, True], ids=["workers", "inline-group"])
+@pytest.mark.parametrize("how", ["exit", "close", "close-terminate"])
+def test_a_multiprocessing_child_forked_from_the_parent_leaves_its_workers_alone(how: str, inline_group: bool) -> None:
+    """A ``multiprocessing`` child of the fork context inherits the vector env as ``os.fork()``'s
+    does, but ends through multiprocessing's own exit (its finalizers run, the parent's records
+    of its children copied with it): neither its ``close()`` nor that exit may stop the
+    parent's workers, unlink their memory or write to their pipes."""
+    import multiprocessing
+
+    with vecenv.SubprocVectorEnv(healthy_fns(4), 2, context="fork", inline_group=inline_group) as envs:
+        envs.reset(seed=0)
+        pids = [p for p in envs.worker_pids if p is not None]
+        child = multiprocessing.get_context("fork").Process(target=_close_inherited, args=(envs, how))
+        child.start()
+        child.join(30)
+        assert child.exitcode == 0
+        assert all(_alive(p) for p in pids) and not envs.closed
+        obs = envs.step(np.zeros((4, 2), np.float32))[0]
+    ref = SyncVectorEnv(healthy_fns(4))
+    ref.reset(seed=0)
+    np.testing.assert_array_equal(obs, ref.step(np.zeros((4, 2), np.float32))[0])
+    ref.close()
+    assert not [p for p in pids if _alive(p)]
+
+
 def _pidfds() -> int:
     """How many pidfds this process holds."""
     count = 0
