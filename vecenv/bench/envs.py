@@ -19,7 +19,7 @@ from gymnasium import spaces
 
 from vecenv.errors import InvalidArgumentError
 
-STANDARD_WORKLOADS = ("cartpole", "py100us", "py1ms", "obs84", "atari")
+STANDARD_WORKLOADS = ("cartpole", "py100us", "py1ms", "wait1ms", "obs84", "atari")
 EXTRA_WORKLOADS = ("async-batch", "native-group")
 ALL_WORKLOADS = STANDARD_WORKLOADS + EXTRA_WORKLOADS
 ATARI_MISSING = "atari: skipped, needs ale-py and opencv-python-headless (pip install -e '.[bench]')"
@@ -79,6 +79,20 @@ class BurnEnv(gym.Env):
         self._t += 1
         obs = np.array([self._t, action, n, 0.0], np.float32)
         return obs, 1.0, bool(rng.random() < self.end_prob), False, {}
+
+
+class WaitEnv(BurnEnv):
+    """Waits ``seconds`` per step (``time.sleep``) and computes almost nothing: an env whose step
+    waits for something outside the process (a simulator, a socket, a device), which leaves its
+    core free while it waits. Otherwise a :class:`BurnEnv` of no iterations."""
+
+    def __init__(self, seconds: float, episode_len: int = 200) -> None:
+        super().__init__(0, episode_len=episode_len)
+        self.seconds = float(seconds)
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        time.sleep(self.seconds)
+        return super().step(action)
 
 
 class FrameEnv(gym.Env):
@@ -157,6 +171,7 @@ _ENV_FNS: dict[str, Callable[[dict[str, Any]], Callable[[], gym.Env]]] = {
     "native-group": lambda calib: functools.partial(gym.make, "CartPole-v1"),
     "py100us": lambda calib: functools.partial(BurnEnv, calib["iters_100us"]),
     "py1ms": lambda calib: functools.partial(BurnEnv, calib["iters_1ms"]),
+    "wait1ms": lambda calib: functools.partial(WaitEnv, 1e-3),
     "obs84": lambda calib: functools.partial(FrameEnv, calib["iters_50us"]),
     "atari": lambda calib: make_atari,
     "async-batch": lambda calib: functools.partial(BurnEnv, calib["iters_100us"], tail_prob=0.1, tail_factor=10),

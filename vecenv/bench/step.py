@@ -31,6 +31,8 @@ Workloads (--workloads):
   py100us       synthetic env burning a fixed number of pure-Python loop iterations per step,
                 calibrated at start-up to ~100 µs on this machine (not a wall-clock spin)
   py1ms         the same, ~1 ms per step
+  wait1ms       an env that waits 1 ms per step (time.sleep) and computes almost nothing, as one
+                that waits on a simulator, a socket or a device: its core is free meanwhile
   obs84         84x84x4 uint8 observations, ~50 µs of Python work per step
   atari         gymnasium.make("ALE/Pong-v5", frameskip=1) in AtariPreprocessing (84x84 grayscale,
                 frame_skip=4, no-op starts) and FrameStackObservation(env, 4): a real emulator,
@@ -46,7 +48,7 @@ Workloads (--workloads):
                 (vecenv-2w-native), or one of them stepped by the parent (vecenv-2w-native-inline,
                 inline_group=True), against that make_vec with 2048 envs in one process.
 
-Runners (--runners, for cartpole, py100us, py1ms, obs84 and atari):
+Runners (--runners, for cartpole, py100us, py1ms, wait1ms, obs84 and atari):
   single        one env stepped in a Python loop (N is reported as 1); the "ideal" is
                 cores x this rate
   single-par    `single` in one process per core at once, rates summed: what the hardware
@@ -109,7 +111,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--runners",
         type=csv(str, ALL_RUNNERS),
         default=None,
-        help="comma-separated runners for the cartpole/py100us/py1ms/obs84/atari workloads "
+        help="comma-separated runners for the cartpole/py100us/py1ms/wait1ms/obs84/atari workloads "
         f"(default: all but {', '.join(OPT_IN_RUNNERS)}, which are measured when "
         f"named; choices: {','.join(ALL_RUNNERS)})",
     )
