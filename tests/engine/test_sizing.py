@@ -20,8 +20,14 @@ import vecenv
 from tests.engine.test_differential import assert_same
 from tests.helpers.faults import transport_of
 from vecenv.bench.calibration import calibrate
-from vecenv.bench.envs import BurnEnv
-from vecenv.parent.sizing import PARALLEL_MIN_SECONDS, WorkerChoice, choose_num_workers
+from vecenv.bench.envs import BurnEnv, WaitEnv
+from vecenv.parent.sizing import (
+    MAX_WORKERS_PER_CORE,
+    PARALLEL_MIN_SECONDS,
+    WAITING_MAX_CPU_SHARE,
+    WorkerChoice,
+    choose_num_workers,
+)
 
 
 def cartpole() -> gym.Env:
@@ -58,7 +64,23 @@ def test_slow_envs_get_one_worker_per_core(slow_env: functools.partial) -> None:
     assert choice.num_workers == 2 and choice.inline_group
     assert choice.step_seconds > 2e-4
     assert "2 groups on 2 cores, one stepped by this process and 1 by workers" in choice.reason
+    assert choice.cpu_share > WAITING_MAX_CPU_SHARE  # it computes: its core is busy while it steps
     assert choose_num_workers(slow_env, 3, cpus=16).num_workers == 3  # never more workers than envs
+
+
+def waiting_env() -> WaitEnv:
+    """2 ms of waiting per step, a few µs of work: under 1% of a core."""
+    return WaitEnv(2e-3)
+
+
+def test_envs_that_wait_get_more_workers_than_cores_to_overlap_their_waits() -> None:
+    choice = choose_num_workers(waiting_env, 8, cpus=2)
+    assert choice.num_workers == 8 and not choice.inline_group  # one per env, none in the parent
+    assert 0 <= choice.cpu_share < WAITING_MAX_CPU_SHARE and choice.step_seconds >= 2e-3
+    assert "the envs wait, so 8 workers on 2 cores" in choice.reason
+    # At most MAX_WORKERS_PER_CORE per core, and workers even on one core.
+    assert choose_num_workers(waiting_env, 100, cpus=1).num_workers == MAX_WORKERS_PER_CORE
+    assert choose_num_workers(waiting_env, 3, cpus=1).num_workers == 3
 
 
 def test_one_core_never_starts_workers(slow_env: functools.partial) -> None:
@@ -105,6 +127,19 @@ def test_auto_with_slow_envs_starts_workers(slow_env: functools.partial) -> None
         envs.reset(seed=0)
         obs, *_ = envs.step(np.zeros(4, np.int64))
         assert obs.shape == (4, 4)
+
+
+@pytest.mark.timeout(60)
+def test_auto_with_waiting_envs_matches_sync() -> None:
+    with vecenv.SubprocVectorEnv([waiting_env] * 5, "auto") as envs:
+        assert envs.worker_choice is not None and envs.worker_choice.num_workers == 5
+        assert len([p for p in transport_of(envs).processes if p is not None]) == 5
+        sync = SyncVectorEnv([waiting_env] * 5)
+        assert_same(envs.reset(seed=2), sync.reset(seed=2), "reset")
+        for t in range(20):
+            actions = np.array([(t * i) % 2 for i in range(5)])
+            assert_same(envs.step(actions), sync.step(actions), f"step {t}")
+        sync.close()
 
 
 def test_explicit_counts_have_no_choice() -> None:

@@ -5,10 +5,18 @@ per worker) and saves at most the share of the env work it takes off the other c
 cheap envs (CartPole at N=8: about 10 µs of work per env step) that fixed cost is larger than
 all the work, and stepping every env in the parent is fastest; with more or slower envs, one
 worker per core is. ``auto`` builds one extra env from the first constructor, steps it with
-random actions for a few milliseconds, closes it, and decides from the time one step took:
+random actions for a few milliseconds, closes it, and decides from the time one step took and
+the share of a core it used meanwhile:
 
+    a step uses under WAITING_MAX_CPU_SHARE of a core   ->  more workers than cores (see below)
     num_envs x step time < PARALLEL_MIN_SECONDS  or one core  ->  0 workers (all in the parent)
     otherwise   ->  min(num_envs, cores) groups, the parent stepping one of them (``inline_group``)
+
+An env whose step mostly waits (on a simulator in another process, a socket, a sleep) leaves its
+core idle: one worker per core would step its envs' waits one after the other, where more
+workers overlap them, as ``AsyncVectorEnv``'s process per env does. Such envs get
+``cores / share`` workers (enough to keep the cores busy), at most one per env and
+``MAX_WORKERS_PER_CORE`` per core, none in the parent.
 
 With the parent stepping a group, the processes of the vector env are no more than the cores,
 so parent and workers may spin briefly on each other's step words instead of sleeping (the
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -32,7 +41,13 @@ from typing import Any
 
 from vecenv.machine import available_cpus
 
-__all__ = ["PARALLEL_MIN_SECONDS", "WorkerChoice", "choose_num_workers"]
+__all__ = [
+    "MAX_WORKERS_PER_CORE",
+    "PARALLEL_MIN_SECONDS",
+    "WAITING_MAX_CPU_SHARE",
+    "WorkerChoice",
+    "choose_num_workers",
+]
 
 logger = logging.getLogger("vecenv")
 
@@ -40,6 +55,13 @@ logger = logging.getLogger("vecenv")
 #: on 2 cores (the parent and one polling worker): CartPole at N=8 (80 µs of work) ran 0.75x
 #: Sync against 0.83x all in the parent, at N=32 (340 µs) 1.27x against 0.95x.
 PARALLEL_MIN_SECONDS = 0.15e-3
+#: A step that keeps its core busy for less than this share of its time waits for something else.
+WAITING_MAX_CPU_SHARE = 0.25
+#: The CPU clock must tell this apart (seconds) for the probe to judge whether envs wait.
+CPU_CLOCK_RESOLUTION = 1e-6
+#: Waiting envs get at most this many worker processes per core (each worker is an interpreter
+#: of its own: tens of MB).
+MAX_WORKERS_PER_CORE = 16
 #: The probe steps the env for about this long (fewer steps if one step is slower).
 PROBE_SECONDS = 0.02
 #: ... and at most this many steps.
@@ -56,30 +78,54 @@ class WorkerChoice:
     reason: str
     #: The parent steps the first group itself (``num_workers - 1`` worker processes).
     inline_group: bool = False
+    #: The share of a core the probe's fastest steps used (the CPU time of the thread that
+    #: stepped them over their wall time; ``nan`` if the probe failed or the CPU clock is too coarse): well under 1 for
+    #: envs that wait.
+    cpu_share: float = float("nan")
 
 
-def _probe(env_fn: Callable[[], Any]) -> float:
-    """Seconds per step of a fresh env from ``env_fn`` with random actions: the median of the
-    steps timed one by one, so that a busy machine's interruptions do not count."""
+@dataclass(frozen=True)
+class _Probe:
+    step_seconds: float  # the median step
+    cpu_share: float  # the fastest steps' CPU time (this thread's) over their wall time
+
+
+def _probe(env_fn: Callable[[], Any]) -> _Probe:
+    """How a fresh env from ``env_fn`` steps with random actions, each step timed alone: the
+    median step (so that a busy machine's interruptions do not count), and the share of a core
+    its fastest half of the steps used: their CPU time over their wall time. A step that
+    computes uses its core all the time it is not interrupted, and the fastest steps are the
+    ones not interrupted; one that waits leaves it idle however fast it goes. The CPU time is
+    the calling thread's: the process's would count the threads that BLAS, OpenMP or torch
+    leave spinning after their last call (measured: a share of 0.99 for an env that sleeps),
+    and an env whose step waits for a thread of its own does leave this one idle. ``nan`` where
+    the thread's CPU clock is too coarse to tell."""
     env = env_fn()
     try:
         space = copy.deepcopy(env.action_space)  # another env may share the env's space object
         space.seed(0)
         env.reset(seed=0)
         actions = [space.sample() for _ in range(PROBE_STEPS)]
-        times = []
-        clock = time.perf_counter
+        steps: list[tuple[float, float]] = []  # (wall, CPU) seconds of each step
+        clock, cpu_clock = time.perf_counter, time.thread_time
         end = clock() + PROBE_SECONDS
         for action in actions:
-            start = clock()
+            start, cpu_start = clock(), cpu_clock()
             _, _, terminated, truncated, _ = env.step(action)
             if terminated or truncated:
                 env.reset()
+            cpu = cpu_clock() - cpu_start
             now = clock()
-            times.append(now - start)
+            steps.append((now - start, cpu))
             if now >= end:
                 break
-        return statistics.median(times)
+        step = statistics.median(wall for wall, _ in steps)
+        fastest = sorted(steps)[: max(1, len(steps) // 2)]
+        wall = sum(w for w, _ in fastest)
+        share = float("nan")
+        if time.get_clock_info("thread_time").resolution <= CPU_CLOCK_RESOLUTION and wall > 0:
+            share = min(sum(c for _, c in fastest) / wall, 1.0)
+        return _Probe(step, share)
     finally:
         env.close()
 
@@ -91,25 +137,34 @@ def choose_num_workers(env_fn: Callable[[], Any], num_envs: int, cpus: int | Non
     cpus = available_cpus() if cpus is None else cpus
     parallel = min(num_envs, cpus)
     try:
-        step = _probe(env_fn)
+        probe = _probe(env_fn)
     except Exception as exc:  # the real envs will raise it again, in their workers
         choice = WorkerChoice(parallel, float("nan"), f"the probe env raised {type(exc).__name__}; {parallel} workers")
     else:
+        step, share = probe.step_seconds, probe.cpu_share
         work = num_envs * step
-        if cpus < 2:
+        waits = share < WAITING_MAX_CPU_SHARE  # False for nan: a coarse clock cannot tell
+        waiting = min(num_envs, MAX_WORKERS_PER_CORE * cpus, math.ceil(cpus / max(share, 1e-6))) if waits else 0
+        if waiting > parallel:
+            reason = (
+                f"a step took {step * 1e6:.1f} µs and kept a core busy {share:.0%} of it: the envs wait, "
+                f"so {waiting} workers on {cpus} cores overlap their waits"
+            )
+            choice = WorkerChoice(waiting, step, reason, cpu_share=share)
+        elif cpus < 2:
             reason = f"one core: the {num_envs} envs run in this process"
-            choice = WorkerChoice(0, step, reason)
+            choice = WorkerChoice(0, step, reason, cpu_share=share)
         elif work < PARALLEL_MIN_SECONDS:
             reason = (
                 f"{num_envs} envs x {step * 1e6:.1f} µs per step = {work * 1e6:.0f} µs of work per vector step, "
                 f"under {PARALLEL_MIN_SECONDS * 1e6:.0f} µs: the envs run in this process"
             )
-            choice = WorkerChoice(0, step, reason)
+            choice = WorkerChoice(0, step, reason, cpu_share=share)
         else:
             reason = (
                 f"{num_envs} envs x {step * 1e6:.1f} µs per step = {work * 1e6:.0f} µs of work per vector step: "
                 f"{parallel} groups on {cpus} cores, one stepped by this process and {parallel - 1} by workers"
             )
-            choice = WorkerChoice(parallel, step, reason, inline_group=True)
+            choice = WorkerChoice(parallel, step, reason, inline_group=True, cpu_share=share)
     logger.info("num_workers='auto' chose %d: %s", choice.num_workers, choice.reason)
     return choice
