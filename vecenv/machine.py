@@ -155,6 +155,18 @@ def descriptor_usage() -> tuple[int, str]:
     return soft, count
 
 
+def free_descriptors() -> int | None:
+    """How many more descriptors this process may open under ``RLIMIT_NOFILE``'s soft limit
+    (``None``: no limit, or none that can be counted)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return None
+    try:
+        return soft - (len(os.listdir("/proc/self/fd")) - 1)
+    except OSError:  # no /proc, or no descriptor free to list it
+        return None
+
+
 def default_start_method() -> str:
     """The start method for ``context=None``: the one set with ``multiprocessing.set_start_method``
     if any (a method the user set is always used as given), else :func:`own_start_method`.

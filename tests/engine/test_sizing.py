@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import resource
 
 import gymnasium as gym
 import numpy as np
@@ -18,7 +19,7 @@ from gymnasium.vector import SyncVectorEnv
 
 import vecenv
 from tests.engine.test_differential import assert_same
-from tests.helpers.faults import transport_of
+from tests.helpers.faults import open_fds, transport_of
 from vecenv.bench.calibration import calibrate
 from vecenv.bench.envs import BurnEnv, WaitEnv
 from vecenv.parent.sizing import (
@@ -81,6 +82,24 @@ def test_envs_that_wait_get_more_workers_than_cores_to_overlap_their_waits() -> 
     # At most MAX_WORKERS_PER_CORE per core, and workers even on one core.
     assert choose_num_workers(waiting_env, 100, cpus=1).num_workers == MAX_WORKERS_PER_CORE
     assert choose_num_workers(waiting_env, 3, cpus=1).num_workers == 3
+
+
+@pytest.mark.timeout(120)
+def test_envs_that_wait_get_no_more_workers_than_the_descriptor_limit_lets_start() -> None:
+    """Each worker keeps up to 4 descriptors in this process: under a limit that leaves room for
+    about a dozen, 32 envs that wait get the workers that can start, not a DescriptorLimitError."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(open_fds()) + 60, hard))
+    try:
+        with vecenv.SubprocVectorEnv([waiting_env] * 32, "auto", context="fork") as envs:
+            choice = envs.worker_choice
+            assert choice is not None and 2 < choice.num_workers < 32, choice
+            assert "RLIMIT_NOFILE" in choice.reason, choice.reason
+            envs.reset(seed=0)
+            assert envs.step(np.zeros(32, np.int64))[0].shape == (32, 4)
+            assert envs.rollout(3).actions.shape == (3, 32)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_one_core_never_starts_workers(slow_env: functools.partial) -> None:

@@ -16,7 +16,8 @@ An env whose step mostly waits (on a simulator in another process, a socket, a s
 core idle: one worker per core would step its envs' waits one after the other, where more
 workers overlap them, as ``AsyncVectorEnv``'s process per env does. Such envs get
 ``cores / share`` workers (enough to keep the cores busy), at most one per env and
-``MAX_WORKERS_PER_CORE`` per core, none in the parent.
+``MAX_WORKERS_PER_CORE`` per core, none in the parent, and no more than the descriptor limit
+(``RLIMIT_NOFILE``) lets start: each worker keeps a few descriptors open in the parent.
 
 With the parent stepping a group, the processes of the vector env are no more than the cores,
 so parent and workers may spin briefly on each other's step words instead of sleeping (the
@@ -39,7 +40,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from vecenv.machine import available_cpus
+from vecenv.machine import available_cpus, free_descriptors
+from vecenv.transports.process import START_DESCRIPTORS, WORKER_DESCRIPTORS
 
 __all__ = [
     "MAX_WORKERS_PER_CORE",
@@ -130,6 +132,14 @@ def _probe(env_fn: Callable[[], Any]) -> _Probe:
         env.close()
 
 
+def _descriptor_room() -> int | None:
+    """How many workers this process's descriptor limit lets start, each keeping
+    ``WORKER_DESCRIPTORS`` open here, with ``START_DESCRIPTORS`` left free for the start of the
+    last one and then for the blocks made after the start (``None``: no limit)."""
+    free = free_descriptors()
+    return None if free is None else (free - START_DESCRIPTORS) // WORKER_DESCRIPTORS
+
+
 def choose_num_workers(env_fn: Callable[[], Any], num_envs: int, cpus: int | None = None) -> WorkerChoice:
     """The worker count for ``num_envs`` envs like ``env_fn()`` on ``cpus`` cores (default: this
     process's). A probe that raises chooses worker processes, so that the env's error surfaces
@@ -145,11 +155,17 @@ def choose_num_workers(env_fn: Callable[[], Any], num_envs: int, cpus: int | Non
         work = num_envs * step
         waits = share < WAITING_MAX_CPU_SHARE  # False for nan: a coarse clock cannot tell
         waiting = min(num_envs, MAX_WORKERS_PER_CORE * cpus, math.ceil(cpus / max(share, 1e-6))) if waits else 0
+        room = _descriptor_room()
+        capped = room is not None and waiting > room
+        if room is not None and capped:
+            waiting = max(room, 0)
         if waiting > parallel:
             reason = (
                 f"a step took {step * 1e6:.1f} µs and kept a core busy {share:.0%} of it: the envs wait, "
                 f"so {waiting} workers on {cpus} cores overlap their waits"
             )
+            if capped:
+                reason += f" (as many as RLIMIT_NOFILE leaves descriptors for, {WORKER_DESCRIPTORS} each)"
             choice = WorkerChoice(waiting, step, reason, cpu_share=share)
         elif cpus < 2:
             reason = f"one core: the {num_envs} envs run in this process"

@@ -69,7 +69,7 @@ from vecenv.worker.builders import pickle_group
 from vecenv.worker.core import WorkerOptions
 from vecenv.worker.loop import worker_main
 
-__all__ = ["ProcessTransport", "KILL_GRACE", "START_DESCRIPTORS"]
+__all__ = ["ProcessTransport", "KILL_GRACE", "START_DESCRIPTORS", "WORKER_DESCRIPTORS"]
 
 #: After terminate(), how long to wait before SIGKILL.
 KILL_GRACE = 1.0
@@ -78,6 +78,9 @@ KILL_GRACE = 1.0
 #: resource tracker's pipe the first time, its pidfd). They are checked free before each start, so that
 #: the limit is never met half-way through one (CPython would leave a pipe open).
 START_DESCRIPTORS = 10
+#: Descriptors a running worker keeps open in this process at most (its pipe, multiprocessing's
+#: two status pipes and, for fork and spawn workers on Linux, a pidfd).
+WORKER_DESCRIPTORS = 4
 _INTERRUPTED = "was ended: an interrupt (Ctrl+C) cut a message on its pipe in two"
 # A worker whose pipe hung up gets this long to exit on its own before it is killed.
 _HANGUP_GRACE = 0.5
@@ -275,7 +278,8 @@ def _limit_error(exc: OSError, number: int, total: int) -> OSError:
         exc.errno,
         f"cannot start worker {number} of {total}: this process may open {soft} file descriptors "
         f"(RLIMIT_NOFILE) and {count}; starting a worker needs {START_DESCRIPTORS} free and each "
-        "running worker keeps up to 4 here. Raise the limit (ulimit -n, resource.setrlimit) or use fewer workers",
+        f"running worker keeps up to {WORKER_DESCRIPTORS} here. Raise the limit (ulimit -n, "
+        "resource.setrlimit) or use fewer workers",
     )
 
 
