@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import functools
 import logging
+import multiprocessing
+import os
 import resource
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -82,6 +85,37 @@ def test_envs_that_wait_get_more_workers_than_cores_to_overlap_their_waits() -> 
     # At most MAX_WORKERS_PER_CORE per core, and workers even on one core.
     assert choose_num_workers(waiting_env, 100, cpus=1).num_workers == MAX_WORKERS_PER_CORE
     assert choose_num_workers(waiting_env, 3, cpus=1).num_workers == 3
+
+
+def _spin_on(core: int, stop: float) -> None:
+    os.sched_setaffinity(0, {core})
+    while time.monotonic() < stop:
+        pass
+
+
+@pytest.mark.timeout(60)
+def test_envs_that_compute_on_a_busy_core_are_not_taken_for_envs_that_wait() -> None:
+    """A step that computes for tens of ms on a core it shares with 6 busy processes runs a sixth
+    of its time: the time it waited for the core is not time it waited for something else, and
+    one worker per env (up to 16 per core) would only add processes to a busy machine."""
+    core = min(os.sched_getaffinity(0))
+    env_fn = functools.partial(BurnEnv, calibrate()["iters_1ms"] * 20)  # about 20 ms a step
+    mask = os.sched_getaffinity(0)
+    ctx = multiprocessing.get_context("fork")
+    spinners = [ctx.Process(target=_spin_on, args=(core, time.monotonic() + 10.0), daemon=True) for _ in range(6)]
+    for p in spinners:
+        p.start()
+    try:
+        os.sched_setaffinity(0, {core})
+        choice = choose_num_workers(env_fn, 32, cpus=2)
+    finally:
+        os.sched_setaffinity(0, mask)
+        for p in spinners:
+            p.terminate()
+        for p in spinners:
+            p.join()
+    assert choice.cpu_share > WAITING_MAX_CPU_SHARE, choice
+    assert choice.num_workers == 2 and choice.inline_group, choice
 
 
 @pytest.mark.timeout(120)

@@ -34,6 +34,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -81,15 +82,46 @@ class WorkerChoice:
     #: The parent steps the first group itself (``num_workers - 1`` worker processes).
     inline_group: bool = False
     #: The share of a core the probe's fastest steps used (the CPU time of the thread that
-    #: stepped them over their wall time; ``nan`` if the probe failed or the CPU clock is too coarse): well under 1 for
-    #: envs that wait.
+    #: stepped them over their wall time, less the time it waited for a core where Linux says;
+    #: ``nan`` if the probe failed or the CPU clock is too coarse): well under 1 for envs that wait.
     cpu_share: float = float("nan")
 
 
 @dataclass(frozen=True)
 class _Probe:
     step_seconds: float  # the median step
-    cpu_share: float  # the fastest steps' CPU time (this thread's) over their wall time
+    cpu_share: float  # the fastest steps' CPU time (this thread's) over their wall time off the run queue
+
+
+#: Linux's scheduler statistics of the calling thread: CPU time, time runnable but waiting for a
+#: core, and time slices (ns, ns, count).
+_SCHEDSTAT = "/proc/thread-self/schedstat"
+
+
+class _RunDelay:
+    """Seconds the calling thread has spent runnable but waiting for a core (the second field of
+    :data:`_SCHEDSTAT`); always 0 where the kernel does not tell (another OS, no descriptor)."""
+
+    def __init__(self) -> None:
+        try:
+            self.fd: int | None = os.open(_SCHEDSTAT, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            self.fd = None
+        if self.fd is not None and self() is None:
+            self.close()
+
+    def __call__(self) -> float | None:
+        if self.fd is None:
+            return 0.0
+        try:
+            return int(os.pread(self.fd, 128, 0).split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 def _probe(env_fn: Callable[[], Any]) -> _Probe:
@@ -100,35 +132,46 @@ def _probe(env_fn: Callable[[], Any]) -> _Probe:
     ones not interrupted; one that waits leaves it idle however fast it goes. The CPU time is
     the calling thread's: the process's would count the threads that BLAS, OpenMP or torch
     leave spinning after their last call (measured: a share of 0.99 for an env that sleeps),
-    and an env whose step waits for a thread of its own does leave this one idle. ``nan`` where
-    the thread's CPU clock is too coarse to tell."""
+    and an env whose step waits for a thread of its own does leave this one idle. The wall
+    time leaves out the time the thread waited for a core (Linux's run delay): on a busy
+    machine a step longer than a time slice is interrupted however fast it goes, and an env
+    that computes 20 ms a step on a core shared with 6 busy processes used a sixth of its wall
+    time (measured: 0.07), yet waited for nothing but the core. ``nan`` where the thread's CPU
+    clock is too coarse to tell."""
     env = env_fn()
+    run_delay = _RunDelay()
     try:
         space = copy.deepcopy(env.action_space)  # another env may share the env's space object
         space.seed(0)
         env.reset(seed=0)
         actions = [space.sample() for _ in range(PROBE_STEPS)]
-        steps: list[tuple[float, float]] = []  # (wall, CPU) seconds of each step
+        steps: list[tuple[float, float, float]] = []  # (wall, CPU, run delay) seconds of each step
         clock, cpu_clock = time.perf_counter, time.thread_time
         end = clock() + PROBE_SECONDS
         for action in actions:
+            delay_start = run_delay()  # read outside the wall time: a read costs a few µs
             start, cpu_start = clock(), cpu_clock()
             _, _, terminated, truncated, _ = env.step(action)
             if terminated or truncated:
                 env.reset()
             cpu = cpu_clock() - cpu_start
             now = clock()
-            steps.append((now - start, cpu))
+            delay_end = run_delay()
+            delay = 0.0 if delay_start is None or delay_end is None else delay_end - delay_start
+            steps.append((now - start, cpu, delay))
             if now >= end:
                 break
-        step = statistics.median(wall for wall, _ in steps)
+        step = statistics.median(wall for wall, _, _ in steps)
         fastest = sorted(steps)[: max(1, len(steps) // 2)]
-        wall = sum(w for w, _ in fastest)
+        # The time each step had a core or left it idle: the run delay brackets the wall time,
+        # so it may come out a little larger; never less than the CPU time used.
+        wall = sum(max(w - d, c) for w, c, d in fastest)
         share = float("nan")
         if time.get_clock_info("thread_time").resolution <= CPU_CLOCK_RESOLUTION and wall > 0:
-            share = min(sum(c for _, c in fastest) / wall, 1.0)
+            share = min(sum(c for _, c, _ in fastest) / wall, 1.0)
         return _Probe(step, share)
     finally:
+        run_delay.close()
         env.close()
 
 
