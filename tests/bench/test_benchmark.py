@@ -543,6 +543,10 @@ def test_a_bad_option_is_named_with_its_value_before_anything_runs(
         ("cleanrl_ppo.py", ["--ppo", __file__, "--num-envs", "0"], "argument --num-envs: expected a positive integer"),
         ("cleanrl_ppo.py", ["--ppo", __file__, "--env-id", "Nope-v0"], "argument --env-id: expected a registered"),
         ("gym_yardstick.py", ["--env-id", "Nope-v0"], "argument --env-id: expected a registered Gymnasium env id"),
+        ("torchrl_collect.py", ["--runs", "sync,gpu"], "--runs: expected a comma-separated list of distinct runs"),
+        ("torchrl_collect.py", ["--num-envs", "5"], "--num-envs: expected an even number"),
+        ("torchrl_collect.py", ["--frames", "10"], "--frames: expected at least two batches, 800 frames"),
+        ("torchrl_collect.py", ["--repeat", "0"], "argument --repeat: expected a positive integer, got 0"),
     ],
 )
 def test_scripts_refuse_bad_values_in_one_line(script: str, args: list[str], message: str) -> None:

@@ -252,3 +252,27 @@ def test_next_step_is_refused_by_torchrl_naming_the_modes_to_pass() -> None:
         assert "SAME_STEP" in message and "DISABLED" in message and "NEXT_STEP" in message
     finally:
         envs.close()
+
+
+@pytest.mark.timeout(600)
+def test_torchrl_collect_script_reports_every_run_and_vecenv_collects_syncs_data() -> None:
+    """``scripts/torchrl_collect.py`` (docs/benchmarks.md) on tiny numbers: one table row per
+    run, a positive rate in each, and vecenv's runs collecting exactly what ``sync`` collects."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "torchrl_collect.py"
+    args = ["--frames", "200", "--num-envs", "2", "--steps-per-batch", "10", "--repeat", "1"]
+    done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=540)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {}
+    for line in done.stdout.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == 6 and cells[0] != "run":
+            rows[cells[0]] = cells
+    assert set(rows) == {"vecenv", "vecenv-auto", "sync", "parallel", "parallel-n", "multisync", "serial"}, done.stdout
+    for run, cells in rows.items():
+        assert float(cells[1]) > 0, cells
+        assert cells[5] == ("yes" if run in ("vecenv", "vecenv-auto", "sync") else "-"), cells
+    assert rows["sync"][2] == rows["parallel"][3] == "1.00"
