@@ -257,13 +257,16 @@ def test_next_step_is_refused_by_torchrl_naming_the_modes_to_pass() -> None:
 @pytest.mark.timeout(600)
 def test_torchrl_collect_script_reports_every_run_and_vecenv_collects_syncs_data() -> None:
     """``scripts/torchrl_collect.py`` (docs/benchmarks.md) on tiny numbers: one table row per
-    run, a positive rate in each, and vecenv's runs collecting exactly what ``sync`` collects."""
+    run, a positive rate in each, and vecenv's run collecting exactly what ``sync`` collects.
+    Three of its runs, the two the ratios are taken to and vecenv's (each run is a fresh
+    process that imports TorchRL: ~7 s each here)."""
     import subprocess
     import sys
     from pathlib import Path
 
     script = Path(__file__).resolve().parents[2] / "scripts" / "torchrl_collect.py"
     args = ["--frames", "200", "--num-envs", "2", "--steps-per-batch", "10", "--repeat", "1"]
+    args += ["--runs", "vecenv,sync,parallel"]
     done = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=540)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {}
@@ -271,8 +274,8 @@ def test_torchrl_collect_script_reports_every_run_and_vecenv_collects_syncs_data
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if line.startswith("| ") and len(cells) == 6 and cells[0] != "run":
             rows[cells[0]] = cells
-    assert set(rows) == {"vecenv", "vecenv-auto", "sync", "parallel", "parallel-n", "multisync", "serial"}, done.stdout
+    assert set(rows) == {"vecenv", "sync", "parallel"}, done.stdout
     for run, cells in rows.items():
         assert float(cells[1]) > 0, cells
-        assert cells[5] == ("yes" if run in ("vecenv", "vecenv-auto", "sync") else "-"), cells
+        assert cells[5] == ("yes" if run in ("vecenv", "sync") else "-"), cells
     assert rows["sync"][2] == rows["parallel"][3] == "1.00"
