@@ -25,6 +25,7 @@ from tests.engine.test_differential import assert_same
 from tests.helpers.faults import open_fds, transport_of
 from vecenv.bench.calibration import calibrate
 from vecenv.bench.envs import BurnEnv, WaitEnv
+from vecenv.parent import sizing
 from vecenv.parent.sizing import (
     MAX_WORKERS_PER_CORE,
     PARALLEL_MIN_SECONDS,
@@ -139,6 +140,26 @@ def test_envs_that_wait_get_no_more_workers_than_the_descriptor_limit_lets_start
 def test_one_core_never_starts_workers(slow_env: functools.partial) -> None:
     choice = choose_num_workers(slow_env, 8, cpus=1)
     assert choice.num_workers == 0 and "one core" in choice.reason
+
+
+@pytest.mark.parametrize(
+    ("step_us", "share", "workers"),
+    [
+        (1000.0, 0.03, 8),  # waits ~970 µs a step: a worker each overlaps the waits
+        (150.0, 0.2, 8),  # waits 120 µs: still more than waking a worker costs
+        (40.0, 0.1, 2),  # waits 36 µs: less than a worker's wake-up, so one worker per core
+        (15.0, 0.1, 0),  # and with 8 such envs all the work fits in this process
+    ],
+)
+def test_only_waits_longer_than_a_workers_wake_up_get_a_worker_each(
+    monkeypatch: pytest.MonkeyPatch, step_us: float, share: float, workers: int
+) -> None:
+    """The decision alone, on a given probe: a worker per env pays only where the time an env
+    step waits is more than a worker's round trip costs; shorter waits are stepped as work."""
+    monkeypatch.setattr(sizing, "_probe", lambda env_fn: sizing._Probe(step_us * 1e-6, share))
+    choice = choose_num_workers(cartpole, 8, cpus=2)
+    assert choice.num_workers == workers, choice.reason
+    assert choice.cpu_share == share
 
 
 def test_a_probe_that_raises_picks_workers_so_the_error_surfaces_from_them() -> None:

@@ -8,7 +8,8 @@ worker per core is. ``auto`` builds one extra env from the first constructor, st
 random actions for a few milliseconds, closes it, and decides from the time one step took and
 the share of a core it used meanwhile:
 
-    a step uses under WAITING_MAX_CPU_SHARE of a core   ->  more workers than cores (see below)
+    a step uses under WAITING_MAX_CPU_SHARE of a core
+      and waits at least WAIT_MIN_SECONDS               ->  more workers than cores (see below)
     num_envs x step time < PARALLEL_MIN_SECONDS  or one core  ->  0 workers (all in the parent)
     otherwise   ->  min(num_envs, cores) groups, the parent stepping one of them (``inline_group``)
 
@@ -48,6 +49,7 @@ __all__ = [
     "MAX_WORKERS_PER_CORE",
     "PARALLEL_MIN_SECONDS",
     "WAITING_MAX_CPU_SHARE",
+    "WAIT_MIN_SECONDS",
     "WorkerChoice",
     "choose_num_workers",
 ]
@@ -60,6 +62,10 @@ logger = logging.getLogger("vecenv")
 PARALLEL_MIN_SECONDS = 0.15e-3
 #: A step that keeps its core busy for less than this share of its time waits for something else.
 WAITING_MAX_CPU_SHARE = 0.25
+#: ... and waits at least this long (seconds) per step: a worker per env costs a wake-up on every
+#: step (a pipe write to a sleeping worker: 67-95 µs of the parent's time measured on a 2-core
+#: VM), which a shorter wait does not pay for; such steps count as work.
+WAIT_MIN_SECONDS = 0.1e-3
 #: The CPU clock must tell this apart (seconds) for the probe to judge whether envs wait.
 CPU_CLOCK_RESOLUTION = 1e-6
 #: Waiting envs get at most this many worker processes per core (each worker is an interpreter
@@ -196,7 +202,8 @@ def choose_num_workers(env_fn: Callable[[], Any], num_envs: int, cpus: int | Non
     else:
         step, share = probe.step_seconds, probe.cpu_share
         work = num_envs * step
-        waits = share < WAITING_MAX_CPU_SHARE  # False for nan: a coarse clock cannot tell
+        # False for nan (a coarse clock cannot tell) and for waits too short to pay a wake-up.
+        waits = share < WAITING_MAX_CPU_SHARE and step * (1 - share) >= WAIT_MIN_SECONDS
         waiting = min(num_envs, MAX_WORKERS_PER_CORE * cpus, math.ceil(cpus / max(share, 1e-6))) if waits else 0
         room = _descriptor_room()
         capped = room is not None and waiting > room

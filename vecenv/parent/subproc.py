@@ -47,8 +47,8 @@ class SubprocVectorEnv(GroupVectorEnv):
             one extra env from ``env_fns[0]`` here, times a few of its steps, closes it, and
             picks 0 when all the envs' work per step is too small to pay for processes (a few
             cheap envs), one worker per env (at most 16 per core) when a step mostly waits
-            (it keeps its core busy under a quarter of its time: a simulator in another
-            process, a socket, a sleep), else one group per core with the parent stepping one
+            (it keeps its core busy under a quarter of its time and waits at least 0.1 ms:
+            a simulator in another process, a socket, a sleep), else one group per core with the parent stepping one
             of them (``inline_group``); :attr:`worker_choice` says what it chose and why (see
             :mod:`vecenv.parent.sizing`).
         inline_group: the parent hosts the first group itself and steps it while the workers
