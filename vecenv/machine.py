@@ -144,27 +144,29 @@ def cpu_quota(root: str = "/sys/fs/cgroup", membership: str = "/proc/self/cgroup
     return min(found) if found else None
 
 
+def _open_descriptors() -> int | None:
+    """How many descriptors this process has open (``None``: no /proc, or no descriptor free
+    to list them with: listing them needs one too)."""
+    try:
+        return len(os.listdir("/proc/self/fd")) - 1  # less the one the listing used
+    except OSError:
+        return None
+
+
 def descriptor_usage() -> tuple[int, str]:
     """This process's descriptor limit (``RLIMIT_NOFILE``'s soft one) and how many it has
     open, in words: for the errors of running out of them."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    try:
-        count = f"{len(os.listdir('/proc/self/fd')) - 1} are open"
-    except OSError:  # listing them needs a descriptor too
-        count = "all are in use"
-    return soft, count
+    count = _open_descriptors()
+    return soft, "all are in use" if count is None else f"{count} are open"
 
 
 def free_descriptors() -> int | None:
     """How many more descriptors this process may open under ``RLIMIT_NOFILE``'s soft limit
     (``None``: no limit, or none that can be counted)."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return None
-    try:
-        return soft - (len(os.listdir("/proc/self/fd")) - 1)
-    except OSError:  # no /proc, or no descriptor free to list it
-        return None
+    count = _open_descriptors()
+    return None if soft == resource.RLIM_INFINITY or count is None else soft - count
 
 
 def default_start_method() -> str:
