@@ -15,6 +15,9 @@
   Ray driver).
 * The Ray and RLlib tests run after all the others (see ``pytest_collection_modifyitems``); the
   RLlib tests (marker ``rllib``) are deselected where the Gymnasium is not the one ray[rllib] pins.
+* Test processes (pytest-xdist, ``-n auto`` in README's test command): one per core, at most
+  :data:`MAX_TEST_PROCESSES`. The tests that share one local Ray run together in one of them,
+  after its other tests (``tests/helpers/xdist_scheduling.py``).
 * A watchdog (``tests/helpers/watchdog.py``) ends the session, with every thread's stack, when a
   test overruns its timeout by a minute: pytest-timeout cannot interrupt a test stuck in C code.
 * Ctrl+C is delivered: a pytest started with SIGINT ignored (a background job of a
@@ -44,6 +47,10 @@ from tests.helpers.start_method import kept_start_method
 from tests.helpers.watchdog import Watchdog
 
 SHM_GLOB = "/dev/shm/vecenv_*"
+
+#: ``-n auto``: at most this many test processes, however many cores the machine has (each test
+#: starts workers of its own, and every test process imports torch and Ray).
+MAX_TEST_PROCESSES = 8
 
 #: The start methods this platform offers, in the order tests use them.
 START_METHODS = tuple(m for m in ("fork", "forkserver", "spawn") if m in multiprocessing.get_all_start_methods())
@@ -93,6 +100,33 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``-n N`` with pytest-xdist's default distribution: the same, but the tests that share one
+    local Ray run together, in one test process (``tests/helpers/xdist_scheduling.py``)."""
+    if config.getvalue("dist") != "load":
+        return None
+    from tests.helpers.xdist_scheduling import RayTogether
+
+    return RayTogether(config, log)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto``: a test process per core this process may use, at most MAX_TEST_PROCESSES
+    (``PYTEST_XDIST_AUTO_NUM_WORKERS``, pytest-xdist's own variable, still decides if set)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return max(1, min(_usable_cores(), MAX_TEST_PROCESSES))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Deselect the RLlib tests (marker ``rllib``) where the Gymnasium is not the one ray[rllib]
     pins: they run in a venv of ``.[test-rllib]`` (docs/rllib.md, "Tests"), and everywhere else
@@ -101,17 +135,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     Then run the Ray and RLlib tests last: a connected (or shut down) Ray leaves threads in this
     process, and the tests after it that fork on purpose (``ctx=fork``) would fork a threaded
-    process."""
+    process (the 2-node cluster's test, which runs its cases in an interpreter of its own, goes
+    with them)."""
     why = rllib_absent() if any(item.get_closest_marker("rllib") for item in items) else None
     if why:
         deselected = [item for item in items if item.get_closest_marker("rllib")]
         items[:] = [item for item in items if not item.get_closest_marker("rllib")]
         config.hook.pytest_deselected(items=deselected)
         config.stash[_RLLIB_DESELECTED] = (len(deselected), why)
-    items.sort(key=lambda item: item.path.name in ("test_ray.py", "test_rllib.py"))
+        if hasattr(config, "workeroutput"):  # a pytest-xdist test process: tell the controller
+            config.workeroutput["rllib_deselected"] = (len(deselected), why)
+    items.sort(key=lambda item: item.path.name in ("test_ray.py", "test_ray_cluster.py", "test_rllib.py"))
 
 
 _RLLIB_DESELECTED = pytest.StashKey[tuple[int, str]]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """pytest-xdist's controlling process, which collects nothing itself: what a test process
+    deselected, for the summary."""
+    deselected = getattr(node, "workeroutput", {}).get("rllib_deselected")
+    if deselected is not None:
+        node.config.stash[_RLLIB_DESELECTED] = tuple(deselected)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:

@@ -68,9 +68,9 @@ FEATURES = {
     # The step benchmark's supersuit row: SuperSuit's vectorizer over a Gymnasium env.
     "anchors": "from supersuit import concat_vec_envs_v1",
     "docs": "import mkdocs\nimport material\nimport mkdocstrings_handlers.python",
-    "test-core": "import pytest\nimport pytest_timeout",
-    "test-rllib": "import ray.rllib.algorithms.ppo\nimport torch\nimport pytest_timeout",
-    "test": "import pytest_timeout\nimport stable_baselines3\nimport minari\nimport ray\nimport torchrl",
+    "test-core": "import pytest\nimport pytest_timeout\nimport xdist",
+    "test-rllib": "import ray.rllib.algorithms.ppo\nimport torch\nimport pytest_timeout\nimport xdist",
+    "test": "import pytest_timeout\nimport xdist\nimport stable_baselines3\nimport minari\nimport ray\nimport torchrl",
 }
 
 # The child: the missing modules' finder first, then the feature. A module missing because it is

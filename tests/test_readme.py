@@ -2,7 +2,7 @@
 
 README's examples run with every other page's in tests/test_docs.py. Here: what README promises
 that no example shows. Its "Set up" section gives the main job and the test command, which
-.ci/run runs too (the install of ``.[test]`` and ``python -m pytest -m "not slow"``); they stay
+.ci/run runs too (the install of ``.[test]`` and ``python -m pytest -m "not slow" -n auto``); they stay
 word for word, first in the section.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
 MAIN_JOB = "pip install -e . && python scripts/collect_rollouts.py"
-TEST_COMMAND = 'pip install -e ".[test]" && python -m pytest -m "not slow"'
+TEST_COMMAND = 'pip install -e ".[test]" && python -m pytest -m "not slow" -n auto'
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
@@ -44,7 +44,7 @@ def test_set_up_gives_the_main_job_then_the_tests() -> None:
 
 def test_ci_runs_the_readme_test_command() -> None:
     ci = (REPO / ".ci" / "run").read_text()
-    assert '-e ".[test]"' in ci and '-m pytest -m "not slow"' in ci
+    assert '-e ".[test]"' in ci and '-m pytest -m "not slow" -n auto' in ci
 
 
 def test_ci_runs_the_readme_rllib_command() -> None:

@@ -1,7 +1,7 @@
 """The Ray backend on a 2-node Ray cluster on this machine (one CPU per node).
 
 Not collected by the main session (the name does not start with ``test_``):
-``tests/integrations/test_ray.py::test_the_two_node_cluster_cases_pass_in_a_fresh_interpreter``
+``tests/integrations/test_ray_cluster.py::test_the_two_node_cluster_cases_pass_in_a_fresh_interpreter``
 runs this module with pytest in an interpreter of its own, so that each process connects its
 driver to one Ray only. (Connecting one driver to a second Ray after the first, local, one was
 shut down has left it waiting forever inside Ray's native GCS client, in this suite.) Run it

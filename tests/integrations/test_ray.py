@@ -3,15 +3,14 @@ process backend does.
 
 One local Ray (2 CPUs) is shared by the whole session, and this process connects to no other:
 the tests where a vector env starts its own Ray, and the 2-node cluster cases
-(``tests/integrations/ray_cluster_cases.py``), run in interpreters of their own (see
-``test_the_two_node_cluster_cases_pass_in_a_fresh_interpreter``). The differential runs reuse
+(``tests/integrations/ray_cluster_cases.py``, run by ``tests/integrations/test_ray_cluster.py``),
+run in interpreters of their own. The differential runs reuse
 ``tests/engine/test_differential.py``'s driver and comparison.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import os
 import re
 import signal
@@ -1155,41 +1154,3 @@ def test_sb3_backend_ray_restarts_a_dead_actor(ray_local: RaySessions) -> None:
         restart_differential(ours, 16, victim_env=0, group=[0, 1, 2])  # actor 0 hosts envs 0..2
     finally:
         ours.close()
-
-
-# -- the 2-node cluster, in an interpreter of its own ---------------------------------------------
-
-
-@pytest.mark.timeout(600)
-def test_the_two_node_cluster_cases_pass_in_a_fresh_interpreter() -> None:
-    """``tests/integrations/ray_cluster_cases.py`` (groups spread over both nodes, rollouts, env
-    errors naming the node, a lost node, a restart that moves a group, SB3 on the cluster), run
-    by pytest in a process whose driver connects to that cluster only: one Ray per driver."""
-    root = Path(__file__).resolve().parents[2]
-    env = {key: value for key, value in os.environ.items() if key not in ("RAY_ADDRESS", "RAY_TMPDIR")}
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow", "-rfEs"]
-    # A session of its own: if it overruns, the whole group goes (its Ray's processes too).
-    child = subprocess.Popen(
-        [*command, "tests/integrations/ray_cluster_cases.py"],
-        cwd=root,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = child.communicate(timeout=560)
-    except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGKILL)
-        stdout, stderr = child.communicate()
-        pytest.fail(f"the cluster cases ran past 560 s:\n{stdout[-8000:]}{stderr[-4000:]}", pytrace=False)
-    done = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
-    output = done.stdout[-8000:] + done.stderr[-4000:]
-    assert done.returncode == 0, output
-    summary = done.stdout.strip().splitlines()[-1]
-    assert " passed" in summary and "deselected" not in summary, output
-    # Nothing skips, but the SB3 case in a venv without SB3 (the Ray extra alone).
-    skips = [line for line in done.stdout.splitlines() if line.startswith("SKIPPED")]
-    sb3_here = importlib.util.find_spec("stable_baselines3") is not None
-    assert all(not sb3_here and SB3_MISSING in line for line in skips), output
