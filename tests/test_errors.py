@@ -173,6 +173,18 @@ def test_a_bad_argument_is_both_a_value_error_and_a_vecenv_error() -> None:
     ("error", "keywords"),
     [
         (vecenv.errors.WorkerDiedError, {"worker": 1, "envs": range(2, 4), "exitcode": -9}),
+        (
+            vecenv.errors.WorkerDiedError,
+            {
+                "worker": 1,
+                "envs": range(2, 4),
+                "exitcode": -9,
+                "deaths": (
+                    vecenv.errors.DeadWorker(1, 41, range(2, 4), -9, "was killed by signal SIGKILL"),
+                    vecenv.errors.DeadWorker(3, 43, range(6, 8), 3, "exited with code 3"),
+                ),
+            },
+        ),
         (vecenv.errors.RemoteEnvError, {"type_name": "somewhere.SomeError"}),
         (vecenv.errors.MemoryLimitError, {"needed": 10, "available": 5, "limit": "/dev/shm"}),
     ],
@@ -190,3 +202,9 @@ def test_errors_with_keyword_arguments_survive_pickling_and_copies(error: type, 
         assert type(again) is error and str(again) == "the message"
         assert {name: getattr(again, name) for name in keywords} == keywords
         assert again.__notes__ == ["where it came from"]
+
+
+def test_a_worker_died_error_made_without_deaths_lists_its_one_worker() -> None:
+    """``deaths`` is optional: code that makes the error as before gets the one worker it names."""
+    error = vecenv.errors.WorkerDiedError("gone", worker=1, envs=range(2, 4), exitcode=-9)
+    assert error.deaths == (vecenv.errors.DeadWorker(1, None, range(2, 4), -9, "died"),)

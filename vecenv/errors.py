@@ -42,7 +42,7 @@ from __future__ import annotations
 import multiprocessing
 import pickle
 import traceback
-from typing import Any
+from typing import Any, NamedTuple
 
 import cloudpickle
 import gymnasium.error
@@ -51,6 +51,7 @@ import numpy as np
 __all__ = [
     "VecEnvError",
     "WorkerDiedError",
+    "DeadWorker",
     "VecEnvTimeoutError",
     "NeedsResetError",
     "RemoteEnvError",
@@ -101,6 +102,19 @@ def _reduce_keyword_error(error: BaseException, names: tuple[str, ...]) -> tuple
     return _rebuild_keyword_error, (type(error), str(error), keywords), error.__dict__
 
 
+class DeadWorker(NamedTuple):
+    """One worker a :class:`WorkerDiedError` found dead: its index, its process id (``None``
+    where it has none: a Ray actor not yet placed), its envs (``None``: not yet assigned), its
+    exit code (a signal's is negative; ``None`` where it is unknown) and how it ended, in words
+    ("was killed by signal SIGKILL")."""
+
+    worker: int
+    pid: int | None
+    envs: range | None
+    exitcode: int | None
+    how: str
+
+
 class WorkerDiedError(VecEnvError):
     """A worker process ended without being asked to.
 
@@ -108,20 +122,38 @@ class WorkerDiedError(VecEnvError):
     second of its death. Not raised for exceptions in env code: those keep their own type.
     After it, every call but ``close()`` raises it again: the other workers are terminated,
     because the envs of the dead one are lost.
+
+    ``worker``, ``envs`` and ``exitcode`` name the worker whose death was seen first.
+    ``deaths`` lists every worker found dead when the error was made, that one first, each a
+    :class:`DeadWorker` (several die together: all killed at once, an env that exits in every
+    worker at the same step); the message names them all.
     """
 
-    def __init__(self, message: str, *, worker: int, envs: range, exitcode: int | None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        worker: int,
+        envs: range,
+        exitcode: int | None,
+        deaths: tuple[DeadWorker, ...] | None = None,
+    ) -> None:
         super().__init__(message)
         self.worker = worker
         self.envs = envs
         self.exitcode = exitcode
+        if deaths is None:
+            deaths = (DeadWorker(worker, None, envs, exitcode, "died"),)
+        self.deaths = tuple(deaths)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return _reduce_keyword_error(self, ("worker", "envs", "exitcode"))
+        return _reduce_keyword_error(self, ("worker", "envs", "exitcode", "deaths"))
 
     def copy(self) -> WorkerDiedError:
         """The same error (its cause too), new and never raised (so it holds no traceback)."""
-        error = WorkerDiedError(str(self), worker=self.worker, envs=self.envs, exitcode=self.exitcode)
+        error = WorkerDiedError(
+            str(self), worker=self.worker, envs=self.envs, exitcode=self.exitcode, deaths=self.deaths
+        )
         error.__cause__ = self.__cause__
         return error
 

@@ -12,6 +12,7 @@ The failing envs live in ``tests/helpers/faults.py``; the reference for "the res
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 import os
@@ -32,7 +33,7 @@ import pytest
 from gymnasium.error import AlreadyPendingCallError, ClosedEnvironmentError, NoAsyncCallError
 
 import vecenv
-from tests.helpers.faults import fault_fns, healthy_fns, late_replies_arrived, open_fds, transport_of
+from tests.helpers.faults import FaultEnv, fault_fns, healthy_fns, late_replies_arrived, open_fds, transport_of
 from vecenv import NeedsResetError, RemoteEnvError, VecEnvTimeoutError, WorkerDiedError
 from vecenv.bench import procfs
 from vecenv.errors import RemoteTraceback
@@ -957,3 +958,52 @@ def test_exit_without_close_does_not_hang(ctx: str, tmp_path: Path) -> None:
     alive, _ = _wait_gone(workers, GONE_S)
     assert not alive, f"workers {alive} outlived their parent"
     assert "Traceback" not in proc.stderr, proc.stderr
+
+
+def _exit_in_step(dying: set[int], n: int, pid_dir: str) -> list:
+    """``n`` constructors; the envs in ``dying`` call ``os._exit(3)`` at their first step."""
+    return [
+        functools.partial(FaultEnv, index=i, fault="exit" if i in dying else None, target=i, pid_dir=pid_dir)
+        for i in range(n)
+    ]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("how", ["sigkill-between-calls", "exit-in-the-same-step"])
+def test_every_worker_found_dead_is_named(how: str, leaks: LeakCheck) -> None:
+    """Two of three workers die during one call: the error names both (index, pid, how, envs),
+    its ``worker``/``envs``/``exitcode`` keep naming the first, ``deaths`` lists them all."""
+    envs = vecenv.SubprocVectorEnv(_exit_in_step({1, 5}, 6, leaks.pid_dir), 3, context="fork")
+    _MADE.append(envs)
+    envs.reset(seed=SEED)
+    pids = envs.worker_pids
+    actions = np.zeros((6, 2), np.float32)
+    if how == "sigkill-between-calls":
+        for pid in (pids[0], pids[2]):
+            os.kill(pid, signal.SIGKILL)
+        code = -signal.SIGKILL
+    else:
+        envs.step_async(actions)  # envs 1 and 5 (workers 0 and 2) exit in this step
+        code = 3
+    # Both are gone (zombies, their statuses still unread) before the parent looks.
+    alive, _ = _wait_gone([pids[0], pids[2]], GONE_S)
+    assert not alive
+    if how == "sigkill-between-calls":
+        exc, t = raises_timed(WorkerDiedError, envs.step, actions)
+    else:
+        exc, t = raises_timed(WorkerDiedError, envs.step_wait)
+    assert t < RAISE_S
+    assert (exc.worker, exc.envs, exc.exitcode) == (0, range(0, 2), code)
+    deaths = [(d.worker, d.pid, d.envs, d.exitcode) for d in exc.deaths]
+    assert deaths == [(0, pids[0], range(0, 2), code), (2, pids[2], range(4, 6), code)], deaths
+    message = str(exc)
+    ended = "was killed by signal SIGKILL" if code < 0 else "exited with code 3"
+    for index in (0, 2):
+        named = rf"\bworker {index} \(pid {pids[index]}, envs {2 * index}\.\.{2 * index + 1}\), which {ended}"
+        assert re.search(named, message), message
+    assert "worker 1 " not in message, message
+    with pytest.raises(WorkerDiedError) as again:  # every later call: the same deaths
+        envs.reset(seed=SEED)
+    assert again.value.deaths == exc.deaths and (again.value.worker, again.value.exitcode) == (0, code)
+    envs.close()
+    leaks.check(envs)

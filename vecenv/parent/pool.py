@@ -17,11 +17,11 @@ from collections.abc import Callable, Sequence
 from enum import Enum
 from typing import Any
 
-from vecenv.errors import PackedException, VecEnvError, VecEnvTimeoutError, WorkerDiedError
+from vecenv.errors import DeadWorker, PackedException, VecEnvError, VecEnvTimeoutError, WorkerDiedError
 from vecenv.interrupts import HeldInterrupt
 from vecenv.parent.records import OwedCall, WorkerRecord, WorkerStatus
 from vecenv.parent.restart import LostAgain, Restarter, mark_restarted
-from vecenv.transports.base import Event, Reply, Transport, WorkerGone
+from vecenv.transports.base import DeathCause, Event, Reply, Transport, WorkerGone
 from vecenv.transports.sending import SendTimeout, send_timeout
 from vecenv.wire.buffers import Buffers, BufferSpec
 from vecenv.wire.protocol import Attach, Command, StepReply
@@ -381,13 +381,13 @@ class WorkerPool:
                 # Ctrl+C (or a handler's SystemExit) while the replacement starts leaves it half
                 # made (no process yet, or one still waiting for its rows): nothing can use it.
                 if self.broken is None:
-                    self._break(w, f"{what}; its restart was interrupted", envs, cause.exitcode, call)
+                    self._break(w, f"{what}; its restart was interrupted", envs, cause)
                 raise
             if refusal is None:
                 return
             what += f"; {refusal}"
             rebuild_error = restarter.cause  # the env's error that stopped the rebuild, if any
-        broken = self._break(w, what, envs, cause.exitcode, call)
+        broken = self._break(w, what, envs, cause)
         broken.__cause__ = rebuild_error
         raise broken.copy()
 
@@ -400,12 +400,24 @@ class WorkerPool:
         envs = self._envs_of(w)
         return f"envs {envs.start}..{envs.stop - 1}" if envs else "envs not yet assigned"
 
-    def _break(
-        self, w: WorkerRecord, what: str, envs: range | None, exitcode: int | None, call: str
-    ) -> WorkerDiedError:
+    def _break(self, w: WorkerRecord, what: str, envs: range | None, cause: DeathCause) -> WorkerDiedError:
         """The pool cannot go on after ``w``'s death: record why (``broken``, raised by every
-        later call; returned) and end every worker."""
+        later call; returned) and end every worker. Every other worker already dead (killed
+        together, an env that exits in every worker at one step) is named too, found without
+        waiting, before the rest are ended."""
         w.died()
+        deaths = [self._dead_worker(w, envs, cause)]
+        alive = [other.index for other in self.workers if other.status is not WorkerStatus.DEAD]
+        for index in self.transport.ended(alive):
+            other = self.workers[index]
+            deaths.append(self._dead_worker(other, self._envs_of(other), self.transport.cause_of_death(index)))
+        if len(deaths) > 1:
+            named = ", and ".join(
+                f"worker {d.worker} ({_pid(d.pid)}{self._planned_span(self.workers[d.worker])}"
+                f"{self.transport.where(d.worker)}), which {d.how}"
+                for d in deaths
+            )
+            what += f"; {len(deaths)} workers were found dead: {named}"
         # Kept, never raised itself: a raised exception's traceback holds the frames it passed,
         # and through them the vector env, a cycle that would outlive `del envs`.
         if self.phase is PoolPhase.STARTING:
@@ -415,12 +427,17 @@ class WorkerPool:
         else:
             after = "the vector env is unusable, close it and make a new one"
         broken = self.broken = WorkerDiedError(
-            f"{what}; {after}", worker=w.index, envs=envs or w.envs, exitcode=exitcode
+            f"{what}; {after}", worker=w.index, envs=envs or w.envs, exitcode=cause.exitcode, deaths=tuple(deaths)
         )
         self.transport.kill()
         for other in self.workers:
             other.died()
         return broken
+
+    def _dead_worker(self, w: WorkerRecord, envs: range | None, cause: DeathCause) -> DeadWorker:
+        pids = self.transport.pids
+        pid = pids[w.index] if w.index < len(pids) else None
+        return DeadWorker(w.index, pid, envs or w.envs, cause.exitcode, cause.how)
 
     # -- shutdown ----------------------------------------------------------------------------
 
@@ -495,6 +512,10 @@ class WorkerPool:
                     failures[w.index] = self.remote_error(w, result, "close")
             waiting = [w for w in waiting if w.status is not WorkerStatus.IDLE]
         return failures[min(failures)] if failures else None
+
+
+def _pid(pid: int | None) -> str:
+    return "" if pid is None else f"pid {pid}, "
 
 
 def _failure_order(failure: tuple[WorkerRecord, PackedException]) -> tuple[tuple[int, int], int]:

@@ -150,7 +150,11 @@ class CallState:
         broken = None if self._pool is None else self._pool.broken
         if broken is not None:
             raise WorkerDiedError(
-                f"`{call}` cannot run: {broken}", worker=broken.worker, envs=broken.envs, exitcode=broken.exitcode
+                f"`{call}` cannot run: {broken}",
+                worker=broken.worker,
+                envs=broken.envs,
+                exitcode=broken.exitcode,
+                deaths=broken.deaths,
             ) from broken
 
     @property

@@ -107,6 +107,11 @@ class Transport(abc.ABC):
     def cause_of_death(self, worker: int) -> DeathCause:
         """How a dead worker ended."""
 
+    def ended(self, workers: Sequence[int]) -> list[int]:
+        """Those of ``workers`` whose process has already ended, found without waiting (for a
+        message naming every worker dead at once). A transport that cannot tell returns ``[]``."""
+        return []
+
     def sole_core(self) -> Any:
         """The :class:`~vecenv.worker.core.WorkerCore` of the only worker, when it runs in this
         process (every env in the parent): a call can then run it directly, with nothing to

@@ -203,6 +203,10 @@ class ParentHostedFirst(Transport):
     def cause_of_death(self, worker: int) -> DeathCause:
         return self.processes_transport.cause_of_death(worker - 1)
 
+    def ended(self, workers: Sequence[int]) -> list[int]:
+        # The parent's own group (worker 0) cannot end without the parent.
+        return [i + 1 for i in self.processes_transport.ended([w - 1 for w in workers if w > 0])]
+
     def release_fds(self) -> None:
         self.processes_transport.release_fds()
 

@@ -877,6 +877,14 @@ class ProcessTransport(Transport):
             return DeathCause(how, None)
         return DeathCause(self._causes.get(worker, _describe_exit(code)), None if code == STATUS_LOST else code)
 
+    def ended(self, workers: Sequence[int]) -> list[int]:
+        found = []
+        for index in workers:
+            process = self.processes[index]
+            if process is not None and not _still_running(process, self._pidfds[index]):
+                found.append(index)
+        return found
+
     def kill(self) -> None:
         for process, pidfd in zip(self.processes, self._pidfds):
             if process is not None and _still_running(process, pidfd):
