@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import resource
 import socket
 import threading
@@ -27,7 +28,8 @@ from tests.helpers.envs import diff_env_fns, greedy_module
 from tests.helpers.faults import FrameEnv, fault_fns, open_fds
 from vecenv import VecEnvTimeoutError, WorkerDiedError
 from vecenv.errors import DescriptorLimitError, MemoryLimitError, WeightsMismatchError
-from vecenv.parent import rollouts
+from vecenv.parent import rollouts, subproc
+from vecenv.parent.sizing import WorkerChoice
 from vecenv.transports import sending
 from vecenv.transports.sending import SendTimeout, send_within
 from vecenv.wire import memory
@@ -174,6 +176,46 @@ def test_a_rollout_longer_than_memory_is_refused_at_once(shared_memory: bool) ->
         assert rollout.observations.shape == (3, 8, 84, 84, 4)
     finally:
         envs.close(terminate=True)
+
+
+def _start_under_a_low_descriptor_limit(num_workers: int | str) -> DescriptorLimitError:
+    """The error of starting 8 workers with room for about three (each keeps up to 4 here)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    before = open_fds()
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(before) + 25, hard))
+    try:
+        with pytest.raises(DescriptorLimitError) as info:
+            vecenv.SubprocVectorEnv(fault_fns(8, None, "step", 0), num_workers, context="fork")
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert isinstance(info.value, OSError) and info.value.errno == errno.EMFILE
+    assert open_fds().keys() == before.keys()  # nothing of the workers started is left open
+    return info.value
+
+
+@pytest.mark.timeout(60)
+def test_too_few_descriptors_for_an_explicit_worker_count_says_to_use_fewer() -> None:
+    message = str(_start_under_a_low_descriptor_limit(8))
+    assert re.search(r"cannot start worker \d of 8: .*RLIMIT_NOFILE", message), message
+    assert "ulimit -n" in message and "use fewer workers" in message, message
+    assert "auto" not in message, message
+
+
+@pytest.mark.timeout(60)
+def test_too_few_descriptors_for_the_workers_auto_chose_says_how_they_were_chosen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under ``num_workers="auto"`` the user chose no count: the message names the count auto
+    asked for and why, and the ways out (a higher limit, an explicit smaller count)."""
+    reason = "8 envs x 900.0 µs per step = 7200 µs of work per vector step: 8 groups on 8 cores"
+    choice = WorkerChoice(8, 9e-4, reason, cpu_share=1.0)
+    monkeypatch.setattr(subproc, "choose_num_workers", lambda fn, n: choice)
+    message = str(_start_under_a_low_descriptor_limit("auto"))
+    assert re.search(r"cannot start worker \d of 8: .*RLIMIT_NOFILE", message), message
+    assert f"num_workers='auto' asked for 8 workers ({reason})" in message, message
+    assert "ulimit -n" in message and "resource.setrlimit" in message, message
+    assert "pass a smaller num_workers explicitly" in message, message
+    assert "use fewer workers" not in message, message
 
 
 @pytest.mark.timeout(60)

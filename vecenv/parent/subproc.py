@@ -245,6 +245,7 @@ class SubprocVectorEnv(GroupVectorEnv):
             ctx = multiprocessing.get_context(method)
         self.start_method = ctx.get_start_method() if starts_processes else None
         mode = options.worker_observation_mode
+        choice = self.worker_choice
         processes = ProcessTransport(
             ctx,
             daemon=daemon,
@@ -253,6 +254,9 @@ class SubprocVectorEnv(GroupVectorEnv):
             threads=options.threads,
             first_index=int(inline),
             method_chosen=chosen,
+            auto=None
+            if choice is None
+            else f"num_workers='auto' asked for {choice.num_workers} workers ({choice.reason})",
         )
         if not inline:
             return processes

@@ -252,7 +252,7 @@ def _server_error(exc: BaseException, number: int, total: int, pid: int | None, 
     )
 
 
-def _check_descriptors(number: int, total: int) -> None:
+def _check_descriptors(number: int, total: int, auto: str | None = None) -> None:
     """Raise :class:`DescriptorLimitError` unless :data:`START_DESCRIPTORS` descriptors are free."""
     opened: list[int] = []
     try:
@@ -265,21 +265,25 @@ def _check_descriptors(number: int, total: int) -> None:
     finally:
         for fd in opened:
             os.close(fd)
-    raise _limit_error(error, number, total) from None
+    raise _limit_error(error, number, total, auto) from None
 
 
-def _limit_error(exc: OSError, number: int, total: int) -> OSError:
+def _limit_error(exc: OSError, number: int, total: int, auto: str | None = None) -> OSError:
     """A clear error for running out of descriptors while starting worker ``number``; any other
-    ``OSError`` is returned as it is."""
+    ``OSError`` is returned as it is. ``auto``: how ``num_workers="auto"`` chose ``total`` (the
+    user chose no count, so "use fewer workers" would not say how), else ``None``."""
     if exc.errno not in (errno.EMFILE, errno.ENFILE):
         return exc
     soft, count = descriptor_usage()
+    if auto is None:
+        advice = "Raise the limit (ulimit -n, resource.setrlimit) or use fewer workers"
+    else:
+        advice = f"{auto}. Raise the limit (ulimit -n, resource.setrlimit), or pass a smaller num_workers explicitly"
     return DescriptorLimitError(
         exc.errno,
         f"cannot start worker {number} of {total}: this process may open {soft} file descriptors "
         f"(RLIMIT_NOFILE) and {count}; starting a worker needs {START_DESCRIPTORS} free and each "
-        f"running worker keeps up to {WORKER_DESCRIPTORS} here. Raise the limit (ulimit -n, "
-        "resource.setrlimit) or use fewer workers",
+        f"running worker keeps up to {WORKER_DESCRIPTORS} here. {advice}",
     )
 
 
@@ -298,8 +302,11 @@ class ProcessTransport(Transport):
         threads: int | None = None,
         first_index: int = 0,
         method_chosen: bool = True,
+        auto: str | None = None,
     ) -> None:
-        self.context = context  # a multiprocessing context (their Process types differ)
+        self.context = context
+        # How num_workers="auto" chose the count, in words, for a descriptor limit's message.
+        self.auto = auto  # a multiprocessing context (their Process types differ)
         # Whether the user chose the start method; where vecenv chose fork, a replacement
         # worker of a process that has started threads since is not forked (see relaunch).
         self.method_chosen = method_chosen
@@ -369,7 +376,7 @@ class ProcessTransport(Transport):
                 with HeldInterrupt():  # made and recorded (closed by close()) as one
                     self._control = ControlBlock.create(workers)
             except OSError as exc:
-                raise _limit_error(exc, self.first_index, self.first_index + workers) from None
+                raise _limit_error(exc, self.first_index, self.first_index + workers, self.auto) from None
         # The workers and this process (which waits, or steps a group of its own) each a core.
         _rebalance(self)
         for index in range(workers):
@@ -401,11 +408,11 @@ class ProcessTransport(Transport):
     def _start(self, index: int, context: Any = None) -> None:
         context = self.context if context is None else context
         number = self.first_index + index
-        _check_descriptors(number, self.first_index + len(self.processes))
+        _check_descriptors(number, self.first_index + len(self.processes), self.auto)
         try:
             parent_conn, child_conn = context.Pipe(duplex=True)
         except OSError as exc:
-            raise _limit_error(exc, number, self.first_index + len(self.processes)) from None
+            raise _limit_error(exc, number, self.first_index + len(self.processes), self.auto) from None
         PARENT_ENDS.add(parent_conn)
         bound_writes(parent_conn)
         control = self._control
@@ -453,7 +460,7 @@ class ProcessTransport(Transport):
                 self._pids[index] = process.pid
                 self._pidfds[index] = None if forkserver else _open_pidfd(process.pid)
         except OSError as exc:
-            raise _limit_error(exc, number, total) from None
+            raise _limit_error(exc, number, total, self.auto) from None
         finally:
             child_conn.close()
             if unset:
