@@ -304,9 +304,9 @@ class ProcessTransport(Transport):
         method_chosen: bool = True,
         auto: str | None = None,
     ) -> None:
-        self.context = context
+        self.context = context  # a multiprocessing context (their Process types differ)
         # How num_workers="auto" chose the count, in words, for a descriptor limit's message.
-        self.auto = auto  # a multiprocessing context (their Process types differ)
+        self.auto = auto
         # Whether the user chose the start method; where vecenv chose fork, a replacement
         # worker of a process that has started threads since is not forked (see relaunch).
         self.method_chosen = method_chosen
