@@ -45,6 +45,7 @@ import pytest
 from tests.helpers.faults import open_fds
 from tests.helpers.start_method import kept_start_method
 from tests.helpers.watchdog import Watchdog
+from vecenv import machine
 
 SHM_GLOB = "/dev/shm/vecenv_*"
 
@@ -100,13 +101,6 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """``-n N`` with pytest-xdist's default distribution: the same, but the tests that share one
@@ -120,11 +114,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
-    """``-n auto``: a test process per core this process may use, at most MAX_TEST_PROCESSES
-    (``PYTEST_XDIST_AUTO_NUM_WORKERS``, pytest-xdist's own variable, still decides if set)."""
+    """``-n auto``: a test process per core this process may use (vecenv's own count: the
+    affinity mask and the CPU quota), at most MAX_TEST_PROCESSES (``PYTEST_XDIST_AUTO_NUM_WORKERS``,
+    pytest-xdist's own variable, still decides if set)."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None
-    return max(1, min(_usable_cores(), MAX_TEST_PROCESSES))
+    return max(1, min(machine.available_cpus(), MAX_TEST_PROCESSES))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -4,13 +4,13 @@ processes follows the cores this process may use."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from tests import conftest
+from vecenv import machine
 
 NO_XDIST = "needs pytest-xdist: pip install -e '.[test]'"
 scheduling = pytest.importorskip("tests.helpers.xdist_scheduling", reason=NO_XDIST)
@@ -47,7 +47,7 @@ def test_auto_gives_a_test_process_per_usable_core_up_to_the_cap(
     monkeypatch: pytest.MonkeyPatch, pytestconfig: pytest.Config, cores: int, expected: int
 ) -> None:
     monkeypatch.delenv("PYTEST_XDIST_AUTO_NUM_WORKERS", raising=False)
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    monkeypatch.setattr(machine, "available_cpus", lambda: cores)
     assert conftest.pytest_xdist_auto_num_workers(pytestconfig) == expected
     monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "3")
     assert conftest.pytest_xdist_auto_num_workers(pytestconfig) is None  # pytest-xdist's own rule
