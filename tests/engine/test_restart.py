@@ -13,6 +13,7 @@ import functools
 import itertools
 import os
 import signal
+import threading
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -223,6 +224,39 @@ def test_a_rollout_reports_a_restart_the_same_whoever_found_it(found_by: str) ->
         assert got.truncations[0].tolist() == [False, False, True, True]
         assert got.observations[1, :, 0].tolist() == [4, 4, 0, 0]
         assert got.episode_starts[1].tolist() == [False, False, True, True]
+
+
+class _StuckIfMadeAfter(_Counting):
+    """A `_Counting` that blocks in `step` when built after ``marker`` exists: the replacement
+    of a worker killed once the marker was made hangs, the envs built before it do not."""
+
+    def __init__(self, marker: str) -> None:
+        super().__init__()
+        self.stuck = os.path.exists(marker)
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        if self.stuck:
+            threading.Event().wait()  # never set: stuck in env code until the worker is ended
+        return super().step(action)
+
+
+@pytest.mark.timeout(60)
+def test_a_rollout_that_times_out_in_a_replacement_names_the_callers_timeout(tmp_path: Any) -> None:
+    """A restarted group's rollout is gathered in a second round; its timeout was reported as
+    what was left of the caller's (``after 1.97 second(s)``), the time elapsed as that round's."""
+    marker = str(tmp_path / "stuck")
+    fns = [functools.partial(_StuckIfMadeAfter, marker)] * 4
+    with vecenv.SubprocVectorEnv(fns, 2, on_worker_death="restart", context="fork") as envs:
+        envs.reset(seed=0)
+        open(marker, "w").close()
+        _kill(envs, 1)
+        with pytest.raises(VecEnvTimeoutError) as caught:
+            envs.rollout(3, lambda obs: np.zeros(len(obs), np.int64), timeout=2.0)
+    message = str(caught.value)
+    assert "The call to `rollout` has timed out after 2.0 second(s) (" in message, message
+    elapsed = float(message.split("second(s) (")[1].split(" s elapsed")[0])
+    assert elapsed >= 2.0, message
+    assert "No reply yet from worker 1 (envs 2..3)" in message, message
 
 
 @pytest.mark.timeout(60)

@@ -221,10 +221,12 @@ class CallRunner:
         self.pool.abandon(self.calls.pending)
         self.calls.interrupted(call, exc, poisons=waiting in _ACTING_STATES)
 
-    def gather(self, workers: Sequence[WorkerRecord], timeout: float | None, call: str) -> list[Any]:
+    def gather(
+        self, workers: Sequence[WorkerRecord], timeout: float | None, call: str, *, deadline: float | None = None
+    ) -> list[Any]:
         """The replies of a call sent outside a pending one, in worker order (late ones are
-        abandoned on a timeout or an interrupt)."""
-        return self.pool.gather(workers, timeout, call)
+        abandoned on a timeout or an interrupt); ``deadline`` as for :meth:`WorkerPool.gather`."""
+        return self.pool.gather(workers, timeout, call, deadline=deadline)
 
     def wait(
         self, workers: Sequence[WorkerRecord], deadline: float | None, call: str, timeout: float | None

@@ -90,9 +90,7 @@ class WorkerPool:
             slow = [w for w in self.workers if w.owes]  # those that answered owe nothing
             if not slow:
                 raise
-            named = ", ".join(
-                f"worker {w.index} ({self._planned_span(w)}{self.transport.where(w.index)})" for w in slow
-            )
+            named = ", ".join(self._named(w) for w in slow)
             still = "was still building its envs" if len(slow) == 1 else "were still building their envs"
             raise VecEnvTimeoutError(
                 f"The call to `__init__` has timed out after {timeout} second(s) (start_timeout): {named} {still}"
@@ -197,7 +195,7 @@ class WorkerPool:
                 send(w.index, owed.message, timeout)
             except SendTimeout as exc:
                 raise VecEnvTimeoutError(
-                    f"`{owed.call}` could not send its command: worker {w.index} (envs {w.start}..{w.stop - 1}) "
+                    f"`{owed.call}` could not send its command: {self._named(w)} "
                     f"{exc}; it is busy with an earlier call (stuck in env code?). Nothing was sent to it"
                 ) from None
             except WorkerGone:
@@ -251,9 +249,7 @@ class WorkerPool:
         (``deadline - timeout``: more than ``timeout`` where a group this process hosts ran past
         it, which nothing can cut short), then the workers that had not replied and their envs:
         the one stuck env among many is otherwise found only by bisecting."""
-        named = ", ".join(
-            f"worker {i} ({self._planned_span(self.workers[i])}{self.transport.where(i)})" for i in silent
-        )
+        named = ", ".join(self._named(self.workers[i]) for i in silent)
         elapsed = time.monotonic() - (deadline - (timeout or 0.0))
         return (
             f"The call to `{call}` has timed out after {timeout} second(s) ({elapsed:.3g} s elapsed). "
@@ -280,9 +276,18 @@ class WorkerPool:
                     self.died(self.workers[event.worker], call, deadline)
 
     def gather(
-        self, workers: Sequence[WorkerRecord], timeout: float | None, call: str, fail_fast: bool = False
+        self,
+        workers: Sequence[WorkerRecord],
+        timeout: float | None,
+        call: str,
+        fail_fast: bool = False,
+        *,
+        deadline: float | None = None,
     ) -> list[Any]:
         """The reply each of ``workers`` owes, in worker order.
+
+        ``deadline``: where the call began before this gather (a call that gathers in rounds),
+        the end of its ``timeout``, which a timeout's message then names as the caller gave it.
 
         An error reply is raised (the first by worker order; of a rollout's, the earliest step
         first) only once every worker has answered, so no reply is left behind to be mistaken
@@ -291,7 +296,8 @@ class WorkerPool:
         dropped.
         ``fail_fast`` raises the first error at once (start-up, where nothing is kept).
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
+        if deadline is None and timeout is not None:
+            deadline = time.monotonic() + timeout
         results: dict[int, Any] = {}
         failures: list[tuple[WorkerRecord, PackedException]] = []
         waiting: Sequence[WorkerRecord] = workers
@@ -372,7 +378,7 @@ class WorkerPool:
             raise LostAgain
         cause = self.transport.cause_of_death(w.index)
         envs = self._envs_of(w)
-        what = f"worker {w.index} ({self._planned_span(w)}{self.transport.where(w.index)}) {cause.how} during `{call}`"
+        what = f"{self._named(w)} {cause.how} during `{call}`"
         rebuild_error: BaseException | None = None
         if restarter is not None and self.phase is PoolPhase.RUNNING and not self.ending:
             try:
@@ -395,10 +401,13 @@ class WorkerPool:
         """``w``'s envs: its rows once assigned, else those its builder says it builds."""
         return w.envs if w.size else self._planned[w.index]
 
-    def _planned_span(self, w: WorkerRecord) -> str:
-        """``w``'s envs in words, for a message about it (before the handshake too)."""
+    def _named(self, w: WorkerRecord, pid: int | None = None) -> str:
+        """``w`` in words for a message about it: its index, then in brackets its pid (where
+        given), its envs (those its builder builds, before the handshake) and where it runs."""
         envs = self._envs_of(w)
-        return f"envs {envs.start}..{envs.stop - 1}" if envs else "envs not yet assigned"
+        span = f"envs {envs.start}..{envs.stop - 1}" if envs else "envs not yet assigned"
+        shown_pid = "" if pid is None else f"pid {pid}, "
+        return f"worker {w.index} ({shown_pid}{span}{self.transport.where(w.index)})"
 
     def _break(self, w: WorkerRecord, what: str, envs: range | None, cause: DeathCause) -> WorkerDiedError:
         """The pool cannot go on after ``w``'s death: record why (``broken``, raised by every
@@ -412,11 +421,7 @@ class WorkerPool:
             other = self.workers[index]
             deaths.append(self._dead_worker(other, self._envs_of(other), self.transport.cause_of_death(index)))
         if len(deaths) > 1:
-            named = ", and ".join(
-                f"worker {d.worker} ({_pid(d.pid)}{self._planned_span(self.workers[d.worker])}"
-                f"{self.transport.where(d.worker)}), which {d.how}"
-                for d in deaths
-            )
+            named = ", and ".join(f"{self._named(self.workers[d.worker], d.pid)}, which {d.how}" for d in deaths)
             what += f"; {len(deaths)} workers were found dead: {named}"
         # Kept, never raised itself: a raised exception's traceback holds the frames it passed,
         # and through them the vector env, a cycle that would outlive `del envs`.
@@ -512,10 +517,6 @@ class WorkerPool:
                     failures[w.index] = self.remote_error(w, result, "close")
             waiting = [w for w in waiting if w.status is not WorkerStatus.IDLE]
         return failures[min(failures)] if failures else None
-
-
-def _pid(pid: int | None) -> str:
-    return "" if pid is None else f"pid {pid}, "
 
 
 def _failure_order(failure: tuple[WorkerRecord, PackedException]) -> tuple[tuple[int, int], int]:

@@ -539,11 +539,8 @@ class Rollouts:
             raise
 
     def _gather_all(self, workers: Sequence[WorkerRecord], deadline: float | None, timeout: float | None) -> list[Any]:
-        def remaining() -> float | None:
-            return None if deadline is None else max(0.0, deadline - time.monotonic())
-
         runner = self.runner
-        replies = dict(zip((w.index for w in workers), runner.gather(workers, timeout, "rollout")))
+        replies = dict(zip((w.index for w in workers), runner.gather(workers, timeout, "rollout", deadline=deadline)))
         first_rows: dict[int, RolloutReply] = {}
         again = [w for w in workers if isinstance(replies[w.index], RestartedRollout)]
         while again:
@@ -554,7 +551,7 @@ class Rollouts:
             self._ensure_block(self._num_steps, again)
             payloads = [self._payload(w, self._num_steps, 1) for w in again]
             runner.send(again, Command.ROLLOUT, payloads, "rollout", None)
-            replies.update(zip((w.index for w in again), runner.gather(again, remaining(), "rollout")))
+            replies.update(zip((w.index for w in again), runner.gather(again, timeout, "rollout", deadline=deadline)))
             again = [w for w in again if isinstance(replies[w.index], RestartedRollout)]
         made_here = set()  # replacements never sent the rollout (DISABLED): they hold no policy yet
         for index, first in first_rows.items():
