@@ -18,7 +18,7 @@ import threading
 import tokenize
 import warnings
 from collections.abc import Iterator, Sequence
-from types import CodeType, FrameType
+from types import CodeType, FrameType, ModuleType
 
 from vecenv.errors import InvalidStateError, UnguardedMainError, UnguardedMainWarning
 
@@ -365,8 +365,9 @@ def check_may_start_processes(what: str) -> None:
 
 def unguarded_main() -> tuple[str, int] | None:
     """``(path, line)`` of the running script's top-level statement that is running now (it is
-    what called us), when that statement is not under ``if __name__ == "__main__":``; else
-    ``None``. No script file (a notebook, ``python -c``, stdin) means nothing to import again.
+    what called us; in another thread than the main one, what the main thread runs meanwhile),
+    when that statement is not under ``if __name__ == "__main__":``; else ``None``. No script
+    file (a notebook, ``python -c``, stdin) means nothing to import again.
 
     The script's top level may run further top-level code in its own namespace
     (``exec(open("cell.py").read())``): workers importing the script run that again too, so
@@ -378,12 +379,11 @@ def unguarded_main() -> tuple[str, int] | None:
     path = getattr(main, "__file__", None)
     if main is None or not isinstance(path, str) or not os.path.isfile(path):
         return None
-    levels: list[FrameType] = []  # innermost first; the script's own top level is the last
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "<module>" and frame.f_globals is vars(main):
-            levels.append(frame)
-        frame = frame.f_back
+    levels = _main_levels(sys._getframe(1), main)
+    if not levels and threading.current_thread() is not threading.main_thread():
+        # Built in a thread: the script's top level may be running in the main thread meanwhile
+        # (it started this thread and joins it), and a worker importing the script runs it again.
+        levels = _main_levels(sys._current_frames().get(threading.main_thread().ident or 0), main)
     if not levels:
         return None
     if any(_level_guarded(level) is not False for level in levels[:-1]):
@@ -399,6 +399,16 @@ def unguarded_main() -> tuple[str, int] | None:
         return None
     line = script.f_lineno
     return None if guarded_line(source, line) else (path, line)
+
+
+def _main_levels(frame: FrameType | None, main: ModuleType) -> list[FrameType]:
+    """The frames of ``main``'s top-level code on the stack that ``frame`` ends, innermost first."""
+    levels = []
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals is vars(main):
+            levels.append(frame)
+        frame = frame.f_back
+    return levels
 
 
 def _level_guarded(frame: FrameType) -> bool | None:

@@ -1769,6 +1769,60 @@ def test_a_script_that_execs_code_with_its_own_main_guard_keeps_its_method(ctx: 
     assert "UnguardedMain" not in proc.stderr, proc.stderr
 
 
+def _script_building_in_a_thread(tmp_path: Path, ctx: str | None, guarded: bool) -> tuple[Script, int]:
+    """A script whose top level starts a thread that builds the vector env and joins it; the
+    thread reports what it got. Returns it and the line the script's top level runs meanwhile."""
+    script = Script(tmp_path, "make", ctx)
+    head = SCRIPT_HEAD.format(root=str(ROOT), marker=str(script.marker))
+    build = BUILDS["make"].format(ctx="" if ctx is None else f", context={ctx!r}")
+    thread = [
+        "got = []",
+        "def build():",
+        "    try:",
+        f"        {build}; {USE['make']}; got.append(f'ok {{method}}')",
+        "    except Exception as exc:",
+        "        got.append(f'{type(exc).__module__}.{type(exc).__name__}: {exc}')",
+    ]
+    run = ["worker = threading.Thread(target=build); worker.start(); worker.join()", "stop.set()", "print(*got)"]
+    if guarded:
+        run = ['if __name__ == "__main__":'] + ["    " + line for line in run]
+    script.path.write_text(head + "\n".join(thread + run) + "\n")
+    return script, head.count("\n") + len(thread) + 1 + int(guarded)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("ctx", [None, "spawn"])
+def test_a_vector_env_built_in_a_thread_an_unguarded_script_started_is_refused_or_forked(
+    ctx: str | None, tmp_path: Path
+) -> None:
+    """The script's unguarded top level is running in the main thread (it joins the thread
+    that builds): a worker importing the script again would run it once more. The check read
+    only the building thread's stack, found no top level there, and let it through: every
+    worker printed CPython's bootstrapping error. Now the main thread's statement is named."""
+    script, line = _script_building_in_a_thread(tmp_path, ctx, guarded=False)
+    proc, runs = script.run(sys.executable)
+    assert proc.returncode == 0, proc.stderr
+    assert runs == 1, f"the script's top level ran {runs} times:\n{proc.stderr}"
+    assert "bootstrapping phase" not in proc.stderr, proc.stderr
+    if ctx is None:  # vecenv chose forkserver (threads run): it forks, and says why
+        assert proc.stdout.splitlines() == ["ok fork"], proc.stdout + proc.stderr
+        warnings = [line for line in proc.stderr.splitlines() if "UnguardedMainWarning" in line]
+        assert len(warnings) == 1 and f"train.py:{line}: " in warnings[0], proc.stderr
+        return
+    got = proc.stdout.strip()
+    assert got.startswith("vecenv.errors.UnguardedMainError: "), proc.stdout + proc.stderr
+    assert f"{script.path}, line {line}" in got, got
+
+
+@pytest.mark.timeout(120)
+def test_a_vector_env_built_in_a_thread_a_guarded_script_started_keeps_forkserver(tmp_path: Path) -> None:
+    script, _ = _script_building_in_a_thread(tmp_path, None, guarded=True)
+    proc, _ = script.run(sys.executable)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["ok forkserver"], proc.stdout + proc.stderr
+    assert "UnguardedMain" not in proc.stderr, proc.stderr
+
+
 def test_main_guard_detection_reads_the_script() -> None:
     from vecenv.machine import guarded_line
 
