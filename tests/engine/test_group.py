@@ -476,7 +476,8 @@ def test_native_infos_that_are_not_per_env_are_refused_by_key(info: dict[str, An
 @pytest.mark.timeout(60)
 def test_native_infos_per_env_are_joined_by_their_masks() -> None:
     """Values of one entry per env, with or without a mask of bools (an array or a list), a
-    tensor's rows, a key that is no string, and a ``_key`` that is data (not bools)."""
+    tensor's rows, a key that is no string, a ``_key`` that is data (not bools), and a key that
+    no env carries (an all-False mask). Rows masked out hold zeros, as ``_add_info`` leaves them."""
     torch = pytest.importorskip("torch")
     info = {
         "x": np.array([5, 6]),
@@ -490,6 +491,8 @@ def test_native_infos_per_env_are_joined_by_their_masks() -> None:
         "p": np.array([0, 2]),
         "_p": np.array([9, 9]),
         0: np.array([1.5, 2.5]),
+        "w": np.array([3.5, 4.5], np.float32),
+        "_w": np.array([False, False]),
     }
     make = [functools.partial(ShapedNative, 2, "order", info), functools.partial(ShapedNative, 2, "order")]
     with SubprocVectorEnv.from_groups(make, context="fork") as sub:
@@ -505,6 +508,171 @@ def test_native_infos_per_env_are_joined_by_their_masks() -> None:
     assert [int(v) for v in got["t"][:2]] == [3, 4]
     np.testing.assert_array_equal(got["p"], [0, 2, 0, 0])
     np.testing.assert_array_equal(got[0], [1.5, 2.5, 0, 0])
+    # Masked out in every env: kept with its mask, its rows empty (it vanished).
+    assert got["w"].dtype == np.float32 and got["w"].tolist() == [0.0] * 4 and not got["_w"].any()
+
+
+def masked_out_info() -> dict[str, Any]:
+    """A native group's info whose every key is masked out (an all-False ``_key``), in each form
+    a value may take: numbers of a dtype, rows of a shape, objects, bools, a masked-out dict and
+    a carried dict whose only key is masked out."""
+    none = np.zeros(2, np.bool_)
+    return {
+        "k": np.array([7, 8]),
+        "_k": none,
+        "f": np.array([1.5, 2.5], np.float32),
+        "_f": [False, False],
+        "v": np.ones((2, 3), np.float32),
+        "_v": none,
+        "s": ["a", "b"],
+        "_s": none,
+        "b": np.array([True, True]),
+        "_b": none,
+        "d": {"x": np.array([1, 2]), "_x": none},
+        "_d": none,
+        "e": {"y": np.array([1.0, 2.0]), "_y": none},
+    }
+
+
+#: A native group that carries two of those keys for both its envs, with other dtypes.
+CARRIED_INFO = {"k": np.array([3, 4]), "f": np.array([5.0, 6.0])}
+
+
+def expected_masked_join(groups: tuple[str, ...]) -> dict[str, Any]:
+    """The infos of native groups of 2 envs each, ``"masked"`` (:func:`masked_out_info`) or
+    ``"carried"`` (:data:`CARRIED_INFO`): every key, masked out everywhere or not, with its
+    mask; masked-out rows hold zeros (None for objects), as Gymnasium's ``_add_info`` fills
+    the rows of envs that did not carry a key. A key no env carries has the dtype and row
+    shape of the first group's masked-out values; one that an env carries, that env's."""
+    n = 2 * len(groups)
+    carried = np.repeat([g == "carried" for g in groups], 2)
+    none = np.zeros(n, np.bool_)
+    k = np.zeros(n, np.int64)
+    k[carried] = np.tile([3, 4], int(carried.sum()) // 2)
+    f = np.zeros(n, np.float64 if carried.any() else np.float32)
+    f[carried] = np.tile([5.0, 6.0], int(carried.sum()) // 2)
+    return {
+        "k": k,
+        "_k": carried.copy(),
+        "f": f,
+        "_f": carried.copy(),
+        "v": np.zeros((n, 3), np.float32),
+        "_v": none.copy(),
+        "s": np.full(n, None, object),
+        "_s": none.copy(),
+        "b": np.zeros(n, np.bool_),
+        "_b": none.copy(),
+        "d": {"x": np.zeros(n, np.int64), "_x": none.copy()},
+        "_d": none.copy(),
+        "e": {"y": np.zeros(n), "_y": none.copy()},
+        "_e": ~carried,
+    }
+
+
+def masked_group(kind: str) -> ShapedNative:
+    return ShapedNative(2, "order", masked_out_info() if kind == "masked" else CARRIED_INFO)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "groups", [("masked",), ("masked", "masked"), ("masked", "carried"), ("carried", "masked")], ids="-".join
+)
+@pytest.mark.parametrize("host", ["fork", "inline"])
+def test_native_info_keys_masked_out_in_every_env_are_kept(groups: tuple[str, ...], host: str) -> None:
+    """A native group's info key whose ``_key`` mask is all False vanished from the joined
+    infos (``{}`` where the native env alone returns the key and its mask), so code that reads
+    it at every step failed with KeyError only here; it is kept, with its mask, in reset,
+    step and step_async/step_wait, whether workers or the parent host the group."""
+    make = [functools.partial(masked_group, kind) for kind in groups]
+    want = expected_masked_join(groups)
+    actions = np.zeros(2 * len(groups), np.int64)
+    with SubprocVectorEnv.from_groups(make, context="fork", inline_group=host == "inline") as sub:
+        assert_same(sub.reset(seed=0)[1], want, "reset", ordered=False)
+        assert_same(sub.step(actions)[4], want, "step", ordered=False)
+        sub.step_async(actions)
+        assert_same(sub.step_wait()[4], want, "step_wait", ordered=False)
+    if groups == ("masked",):  # every key the native env alone returns, with its masks
+        native = masked_group("masked").reset()[1]
+        assert set(want) == set(native) | {"_e"} and set(want["d"]) == set(native["d"])
+        for key in ("_k", "_f", "_v", "_s", "_b", "_d"):
+            np.testing.assert_array_equal(want[key], native[key])
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_native_info_keys_masked_out_in_every_env_are_kept_by_every_start_method(start_method: str) -> None:
+    make = [functools.partial(masked_group, "masked"), functools.partial(masked_group, "carried")]
+    with SubprocVectorEnv.from_groups(make, context=start_method) as sub:
+        assert_same(sub.reset(seed=0)[1], expected_masked_join(("masked", "carried")), ordered=False)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("groups", [("masked",), ("masked", "carried")], ids="-".join)
+@pytest.mark.parametrize("host", ["fork", "inline"])
+def test_native_info_keys_masked_out_in_every_env_are_kept_in_rollouts(groups: tuple[str, ...], host: str) -> None:
+    make = [functools.partial(masked_group, kind) for kind in groups]
+    want = expected_masked_join(groups)
+    with SubprocVectorEnv.from_groups(make, context="fork", inline_group=host == "inline") as sub:
+        sub.reset(seed=0)
+        rollout = sub.rollout(3)
+    assert len(rollout.infos) == 3
+    for t, infos in enumerate(rollout.infos):
+        assert_same(infos, want, f"rollout.infos[{t}]", ordered=False)
+
+
+@pytest.mark.timeout(60)
+def test_native_info_keys_masked_out_in_every_env_are_kept_by_recv() -> None:
+    make = [functools.partial(masked_group, "masked"), functools.partial(masked_group, "carried")]
+    carried = {"k": np.array([3, 4]), "_k": np.ones(2, np.bool_), "f": np.array([5.0, 6.0]), "_f": np.ones(2, np.bool_)}
+    seen = set()
+    with SubprocVectorEnv.from_groups(make, context="fork", batch_size=2) as sub:
+        sub.async_reset(seed=0)
+        for t in range(6):
+            *_, infos, ids = sub.recv(timeout=30)
+            kind = "masked" if ids[0] == 0 else "carried"
+            want = expected_masked_join((kind,)) if kind == "masked" else carried
+            assert_same(infos, want, f"recv {t} ({kind})", ordered=False)
+            seen.add(kind)
+            sub.send(np.zeros(2, np.int64), ids)
+    assert seen == {"masked", "carried"}
+
+
+class FinalInfoNative(ShapedNative):
+    """A native env under SAME_STEP whose info always carries ``final_obs`` and ``final_info``,
+    masked out in every env (no episode ends)."""
+
+    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+
+    def __init__(self, n: int) -> None:
+        none = np.zeros(n, np.bool_)
+        info = {
+            "final_obs": np.ones((n, 2), np.float32),
+            "_final_obs": none,
+            "final_info": {"x": np.arange(n), "_x": none},
+            "_final_info": none,
+        }
+        super().__init__(n, "order", info)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("host", ["fork", "inline"])
+def test_native_final_infos_masked_out_in_every_env_are_kept(host: str) -> None:
+    """As any key: ``final_obs`` as ``_add_info`` starts it (an object column of None)."""
+    none = np.zeros(4, np.bool_)
+    want = {
+        "final_obs": np.full(4, None, object),
+        "_final_obs": none,
+        "final_info": {"x": np.zeros(4, np.int64), "_x": none},
+        "_final_info": none,
+    }
+    make = [functools.partial(FinalInfoNative, 2)] * 2
+    with SubprocVectorEnv.from_groups(make, autoreset_mode=SAME, context="fork", inline_group=host == "inline") as sub:
+        sub.reset(seed=0)
+        assert_same(sub.step(np.zeros(4, np.int64))[4], want, "step", ordered=False)
+        rollout = sub.rollout(2)
+    assert len(rollout.infos) == 2
+    for t, infos in enumerate(rollout.infos):
+        assert_same(infos, want, f"rollout.infos[{t}]", ordered=False)
 
 
 @pytest.mark.timeout(60)

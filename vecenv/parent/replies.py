@@ -13,7 +13,7 @@ from vecenv.errors import describe
 from vecenv.parent.records import WorkerRecord
 from vecenv.spaces import tree_containers, tree_copy
 from vecenv.wire.buffers import Buffers
-from vecenv.wire.protocol import StepReply
+from vecenv.wire.protocol import MaskedKeys, StepReply
 
 __all__ = ["InfoMerger", "current_observations"]
 
@@ -51,13 +51,41 @@ class InfoMerger:
         self, workers: Sequence[WorkerRecord], replies: Sequence[StepReply], rows: Sequence[int] | None = None
     ) -> dict[str, Any]:
         """The workers' infos merged in worker and env order; ``rows[k]`` is the batch row of
-        worker ``k``'s first env (``None``: its env index)."""
+        worker ``k``'s first env (``None``: its env index). Then the keys that native groups
+        returned with no env carrying them, where no env carried them (:meth:`add_masked`)."""
         infos: dict[str, Any] = {}
+        masked: list[MaskedKeys] | None = None
         for k, (w, reply) in enumerate(zip(workers, replies)):
             if reply.infos:
                 row = w.start if rows is None else rows[k]
                 for j, info in reply.infos:
                     infos = self.add(infos, info, row + j, w.start + j)
+            if reply.masked is not None:
+                masked = masked or []
+                masked.append(reply.masked)
+        if masked is not None:
+            for keys in masked:
+                self.add_masked(infos, keys)
+        return infos
+
+    def add_masked(self, infos: dict[str, Any], masked: MaskedKeys) -> dict[str, Any]:
+        """``infos`` with the keys of ``masked`` (a native group's info keys that none of its
+        envs carried: an all-False mask) that no env carried either: each with its column of
+        empty rows (zeros, or ``None`` for objects) and an all-False mask, as the native env
+        itself returns them. A key that an env carried keeps the column that env's value
+        started (its dtype and shape), as when the native group's rows are merely masked out.
+        Called after every env's info is added."""
+        for key, held in masked.items():
+            if isinstance(held, dict):
+                inner = infos.get(key)
+                if inner is None:
+                    inner = infos[key] = {}
+                    infos[f"_{key}"] = np.zeros(self.num_envs, np.bool_)
+                if isinstance(inner, dict):
+                    self.add_masked(inner, held)
+            elif key not in infos:
+                infos[key] = held.column(self.num_envs)
+                infos[f"_{key}"] = np.zeros(self.num_envs, np.bool_)
         return infos
 
     def merge(

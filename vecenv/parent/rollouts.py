@@ -560,7 +560,8 @@ class Rollouts:
                 replies[index] = first
                 made_here.add(index)
             else:  # the state before row 0 died with the worker: the fresh one (first.state)
-                replies[index] = RolloutReply(first.infos + reply.infos, reply.rows, reply.block, first.state)
+                masked = (first.masked or []) + (reply.masked or []) or None
+                replies[index] = RolloutReply(first.infos + reply.infos, reply.rows, reply.block, first.state, masked)
         self._sent([w for w in workers if w.index not in made_here])
         return [replies[w.index] for w in workers]
 
@@ -610,7 +611,8 @@ class Rollouts:
             array[0 if block.stepped is None else slice(0, t), span] = 0
         state = self._reply_state(w, restarted) if self._outputs.recurrent else None
         infos = [(0, j, info) for j, info in mark_restarted(restarted.reset.infos, w.size)]
-        return RolloutReply(infos, state=state)
+        masked = restarted.reset.masked
+        return RolloutReply(infos, state=state, masked=None if masked is None else [(0, masked)])
 
     def _assemble(self, workers: Sequence[WorkerRecord], replies: Sequence[RolloutReply]) -> Rollout:
         block = self.block
@@ -635,6 +637,9 @@ class Rollouts:
         for w, reply in zip(workers, replies):
             for step, j, info in reply.infos:
                 infos[step] = self._infos.add(infos[step], info, w.start + j)
+        for reply in replies:  # after every env's info, as a step adds them
+            for step, keys in reply.masked or ():
+                self._infos.add_masked(infos[step], keys)
         initial_state = None
         if self._outputs.recurrent:
             initial_state = join_states([reply.state for reply in replies])

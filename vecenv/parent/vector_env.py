@@ -316,7 +316,8 @@ class GroupVectorEnv(Uncopyable, RolloutMethods, VectorEnv):
         """What a step returns, from the workers' replies."""
         b = self._buffers
         first = replies[0]
-        common = len(replies) == 1 and not first.infos and first.rows is None  # nothing to merge
+        # Nothing to merge: no infos, no rows in the reply, no native group's masked-out info keys.
+        common = len(replies) == 1 and not first.infos and first.rows is None and first.masked is None
         if not common:
             try:
                 self._infos.receive(b, workers, replies)

@@ -25,7 +25,7 @@ import pickle
 import struct
 from collections.abc import Callable, Mapping
 from enum import Enum, IntEnum
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeAlias
 
 import cloudpickle
 import numpy as np
@@ -50,6 +50,8 @@ __all__ = [
     "RenderArgs",
     "SpaceMismatch",
     "InfoEntries",
+    "MaskedColumn",
+    "MaskedKeys",
     "Flags",
     "Rows",
     "StepReply",
@@ -226,6 +228,31 @@ InfoEntries = list[tuple[int, dict[str, Any]]]
 
 
 @dataclasses.dataclass(frozen=True)
+class MaskedColumn:
+    """The column of an info key that a native group returned with an all-False ``_key`` mask
+    (no env of it carries the key), which its per-env entries have no place for: the column
+    ``VectorEnv._add_info`` makes from a value (here the group's first env's, had it carried
+    it), every row empty. ``dtype`` ``None``: an object column of ``None``; else zeros of
+    ``dtype``, each row of ``shape``."""
+
+    dtype: np.dtype[Any] | None
+    shape: tuple[int, ...] = ()
+
+    def column(self, num_envs: int) -> np.ndarray:
+        """The column over ``num_envs`` rows, as ``_add_info`` starts it."""
+        if self.dtype is None:
+            return np.full(num_envs, None, dtype=object)
+        return np.zeros((num_envs, *self.shape), dtype=self.dtype)
+
+
+#: A native group's info keys that none of its envs carries (all-False masks), by key: a
+#: :class:`MaskedColumn`, or for a dict the keys within it that none carries (every key of a
+#: dict that none carries; ``{}``: an empty one). The parent adds each key its envs' entries
+#: did not, with an all-False mask; a key another env carried keeps that env's column.
+MaskedKeys: TypeAlias = dict[Any, "MaskedColumn | MaskedKeys"]
+
+
+@dataclasses.dataclass(frozen=True)
 class Flags:
     """A group's rewards and end flags, one row per env."""
 
@@ -247,16 +274,19 @@ class Rows:
 
 @dataclasses.dataclass(frozen=True)
 class StepReply:
-    """A worker's answer to ``RESET`` or ``STEP``: its non-empty infos, and the rows that did
-    not fit the shared block (``None`` when everything is shared: the common case)."""
+    """A worker's answer to ``RESET`` or ``STEP``: its non-empty infos, the rows that did not
+    fit the shared block (``None`` when everything is shared: the common case), and a native
+    group's info keys that none of its envs carries (``None`` when there are none: always for
+    a group of envs)."""
 
     infos: InfoEntries
     rows: Rows | None = None
+    masked: MaskedKeys | None = None
 
     @property
     def empty(self) -> bool:
         """Nothing to send beyond "done": the reply is the wire header alone."""
-        return not self.infos and self.rows is None
+        return not self.infos and self.rows is None and self.masked is None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -463,13 +493,16 @@ class RolloutReply:
     """A worker's answer to ``ROLLOUT``: its non-empty infos of every step, and the rows that are
     not in shared memory (``None`` when shared): the rollout block's (``block``, a
     :class:`~vecenv.wire.rollout_buffers.RolloutRows`) and the step buffers' last rows
-    (``rows``, as in a :class:`StepReply`); and a recurrent policy's state before the first
-    step (``state``, a tree of ``(group size, ...)`` arrays, else ``None``)."""
+    (``rows``, as in a :class:`StepReply`); a recurrent policy's state before the first
+    step (``state``, a tree of ``(group size, ...)`` arrays, else ``None``); and a native
+    group's info keys that none of its envs carries, ``(step, keys)`` for each step that has
+    some (``None`` when no step has)."""
 
     infos: RolloutInfoEntries
     rows: Rows | None = None
     block: Any = None
     state: Any = None
+    masked: list[tuple[int, MaskedKeys]] | None = None
 
 
 # -- the wire format -------------------------------------------------------------------------

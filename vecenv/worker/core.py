@@ -242,9 +242,13 @@ class WorkerCore:
         self.group = group
         rollouts = self.rollouts = GroupRollouts(group, buffers, attach.start, attach.autoreset_mode, self.own_process)
 
+        # A native group's info keys that none of its envs carried travel beside the entries.
+        native = group if isinstance(group, VectorGroup) else None
+
         def reset(args: ResetArgs) -> StepReply:
             rollouts.reset_starts(args)
-            reply = StepReply(group.reset(args.seeds, args.options, args.mask), buffers.payload())
+            entries = group.reset(args.seeds, args.options, args.mask)
+            reply = StepReply(entries, buffers.payload(), None if native is None else native.masked)
             rollouts.reset_done(args)
             return reply
 
@@ -254,7 +258,9 @@ class WorkerCore:
                 actions = shared.copy() if type(shared) is np.ndarray else tree_copy(shared)
             entries = group.step(actions)
             rollouts.step_done()  # episode starts (a recurrent policy's state) follow every step
-            return StepReply(entries, buffers.payload())
+            if native is None:
+                return StepReply(entries, buffers.payload())
+            return StepReply(entries, buffers.payload(), native.masked)
 
         def call(args: CallArgs) -> Any:
             return group.call(args.name, args.args, args.kwargs)

@@ -28,7 +28,7 @@ from vecenv.errors import (
 )
 from vecenv.spaces import batch_of_items, write_batch
 from vecenv.wire.buffers import Buffers
-from vecenv.wire.protocol import Hello, InfoEntries
+from vecenv.wire.protocol import Hello, InfoEntries, MaskedColumn, MaskedKeys
 
 __all__ = [
     "EnvGroup",
@@ -349,6 +349,8 @@ class VectorGroup:
         self.num_envs = vec.num_envs
         self.buffers = buffers
         self.blame: int | None = None
+        #: the info keys that none of the envs carried in the last reset or step (``None``: none)
+        self.masked: MaskedKeys | None = None
 
     def reset(self, seeds: Sequence[int | None], options: Any, mask: Sequence[bool] | None) -> InfoEntries:
         """Reset the native env; consecutive seeds are passed as their first (the int form)."""
@@ -370,7 +372,8 @@ class VectorGroup:
         self.buffers.rewards[rows] = 0.0
         self.buffers.terminations[rows] = False
         self.buffers.truncations[rows] = False
-        return _split_infos(info, self.num_envs)
+        entries, self.masked = _split_infos(info, self.num_envs)
+        return entries
 
     def step(self, actions: Any, active: np.ndarray | None = None) -> InfoEntries:
         """Step the whole native batch with the group's rows of ``actions``, or with the batch
@@ -390,7 +393,8 @@ class VectorGroup:
         b.rewards[:] = rewards
         b.terminations[:] = terms
         b.truncations[:] = truncs
-        return _split_infos(info, self.num_envs)
+        entries, self.masked = _split_infos(info, self.num_envs)
+        return entries
 
     def _column(self, name: str, values: Any) -> np.ndarray:
         """The native env's ``rewards``, ``terminations`` or ``truncations`` as an array of one
@@ -567,9 +571,11 @@ def _settled(value: Any) -> bool:
     return isinstance(value, _IMMUTABLE) or (isinstance(value, np.generic) and not isinstance(value, np.void))
 
 
-def _split_infos(info: Any, n: int) -> InfoEntries:
+def _split_infos(info: Any, n: int) -> tuple[InfoEntries, MaskedKeys | None]:
     """A native vector env's batched infos (Gymnasium's ``key``/``_key`` layout) back to
-    per-env info dicts, which the parent joins with the other groups' as it joins any group's.
+    per-env info dicts, which the parent joins with the other groups' as it joins any group's,
+    and the keys that no env carries (an all-False mask), which per-env dicts have no place
+    for: the parent adds them with their masks (``None`` when there are none).
 
     Each value must hold one entry per env (an array with ``n`` rows, or a list or tuple of
     ``n``); ``_key`` is the mask of ``key`` when it is ``n`` bools. A value of any other form
@@ -580,10 +586,10 @@ def _split_infos(info: Any, n: int) -> InfoEntries:
     if not isinstance(info, dict):
         raise InvalidInfoError(f"a native vector env's info must be a dict, got {describe(info)}")
     if not info:
-        return []
+        return [], None
     per_env: list[dict[str, Any]] = [{} for _ in range(n)]
-    _scatter(info, per_env, "")
-    return [(j, d) for j, d in enumerate(per_env) if d]
+    masked = _scatter(info, per_env, "")
+    return [(j, d) for j, d in enumerate(per_env) if d], masked
 
 
 def _per_env(value: Any, n: int) -> bool:
@@ -608,28 +614,78 @@ def _env_mask(value: Any, n: int) -> np.ndarray | None:
     return mask if mask.dtype == np.bool_ and mask.shape == (n,) else None
 
 
-def _scatter(info: dict[Any, Any], per_env: list[dict[Any, Any]], path: str) -> None:
+def _is_mask(info: dict[Any, Any], key: Any, value: Any, n: int) -> bool:
+    """Whether ``info[key]`` (``value``) is the mask of another key of ``info``."""
+    return isinstance(key, str) and key.startswith("_") and key[1:] in info and _env_mask(value, n) is not None
+
+
+def _rows(value: Any, n: int, key: Any, path: str) -> Any:
+    """A value of a native env's info (no dict) as one item per env, each what the env's own
+    info would hold; one that is not one value per env raises."""
+    if isinstance(value, np.ndarray) and value.dtype == np.bool_ and value.shape == (n,):
+        # Gymnasium batches only Python bools into a bool array (np.bool_ goes to an object
+        # array), so these were Python bools: give them back as such, or the merge in the
+        # parent would batch them as objects.
+        return value.tolist()
+    if _per_env(value, n):
+        return value
+    raise InvalidInfoError(
+        f"a native vector env's info {path + str(key)!r} is {describe(value)}, not one value per env: "
+        f"each group's infos are joined by env, so every value must be an array of {n} rows or a "
+        f"list of {n} values (with an optional `_{key}` mask of {n} bools), as Gymnasium batches infos"
+    )
+
+
+def _scatter(info: dict[Any, Any], per_env: list[dict[Any, Any]], path: str) -> MaskedKeys | None:
+    """``info``'s values into the envs' dicts ``per_env``, each where its mask (if any) holds
+    True; returns the keys that no env carries, with what builds their columns (``None``: none)."""
     n = len(per_env)
+    masked: MaskedKeys | None = None
     for key, value in info.items():
-        if isinstance(key, str) and key.startswith("_") and key[1:] in info and _env_mask(value, n) is not None:
+        if _is_mask(info, key, value, n):
             continue
         mask = _env_mask(info.get(f"_{key}"), n)
+        inner: MaskedKeys | MaskedColumn | None = None
         if isinstance(value, dict):
             values: Any = [{} for _ in per_env]
-            _scatter(value, values, f"{path}{key}.")
-        elif isinstance(value, np.ndarray) and value.dtype == np.bool_ and value.shape == (n,):
-            # Gymnasium batches only Python bools into a bool array (np.bool_ goes to an object
-            # array), so these were Python bools: give them back as such, or the merge in the
-            # parent would batch them as objects.
-            values = value.tolist()
-        elif _per_env(value, n):
-            values = value
+            inner = _scatter(value, values, f"{path}{key}.")
         else:
-            raise InvalidInfoError(
-                f"a native vector env's info {path + str(key)!r} is {describe(value)}, not one value per env: "
-                f"each group's infos are joined by env, so every value must be an array of {n} rows or a "
-                f"list of {n} values (with an optional `_{key}` mask of {n} bools), as Gymnasium batches infos"
-            )
-        for j, target in enumerate(per_env):
-            if mask is None or mask[j]:
+            values = _rows(value, n, key, path)
+        if mask is None:
+            for j, target in enumerate(per_env):
                 target[key] = values[j]
+        else:
+            carried = np.flatnonzero(mask).tolist()
+            for j in carried:
+                per_env[j][key] = values[j]
+            if not carried:  # a whole dict masked out needs every key within it
+                inner = _masked_dict(value, n) if isinstance(value, dict) else _masked_column(key, values[0])
+        if inner is not None:
+            if masked is None:
+                masked = {}
+            masked[key] = inner
+    return masked
+
+
+def _masked_dict(info: dict[Any, Any], n: int) -> MaskedKeys:
+    """Every key of a dict that no env carries, each as :func:`_masked_column` (nested dicts
+    too; their values were checked as they were scattered)."""
+    return {
+        key: _masked_dict(value, n) if isinstance(value, dict) else _masked_column(key, _rows(value, n, key, "")[0])
+        for key, value in info.items()
+        if not _is_mask(info, key, value, n)
+    }
+
+
+def _masked_column(key: Any, item: Any) -> MaskedColumn:
+    """The column ``VectorEnv._add_info`` starts for ``key`` from an env's value ``item``: zeros
+    of the type of a Python or NumPy number, zeros of an array's dtype in rows of its shape, and
+    for ``final_obs`` and any other object an object column of ``None``."""
+    kind = type(item)
+    if key == "final_obs":
+        return MaskedColumn(None)
+    if kind in (int, float, bool) or issubclass(kind, np.number):
+        return MaskedColumn(np.dtype(kind))
+    if isinstance(item, np.ndarray):
+        return MaskedColumn(item.dtype, item.shape)
+    return MaskedColumn(None)

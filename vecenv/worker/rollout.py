@@ -55,6 +55,7 @@ from vecenv.spaces import row_writer, to_batch, tree_copy, tree_leaves, tree_map
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import (
     InfoEntries,
+    MaskedKeys,
     ResetArgs,
     RolloutArgs,
     RolloutBlockArgs,
@@ -62,7 +63,7 @@ from vecenv.wire.protocol import (
     RolloutReply,
 )
 from vecenv.wire.rollout_buffers import RolloutBuffers
-from vecenv.worker.group import EnvGroup, snapshot_info
+from vecenv.worker.group import EnvGroup, VectorGroup, snapshot_info
 from vecenv.worker.policy import PolicyContext, PolicyRunner, seed_process_generators
 
 __all__ = ["GroupRollouts", "RolloutFailure"]
@@ -240,9 +241,10 @@ class GroupRollouts:
             self.failure = None
             return RolloutReply([], state=state)
         assert block is not None
-        infos = self._steps(block, policy, args.first_step, args.num_steps)
+        infos, masked = self._steps(block, policy, args.first_step, args.num_steps)
         self.failure = None
-        return RolloutReply(infos, self.buffers.payload(), block.payload(args.first_step, args.num_steps), state)
+        rows = block.payload(args.first_step, args.num_steps)
+        return RolloutReply(infos, self.buffers.payload(), rows, state, masked)
 
     def _install(self, worker_policy: Any) -> None:
         """Build the policy's copy for this group; a recurrent one starts from its initial state."""
@@ -287,8 +289,14 @@ class GroupRollouts:
         check_state(state, self.group.num_envs, self._initial, "as set by the parent")
         self.state = copy_state(state)
 
-    def _steps(self, block: RolloutBuffers, policy: PolicyRunner, first: int, num_steps: int) -> RolloutInfoEntries:
+    def _steps(
+        self, block: RolloutBuffers, policy: PolicyRunner, first: int, num_steps: int
+    ) -> tuple[RolloutInfoEntries, list[tuple[int, MaskedKeys]] | None]:
+        """The steps' infos, and a native group's info keys that none of its envs carried, by
+        step (``None``: none at any step)."""
         group, buffers = self.group, self.buffers
+        native = group if isinstance(group, VectorGroup) else None
+        masked: list[tuple[int, MaskedKeys]] | None = None
         n = group.num_envs
         space = buffers.spec.action_space
         now = tree_leaves(buffers.observations)
@@ -346,12 +354,15 @@ class GroupRollouts:
                 # What a step would pickle at once: an env may change the same dict, or a
                 # list in it, at a later step.
                 infos.extend((t, j, snapshot_info(info)) for j, info in entries)
+            if native is not None and native.masked is not None:
+                masked = masked or []
+                masked.append((t, native.masked))
             if active is not None:
                 assert block.stepped is not None
                 block.stepped[t] = active
                 active &= ~(buffers.terminations | buffers.truncations)
             self._after_step(active)
-        return infos
+        return infos, masked
 
     def _final_observations(self, block: RolloutBuffers, t: int, entries: Sequence[tuple[int, dict[str, Any]]]) -> None:
         """SAME_STEP: each ended episode's final observation into ``final_observations[t]``.
