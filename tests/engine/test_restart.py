@@ -28,6 +28,7 @@ import vecenv.parent.pool
 import vecenv.parent.restart
 from tests.conftest import start_methods
 from tests.engine.test_differential import assert_same, sample_actions
+from tests.engine.test_group import expected_masked_join, masked_group
 from tests.helpers.envs import diff_env_fns, make_group
 from tests.helpers.fakes import ACT_SPACE, OBS_SPACE, FakeClock, FakeTransport, Sent, hello, use_clock
 from tests.helpers.faults import fault_fns, transport_of
@@ -477,6 +478,24 @@ def test_from_groups_takes_the_restart_option() -> None:
         assert envs.restart_count == 1
     with pytest.raises(ValueError, match="on_worker_death"):
         vecenv.SubprocVectorEnv.from_groups(group_fns, on_worker_death="retry")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("found_by", ["step", "rollout"])
+def test_a_restarted_native_group_keeps_the_info_keys_none_of_its_envs_carries(found_by: str) -> None:
+    """The restarted group's reset reply, answered as the step it owed, kept its entries but
+    not the keys that its native env masked out in every env."""
+    make = [functools.partial(masked_group, "carried"), functools.partial(masked_group, "masked")]
+    with vecenv.SubprocVectorEnv.from_groups(make, on_worker_death="restart", context="fork") as envs:
+        envs.reset(seed=0)
+        envs.step(np.zeros(4, np.int64))
+        _kill(envs, 1)
+        infos = envs.step(np.zeros(4, np.int64))[4] if found_by == "step" else envs.rollout(2).infos[0]
+        assert envs.restart_count == 1
+    want = expected_masked_join(("carried", "masked"))
+    want[RESTART_INFO_KEY] = np.array([False, False, True, True])
+    want[f"_{RESTART_INFO_KEY}"] = want[RESTART_INFO_KEY].copy()
+    assert_same(infos, want, found_by, ordered=False)
 
 
 # -- units, without a process: RestartBudget, Restarter on a fake pool, mark_restarted -------------

@@ -38,6 +38,7 @@ from tests.engine.test_differential import (
     sample_actions,
 )
 from tests.engine.test_envpool_api import follow_sync_trajectories
+from tests.engine.test_group import expected_masked_join, masked_group
 from tests.engine.test_rollouts import assert_matches_sync, row_wise_policy, single_env_reference, sync_reference
 from tests.helpers.envs import JitterEnv, diff_env_fns, make_group
 from tests.helpers.fakes import count_pickles
@@ -151,6 +152,18 @@ def test_from_groups_uneven_matches_sync(ray_local: RaySessions) -> None:
     stats = run_differential(fns, make, mode=SAME, seed=7, steps=120)
     assert stats.terminations > 0
     assert made[0].num_workers == 3 and made[0].num_envs == 6
+
+
+@pytest.mark.timeout(90)
+def test_native_info_keys_masked_out_in_every_env_are_kept(ray_local: RaySessions) -> None:
+    """A native group's info key with an all-False mask is kept with its mask, as by processes."""
+    make = [functools.partial(masked_group, "masked"), functools.partial(masked_group, "carried")]
+    want = expected_masked_join(("masked", "carried"))
+    with RayVectorEnv.from_groups(make, actor_options=HALF_CPU) as sub:
+        assert_same(sub.reset(seed=0)[1], want, "reset", ordered=False)
+        assert_same(sub.step(np.zeros(4, np.int64))[4], want, "step", ordered=False)
+        for t, infos in enumerate(sub.rollout(2).infos):
+            assert_same(infos, want, f"rollout.infos[{t}]", ordered=False)
 
 
 @pytest.mark.timeout(60)

@@ -11,6 +11,7 @@ layers reach it through one door, :class:`~vecenv.parent.calls.CallRunner`, neve
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from collections.abc import Callable, Sequence
@@ -264,7 +265,7 @@ class WorkerPool:
                 result = event.result
                 if w.marks_restart(event.call_id) and event.ok:
                     reply: StepReply = result
-                    result = StepReply(mark_restarted(reply.infos, w.size), reply.rows)
+                    result = dataclasses.replace(reply, infos=mark_restarted(reply.infos, w.size))
                 w.answered(event.call_id, event.ok, result, next(self._arrivals))
             else:
                 deaths = True

@@ -327,8 +327,8 @@ def truncated_reply(pool: RestartHost, w: WorkerRecord, reset: StepReply) -> Ste
         buffers.rewards[span] = 0.0
         buffers.terminations[span] = False
         buffers.truncations[span] = True
-        return StepReply(infos, rows)
+        return StepReply(infos, rows, reset.masked)
     # Flags in the reply: new arrays (the transport's may be read-only).
     n = w.size
     flags = Flags(np.zeros(n, np.float64), np.zeros(n, np.bool_), np.ones(n, np.bool_))
-    return StepReply(infos, Rows(rows.observations, flags))
+    return StepReply(infos, Rows(rows.observations, flags), reset.masked)

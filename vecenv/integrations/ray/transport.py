@@ -651,9 +651,9 @@ def _owned_result(result: Any) -> Any:
     Fixed-shape observation rows and rollout rows are left alone: the parent copies them into
     its own arrays."""
     if type(result) is RolloutReply:  # the block's rows are copied into the parent's arrays
-        return RolloutReply(_owned(result.infos), _owned_rows(result.rows), result.block, result.state)
+        return dataclasses.replace(result, infos=_owned(result.infos), rows=_owned_rows(result.rows))
     if type(result) is StepReply:
-        return StepReply(_owned(result.infos), _owned_rows(result.rows))
+        return dataclasses.replace(result, infos=_owned(result.infos), rows=_owned_rows(result.rows))
     return _owned(result)
 
 
