@@ -246,7 +246,8 @@ class _ArrowEpisodes:
                 metadata["seed"] = seed
             text = json.dumps(metadata)
             (directory / "metadata.json").write_text(text)
-            self._bytes += part.stat().st_size + len(text)
+            # As Minari's size walk counts them: the episode's files, and its folder's own size.
+            self._bytes += part.stat().st_size + len(text) + directory.stat().st_size
             self._episodes += 1
             self._steps += length
         except BaseException:  # Ctrl+C or a failed write: no half-written episode stays behind
@@ -278,8 +279,8 @@ class _ArrowEpisodes:
         """Nothing stays open."""
 
     def bytes_written(self) -> int:
-        """The size of the episodes' files, counted as they were written (Minari's ``get_size``
-        walks every file of the dataset: thousands of episode directories, each time)."""
+        """The size of the episodes' files and folders, counted as they were written (Minari's
+        ``get_size`` walks every file of the dataset: thousands of episode directories, each time)."""
         return self._bytes
 
     def readable_counts(self) -> tuple[int, int]:
