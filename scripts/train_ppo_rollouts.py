@@ -11,7 +11,9 @@ Zoo's CartPole settings). What changes is who runs the policy while collecting:
   ``--overlap`` starts the next rollout before the update (``rollout_async``), so the envs
   step while the learner learns; that rollout is acted by the weights one update behind, which
   PPO's ratio corrects for (the log-probs are the behaviour policy's, from the workers), and
-  ``rollout.weights_version`` says so.
+  ``rollout.weights_version`` says so. Its advantages are bootstrapped by the same weights'
+  critic as its recorded values (a copy of the agent from when it started), not by the
+  weights the update made meanwhile.
 - ``--collect step``: the same policy and sampling in this process, one ``step`` of the vector
   env (``--vector vecenv`` or Gymnasium's ``sync``) per env step, as ``train_ppo.py`` does.
 
@@ -43,6 +45,7 @@ one update behind, so it differs).
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import functools
 import importlib.util
@@ -822,18 +825,24 @@ def _train(args: argparse.Namespace, envs: Any, start: float) -> tuple[Summary, 
         return batch
 
     pending = [False]
+    # The weights that act in the rollout under way, whose critic bootstraps its advantages:
+    # the agent's own, but for a rollout that runs beside the update (--overlap), a copy of the
+    # agent as it was when that rollout started, as its recorded values are.
+    acting: nn.Module = agent
     for update in range(updates):
         batch = collect()
+        acted, acting = acting, agent
         if args.overlap and update + 1 < updates:
             t0 = time.perf_counter()
             envs.rollout_async(steps, policy)  # acted by the weights before this update
             pending[0] = True
+            acting = copy.deepcopy(agent)
             timings.collect_s += time.perf_counter() - t0
         t0 = time.perf_counter()
         versions.append(batch.weights_version)
         if args.anneal_lr:
             optimizer.param_groups[0]["lr"] = args.learning_rate * (1.0 - update / updates)
-        adv, ret = advantages_of(agent, args.policy, batch, args)
+        adv, ret = advantages_of(acted, args.policy, batch, args)
         update_fn = lstm_update if args.policy == "lstm" else mlp_update
         # The minibatches' order: a stream of its own per update (not per weights version, which
         # two updates share when the next rollout overlaps the update; nor seed + update, which

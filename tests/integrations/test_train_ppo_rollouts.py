@@ -354,6 +354,41 @@ def test_the_lstm_advantages_bootstrap_truncated_episodes_from_the_state_after_t
     assert torch.allclose(adv, expected, atol=1e-5) and torch.allclose(ret, expected + values, atol=1e-5)
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("policy", ["mlp", "lstm"])
+@pytest.mark.parametrize("overlap", [False, True], ids=["in-turn", "overlap"])
+def test_advantages_are_bootstrapped_by_the_weights_that_acted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str, overlap: bool
+) -> None:
+    """With ``--overlap`` a rollout acts with the weights of before the update that runs beside
+    it. Its recorded values are those weights'; its last step's bootstrap value (and a truncated
+    episode's final one) came from the weights the update had made meanwhile. The critic that
+    computes the advantages now gives the recorded values, whichever weights are current."""
+    import numpy as np
+    import torch
+
+    m = load_script("train_ppo_rollouts")
+    original = m.advantages_of
+    gaps: list[float] = []
+
+    def checked(agent: Any, kind: str, batch: Any, args: Any) -> Any:
+        with torch.no_grad():
+            if kind == "lstm":  # the first step's value, from the state the rollout started from
+                keep = torch.as_tensor(1.0 - batch.episode_starts[0], dtype=torch.float32)[:, None]
+                state = tuple(torch.as_tensor(a) * keep for a in batch.initial_state)
+                value = agent.critic(agent.step(torch.as_tensor(batch.observations[0]), state)).squeeze(-1)
+            else:
+                value = agent.value(torch.as_tensor(batch.observations[0]))
+        gaps.append(float(np.abs(value.numpy() - batch.value[0]).max()))
+        return original(agent, kind, batch, args)
+
+    monkeypatch.setattr(m, "advantages_of", checked)
+    argv = ["--out", str(tmp_path), "--num-envs", "4", "--num-workers", "2", "--num-steps", "16"]
+    argv += ["--total-timesteps", "320", "--update-epochs", "2", "--policy", policy]
+    m.train(m.parse_args(argv + (["--overlap"] if overlap else [])))
+    assert len(gaps) == 5 and max(gaps) < 1e-4, gaps
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_mlp_in_the_workers_solves_cartpole(tmp_path: Path) -> None:
