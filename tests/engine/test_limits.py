@@ -545,7 +545,8 @@ def test_a_worker_that_takes_none_of_a_command_is_a_timeout_and_is_left_as_it_wa
     pool, transport = _started(FakeClock(), 2, 2)
     transport.full.add(1)
     with pytest.raises(
-        VecEnvTimeoutError, match=r"worker 1 \(envs 2..3\) took none of a command for 60 s.*Nothing was sent to it"
+        VecEnvTimeoutError,
+        match=r"worker 1 \(envs 2..3 on the fake node\) took none of a command for 60 s.*Nothing was sent to it",
     ):
         pool.send(pool.workers, Command.STEP, [None, None], "step_async")
     assert [w.status for w in pool.workers] == [WorkerStatus.BUSY, WorkerStatus.IDLE]
