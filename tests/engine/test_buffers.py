@@ -30,7 +30,7 @@ from tests.helpers.faults import healthy_fns, open_fds
 from vecenv import SubprocVectorEnv
 from vecenv.spaces import leaf_layout, tree_slice
 from vecenv.wire.buffers import HAVE_MEMFD, SHM_PREFIX, Buffers, BufferSpec, SharedBlock
-from vecenv.wire.protocol import SHARED_WEIGHTS_BYTES, Pickled
+from vecenv.wire.protocol import CHECKED_COPY_BYTES, SHARED_WEIGHTS_BYTES, Pickled
 
 memfd_only = pytest.mark.skipif(not HAVE_MEMFD, reason="the shared block is a memfd only on Linux")
 
@@ -401,6 +401,26 @@ def test_ctrl_c_as_a_rollout_block_is_made_keeps_it_to_close(monkeypatch: pytest
         assert len(made) == 1 and _is_open_memfd(made[0])
         assert envs.rollout(3).rewards.shape == (3, 2)
     assert not _is_open_memfd(made[0]), "close() closes the block the interrupted rollout made"
+
+
+@linux_only
+def test_only_a_large_shared_copy_of_weights_reads_the_memory_limits_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading the limits (/proc/meminfo, the cgroup's files) took ~0.5 ms, more than making a
+    copy of a few hundred KiB, on every rollout that sent new weights; a copy from
+    ``CHECKED_COPY_BYTES`` up is still refused clearly where it cannot fit."""
+    from vecenv.errors import MemoryLimitError
+    from vecenv.wire import memory
+
+    read: list[bool] = []
+    monkeypatch.setattr(memory, "memory_limits", lambda shared, named: read.append(shared) or [("a limit", 1000)])
+    small = Pickled(bytes(SHARED_WEIGHTS_BYTES))
+    try:
+        assert small.shared_fd() is not None and not read
+    finally:
+        small.close()
+    with pytest.raises(MemoryLimitError, match="the new weights' shared copy needs"):
+        Pickled(bytes(CHECKED_COPY_BYTES)).shared_fd()
+    assert read == [True]
 
 
 @linux_only

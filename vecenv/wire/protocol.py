@@ -60,6 +60,7 @@ __all__ = [
     "Pickled",
     "PickledOnce",
     "SHARED_WEIGHTS_BYTES",
+    "CHECKED_COPY_BYTES",
     "RolloutInfoEntries",
     "RolloutReply",
     "WithFd",
@@ -369,6 +370,13 @@ class RolloutArgs:
 #: actors as one object in Ray's object store.
 SHARED_WEIGHTS_BYTES = 64 * 1024
 
+#: A shared copy of weights from this size up is checked against the machine's memory limits
+#: before it is made (:class:`~vecenv.errors.MemoryLimitError` where it cannot fit). A smaller
+#: one is made unchecked: reading the limits (``/proc/meminfo``, the memory cgroup's files) took
+#: ~0.5 ms, several times the copy itself, on every rollout that sends new weights, for bytes
+#: that the parent already holds.
+CHECKED_COPY_BYTES = 8 * 1024 * 1024
+
 
 class PickledOnce:
     """A value pickled once in the parent and sent, as those bytes, inside several messages:
@@ -438,7 +446,8 @@ class Pickled:
         :meth:`close`, where memfds exist (Linux); ``None`` otherwise (the bytes then go inside
         each command). Asked of weights of at least :data:`SHARED_WEIGHTS_BYTES` only."""
         if self._fd is None and hasattr(os, "memfd_create"):
-            check_block(len(self.data), "the new weights' shared copy", shared=True)
+            if len(self.data) >= CHECKED_COPY_BYTES:
+                check_block(len(self.data), "the new weights' shared copy", shared=True)
             with HeldInterrupt():  # a Ctrl+C as it is made would lose the descriptor
                 self._fd = _sealed_memfd(self.data)
                 INHERITED_FDS.add(self._fd)  # a worker forked later closes its copy
