@@ -1,6 +1,7 @@
 """How ``-n auto`` spreads the tests (``tests/helpers/xdist_scheduling.py``, ``tests/conftest.py``):
-the tests that share one local Ray are one unit of work, run last, and the number of test
-processes follows the cores this process may use."""
+the tests that share one local Ray are one unit of work, run last in the process that runs them
+while the others run the tests left, and the number of test processes follows the cores this
+process may use."""
 
 from __future__ import annotations
 
@@ -51,3 +52,69 @@ def test_auto_gives_a_test_process_per_usable_core_up_to_the_cap(
     assert conftest.pytest_xdist_auto_num_workers(pytestconfig) == expected
     monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", "3")
     assert conftest.pytest_xdist_auto_num_workers(pytestconfig) is None  # pytest-xdist's own rule
+
+
+class _Node:
+    """What the scheduler sees of a test process: the tests it was sent, in order, and whether
+    it was told to end once they are run."""
+
+    def __init__(self, name: str) -> None:
+        self.gateway = SimpleNamespace(id=name)
+        self.sent: list[int] = []
+        self.shutting_down = False
+
+    def send_runtest_some(self, indices: list[int]) -> None:
+        assert not self.shutting_down, f"{self.gateway.id} was sent tests after it was told to end"
+        self.sent.extend(indices)
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+
+
+class _Config:
+    """The options pytest-xdist's scheduler reads: ``-n processes``."""
+
+    def __init__(self, processes: int) -> None:
+        self.option = SimpleNamespace(loadscopereorder=True)
+        self.tx = [f"{processes}*popen"]
+
+    def getvalue(self, name: str) -> object:
+        assert name == "tx", name
+        return self.tx
+
+
+def _run_schedule(collection: list[str], processes: int) -> list[list[str]]:
+    """Every test of ``collection`` through :class:`RayTogether` with ``processes`` test
+    processes, each finishing its oldest test in turn: the tests each process ran, in order."""
+    scheduler = scheduling.RayTogether(_Config(processes))
+    nodes = [_Node(f"gw{i}") for i in range(processes)]
+    for node in nodes:
+        scheduler.add_node(node)
+        scheduler.add_node_collection(node, collection)
+    scheduler.schedule()
+    done = {node: 0 for node in nodes}
+    while any(done[node] < len(node.sent) for node in nodes):
+        for node in nodes:
+            if done[node] < len(node.sent):
+                scheduler.mark_test_complete(node, node.sent[done[node]])
+                done[node] += 1
+    assert all(node.shutting_down for node in nodes)
+    return [[collection[i] for i in node.sent] for node in nodes]
+
+
+@pytest.mark.parametrize("processes", [1, 2, 3])
+def test_the_ray_unit_runs_last_in_its_process_while_the_others_run_the_rest(processes: int) -> None:
+    ray = [f"tests/integrations/test_ray.py::test_{i}" for i in range(10)]
+    after = ["tests/integrations/test_ray_cluster.py::test_cluster"]
+    others = [f"tests/engine/test_x.py::test_{i}" for i in range(100)]
+    ran = _run_schedule(others + ray + after, processes)
+    assert sorted(sum(ran, [])) == sorted(others + ray + after)  # each test once
+    (runs_ray,) = [tests for tests in ran if set(ray) & set(tests)]
+    first = runs_ray.index(ray[0])
+    assert runs_ray[first:] == ray  # together, and nothing after them in that process
+    if processes == 1:
+        assert runs_ray == others + after + ray
+    else:
+        # Out while RAY_LEAD others per Ray test were still to go, which the other processes ran.
+        tail = others[-scheduling.RAY_LEAD * len(ray) :] + after
+        assert not set(tail) & set(runs_ray), runs_ray
