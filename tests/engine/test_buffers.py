@@ -30,7 +30,7 @@ from tests.helpers.faults import healthy_fns, open_fds
 from vecenv import SubprocVectorEnv
 from vecenv.spaces import leaf_layout, tree_slice
 from vecenv.wire.buffers import HAVE_MEMFD, SHM_PREFIX, Buffers, BufferSpec, SharedBlock
-from vecenv.wire.protocol import CHECKED_COPY_BYTES, SHARED_WEIGHTS_BYTES, Pickled
+from vecenv.wire.protocol import CHECKED_COPY_BYTES, MEMFD_WEIGHTS_BYTES, Pickled
 
 memfd_only = pytest.mark.skipif(not HAVE_MEMFD, reason="the shared block is a memfd only on Linux")
 
@@ -413,7 +413,7 @@ def test_only_a_large_shared_copy_of_weights_reads_the_memory_limits_first(monke
 
     read: list[bool] = []
     monkeypatch.setattr(memory, "memory_limits", lambda shared, named: read.append(shared) or [("a limit", 1000)])
-    small = Pickled(bytes(SHARED_WEIGHTS_BYTES))
+    small = Pickled(bytes(MEMFD_WEIGHTS_BYTES))
     try:
         assert small.shared_fd() is not None and not read
     finally:
@@ -427,7 +427,7 @@ def test_only_a_large_shared_copy_of_weights_reads_the_memory_limits_first(monke
 def test_ctrl_c_as_large_weights_shared_copy_is_made_keeps_it_to_close(monkeypatch: pytest.MonkeyPatch) -> None:
     """The same for the shared copy of a rollout's large weights: recorded before the Ctrl+C is
     raised, so :meth:`Pickled.close` closes it."""
-    weights = Pickled(bytes(SHARED_WEIGHTS_BYTES))
+    weights = Pickled(bytes(MEMFD_WEIGHTS_BYTES))
     made = _ctrl_c_as_memfds_are_made(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         weights.shared_fd()

@@ -32,7 +32,8 @@ from vecenv.parent.replies import InfoMerger
 from vecenv.policies import FunctionPolicy, PolicyContext, PolicyRunner, RandomPolicy, WorkerPolicy
 from vecenv.spaces import tree_leaves, tree_map
 from vecenv.wire.protocol import (
-    SHARED_WEIGHTS_BYTES,
+    MEMFD_WEIGHTS_BYTES,
+    OBJECT_STORE_WEIGHTS_BYTES,
     Command,
     Pickled,
     RolloutArgs,
@@ -551,9 +552,9 @@ def test_a_group_restarted_mid_rollout_acts_with_the_weights_the_rollout_was_sen
 
 
 class PaddedWeights(CountedWeights):
-    """Weights that pickle to more than ``SHARED_WEIGHTS_BYTES``: the action and padding."""
+    """Weights that pickle to more than ``MEMFD_WEIGHTS_BYTES``: the action and padding."""
 
-    def __init__(self, action: int, padding: bytes = bytes(SHARED_WEIGHTS_BYTES)) -> None:
+    def __init__(self, action: int, padding: bytes = bytes(MEMFD_WEIGHTS_BYTES)) -> None:
         super().__init__(action)
         self.padding = padding
 
@@ -585,7 +586,7 @@ def shared_weights_fds() -> list[int]:
 def test_large_weights_travel_as_one_shared_copy_beside_each_command(
     workers: int | str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Weights of more than ``SHARED_WEIGHTS_BYTES`` are written once into a sealed memfd whose
+    """Weights of more than ``MEMFD_WEIGHTS_BYTES`` are written once into a sealed memfd whose
     descriptor goes beside each worker's command, never inside it; every worker (a replacement
     too) acts with them, and the parent keeps no copy of an older version, nor any after close."""
     policy = PaddedPolicy()
@@ -623,10 +624,18 @@ def test_large_weights_travel_as_one_shared_copy_beside_each_command(
 @pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="the shared copy is a memfd (Linux)")
 def test_shared_weights_are_sealed_and_small_weights_stay_inside_the_command() -> None:
     small, large = Pickled.of(PaddedWeights(1, b"")), Pickled.of(PaddedWeights(2))
+    # Weights between Ray's threshold and the memfd's: beside the call to Ray actors (one object
+    # in the store), inside the command to worker processes (cheaper than making the copy).
+    medium = Pickled.of(PaddedWeights(3, bytes(OBJECT_STORE_WEIGHTS_BYTES)))
+    assert OBJECT_STORE_WEIGHTS_BYTES < len(medium.data) < MEMFD_WEIGHTS_BYTES
     try:
-        assert RolloutArgs(3, weights=small).large_weights is None
-        message = encode_for_pipe(Command.ROLLOUT, 7, RolloutArgs(3, weights=small))
-        assert isinstance(message, bytes) and not fd_follows(message)
+        assert RolloutArgs(3, weights=small).weights_beside(OBJECT_STORE_WEIGHTS_BYTES) is None
+        assert RolloutArgs(3, weights=medium).weights_beside(OBJECT_STORE_WEIGHTS_BYTES) is medium
+        for weights in (small, medium):
+            message = encode_for_pipe(Command.ROLLOUT, 7, RolloutArgs(3, weights=weights))
+            assert isinstance(message, bytes) and not fd_follows(message)
+            assert decode_command(message)[2]().weights.data == weights.data
+        assert shared_weights_fds() == [], "no shared copy made"
         message = encode_for_pipe(Command.ROLLOUT, 7, RolloutArgs(3, weights=large))
         assert isinstance(message, WithFd) and fd_follows(message.data) and len(message.data) < 1024
         assert message.fd == large.shared_fd(), "made once, at the first send"

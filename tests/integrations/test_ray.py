@@ -46,7 +46,7 @@ from tests.helpers.faults import ElsewhereError, fault_fns, healthy_fns, odd_fns
 from tests.helpers.ray_sessions import RaySessions, _ray_sessions, ray, ray_cluster, ray_local, run_driver  # noqa: F401
 from vecenv.errors import NeedsResetError, RemoteTraceback, VecEnvTimeoutError, WorkerDiedError
 from vecenv.integrations.ray.vector_env import RayVectorEnv
-from vecenv.wire.protocol import SHARED_WEIGHTS_BYTES
+from vecenv.wire.protocol import OBJECT_STORE_WEIGHTS_BYTES
 
 NEXT, SAME, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED
 #: Half a CPU per actor lets 4 groups run on the 2-CPU local Ray.
@@ -964,7 +964,7 @@ def test_new_weights_reach_every_actor_large_ones_put_once_per_version(
                 policy.action = action
                 envs.update_policy_weights()
                 assert (envs.rollout(3, policy).actions == action).all(), (large, action)
-        assert len(puts) == 2 and min(puts) >= SHARED_WEIGHTS_BYTES, puts
+        assert len(puts) == 2 and min(puts) >= OBJECT_STORE_WEIGHTS_BYTES, puts
         os.kill(envs.actor_pids[1], signal.SIGKILL)
         got = envs.rollout(4, policy)  # its first step is the restarted one where the death is seen
         assert envs.restart_count == 1 and (got.actions[1:] == 2).all() and (got.actions[:, [0, 1, 4, 5]] == 2).all()

@@ -59,7 +59,8 @@ __all__ = [
     "RolloutArgs",
     "Pickled",
     "PickledOnce",
-    "SHARED_WEIGHTS_BYTES",
+    "MEMFD_WEIGHTS_BYTES",
+    "OBJECT_STORE_WEIGHTS_BYTES",
     "CHECKED_COPY_BYTES",
     "RolloutInfoEntries",
     "RolloutReply",
@@ -337,12 +338,12 @@ class RolloutArgs:
     state: Any = None
     fresh_state: bool = False
 
-    @property
-    def large_weights(self) -> Pickled | None:
-        """New weights of at least :data:`SHARED_WEIGHTS_BYTES`, which a transport sends beside
-        the message (:meth:`without_weights`), or ``None``."""
+    def weights_beside(self, at_least: int) -> Pickled | None:
+        """New weights that pickle to ``at_least`` bytes or more, which a transport then sends
+        beside the message (:meth:`without_weights`), or ``None``: the transport's threshold
+        (:data:`MEMFD_WEIGHTS_BYTES`, :data:`OBJECT_STORE_WEIGHTS_BYTES`)."""
         weights = self.weights
-        return weights if weights is not None and len(weights.data) >= SHARED_WEIGHTS_BYTES else None
+        return weights if weights is not None and len(weights.data) >= at_least else None
 
     def without_weights(self) -> RolloutArgs:
         """Sender: the message with its weights' bytes left out (they travel beside it)."""
@@ -355,7 +356,7 @@ class RolloutArgs:
     def split_fd(self) -> tuple[RolloutArgs, int | None]:
         """Sender: the message to pickle and the descriptor to pass beside it: large weights'
         shared copy (:meth:`Pickled.shared_fd`), whose bytes then stay out of the message."""
-        weights = self.large_weights
+        weights = self.weights_beside(MEMFD_WEIGHTS_BYTES)
         fd = None if weights is None else weights.shared_fd()
         return (self, None) if fd is None else (self.without_weights(), fd)
 
@@ -364,11 +365,18 @@ class RolloutArgs:
         return self.with_weights(Pickled.read(fd))
 
 
-#: Weights that pickle to at least this many bytes travel beside each worker's command, not
-#: inside it: to worker processes as one shared copy (a sealed memfd each worker reads; a
-#: command's bytes go down its pipe a buffer at a time, each a wake-up of both sides), to Ray
-#: actors as one object in Ray's object store.
-SHARED_WEIGHTS_BYTES = 64 * 1024
+#: Weights that pickle to at least this many bytes go to worker processes beside each command,
+#: not inside it, as one shared copy (a sealed memfd each worker reads): a command's bytes go
+#: down its pipe a buffer at a time, each a wake-up of both sides. Below it, making, writing,
+#: sealing and closing the copy cost more than the bytes in the pipes: CartPole's MLP of
+#: 0.07 MB took ``rollout_async`` ~0.35 ms inside the commands of 2 workers against ~0.49 ms as
+#: a copy (a tie with 4 and 8 workers on 2 cores, where waking them costs milliseconds).
+MEMFD_WEIGHTS_BYTES = 128 * 1024
+
+#: Weights that pickle to at least this many bytes go to Ray actors beside each command, as one
+#: object put into Ray's object store per version (each node fetches it once), not inside
+#: every actor's call.
+OBJECT_STORE_WEIGHTS_BYTES = 64 * 1024
 
 #: A shared copy of weights from this size up is checked against the machine's memory limits
 #: before it is made (:class:`~vecenv.errors.MemoryLimitError` where it cannot fit). A smaller
@@ -444,7 +452,7 @@ class Pickled:
     def shared_fd(self) -> int | None:
         """Parent: a sealed memfd holding the bytes, made at the first call and kept until
         :meth:`close`, where memfds exist (Linux); ``None`` otherwise (the bytes then go inside
-        each command). Asked of weights of at least :data:`SHARED_WEIGHTS_BYTES` only."""
+        each command). Asked of weights of at least :data:`MEMFD_WEIGHTS_BYTES` only."""
         if self._fd is None and hasattr(os, "memfd_create"):
             if len(self.data) >= CHECKED_COPY_BYTES:
                 check_block(len(self.data), "the new weights' shared copy", shared=True)

@@ -9,7 +9,7 @@ transport differs:
 * **Commands** go out as the same bytes as on a pipe (:func:`~vecenv.wire.protocol.encode_command`),
   as the argument of one actor method call. The actor unpickles the payload inside the worker
   core's guard, so an argument it cannot rebuild is that call's error, never a dead actor. Large
-  new weights (a rollout's, :attr:`~vecenv.wire.protocol.RolloutArgs.large_weights`) are put into
+  new weights (a rollout's, from :data:`~vecenv.wire.protocol.OBJECT_STORE_WEIGHTS_BYTES`) are put into
   Ray's object store once per version and passed beside each command as that object, so each
   node fetches them once instead of every actor's call carrying them. The buffer spec of the
   attach calls (with the observation space in it) travels the same way, once per vector env.
@@ -47,6 +47,7 @@ from vecenv.errors import ArgumentTypeError, InvalidArgumentError, PackedExcepti
 from vecenv.transports.base import CannotRestart, Death, DeathCause, Event, Reply, Transport, WorkerGone
 from vecenv.wire.buffers import Buffers
 from vecenv.wire.protocol import (
+    OBJECT_STORE_WEIGHTS_BYTES,
     Attach,
     Command,
     Flags,
@@ -411,7 +412,8 @@ class RayTransport(Transport):
     # -- calls -------------------------------------------------------------------------------
 
     def encode(self, command: Command, call_id: int, payload: Any) -> RayCommand:
-        if isinstance(payload, RolloutArgs) and (weights := payload.large_weights) is not None:
+        weights = payload.weights_beside(OBJECT_STORE_WEIGHTS_BYTES) if isinstance(payload, RolloutArgs) else None
+        if weights is not None:
             if self._weights is None or self._weights[0] is not weights:
                 self._weights = (weights, ray.put(weights.data))  # the older object goes with its last call
             data = encode_command(command, call_id, payload.without_weights())
