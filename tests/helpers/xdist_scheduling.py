@@ -60,5 +60,5 @@ class RayTogether(LoadScopeScheduling):
             node.shutdown()
             return
         if ray is not None and len(self.workqueue) > 1 and next(iter(self.workqueue)) == RAY_UNIT:
-            self.workqueue.move_to_end(RAY_UNIT)  # not yet (an earlier call may have moved it)
+            self.workqueue.move_to_end(RAY_UNIT)  # not yet: the tests collected after it go first
         super()._assign_work_unit(node)
