@@ -530,6 +530,26 @@ def test_a_rollout_whose_infos_do_not_fit_is_refused(monkeypatch) -> None:
         envs.close()
 
 
+@pytest.mark.timeout(60)
+def test_the_memory_check_skipped_for_a_small_rollout_again_still_refuses_a_large_one(monkeypatch) -> None:
+    """A rollout found small is not measured again when it comes again; a longer one still is,
+    and is refused."""
+    room = rollouts.CHECKED_FROM  # whatever reaches the line is refused
+    monkeypatch.setattr(memory, "memory_limits", lambda shared, named: [("available memory", room)])
+    per_step = 8 * (84 * 84 * 4 + 8 + 8 + 1 + 1)
+    steps = 2 * (rollouts.CHECKED_FROM // per_step)  # the block alone is over the line
+    envs = vecenv.SubprocVectorEnv([FrameEnv] * 8, 2, context="fork", copy=False)
+    try:
+        envs.reset(seed=0)
+        for _ in range(2):
+            assert envs.rollout(2).num_steps == 2
+        with pytest.raises(MemoryLimitError, match=rf"a rollout of {steps} steps of 8 envs"):
+            envs.rollout_async(steps)
+        assert envs.rollout(2).num_steps == 2
+    finally:
+        envs.close()
+
+
 def test_a_worker_that_takes_none_of_a_command_is_a_timeout_and_is_left_as_it_was() -> None:
     """On the fake transport: worker 1's pipe takes nothing. The send raises the library's
     timeout naming worker 1 and saying nothing was sent to it; worker 0, sent to first, is

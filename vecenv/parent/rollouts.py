@@ -210,6 +210,8 @@ class Rollouts:
         self._num_steps = 0
         self._start_obs: Any = None  # row 0 of a restarted group (kept only with restarts)
         self._infos = InfoMerger(self.num_envs)
+        self._space_refusal: str | None = None  # why the spaces cannot be rolled out, once known
+        self._small_rollout: tuple[int, int | None, Any] | None = None  # sizes last found below CHECKED_FROM
 
     # -- policies ----------------------------------------------------------------------------
 
@@ -425,11 +427,16 @@ class Rollouts:
         made, the new arrays ``rollout_wait`` returns with ``copy=True`` (as large as the block's
         rows) and its ``infos``, a dict per step (:data:`INFO_BYTES`). Checked from
         :data:`CHECKED_FROM` bytes up: smaller rollouts are not worth the reads."""
-        rows = layout_nbytes(self._spec(num_steps).layout())
         capacity = self._block_capacity(num_steps)
+        # The same rollout again, whose sizes were found below the line: nothing to read.
+        key = (num_steps, capacity, self._outputs.extras)
+        if key == self._small_rollout:
+            return
+        rows = layout_nbytes(self._spec(num_steps).layout())
         made = 0 if capacity is None else layout_nbytes(self._spec(capacity).layout())
         needed = made + (rows if self.copy else 0) + num_steps * INFO_BYTES
         if needed < CHECKED_FROM:
+            self._small_rollout = key
             return
         parts = ["its block" if made else "", "the arrays rollout_wait returns with copy=True" if self.copy else ""]
         parts.append("a dict of infos per step")
@@ -490,17 +497,10 @@ class Rollouts:
                     "VectorEnv group cannot do: use NEXT_STEP or SAME_STEP"
                 )
         t = check_num_steps(num_steps)
-        for name, space in (("observation", self.observation_space), ("action", self.action_space)):
-            if not is_fixed(space):
-                raise InvalidArgumentError(
-                    f"`rollout` needs fixed-shape spaces (Box, Discrete, ...); the {name} space is {space}"
-                )
-        needs = "`rollout` needs spaces that hold values (Box, Discrete, ...)"
-        if not leaf_layout(self.observation_space, 0):  # the block would have no rows for them
-            raise InvalidArgumentError(f"{needs}; the observation space {self.observation_space} holds no values")
-        empty_actions = empty_part(self.action_space, "actions")
-        if empty_actions is not None:
-            raise InvalidArgumentError(f"{needs}; {empty_action_space(self.action_space, empty_actions)}")
+        if self._space_refusal is None:
+            self._space_refusal = self._refusal_of_spaces()
+        if self._space_refusal:
+            raise InvalidArgumentError(self._space_refusal)
         self._adopt(policy)  # (its extras decide the block's layout)
         self._check_memory(t)
         workers = self.workers
@@ -512,6 +512,20 @@ class Rollouts:
         self._num_steps = t
         self.runner.send(workers, Command.ROLLOUT, payloads, "rollout", State.WAITING_ROLLOUT)
         self._state, self._fresh_state = None, False
+
+    def _refusal_of_spaces(self) -> str:
+        """Why the spaces cannot be rolled out (``""``: they can). The spaces never change, so
+        :meth:`start` asks once."""
+        for name, space in (("observation", self.observation_space), ("action", self.action_space)):
+            if not is_fixed(space):
+                return f"`rollout` needs fixed-shape spaces (Box, Discrete, ...); the {name} space is {space}"
+        needs = "`rollout` needs spaces that hold values (Box, Discrete, ...)"
+        if not leaf_layout(self.observation_space, 0):  # the block would have no rows for them
+            return f"{needs}; the observation space {self.observation_space} holds no values"
+        empty_actions = empty_part(self.action_space, "actions")
+        if empty_actions is not None:
+            return f"{needs}; {empty_action_space(self.action_space, empty_actions)}"
+        return ""
 
     def finish(self, timeout: float | None) -> Rollout:
         """Gather the replies (running restarted groups' steps again) and assemble the rollout."""
