@@ -25,7 +25,14 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import vecenv
 from tests.engine.test_differential import assert_same
-from tests.helpers.envs import EmptyObservationEnv, FinalKeysInfoEnv, diff_env_fns, fns, greedy_module
+from tests.helpers.envs import (
+    EmptyObservationEnv,
+    FinalKeysInfoEnv,
+    MixedEndsEnv,
+    diff_env_fns,
+    fns,
+    greedy_module,
+)
 from tests.helpers.faults import FaultEnv, fault_fns, healthy_fns, transport_of
 from vecenv.errors import InvalidArgumentError, RemoteTraceback, WeightsMismatchError, WorkerDiedError
 from vecenv.parent.replies import InfoMerger
@@ -877,6 +884,31 @@ def test_final_observations_are_the_steps_not_keys_of_the_resets_info(workers: i
         np.testing.assert_array_equal(finals[:, 1], finals[:, 0] + 2)
         np.testing.assert_array_equal(got.final_observations[t][ended[t]], finals)
         np.testing.assert_array_equal(following[t][ended[t]], finals)
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("copy", [True, False], ids=["copy", "views"])
+@pytest.mark.parametrize("workers", [0, 1, 3, "inline"], ids=lambda w: f"w={w}")
+def test_same_step_rollout_infos_are_syncs_whatever_each_end_reports(workers: int | str, copy: bool) -> None:
+    """Under SAME_STEP, ends with an empty ``final_info`` and ends with one, final
+    observations in the space's dtype and in float64, reset infos after the final entry of the
+    same env: the infos of two rollouts in a row are Sync's, the first's still after the second
+    has written the block again (its final observations are not views of the block)."""
+    env_fns = fns(MixedEndsEnv, N)
+    with make(env_fns, workers, AutoresetMode.SAME_STEP, copy=copy) as envs:
+        envs.reset(seed=SEED)
+        first, second = envs.rollout(20), envs.rollout(20)
+    actions = np.concatenate([first.actions, second.actions])
+    want = sync_reference(env_fns, AutoresetMode.SAME_STEP, SEED, actions, 40)
+    for t, got in enumerate(first.infos + second.infos):
+        assert_same(got, want["infos"][t], f"infos[{t}]")
+    plain = other = 0  # ends with an empty final info and a float32 observation, and the rest
+    for infos in want["infos"]:
+        for i in np.flatnonzero(infos.get("_final_obs", np.zeros(N, bool))):
+            simple = not infos["final_info"].get("_draw", np.zeros(N, bool))[i]
+            simple = simple and infos["final_obs"][i].dtype == np.float32
+            plain, other = plain + simple, other + (not simple)
+    assert plain >= 5 and other >= 5, (plain, other)
 
 
 def test_next_observations_hold_the_true_final_observations() -> None:

@@ -591,6 +591,24 @@ class FinalKeysInfoEnv(PayEnv):
         return obs, {"final_obs": -self.index, "final_info": {"from": "reset"}}
 
 
+class MixedEndsEnv(PayEnv):
+    """Episodes end at random (a quarter of the steps, by termination or truncation); an
+    ended episode's final info is empty on most ends and not on the others, its reset info
+    too, and now and then the observation comes as float64 (the space is float32): under
+    SAME_STEP the final entries come in every mix of these."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        obs, _ = super().reset(seed=seed, options=options)
+        return obs, ({} if self.np_random.uniform() < 0.7 else {"reset_draw": int(self.np_random.integers(100))})
+
+    def step(self, action: Any):
+        self.t += 1
+        u = self.np_random.uniform(size=4)
+        obs = self._obs() if u[0] > 0.15 else self._obs().astype(np.float64)
+        info = {} if u[1] < 0.6 else {"draw": int(self.np_random.integers(100))}
+        return obs, float(self.pay), bool(u[2] < 0.12), bool(0.12 <= u[2] < 0.25), info
+
+
 class ClashingInfoEnv(PayEnv):
     """Episodes of 2 steps; its infos hold ``"m": 1``, but env ``bad``'s holds the string
     ``"s"`` at the step that ends an episode, and at a reset given ``options={"clash": True}``:
