@@ -367,12 +367,18 @@ def test_the_first_call_of_a_policy_in_this_process_leaves_its_generators_where_
 
 
 @pytest.mark.timeout(120)
-def test_torch_module_runs_in_workers_and_takes_new_weights() -> None:
+def test_torch_module_runs_in_workers_and_takes_new_weights(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its new weights travel as arrays in the weights slot (where there is one): each command
+    stays small, and a tensor's bytes are never pickled."""
     torch = pytest.importorskip("torch")
 
     module = greedy_module()
     fns = diff_env_fns(N, obs_kind="box", act_kind="discrete")
+    commands: list[Any] = []
     with make(fns, 3) as envs:
+        transport = transport_of(envs)
+        send = transport.send
+        monkeypatch.setattr(transport, "send", lambda w, m, t=None: (commands.append(m), send(w, m, t))[1])
         envs.reset(seed=SEED)
         got = envs.rollout(12, module)
         assert (got.actions == 2).all()
@@ -382,8 +388,14 @@ def test_torch_module_runs_in_workers_and_takes_new_weights() -> None:
         assert (envs.rollout(3, module).actions == 2).all(), "copies keep their weights until told"
         envs.update_policy_weights()
         assert (envs.rollout(3, module).actions == 1).all()
-        envs.update_policy_weights({"linear.weight": torch.zeros(4, 3), "linear.bias": torch.tensor([0.0, 0, 0, 9])})
+        big = torch.zeros(4, 3).expand(4, 3)  # not contiguous: pickled (in the slot's header), not in the slot
+        commands.clear()
+        envs.update_policy_weights({"linear.weight": big, "linear.bias": torch.tensor([0.0, 0, 0, 9])})
         assert (envs.rollout(3, module).actions == 3).all()
+        if hasattr(os, "memfd_create"):
+            sizes = [len(m.data if isinstance(m, WithFd) else m) for m in rollout_commands(commands)]
+            assert len(sizes) == 3 and max(sizes) < 1024, sizes
+            assert len(weights_slot_fds()) == 1
 
 
 @pytest.mark.timeout(60)
@@ -626,6 +638,107 @@ def test_large_weights_travel_as_one_shared_copy_beside_each_command(
             assert envs.restart_count == 1 and (got.actions[1:] == 1).all()
             assert got.actions[0].tolist() == [1, 1, 0, 0, 1, 1]  # row 0 of worker 1's: the restarted step
     assert shared_weights_fds() == []
+
+
+class ArrayWeightsPolicy(ConstantPolicy):
+    """Every env takes ``action``; its weights are arrays holding it (``size`` of them), which
+    the copies check are theirs to write."""
+
+    def __init__(self, size: int = 1000) -> None:
+        super().__init__()
+        self.size = size
+
+    def build(self, context: PolicyContext) -> PolicyRunner:
+        return _ArrayConstant(context.action_space)
+
+    def weights(self) -> Any:
+        return {"action": np.full(self.size, self.action, np.int64), "scale": np.arange(3.0), "name": "w"}
+
+
+class _ArrayConstant(_BoxConstant):  # (a Discrete space's shape is ())
+    def load_weights(self, weights: Any) -> None:
+        action, scale = weights["action"], weights["scale"]
+        assert action.flags.writeable and scale.flags.writeable, "the worker's own copies"
+        assert weights["name"] == "w" and scale.tolist() == [0.0, 1.0, 2.0]
+        action += 0  # (writable: a worker may train or normalise its copy in place)
+        self.action = int(action[-1])
+
+
+def weights_slot_fds() -> list[int]:
+    """This process's descriptors of the new weights' shared slot."""
+    slot = "/memfd:vecenv-weights-slot"
+    return [fd for fd in shared_weights_fds() if os.readlink(f"/proc/self/fd/{fd}").startswith(slot)]
+
+
+def rollout_commands(commands: list[Any]) -> list[Any]:
+    return [m for m in commands if decode_command(m.data if isinstance(m, WithFd) else m)[0] is Command.ROLLOUT]
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="the slot is a memfd (Linux)")
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("workers", [3, "inline", 0])
+def test_weights_arrays_travel_through_one_slot_that_each_worker_maps_once(
+    workers: int | str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """New weights holding arrays: their bytes go into one shared slot, whose descriptor goes
+    beside a worker's command only until it maps it; every command stays a few hundred bytes
+    however large the arrays, every worker (a replacement too) acts with each version, a larger
+    version gets a larger slot, and nothing is left open after close."""
+    policy = ArrayWeightsPolicy()
+    commands: list[Any] = []
+    with make(diff_env_fns(6, act_kind="discrete"), workers, on_worker_death="restart") as envs:
+        transport = transport_of(envs)
+        send = transport.send
+        monkeypatch.setattr(transport, "send", lambda w, m, t=None: (commands.append(m), send(w, m, t))[1])
+        envs.reset(seed=0)
+        assert (envs.rollout(2, policy).actions == 0).all() and weights_slot_fds() == []
+        for k, (action, size) in enumerate([(1, 1000), (2, 1000), (3, 200_000), (1, 1000)]):
+            policy.action, policy.size = action, size
+            envs.update_policy_weights()
+            commands.clear()
+            assert (envs.rollout(3, policy).actions == action).all()
+            rollouts = rollout_commands(commands)
+            assert len(rollouts) == len(envs.worker_pids)  # one per worker, the parent-hosted one too
+            data = [m.data if isinstance(m, WithFd) else m for m in rollouts]
+            assert all(len(d) < 1024 for d in data), [len(d) for d in data]
+            # The slot's descriptor goes with the first weights, and with the larger slot (k == 2).
+            assert all(isinstance(m, WithFd) == (k in (0, 2)) for m in rollouts), [type(m) for m in rollouts]
+            assert len(weights_slot_fds()) == 1, "the current slot only"
+        if workers == 3:
+            process = transport.processes[1]  # its replacement maps the slot and gets the weights
+            os.kill(process.pid, signal.SIGKILL)
+            process.join(30)
+            commands.clear()
+            got = envs.rollout(4, policy)  # a longer block: the death is found sending it
+            assert envs.restart_count == 1 and (got.actions[1:] == 1).all()
+            assert got.actions[0].tolist() == [1, 1, 0, 0, 1, 1]  # row 0 of worker 1's: the restarted step
+            resent = [m for m in rollout_commands(commands) if isinstance(m, WithFd)]
+            assert len(resent) == 1, "the slot's descriptor to the replacement only"
+    assert weights_slot_fds() == []
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="the slot is a memfd (Linux)")
+@pytest.mark.timeout(120)
+def test_a_worker_that_reads_its_weights_after_the_slot_was_written_again_acts_with_the_newest() -> None:
+    """A worker still busy with an abandoned call reads a rollout's weights late, after the
+    parent wrote the next version over them in the slot (smaller: its old layout reads a mix of
+    the two). That rollout's reply is dropped, and the worker is sent the newest weights again
+    with its next rollout."""
+    policy = ArrayWeightsPolicy(size=1000)
+    with make(fault_fns(4, "sleep", "call", 1, duration=1.5), 2) as envs:  # env 1: worker 0
+        envs.reset(seed=0)
+        assert (envs.rollout(1, policy).actions == 0).all()
+        envs.call_async("boom")
+        with pytest.raises(vecenv.VecEnvTimeoutError):
+            envs.call_wait(timeout=0.2)
+        policy.action = 1
+        envs.update_policy_weights()
+        with pytest.raises(vecenv.VecEnvTimeoutError):
+            envs.rollout(3, policy, timeout=0.2)  # worker 0 has not read its command yet
+        policy.action, policy.size = 2, 500  # fits the slot: written over what worker 0 will read
+        envs.update_policy_weights()
+        envs.reset(seed=0)  # (waits for worker 0: its call, the late rollout, then this)
+        assert (envs.rollout(3, policy).actions == 2).all()
 
 
 @pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="the shared copy is a memfd (Linux)")

@@ -259,7 +259,8 @@ class CallRunner:
     # -- blocks and closing ------------------------------------------------------------------
 
     def keep_block(self, block: Any) -> None:
-        """Another block the workers map (the rollout block, large weights' shared copy): closed
+        """Another block the workers map (the rollout block, the weights slot, large pickled
+        weights' shared copy): closed
         at shutdown."""
         self.pool.blocks.append(block)
 

@@ -60,8 +60,9 @@ from vecenv.policy_outputs import (
 from vecenv.spaces import empty_part, is_fixed, leaf_layout, tree_copy, tree_leaves, tree_map
 from vecenv.wire.buffers import Buffers, layout_nbytes
 from vecenv.wire.memory import check_block
-from vecenv.wire.protocol import Command, Pickled, RolloutArgs, RolloutBlockArgs, RolloutReply
+from vecenv.wire.protocol import Command, Pickled, RolloutArgs, RolloutBlockArgs, RolloutReply, SlotWeights
 from vecenv.wire.rollout_buffers import RolloutBuffers, RolloutSpec
+from vecenv.wire.weights import WeightsSlot, pickle_apart, slot_bytes
 
 __all__ = ["Rollout", "Rollouts", "RolloutMethods"]
 
@@ -156,6 +157,7 @@ class _Held:
     block: tuple[int, int] | None = None  # (launches, block number)
     policy: tuple[int, int] | None = None  # (launches, policy number)
     weights: tuple[int, int] | None = None  # (launches, weights version)
+    slot: tuple[int, int] | None = None  # (launches, weights slot number)
 
 
 #: Rollouts that need at least this many bytes in the parent are checked against the memory first.
@@ -198,12 +200,17 @@ class Rollouts:
         self._pickled_policy: Pickled | None = None  # _policy as adopted, pickled once for every worker
         self._policy_number = 0
         self._weights: Any = None  # newer than the policy's own, or None
-        self._pickled: Pickled | None = None  # _weights, pickled once for every worker
+        self._pickled: Pickled | SlotWeights | None = None  # _weights as sent, made once for every worker
+        # Where new weights' arrays go, when the workers map shared memory (vecenv.wire.weights).
+        spec = buffers.spec
+        self._slot_usable = spec.shared_flags and spec.shm_name is None and WeightsSlot.available()
+        self._slot: WeightsSlot | None = None
+        self._slot_number = 0
         self._version = 0  # bumped by every new policy and every new weights
         # The version and pickled weights (None: the policy's own) the rollout in flight was
         # sent with; a group restarted during it runs the rest with them too.
         self._sent_version = 0
-        self._sent_weights: Pickled | None = None
+        self._sent_weights: Pickled | SlotWeights | None = None
         self._outputs = PolicyOutputs()  # the current policy's extras and whether it is recurrent
         self._state: Any = None  # a state to set before the next rollout (set_state)
         self._fresh_state = False  # every env's state to the initial one before the next rollout
@@ -298,6 +305,9 @@ class Rollouts:
         send_policy = held.policy != (launches, self._policy_number)
         weights = self._sent_weights
         send_weights = weights is not None and (send_policy or held.weights != (launches, self._sent_version))
+        if send_weights and isinstance(weights, SlotWeights) and held.slot != (launches, weights.slot):
+            assert self._slot is not None and self._slot.number == weights.slot, "the slot of the version sent"
+            weights = dataclasses.replace(weights, fd=self._slot.fd)  # the worker maps the slot first
         state = None
         if first_step == 0 and self._state is not None:
             state = state_rows(self._state, w.start, w.stop)
@@ -310,13 +320,40 @@ class Rollouts:
             first_step == 0 and self._fresh_state,
         )
 
-    def _pickled_weights(self) -> Pickled:
-        """The new weights as the workers get them, pickled at their first send and reused for
-        every other worker and any later send of the same version (a replacement worker)."""
+    def _pickled_weights(self) -> Pickled | SlotWeights:
+        """The new weights as the workers get them, made at their first send and reused for
+        every other worker and any later send of the same version (a replacement worker): in
+        the shared slot where the workers map one, else pickled."""
         if self._pickled is None:
-            self._pickled = Pickled.of(self._weights)
-            self.runner.keep_block(self._pickled)  # its shared copy, if made, is closed at shutdown
+            self._pickled = self._made_weights(self._weights)
         return self._pickled
+
+    def _made_weights(self, weights: Any) -> Pickled | SlotWeights:
+        """``weights`` written into the shared slot, where the workers map one and they hold
+        arrays; else pickled: no slot here, nothing for one (the pickle is then all there is),
+        or plain pickle cannot pickle them (cloudpickle then does)."""
+        apart = pickle_apart(weights) if self._slot_usable else None
+        if apart is not None and slot_bytes(apart[1]):
+            return self._in_slot(*apart)
+        pickled = Pickled(apart[0]) if apart is not None and not apart[1] else Pickled.of(weights)
+        self.runner.keep_block(pickled)  # its shared copy, if made, is closed at shutdown
+        return pickled
+
+    def _in_slot(self, header: bytes, buffers: list[memoryview]) -> SlotWeights:
+        """The weights' arrays written into the shared slot (a larger slot made first when they
+        outgrow it). Only while no call is in flight (see vecenv.wire.weights)."""
+        size = slot_bytes(buffers)
+        if self._slot is None or self._slot.capacity < size:
+            # Made before the old one is let go: a slot refused (MemoryLimitError) changes nothing,
+            # and a Ctrl+C meanwhile waits until the new one is kept (closed at shutdown).
+            with HeldInterrupt():
+                new = WeightsSlot(size, self._slot_number + 1)
+                old, self._slot = self._slot, new
+                self._slot_number = new.number
+                if old is not None:
+                    self.runner.drop_block(old)  # each worker's mapping of it stays its own
+                self.runner.keep_block(new)
+        return self._slot.write(header, buffers)
 
     def _forget_pickled(self) -> None:
         """Newer weights, or none: the pickled ones are dropped once the call in flight (if it
@@ -324,10 +361,10 @@ class Rollouts:
         old, self._pickled = self._pickled, None
         self._release(old)
 
-    def _release(self, pickled: Pickled | None) -> None:
+    def _release(self, pickled: Pickled | SlotWeights | None) -> None:
         """Close the shared copy of weights that neither the next call nor the one in flight
         sends (a rollout's command is never sent again; a replacement gets a new one)."""
-        if pickled is not None and pickled is not self._pickled and pickled is not self._sent_weights:
+        if isinstance(pickled, Pickled) and pickled is not self._pickled and pickled is not self._sent_weights:
             self.runner.drop_block(pickled)
 
     def _sent(self, workers: Sequence[WorkerRecord]) -> None:
@@ -337,6 +374,8 @@ class Rollouts:
             held = self._held[w.index]
             held.policy = (w.launches, self._policy_number)
             held.weights = (w.launches, self._sent_version)
+            if isinstance(self._sent_weights, SlotWeights):  # loaded from that slot, now or before
+                held.slot = (w.launches, self._sent_weights.slot)
 
     # -- a recurrent policy's state ----------------------------------------------------------
 
@@ -549,7 +588,7 @@ class Rollouts:
             return self._gather_all(workers, None if timeout is None else time.monotonic() + timeout, timeout)
         except BaseException:
             for held in self._held:
-                held.block = held.policy = held.weights = None
+                held.block = held.policy = held.weights = held.slot = None
             raise
 
     def _gather_all(self, workers: Sequence[WorkerRecord], deadline: float | None, timeout: float | None) -> list[Any]:

@@ -138,8 +138,9 @@ class SharedBlock:
         self._shm = shm
 
     @classmethod
-    def create(cls, size: int, name: str | None, what: str = "a shared block") -> SharedBlock:
-        """A new block of ``size`` bytes: a memfd when ``name`` is None, else a named block.
+    def create(cls, size: int, name: str | None, what: str = "a shared block", label: str = "vecenv") -> SharedBlock:
+        """A new block of ``size`` bytes: a memfd when ``name`` is None (``label`` names it in
+        ``/proc/<pid>/fd``), else a named block.
 
         The memfd is sealed against shrinking and growing once it has its size: a stray
         ``ftruncate`` on the descriptor (in the parent or in a worker, which receives the same
@@ -150,7 +151,7 @@ class SharedBlock:
         :meth:`close`.
         """
         if name is None:
-            fd = make_memfd("vecenv", what)  # DescriptorLimitError where none is free
+            fd = make_memfd(label, what)  # DescriptorLimitError where none is free
             try:
                 os.ftruncate(fd, size)
                 seal_memfd(fd)

@@ -58,6 +58,7 @@ __all__ = [
     "RolloutBlockArgs",
     "RolloutArgs",
     "Pickled",
+    "SlotWeights",
     "PickledOnce",
     "MEMFD_WEIGHTS_BYTES",
     "OBJECT_STORE_WEIGHTS_BYTES",
@@ -334,16 +335,17 @@ class RolloutArgs:
     num_steps: int
     first_step: int = 0
     policy: Pickled | None = None
-    weights: Pickled | None = None
+    weights: Pickled | SlotWeights | None = None
     state: Any = None
     fresh_state: bool = False
 
     def weights_beside(self, at_least: int) -> Pickled | None:
-        """New weights that pickle to ``at_least`` bytes or more, which a transport then sends
+        """New pickled weights of ``at_least`` bytes or more, which a transport then sends
         beside the message (:meth:`without_weights`), or ``None``: the transport's threshold
-        (:data:`MEMFD_WEIGHTS_BYTES`, :data:`OBJECT_STORE_WEIGHTS_BYTES`)."""
+        (:data:`MEMFD_WEIGHTS_BYTES`, :data:`OBJECT_STORE_WEIGHTS_BYTES`). Weights in the
+        shared slot are not: their message is small."""
         weights = self.weights
-        return weights if weights is not None and len(weights.data) >= at_least else None
+        return weights if isinstance(weights, Pickled) and len(weights.data) >= at_least else None
 
     def without_weights(self) -> RolloutArgs:
         """Sender: the message with its weights' bytes left out (they travel beside it)."""
@@ -354,19 +356,49 @@ class RolloutArgs:
         return dataclasses.replace(self, weights=Pickled(data))
 
     def split_fd(self) -> tuple[RolloutArgs, int | None]:
-        """Sender: the message to pickle and the descriptor to pass beside it: large weights'
-        shared copy (:meth:`Pickled.shared_fd`), whose bytes then stay out of the message."""
-        weights = self.weights_beside(MEMFD_WEIGHTS_BYTES)
-        fd = None if weights is None else weights.shared_fd()
+        """Sender: the message to pickle and the descriptor to pass beside it: the weights
+        slot's, for a worker that does not map it yet, or large pickled weights' shared copy
+        (:meth:`Pickled.shared_fd`), whose bytes then stay out of the message."""
+        weights = self.weights
+        if isinstance(weights, SlotWeights):
+            if weights.fd is None:
+                return self, None
+            return dataclasses.replace(self, weights=dataclasses.replace(weights, fd=None)), weights.fd
+        pickled = self.weights_beside(MEMFD_WEIGHTS_BYTES)
+        fd = None if pickled is None else pickled.shared_fd()
         return (self, None) if fd is None else (self.without_weights(), fd)
 
     def with_fd(self, fd: int) -> RolloutArgs:
-        """Receiver: the weights read from the descriptor that came beside the message (closed)."""
+        """Receiver: the message with the descriptor that came beside it: the weights slot's
+        (now the receiver's), or pickled weights read from their shared copy (closed)."""
+        if isinstance(self.weights, SlotWeights):
+            return dataclasses.replace(self, weights=dataclasses.replace(self.weights, fd=fd))
         return self.with_weights(Pickled.read(fd))
 
 
-#: Weights that pickle to at least this many bytes go to worker processes beside each command,
-#: not inside it, as one shared copy (a sealed memfd each worker reads): a command's bytes go
+@dataclasses.dataclass(frozen=True)
+class SlotWeights:
+    """New weights whose arrays' bytes wait in the parent's shared slot
+    (:mod:`vecenv.wire.weights`): the rest of them pickled (``header``), and where each array's
+    bytes lie in slot number ``slot`` (``spans``: offset and size, in the pickle's order).
+    ``fd``: the slot's descriptor, for a worker that does not map that slot yet (passed beside
+    the command, never pickled; the receiver owns it)."""
+
+    header: bytes
+    spans: tuple[tuple[int, int], ...]
+    slot: int
+    fd: int | None = None
+
+    def load(self, slot: Any) -> Any:
+        """The weights, with arrays of their own (copied out of ``slot``, a buffer of the
+        slot's bytes): the slot is written again for the next version."""
+        view = memoryview(slot)
+        return pickle.loads(self.header, buffers=[bytearray(view[start : start + size]) for start, size in self.spans])
+
+
+#: Pickled weights (those the weights slot does not take: see :mod:`vecenv.wire.weights`) of at
+#: least this many bytes go to worker processes beside each command, not inside it, as one
+#: shared copy (a sealed memfd each worker reads): a command's bytes go
 #: down its pipe a buffer at a time, each a wake-up of both sides. Below it, making, writing,
 #: sealing and closing the copy cost more than the bytes in the pipes: CartPole's MLP of
 #: 0.07 MB took ``rollout_async`` ~0.35 ms inside the commands of 2 workers against ~0.49 ms as

@@ -32,6 +32,7 @@ as after a ``STEP``, so a rollout and a step continue each other.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any, Protocol
@@ -52,15 +53,17 @@ from vecenv.policy_outputs import (
     store_extras,
 )
 from vecenv.spaces import row_writer, to_batch, tree_copy, tree_leaves, tree_map
-from vecenv.wire.buffers import Buffers
+from vecenv.wire.buffers import Buffers, SharedBlock
 from vecenv.wire.protocol import (
     InfoEntries,
     MaskedKeys,
+    Pickled,
     ResetArgs,
     RolloutArgs,
     RolloutBlockArgs,
     RolloutInfoEntries,
     RolloutReply,
+    SlotWeights,
 )
 from vecenv.wire.rollout_buffers import RolloutBuffers
 from vecenv.worker.group import EnvGroup, VectorGroup, snapshot_info
@@ -121,6 +124,9 @@ class GroupRollouts:
         self.seeds: list[int | None] = [None] * group.num_envs
         self.block: RolloutBuffers | None = None
         self.block_error: BaseException | None = None  # why the last block could not be mapped
+        # The parent's weights slot as mapped here, and its number (vecenv.wire.weights).
+        self.weights_slot: SharedBlock | None = None
+        self.weights_slot_number = 0
         self.policy: PolicyRunner | None = None
         self.policy_name = ""  # the installed policy's name, for its errors
         self.failure: RolloutFailure | None = None
@@ -204,12 +210,46 @@ class GroupRollouts:
         if self.block is not None:
             self.block.close()
             self.block = None
+        self._drop_weights_slot()
+
+    def _map_weights_slot(self, weights: SlotWeights) -> None:
+        """Map the weights slot whose descriptor came with this command (the one mapped before
+        is let go first, whatever happens); the descriptor is closed here."""
+        fd = weights.fd
+        assert fd is not None, "called for weights that came with the slot"
+        self._drop_weights_slot()
+        try:
+            size = os.fstat(fd).st_size
+        except BaseException:
+            os.close(fd)
+            raise
+        self.weights_slot = SharedBlock.attach(size, None, fd)  # (closes fd)
+        self.weights_slot_number = weights.slot
+
+    def _drop_weights_slot(self) -> None:
+        slot, self.weights_slot = self.weights_slot, None
+        if slot is not None:
+            slot.close(unlink=False)
+
+    def _loaded_weights(self, weights: Pickled | SlotWeights) -> Any:
+        """New weights as the policy loads them: unpickled, or read out of the slot."""
+        if isinstance(weights, Pickled):
+            return weights.load()
+        slot = self.weights_slot
+        if slot is None or self.weights_slot_number != weights.slot:
+            raise InvalidStateError(
+                f"new weights came in the weights slot number {weights.slot}, which this worker does not map "
+                f"(it maps {self.weights_slot_number if slot is not None else 'none'})"
+            )
+        return weights.load(slot.buf)
 
     # -- one rollout -------------------------------------------------------------------------
 
     def run(self, args: RolloutArgs) -> RolloutReply:
         """Steps ``args.first_step .. args.num_steps - 1``; their rows go into the block."""
         self.failure = None
+        if isinstance(args.weights, SlotWeights) and args.weights.fd is not None:
+            self._map_weights_slot(args.weights)  # first: this command owns the descriptor
         block = self.block
         if args.num_steps > 0:
             if block is None and self.block_error is not None:
@@ -231,7 +271,7 @@ class GroupRollouts:
         if policy is None:
             raise InvalidStateError("a rollout came before its policy")
         if args.weights is not None:
-            policy.load_weights(args.weights.load())
+            policy.load_weights(self._loaded_weights(args.weights))
         if args.fresh_state:
             self._restart_state(np.ones(self.group.num_envs, np.bool_))
         if args.state is not None:

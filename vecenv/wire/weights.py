@@ -1,0 +1,124 @@
+"""New weights through one shared slot: their arrays' bytes copied in once, never pickled.
+
+A rollout's new weights used to be pickled whole in the parent (a torch ``state_dict`` of
+4 MiB: several milliseconds) and their bytes carried inside every worker's command (small
+weights) or written into a new sealed memfd per version (large ones, whose making, writing
+and sealing cost ~0.1 ms even for a few KiB). Here they are pickled with protocol 5, which
+leaves each contiguous array's bytes out of the pickle (out-of-band buffers); the parent copies
+those bytes into a slot, a shared block that every worker maps once and that lasts across
+versions; each command carries only the rest, a few hundred bytes (:class:`SlotWeights`), and
+each worker copies the bytes out of the slot into arrays of its own as it loads them.
+
+::
+
+    parent: weights -> pickle_apart -> header + array buffers
+                                          |         |
+            ROLLOUT(... SlotWeights(header, spans, slot)) ... buffers -> WeightsSlot (shared)
+                                          |                                   |
+    worker: SlotWeights.load(its mapping of the slot) -> arrays of its own  <-+
+
+The slot is written only while no call is in flight: when a new version is first sent. Every
+worker sent the previous version has loaded it by then (its reply came), and a worker whose
+call was abandoned (a timeout) is sent the weights again with its next command, as after any
+failure. A torch tensor on the CPU travels as its numpy array and is made a tensor again in the
+worker (torch pickles a tensor's bytes inside the pickle); anything else pickles as usual,
+inside the header.
+"""
+
+from __future__ import annotations
+
+import copyreg
+import io
+import pickle
+import sys
+from typing import Any
+
+from vecenv.wire.buffers import HAVE_MEMFD, SharedBlock
+from vecenv.wire.memory import check_block
+from vecenv.wire.protocol import CHECKED_COPY_BYTES, SlotWeights
+
+__all__ = ["WeightsSlot", "pickle_apart", "slot_bytes", "tensor_from_array"]
+
+
+def tensor_from_array(array: Any) -> Any:
+    """A worker's torch tensor of a CPU tensor that travelled as its numpy array (sharing the
+    array's memory, which the worker owns)."""
+    import torch
+
+    return torch.from_numpy(array)
+
+
+def _tensor_as_array(tensor: Any) -> Any:
+    """A CPU tensor's reduction to its numpy array (no copy), so that its bytes too stay out of
+    the pickle (torch's own pickling copies them in); torch's own for one numpy cannot hold
+    (bfloat16, a conjugate or negative view, one that needs its gradient, on another device)."""
+    torch = sys.modules["torch"]
+    if not tensor.requires_grad and tensor.device.type == "cpu" and tensor.layout is torch.strided:
+        try:
+            return tensor_from_array, (tensor.numpy(),)
+        except (TypeError, RuntimeError):
+            pass
+    return tensor.__reduce_ex__(5)
+
+
+def pickle_apart(value: Any) -> tuple[bytes, list[memoryview]] | None:
+    """``value`` pickled with its contiguous arrays' bytes left out: the pickle and those
+    bytes (views of the arrays, in the order the pickle wants them back), or ``None`` when
+    plain pickle cannot pickle it (it then travels cloudpickled, as before)."""
+    buffers: list[pickle.PickleBuffer] = []
+    try:
+        torch = sys.modules.get("torch")
+        if torch is None:  # no tensors can be in it: the C pickler alone
+            header = pickle.dumps(value, 5, buffer_callback=buffers.append)
+        else:  # tensors (of that exact type: not a Parameter) reduced to their arrays
+            out = io.BytesIO()
+            pickler = pickle.Pickler(out, 5, buffer_callback=buffers.append)
+            pickler.dispatch_table = {**copyreg.dispatch_table, torch.Tensor: _tensor_as_array}
+            pickler.dump(value)
+            header = out.getvalue()
+    except Exception:
+        return None
+    return header, [buffer.raw() for buffer in buffers]
+
+
+class WeightsSlot:
+    """The parent's slot: a shared block of ``capacity`` bytes (a memfd), numbered so that a
+    worker knows whether the one it maps is current; a larger one replaces it when weights
+    outgrow it."""
+
+    def __init__(self, capacity: int, number: int) -> None:
+        if capacity >= CHECKED_COPY_BYTES:
+            check_block(capacity, "the new weights' shared slot", shared=True)
+        self.block = SharedBlock.create(capacity, None, "the new weights' shared slot", "vecenv-weights-slot")
+        self.capacity, self.number = capacity, number
+        self._bytes = memoryview(self.block.buf)
+
+    @staticmethod
+    def available() -> bool:
+        """Whether a slot can be made here (Linux's memfds; elsewhere weights travel pickled)."""
+        return HAVE_MEMFD
+
+    @property
+    def fd(self) -> int | None:
+        return self.block.fd
+
+    def write(self, header: bytes, buffers: list[memoryview]) -> SlotWeights:
+        """Copy ``buffers`` into the slot (which must hold them) and describe where they are."""
+        spans = []
+        offset = 0
+        for buffer in buffers:
+            size = buffer.nbytes
+            self._bytes[offset : offset + size] = buffer
+            spans.append((offset, size))
+            offset += size
+        return SlotWeights(header, tuple(spans), self.number)
+
+    def close(self) -> None:
+        """Unmap the slot and close its descriptor (each worker's mapping stays its own)."""
+        self._bytes.release()
+        self.block.close(unlink=False)
+
+
+def slot_bytes(buffers: list[memoryview]) -> int:
+    """The bytes a slot needs for ``buffers``."""
+    return sum(buffer.nbytes for buffer in buffers)
