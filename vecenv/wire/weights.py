@@ -18,11 +18,12 @@ each worker copies the bytes out of the slot into arrays of its own as it loads 
     worker: SlotWeights.load(its mapping of the slot) -> arrays of its own  <-+
 
 The slot is written only while no call is in flight: when a new version is first sent. Every
-worker sent the previous version has loaded it by then (its reply came), and a worker whose
-call was abandoned (a timeout) is sent the weights again with its next command, as after any
-failure. A torch tensor on the CPU travels as its numpy array and is made a tensor again in the
-worker (torch pickles a tensor's bytes inside the pickle); anything else pickles as usual,
-inside the header.
+worker that answered the previous call has loaded its weights by then. A worker still busy with
+an abandoned call (a timeout) may read that call's weights after the slot was written again, a
+mix of two versions; that call's reply is dropped, and the newer version, which every worker is
+sent before its next rollout, is loaded over them. A torch tensor on the CPU travels as its
+numpy array and is made a tensor again in the worker (torch pickles a tensor's bytes inside the
+pickle); anything else pickles as usual, inside the header.
 """
 
 from __future__ import annotations
