@@ -374,11 +374,8 @@ def test_torch_module_runs_in_workers_and_takes_new_weights(monkeypatch: pytest.
 
     module = greedy_module()
     fns = diff_env_fns(N, obs_kind="box", act_kind="discrete")
-    commands: list[Any] = []
     with make(fns, 3) as envs:
-        transport = transport_of(envs)
-        send = transport.send
-        monkeypatch.setattr(transport, "send", lambda w, m, t=None: (commands.append(m), send(w, m, t))[1])
+        commands = recorded_sends(envs, monkeypatch)
         envs.reset(seed=SEED)
         got = envs.rollout(12, module)
         assert (got.actions == 2).all()
@@ -599,6 +596,30 @@ def shared_weights_fds() -> list[int]:
     return found
 
 
+def recorded_sends(envs: Any, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every message the transport of ``envs`` sends from now on, as encoded."""
+    transport = transport_of(envs)
+    send = transport.send
+    sent: list[Any] = []
+    monkeypatch.setattr(transport, "send", lambda w, m, t=None: (sent.append(m), send(w, m, t))[1])
+    return sent
+
+
+def rollout_commands(commands: list[Any]) -> list[Any]:
+    return [m for m in commands if decode_command(m.data if isinstance(m, WithFd) else m)[0] is Command.ROLLOUT]
+
+
+def rollout_past_a_killed_worker(envs: Any, policy: Any) -> None:
+    """Kill worker 1 of 3 (envs 2..3) and roll out: its replacement acts with the weights the
+    others have (action 1) but for row 0, the restarted step."""
+    process = transport_of(envs).processes[1]
+    os.kill(process.pid, signal.SIGKILL)
+    process.join(30)
+    got = envs.rollout(4, policy)  # a longer block: the death is found sending it
+    assert envs.restart_count == 1 and (got.actions[1:] == 1).all()
+    assert got.actions[0].tolist() == [1, 1, 0, 0, 1, 1]  # row 0 of worker 1's: the restarted step
+
+
 @pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="the shared copy is a memfd (Linux)")
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("workers", [3, "inline", 0])
@@ -609,11 +630,8 @@ def test_large_weights_travel_as_one_shared_copy_beside_each_command(
     descriptor goes beside each worker's command, never inside it; every worker (a replacement
     too) acts with them, and the parent keeps no copy of an older version, nor any after close."""
     policy = PaddedPolicy()
-    commands: list[Any] = []
     with make(diff_env_fns(6, act_kind="discrete"), workers, on_worker_death="restart") as envs:
-        transport = transport_of(envs)
-        send = transport.send
-        monkeypatch.setattr(transport, "send", lambda w, m, t=None: (commands.append(m), send(w, m, t))[1])
+        commands = recorded_sends(envs, monkeypatch)
         envs.reset(seed=0)
         assert (envs.rollout(2, policy).actions == 0).all()
         for action in (1, 2, 3, 1):
@@ -622,21 +640,14 @@ def test_large_weights_travel_as_one_shared_copy_beside_each_command(
             before, commands[:] = CountedWeights.pickled, []
             assert (envs.rollout(3, policy).actions == action).all()
             assert CountedWeights.pickled == before + 1
-            rollouts = [
-                m for m in commands if decode_command(m.data if isinstance(m, WithFd) else m)[0] is Command.ROLLOUT
-            ]
+            rollouts = rollout_commands(commands)
             assert len(rollouts) == len(envs.worker_pids)  # one per worker, the parent-hosted one too
             assert all(isinstance(m, WithFd) and len(m.data) < 1024 for m in rollouts), [
                 len(getattr(m, "data", m)) for m in rollouts
             ]
             assert len(shared_weights_fds()) == 1, "the newest version's copy only"
         if workers == 3:
-            process = transport.processes[1]  # its replacement gets the same copy
-            os.kill(process.pid, signal.SIGKILL)
-            process.join(30)
-            got = envs.rollout(4, policy)  # a longer block: the death is found sending it
-            assert envs.restart_count == 1 and (got.actions[1:] == 1).all()
-            assert got.actions[0].tolist() == [1, 1, 0, 0, 1, 1]  # row 0 of worker 1's: the restarted step
+            rollout_past_a_killed_worker(envs, policy)  # its replacement gets the same copy
     assert shared_weights_fds() == []
 
 
@@ -670,10 +681,6 @@ def weights_slot_fds() -> list[int]:
     return [fd for fd in shared_weights_fds() if os.readlink(f"/proc/self/fd/{fd}").startswith(slot)]
 
 
-def rollout_commands(commands: list[Any]) -> list[Any]:
-    return [m for m in commands if decode_command(m.data if isinstance(m, WithFd) else m)[0] is Command.ROLLOUT]
-
-
 @pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="the slot is a memfd (Linux)")
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("workers", [3, "inline", 0])
@@ -685,11 +692,8 @@ def test_weights_arrays_travel_through_one_slot_that_each_worker_maps_once(
     however large the arrays, every worker (a replacement too) acts with each version, a larger
     version gets a larger slot, and nothing is left open after close."""
     policy = ArrayWeightsPolicy()
-    commands: list[Any] = []
     with make(diff_env_fns(6, act_kind="discrete"), workers, on_worker_death="restart") as envs:
-        transport = transport_of(envs)
-        send = transport.send
-        monkeypatch.setattr(transport, "send", lambda w, m, t=None: (commands.append(m), send(w, m, t))[1])
+        commands = recorded_sends(envs, monkeypatch)
         envs.reset(seed=0)
         assert (envs.rollout(2, policy).actions == 0).all() and weights_slot_fds() == []
         for k, (action, size) in enumerate([(1, 1000), (2, 1000), (3, 200_000), (1, 1000)]):
@@ -705,13 +709,8 @@ def test_weights_arrays_travel_through_one_slot_that_each_worker_maps_once(
             assert all(isinstance(m, WithFd) == (k in (0, 2)) for m in rollouts), [type(m) for m in rollouts]
             assert len(weights_slot_fds()) == 1, "the current slot only"
         if workers == 3:
-            process = transport.processes[1]  # its replacement maps the slot and gets the weights
-            os.kill(process.pid, signal.SIGKILL)
-            process.join(30)
             commands.clear()
-            got = envs.rollout(4, policy)  # a longer block: the death is found sending it
-            assert envs.restart_count == 1 and (got.actions[1:] == 1).all()
-            assert got.actions[0].tolist() == [1, 1, 0, 0, 1, 1]  # row 0 of worker 1's: the restarted step
+            rollout_past_a_killed_worker(envs, policy)  # its replacement maps the slot, gets the weights
             resent = [m for m in rollout_commands(commands) if isinstance(m, WithFd)]
             assert len(resent) == 1, "the slot's descriptor to the replacement only"
     assert weights_slot_fds() == []
