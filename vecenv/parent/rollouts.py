@@ -205,7 +205,6 @@ class Rollouts:
         spec = buffers.spec
         self._slot_usable = spec.shared_flags and spec.shm_name is None and WeightsSlot.available()
         self._slot: WeightsSlot | None = None
-        self._slot_number = 0
         self._version = 0  # bumped by every new policy and every new weights
         # The version and pickled weights (None: the policy's own) the rollout in flight was
         # sent with; a group restarted during it runs the rest with them too.
@@ -333,23 +332,23 @@ class Rollouts:
         arrays; else pickled: no slot here, nothing for one (the pickle is then all there is),
         or plain pickle cannot pickle them (cloudpickle then does)."""
         apart = pickle_apart(weights) if self._slot_usable else None
-        if apart is not None and slot_bytes(apart[1]):
-            return self._in_slot(*apart)
+        size = 0 if apart is None else slot_bytes(apart[1])
+        if apart is not None and size:
+            return self._in_slot(*apart, size)
         pickled = Pickled(apart[0]) if apart is not None and not apart[1] else Pickled.of(weights)
         self.runner.keep_block(pickled)  # its shared copy, if made, is closed at shutdown
         return pickled
 
-    def _in_slot(self, header: bytes, buffers: list[memoryview]) -> SlotWeights:
-        """The weights' arrays written into the shared slot (a larger slot made first when they
-        outgrow it). Only while no call is in flight (see vecenv.wire.weights)."""
-        size = slot_bytes(buffers)
+    def _in_slot(self, header: bytes, buffers: list[memoryview], size: int) -> SlotWeights:
+        """The weights' arrays (``size`` bytes) written into the shared slot (a larger slot made
+        first when they outgrow it). Only while no call is in flight (see vecenv.wire.weights)."""
         if self._slot is None or self._slot.capacity < size:
             # Made before the old one is let go: a slot refused (MemoryLimitError) changes nothing,
             # and a Ctrl+C meanwhile waits until the new one is kept (closed at shutdown).
             with HeldInterrupt():
-                new = WeightsSlot(size, self._slot_number + 1)
-                old, self._slot = self._slot, new
-                self._slot_number = new.number
+                old = self._slot
+                new = WeightsSlot(size, 1 if old is None else old.number + 1)
+                self._slot = new
                 if old is not None:
                     self.runner.drop_block(old)  # each worker's mapping of it stays its own
                 self.runner.keep_block(new)
