@@ -26,15 +26,22 @@ from vecenv.wire.protocol import (
     Flags,
     Hello,
     ResetArgs,
+    RolloutArgs,
+    RolloutReply,
     Rows,
     SetAttrArgs,
     SpaceKind,
     SpaceMismatch,
     StepReply,
+    WithFd,
+    allow_word_reply,
     decode_command,
     decode_reply,
+    empty_reply,
     encode_command,
     encode_reply,
+    fd_follows,
+    word_reply_allowed,
 )
 
 pytestmark = pytest.mark.timeout(30)
@@ -153,6 +160,40 @@ def test_an_empty_result_is_the_header_alone(result: Any, expected: Any) -> None
     data = encode_reply(7, True, result, dumps=_never)
     assert len(data) == HEADER
     assert decode_reply(data) == (7, True, expected)
+
+
+@pytest.mark.parametrize("fd", [None, 9], ids=["bytes", "with-fd"])
+def test_only_a_rollout_may_be_allowed_to_answer_in_the_done_word(fd: int | None) -> None:
+    """The flag rides in the kind byte: the command, its call id, its payload and whether a
+    descriptor follows read as before, and only a ROLLOUT, whose empty reply both sides know,
+    takes it."""
+    args = RolloutArgs(32, 0, None, None, None, False)
+    data = encode_command(Command.ROLLOUT, BIG_ID, args, fd_follows=fd is not None)
+    message = data if fd is None else WithFd(data, fd)
+    flagged = allow_word_reply(message)
+    assert flagged is not None and type(flagged) is type(message)
+    raw = flagged if isinstance(flagged, bytes) else flagged.data
+    assert word_reply_allowed(raw) and not word_reply_allowed(data)
+    assert fd_follows(raw) is (fd is not None) and (fd is None or flagged.fd == fd)
+    command, call_id, load = decode_command(raw)
+    assert (command, call_id) == (Command.ROLLOUT, BIG_ID)
+    _same(load(), args)
+    for other in (Command.STEP, Command.RESET, Command.CALL):
+        assert allow_word_reply(encode_command(other, 3, None)) is None
+        assert allow_word_reply(encode_command(other, 3, [1])) is None
+    assert empty_reply(Command.ROLLOUT) == RolloutReply([]) and empty_reply(Command.STEP) == StepReply([])
+
+
+def test_a_rollout_reply_is_empty_only_with_nothing_in_it() -> None:
+    assert RolloutReply([]).empty and RolloutReply([], masked=[]).empty
+    for full in (
+        RolloutReply([(0, 1, {"a": 1})]),
+        RolloutReply([], rows=Rows(None, None)),
+        RolloutReply([], block=object()),
+        RolloutReply([], state=np.zeros(2)),
+        RolloutReply([], masked=[(0, frozenset({"a"}))]),
+    ):
+        assert not full.empty, full
 
 
 def _never(value: Any) -> bytes:

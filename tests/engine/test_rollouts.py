@@ -33,19 +33,23 @@ from tests.helpers.envs import (
     fns,
     greedy_module,
 )
-from tests.helpers.faults import FaultEnv, fault_fns, healthy_fns, transport_of
+from tests.helpers.faults import FaultEnv, done_words, fault_fns, healthy_fns, silent_fns, transport_of
 from vecenv.errors import InvalidArgumentError, RemoteTraceback, WeightsMismatchError, WorkerDiedError
 from vecenv.parent.replies import InfoMerger
 from vecenv.policies import FunctionPolicy, PolicyContext, PolicyRunner, RandomPolicy, WorkerPolicy
 from vecenv.spaces import tree_leaves, tree_map
+from vecenv.transports import process as process_transport
+from vecenv.wire import fastpath
 from vecenv.wire.protocol import (
     MEMFD_WEIGHTS_BYTES,
     OBJECT_STORE_WEIGHTS_BYTES,
     Command,
     Pickled,
     RolloutArgs,
+    RolloutReply,
     WithFd,
     decode_command,
+    decode_reply,
     encode_for_pipe,
     fd_follows,
 )
@@ -1023,6 +1027,75 @@ def test_same_step_rollout_infos_are_syncs_whatever_each_end_reports(workers: in
     assert plain >= 5 and other >= 5, (plain, other)
 
 
+def _cartpole() -> gym.Env:
+    return gym.make("CartPole-v1")
+
+
+class EpisodeLength(gym.Wrapper):
+    """CartPole with an info at each episode's end: its length."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        self.length = 0
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action: Any) -> tuple[Any, Any, Any, Any, dict]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.length += 1
+        return obs, reward, terminated, truncated, {"length": self.length} if terminated or truncated else info
+
+
+def _cartpole_with_episode_infos() -> gym.Env:
+    return EpisodeLength(gym.make("CartPole-v1"))
+
+
+def _lean_left_policy(observations: np.ndarray) -> np.ndarray:
+    return (observations[:, 2] < -0.05).astype(np.int64)  # falls over within ~10-30 steps
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.skipif(not fastpath.SUPPORTED, reason="the shared words run on x86-64 Linux only")
+@pytest.mark.parametrize("mode", [m for m in MODES if m.values[0] is not AutoresetMode.DISABLED])
+@pytest.mark.parametrize("infos", [False, True], ids=["no-infos", "episode-infos"])
+def test_rollouts_with_nothing_to_report_are_answered_in_the_done_words(
+    mode: AutoresetMode, infos: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a worker holds the block, a rollout whose envs had no infos (under SAME_STEP: ends
+    whose infos are their final observations alone, which the block holds) is answered in the
+    worker's done word, not on its pipe; one with infos on the pipe. Either way the rollouts
+    are Sync's, infos included."""
+    decoded: list[Any] = []
+
+    def decode(data: bytes) -> Any:
+        decoded.append(reply := decode_reply(data))
+        return reply
+
+    monkeypatch.setattr(process_transport, "decode_reply", decode)
+    env_fns = [_cartpole_with_episode_infos if infos else _cartpole] * 4
+    steps, rounds = 40, 3
+    with make(env_fns, 2, mode) as envs:
+        envs.reset(seed=SEED)
+        got = [envs.rollout(steps, FunctionPolicy(_lean_left_policy))]  # sent after the block
+        del decoded[:]
+        for _ in range(rounds - 1):
+            got.append(envs.rollout(steps, FunctionPolicy(_lean_left_policy)))
+            answered = done_words(envs)
+        on_pipe = [reply.call_id for reply in decoded if isinstance(reply.result, RolloutReply)]
+    ends = [int((r.terminations | r.truncations).sum()) for r in got]
+    assert min(ends) >= 4, f"episodes must end in every rollout: {ends}"
+    if infos:
+        assert len(on_pipe) == 2 * (rounds - 1) and not set(on_pipe) & set(answered), (on_pipe, answered)
+    else:
+        assert not on_pipe, f"replies went through the pipes: {decoded}"
+        assert answered[0] == answered[1] - 1 > 0, f"the last rollout was not answered in the done words: {answered}"
+    actions = np.concatenate([r.actions for r in got])
+    want = sync_reference(env_fns, mode, SEED, actions, steps * rounds)
+    for k, r in enumerate(got):
+        part = {key: value[k * steps : (k + 1) * steps] for key, value in want.items() if key != "last_observations"}
+        last = (k + 1) * steps
+        part["last_observations"] = want["observations"][last] if k + 1 < rounds else want["last_observations"]
+        assert_matches_sync(r, part, f"rollout {k}: ")
+
+
 def test_next_observations_hold_the_true_final_observations() -> None:
     obs = np.arange(4 * 2, dtype=np.float32).reshape(4, 2)
     ended = np.zeros((4, 2), bool)
@@ -1254,6 +1327,34 @@ def test_timeout_then_the_late_reply_is_dropped() -> None:
         with pytest.raises(vecenv.NeedsResetError):
             envs.rollout(6)
         envs.reset(seed=SEED)  # waits for worker 1's late rollout; its reply is dropped
+        got = envs.rollout(6)
+        want = _healthy_reference(got.actions, range(FAULT_N), [SEED + i for i in range(FAULT_N)])
+        for key, value in want.items():
+            np.testing.assert_array_equal(getattr(got, key), value, err_msg=key)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("fault", ["sleep", "exit"])
+def test_a_fault_in_a_rollout_answered_in_the_done_words_is_reported_as_on_the_pipe(fault: str) -> None:
+    """A rollout of envs without infos, whose reply would be posted in the done word: a worker
+    that dies in it is a WorkerDiedError within the wait; one that runs late times out, and its
+    late reply is dropped before the next call is answered."""
+    env_fns = silent_fns(fault_fns(FAULT_N, fault, "step", FAULT_TARGET, at=8, duration=1.5))
+    with make(env_fns, 2) as envs:
+        envs.reset(seed=SEED)
+        envs.rollout(6)  # the block is mapped: the next rollout may be answered in the words
+        start = time.monotonic()
+        if fault == "exit":
+            with pytest.raises(WorkerDiedError, match=r"worker 1 \(envs 2\.\.3\) exited with code 3 during `rollout`"):
+                envs.rollout(6)
+            assert time.monotonic() - start < RAISE_S
+            return
+        with pytest.raises(vecenv.VecEnvTimeoutError, match=r"`rollout` has timed out after 0.3 second"):
+            envs.rollout(6, timeout=0.3)
+        assert 0.3 <= time.monotonic() - start < 0.3 + RAISE_S
+        done = done_words(envs)
+        envs.reset(seed=SEED)  # waits for worker 1's late rollout, answered in its done word
+        assert done_words(envs)[1] > done[1], "the late rollout was not answered in the done word"
         got = envs.rollout(6)
         want = _healthy_reference(got.actions, range(FAULT_N), [SEED + i for i in range(FAULT_N)])
         for key, value in want.items():

@@ -359,6 +359,34 @@ def open_fds() -> dict[int, str]:
 # -- internals -----------------------------------------------------------------------------------
 
 
+class Silent(gym.Wrapper):
+    """An env whose resets and steps return empty infos: a rollout of it answers with nothing
+    but "done" (under SAME_STEP too, where its ends' infos are its final observations alone)."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        return self.env.reset(seed=seed, options=options)[0], {}
+
+    def step(self, action: Any) -> tuple[Any, Any, Any, Any, dict]:
+        return (*self.env.step(action)[:4], {})
+
+
+def _silent(fn: Any) -> gym.Env:
+    return Silent(fn())
+
+
+def silent_fns(fns: list) -> list:
+    """``fns`` whose envs return empty infos (see :class:`Silent`)."""
+    return [functools.partial(_silent, fn) for fn in fns]
+
+
+def done_words(envs: Any) -> list[int]:
+    """Each worker's done word: the call id of its last reply posted there (0: none yet; see
+    :mod:`vecenv.wire.fastpath`)."""
+    control = transport_of(envs)._control
+    assert control is not None and control.words is not None, "the fast path's words are not set up"
+    return [control.words[control.index(i, fastpath.DONE)] for i in range(control.workers)]
+
+
 def transport_of(envs: Any) -> Any:
     """The transport under a vector env (``SubprocVectorEnv``, ``RayVectorEnv``, or the engine
     vector env of a ``MultiAgentVectorEnv``): its worker processes (``processes``), pipe ends

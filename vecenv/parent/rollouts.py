@@ -27,9 +27,11 @@ is in flight); every rollout carries the weights version it was sent with.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import time
 import types
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -60,7 +62,15 @@ from vecenv.policy_outputs import (
 from vecenv.spaces import empty_part, is_fixed, leaf_layout, tree_copy, tree_leaves, tree_map
 from vecenv.wire.buffers import Buffers, layout_nbytes
 from vecenv.wire.memory import check_block
-from vecenv.wire.protocol import Command, Pickled, RolloutArgs, RolloutBlockArgs, RolloutReply, SlotWeights
+from vecenv.wire.protocol import (
+    Command,
+    Pickled,
+    RolloutArgs,
+    RolloutBlockArgs,
+    RolloutInfoEntries,
+    RolloutReply,
+    SlotWeights,
+)
 from vecenv.wire.rollout_buffers import RolloutBuffers, RolloutSpec
 from vecenv.wire.weights import WeightsSlot, pickle_apart, slot_bytes
 
@@ -635,6 +645,8 @@ class Rollouts:
         if block.final_observations is not None:
             for dst, src in zip(tree_leaves(block.final_observations), tree_leaves(self.buffers.observations)):
                 dst[0, span] = src[span]
+        if block.plain_ends is not None:  # the dead worker may have marked row 0
+            block.plain_ends[0, span] = False
         if block.stepped is not None:
             for dst, src in zip(tree_leaves(block.observations), tree_leaves(self.buffers.observations)):
                 dst[1:t, span] = src[span]
@@ -687,7 +699,7 @@ class Rollouts:
         self.calls.rollout_done(ends.any(axis=0) if block.stepped is not None else ends[t - 1])
         infos: list[dict[str, Any]] = [{} for _ in range(t)]
         for w, reply in zip(workers, replies):
-            for step, j, info in reply.infos:
+            for step, j, info in _with_plain_ends(block, t, w.start, w.stop, reply.infos):
                 infos[step] = self._infos.add(infos[step], info, w.start + j)
         for reply in replies:  # after every env's info, as a step adds them
             for step, keys in reply.masked or ():
@@ -716,6 +728,28 @@ class Rollouts:
             initial_state,
             self._sent_version,
         )
+
+
+def _with_plain_ends(
+    block: RolloutBuffers, num_steps: int, start: int, stop: int, entries: RolloutInfoEntries
+) -> RolloutInfoEntries:
+    """A group's info entries with those its worker left out put back (SAME_STEP's
+    ``plain_ends``: ``{"final_obs": <a copy of the row>, "final_info": {}}``), in step and env
+    order, as the group made them."""
+    plain = block.plain_ends
+    if plain is None:
+        return entries
+    rows = plain[:num_steps, start:stop]
+    if not rows.any():
+        return entries
+    final = block.final_observations
+    made = [
+        (step, j, {"final_obs": final[step, start + j, ...].copy(), "final_info": {}})
+        for step, j in zip(*(axis.tolist() for axis in np.nonzero(rows)))
+    ]
+    if not entries:
+        return made
+    return list(heapq.merge(entries, made, key=itemgetter(0, 1)))
 
 
 def _same_object(policy: Any, given: Any) -> bool:

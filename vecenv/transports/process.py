@@ -58,10 +58,11 @@ from vecenv.wire.protocol import (
     Command,
     PickledOnce,
     SpaceRule,
-    StepReply,
     WithFd,
+    allow_word_reply,
     call_id_of,
     decode_reply,
+    empty_reply,
     encode_for_pipe,
     is_bare_step,
 )
@@ -339,14 +340,18 @@ class ProcessTransport(Transport):
         self._torn: set[int] = set()  # workers whose pipe an interrupt may have cut mid-message
         # The step's fast path (vecenv.wire.fastpath): the shared words, and per worker: the
         # replies it owes (a command goes in the word only when it owes none, so nothing on the
-        # pipe can be overtaken), the call id of the command posted in its word and not yet
-        # answered, the messages written to its pipe and the pipe replies seen so far.
+        # pipe can be overtaken), the call id of the command posted in its word (or of a ROLLOUT
+        # whose empty reply may be posted there) and not yet answered, the messages written to
+        # its pipe and the pipe replies seen so far.
         self._control: ControlBlock | None = None
         self._budget = SpinBudget(0.0)
         #: How this transport's waits spin now (set by _rebalance for every live transport).
         self.spin_mode = SpinMode.OFF
         self._owed: list[int] = []
         self._in_word: list[int | None] = []
+        #: The command each worker's reply in the word answers (a STEP posted there, or a
+        #: ROLLOUT whose empty reply may come there: see vecenv.wire.protocol.allow_word_reply).
+        self._word_command: list[Command] = []
         self._pipe_sent: list[int] = []
         self._replies_seen: list[int] = []
         #: Each worker's last call id answered (a reply taken twice counts once).
@@ -369,6 +374,7 @@ class ProcessTransport(Transport):
         self._pids = [None] * workers
         self._pidfds = [None] * workers
         self._owed, self._in_word = [0] * workers, [None] * workers
+        self._word_command = [Command.STEP] * workers
         self._pipe_sent, self._replies_seen = [0] * workers, [0] * workers
         self._last_answered = [None] * workers
         if fastpath.SUPPORTED and workers:
@@ -538,22 +544,34 @@ class ProcessTransport(Transport):
     def send(self, worker: int, message: bytes | WithFd, timeout: float | None = None) -> None:
         if worker in self._torn:
             raise WorkerGone
-        if self._control is not None and not self._owed[worker] and self._budget.limit and is_bare_step(message):
-            assert isinstance(message, bytes)
-            self._post(worker, call_id_of(message))
-            return
         room = not self._owed[worker]  # it took every earlier command (see send_within)
+        if self._control is not None and room:
+            if self._budget.limit and is_bare_step(message):
+                assert isinstance(message, bytes)
+                self._post(worker, call_id_of(message))
+                return
+            flagged = allow_word_reply(message)
+            if flagged is not None:  # its empty reply may come in the done word: watched there
+                message = flagged
+                self._in_word[worker] = call_id_of(flagged.data if isinstance(flagged, WithFd) else flagged)
+                self._word_command[worker] = Command.ROLLOUT
         self._owed[worker] += 1  # before it is out: an interrupt may come once it is
         progress = SendProgress()
         try:
             self._write(worker, message, timeout, progress=progress, room=room)
         except SendTimeout:
-            self._owed[worker] -= 1  # none of it went: the worker owes nothing for it
+            self._not_sent(worker)  # none of it went: the worker owes nothing for it
             raise
         except BaseException:
             if progress.state is Progress.NOTHING:  # Ctrl+C before any of it went
-                self._owed[worker] -= 1
+                self._not_sent(worker)
             raise
+
+    def _not_sent(self, worker: int) -> None:
+        """None of the command just meant for ``worker`` went: it owes nothing for it."""
+        self._owed[worker] -= 1
+        if not self._owed[worker]:
+            self._in_word[worker] = None
 
     def _live_words(self) -> tuple[ControlBlock, memoryview]:
         """The control block and its words. The fast path's methods run only while it is set
@@ -573,7 +591,7 @@ class ProcessTransport(Transport):
         at = slot.command
         try:
             self._owed[worker] = 1
-            self._in_word[worker] = call_id
+            self._in_word[worker], self._word_command[worker] = call_id, Command.STEP
             words[slot.posted_at] = time.perf_counter_ns()
             words[at] = call_id
             fence()
@@ -759,7 +777,7 @@ class ProcessTransport(Transport):
             call_id = self._in_word[index]
             if call_id is not None and words[slots[index].done] == call_id:
                 self._answered(index, call_id)
-                events.append(Reply(index, call_id, True, StepReply([])))
+                events.append(Reply(index, call_id, True, empty_reply(self._word_command[index])))
         return events
 
     def _news(self, watched: list[tuple[int, int, int, int]]) -> int:
@@ -784,13 +802,16 @@ class ProcessTransport(Transport):
         if timeout == 0:
             return poller.poll(0)
         watched: list[tuple[int, int, int, int]] = []
+        # A rollout runs for many steps: its wait neither spins nor counts among the steps' waits.
+        rollout = False
         for i in workers:
             call_id = self._in_word[i]
             slot = control.slots[i]
             watched.append((i, slot.done, _NOTHING if call_id is None else call_id, slot.replies))
+            rollout = rollout or (call_id is not None and self._word_command[i] is Command.ROLLOUT)
         clock = time.perf_counter
         start, start_ns = clock(), time.perf_counter_ns()
-        spin = self._budget.seconds(timeout)
+        spin = 0.0 if rollout else self._budget.seconds(timeout)
         # Yielding, being descheduled is the point; else it says this core is not ours alone.
         preempted = math.inf if self.spin_mode is SpinMode.YIELDING else SpinBudget.PREEMPTED
         give_way = os.sched_yield if self.spin_mode is SpinMode.YIELDING else _stay
@@ -826,9 +847,10 @@ class ProcessTransport(Transport):
             finally:
                 words[fastpath.PARENT_SLEEPING] = 0
         finally:
-            # Up to when a worker posted its reply in the words (see SpinBudget.record).
-            end = self._posted_at(watched) or time.perf_counter_ns()
-            self._budget.record(max(0, end - start_ns) * 1e-9, bool(spin), caught)
+            if not rollout:
+                # Up to when a worker posted its reply in the words (see SpinBudget.record).
+                end = self._posted_at(watched) or time.perf_counter_ns()
+                self._budget.record(max(0, end - start_ns) * 1e-9, bool(spin), caught)
 
     def _posted_at(self, watched: list[tuple[int, int, int, int]]) -> int:
         """When the first of the replies now in the done words was posted (0: none is)."""

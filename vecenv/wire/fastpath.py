@@ -8,8 +8,11 @@ block, and the worker posts its empty reply (no infos, every row shared) as anot
 spins on the other's word for a bounded, adaptive time (:class:`SpinBudget`), then sleeps on its
 pipe. Where every process of the vector env has a core of its own the spin reads the words flat
 out; where they outnumber the cores each round also yields the core (:class:`SpinMode`), so that
-the peer it waits for runs. Everything else (infos, errors, calls, set-up, close) goes through
-the pipes as before, and so does the wake-up of a peer that sleeps: a
+the peer it waits for runs. A ``ROLLOUT`` command goes through the pipe, but where it allows it
+(:func:`~vecenv.wire.protocol.allow_word_reply`) its empty reply is posted in the done word
+too, with the same wake-up, and the wait for it neither spins nor counts in the budget.
+Everything else (infos, errors, calls, set-up, close) goes through the pipes as before, and so
+does the wake-up of a peer that sleeps: a
 :data:`~vecenv.wire.protocol.Command.WAKE` command or a wake reply, which
 carries nothing (see :mod:`vecenv.wire.protocol`).
 

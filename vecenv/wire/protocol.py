@@ -69,6 +69,9 @@ __all__ = [
     "encode_command",
     "encode_for_pipe",
     "fd_follows",
+    "allow_word_reply",
+    "word_reply_allowed",
+    "empty_reply",
     "decode_command",
     "no_payload",
     "encode_reply",
@@ -553,6 +556,12 @@ class RolloutReply:
     state: Any = None
     masked: list[tuple[int, MaskedKeys]] | None = None
 
+    @property
+    def empty(self) -> bool:
+        """Nothing to send beyond "done" (every row shared, no infos, no state): the reply may
+        be posted in the worker's done word (see :func:`allow_word_reply`)."""
+        return not self.infos and self.rows is None and self.block is None and self.state is None and not self.masked
+
 
 # -- the wire format -------------------------------------------------------------------------
 #
@@ -563,6 +572,9 @@ class RolloutReply:
 _HEADER = struct.Struct("<BBQ")
 # Kinds: no payload; a pickled payload; a pickled payload and a descriptor passed after it.
 _BARE, _PICKLED, _PICKLED_FD = 0, 1, 2
+# A command's kind may carry this flag: its empty reply may be posted in the worker's done word.
+_WORD_REPLY = 0x10
+_KIND = 0x0F
 # Reply flags.
 _NONE, _EMPTY, _OK, _ERROR, _WAKE = 1, 2, 3, 4, 5
 
@@ -618,7 +630,31 @@ def encode_for_pipe(command: Command, call_id: int, payload: Any) -> bytes | Wit
 def fd_follows(data: bytes) -> bool:
     """Whether a descriptor was passed right after this command's bytes (the header's first
     byte, its kind: read on every command, so without unpacking the header again)."""
-    return data[0] == _PICKLED_FD
+    return data[0] & _KIND == _PICKLED_FD
+
+
+def allow_word_reply(message: bytes | WithFd) -> bytes | WithFd | None:
+    """``message`` flagged so that the worker may post an empty reply in its done word instead
+    of writing it to the pipe (:mod:`vecenv.wire.fastpath`), or ``None`` for a command whose
+    empty reply is not known on both sides. Only ``ROLLOUT``'s is: a rollout of envs with no
+    infos, every row in shared memory, answers with nothing but "done", and a parent busy
+    elsewhere (a learner's update) then finds it without a system call, or an unpickled reply.
+    The sender sets the flag where nothing else is owed (see :func:`empty_reply`)."""
+    data = message.data if isinstance(message, WithFd) else message
+    if data[1] != Command.ROLLOUT:
+        return None
+    flagged = bytes((data[0] | _WORD_REPLY,)) + data[1:]
+    return WithFd(flagged, message.fd) if isinstance(message, WithFd) else flagged
+
+
+def word_reply_allowed(data: bytes) -> bool:
+    """Whether this command's empty reply may be posted in the done word (:func:`allow_word_reply`)."""
+    return bool(data[0] & _WORD_REPLY)
+
+
+def empty_reply(command: Command) -> StepReply | RolloutReply:
+    """What an empty reply posted in the done word stands for: a ``STEP``'s or a ``ROLLOUT``'s."""
+    return RolloutReply([]) if command is Command.ROLLOUT else StepReply([])
 
 
 class Outcome(NamedTuple):
@@ -651,7 +687,7 @@ def decode_command(data: bytes) -> DecodedCommand:
     The header never fails to decode, so the worker always knows which call to answer.
     """
     kind, command, call_id = _HEADER.unpack_from(data)
-    if kind == _BARE:
+    if kind & _KIND == _BARE:
         return DecodedCommand(Command(command), call_id, no_payload)
     return DecodedCommand(Command(command), call_id, lambda: pickle.loads(memoryview(data)[_HEADER.size :]))
 

@@ -2,9 +2,11 @@
 
 A rollout of T steps fills, for every env, T rows of observations (the one each action was
 chosen from), actions, rewards, terminations and truncations; under ``SAME_STEP`` also the true
-final observation of each episode that ended (the step's own observation is then the reset's),
-and under ``DISABLED`` whether the env was stepped at all (an env whose episode ended waits for
-the rest of the rollout). Every rollout also records which observations are the first of an
+final observation of each episode that ended (the step's own observation is then the reset's)
+and which of those ends had an info with nothing else in it (``plain_ends``: the worker then
+leaves that info out of its reply, and the parent makes it from the row), and under
+``DISABLED`` whether the env was stepped at all (an env whose episode ended waits for the rest
+of the rollout). Every rollout also records which observations are the first of an
 episode (``episode_starts``), and the policy's extras (:mod:`vecenv.policy_outputs`): one
 ``(T, num_envs, ...)`` array per name, laid out from the policy's first call.
 Worker ``w`` writes columns ``[start_w, stop_w)`` of every array, so a
@@ -95,6 +97,7 @@ class RolloutSpec:
         ]
         if self.final_observations:
             fields += [("final_observations", (t, *s), d) for s, d in obs]
+            fields.append(("plain_ends", (t, n), np.dtype(np.bool_)))
         if self.stepped:
             fields.append(("stepped", (t, n), np.dtype(np.bool_)))
         fields.append(("episode_starts", (t, n), np.dtype(np.bool_)))
@@ -120,6 +123,7 @@ class RolloutRows:
     stepped: np.ndarray | None
     episode_starts: np.ndarray | None = None
     extras: dict[str, np.ndarray] | None = None
+    plain_ends: np.ndarray | None = None
 
 
 #: What a closed RolloutBuffers holds instead of its arrays (their views would pin the block).
@@ -133,6 +137,10 @@ class RolloutBuffers:
         observations, actions: trees of ``(T, n, ...)`` arrays mirroring their spaces.
         rewards, terminations, truncations: ``(T, n)`` arrays.
         final_observations: a tree like ``observations`` (SAME_STEP), else ``None``.
+        plain_ends: ``(T, n)`` bool (SAME_STEP), else ``None``: the env's episode ended at step
+            ``t`` and its info was ``{"final_obs": final_observations[t], "final_info": {}}``
+            alone, with the final observation an array as the row holds it (its dtype and
+            shape); the worker's reply leaves that info out.
         stepped: ``(T, n)`` bool (DISABLED), else ``None``.
         episode_starts: ``(T, n)`` bool: the observation of row ``t`` is an episode's first.
         extras: name -> ``(T, n, ...)`` array of each of the policy's extras.
@@ -163,6 +171,8 @@ class RolloutBuffers:
         self.truncations: np.ndarray = arrays["truncations"][0]
         final = arrays.get("final_observations")
         self.final_observations: Any = None if final is None else build_tree(spec.observation_space, iter(final))
+        plain = arrays.get("plain_ends")
+        self.plain_ends: np.ndarray | None = None if plain is None else plain[0]
         stepped = arrays.get("stepped")
         self.stepped: np.ndarray | None = None if stepped is None else stepped[0]
         self.episode_starts: np.ndarray = arrays["episode_starts"][0]
@@ -212,6 +222,7 @@ class RolloutBuffers:
             rows(self.stepped),
             self.episode_starts[first_step:num_steps],
             {name: array[first_step:num_steps] for name, array in self.extras.items()},
+            rows(self.plain_ends),
         )
 
     def receive(self, start: int, stop: int, rows: RolloutRows | None) -> None:
@@ -228,6 +239,7 @@ class RolloutBuffers:
             (self.final_observations, rows.final_observations),
             (self.stepped, rows.stepped),
             (self.episode_starts, rows.episode_starts),
+            (self.plain_ends, rows.plain_ends),
         ]
         if rows.extras is not None:
             pairs += [(self.extras[name], array) for name, array in rows.extras.items()]
@@ -240,7 +252,7 @@ class RolloutBuffers:
     def close(self) -> None:
         """Unmap the block (the parent also unlinks a named one). Safe to call twice."""
         block, self.block = self.block, None
-        self.observations = self.actions = self.final_observations = self.stepped = None
+        self.observations = self.actions = self.final_observations = self.stepped = self.plain_ends = None
         self.rewards = self.terminations = self.truncations = self.episode_starts = _RELEASED
         self.extras = {}
         if block is not None:

@@ -31,11 +31,13 @@ from vecenv.wire.protocol import (
     WAKE_REPLY,
     Attach,
     Command,
+    RolloutReply,
     StepReply,
     decode_command,
     encode_reply,
     fd_follows,
     no_payload,
+    word_reply_allowed,
 )
 from vecenv.worker.core import WorkerCore, WorkerOptions, unpicklable_failure
 from vecenv.worker.policy import seed_process_generators
@@ -208,6 +210,10 @@ def _reply(call_id: int, ok: bool, result: Any) -> bytes:
         return encode_reply(call_id, False, unpicklable_failure(exc, result))
 
 
+#: The replies that may be posted in the done word when empty: a word STEP's, and a ROLLOUT's
+#: whose command allowed it (see vecenv.wire.protocol.allow_word_reply).
+_WORD_REPLIES = (StepReply, RolloutReply)
+
 #: What :meth:`_Waiter.next` returns when the next command is on the pipe.
 _PIPE = -1
 _PREEMPTED_NS = int(SpinBudget.PREEMPTED * 1e9)
@@ -328,7 +334,8 @@ class _Waiter:
 def _serve_fast(core: WorkerCore, conn: Connection, control: ControlBlock, slot: int) -> None:
     """:func:`_serve` with the step's fast path (see :mod:`vecenv.wire.fastpath`): a STEP
     posted in the slot's command word is answered in its done word when the reply is empty
-    (no infos, every row shared), else on the pipe; everything else is as in :func:`_serve`.
+    (no infos, every row shared), else on the pipe, and so is a ROLLOUT whose command allows
+    it; everything else is as in :func:`_serve`.
     A ``WAKE`` on the pipe only ended a sleep: it is dropped unanswered."""
     waiter = _Waiter(conn, control, slot)
     while True:
@@ -340,11 +347,11 @@ def _serve_fast(core: WorkerCore, conn: Connection, control: ControlBlock, slot:
             if command is Command.WAKE:
                 continue
             fd = reduction.recv_handle(conn) if fd_follows(data) else None
-            in_word = False
+            in_word = word_reply_allowed(data)
         else:
             command, call_id, load, in_word = Command.STEP, found, no_payload, True
         ok, result = core.handle(command, load, fd)
-        if in_word and ok and type(result) is StepReply and result.empty:
+        if in_word and ok and type(result) in _WORD_REPLIES and result.empty:
             waiter.answer_in_word(call_id)
             continue
         conn.send_bytes(_reply(call_id, ok, result))

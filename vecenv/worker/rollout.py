@@ -345,6 +345,12 @@ class GroupRollouts:
         single_obs = len(obs_leaves) == 1
         single_act = len(act_leaves) == 1
         same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
+        # SAME_STEP: an ended env's info that is nothing but its final observation, an array as
+        # its row of the block holds it, is left out of the reply (the parent makes it from the
+        # row); only for a group of envs, whose entries this worker knows, and a one-array space.
+        plain_ends = block.plain_ends if isinstance(group, EnvGroup) and single_obs else None
+        if block.plain_ends is not None:
+            block.plain_ends[first:num_steps] = False
         active = np.ones(n, np.bool_) if block.stepped is not None else None
         layout = block.spec.extras
         recurrent = self.state is not None
@@ -390,7 +396,11 @@ class GroupRollouts:
             block.truncations[t] = buffers.truncations
             if entries:
                 if same_step:
-                    self._final_observations(block, t, entries)
+                    plain = self._final_observations(block, t, entries, plain_ends is not None)
+                    if plain:
+                        assert plain_ends is not None
+                        plain_ends[t, plain] = True
+                        entries = [entry for entry in entries if entry[0] not in plain]
                 # What a step would pickle at once: an env may change the same dict, or a
                 # list in it, at a later step.
                 infos.extend((t, j, snapshot_info(info)) for j, info in entries)
@@ -404,22 +414,52 @@ class GroupRollouts:
             self._after_step(active)
         return infos, masked
 
-    def _final_observations(self, block: RolloutBuffers, t: int, entries: Sequence[tuple[int, dict[str, Any]]]) -> None:
+    def _final_observations(
+        self, block: RolloutBuffers, t: int, entries: Sequence[tuple[int, dict[str, Any]]], plain: bool
+    ) -> list[int]:
         """SAME_STEP: each ended episode's final observation into ``final_observations[t]``.
 
         An ended env's first entry is the step's own (``final_obs``/``final_info``, as the
         group batches it); the entry after it is the reset's info, which is the env's and may
-        hold keys of those names too: it is not the final observation."""
+        hold keys of those names too: it is not the final observation.
+
+        Returns, where ``plain`` (a one-array space), the envs whose only entry is a plain
+        one (see :func:`_is_plain_end`): row ``t`` of the block then says all of it."""
         ended = self.buffers.terminations | self.buffers.truncations
         write = None
-        written: set[int] = set()
+        written: dict[int, dict[str, Any]] = {}
         for j, info in entries:
             if ended[j] and j not in written and "final_obs" in info and "final_info" in info:
                 if write is None:
                     final = tree_map(itemgetter(t), block.final_observations)
                     write = row_writer(self.buffers.spec.observation_space, final)
                 write(j, info["final_obs"])
-                written.add(j)
+                written[j] = info
+        if not plain or not written:
+            return []
+        row = block.final_observations[t, 0]
+        alone = len(written) == len(entries)  # no env with a second entry (its reset's info)
+        return [
+            j
+            for j, info in written.items()
+            if (alone or sum(1 for k, _ in entries if k == j) == 1) and _is_plain_end(info, row)
+        ]
+
+
+def _is_plain_end(info: dict[str, Any], row: np.ndarray) -> bool:
+    """Whether an ended env's entry is ``{"final_obs": obs, "final_info": {}}`` with ``obs`` an
+    array that a copy of its row of the block (``row``'s dtype and shape) equals in every way
+    that shows: the env's info and its reset's were empty."""
+    if len(info) != 2:
+        return False
+    obs, final_info = info["final_obs"], info["final_info"]
+    return (
+        type(final_info) is dict
+        and not final_info
+        and type(obs) is np.ndarray
+        and obs.dtype == row.dtype
+        and obs.shape == row.shape
+    )
 
 
 def _store(space: Any, dst: Any, actions: Any, n: int) -> None:
