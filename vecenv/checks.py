@@ -195,10 +195,15 @@ def seed_list(
     seed: Any, n: int, policy: SeedPolicy = SeedPolicy.SEQUENTIAL, count: str = "num_envs"
 ) -> list[int | None]:
     """One seed (or ``None``) per env: ``None``, an int (env ``i`` gets ``seed + i``, or under
-    ``policy="spawn"`` its :func:`~vecenv.seeding.spawn_seeds` seed), or a list (used as given).
+    ``policy="spawn"`` its :func:`~vecenv.seeding.spawn_seeds` seed; a NumPy integer, or a 0-d
+    array of one, counts as its int), or a list (used as given).
     ``count`` names ``n`` in the messages (``num_copies`` for the multi-agent copies)."""
     if seed is None:
         return [None] * n
+    if isinstance(seed, np.ndarray) and seed.ndim == 0:  # np.array(7): that int, as SuperSuit reads it
+        if seed.dtype.kind not in "iu":
+            raise SeedTypeError(f"`seed` must be an int, a list of {n} seeds or None, got {describe(seed)}")
+        seed = seed.item()
     if _is_int(seed):
         if seed < 0:
             raise InvalidSeedError(f"`seed` must be a non-negative int, a list of {n} seeds or None, got {seed}")

@@ -158,6 +158,8 @@ def test_seed_list_accepted() -> None:
     assert checks.seed_list([1, None, 3], 3) == [1, None, 3]
     assert checks.seed_list(np.array([4, 5]), 2) == [4, 5]
     assert all(type(s) is int for s in checks.seed_list(np.array([4, 5]), 2))
+    for zero_d in (np.array(7), np.array(7, np.uint8)):  # as SuperSuit's vector envs read it
+        assert checks.seed_list(zero_d, 2) == [7, 8] and all(type(s) is int for s in checks.seed_list(zero_d, 2))
 
 
 @pytest.mark.parametrize(
@@ -171,6 +173,9 @@ def test_seed_list_accepted() -> None:
         ("123", TypeError, "`seed` must be"),
         (1.0, TypeError, "`seed` must be"),
         (True, TypeError, "`seed` must be"),
+        (np.array(1.0), TypeError, r"`seed` must be an int, .* got array\(1\.\)"),
+        (np.array(True), TypeError, r"`seed` must be an int"),
+        (np.array(-1), ValueError, "non-negative"),
     ],
 )
 def test_seed_list_refused(seed: Any, exc: type, match: str) -> None:

@@ -25,6 +25,7 @@ from vecenv.errors import InvalidArgumentError, NeedsResetError, SpaceMismatchEr
 from vecenv.multiagent import AgentSpaceMismatchError, MultiAgentVectorEnv
 from vecenv.multiagent.copies import INACTIVE_KEY
 from vecenv.multiagent.group import ParallelCopies
+from vecenv.seeding import seed_policy_of
 from vecenv.wire.buffers import Buffers, BufferSpec
 
 NEXT, SAME, DISABLED = AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED
@@ -276,6 +277,38 @@ def test_np_random_seed_is_each_copys_seed(num_workers: int) -> None:
     with MultiAgentVectorEnv([_OwnSeed] * 2, num_workers=num_workers, context="fork") as envs:
         envs.reset(seed=5)
         assert envs.np_random_seed == (10, 12)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 2], ids=lambda w: f"w{w}")
+def test_seed_policy_spawn_seeds_each_copy_from_the_seed_sequence(num_workers: int) -> None:
+    """``seed_policy="spawn"`` seeds copy ``c`` of ``reset(seed=s)`` with
+    ``spawn_seeds(s, num_copies)[c]``, as the engine seeds env ``c``."""
+    with MultiAgentVectorEnv(toy_fns(3), num_workers=num_workers, seed_policy="spawn", context="fork") as envs:
+        assert envs.seed_policy == "spawn" and seed_policy_of(envs) == "spawn"
+        envs.reset(seed=42)
+        assert envs.np_random_seed == tuple(vecenv.spawn_seeds(42, 3))
+        envs.reset(seed=[1, None, 3], options={"reset_mask": np.array([True, False, True])})  # a list: as given
+        assert envs.np_random_seed == (1, vecenv.spawn_seeds(42, 3)[1], 3)
+    with MultiAgentVectorEnv(toy_fns(3), num_workers=num_workers, context="fork") as envs:
+        assert envs.seed_policy == "sequential"
+        envs.reset(seed=np.array(42))  # a 0-d array is its int
+        assert envs.np_random_seed == (42, 43, 44)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 1], ids=lambda w: f"w{w}")
+def test_a_bad_timeout_is_refused_before_any_copy_steps(num_workers: int) -> None:
+    with (
+        MultiAgentVectorEnv(toy_fns(2), num_workers=num_workers, context="fork") as envs,
+        MultiAgentVectorEnv(toy_fns(2), num_workers=0) as reference,
+    ):
+        actions = np.zeros(envs.num_envs, np.int64)
+        first = reference.reset(seed=3)[0], reference.step(actions)[0]
+        envs.reset(seed=3)
+        with pytest.raises(InvalidArgumentError, match=r"`timeout` must be None or a non-negative number"):
+            envs.step(actions, timeout=-1)
+        np.testing.assert_array_equal(envs.step(actions)[0], first[1])  # the first step, not the second
 
 
 def test_disabled_refuses_to_step_a_done_copy() -> None:

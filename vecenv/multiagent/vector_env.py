@@ -34,6 +34,7 @@ from vecenv.checks import (
     check_num_workers,
     check_options,
     check_reset_mask,
+    check_timeout,
     seed_list,
 )
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, NeedsResetError, SpaceMismatchError, describe
@@ -44,6 +45,7 @@ from vecenv.parent.call_lock import CallLock, serialised
 from vecenv.parent.groups import contiguous_bounds
 from vecenv.parent.restart import RESTART_INFO_KEY
 from vecenv.parent.vector_env import Uncopyable
+from vecenv.seeding import SeedPolicy
 
 if TYPE_CHECKING:
     from vecenv.parent.rollouts import Rollout
@@ -204,8 +206,15 @@ class MultiAgentVectorEnv(Uncopyable, VectorEnv):
 
     # -- copies and rows -----------------------------------------------------------------------
 
+    @property
+    def seed_policy(self) -> SeedPolicy:
+        """How ``reset(seed=int)`` seeds the copies: copy ``c`` gets ``seed + c``
+        (``"sequential"``) or ``spawn_seeds(seed, num_copies)[c]`` (``"spawn"``)."""
+        return SeedPolicy(self.rows.seed_policy)
+
     def _row_seeds(self, seed: Any) -> list[int | None]:
-        return per_row(seed_list(seed, self.num_copies, count="num_copies"), self.num_agents)
+        """One seed per row: each copy's (see :attr:`seed_policy`) on its rows."""
+        return per_row(seed_list(seed, self.num_copies, self.seed_policy, count="num_copies"), self.num_agents)
 
     def _row_options(self, options: Any) -> tuple[dict[str, Any] | None, np.ndarray | None]:
         """Options for the rows, with ``reset_mask`` spread over each copy's rows, and the mask
@@ -318,7 +327,8 @@ class MultiAgentVectorEnv(Uncopyable, VectorEnv):
         self, actions: Any, timeout: float | None = None
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step every copy with one action per row (rows of absent agents: ignored);
-        ``timeout`` as in :meth:`step_wait`."""
+        ``timeout`` as in :meth:`step_wait`, checked before anything is sent."""
+        timeout = check_timeout(timeout)
         self.step_async(actions)
         return self.step_wait(timeout)
 
