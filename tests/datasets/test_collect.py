@@ -531,6 +531,8 @@ def test_float64_actions_for_a_float32_box_are_accepted_and_recorded_as_float32(
         ),
         (np.array([[0.5, np.nan], [0.0, 0.0]]), r"outside the action space: env 0 got"),
         (np.zeros((2, 3)), r"does not accept: `actions` must have shape \(2, 2\).*got shape \(2, 3\)"),
+        # as many values as the batch, which a step would hand on row by row: not the rows recorded
+        (np.zeros((2, 2, 1)), r"returned actions of shape \(2, 2, 1\), expected shape \(2, 2\): one action of Box"),
         (np.zeros(2, dtype=np.complex128), r"does not accept: `actions` must have shape|must have a dtype"),
         ("left", r"does not accept: `actions` must be an array"),
     ],

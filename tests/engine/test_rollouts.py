@@ -192,6 +192,7 @@ def test_disabled_leaves_ended_envs_unstepped_and_matches_each_env(workers: int 
         assert_same(got.stepped, want["stepped"])
         ended = (got.terminations | got.truncations).any(axis=0)
         assert ended.any() and not got.stepped.all()
+        assert (got.actions[~got.stepped] == 0).all(), "an env that waits unstepped received no action"
         with pytest.raises(vecenv.NeedsResetError, match=r"rollout_async.*DISABLED"):
             envs.rollout(5)
         envs.reset(options={"reset_mask": ended})
@@ -850,6 +851,31 @@ def _raises_in_policy(observations: Any) -> Any:
 
 def _wrong_shape(observations: Any) -> Any:
     return np.zeros((len(observations), 3), np.int64)
+
+
+def _squeezed(observations: Any) -> Any:
+    return np.full(len(observations), 0.5, np.float32)  # one value per env, for a Box of shape (1,)
+
+
+def _pendulum() -> gym.Env:
+    return gym.make("Pendulum-v1")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("workers", [0, 2], ids=lambda w: f"w={w}")
+def test_actions_of_a_size_that_step_takes_but_not_the_space_s_shape_are_refused(workers: int) -> None:
+    """A step hands env i row i of what it is given, so (n,) actions for a Box of shape (1,)
+    reach Pendulum as scalars (which it cannot index, in SyncVectorEnv too); a rollout's envs get
+    rows of the space's shape from the block, so it refuses such a batch by its shape rather
+    than stepping the envs with actions a step would not have given them."""
+    with make([_pendulum] * 4, workers) as envs:
+        envs.reset(seed=0)
+        shapes = r"the policy's actions` must have shape \((2|4), 1\).*got shape \((2|4),\)"  # (a worker's 2 envs)
+        with pytest.raises(ValueError, match=shapes):
+            envs.rollout(3, _squeezed)
+        envs.reset(seed=0)
+        got = envs.rollout(3, lambda obs: _squeezed(obs)[:, None])
+        assert got.actions.shape == (3, 4, 1) and (got.actions == 0.5).all()
 
 
 @pytest.mark.timeout(60)

@@ -64,6 +64,15 @@ class ActionChecker:
             np.asarray(leaf).astype(dtype, copy=False)
             for leaf, dtype in zip(leaf_values(self.single, batch), self.dtypes)
         ]
+        for (name, space), leaf in zip(named_leaves(self.single), leaves):
+            expected = (self.num_envs, *(space.shape or ()))
+            if leaf.shape != expected:  # a step would take (n,) for a (1,) space; a dataset records rows of its shape
+                part = f" (part {name!r})" if name else ""
+                last = self.first_env + self.num_envs - 1
+                raise PolicyError(
+                    f"policy {self.policy!r} returned actions{part} of shape {leaf.shape}, expected shape {expected}: "
+                    f"one action of {space} for each of envs {self.first_env}..{last} (got {one_line(actions)})"
+                )
         if self.batched.contains(build_tree(self.single, iter(leaves))):
             return leaves
         for index in range(self.num_envs):

@@ -87,7 +87,8 @@ class Rollout:
     Attributes:
         observations: the observation each action was chosen from (row 0: the observations the
             rollout started from; row ``t + 1``: what step ``t`` returned).
-        actions: the actions the envs received, in the action space's dtype.
+        actions: the actions the envs received, in the action space's dtype (zeros where an env
+            received none: unstepped under DISABLED, or a restarted group's row 0).
         rewards, terminations, truncations: what each step returned.
         infos: one dict per step, exactly as ``step`` batches it (``_key`` masks, and under
             SAME_STEP ``final_obs``/``final_info``).

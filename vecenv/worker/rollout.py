@@ -40,7 +40,7 @@ from typing import Any, Protocol
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from vecenv.errors import InvalidStateError, PolicyOutputError
+from vecenv.errors import InvalidArgumentError, InvalidStateError, PolicyOutputError
 from vecenv.policy_outputs import (
     as_state,
     check_containers,
@@ -52,7 +52,7 @@ from vecenv.policy_outputs import (
     split_output,
     store_extras,
 )
-from vecenv.spaces import row_writer, to_batch, tree_copy, tree_leaves, tree_map
+from vecenv.spaces import named_leaves, row_writer, to_batch, tree_copy, tree_leaves, tree_map
 from vecenv.wire.buffers import Buffers, SharedBlock
 from vecenv.wire.protocol import (
     InfoEntries,
@@ -379,6 +379,9 @@ class GroupRollouts:
                 chosen, extras = split_output(policy.act(observations, active), space)
             actions = act_leaves[0][t] if single_act else tree_map(itemgetter(t), block.actions)
             _store(space, actions, chosen, n)
+            if active is not None and not active.all():
+                for leaf in tree_leaves(actions):
+                    leaf[~active] = 0  # not stepped: no env received an action
             if layout or extras:
                 rows = {name: array[t] for name, array in block.extras.items()}
                 store_extras(rows, extras, layout)
@@ -465,11 +468,19 @@ def _is_plain_end(info: dict[str, Any], row: np.ndarray) -> bool:
 def _store(space: Any, dst: Any, actions: Any, n: int) -> None:
     """The policy's actions into the block's row ``dst``, checked as the vector env checks a
     step's actions (shape, and a dtype that casts within its kind), then stored in the space's
-    dtype."""
+    dtype. A step hands env ``i`` row ``i`` of what it is given, so it takes a batch of ``(n,)``
+    for a space of shape ``(1,)`` (each env then gets a scalar); the block holds actions of the
+    space's shape, which is what a rollout's envs get, so here the shape must be exact."""
     if type(dst) is np.ndarray and type(actions) is np.ndarray and actions.shape == dst.shape:
         if np.can_cast(actions.dtype, dst.dtype, casting="same_kind"):
             np.copyto(dst, actions, casting="unsafe")
             return
     batch = to_batch(space, actions, n, "the policy's actions")
-    for d, s in zip(tree_leaves(dst), tree_leaves(batch), strict=True):
-        np.copyto(d, s.reshape(d.shape), casting="unsafe")
+    for (name, _), d, s in zip(named_leaves(space), tree_leaves(dst), tree_leaves(batch), strict=True):
+        if s.shape != d.shape:
+            part = f" (part {name!r})" if name else ""
+            raise InvalidArgumentError(
+                f"`the policy's actions`{part} must have shape {d.shape} (a row for each of the {n} envs, single "
+                f"space {space}), got shape {s.shape}"
+            )
+        np.copyto(d, s, casting="unsafe")
