@@ -35,6 +35,7 @@ from tests.helpers.envs import (
 )
 from tests.helpers.faults import FaultEnv, done_words, fault_fns, healthy_fns, silent_fns, transport_of
 from vecenv.errors import InvalidArgumentError, RemoteTraceback, WeightsMismatchError, WorkerDiedError
+from vecenv.parent import rollouts as rollouts_module
 from vecenv.parent.replies import InfoMerger
 from vecenv.policies import FunctionPolicy, PolicyContext, PolicyRunner, RandomPolicy, WorkerPolicy
 from vecenv.spaces import tree_leaves, tree_map
@@ -1410,6 +1411,50 @@ def test_interrupt_while_waiting_leaves_a_usable_vector_env(workers: int | str) 
         want = _healthy_reference(got.actions, range(FAULT_N), [SEED + i for i in range(FAULT_N)])
         for key, value in want.items():
             np.testing.assert_array_equal(getattr(got, key), value, err_msg=key)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("call", ["rollout", "step"])
+@pytest.mark.parametrize("workers", [0, 2, "inline"], ids=lambda w: f"w={w}")
+def test_an_interrupt_once_the_envs_stepped_refuses_what_follows_until_a_reset(
+    call: str, workers: int | str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl+C that lands after every reply was taken, while the rollout (or the step) is put
+    together: the caller never gets what the envs did, so the next step or rollout raises
+    NeedsResetError, as after an interrupt during the wait; after a reset all is Sync's."""
+    fns = healthy_fns(FAULT_N)  # (infos at every step: a step's are batched)
+    left = [0]
+
+    def interrupted_once(real: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            if left[0]:
+                left[0] -= 1
+                raise KeyboardInterrupt
+            return real(*args, **kwargs)
+
+        return run
+
+    if call == "rollout":
+        monkeypatch.setattr(rollouts_module, "_with_plain_ends", interrupted_once(rollouts_module._with_plain_ends))
+    else:
+        monkeypatch.setattr(InfoMerger, "batch", interrupted_once(InfoMerger.batch))
+    actions = np.full((FAULT_N, 2), 0.5, np.float32)
+    with make(fns, workers) as envs:
+        envs.reset(seed=SEED)
+        envs.rollout(2)
+        left[0] = 1
+        with pytest.raises(KeyboardInterrupt):
+            envs.rollout(3) if call == "rollout" else envs.step(actions)
+        assert not left[0], "the interrupt did not come where the test meant it to"
+        refused = rf"after `{call}(_wait)?` was interrupted \(KeyboardInterrupt\)"
+        for again in (lambda: envs.rollout(3), lambda: envs.step(actions)):
+            with pytest.raises(vecenv.NeedsResetError, match=refused):
+                again()
+        envs.reset(seed=SEED)
+        got = envs.rollout(5)
+    want = _healthy_reference(got.actions, range(FAULT_N), [SEED + i for i in range(FAULT_N)])
+    for key, value in want.items():
+        np.testing.assert_array_equal(getattr(got, key), value, err_msg=key)
 
 
 class PathEnv(gym.Env):

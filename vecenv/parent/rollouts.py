@@ -588,7 +588,15 @@ class Rollouts:
                     f"{self._outputs.probe_error}: the workers expected what was learned before that"
                 )
             raise
-        return self._assemble(workers, replies)
+        try:
+            return self._assemble(workers, replies)
+        except Exception:
+            raise  # (an info that cannot be batched, say: raised as a step raises it)
+        except BaseException as exc:
+            # Ctrl+C once every env had stepped: the caller never sees the rollout, so the
+            # envs are refused until a reset, as when the interrupt comes during the wait.
+            self.calls.poison(f"`rollout_wait` was interrupted ({type(exc).__name__}) once the envs had stepped")
+            raise
 
     def _gather(self, workers: list[WorkerRecord], timeout: float | None) -> list[Any]:
         """Every worker's reply; a restarted group's steps are run again by its replacement.

@@ -313,7 +313,20 @@ class GroupVectorEnv(Uncopyable, RolloutMethods, VectorEnv):
     def _step_result(
         self, workers: list[WorkerRecord], replies: list[Any]
     ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """What a step returns, from the workers' replies."""
+        """What a step returns, from the workers' replies. Every env has stepped: a Ctrl+C
+        before the step returns loses it, so steps are then refused until a reset, as when
+        the interrupt comes during the wait."""
+        try:
+            return self._results_of(workers, replies)
+        except Exception:
+            raise  # (an info that cannot be batched: raised as SyncVectorEnv raises it)
+        except BaseException as exc:
+            self._calls.poison(f"`step` was interrupted ({type(exc).__name__}) once the envs had stepped")
+            raise
+
+    def _results_of(
+        self, workers: list[WorkerRecord], replies: list[Any]
+    ) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         b = self._buffers
         first = replies[0]
         # Nothing to merge: no infos, no rows in the reply, no native group's masked-out info keys.
