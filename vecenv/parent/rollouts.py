@@ -72,7 +72,7 @@ from vecenv.wire.protocol import (
     SlotWeights,
 )
 from vecenv.wire.rollout_buffers import RolloutBuffers, RolloutSpec
-from vecenv.wire.weights import WeightsSlot, pickle_apart, slot_bytes
+from vecenv.wire.weights import ApartPickler, WeightsSlot, slot_bytes
 
 __all__ = ["Rollout", "Rollouts", "RolloutMethods"]
 
@@ -216,6 +216,7 @@ class Rollouts:
         spec = buffers.spec
         self._slot_usable = spec.shared_flags and spec.shm_name is None and WeightsSlot.available()
         self._slot: WeightsSlot | None = None
+        self._apart = ApartPickler()  # each version's weights laid out as the last: pickled once
         self._version = 0  # bumped by every new policy and every new weights
         # The version and pickled weights (None: the policy's own) the rollout in flight was
         # sent with; a group restarted during it runs the rest with them too.
@@ -342,7 +343,7 @@ class Rollouts:
         """``weights`` written into the shared slot, where the workers map one and they hold
         arrays; else pickled: no slot here, nothing for one (the pickle is then all there is),
         or plain pickle cannot pickle them (cloudpickle then does)."""
-        apart = pickle_apart(weights) if self._slot_usable else None
+        apart = self._apart(weights) if self._slot_usable else None
         size = 0 if apart is None else slot_bytes(apart[1])
         if apart is not None and size:
             return self._in_slot(*apart, size)
