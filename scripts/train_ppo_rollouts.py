@@ -12,7 +12,8 @@ Zoo's CartPole settings). What changes is who runs the policy while collecting:
   step while the learner learns; that rollout is acted by the weights one update behind, which
   PPO's ratio corrects for (the log-probs are the behaviour policy's, from the workers), and
   ``rollout.weights_version`` says so. Its advantages are bootstrapped by the same weights'
-  critic as its recorded values (a copy of the agent from when it started), not by the
+  critic as its recorded values (the MLP's: the numpy copy of the weights it acted with, which
+  computed those values; the LSTM's: a copy of the agent from when it started), not by the
   weights the update made meanwhile.
 - ``--collect step``: the same policy and sampling in this process, one ``step`` of the vector
   env (``--vector vecenv`` or Gymnasium's ``sync``) per env step, as ``train_ppo.py`` does.
@@ -602,8 +603,9 @@ class StepCollector:
         self.state = self.runner.initial_state(n) if self.runner.recurrent else None
         self.version = 0
 
-    def collect(self, steps: int) -> Batch:
-        self.runner.load_weights(self.policy.weights())
+    def collect(self, steps: int, weights: dict[str, np.ndarray]) -> Batch:
+        """``steps`` vector steps acted by ``weights`` (:meth:`NumpyActorCritic.weights`)."""
+        self.runner.load_weights(weights)
         self.version += 1
         runner = self.runner
         rows: dict[str, list[Any]] = {k: [] for k in ("obs", "act", "rew", "term", "trunc", "lp", "v", "starts")}
@@ -665,14 +667,32 @@ class WeightsCopies:
         return self.copies[index]
 
 
+class NumpyCritic:
+    """The critic of weights as the copies use them (:meth:`NumpyActorCritic.weights`), computed
+    as the copies compute it: a rollout's bootstrap values from the weights that acted in it are
+    then the values its copies would have recorded. Holding one costs nothing: each version's
+    weights are new arrays, which nothing writes afterwards."""
+
+    def __init__(self, weights: dict[str, np.ndarray]) -> None:
+        layers = sum(1 for k in weights if k.startswith("layer") and k.endswith(".weight"))
+        self.heads = [(weights[f"layer{i}.weight"], weights[f"layer{i}.bias"]) for i in range(layers)]
+
+    def value(self, obs: Any) -> torch.Tensor:
+        """``V(obs)`` for a batch of observations (an array or a CPU tensor)."""
+        return torch.from_numpy(_forward(np.asarray(obs, np.float32), self.heads)[:, -1].copy())
+
+
 def _tensors(module: nn.Module) -> list[torch.Tensor]:
     """The parameters and buffers of ``module``, in a fixed order (its copies list theirs alike)."""
     return list(itertools.chain(module.parameters(), module.buffers()))
 
 
-def advantages_of(agent: nn.Module, kind: str, b: Batch, args: argparse.Namespace) -> tuple[torch.Tensor, ...]:
+def advantages_of(
+    agent: nn.Module | NumpyCritic, kind: str, b: Batch, args: argparse.Namespace
+) -> tuple[torch.Tensor, ...]:
     """GAE over the rollout, with the behaviour policy's values; a truncated episode's reward
-    gets ``gamma * V(final observation)``, the last step's value is bootstrapped."""
+    gets ``gamma * V(final observation)``, the last step's value is bootstrapped by ``agent``:
+    the weights that acted (the LSTM agent or its copy; the MLP's :class:`NumpyCritic`)."""
     tensor = functools.partial(torch.as_tensor, dtype=torch.float32)
     rewards = tensor(b.rewards).clone()
     values = tensor(b.value)
@@ -840,7 +860,7 @@ def _train(args: argparse.Namespace, envs: Any, start: float) -> tuple[Summary, 
     def collect() -> Batch:
         t0 = time.perf_counter()
         if collector is not None:
-            batch = collector.collect(steps)
+            batch = collector.collect(steps, pushed)
         elif pending[0]:
             batch = from_rollout(envs.rollout_wait())
             pending[0] = False
@@ -851,21 +871,24 @@ def _train(args: argparse.Namespace, envs: Any, start: float) -> tuple[Summary, 
 
     pending = [False]
     # The weights that act in the rollout under way, whose critic bootstraps its advantages:
-    # the agent's own, but for a rollout that runs beside the update (--overlap), a copy of the
-    # agent's weights from when that rollout started, as its recorded values are. Two copies,
-    # used in turn: the one of the rollout being learned from stays until its advantages are
-    # computed. Made once; refilling one costs ~50 us an update, a deep copy ~600 us.
-    copies = WeightsCopies(agent, 2) if args.overlap else None
-    acting: nn.Module = agent
+    # the agent's own, but for a rollout that runs beside the update (--overlap), the weights
+    # from when that rollout started, as its recorded values are. The MLP's critic is computed
+    # from the weights as the copies got them (NumpyCritic: nothing to copy). The LSTM's is the
+    # agent's, replayed in torch: two copies of the agent, used in turn, the one of the rollout
+    # being learned from kept until its advantages are computed. Made once; refilling one
+    # costs ~50 us an update, a deep copy ~600 us.
+    pushed = policy.weights()  # the copies' weights now (in the workers, those they start with)
+    critic: nn.Module | NumpyCritic = NumpyCritic(pushed) if args.policy == "mlp" else agent
+    copies = WeightsCopies(agent, 2) if args.overlap and args.policy == "lstm" else None
+    acting = critic
     for update in range(updates):
         batch = collect()
-        acted, acting = acting, agent
+        acted = acting if args.overlap else critic
         if args.overlap and update + 1 < updates:
             t0 = time.perf_counter()
             envs.rollout_async(steps, policy)  # acted by the weights before this update
             pending[0] = True
-            assert copies is not None
-            acting = copies.refill(update % 2)
+            acting = critic if copies is None else copies.refill(update % 2)
             timings.collect_s += time.perf_counter() - t0
         t0 = time.perf_counter()
         versions.append(batch.weights_version)
@@ -879,8 +902,11 @@ def _train(args: argparse.Namespace, envs: Any, start: float) -> tuple[Summary, 
         shuffle = torch.Generator().manual_seed(int(np.random.SeedSequence([args.seed, update]).generate_state(1)[0]))
         loss, kl = update_fn(agent, optimizer, batch, adv, ret, args, shuffle)
         losses.append(loss)
+        pushed = policy.weights()
         if collector is None:
-            envs.update_policy_weights()
+            envs.update_policy_weights(pushed)
+        if args.policy == "mlp":
+            critic = NumpyCritic(pushed)
         timings.update_s += time.perf_counter() - t0
         # Episode bookkeeping from the rollout's rewards and ends.
         ended = batch.terminations | batch.truncations

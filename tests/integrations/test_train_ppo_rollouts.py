@@ -363,7 +363,8 @@ def test_advantages_are_bootstrapped_by_the_weights_that_acted(
     """With ``--overlap`` a rollout acts with the weights of before the update that runs beside
     it. Its recorded values are those weights'; its last step's bootstrap value (and a truncated
     episode's final one) came from the weights the update had made meanwhile. The critic that
-    computes the advantages now gives the recorded values, whichever weights are current."""
+    computes the advantages now gives the recorded values, whichever weights are current: the
+    MLP's exactly (the copies' own numpy forward), the LSTM's to float rounding (torch's)."""
     import numpy as np
     import torch
 
@@ -386,7 +387,7 @@ def test_advantages_are_bootstrapped_by_the_weights_that_acted(
     argv = ["--out", str(tmp_path), "--num-envs", "4", "--num-workers", "2", "--num-steps", "16"]
     argv += ["--total-timesteps", "320", "--update-epochs", "2", "--policy", policy]
     m.train(m.parse_args(argv + (["--overlap"] if overlap else [])))
-    assert len(gaps) == 5 and max(gaps) < 1e-4, gaps
+    assert len(gaps) == 5 and max(gaps) <= (0.0 if policy == "mlp" else 1e-4), gaps
 
 
 @pytest.mark.slow
