@@ -32,7 +32,8 @@ CONFIGS = {
     "rollout": ["--collect", "rollout"],
     "rollout-pinned": ["--collect", "rollout", "--pin-cpus"],
     "rollout-inline": ["--collect", "rollout", "--inline-group"],
-    "rollout-overlap": ["--collect", "rollout", "--overlap"],
+    "rollout-overlap": ["--collect", "rollout", "--overlap"],  # (its workers niced by 5: the trainer's default)
+    "rollout-overlap-nice0": ["--collect", "rollout", "--overlap", "--worker-nice", "0"],
     "step-vecenv": ["--collect", "step", "--vector", "vecenv"],
     "step-sync": ["--collect", "step", "--vector", "sync"],
 }

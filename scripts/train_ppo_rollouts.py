@@ -14,7 +14,9 @@ Zoo's CartPole settings). What changes is who runs the policy while collecting:
   ``rollout.weights_version`` says so. Its advantages are bootstrapped by the same weights'
   critic as its recorded values (the MLP's: the numpy copy of the weights it acted with, which
   computed those values; the LSTM's: a copy of the agent from when it started), not by the
-  weights the update made meanwhile.
+  weights the update made meanwhile. The workers then run below this process's priority
+  (``--worker-nice 5``): a worker woken to start the next rollout waits for a free core
+  rather than taking this one while it sends the other worker's command and updates.
 - ``--collect step``: the same policy and sampling in this process, one ``step`` of the vector
   env (``--vector vecenv`` or Gymnasium's ``sync``) per env step, as ``train_ppo.py`` does.
 
@@ -147,6 +149,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="vecenv: pin worker w to the w-th core this process may use (SubprocVectorEnv's pin_cpus)",
     )
     g.add_argument(
+        "--worker-nice",
+        type=non_negative_int,
+        default=None,
+        help="vecenv: run the worker processes this much below this process's CPU priority, 0 to 19 "
+        "(SubprocVectorEnv's worker_nice; default: 5 with --overlap, else 0): a worker woken to start the "
+        "next rollout then waits for a free core instead of taking this process's while it sends the "
+        "commands and updates",
+    )
+    g.add_argument(
         "--inline-group",
         action="store_true",
         help="vecenv: this process hosts the first of the --num-workers groups and steps it (its policy "
@@ -220,6 +231,13 @@ def _check_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         )
     if args.pin_cpus and args.vector != "vecenv":  # SyncVectorEnv has no workers to pin
         p.error(f"argument --pin-cpus: expected --vector vecenv (it pins vecenv's workers), got --vector {args.vector}")
+    if args.worker_nice is None:
+        args.worker_nice = 5 if args.overlap else 0
+    if args.worker_nice > 19:
+        p.error(f"argument --worker-nice: expected an int in [0, 19], got {args.worker_nice}")
+    if args.worker_nice and (args.vector != "vecenv" or args.num_workers == 0):  # no worker processes
+        got = f"--vector {args.vector}" if args.vector != "vecenv" else "--num-workers 0"
+        p.error(f"argument --worker-nice: expected vecenv's worker processes (--vector vecenv), got {got}")
     if args.inline_group and args.vector != "vecenv":
         p.error(f"argument --inline-group: expected --vector vecenv (sync has no groups), got --vector {args.vector}")
     if args.inline_group and args.num_workers < 2:  # 0 or 1 group: everything is in this process already
@@ -302,7 +320,12 @@ def make_envs(args: argparse.Namespace) -> gym.vector.VectorEnv:
     if args.vector == "sync":
         return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
     return vecenv.SubprocVectorEnv(
-        fns, args.num_workers, autoreset_mode=mode, pin_cpus=args.pin_cpus, inline_group=args.inline_group
+        fns,
+        args.num_workers,
+        autoreset_mode=mode,
+        pin_cpus=args.pin_cpus,
+        inline_group=args.inline_group,
+        worker_nice=args.worker_nice,
     )
 
 

@@ -22,7 +22,7 @@ imported only when asked for)."""
 #: checks them against both signatures): ``make`` refuses one given to the other backend
 #: instead of passing it to the envs, without importing Ray to find out.
 OWN_KEYWORDS: dict[str, frozenset[str]] = {
-    "process": frozenset({"context", "daemon", "shared_memory", "pin_cpus", "inline_group"}),
+    "process": frozenset({"context", "daemon", "shared_memory", "pin_cpus", "inline_group", "worker_nice"}),
     "ray": frozenset({"address", "actor_options"}),
 }
 

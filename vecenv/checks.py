@@ -35,6 +35,7 @@ __all__ = [
     "check_restarts",
     "RestartBudget",
     "check_threads",
+    "check_worker_nice",
     "check_options",
     "check_batch_size",
     "check_env_ids",
@@ -313,6 +314,17 @@ def check_threads(threads: Any) -> int | None:
             _is_int(threads), f"`threads_per_worker` must be None or a positive int, got {describe(threads)}"
         )
     return None if threads is None else int(threads)
+
+
+def check_worker_nice(nice: Any) -> int:
+    """``worker_nice``: an int in ``[0, 19]`` (how far below this process's priority the workers
+    run; raising a priority needs privileges, so no negative value)."""
+    if not _is_int(nice) or not 0 <= nice <= 19:
+        raise _refusal(
+            _is_int(nice),
+            f"`worker_nice` must be an int in [0, 19] (added to the workers' nice value), got {describe(nice)}",
+        )
+    return int(nice)
 
 
 def check_num_steps(num_steps: Any) -> int:

@@ -55,6 +55,7 @@ class Keywords:
     shared_memory: bool = True
     pin_cpus: bool = False
     inline_group: bool = False
+    worker_nice: int = 0
 
 
 #: The default of every shared keyword.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
+import re
 import types
 from typing import Any
 
@@ -291,6 +292,18 @@ def test_every_switch_of_the_vector_env_takes_only_bools(name: str, value: objec
     with pytest.raises(TypeError, match=rf"`{name}` must be a bool, got {value!r}"):
         vecenv.SubprocVectorEnv([lambda: gym.make("CartPole-v1")] * 2, 1, **{name: value})
     assert multiprocessing.active_children() == before
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [(-1, ValueError), (20, ValueError), (1.5, TypeError), (True, TypeError), ("5", TypeError), (None, TypeError)],
+)
+def test_worker_nice_takes_an_int_from_0_to_19_before_any_process_starts(value: object, error: type) -> None:
+    before = multiprocessing.active_children()
+    with pytest.raises(error, match=rf"`worker_nice` must be an int in \[0, 19\] .*got {re.escape(repr(value))}"):
+        vecenv.SubprocVectorEnv([lambda: gym.make("CartPole-v1")] * 2, 1, worker_nice=value)
+    assert multiprocessing.active_children() == before
+    assert checks.check_worker_nice(np.int64(19)) == 19
 
 
 def test_the_multi_agent_vector_env_offers_no_auto_worker_count() -> None:

@@ -8,7 +8,8 @@ such a worker at once and reports it dead, with a cause that says why, so the ca
 interrupt raises and close() returns promptly.
 
 Also: a pipe that hangs up while its process lingers is a death reported at once, never a busy
-wait; ``pin_cpus`` pins each worker to one core.
+wait; ``pin_cpus`` pins each worker to one core; ``worker_nice`` runs every worker, a
+replacement too, below this process's priority.
 """
 
 from __future__ import annotations
@@ -239,6 +240,35 @@ def test_pin_cpus_pins_each_worker_to_one_core() -> None:
     assert list(got) == expected
     with SubprocVectorEnv(fns, 2, context="fork") as sub:
         assert all(c == cpus for c in sub.call("cpus"))  # not pinned by default
+
+
+class _NiceEnv(DiffEnv):
+    def nice(self) -> int:
+        return os.getpriority(os.PRIO_PROCESS, 0)
+
+
+@pytest.mark.timeout(120)
+@start_methods()
+@pytest.mark.parametrize("inline", [False, True], ids=["workers", "inline-group"])
+def test_worker_nice_runs_every_worker_that_far_below_this_process_a_replacement_too(
+    start_method: str, inline: bool
+) -> None:
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    fns = [functools.partial(_NiceEnv, index=i) for i in range(4)]
+    options = {"context": start_method, "inline_group": inline, "on_worker_death": "restart"}
+    with SubprocVectorEnv(fns, 2, worker_nice=3, **options) as sub:
+        want = [own] * 2 * inline + [min(19, own + 3)] * (4 - 2 * inline)
+        assert list(sub.call("nice")) == want, "the group this process hosts runs at its priority"
+        assert os.getpriority(os.PRIO_PROCESS, 0) == own
+        process = transport_of(sub).processes[-1]
+        assert process is not None
+        os.kill(process.pid, signal.SIGKILL)
+        process.join(30)
+        sub.reset(seed=0)
+        assert sub.restart_count == 1
+        assert list(sub.call("nice")) == want, "the replacement runs at its predecessor's"
+    with SubprocVectorEnv(fns, 2, context=start_method) as sub:
+        assert list(sub.call("nice")) == [own] * 4, "at this process's by default"
 
 
 #: The cores the inline group's policy ran on, one entry per call (this process's copy only).

@@ -889,14 +889,18 @@ def test_restart_reports_the_restarted_envs_done_and_the_others_stay_exact() -> 
 
 
 @pytest.mark.timeout(60)
-def test_pinning_and_threads_reach_the_workers() -> None:
+def test_pinning_threads_and_priority_reach_the_workers() -> None:
     cores = sorted(os.sched_getaffinity(0))
-    ours = SubprocVecEnv(info_fns(4), start_method="fork", num_workers=2, pin_cpus=True, threads_per_worker=2)
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    ours = SubprocVecEnv(
+        info_fns(4), start_method="fork", num_workers=2, pin_cpus=True, threads_per_worker=2, worker_nice=2
+    )
     try:
         info = ours.env_method("process_info")
         assert [threads for _, threads, _ in info] == ["2"] * 4
         assert [affinity for _, _, affinity in info] == [[cores[0]]] * 2 + [[cores[1 % len(cores)]]] * 2
         assert len({pid for pid, _, _ in info}) == 2
+        assert [os.getpriority(os.PRIO_PROCESS, pid) for pid, _, _ in info] == [min(19, own + 2)] * 4
     finally:
         ours.close()
 
@@ -908,6 +912,7 @@ def test_options_of_the_other_backend_are_refused_before_anything_starts() -> No
         ({"actor_options": {"num_cpus": 1}}, "`actor_options` is for backend='ray' only"),
         ({"backend": "ray", "start_method": "fork"}, "`start_method` is for backend='process' only"),
         ({"backend": "ray", "pin_cpus": True}, "`pin_cpus` is for backend='process' only, got pin_cpus=True"),
+        ({"backend": "ray", "worker_nice": 5}, "`worker_nice` is for backend='process' only, got worker_nice=5"),
         ({"seed_policy": "random"}, "`seed_policy` must be one of 'sequential', 'spawn', got 'random'"),
         ({"on_worker_death": "retry"}, "`on_worker_death` must be 'raise' or 'restart', got 'retry'"),
     ]

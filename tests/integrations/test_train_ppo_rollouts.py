@@ -129,6 +129,9 @@ def test_a_few_updates_run_with_finite_losses_and_advancing_weights(tmp_path: Pa
         (["--num-minibatches", "2"], "--num-minibatches", "--policy mlp"),
         (["--policy", "lstm", "--minibatch-size", "64"], "--minibatch-size", "--policy lstm"),
         (["--collect", "step", "--vector", "sync", "--num-workers", "2"], "--num-workers", "--vector sync"),
+        (["--worker-nice", "20"], "--worker-nice", "20"),
+        (["--collect", "step", "--vector", "sync", "--worker-nice", "3"], "--worker-nice", "--vector sync"),
+        (["--num-workers", "0", "--worker-nice", "3"], "--worker-nice", "--num-workers 0"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_option_before_anything_starts(
@@ -449,5 +452,11 @@ def test_help_states_each_default_as_the_value_used() -> None:
     assert proc.returncode == 0, proc.stderr
     text = " ".join(proc.stdout.split())
     assert "(default: None)" not in text, text
-    for shown in ("(default: 256)", "(default: 1)", "(default: never)", "(default: 64)"):
+    for shown in (
+        "(default: 256)",
+        "(default: 1)",
+        "(default: never)",
+        "(default: 64)",
+        "default: 5 with --overlap, else 0",
+    ):
         assert shown in text, (shown, text)

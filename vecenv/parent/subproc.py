@@ -8,6 +8,7 @@ It checks its arguments, splits the env constructors into groups (or takes the g
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -15,7 +16,15 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.vector import AutoresetMode
 
-from vecenv.checks import check_batch_size, check_context, check_env_fns, check_flag, check_group_fns, check_num_workers
+from vecenv.checks import (
+    check_batch_size,
+    check_context,
+    check_env_fns,
+    check_flag,
+    check_group_fns,
+    check_num_workers,
+    check_worker_nice,
+)
 from vecenv.machine import check_may_start_processes, guard_main, pinned_core
 from vecenv.options import DEFAULTS, VectorOptions
 from vecenv.parent.groups import WorkerGroups, split_groups
@@ -27,6 +36,15 @@ from vecenv.transports.process import ProcessTransport
 from vecenv.worker.core import WorkerOptions
 
 __all__ = ["SubprocVectorEnv"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessOptions:
+    """How the worker processes are started and run, as checked by the constructor."""
+
+    daemon: bool
+    pin_cpus: bool
+    worker_nice: int
 
 
 class SubprocVectorEnv(GroupVectorEnv):
@@ -107,6 +125,14 @@ class SubprocVectorEnv(GroupVectorEnv):
             A group this process hosts (``inline_group``) is worker 0: the thread that runs one
             of its rollouts is on the first core meanwhile, and has its own cores back after
             (its steps, tens of microseconds each, are not moved).
+        worker_nice: run the worker processes this much below this process's CPU priority
+            (added to their nice value, up to 19; default 0: the same). Where workers and this
+            process share too few cores, a worker woken for its next command or rollout then
+            waits for a free core instead of taking this process's, so a training loop that
+            starts a rollout and then updates (``rollout_async``) is not cut off while it sends
+            the commands, and its update comes before the workers' steps. The price: workers
+            that compete with this process, or with other programs, for the cores get less of
+            them. A group this process hosts (``inline_group``) runs at its priority.
         start_timeout: seconds the workers may take to build their envs (default: no limit);
             past it the constructor raises :class:`~vecenv.errors.VecEnvTimeoutError` naming the
             workers still building their envs. It does not bound the env ``"auto"`` builds in
@@ -144,6 +170,7 @@ class SubprocVectorEnv(GroupVectorEnv):
         observation_mode: str | tuple[gym.Space, gym.Space] = DEFAULTS.observation_mode,
         batch_size: int | None = DEFAULTS.batch_size,
         pin_cpus: bool = DEFAULTS.pin_cpus,
+        worker_nice: int = DEFAULTS.worker_nice,
         start_timeout: float | None = DEFAULTS.start_timeout,
         inline_group: bool = DEFAULTS.inline_group,
         on_worker_death: str = DEFAULTS.on_worker_death,
@@ -171,9 +198,10 @@ class SubprocVectorEnv(GroupVectorEnv):
             options = VectorOptions.pick(locals())
             inline = inline_group or workers == 0
         check_flag(shared_memory, "shared_memory")
-        transport = self._connect(
-            groups, options, context, check_flag(daemon, "daemon"), check_flag(pin_cpus, "pin_cpus"), inline
+        process = ProcessOptions(
+            check_flag(daemon, "daemon"), check_flag(pin_cpus, "pin_cpus"), check_worker_nice(worker_nice)
         )
+        transport = self._connect(groups, options, context, process, inline)
         super().__init__(transport, groups, options, shared_memory)
 
     @classmethod
@@ -189,6 +217,7 @@ class SubprocVectorEnv(GroupVectorEnv):
         observation_mode: str | tuple[gym.Space, gym.Space] = DEFAULTS.observation_mode,
         batch_size: int | None = DEFAULTS.batch_size,
         pin_cpus: bool = DEFAULTS.pin_cpus,
+        worker_nice: int = DEFAULTS.worker_nice,
         start_timeout: float | None = DEFAULTS.start_timeout,
         on_worker_death: str = DEFAULTS.on_worker_death,
         max_restarts: int = DEFAULTS.max_restarts,
@@ -215,6 +244,7 @@ class SubprocVectorEnv(GroupVectorEnv):
             observation_mode=observation_mode,
             batch_size=batch_size,
             pin_cpus=pin_cpus,
+            worker_nice=worker_nice,
             start_timeout=start_timeout,
             on_worker_death=on_worker_death,
             max_restarts=max_restarts,
@@ -230,8 +260,7 @@ class SubprocVectorEnv(GroupVectorEnv):
         groups: Sequence[Callable[[], Any]],
         options: VectorOptions,
         context: Any,
-        daemon: bool,
-        pin_cpus: bool,
+        process: ProcessOptions,
         inline: bool,
     ) -> Transport:
         """The process transport (with the first group in this process when ``inline``)."""
@@ -248,8 +277,9 @@ class SubprocVectorEnv(GroupVectorEnv):
         choice = self.worker_choice
         processes = ProcessTransport(
             ctx,
-            daemon=daemon,
-            pin_cpus=pin_cpus,
+            daemon=process.daemon,
+            pin_cpus=process.pin_cpus,
+            nice=process.worker_nice,
             observation_mode=mode,
             threads=options.threads,
             first_index=int(inline),
@@ -261,5 +291,5 @@ class SubprocVectorEnv(GroupVectorEnv):
         if not inline:
             return processes
         # pin_cpus: the group this process hosts is worker 0, on the first core while it runs.
-        cpu = pinned_core(0) if pin_cpus else None
+        cpu = pinned_core(0) if process.pin_cpus else None
         return ParentHostedFirst(processes, WorkerOptions(mode, cpu))

@@ -299,6 +299,7 @@ class ProcessTransport(Transport):
         *,
         daemon: bool = True,
         pin_cpus: bool = False,
+        nice: int = 0,
         observation_mode: Any = SpaceRule.SAME,
         threads: int | None = None,
         first_index: int = 0,
@@ -313,6 +314,9 @@ class ProcessTransport(Transport):
         self.method_chosen = method_chosen
         self.daemon = daemon
         self.pin_cpus = pin_cpus
+        # The nice value the workers run at: this process's, plus nice (capped as the kernel
+        # caps it), read once: a replacement worker runs at its predecessor's.
+        self._nice = None if not nice else min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice)
         self.observation_mode = observation_mode
         self.threads = threads
         # The vector env's number of this transport's worker 0, for names, pinning and messages
@@ -434,6 +438,7 @@ class ProcessTransport(Transport):
             self.core(index),
             self.threads,
             self.spin,
+            nice=self._nice,
             slot=None if control is None else index,
             slots=0 if control is None else control.workers,
             # The kernel's "parent died" signal follows the thread that forked the worker: ours

@@ -125,6 +125,8 @@ def _setup_process(options: WorkerOptions) -> None:
     seed_process_generators(None)
     if options.cpu is not None:
         os.sched_setaffinity(0, {options.cpu})
+    if options.nice is not None and options.nice > os.getpriority(os.PRIO_PROCESS, 0):
+        os.setpriority(os.PRIO_PROCESS, 0, options.nice)
     if options.threads is not None:
         from vecenv.worker.threads import limit_threads
 

@@ -98,6 +98,8 @@ class SubprocVecEnv(Uncopyable, VecEnv):
         threads_per_worker: BLAS/OpenMP threads in each worker or actor (default 1).
         pin_cpus: ``backend="process"`` only: pin worker ``w`` to the ``w``-th available core
             (with Ray, place actors with ``actor_options``).
+        worker_nice: ``backend="process"`` only: run the workers this much below this process's
+            CPU priority (see :class:`vecenv.SubprocVectorEnv`).
         seed_policy: ``"sequential"`` (SB3's: :meth:`seed` gives env ``i`` the seed ``seed + i``)
             or ``"spawn"`` (env ``i`` gets :func:`vecenv.spawn_seeds` ``(seed, n)[i]``, so runs
             with different seeds share no env seed); see :mod:`vecenv.seeding`.
@@ -123,6 +125,7 @@ class SubprocVecEnv(Uncopyable, VecEnv):
         restart_window: float = DEFAULTS.restart_window,
         threads_per_worker: int | None = DEFAULTS.threads_per_worker,
         pin_cpus: bool = DEFAULTS.pin_cpus,
+        worker_nice: int = DEFAULTS.worker_nice,
         seed_policy: str = DEFAULTS.seed_policy,
     ) -> None:
         # Checked here, before each is wrapped in a callable adapter: an env instance in the list
@@ -153,9 +156,9 @@ class SubprocVecEnv(Uncopyable, VecEnv):
             multiprocessing.get_context(start_method)  # SB3's error for an unknown method
             # Never import a script again that is running its unguarded top-level code (see vecenv.machine).
             start_method = guard_main(start_method, chosen, type(self).__name__, "start_method")
-            own = {"context": start_method, "pin_cpus": pin_cpus}
+            own = {"context": start_method, "pin_cpus": pin_cpus, "worker_nice": worker_nice}
         elif backend == "ray":
-            _only_for("process", start_method=start_method, pin_cpus=pin_cpus or None)
+            _only_for("process", start_method=start_method, pin_cpus=pin_cpus or None, worker_nice=worker_nice or None)
             own = {"address": address, "actor_options": actor_options}
         cls = vector_class(backend)  # the one place that knows the backends' classes (imports Ray)
         with _spaces_as_sb3_says():
