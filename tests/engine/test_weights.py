@@ -87,10 +87,14 @@ def changed(kind: str) -> dict[str, Any]:
         w["layer0.bias"].flags.writeable = False
     elif kind == "0-d":
         w["steps"] = np.array(7, np.int64)
+    elif kind == "empty":
+        w["layer1.weight"] = np.zeros((0, 3), np.float32)
     return w
 
 
-@pytest.mark.parametrize("kind", ["shape", "dtype", "byte order", "key", "order", "one more", "read-only", "0-d"])
+@pytest.mark.parametrize(
+    "kind", ["shape", "dtype", "byte order", "key", "order", "one more", "read-only", "0-d", "empty"]
+)
 def test_any_change_of_layout_pickles_again_and_is_kept_in_turn(kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     made = count_pickles(monkeypatch)
     apart = ApartPickler()

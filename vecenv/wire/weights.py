@@ -113,7 +113,8 @@ class ApartPickler:
     def __call__(self, value: Any) -> tuple[bytes, list[memoryview]] | None:
         flat = _flat_arrays(value)
         if flat is not None and flat[0] == self._layout:
-            return self._header, [array.data.cast("B") for array in flat[1]]  # (C-contiguous)
+            # As the pickler takes them (an empty array's too, which a memoryview cannot cast).
+            return self._header, [pickle.PickleBuffer(array.data).raw() for array in flat[1]]
         apart = pickle_apart(value)
         self._layout, self._header = None, b""
         # Kept only where every array did leave its bytes out, one buffer each, in order.
