@@ -194,10 +194,13 @@ class SpaceMismatchError(VecEnvError, RuntimeError, ValueError):
 
     A ``RuntimeError``, as ``SyncVectorEnv`` raises for the same case, and a ``ValueError``.
     ``mismatch``: where the handshake found it (the env's index, which space, both spaces),
-    for a layer above that names its own units (the multi-agent copies).
+    for a layer above that names its own units (the multi-agent copies); ``worker`` and
+    ``worker_row``: the worker (group) that hosts that env and the env's place in its group.
     """
 
     mismatch: Any = None
+    worker: int | None = None
+    worker_row: int | None = None
 
 
 class InvalidObservationError(VecEnvError, ValueError, TypeError):

@@ -381,15 +381,17 @@ def test_bad_copies_and_seeds_are_named_in_copies() -> None:
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("num_workers", [1, 2])
-def test_copies_with_different_spaces_are_refused_whichever_worker_hosts_them(num_workers: int) -> None:
-    """Copy 1's agents share a space, but not copy 0's: the same error (an ``AssertionError``,
-    as SuperSuit's) whether each worker checks it among its copies or the handshake across them."""
+@pytest.mark.parametrize(("copies", "num_workers"), [(2, 1), (2, 2), (3, 2), (4, 3)])
+def test_copies_with_different_spaces_are_refused_whichever_worker_hosts_them(copies: int, num_workers: int) -> None:
+    """The last copy's agents share a space, but not copy 0's: the same error (an
+    ``AssertionError``, as SuperSuit's), naming that copy, whether each worker checks it among
+    its copies or the handshake across them."""
     other = functools.partial(ToyParallelEnv, obs_shapes={"a0": 5, "a1": 5, "a2": 5, "late": 5})
     with pytest.raises(AgentSpaceMismatchError) as info:
-        MultiAgentVectorEnv([ToyParallelEnv, other], num_workers, context="fork")
+        MultiAgentVectorEnv([ToyParallelEnv] * (copies - 1) + [other], num_workers, context="fork")
     message = str(info.value)
     assert isinstance(info.value, AssertionError) and "copy 0" in message and "observation_mode" not in message
+    assert message.startswith(f"copy {copies - 1} "), message
     assert _toy_box(5) in message and _toy_box(3) in message
 
 

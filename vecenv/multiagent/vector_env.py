@@ -77,10 +77,14 @@ def open_rows(
         m = exc.mismatch
         if isinstance(exc, AgentSpaceMismatchError) or m is None:
             raise
-        # Copies in different workers (each worker checks its own): said in rows and copies.
+        # Copies in different workers (each worker checks its own copies, so the row found is
+        # the first of another worker's): said in copies, and in rows where that is unknown.
+        where = f"row {m.local_index} (an agent of a copy in another worker than copy 0's)"
+        group = None if exc.worker is None else groups[exc.worker]
+        if isinstance(group, ParallelCopiesFn) and exc.worker_row == 0:
+            where = f"copy {group.first} (the first of worker {exc.worker}'s)"
         raise AgentSpaceMismatchError(
-            f"row {m.local_index} (an agent of a copy in another worker than copy 0's) has "
-            f"{m.which.label} {m.received}, but copy 0's agents have {m.expected}: every agent "
+            f"{where} has {m.which.label} {m.received}, but copy 0's agents have {m.expected}: every agent "
             "of every copy must share them"
         ) from None
 

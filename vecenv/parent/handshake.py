@@ -75,6 +75,7 @@ def configure(
         if mismatch is not None:
             error = _mismatch_error(mismatch, observation_mode, class_name)
             error.mismatch = mismatch
+            error.worker, error.worker_row = index, mismatch.local_index - start
             raise error
         start += hello.num_envs
     _check_memory(start, first, observation_mode, shared_memory)
