@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from vecenv.errors import InvalidArgumentError, describe
@@ -11,7 +12,7 @@ if TYPE_CHECKING:
     from vecenv.integrations.ray.vector_env import RayVectorEnv
     from vecenv.parent.subproc import SubprocVectorEnv
 
-__all__ = ["BACKENDS", "OWN_KEYWORDS", "vector_class"]
+__all__ = ["BACKENDS", "OWN_KEYWORDS", "other_backends_keyword", "vector_class"]
 
 BACKENDS = ("process", "ray")
 """Worker processes (:class:`vecenv.SubprocVectorEnv`) or Ray actors (:class:`vecenv.RayVectorEnv`,
@@ -25,6 +26,19 @@ OWN_KEYWORDS: dict[str, frozenset[str]] = {
     "process": frozenset({"context", "daemon", "shared_memory", "pin_cpus", "inline_group", "worker_nice"}),
     "ray": frozenset({"address", "actor_options"}),
 }
+
+
+def other_backends_keyword(backend: str, keywords: Iterable[str]) -> tuple[str, str] | None:
+    """The first of ``keywords`` (by name) that belongs to another backend's vector env than
+    ``backend``'s, and that backend; ``None`` when there is none (or ``backend`` is unknown,
+    which :func:`vector_class` names)."""
+    if backend not in OWN_KEYWORDS:
+        return None
+    given = set(keywords)
+    for other, names in OWN_KEYWORDS.items():
+        if other != backend and names & given:
+            return min(names & given), other
+    return None
 
 
 def vector_class(backend: str) -> type[SubprocVectorEnv] | type[RayVectorEnv]:

@@ -20,7 +20,7 @@ import cloudpickle
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec, find_highest_version, get_env_id, parse_env_id
 
-from vecenv.backends import BACKENDS, OWN_KEYWORDS, vector_class
+from vecenv.backends import BACKENDS, other_backends_keyword, vector_class
 from vecenv.checks import check_count
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, UnknownEnvIdError, describe
 from vecenv.worker.builders import check_env, pickles
@@ -321,16 +321,13 @@ def _refuse_other_backends_keywords(backend: str, kwargs: dict[str, Any], env_kw
     otherwise reach every env as an env argument and fail there, in the workers. Checked
     before the backend's class is imported (Ray may not be installed); an unknown backend is
     left for :func:`~vecenv.backends.vector_class` to name."""
-    if backend not in OWN_KEYWORDS:
-        return
-    for other, names in OWN_KEYWORDS.items():
-        if other == backend:
-            continue
-        for name in sorted(names & kwargs.keys()):
-            raise InvalidArgumentError(
-                f"`{name}` is a keyword of backend={other!r}, not of backend={backend!r}, got {name}="
-                f"{describe(kwargs[name])}; to pass it to the envs, use env_kwargs={{{name!r}: ...}}"
-            )
+    found = other_backends_keyword(backend, kwargs)
+    if found is not None:
+        name, other = found
+        raise InvalidArgumentError(
+            f"`{name}` is a keyword of backend={other!r}, not of backend={backend!r}, got {name}="
+            f"{describe(kwargs[name])}; to pass it to the envs, use env_kwargs={{{name!r}: ...}}"
+        )
 
 
 def _spec_of(env_id: Any) -> EnvSpec:

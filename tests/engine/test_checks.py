@@ -306,6 +306,25 @@ def test_worker_nice_takes_an_int_from_0_to_19_before_any_process_starts(value: 
     assert checks.check_worker_nice(np.int64(19)) == 19
 
 
+class _Built(gym.Env):
+    """Counts the envs built in this process."""
+
+    built = 0
+    observation_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self) -> None:
+        type(self).built += 1
+
+
+@pytest.mark.parametrize("bad", [{"worker_nice": 20}, {"daemon": 1}, {"pin_cpus": "no"}, {"shared_memory": None}])
+def test_the_process_options_are_checked_before_auto_builds_an_env_here(bad: dict[str, Any]) -> None:
+    _Built.built = 0
+    with pytest.raises((TypeError, ValueError), match=f"`{next(iter(bad))}` must be"):
+        vecenv.SubprocVectorEnv([_Built] * 2, "auto", **bad)
+    assert _Built.built == 0
+
+
 def test_the_multi_agent_vector_env_offers_no_auto_worker_count() -> None:
     from vecenv.multiagent import MultiAgentVectorEnv
 

@@ -15,9 +15,13 @@ replacement too, below this process's priority.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -247,6 +251,11 @@ class _NiceEnv(DiffEnv):
         return os.getpriority(os.PRIO_PROCESS, 0)
 
 
+def thread_nices(pid: int) -> set[int]:
+    """The nice values of every thread of process ``pid`` (Linux keeps one per thread)."""
+    return {os.getpriority(os.PRIO_PROCESS, int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
+
+
 @pytest.mark.timeout(120)
 @start_methods()
 @pytest.mark.parametrize("inline", [False, True], ids=["workers", "inline-group"])
@@ -256,10 +265,12 @@ def test_worker_nice_runs_every_worker_that_far_below_this_process_a_replacement
     own = os.getpriority(os.PRIO_PROCESS, 0)
     fns = [functools.partial(_NiceEnv, index=i) for i in range(4)]
     options = {"context": start_method, "inline_group": inline, "on_worker_death": "restart"}
-    with SubprocVectorEnv(fns, 2, worker_nice=3, **options) as sub:
+    with SubprocVectorEnv(fns, 2, worker_nice=3, threads_per_worker=None, **options) as sub:
         want = [own] * 2 * inline + [min(19, own + 3)] * (4 - 2 * inline)
         assert list(sub.call("nice")) == want, "the group this process hosts runs at its priority"
         assert os.getpriority(os.PRIO_PROCESS, 0) == own
+        # Every thread, a BLAS pool a spawned or fork-server worker started before its setup too.
+        assert all(thread_nices(pid) == {min(19, own + 3)} for pid in sub.worker_pids if pid is not None)
         process = transport_of(sub).processes[-1]
         assert process is not None
         os.kill(process.pid, signal.SIGKILL)
@@ -269,6 +280,37 @@ def test_worker_nice_runs_every_worker_that_far_below_this_process_a_replacement
         assert list(sub.call("nice")) == want, "the replacement runs at its predecessor's"
     with SubprocVectorEnv(fns, 2, context=start_method) as sub:
         assert list(sub.call("nice")) == [own] * 4, "at this process's by default"
+
+
+_NICE_LATER = """
+import json, os
+import gymnasium as gym
+import vecenv
+
+if __name__ == "__main__":
+    fns = [lambda: gym.make("CartPole-v1")] * 2
+    vecenv.SubprocVectorEnv(fns, 2, context="forkserver").close()  # the server starts at this nice value
+    os.nice(2)
+    with vecenv.SubprocVectorEnv(fns, 2, context="forkserver") as envs:
+        workers = [os.getpriority(os.PRIO_PROCESS, pid) for pid in envs.worker_pids]
+    print(json.dumps({"workers": workers, "own": os.getpriority(os.PRIO_PROCESS, 0)}))
+"""
+
+
+@pytest.mark.timeout(120)
+@start_methods("forkserver")
+def test_fork_server_workers_run_at_this_process_s_priority_now_not_the_server_s(
+    start_method: str, tmp_path: Path
+) -> None:
+    """A fork server's children start at the server's nice value, from when it started: the
+    workers of a process that lowered its own priority since would outrank it."""
+    script = tmp_path / "nice_later.py"
+    script.write_text(_NICE_LATER)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=100)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["own"] == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 2)
+    assert got["workers"] == [got["own"]] * 2
 
 
 #: The cores the inline group's policy ran on, one entry per call (this process's copy only).

@@ -116,6 +116,7 @@ def test_any_change_of_layout_pickles_again_and_is_kept_in_turn(kind: str, monke
         pytest.param({"w": np.ones(2), "name": "w"}, id="not an array"),
         pytest.param({"w": {"nested": np.ones(2)}}, id="nested"),
         pytest.param({1: np.ones(2)}, id="not a str key"),
+        pytest.param({"w": np.zeros(3, np.dtype("f4", metadata={"unit": "m"}))}, id="dtype metadata"),
         pytest.param(OrderedDict(w=np.ones(2)), id="not a dict"),
         pytest.param([np.ones(2)], id="a list"),
     ],
@@ -130,6 +131,29 @@ def test_weights_not_a_flat_dict_of_arrays_out_of_band_are_pickled_every_time(
         back = pickle.loads(header, buffers=[bytearray(b) for b in buffers])
         assert pickle.dumps(back) == pickle.dumps(weights)
     assert len(made) == 3
+
+
+def test_a_dtype_s_metadata_is_never_taken_from_a_kept_pickle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dtypes that differ only in their metadata are equal and hash alike: the plain one's
+    pickle must not be reused for the tagged one, nor the other way round."""
+    made = count_pickles(monkeypatch)
+    plain, tagged = np.dtype("f4"), np.dtype("f4", metadata={"unit": "m"})
+    apart = ApartPickler()
+    for dtype in (plain, tagged, plain, plain, tagged):
+        back = loaded(apart({"w": np.zeros(3, dtype)}))
+        assert back["w"].dtype.metadata == dtype.metadata
+    assert len(made) == 4, "the plain layout kept once, the tagged one never"
+
+
+def test_one_value_under_two_keys_comes_back_as_one_as_plain_pickle_gives_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    made = count_pickles(monkeypatch)
+    apart = ApartPickler()
+    shared = np.ones(3, np.float32)
+    apart({"a": np.zeros(3, np.float32), "b": np.zeros(3, np.float32)})
+    for _ in range(2):
+        back = loaded(apart({"a": shared, "b": shared}))
+        assert back["a"] is back["b"] and back["a"].tolist() == [1.0] * 3
+    assert len(made) == 3, "pickled every time"
 
 
 def test_torch_tensors_reuse_the_pickle_as_arrays_and_come_back_as_tensors(monkeypatch: pytest.MonkeyPatch) -> None:

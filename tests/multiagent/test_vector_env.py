@@ -9,6 +9,7 @@ import functools
 import gc
 import os
 import pickle
+import re
 import time
 from typing import Any
 
@@ -369,6 +370,24 @@ def test_copies_with_different_agents_are_refused() -> None:
         MultiAgentVectorEnv([ToyParallelEnv, other], num_workers=1)
     with pytest.raises((AgentSpaceMismatchError, SpaceMismatchError)):
         MultiAgentVectorEnv([ToyParallelEnv, functools.partial(ToyParallelEnv, obs_shapes={"a0": 5, "a1": 5})], 2)
+
+
+@pytest.mark.parametrize(
+    ("backend", "keyword", "value"),
+    [
+        ("ray", "worker_nice", 3),
+        ("ray", "pin_cpus", True),
+        ("ray", "inline_group", True),
+        ("process", "address", "auto"),
+    ],
+)
+def test_a_keyword_of_the_other_backend_is_refused_by_name_before_anything_starts(
+    backend: str, keyword: str, value: object
+) -> None:
+    other = "ray" if backend == "process" else "process"
+    message = f"`{keyword}` is for backend={other!r} only, got backend={backend!r} and {keyword}={value!r}"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        MultiAgentVectorEnv([ToyParallelEnv] * 2, 2, backend=backend, **{keyword: value})
 
 
 def test_bad_copies_and_seeds_are_named_in_copies() -> None:

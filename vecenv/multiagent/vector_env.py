@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from vecenv.backends import BACKENDS, vector_class
+from vecenv.backends import BACKENDS, other_backends_keyword, vector_class
 from vecenv.checks import (
     check_autoreset_mode,
     check_count,
@@ -179,6 +179,13 @@ class MultiAgentVectorEnv(Uncopyable, VectorEnv):
         **kwargs: Any,
     ) -> None:
         fns = check_env_fns(env_fns)
+        found = other_backends_keyword(backend, kwargs)
+        if found is not None:  # (before Ray is imported, where it would be a bare TypeError)
+            keyword, other = found
+            raise InvalidArgumentError(
+                f"`{keyword}` is for backend={other!r} only, got backend={backend!r} and {keyword}="
+                f"{describe(kwargs[keyword])}"
+            )
         self.autoreset_mode = check_autoreset_mode(autoreset_mode)
         workers = check_num_workers(num_workers, len(fns), in_process=backend != "ray", auto=False)
         self.num_copies = len(fns)

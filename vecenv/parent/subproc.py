@@ -125,14 +125,15 @@ class SubprocVectorEnv(GroupVectorEnv):
             A group this process hosts (``inline_group``) is worker 0: the thread that runs one
             of its rollouts is on the first core meanwhile, and has its own cores back after
             (its steps, tens of microseconds each, are not moved).
-        worker_nice: run the worker processes this much below this process's CPU priority
-            (added to their nice value, up to 19; default 0: the same). Where workers and this
-            process share too few cores, a worker woken for its next command or rollout then
-            waits for a free core instead of taking this process's, so a training loop that
-            starts a rollout and then updates (``rollout_async``) is not cut off while it sends
-            the commands, and its update comes before the workers' steps. The price: workers
-            that compete with this process, or with other programs, for the cores get less of
-            them. A group this process hosts (``inline_group``) runs at its priority.
+        worker_nice: run every thread of the worker processes this much below this process's
+            CPU priority (its nice value plus this, up to 19; default 0: the same). Where the
+            workers and this process share too few cores, a worker woken for its next command
+            or rollout then waits for a free core instead of taking this process's, so a
+            training loop that starts a rollout and then updates (``rollout_async``) is not cut
+            off while it sends the commands, and its update comes before the workers' steps.
+            The price: workers that compete with this process, or with other programs, for the
+            cores get less of them. A group this process hosts (``inline_group``) runs at its
+            priority.
         start_timeout: seconds the workers may take to build their envs (default: no limit);
             past it the constructor raises :class:`~vecenv.errors.VecEnvTimeoutError` naming the
             workers still building their envs. It does not bound the env ``"auto"`` builds in
@@ -180,6 +181,11 @@ class SubprocVectorEnv(GroupVectorEnv):
         seed_policy: str = DEFAULTS.seed_policy,
         display_name: str | None = DEFAULTS.display_name,
     ) -> None:
+        # Checked before "auto" builds and times an env in this process.
+        check_flag(shared_memory, "shared_memory")
+        process = ProcessOptions(
+            check_flag(daemon, "daemon"), check_flag(pin_cpus, "pin_cpus"), check_worker_nice(worker_nice)
+        )
         groups: Sequence[Callable[[], Any]]
         if isinstance(env_fns, WorkerGroups):  # from_groups: one builder per worker, as given
             groups = env_fns.group_fns
@@ -197,10 +203,6 @@ class SubprocVectorEnv(GroupVectorEnv):
             check_batch_size(batch_size, [len(g.env_fns) for g in groups])
             options = VectorOptions.pick(locals())
             inline = inline_group or workers == 0
-        check_flag(shared_memory, "shared_memory")
-        process = ProcessOptions(
-            check_flag(daemon, "daemon"), check_flag(pin_cpus, "pin_cpus"), check_worker_nice(worker_nice)
-        )
         transport = self._connect(groups, options, context, process, inline)
         super().__init__(transport, groups, options, shared_memory)
 

@@ -315,8 +315,9 @@ class ProcessTransport(Transport):
         self.daemon = daemon
         self.pin_cpus = pin_cpus
         # The nice value the workers run at: this process's, plus nice (capped as the kernel
-        # caps it), read once: a replacement worker runs at its predecessor's.
-        self._nice = None if not nice else min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice)
+        # caps it), read once: a replacement worker runs at its predecessor's. Given with 0 too:
+        # a fork server's child would otherwise keep the server's, from when it started.
+        self._nice = min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice)
         self.observation_mode = observation_mode
         self.threads = threads
         # The vector env's number of this transport's worker 0, for names, pinning and messages

@@ -125,34 +125,39 @@ class ApartPickler:
 
 def _flat_arrays(value: Any) -> tuple[tuple[Any, ...], list[np.ndarray]] | None:
     """The layout of a ``dict`` of str keys to numpy arrays or CPU tensors, and those arrays in
-    its order; ``None`` for anything else, or for an array that pickles its bytes inside
-    (not contiguous, objects, structured, empty items). A read-only array's buffer is marked
-    so in the pickle: whether it is writeable is part of the layout."""
+    its order; ``None`` for anything else, for an array that pickles its bytes inside (not
+    contiguous, objects, structured, with metadata, empty items), or for a value under two keys
+    (the pickle holds it once, and a kept one would hold two). A read-only array's buffer is
+    marked so in the pickle: whether it is writeable is part of the layout."""
     if type(value) is not dict:
         return None
     layout: list[Any] = []
     arrays: list[np.ndarray] = []
+    seen: set[int] = set()
     torch = sys.modules.get("torch")
     tensor = None if torch is None else torch.Tensor
     for key, item in value.items():
         kind = type(item)
         array = item if kind is np.ndarray else _array_of_tensor(item) if kind is tensor else None
-        if array is None or type(key) is not str or type(array) is not np.ndarray:
+        if array is None or type(key) is not str or type(array) is not np.ndarray or id(item) in seen:
             return None
-        flags = array.flags
-        dtype = _out_of_band_dtype(array.dtype)
-        if dtype is None or not flags.c_contiguous:
+        seen.add(id(item))
+        flags, dtype = array.flags, array.dtype
+        # (The metadata outside the cache: dtypes that differ only in it are equal, hash alike.)
+        plain = None if dtype.metadata is not None else _out_of_band_dtype(dtype)
+        if plain is None or not flags.c_contiguous:
             return None
-        layout += (key, kind, dtype, array.shape, flags.writeable)
+        layout += (key, kind, type(dtype), plain, array.shape, flags.writeable)
         arrays.append(array)
     return tuple(layout), arrays
 
 
 @functools.lru_cache(maxsize=64)
 def _out_of_band_dtype(dtype: np.dtype) -> str | None:
-    """``dtype.str`` where numpy pickles a contiguous array of it without its bytes (and the
-    string says all the pickle holds of it); ``None`` otherwise."""
-    plain = not dtype.hasobject and dtype.names is None and dtype.metadata is None and dtype.itemsize > 0
+    """``dtype.str`` where numpy pickles a contiguous array of it without its bytes (and,
+    with its class and no metadata, the string says all the pickle holds of it); ``None``
+    otherwise."""
+    plain = not dtype.hasobject and dtype.names is None and dtype.itemsize > 0
     return dtype.str if plain else None
 
 

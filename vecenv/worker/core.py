@@ -67,8 +67,8 @@ class WorkerOptions:
             in shape and dtype.
         cpu: pin the process to this core.
         threads: limit BLAS/OpenMP threads in the worker to this many (``None``: leave alone).
-        nice: the nice value the worker runs at (``None``: the one it inherited); a worker never
-            lowers its own (which needs privileges).
+        nice: the nice value every thread of the worker runs at (``None``: the one it
+            inherited); one it cannot reach (a lower one needs privileges) is left as it is.
         spin: seconds the worker may poll its pipe for its next command before it sleeps on it
             (0: never), where the step's fast path does not run (its spin limit is in the shared
             words instead). Only given where every process of the vector env has a core of its

@@ -8,6 +8,7 @@ leaves at once when its parent process ends, however it ended.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import select
@@ -102,6 +103,22 @@ def _kill_me_with_my_starter() -> bool:
         return False
 
 
+def _set_nice(nice: int) -> None:
+    """Run every thread of this process at ``nice``. Linux keeps a nice value per thread, and a
+    spawned or fork-server worker has threads before it gets here (a BLAS pool started when
+    numpy was imported), which would keep the one they started with; threads started later take
+    the one of the thread that starts them. A value the process may not take (lower than its
+    own, without privileges) is left as it is."""
+    try:
+        threads = [int(tid) for tid in os.listdir("/proc/self/task")]
+    except OSError:  # no /proc: one value for the process
+        threads = [0]
+    for tid in threads:
+        with contextlib.suppress(OSError):  # not allowed, or the thread has ended meanwhile
+            if os.getpriority(os.PRIO_PROCESS, tid) != nice:
+                os.setpriority(os.PRIO_PROCESS, tid, nice)
+
+
 def _setup_process(options: WorkerOptions) -> None:
     if options.environ is not None:  # before anything reads it (the thread limits below)
         os.environ.clear()
@@ -125,8 +142,8 @@ def _setup_process(options: WorkerOptions) -> None:
     seed_process_generators(None)
     if options.cpu is not None:
         os.sched_setaffinity(0, {options.cpu})
-    if options.nice is not None and options.nice > os.getpriority(os.PRIO_PROCESS, 0):
-        os.setpriority(os.PRIO_PROCESS, 0, options.nice)
+    if options.nice is not None:
+        _set_nice(options.nice)
     if options.threads is not None:
         from vecenv.worker.threads import limit_threads
 
