@@ -591,12 +591,8 @@ class Rollouts:
             raise
         try:
             return self._assemble(workers, replies)
-        except Exception:
-            raise  # (an info that cannot be batched, say: raised as a step raises it)
         except BaseException as exc:
-            # Ctrl+C once every env had stepped: the caller never sees the rollout, so the
-            # envs are refused until a reset, as when the interrupt comes during the wait.
-            self.calls.poison(f"`rollout_wait` was interrupted ({type(exc).__name__}) once the envs had stepped")
+            self.calls.interrupted_after_stepping("rollout_wait", exc)
             raise
 
     def _gather(self, workers: list[WorkerRecord], timeout: float | None) -> list[Any]:

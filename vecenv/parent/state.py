@@ -245,6 +245,14 @@ class CallState:
         if poisons:
             self._needs_reset = f"`{call}` was interrupted ({type(exc).__name__})"
 
+    def interrupted_after_stepping(self, call: str, exc: BaseException) -> None:
+        """``call`` raised ``exc`` while it assembled what every env had already stepped for.
+        An error (an info that cannot be batched, say) leaves the envs usable, as in
+        ``SyncVectorEnv``; an interrupt (Ctrl+C) loses the step the caller never sees, so steps
+        are refused until a reset, as when the interrupt comes during the wait."""
+        if not isinstance(exc, Exception):
+            self._needs_reset = f"`{call}` was interrupted ({type(exc).__name__}) once the envs had stepped"
+
     def poison(self, reason: str) -> None:
         """Some envs stepped and others did not: refuse steps until a full reset."""
         self._needs_reset = reason

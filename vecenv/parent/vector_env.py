@@ -318,10 +318,8 @@ class GroupVectorEnv(Uncopyable, RolloutMethods, VectorEnv):
         the interrupt comes during the wait."""
         try:
             return self._results_of(workers, replies)
-        except Exception:
-            raise  # (an info that cannot be batched: raised as SyncVectorEnv raises it)
         except BaseException as exc:
-            self._calls.poison(f"`step` was interrupted ({type(exc).__name__}) once the envs had stepped")
+            self._calls.interrupted_after_stepping("step", exc)
             raise
 
     def _results_of(
