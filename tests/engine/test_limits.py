@@ -14,6 +14,7 @@ import os
 import re
 import resource
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
@@ -219,11 +220,14 @@ def test_too_few_descriptors_for_the_workers_auto_chose_says_how_they_were_chose
 
 
 @pytest.mark.timeout(60)
-def test_a_rollout_block_without_a_free_descriptor_is_a_descriptor_limit_error() -> None:
-    """A rollout block is a memfd: with every descriptor ``RLIMIT_NOFILE`` allows in use, the
-    rollout raised a bare ``OSError`` ("Too many open files") naming nothing. It is a
-    ``DescriptorLimitError`` naming the block and the limit; nothing was sent, and once
-    descriptors are free the rollout runs."""
+@pytest.mark.parametrize("free", [0, 1, 2, 3])
+def test_a_rollout_block_without_a_free_descriptor_is_a_descriptor_limit_error(free: int) -> None:
+    """A rollout block is a memfd, which Python before 3.13 maps through a duplicate descriptor
+    (and a look at ``/proc/self/fd``): with every descriptor ``RLIMIT_NOFILE`` allows in use, or
+    all but one or two, the rollout raised a bare ``OSError`` ("Too many open files") naming
+    nothing. It is a ``DescriptorLimitError`` naming the block and the limit (or the rollout
+    runs, where what is free suffices); nothing was sent, and once descriptors are free the
+    rollout runs."""
     envs = vecenv.make("CartPole-v1", 4, num_workers=2, context="fork")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     held: list[int] = []
@@ -233,10 +237,24 @@ def test_a_rollout_block_without_a_free_descriptor_is_a_descriptor_limit_error()
         with contextlib.suppress(OSError):
             while True:
                 held.append(os.open(os.devnull, os.O_RDONLY))
-        with pytest.raises(DescriptorLimitError, match="rollout block of 5 steps of 4 envs") as info:
-            envs.rollout(5)
-        assert isinstance(info.value, OSError) and info.value.errno == errno.EMFILE
-        assert "RLIMIT_NOFILE" in str(info.value)
+        for _ in range(free):
+            os.close(held.pop())
+        if free == 0:
+            with pytest.raises(DescriptorLimitError, match="rollout block of 5 steps of 4 envs") as info:
+                envs.rollout(5)
+        else:
+            try:
+                envs.rollout(5)
+            except OSError as exc:  # a DescriptorLimitError, or a bare OSError naming nothing
+                assert isinstance(exc, DescriptorLimitError), repr(exc)
+                assert "rollout block of 5 steps of 4 envs" in str(exc), str(exc)
+                info = pytest.ExceptionInfo.from_exception(exc)
+            else:
+                assert free > 1 or sys.version_info >= (3, 13), "one descriptor cannot hold the block and its map"
+                info = None
+        if info is not None:
+            assert isinstance(info.value, OSError) and info.value.errno == errno.EMFILE
+            assert "RLIMIT_NOFILE" in str(info.value)
         for fd in held:
             os.close(fd)
         held.clear()

@@ -31,7 +31,7 @@ from gymnasium import Space
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from vecenv.spaces import build_tree, is_fixed, leaf_layout, row_writer, tree_assign, tree_slice
-from vecenv.wire.memory import INHERITED_FDS, check_block, make_memfd, seal_memfd
+from vecenv.wire.memory import INHERITED_FDS, check_block, descriptor_limit_error, make_memfd, seal_memfd
 from vecenv.wire.protocol import Flags, Rows
 
 __all__ = [
@@ -91,6 +91,14 @@ class BufferSpec:
         return fields
 
 
+#: What mapping a new block takes beside its memfd, for the error when no descriptor is free.
+_MAPPING_NEEDS = (
+    "a file descriptor (a memfd)"
+    if sys.version_info >= (3, 13)
+    else "a memfd and, while it is mapped, up to 3 more file descriptors (before Python 3.13 a mapping keeps one)"
+)
+
+
 def _map(fd: int, size: int) -> mmap.mmap:
     """Map a memfd without the duplicate descriptor ``mmap`` keeps of it.
 
@@ -103,10 +111,16 @@ def _map(fd: int, size: int) -> mmap.mmap:
         return mmap.mmap(fd, size, trackfd=False)  # type: ignore[call-arg,unused-ignore]
     before = _descriptors_of(fd)
     mm = mmap.mmap(fd, size)
-    for dup in _descriptors_of(fd) - before:
-        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        os.dup2(null, dup, inheritable=False)
-        os.close(null)
+    try:
+        for dup in _descriptors_of(fd) - before:
+            null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+            os.dup2(null, dup, inheritable=False)
+            os.close(null)
+    except BaseException:
+        # Out of descriptors part-way, say: the duplicate goes now, not when a traceback that
+        # holds this frame is collected.
+        mm.close()
+        raise
     return mm
 
 
@@ -155,7 +169,13 @@ class SharedBlock:
             try:
                 os.ftruncate(fd, size)
                 seal_memfd(fd)
-                mm = _map(fd, size)
+                try:
+                    mm = _map(fd, size)
+                except OSError as exc:
+                    error = descriptor_limit_error(exc, what, _MAPPING_NEEDS)
+                    if error is exc:
+                        raise
+                    raise error from None
                 _remember_mapping(mm)  # a worker forked later gives it up (drop_inherited_mappings)
                 INHERITED_FDS.add(fd)
                 return cls(mm, fd, None)

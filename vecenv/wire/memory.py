@@ -39,6 +39,7 @@ __all__ = [
     "close_inherited",
     "seal_memfd",
     "make_memfd",
+    "descriptor_limit_error",
     "cgroup_headroom",
 ]
 
@@ -193,15 +194,25 @@ def make_memfd(name: str, what: str) -> int:
     try:
         return os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     except OSError as exc:
-        if exc.errno not in (errno.EMFILE, errno.ENFILE):
+        error = descriptor_limit_error(exc, what, "a file descriptor (a memfd)")
+        if error is exc:
             raise
-        soft, count = descriptor_usage()
-        raise DescriptorLimitError(
-            exc.errno,
-            f"cannot make {what}: it needs a file descriptor (a memfd), and this process may open {soft} "
-            f"(RLIMIT_NOFILE) and {count}. Nothing was made; raise the limit (ulimit -n, "
-            "resource.setrlimit) or close some descriptors",
-        ) from None
+        raise error from None
+
+
+def descriptor_limit_error(exc: OSError, what: str, needs: str) -> OSError:
+    """``exc`` as a :class:`~vecenv.errors.DescriptorLimitError` naming ``what`` and what it
+    ``needs`` where it says this process may open no more descriptors (``RLIMIT_NOFILE``, or
+    the system's table); any other ``OSError`` is returned as it is."""
+    if exc.errno not in (errno.EMFILE, errno.ENFILE):
+        return exc
+    soft, count = descriptor_usage()
+    return DescriptorLimitError(
+        exc.errno,
+        f"cannot make {what}: it needs {needs}, and this process may open {soft} "
+        f"(RLIMIT_NOFILE) and {count}. Nothing was made; raise the limit (ulimit -n, "
+        "resource.setrlimit) or close some descriptors",
+    )
 
 
 def seal_memfd(fd: int, *, contents: bool = False) -> None:
