@@ -41,6 +41,9 @@ ALLOWED = {
     ("KeyboardInterrupt", "_raise_interrupt"),
     # json's `default=` protocol: TypeError for a value it cannot write.
     ("TypeError", "json_default"),
+    # The reply reader raises what Connection.recv_bytes raises for a pipe closed part-way; the
+    # process transport catches it and reports the worker dead.
+    ("EOFError", "receiving.py"),
 }
 
 

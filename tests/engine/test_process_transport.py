@@ -7,6 +7,9 @@ the next read take the body's tail for a length and wait forever. The process tr
 such a worker at once and reports it dead, with a cause that says why, so the call after the
 interrupt raises and close() returns promptly.
 
+A reply that stops arriving part-way (its worker stopped while it wrote) is read within the
+wait's deadline, the part read kept for the next wait.
+
 Also: a pipe that hangs up while its process lingers is a death reported at once, never a busy
 wait; ``pin_cpus`` pins each worker to one core; ``worker_nice`` runs every worker, a
 replacement too, below this process's priority.
@@ -16,11 +19,15 @@ from __future__ import annotations
 
 import functools
 import json
+import multiprocessing
 import os
 import signal
+import struct
 import subprocess
 import sys
+import threading
 import time
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -36,20 +43,22 @@ from tests.helpers.envs import DiffEnv, HangupEnv, fns
 from tests.helpers.fakes import count_pickles
 from tests.helpers.faults import no_spinning, transport_of
 from vecenv import SubprocVectorEnv, WorkerDiedError
+from vecenv.transports.receiving import ReplyReader, bound_reads
 from vecenv.wire.buffers import BufferSpec
 from vecenv.wire.fastpath import SpinMode
 
 
-def _cut_next_read(conn: Any) -> None:
-    """Make ``conn``'s next read take 2 bytes of the message's length prefix, then be
+def _cut_next_read(transport: Any, worker: int) -> None:
+    """Make worker ``worker``'s next read take 2 bytes of the message's length prefix, then be
     interrupted, as a signal between two reads would leave it."""
+    reader = transport.readers[worker]
 
     def torn_read(*args: Any) -> bytes:
-        del conn.recv_bytes  # one cut only
-        os.read(conn.fileno(), 2)
+        del reader.read  # one cut only
+        os.read(transport.conns[worker].fileno(), 2)
         raise KeyboardInterrupt
 
-    conn.recv_bytes = torn_read
+    reader.read = torn_read
 
 
 def _assert_every_worker_kept(envs: Any, sync: SyncVectorEnv, pids: list[int | None]) -> None:
@@ -61,17 +70,17 @@ def _assert_every_worker_kept(envs: Any, sync: SyncVectorEnv, pids: list[int | N
     assert envs.worker_pids == pids and envs.restart_count == 0
 
 
-def _ctrl_c_in_next_read(conn: Any, presses: int) -> None:
-    """Make ``conn``'s next read deliver a real SIGINT ``presses`` times while it reads (the
+def _ctrl_c_in_next_read(reader: Any, presses: int) -> None:
+    """Make ``reader``'s next read deliver a real SIGINT ``presses`` times while it reads (the
     signal arrives during the read; its handler runs where the interpreter next checks)."""
 
     def read_with_ctrl_c(*args: Any) -> bytes:
-        del conn.recv_bytes  # once
+        del reader.read  # once
         for _ in range(presses):
             signal.raise_signal(signal.SIGINT)
-        return type(conn).recv_bytes(conn, *args)
+        return type(reader).read(reader, *args)
 
-    conn.recv_bytes = read_with_ctrl_c
+    reader.read = read_with_ctrl_c
 
 
 @pytest.mark.timeout(60)
@@ -83,7 +92,7 @@ def test_a_second_ctrl_c_during_a_read_cuts_it_and_ends_the_worker(monkeypatch: 
     try:
         envs.reset(seed=0)
         process = transport_of(envs).processes[1]
-        _ctrl_c_in_next_read(transport_of(envs).conns[1], presses=2)
+        _ctrl_c_in_next_read(transport_of(envs).readers[1], presses=2)
         with pytest.raises(KeyboardInterrupt):
             envs.reset(seed=1)
         process.join(10)
@@ -144,7 +153,7 @@ def test_interrupt_mid_read_ends_the_worker_and_close_is_prompt(context: str, mo
     try:
         envs.reset(seed=0)
         process = transport_of(envs).processes[1]
-        _cut_next_read(transport_of(envs).conns[1])
+        _cut_next_read(transport_of(envs), 1)
         with pytest.raises(KeyboardInterrupt):
             envs.step(np.zeros(4, np.int64))
         process.join(10)
@@ -165,7 +174,7 @@ def test_interrupt_mid_read_with_restarts_rebuilds_the_worker(monkeypatch: pytes
     assert transport_of(envs).spin_mode is SpinMode.OFF
     try:
         envs.reset(seed=0)
-        _cut_next_read(transport_of(envs).conns[1])
+        _cut_next_read(transport_of(envs), 1)
         with pytest.raises(KeyboardInterrupt):
             envs.step(np.zeros(4, np.int64))
         obs, infos = envs.reset(seed=1)
@@ -371,7 +380,7 @@ def test_an_interrupt_that_cuts_no_message_keeps_every_worker(where: str, monkey
 
             monkeypatch.setattr(process_module, "decode_reply", interrupted_decode)
         elif where == "ctrl-c-while-a-reply-is-read":
-            _ctrl_c_in_next_read(transport_of(envs).conns[1], presses=1)
+            _ctrl_c_in_next_read(transport_of(envs).readers[1], presses=1)
         else:
             write = os.write
 
@@ -440,3 +449,113 @@ def test_the_buffer_spec_is_pickled_once_for_every_worker_and_replacement(monkey
         assert envs.restart_count == 1
         assert pickled.count(parent) == 1
     sync.close()
+
+
+# -- replies that stop arriving part-way --------------------------------------------------------
+
+
+def _framed(message: bytes) -> bytes:
+    """``message`` as ``Connection.send_bytes`` writes it (a length of under 2 GiB)."""
+    return struct.pack("!i", len(message)) + message
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("size", [5, 70_000, (1 << 22) + 3])
+@pytest.mark.parametrize("cut", ["in-the-length", "in-the-message"])
+def test_a_reply_read_in_part_is_kept_until_it_is_whole(size: int, cut: str) -> None:
+    """A reply that stops part-way (its writer stopped) is not waited for past the deadline: the
+    read returns ``None`` and keeps what it read, and the next read, once the rest is there,
+    returns the message whole, then the one after it; a pipe closed part-way is ``EOFError``."""
+    parent, child = multiprocessing.Pipe(duplex=True)
+    message = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+    wire = _framed(message) + _framed(b"next")
+    split = 2 if cut == "in-the-length" else 4 + size // 2
+    first_written, go_on = threading.Event(), threading.Event()
+
+    def write_all(part: memoryview) -> None:
+        while part:
+            part = part[os.write(child.fileno(), part) :]
+
+    def writer() -> None:  # as a worker that stops part-way, then goes on
+        write_all(memoryview(wire)[:split])
+        first_written.set()
+        go_on.wait(20)
+        write_all(memoryview(wire)[split:])
+
+    thread = threading.Thread(target=writer, daemon=True)
+    try:
+        bound_reads(parent)
+        reader = ReplyReader(parent)
+        thread.start()
+        while not first_written.is_set():  # (more than the socket holds is read as it comes)
+            assert reader.read(time.monotonic() + 0.01) is None
+        t0 = time.monotonic()
+        assert reader.read(time.monotonic() + 0.05) is None  # the rest is not there: kept for later
+        assert time.monotonic() - t0 < 5  # the deadline and a slice (0.06 s), with room for a loaded host
+        go_on.set()
+        got = reader.read(None)
+        assert got is not None and bytes(got) == message
+        assert reader.read(None) == b"next"
+        thread.join(20)
+        os.write(child.fileno(), wire[: min(split, 6)])  # (what the socket's buffer holds)
+        child.close()
+        with pytest.raises(EOFError):
+            reader.read(None)
+    finally:
+        go_on.set()
+        parent.close()
+        if not child.closed:
+            child.close()
+
+
+class _StopsInItsReply(gym.Env):
+    """The info of its first step ever is 8 MiB, its later ones none (with a ``_send_bytes``
+    that stops the worker part-way through a message that large)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+    big_sent = False
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        return self.np_random.uniform(-1, 1, 1).astype(np.float32), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        info = {} if self.big_sent else {"big": np.ones(1 << 21, np.float32)}
+        self.big_sent = True
+        return self.np_random.uniform(-1, 1, 1).astype(np.float32), 1.0, False, False, info
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_stopped_part_way_through_its_reply_is_a_timeout_not_a_hang(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker stopped (SIGSTOP) part-way through writing a large reply held ``step(timeout=1)``
+    for as long as it stayed stopped: the parent read the reply whole, without a deadline. The
+    step raises ``VecEnvTimeoutError`` at its timeout; once the worker goes on, its late reply
+    is dropped and a reset gives Sync's results."""
+    real = Connection._send_bytes
+
+    def stops_part_way(self: Connection, buf: Any) -> None:
+        if len(buf) < 1 << 20:
+            return real(self, buf)
+        data = bytes(buf)
+        self._send(struct.pack("!i", len(data)) + data[: len(data) // 2])  # type: ignore[attr-defined]
+        os.kill(os.getpid(), signal.SIGSTOP)
+        self._send(data[len(data) // 2 :])  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(Connection, "_send_bytes", stops_part_way)  # the forked worker's too
+    sync = SyncVectorEnv([_StopsInItsReply] * 2)
+    with SubprocVectorEnv([_StopsInItsReply] * 2, num_workers=1, context="fork") as envs:
+        monkeypatch.setattr(Connection, "_send_bytes", real)  # (this process's own pipes: as they were)
+        envs.reset(seed=3)
+        (pid,) = envs.worker_pids
+        t0 = time.monotonic()
+        with pytest.raises(vecenv.VecEnvTimeoutError, match="step"):
+            envs.step(np.array([0, 1]), timeout=1.0)
+        assert time.monotonic() - t0 < 10, "the step waited for the stopped worker"
+        os.kill(pid, signal.SIGCONT)
+        assert_same(envs.reset(seed=4, timeout=30), sync.reset(seed=4), "reset after the late reply")
+        # The first step since: Sync's envs send their 8 MiB infos now, the others sent theirs late.
+        got, want = envs.step(np.array([0, 1])), sync.step(np.array([0, 1]))
+        assert_same(got[:4], want[:4], "the first step after it")
+        assert_same(envs.step(np.array([1, 1])), sync.step(np.array([1, 1])), "the second step after it")
+        assert envs.worker_pids == [pid]

@@ -878,16 +878,16 @@ SIGTERM_WHILE_READING = textwrap.dedent(
         sync = SyncVectorEnv([lambda: gym.make("CartPole-v1")] * 4)
         try:
             envs.reset(seed=0)
-            conn = transport_of(envs).conns[0]
-            real = conn.recv_bytes
+            reader = transport_of(envs).readers[0]
+            real = reader.read
 
-            def recv_bytes(*args):
-                del conn.recv_bytes  # once
+            def read(*args):
+                del reader.read  # once
                 print("reading", flush=True)
                 sys.stdin.readline()  # the test sends SIGTERM, then this line
                 return real(*args)
 
-            conn.recv_bytes = recv_bytes
+            reader.read = read
             try:
                 envs.get_attr("spec")
             except Terminated as exc:

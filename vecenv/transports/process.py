@@ -38,6 +38,7 @@ from vecenv.interrupts import HeldInterrupt
 from vecenv.machine import available_cpus, descriptor_usage, guard_main, own_start_method, pin_cores, pinned_core
 from vecenv.transports import fork_server
 from vecenv.transports.base import Death, DeathCause, Event, Reply, Transport, WorkerGone
+from vecenv.transports.receiving import ReplyReader, bound_reads
 from vecenv.transports.sending import (
     Progress,
     SendProgress,
@@ -362,7 +363,9 @@ class ProcessTransport(Transport):
         #: Each worker's last call id answered (a reply taken twice counts once).
         self._last_answered: list[int | None] = []
         #: Replies read whole when an interrupt (Ctrl+C) came, for the next poll: ``(worker, bytes)``.
-        self._kept: list[tuple[int, bytes]] = []
+        self._kept: list[tuple[int, bytes | bytearray]] = []
+        #: Each worker pipe's reader, which keeps a reply read in part for the next wait.
+        self.readers: list[ReplyReader | None] = []
         #: The buffer spec every attach message holds, and its pickled form (made at the first
         #: attach, reused for every worker and every replacement).
         self._spec_pickled: tuple[Any, PickledOnce] | None = None
@@ -382,6 +385,7 @@ class ProcessTransport(Transport):
         self._word_command = [Command.STEP] * workers
         self._pipe_sent, self._replies_seen = [0] * workers, [0] * workers
         self._last_answered = [None] * workers
+        self.readers = [None] * workers
         if fastpath.SUPPORTED and workers:
             try:
                 with HeldInterrupt():  # made and recorded (closed by close()) as one
@@ -426,6 +430,8 @@ class ProcessTransport(Transport):
             raise _limit_error(exc, number, self.first_index + len(self.processes), self.auto) from None
         PARENT_ENDS.add(parent_conn)
         bound_writes(parent_conn)
+        bound_reads(parent_conn)
+        self.readers[index] = ReplyReader(parent_conn)  # nothing read of the new pipe yet
         control = self._control
         if control is not None:
             control.reset(index)
@@ -692,6 +698,7 @@ class ProcessTransport(Transport):
 
     def _poll_processes(self, workers: Sequence[int], timeout: float | None) -> list[Event]:
         """One wait; it may wake for a descriptor that yields no event yet (``[]``)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         torn = [i for i in workers if i in self._torn]
         if torn:
             for i in torn:
@@ -724,7 +731,7 @@ class ProcessTransport(Transport):
             with HeldInterrupt():
                 for worker in reading:
                     try:
-                        data = self._conn(worker).recv_bytes()
+                        data = self._reader(worker).read(deadline)
                     except (EOFError, OSError):
                         hung_up.add(worker)
                         continue
@@ -732,6 +739,8 @@ class ProcessTransport(Transport):
                         # A second Ctrl+C, or another signal's handler, cut the read short.
                         self._tear(worker)
                         raise
+                    if data is None:  # the rest of it did not come in time: read on at the next wait
+                        continue
                     self._kept.append((worker, data))
             events.extend(self._take_kept(reading))
         # A worker's sentinel and pidfd may both be ready: one death each.
@@ -757,7 +766,7 @@ class ProcessTransport(Transport):
         self._kept = [entry for entry in self._kept if entry not in kept]
         return found
 
-    def _reply(self, worker: int, data: bytes) -> Reply | None:
+    def _reply(self, worker: int, data: bytes | bytearray) -> Reply | None:
         """The reply ``worker`` wrote (``None``: a wake-up's, whose reply is in the words),
         counted as answered. Taken again after an interrupt, it counts once."""
         if data == WAKE_REPLY:
@@ -887,6 +896,11 @@ class ProcessTransport(Transport):
                 poller.register(fd, select.POLLIN)
             cached = self._pollers[key] = (pipes, sentinels, poller)
         return cached
+
+    def _reader(self, worker: int) -> ReplyReader:
+        reader = self.readers[worker]
+        assert reader is not None, f"worker {worker} has no pipe"
+        return reader
 
     def _conn(self, worker: int) -> Connection:
         conn = self.conns[worker]

@@ -711,7 +711,7 @@ def encode_reply(call_id: int, ok: bool, result: Any, dumps: Dumps = _dumps) -> 
     return _HEADER.pack(_PICKLED, _OK if ok else _ERROR, call_id) + dumps(result)
 
 
-def decode_reply(data: bytes) -> DecodedReply:
+def decode_reply(data: bytes | bytearray) -> DecodedReply:
     """Inverse of :func:`encode_reply`.
 
     A result that cannot be unpickled here becomes an error reply to its call, carrying the
