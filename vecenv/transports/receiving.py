@@ -23,6 +23,8 @@ import struct
 import time
 from multiprocessing.connection import Connection
 
+from vecenv.transports.sending import socket_of, timeval
+
 __all__ = ["RECEIVE_SLICE", "ReplyReader", "bound_reads"]
 
 #: Seconds one read of a worker's pipe may block before it gives up for now (how far past a
@@ -40,15 +42,8 @@ def bound_reads(conn: Connection) -> None:
     The descriptor stays blocking: a read with nothing to take waits at most a slice and raises
     ``BlockingIOError``; ``poll`` and ``select`` on it are unchanged.
     """
-    fd = conn.fileno()
-    seconds = int(RECEIVE_SLICE)
-    micros = int(round((RECEIVE_SLICE - seconds) * 1e6))
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=fd)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("@ll", seconds, micros))
-    finally:
-        sock.detach()
-        os.set_blocking(fd, True)  # a default timeout (socket.setdefaulttimeout) would have cleared it
+    with socket_of(conn) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval(RECEIVE_SLICE))
 
 
 class ReplyReader:

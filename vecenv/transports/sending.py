@@ -30,6 +30,7 @@ import os
 import socket
 import struct
 import time
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 
 from vecenv.errors import VecEnvTimeoutError
@@ -45,6 +46,8 @@ __all__ = [
     "send_handle_within",
     "send_timeout",
     "send_within",
+    "socket_of",
+    "timeval",
 ]
 
 #: Seconds a worker may take none of a command when its call has no ``timeout=`` of its own (the
@@ -99,22 +102,33 @@ def send_timeout(timeout: float | None = None) -> float:
     return SEND_TIMEOUT if timeout is None else timeout
 
 
+@contextlib.contextmanager
+def socket_of(conn: Connection) -> Iterator[socket.socket]:
+    """``conn``'s socket, to set its options: the descriptor stays ``conn``'s, and blocking."""
+    fd = conn.fileno()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=fd)
+    try:
+        yield sock
+    finally:
+        sock.detach()
+        os.set_blocking(fd, True)  # a default timeout (socket.setdefaulttimeout) would have cleared it
+
+
+def timeval(seconds: float) -> bytes:
+    """``seconds`` as the ``struct timeval`` that ``SO_SNDTIMEO`` and ``SO_RCVTIMEO`` take."""
+    whole = int(seconds)
+    return struct.pack("@ll", whole, int(round((seconds - whole) * 1e6)))
+
+
 def bound_writes(conn: Connection) -> None:
     """Give the parent's end of a worker pipe (a socket) the send timeout :data:`SEND_SLICE`.
 
     The descriptor stays blocking: a write waits at most a slice and returns what it wrote.
     """
-    fd = conn.fileno()
-    seconds = int(SEND_SLICE)
-    micros = int(round((SEND_SLICE - seconds) * 1e6))
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, fileno=fd)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("@ll", seconds, micros))
+    with socket_of(conn) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval(SEND_SLICE))
         if sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) < MIN_SEND_BUFFER:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, MIN_SEND_BUFFER)
-    finally:
-        sock.detach()
-        os.set_blocking(fd, True)  # a default timeout (socket.setdefaulttimeout) would have cleared it
 
 
 def send_within(
