@@ -31,7 +31,7 @@ from gymnasium import Space
 from gymnasium.vector.utils import concatenate, create_empty_array
 
 from vecenv.spaces import build_tree, is_fixed, leaf_layout, row_writer, tree_assign, tree_slice
-from vecenv.wire.memory import INHERITED_FDS, check_block, descriptor_limit_error, make_memfd, seal_memfd
+from vecenv.wire.memory import INHERITED_FDS, check_block, descriptor_limit, make_memfd, seal_memfd
 from vecenv.wire.protocol import Flags, Rows
 
 __all__ = [
@@ -169,13 +169,8 @@ class SharedBlock:
             try:
                 os.ftruncate(fd, size)
                 seal_memfd(fd)
-                try:
+                with descriptor_limit(what, _MAPPING_NEEDS):
                     mm = _map(fd, size)
-                except OSError as exc:
-                    error = descriptor_limit_error(exc, what, _MAPPING_NEEDS)
-                    if error is exc:
-                        raise
-                    raise error from None
                 _remember_mapping(mm)  # a worker forked later gives it up (drop_inherited_mappings)
                 INHERITED_FDS.add(fd)
                 return cls(mm, fd, None)

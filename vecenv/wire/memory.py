@@ -22,10 +22,11 @@ the blocks' memory for as long as it lives.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import resource
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from vecenv.errors import DescriptorLimitError, MemoryLimitError
 from vecenv.machine import cgroups, descriptor_usage
@@ -40,6 +41,7 @@ __all__ = [
     "seal_memfd",
     "make_memfd",
     "descriptor_limit_error",
+    "descriptor_limit",
     "cgroup_headroom",
 ]
 
@@ -191,13 +193,8 @@ def make_memfd(name: str, what: str) -> int:
     :class:`~vecenv.errors.DescriptorLimitError` naming ``what``, the limit and the count, not a
     bare ``OSError`` (the call that needed it made nothing and can be retried once some are
     free)."""
-    try:
+    with descriptor_limit(what, "a file descriptor (a memfd)"):
         return os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    except OSError as exc:
-        error = descriptor_limit_error(exc, what, "a file descriptor (a memfd)")
-        if error is exc:
-            raise
-        raise error from None
 
 
 def descriptor_limit_error(exc: OSError, what: str, needs: str) -> OSError:
@@ -213,6 +210,21 @@ def descriptor_limit_error(exc: OSError, what: str, needs: str) -> OSError:
         f"(RLIMIT_NOFILE) and {count}. Nothing was made; raise the limit (ulimit -n, "
         "resource.setrlimit) or close some descriptors",
     )
+
+
+@contextlib.contextmanager
+def descriptor_limit(what: str, needs: str) -> Iterator[None]:
+    """Within it, an ``OSError`` saying this process may open no more descriptors becomes the
+    :class:`~vecenv.errors.DescriptorLimitError` of :func:`descriptor_limit_error` (the
+    ``OSError`` itself is dropped from the chain: the new message says all of it); any other
+    ``OSError`` goes on unchanged."""
+    try:
+        yield
+    except OSError as exc:
+        error = descriptor_limit_error(exc, what, needs)
+        if error is exc:
+            raise
+        raise error from None
 
 
 def seal_memfd(fd: int, *, contents: bool = False) -> None:
