@@ -274,6 +274,69 @@ def test_a_list_of_actions_and_extras_is_split_as_the_tuple_is(kind: str) -> Non
             np.testing.assert_array_equal(envs.policy_state()[0], np.full(4, 5.0, np.float32))
 
 
+class PairShapedActionsEnv(gym.Env):
+    """Actions of a Tuple space whose batch is itself a 2-tuple ending in a mapping, as
+    ``(actions, extras)`` is; the observation counts the steps and holds the last action."""
+
+    observation_space = gym.spaces.Box(0, 100, (4,), np.float32)
+    action_space = gym.spaces.Tuple(
+        (
+            gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Discrete(3))),
+            gym.spaces.Dict({"k": gym.spaces.Discrete(4)}),
+        )
+    )
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(4, np.float32), {}
+
+    def step(self, action: Any) -> Any:
+        assert self.action_space.contains(action), action
+        (a, b), d = action
+        self.t += 1
+        return np.array([self.t, a, b, d["k"]], np.float32), 1.0, False, self.t >= 5, {}
+
+
+def pair_shaped_actions(observations: Any) -> Any:
+    """A row-wise batch of :class:`PairShapedActionsEnv`'s actions, from the step count."""
+    t = np.asarray(observations)[:, 0].astype(np.int64)
+    return ((t % 2, t % 3), {"k": t % 4})
+
+
+def pair_shaped_actions_and_extras(observations: Any) -> Any:
+    return pair_shaped_actions(observations), {"value": np.asarray(observations)[:, 0] * 2}
+
+
+@pytest.mark.timeout(60)
+def test_actions_shaped_as_a_pair_are_actions_and_the_pair_of_them_with_extras_is_split() -> None:
+    """For a Tuple action space ``(Tuple, Dict)`` a batch of actions is a 2-tuple whose second
+    item is a mapping, as ``(actions, extras)`` is: the policy's actions alone are the actions
+    (as ``step`` takes them), and ``(actions, extras)`` is the pair, both giving the steps a
+    plain loop gives."""
+    fns = [PairShapedActionsEnv] * 3
+    with make(fns, 2) as envs:
+        envs.reset(seed=SEED)
+        bare = envs.rollout(7, pair_shaped_actions)
+        assert bare.extras == {}
+        envs.reset(seed=SEED)
+        paired = envs.rollout(7, pair_shaped_actions_and_extras)
+        assert set(paired.extras) == {"value"}
+    sync = SyncVectorEnv(fns)
+    try:
+        obs, _ = sync.reset(seed=SEED)
+        for t in range(7):
+            for got in (bare, paired):
+                np.testing.assert_array_equal(got.observations[t], obs, err_msg=f"step {t}")
+            np.testing.assert_array_equal(paired.extras["value"][t], obs[:, 0] * 2)
+            obs = sync.step(pair_shaped_actions(obs))[0]
+        (a, b), d = bare.actions
+        np.testing.assert_array_equal(a[:, 0], np.array([0, 1, 0, 1, 0, 1, 0]))  # t = 0-5, then the reset's 0
+        np.testing.assert_array_equal(d["k"], paired.actions[1]["k"])
+    finally:
+        sync.close()
+
+
 # -- the state: read, set, across restarts -------------------------------------------------------
 
 
