@@ -303,18 +303,23 @@ class TorchPolicy(WorkerPolicy):
         original = getattr(self, "_module", None)
         if original is None:
             raise ArgumentTypeError(_copy_has_no_weights(self, "module"))
-        return _checked_original(original.state_dict(), self._layout, self.name, "module")
+        return _checked_original(original.state_dict(), self._layout, self, "module", "module")
 
 
-def _checked_original(state: Any, layout: dict[str, tuple[tuple[int, ...], Any]], name: str, original: str) -> Any:
+def _checked_original(
+    state: Any, layout: dict[str, tuple[tuple[int, ...], Any]], policy: WorkerPolicy, original: str, passed: str
+) -> Any:
     """:func:`check_state_dict` of the original's own ``state_dict``, the error saying where the
-    weights came from (``update_policy_weights()`` was given none)."""
+    weights came from (``update_policy_weights()`` was given none) and how to send a new copy:
+    pass the ``passed`` object to ``rollout`` again (a policy object made before the change
+    holds the old copy)."""
     try:
-        return check_state_dict(state, layout, name)
+        return check_state_dict(state, layout, policy.name)
     except WeightsMismatchError as exc:
         exc.add_note(
             f"`weights` here are the original {original}'s state_dict() as it is now, which no longer fits the "
-            "copies made from it: pass the policy again to `rollout` to send a new copy"
+            f"copies made from it: pass the {passed} to `rollout` again to send a new copy (a "
+            f"{type(policy).__name__} made before the change holds the old copy: make a new one)"
         )
         raise
 
@@ -552,7 +557,7 @@ class SB3Policy(WorkerPolicy):
         if original is None:
             raise ArgumentTypeError(_copy_has_no_weights(self, "model"))
         # Checked and on the CPU, as given weights are: SB3 trains on a GPU where it finds one.
-        state = _checked_original(original.policy.state_dict(), self._layout, self.name, "model's policy network")
+        state = _checked_original(original.policy.state_dict(), self._layout, self, "model's policy network", "model")
         rate = getattr(original, "exploration_rate", None)
         return _ModelWeights(state, None if rate is None else float(rate))
 

@@ -416,7 +416,33 @@ def test_the_original_module_s_weights_that_no_longer_fit_are_refused_before_any
             envs.update_policy_weights()
         assert "the original module's state_dict()" in " ".join(info.value.__notes__)
         assert envs.policy_weights_version == version
-        assert (envs.rollout(2, module).actions == 2).all(), "the copies act with the weights they had"
+
+
+@pytest.mark.timeout(60)
+def test_a_changed_module_passed_again_after_its_weights_were_refused_is_sent_as_a_new_copy() -> None:
+    """The refusal's note says to pass the module to ``rollout`` again: that sends a new copy,
+    made of the module as it is now, whose weights can then be pushed again. Before, the same
+    object passed again reused the old copies, and every later push was refused the same way."""
+    torch = pytest.importorskip("torch")
+    module = greedy_module()
+    with make(diff_env_fns(4), 2) as envs:
+        envs.reset(seed=SEED)
+        first = envs.rollout(2, module)
+        module.register_parameter("scale", torch.nn.Parameter(torch.ones(1)))  # unused: a new entry
+        with torch.no_grad():
+            module.linear.bias.copy_(torch.tensor([0.0, 5.0, 0.0, 0.0]))
+        with pytest.raises(WeightsMismatchError, match="unexpected 'scale'") as info:
+            envs.update_policy_weights()
+        assert "pass the module to `rollout` again" in " ".join(info.value.__notes__)
+        assert envs.policy_weights_version == first.weights_version, "the refusal changed nothing"
+        again = envs.rollout(2, module)
+        assert again.weights_version == first.weights_version + 1
+        assert (again.actions == 1).all(), "the new copy acts with the module as it is now"
+        with torch.no_grad():
+            module.linear.bias.copy_(torch.tensor([0.0, 0.0, 0.0, 5.0]))
+            module.scale.fill_(2.0)
+        envs.update_policy_weights()  # fits the new copies
+        assert (envs.rollout(2, module).actions == 3).all()
 
 
 class ZeroAgent:

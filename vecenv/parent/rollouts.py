@@ -39,7 +39,7 @@ from gymnasium import Space
 from gymnasium.vector import AutoresetMode
 
 from vecenv.checks import check_num_steps, check_timeout
-from vecenv.errors import ClosedEnvironmentError, InvalidArgumentError, PolicyOutputError
+from vecenv.errors import ClosedEnvironmentError, InvalidArgumentError, PolicyOutputError, WeightsMismatchError
 from vecenv.interrupts import HeldInterrupt
 from vecenv.parent.action_rows import empty_action_space
 from vecenv.parent.bounded import bounded_call
@@ -293,7 +293,14 @@ class Rollouts:
             )
         # Checked before anything changes: weights the copies cannot load are refused here, and
         # the copies keep the weights they had (WeightsMismatchError, TypeError).
-        self._weights = self._policy.weights() if weights is None else self._policy.check_weights(weights)
+        try:
+            self._weights = self._policy.weights() if weights is None else self._policy.check_weights(weights)
+        except WeightsMismatchError:
+            if weights is None:
+                # The original itself no longer fits its copies: the same object passed to
+                # `rollout` again is a new policy, sent as a new copy (as the error's note says).
+                self._given = None
+            raise
         self._forget_pickled()
         self._version += 1
 
@@ -793,7 +800,9 @@ class RolloutMethods:
         ``torch.nn.Module``, a Stable-Baselines3 model or any picklable callable
         ``policy(observations) -> actions`` on a batch of rows (see :mod:`vecenv.policies`).
         Each worker gets a copy the first time a policy is passed; passing the same object
-        again reuses the copies (push new weights with :meth:`update_policy_weights`). A policy
+        again reuses the copies (push new weights with :meth:`update_policy_weights`; where that
+        refuses the original's own weights as no longer fitting the copies, the same object passed
+        again is sent as a new copy). A policy
         may return ``(actions, extras)`` (named per-row arrays, in :attr:`Rollout.extras`) and
         may be recurrent (``initial_state``; see :mod:`vecenv.policy_outputs`): its layout is
         learned from one call of a copy here, when it is first passed.
