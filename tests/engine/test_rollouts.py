@@ -289,6 +289,39 @@ def test_random_policy_is_reseeded_by_a_seeded_reset() -> None:
         np.testing.assert_array_equal(envs.rollout(10, RandomPolicy()).actions, first)  # the same policy
 
 
+def _zero_boxes(observations: np.ndarray) -> np.ndarray:
+    return np.zeros((len(observations), 2), np.float32)
+
+
+@pytest.mark.timeout(120)
+def test_random_policy_passed_again_after_another_goes_on_with_new_streams() -> None:
+    """An evaluation rollout between two random ones: the random policy passed again drew, action
+    for action, what it drew after the last seeded reset (the copy was built anew from the same
+    seeds). It now draws new numbers, the same for any grouping, and a seeded reset still starts
+    the same sequence again."""
+
+    def calls(workers: int | str) -> list[np.ndarray]:
+        with make(diff_env_fns(6, act_kind="box"), workers) as envs:
+            envs.reset(seed=5)
+            got = [envs.rollout(8).actions, envs.rollout(8).actions]
+            envs.rollout(2, _zero_boxes)  # any other policy
+            got.append(envs.rollout(8).actions)
+            envs.rollout(2, _zero_boxes)
+            got.append(envs.rollout(8, RandomPolicy()).actions)
+            envs.reset(seed=5)
+            got.append(envs.rollout(8).actions)
+            return got
+
+    reference = calls(1)
+    for earlier in range(3):
+        for later in range(earlier + 1, 4):
+            assert not np.array_equal(reference[later], reference[earlier]), (earlier, later)
+    np.testing.assert_array_equal(reference[4], reference[0], err_msg="a seeded reset starts them again")
+    for workers in (2, 3, "inline"):
+        for k, (got, want) in enumerate(zip(calls(workers), reference, strict=True)):
+            np.testing.assert_array_equal(got, want, err_msg=f"workers={workers}, rollout {k}")
+
+
 # -- policies --------------------------------------------------------------------------------
 
 
@@ -819,6 +852,48 @@ def test_sb3_model_runs_in_workers_deterministically() -> None:
         envs.reset(seed=3)
         again = [envs.rollout(20, model).actions for _ in range(2)]
         np.testing.assert_array_equal(np.concatenate(stochastic), np.concatenate(again))
+
+
+class StillEnv(gym.Env):
+    """The same observation at every step, and no end: a stochastic policy's actions on it are
+    its sampler's draws alone."""
+
+    observation_space = gym.spaces.Box(0, 1, (3,), np.float32)
+    action_space = gym.spaces.Discrete(4)
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        super().reset(seed=seed)
+        return np.full(3, 0.5, np.float32), {}
+
+    def step(self, action: Any) -> Any:
+        return np.full(3, 0.5, np.float32), 0.0, False, False, {}
+
+
+@pytest.mark.timeout(180)
+def test_a_stochastic_sb3_policy_made_again_samples_anew_and_follows_the_seed() -> None:
+    """A new ``SB3Policy`` of the same model at each rollout (or the model passed again after
+    another policy) sampled, on observations that repeat, the very same actions at every
+    rollout: each copy seeded its sampler from the same reset seed. Later copies now draw new
+    numbers, and the same calls after the same seeded reset draw the same ones again."""
+    sb3 = pytest.importorskip("stable_baselines3")
+    model = sb3.PPO("MlpPolicy", StillEnv(), n_steps=16, batch_size=16, seed=0, device="cpu")
+    with make([StillEnv] * 4, 2) as envs:
+
+        def calls() -> list[np.ndarray]:
+            envs.reset(seed=1)
+            got = [envs.rollout(20, vecenv.policies.SB3Policy(model)).actions for _ in range(2)]
+            got.append(envs.rollout(20, model).actions)
+            envs.rollout(1)  # another policy
+            got.append(envs.rollout(20, model).actions)
+            return got
+
+        first = calls()
+        assert len(np.unique(first[0])) > 1, "the policy samples"
+        for earlier in range(3):
+            for later in range(earlier + 1, 4):
+                assert not np.array_equal(first[later], first[earlier]), (earlier, later)
+        for k, (got, want) in enumerate(zip(calls(), first, strict=True)):
+            np.testing.assert_array_equal(got, want, err_msg=f"rollout {k} after the same seeded reset")
 
 
 @pytest.mark.timeout(180)

@@ -21,7 +21,7 @@ from gymnasium import Space
 from vecenv.errors import ArgumentTypeError
 from vecenv.policy_outputs import PolicyOutputs, probe
 
-__all__ = ["PolicyContext", "PolicyRunner", "WorkerPolicy", "policy_seed", "seed_process_generators"]
+__all__ = ["PolicyContext", "PolicyRunner", "WorkerPolicy", "copy_seed", "policy_seed", "seed_process_generators"]
 
 #: Mixed into every env's reset seed to seed its random-action generator, so that the actions
 #: are not drawn from the same stream as the env's own ``np_random``.
@@ -33,6 +33,22 @@ def policy_seed(seed: int | None) -> int | None:
     if seed is None:
         return None
     return int(np.random.SeedSequence([int(seed), _POLICY_STREAM]).generate_state(1, np.uint64)[0])
+
+
+#: Mixed into an env's reset seed, with a copy's number, for the policy copies built after the
+#: first since that reset (:func:`copy_seed`).
+_COPY_STREAM = 0x636F_7079
+
+
+def copy_seed(seed: int | None, copy: int) -> int | None:
+    """The seed a worker tells the ``copy``-th policy copy it builds since its env was reset with
+    ``seed`` (:attr:`PolicyContext.seeds`): ``seed`` itself for the first (0), and for each later
+    one a seed derived from it and ``copy``. A policy passed after another (``"random"`` again
+    after an evaluation, a new ``SB3Policy`` at each rollout) then draws new numbers instead of
+    the first copy's again; the same calls after the same seeded reset draw the same ones."""
+    if seed is None or copy == 0:
+        return seed
+    return int(np.random.SeedSequence([int(seed), _COPY_STREAM, int(copy)]).generate_state(1, np.uint64)[0])
 
 
 def seed_process_generators(seed: int | None) -> None:
@@ -60,7 +76,8 @@ class PolicyContext:
     Attributes:
         env_ids: the global indices of its envs, in row order.
         observation_space, action_space: one env's spaces.
-        seeds: each env's last reset seed (``None``: never seeded).
+        seeds: each env's last reset seed (``None``: never seeded), for the first copy built
+            since that reset; later copies are told seeds derived from it (:func:`copy_seed`).
     """
 
     env_ids: range

@@ -67,7 +67,7 @@ from vecenv.wire.protocol import (
 )
 from vecenv.wire.rollout_buffers import RolloutBuffers
 from vecenv.worker.group import EnvGroup, VectorGroup, snapshot_info
-from vecenv.worker.policy import PolicyContext, PolicyRunner, seed_process_generators
+from vecenv.worker.policy import PolicyContext, PolicyRunner, copy_seed, seed_process_generators
 
 __all__ = ["GroupRollouts", "RolloutFailure"]
 
@@ -122,6 +122,8 @@ class GroupRollouts:
         self.start = start
         self.autoreset_mode = autoreset_mode
         self.seeds: list[int | None] = [None] * group.num_envs
+        # Policy copies built since each env's last seeded reset (their seeds: copy_seed).
+        self.copies = np.zeros(group.num_envs, np.int64)
         self.block: RolloutBuffers | None = None
         self.block_error: BaseException | None = None  # why the last block could not be mapped
         # The parent's weights slot as mapped here, and its number (vecenv.wire.weights).
@@ -173,6 +175,9 @@ class GroupRollouts:
             if seed is None or (args.mask is not None and not args.mask[j]):
                 continue
             self.seeds[j] = seed
+            # The copy installed now and the next one built both start from the seed itself: a
+            # new policy passed right after a seeded reset draws as it would had none been here.
+            self.copies[j] = 0
             if self.policy is not None:
                 self.policy.reseed(j, seed)
                 if j == 0:
@@ -292,9 +297,9 @@ class GroupRollouts:
         self.state = self._initial = None
         spec = self.buffers.spec
         n = self.group.num_envs
-        context = PolicyContext(
-            range(self.start, self.start + n), spec.observation_space, spec.action_space, list(self.seeds)
-        )
+        seeds = [copy_seed(seed, copy) for seed, copy in zip(self.seeds, self.copies.tolist(), strict=True)]
+        self.copies += 1
+        context = PolicyContext(range(self.start, self.start + n), spec.observation_space, spec.action_space, seeds)
         runner = worker_policy.build(context)
         self._seed_process(self.seeds[0] if self.seeds else None, runner)
         if runner.recurrent:
