@@ -22,7 +22,7 @@ import vecenv
 from tests.conftest import start_methods
 from tests.helpers.multiagent import PlainLoop, ToyParallelEnv, assert_tree_equal, first_value_policy
 from tests.helpers.threads import take_turns
-from vecenv.errors import InvalidArgumentError, NeedsResetError, SpaceMismatchError
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, NeedsResetError, SpaceMismatchError
 from vecenv.multiagent import AgentSpaceMismatchError, MultiAgentVectorEnv
 from vecenv.multiagent.copies import INACTIVE_KEY
 from vecenv.multiagent.group import ParallelCopies
@@ -388,6 +388,21 @@ def test_a_keyword_of_the_other_backend_is_refused_by_name_before_anything_start
     message = f"`{keyword}` is for backend={other!r} only, got backend={backend!r} and {keyword}={value!r}"
     with pytest.raises(ValueError, match=re.escape(message)):
         MultiAgentVectorEnv([ToyParallelEnv] * 2, 2, backend=backend, **{keyword: value})
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("build", ["class", "make_parallel"])
+def test_an_unknown_keyword_names_the_class_built_and_what_it_takes(build: str) -> None:
+    """The engine's ``TypeError`` named ``SubprocVectorEnv.from_groups()``, a class the caller
+    never built; it is now the multi-agent vector env's, with the keywords it takes, and nothing
+    starts."""
+    expected = "MultiAgentVectorEnv() got an unexpected keyword argument 'colour'; it takes backend, "
+    with pytest.raises(ArgumentTypeError, match=re.escape(expected)) as info:
+        if build == "class":
+            MultiAgentVectorEnv([ToyParallelEnv] * 2, 1, colour="red", shaerd_memory=False)
+        else:
+            vecenv.make_parallel(ToyParallelEnv, 2, 1, colour="red")
+    assert "SubprocVectorEnv" not in str(info.value) and "shared_memory" in str(info.value)
 
 
 def test_bad_copies_and_seeds_are_named_in_copies() -> None:

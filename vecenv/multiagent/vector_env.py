@@ -18,6 +18,7 @@ becomes a mask over its rows, an inactive mark on a row becomes ``infos["active"
 
 from __future__ import annotations
 
+import inspect
 import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -68,6 +69,16 @@ def open_rows(
             "`observation_mode` does not apply: every agent of every copy shares one observation space"
         )
     cls = vector_class(backend)
+    # What the engine takes, but for what this module sets itself: another keyword is the
+    # caller's mistake, said as Python says it, of the class the caller built.
+    takes = set(inspect.signature(cls.from_groups).parameters)
+    takes -= {"group_fns", "autoreset_mode", "inline_group", "observation_mode"}
+    unknown = sorted(set(kwargs) - takes)
+    if unknown:
+        raise ArgumentTypeError(
+            f"{name}() got an unexpected keyword argument {unknown[0]!r}; it takes backend, autoreset_mode"
+            f"{', inline_group' if backend == 'process' else ''} and {', '.join(sorted(takes))}"
+        )
     kwargs = {"display_name": name, **kwargs}
     if backend == "process":
         kwargs = {**kwargs, "inline_group": inline}
