@@ -96,6 +96,13 @@ def rollout_matches_steps(env_fns: list[Any], steps: int, policy: Any, seed: int
             starts = batch.episode_starts[t + 1]
             assert starts[copy_ended[t - 1]].all() and starts[~active[t - 1] & active[t]].all(), t
             assert not starts[active[t - 1] & active[t] & ~row_ended[t - 1]].any(), t
+        # Row by row: observations[t + 2] starts where the row ended at step t (an absent agent's
+        # row is terminated at every step, its reset step's too), and observations[1] where the
+        # agent was absent at reset(), as after any reset step (it was not a start there).
+        assert batch.episode_starts[0].all()
+        np.testing.assert_array_equal(batch.episode_starts[1], ~first[1]["active"], err_msg="episode_starts[1]")
+        for t in range(steps - 2):
+            np.testing.assert_array_equal(batch.episode_starts[t + 2], row_ended[t], err_msg=f"episode_starts[{t + 2}]")
         assert np.array_equal(envs.active, ref.active)
         actions = envs.action_space.sample()
         assert_tree_equal(envs.step(actions), ref.step(actions), "the step after the rollout")

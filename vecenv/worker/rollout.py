@@ -184,7 +184,11 @@ class GroupRollouts:
                     self._seed_process(seed, restart=True)
         mask = np.ones(self.group.num_envs, np.bool_) if args.mask is None else np.asarray(args.mask, np.bool_)
         self.starts |= mask
-        self._ended &= ~mask
+        # What the reset reported for its rows: nothing ended for an env, but a multi-agent
+        # group's absent agent is "terminated" at a reset as at every step, so that its next
+        # zero row is a start after reset() as after an autoreset.
+        ended = np.logical_or(self.buffers.terminations, self.buffers.truncations)
+        self._ended[mask] = ended[mask]
         self._restart_state(mask)
 
     def step_done(self) -> None:
