@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import re
 import resource
+import signal
 import socket
 import sys
 import threading
@@ -25,7 +27,7 @@ import numpy as np
 import pytest
 
 import vecenv
-from tests.helpers.envs import diff_env_fns, greedy_module
+from tests.helpers.envs import SlowReplacementEnv, diff_env_fns, greedy_module
 from tests.helpers.faults import FrameEnv, fault_fns, open_fds
 from vecenv import VecEnvTimeoutError, WorkerDiedError
 from vecenv.errors import DescriptorLimitError, MemoryLimitError, WeightsMismatchError
@@ -137,6 +139,35 @@ def test_a_sync_call_bounds_its_send_by_its_timeout(tmp_path: Path) -> None:
             envs.set_attr("payload", np.zeros(2**22), timeout=1.0)
         assert time.monotonic() - start < 10.0
     finally:
+        envs.close(terminate=True)
+
+
+@pytest.mark.timeout(60)
+def test_a_restart_found_while_sending_ends_with_the_call_s_timeout(tmp_path: Path) -> None:
+    """A stopped worker takes part of a command larger than a pipe's buffer and is ended, so
+    it is replaced (``on_worker_death="restart"``); its replacement hangs while it builds. The
+    rebuild had no bound when the death was found by the send (only a wait's deadline bounded
+    it): ``set_attr(..., timeout=1)`` returned after the whole rebuild. It now ends within the
+    call's ``timeout=``, as a death found while waiting does."""
+    marker = str(tmp_path / "replacement-hangs")
+    fns = [functools.partial(SlowReplacementEnv, i, marker=marker, dies=0, build_s=15.0) for i in range(4)]
+    envs = vecenv.SubprocVectorEnv(fns, 2, context="fork", on_worker_death="restart")
+    victim = None
+    try:
+        envs.reset(seed=1)
+        victim = envs.worker_pids[0]
+        assert victim is not None
+        open(marker, "w").close()  # the replacement of env 0's worker sleeps while it builds
+        os.kill(victim, signal.SIGSTOP)
+        start = time.monotonic()
+        with pytest.raises(WorkerDiedError, match="took longer than what was left of the call's timeout") as info:
+            envs.set_attr("payload", np.zeros(2**22), timeout=1.0)
+        assert "and then nothing" in str(info.value)
+        assert time.monotonic() - start < 10.0
+    finally:
+        if victim is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGCONT)
         envs.close(terminate=True)
 
 

@@ -21,6 +21,7 @@ A pipe that the interrupt cut in the middle of a message ends that worker
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -56,6 +57,10 @@ class CallRunner:
         #: The running call's ``timeout=``, which bounds its sends too (``None``: the default
         #: bound, :data:`~vecenv.transports.sending.SEND_TIMEOUT`).
         self.timeout: float | None = None
+        #: The end of that ``timeout=`` (``time.monotonic()``), counted from the call's start: it
+        #: bounds the rebuild of a worker that died as it was sent its command, as a wait's
+        #: deadline bounds the rebuild of one found dead while waiting.
+        self.deadline: float | None = None
         #: Why ``close()`` from another thread ended the workers (:meth:`abort`), once it has.
         self.aborted: str | None = None
 
@@ -67,11 +72,11 @@ class CallRunner:
         if timeout is None or self.timeout is not None:
             yield
             return
-        self.timeout = timeout
+        self.timeout, self.deadline = timeout, time.monotonic() + timeout
         try:
             yield
         finally:
-            self.timeout = None
+            self.timeout = self.deadline = None
 
     @property
     def restarts_workers(self) -> bool:
@@ -107,7 +112,7 @@ class CallRunner:
         pool = self.pool
         outgoing = pool.prepare(workers, command, payloads, call, wanted)
         try:
-            pool.deliver(workers, outgoing, self.timeout)
+            pool.deliver(workers, outgoing, self.timeout, self.deadline)
             if state is not None:
                 self.calls.begin(state, workers, mask)
             elif started is not None:

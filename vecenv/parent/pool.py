@@ -177,14 +177,19 @@ class WorkerPool:
         return owed
 
     def deliver(
-        self, workers: Sequence[WorkerRecord], outgoing: Sequence[OwedCall], timeout: float | None = None
+        self,
+        workers: Sequence[WorkerRecord],
+        outgoing: Sequence[OwedCall],
+        timeout: float | None = None,
+        deadline: float | None = None,
     ) -> None:
         """Send what :meth:`prepare` made, one message per worker; each becomes BUSY once sent.
 
         A worker that takes none of its message for ``timeout`` seconds (default:
         :data:`~vecenv.transports.sending.SEND_TIMEOUT`) is stuck: if it took none of it,
         ``VecEnvTimeoutError`` is raised (the workers sent to before it are BUSY: the caller
-        abandons them); if it took a part, the transport ended it and it is a dead worker.
+        abandons them); if it took a part, the transport ended it and it is a dead worker,
+        whose restart (if any) must be done by ``deadline``, the end of the call's ``timeout=``.
         """
         send = self.transport.send
         timeout = send_timeout(timeout)
@@ -201,7 +206,7 @@ class WorkerPool:
                 ) from None
             except WorkerGone:
                 w.sent(owed)  # what a restart sends again
-                self.died(w, owed.call)
+                self.died(w, owed.call, deadline)
                 continue
             w.sent(owed)
 
