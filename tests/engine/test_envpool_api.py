@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import multiprocessing
 import os
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -180,6 +181,44 @@ def test_any_interleaving_follows_sync_trajectories(
 
 
 @pytest.mark.timeout(60)
+class TalkingEnv(PayEnv):
+    """A :class:`PayEnv` whose every step has an info: its worker's reply goes through the pipe,
+    never in the shared words."""
+
+    def step(self, action: Any):
+        obs, reward, terminated, truncated, _ = super().step(action)
+        return obs, reward, terminated, truncated, {"t": self.t}
+
+
+@pytest.mark.timeout(120)
+def test_recv_hands_out_a_group_whose_replies_use_the_pipe_among_groups_whose_replies_use_the_words() -> None:
+    """Three groups reply in the shared words, one on its pipe (its steps have infos). A learner
+    that thinks a little between ``recv`` and ``send`` finds the three done at every ``recv``:
+    their replies were taken without a look at the pipes, so the fourth group was never handed
+    out (its envs never stepped). Every group now comes back, and soon."""
+    env_fns = fns(PayEnv, 6) + [functools.partial(TalkingEnv, index=i) for i in (6, 7)]
+    with SubprocVectorEnv(env_fns, 4, batch_size=2, context="fork") as envs:
+        envs.async_reset(seed=0)
+        last_seen = {group: 0 for group in range(4)}
+        longest_gap = 0
+        counts = np.zeros(8, np.int64)
+        for k in range(1, 401):
+            obs, rewards, terms, truncs, infos, env_ids = envs.recv(timeout=30)
+            group = int(env_ids[0]) // 2
+            longest_gap = max(longest_gap, k - last_seen[group])
+            last_seen[group] = k
+            counts[env_ids] += 1
+            np.testing.assert_array_equal(obs[:, 0], env_ids)  # each row is its env's
+            if group == 3 and counts[6] > 1:  # after its reset's batch: a step's
+                assert "t" in infos, infos
+            deadline = time.perf_counter() + 0.002  # the learner's inference, busy
+            while time.perf_counter() < deadline:
+                pass
+            envs.send(np.zeros(2, np.int64), env_ids)
+        assert (counts >= 40).all(), counts
+        assert longest_gap <= 40, (longest_gap, counts)
+
+
 def test_send_misuse_is_refused_and_changes_nothing():
     with vecenv.SubprocVectorEnv([JitterEnv] * 4, 2, batch_size=2, context="fork") as envs:
         envs.async_reset(seed=0)

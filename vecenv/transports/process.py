@@ -91,6 +91,11 @@ _NOTHING = -1
 # A spinning parent checks the pipes and the process sentinels (a dead worker) every this many
 # rounds of reading the words (a round reads a few words: well under a microsecond each).
 _SENTINEL_ROUNDS = 16
+# Replies found in the words are returned without a system call; the pipes are then checked
+# too where a worker's replies word says it wrote one there, and at least every this many such
+# returns (a large reply is counted in that word only once it is written whole), so that a
+# wait for any one worker (``recv``'s) never leaves a reply on a pipe behind the words' replies.
+_PIPE_CHECK_EVERY = 8
 
 #: Every process transport of this process that has workers running: together with this
 #: process set how they spin, from how many processes there are per core (see _rebalance).
@@ -360,6 +365,7 @@ class ProcessTransport(Transport):
         self._word_command: list[Command] = []
         self._pipe_sent: list[int] = []
         self._replies_seen: list[int] = []
+        self._words_before_pipes = 0  # returns of replies in the words since the pipes were checked
         #: Each worker's last call id answered (a reply taken twice counts once).
         self._last_answered: list[int | None] = []
         #: Replies read whole when an interrupt (Ctrl+C) came, for the next poll: ``(worker, bytes)``.
@@ -717,11 +723,16 @@ class ProcessTransport(Transport):
                 ready = poller.poll(None if timeout is None else max(0, math.ceil(timeout * 1000)))
         else:
             events = self._word_replies(workers)
-            if events:
-                return events
-            ready = self._wait_fast(workers, poller, timeout)
-            # Read after the wait: a worker seen dead has made all its stores by then.
-            events = self._word_replies(workers)
+            ready = [] if events else self._wait_fast(workers, poller, timeout)
+            if not events:
+                # Read after the wait: a worker seen dead has made all its stores by then.
+                events = self._word_replies(workers)
+            if events and not ready and len(events) < len(workers):
+                if self._words_before_pipes < _PIPE_CHECK_EVERY and not self._pipe_news(workers):
+                    self._words_before_pipes += 1
+                    return events
+                self._words_before_pipes = 0
+                ready = poller.poll(0)
         hung_up: set[int] = set()
         # Pipes first: a reply may precede an exit. One message per readable pipe; the next
         # poll reports the pipe again while more is waiting. Each is kept as soon as it is
@@ -793,7 +804,22 @@ class ProcessTransport(Transport):
             if call_id is not None and words[slots[index].done] == call_id:
                 self._answered(index, call_id)
                 events.append(Reply(index, call_id, True, empty_reply(self._word_command[index])))
+        if len(events) > 1:  # in the order they were posted: "the first to finish" (recv's) is that
+            events.sort(key=lambda reply: words[slots[reply.worker].done_at])
         return events
+
+    def _pipe_news(self, workers: Sequence[int]) -> bool:
+        """Whether the replies word of one of ``workers`` says it wrote a reply to its pipe
+        since the last look (no system call)."""
+        control, words = self._live_words()
+        slots, seen = control.slots, self._replies_seen
+        news = False
+        for index in workers:
+            replies = words[slots[index].replies]
+            if replies != seen[index]:
+                seen[index] = replies
+                news = True
+        return news
 
     def _news(self, watched: list[tuple[int, int, int, int]]) -> int:
         """What the words of the watched workers say: 1 a reply in a done word, 2 a reply
