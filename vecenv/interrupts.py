@@ -78,16 +78,20 @@ class HeldInterrupt:
     for a signal that has no Python handler (SIGTERM's default action kills the process at
     once, as it would anywhere else)."""
 
-    __slots__ = ("_on_int", "_on_term", "_held", "_frame")
+    __slots__ = ("_on_int", "_on_term", "_held", "_frame", "_every")
 
-    def __init__(self) -> None:
+    def __init__(self, every: bool = False) -> None:
+        """``every``: hold every signal, the second too, until the block ends (for what must
+        not be cut short whatever the user does, and ends by itself: the writing of a
+        dataset's last metadata once the run was interrupted); the last one held then runs."""
         self._on_int: Callable[[int, FrameType | None], Any] | None = None
         self._on_term: Callable[[int, FrameType | None], Any] | None = None
         self._held = 0  # the signal held back, 0 for none
         self._frame: FrameType | None = None
+        self._every = every
 
     def _hold(self, signum: int, frame: FrameType | None) -> None:
-        if self._held:  # a second one: its handler runs now
+        if self._held and not self._every:  # a second one: its handler runs now
             handler = self._on_int if signum == _SIGINT else self._on_term
             if handler is not None:
                 handler(signum, frame)

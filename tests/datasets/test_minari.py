@@ -623,6 +623,41 @@ def test_interrupted_collection_keeps_the_finished_episodes(tmp_path: Path) -> N
     assert not list((tmp_path / "minari-root").glob(".vecenv-spill-*"))
 
 
+@pytest.mark.timeout(60)
+def test_a_second_ctrl_c_while_the_dataset_is_finished_still_leaves_it_marked_incomplete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl+C ends the run; a second one (a user pressing it twice, a supervisor's SIGTERM after
+    it) came while the dataset's counts were written and cut that short: the dataset had no
+    ``vecenv`` entry, so nothing said it was incomplete. The second is now held until the
+    dataset is finished."""
+    from vecenv.datasets import minari as minari_sink
+
+    original, sent = minari_sink._dataset_size, []
+
+    def signalled_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        if not sent:
+            sent.append(1)
+            os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl+C, as the final counts are written
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(minari_sink, "_dataset_size", signalled_meanwhile)
+    calls = []
+
+    def policy(observation: np.ndarray) -> np.ndarray:
+        calls.append(1)
+        if len(calls) == 30:
+            raise KeyboardInterrupt
+        return np.zeros(len(observation), dtype=np.int64)
+
+    with pytest.raises(KeyboardInterrupt):
+        collect(sync_envs(3), policy, episodes=1000, format="minari", dataset_id="twice-v0", progress=False)
+    assert sent, "the second signal was sent"
+    loaded = minari.load_dataset("twice-v0")
+    record = loaded.storage.metadata["vecenv"]
+    assert record["complete"] is False and 0 < loaded.total_episodes == record["counts"]["episodes"] < 1000
+
+
 def test_a_spec_minari_cannot_record_is_left_out_with_a_warning(tmp_path: Path) -> None:
     import gymnasium
 

@@ -42,6 +42,7 @@ from vecenv.datasets.staging import EpisodeStager
 from vecenv.datasets.writer import CHUNK_BYTES, DatasetWriter, check_out, now, set_aside, settle, versions
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
 from vecenv.integrations.sb3.saved_model import SavedModelPolicy
+from vecenv.interrupts import HeldInterrupt
 from vecenv.policies import FunctionPolicy, RandomPolicy, SB3Policy, WorkerPolicy
 from vecenv.progress import progress_bar
 from vecenv.seeding import seed_policy_of
@@ -509,13 +510,16 @@ def _collect(plan: _Plan, output: _Output, progress: bool | str) -> Any:
             if stager is not None:
                 stager.close()
         finally:
-            try:
-                result = output.sink.finalize(complete=complete)
-            finally:
-                # A complete run writes something, except a Minari one whose episodes were all
-                # still open at the end and dropped (finalize raises NoEpisodesError).
-                wrote = (output.sink.episodes if output.directory is None else output.sink.transitions) > 0
-                settle(output.target, output.aside, wrote)
+            # Not cut short by a second Ctrl+C or SIGTERM (the first may be why this runs): a
+            # dataset left without its last counts and metadata would not say it is incomplete.
+            with HeldInterrupt(every=True):
+                try:
+                    result = output.sink.finalize(complete=complete)
+                finally:
+                    # A complete run writes something, except a Minari one whose episodes were all
+                    # still open at the end and dropped (finalize raises NoEpisodesError).
+                    wrote = (output.sink.episodes if output.directory is None else output.sink.transitions) > 0
+                    settle(output.target, output.aside, wrote)
     return result if output.directory is None else load(output.directory)
 
 

@@ -57,6 +57,7 @@ from vecenv.datasets.writer import (
 )
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError
 from vecenv.files import write_text_atomically
+from vecenv.interrupts import HeldInterrupt
 from vecenv.seeding import SeedPolicy
 from vecenv.spaces import named_leaves
 
@@ -654,7 +655,8 @@ def export_minari(
     try:
         episodes.write_to(sink)
     except BaseException:
-        sink.finalize(complete=False)
+        with HeldInterrupt(every=True):  # a second Ctrl+C leaves the episodes written a dataset
+            sink.finalize(complete=False)
         raise
     return sink.finalize(complete=bool(metadata.get("complete")))
 
