@@ -723,16 +723,14 @@ class ProcessTransport(Transport):
                 ready = poller.poll(None if timeout is None else max(0, math.ceil(timeout * 1000)))
         else:
             events = self._word_replies(workers)
-            ready = [] if events else self._wait_fast(workers, poller, timeout)
-            if not events:
+            if events:
+                if not self._pipes_due(workers, len(events)):
+                    return events
+                ready = poller.poll(0)
+            else:
+                ready = self._wait_fast(workers, poller, timeout)
                 # Read after the wait: a worker seen dead has made all its stores by then.
                 events = self._word_replies(workers)
-            if events and not ready and len(events) < len(workers):
-                if self._words_before_pipes < _PIPE_CHECK_EVERY and not self._pipe_news(workers):
-                    self._words_before_pipes += 1
-                    return events
-                self._words_before_pipes = 0
-                ready = poller.poll(0)
         hung_up: set[int] = set()
         # Pipes first: a reply may precede an exit. One message per readable pipe; the next
         # poll reports the pipe again while more is waiting. Each is kept as soon as it is
@@ -808,9 +806,13 @@ class ProcessTransport(Transport):
             events.sort(key=lambda reply: words[slots[reply.worker].done_at])
         return events
 
-    def _pipe_news(self, workers: Sequence[int]) -> bool:
-        """Whether the replies word of one of ``workers`` says it wrote a reply to its pipe
-        since the last look (no system call)."""
+    def _pipes_due(self, workers: Sequence[int], answered: int) -> bool:
+        """Whether the pipes of ``workers`` are to be read beside the ``answered`` replies found
+        in their words: where some of them have not answered there, and one's replies word says
+        it wrote to its pipe since the last look, or :data:`_PIPE_CHECK_EVERY` such returns went
+        by without a look (no system call either way)."""
+        if answered == len(workers):
+            return False
         control, words = self._live_words()
         slots, seen = control.slots, self._replies_seen
         news = False
@@ -819,7 +821,11 @@ class ProcessTransport(Transport):
             if replies != seen[index]:
                 seen[index] = replies
                 news = True
-        return news
+        if news or self._words_before_pipes >= _PIPE_CHECK_EVERY:
+            self._words_before_pipes = 0
+            return True
+        self._words_before_pipes += 1
+        return False
 
     def _news(self, watched: list[tuple[int, int, int, int]]) -> int:
         """What the words of the watched workers say: 1 a reply in a done word, 2 a reply
