@@ -605,17 +605,24 @@ def test_docs_minari_example_runs(tmp_path: Path) -> None:
     assert minari.MinariDataset(tmp_path / "root" / "cartpole" / "random-v1" / "data").total_episodes == 100
 
 
-def test_interrupted_collection_keeps_the_finished_episodes(tmp_path: Path) -> None:
+def interrupted_at_call(n: int) -> Any:
+    """A policy of action 0 that raises ``KeyboardInterrupt`` (Ctrl+C) at its ``n``-th call."""
     calls = []
 
     def policy(observation: np.ndarray) -> np.ndarray:
         calls.append(1)
-        if len(calls) == 30:
+        if len(calls) == n:
             raise KeyboardInterrupt
         return np.zeros(len(observation), dtype=np.int64)
 
+    return policy
+
+
+def test_interrupted_collection_keeps_the_finished_episodes(tmp_path: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
-        collect(sync_envs(3), policy, episodes=1000, format="minari", dataset_id="cut-v0", progress=False)
+        collect(
+            sync_envs(3), interrupted_at_call(30), episodes=1000, format="minari", dataset_id="cut-v0", progress=False
+        )
     loaded = minari.load_dataset("cut-v0")
     record = loaded.storage.metadata["vecenv"]
     assert record["complete"] is False and 0 < loaded.total_episodes == record["counts"]["episodes"] < 1000
@@ -642,16 +649,10 @@ def test_a_second_ctrl_c_while_the_dataset_is_finished_still_leaves_it_marked_in
         return original(*args, **kwargs)
 
     monkeypatch.setattr(minari_sink, "_dataset_size", signalled_meanwhile)
-    calls = []
-
-    def policy(observation: np.ndarray) -> np.ndarray:
-        calls.append(1)
-        if len(calls) == 30:
-            raise KeyboardInterrupt
-        return np.zeros(len(observation), dtype=np.int64)
-
     with pytest.raises(KeyboardInterrupt):
-        collect(sync_envs(3), policy, episodes=1000, format="minari", dataset_id="twice-v0", progress=False)
+        collect(
+            sync_envs(3), interrupted_at_call(30), episodes=1000, format="minari", dataset_id="twice-v0", progress=False
+        )
     assert sent, "the second signal was sent"
     loaded = minari.load_dataset("twice-v0")
     record = loaded.storage.metadata["vecenv"]
