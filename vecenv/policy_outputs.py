@@ -36,9 +36,10 @@ from typing import Any
 
 import numpy as np
 from gymnasium import Space
-from gymnasium.spaces import Dict, Tuple
+from gymnasium.spaces import Tuple
 
 from vecenv.errors import PolicyOutputError, describe
+from vecenv.spaces import nests_as
 
 __all__ = [
     "ExtrasLayout",
@@ -95,33 +96,12 @@ def split_output(output: Any, action_space: Space) -> tuple[Any, Mapping[str, An
     output has it, and otherwise a pair where its first item is a tuple (so that the error for
     actions of the wrong shape names the actions)."""
     if type(output) in (tuple, list) and len(output) == 2 and isinstance(output[1], Mapping):
-        if not isinstance(action_space, Tuple):
-            return output[0], output[1]
-        if _shaped_as(output[0], action_space):
-            return output[0], output[1]
-        if type(output) is tuple and _shaped_as(output, action_space):
-            return output, None
-        if isinstance(output[0], tuple):
-            return output[0], output[1]
+        if isinstance(action_space, Tuple) and not nests_as(action_space, output[0]):
+            whole = type(output) is tuple and nests_as(action_space, output)
+            if whole or not isinstance(output[0], tuple):
+                return output, None
+        return output[0], output[1]
     return output, None
-
-
-def _shaped_as(batch: Any, space: Space) -> bool:
-    """``batch`` nests as a batch of ``space`` does: a tuple for each Tuple (of its length), a
-    mapping with the same keys for each Dict, anything else for the other spaces."""
-    if isinstance(space, Tuple):
-        return (
-            type(batch) is tuple
-            and len(batch) == len(space.spaces)
-            and all(_shaped_as(part, sub) for part, sub in zip(batch, space.spaces, strict=True))
-        )
-    if isinstance(space, Dict):
-        return (
-            isinstance(batch, Mapping)
-            and batch.keys() == space.spaces.keys()
-            and all(_shaped_as(batch[key], sub) for key, sub in space.spaces.items())
-        )
-    return not isinstance(batch, (tuple, Mapping))
 
 
 def _as_array(value: Any, what: str) -> np.ndarray:

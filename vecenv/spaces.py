@@ -374,6 +374,31 @@ def write_batch(space: Space, tree: Any, batch: Any, rows: Any) -> None:
 
 
 @singledispatch
+def nests_as(space: Space, value: Any) -> bool:
+    """Whether ``value`` nests as a batch of ``space`` does: a tuple of the same length for each
+    Tuple, a mapping with the same keys for each Dict, anything else for the other spaces."""
+    return not isinstance(value, (tuple, Mapping))
+
+
+@nests_as.register(Tuple)
+def _tuple_nests_as(space: Tuple, value: Any) -> bool:
+    return (
+        type(value) is tuple
+        and len(value) == len(space.spaces)
+        and all(nests_as(sub, part) for sub, part in zip(space.spaces, value, strict=True))
+    )
+
+
+@nests_as.register(Dict)
+def _dict_nests_as(space: Dict, value: Any) -> bool:
+    return (
+        isinstance(value, Mapping)
+        and value.keys() == space.spaces.keys()
+        and all(nests_as(sub, value[key]) for key, sub in space.spaces.items())
+    )
+
+
+@singledispatch
 def is_array_batch(space: Space, value: Any) -> bool:
     """Whether a batch of a fixed ``space`` is given as ndarrays (not lists or scalars) that the
     shared rows can hold as they are. A ``numpy.ma.MaskedArray`` with masked entries is not: the

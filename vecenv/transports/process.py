@@ -814,13 +814,9 @@ class ProcessTransport(Transport):
         if answered == len(workers):
             return False
         control, words = self._live_words()
-        slots, seen = control.slots, self._replies_seen
         news = False
-        for index in workers:
-            replies = words[slots[index].replies]
-            if replies != seen[index]:
-                seen[index] = replies
-                news = True
+        for index in workers:  # each one's look taken, whatever the others say
+            news = self._replied_on_pipe(index, words, control.slots[index].replies) or news
         if news or self._words_before_pipes >= _PIPE_CHECK_EVERY:
             self._words_before_pipes = 0
             return True
@@ -834,11 +830,18 @@ class ProcessTransport(Transport):
         for index, done_at, call_id, replies_at in watched:
             if words[done_at] == call_id:
                 return 1
-            replies = words[replies_at]
-            if replies != self._replies_seen[index]:
-                self._replies_seen[index] = replies
+            if self._replied_on_pipe(index, words, replies_at):
                 return 2
         return 0
+
+    def _replied_on_pipe(self, index: int, words: memoryview, replies_at: int) -> bool:
+        """Whether worker ``index``'s replies word moved since the last look (it wrote a reply
+        to its pipe), taking this look."""
+        replies = words[replies_at]
+        if replies == self._replies_seen[index]:
+            return False
+        self._replies_seen[index] = replies
+        return True
 
     def _wait_fast(self, workers: Sequence[int], poller: Any, timeout: float | None) -> list[tuple[int, int]]:
         """Spin on the words of ``workers`` for the budget, checking the pipes and sentinels

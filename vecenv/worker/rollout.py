@@ -187,8 +187,7 @@ class GroupRollouts:
         # What the reset reported for its rows: nothing ended for an env, but a multi-agent
         # group's absent agent is "terminated" at a reset as at every step, so that its next
         # zero row is a start after reset() as after an autoreset.
-        ended = np.logical_or(self.buffers.terminations, self.buffers.truncations)
-        self._ended[mask] = ended[mask]
+        self._ended[mask] = self.buffers.terminations[mask] | self.buffers.truncations[mask]
         self._restart_state(mask)
 
     def step_done(self) -> None:
