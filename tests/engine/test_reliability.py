@@ -1275,7 +1275,7 @@ def test_value_errors_name_the_env_not_the_worker(odd: str, error: type, inline:
     [
         ("gen-info", "step", "during `step_wait`, its info['stats']['pending'] is"),
         ("gen-reset-info", "reset", "during `reset_wait`, its info['stats']['pending'] is"),
-        ("gen-info", "rollout", "during `rollout`, its info['stats']['pending'] at step 0 of the rollout is"),
+        ("gen-info", "rollout", "during `rollout_wait`, its info['stats']['pending'] at step 0 of the rollout is"),
     ],
     ids=["step", "reset", "rollout"],
 )

@@ -254,7 +254,7 @@ def test_a_rollout_that_times_out_in_a_replacement_names_the_callers_timeout(tmp
         with pytest.raises(VecEnvTimeoutError) as caught:
             envs.rollout(3, lambda obs: np.zeros(len(obs), np.int64), timeout=2.0)
     message = str(caught.value)
-    assert "The call to `rollout` has timed out after 2.0 second(s) (" in message, message
+    assert "The call to `rollout_wait` has timed out after 2.0 second(s) (" in message, message
     elapsed = float(message.split("second(s) (")[1].split(" s elapsed")[0])
     assert elapsed >= 2.0, message
     assert "No reply yet from worker 1 (envs 2..3)" in message, message

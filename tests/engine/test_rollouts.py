@@ -1272,7 +1272,8 @@ def test_env_error_at_step_k_names_the_env_and_the_step(workers: int | str) -> N
         assert time.monotonic() - start < RAISE_S
         notes = " ".join(info.value.__notes__)
         assert (
-            f"raised in env {FAULT_TARGET} (worker 1) during `rollout`, at step 4 of the rollout (steps 0..7)" in notes
+            f"raised in env {FAULT_TARGET} (worker 1) during `rollout_wait`, at step 4 of the rollout (steps 0..7)"
+            in notes
         )
         assert isinstance(info.value.__cause__, RemoteTraceback) and "fire" in str(info.value.__cause__)
         with pytest.raises(vecenv.NeedsResetError, match="rollout_async"):
@@ -1347,7 +1348,7 @@ def test_worker_killed_mid_rollout_is_worker_died() -> None:
     try:
         envs.reset(seed=SEED)
         start = time.monotonic()
-        with pytest.raises(WorkerDiedError, match=r"worker 1 \(envs 2\.\.3\) exited with code 3 during `rollout`"):
+        with pytest.raises(WorkerDiedError, match=r"worker 1 \(envs 2\.\.3\) exited with code 3 during `rollout_wait`"):
             envs.rollout(10)
         assert time.monotonic() - start < RAISE_S
         with pytest.raises(WorkerDiedError):
@@ -1449,7 +1450,7 @@ def test_timeout_then_the_late_reply_is_dropped() -> None:
     with make(fns, 2) as envs:
         envs.reset(seed=SEED)
         start = time.monotonic()
-        with pytest.raises(vecenv.VecEnvTimeoutError, match=r"`rollout` has timed out after 0.3 second"):
+        with pytest.raises(vecenv.VecEnvTimeoutError, match=r"`rollout_wait` has timed out after 0.3 second"):
             envs.rollout(6, timeout=0.3)
         assert 0.3 <= time.monotonic() - start < 0.3 + RAISE_S
         with pytest.raises(vecenv.NeedsResetError):
@@ -1473,11 +1474,12 @@ def test_a_fault_in_a_rollout_answered_in_the_done_words_is_reported_as_on_the_p
         envs.rollout(6)  # the block is mapped: the next rollout may be answered in the words
         start = time.monotonic()
         if fault == "exit":
-            with pytest.raises(WorkerDiedError, match=r"worker 1 \(envs 2\.\.3\) exited with code 3 during `rollout`"):
+            died = r"worker 1 \(envs 2\.\.3\) exited with code 3 during `rollout_wait`"
+            with pytest.raises(WorkerDiedError, match=died):
                 envs.rollout(6)
             assert time.monotonic() - start < RAISE_S
             return
-        with pytest.raises(vecenv.VecEnvTimeoutError, match=r"`rollout` has timed out after 0.3 second"):
+        with pytest.raises(vecenv.VecEnvTimeoutError, match=r"`rollout_wait` has timed out after 0.3 second"):
             envs.rollout(6, timeout=0.3)
         assert 0.3 <= time.monotonic() - start < 0.3 + RAISE_S
         done = done_words(envs)

@@ -1026,7 +1026,7 @@ def test_actor_killed_mid_rollout(ray_local: RaySessions, restart: bool, tmp_pat
     try:
         envs.reset(seed=0)
         if not restart:
-            with pytest.raises(WorkerDiedError, match=r"worker 1 \(envs 2\.\.3 on node .*during `rollout`"):
+            with pytest.raises(WorkerDiedError, match=r"worker 1 \(envs 2\.\.3 on node .*during `rollout_wait`"):
                 envs.rollout(8)
             return
         got = envs.rollout(8)

@@ -529,7 +529,8 @@ class Rollouts:
             # A worker found dead while sending is replaced at once: its replacement (another
             # launch) still lacks the block, and is sent it on the next turn.
             launches = [w.launches for w in lacking]
-            self.runner.send(lacking, Command.ROLLOUT_BLOCK, [message] * len(lacking), "rollout", None, wanted=False)
+            messages = [message] * len(lacking)
+            self.runner.send(lacking, Command.ROLLOUT_BLOCK, messages, "rollout_async", None, wanted=False)
             for w, launch in zip(lacking, launches):
                 self._held[w.index].block = (launch, number)
         if not self.runner.restarts_workers and all(
@@ -567,7 +568,7 @@ class Rollouts:
         self._sending()
         payloads = [self._payload(w, t, 0) for w in workers]
         self._num_steps = t
-        self.runner.send(workers, Command.ROLLOUT, payloads, "rollout", State.WAITING_ROLLOUT)
+        self.runner.send(workers, Command.ROLLOUT, payloads, "rollout_async", State.WAITING_ROLLOUT)
         self._state, self._fresh_state = None, False
 
     def _refusal_of_spaces(self) -> str:
@@ -588,7 +589,7 @@ class Rollouts:
         """Gather the replies (running restarted groups' steps again) and assemble the rollout."""
         self.calls.check_waiting(State.WAITING_ROLLOUT, "rollout_wait", "rollout_async")
         try:
-            workers, replies = self.runner.finish("rollout", timeout, poisons=True, collect=self._gather)
+            workers, replies = self.runner.finish("rollout_wait", timeout, poisons=True, collect=self._gather)
         except PolicyOutputError as exc:
             if self._outputs.probe_error:  # the layout checked against was not learned
                 exc.add_note(
@@ -614,8 +615,8 @@ class Rollouts:
             raise
 
     def _gather_all(self, workers: Sequence[WorkerRecord], deadline: float | None, timeout: float | None) -> list[Any]:
-        runner = self.runner
-        replies = dict(zip((w.index for w in workers), runner.gather(workers, timeout, "rollout", deadline=deadline)))
+        runner, call = self.runner, "rollout_wait"
+        replies = dict(zip((w.index for w in workers), runner.gather(workers, timeout, call, deadline=deadline)))
         first_rows: dict[int, RolloutReply] = {}
         again = [w for w in workers if isinstance(replies[w.index], RestartedRollout)]
         while again:
@@ -625,8 +626,8 @@ class Rollouts:
                 break  # DISABLED: the restarted step ended the episode; the envs wait unstepped
             self._ensure_block(self._num_steps, again)
             payloads = [self._payload(w, self._num_steps, 1) for w in again]
-            runner.send(again, Command.ROLLOUT, payloads, "rollout", None)
-            replies.update(zip((w.index for w in again), runner.gather(again, timeout, "rollout", deadline=deadline)))
+            runner.send(again, Command.ROLLOUT, payloads, call, None)
+            replies.update(zip((w.index for w in again), runner.gather(again, timeout, call, deadline=deadline)))
             again = [w for w in again if isinstance(replies[w.index], RestartedRollout)]
         made_here = set()  # replacements never sent the rollout (DISABLED): they hold no policy yet
         for index, first in first_rows.items():
