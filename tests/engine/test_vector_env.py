@@ -24,6 +24,7 @@ from tests.engine.test_differential import assert_same
 from tests.helpers.envs import DiffEnv, PayEnv, diff_env_fns, fns
 from tests.helpers.faults import fault_fns, healthy_fns
 from vecenv import SubprocVectorEnv, VecEnvTimeoutError
+from vecenv.errors import InvalidArgumentError
 
 # -- construction --------------------------------------------------------------------------------
 
@@ -238,6 +239,38 @@ def test_reset_options_may_be_any_mapping_as_in_sync(kind: str, num_workers: int
     finally:
         ours.close()
         ref.close()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_first_reset_mask_that_leaves_an_env_never_reset_is_refused(num_workers: int) -> None:
+    """An env left out of every reset so far has no observation: ``SyncVectorEnv`` fails to
+    stack it (``ValueError``); we refuse the reset before sending it, naming the envs, instead
+    of returning rows of zeros. A mask that reaches every env not reset yet goes, and so does
+    any mask once each env was reset."""
+    env_fns = diff_env_fns(4)
+    ref = SyncVectorEnv(env_fns)
+    with SubprocVectorEnv(env_fns, num_workers, context="fork") as envs:
+        some = np.array([True, False, True, False])
+        with pytest.raises(ValueError):
+            ref.reset(seed=1, options={"reset_mask": some})
+        with pytest.raises(InvalidArgumentError, match=r"env\(s\) \[1, 3\] have never been reset"):
+            envs.reset(seed=1, options={"reset_mask": some})
+        assert envs.state is vecenv.State.DEFAULT
+        ref.close()  # its envs 0 and 2 were reset before it failed; ours were not
+        ref = SyncVectorEnv(env_fns)
+        every = np.ones(4, np.bool_)
+        assert_same(
+            envs.reset(seed=1, options={"reset_mask": every}),
+            ref.reset(seed=1, options={"reset_mask": every}),
+            "a first reset whose mask reaches every env",
+        )
+        assert_same(
+            envs.reset(seed=5, options={"reset_mask": some}),
+            ref.reset(seed=5, options={"reset_mask": some}),
+            "a later masked reset",
+        )
+    ref.close()
 
 
 @pytest.mark.timeout(60)

@@ -24,6 +24,7 @@ from vecenv.checks import seed_list
 from vecenv.errors import (
     AlreadyPendingCallError,
     ClosedEnvironmentError,
+    InvalidArgumentError,
     InvalidStateError,
     NeedsResetError,
     NoAsyncCallError,
@@ -103,11 +104,13 @@ class CallState:
         self._reset_mask: np.ndarray | None = None
         self._pool: PoolView | None = None
         self.ended = np.zeros(0, dtype=np.bool_)  # per env: terminated or truncated at the last step
+        self._never_reset: np.ndarray | None = None  # per env, until every env has been reset once
 
     def bind(self, pool: PoolView, num_envs: int) -> None:
         """The pool whose breakage the checks report, and the env count (after the handshake)."""
         self._pool = pool
         self.ended = np.zeros(num_envs, dtype=np.bool_)
+        self._never_reset = np.ones(num_envs, dtype=np.bool_)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -191,6 +194,19 @@ class CallState:
                 message += f" A `{self._waiting.value}` call is pending; complete it first."
             raise NoAsyncCallError(message, expected.value)
 
+    def check_mask_reaches_unreset(self, call: str, mask: np.ndarray) -> None:
+        """A reset with a ``reset_mask`` must include every env never reset yet: one left out
+        would have no observation to return (``SyncVectorEnv`` fails to stack its ``None``)."""
+        if self._never_reset is None:
+            return
+        left = np.flatnonzero(self._never_reset & ~mask)
+        if left.size:
+            raise InvalidArgumentError(
+                f"`{call}` with `options['reset_mask']` must include every env not reset yet: env(s) "
+                f"{left.tolist()} have never been reset, so they have no observation to return "
+                f"(reset every env first: `reset()` without a reset_mask)"
+            )
+
     def check_steppable(self, call: str, how: str) -> None:
         """Raise :class:`~vecenv.errors.NeedsResetError` while the envs' data is known to be wrong."""
         if self._needs_reset is not None:
@@ -260,10 +276,14 @@ class CallState:
     def reset_done(self) -> None:
         """The pending reset was answered: its envs start new episodes."""
         if self._reset_mask is None:
-            self._needs_reset = None
+            self._needs_reset = self._never_reset = None
             self.ended[:] = False
         else:
             self.ended[self._reset_mask] = False
+            if self._never_reset is not None:
+                self._never_reset[self._reset_mask] = False
+                if not self._never_reset.any():
+                    self._never_reset = None
 
     def step_done(self, terminations: np.ndarray, truncations: np.ndarray) -> None:
         """The pending step was answered: remember which envs ended."""
@@ -276,7 +296,7 @@ class CallState:
 
     def batches_started(self) -> None:
         """``async_reset`` put every env in flight: ``recv``/``send`` from now on."""
-        self._needs_reset = None
+        self._needs_reset = self._never_reset = None
         self._waiting = State.WAITING_RECV
         self._pending = []
         self._reset_mask = None

@@ -238,6 +238,7 @@ class GroupVectorEnv(Uncopyable, RolloutMethods, VectorEnv):
         if sent is not None and "reset_mask" in sent:
             sent = dict(sent)  # unlike SyncVectorEnv, leave the caller's dict as it was (docs/semantics.md)
             mask = check_reset_mask(sent.pop("reset_mask"), self.num_envs)
+            self._calls.check_mask_reaches_unreset("reset", mask)
         pending = [w for w in self._runner.workers if mask is None or mask[w.start : w.stop].any()]
         self._seeds.remember(seeds, mask)
         payloads = [
