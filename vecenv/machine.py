@@ -445,24 +445,47 @@ def _same_code(compiled: CodeType, running: CodeType) -> bool:
 
 
 def guarded_line(source: str, line: int) -> bool:
-    """Whether ``line`` of module ``source`` lies in the body of an ``if __name__ == "__main__":``
-    (or ``if ... and __name__ == "__main__":``) block, at any depth. Unparsable source counts as
-    guarded: nothing is known, so nothing is changed."""
+    """Whether ``line`` of module ``source`` runs only as the main script, at any depth: in the
+    body of ``if __name__ == "__main__":`` (also ``"__main__" == __name__``, ``__name__ in
+    ("__main__",)`` or ``... and __name__ == "__main__"``), in the ``else`` of its negation
+    (``!=``, ``not``), or in ``case "__main__":`` of ``match __name__``. Unparsable source
+    counts as guarded: nothing is known, so nothing is changed."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return True
     body: list[ast.stmt] = tree.body
     while True:
-        stmt = next((s for s in body if s.lineno <= line <= (s.end_lineno or s.lineno)), None)
+        stmt = _at(body, line)
         if stmt is None:
             return False
-        if isinstance(stmt, ast.If) and _is_main_test(stmt.test):
-            return any(s.lineno <= line <= (s.end_lineno or s.lineno) for s in stmt.body)
+        guarded = _main_only_block(stmt)
+        if guarded is not None and _at(guarded, line) is not None:
+            return True
         inner = [s for block in _blocks(stmt) for s in block]
         if not inner:
             return False
         body = inner
+
+
+def _at(body: list[ast.stmt], line: int) -> ast.stmt | None:
+    """The statement of ``body`` that spans ``line``, if one does."""
+    return next((s for s in body if s.lineno <= line <= (s.end_lineno or s.lineno)), None)
+
+
+def _main_only_block(stmt: ast.stmt) -> list[ast.stmt] | None:
+    """The statements of ``stmt`` that run only where ``__name__`` is ``"__main__"`` (``None``:
+    it has no such block)."""
+    if isinstance(stmt, ast.If):
+        if _is_main_test(stmt.test):
+            return stmt.body
+        return stmt.orelse if _is_not_main_test(stmt.test) else None
+    if isinstance(stmt, ast.Match) and _is_name(stmt.subject):
+        for case in stmt.cases:
+            pattern = case.pattern
+            if case.guard is None and isinstance(pattern, ast.MatchValue) and _is_main(pattern.value):
+                return case.body
+    return None
 
 
 def _blocks(stmt: ast.stmt) -> list[list[ast.stmt]]:
@@ -477,11 +500,40 @@ def _blocks(stmt: ast.stmt) -> list[list[ast.stmt]]:
 
 
 def _is_main_test(test: ast.expr) -> bool:
+    """``test`` holds only where ``__name__`` is ``"__main__"``."""
     if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
         return any(_is_main_test(value) for value in test.values)
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _is_not_main_test(test.operand)
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
         return False
-    sides = [test.left, test.comparators[0]]
-    names = [s for s in sides if isinstance(s, ast.Name) and s.id == "__name__"]
-    consts = [s for s in sides if isinstance(s, ast.Constant) and s.value == "__main__"]
-    return len(names) == 1 and len(consts) == 1
+    left, op, right = test.left, test.ops[0], test.comparators[0]
+    if isinstance(op, ast.Eq):
+        return _names_main(left, right)
+    if isinstance(op, ast.In) and _is_name(left) and isinstance(right, (ast.Tuple, ast.List, ast.Set)):
+        return bool(right.elts) and all(_is_main(e) for e in right.elts)
+    return False
+
+
+def _is_not_main_test(test: ast.expr) -> bool:
+    """``test`` fails only where ``__name__`` is ``"__main__"`` (its ``else`` is guarded)."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
+        return any(_is_not_main_test(value) for value in test.values)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _is_main_test(test.operand)
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.NotEq)):
+        return False
+    return _names_main(test.left, test.comparators[0])
+
+
+def _names_main(left: ast.expr, right: ast.expr) -> bool:
+    """One side is ``__name__`` and the other ``"__main__"``."""
+    return (_is_name(left) and _is_main(right)) or (_is_main(left) and _is_name(right))
+
+
+def _is_name(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) and node.id == "__name__"
+
+
+def _is_main(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value == "__main__"

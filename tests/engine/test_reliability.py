@@ -1840,10 +1840,32 @@ def test_main_guard_detection_reads_the_script() -> None:
             v = 5
         def main():
             return 6
+        if __name__ != "__main__":
+            a = 7
+        else:
+            b = 8
+        if __name__ in ("__main__",):
+            c = 9
+        if __name__ in ("__main__", "__mp_main__"):
+            d = 10
+        if not __name__ == "__main__" or x:
+            e = 11
+        else:
+            f = 12
+        if __name__ == "__main__" or x:
+            g = 13
+        match __name__:
+            case "__main__":
+                h = 14
+            case _:
+                i = 15
         """
     )
     lines = source.splitlines()
     expect = {"x = 1": False, "y = 2": True, "z = 3": True, "w = 4": False, "v = 5": True, "main()": False}
+    # the else of a test that fails only in the main script; a tuple of "__main__" alone; match
+    expect |= {"a = 7": False, "b = 8": True, "c = 9": True, "d = 10": False, "e = 11": False, "f = 12": True}
+    expect |= {"g = 13": False, "h = 14": True, "i = 15": False}
     for text, guarded in expect.items():
         number = next(i for i, line in enumerate(lines, 1) if text in line or (text == "main()" and "def" in line))
         assert guarded_line(source, number) is guarded, text
