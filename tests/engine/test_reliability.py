@@ -151,6 +151,53 @@ def test_close_from_another_thread_ends_a_stuck_step() -> None:
     assert all(c is None or c.closed for c in transport_of(envs).conns)
 
 
+#: What a WaitsInStep env's step waits for (the env lives in the parent: a threading.Event).
+_STEP_RELEASE = threading.Event()
+
+
+class WaitsInStep(gym.Wrapper):
+    """Its step waits for :data:`_STEP_RELEASE` (read when it steps: the Event is not pickled)."""
+
+    def step(self, action: Any) -> Any:
+        _STEP_RELEASE.wait(30)
+        return super().step(action)
+
+
+@pytest.mark.timeout(60)
+def test_close_from_another_thread_leaves_a_step_stuck_in_the_parents_own_env_open(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With every env in the parent, close() from another thread cannot end a step stuck in env
+    code: after its grace and END_WAIT it raises CallInFlightError, says where the call is
+    stuck, and leaves the vector env open; once the step returns, close() closes it."""
+    from vecenv.errors import CallInFlightError
+    from vecenv.parent import call_lock
+
+    monkeypatch.setattr(call_lock, "END_WAIT", 0.5)
+    release = _STEP_RELEASE
+    release.clear()
+    fns = [functools.partial(lambda i: WaitsInStep(FaultEnv(index=i)), i) for i in range(2)]
+    envs = vecenv.SubprocVectorEnv(fns, 0)
+    envs.reset(seed=0)
+    thread, outcome = _step_in_a_thread(envs, np.zeros((2, 2), np.float32))
+    try:
+        deadline = time.monotonic() + 10
+        while envs.call_lock.holder() == "a call" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with pytest.raises(CallInFlightError) as caught:
+            envs.close(timeout=0.2)
+        message = str(caught.value)
+        assert "`step`" in message and "stuck in env code that this process hosts" in message, message
+        assert "ended the workers" not in message, message
+        assert not envs.closed
+    finally:
+        release.set()
+        thread.join(10)
+    assert not thread.is_alive() and len(outcome) == 1, outcome
+    envs.close()
+    assert envs.closed
+
+
 class ClosedMarks(gym.Wrapper):
     """Writes ``<dir>/<index>`` when the env's ``close()`` runs (in whichever process hosts it);
     with ``signals`` (a pid), its first step sends that process SIGUSR1, then takes 0.3 s."""

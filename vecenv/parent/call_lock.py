@@ -131,8 +131,9 @@ class CallLock:
             end_call()
             if not self._lock.acquire(timeout=END_WAIT):
                 raise CallInFlightError(
-                    f"`close` cannot run: {holder} still runs {END_WAIT:g} s after close() ended the "
-                    "workers (it is stuck in env code this process hosts); call close() again once it returns"
+                    f"`close` cannot run: {holder} still runs {END_WAIT:g} s after close() stopped waiting for "
+                    "it, stuck in env code that this process hosts (close() ends worker processes, never the "
+                    "envs of this process); call close() again once it returns"
                 )
         try:
             outer = self._call is None
