@@ -88,6 +88,55 @@ def test_episodes_hand_over_in_completion_order_then_the_open_ones(tmp_path: Pat
     ]
 
 
+class InterruptedSink(HandOverSink):
+    """Ctrl+C while it takes its ``at``-th finished episode (kept: the ones before)."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at = at
+
+    def episode(self, pieces: Iterator[list[np.ndarray]], summary: EpisodeSummary, truncate_last: bool) -> None:
+        if self.episodes + 1 == self.at:
+            raise KeyboardInterrupt
+        super().episode(pieces, summary, truncate_last)
+
+
+class PostfixBar:
+    """A progress bar that keeps its count and postfix."""
+
+    def __init__(self) -> None:
+        self.n, self.postfix = 0, ""
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+
+    def set_postfix_str(self, text: str, refresh: bool = True) -> None:
+        self.postfix = text
+
+
+def test_an_interrupt_while_a_chunks_episodes_are_handed_over_leaves_the_bar_saying_what_was_kept(
+    tmp_path: Path,
+) -> None:
+    """Three episodes end at the same step; Ctrl+C comes as the sink takes the third. The bar's
+    postfix is what the sink kept (two episodes, 6 transitions), not what it showed before."""
+    envs = SyncVectorEnv([lambda: LongEpisodeEnv(3)] * 3, autoreset_mode=AutoresetMode.SAME_STEP)
+    mode = AutoresetMode.SAME_STEP
+    checker = ActionChecker(envs.single_action_space, 3, "constant")
+    leaves = space_leaves(envs.single_observation_space, "observations")
+    source = StepSource(envs, constant_policy, checker, mode, leaves)
+    spec = CollectionSpec(source, 3, mode, 0, None, 10, [0, 1, 2])
+    sink, bar = InterruptedSink(at=3), PostfixBar()
+    stager = EpisodeStager(dataset_fields(envs.single_observation_space, envs.single_action_space), 3, tmp_path / "s")
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            record_transitions(CollectionRun(spec, sink, stager, bar))
+    finally:
+        stager.close()
+        envs.close()
+    assert (sink.episodes, sink.transitions) == (2, 6)
+    assert bar.n == 2 and bar.postfix == "transitions=6", (bar.n, bar.postfix)
+
+
 # -- a chunk's marks: the same whether the steps come one at a time or T at a time -----------
 
 

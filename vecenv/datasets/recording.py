@@ -135,27 +135,30 @@ class _Collector:
         self.episode_length = np.zeros(num_envs, dtype=np.int64)
         self.resetting = np.zeros(num_envs, dtype=np.bool_)  # NEXT_STEP: the next step only resets the env
         self.taken = 0  # steps=N: transitions taken so far (written, or open in the stager)
-        self.shown_episodes = 0
+        self.shown = ""  # the bar's postfix
 
     def collect(self) -> None:
         spec = self.spec
         spec.source.start(spec.seed)
-        while True:
-            wanted = None if spec.steps is None else spec.steps - self.taken
-            chunk = spec.source.next(wanted)
-            ended = chunk.terminations | chunk.truncations
-            marks, self.resetting, ids_after, self.next_episode_id = mark(
-                ended, spec.mode, self.resetting, self.episode_ids, self.next_episode_id
-            )
-            if self.stager is None:
-                finished = self.write_rows(chunk, marks)
-            else:
-                finished = self.write_episodes(chunk, marks, self.stager)
+        try:
+            while True:
+                wanted = None if spec.steps is None else spec.steps - self.taken
+                chunk = spec.source.next(wanted)
+                ended = chunk.terminations | chunk.truncations
+                marks, self.resetting, ids_after, self.next_episode_id = mark(
+                    ended, spec.mode, self.resetting, self.episode_ids, self.next_episode_id
+                )
+                if self.stager is None:
+                    finished = self.write_rows(chunk, marks)
+                else:
+                    finished = self.write_episodes(chunk, marks, self.stager)
+                self.show_progress()
+                if finished:
+                    return
+                self.episode_ids = ids_after
+                spec.source.recorded(marks.done[-1])
+        finally:  # interrupted part-way through a chunk: the bar's last line says what was kept
             self.show_progress()
-            if finished:
-                return
-            self.episode_ids = ids_after
-            spec.source.recorded(marks.done[-1])
 
     def seed_of(self, episode_id: int) -> int | None:
         # The first episode of env i starts from its seed of reset(seed=seed) (seed + i unless the
@@ -275,13 +278,12 @@ class _Collector:
         stager.discard(env)
 
     def show_progress(self) -> None:
+        """The bar's postfix: what the sink holds, besides what the bar counts."""
         sink = self.sink
-        if sink.episodes != self.shown_episodes:
-            self.shown_episodes = sink.episodes
-            self.bar.set_postfix_str(
-                f"episodes={self.shown_episodes}" if self.spec.steps is not None else f"transitions={sink.transitions}",
-                refresh=False,
-            )
+        text = f"episodes={sink.episodes}" if self.spec.steps is not None else f"transitions={sink.transitions}"
+        if text != self.shown:
+            self.shown = text
+            self.bar.set_postfix_str(text, refresh=False)
 
 
 def _running_sum(start: float, values: np.ndarray) -> float:
