@@ -57,6 +57,26 @@ def test_make_an_id_registered_at_run_time_in_workers_that_never_saw_it(context:
         del gym.registry[env_id]
 
 
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_get_attr_returns_what_only_cloudpickle_carries(context: str) -> None:
+    """An id whose entry point is a lambda (or a script's function, which the workers hold by
+    value): ``get_attr("spec")`` gives its spec, as Sync's does; and an attribute holding
+    lambdas comes back with lambdas that work. Plain pickle refused both replies."""
+    env_id = f"LambdaEntry-{context}-v0"
+    gym.register(env_id, entry_point=lambda **kwargs: gym.make("CartPole-v1", **kwargs).unwrapped)
+    try:
+        with vecenv.make(env_id, 2, 2, context=context) as envs:
+            sync = gym.make_vec(env_id, 2, vectorization_mode="sync")
+            assert [spec.id for spec in envs.get_attr("spec")] == [spec.id for spec in sync.get_attr("spec")]
+            assert all(callable(spec.entry_point) for spec in envs.get_attr("spec"))
+            sync.close()
+            envs.set_attr("scale", [{"by": lambda x: 2 * x}, {"by": lambda x: 3 * x}])
+            assert [held["by"](5) for held in envs.get_attr("scale")] == [10, 15]
+    finally:
+        del gym.registry[env_id]
+
+
 # A notebook cell, as `python -c` runs it: __main__ has no file, so a worker started with spawn
 # or forkserver has a __main__ of its own, without the class the entry point string names.
 MAIN_ENTRY_POINT = """

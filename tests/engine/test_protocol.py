@@ -10,7 +10,6 @@ import pickle
 import threading
 from typing import Any
 
-import cloudpickle
 import numpy as np
 import pytest
 from gymnasium import spaces
@@ -136,11 +135,12 @@ def test_every_reply_round_trips(result: Any) -> None:
     _same(back, result)
 
 
-def test_a_hello_whose_spec_holds_lambdas_travels_with_cloudpickle() -> None:
+def test_a_reply_that_plain_pickle_refuses_travels_with_cloudpickle() -> None:
+    """A hello whose spec holds lambdas (as a get_attr("spec") of such an env does)."""
     hello = _hello(spec={"wrappers": [lambda env: env]})
     with pytest.raises((pickle.PicklingError, AttributeError)):
-        encode_reply(0, True, hello)  # plain pickle: the worker's first reply would fail
-    _, ok, back = decode_reply(encode_reply(0, True, hello, cloudpickle.dumps))
+        encode_reply(0, True, hello, pickle.dumps)  # plain pickle: the worker's reply would fail
+    _, ok, back = decode_reply(encode_reply(0, True, hello))
     assert ok and back.spec["wrappers"][0]("env") == "env"
     _same(dataclasses.replace(back, spec=None), dataclasses.replace(hello, spec=None))
 

@@ -697,11 +697,14 @@ def no_payload() -> None:
     return None
 
 
-def encode_reply(call_id: int, ok: bool, result: Any, dumps: Dumps = _dumps) -> bytes:
+def encode_reply(call_id: int, ok: bool, result: Any, dumps: Dumps = _dumps_any) -> bytes:
     """Bytes for one reply; an empty step or reset result is the header alone.
 
-    ``dumps`` pickles the result (cloudpickle for the handshake, whose env spec may hold
-    lambdas). Raises whatever pickling raises, so the worker can answer with that error instead.
+    ``dumps`` pickles the result: by default pickled, or cloudpickled where plain pickle cannot
+    (``get_attr("spec")`` of an env whose entry point was a script's function, which the worker
+    holds by value; an info holding a lambda), as commands are; cloudpickle for the handshake,
+    whose env spec may hold lambdas. Raises whatever pickling raises, so the worker can answer
+    with that error instead.
     """
     if ok:
         if result is None:

@@ -20,8 +20,6 @@ from multiprocessing import parent_process, reduction
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-import cloudpickle
-
 from vecenv.errors import PackedException
 from vecenv.wire import fastpath
 from vecenv.wire.buffers import Buffers, drop_inherited_mappings
@@ -162,8 +160,8 @@ def worker_main(index: int, conn: Connection, group_fn_bytes: bytes, options: Wo
     core = WorkerCore(index, options)
     try:
         try:
-            # cloudpickle: an env spec may hold lambdas (wrappers built with them).
-            message = encode_reply(0, True, core.build(group_fn_bytes), cloudpickle.dumps)
+            # (cloudpickled where its env spec holds lambdas: wrappers built with them)
+            message = encode_reply(0, True, core.build(group_fn_bytes))
         except BaseException as exc:
             conn.send_bytes(encode_reply(0, False, PackedException(exc, None)))
             return
