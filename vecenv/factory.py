@@ -18,7 +18,7 @@ from typing import Any
 
 import cloudpickle
 import gymnasium as gym
-from gymnasium.envs.registration import EnvSpec, find_highest_version, get_env_id, parse_env_id
+from gymnasium.envs.registration import EnvSpec, VectorizeMode, find_highest_version, get_env_id, parse_env_id
 
 from vecenv.backends import BACKENDS, other_backends_keyword, vector_class
 from vecenv.checks import check_count
@@ -29,6 +29,10 @@ __all__ = ["make", "check_env_id", "vector_keywords", "BACKENDS", "VECTORIZATION
 
 VECTORIZATION_MODE = "vecenv"
 """``envs.spec.kwargs["vectorization_mode"]`` of a vector env from :func:`make`."""
+
+#: The ``vectorization_mode`` values :func:`make` takes besides ``None``: its own, and
+#: ``make_vec``'s modes of single envs (each gives SyncVectorEnv's results, as make's envs do).
+_SINGLE_ENV_MODES = (VECTORIZATION_MODE, VectorizeMode.SYNC.value, VectorizeMode.ASYNC.value)
 
 
 def _vector_params(cls: type) -> frozenset[str]:
@@ -229,9 +233,10 @@ def make(
             key is an env keyword argument, as ``make_vec`` passes ``**kwargs`` to the env (but a
             keyword of the other backend's vector env, ``address`` say, is refused, naming
             ``env_kwargs``, which passes it to the envs). ``vectorization_mode`` may be given
-            as ``make_vec``'s default (``None``) or ``"vecenv"``; the envs are always single
-            envs, as with ``vectorization_mode="sync"`` (an id's ``vector_entry_point``, such as
-            CartPole's, is not used: see ``SubprocVectorEnv.from_groups`` for native groups).
+            as ``make_vec``'s default (``None``), ``"sync"``, ``"async"`` (or the
+            ``VectorizeMode``) or ``"vecenv"``: the envs are always single envs, with
+            ``SyncVectorEnv``'s results (an id's ``vector_entry_point``, such as CartPole's, is
+            not used: see ``SubprocVectorEnv.from_groups`` for native groups).
 
     The envs are built where their group runs: in the workers, or in this process for a group
     it hosts (``num_workers=0``, ``inline_group``; ``"auto"`` also builds one extra env here to
@@ -245,7 +250,8 @@ def make(
     Raises:
         TypeError: an argument of the wrong type, an unknown ``vector_kwargs`` key, or a key
             given twice; the message names the argument, what was expected and what was given.
-        ValueError: ``num_envs`` is not a positive int, or ``backend`` is unknown.
+        ValueError: ``num_envs`` is not a positive int, ``backend`` is unknown, or
+            ``vectorization_mode`` is not one of single envs.
         UnknownEnvIdError: no env is registered under ``env_id`` (a ``gymnasium.error.NameNotFound``).
     """
     if "id" in kwargs:  # make_vec's name for the first argument
@@ -344,14 +350,16 @@ def _without(mapping: dict[str, Any], key: str) -> dict[str, Any]:
 
 
 def _check_argument_kinds(kwargs: dict[str, Any], env_kwargs: Any, vector_kwargs: Any) -> None:
-    # make_vec's default (None) and this function's own mode name mean what make builds anyway.
-    if kwargs.get("vectorization_mode", None) in (None, VECTORIZATION_MODE):
-        kwargs.pop("vectorization_mode", None)
-    if "vectorization_mode" in kwargs:
-        raise ArgumentTypeError(
-            "`vectorization_mode` does not apply: vecenv.make always builds a vecenv.SubprocVectorEnv (use "
-            "gymnasium.make_vec for Gymnasium's modes), got "
-            f"vectorization_mode={describe(kwargs['vectorization_mode'])}"
+    # make_vec's default (None), its modes of single envs ("sync", "async": the results are
+    # SyncVectorEnv's either way) and this function's own mode name mean what make builds anyway.
+    mode = kwargs.pop("vectorization_mode", None)
+    name = mode.value if isinstance(mode, VectorizeMode) else mode
+    if not (name is None or (isinstance(name, str) and name in _SINGLE_ENV_MODES)):
+        raise InvalidArgumentError(
+            "`vectorization_mode` must be None, 'vecenv', 'sync' or 'async': vecenv.make "
+            "builds a vecenv.SubprocVectorEnv of single envs (an id's vector_entry_point is not used; "
+            "SubprocVectorEnv.from_groups hosts native vector envs), got "
+            f"vectorization_mode={describe(mode)}"
         )
     for name, value in (("env_kwargs", env_kwargs), ("vector_kwargs", vector_kwargs)):
         if value is not None and not isinstance(value, dict):
