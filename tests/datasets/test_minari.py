@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import vecenv
@@ -435,6 +436,42 @@ def test_export_gives_what_collecting_to_minari_gives(tmp_path: Path, request_: 
             np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
     assert_same_episodes(minari.load_dataset("exported-v0"), ours)
     assert exported.storage.metadata["vecenv"]["source"] == str(tmp_path / "ours")
+
+
+class NoValuesEnv(CounterEnv):
+    """A CounterEnv whose observations hold no values (a zero-size Box)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.observation_space = spaces.Box(0, 1, (0,), np.float32)
+
+    def _obs(self) -> np.ndarray:
+        return np.zeros(0, np.float32)
+
+
+@pytest.mark.parametrize("storage", STORAGES)
+def test_a_leaf_of_no_values_is_refused_before_anything_is_written(
+    tmp_path: Path, _minari_root: Path, storage: str
+) -> None:
+    """Minari cannot store a zero-size Box (its HDF5 writer failed on it; pyarrow crashed the
+    process): refused naming the leaf, by collect and by export, with nothing written; our
+    format keeps it."""
+    ours = collect(sync_envs(2, env_class=NoValuesEnv), seed=1, out=tmp_path / "ours", episodes=2, progress=False)
+    assert ours["observations"].shape == (ours.transitions, 0)
+    message = r"observations: expected a space leaf that holds values for format='minari'.*shape \(0,\)"
+    with pytest.raises(rollout.UnsupportedSpaceError, match=message):
+        collect(
+            sync_envs(2, env_class=NoValuesEnv),
+            seed=1,
+            episodes=2,
+            format="minari",
+            dataset_id="zero/values-v0",
+            minari_storage=storage,
+            progress=False,
+        )
+    with pytest.raises(rollout.UnsupportedSpaceError, match=message):
+        export_minari(tmp_path / "ours", "zero/exported-v0", minari_storage=storage)
+    assert not _minari_root.exists() or not any(_minari_root.iterdir())
 
 
 def test_export_of_dict_and_tuple_spaces_gives_what_collecting_gives(tmp_path: Path) -> None:

@@ -41,10 +41,11 @@ from vecenv.datasets.errors import (
     MinariNotInstalledError,
     OptionNames,
     OutputExistsError,
+    UnsupportedSpaceError,
     no_episodes_error,
     write_error,
 )
-from vecenv.datasets.format import json_default, space_from_description
+from vecenv.datasets.format import json_default, space_from_description, space_leaves
 from vecenv.datasets.hdf5_episodes import EpisodePieces, Hdf5EpisodeFile
 from vecenv.datasets.sinks import OPEN_EPISODES, EpisodeSummary, with_last
 from vecenv.datasets.writer import (
@@ -287,6 +288,18 @@ class _ArrowEpisodes:
     def readable_counts(self) -> tuple[int, int]:
         """The episodes and steps written: each is complete when ``write`` returns."""
         return self._episodes, self._steps
+
+
+def check_minari_spaces(observation_space: spaces.Space, action_space: spaces.Space) -> None:
+    """Raise UnsupportedSpaceError, before anything is written, for a leaf Minari cannot store:
+    one of no values (a zero-size Box: neither of its storages writes it)."""
+    for prefix, space in (("observations", observation_space), ("actions", action_space)):
+        for leaf in space_leaves(space, prefix):
+            if 0 in leaf.shape:
+                raise UnsupportedSpaceError(
+                    f"{leaf.name}: expected a space leaf that holds values for format='minari' (Minari cannot "
+                    f"store an empty array per step; format='vecenv' can), got shape {leaf.shape} in {space}"
+                )
 
 
 class MinariSink:
@@ -628,6 +641,9 @@ def export_minari(
     if not isinstance(dataset, Dataset):
         dataset = load(dataset)
     metadata = dataset.metadata
+    observation_space = space_from_description(metadata["observation_space"]["description"])
+    action_space = space_from_description(metadata["action_space"]["description"])
+    check_minari_spaces(observation_space, action_space)
     episodes = _StoredEpisodes(dataset)
     if not episodes.closed and not (episodes.still_open and open_episodes == "truncate"):
         # Minari cannot load a dataset without episodes: refused before an existing one is replaced.
@@ -637,8 +653,6 @@ def export_minari(
             f"open_episodes={open_episodes!r} keeps; nothing was written"
         )
     target = minari_target(dataset_id, out, overwrite, storage=minari_storage)
-    observation_space = space_from_description(metadata["observation_space"]["description"])
-    action_space = space_from_description(metadata["action_space"]["description"])
     spec = env_spec if env_spec is not None else _env_spec(metadata)
     source = {**metadata, "source": str(dataset.path)}
     sink = MinariSink(
