@@ -269,8 +269,7 @@ def test_a_timeout_the_parents_group_ran_past_says_how_long_the_call_took(call: 
             getattr(envs, call)(timeout=0.1)
         took = time.monotonic() - start
         message = str(raised.value)
-        named = "rollout" if call == "rollout_wait" else call  # the name a rollout's errors give
-        assert message.startswith(f"The call to `{named}` has timed out after 0.1 second(s) ("), message
+        assert message.startswith(f"The call to `{call}` has timed out after 0.1 second(s) ("), message
         assert "No reply yet from worker 1 (envs 2..3)" in message, message
         elapsed = re.search(r"\(([0-9.]+) s elapsed\)", message)
         assert elapsed is not None, message
