@@ -1199,6 +1199,65 @@ def test_a_failed_write_never_reports_an_earlier_dataset_written_a_moment_before
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGXFSZ"), reason="needs RLIMIT_FSIZE (POSIX)")
+def test_a_first_write_that_fails_puts_the_replaced_dataset_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``overwrite=True`` and a file size limit that the first rows' write exceeds: the rows
+    were only buffered, so nothing was written, and the dataset the run was to replace is put
+    back whole. It was deleted (its rows counted as written once buffered), leaving an empty,
+    incomplete dataset in its place."""
+    import resource
+
+    monkeypatch.setattr(rollout.writer, "FLUSH_INTERVAL_S", 3600.0)  # the rows' one write is at the end
+    out = tmp_path / "d"
+    collect(SyncVectorEnv([CounterEnv for _ in range(2)]), steps=20, out=out, progress=False).close()
+    envs = SyncVectorEnv([CounterEnv for _ in range(2)])
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    try:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (10_000, hard))  # the headers and metadata fit
+        with pytest.raises(rollout.DatasetWriteError) as raised:
+            collect(envs, steps=5_000, out=out, overwrite=True, progress=False)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+        envs.close()
+    assert raised.value.errno == errno.EFBIG
+    with load(out) as kept:
+        assert kept.complete and kept.transitions == 20
+    assert [p.name for p in tmp_path.iterdir()] == ["d"], "the replaced dataset's copy was left aside"
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGXFSZ"), reason="needs RLIMIT_FSIZE (POSIX)")
+def test_a_write_that_fails_part_way_leaves_a_dataset_whose_files_agree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows flushed at every step until one file (``actions``, the widest rows) reaches a file
+    size limit: the dataset keeps the rows every file holds, and loads. The failed rows were
+    written into a buffer and counted as committed; the error came later, in the header's
+    seek, so ``metadata.json`` counted rows that the file's header did not."""
+    import resource
+
+    monkeypatch.setattr(rollout.writer, "FLUSH_INTERVAL_S", 0.0)
+    out = tmp_path / "d"
+    envs = SyncVectorEnv([CounterEnv for _ in range(2)])
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    try:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (10_000, hard))
+        with pytest.raises(rollout.DatasetWriteError) as raised:
+            collect(envs, steps=3_000, out=out, progress=False)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+        envs.close()
+    assert raised.value.filename == str(out / "actions.npy"), raised.value.filename
+    with load(out) as kept:
+        assert not kept.complete and 0 < kept.transitions < 3_000
+        assert len(kept["actions"]) == len(kept["observations"]) == kept.transitions
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGXFSZ"), reason="needs RLIMIT_FSIZE (POSIX)")
 def test_a_spill_that_cannot_be_written_is_a_write_error_and_leaves_no_spill_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

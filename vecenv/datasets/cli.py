@@ -389,6 +389,8 @@ def _write_failure(exc: OSError, args: argparse.Namespace, exporting: bool, befo
             pass
     elif before.known and (out / METADATA_FILE).is_file():
         what += f"; nothing was written; the dataset already in {out} is as it was"
+    elif before.known:
+        what += "; nothing was written"
     return " ".join(what.split())
 
 

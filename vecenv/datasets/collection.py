@@ -518,8 +518,10 @@ def _collect(plan: _Plan, output: _Output, progress: bool | str) -> Any:
                     result = output.sink.finalize(complete=complete)
                 finally:
                     # A complete run writes something, except a Minari one whose episodes were all
-                    # still open at the end and dropped (finalize raises NoEpisodesError).
-                    wrote = (output.sink.episodes if output.directory is None else output.sink.transitions) > 0
+                    # still open at the end and dropped (finalize raises NoEpisodesError), or one
+                    # whose first write failed (its rows were only buffered: the files hold none).
+                    sink = output.sink
+                    wrote = (sink.kept if isinstance(sink, DatasetSink) else sink.episodes) > 0
                     settle(output.target, output.aside, wrote)
     return result if output.directory is None else load(output.directory)
 

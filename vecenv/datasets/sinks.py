@@ -57,6 +57,11 @@ class DatasetSink:
     def episodes(self) -> int:
         return self.writer.episodes
 
+    @property
+    def kept(self) -> int:
+        """The transitions the files hold (rows still buffered, or lost to a failed write, are not)."""
+        return self.writer.kept
+
     def rows(self, columns: Sequence[np.ndarray], returns: np.ndarray, lengths: np.ndarray) -> None:
         """Append rows holding ``len(returns)`` finished episodes (see ``DatasetWriter.append``)."""
         self.writer.append(columns, returns, lengths)

@@ -16,8 +16,9 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from io import FileIO
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import gymnasium
 import numpy as np
@@ -58,6 +59,14 @@ class _RunningStats:
         if not self.count:
             return None
         return {"mean": self.total / self.count, "min": self.low, "max": self.high}
+
+
+def _write_all(file: FileIO, column: np.ndarray) -> None:
+    """Write every byte of ``column`` at the file's position (an unbuffered write may take
+    part of them; the rest is written again, and a failure raises)."""
+    data = np.ascontiguousarray(column).reshape(-1).view(np.uint8).data
+    while data.nbytes:
+        data = data[file.write(data) :]
 
 
 class DatasetWriter:
@@ -105,18 +114,17 @@ class DatasetWriter:
         self._row_bytes = [f.row_bytes for f in fields]
         #: The first write that failed; from then on only ``finalize`` touches the files.
         self.failed: DatasetWriteError | None = None
-        self._files: list[IO[bytes]] = []
+        # Unbuffered: a write that fails (a full disk) fails where it is made, before its rows
+        # count as committed, never later in a seek or a close that flushes a buffer.
+        self._files: list[FileIO] = []
         with self._writing(out):
             out.mkdir(parents=True)
         try:
             for field in fields:
                 with self._writing(out / f"{field.name}.npy"):
-                    self._files.append(open(out / f"{field.name}.npy", "w+b"))  # noqa: SIM115
+                    self._files.append(open(out / f"{field.name}.npy", "w+b", buffering=0))  # noqa: SIM115
             self._data_offset = [self._write_header(f, field, 0) for f, field in zip(self._files, fields)]
-            for file in self._files:  # loadable from the start, even before the first rows come
-                with self._writing(Path(file.name)):
-                    file.flush()
-            self._write_metadata(complete=False)
+            self._write_metadata(complete=False)  # loadable from the start, before the first rows come
         except BaseException:  # a full disk, or Ctrl+C: no file is left open (the caller removes them)
             for file in self._files:
                 with contextlib.suppress(OSError):
@@ -150,6 +158,12 @@ class DatasetWriter:
         if time.monotonic() - self._last_flush >= FLUSH_INTERVAL_S:
             self.flush()
 
+    @property
+    def kept(self) -> int:
+        """The rows the dataset holds: committed to the files, up to the end of the last whole
+        append (what its headers and ``metadata.json`` count; after a failed write, what stays)."""
+        return self._whole
+
     def flush(self) -> None:
         """Commit the buffered rows to the files and make headers and metadata agree."""
         self._commit([b[: self._buffered] for b in self._buffers], self._buffered)
@@ -157,9 +171,7 @@ class DatasetWriter:
         self._flushed_episodes += self._buffered_episodes
         self._buffered_episodes = 0
         for file, field in zip(self._files, self.fields):
-            self._write_header(file, field, self._whole)
-            with self._writing(Path(file.name)):
-                file.flush()  # rows and header on disk before metadata.json says they are there
+            self._write_header(file, field, self._whole)  # before metadata.json says the rows are there
         self._write_metadata(complete=False)
         self._last_flush = time.monotonic()
 
@@ -175,13 +187,19 @@ class DatasetWriter:
         if not failed_before:
             with contextlib.suppress(DatasetWriteError):
                 self.flush()
-        with contextlib.suppress(OSError) if self.failed is not None else contextlib.nullcontext():
-            for file, offset, row_bytes in zip(self._files, self._data_offset, self._row_bytes):
-                with self._writing(Path(file.name)):
-                    # Frees what a failed write left, and the pieces of an episode left open.
+        for file, field, offset, row_bytes in zip(self._files, self.fields, self._data_offset, self._row_bytes):
+            # Each file closed whatever the others do; a failure is kept in ``failed`` (see
+            # _writing). Its header says the rows kept (a failed flush may have left it behind),
+            # and the bytes past them go: what a failed write left, and the pieces of an
+            # episode left open.
+            with contextlib.suppress(DatasetWriteError), self._writing(Path(file.name)):
+                try:
+                    self._write_header(file, field, self._whole)
                     file.truncate(offset + self._whole * row_bytes)
+                finally:
                     file.close()
-            self.metadata["end_time"] = now()
+        self.metadata["end_time"] = now()
+        with contextlib.suppress(DatasetWriteError) if self.failed is not None else contextlib.nullcontext():
             self._write_metadata(complete=complete and self.failed is None)
         if self.failed is not None and not failed_before:
             raise self.failed
@@ -190,7 +208,7 @@ class DatasetWriter:
         for file, offset, row_bytes, column in zip(self._files, self._data_offset, self._row_bytes, columns):
             with self._writing(Path(file.name)):
                 file.seek(offset + self._flushed * row_bytes)
-                file.write(np.ascontiguousarray(column).data)
+                _write_all(file, column)
         self._flushed += count
         while self._ends and self._ends[0] <= self._flushed:
             self._whole = self._ends.popleft()
@@ -208,7 +226,7 @@ class DatasetWriter:
                 self.failed = error
             raise error from exc
 
-    def _write_header(self, file: IO[bytes], field: Leaf, rows: int) -> int:
+    def _write_header(self, file: FileIO, field: Leaf, rows: int) -> int:
         header = {
             "descr": np.lib.format.dtype_to_descr(field.dtype),
             "fortran_order": False,
