@@ -785,6 +785,33 @@ def test_the_command_interrupted_before_its_first_episode_leaves_no_root_it_made
     assert not root.exists()
 
 
+def test_the_export_command_interrupted_says_what_it_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """Ctrl+C while ``export`` writes its third episode: one line says the first two were kept
+    (and how to replace them), and Minari loads them; it said nothing."""
+    from vecenv.datasets import minari as minari_output
+
+    collect(sync_envs(2), seed=0, out=tmp_path / "ours", episodes=6, progress=False).close()
+    write = minari_output.MinariSink.episode
+
+    def interrupted_at_the_third(sink: Any, *args: Any, **kwargs: Any) -> None:
+        if sink.episodes == 2:
+            raise KeyboardInterrupt
+        write(sink, *args, **kwargs)
+
+    monkeypatch.setattr(minari_output.MinariSink, "episode", interrupted_at_the_third)
+    root = tmp_path / "root"
+    assert main(["export", str(tmp_path / "ours"), "--dataset-id", "ns/cut-v0", "--out", str(root), "--quiet"]) == 130
+    assert capsys.readouterr().err == (
+        f"vecenv-collect: interrupted: kept the episodes exported so far in Minari dataset 'ns/cut-v0' under {root} "
+        '("complete": false in its vecenv metadata; --overwrite replaces it)\n'
+    )
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
+    loaded = minari.load_dataset("ns/cut-v0")
+    assert loaded.total_episodes == 2 and loaded.storage.metadata["vecenv"]["complete"] is False
+
+
 @pytest.mark.parametrize("storage", STORAGES)
 def test_minaris_counts_follow_each_doubling_so_a_killed_run_keeps_half(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, storage: str

@@ -351,6 +351,8 @@ def _export(args: argparse.Namespace) -> int:
         raise _UsageError(str(exc.strerror)) from None
     except (MinariNotInstalledError, ValueError, FileExistsError) as exc:
         raise _UsageError(str(exc)) from None
+    metadata = root / args.dataset_id / "data" / "metadata.json"
+    earlier = _identity(metadata)
     try:
         result = export_minari(
             dataset,
@@ -363,6 +365,19 @@ def _export(args: argparse.Namespace) -> int:
         )
     except (MinariNotInstalledError, ValueError, FileExistsError) as exc:
         raise _UsageError(str(exc)) from None
+    except KeyboardInterrupt:
+        now = _identity(metadata)
+        if now is not None and now != earlier:
+            kept = (
+                f'kept the episodes exported so far in Minari dataset {args.dataset_id!r} under {root} ("complete": '
+                "false in its vecenv metadata; --overwrite replaces it)"
+            )
+        elif now is not None:
+            kept = f"nothing was written; Minari dataset {args.dataset_id!r} is as it was"
+        else:
+            kept = f"no Minari dataset {args.dataset_id!r} was written"
+        print(f"{PROG}: interrupted: {kept}", file=sys.stderr)
+        raise
     if not args.quiet:
         print(minari_summary(result, root))
     return 0
