@@ -790,6 +790,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cut = f"{verb} during the {kind} run and again while writing the finished runs ({finished})"
                 print(cut_writing_line(cut, args.out, written), file=sys.stderr, flush=True)
                 return exit_status(again)
+            except OSError as error:
+                print(write_failed_line(error, args.out, written), file=sys.stderr, flush=True)
+                return 1
             print(
                 f"train_ppo.py: {verb} during the {kind} run: the finished runs ({finished}) written to "
                 f"{written_text(args.out, written)}; {', '.join(left_out)} left out",
@@ -817,6 +820,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         verb = "terminated" if isinstance(exc, Terminated) else "interrupted"
         print(cut_writing_line(f"{verb} while writing the results", args.out, written), file=sys.stderr, flush=True)
         return exit_status(exc)
+    except OSError as error:  # a full disk, a folder in a result file's place
+        print(write_failed_line(error, args.out, written), file=sys.stderr, flush=True)
+        return 1
     print(f"wrote {written_text(args.out, written)}")
     return 0
 
@@ -854,12 +860,28 @@ def written_text(out: pathlib.Path, written: list[str]) -> str:
     return f"{out}/{', '.join(written)}"
 
 
-def cut_writing_line(cut: str, out: pathlib.Path, written: list[str]) -> str:
+def cut_writing_line(
+    cut: str, out: pathlib.Path, written: list[str], files: Sequence[str] = RESULT_FILES, prog: str = "train_ppo.py"
+) -> str:
     """The one line for an interrupt while :func:`write_results` wrote: which files it had put in
     ``out``, and which it left as they were (absent, or from an earlier run into ``out``)."""
-    left = ", ".join(name for name in RESULT_FILES if name not in written)
+    left = [name for name in files if name not in written]
     done = f"{written_text(out, written)} written" if written else "nothing was written"
-    return f"train_ppo.py: {cut}: {done}; {left} left as they were"
+    return f"{prog}: {cut}: {done}; {', '.join(left)} left as {'it was' if len(left) == 1 else 'they were'}"
+
+
+def write_failed_line(
+    error: OSError,
+    out: pathlib.Path,
+    written: list[str],
+    files: Sequence[str] = RESULT_FILES,
+    prog: str = "train_ppo.py",
+) -> str:
+    """The one line for a result file that could not be written (the training is done; its
+    numbers were printed): the file, the cause, and what was written or left as it was."""
+    failed = next((name for name in files if name not in written), files[-1])
+    cause = error.strerror or str(error) or type(error).__name__
+    return cut_writing_line(f"error: cannot write {out / failed}: {cause}", out, written, files, prog)
 
 
 if __name__ == "__main__":

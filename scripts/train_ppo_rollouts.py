@@ -1004,10 +1004,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
     config = {k: (str(v) if isinstance(v, pathlib.Path) else v) for k, v in vars(args).items()}
-    ppo.write_csv(args.out / "episodes.csv", finished)
-    write_text_atomically(args.out / "summary.json", json_text({"config": config, "run": dataclasses.asdict(summary)}))
+    written: list[str] = []
+    try:
+        ppo.write_csv(args.out / "episodes.csv", finished)
+        written.append("episodes.csv")
+        summary_text = json_text({"config": config, "run": dataclasses.asdict(summary)})
+        write_text_atomically(args.out / "summary.json", summary_text)
+    except OSError as error:  # a full disk, a folder in a result file's place
+        print(ppo.write_failed_line(error, args.out, written, _RESULT_FILES, PROG), file=sys.stderr, flush=True)
+        return 1
     return 0
 
 
+#: The files :func:`main` writes into ``--out``, in that order.
+_RESULT_FILES = ("episodes.csv", "summary.json")
+PROG = "train_ppo_rollouts.py"
+
+
 if __name__ == "__main__":
-    raise SystemExit(run_main("train_ppo_rollouts.py", main))
+    raise SystemExit(run_main(PROG, main))

@@ -322,14 +322,14 @@ def test_a_compare_interrupted_in_its_second_run_keeps_the_first_as_an_uninterru
             ["--compare", "sync,vecenv"],
             "interrupted during the vecenv run and again while writing the finished runs (sync)",
             "/episodes.csv, summary.json written",
-            "learning_curve.png left as they were",
+            "learning_curve.png left as it was",
         ),
         # Ctrl+C once the runs are over, while their files were written.
         (
             ["--vector", "sync"],
             "interrupted while writing the results",
             "/episodes.csv, summary.json written",
-            "learning_curve.png left as they were",
+            "learning_curve.png left as it was",
         ),
     ],
     ids=["second-ctrl-c", "ctrl-c-at-the-end"],
@@ -373,6 +373,49 @@ def test_an_interrupt_while_the_results_are_written_names_what_was_written(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["episodes.csv", "summary.json"], "no temporary file"
     with (tmp_path / "episodes.csv").open(newline="") as f:
         assert [row["vector"] for row in csv.DictReader(f)] == ["sync"]
+
+
+@pytest.mark.parametrize("where", ["picture", "folder"])
+def test_a_result_file_that_cannot_be_written_is_one_line_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    """The training is done but a result file cannot be written (a full disk while the picture
+    is saved; a folder where episodes.csv goes): one line names the file, the cause and what was
+    written or left as it was, exit status 1. It was a traceback."""
+    import torch
+
+    module = load_script("train_ppo")
+
+    def train(_: object, kind: str) -> tuple[list[object], object]:
+        episode = module.Episode(kind, 8, 0.5, 12.0, 12, 0)
+        return [episode], module.RunSummary(kind, 2, 0.0, 16, 1.0, 16.0, 1, None, False, None, None)
+
+    def plot(*_: object) -> bool:
+        raise OSError(27, "File too large")
+
+    monkeypatch.setattr(module, "train", train)
+    monkeypatch.setattr(module, "plot", plot)
+    if where == "folder":
+        (tmp_path / "episodes.csv").mkdir()
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    try:
+        status = module.run_main("train_ppo.py", lambda: module.main(["--out", str(tmp_path), "--vector", "sync"]))
+    finally:  # main sets both for the whole process
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic)
+    assert status == 1
+    line = capsys.readouterr().err.strip()
+    if where == "picture":
+        want = (
+            f"train_ppo.py: error: cannot write {tmp_path}/learning_curve.png: File too large: "
+            f"{tmp_path}/episodes.csv, summary.json written; learning_curve.png left as it was"
+        )
+    else:
+        want = (
+            f"train_ppo.py: error: cannot write {tmp_path}/episodes.csv: Is a directory: nothing was written; "
+            "episodes.csv, summary.json, learning_curve.png left as they were"
+        )
+    assert line == want, line
 
 
 def test_the_guide_and_the_docstring_name_every_column_of_episodes_csv() -> None:

@@ -57,6 +57,30 @@ def test_summary_json_is_strict_json_with_null_when_no_episode_finished(tmp_path
     assert summary["config"]["num_workers"] == 1
 
 
+def test_a_result_file_that_cannot_be_written_is_one_line_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A folder where summary.json goes, once the training is done: one line names the file,
+    the cause, and that episodes.csv was written; exit status 1. It was a traceback."""
+    import torch
+
+    m = load_script("train_ppo_rollouts")
+    timings = (1.0, 16.0, 0.5, 0.3, 0.2)  # wall time, SPS, start-up, collect, update
+    summary = m.Summary("rollout", "mlp", False, 2, 16, 1, *timings, 0, None, False, None, None, [1], [])
+    monkeypatch.setattr(m, "train", lambda args: (summary, []))
+    (tmp_path / "summary.json").mkdir()
+    threads = torch.get_num_threads()
+    try:
+        status = m.run_main(m.PROG, lambda: m.main(["--out", str(tmp_path), "--quiet"]))
+    finally:  # main sets it for the whole process
+        torch.set_num_threads(threads)
+    assert status == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"train_ppo_rollouts.py: error: cannot write {tmp_path}/summary.json: Is a directory: "
+        f"{tmp_path}/episodes.csv written; summary.json left as it was"
+    )
+
+
 def _check_mechanics(run: dict[str, Any], updates: int) -> None:
     assert run["updates"] == updates and run["env_steps"] == updates * 4 * 16
     assert all(math.isfinite(loss) for loss in run["losses"])
