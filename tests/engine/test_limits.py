@@ -308,6 +308,33 @@ def test_step_buffers_larger_than_the_limit_are_refused_and_nothing_is_left(monk
         vecenv.SubprocVectorEnv([FrameEnv] * 8, 2, context="fork")
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("named", [False, True], ids=["memfd", "named"])
+def test_a_small_block_over_a_file_size_limit_is_a_memory_limit_error_naming_it(named: bool) -> None:
+    """Blocks too small to be checked before they are made (the fast path's control block, a
+    small weights slot) raised ``ftruncate``'s bare ``OSError`` (File too large) over a file
+    size limit; it is the MemoryLimitError naming the block and the limit, and nothing is left."""
+    import secrets
+
+    from vecenv.wire.buffers import SHM_PREFIX, SharedBlock
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    try:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
+        with pytest.raises(
+            MemoryLimitError, match=r"the new weights' shared slot needs 64.0 KiB.*RLIMIT_FSIZE"
+        ) as info:
+            SharedBlock.create(
+                65536, SHM_PREFIX + secrets.token_hex(8) if named else None, "the new weights' shared slot"
+            )
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+    assert info.value.needed == 65536 and info.value.available == 4096
+    assert isinstance(info.value.__context__, OSError) and info.value.__context__.errno == errno.EFBIG
+
+
 class _HugeObservations(gym.Env):
     """1 TB observations, a space that allocates nothing until batched (never reset)."""
 

@@ -14,15 +14,17 @@ The layout is computed from a small picklable :class:`BufferSpec`, the same way 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
+import errno
 import math
 import mmap
 import os
 import secrets
 import sys
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from multiprocessing import shared_memory
 from typing import Any
 
@@ -143,6 +145,21 @@ def block_name(shared_memory: bool) -> str | None:
     return f"{SHM_PREFIX}{secrets.token_hex(8)}" if shared_memory and not HAVE_MEMFD else None
 
 
+@contextlib.contextmanager
+def _memory_limit(size: int, what: str, named: bool) -> Iterator[None]:
+    """Within it, an ``OSError`` of sizing a block of ``size`` bytes for ``what`` (a file size
+    limit, a full ``/dev/shm``) becomes the :class:`~vecenv.errors.MemoryLimitError` naming the
+    limit, as where a block is checked before it is made (small blocks are not: the check reads
+    several files); an error that no limit explains goes on unchanged."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in (errno.EFBIG, errno.ENOSPC, errno.ENOMEM):
+            raise
+        check_block(size, what, shared=True, named=named)  # raises where a limit says why
+        raise
+
+
 class SharedBlock:
     """One shared-memory block as mapped in one process: a memfd mapping or a SharedMemory."""
 
@@ -167,7 +184,8 @@ class SharedBlock:
         if name is None:
             fd = make_memfd(label, what)  # DescriptorLimitError where none is free
             try:
-                os.ftruncate(fd, size)
+                with _memory_limit(size, what, named=False):
+                    os.ftruncate(fd, size)
                 seal_memfd(fd)
                 with descriptor_limit(what, _MAPPING_NEEDS):
                     mm = _map(fd, size)
@@ -177,7 +195,8 @@ class SharedBlock:
             except BaseException:
                 os.close(fd)
                 raise
-        shm = shared_memory.SharedMemory(name, create=True, size=size)
+        with _memory_limit(size, what, named=True):
+            shm = shared_memory.SharedMemory(name, create=True, size=size)
         return cls(shm.buf, None, shm)
 
     def release_fd(self) -> None:
