@@ -30,6 +30,7 @@ from tests.helpers.envs import (
     constant_policy,
     constant_policy_with_extras,
 )
+from tests.helpers.limits import file_size_limit
 from tests.helpers.output_paths import deny_writes_in, refuse_to_build_envs
 from vecenv import datasets as rollout
 from vecenv.bench import procfs
@@ -1206,21 +1207,15 @@ def test_a_first_write_that_fails_puts_the_replaced_dataset_back(
     were only buffered, so nothing was written, and the dataset the run was to replace is put
     back whole. It was deleted (its rows counted as written once buffered), leaving an empty,
     incomplete dataset in its place."""
-    import resource
-
     monkeypatch.setattr(rollout.writer, "FLUSH_INTERVAL_S", 3600.0)  # the rows' one write is at the end
     out = tmp_path / "d"
     collect(SyncVectorEnv([CounterEnv for _ in range(2)]), steps=20, out=out, progress=False).close()
     envs = SyncVectorEnv([CounterEnv for _ in range(2)])
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (10_000, hard))  # the headers and metadata fit
-        with pytest.raises(rollout.DatasetWriteError) as raised:
+        # The headers and metadata fit in 10,000 bytes; the rows' one write does not.
+        with file_size_limit(10_000), pytest.raises(rollout.DatasetWriteError) as raised:
             collect(envs, steps=5_000, out=out, overwrite=True, progress=False)
     finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, previous)
         envs.close()
     assert raised.value.errno == errno.EFBIG
     with load(out) as kept:
@@ -1236,20 +1231,13 @@ def test_a_write_that_fails_part_way_leaves_a_dataset_whose_files_agree(
     size limit: the dataset keeps the rows every file holds, and loads. The failed rows were
     written into a buffer and counted as committed; the error came later, in the header's
     seek, so ``metadata.json`` counted rows that the file's header did not."""
-    import resource
-
     monkeypatch.setattr(rollout.writer, "FLUSH_INTERVAL_S", 0.0)
     out = tmp_path / "d"
     envs = SyncVectorEnv([CounterEnv for _ in range(2)])
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (10_000, hard))
-        with pytest.raises(rollout.DatasetWriteError) as raised:
+        with file_size_limit(10_000), pytest.raises(rollout.DatasetWriteError) as raised:
             collect(envs, steps=3_000, out=out, progress=False)
     finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, previous)
         envs.close()
     assert raised.value.filename == str(out / "actions.npy"), raised.value.filename
     with load(out) as kept:
@@ -1266,20 +1254,13 @@ def test_a_spill_that_cannot_be_written_is_a_write_error_and_leaves_no_spill_fil
     and closing the spill files failed again on their buffered bytes, so the spill folder,
     often the largest thing on that disk, stayed. Now a DatasetWriteError naming the spill
     file, and the folder is gone."""
-    import resource
-
     monkeypatch.setattr(rollout.writer, "CHUNK_BYTES", 4096)  # spill after a few hundred rows
     out = tmp_path / "d"
     envs = SyncVectorEnv([LongEpisodeEnv for _ in range(2)])
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (10_000, hard))
-        with pytest.raises(rollout.DatasetWriteError) as raised:
+        with file_size_limit(10_000), pytest.raises(rollout.DatasetWriteError) as raised:
             collect(envs, episodes=1, out=out, progress=False)
     finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, previous)
         envs.close()
     assert raised.value.errno == errno.EFBIG
     assert re.fullmatch(re.escape(str(out / ".spill")) + r"/\w+\.raw", raised.value.filename), raised.value.filename

@@ -29,6 +29,7 @@ import pytest
 import vecenv
 from tests.helpers.envs import SlowReplacementEnv, diff_env_fns, greedy_module
 from tests.helpers.faults import FrameEnv, fault_fns, open_fds
+from tests.helpers.limits import file_size_limit
 from vecenv import VecEnvTimeoutError, WorkerDiedError
 from vecenv.errors import DescriptorLimitError, MemoryLimitError, WeightsMismatchError
 from vecenv.parent import rollouts, subproc
@@ -318,19 +319,10 @@ def test_a_small_block_over_a_file_size_limit_is_a_memory_limit_error_naming_it(
 
     from vecenv.wire.buffers import SHM_PREFIX, SharedBlock
 
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    try:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
-        with pytest.raises(
-            MemoryLimitError, match=r"the new weights' shared slot needs 64.0 KiB.*RLIMIT_FSIZE"
-        ) as info:
-            SharedBlock.create(
-                65536, SHM_PREFIX + secrets.token_hex(8) if named else None, "the new weights' shared slot"
-            )
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, previous)
+    name = SHM_PREFIX + secrets.token_hex(8) if named else None
+    expected = r"the new weights' shared slot needs 64.0 KiB.*RLIMIT_FSIZE"
+    with file_size_limit(4096), pytest.raises(MemoryLimitError, match=expected) as info:
+        SharedBlock.create(65536, name, "the new weights' shared slot")
     assert info.value.needed == 65536 and info.value.available == 4096
     assert isinstance(info.value.__context__, OSError) and info.value.__context__.errno == errno.EFBIG
 
