@@ -211,8 +211,8 @@ def seed_list(
         return [*(spawn_seeds(int(seed), n) if policy == SeedPolicy.SPAWN else range(int(seed), int(seed) + n))]
     if isinstance(seed, (str, bytes)) or not isinstance(seed, (Sequence, np.ndarray)):
         raise SeedTypeError(f"`seed` must be an int, a list of {n} seeds or None, got {describe(seed)}")
-    if len(seed) != n:
-        raise InvalidArgumentError(
+    if len(seed) != n:  # Gymnasium's words, and a seed error as the others are
+        raise InvalidSeedError(
             f"If seeds are passed as a list the length must match {count}={n} but got length={len(seed)}."
         )
     seeds: list[int | None] = []

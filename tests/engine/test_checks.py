@@ -21,6 +21,7 @@ from gymnasium.vector import AutoresetMode
 import vecenv
 from tests.helpers.faults import FaultEnv
 from vecenv import checks
+from vecenv.errors import InvalidSeedError
 from vecenv.wire.protocol import SpaceRule
 
 pytestmark = pytest.mark.timeout(30)
@@ -180,8 +181,10 @@ def test_seed_list_accepted() -> None:
     ],
 )
 def test_seed_list_refused(seed: Any, exc: type, match: str) -> None:
-    with pytest.raises(exc, match=match):
+    """Each a seed error, and Gymnasium's ``Error`` too (docs/errors.md), as well as ``exc``."""
+    with pytest.raises(exc, match=match) as raised:
         checks.seed_list(seed, 3)
+    assert isinstance(raised.value, InvalidSeedError) and isinstance(raised.value, gym.error.Error)
 
 
 def test_reset_mask() -> None:
