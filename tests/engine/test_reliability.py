@@ -48,6 +48,7 @@ from tests.helpers.faults import (
     open_fds,
     transport_of,
 )
+from tests.helpers.limits import file_size_limit
 from tests.helpers.threads import take_turns
 from vecenv import VecEnvError, WorkerDiedError
 from vecenv.parent.call_lock import CallLock, serialised
@@ -1965,24 +1966,30 @@ def _collect_cli(out: Path, *extra: str, fsize: int | None = None) -> subprocess
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("full", ["tmpfs", "fsize"], ids=["full-tmpfs", "file-size-limit"])
 def test_collect_on_a_full_disk_is_one_line_and_keeps_a_valid_partial_dataset(full: str, tmp_path: Path, tmpfs) -> None:
-    """A full disk (a 256 KiB tmpfs) or, where nothing can be mounted, a file size limit
-    (RLIMIT_FSIZE): one line naming the file and the cause, exit status 1, no traceback, and
-    the rows written before it a loadable dataset marked incomplete."""
-    disk = tmpfs("size=256k") if full == "tmpfs" else tmp_path
+    """A full disk (a 10 MiB tmpfs) or, where nothing can be mounted, a file size limit
+    (RLIMIT_FSIZE, 3 MiB): one line naming the file and the cause, exit status 1, no traceback,
+    and the rows written before it (a chunk of 8 MiB of rows fits, the next does not) a
+    loadable dataset marked incomplete. Where not even the first write fits, nothing is left
+    and the line says nothing was written."""
+    disk = tmpfs("size=10m") if full == "tmpfs" else tmp_path
     out = disk / "cartpole"
-    proc = _collect_cli(out, "--steps", "20000", fsize=256 * 1024 if full == "fsize" else None)
+    proc = _collect_cli(out, "--steps", "300000", fsize=3 * 2**20 if full == "fsize" else None)
     assert proc.returncode == 1, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     cause = "No space left on device" if full == "tmpfs" else "File too large"
     assert lines[0].startswith(f"vecenv-collect: error: cannot write {out}/"), lines[0]
     assert cause in lines[0] and 'kept a partial dataset ("complete": false)' in lines[0], lines[0]
-    dataset = vecenv.load(out)
-    assert dataset.metadata["complete"] is False
-    kept = dataset.metadata["counts"]["transitions"]
-    assert all(len(a) == kept for a in dataset.arrays.values())
+    with vecenv.load(out) as dataset:
+        assert dataset.metadata["complete"] is False
+        kept = dataset.metadata["counts"]["transitions"]
+        assert kept > 0 and all(len(a) == kept for a in dataset.arrays.values())
     assert f"of {kept} transitions in {out}" in lines[0]
-    debug = _collect_cli(disk / "again", "--steps", "20000", "--debug", fsize=256 * 1024 if full == "fsize" else None)
+    shutil.rmtree(out)
+    tiny = _collect_cli(out, "--steps", "20000", fsize=64 * 1024)  # not even the first write fits
+    assert tiny.returncode == 1 and tiny.stderr.strip().endswith("File too large; nothing was written"), tiny.stderr
+    assert not out.exists()
+    debug = _collect_cli(out, "--steps", "20000", "--debug", fsize=64 * 1024)
     assert debug.returncode != 0 and "Traceback" in debug.stderr and "DatasetWriteError" in debug.stderr
 
 
@@ -2022,19 +2029,14 @@ def test_collect_library_raises_a_write_error_naming_the_file(tmp_path: Path) ->
     """The library's error: a ``VecEnvError`` and an ``OSError`` with the errno and the file."""
     target = tmp_path / "data"
     envs = vecenv.make("CartPole-v1", 2, 1, context="fork")
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
-        with pytest.raises(vecenv.datasets.DatasetWriteError) as info:
+        with file_size_limit(4096), pytest.raises(vecenv.datasets.DatasetWriteError) as info:
             vecenv.collect(envs, steps=2000, out=target)
     finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, previous)
         envs.close()
     assert isinstance(info.value, VecEnvError) and isinstance(info.value, OSError)
     assert info.value.errno == 27 and str(target) in info.value.filename  # EFBIG
-    assert vecenv.load(target).metadata["complete"] is False
+    assert not target.exists(), "its first write failed: nothing was written, and nothing is left"
 
 
 SIGCHLD_SCRIPT = """\
