@@ -624,17 +624,19 @@ def test_native_info_keys_masked_out_in_every_env_are_kept_in_rollouts(groups: t
 def test_native_info_keys_masked_out_in_every_env_are_kept_by_recv() -> None:
     make = [functools.partial(masked_group, "masked"), functools.partial(masked_group, "carried")]
     carried = {"k": np.array([3, 4]), "_k": np.ones(2, np.bool_), "f": np.array([5.0, 6.0]), "_f": np.ones(2, np.bool_)}
-    seen = set()
+    seen: list[str] = []
     with SubprocVectorEnv.from_groups(make, context="fork", batch_size=2) as sub:
         sub.async_reset(seed=0)
-        for t in range(6):
+        # Each group's batches, until both came back a few times: which group finishes first is
+        # the scheduler's (under load one worker may run many steps before the other runs once).
+        while min(seen.count("masked"), seen.count("carried")) < 3 and len(seen) < 2_000:
             *_, infos, ids = sub.recv(timeout=30)
             kind = "masked" if ids[0] == 0 else "carried"
             want = expected_masked_join((kind,)) if kind == "masked" else carried
-            assert_same(infos, want, f"recv {t} ({kind})", ordered=False)
-            seen.add(kind)
+            assert_same(infos, want, f"recv {len(seen)} ({kind})", ordered=False)
+            seen.append(kind)
             sub.send(np.zeros(2, np.int64), ids)
-    assert seen == {"masked", "carried"}
+    assert min(seen.count("masked"), seen.count("carried")) >= 3, f"one group's batches never came: {seen[:20]}"
 
 
 class FinalInfoNative(ShapedNative):
