@@ -477,9 +477,9 @@ def _main_only_block(stmt: ast.stmt) -> list[ast.stmt] | None:
     """The statements of ``stmt`` that run only where ``__name__`` is ``"__main__"`` (``None``:
     it has no such block)."""
     if isinstance(stmt, ast.If):
-        if _is_main_test(stmt.test):
+        if _main_only(stmt.test, True):
             return stmt.body
-        return stmt.orelse if _is_not_main_test(stmt.test) else None
+        return stmt.orelse if _main_only(stmt.test, False) else None
     if isinstance(stmt, ast.Match) and _is_name(stmt.subject):
         for case in stmt.cases:
             pattern = case.pattern
@@ -499,31 +499,23 @@ def _blocks(stmt: ast.stmt) -> list[list[ast.stmt]]:
     return blocks
 
 
-def _is_main_test(test: ast.expr) -> bool:
-    """``test`` holds only where ``__name__`` is ``"__main__"``."""
-    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-        return any(_is_main_test(value) for value in test.values)
+def _main_only(test: ast.expr, when: bool) -> bool:
+    """``test`` is ``when`` only where ``__name__`` is ``"__main__"``: with ``True``, its
+    body is guarded; with ``False``, its ``else``. ``not`` flips ``when``; an ``and`` (an
+    ``or`` for ``False``) needs one such part."""
+    joins = ast.And if when else ast.Or
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, joins):
+        return any(_main_only(value, when) for value in test.values)
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return _is_not_main_test(test.operand)
+        return _main_only(test.operand, not when)
     if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
         return False
     left, op, right = test.left, test.ops[0], test.comparators[0]
-    if isinstance(op, ast.Eq):
+    if isinstance(op, ast.Eq if when else ast.NotEq):
         return _names_main(left, right)
-    if isinstance(op, ast.In) and _is_name(left) and isinstance(right, (ast.Tuple, ast.List, ast.Set)):
+    if when and isinstance(op, ast.In) and _is_name(left) and isinstance(right, (ast.Tuple, ast.List, ast.Set)):
         return bool(right.elts) and all(_is_main(e) for e in right.elts)
     return False
-
-
-def _is_not_main_test(test: ast.expr) -> bool:
-    """``test`` fails only where ``__name__`` is ``"__main__"`` (its ``else`` is guarded)."""
-    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or):
-        return any(_is_not_main_test(value) for value in test.values)
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return _is_main_test(test.operand)
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.NotEq)):
-        return False
-    return _names_main(test.left, test.comparators[0])
 
 
 def _names_main(left: ast.expr, right: ast.expr) -> bool:
