@@ -6,6 +6,7 @@ import contextlib
 import functools
 import importlib.util
 import io
+import os
 import subprocess
 import sys
 import time
@@ -64,6 +65,34 @@ def refused_by_parse_args(script: str, args: list[str], cwd: Path) -> str:
     text = err.getvalue()
     assert status == 2, f"exit status {status}\n{text}"
     return _usage_error_line(script, text)
+
+
+def help_text(script: str) -> str:
+    """``scripts/<script>.py --help``'s text from its ``parse_args(["--help"])`` in this process
+    (which must exit with status 0), its whitespace runs made single spaces (argparse wraps the
+    lines). The width is the 80 columns a script's process with its output captured gets, so
+    that argparse wraps the text as it does there, whatever this process's terminal. The
+    script's own process costs seconds (it imports torch) and adds nothing: ``--help`` is
+    argparse's, printed and ended inside ``parse_args``."""
+    module = load_script(script)
+    out = io.StringIO()
+    columns = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "80"
+    try:
+        with contextlib.redirect_stdout(out), _program(f"{script}.py"):
+            try:
+                module.parse_args(["--help"])
+            except SystemExit as exc:
+                status = exc.code
+            else:
+                status = "no exit"
+    finally:
+        if columns is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = columns
+    assert status in (0, None), f"exit status {status}"
+    return " ".join(out.getvalue().split())
 
 
 @contextlib.contextmanager

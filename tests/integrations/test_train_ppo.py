@@ -18,6 +18,7 @@ import pytest
 
 from tests.helpers.scripts import (
     assert_all_ended,
+    help_text,
     load_script,
     refused_by_parse_args,
     run_with_bad_input,
@@ -39,6 +40,27 @@ def _train(out: Path, *args: str, timeout: float) -> dict[str, list[dict[str, st
         timeout=timeout,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    return _episodes_by_kind(out)
+
+
+def _train_here(out: Path, *args: str) -> dict[str, list[dict[str, str]]]:
+    """What :func:`_train` gives, from the script's ``main`` run in this process: for a reference
+    run that a test compares the script's own process with (that process costs seconds of
+    imports: torch, gymnasium, matplotlib; this one has them already)."""
+    import torch
+
+    module = load_script("train_ppo")
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    try:
+        assert module.main(["--out", str(out), "--quiet", *args]) == 0
+    finally:  # main sets both for the whole process
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic)
+    return _episodes_by_kind(out)
+
+
+def _episodes_by_kind(out: Path) -> dict[str, list[dict[str, str]]]:
+    """The episodes.csv rows in ``out``, by vector kind (the ``vector`` column taken out)."""
     with (out / "episodes.csv").open(newline="") as f:
         rows = list(csv.DictReader(f))
     by_kind: dict[str, list[dict[str, str]]] = {}
@@ -133,14 +155,11 @@ def test_summary_json_is_strict_json_with_null_when_no_episode_finished(tmp_path
 
 @pytest.mark.parametrize("bad", ["all", "-1", "5"])
 def test_bad_num_workers_is_a_usage_error(tmp_path: Path, bad: str) -> None:
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--out", str(tmp_path), "--num-envs", "4", "--num-workers", bad],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert proc.returncode == 2
-    assert "--num-workers" in proc.stderr and bad in proc.stderr
+    """Refused by ``parse_args`` in this process (exit status 2, the usage and one line); that the
+    script's own process turns this into its exit status and stderr is checked below, once."""
+    args = ["--out", str(tmp_path), "--num-envs", "4", "--num-workers", bad]
+    line = refused_by_parse_args("train_ppo", args, cwd=tmp_path)
+    assert "--num-workers" in line and bad in line, line
 
 
 @pytest.mark.timeout(90)
@@ -241,12 +260,26 @@ def test_plot_takes_the_options_its_title_names(tmp_path: Path) -> None:
 @pytest.mark.timeout(200)
 def test_capture_video_records_env_0_every_k_episodes_and_keeps_the_returns(tmp_path: Path) -> None:
     imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg", reason="needs the video extra: pip install -e '.[video]'")
-    common = ["--compare", "vecenv,sync", "--num-envs", "2", "--num-workers", "2", "--num-steps", "32"]
-    common += ["--total-timesteps", "256", "--update-epochs", "1", "--minibatch-size", "64", "--seed", "4"]
-    plain = _train(tmp_path / "plain", *common, timeout=90)
-    recorded = _train(tmp_path / "video", *common, "--capture-video", "--video-every", "3", timeout=90)
+    common = ["--num-envs", "2", "--num-steps", "32", "--total-timesteps", "256", "--update-epochs", "1"]
+    common += ["--minibatch-size", "64", "--seed", "4"]
+    # Without video, sync alone and in this process: vecenv's runs equal sync's episode for
+    # episode (test_same_seed_same_returns_with_vecenv_sync_and_async), so both recorded runs
+    # are held to this one.
+    plain = _train_here(tmp_path / "plain", *common, "--vector", "sync")
+    recorded = _train(
+        tmp_path / "video",
+        *common,
+        "--compare",
+        "vecenv,sync",
+        "--num-workers",
+        "2",
+        "--capture-video",
+        "--video-every",
+        "3",
+        timeout=90,
+    )
+    strip = [(r["env_step"], r["env_index"], r["episode_return"]) for r in plain["sync"]]
     for kind in ("vecenv", "sync"):
-        strip = [(r["env_step"], r["env_index"], r["episode_return"]) for r in plain[kind]]
         assert [(r["env_step"], r["env_index"], r["episode_return"]) for r in recorded[kind]] == strip
     episodes_of_env0 = sum(1 for r in plain["sync"] if r["env_index"] == "0")
     folder = {kind: tmp_path / "video" / "videos" / kind for kind in ("vecenv", "sync")}
@@ -275,17 +308,30 @@ def test_an_interrupted_training_ends_its_workers_and_says_so_in_one_line(tmp_pa
     assert not list(out.iterdir()), "nothing written"
 
 
+#: The training of the compare tests below: both runs of ``--compare sync,vecenv``, and the whole
+#: sync run their first run is compared with.
+COMPARE_COMMON = ["--num-envs", "2", "--num-steps", "32", "--minibatch-size", "64"]
+COMPARE_COMMON += ["--update-epochs", "1", "--seed", "2", "--total-timesteps", "4096"]
+
+
+@pytest.fixture(scope="module")
+def whole_sync_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list[dict[str, str]]]]:
+    """The whole ``--vector sync`` run of :data:`COMPARE_COMMON` (its folder and episodes), trained
+    once in this process for both signals: a reference, not the process under test."""
+    out = tmp_path_factory.mktemp("whole")
+    return out, _train_here(out, *COMPARE_COMMON, "--vector", "sync")
+
+
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_a_compare_interrupted_in_its_second_run_keeps_the_first_as_an_uninterrupted_run_writes_it(
-    tmp_path: Path, signum: int
+    tmp_path: Path, signum: int, whole_sync_run: tuple[Path, dict[str, list[dict[str, str]]]]
 ) -> None:
     """Ctrl+C or SIGTERM during run b of ``--compare a,b``: run a's episodes and summary are
     written as a whole run of a writes them, b is left out and summary.json's ``partial`` says
     so (the finished run, minutes of training, was dropped with the cut one)."""
-    common = ["--num-envs", "2", "--num-steps", "32", "--minibatch-size", "64"]
-    common += ["--update-epochs", "1", "--seed", "2", "--total-timesteps", "4096"]
-    whole = _train(tmp_path / "whole", *common, "--vector", "sync", timeout=120)
+    whole_out, whole = whole_sync_run
+    common = COMPARE_COMMON
 
     def second_run_under_way(proc: subprocess.Popen[str]) -> str:
         assert proc.stdout is not None
@@ -311,7 +357,7 @@ def test_a_compare_interrupted_in_its_second_run_keeps_the_first_as_an_uninterru
     summary = json.loads((out / "summary.json").read_text())
     assert [run["vector"] for run in summary["runs"]] == ["sync"]
     assert "during the vecenv run" in summary["partial"] and "vecenv left out" in summary["partial"]
-    assert json.loads((tmp_path / "whole" / "summary.json").read_text())["partial"] is None
+    assert json.loads((whole_out / "summary.json").read_text())["partial"] is None
 
 
 @pytest.mark.parametrize(
@@ -427,17 +473,10 @@ def test_the_guide_and_the_docstring_name_every_column_of_episodes_csv() -> None
         assert f"``{field.name}``" in (module.__doc__ or ""), field.name
 
 
-def _help(script: Path) -> str:
-    """``script --help``, its whitespace runs made single spaces (argparse wraps the lines)."""
-    proc = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    return " ".join(proc.stdout.split())
-
-
 def test_help_states_one_default_per_option_the_one_used() -> None:
     """An option whose default is filled in later (--video-every) shows that value once, never a
     second "(default: None)" that contradicts it."""
-    text = _help(SCRIPT)
+    text = help_text("train_ppo")
     assert "(default: None)" not in text, text
     assert "--video-every K with --capture-video: episodes 0, K, 2K... (default: 10) --plot" in text, text
     assert "'auto': time one env" in text and "(default: auto)" in text, text
