@@ -661,9 +661,11 @@ def test_bench_step_overhead_measures_a_baseline_from_before_its_helpers(tmp_pat
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_an_interrupted_script_closes_its_workers_and_says_so_in_one_line(tmp_path, signum):
     """step_cost.py stands for the measuring scripts: Ctrl+C printed a traceback, SIGTERM killed
-    it without a word and without closing its workers. Its sync row comes first (a few seconds
-    at 200,000 steps), then the 2-worker row, which is still stepping when the signal comes."""
-    cmd = [sys.executable, str(SCRIPTS / "step_cost.py"), "--num-envs", "2", "--steps", "200000", "--reps", "1"]
+    it without a word and without closing its workers. Its sync row comes first (at 50,000
+    steps about a second of CPU; it took ten at 200,000), then the 2-worker row, which steps
+    slower than sync and is still stepping when the signal comes. Were that row over before its
+    workers were seen, the next repetition's 2-worker row would be signalled instead."""
+    cmd = [sys.executable, str(SCRIPTS / "step_cost.py"), "--num-envs", "2", "--steps", "50000", "--reps", "3"]
     # Once "vecenv 2 workers" has started.
     err, workers = signalled_once_started(cmd, signum, children=2, start_s=90, cwd=tmp_path)
     ended = "interrupted" if signum == signal.SIGINT else "terminated"
