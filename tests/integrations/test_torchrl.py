@@ -205,25 +205,28 @@ def _wrapped_sync() -> GymWrapper:
 @pytest.mark.timeout(240)
 def test_multi_sync_collector_over_vecenv_equals_it_over_sync() -> None:
     """docs/torchrl.md: each collector process builds its own vecenv (and its workers) from the
-    constructor, and the batches hold what they hold over SyncVectorEnv. The trajectory ids are
-    left out: TorchRL numbers them in the order its processes reach an episode's end."""
-    batches = []
-    for make in (_wrapped_vecenv, _wrapped_sync):
-        torch.manual_seed(0)
-        collector = MultiSyncCollector(
-            [make, make], policy=None, frames_per_batch=80, total_frames=160, cat_results="stack"
-        )
-        collector.set_seed(3)
-        batches.append([batch.clone() for batch in collector])
+    constructor, and the batches hold what they hold over SyncVectorEnv. One collector of three
+    processes, every one seeded alike (``static_seed``): two over vecenv, one over SyncVectorEnv,
+    whose part of each batch the vecenvs' parts must equal (two runs of two processes each cost
+    a fourth process, each importing TorchRL). The trajectory ids are left out: TorchRL numbers
+    them in the order its processes reach an episode's end."""
+    torch.manual_seed(0)
+    makers = [_wrapped_vecenv, _wrapped_vecenv, _wrapped_sync]
+    collector = MultiSyncCollector(makers, policy=None, frames_per_batch=120, total_frames=240, cat_results="stack")
+    try:
+        collector.set_seed(3, static_seed=True)
+        batches = [batch.clone() for batch in collector]
+    finally:
         collector.shutdown()
-    got, want = batches
-    assert len(got) == len(want) == 2
-    for a, b in zip(got, want):
-        assert a.batch_size == b.batch_size == torch.Size([2, 4, 10])
-        for key in b.keys(True, True):
-            if key != ("collector", "traj_ids"):
-                assert torch.equal(a[key], b[key]), key
-    assert sum(int(b["next", "done"].sum()) for b in want) > 0
+    assert len(batches) == 2
+    for batch in batches:
+        assert batch.batch_size == torch.Size([3, 4, 10])
+        want = batch[2]
+        for got in (batch[0], batch[1]):
+            for key in want.keys(True, True):
+                if key != ("collector", "traj_ids"):
+                    assert torch.equal(got[key], want[key]), key
+    assert sum(int(b[2]["next", "done"].sum()) for b in batches) > 0
 
 
 def test_importing_torchrl_sets_the_spawn_start_method_which_vecenv_then_uses() -> None:
