@@ -2,7 +2,9 @@
 
 The fast tests check the mechanics (a few updates on every path: finite losses, the weights
 version of every rollout, collection and update both timed); the slow ones that it learns.
-Both need torch and run the script in a fresh interpreter, as a user runs it.
+Both need torch. The tests of the script's process (its exit status, its output, its
+signals, its outputs written) run it in a fresh interpreter, as a user runs it; those of what
+its training does run its ``main`` in this process, where torch is imported already.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pytest
 
 from tests.helpers.scripts import (
     assert_all_ended,
+    help_text,
     load_script,
     refused_by_parse_args,
     run_with_bad_input,
@@ -39,6 +42,22 @@ def _run(out: Path, *args: str, timeout: float) -> dict[str, Any]:
         timeout=timeout,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    run: dict[str, Any] = json.loads((out / "summary.json").read_text())["run"]
+    return run
+
+
+def _run_here(out: Path, *args: str) -> dict[str, Any]:
+    """What :func:`_run` gives, from the script's ``main`` run in this process, where torch is
+    imported already (the script's own process costs seconds of imports first). For the tests
+    of what the training does, not of the process: that is :func:`_run`'s."""
+    import torch
+
+    m = load_script("train_ppo_rollouts")
+    threads = torch.get_num_threads()
+    try:
+        assert m.main(["--out", str(out), "--quiet", *args]) == 0
+    finally:  # main sets it for the whole process
+        torch.set_num_threads(threads)
     run: dict[str, Any] = json.loads((out / "summary.json").read_text())["run"]
     return run
 
@@ -102,7 +121,7 @@ def _check_mechanics(run: dict[str, Any], updates: int) -> None:
 )
 def test_a_few_updates_run_with_finite_losses_and_advancing_weights(tmp_path: Path, extra: list[str]) -> None:
     common = ["--num-envs", "4", "--num-workers", "2", "--num-steps", "16"]
-    run = _run(tmp_path, *common, "--total-timesteps", "256", "--update-epochs", "2", *extra, timeout=220)
+    run = _run_here(tmp_path, *common, "--total-timesteps", "256", "--update-epochs", "2", *extra)
     _check_mechanics(run, 4)
     versions = run["weights_versions"]
     if "--overlap" in extra:
@@ -253,7 +272,7 @@ def test_the_workers_rollouts_and_stepping_take_the_same_actions(
     common = ["--num-envs", "6", "--num-steps", "16", "--seed", "3"]
     common += ["--total-timesteps", "576", "--update-epochs", "2", "--hide-velocity", *policy]
     rollout = _run(tmp_path / "rollout", *common, "--num-workers", "4", *hosting, timeout=220)
-    step = _run(tmp_path / "step", *common, "--collect", "step", *stepping, timeout=220)
+    step = _run_here(tmp_path / "step", *common, "--collect", "step", *stepping)  # the reference
     episodes = _episodes(tmp_path / "rollout")
     assert len(episodes) > 10 and episodes == _episodes(tmp_path / "step")
     assert rollout["losses"] == step["losses"]
@@ -472,9 +491,7 @@ def test_an_interrupted_overlapped_training_ends_its_workers_and_says_so_in_one_
 def test_help_states_each_default_as_the_value_used() -> None:
     """Options whose default is filled in later say the value they then take, never
     "(default: None)" (which reads as no value at all)."""
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    text = " ".join(proc.stdout.split())
+    text = help_text("train_ppo_rollouts")
     assert "(default: None)" not in text, text
     for shown in (
         "(default: 256)",
