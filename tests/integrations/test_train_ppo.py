@@ -143,7 +143,7 @@ def test_auto_workers_say_what_they_chose_and_stay_exact(tmp_path: Path) -> None
 def test_summary_json_is_strict_json_with_null_when_no_episode_finished(tmp_path: Path) -> None:
     """Four CartPole steps end no episode: the mean return is null, not the NaN that strict JSON
     parsers refuse, and the line printed says so."""
-    _train(tmp_path, "--vector", "sync", "--num-envs", "1", "--num-steps", "4", "--total-timesteps", "4", timeout=100)
+    _train_here(tmp_path, "--vector", "sync", "--num-envs", "1", "--num-steps", "4", "--total-timesteps", "4")
 
     def refuse(constant: str) -> None:
         raise AssertionError(f"summary.json holds {constant}, which is not JSON")
@@ -247,14 +247,19 @@ def test_a_training_option_with_plot_is_refused_not_ignored(
 
 
 @pytest.mark.timeout(90)
-def test_plot_takes_the_options_its_title_names(tmp_path: Path) -> None:
-    """What ``--plot`` does read (the folder and the title's words) is still accepted."""
+def test_plot_takes_the_options_its_title_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What ``--plot`` does read (the folder and the title's words) is still accepted (the
+    script's ``main`` in this process: a fresh interpreter costs seconds importing torch)."""
     (tmp_path / "episodes.csv").write_text(EPISODES_HEADER + "sync,8,0.5,12.0,12,3\n")
-    cmd = [sys.executable, str(SCRIPT), "--plot", "episodes.csv", "--out", "again", "--env-id", "CartPole-v1"]
-    cmd += ["--num-envs", "4", "--seed", "3", "--env-step-ms", "1"]
-    proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=80)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.strip().endswith("wrote again/learning_curve.png"), proc.stdout
+    monkeypatch.chdir(tmp_path)
+    argv = ["--plot", "episodes.csv", "--out", "again", "--env-id", "CartPole-v1"]
+    argv += ["--num-envs", "4", "--seed", "3", "--env-step-ms", "1"]
+    assert load_script("train_ppo").main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.strip().endswith("wrote again/learning_curve.png"), out
+    assert (tmp_path / "again" / "learning_curve.png").stat().st_size > 0
 
 
 @pytest.mark.timeout(200)

@@ -66,7 +66,7 @@ def _run_here(out: Path, *args: str) -> dict[str, Any]:
 def test_summary_json_is_strict_json_with_null_when_no_episode_finished(tmp_path: Path) -> None:
     """Four CartPole steps end no episode: the mean return is null, not NaN (not JSON)."""
     # One env and no --num-workers: the default two workers were refused for one env.
-    _run(tmp_path, "--num-envs", "1", "--num-steps", "4", "--total-timesteps", "4", timeout=100)
+    _run_here(tmp_path, "--num-envs", "1", "--num-steps", "4", "--total-timesteps", "4")
 
     def refuse(constant: str) -> None:
         raise AssertionError(f"summary.json holds {constant}, which is not JSON")
@@ -224,12 +224,16 @@ def test_the_rollout_timeline_times_every_setting_and_the_sync_trainer() -> None
 
 
 @pytest.mark.timeout(150)
-def test_the_rollout_timeline_refuses_long_rollouts_no_longer_than_the_trainers() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(TIMELINE), "--long-steps", "32"], capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 2
-    assert "--long-steps must be more than the trainer's 32 steps per rollout, got 32" in proc.stderr
+def test_the_rollout_timeline_refuses_long_rollouts_no_longer_than_the_trainers(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Its ``main`` in this process: a usage error (argparse's exit status 2) before anything
+    is timed. Its process costs seconds of imports (the trainer's torch) and adds nothing."""
+    timeline = load_script("rollout_timeline")
+    with pytest.raises(SystemExit) as exit_info:
+        timeline.main(["--long-steps", "32"])
+    assert exit_info.value.code == 2
+    assert "--long-steps must be more than the trainer's 32 steps per rollout, got 32" in capsys.readouterr().err
 
 
 @pytest.mark.timeout(150)
