@@ -29,6 +29,7 @@ calls after the first five, and the parent's CPU time per call.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import pathlib
 import statistics
@@ -45,7 +46,10 @@ from vecenv.argtypes import non_negative_float, non_negative_int, positive_int  
 from vecenv.bench.stopping import run_main  # noqa: E402
 
 
-def _load_trainer() -> Any:
+@functools.cache
+def trainer() -> Any:
+    """``scripts/train_ppo_rollouts.py`` as a module, loaded once the options are read: it imports
+    torch (seconds), which ``--help`` and a usage error have no need of."""
     path = pathlib.Path(__file__).resolve().with_name("train_ppo_rollouts.py")
     spec = importlib.util.spec_from_file_location("_vecenv_scripts_train_ppo_rollouts", path)
     assert spec is not None and spec.loader is not None
@@ -55,9 +59,6 @@ def _load_trainer() -> Any:
     # The workers get its policy by value, whatever the start method (fork, forkserver, spawn).
     cloudpickle.register_pickle_by_value(module)
     return module
-
-
-trainer = _load_trainer()
 
 
 class Timings:
@@ -94,18 +95,19 @@ def _trainer_args(args: argparse.Namespace, out: pathlib.Path | None, collect: s
         argv += ["--inline-group"] if args.inline_group else []
     if out is not None:
         argv += ["--out", str(out)]
-    return trainer.parse_args(argv)
+    return trainer().parse_args(argv)
 
 
 def in_trainer(args: argparse.Namespace, out: pathlib.Path) -> Timings:
     """The trainer itself, its vector env's ``rollout`` calls timed."""
     timings = Timings()
-    make_envs = trainer.make_envs
-    trainer.make_envs = lambda targs: timings.wrap(make_envs(targs))
+    module = trainer()
+    make_envs = module.make_envs
+    module.make_envs = lambda targs: timings.wrap(make_envs(targs))
     try:
-        trainer.train(_trainer_args(args, out, "rollout"))
+        module.train(_trainer_args(args, out, "rollout"))
     finally:
-        trainer.make_envs = make_envs
+        module.make_envs = make_envs
     return timings
 
 
@@ -113,10 +115,11 @@ def in_a_loop(args: argparse.Namespace, num_steps: int, idle_s: float) -> Timing
     """The trainer's envs and policy, rollouts of ``num_steps`` with ``idle_s`` between them."""
     targs = _trainer_args(args, None, "rollout")
     timings = Timings()
-    envs = timings.wrap(trainer.make_envs(targs))
+    module = trainer()
+    envs = timings.wrap(module.make_envs(targs))
     try:
         obs_dim = int(envs.single_observation_space.shape[0])
-        policy = trainer.NumpyActorCritic(trainer.ppo.Agent(obs_dim, int(envs.single_action_space.n)), "mlp", 0)
+        policy = module.NumpyActorCritic(module.ppo.Agent(obs_dim, int(envs.single_action_space.n)), "mlp", 0)
         envs.reset(seed=args.seed)
         calls = max(15, args.total_timesteps // (targs.num_envs * num_steps))
         for _ in range(calls):
@@ -131,7 +134,7 @@ def in_a_loop(args: argparse.Namespace, num_steps: int, idle_s: float) -> Timing
 def sync_collection_us(args: argparse.Namespace, out: pathlib.Path) -> float:
     """The trainer stepping SyncVectorEnv: its collection time per vector step, in µs."""
     targs = _trainer_args(args, out, "step")
-    summary, _ = trainer.train(targs)
+    summary, _ = trainer().train(targs)
     return summary.collect_s / (summary.env_steps / targs.num_envs) * 1e6
 
 
@@ -160,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--no-sync", action="store_true", help="skip the SyncVectorEnv comparison")
     args = p.parse_args(argv)
-    steps = trainer.parse_args([]).num_steps
+    steps = trainer().parse_args([]).num_steps
     if args.long_steps <= steps:
         p.error(f"--long-steps must be more than the trainer's {steps} steps per rollout, got {args.long_steps}")
     if args.idle_ms < 0:
