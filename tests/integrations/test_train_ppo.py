@@ -43,7 +43,7 @@ def _train(out: Path, *args: str, timeout: float) -> dict[str, list[dict[str, st
     return _episodes_by_kind(out)
 
 
-def _train_here(out: Path, *args: str) -> dict[str, list[dict[str, str]]]:
+def _train_here(out: Path, *args: str, quiet: bool = True) -> dict[str, list[dict[str, str]]]:
     """What :func:`_train` gives, from the script's ``main`` run in this process: for a reference
     run that a test compares the script's own process with (that process costs seconds of
     imports: torch, gymnasium, matplotlib; this one has them already)."""
@@ -52,7 +52,7 @@ def _train_here(out: Path, *args: str) -> dict[str, list[dict[str, str]]]:
     module = load_script("train_ppo")
     threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     try:
-        assert module.main(["--out", str(out), "--quiet", *args]) == 0
+        assert module.main(["--out", str(out), *(["--quiet"] if quiet else []), *args]) == 0
     finally:  # main sets both for the whole process
         torch.set_num_threads(threads)
         torch.use_deterministic_algorithms(deterministic)
@@ -120,22 +120,16 @@ def test_ppo_learns_cartpole(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_auto_workers_say_what_they_chose_and_stay_exact(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--out", str(tmp_path), "--compare", "vecenv,sync", "--num-envs", "4"]
-        + ["--num-steps", "16", "--total-timesteps", "128", "--update-epochs", "1", "--seed", "2"],
-        capture_output=True,
-        text=True,
-        timeout=110,
+def test_auto_workers_say_what_they_chose_and_stay_exact(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The script's ``main`` in this process (a fresh interpreter costs seconds importing torch)."""
+    by_kind = _train_here(
+        tmp_path,
+        *["--compare", "vecenv,sync", "--num-envs", "4", "--num-steps", "16", "--total-timesteps", "128"],
+        *["--update-epochs", "1", "--seed", "2"],
+        quiet=False,
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "vecenv: num_workers='auto' chose " in proc.stdout  # auto is the default
-    with (tmp_path / "episodes.csv").open(newline="") as f:
-        rows = list(csv.DictReader(f))
-    trace = {
-        k: [(r["env_step"], r["env_index"], r["episode_return"]) for r in rows if r["vector"] == k]
-        for k in ("vecenv", "sync")
-    }
+    assert "vecenv: num_workers='auto' chose " in capsys.readouterr().out  # auto is the default
+    trace = {k: [(r["env_step"], r["env_index"], r["episode_return"]) for r in by_kind[k]] for k in ("vecenv", "sync")}
     assert trace["vecenv"] and trace["vecenv"] == trace["sync"]
 
 
