@@ -23,40 +23,49 @@ and, for comparison, the same calls when no new weights go out. Medians over
 from __future__ import annotations
 
 import argparse
+import functools
 import pathlib
 import statistics
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # also runs from a checkout
 import vecenv  # noqa: E402
 from vecenv.argtypes import positive_int  # noqa: E402
 from vecenv.bench.stopping import run_main  # noqa: E402
 
-try:
-    import torch
-    from torch import nn
-except ImportError:  # pragma: no cover - the message is the point
-    raise SystemExit('weights_push.py needs torch: pip install -e ".[train]"') from None
 
+@functools.cache
+def mlp_class() -> Any:
+    """The policy's class, defined once the options are read: torch takes seconds to import,
+    which ``--help`` and a usage error have no need of. (Like a class of ``__main__``, which it
+    was, cloudpickle sends it to the workers by value.)"""
+    try:
+        import torch
+        from torch import nn
+    except ImportError:  # pragma: no cover - the message is the point
+        raise SystemExit('weights_push.py needs torch: pip install -e ".[train]"') from None
 
-class MLP(nn.Module):
-    """CartPole's observations to the argmax of two logits, through two hidden layers."""
+    class MLP(nn.Module):
+        """CartPole's observations to the argmax of two logits, through two hidden layers."""
 
-    def __init__(self, hidden: int) -> None:
-        super().__init__()
-        self.body = nn.Sequential(nn.Linear(4, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh())
-        self.head = nn.Linear(hidden, 2)
+        def __init__(self, hidden: int) -> None:
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(4, hidden), nn.Tanh(), nn.Linear(hidden, hidden), nn.Tanh())
+            self.head = nn.Linear(hidden, 2)
 
-    def forward(self, observations: torch.Tensor) -> torch.Tensor:
-        return self.head(self.body(observations)).argmax(-1)
+        def forward(self, observations: torch.Tensor) -> torch.Tensor:
+            return self.head(self.body(observations)).argmax(-1)
+
+    return MLP
 
 
 def measure(workers: int, hidden: int, rounds: int, backend: str) -> tuple[float, float, float, float, float, float]:
     """(MB of weights, then medians in ms: update, send with new weights, send without, whole
     rollout with new weights, whole rollout without)."""
-    module = MLP(hidden)
+    module = mlp_class()(hidden)
     megabytes = sum(p.numel() * p.element_size() for p in module.parameters()) / 1e6
     updates: list[float] = []
     sends: list[float] = []
@@ -110,6 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     workers = _ints(args.workers, "--workers", p)
     hidden = _ints(args.hidden, "--hidden", p)
+    mlp_class()  # torch, or the one line saying how to install it
+    import torch
+
     torch.set_num_threads(1)
     print(
         "| workers | weights MB | update_policy_weights ms | rollout_async with them ms | without ms "

@@ -584,10 +584,6 @@ def test_many_cores_script_says_how_to_call_it():
 # -- the measuring scripts' command lines -------------------------------------------------------
 
 SCRIPTS = ROOT / "scripts"
-# The scripts that refuse to start without torch (the train extra), before they read their options.
-NEEDS_TORCH = pytest.mark.skipif(
-    importlib.util.find_spec("torch") is None, reason="the script needs torch: pip install -e '.[train]'"
-)
 
 
 def test_every_script_ends_through_run_main():
@@ -622,7 +618,7 @@ def test_every_script_ends_through_run_main():
         ("bench_rllib", ["cartpole", "--num-envs", "0"], "--num-envs"),
         ("ray_paired", ["cartpole", "--seconds", "nan"], "--seconds"),
         ("threads_demo", ["--context", "nope"], "--context"),
-        pytest.param("weights_push", ["--rounds", "0"], "--rounds", marks=NEEDS_TORCH),
+        ("weights_push", ["--rounds", "0"], "--rounds"),  # torch is imported after the options
         ("rollout_timeline", ["--idle-ms", "-1"], "--idle-ms"),  # its trainer (torch) loads after the options
         ("supersuit_suite", ["somewhere", "--min-cpus", "-1"], "--min-cpus"),
     ],
