@@ -57,14 +57,14 @@ LOOPBACK = "127.0.0.1"
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_driver(script: str, *args: str) -> None:
+def run_driver(script: str, *args: str, timeout: float = 100) -> None:
     """Run ``script`` (Python source) as a Ray driver of its own, in a fresh interpreter from the
-    project root, as a user's script runs (no ``RAY_ADDRESS`` to join); it must print ``ok`` last.
-    One Ray per driver: this process never connects to the Ray that script starts or joins."""
+    project root, as a user's script runs (no ``RAY_ADDRESS`` to join); it must print ``ok`` last
+    within ``timeout`` seconds. This process never connects to the Ray that script starts or joins."""
     env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
     env["PYTHONPATH"] = str(ROOT)
     done = subprocess.run(
-        [sys.executable, "-c", script, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=100
+        [sys.executable, "-c", script, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
     )
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr
 

@@ -748,82 +748,88 @@ def test_multiagent_restart_replaces_the_actor(ray_local: RaySessions) -> None:
 # -- a Ray that the vector env starts itself ---------------------------------------------------
 
 
-STARTS_ITS_OWN_RAY = """
-import os, sys
-import ray
-from vecenv import RayVectorEnv
-from tests.helpers.faults import healthy_fns
-
-assert not ray.is_initialized()
-first = RayVectorEnv(healthy_fns(2), 1)
-second = RayVectorEnv(healthy_fns(2), 1)  # shares the Ray the first one started
-try:
-    assert ray.is_initialized()
-    first.close()
-    assert ray.is_initialized(), "still used by the second vector env"
-    second.reset(seed=0)
-finally:
-    first.close()
-    second.close()
-assert not ray.is_initialized(), "the last vector env to close stops the Ray they started"
-print("ok")
-"""
-
-
-@pytest.mark.timeout(120)
-def test_starts_a_local_ray_when_none_is_running_and_stops_it(_ray_sessions: RaySessions) -> None:
-    """In a fresh interpreter, as a script would: the vector env starts a Ray, a second one
-    shares it, and the last to close stops it. (Not in this process: stopping and starting Ray
-    again in one driver, with the shared local Ray around it, has left the next Ray's driver
-    connection stalled inside Ray's native client.)"""
-    assert os.environ["RAY_TMPDIR"] == _ray_sessions.temp_dir  # its session files go with ours
-    run_driver(STARTS_ITS_OWN_RAY)
-    _ray_sessions.note_pids()  # any of its Ray processes still running fails the session's check
-
-
-ENDED_SESSION = """
-import sys
+OWN_AND_ENDED_SESSIONS = """
 import numpy as np
 import ray
 from vecenv import RayVectorEnv, WorkerDiedError
 from tests.helpers.faults import healthy_fns
 
-first = RayVectorEnv(healthy_fns(2), 1)  # starts a Ray of its own
-first.reset(seed=0)
-ray.shutdown()  # the user ends it (a notebook cell, a fixture)...
-if sys.argv[1] == "user":  # ...and starts another, which the next vector env uses
-    ray.init(address="local", include_dashboard=False, num_cpus=2)
-second = RayVectorEnv(healthy_fns(2), 1)  # (else it starts one of its own)
-try:
+HALF = {"num_cpus": 0.5}  # three actors on the 2-CPU Ray a vector env starts
+
+
+def make():
+    return RayVectorEnv(healthy_fns(2), 1, actor_options=HALF)
+
+
+def fails_then_closes(stale):
+    # A vector env of an ended session: its step raises, its close returns and leaves the
+    # Ray that runs now alone.
     try:
-        first.step(np.zeros((2, 2), np.float32))
+        stale.step(np.zeros((2, 2), np.float32))
     except WorkerDiedError as exc:
         assert "Ray was shut down" in str(exc) or "Ray refused the call" in str(exc), exc
     else:
         raise AssertionError("a step on the actors of an ended Ray session returned")
-    first.close()  # returns, and leaves the other session alone
-    assert ray.is_initialized(), "the first vector env's close ended the second one's Ray"
-    second.reset(seed=0)
-    second.step(np.zeros((2, 2), np.float32))
-finally:
+    stale.close()
+    assert ray.is_initialized(), "a vector env of an ended session ended the Ray that runs now"
+
+
+envs = []
+try:
+    # 1. The first vector env starts a Ray; the next ones share it; it runs while one is open.
+    assert not ray.is_initialized()
+    envs += [make(), make(), make()]  # starts a Ray; the second and third share it
+    first, stale_a, stale_b = envs
+    assert ray.is_initialized()
     first.close()
-    second.close()
-assert ray.is_initialized() == (sys.argv[1] == "user"), "a Ray the user started stays; ours stops"
+    assert ray.is_initialized(), "still used by the other vector envs"
+    stale_a.reset(seed=0)
+    stale_b.reset(seed=0)
+    # 2. The user ends that Ray (a notebook cell, a fixture); the next vector env starts one of
+    # its own, which the one after it shares and the last of them to close stops.
+    ray.shutdown()
+    envs += [make(), make()]
+    own, shared = envs[-2:]
+    fails_then_closes(stale_a)
+    own.reset(seed=0)
+    own.step(np.zeros((2, 2), np.float32))
+    own.close()
+    assert ray.is_initialized(), "still used by the second vector env"
+    shared.reset(seed=0)
+    shared.close()
+    assert not ray.is_initialized(), "the last vector env to close stops the Ray they started"
+    # 3. The user starts a Ray; a vector env uses it, and no close (stale or not) ends it.
+    ray.init(address="local", include_dashboard=False, num_cpus=2)
+    envs.append(make())
+    users = envs[-1]
+    fails_then_closes(stale_b)
+    users.reset(seed=0)
+    users.step(np.zeros((2, 2), np.float32))
+    users.close()
+    assert ray.is_initialized(), "a Ray the user started stays"
+finally:
+    for made in envs:
+        made.close()
 ray.shutdown()
 print("ok")
 """
 
 
-@pytest.mark.timeout(200)
-@pytest.mark.parametrize("who", ["user", "vecenv"])
-def test_a_vector_env_of_an_ended_ray_session_fails_cleanly_and_leaves_the_next_alone(
-    _ray_sessions: RaySessions, who: str
+@pytest.mark.timeout(300)
+def test_a_vector_env_starts_shares_and_stops_its_ray_and_one_of_an_ended_session_fails_cleanly(
+    _ray_sessions: RaySessions,
 ) -> None:
-    """The user shuts down the Ray a vector env started, then Ray starts again (the user's
-    ray.init(), or a second vector env's own). The first env's calls raise WorkerDiedError,
-    its close() returns, and neither ends the new session, whose vector env steps on."""
-    run_driver(ENDED_SESSION, who)
-    _ray_sessions.note_pids()
+    """In a fresh interpreter, as a script would: a vector env starts a Ray, the next ones share
+    it, and the last to close stops it. The user shuts down the Ray vector envs started, then Ray
+    starts again: a vector env's own, then the user's ``ray.init()``. A vector env of an ended
+    session raises WorkerDiedError, its close() returns, and neither ends the new session, whose
+    vector envs step on; the Ray a vector env started stops with the last of them, the user's
+    stays. (One driver for all of it: every Ray start costs seconds of CPU. Not in this
+    process: stopping and starting Ray again in one driver, with the shared local Ray around it,
+    has left the next Ray's driver connection stalled inside Ray's native client.)"""
+    assert os.environ["RAY_TMPDIR"] == _ray_sessions.temp_dir  # its session files go with ours
+    run_driver(OWN_AND_ENDED_SESSIONS, timeout=240)
+    _ray_sessions.note_pids()  # any of its Ray processes still running fails the session's check
 
 
 def test_actor_options_that_would_run_a_groups_commands_concurrently_are_refused() -> None:
