@@ -438,8 +438,8 @@ def test_building_and_closing_many_leaves_no_actor_descriptor_or_block(ray_local
 
     from tests.helpers.faults import open_fds
 
-    def cycle(seed: int, by_del: bool = False) -> list:
-        envs = RayVectorEnv(healthy_fns(2), 2, actor_options=HALF_CPU)
+    def cycle(seed: int, by_del: bool = False, workers: int = 1) -> list:
+        envs = RayVectorEnv(healthy_fns(2), workers, actor_options=HALF_CPU)
         envs.reset(seed=seed)
         envs.step(np.zeros((2, 2), np.float32))
         actors = list(envs._transport.actors)
@@ -451,9 +451,10 @@ def test_building_and_closing_many_leaves_no_actor_descriptor_or_block(ray_local
             envs.close()
         return actors
 
-    cycle(0)  # Ray's own lazily opened descriptors (its clients, logs) are opened once
+    cycle(0, workers=2)  # Ray's own lazily opened descriptors (its clients, logs) are opened once
     fds, shm = set(open_fds()), set(os.listdir("/dev/shm"))
-    # Five cycles: a descriptor left per cycle (or per actor) makes five, past the 3 allowed.
+    # Five cycles of one actor each (an actor costs most of a second of CPU to start): a
+    # descriptor left per cycle (or per actor) makes five, past the 3 allowed.
     ended = [actor for k in range(1, 6) for actor in cycle(k, by_del=k == 5)]
     grown = {fd: target for fd, target in open_fds().items() if fd not in fds}
     assert len(grown) < 4, f"{len(grown)} descriptors more after 5 cycles: {grown}"
