@@ -829,6 +829,26 @@ class BoundsEnv(PayEnv):
         self.observation_space = spaces.Box(-1e3 * (1 + index), 1e3 * (1 + index), (2,), np.float32)
 
 
+class LooseEnv(BoundsEnv):
+    """Observation and action bounds of its own (``BoundsEnv``); a ``Box`` action it echoes into
+    its reward, so each env is seen to get its own row; ``size`` sets the observation's length.
+    (Here, not in ``tests/integrations/test_sb3.py``: a worker that unpickles it imports its
+    module, and that one imports SB3 and torch, seconds of CPU in every Ray actor.)"""
+
+    def __init__(self, index: int = 0, size: int = 2) -> None:
+        super().__init__(index)
+        self.size = size
+        self.observation_space = spaces.Box(-1e3 * (1 + index), 1e3 * (1 + index), (size,), np.float32)
+        self.action_space = spaces.Box(-1.0 - index, 1.0 + index, (1,), np.float32)
+
+    def _obs(self) -> np.ndarray:
+        return np.resize(super()._obs(), self.size)
+
+    def step(self, action: Any):
+        obs, _, terminated, truncated, info = super().step(action)
+        return obs, float(np.asarray(action).item()), terminated, truncated, info
+
+
 # -- what action each env is handed -------------------------------------------------
 
 

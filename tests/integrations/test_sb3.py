@@ -36,7 +36,7 @@ from stable_baselines3.common.vec_env import SubprocVecEnv as SB3SubprocVecEnv  
 
 import vecenv  # noqa: E402
 from tests.conftest import start_methods  # noqa: E402
-from tests.helpers.envs import BoundsEnv, InfoEnv, Mark  # noqa: E402
+from tests.helpers.envs import InfoEnv, LooseEnv, Mark  # noqa: E402
 from tests.helpers.faults import fault_fns, transport_of  # noqa: E402
 from tests.helpers.threads import take_turns
 from vecenv.sb3 import SubprocVecEnv  # noqa: E402
@@ -425,24 +425,6 @@ def test_seed_and_options_apply_at_next_reset_once() -> None:
     finally:
         ours.close()
         ref.close()
-
-
-class LooseEnv(BoundsEnv):
-    """Observation and action bounds of its own (``BoundsEnv``); a ``Box`` action it echoes into
-    its reward, so each env is seen to get its own row; ``size`` sets the observation's length."""
-
-    def __init__(self, index: int = 0, size: int = 2) -> None:
-        super().__init__(index)
-        self.size = size
-        self.observation_space = gym.spaces.Box(-1e3 * (1 + index), 1e3 * (1 + index), (size,), np.float32)
-        self.action_space = gym.spaces.Box(-1.0 - index, 1.0 + index, (1,), np.float32)
-
-    def _obs(self) -> np.ndarray:
-        return np.resize(super()._obs(), self.size)
-
-    def step(self, action: Any):
-        obs, _, terminated, truncated, info = super().step(action)
-        return obs, float(np.asarray(action).item()), terminated, truncated, info
 
 
 def loose_fns() -> list[Any]:
