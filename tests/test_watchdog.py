@@ -46,7 +46,10 @@ def run_session(folder: Path, grace_s: str) -> subprocess.CompletedProcess[str]:
     (folder / "pytest.ini").write_text("[pytest]\n")
     env = {**os.environ, "VECENV_TEST_WATCHDOG_GRACE_S": grace_s, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest", str(folder)],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.conftest", str(folder)]
+        # Temp folders of its own: one in pytest's shared temp root would clear folders of this
+        # session's that it takes for old ones, while their tests use them.
+        + ["--basetemp", str(folder / "basetemp")],
         cwd=folder,
         env=env,
         capture_output=True,

@@ -21,13 +21,17 @@ from tests.integrations.test_ray import SB3_MISSING
 
 
 @pytest.mark.timeout(600)
-def test_the_two_node_cluster_cases_pass_in_a_fresh_interpreter() -> None:
+def test_the_two_node_cluster_cases_pass_in_a_fresh_interpreter(tmp_path: Path) -> None:
     """``tests/integrations/ray_cluster_cases.py`` (groups spread over both nodes, rollouts, env
     errors naming the node, a lost node, a restart that moves a group, SB3 on the cluster), run
     by pytest in a process whose driver connects to that cluster only: one Ray per driver."""
     root = Path(__file__).resolve().parents[2]
     env = {key: value for key, value in os.environ.items() if key not in ("RAY_ADDRESS", "RAY_TMPDIR")}
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow", "-rfEs"]
+    # Its temp folders in this test's own: a session in pytest's shared temp root clears the
+    # folders it takes for old ones there, which can be this session's, in use (a test process
+    # beside this one had a tmpfs mounted in its folder, and that session failed on EBUSY).
+    command += ["--basetemp", str(tmp_path / "basetemp")]
     # A session of its own: if it overruns, the whole group goes (its Ray's processes too).
     child = subprocess.Popen(
         [*command, "tests/integrations/ray_cluster_cases.py"],
