@@ -96,6 +96,20 @@ def help_text(script: str) -> str:
 
 
 @contextlib.contextmanager
+def torch_settings_kept() -> Iterator[None]:
+    """torch's thread count and deterministic-algorithms flag put back on the way out: a script's
+    ``main`` run in this process sets both for the whole process."""
+    import torch
+
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic)
+
+
+@contextlib.contextmanager
 def _program(name: str) -> Iterator[None]:
     """``sys.argv[0]`` as a script's own process has it: argparse names the program by it."""
     saved = sys.argv

@@ -24,6 +24,7 @@ from tests.helpers.scripts import (
     run_with_bad_input,
     signalled_once_started,
     signalled_when,
+    torch_settings_kept,
 )
 
 pytest.importorskip("torch", reason="train_ppo.py needs torch (pip install -e '.[train]')")
@@ -47,15 +48,9 @@ def _train_here(out: Path, *args: str, quiet: bool = True) -> dict[str, list[dic
     """What :func:`_train` gives, from the script's ``main`` run in this process: for a reference
     run that a test compares the script's own process with (that process costs seconds of
     imports: torch, gymnasium, matplotlib; this one has them already)."""
-    import torch
-
     module = load_script("train_ppo")
-    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    try:
+    with torch_settings_kept():
         assert module.main(["--out", str(out), *(["--quiet"] if quiet else []), *args]) == 0
-    finally:  # main sets both for the whole process
-        torch.set_num_threads(threads)
-        torch.use_deterministic_algorithms(deterministic)
     return _episodes_by_kind(out)
 
 
@@ -390,8 +385,6 @@ def test_an_interrupt_while_the_results_are_written_names_what_was_written(
 ) -> None:
     """An interrupt while episodes.csv, summary.json and learning_curve.png are written (here:
     while the picture is drawn) said "nothing was written", with the first two written."""
-    import torch
-
     module = load_script("train_ppo")
 
     def train(_: object, kind: str) -> tuple[list[object], object]:
@@ -406,12 +399,8 @@ def test_an_interrupt_while_the_results_are_written_names_what_was_written(
 
     monkeypatch.setattr(module, "train", train)
     monkeypatch.setattr(module, "plot", plot)
-    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    try:
+    with torch_settings_kept():
         status = module.run_main("train_ppo.py", lambda: module.main(["--out", str(tmp_path), *args]))
-    finally:  # main sets both for the whole process
-        torch.set_num_threads(threads)
-        torch.use_deterministic_algorithms(deterministic)
     assert status == 130
     line = capsys.readouterr().err.strip()
     assert line == f"train_ppo.py: {cut}: {tmp_path}{written}; {left}", line
@@ -427,8 +416,6 @@ def test_a_result_file_that_cannot_be_written_is_one_line_naming_it(
     """The training is done but a result file cannot be written (a full disk while the picture
     is saved; a folder where episodes.csv goes): one line names the file, the cause and what was
     written or left as it was, exit status 1. It was a traceback."""
-    import torch
-
     module = load_script("train_ppo")
 
     def train(_: object, kind: str) -> tuple[list[object], object]:
@@ -442,12 +429,8 @@ def test_a_result_file_that_cannot_be_written_is_one_line_naming_it(
     monkeypatch.setattr(module, "plot", plot)
     if where == "folder":
         (tmp_path / "episodes.csv").mkdir()
-    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
-    try:
+    with torch_settings_kept():
         status = module.run_main("train_ppo.py", lambda: module.main(["--out", str(tmp_path), "--vector", "sync"]))
-    finally:  # main sets both for the whole process
-        torch.set_num_threads(threads)
-        torch.use_deterministic_algorithms(deterministic)
     assert status == 1
     line = capsys.readouterr().err.strip()
     if where == "picture":

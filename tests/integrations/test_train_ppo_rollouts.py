@@ -27,6 +27,7 @@ from tests.helpers.scripts import (
     refused_by_parse_args,
     run_with_bad_input,
     signalled_when,
+    torch_settings_kept,
 )
 
 pytest.importorskip("torch", reason="train_ppo_rollouts.py needs torch (pip install -e '.[train]')")
@@ -50,14 +51,9 @@ def _run_here(out: Path, *args: str) -> dict[str, Any]:
     """What :func:`_run` gives, from the script's ``main`` run in this process, where torch is
     imported already (the script's own process costs seconds of imports first). For the tests
     of what the training does, not of the process: that is :func:`_run`'s."""
-    import torch
-
     m = load_script("train_ppo_rollouts")
-    threads = torch.get_num_threads()
-    try:
+    with torch_settings_kept():
         assert m.main(["--out", str(out), "--quiet", *args]) == 0
-    finally:  # main sets it for the whole process
-        torch.set_num_threads(threads)
     run: dict[str, Any] = json.loads((out / "summary.json").read_text())["run"]
     return run
 
@@ -81,18 +77,13 @@ def test_a_result_file_that_cannot_be_written_is_one_line_naming_it(
 ) -> None:
     """A folder where summary.json goes, once the training is done: one line names the file,
     the cause, and that episodes.csv was written; exit status 1. It was a traceback."""
-    import torch
-
     m = load_script("train_ppo_rollouts")
     timings = (1.0, 16.0, 0.5, 0.3, 0.2)  # wall time, SPS, start-up, collect, update
     summary = m.Summary("rollout", "mlp", False, 2, 16, 1, *timings, 0, None, False, None, None, [1], [])
     monkeypatch.setattr(m, "train", lambda args: (summary, []))
     (tmp_path / "summary.json").mkdir()
-    threads = torch.get_num_threads()
-    try:
+    with torch_settings_kept():
         status = m.run_main(m.PROG, lambda: m.main(["--out", str(tmp_path), "--quiet"]))
-    finally:  # main sets it for the whole process
-        torch.set_num_threads(threads)
     assert status == 1
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"train_ppo_rollouts.py: error: cannot write {tmp_path}/summary.json: Is a directory: "
