@@ -505,6 +505,7 @@ def test_the_supersuit_runner_steps_supersuits_processes_over_gymnasium_envs():
         (["--suite", "collection", "--steps", "10"], "--steps: expected an int >= 1000, got 10"),
         (["--suite", "foo"], "argument --suite: invalid choice: 'foo'"),
         (["--out", "/proc/no-such-dir/x"], "--out: cannot write the results to /proc/no-such-dir/x"),
+        (["--out", __file__], f"--out: expected a folder to write SUITE.md and SUITE.json into, got {__file__}"),
     ],
 )
 def test_a_bad_option_is_named_with_its_value_before_anything_runs(

@@ -175,6 +175,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Before the run: a run of minutes must not end in a folder that cannot be written. Making
     # the folder is the one sure test (root may write anywhere that access() allows, /proc too);
     # a run that writes nothing removes the folders it made.
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        build_parser(args.suite).error(
+            f"--out: expected a folder to write SUITE.md and SUITE.json into, got {args.out}, which is a file"
+        )
     try:
         created = make_folders(args.out)
     except OSError as exc:
