@@ -126,7 +126,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "else one worker per core; a count needs the vecenv kind (the others have a worker per env)",
     )
     g.add_argument("--seed", type=non_negative_int, default=1, help="seeds torch, the action sampler and the envs")
-    g.add_argument("--total-timesteps", type=positive_int, default=100_000, help="env steps to train for")
+    g.add_argument(
+        "--total-timesteps",
+        type=positive_int,
+        default=100_000,
+        help="env steps to train for, rounded up to whole updates of --num-envs x --num-steps",
+    )
     g.add_argument(
         "--env-step-ms",
         type=non_negative_float,

@@ -165,7 +165,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "envs share this process (SubprocVectorEnv's inline_group)",
     )
     g.add_argument("--seed", type=non_negative_int, default=1, help="seeds torch, the samplers and the envs")
-    g.add_argument("--total-timesteps", type=positive_int, default=100_000, help="env steps to train for")
+    g.add_argument(
+        "--total-timesteps",
+        type=positive_int,
+        default=100_000,
+        help="env steps to train for, rounded up to whole updates of --num-envs x --num-steps",
+    )
     g.add_argument("--env-step-ms", type=non_negative_float, default=0.0, help="extra CPU time burnt in each env step")
     g.add_argument(
         "--solve-return", type=finite_float, default=475.0, help=f"solved at this mean of the last {SOLVE_WINDOW}"
