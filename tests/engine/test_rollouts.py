@@ -29,9 +29,11 @@ from tests.helpers.envs import (
     EmptyObservationEnv,
     FinalKeysInfoEnv,
     MixedEndsEnv,
+    OneLeafEnv,
     diff_env_fns,
     fns,
     greedy_module,
+    one_leaf_policy,
 )
 from tests.helpers.faults import FaultEnv, done_words, fault_fns, healthy_fns, silent_fns, transport_of
 from vecenv.errors import InvalidArgumentError, RemoteTraceback, WeightsMismatchError, WorkerDiedError
@@ -179,6 +181,33 @@ def test_rollout_matches_sync_stepped_with_its_actions(mode: AutoresetMode, obs_
                 np.testing.assert_array_equal(following[t][ended[t]], finals)
         if policy == "function":
             np.testing.assert_array_equal(got.actions, np.stack([row_wise_policy(o) for o in got.observations]))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", [m for m in MODES if m.values[0] is not AutoresetMode.DISABLED])
+@pytest.mark.parametrize("workers", [0, 2], ids=["in-parent", "2-workers"])
+def test_a_dict_or_tuple_of_one_array_reaches_the_policy_and_the_envs_as_a_tree(
+    mode: AutoresetMode, workers: int
+) -> None:
+    """A Tuple observation space or a Dict action space holding one Box is a tree of one
+    array, not the array: the policy got the bare array (its Tuple unpacked row by row), the
+    envs a bare array for their Dict action (gymnasium's iterate failed on it), and under
+    SAME_STEP the final observation was read from the block as from an array."""
+    env_fns = fns(OneLeafEnv, 4)
+    with make(env_fns, workers, mode) as envs:
+        envs.reset(seed=SEED)
+        got = envs.rollout(7, one_leaf_policy)
+    assert isinstance(got.observations, tuple) and isinstance(got.actions, dict)
+    want = sync_reference(env_fns, mode, SEED, got.actions, 7)
+    assert_matches_sync(got, want)
+    chosen = [one_leaf_policy(rows)["move"] for rows in zip(*got.observations)]
+    np.testing.assert_array_equal(got.actions["move"], np.stack(chosen))
+    assert (got.terminations | got.truncations).sum() >= 4
+    if mode is AutoresetMode.SAME_STEP:
+        ended = got.truncations
+        for t in np.flatnonzero(ended.any(axis=1)):
+            finals = np.stack([obs[0] for obs in want["infos"][t]["final_obs"][ended[t]]])
+            np.testing.assert_array_equal(got.final_observations[0][t][ended[t]], finals)
 
 
 @pytest.mark.timeout(60)

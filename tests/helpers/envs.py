@@ -900,6 +900,33 @@ class EmptyObservationEnv(PayEnv):
         return ()
 
 
+class OneLeafEnv(PayEnv):
+    """Observes a ``Tuple`` holding one ``Box`` and takes a ``Dict`` holding one ``Box``: trees
+    of one array, which reach the env and a policy as trees. The observation records the
+    action received (``(index, t, action)``), the info its type; episodes end after
+    ``horizon`` steps."""
+
+    def __init__(self, index: int = 0, horizon: int = 3) -> None:
+        super().__init__(index, horizon=horizon)
+        self.observation_space = spaces.Tuple((spaces.Box(-1e6, 1e6, (3,), np.float32),))
+        self.action_space = spaces.Dict({"move": spaces.Box(-1.0, 1.0, (1,), np.float32)})
+        self.received = 0.0
+
+    def _obs(self) -> Any:
+        return (np.array([self.index, self.t, self.received], np.float32),)
+
+    def step(self, action: Any):
+        self.received = float(action["move"][0])
+        obs, reward, terminated, truncated, _ = super().step(0)
+        return obs, reward, terminated, truncated, {"action": type(action).__name__}
+
+
+def one_leaf_policy(observations: Any) -> dict[str, np.ndarray]:
+    """A row-wise policy for :class:`OneLeafEnv`: takes its Tuple, returns its Dict."""
+    (rows,) = observations  # a bare array here would fail to unpack into one row per env
+    return {"move": (rows[:, :1] % 3 - 1).astype(np.float32) / 2}
+
+
 def fns(cls: type, n: int, **kwargs: Any) -> list[Any]:
     """``n`` picklable constructors, env ``i`` built as ``cls(index=i, **kwargs)``."""
     return [functools.partial(cls, index=i, **kwargs) for i in range(n)]

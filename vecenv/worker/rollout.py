@@ -350,8 +350,9 @@ class GroupRollouts:
         now = tree_leaves(buffers.observations)
         obs_leaves = tree_leaves(block.observations)
         act_leaves = tree_leaves(block.actions)
-        single_obs = len(obs_leaves) == 1
-        single_act = len(act_leaves) == 1
+        # One array, not a Dict or Tuple of one: those reach the policy and the envs as trees.
+        single_obs = isinstance(block.observations, np.ndarray)
+        single_act = isinstance(block.actions, np.ndarray)
         same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
         # SAME_STEP: an ended env's info that is nothing but its final observation, an array as
         # its row of the block holds it, is left out of the reply (the parent makes it from the
