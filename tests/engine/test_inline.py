@@ -165,6 +165,10 @@ class _CtrlCInParent(gym.Env):
             signal.raise_signal(signal.SIGINT)
         return np.ones(1, np.float32), 1.0, False, False, {}
 
+    def interrupt(self) -> None:
+        """A method that Ctrl+C cuts (in a worker process, which ignores SIGINT, it returns)."""
+        signal.raise_signal(signal.SIGINT)
+
 
 @pytest.mark.timeout(60)
 def test_ctrl_c_in_the_parents_group_during_recv_is_raised_once_then_asks_for_a_reset() -> None:
@@ -183,6 +187,45 @@ def test_ctrl_c_in_the_parents_group_during_recv_is_raised_once_then_asks_for_a_
                 envs.recv()
         envs.async_reset(seed=1)
         assert envs.recv()[-1].tolist() == [0, 1, 2, 3]
+
+
+def _vecenv_memfds_mapped() -> set[int]:
+    """The inodes of the vecenv memfds this process maps (``/proc/self/maps``)."""
+    with open("/proc/self/maps") as maps:
+        return {int(f[4]) for f in map(str.split, maps) if len(f) >= 6 and f[5].startswith("/memfd:vecenv")}
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("cut", ["step", "call"])
+@pytest.mark.parametrize("num_workers", [0, 2], ids=["num_workers-0", "inline_group"])
+def test_a_ctrl_c_kept_after_it_cut_the_parents_group_holds_no_block_past_close(num_workers: int, cut: str) -> None:
+    """A Ctrl+C that cuts env code of the group the parent hosts goes up with that code's frames,
+    whose locals and closures view the group's own mapping of the parent's blocks (the step
+    buffers, a rollout block). Kept after ``close()`` (``except ... as err``, ``sys.last_value``
+    in a REPL), it kept the block mapped in this process for as long as it lived: ``close()``
+    could not unmap a mapping still viewed. That mapping now gives its pages back at close."""
+    from tests.helpers.faults import open_fds
+
+    before, before_fds = _vecenv_memfds_mapped(), open_fds()
+    envs = SubprocVectorEnv([_CtrlCInParent] * 4, num_workers, inline_group=num_workers > 0, context="fork")
+    envs.reset(seed=0)
+    envs.rollout(2)  # a rollout block too, mapped by the parent and by its group
+    assert _vecenv_memfds_mapped() - before, "nothing mapped: the test checks nothing"
+    kept = None
+    try:
+        if cut == "step":
+            _CtrlCInParent.ARMED = os.getpid()
+            envs.step(np.zeros(4, np.int64))
+        else:
+            envs.call("interrupt")
+    except KeyboardInterrupt as err:
+        kept = err
+    assert kept is not None, "the Ctrl+C was not raised"
+    envs.close()
+    assert not _vecenv_memfds_mapped() - before, "a block is still mapped after close()"
+    assert kept.__traceback__ is not None  # held until here: it is what viewed the rows
+    del kept  # its traceback refers to this frame: a cycle the next test would find uncollected
+    assert open_fds() == before_fds
 
 
 @pytest.mark.timeout(60)

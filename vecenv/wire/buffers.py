@@ -167,6 +167,8 @@ class SharedBlock:
         self.buf = buf
         self.fd = fd  # the parent's memfd, to pass to workers
         self._shm = shm
+        # (address, length) of a second mapping of a block this process made (see :meth:`attach`).
+        self._second_mapping: tuple[int, int] | None = None
 
     @classmethod
     def create(cls, size: int, name: str | None, what: str = "a shared block", label: str = "vecenv") -> SharedBlock:
@@ -190,6 +192,9 @@ class SharedBlock:
                 with descriptor_limit(what, _MAPPING_NEEDS):
                     mm = _map(fd, size)
                 _remember_mapping(mm)  # a worker forked later gives it up (drop_inherited_mappings)
+                inode = os.fstat(fd).st_ino
+                _CREATED_INODES.add(inode)  # a mapping of it made here later is a second one
+                weakref.finalize(mm, _CREATED_INODES.discard, inode)
                 INHERITED_FDS.add(fd)
                 return cls(mm, fd, None)
             except BaseException:
@@ -212,10 +217,16 @@ class SharedBlock:
 
     @classmethod
     def attach(cls, size: int, name: str | None, fd: int | None) -> SharedBlock:
+        """Map a block another side made: a worker's mapping, or the second mapping that the
+        group the parent hosts makes of the parent's own block (marked so that :meth:`close`
+        can let its memory go even while something still views it)."""
         if name is None:
             assert fd is not None
             try:
-                return cls(_map(fd, size), None, None)
+                block = cls(_map(fd, size), None, None)
+                if os.fstat(fd).st_ino in _CREATED_INODES:
+                    block._second_mapping = _address_of(block.buf)
+                return block
             finally:
                 os.close(fd)  # the mapping keeps the memory alive
         shm = shared_memory.SharedMemory(name)
@@ -234,6 +245,17 @@ class SharedBlock:
             # object would try again, noisily, when collected: keep it for the process's life.
             if self._shm is not None:
                 _STILL_VIEWED.append(target)
+            elif self._second_mapping is not None:
+                # The group the parent hosts mapped the parent's block a second time; nobody but
+                # that group sees this mapping, and once it is closed nothing reads it. What still
+                # views it is its own objects kept by a traceback: a Ctrl+C (or another
+                # BaseException) raised in its env or policy code goes up with its frames, whose
+                # locals and closures view these rows, for as long as the exception lives
+                # (``sys.last_value`` in a REPL). Its pages are given back now, replaced in place
+                # by private memory, so that close() leaves none of the block mapped; the views
+                # stay valid (the placeholder is unmapped with the last of them).
+                _private_placeholder(*self._second_mapping)
+        self._second_mapping = None
         self.release_fd()
         if unlink and self._shm is not None:
             try:
@@ -244,15 +266,33 @@ class SharedBlock:
 
 #: The memfd blocks this process created and still maps, as (address, length) by mmap id.
 _CREATED_MAPPINGS: dict[int, tuple[int, int]] = {}
+#: The inode numbers of those blocks: a block mapped again in this process is its own.
+_CREATED_INODES: set[int] = set()
 _MAP_FIXED = 0x10  # Linux
 
 
-def _remember_mapping(mm: mmap.mmap) -> None:
+def _address_of(mm: mmap.mmap) -> tuple[int, int]:
+    """The (address, length) of a mapping."""
     view = ctypes.c_char.from_buffer(mm)
     address = ctypes.addressof(view)
     del view
-    _CREATED_MAPPINGS[id(mm)] = (address, len(mm))
+    return address, len(mm)
+
+
+def _remember_mapping(mm: mmap.mmap) -> None:
+    _CREATED_MAPPINGS[id(mm)] = _address_of(mm)
     weakref.finalize(mm, _CREATED_MAPPINGS.pop, id(mm), None)  # unmapped with its last view
+
+
+def _private_placeholder(address: int, length: int) -> None:
+    """Replace the mapping at ``address`` in place by private anonymous memory: the block's
+    pages are let go, and the objects that still point there stay valid (their mmap unmaps the
+    placeholder when it is collected)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_FIXED
+    libc.mmap(address, length, mmap.PROT_READ | mmap.PROT_WRITE, flags, -1, 0)
 
 
 def drop_inherited_mappings() -> None:
@@ -264,14 +304,11 @@ def drop_inherited_mappings() -> None:
     reserved for the inherited Python objects that still point there (freeing those later
     unmaps the placeholder, never a mapping made since). Call before mapping anything new.
     """
+    _CREATED_INODES.clear()  # the parent's blocks: mapped here as a worker's, not as their maker's
     if not _CREATED_MAPPINGS:
         return
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_FIXED
     for address, length in _CREATED_MAPPINGS.values():
-        libc.mmap(address, length, mmap.PROT_READ | mmap.PROT_WRITE, flags, -1, 0)
+        _private_placeholder(address, length)
     _CREATED_MAPPINGS.clear()
 
 
