@@ -201,3 +201,23 @@ def test_restart_replaces_the_workers_of_a_killed_fork_server(sigchld: signal.Ha
         assert fork_server.server_pid() not in (None, server)
         envs.step(ACTIONS)
         assert _wait_gone(old_workers) == []
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("ends_it", ["close", "restart"])
+def test_a_stopped_worker_of_a_killed_fork_server_does_not_outlive_its_vector_env(ends_it: str) -> None:
+    """A worker orphaned by its fork server ends when its pipe hangs up; one that cannot read the
+    hang-up (stopped by SIGSTOP) used to outlive ``close()``, and its replacement's restart, for
+    good: the server's death had made it look ended. It is killed now."""
+    restart = ends_it == "restart"
+    envs = SubprocVectorEnv(healthy_fns(2), 2, context="forkserver", on_worker_death="restart" if restart else "raise")
+    try:
+        _, old_workers = _kill_the_fork_server(envs)
+        os.kill(old_workers[0], signal.SIGSTOP)
+        if restart:
+            assert envs.get_attr("index") == (0, 1)  # both replaced (the stopped one too)
+            assert _wait_gone(old_workers) == []
+            envs.step(ACTIONS)
+    finally:
+        envs.close()
+    assert _wait_gone(old_workers) == []

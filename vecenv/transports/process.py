@@ -81,7 +81,7 @@ KILL_GRACE = 1.0
 #: the limit is never met half-way through one (CPython would leave a pipe open).
 START_DESCRIPTORS = 10
 #: Descriptors a running worker keeps open in this process at most (its pipe, multiprocessing's
-#: two status pipes and, for fork and spawn workers on Linux, a pidfd).
+#: two status pipes and, on Linux, a pidfd).
 WORKER_DESCRIPTORS = 4
 _INTERRUPTED = "was ended: an interrupt (Ctrl+C) cut a message on its pipe in two"
 # A worker whose pipe hung up gets this long to exit on its own before it is killed.
@@ -135,7 +135,7 @@ def _forget_workers_in_forked_child() -> None:
             for process in transport.processes:
                 children.discard(process)
         for worker in range(len(transport._pidfds)):
-            transport._close_pidfd(worker)
+            transport._close_pidfd(worker, orphan=True)  # (closed, never killed: they are the parent's)
     _LIVE.clear()
     fork_server.forget_in_child()
 
@@ -153,7 +153,7 @@ STATUS_LOST = -(2**16)
 
 
 def _open_pidfd(pid: int | None) -> int | None:
-    """A descriptor of process ``pid`` (a child of this process) that is readable once it has
+    """A descriptor of process ``pid`` (a child of this process, or of its fork server) that is readable once it has
     exited, whoever holds copies of its pipes and sentinel (Linux 5.3+); ``None`` where there is
     none (no pidfds here, or no descriptor free): the sentinel alone then tells."""
     pidfd_open = getattr(os, "pidfd_open", None)
@@ -209,6 +209,27 @@ def _end(process: BaseProcess, pidfd: int | None = None) -> None:
         process.kill()
         process.join()
         _still_running(process, pidfd)
+
+
+def _end_orphans(pidfds: Sequence[int], grace: float) -> None:
+    """End the processes of ``pidfds`` (forkserver workers whose fork server died) and close
+    ``pidfds``: each gets up to ``grace`` seconds to exit on its own (its pipe hung up), and is
+    then killed; also when the wait is cut short (Ctrl+C). Such a worker's sentinel said it
+    ended when the server died, so nothing else ends one that cannot read the hang-up (stopped
+    by SIGSTOP, say); it is no child of this process, and the process that adopted it reaps it."""
+    running = list(pidfds)
+    try:
+        deadline = time.monotonic() + grace
+        running = [fd for fd in running if not wait_for_objects([fd], 0)]
+        while running and (left := deadline - time.monotonic()) > 0:
+            ended = wait_for_objects(running, left)
+            running = [fd for fd in running if fd not in ended]
+    finally:
+        for fd in running:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+        for fd in pidfds:
+            os.close(fd)
 
 
 def _describe_exit(code: int | None) -> str:
@@ -336,6 +357,9 @@ class ProcessTransport(Transport):
         # Each worker's pidfd (None: none, or a forkserver worker, whose sentinel is the fork
         # server's and tells its exit whatever the worker forked): see the module docstring.
         self._pidfds: list[int | None] = []
+        # Each forkserver worker's pidfd, used only to end one that outlived the fork server that
+        # started it (see _end_orphans), never to tell its exit.
+        self._orphan_pidfds: list[int | None] = []
         self._causes: dict[int, str] = {}
         # The fork server that started each forkserver worker (its process id): a worker whose
         # server died lost its exit status with it (see cause_of_death).
@@ -387,6 +411,7 @@ class ProcessTransport(Transport):
         self.conns = [None] * workers
         self._pids = [None] * workers
         self._pidfds = [None] * workers
+        self._orphan_pidfds = [None] * workers
         self._owed, self._in_word = [0] * workers, [None] * workers
         self._word_command = [Command.STEP] * workers
         self._pipe_sent, self._replies_seen = [0] * workers, [0] * workers
@@ -483,6 +508,7 @@ class ProcessTransport(Transport):
                 self.processes[index] = process
                 self._pids[index] = process.pid
                 self._pidfds[index] = None if forkserver else _open_pidfd(process.pid)
+                self._orphan_pidfds[index] = _open_pidfd(process.pid) if forkserver else None
         except OSError as exc:
             raise _limit_error(exc, number, total, self.auto) from None
         finally:
@@ -498,6 +524,7 @@ class ProcessTransport(Transport):
         old.close()
         conn.close()
         self._close_pidfd(worker)
+        self._end_orphan([worker])
         # Forgotten before the new one starts: if it cannot (no descriptors, no current
         # directory), nothing closed is left for stop() to close again.
         self.processes[worker] = self.conns[worker] = None
@@ -1012,15 +1039,30 @@ class ProcessTransport(Transport):
             for conn in self.conns:
                 if conn is not None:
                     conn.close()
+            self._end_orphan([index for index, _ in processes])
             self._pollers.clear()
             if self._control is not None:
                 self._control.close()
             _rebalance()
 
-    def _close_pidfd(self, worker: int) -> None:
+    def _close_pidfd(self, worker: int, orphan: bool = False) -> None:
         fd, self._pidfds[worker] = self._pidfds[worker], None
         if fd is not None:
             os.close(fd)
+        if orphan:
+            fd, self._orphan_pidfds[worker] = self._orphan_pidfds[worker], None
+            if fd is not None:
+                os.close(fd)
+
+    def _end_orphan(self, workers: Sequence[int]) -> None:
+        """End those of ``workers`` (stopped, their pipes closed) that outlived their fork server."""
+        pidfds = []
+        for worker in workers:
+            fd, self._orphan_pidfds[worker] = self._orphan_pidfds[worker], None
+            if fd is not None:
+                pidfds.append(fd)
+        if pidfds:
+            _end_orphans(pidfds, _HANGUP_GRACE)
 
     @property
     def pids(self) -> list[int | None]:
