@@ -153,9 +153,10 @@ STATUS_LOST = -(2**16)
 
 
 def _open_pidfd(pid: int | None) -> int | None:
-    """A descriptor of process ``pid`` (a child of this process, or of its fork server) that is readable once it has
-    exited, whoever holds copies of its pipes and sentinel (Linux 5.3+); ``None`` where there is
-    none (no pidfds here, or no descriptor free): the sentinel alone then tells."""
+    """A descriptor of process ``pid`` (a child of this process, or of its fork server) that is
+    readable once it has exited, whoever holds copies of its pipes and sentinel (Linux 5.3+);
+    ``None`` where there is none (no pidfds here, or no descriptor free): the sentinel alone
+    then tells."""
     pidfd_open = getattr(os, "pidfd_open", None)
     if pidfd_open is None or pid is None:
         return None
