@@ -26,7 +26,7 @@ import sys
 import weakref
 from collections.abc import Callable, Iterator
 from multiprocessing import shared_memory
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from gymnasium import Space
@@ -191,10 +191,7 @@ class SharedBlock:
                 seal_memfd(fd)
                 with descriptor_limit(what, _MAPPING_NEEDS):
                     mm = _map(fd, size)
-                _remember_mapping(mm)  # a worker forked later gives it up (drop_inherited_mappings)
-                inode = os.fstat(fd).st_ino
-                _CREATED_INODES.add(inode)  # a mapping of it made here later is a second one
-                weakref.finalize(mm, _CREATED_INODES.discard, inode)
+                _remember_mapping(mm, os.fstat(fd).st_ino)
                 INHERITED_FDS.add(fd)
                 return cls(mm, fd, None)
             except BaseException:
@@ -224,7 +221,8 @@ class SharedBlock:
             assert fd is not None
             try:
                 block = cls(_map(fd, size), None, None)
-                if os.fstat(fd).st_ino in _CREATED_INODES:
+                inode = os.fstat(fd).st_ino
+                if any(created.inode == inode for created in _CREATED_MAPPINGS.values()):
                     block._second_mapping = _address_of(block.buf)
                 return block
             finally:
@@ -264,10 +262,17 @@ class SharedBlock:
                 pass
 
 
-#: The memfd blocks this process created and still maps, as (address, length) by mmap id.
-_CREATED_MAPPINGS: dict[int, tuple[int, int]] = {}
-#: The inode numbers of those blocks: a block mapped again in this process is its own.
-_CREATED_INODES: set[int] = set()
+class _CreatedMapping(NamedTuple):
+    """Where a memfd block this process created is mapped, and its memfd's inode (a block
+    mapped again in this process with that inode is its own)."""
+
+    address: int
+    length: int
+    inode: int
+
+
+#: The memfd blocks this process created and still maps, by mmap id.
+_CREATED_MAPPINGS: dict[int, _CreatedMapping] = {}
 _MAP_FIXED = 0x10  # Linux
 
 
@@ -279,8 +284,10 @@ def _address_of(mm: mmap.mmap) -> tuple[int, int]:
     return address, len(mm)
 
 
-def _remember_mapping(mm: mmap.mmap) -> None:
-    _CREATED_MAPPINGS[id(mm)] = _address_of(mm)
+def _remember_mapping(mm: mmap.mmap, inode: int) -> None:
+    """Record a block this process created: a worker forked later gives it up
+    (:func:`drop_inherited_mappings`), and a second mapping of it here is known for one."""
+    _CREATED_MAPPINGS[id(mm)] = _CreatedMapping(*_address_of(mm), inode)
     weakref.finalize(mm, _CREATED_MAPPINGS.pop, id(mm), None)  # unmapped with its last view
 
 
@@ -304,11 +311,10 @@ def drop_inherited_mappings() -> None:
     reserved for the inherited Python objects that still point there (freeing those later
     unmaps the placeholder, never a mapping made since). Call before mapping anything new.
     """
-    _CREATED_INODES.clear()  # the parent's blocks: mapped here as a worker's, not as their maker's
     if not _CREATED_MAPPINGS:
         return
-    for address, length in _CREATED_MAPPINGS.values():
-        _private_placeholder(address, length)
+    for created in _CREATED_MAPPINGS.values():
+        _private_placeholder(created.address, created.length)
     _CREATED_MAPPINGS.clear()
 
 
