@@ -13,8 +13,10 @@ from gymnasium import error as gym_error
 from gymnasium.vector import SyncVectorEnv
 
 import vecenv
+from tests.engine.test_buffers import memfd_mappings
 from tests.engine.test_differential import assert_same
 from tests.helpers.envs import diff_env_fns
+from tests.helpers.faults import open_fds
 from vecenv import SubprocVectorEnv
 
 
@@ -118,7 +120,7 @@ def test_ctrl_c_while_the_parents_group_maps_a_rollout_block_is_raised_and_leaks
     for good. After a reset, rollouts give what they give without the interrupt."""
     import signal
 
-    from tests.helpers.faults import healthy_fns, open_fds
+    from tests.helpers.faults import healthy_fns
     from vecenv.wire.rollout_buffers import RolloutBuffers
 
     before = open_fds()
@@ -189,12 +191,6 @@ def test_ctrl_c_in_the_parents_group_during_recv_is_raised_once_then_asks_for_a_
         assert envs.recv()[-1].tolist() == [0, 1, 2, 3]
 
 
-def _vecenv_memfds_mapped() -> set[int]:
-    """The inodes of the vecenv memfds this process maps (``/proc/self/maps``)."""
-    with open("/proc/self/maps") as maps:
-        return {int(f[4]) for f in map(str.split, maps) if len(f) >= 6 and f[5].startswith("/memfd:vecenv")}
-
-
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("cut", ["step", "call"])
 @pytest.mark.parametrize("num_workers", [0, 2], ids=["num_workers-0", "inline_group"])
@@ -204,13 +200,11 @@ def test_a_ctrl_c_kept_after_it_cut_the_parents_group_holds_no_block_past_close(
     buffers, a rollout block). Kept after ``close()`` (``except ... as err``, ``sys.last_value``
     in a REPL), it kept the block mapped in this process for as long as it lived: ``close()``
     could not unmap a mapping still viewed. That mapping now gives its pages back at close."""
-    from tests.helpers.faults import open_fds
-
-    before, before_fds = _vecenv_memfds_mapped(), open_fds()
+    before, before_fds = memfd_mappings("self"), open_fds()
     envs = SubprocVectorEnv([_CtrlCInParent] * 4, num_workers, inline_group=num_workers > 0, context="fork")
     envs.reset(seed=0)
     envs.rollout(2)  # a rollout block too, mapped by the parent and by its group
-    assert _vecenv_memfds_mapped() - before, "nothing mapped: the test checks nothing"
+    assert memfd_mappings("self") - before, "nothing mapped: the test checks nothing"
     kept = None
     try:
         if cut == "step":
@@ -222,7 +216,7 @@ def test_a_ctrl_c_kept_after_it_cut_the_parents_group_holds_no_block_past_close(
         kept = err
     assert kept is not None, "the Ctrl+C was not raised"
     envs.close()
-    assert not _vecenv_memfds_mapped() - before, "a block is still mapped after close()"
+    assert not memfd_mappings("self") - before, "a block is still mapped after close()"
     assert kept.__traceback__ is not None  # held until here: it is what viewed the rows
     del kept  # its traceback refers to this frame: a cycle the next test would find uncollected
     assert open_fds() == before_fds
@@ -239,7 +233,7 @@ def test_ctrl_c_as_a_pinned_rollout_moves_the_thread_gives_its_cores_back(
     all of its cores afterwards. The first was held while the thread moved, then raised before
     the code that moves it back was entered; the second skipped the move back: either way the
     thread stayed on one core for good. After a reset the vector env rolls out as before."""
-    from tests.helpers.faults import healthy_fns, open_fds
+    from tests.helpers.faults import healthy_fns
 
     before_fds = open_fds()
     cores = os.sched_getaffinity(0)
