@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -219,6 +220,37 @@ def test_a_ctrl_c_kept_after_it_cut_the_parents_group_holds_no_block_past_close(
     assert not memfd_mappings("self") - before, "a block is still mapped after close()"
     assert kept.__traceback__ is not None  # held until here: it is what viewed the rows
     del kept  # its traceback refers to this frame: a cycle the next test would find uncollected
+    assert open_fds() == before_fds
+
+
+@pytest.mark.timeout(60)
+def test_a_ctrl_c_kept_after_it_cut_the_parents_group_mapping_its_rows_holds_no_block(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Ctrl+C landing just as the group the parent hosts has mapped the step buffers, before
+    that mapping is recorded, went up with the only reference to it: the vector env's clean-up
+    could not close what it never saw, and a kept exception kept the block mapped. The
+    interrupt now waits until the mapping is recorded, and the clean-up closes it."""
+    from vecenv.wire.buffers import Buffers
+
+    attach = Buffers.attach
+
+    def attach_then_ctrl_c(*args: Any, **kwargs: Any) -> Buffers:
+        mapped = attach(*args, **kwargs)
+        signal.raise_signal(signal.SIGINT)  # a Ctrl+C as the mapping is made
+        return mapped
+
+    monkeypatch.setattr(Buffers, "attach", attach_then_ctrl_c)
+    before, before_fds = memfd_mappings("self"), open_fds()
+    kept = None
+    try:
+        SubprocVectorEnv([lambda: gym.make("CartPole-v1")] * 2, 0)
+    except KeyboardInterrupt as err:
+        kept = err
+    assert kept is not None, "the Ctrl+C was not raised"
+    assert not memfd_mappings("self") - before, "a block is still mapped after the failed start"
+    assert kept.__traceback__ is not None  # held until here
+    del kept
     assert open_fds() == before_fds
 
 

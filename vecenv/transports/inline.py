@@ -49,9 +49,15 @@ class InlineWorker:
             self.hello = Reply(0, 0, False, PackedException(exc, None))
 
     def attach(self, attach: Attach, buffers: Buffers) -> None:
+        """Map the parent's block a second time for this group, and wire the group to it.
+
+        The mapping is recorded before a Ctrl+C may land: one raised between the two would take
+        the new mapping up with its frames, where no ``close()`` reaches it, and a traceback
+        kept by the caller would keep it mapped."""
         block = buffers.block
-        fd = os.dup(block.fd) if block is not None and block.fd is not None else None
-        self.buffers = Buffers.attach(attach.buffers, attach.start, attach.start + attach.num_envs, fd)
+        with HeldInterrupt():  # maps and records, runs no env code
+            fd = os.dup(block.fd) if block is not None and block.fd is not None else None
+            self.buffers = Buffers.attach(attach.buffers, attach.start, attach.start + attach.num_envs, fd)
         self.core.attach(attach, self.buffers)
 
     def run(self) -> list[Event]:
