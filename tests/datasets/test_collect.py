@@ -1149,6 +1149,71 @@ def test_ctrl_c_while_the_command_imports_its_modules_ends_it_as_at_start_up(
     assert list(tmp_path.iterdir()) == []
 
 
+#: Runs ``python -m vecenv.datasets`` with an import hook that sends this process the signal named
+#: by $SIGNAL_NAME when the command's modules first import Gymnasium (imported by ``--env`` or
+#: ``--policy``, it does so as it imports), and turns the signal's exception into an ImportError,
+#: as a C extension does whose initialisation the signal interrupts (NumPy's "PyCapsule_Import
+#: could not import module"), or with $LOST set drops it, as Python drops one raised in some
+#: callbacks (an import lock's).
+TURNED_INTO_IMPORT_ERROR = """\
+import importlib.abc, os, runpy, signal, sys
+
+class Interrupted(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "gymnasium":
+            sys.meta_path.remove(self)
+            interrupt()
+        return None
+
+def interrupt():
+    try:
+        os.kill(os.getpid(), getattr(signal, signal_name))
+        for _ in range(1000):  # the handler runs here
+            pass
+    except BaseException as exc:
+        if not os.environ.get("LOST"):
+            raise ImportError("the extension module failed to initialise") from exc
+
+def act(observations):  # --policy interrupted:act
+    return [0] * len(observations)
+
+signal_name = os.environ["SIGNAL_NAME"]
+if __name__ == "__main__":
+    sys.meta_path.insert(0, Interrupted())
+    sys.argv[0] = "vecenv-collect"
+    runpy.run_module("vecenv.datasets", run_name="__main__", alter_sys=True)
+else:  # imported by --env or --policy
+    interrupt()
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("signal_name, status", [("SIGINT", 130), ("SIGTERM", 143)])
+@pytest.mark.parametrize("importing", ["the-commands-modules", "--env", "--policy"])
+@pytest.mark.parametrize("exception", ["turned-into-an-import-error", "lost"])
+def test_a_signal_whose_exception_an_import_turns_or_loses_ends_the_command_as_at_start_up(
+    tmp_path: Path, exception: str, importing: str, signal_name: str, status: int
+) -> None:
+    """Ctrl+C or SIGTERM while an import runs that turns its exception into an ImportError, or
+    loses it (the command's own modules, or the module ``--env`` or ``--policy`` names): the
+    start-up line and exit status 130 or 143, not a traceback, a bad ``--env`` or a collection
+    that goes on; nothing written."""
+    modules, run = tmp_path / "modules", tmp_path / "run"
+    modules.mkdir()
+    run.mkdir()
+    (modules / "interrupted.py").write_text(TURNED_INTO_IMPORT_ERROR)
+    command = [sys.executable, str(modules / "interrupted.py"), "--steps", "100", "--out", "d"]
+    if importing != "the-commands-modules":
+        command = [sys.executable, "-m", "vecenv.datasets", "--steps", "100", "--out", "d"]
+        command += [importing, "interrupted:CartPole-v1" if importing == "--env" else "interrupted:act"]
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(modules)])}
+    environment.update(SIGNAL_NAME=signal_name, LOST="1" if exception == "lost" else "", PYTHONDONTWRITEBYTECODE="1")
+    result = subprocess.run(command, cwd=run, env=environment, capture_output=True, text=True, timeout=90)
+    assert result.returncode == status, result.stderr
+    assert result.stderr == "vecenv-collect: interrupted while starting the environments: nothing was written\n"
+    assert list(run.iterdir()) == []
+
+
 @pytest.mark.timeout(120)
 def test_cli_overwrite_keeps_the_minari_dataset_when_the_run_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch

@@ -176,22 +176,31 @@ def _run(args: argparse.Namespace, command_line: str, before: _Before) -> int:
     filled in with what the output path held before the run, once the path is known."""
     out: Path | None = None
     try:
-        env_kwargs = _parse_env_kwargs(args.env_kwargs)
-        if os.getcwd() not in sys.path:  # like `python -m`: modules in the current directory import
-            sys.path.append(os.getcwd())
-        args.env = _check_env_id(args.env)
-        _check_minari_options(args)
-        policy = _load_policy(args)
-        if args.steps is None and args.episodes is None:
-            args.steps = 10000
-        if args.num_envs is None:
-            args.num_envs = default_num_envs(args.steps)
-        if args.num_workers is not None and args.num_workers > args.num_envs:
-            raise _UsageError(f"--num-workers: expected at most --num-envs ({args.num_envs}), got {args.num_workers}")
-        before.record(args)
-        out = _checked_output(args)
-        envs = _make_envs(args, env_kwargs)
-        _check_signals()  # one that came while the workers were forked may have been lost
+        try:
+            env_kwargs = _parse_env_kwargs(args.env_kwargs)
+            if os.getcwd() not in sys.path:  # like `python -m`: modules in the current directory import
+                sys.path.append(os.getcwd())
+            args.env = _check_env_id(args.env)
+            _check_minari_options(args)
+            policy = _load_policy(args)
+            if args.steps is None and args.episodes is None:
+                args.steps = 10000
+            if args.num_envs is None:
+                args.num_envs = default_num_envs(args.steps)
+            if args.num_workers is not None and args.num_workers > args.num_envs:
+                raise _UsageError(
+                    f"--num-workers: expected at most --num-envs ({args.num_envs}), got {args.num_workers}"
+                )
+            before.record(args)
+            out = _checked_output(args)
+            envs = _make_envs(args, env_kwargs)
+            _check_signals()  # one that came while the workers were forked may have been lost
+        except _UsageError:
+            # An import the options name (the env's or the policy's module, Minari) may turn the
+            # signal's exception into its own error (a C extension interrupted as it initialises
+            # fails with an ImportError): still Ctrl+C, not bad input.
+            _check_signals()
+            raise
     except KeyboardInterrupt:
         # Checking the options imports the env's and the policy's modules (and Minari), which
         # can take seconds: Ctrl+C there is as much "before any data" as during start-up.
