@@ -437,6 +437,33 @@ def test_overwrite_of_an_out_whose_folder_access_denies_is_refused_before_the_en
     assert sorted(path.name for path in out.iterdir()) == before
 
 
+@pytest.mark.parametrize("held", ["a-dataset", "nothing"])
+def test_overwrite_of_an_out_that_names_no_folder_of_its_own_is_refused_before_the_envs_are_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, held: str
+) -> None:
+    """``--out . --overwrite`` run in a dataset's folder (or an empty one) cannot move ``.``
+    aside: that failed only after the envs ran ("PosixPath('.') has an empty name", exit status
+    1). Refused first, naming the folder's own path, which can be; the folder is left as it was."""
+    here = tmp_path / "here"
+    if held == "a-dataset":
+        collect(counter_envs(2, AutoresetMode.NEXT_STEP), steps=3, out=here, progress=False)
+    else:
+        here.mkdir()
+    before = {path.name: path.read_bytes() for path in here.iterdir()}
+    monkeypatch.chdir(here)
+    refuse_to_build_envs(monkeypatch, "an output that cannot be moved aside")
+    message = "expected an output that {} may replace, got '.', which names no folder of its own to move aside; "
+    message += f"name the folder itself: {str(here)!r}"
+    assert main(["--steps", "10", "--quiet", "--out", ".", "--overwrite"]) == 2
+    assert capsys.readouterr().err == f"vecenv-collect: error: --out: {message.format('--overwrite')}\n"
+    with pytest.raises(
+        rollout.OutputExistsError, match=re.escape(f"out: {message.format('overwrite=True / --overwrite')}")
+    ):
+        collect(counter_envs(2, AutoresetMode.NEXT_STEP), steps=3, out=".", overwrite=True, progress=False)
+    assert {path.name: path.read_bytes() for path in here.iterdir()} == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["here"]
+
+
 @pytest.mark.parametrize(
     ("metadata", "match"),
     [

@@ -367,7 +367,14 @@ def _why_not_writable(folder: Path) -> int | None:
 def check_replaceable(path: Path, names: OptionNames = KEYWORDS) -> None:
     """Raise DatasetWriteError (``EACCES`` or ``EROFS``) when the folder holding the existing ``path`` does
     not let this process rename entries in it: replacing an output with ``overwrite`` moves it
-    aside there first (:func:`set_aside`), which would otherwise fail only after the envs ran."""
+    aside there first (:func:`set_aside`), which would otherwise fail only after the envs ran.
+    Raise OutputExistsError when ``path`` names its folder by no name of its own (``.``, ``..``,
+    ``/``), which cannot be moved aside: the folder's own path can."""
+    if path.name in ("", ".."):  # pathlib drops a "." anywhere but alone
+        raise OutputExistsError(
+            f"{names.out}: expected an output that {names.overwrite} may replace, got {str(path)!r}, which names "
+            f"no folder of its own to move aside; name the folder itself: {str(path.resolve())!r}"
+        )
     parent = path.parent
     denied = _why_not_writable(parent)
     if denied is not None:
