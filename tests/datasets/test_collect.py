@@ -395,6 +395,39 @@ def _refuse_out_in_read_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ca
     assert list(read_only.iterdir()) == []
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("output", ["ours", "minari"])
+def test_an_out_beside_the_dataset_whose_folder_is_current_is_taken_and_one_inside_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, output: str
+) -> None:
+    """Run in a dataset's folder, ``--out ../beside`` was refused as lying in '.', the dataset:
+    the check read the path's text, whose folders ('..', '.') include the current one. It now
+    follows the folders the file system finds, so the dataset's sibling is written and a path
+    that leads back into the dataset (``../ours/sub``) is still refused."""
+    if output == "minari":
+        pytest.importorskip("minari")
+    ours = tmp_path / "ours"
+    collect(counter_envs(2, AutoresetMode.NEXT_STEP), steps=3, out=ours, progress=False)
+    before = {path.name: path.read_bytes() for path in ours.iterdir()}
+    monkeypatch.chdir(ours)
+    formats = ["--format", "minari", "--dataset-id", "test/beside-v0"] if output == "minari" else []
+    base = ["--num-envs", "2", "--num-workers", "1", "--steps", "10", "--quiet", *formats]
+    assert main([*base, "--out", "../beside"]) == 0, capsys.readouterr().err
+    if output == "ours":
+        with load(tmp_path / "beside") as dataset:
+            assert dataset.complete and dataset.transitions == 10
+    else:
+        assert (tmp_path / "beside" / "test" / "beside-v0" / "data" / "metadata.json").is_file()
+    assert main([*base, "--out", "../ours/sub"]) == 2
+    # A Minari datasets root is named by its absolute path.
+    got, folder = ("../ours/sub", ".") if output == "ours" else (str(ours / "../ours/sub"), str(ours))
+    assert capsys.readouterr().err == (
+        f"vecenv-collect: error: --out: expected a path outside any dataset, got {got!r}, which lies in {folder!r}, "
+        "a rollout dataset; choose a folder beside it\n"
+    )
+    assert {path.name: path.read_bytes() for path in ours.iterdir()} == before
+
+
 def test_an_out_in_a_directory_access_denies_is_refused_before_the_envs_are_built(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:

@@ -318,12 +318,18 @@ def check_outside_datasets(path: Path, name: str, include_self: bool) -> None:
     a Minari dataset), or is one when ``include_self`` (a Minari datasets root must not be a
     dataset). Written there, the output would mix with that dataset's files: a rollout
     dataset then no longer is one to ``overwrite`` (it holds a foreign folder), and deleting
-    the dataset would delete the output with it. ``name`` is how the message names the option."""
-    folders = (path, *path.parents) if include_self else path.parents
+    the dataset would delete the output with it. ``name`` is how the message names the option.
+
+    The folders are those the file system finds (``os.path.realpath``), not the path's text:
+    ``../b`` given in a dataset's folder lies beside it, and a link into a dataset leads into it.
+    A relative ``path`` has the folder named relative to the current directory."""
+    real = Path(os.path.realpath(path))
+    folders = (real, *real.parents) if include_self else real.parents
     for folder in folders:
         kind = _dataset_kind(folder)
         if kind is not None:
-            where = "which is" if folder == path else f"which lies in {str(folder)!r},"
+            shown = str(folder) if path.is_absolute() else os.path.relpath(folder)
+            where = "which is" if folder == real else f"which lies in {shown!r},"
             raise OutputExistsError(
                 f"{name}: expected a path outside any dataset, got {str(path)!r}, {where} {kind}; "
                 "choose a folder beside it"
