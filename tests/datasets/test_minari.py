@@ -474,6 +474,36 @@ def test_a_leaf_of_no_values_is_refused_before_anything_is_written(
     assert not _minari_root.exists() or not any(_minari_root.iterdir())
 
 
+def test_a_seed_minaris_hdf5_storage_cannot_record_is_refused_before_anything_is_written(
+    tmp_path: Path, _minari_root: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """An episode in Minari's HDF5 storage records its seed as a 64-bit integer: a seed that gave
+    env i a first seed past 2**64 - 1 failed only once that env's first episode was written
+    ("Object dtype dtype('O') has no native HDF5 equivalent", exit status 1), after others had
+    been. Refused before anything is written, by the command, collect and export; our format
+    keeps any seed, and seeds up to 2**64 - 1 are recorded as given."""
+    seed = 2**64 - 2  # env 1 starts from 2**64 - 1, which fits; env 2 from 2**64
+    message = (
+        "expected first-episode seeds of at most 2**64 - 1 with Minari's HDF5 storage (an episode records its "
+        "seed as a 64-bit integer; the Arrow storage records any), got {}, which gives env 2 the seed "
+        f"{2**64}"
+    )
+    refuse_to_build_envs(monkeypatch, "a seed Minari cannot record")
+    args = ["--num-envs", "3", "--num-workers", "1", "--steps", "30", "--seed", str(seed), "--quiet"]
+    assert main([*args, "--format", "minari", "--dataset-id", "big/seed-v0", "--out", str(_minari_root)]) == 2
+    assert capsys.readouterr().err == f"vecenv-collect: error: --seed: {message.format(seed)}\n"
+    with pytest.raises(ValueError, match=re.escape(f"seed: {message.format(seed)}")):
+        collect(sync_envs(3), seed=seed, steps=30, format="minari", dataset_id="big/seed-v0", progress=False)
+    ours = collect(sync_envs(3), seed=seed, out=tmp_path / "ours", steps=30, progress=False)
+    where = f"seed {seed} in {str(ours.path)!r}"
+    with pytest.raises(ValueError, match=re.escape(f"dataset: {message.format(where)}")):
+        export_minari(ours, "big/exported-v0")
+    assert not _minari_root.exists()
+    fits = collect(sync_envs(2), seed=seed, episodes=4, format="minari", dataset_id="big/fits-v0", progress=False)
+    recorded = [m["seed"] for m in fits.storage.get_episode_metadata(range(4)) if "seed" in m]
+    assert sorted(recorded) == [seed, seed + 1]  # each env's first episode
+
+
 def test_export_of_dict_and_tuple_spaces_gives_what_collecting_gives(tmp_path: Path) -> None:
     """Nested observation and action spaces: each leaf's file is found by its field name."""
     ours = collect(sync_envs(2, env_class=DictCounterEnv), seed=3, out=tmp_path / "ours", steps=30, progress=False)

@@ -124,13 +124,16 @@ def _checked_output(args: argparse.Namespace) -> Path:
     """Where the output goes, checked before any environment is built: our format's dataset
     directory, or the Minari datasets root (which fails at once without Minari)."""
     if args.format == "minari":
-        from vecenv.datasets.minari import datasets_root, minari_target
+        from vecenv.datasets.minari import check_minari_seeds, datasets_root, minari_target
 
         out = datasets_root(args.out)
         try:
             minari_target(
                 args.dataset_id, args.out, args.overwrite, FLAGS, args.minari_storage or "hdf5", prepare=False
             )
+            # The command's envs take the sequential seeds: env i's first episode starts from --seed + i.
+            first_seeds = [args.seed + i for i in range(args.num_envs)]
+            check_minari_seeds(first_seeds, args.minari_storage or "hdf5", "--seed", str(args.seed))
         except (MinariNotInstalledError, ValueError, FileExistsError) as exc:
             raise _UsageError(str(exc)) from None
         except DatasetWriteError as exc:  # a read-only directory: the message without "[Errno 13]"

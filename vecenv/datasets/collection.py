@@ -443,11 +443,18 @@ def _minari_output(
     storage: str,
 ) -> _Output:
     """A new Minari dataset (raises MinariNotInstalledError, ValueError or FileExistsError)."""
-    from vecenv.datasets.minari import MinariSink, check_minari_spaces, datasets_root, minari_target
+    from vecenv.datasets.minari import (
+        MinariSink,
+        check_minari_seeds,
+        check_minari_spaces,
+        datasets_root,
+        minari_target,
+    )
 
     if dataset_id is None:
         raise InvalidArgumentError("dataset_id: expected 'NAMESPACE/NAME-vN' with format='minari', got None")
     check_minari_spaces(plan.envs.single_observation_space, plan.envs.single_action_space)
+    check_minari_seeds(plan.collection.first_seeds, storage, "seed", str(plan.collection.seed))
     target_dir = minari_target(dataset_id, out, overwrite, storage=storage, prepare=False)
     aside = set_aside(target_dir)
     try:

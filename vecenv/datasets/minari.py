@@ -24,7 +24,7 @@ import os
 import shutil
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -300,6 +300,28 @@ def check_minari_spaces(observation_space: spaces.Space, action_space: spaces.Sp
                     f"{leaf.name}: expected a space leaf that holds values for format='minari' (Minari cannot "
                     f"store an empty array per step; format='vecenv' can), got shape {leaf.shape} in {space}"
                 )
+
+
+#: The largest seed an episode of Minari's HDF5 storage records: h5py stores a Python int as a
+#: 64-bit integer (uint64 past int64's range) and has no type for a larger one.
+MAX_HDF5_SEED = 2**64 - 1
+
+
+def check_minari_seeds(first_seeds: Sequence[int | None], storage: str, name: str, got: str) -> None:
+    """Raise InvalidArgumentError, before anything is written, when the seed of an env's first
+    episode (``first_seeds``, by env) is one Minari's HDF5 storage cannot record: each episode
+    records its seed as a 64-bit integer, and a larger one failed only as that env's first
+    episode was written, mid-run. The Arrow storage records any. ``name`` and ``got`` are how
+    the message names the argument and what it received."""
+    if storage != "hdf5":
+        return
+    for env, seed in enumerate(first_seeds):
+        if seed is not None and seed > MAX_HDF5_SEED:
+            raise InvalidArgumentError(
+                f"{name}: expected first-episode seeds of at most 2**64 - 1 with Minari's HDF5 storage (an "
+                f"episode records its seed as a 64-bit integer; the Arrow storage records any), got {got}, "
+                f"which gives env {env} the seed {seed}"
+            )
 
 
 class MinariSink:
@@ -645,6 +667,9 @@ def export_minari(
     action_space = space_from_description(metadata["action_space"]["description"])
     check_minari_spaces(observation_space, action_space)
     episodes = _StoredEpisodes(dataset)
+    check_minari_seeds(
+        episodes.first_seeds, minari_storage, "dataset", f"seed {episodes.seed} in {str(dataset.path)!r}"
+    )
     if not episodes.closed and not (episodes.still_open and open_episodes == "truncate"):
         # Minari cannot load a dataset without episodes: refused before an existing one is replaced.
         raise InvalidArgumentError(
