@@ -470,6 +470,29 @@ def test_overwrite_of_an_out_whose_folder_access_denies_is_refused_before_the_en
     assert sorted(path.name for path in out.iterdir()) == before
 
 
+@pytest.mark.parametrize("leads_to", ["a-dataset", "nothing"])
+def test_an_out_that_is_a_link_writes_the_dataset_where_it_leads(
+    tmp_path: Path, capsys: pytest.CaptureFixture, leads_to: str
+) -> None:
+    """An --out that is a symbolic link names the folder it leads to. Overwriting a link to a
+    dataset moved the link aside instead: a real folder took its place, the old dataset stayed,
+    and a hidden '.link.vecenv-replaced-*' link was left behind (rmtree refuses a link). A link
+    to nothing failed once the envs ran ("cannot write link: File exists", exit status 1). Both
+    now write the dataset where the link leads, and the link stays."""
+    target, link = tmp_path / "target", tmp_path / "link"
+    overwrite = []
+    if leads_to == "a-dataset":
+        collect(counter_envs(2, AutoresetMode.NEXT_STEP), steps=3, out=target, progress=False)
+        overwrite = ["--overwrite"]
+    link.symlink_to(target)
+    args = ["--num-envs", "2", "--num-workers", "1", "--steps", "10", "--quiet", "--out", str(link), *overwrite]
+    assert main(args) == 0, capsys.readouterr().err
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    with load(target) as dataset:
+        assert dataset.complete and dataset.transitions == 10
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["link", "target"]
+
+
 @pytest.mark.parametrize("held", ["a-dataset", "nothing"])
 def test_overwrite_of_an_out_that_names_no_folder_of_its_own_is_refused_before_the_envs_are_built(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, held: str

@@ -488,6 +488,10 @@ def _dataset_output(plan: _Plan, out: str | os.PathLike[str] | None, overwrite: 
             )
         out = Path("rollouts") / str(plan.metadata["env_id"]).split(":")[-1]
     directory = Path(out)
+    if directory.is_symlink():
+        # A link names the folder it leads to: the dataset there is replaced (moved aside beside
+        # it, not the link) and a missing one made, so the link leads to the new dataset.
+        directory = Path(os.path.realpath(directory))
     check_out(directory, overwrite)
     aside = set_aside(directory)
     try:
