@@ -300,6 +300,65 @@ def test_an_env_returning_one_info_dict_gets_sb3s_keys_written_into_it() -> None
         ref.close()
 
 
+class OneDictInfoEnv(InfoEnv):
+    """An InfoEnv that returns its infos in one dict object, refilled by every step and reset
+    (with ``shared``, one dict for every instance in the process, a class attribute)."""
+
+    shared_info: dict[str, Any] = {}
+
+    def __init__(self, shared: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.one_info = OneDictInfoEnv.shared_info if shared else {}
+
+    def _refill(self, info: dict[str, Any]) -> dict[str, Any]:
+        self.one_info.clear()
+        self.one_info.update(info)
+        return self.one_info
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        obs, info = super().reset(seed=seed, options=options)
+        return obs, self._refill(info)
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward, terminated, truncated, self._refill(info)
+
+
+class FreshInfos(gym.Wrapper):
+    """Hands on each info as a dict of its own, taken when the env returns it."""
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict]:
+        obs, info = self.env.reset(**kwargs)
+        return obs, dict(info)
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, terminated, truncated, dict(info)
+
+
+def fresh_infos(env_fn: Any) -> gym.Env:
+    """``env_fn``'s env in :class:`FreshInfos`: the infos SB3 reports for it, were its dicts its own."""
+    return FreshInfos(env_fn())
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("shared", [False, True], ids=["one-dict-per-env", "one-dict-per-process"])
+def test_an_env_refilling_one_info_dict_reports_each_calls_own_info(shared: bool) -> None:
+    """An env that refills one info dict at every step and reset, or whose envs of a process
+    share one: each env's info and reset info are those its own call returned, as for an env
+    that returns fresh dicts, with every env in one worker. The step that ends an episode keeps
+    its info and terminal observation though the autoreset refills the dict before the worker
+    replies (SB3's own classes report the reset's info there, with no terminal observation)."""
+    fns = [partial(OneDictInfoEnv, shared=shared, max_steps=3 + i) for i in range(3)]
+    ours = SubprocVecEnv(fns, start_method="fork", num_workers=1)
+    ref = DummyVecEnv([partial(fresh_infos, fn) for fn in fns])
+    try:
+        assert run_differential(ours, ref, steps=30, seed=5, rewards_dtype_exact=False) >= 6
+    finally:
+        ours.close()
+        ref.close()
+
+
 @pytest.fixture
 def pair():
     """Our vec env (3 envs, 2 workers) and a DummyVecEnv over the same constructors."""

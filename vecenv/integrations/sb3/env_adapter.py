@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Callable, Mapping
-from copy import deepcopy
+from copy import copy, deepcopy
 from typing import Any
 
 import cloudpickle
@@ -85,6 +85,10 @@ class SB3EnvAdapter(gym.Wrapper):
       terminal or truncated step the box also holds the terminal observation. As SB3's worker
       does, it first writes ``"TimeLimit.truncated"`` (and at an episode's end
       ``"terminal_observation"``) into the env's own info dict.
+    * ``step`` and ``reset`` box a copy of the env's info dict, taken when the env returns it,
+      as SB3's worker sends it at once: an env that returns one dict object on every call (or
+      one shared by the envs of a worker) refills it in the autoreset that follows, or in the
+      next env's step, before the worker's reply is pickled.
     * ``reset`` calls the env as SB3's worker does: ``reset(seed=seed)``, plus ``options=`` only
       when the options are non-empty. Per-env options are staged beforehand with the
       ``SB3Op.STAGE_OPTIONS`` call (the engine's ``reset`` takes one options dict for all envs).
@@ -118,8 +122,8 @@ class SB3EnvAdapter(gym.Wrapper):
         info["TimeLimit.truncated"] = truncated and not terminated
         if terminated or truncated:
             info["terminal_observation"] = obs
-            return obs, reward, terminated, truncated, {INFO_KEY: InfoBox(info, obs)}
-        return obs, reward, terminated, truncated, ({INFO_KEY: InfoBox(info)} if sent else {})
+            return obs, reward, terminated, truncated, {INFO_KEY: InfoBox(copy(info), obs)}
+        return obs, reward, terminated, truncated, ({INFO_KEY: InfoBox(copy(info))} if sent else {})
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         staged, self._staged_options = self._staged_options, None
@@ -127,7 +131,7 @@ class SB3EnvAdapter(gym.Wrapper):
             options = staged
         # SB3 passes options only when they are non-empty.
         obs, info = self.env.reset(seed=seed, options=options) if options else self.env.reset(seed=seed)
-        return obs, ({INFO_KEY: InfoBox(info)} if info else {})
+        return obs, ({INFO_KEY: InfoBox(copy(info))} if info else {})
 
     def vecenv_sb3_call(self, request: SB3Call) -> list[Any]:
         """Run ``request`` once per time this env appears in ``indices``.
