@@ -10,6 +10,7 @@ Skipped as a whole when SB3 (or torch) is not installed: install the ``sb3`` ext
 
 from __future__ import annotations
 
+import collections
 import copy
 import gc
 import multiprocessing
@@ -354,6 +355,44 @@ def test_an_env_refilling_one_info_dict_reports_each_calls_own_info(shared: bool
     ref = DummyVecEnv([partial(fresh_infos, fn) for fn in fns])
     try:
         assert run_differential(ours, ref, steps=30, seed=5, rewards_dtype_exact=False) >= 6
+    finally:
+        ours.close()
+        ref.close()
+
+
+class InPlaceInfoEnv(InfoEnv):
+    """An InfoEnv whose infos also hold one array of its own, which it updates in place (in an
+    ``OrderedDict``, whose type SB3 keeps)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.history = np.zeros(2)
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        obs, reward, terminated, truncated, info = super().step(action)
+        self.history[:] = (self.steps, int(action))
+        return obs, reward, terminated, truncated, collections.OrderedDict(info, history=self.history)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_infos_keep_their_values_when_the_env_changes_what_they_hold_later(num_workers: int) -> None:
+    """Each step's infos keep the values (and types) the env returned after the env changed an
+    array they hold in place at its next steps, as SB3's classes keep them; with every env in
+    this process (``num_workers=0``) too, where no pipe copies them."""
+    fns = [partial(InPlaceInfoEnv, max_steps=4 + i) for i in range(3)]
+    ours = SubprocVecEnv(fns, start_method="fork", num_workers=num_workers)
+    ref = DummyVecEnv(fns)
+    try:
+        for vec in (ours, ref):
+            vec.seed(3)
+        assert_obs(ours.reset(), ref.reset(), "reset")
+        kept, r_kept = [], []
+        for t in range(12):
+            actions = np.array([t % 3, 1, 2])
+            kept.append(ours.step(actions)[3])
+            r_kept.append(ref.step(actions)[3])
+        assert_same(kept, r_kept, "the infos of every step, after the last step")
     finally:
         ours.close()
         ref.close()

@@ -18,15 +18,16 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Callable, Mapping
-from copy import copy, deepcopy
+from copy import deepcopy
 from typing import Any
 
 import cloudpickle
 import gymnasium as gym
 
 from vecenv.errors import InvalidArgumentError
+from vecenv.worker.group import snapshot_info
 
-__all__ = ["INFO_KEY", "DISPATCH", "InfoBox", "SB3Call", "SB3EnvAdapter", "SB3Op", "AdapterFn"]
+__all__ = ["INFO_KEY", "DISPATCH", "InfoBox", "SB3Call", "SB3EnvAdapter", "SB3Op", "AdapterFn", "kept_info"]
 
 #: The info key under which an :class:`InfoBox` travels (the adapter's infos have no other key).
 INFO_KEY = "vecenv_sb3"
@@ -85,10 +86,12 @@ class SB3EnvAdapter(gym.Wrapper):
       terminal or truncated step the box also holds the terminal observation. As SB3's worker
       does, it first writes ``"TimeLimit.truncated"`` (and at an episode's end
       ``"terminal_observation"``) into the env's own info dict.
-    * ``step`` and ``reset`` box a copy of the env's info dict, taken when the env returns it,
-      as SB3's worker sends it at once: an env that returns one dict object on every call (or
-      one shared by the envs of a worker) refills it in the autoreset that follows, or in the
-      next env's step, before the worker's reply is pickled.
+    * ``step`` and ``reset`` box the env's info as it is when the env returns it
+      (:func:`kept_info`), as SB3's classes keep it: the env may change it
+      later, in place, before the parent reads it (at its next step, with every env in the
+      parent, ``num_workers=0``), or before the worker's reply is pickled (in the autoreset
+      that follows, or the next env's step where the envs of a worker share it). The
+      terminal observation is the info's copy of it.
     * ``reset`` calls the env as SB3's worker does: ``reset(seed=seed)``, plus ``options=`` only
       when the options are non-empty. Per-env options are staged beforehand with the
       ``SB3Op.STAGE_OPTIONS`` call (the engine's ``reset`` takes one options dict for all envs).
@@ -122,8 +125,9 @@ class SB3EnvAdapter(gym.Wrapper):
         info["TimeLimit.truncated"] = truncated and not terminated
         if terminated or truncated:
             info["terminal_observation"] = obs
-            return obs, reward, terminated, truncated, {INFO_KEY: InfoBox(copy(info), obs)}
-        return obs, reward, terminated, truncated, ({INFO_KEY: InfoBox(copy(info))} if sent else {})
+            kept = kept_info(info)
+            return obs, reward, terminated, truncated, {INFO_KEY: InfoBox(kept, kept["terminal_observation"])}
+        return obs, reward, terminated, truncated, ({INFO_KEY: InfoBox(kept_info(info))} if sent else {})
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         staged, self._staged_options = self._staged_options, None
@@ -131,7 +135,7 @@ class SB3EnvAdapter(gym.Wrapper):
             options = staged
         # SB3 passes options only when they are non-empty.
         obs, info = self.env.reset(seed=seed, options=options) if options else self.env.reset(seed=seed)
-        return obs, ({INFO_KEY: InfoBox(copy(info))} if info else {})
+        return obs, ({INFO_KEY: InfoBox(kept_info(info))} if info else {})
 
     def vecenv_sb3_call(self, request: SB3Call) -> list[Any]:
         """Run ``request`` once per time this env appears in ``indices``.
@@ -166,6 +170,19 @@ class SB3EnvAdapter(gym.Wrapper):
             self._staged_options = deepcopy(options) if options else None
             return None
         raise InvalidArgumentError(f"`request.op` must be an SB3Op, got {op!r}")
+
+
+def kept_info(info: dict[str, Any]) -> dict[str, Any]:
+    """``info`` as it is now, as SB3's classes keep it (``DummyVecEnv`` deep-copies its infos,
+    each process of ``SubprocVecEnv`` pickles them at once): a deep copy, of the same types.
+
+    One that cannot be deep-copied (it holds a lock or a handle) is
+    :func:`~vecenv.worker.group.snapshot_info`'s copy, which keeps such values as they are.
+    """
+    try:
+        return deepcopy(info)
+    except Exception:
+        return snapshot_info(info)
 
 
 def is_wrapped(env: gym.Env, wrapper_class: type) -> bool:
