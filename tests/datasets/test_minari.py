@@ -254,6 +254,11 @@ def test_the_command_that_drops_every_open_episode_is_refused_and_keeps_the_old_
     assert sorted(p.name for p in (root / "ns").iterdir()) == ["namespace_metadata.json", "old-v0"]
 
 
+def prog(args: list[str]) -> str:
+    """How the command names itself in its errors for these arguments (as its parsers do)."""
+    return "vecenv-collect export" if args[:1] == ["export"] else "vecenv-collect"
+
+
 def test_a_minari_root_that_is_or_lies_under_a_file_is_refused_before_anything_starts(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
@@ -270,7 +275,7 @@ def test_a_minari_root_that_is_or_lies_under_a_file_is_refused_before_anything_s
         for args in [minari_args, ["export", str(tmp_path / "ours"), "--dataset-id", "ns/x-v0", "--quiet"]]:
             assert main([*args, "--out", str(out)]) == 2
             assert capsys.readouterr().err == (
-                f"vecenv-collect: error: --out: expected a directory path, got {str(out)!r}, {where}\n"
+                f"{prog(args)}: error: --out: expected a directory path, got {str(out)!r}, {where}\n"
             )
         with pytest.raises(rollout.OutputExistsError, match=r"^out: expected a directory path"):
             collect(sync_envs(2), steps=10, format="minari", dataset_id="ns/x-v0", out=out, progress=False)
@@ -300,7 +305,7 @@ def test_a_minari_root_that_is_or_lies_in_a_dataset_is_refused_before_anything_s
         message = f"out: expected a path outside any dataset, got {str(out)!r}, {where}; choose a folder beside it"
         for args in [minari_args, ["export", str(ours), "--dataset-id", "ns/x-v0", "--quiet"]]:
             assert main([*args, "--out", str(out)]) == 2
-            assert capsys.readouterr().err == f"vecenv-collect: error: --{message}\n"
+            assert capsys.readouterr().err == f"{prog(args)}: error: --{message}\n"
         with pytest.raises(rollout.OutputExistsError, match=re.escape(message)):
             collect(sync_envs(2), steps=10, format="minari", dataset_id="ns/x-v0", out=out, progress=False)
     assert sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*")) == before
@@ -320,7 +325,7 @@ def test_a_bad_minari_root_from_the_environment_is_named_as_such(
     assert capsys.readouterr().err == f"vecenv-collect: error: {message}\n"
     collect(sync_envs(2), steps=10, out=tmp_path / "ours", progress=False)
     assert main(["export", str(tmp_path / "ours"), "--dataset-id", "ns/x-v0", "--quiet"]) == 2
-    assert capsys.readouterr().err == f"vecenv-collect: error: {message}\n"
+    assert capsys.readouterr().err == f"vecenv-collect export: error: {message}\n"
     with pytest.raises(rollout.OutputExistsError, match=re.escape(message)):
         collect(sync_envs(2), steps=10, format="minari", dataset_id="ns/x-v0", progress=False)
     # Minari's default root, under a HOME that is a file.
@@ -834,8 +839,8 @@ def test_the_export_command_interrupted_says_what_it_kept(
     root = tmp_path / "root"
     assert main(["export", str(tmp_path / "ours"), "--dataset-id", "ns/cut-v0", "--out", str(root), "--quiet"]) == 130
     assert capsys.readouterr().err == (
-        f"vecenv-collect: interrupted: kept the episodes exported so far in Minari dataset 'ns/cut-v0' under {root} "
-        '("complete": false in its vecenv metadata; --overwrite replaces it)\n'
+        "vecenv-collect export: interrupted: kept the episodes exported so far in Minari dataset 'ns/cut-v0' "
+        f'under {root} ("complete": false in its vecenv metadata; --overwrite replaces it)\n'
     )
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
     loaded = minari.load_dataset("ns/cut-v0")
@@ -904,7 +909,8 @@ def test_export_of_a_dataset_without_an_episode_to_write_is_refused(
     assert minari.MinariDataset(root / "kept-v0" / "data").total_episodes == kept > 0
     assert main(["export", str(tmp_path / "short"), "--dataset-id", "short-v0", "--open-episodes", "drop"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("vecenv-collect: error: dataset: expected a dataset with an episode") and err.count("\n") == 1
+    assert err.startswith("vecenv-collect export: error: dataset: expected a dataset with an episode")
+    assert err.count("\n") == 1
 
 
 def test_cli_export_to_an_out_in_a_directory_access_denies_is_a_usage_error(
@@ -920,7 +926,7 @@ def test_cli_export_to_an_out_in_a_directory_access_denies_is_a_usage_error(
     for out, where in [(read_only, "which"), (read_only / "d", f"where {str(read_only)!r}")]:
         assert main(["export", str(tmp_path / "ours"), "--dataset-id", "ro-v0", "--out", str(out), "--quiet"]) == 2
         assert capsys.readouterr().err == (
-            f"vecenv-collect: error: --out: expected a directory this process may write in, got {str(out)!r}, "
+            f"vecenv-collect export: error: --out: expected a directory this process may write in, got {str(out)!r}, "
             f"{where} is not writable (permission denied)\n"
         )
     assert list(read_only.iterdir()) == []
@@ -940,14 +946,14 @@ def test_cli_overwrite_of_a_minari_dataset_whose_folder_access_denies_is_a_usage
     deny_writes_in(monkeypatch, read_only)
     refuse_to_build_envs(monkeypatch, "a dataset that cannot be replaced")
     message = (
-        f"vecenv-collect: error: --out: expected an output that --overwrite may replace, got "
+        f": error: --out: expected an output that --overwrite may replace, got "
         f"{str(read_only / 'kept-v0')!r}, whose folder {str(read_only)!r} is not writable (permission denied)\n"
     )
     minari_options = ["--dataset-id", "ns/kept-v0", "--out", str(root), "--overwrite", "--quiet"]
     assert main(["--steps", "10", "--format", "minari", *minari_options]) == 2
-    assert capsys.readouterr().err == message
+    assert capsys.readouterr().err == "vecenv-collect" + message
     assert main(["export", str(tmp_path / "ours"), *minari_options]) == 2
-    assert capsys.readouterr().err == message
+    assert capsys.readouterr().err == "vecenv-collect export" + message
     assert sorted(path.relative_to(read_only) for path in read_only.rglob("*")) == before
 
 

@@ -2,7 +2,8 @@
 
 The parsers are in ``cli_arguments.py``, the end-of-run reports in ``cli_summary.py``; this
 module checks what argparse cannot, builds the environments, runs the library, and turns its
-errors into one ``vecenv-collect: error: ...`` line: exit status 2 for bad input, 1 when the
+errors into one ``vecenv-collect: error: ...`` line (``vecenv-collect export: error: ...`` for
+``export``, as its parser says): exit status 2 for bad input, 1 when the
 output cannot be written (a full disk, a read-only ``--out``), where what was written is kept
 as a dataset marked incomplete. ``--debug`` shows the traceback instead.
 """
@@ -388,7 +389,7 @@ def _export(args: argparse.Namespace) -> int:
             kept = f"nothing was written; Minari dataset {args.dataset_id!r} is as it was"
         else:
             kept = f"no Minari dataset {args.dataset_id!r} was written"
-        print(f"{PROG}: interrupted: {kept}", file=sys.stderr)
+        print(f"{PROG} export: interrupted: {kept}", file=sys.stderr)
         raise
     if not args.quiet:
         print(minari_summary(result, root))
@@ -564,18 +565,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.SIGINT: signal.signal(signal.SIGINT, _raise_interrupt),
             signal.SIGTERM: signal.signal(signal.SIGTERM, _raise_terminated),
         }
+    prog = f"{PROG} export" if exporting else PROG  # as the parser names it in its own errors
     try:
         return _export(args) if exporting else _run(args, command_line, before)
     except _UsageError as exc:
-        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        print(f"{prog}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     except _RunError as exc:
-        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        print(f"{prog}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 1
     except OSError as exc:
         if args.debug:
             raise
-        print(f"{PROG}: error: {_write_failure(exc, args, exporting, before)}", file=sys.stderr)
+        print(f"{prog}: error: {_write_failure(exc, args, exporting, before)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:  # Ctrl+C, or SIGTERM (Terminated): what was collected is kept
         return exit_status(exc)
