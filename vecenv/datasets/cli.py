@@ -27,6 +27,7 @@ from typing import Any
 import gymnasium
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from vecenv.checks import seed_list
 from vecenv.datasets.cli_arguments import PROG, build_export_parser, build_parser, default_num_envs, minari_metadata
 from vecenv.datasets.collection import collect
 from vecenv.datasets.dataset import load
@@ -132,8 +133,8 @@ def _checked_output(args: argparse.Namespace) -> Path:
             minari_target(
                 args.dataset_id, args.out, args.overwrite, FLAGS, args.minari_storage or "hdf5", prepare=False
             )
-            # The command's envs take the sequential seeds: env i's first episode starts from --seed + i.
-            first_seeds = [args.seed + i for i in range(args.num_envs)]
+            # The command's envs take the default (sequential) seeds, as collect() will record them.
+            first_seeds = seed_list(args.seed, args.num_envs)
             check_minari_seeds(first_seeds, args.minari_storage or "hdf5", "--seed", str(args.seed))
         except (MinariNotInstalledError, ValueError, FileExistsError) as exc:
             raise _UsageError(str(exc)) from None
