@@ -27,9 +27,10 @@ carries each env's state (see :mod:`vecenv.policy_outputs`).
 A batched forward is row-wise in exact arithmetic but not always in floating point: matrix
 products may take another kernel, with another summation order, for another batch size, so
 the last bits of a row's output can depend on how many rows share the call (measured in
-``vecenv-bench --suite rollouts``). Stochastic sampling inside a module or ``predict`` draws from
-that worker's torch generator, so it depends on how the envs are grouped; pass
-``deterministic=True`` (or sample in your own row-wise code) for data that does not. A worker
+``vecenv-bench --suite rollouts``). Stochastic sampling inside a module or a callable draws from
+that worker's torch generator, so it depends on how the envs are grouped; sample in your own
+row-wise code for data that does not (an SB3 model's copies do: each env samples from its own
+stream, :mod:`vecenv.policy_sampling`). A worker
 process seeds its global generators (numpy's, ``random``'s, torch's) from its group's first
 env's seed for a callable or a module
 (:func:`~vecenv.worker.policy.seed_process_generators`), so workers never draw the same numbers.
@@ -43,7 +44,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import cloudpickle
@@ -61,6 +62,7 @@ from vecenv.errors import (
     describe,
 )
 from vecenv.policy_outputs import PolicyOutputs, process_generators_kept, same_sequence
+from vecenv.policy_sampling import EnvStreams, reroute_sampling
 from vecenv.spaces import build_tree, leaf_layout, tree_leaves
 from vecenv.worker.policy import PolicyContext, PolicyRunner, WorkerPolicy, policy_seed
 
@@ -469,10 +471,12 @@ class SB3Policy(WorkerPolicy):
     so it needs no env and no pickling of its internals. :meth:`weights` is the state dict of
     the original's policy network, with its ``exploration_rate`` (DQN's) where it has one.
 
-    With ``deterministic=False`` (SB3's default) the actions are sampled from torch and numpy
-    generators of each copy's own (DQN's exploration, gSDE's noise matrices too), seeded from
-    the group's first env's seed: reproducible for one layout of the envs, but not the same for
-    another number of workers. Loading a copy leaves the process's generators as they were.
+    With ``deterministic=False`` (SB3's default) each env's actions are sampled from a stream
+    of its own (DQN's exploration and gSDE's noise matrices too), seeded from the seed its env
+    was last reset with, so an env's actions do not depend on the number of workers
+    (:mod:`vecenv.policy_sampling`; a distribution of a kind it does not know samples from
+    generators of the copy's own: reproducible for one layout of the envs only). Loading a
+    copy leaves the process's generators as they were.
 
     An actor-critic model gives ``log_prob`` and ``value`` beside its actions, and on a Box
     action space ``unclipped_actions``: the sampled action before it is clipped into the Box,
@@ -533,8 +537,7 @@ class SB3Policy(WorkerPolicy):
         _import("torch", "SB3Policy")
         with process_generators_kept():  # load seeds them with the model's seed
             model = cloudpickle.loads(self._class).load(io.BytesIO(self._saved), device="cpu")
-        first_seed = context.seeds[0] if context.seeds else None
-        return _Predicts(model, self.deterministic, policy_seed(first_seed), len(context.env_ids))
+        return _Predicts(model, self.deterministic, [policy_seed(seed) for seed in context.seeds])
 
     def outputs(self, context: PolicyContext, observations: Any) -> PolicyOutputs:
         """The model's spaces checked against the envs' first (in the parent, before anything is
@@ -618,27 +621,31 @@ def _sb3_space_fits(model: Space, envs: Space, observation: bool) -> bool:
 
 
 class _Predicts(PolicyRunner):
-    """``model.predict``; stochastic sampling runs on generator states of this copy's own,
-    swapped in around each call so that the process's (the parent's, for the group it hosts)
-    are left as they were.
+    """``model.predict``; stochastic actions come from each env's own stream
+    (:mod:`vecenv.policy_sampling`), seeded from the seed its env was last reset with, so that an
+    env's actions do not depend on which envs share its batch. A model whose sampling that module
+    does not know samples from generator states of this copy's own, swapped in around each call,
+    seeded from its group's first env (reproducible for one grouping of the envs only). Either
+    way the process's generators (the parent's, for the group it hosts) are left as they were.
 
     A gSDE model (``use_sde=True``) explores with a noise matrix per env, which SB3 samples
-    again at every rollout of its own training; a copy samples it from its own generator when
-    it is seeded (built, or its group's first env reset with a seed) and when new weights
-    arrive (their ``log_std`` scales it), so that the noise follows the seeds and the weights."""
+    again at every rollout of its own training; a copy draws each env's from that env's stream
+    when it is seeded and when new weights arrive (their ``log_std`` scales it), so that the
+    noise follows the seeds and the weights."""
 
-    def __init__(self, model: Any, deterministic: bool, seed: int | None, num_envs: int) -> None:
+    def __init__(self, model: Any, deterministic: bool, seeds: Sequence[int | None]) -> None:
         import torch
 
         self.torch = torch
         self.model = model
         self.deterministic = deterministic
-        self.num_envs = num_envs
-        policy = model.policy
-        self.gsde = bool(getattr(model, "use_sde", False)) and callable(getattr(policy, "reset_noise", None))
-        self._seed(seed)
+        self.streams = EnvStreams(seeds)
+        self.sampling = None if deterministic else reroute_sampling(model, self.streams, model.action_space)
+        self._seed(seeds[0] if seeds else None)
+        self._redraw_noise(None)
 
     def _seed(self, seed: int | None) -> None:
+        """The copy's own generators, for the sampling the per-env streams do not cover."""
         generator = self.torch.Generator()
         if seed is None:
             generator.seed()
@@ -648,12 +655,11 @@ class _Predicts(PolicyRunner):
         self.numpy_state = np.random.RandomState(None if seed is None else seed % 2**32).get_state()
         if hasattr(self.model, "action_space"):
             self.model.action_space.seed(seed)
-        self._reset_noise()
 
-    def _reset_noise(self) -> None:
-        """A gSDE model's exploration noise, one matrix per env, drawn from this copy's generator."""
-        if self.gsde:
-            self._on_own_generators(lambda: self.model.policy.reset_noise(self.num_envs))
+    def _redraw_noise(self, rows: Sequence[int] | None) -> None:
+        """A gSDE model's exploration noise for env ``rows`` (all: ``None``), from their streams."""
+        if self.sampling is not None and self.sampling.redraw_noise is not None:
+            self.sampling.redraw_noise(rows)
 
     def _on_own_generators(self, call: Callable[[], Any]) -> Any:
         """``call()`` drawing from this copy's torch and numpy generators; the process's are left
@@ -670,11 +676,21 @@ class _Predicts(PolicyRunner):
             np.random.set_state(numpy_state)
 
     def reseed(self, local: int, seed: int | None) -> None:
-        if local == 0:  # the group's first env seeds this copy's generators
-            self._seed(policy_seed(seed))
+        seed = policy_seed(seed)
+        self.streams.reseed(local, seed)
+        self._redraw_noise([local])
+        if local == 0:  # the group's first env seeds this copy's own generators
+            self._seed(seed)
+
+    def skip(self, steps: int) -> None:
+        """Draw ``steps`` steps of every env's numbers and drop them: where a copy that takes
+        over from another (in the collecting process, after rollouts in the workers) goes on."""
+        if self.sampling is not None:
+            self.sampling.skip(steps)
 
     def act(self, observations: Any, active: np.ndarray | None) -> Any:
-        if self.deterministic:
+        self.streams.active = active
+        if self.deterministic or self.sampling is not None:  # draws nothing from the process's generators
             return self._predict(observations)
         return self._on_own_generators(lambda: self._predict(observations))
 
@@ -685,6 +701,9 @@ class _Predicts(PolicyRunner):
         ``"unclipped_actions"``, which a learner's ``evaluate_actions`` takes back."""
         policy = self.model.policy
         if not hasattr(policy, "evaluate_actions"):  # not an ActorCriticPolicy: actions only
+            explore = None if self.sampling is None else self.sampling.explore
+            if explore is not None:  # epsilon-greedy, each env deciding from its own stream
+                return explore(self.model.predict(observations, deterministic=True)[0], self.model.exploration_rate)
             return self.model.predict(observations, deterministic=self.deterministic)[0]
         policy.set_training_mode(False)
         with self.torch.no_grad():
@@ -709,7 +728,7 @@ class _Predicts(PolicyRunner):
                 self.model.exploration_rate = weights.exploration_rate
         else:  # a state dict given to update_policy_weights
             self.model.policy.load_state_dict(weights)
-        self._reset_noise()  # scaled by the new log_std
+        self._redraw_noise(None)  # scaled by the new log_std
 
 
 def _pickled(policy: Any, name: str) -> bytes:

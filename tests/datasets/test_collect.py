@@ -1624,6 +1624,35 @@ def test_sb3_policy_collects_with_the_models_predict(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.timeout(240)
+def test_a_sampling_sb3_policy_collects_the_same_data_whatever_the_workers(tmp_path: Path) -> None:
+    """A stochastic ``sb3:`` policy sampled each batch from one generator, so the dataset of the
+    same command changed with ``--num-workers`` (whose default is the machine's core count) and
+    with ``--rollout-steps 0``: each env now samples from its own stream."""
+    sb3 = pytest.importorskip("stable_baselines3")
+    for name, model in (
+        ("ppo", sb3.PPO("MlpPolicy", gymnasium.make("CartPole-v1"), seed=0, device="cpu")),
+        ("sac", sb3.SAC("MlpPolicy", gymnasium.make("Pendulum-v1"), seed=0, device="cpu", buffer_size=100)),
+    ):
+        model.save(tmp_path / f"{name}.zip")
+        env = "CartPole-v1" if name == "ppo" else "Pendulum-v1"
+        args = ["--env", env, "--num-envs", "4", "--steps", "300", "--seed", "3", "--quiet"]
+        args += ["--policy", f"sb3:{tmp_path / name}.zip"]
+        runs = []
+        for extra in (["--num-workers", "1"], ["--num-workers", "2"], ["--num-workers", "3"], ["--rollout-steps", "0"]):
+            out = tmp_path / f"{name}{len(runs)}"
+            assert main([*args, *extra, "--out", str(out)]) == 0
+            runs.append(load(out))
+        assert len(np.unique(runs[0]["actions"])) > 1, "the policy samples"
+        # A batched forward's last bits can depend on the batch size (docs/rollouts.md); a
+        # discrete policy's actions do not show them, SAC's continuous ones do, and Pendulum's
+        # dynamics carry them on.
+        rtol = 0 if name == "ppo" else 1e-4
+        for run in runs[1:]:
+            for field in ("actions", "observations", "rewards", "terminations", "truncations"):
+                np.testing.assert_allclose(run[field], runs[0][field], rtol=rtol, atol=rtol, err_msg=f"{name} {field}")
+
+
 @pytest.mark.timeout(120)
 def test_sb3_policy_on_other_spaces_or_recurrent_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """A FrozenLake 4x4 model passed the collector's check on 8x8 (same type, no shape) and acted

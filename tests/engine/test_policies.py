@@ -206,6 +206,68 @@ def test_sb3_policy_loads_the_saved_model_and_samples_reproducibly() -> None:
     assert isinstance(as_worker_policy(model), SB3Policy)
 
 
+class _AnyActionEnv(gym.Env[np.ndarray, Any]):
+    """A 3-float observation and any action space: models of every action distribution."""
+
+    observation_space = spaces.Box(-1, 1, (3,), np.float32)
+
+    def __init__(self, action_space: spaces.Space) -> None:
+        self.action_space = action_space
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action: Any) -> Any:
+        return np.zeros(3, np.float32), 0.0, False, False, {}
+
+
+def test_a_sampling_sb3_policy_gives_each_env_the_same_actions_in_any_group() -> None:
+    """SB3 samples a batch from one generator, so an env's sampled action depended on how
+    many envs shared its copy and where it was among them. Each env now samples from its own
+    stream: split into groups of 1, 3 and 2 envs, every env gets the same actions as in one
+    group of 6, for every family of SB3's action distributions and DQN's exploration."""
+    sb3 = pytest.importorskip("stable_baselines3")
+    dqn = sb3.DQN("MlpPolicy", gym.make("CartPole-v1"), seed=0, device="cpu", buffer_size=100)
+    dqn.exploration_rate = 0.5
+    models = {
+        "categorical": sb3.PPO("MlpPolicy", gym.make("CartPole-v1"), seed=0, device="cpu"),
+        "gaussian": sb3.A2C("MlpPolicy", gym.make("Pendulum-v1"), seed=0, device="cpu"),
+        "multi-categorical": sb3.PPO("MlpPolicy", _AnyActionEnv(spaces.MultiDiscrete([3, 4])), seed=0, device="cpu"),
+        "bernoulli": sb3.PPO("MlpPolicy", _AnyActionEnv(spaces.MultiBinary(3)), seed=0, device="cpu"),
+        "squashed gaussian": sb3.SAC("MlpPolicy", gym.make("Pendulum-v1"), seed=0, device="cpu", buffer_size=100),
+        "epsilon-greedy": dqn,
+    }
+    groups = [range(0, 1), range(1, 4), range(4, 6)]
+    for family, model in models.items():
+        policy = SB3Policy(model)
+        obs = np.random.default_rng(1).normal(size=(6, *model.observation_space.shape)).astype(np.float32)
+
+        def build(envs: range, model: Any = model, policy: SB3Policy = policy) -> Any:
+            seeds = [10 + i for i in envs]
+            return policy.build(PolicyContext(envs, model.observation_space, model.action_space, seeds))
+
+        def actions(runner: Any, rows: Any, active: np.ndarray | None = None) -> np.ndarray:
+            output = runner.act(rows, active)
+            return np.asarray(output[0] if isinstance(output, tuple) else output)
+
+        whole, parts = build(range(6)), [build(envs) for envs in groups]
+        steps = [actions(whole, obs) for _ in range(12)]
+        for t, want in enumerate(steps):
+            got = np.concatenate([actions(part, obs[envs.start : envs.stop]) for part, envs in zip(parts, groups)])
+            np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=f"{family}, step {t}")
+        assert any(not np.array_equal(steps[0], later) for later in steps[1:]), f"{family}: nothing sampled"
+        # An env left out of a step (``active``) keeps its stream where it was.
+        runner = build(range(6))
+        actions(runner, obs, np.array([False, True, True, True, True, True]))
+        np.testing.assert_allclose(actions(runner, obs)[0], steps[0][0], rtol=1e-6, err_msg=family)
+    # DQN: half the actions explore, uniform over two actions: a quarter differ from the greedy ones.
+    obs = np.random.default_rng(1).normal(size=(6, 4)).astype(np.float32)
+    runner = SB3Policy(dqn).build(PolicyContext(range(6), dqn.observation_space, dqn.action_space, list(range(6))))
+    explored = np.array([runner.act(obs, None) for _ in range(200)]) != dqn.predict(obs, deterministic=True)[0]
+    assert 0.15 < explored.mean() < 0.35, "each env explores on its own: a quarter of the actions differ"
+    assert not all(row.all() or not row.any() for row in explored), "not one decision for the whole batch"
+
+
 class _ImageEnv(gym.Env[np.ndarray, np.int64]):
     """A channel-last uint8 image env: SB3 gives its models the channel-first space."""
 
@@ -295,7 +357,7 @@ def test_sb3_policy_gives_the_unclipped_action_its_log_prob_is_of() -> None:
     """On a Box, the copies clip the sampled action for the envs, but SB3 records the log-prob
     of the action before clipping (and its PPO stores that one): the unclipped action is an
     extra, so that a learner's evaluate_actions gives back the recorded log-prob. Checked
-    against SB3's own forward from the same generator state."""
+    against SB3's own distribution, each env's noise drawn from its own stream."""
     sb3 = pytest.importorskip("stable_baselines3")
     import torch
 
@@ -303,9 +365,13 @@ def test_sb3_policy_gives_the_unclipped_action_its_log_prob_is_of() -> None:
     obs = np.random.default_rng(0).normal(size=(16, 2)).astype(np.float32)
     context = PolicyContext(range(16), model.observation_space, model.action_space, [7 + i for i in range(16)])
     actions, extras = SB3Policy(model).build(context).act(obs, None)
-    torch.manual_seed(policy_seed(7) % 2**63)  # the generator state the copy samples from
+    # Env i's noise: the first normal of its own stream, seeded from its reset seed 7 + i.
+    eps = np.array([np.random.default_rng(policy_seed(7 + i)).standard_normal(1) for i in range(16)])
     with torch.no_grad():
-        sampled, values, log_prob = model.policy(torch.as_tensor(obs))
+        normal = model.policy.get_distribution(torch.as_tensor(obs)).distribution
+        sampled = normal.loc + torch.as_tensor(eps, dtype=torch.float32) * normal.scale
+        log_prob = normal.log_prob(sampled).sum(-1)
+        values = model.policy.predict_values(torch.as_tensor(obs))
     sampled = sampled.numpy()
     assert (np.abs(sampled) > 1).any(), "some actions leave the Box, or nothing is clipped"
     np.testing.assert_array_equal(extras["unclipped_actions"], sampled)
@@ -331,7 +397,7 @@ def test_sb3_gsde_noise_follows_the_copys_seed_and_weights() -> None:
     """gSDE explores with a noise matrix that SB3 samples when the model is loaded, from the
     process's generator (which load also reseeds with the model's seed, the parent's too): the
     copies' noise came from neither the envs' seeds nor the weights' log_std. It is drawn from
-    the copy's own generator when it is seeded and when new weights arrive."""
+    each env's own stream when it is seeded and when new weights arrive."""
     sb3 = pytest.importorskip("stable_baselines3")
     import random
 
@@ -360,8 +426,12 @@ def test_sb3_gsde_noise_follows_the_copys_seed_and_weights() -> None:
     np.testing.assert_array_equal(runs[0], runs[1])
     assert not np.array_equal(runs[0], unclipped(policy.build(context(4)))), "another seed, other noise"
     runner = policy.build(context(3))
-    runner.reseed(0, 4)
-    np.testing.assert_array_equal(unclipped(runner), unclipped(policy.build(context(4))))
+    runner.reseed(0, 4)  # env 0's noise follows its own seed; the others keep theirs
+    other = unclipped(policy.build(context(4)))
+    np.testing.assert_array_equal(unclipped(runner), np.concatenate([other[:1], runs[0][1:]]))
+    for i in range(1, 8):
+        runner.reseed(i, 4 + i)
+    np.testing.assert_array_equal(unclipped(runner), other)
 
     mean = unclipped(SB3Policy(model, deterministic=True).build(context(3)))
     before = np.abs(unclipped(runner) - mean).max()

@@ -31,8 +31,9 @@ examples:
 The dataset is a directory with metadata.json and one .npy file per field (Dict/Tuple
 spaces: one per leaf, e.g. observations.pos.npy); read it with vecenv.load(DIR).
 The arrays depend only on the arguments other than --num-workers, --backend,
---ray-address, --rollout-steps, --quiet and --out (for --policy module:attr and sb3:, as
-long as the policy maps each observation to its action alone: see docs/datasets.md).
+--ray-address, --rollout-steps, --quiet and --out (for --policy module:attr, as long as
+the policy maps each observation to its action alone; for sb3:, whose sampling draws from a
+generator per env, up to the last bits of its batched forward: see docs/datasets.md).
 Ctrl+C or SIGTERM stops early and keeps what was collected as a valid dataset with
 "complete": false in metadata.json (exit status 130 / 143); a Minari dataset keeps the
 episodes finished so far. Bad arguments, or --format minari without Minari: exit status 2.

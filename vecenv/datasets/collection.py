@@ -43,7 +43,7 @@ from vecenv.datasets.writer import CHUNK_BYTES, DatasetWriter, check_out, now, s
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
 from vecenv.integrations.sb3.saved_model import SavedModelPolicy
 from vecenv.interrupts import HeldInterrupt
-from vecenv.policies import FunctionPolicy, RandomPolicy, SB3Policy, WorkerPolicy
+from vecenv.policies import FunctionPolicy, PolicyContext, PolicyRunner, RandomPolicy, SB3Policy, WorkerPolicy
 from vecenv.progress import progress_bar
 from vecenv.seeding import seed_policy_of
 from vecenv.spaces import describe_space
@@ -334,6 +334,23 @@ def _source(
 
         def act(_observation: Any) -> Any:
             return runner().act(None, None)
+
+    elif isinstance(model := _worker_policy(policy, name), SB3Policy):
+        # The model acts here as its copies do in the workers, each env on its own stream; its
+        # copy is loaded when first used, as the random policy's generators are built.
+        copies: list[PolicyRunner] = []
+
+        def model_copy() -> PolicyRunner:
+            if not copies:
+                space, action_space = envs.single_observation_space, envs.single_action_space
+                copies.append(model.build(PolicyContext(range(envs.num_envs), space, action_space, seeds)))
+            return copies[0]
+
+        def skip(steps: int) -> None:
+            model_copy().skip(steps)
+
+        def act(observation: Any) -> Any:
+            return model_copy().act(observation, None)
 
     checker = ActionChecker(envs.single_action_space, envs.num_envs, name)
     leaves = space_leaves(envs.single_observation_space, "observations")

@@ -113,6 +113,10 @@ class PolicyRunner(abc.ABC):
     def reseed(self, local: int, seed: int | None) -> None:  # noqa: B027 - most policies keep no seeds
         """Env ``local`` (row index) was reset with ``seed``; ``None`` seeds are never passed."""
 
+    def skip(self, steps: int) -> None:  # noqa: B027 - most policies keep no random streams
+        """Advance every env's random stream as ``steps`` calls of :meth:`act` on all envs would,
+        without acting: where a copy that takes over from another after that many steps goes on."""
+
     def initial_state(self, num_envs: int) -> Any:
         """A recurrent runner's fresh state for ``num_envs`` envs: a tree of arrays (or
         tensors) whose leading dimension is ``num_envs``."""
