@@ -28,21 +28,42 @@ depend on the batch size (see :mod:`vecenv.policies`).
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["EnvStreams", "RowSampling", "reroute_sampling"]
+from vecenv.errors import InvalidStateError
+
+__all__ = ["Draw", "EnvStreams", "Family", "RowSampling", "reroute_sampling"]
 
 #: About how many numbers each env's stream draws at once (a block): a Python call per env
 #: and block instead of per env and step.
 _BLOCK_NUMBERS = 256
 
-_DRAWS: dict[str, Callable[[np.random.Generator, Any], np.ndarray]] = {
-    "uniform": np.random.Generator.random,
-    "normal": np.random.Generator.standard_normal,
-}
+
+class Draw(enum.Enum):
+    """The kind of numbers a step takes from an env's stream."""
+
+    UNIFORM = "uniform"  # in [0, 1)
+    NORMAL = "normal"  # standard normal
+
+    def __call__(self, generator: np.random.Generator, size: Any) -> np.ndarray:
+        if self is Draw.UNIFORM:
+            return generator.random(size)
+        return generator.standard_normal(size)
+
+
+class Family(enum.Enum):
+    """SB3's action distributions whose sampling this module reroutes."""
+
+    GSDE = "gsde"
+    SQUASHED_GAUSSIAN = "squashed gaussian"
+    GAUSSIAN = "gaussian"
+    MULTI_CATEGORICAL = "multi-categorical"
+    CATEGORICAL = "categorical"
+    BERNOULLI = "bernoulli"
 
 
 class EnvStreams:
@@ -58,7 +79,8 @@ class EnvStreams:
     def __init__(self, seeds: Sequence[int | None]) -> None:
         self.generators = [np.random.default_rng(seed) for seed in seeds]
         self.active: np.ndarray | None = None
-        self.kind, self.count = "", 0  # what a step draws, fixed at the first draw
+        self.kind: Draw | None = None  # what a step draws (and how many), fixed at the first draw
+        self.count = 0
         self.blocks = np.zeros((len(seeds), 0, 0))  # (row, step in the block, number)
         self.used = np.zeros(len(seeds), np.int64)  # steps of each row's block used
         self.rows = np.arange(len(seeds))
@@ -72,7 +94,7 @@ class EnvStreams:
 
     def uniform(self, count: int) -> np.ndarray:
         """``(rows, count)`` float64 uniforms in [0, 1)."""
-        return self._step("uniform", count)
+        return self._step(Draw.UNIFORM, count)
 
     def normal(self, count: int, rows: Sequence[int] | None = None) -> np.ndarray:
         """``(rows, count)`` float64 standard normals; ``rows``: drawn at once by these rows only
@@ -80,24 +102,26 @@ class EnvStreams:
         step's (gSDE's noise matrices)."""
         if rows is not None:
             return np.stack([self.generators[row].standard_normal(count) for row in rows]).reshape(len(rows), count)
-        return self._step("normal", count)
+        return self._step(Draw.NORMAL, count)
 
-    def _layout(self, kind: str, count: int) -> None:
-        if self.kind == "":
+    def _layout(self, kind: Draw, count: int) -> None:
+        if self.kind is None:
             steps = max(1, _BLOCK_NUMBERS // max(1, count))
             self.kind, self.count = kind, count
             self.blocks = np.zeros((len(self.generators), steps, count))
             self.used[:] = steps
         elif (kind, count) != (self.kind, self.count):
-            raise ValueError(f"EnvStreams: a step draws {self.count} {self.kind} numbers, asked for {count} {kind}")
+            raise InvalidStateError(
+                f"EnvStreams: a step draws {self.count} {self.kind.value} numbers per env, "
+                f"asked for {count} {kind.value}"
+            )
 
-    def _step(self, kind: str, count: int) -> np.ndarray:
+    def _step(self, kind: Draw, count: int) -> np.ndarray:
         self._layout(kind, count)
         active, used, steps = self.active, self.used, self.blocks.shape[1]
-        draw = _DRAWS[kind]
         for row in np.flatnonzero(used == steps).tolist():
             if active is None or active[row]:
-                self.blocks[row] = draw(self.generators[row], (steps, count))
+                self.blocks[row] = kind(self.generators[row], (steps, count))
                 used[row] = 0
         out = self.blocks[self.rows, np.minimum(used, steps - 1)]
         if active is None:
@@ -107,7 +131,7 @@ class EnvStreams:
             used += active
         return out
 
-    def skip(self, steps: int, kind: str, count: int) -> None:
+    def skip(self, steps: int, kind: Draw, count: int) -> None:
         """Advance every stream by ``steps`` steps' draws of ``count`` numbers of ``kind``, as
         that many steps with every row active would."""
         self._layout(kind, count)
@@ -121,7 +145,7 @@ class EnvStreams:
             left *= count
             while left > 0:
                 taken = min(left, 1 << 20)
-                _DRAWS[kind](generator, taken)
+                kind(generator, taken)
                 left -= taken
 
 
@@ -129,7 +153,7 @@ class RowSampling:
     """What :func:`reroute_sampling` installed on a copy: each step's draws per env (``kind``,
     ``count``: none when ``count`` is 0) and, for gSDE, how to draw an env's noise matrix."""
 
-    def __init__(self, streams: EnvStreams, kind: str, count: int) -> None:
+    def __init__(self, streams: EnvStreams, kind: Draw, count: int) -> None:
         self.streams, self.kind, self.count = streams, kind, count
         self.redraw_noise: Callable[[Sequence[int] | None], None] | None = None
         self.explore: Callable[[Any, Any], Any] | None = None  # epsilon-greedy: (greedy, rate) -> actions
@@ -151,7 +175,7 @@ def _action_distribution(model: Any) -> tuple[Any, Any]:
     return None, None
 
 
-def _family(dist: Any) -> str | None:
+def _family(dist: Any) -> Family | None:
     """Which of SB3's distribution families ``dist`` is (``None``: none of them, or no
     distribution); a subclass counts as its base (SquashedDiagGaussian before DiagGaussian)."""
     if dist is None:
@@ -159,14 +183,14 @@ def _family(dist: Any) -> str | None:
     from stable_baselines3.common import distributions as sb3
 
     families = (
-        (sb3.StateDependentNoiseDistribution, "gsde"),
-        (sb3.SquashedDiagGaussianDistribution, "squashed"),
-        (sb3.DiagGaussianDistribution, "gaussian"),
-        (sb3.MultiCategoricalDistribution, "multicategorical"),
-        (sb3.CategoricalDistribution, "categorical"),
-        (sb3.BernoulliDistribution, "bernoulli"),
+        (sb3.StateDependentNoiseDistribution, Family.GSDE),
+        (sb3.SquashedDiagGaussianDistribution, Family.SQUASHED_GAUSSIAN),
+        (sb3.DiagGaussianDistribution, Family.GAUSSIAN),
+        (sb3.MultiCategoricalDistribution, Family.MULTI_CATEGORICAL),
+        (sb3.CategoricalDistribution, Family.CATEGORICAL),
+        (sb3.BernoulliDistribution, Family.BERNOULLI),
     )
-    return next((name for cls, name in families if isinstance(dist, cls)), None)
+    return next((family for cls, family in families if isinstance(dist, cls)), None)
 
 
 def reroute_sampling(model: Any, streams: EnvStreams, action_space: Any) -> RowSampling | None:
@@ -178,7 +202,7 @@ def reroute_sampling(model: Any, streams: EnvStreams, action_space: Any) -> RowS
 
     rate = getattr(model, "exploration_rate", None)
     if rate is not None and isinstance(action_space, spaces.Discrete):
-        sampling = RowSampling(streams, "uniform", 2)
+        sampling = RowSampling(streams, Draw.UNIFORM, 2)
         n, start = int(action_space.n), int(action_space.start)
 
         def explore(greedy: Any, rate: float) -> Any:
@@ -198,8 +222,8 @@ def reroute_sampling(model: Any, streams: EnvStreams, action_space: Any) -> RowS
     def batch_fits(rows: int) -> bool:
         return rows == len(streams)
 
-    if family == "gsde":
-        sampling = RowSampling(streams, "normal", 0)
+    if family is Family.GSDE:
+        sampling = RowSampling(streams, Draw.NORMAL, 0)
         log_std = owner.log_std
         noise: list[Any] = []
 
@@ -221,8 +245,8 @@ def reroute_sampling(model: Any, streams: EnvStreams, action_space: Any) -> RowS
         sampling.redraw_noise = redraw
         return sampling
 
-    if family in ("gaussian", "squashed"):
-        squashed = family == "squashed"
+    if family in (Family.GAUSSIAN, Family.SQUASHED_GAUSSIAN):
+        squashed = family is Family.SQUASHED_GAUSSIAN
 
         def sample_normal() -> Any:
             normal = dist.distribution
@@ -236,10 +260,10 @@ def reroute_sampling(model: Any, streams: EnvStreams, action_space: Any) -> RowS
             return gaussian
 
         dist.sample = sample_normal
-        return RowSampling(streams, "normal", int(dist.action_dim))
+        return RowSampling(streams, Draw.NORMAL, int(dist.action_dim))
 
-    if family in ("categorical", "multicategorical"):
-        multi = family == "multicategorical"
+    if family in (Family.CATEGORICAL, Family.MULTI_CATEGORICAL):
+        multi = family is Family.MULTI_CATEGORICAL
         dims = len(dist.action_dims) if multi else 1
 
         def inverse_cdf(categorical: Any, uniforms: Any) -> Any:
@@ -256,9 +280,9 @@ def reroute_sampling(model: Any, streams: EnvStreams, action_space: Any) -> RowS
             return torch.stack(chosen, dim=1) if multi else chosen[0]
 
         dist.sample = sample_categorical
-        return RowSampling(streams, "uniform", dims)
+        return RowSampling(streams, Draw.UNIFORM, dims)
 
-    if family == "bernoulli":
+    if family is Family.BERNOULLI:
 
         def sample_bernoulli() -> Any:
             probs = dist.distribution.probs
@@ -268,5 +292,5 @@ def reroute_sampling(model: Any, streams: EnvStreams, action_space: Any) -> RowS
             return (uniforms < probs.to(torch.float64)).to(probs.dtype)
 
         dist.sample = sample_bernoulli
-        return RowSampling(streams, "uniform", int(dist.action_dims))
+        return RowSampling(streams, Draw.UNIFORM, int(dist.action_dims))
     return None

@@ -260,6 +260,19 @@ def test_a_sampling_sb3_policy_gives_each_env_the_same_actions_in_any_group() ->
         runner = build(range(6))
         actions(runner, obs, np.array([False, True, True, True, True, True]))
         np.testing.assert_allclose(actions(runner, obs)[0], steps[0][0], rtol=1e-6, err_msg=family)
+    # A copy that takes over after k steps (the collector's, after rollouts in the workers)
+    # skips them: its next actions are those of a copy that took them.
+    for family in ("categorical", "gaussian"):
+        model = models[family]
+        obs = np.random.default_rng(1).normal(size=(6, *model.observation_space.shape)).astype(np.float32)
+        stepped, skipped = (
+            SB3Policy(model).build(PolicyContext(range(6), model.observation_space, model.action_space, list(range(6))))
+            for _ in range(2)
+        )
+        for _ in range(300):  # more than a block of draws
+            stepped.act(obs, None)
+        skipped.skip(300)
+        np.testing.assert_array_equal(stepped.act(obs, None)[0], skipped.act(obs, None)[0], err_msg=family)
     # DQN: half the actions explore, uniform over two actions: a quarter differ from the greedy ones.
     obs = np.random.default_rng(1).normal(size=(6, 4)).astype(np.float32)
     runner = SB3Policy(dqn).build(PolicyContext(range(6), dqn.observation_space, dqn.action_space, list(range(6))))
