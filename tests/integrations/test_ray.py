@@ -15,6 +15,7 @@ import functools
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -43,7 +44,15 @@ from tests.engine.test_rollouts import assert_matches_sync, row_wise_policy, sin
 from tests.helpers.envs import JitterEnv, diff_env_fns, make_group
 from tests.helpers.fakes import count_pickles
 from tests.helpers.faults import ElsewhereError, fault_fns, healthy_fns, odd_fns
-from tests.helpers.ray_sessions import RaySessions, _ray_sessions, ray, ray_cluster, ray_local, run_driver  # noqa: F401
+from tests.helpers.ray_sessions import (  # noqa: F401
+    ROOT,
+    RaySessions,
+    _ray_sessions,
+    ray,
+    ray_cluster,
+    ray_local,
+    run_driver,
+)
 from vecenv.errors import NeedsResetError, RemoteTraceback, VecEnvTimeoutError, WorkerDiedError
 from vecenv.integrations.ray.vector_env import RayVectorEnv
 from vecenv.wire.buffers import SHM_PREFIX
@@ -548,6 +557,35 @@ def test_a_cluster_that_does_not_answer_fails_the_start_within_start_timeout(
     monkeypatch.undo()
     with RayVectorEnv(healthy_fns(2), 1, start_timeout=30) as envs:  # Ray itself was never touched
         assert envs.reset(seed=0)[0].shape[0] == 2
+
+
+@pytest.mark.timeout(90)
+def test_an_address_where_nothing_answers_fails_the_start_within_start_timeout() -> None:
+    """ray.init(address=...) retries a closed port for many minutes (over 200 s, Ray 2.60),
+    whatever start_timeout says: the start raises VecEnvTimeoutError naming the address once
+    start_timeout has passed, and leaves no Ray connected. In an interpreter of its own: this
+    one is connected to the shared local Ray, which a vector env uses whatever its address."""
+    with socket.socket() as probe:  # a port nothing listens on (bound, then given back)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    code = (
+        "import time, ray\n"
+        "from tests.helpers.faults import healthy_fns\n"
+        "from vecenv.errors import VecEnvTimeoutError\n"
+        "from vecenv.integrations.ray.vector_env import RayVectorEnv\n"
+        "start = time.monotonic()\n"
+        "try:\n"
+        f"    RayVectorEnv(healthy_fns(2), 1, address='127.0.0.1:{port}', start_timeout=1.5)\n"
+        "except VecEnvTimeoutError as err:\n"
+        "    print(f'{time.monotonic() - start:.2f}', ray.is_initialized(), err)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, timeout=60, capture_output=True, text=True, cwd=ROOT
+    ).stdout
+    seconds, initialized, message = out.split(" ", 2)
+    assert 1.5 <= float(seconds) < 10.0 and initialized == "False", out
+    assert f"nothing answered at `address` '127.0.0.1:{port}'" in message, message
+    assert "within 1.5 s (start_timeout=1.5)" in message and "ConnectionRefusedError" in message, message
 
 
 def _arrays(tree: object) -> list[np.ndarray]:

@@ -10,6 +10,8 @@ Ray is imported by this module only on first use of :class:`~vecenv.RayVectorEnv
 
 from __future__ import annotations
 
+import socket
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -18,7 +20,7 @@ import ray
 from gymnasium.vector import AutoresetMode
 
 from vecenv.checks import check_batch_size, check_env_fns, check_group_fns, check_num_workers
-from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
+from vecenv.errors import ArgumentTypeError, InvalidArgumentError, VecEnvTimeoutError, describe
 from vecenv.integrations.ray.transport import DEFAULT_ACTOR_OPTIONS, RAY_USE, RayTransport, check_ray_takes
 from vecenv.options import DEFAULTS, VectorOptions
 from vecenv.parent.bounded import bounded_call
@@ -236,6 +238,8 @@ class RayVectorEnv(GroupVectorEnv):
         address = _check_address(address)
         # A given count is split now, so that batch_size is checked against the group sizes.
         groups = None if num_workers is None else make_groups(num_workers)
+        if address is not None and not ray.is_initialized():  # (an initialised Ray is used as is)
+            _wait_for_address(address, options.start_timeout)
         lease = RAY_USE.acquire(address)
         try:
             total, nodes = _cluster_resources(options.start_timeout)
@@ -260,6 +264,71 @@ class RayVectorEnv(GroupVectorEnv):
     def actor_pids(self) -> list[int | None]:
         """The process id of each group's actor (on its node), in worker order."""
         return self._transport.pids
+
+
+#: How often the start tries again to reach a Ray address that refused the connection.
+ADDRESS_RETRY_S = 0.2
+
+
+def _ray_endpoint(address: str) -> tuple[str, int] | None:
+    """The host and TCP port that ``ray.init(address=address)`` connects to first (the GCS, or
+    the Ray Client server of a ``ray://`` address; ``"auto"``: the cluster that ``RAY_ADDRESS``
+    or this machine's ``ray start`` names), or ``None`` where that cannot be told (an address
+    Ray itself will refuse at once, or none to find for ``"auto"``: Ray's own error then).
+
+    Ray's own reading of the address is used where this Ray has it: it turns a loopback host
+    into this node's address, the one a GCS started by ``ray start`` listens on."""
+    if address.startswith("ray://"):
+        target: str | None = address[len("ray://") :].split("/", 1)[0]
+    else:
+        try:
+            from ray._private.services import canonicalize_bootstrap_address
+
+            target = canonicalize_bootstrap_address(address)
+        except ImportError:  # pragma: no cover - a Ray without it: the address as given
+            target = None if address == "auto" else address
+        except Exception:  # noqa: BLE001 - an address Ray cannot read: ray.init says why
+            return None
+    if target is None:
+        return None
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
+
+
+def _wait_for_address(address: str, start_timeout: float | None) -> None:
+    """Wait until something accepts a TCP connection at the Ray ``address``, at most
+    ``start_timeout`` (else :data:`CLUSTER_QUERY_TIMEOUT_S`) seconds; raise
+    ``VecEnvTimeoutError`` naming it when nothing has by then.
+
+    ``ray.init`` has no deadline of its own: at an address where nothing listens (a wrong host
+    or port, a cluster that is down) it retries for many minutes (over 200 s with Ray 2.60 at a
+    closed port), whatever ``start_timeout`` the caller gave, and a host that drops the packets
+    holds it longer still. A refused connection is tried again until the deadline, since a
+    head node that is starting opens its port late."""
+    endpoint = _ray_endpoint(address)
+    if endpoint is None:
+        return
+    limit = CLUSTER_QUERY_TIMEOUT_S if start_timeout is None else start_timeout
+    deadline = time.monotonic() + limit
+    while True:
+        try:
+            with socket.create_connection(endpoint, timeout=max(0.05, deadline - time.monotonic())):
+                return
+        except OSError as exc:
+            error = exc
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        time.sleep(min(ADDRESS_RETRY_S, left))
+    host, port = endpoint
+    raise VecEnvTimeoutError(
+        f"RayVectorEnv start: nothing answered at `address` {address!r} ({host}:{port}: "
+        f"{type(error).__name__}: {error}) within {limit:g} s (start_timeout={start_timeout!r}), so Ray was "
+        "not joined and no actor was started. Check the address (`ray status` on the head node prints it) "
+        "and that the cluster is up, then try again"
+    )
 
 
 def _cluster_resources(start_timeout: float | None) -> tuple[dict[str, float], list[dict[str, float]]]:
