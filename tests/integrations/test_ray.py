@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 import re
 import signal
@@ -895,6 +896,36 @@ def test_actor_options_that_would_run_a_groups_commands_concurrently_are_refused
     for options in ({"max_concurrency": 4}, {"concurrency_groups": {"io": 2}}):
         with pytest.raises(ValueError, match=f"cannot hold '{next(iter(options))}'.*one at a time"):
             RayVectorEnv(fns, 2, actor_options=options)
+
+
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        ({"num_cpus": math.inf}, "num_cpus"),
+        ({"num_gpus": math.inf}, "num_gpus"),
+        ({"memory": math.inf}, "memory"),
+        ({"resources": {"simulator_license": math.inf}}, "resources['simulator_license']"),
+        ({"num_cpus": math.nan}, "num_cpus"),
+    ],
+)
+def test_resource_amounts_that_are_not_finite_are_refused_naming_the_option(
+    monkeypatch: pytest.MonkeyPatch, options: dict, named: str
+) -> None:
+    """An infinite amount passed the non-negative check and reached Ray's own, which raised a
+    bare OverflowError ("cannot convert float infinity to integer") naming nothing: it is an
+    InvalidArgumentError naming the option and the value, before Ray is started or joined."""
+    from vecenv.integrations.ray import vector_env
+
+    class NoRay:
+        def acquire(self, address: object) -> None:
+            raise AssertionError("Ray was touched before actor_options were checked")
+
+    monkeypatch.setattr(vector_env, "RAY_USE", NoRay())
+    with pytest.raises(vecenv.errors.InvalidArgumentError) as excinfo:
+        RayVectorEnv(healthy_fns(2), 1, actor_options=options)
+    message = str(excinfo.value)
+    assert message.startswith(f"`actor_options` {named} must be a finite non-negative number"), message
+    assert message.endswith(("got inf", "got nan")), message
 
 
 @pytest.mark.parametrize(

@@ -206,7 +206,7 @@ def check_ray_takes(actor_options: Mapping[str, Any]) -> None:
     once it has started (seconds later) and the first actor is asked for."""
     try:
         _ACTOR_CLASS.options(**{**DEFAULT_ACTOR_OPTIONS, **actor_options})
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, ArithmeticError) as exc:  # ArithmeticError: an amount that overflows
         raise _refused(actor_options, exc) from exc
 
 
@@ -363,7 +363,7 @@ class RayTransport(Transport):
             options = {**options, "scheduling_strategy": elsewhere}
         try:
             actor = _ACTOR_CLASS.options(**options).remote(worker, self.options)
-        except (TypeError, ValueError) as exc:  # what only creating one checks (a scheduling_strategy)
+        except (TypeError, ValueError, ArithmeticError) as exc:  # what only creating one checks (a scheduling_strategy)
             raise _refused(self.given_options, exc) from exc
         self.actors[worker] = actor
         self.locations[worker] = None

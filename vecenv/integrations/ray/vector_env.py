@@ -10,6 +10,7 @@ Ray is imported by this module only on first use of :class:`~vecenv.RayVectorEnv
 
 from __future__ import annotations
 
+import math
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -67,6 +68,11 @@ def _check_actor_options(actor_options: Any) -> dict[str, Any]:
     for key, amount in amounts.items():
         if amount is not None and (isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount < 0):
             raise ArgumentTypeError(f"`actor_options` {key} must be a non-negative number, got {describe(amount)}")
+        if amount is not None and not math.isfinite(amount):  # Ray's own check overflows on inf
+            raise InvalidArgumentError(
+                f"`actor_options` {key} must be a finite non-negative number (an amount an actor can hold), "
+                f"got {describe(amount)}"
+            )
     check_ray_takes(actor_options)  # the rest as Ray checks it, before Ray is started or joined
     return dict(actor_options)
 
