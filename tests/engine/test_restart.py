@@ -976,6 +976,36 @@ def test_pool_answers_a_step_whose_reply_came_with_the_death_as_the_restarted_st
         pool.shutdown(0.0, wait_late=False)
 
 
+def test_workers_found_dead_together_are_restarted_in_worker_order(clock: FakeClock) -> None:
+    """Workers 0 and 2 die together and one wait finds both, worker 2's death first (its
+    sentinel woke before worker 0's pipe closed): the restarts are numbered by worker, not by
+    which death the transport noticed first, so each group's reseed is the same on every rerun
+    of that crash (worker 2 was restarted first, and worker 0 got the 2nd restart's seeds)."""
+    transport = FakeTransport(clock)
+    transport.batches = True
+    restarter = Restarter(RestartPolicy(3, 60.0, _seeds(*range(10, 16)), timeout=5.0))
+    pool = WorkerPool(transport, [lambda: 2] * 3, restarter)
+    try:
+        pool.attach(
+            [h.num_envs for h in pool.hellos(None)],
+            BufferSpec.plan(6, OBS_SPACE, ACT_SPACE, False),
+            AutoresetMode.NEXT_STEP,
+        )
+        transport.hold(0)
+        transport.hold(2)
+        pool.send(pool.workers, Command.STEP, [None] * 3, "step")
+        transport.die(2)
+        transport.die(0)  # in the same poll, after worker 2's death
+        pool.gather(pool.workers, None, "step")
+        assert pool.broken is None and pool.restarts == 2
+        assert transport.launches == [0, 1, 2, 0, 2]
+        resets = [(w, sent.payload) for w, sent in transport.sent if sent.command is Command.RESET]
+        # seed + restart * num_envs: worker 0's envs at the 1st restart, worker 2's at the 2nd
+        assert resets == [(0, ResetArgs([16, 17], None, None)), (2, ResetArgs([26, 27], None, None))]
+    finally:
+        pool.shutdown(0.0, wait_late=False)
+
+
 def test_pool_marks_the_reply_to_a_reset_sent_again(clock: FakeClock) -> None:
     pool, transport = _restarting_pool(clock)
     try:

@@ -277,9 +277,12 @@ class WorkerPool:
         # Deaths after every reply: a reply that came before its worker's death is recorded
         # first; a restart then answers that call again (see WorkerRecord.relaunched).
         if deaths:
-            for event in events:
-                if not isinstance(event, Reply) and self.workers[event.worker].status is not WorkerStatus.DEAD:
-                    self.died(self.workers[event.worker], call, deadline)
+            # In worker order, not in the order the transport noticed them (a closed pipe or a
+            # sentinel, whichever woke first): each restart's number picks the reseed of the
+            # envs it rebuilds, so a rerun with the same crash must number them the same way.
+            for index in sorted({event.worker for event in events if not isinstance(event, Reply)}):
+                if self.workers[index].status is not WorkerStatus.DEAD:
+                    self.died(self.workers[index], call, deadline)
 
     def gather(
         self,
