@@ -498,6 +498,31 @@ def test_a_restarted_native_group_keeps_the_info_keys_none_of_its_envs_carries(f
     assert_same(infos, want, found_by, ordered=False)
 
 
+def _cartpole_batch(num_envs: int) -> gym.vector.VectorEnv:
+    """CartPole's own vector env: its reset takes an int seed only, and ignores reset_mask."""
+    return gym.make_vec("CartPole-v1", num_envs, vectorization_mode="vector_entry_point")
+
+
+@pytest.mark.timeout(60)
+def test_a_native_group_reset_through_a_mask_is_restarted_with_its_groups_seeds() -> None:
+    """A masked reset with a seed hands a native group the seeds of all its envs (one int for
+    its batch); its restart then reseeds the group from them, as an int it takes: the mix of
+    the masked envs' new seeds and the others' old ones was a list that CartPole's vector env
+    refused, and the restart broke the vector env."""
+    group_fns = [functools.partial(_cartpole_batch, 2)] * 2
+    with vecenv.SubprocVectorEnv.from_groups(group_fns, on_worker_death="restart", context="fork") as envs:
+        envs.reset(seed=0)
+        envs.reset(seed=50, options={"reset_mask": np.array([True, False, True, False])})
+        _kill(envs, 1)
+        obs, rewards, terms, truncs, infos = envs.step(np.zeros(4, np.int64))
+        assert envs.restart_count == 1
+        assert truncs.tolist() == [False, False, True, True] and infos["_worker_restarted"][2:].all()
+    fresh = _cartpole_batch(2)
+    want, _ = fresh.reset(seed=52 + 1 * 4)  # its first env's seed + restarts * num_envs
+    fresh.close()
+    np.testing.assert_array_equal(obs[2:], want)
+
+
 # -- units, without a process: RestartBudget, Restarter on a fake pool, mark_restarted -------------
 
 

@@ -319,13 +319,27 @@ class SeedBook:
     def __init__(self, num_envs: int, policy: SeedPolicy = SeedPolicy.SEQUENTIAL) -> None:
         self.seeds: list[int | None] = [None] * num_envs
         self.policy = policy
+        #: The env ranges ``(start, stop)`` of native vector env groups (see :meth:`remember`).
+        self.native_groups: list[tuple[int, int]] = []
 
     def expand(self, seed: Any, num_envs: int) -> list[int | None]:
         """One seed per env for ``reset(seed=seed)`` under the policy (checked; see ``seed_list``)."""
         return seed_list(seed, num_envs, self.policy)
 
     def remember(self, seeds: Sequence[int | None], mask: np.ndarray | None) -> None:
-        """Record the seeds of a reset (only the masked envs, when ``mask`` is given)."""
+        """Record the seeds of a reset (only the masked envs, when ``mask`` is given).
+
+        A native vector env group that the mask reaches was handed the seeds of all its envs
+        (one int for its batch where they are consecutive, which seeds every env it resets,
+        whatever the mask): all of them are recorded, so that a restart reseeds the group with
+        seeds it took before (consecutive ones stay consecutive), not a mix of old and new
+        seeds that a native env taking only an int (CartPole's) refuses.
+        """
+        if mask is not None and self.native_groups:
+            mask = np.array(mask, dtype=np.bool_)
+            for start, stop in self.native_groups:
+                if mask[start:stop].any():
+                    mask[start:stop] = True
         for i, seed in enumerate(seeds):
             if seed is not None and (mask is None or mask[i]):
                 self.seeds[i] = seed

@@ -175,6 +175,9 @@ class GroupVectorEnv(Uncopyable, RolloutMethods, VectorEnv):
         self._buffers = self._pool.attach([h.num_envs for h in hellos], spec, self.autoreset_mode)
         self._calls.bind(self._pool, self.num_envs)
         self._seeds.seeds = [None] * self.num_envs
+        self._seeds.native_groups = [
+            (w.start, w.stop) for w, h in zip(self._pool.workers, hellos, strict=True) if h.native_autoreset is not None
+        ]
         self._actions = ActionPlacer(self.single_action_space, self._buffers)
         self._infos = InfoMerger(self.num_envs)
         self._disabled = self.autoreset_mode is AutoresetMode.DISABLED
