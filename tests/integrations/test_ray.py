@@ -928,6 +928,30 @@ def test_resource_amounts_that_are_not_finite_are_refused_naming_the_option(
     assert message.endswith(("got inf", "got nan")), message
 
 
+def test_wrong_values_are_value_errors_and_wrong_types_type_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A negative amount and an empty ``address`` raised ArgumentTypeError, a TypeError, for a
+    value of the right type: they are InvalidArgumentError (a ValueError) now; a value of the
+    wrong type stays a TypeError. All before Ray is started or joined."""
+    from vecenv.integrations.ray import vector_env
+
+    class NoRay:
+        def acquire(self, address: object) -> None:
+            raise AssertionError("Ray was touched before the arguments were checked")
+
+    monkeypatch.setattr(vector_env, "RAY_USE", NoRay())
+    for kwargs, named in (
+        ({"actor_options": {"num_cpus": -1}}, "`actor_options` num_cpus must be a finite non-negative number"),
+        ({"actor_options": {"resources": {"gpu_slot": -0.5}}}, "`actor_options` resources['gpu_slot'] must be"),
+        ({"address": ""}, "`address` must be a Ray address"),
+    ):
+        with pytest.raises(vecenv.errors.InvalidArgumentError, match=re.escape(named)) as excinfo:
+            RayVectorEnv(healthy_fns(2), 1, **kwargs)
+        assert not isinstance(excinfo.value, TypeError), kwargs
+    for kwargs in ({"actor_options": {"num_cpus": "1"}}, {"address": 6379}):
+        with pytest.raises(vecenv.errors.ArgumentTypeError):
+            RayVectorEnv(healthy_fns(2), 1, **kwargs)
+
+
 @pytest.mark.parametrize(
     "options, error, says",
     [

@@ -66,9 +66,11 @@ def _check_actor_options(actor_options: Any) -> dict[str, Any]:
         f"resources[{name!r}]": amount for name, amount in (resources or {}).items()
     }
     for key, amount in amounts.items():
-        if amount is not None and (isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount < 0):
+        if amount is None:
+            continue
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)):
             raise ArgumentTypeError(f"`actor_options` {key} must be a non-negative number, got {describe(amount)}")
-        if amount is not None and not math.isfinite(amount):  # Ray's own check overflows on inf
+        if amount < 0 or not math.isfinite(amount):  # (Ray's own check overflows on inf)
             raise InvalidArgumentError(
                 f"`actor_options` {key} must be a finite non-negative number (an amount an actor can hold), "
                 f"got {describe(amount)}"
@@ -93,9 +95,14 @@ def _resources_per_actor(options: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _check_address(address: Any) -> str | None:
-    if address is not None and (not isinstance(address, str) or not address):
+    """``address`` checked: None, or a non-empty str (what Ray makes of it, ``ray.init`` says)."""
+    if address is not None and not isinstance(address, str):
         raise ArgumentTypeError(
             f"`address` must be a Ray address (str, e.g. '10.0.0.1:6379' or 'auto') or None, got {describe(address)}"
+        )
+    if address == "":
+        raise InvalidArgumentError(
+            "`address` must be a Ray address (str, e.g. '10.0.0.1:6379' or 'auto') or None, got '' (an empty str)"
         )
     return address
 
