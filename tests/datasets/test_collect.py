@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -1651,6 +1652,31 @@ def test_a_sampling_sb3_policy_collects_the_same_data_whatever_the_workers(tmp_p
         for run in runs[1:]:
             for field in ("actions", "observations", "rewards", "terminations", "truncations"):
                 np.testing.assert_allclose(run[field], runs[0][field], rtol=rtol, atol=rtol, err_msg=f"{name} {field}")
+
+
+@pytest.mark.timeout(60)
+def test_a_callable_that_cannot_be_pickled_collects_where_it_acts_here(tmp_path: Path) -> None:
+    """Stepping a vector env whose workers never run the policy (``SyncVectorEnv``, or
+    ``rollout_steps=0``), the collector still made the callable a worker policy, which pickles
+    it: one holding a lock failed. It acts here as it is; the rollouts in the workers still
+    need it picklable, and say so."""
+    lock = threading.Lock()
+
+    def policy(observations: np.ndarray) -> np.ndarray:
+        with lock:
+            return np.zeros(len(observations), np.int64)
+
+    sync = SyncVectorEnv([lambda: gymnasium.make("CartPole-v1")] * 2)
+    try:
+        dataset = collect(sync, policy, steps=30, out=tmp_path / "sync", progress=False)
+    finally:
+        sync.close()
+    assert len(dataset["rewards"]) == 30 and not np.asarray(dataset["actions"]).any()
+    with vecenv.make("CartPole-v1", 2, 2) as envs:
+        stepped = collect(envs, policy, steps=30, out=tmp_path / "steps", progress=False, rollout_steps=0)
+        assert len(stepped["rewards"]) == 30
+        with pytest.raises(TypeError, match="cannot pickle"):
+            collect(envs, policy, steps=30, out=tmp_path / "rollouts", progress=False)
 
 
 @pytest.mark.timeout(120)

@@ -37,13 +37,13 @@ from vecenv.datasets.format import (
 )
 from vecenv.datasets.recording import CollectionRun, CollectionSpec, record_transitions
 from vecenv.datasets.sinks import OPEN_EPISODES, DatasetSink
-from vecenv.datasets.sources import RolloutSource, StepSource, random_actions, rollout_length
+from vecenv.datasets.sources import RolloutSource, StepSource, copy_for_every_env, rollout_length
 from vecenv.datasets.staging import EpisodeStager
 from vecenv.datasets.writer import CHUNK_BYTES, DatasetWriter, check_out, now, set_aside, settle, versions
 from vecenv.errors import ArgumentTypeError, InvalidArgumentError, describe
 from vecenv.integrations.sb3.saved_model import SavedModelPolicy
 from vecenv.interrupts import HeldInterrupt
-from vecenv.policies import FunctionPolicy, PolicyContext, PolicyRunner, RandomPolicy, SB3Policy, WorkerPolicy
+from vecenv.policies import FunctionPolicy, PolicyRunner, RandomPolicy, SB3Policy, WorkerPolicy
 from vecenv.progress import progress_bar
 from vecenv.seeding import seed_policy_of
 from vecenv.spaces import describe_space
@@ -320,43 +320,33 @@ def _source(
 
     act: Any = policy
     skip = None
-    if isinstance(policy, str):
-        # Built when first used: with rollouts in the workers, stepping here is only the fallback.
-        runners: list[Any] = []
+    # "random" and an SB3 model draw from a stream per env: a copy here follows each env's
+    # stream as its worker's copy does, going on where the workers' stopped (built when first
+    # used: with rollouts in the workers, stepping here is only the fallback). Any other
+    # callable acts here as it is (it need not be picklable then).
+    streamed = RandomPolicy() if isinstance(policy, str) else _sb3_policy(policy, name)
+    if streamed is not None:
+        runners: list[PolicyRunner] = []
 
-        def runner() -> Any:
+        def runner() -> PolicyRunner:
             if not runners:
-                runners.append(random_actions(envs, seeds))
+                runners.append(copy_for_every_env(envs, streamed, seeds))
             return runners[0]
 
         def skip(steps: int) -> None:
             runner().skip(steps)
 
-        def act(_observation: Any) -> Any:
-            return runner().act(None, None)
-
-    elif isinstance(model := _worker_policy(policy, name), SB3Policy):
-        # The model acts here as its copies do in the workers, each env on its own stream; its
-        # copy is loaded when first used, as the random policy's generators are built.
-        copies: list[PolicyRunner] = []
-
-        def model_copy() -> PolicyRunner:
-            if not copies:
-                space, action_space = envs.single_observation_space, envs.single_action_space
-                copies.append(model.build(PolicyContext(range(envs.num_envs), space, action_space, seeds)))
-            return copies[0]
-
-        def skip(steps: int) -> None:
-            model_copy().skip(steps)
-
         def act(observation: Any) -> Any:
-            return model_copy().act(observation, None)
+            return runner().act(observation, None)
 
     checker = ActionChecker(envs.single_action_space, envs.num_envs, name)
     leaves = space_leaves(envs.single_observation_space, "observations")
     stepping = StepSource(envs, act, checker, mode, leaves, skip)
     if isinstance(envs, GroupVectorEnv) and mode is not AutoresetMode.DISABLED and rollout_steps != 0:
-        worker_policy = RandomPolicy() if isinstance(policy, str) else CheckedPolicy(_worker_policy(policy, name))
+        if isinstance(policy, str):
+            worker_policy: WorkerPolicy = RandomPolicy()
+        else:
+            worker_policy = CheckedPolicy(streamed if streamed is not None else _worker_policy(policy, name))
         row_bytes = sum(f.row_bytes for f in fields)
         num_steps = rollout_steps or rollout_length(row_bytes, envs.num_envs, CHUNK_BYTES)
         how.update(method="rollouts in the workers", policy_runs_in="every worker", max_rollout_steps=num_steps)
@@ -365,15 +355,21 @@ def _source(
     return stepping, how
 
 
-def _worker_policy(policy: Policy, name: str) -> WorkerPolicy:
-    """A collector policy as the workers run it: an SB3 model (``sb3:PATH``) as itself, any
-    other callable as it is."""
-    if isinstance(policy, WorkerPolicy):
+def _sb3_policy(policy: Policy, name: str) -> SB3Policy | None:
+    """A collector policy that is an SB3 model (``sb3:PATH``, or an ``SB3Policy``) as the
+    workers run it; ``None`` for any other."""
+    if isinstance(policy, SB3Policy):
         return policy
     model = getattr(policy, "model", None)
     if isinstance(policy, SavedModelPolicy) and model is not None:
         return SB3Policy(model, policy.deterministic, name)
-    return FunctionPolicy(policy, name)
+    return None
+
+
+def _worker_policy(policy: Policy, name: str) -> WorkerPolicy:
+    """A collector policy other than an SB3 model (:func:`_sb3_policy`) as the workers run it:
+    a worker policy as itself, any other callable as a :class:`FunctionPolicy`."""
+    return policy if isinstance(policy, WorkerPolicy) else FunctionPolicy(policy, name)
 
 
 def _check_metadata(metadata: Any) -> dict[str, Any]:

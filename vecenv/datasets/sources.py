@@ -28,11 +28,11 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from vecenv.datasets.action_checks import ActionChecker
 from vecenv.datasets.format import Leaf
 from vecenv.errors import InvalidStateError, MemoryLimitError
-from vecenv.policies import PolicyContext, RandomActions, RandomPolicy, WorkerPolicy
+from vecenv.policies import PolicyContext, PolicyRunner, WorkerPolicy
 from vecenv.policy_outputs import split_output
 from vecenv.spaces import leaf_values
 
-__all__ = ["Chunk", "StepSource", "RolloutSource", "random_actions", "rollout_length"]
+__all__ = ["Chunk", "StepSource", "RolloutSource", "copy_for_every_env", "rollout_length"]
 
 #: The longest rollout the collector asks for (steps per env).
 MAX_ROLLOUT_STEPS = 1024
@@ -65,11 +65,12 @@ def rollout_length(row_bytes: int, num_envs: int, chunk_bytes: int) -> int:
     return max(1, min(MAX_ROLLOUT_STEPS, chunk_bytes // max(1, row_bytes * num_envs)))
 
 
-def random_actions(envs: VectorEnv, seeds: list[int | None]) -> RandomActions:
-    """The ``"random"`` policy acting here: every env's generator, seeded from ``seeds`` (each
-    env's reset seed) as its worker would seed it."""
+def copy_for_every_env(envs: VectorEnv, policy: WorkerPolicy, seeds: list[int | None]) -> PolicyRunner:
+    """``policy`` acting here on every env's rows: a copy whose per-env streams (the random
+    policy's generators, an SB3 model's sampling) are seeded from ``seeds`` (each env's reset
+    seed) as its workers would seed them."""
     context = PolicyContext(range(envs.num_envs), envs.single_observation_space, envs.single_action_space, seeds)
-    return RandomPolicy().build(context)
+    return policy.build(context)
 
 
 def _leaves(space: spaces.Space, value: Any, leaves: list[Leaf]) -> list[np.ndarray]:
