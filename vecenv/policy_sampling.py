@@ -225,22 +225,23 @@ def reroute_sampling(model: Any, streams: EnvStreams, action_space: Any) -> RowS
     if family is Family.GSDE:
         sampling = RowSampling(streams, Draw.NORMAL, 0)
         log_std = owner.log_std
-        noise: list[Any] = []
+        with torch.no_grad():
+            shape = tuple(dist.get_std(log_std).shape)  # the weights change its values, not its shape
 
         def redraw(rows: Sequence[int] | None) -> None:
-            """Env ``rows``' noise matrices (all: ``None``) drawn anew from their streams, and
-            every matrix scaled by the current standard deviation."""
+            """Env ``rows``' noise matrices drawn anew from their streams; ``None``: every env's,
+            scaled by the current standard deviation (new weights bring a new one)."""
             with torch.no_grad():
-                std = dist.get_std(log_std)
-                size = int(np.prod(std.shape))
-                if not noise:
-                    noise.append(torch.zeros((len(streams), *std.shape), dtype=std.dtype))
-                chosen = range(len(streams)) if rows is None else rows
-                drawn = streams.normal(size, list(chosen)).reshape((len(chosen), *std.shape))
-                noise[0][list(chosen)] = torch.as_tensor(drawn, dtype=std.dtype)
-                dist.weights_dist = torch.distributions.Normal(torch.zeros_like(std), std)
-                dist.exploration_matrices = noise[0] * std
-                dist.exploration_mat = dist.exploration_matrices[0]
+                chosen = list(range(len(streams)) if rows is None else rows)
+                drawn = torch.as_tensor(streams.normal(int(np.prod(shape)), chosen).reshape((len(chosen), *shape)))
+                if rows is None:
+                    std = dist.get_std(log_std)
+                    dist.weights_dist = torch.distributions.Normal(torch.zeros_like(std), std)
+                    dist.exploration_matrices = drawn.to(std.dtype) * std
+                    dist.exploration_mat = dist.exploration_matrices[0]  # a view: follows row 0
+                else:  # the others keep theirs, at the standard deviation they were drawn with
+                    std = dist.weights_dist.stddev
+                    dist.exploration_matrices[chosen] = drawn.to(std.dtype) * std
 
         sampling.redraw_noise = redraw
         return sampling
